@@ -1,0 +1,102 @@
+//! Configuration of an endpoint and of its connections, with the defaults
+//! docs/spec.md §10 justifies.
+
+use std::time::Duration;
+
+/// Which congestion controller a connection runs (spec §9).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum CongestionAlgorithm {
+    /// RFC 6582 / RFC 9002 NewReno with byte counting.
+    #[default]
+    NewReno,
+}
+
+/// Settings of one connection (spec §10).
+#[derive(Debug, Clone)]
+pub struct ConnectionConfig {
+    /// Largest datagram we send or accept, header included (spec §3.4).
+    pub max_datagram: u16,
+    /// Bytes the application may queue for sending before `send` accepts no more.
+    pub send_buffer: usize,
+    /// Receive buffer in bytes: the most we advertise and ever hold (spec §7).
+    pub recv_buffer: usize,
+    /// RTO before the first RTT sample (RFC 6298 (2.1) says 1 s).
+    pub initial_rto: Duration,
+    /// Lower bound of the RTO (RFC 6298 (2.4); configurable, spec §5.4).
+    pub min_rto: Duration,
+    /// Upper bound of the backed-off RTO.
+    pub max_rto: Duration,
+    /// Consecutive RTO expiries without progress before the connection is abandoned.
+    pub max_retransmissions: u32,
+    /// How long `connect` waits for the handshake before failing.
+    pub connect_timeout: Duration,
+    /// Close the connection when nothing has been received for this long.
+    pub idle_timeout: Option<Duration>,
+    /// Send a keep-alive after this long without sending anything.
+    pub keepalive_interval: Option<Duration>,
+    /// Length of TIME-WAIT on the side that closes first (spec §4.4).
+    pub time_wait: Duration,
+    /// Acknowledge at least every this many data packets (spec §5.3).
+    pub ack_frequency: u32,
+    /// Longest an acknowledgement is delayed.
+    pub max_ack_delay: Duration,
+    /// Initial congestion window in packets (RFC 6928 uses 10).
+    pub initial_window_packets: u32,
+    /// The congestion controller.
+    pub congestion: CongestionAlgorithm,
+}
+
+impl Default for ConnectionConfig {
+    fn default() -> Self {
+        ConnectionConfig {
+            max_datagram: 1452,
+            send_buffer: 8 << 20,
+            recv_buffer: 8 << 20,
+            initial_rto: Duration::from_secs(1),
+            min_rto: Duration::from_millis(200),
+            max_rto: Duration::from_secs(60),
+            max_retransmissions: 12,
+            connect_timeout: Duration::from_secs(10),
+            idle_timeout: Some(Duration::from_secs(60)),
+            keepalive_interval: Some(Duration::from_secs(15)),
+            time_wait: Duration::from_secs(15),
+            ack_frequency: 2,
+            max_ack_delay: Duration::from_millis(25),
+            initial_window_packets: 10,
+            congestion: CongestionAlgorithm::NewReno,
+        }
+    }
+}
+
+/// Settings of an endpoint: the table of connections behind one socket.
+#[derive(Debug, Clone)]
+pub struct EndpointConfig {
+    /// Seeds the endpoint's RNG and secrets (cookie and ISN keys). A driver
+    /// fills it from the OS; tests fix it.
+    pub seed: u64,
+    /// Most connections held at once, in any state (spec §6.4).
+    pub max_connections: usize,
+    /// Most accepted-but-not-yet-taken connections; beyond it a new
+    /// connection is refused explicitly (spec §6.4).
+    pub accept_backlog: usize,
+    /// How long a SYN-ACK cookie stays valid (spec §6.2).
+    pub cookie_lifetime: Duration,
+    /// Most RST and refusal packets sent per second (spec §6.5).
+    pub max_resets_per_sec: u32,
+    /// Settings for every connection of this endpoint.
+    pub connection: ConnectionConfig,
+}
+
+impl Default for EndpointConfig {
+    fn default() -> Self {
+        EndpointConfig {
+            seed: 0,
+            max_connections: 1 << 20,
+            accept_backlog: 1024,
+            cookie_lifetime: Duration::from_secs(60),
+            max_resets_per_sec: 1000,
+            connection: ConnectionConfig::default(),
+        }
+    }
+}

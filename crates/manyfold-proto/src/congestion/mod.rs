@@ -1,0 +1,1 @@
+//! Congestion control behind the `Controller` trait (spec §9).

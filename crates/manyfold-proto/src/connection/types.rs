@@ -1,0 +1,144 @@
+//! What a connection tells the application: states, events, errors, stats
+//! (spec §4, §8).
+
+use std::time::Duration;
+
+use crate::wire::ErrorCode;
+
+/// Connection states (spec §4.1). LISTEN is a property of the endpoint
+/// ([`crate::Endpoint::set_listening`]): a listener holds no per-peer state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum State {
+    SynSent,
+    SynReceived,
+    Established,
+    FinWait1,
+    FinWait2,
+    Closing,
+    TimeWait,
+    CloseWait,
+    LastAck,
+    Closed,
+}
+
+impl State {
+    /// Upper-case name as in the spec's state diagram (used by traces).
+    pub fn name(self) -> &'static str {
+        match self {
+            State::SynSent => "SYN-SENT",
+            State::SynReceived => "SYN-RECEIVED",
+            State::Established => "ESTABLISHED",
+            State::FinWait1 => "FIN-WAIT-1",
+            State::FinWait2 => "FIN-WAIT-2",
+            State::Closing => "CLOSING",
+            State::TimeWait => "TIME-WAIT",
+            State::CloseWait => "CLOSE-WAIT",
+            State::LastAck => "LAST-ACK",
+            State::Closed => "CLOSED",
+        }
+    }
+}
+
+/// Why a connection ended (spec §8).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CloseReason {
+    /// Both sides finished and every byte was acknowledged.
+    Graceful,
+    /// The peer reset the connection, with its error code if it gave one.
+    PeerReset(Option<ErrorCode>),
+    /// The peer refused the connection (nothing listening, or backlog full).
+    Refused,
+    /// The handshake got no answer within `connect_timeout`.
+    ConnectTimeout,
+    /// Nothing was received for `idle_timeout`.
+    IdleTimeout,
+    /// `max_retransmissions` RTO expiries in a row without progress.
+    RetransmitTimeout,
+    /// The application aborted the connection.
+    Aborted(ErrorCode),
+    /// The peer broke the protocol; we reset the connection.
+    ProtocolViolation,
+}
+
+impl core::fmt::Display for CloseReason {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            CloseReason::Graceful => write!(f, "closed gracefully"),
+            CloseReason::PeerReset(Some(c)) => write!(f, "reset by peer (error code {})", c.0),
+            CloseReason::PeerReset(None) => write!(f, "reset by peer"),
+            CloseReason::Refused => write!(f, "connection refused by peer"),
+            CloseReason::ConnectTimeout => write!(f, "peer did not answer the handshake"),
+            CloseReason::IdleTimeout => write!(f, "idle timeout: nothing heard from peer"),
+            CloseReason::RetransmitTimeout => write!(f, "peer stopped acknowledging (retransmission limit reached)"),
+            CloseReason::Aborted(c) => write!(f, "aborted locally (error code {})", c.0),
+            CloseReason::ProtocolViolation => write!(f, "peer violated the protocol"),
+        }
+    }
+}
+
+/// Something the application may want to react to. Readable and Writable are
+/// edge notifications: they are raised once per change, not queued per packet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Event {
+    /// A connection we initiated completed its handshake.
+    Connected,
+    /// A new connection is waiting in [`crate::Endpoint::accept`].
+    Incoming,
+    /// Data, or the end of the peer's stream, can be read.
+    Readable,
+    /// The send buffer has room again.
+    Writable,
+    /// Everything we queued (and our FIN, if we finished) is acknowledged.
+    SendAcked,
+    /// The connection ended; the handle stays valid until released.
+    Closed(CloseReason),
+}
+
+/// Why [`crate::Endpoint::send`] refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum SendError {
+    #[error("the sending side was already closed")]
+    Finished,
+    #[error("connection ended: {0}")]
+    Closed(CloseReason),
+    #[error("no such connection")]
+    UnknownConnection,
+}
+
+/// Why [`crate::Endpoint::recv`] refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum RecvError {
+    #[error("connection ended: {0}")]
+    Closed(CloseReason),
+    #[error("no such connection")]
+    UnknownConnection,
+}
+
+/// Counters and estimates of one connection (spec §8.2).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct ConnStats {
+    /// Application bytes handed to the network for the first time.
+    pub bytes_sent: u64,
+    /// Application bytes delivered in order to the application's buffer.
+    pub bytes_received: u64,
+    pub packets_sent: u64,
+    pub packets_received: u64,
+    /// Packets sent again because they were declared lost.
+    pub retransmissions: u64,
+    /// Packets declared lost (by SACK/RACK or RTO).
+    pub lost_packets: u64,
+    /// Received packets that were already held (duplicates).
+    pub duplicate_packets: u64,
+    /// Received data dropped for lack of buffer space (stays 0 with a compliant peer).
+    pub dropped_no_buffer: u64,
+    pub rto_expiries: u64,
+    pub srtt: Duration,
+    pub rttvar: Duration,
+    pub min_rtt: Duration,
+    /// Congestion window in bytes.
+    pub cwnd: u64,
+    /// Bytes queued but not yet acknowledged.
+    pub unacked_bytes: u64,
+}

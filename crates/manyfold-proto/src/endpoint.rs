@@ -1,0 +1,665 @@
+//! The endpoint: every connection behind one socket, the listener's
+//! stateless handshake, routing by connection id, RSTs for unknown
+//! connections, and the timer and transmit queues that keep the cost per
+//! call independent of the number of connections (spec §2, §6).
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap, VecDeque};
+use std::net::SocketAddr;
+use std::time::Instant;
+
+use rand::{RngCore, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+use crate::config::EndpointConfig;
+use crate::connection::{CloseReason, ConnStats, Connection, Event, RecvError, SendError, State};
+use crate::handshake::{CookieBinding, Secrets};
+use crate::wire::{DecodeError, ErrorCode, Flags, HandshakeParams, Packet, PacketType};
+
+/// Names one connection of an endpoint. Stale handles (of a released
+/// connection whose slot was reused) are detected by the generation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ConnHandle {
+    index: u32,
+    generation: u32,
+}
+
+impl ConnHandle {
+    /// A small integer unique among live connections (for logs and maps).
+    pub fn index(self) -> u32 {
+        self.index
+    }
+}
+
+/// One or more datagrams written contiguously into the caller's buffer, all
+/// to one destination. With `segment_size` set, the buffer holds several
+/// datagrams of that size (the last may be shorter): one GSO send.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Transmit {
+    pub destination: SocketAddr,
+    pub size: usize,
+    pub segment_size: Option<usize>,
+}
+
+/// Why [`Endpoint::connect`] refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConnectError {
+    #[error("endpoint holds its maximum number of connections ({0})")]
+    TooManyConnections(usize),
+    #[error("cannot connect to an unspecified address or port 0: {0}")]
+    InvalidAddress(SocketAddr),
+}
+
+/// Endpoint-wide counters (spec §3.5, §6).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct EndpointStats {
+    pub datagrams_received: u64,
+    /// Datagrams dropped because they failed to decode, by cause.
+    pub dropped_truncated: u64,
+    pub dropped_checksum: u64,
+    pub dropped_version: u64,
+    pub dropped_malformed: u64,
+    /// Well-formed packets for no connection we know (answered by RST).
+    pub unknown_connection: u64,
+    pub syn_cookies_sent: u64,
+    pub cookies_rejected: u64,
+    pub resets_sent: u64,
+    /// RSTs or refusals we did not send because of the rate limit.
+    pub resets_suppressed: u64,
+    pub refused_backlog: u64,
+    pub refused_not_listening: u64,
+    pub connections_accepted: u64,
+}
+
+impl EndpointStats {
+    /// All datagrams dropped as malformed, whatever the cause.
+    pub fn dropped_malformed_total(&self) -> u64 {
+        self.dropped_truncated + self.dropped_checksum + self.dropped_version + self.dropped_malformed
+    }
+}
+
+#[derive(Debug)]
+struct Slot {
+    generation: u32,
+    conn: Option<Connection>,
+    /// Deadline currently in the timer heap for this slot, if any.
+    scheduled: Option<Instant>,
+    queued_for_transmit: bool,
+    released: bool,
+}
+
+/// Most endpoint-generated packets (SYN-ACKs, RSTs) waiting to be sent.
+const MAX_RESPONSES: usize = 4096;
+
+/// The sans-IO endpoint. See the crate docs for the calling order.
+#[derive(Debug)]
+pub struct Endpoint {
+    config: EndpointConfig,
+    rng: ChaCha8Rng,
+    secrets: Secrets,
+    listening: bool,
+    slots: Vec<Slot>,
+    free: Vec<u32>,
+    live: usize,
+    /// Our connection id -> slot (spec §6.1).
+    by_id: HashMap<u32, u32>,
+    /// (peer address, peer's connection id) -> slot, for RSTs from a peer
+    /// that lost its state and for simultaneous open (spec §6.5, §4.3).
+    by_peer: HashMap<(SocketAddr, u32), u32>,
+    /// Connections in SYN-SENT by peer address, for simultaneous open.
+    syn_sent: HashMap<SocketAddr, u32>,
+    timers: BinaryHeap<Reverse<(Instant, u32, u32)>>,
+    transmit_queue: VecDeque<u32>,
+    responses: VecDeque<(SocketAddr, Vec<u8>)>,
+    events: VecDeque<(ConnHandle, Event)>,
+    accept_queue: VecDeque<ConnHandle>,
+    reset_tokens: f64,
+    reset_refill_at: Option<Instant>,
+    stats: EndpointStats,
+}
+
+impl Endpoint {
+    pub fn new(config: EndpointConfig, now: Instant) -> Self {
+        let mut rng = ChaCha8Rng::seed_from_u64(config.seed);
+        let secrets = Secrets::new(&mut rng, now);
+        Endpoint {
+            reset_tokens: f64::from(config.max_resets_per_sec),
+            config,
+            rng,
+            secrets,
+            listening: false,
+            slots: Vec::new(),
+            free: Vec::new(),
+            live: 0,
+            by_id: HashMap::new(),
+            by_peer: HashMap::new(),
+            syn_sent: HashMap::new(),
+            timers: BinaryHeap::new(),
+            transmit_queue: VecDeque::new(),
+            responses: VecDeque::new(),
+            events: VecDeque::new(),
+            accept_queue: VecDeque::new(),
+            reset_refill_at: None,
+            stats: EndpointStats::default(),
+        }
+    }
+
+    pub fn config(&self) -> &EndpointConfig {
+        &self.config
+    }
+
+    /// Accept (or stop accepting) new connections: the LISTEN state (spec §4.1).
+    pub fn set_listening(&mut self, on: bool) {
+        self.listening = on;
+    }
+
+    pub fn is_listening(&self) -> bool {
+        self.listening
+    }
+
+    /// Number of connection entries held, in any state (closed but
+    /// unreleased ones included). A listener under a SYN flood keeps this at 0.
+    pub fn connection_count(&self) -> usize {
+        self.live
+    }
+
+    pub fn stats(&self) -> &EndpointStats {
+        &self.stats
+    }
+
+    /// Starts an active open (spec §4.2): sends a SYN and enters SYN-SENT.
+    pub fn connect(&mut self, now: Instant, remote: SocketAddr) -> Result<ConnHandle, ConnectError> {
+        if remote.ip().is_unspecified() || remote.port() == 0 {
+            return Err(ConnectError::InvalidAddress(remote));
+        }
+        if self.live >= self.config.max_connections {
+            return Err(ConnectError::TooManyConnections(self.config.max_connections));
+        }
+        let local_id = self.fresh_id();
+        let isn = self.secrets.isn(now, remote, (local_id, 0));
+        let conn = Connection::new_client(self.config.connection.clone(), now, remote, local_id, isn);
+        let h = self.insert(conn);
+        self.syn_sent.insert(remote, h.index);
+        self.touch(h.index, now);
+        Ok(h)
+    }
+
+    /// Feeds one received datagram (spec §6.1). Malformed datagrams are
+    /// dropped and counted; nothing here panics on any input.
+    pub fn handle_datagram(&mut self, now: Instant, from: SocketAddr, datagram: &[u8]) {
+        self.stats.datagrams_received += 1;
+        let packet = match Packet::parse(datagram) {
+            Ok(p) => p,
+            Err(e) => {
+                self.count_decode_error(e);
+                tracing::trace!(%from, error = %e, "dropped malformed datagram");
+                return;
+            }
+        };
+        let h = &packet.header;
+        if h.ptype != PacketType::Segment {
+            self.stats.dropped_malformed += 1;
+            return;
+        }
+        let flags = h.flags;
+
+        // spec §6.1: route by our connection id.
+        if h.conn_id != 0 {
+            if let Some(&idx) = self.by_id.get(&h.conn_id) {
+                if self.slot_conn(idx).is_some_and(|c| c.remote() == from) {
+                    self.deliver(idx, now, &packet);
+                    return;
+                }
+            }
+            if flags.contains(Flags::RST) {
+                // spec §6.5: a peer without state echoes the id we addressed it by.
+                if let Some(&idx) = self.by_peer.get(&(from, h.conn_id)) {
+                    self.deliver(idx, now, &packet);
+                }
+                return;
+            }
+            if packet.cookie.is_some() && !flags.contains(Flags::SYN) {
+                self.handle_cookie_echo(now, from, &packet);
+                return;
+            }
+            self.stats.unknown_connection += 1;
+            self.send_reset(now, from, h.conn_id, h.ack, None);
+            return;
+        }
+
+        // conn_id 0: only an initial SYN may carry it.
+        if !flags.contains(Flags::SYN) || flags.contains(Flags::ACK) || flags.contains(Flags::RST) {
+            self.stats.dropped_malformed += 1;
+            return;
+        }
+        let Some(params) = packet.params else {
+            self.stats.dropped_malformed += 1;
+            return;
+        };
+        // spec §4.3: simultaneous open, both sides in SYN-SENT.
+        if let Some(&idx) = self.syn_sent.get(&from) {
+            self.deliver(idx, now, &packet);
+            return;
+        }
+        if !self.listening {
+            self.stats.refused_not_listening += 1;
+            self.send_reset(now, from, params.conn_id, h.seq.wrapping_add(1), Some(ErrorCode::REFUSED));
+            return;
+        }
+        if self.accept_queue.len() >= self.config.accept_backlog || self.live >= self.config.max_connections {
+            self.stats.refused_backlog += 1;
+            self.send_reset(now, from, params.conn_id, h.seq.wrapping_add(1), Some(ErrorCode::REFUSED));
+            return;
+        }
+        self.send_syn_cookie(now, from, &packet, params);
+    }
+
+    /// spec §6.2: answer a SYN with a SYN-ACK carrying a cookie, keeping no state.
+    fn send_syn_cookie(&mut self, now: Instant, from: SocketAddr, syn: &Packet, params: HandshakeParams) {
+        let server_id = self.fresh_id();
+        let client_isn = syn.header.seq;
+        let server_isn = self.secrets.isn(now, from, (params.conn_id, server_id));
+        let max_datagram = self.config.connection.max_datagram.min(params.max_datagram.max(crate::connection::MIN_DATAGRAM));
+        let cookie = self.secrets.make_cookie(
+            now,
+            params.conn_id,
+            params.max_datagram,
+            CookieBinding { peer: from, client_isn, server_isn, server_id },
+        );
+        let mut p = Packet::bare(
+            PacketType::Segment,
+            Flags::SYN | Flags::ACK,
+            params.conn_id,
+            server_isn,
+            client_isn.wrapping_add(1),
+            crate::connection::advertised_window(self.config.connection.recv_buffer),
+        );
+        p.params = Some(HandshakeParams { conn_id: server_id, max_datagram });
+        p.cookie = Some(cookie);
+        self.stats.syn_cookies_sent += 1;
+        self.queue_response(from, &p);
+    }
+
+    /// spec §6.2: a valid cookie echo creates the connection, ESTABLISHED.
+    fn handle_cookie_echo(&mut self, now: Instant, from: SocketAddr, packet: &Packet) {
+        let Some(cookie) = packet.cookie else { return };
+        let h = &packet.header;
+        let binding = CookieBinding {
+            peer: from,
+            client_isn: h.seq.wrapping_sub(1),
+            server_isn: h.ack.wrapping_sub(1),
+            server_id: h.conn_id,
+        };
+        if !h.flags.contains(Flags::ACK)
+            || !self.secrets.check_cookie(now, self.config.cookie_lifetime, &cookie, &binding)
+        {
+            self.stats.cookies_rejected += 1;
+            return;
+        }
+        if !self.listening {
+            self.stats.refused_not_listening += 1;
+            self.send_reset(now, from, cookie.client_id, h.seq.wrapping_add(1), Some(ErrorCode::REFUSED));
+            return;
+        }
+        if self.accept_queue.len() >= self.config.accept_backlog || self.live >= self.config.max_connections {
+            self.stats.refused_backlog += 1;
+            self.send_reset(now, from, cookie.client_id, h.seq.wrapping_add(1), Some(ErrorCode::REFUSED));
+            return;
+        }
+        if self.by_id.contains_key(&h.conn_id) || h.conn_id == 0 {
+            // Our id collides with a live connection of another peer: drop,
+            // the client retries with a fresh SYN after its RTO.
+            self.stats.cookies_rejected += 1;
+            return;
+        }
+        let max_datagram = self.config.connection.max_datagram.min(cookie.client_max_datagram);
+        let conn = Connection::new_server(
+            self.config.connection.clone(),
+            now,
+            from,
+            h.conn_id,
+            cookie.client_id,
+            binding.server_isn,
+            binding.client_isn,
+            max_datagram,
+        );
+        let handle = self.insert(conn);
+        self.stats.connections_accepted += 1;
+        self.accept_queue.push_back(handle);
+        self.events.push_back((handle, Event::Incoming));
+        // The echo itself is the client's first sequenced packet: let the
+        // connection process it like any other (it may carry data).
+        self.deliver(handle.index, now, packet);
+    }
+
+    /// Takes the next connection a listener accepted, if any.
+    pub fn accept(&mut self) -> Option<ConnHandle> {
+        self.accept_queue.pop_front()
+    }
+
+    /// Advances timers that are due at `now`.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        while let Some(&Reverse((t, idx, gen))) = self.timers.peek() {
+            if t > now {
+                break;
+            }
+            self.timers.pop();
+            let slot = &mut self.slots[idx as usize];
+            if slot.generation != gen || slot.scheduled != Some(t) {
+                continue; // stale entry
+            }
+            slot.scheduled = None;
+            if let Some(c) = slot.conn.as_mut() {
+                c.handle_timeout(now);
+            }
+            self.touch(idx, now);
+        }
+    }
+
+    /// The earliest deadline of any connection.
+    pub fn poll_timeout(&mut self) -> Option<Instant> {
+        while let Some(&Reverse((t, idx, gen))) = self.timers.peek() {
+            let slot = &self.slots[idx as usize];
+            if slot.generation == gen && slot.scheduled == Some(t) {
+                return Some(t);
+            }
+            self.timers.pop();
+        }
+        None
+    }
+
+    /// Writes the next datagram(s) to send into `buf` (cleared first). Up to
+    /// `max_datagrams` datagrams of one connection are batched for GSO.
+    pub fn poll_transmit(&mut self, now: Instant, max_datagrams: usize, buf: &mut Vec<u8>) -> Option<Transmit> {
+        buf.clear();
+        if let Some((to, bytes)) = self.responses.pop_front() {
+            buf.extend_from_slice(&bytes);
+            return Some(Transmit { destination: to, size: bytes.len(), segment_size: None });
+        }
+        while let Some(idx) = self.transmit_queue.pop_front() {
+            self.slots[idx as usize].queued_for_transmit = false;
+            let Some(conn) = self.slots[idx as usize].conn.as_mut() else { continue };
+            // spec §2: a batch is datagrams of one size (the first one's), the
+            // last possibly shorter; the connection never writes more than the
+            // room it is given, and declines what does not fit.
+            let mut count = 0;
+            let mut segment = conn.max_datagram() as usize;
+            while count < max_datagrams.max(1) {
+                let start = buf.len();
+                buf.resize(start + segment, 0);
+                match conn.poll_transmit(now, &mut buf[start..]) {
+                    Some(n) => {
+                        buf.truncate(start + n);
+                        count += 1;
+                        if count == 1 {
+                            segment = n;
+                        } else if n < segment {
+                            break;
+                        }
+                    }
+                    None => {
+                        buf.truncate(start);
+                        break;
+                    }
+                }
+            }
+            let destination = conn.remote();
+            if count == 0 {
+                self.touch_timers_and_events(idx, now);
+                continue;
+            }
+            // It may have more: back of the queue, round-robin between connections.
+            self.mark(idx);
+            self.touch_timers_and_events(idx, now);
+            return Some(Transmit { destination, size: buf.len(), segment_size: (count > 1).then_some(segment) });
+        }
+        None
+    }
+
+    /// The next application event of any connection.
+    pub fn poll_event(&mut self) -> Option<(ConnHandle, Event)> {
+        self.events.pop_front()
+    }
+
+    /// Queues application data (spec §7). Returns how many bytes were taken:
+    /// fewer than offered when the send buffer is full, 0 when it has no room.
+    pub fn send(&mut self, h: ConnHandle, data: &[u8]) -> Result<usize, SendError> {
+        let r = self.conn_mut(h).ok_or(SendError::UnknownConnection)?.send(data);
+        self.mark(h.index);
+        r
+    }
+
+    /// Reads received data in order. `Ok(Some(0))` is the end of the peer's
+    /// stream (its FIN, after all data); `Ok(None)` means nothing yet.
+    pub fn recv(&mut self, h: ConnHandle, buf: &mut [u8]) -> Result<Option<usize>, RecvError> {
+        let r = self.conn_mut(h).ok_or(RecvError::UnknownConnection)?.recv(buf);
+        self.mark(h.index);
+        r
+    }
+
+    /// Graceful close of our sending side (spec §4.4): a FIN follows the data
+    /// already queued; we keep receiving until the peer finishes too (half-close).
+    pub fn close(&mut self, h: ConnHandle) {
+        if let Some(c) = self.conn_mut(h) {
+            c.close();
+            self.mark(h.index);
+        }
+    }
+
+    /// Abortive close: sends RST with `code` and discards everything.
+    pub fn abort(&mut self, h: ConnHandle, now: Instant, code: ErrorCode) {
+        if let Some(c) = self.conn_mut(h) {
+            c.abort(now, code);
+            self.mark(h.index);
+            self.touch(h.index, now);
+        }
+    }
+
+    /// The application no longer holds `h`. Its state is freed once the
+    /// connection is CLOSED (immediately if it already is).
+    pub fn release(&mut self, h: ConnHandle) {
+        let Some(slot) = self.slots.get_mut(h.index as usize) else { return };
+        if slot.generation != h.generation || slot.conn.is_none() {
+            return;
+        }
+        slot.released = true;
+        self.reap(h.index);
+    }
+
+    pub fn state(&self, h: ConnHandle) -> Option<State> {
+        self.conn(h).map(|c| c.state())
+    }
+
+    pub fn remote_addr(&self, h: ConnHandle) -> Option<SocketAddr> {
+        self.conn(h).map(|c| c.remote())
+    }
+
+    pub fn conn_stats(&self, h: ConnHandle) -> Option<ConnStats> {
+        self.conn(h).map(|c| c.stats())
+    }
+
+    /// Why the connection closed, once it has.
+    pub fn close_reason(&self, h: ConnHandle) -> Option<CloseReason> {
+        self.conn(h).and_then(|c| c.close_reason())
+    }
+
+    /// Bytes the send buffer can take now.
+    pub fn send_capacity(&self, h: ConnHandle) -> usize {
+        self.conn(h).map_or(0, |c| c.send_capacity())
+    }
+
+    // ---- internals -------------------------------------------------------
+
+    fn conn(&self, h: ConnHandle) -> Option<&Connection> {
+        let slot = self.slots.get(h.index as usize)?;
+        (slot.generation == h.generation).then_some(())?;
+        slot.conn.as_ref()
+    }
+
+    fn conn_mut(&mut self, h: ConnHandle) -> Option<&mut Connection> {
+        let slot = self.slots.get_mut(h.index as usize)?;
+        (slot.generation == h.generation).then_some(())?;
+        slot.conn.as_mut()
+    }
+
+    fn slot_conn(&self, idx: u32) -> Option<&Connection> {
+        self.slots.get(idx as usize)?.conn.as_ref()
+    }
+
+    fn handle_of(&self, idx: u32) -> ConnHandle {
+        ConnHandle { index: idx, generation: self.slots[idx as usize].generation }
+    }
+
+    fn fresh_id(&mut self) -> u32 {
+        loop {
+            let id = self.rng.next_u32();
+            if id != 0 && !self.by_id.contains_key(&id) {
+                return id;
+            }
+        }
+    }
+
+    fn insert(&mut self, conn: Connection) -> ConnHandle {
+        let local_id = conn.local_id();
+        let idx = match self.free.pop() {
+            Some(i) => {
+                let slot = &mut self.slots[i as usize];
+                slot.generation = slot.generation.wrapping_add(1);
+                slot.conn = Some(conn);
+                slot.scheduled = None;
+                slot.queued_for_transmit = false;
+                slot.released = false;
+                i
+            }
+            None => {
+                self.slots.push(Slot {
+                    generation: 0,
+                    conn: Some(conn),
+                    scheduled: None,
+                    queued_for_transmit: false,
+                    released: false,
+                });
+                (self.slots.len() - 1) as u32
+            }
+        };
+        self.live += 1;
+        self.by_id.insert(local_id, idx);
+        if let Some(remote_id) = self.slots[idx as usize].conn.as_ref().and_then(|c| c.remote_id()) {
+            let remote = self.slots[idx as usize].conn.as_ref().map(|c| c.remote()).expect("just inserted");
+            self.by_peer.insert((remote, remote_id), idx);
+        }
+        self.handle_of(idx)
+    }
+
+    fn deliver(&mut self, idx: u32, now: Instant, packet: &Packet) {
+        let Some(conn) = self.slots[idx as usize].conn.as_mut() else { return };
+        let had_remote_id = conn.remote_id();
+        conn.handle_packet(now, packet);
+        // A connection learns its peer's id from the peer's SYN or SYN-ACK.
+        if had_remote_id.is_none() {
+            if let Some(rid) = conn.remote_id() {
+                let remote = conn.remote();
+                self.by_peer.insert((remote, rid), idx);
+                self.syn_sent.remove(&remote);
+            }
+        }
+        self.touch(idx, now);
+    }
+
+    /// Marks a connection as possibly having something to send.
+    fn mark(&mut self, idx: u32) {
+        let slot = &mut self.slots[idx as usize];
+        if slot.conn.is_some() && !slot.queued_for_transmit {
+            slot.queued_for_transmit = true;
+            self.transmit_queue.push_back(idx);
+        }
+    }
+
+    /// After any input to a connection: queue it for transmit, refresh its
+    /// timer entry, collect its events, and free it if it is done.
+    fn touch(&mut self, idx: u32, now: Instant) {
+        self.mark(idx);
+        self.touch_timers_and_events(idx, now);
+    }
+
+    fn touch_timers_and_events(&mut self, idx: u32, _now: Instant) {
+        let handle = self.handle_of(idx);
+        let slot = &mut self.slots[idx as usize];
+        let Some(conn) = slot.conn.as_mut() else { return };
+        while let Some(ev) = conn.poll_event() {
+            self.events.push_back((handle, ev));
+        }
+        let t = conn.poll_timeout();
+        if t != slot.scheduled {
+            slot.scheduled = t;
+            if let Some(t) = t {
+                self.timers.push(Reverse((t, idx, slot.generation)));
+            }
+        }
+        self.reap(idx);
+    }
+
+    /// Frees a connection that is CLOSED, released, and has nothing left to send.
+    fn reap(&mut self, idx: u32) {
+        let slot = &mut self.slots[idx as usize];
+        let done = slot.released && slot.conn.as_ref().is_some_and(|c| c.is_drained());
+        if !done {
+            return;
+        }
+        let conn = slot.conn.take().expect("checked above");
+        slot.scheduled = None;
+        self.live -= 1;
+        self.by_id.remove(&conn.local_id());
+        if let Some(rid) = conn.remote_id() {
+            if self.by_peer.get(&(conn.remote(), rid)) == Some(&idx) {
+                self.by_peer.remove(&(conn.remote(), rid));
+            }
+        }
+        if self.syn_sent.get(&conn.remote()) == Some(&idx) {
+            self.syn_sent.remove(&conn.remote());
+        }
+        // The index may still sit in the transmit queue; a reused slot is
+        // simply polled once more, which is harmless.
+        self.free.push(idx);
+    }
+
+    fn count_decode_error(&mut self, e: DecodeError) {
+        match e {
+            DecodeError::Truncated | DecodeError::TrailingBytes => self.stats.dropped_truncated += 1,
+            DecodeError::Checksum => self.stats.dropped_checksum += 1,
+            DecodeError::Version(_) => self.stats.dropped_version += 1,
+            _ => self.stats.dropped_malformed += 1,
+        }
+    }
+
+    /// spec §6.5: RST (optionally with a refusal code) to a peer we hold no
+    /// state for, rate-limited by a token bucket.
+    fn send_reset(&mut self, now: Instant, to: SocketAddr, conn_id: u32, seq: u32, code: Option<ErrorCode>) {
+        let rate = f64::from(self.config.max_resets_per_sec);
+        if let Some(last) = self.reset_refill_at {
+            let dt = now.saturating_duration_since(last).as_secs_f64();
+            self.reset_tokens = (self.reset_tokens + dt * rate).min(rate.max(1.0));
+        }
+        self.reset_refill_at = Some(now);
+        if self.reset_tokens < 1.0 {
+            self.stats.resets_suppressed += 1;
+            return;
+        }
+        self.reset_tokens -= 1.0;
+        let mut p = Packet::bare(PacketType::Segment, Flags::RST, conn_id, seq, 0, 0);
+        p.error = code;
+        self.stats.resets_sent += 1;
+        self.queue_response(to, &p);
+    }
+
+    fn queue_response(&mut self, to: SocketAddr, p: &Packet) {
+        if self.responses.len() >= MAX_RESPONSES {
+            self.stats.resets_suppressed += 1;
+            return;
+        }
+        let mut v = vec![0u8; p.len()];
+        p.emit(&mut v);
+        self.responses.push_back((to, v));
+    }
+}

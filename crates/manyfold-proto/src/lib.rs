@@ -1,0 +1,33 @@
+//! manyfold-proto: the sans-IO protocol engine of manyfold (spec §1–§10).
+//!
+//! No sockets, threads, clock reads or global randomness live here. Every
+//! call that changes state takes `now`; randomness comes from
+//! [`EndpointConfig::seed`]. The engine is driven through an [`Endpoint`]
+//! in this order (spec §2):
+//!
+//! 1. input: [`Endpoint::handle_datagram`] for each received datagram and
+//!    [`Endpoint::handle_timeout`] once `now` has reached
+//!    [`Endpoint::poll_timeout`];
+//! 2. application commands: [`Endpoint::connect`], [`Endpoint::send`],
+//!    [`Endpoint::recv`], [`Endpoint::close`], [`Endpoint::abort`], ...;
+//! 3. output: [`Endpoint::poll_transmit`] until it returns `None`, then
+//!    [`Endpoint::poll_event`] until `None`, then [`Endpoint::poll_timeout`]
+//!    for the next deadline to sleep until.
+//!
+//! Any input or command may create work for step 3, so a driver runs step 3
+//! after every batch of steps 1–2.
+
+#![forbid(unsafe_code)]
+
+pub mod config;
+pub mod congestion;
+mod connection;
+mod endpoint;
+mod handshake;
+mod rangeset;
+pub mod recovery;
+pub mod wire;
+
+pub use config::{CongestionAlgorithm, ConnectionConfig, EndpointConfig};
+pub use connection::{CloseReason, ConnStats, Event, RecvError, SendError, State};
+pub use endpoint::{ConnHandle, ConnectError, Endpoint, EndpointStats, Transmit};

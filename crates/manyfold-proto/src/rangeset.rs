@@ -1,0 +1,1 @@
+//! Sets of half-open u64 ranges.

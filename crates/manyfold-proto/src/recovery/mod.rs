@@ -1,0 +1,1 @@
+//! Loss recovery: RTT estimation, the sent-packet record, loss detection (spec §5).

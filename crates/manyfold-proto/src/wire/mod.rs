@@ -1,0 +1,34 @@
+//! Wire format: the packet header and the payload sections it announces (spec §3).
+//!
+//! A datagram is one packet: a fixed 24-byte [`Header`] followed by a payload
+//! whose layout the header's flags announce, in this order (spec §3.3):
+//! SACK block (`SCK`), handshake parameters (`SYN`), cookie (`CKE`, or a
+//! SYN-ACK from a listener), error code (`ERR`), then application data.
+//!
+//! Parsing follows smoltcp's discipline: every length is checked once, up
+//! front, against the datagram; no accessor can panic on untrusted input.
+
+mod header;
+mod payload;
+
+pub use header::{Flags, Header, PacketType, HEADER_LEN, VERSION};
+pub use payload::{Cookie, ErrorCode, HandshakeParams, Packet, SackBlock, COOKIE_LEN, MAX_SACK_RANGES, PARAMS_LEN};
+
+/// Why a datagram was rejected. Every variant is a silent drop plus a counter
+/// at the endpoint (spec §3.5); none is ever answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum DecodeError {
+    #[error("datagram shorter than the header or than its payload length")]
+    Truncated,
+    #[error("datagram longer than header plus payload length")]
+    TrailingBytes,
+    #[error("unsupported protocol version {0}")]
+    Version(u8),
+    #[error("unknown packet type {0}")]
+    PacketType(u8),
+    #[error("CRC32C mismatch")]
+    Checksum,
+    #[error("malformed payload section")]
+    Malformed,
+}

@@ -1,0 +1,392 @@
+//! The payload sections a header's flags announce (spec §3.3) and the whole
+//! packet's parsed form, [`Packet`].
+
+use super::header::{seal, Flags, Header, PacketType, HEADER_LEN};
+use super::DecodeError;
+
+/// At most this many SACK ranges in one packet (spec §3.3.1).
+pub const MAX_SACK_RANGES: usize = 16;
+/// Encoded length of [`HandshakeParams`].
+pub const PARAMS_LEN: usize = 8;
+/// Encoded length of [`Cookie`].
+pub const COOKIE_LEN: usize = 20;
+
+/// Selective acknowledgement ranges above the cumulative ack (spec §3.3.1):
+/// a count byte, then `count` pairs of half-open `[start, end)` sequence
+/// numbers, most recently changed range first. Held inline: no allocation.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct SackBlock {
+    len: u8,
+    ranges: [(u32, u32); MAX_SACK_RANGES],
+}
+
+impl SackBlock {
+    pub const fn new() -> Self {
+        SackBlock { len: 0, ranges: [(0, 0); MAX_SACK_RANGES] }
+    }
+    /// Appends a range; returns false (and drops it) when full.
+    pub fn push(&mut self, start: u32, end: u32) -> bool {
+        if self.len as usize == MAX_SACK_RANGES {
+            return false;
+        }
+        self.ranges[self.len as usize] = (start, end);
+        self.len += 1;
+        true
+    }
+    pub fn ranges(&self) -> &[(u32, u32)] {
+        &self.ranges[..self.len as usize]
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+    pub fn encoded_len(&self) -> usize {
+        1 + 8 * self.len as usize
+    }
+    fn parse(b: &[u8]) -> Result<(SackBlock, usize), DecodeError> {
+        let n = *b.first().ok_or(DecodeError::Malformed)? as usize;
+        if n == 0 || n > MAX_SACK_RANGES {
+            return Err(DecodeError::Malformed);
+        }
+        let body = b.get(1..1 + 8 * n).ok_or(DecodeError::Malformed)?;
+        let mut s = SackBlock::new();
+        for pair in body.chunks_exact(8) {
+            s.push(be32(&pair[..4]), be32(&pair[4..]));
+        }
+        Ok((s, 1 + 8 * n))
+    }
+    fn emit(&self, out: &mut [u8]) -> usize {
+        out[0] = self.len;
+        for (i, (a, b)) in self.ranges().iter().enumerate() {
+            out[1 + 8 * i..5 + 8 * i].copy_from_slice(&a.to_be_bytes());
+            out[5 + 8 * i..9 + 8 * i].copy_from_slice(&b.to_be_bytes());
+        }
+        self.encoded_len()
+    }
+}
+
+impl Default for SackBlock {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl core::fmt::Debug for SackBlock {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_list().entries(self.ranges().iter().map(|(a, b)| a..b)).finish()
+    }
+}
+
+/// What each side announces in its SYN or SYN-ACK (spec §3.3.2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HandshakeParams {
+    /// The connection id the sender wants to be addressed by.
+    pub conn_id: u32,
+    /// Largest datagram the sender accepts.
+    pub max_datagram: u16,
+}
+
+impl HandshakeParams {
+    fn parse(b: &[u8]) -> Result<Self, DecodeError> {
+        let b = b.get(..PARAMS_LEN).ok_or(DecodeError::Malformed)?;
+        Ok(HandshakeParams { conn_id: be32(&b[..4]), max_datagram: be16(&b[4..6]) })
+    }
+    fn emit(&self, out: &mut [u8]) {
+        out[..4].copy_from_slice(&self.conn_id.to_be_bytes());
+        out[4..6].copy_from_slice(&self.max_datagram.to_be_bytes());
+        out[6..8].copy_from_slice(&[0, 0]);
+    }
+}
+
+/// The listener's stateless cookie (spec §6.2): sent in its SYN-ACK, echoed
+/// by the client in the first packet after it (flag `CKE`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Cookie {
+    /// Milliseconds on the listener's clock when the cookie was made.
+    pub timestamp: u32,
+    /// The client's connection id from its SYN.
+    pub client_id: u32,
+    /// The client's `max_datagram` from its SYN.
+    pub client_max_datagram: u16,
+    /// SipHash-2-4 under the listener's secret over everything above plus the
+    /// client's address, both initial sequence numbers and the listener's id.
+    pub mac: u64,
+}
+
+impl Cookie {
+    fn parse(b: &[u8]) -> Result<Self, DecodeError> {
+        let b = b.get(..COOKIE_LEN).ok_or(DecodeError::Malformed)?;
+        Ok(Cookie {
+            timestamp: be32(&b[..4]),
+            client_id: be32(&b[4..8]),
+            client_max_datagram: be16(&b[8..10]),
+            mac: u64::from_be_bytes(b[12..20].try_into().map_err(|_| DecodeError::Malformed)?),
+        })
+    }
+    fn emit(&self, out: &mut [u8]) {
+        out[..4].copy_from_slice(&self.timestamp.to_be_bytes());
+        out[4..8].copy_from_slice(&self.client_id.to_be_bytes());
+        out[8..10].copy_from_slice(&self.client_max_datagram.to_be_bytes());
+        out[10..12].copy_from_slice(&[0, 0]);
+        out[12..20].copy_from_slice(&self.mac.to_be_bytes());
+    }
+}
+
+/// Error code carried with `ERR` (spec §3.3.4, codes in §8.3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ErrorCode(pub u16);
+
+impl ErrorCode {
+    /// The application aborted the connection.
+    pub const APPLICATION: ErrorCode = ErrorCode(1);
+    /// The peer broke the protocol.
+    pub const PROTOCOL_VIOLATION: ErrorCode = ErrorCode(2);
+    /// The listener refuses new connections (backlog full or not listening).
+    pub const REFUSED: ErrorCode = ErrorCode(3);
+    /// The sender gave up after its idle timeout.
+    pub const IDLE_TIMEOUT: ErrorCode = ErrorCode(4);
+}
+
+/// A whole parsed packet: header plus payload sections (spec §3.3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Packet<'a> {
+    pub header: Header,
+    pub sack: Option<SackBlock>,
+    pub params: Option<HandshakeParams>,
+    pub cookie: Option<Cookie>,
+    pub error: Option<ErrorCode>,
+    pub data: &'a [u8],
+}
+
+impl<'a> Packet<'a> {
+    /// Validates a datagram and parses every section its flags announce.
+    pub fn parse(datagram: &'a [u8]) -> Result<Packet<'a>, DecodeError> {
+        let header = Header::parse(datagram)?;
+        // Header::parse guarantees the datagram is exactly header + payload.
+        let mut rest = &datagram[HEADER_LEN..];
+        let flags = header.flags;
+        let sack = if flags.contains(Flags::SCK) {
+            let (s, n) = SackBlock::parse(rest)?;
+            rest = &rest[n..];
+            Some(s)
+        } else {
+            None
+        };
+        let params = if flags.contains(Flags::SYN) {
+            let p = HandshakeParams::parse(rest)?;
+            rest = &rest[PARAMS_LEN..];
+            Some(p)
+        } else {
+            None
+        };
+        let cookie = if flags.contains(Flags::CKE) {
+            let c = Cookie::parse(rest)?;
+            rest = &rest[COOKIE_LEN..];
+            Some(c)
+        } else {
+            None
+        };
+        let error = if flags.contains(Flags::ERR) {
+            let b = rest.get(..2).ok_or(DecodeError::Malformed)?;
+            rest = &rest[2..];
+            Some(ErrorCode(be16(b)))
+        } else {
+            None
+        };
+        Ok(Packet { header, sack, params, cookie, error, data: rest })
+    }
+
+    /// Encoded length of the whole datagram.
+    pub fn len(&self) -> usize {
+        HEADER_LEN + self.sections_len() + self.data.len()
+    }
+
+    /// Never true: a packet always has a header.
+    pub fn is_empty(&self) -> bool {
+        false
+    }
+
+    fn sections_len(&self) -> usize {
+        self.sack.map_or(0, |s| s.encoded_len())
+            + self.params.map_or(0, |_| PARAMS_LEN)
+            + self.cookie.map_or(0, |_| COOKIE_LEN)
+            + self.error.map_or(0, |_| 2)
+    }
+
+    /// Writes the datagram into `out[..self.len()]`, setting the flag bits of
+    /// the sections present and the payload length, and seals the CRC.
+    /// Returns the length written.
+    ///
+    /// Panics if `out` is shorter than [`Packet::len`]: the caller sized it.
+    pub fn emit(&self, out: &mut [u8]) -> usize {
+        let total = self.len();
+        let out = &mut out[..total];
+        let mut header = self.header;
+        header.payload_len = (total - HEADER_LEN) as u16;
+        let mut set = |on: bool, f: Flags| {
+            if on {
+                header.flags.insert(f)
+            } else {
+                header.flags.0 &= !f.0
+            }
+        };
+        set(self.sack.is_some(), Flags::SCK);
+        set(self.params.is_some(), Flags::SYN);
+        set(self.cookie.is_some(), Flags::CKE);
+        set(self.error.is_some(), Flags::ERR);
+        header.emit(out);
+        let mut at = HEADER_LEN;
+        if let Some(s) = &self.sack {
+            at += s.emit(&mut out[at..]);
+        }
+        if let Some(p) = &self.params {
+            p.emit(&mut out[at..]);
+            at += PARAMS_LEN;
+        }
+        if let Some(c) = &self.cookie {
+            c.emit(&mut out[at..]);
+            at += COOKIE_LEN;
+        }
+        if let Some(e) = self.error {
+            out[at..at + 2].copy_from_slice(&e.0.to_be_bytes());
+            at += 2;
+        }
+        out[at..].copy_from_slice(self.data);
+        seal(out);
+        total
+    }
+
+    /// A packet with only a header; sections and data are added by the caller.
+    pub fn bare(ptype: PacketType, flags: Flags, conn_id: u32, seq: u32, ack: u32, window: u32) -> Self {
+        Packet {
+            header: Header { ptype, flags, payload_len: 0, conn_id, seq, ack, window },
+            sack: None,
+            params: None,
+            cookie: None,
+            error: None,
+            data: &[],
+        }
+    }
+}
+
+fn be16(b: &[u8]) -> u16 {
+    u16::from_be_bytes([b[0], b[1]])
+}
+fn be32(b: &[u8]) -> u32 {
+    u32::from_be_bytes([b[0], b[1], b[2], b[3]])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn full() -> Packet<'static> {
+        let mut sack = SackBlock::new();
+        sack.push(10, 12);
+        sack.push(20, 25);
+        let mut p = Packet::bare(PacketType::Segment, Flags::ACK, 9, 100, 5, 4096);
+        p.sack = Some(sack);
+        p.params = Some(HandshakeParams { conn_id: 0xdead_beef, max_datagram: 1452 });
+        p.cookie = Some(Cookie { timestamp: 1, client_id: 2, client_max_datagram: 3, mac: 4 });
+        p.error = Some(ErrorCode::REFUSED);
+        p.data = b"hello";
+        p
+    }
+
+    fn encode(p: &Packet) -> Vec<u8> {
+        let mut v = vec![0u8; p.len()];
+        assert_eq!(p.emit(&mut v), v.len());
+        v
+    }
+
+    #[test]
+    fn packet_with_every_section_emits_literal_payload() {
+        let v = encode(&full());
+        assert_eq!(v[1], 0x02 | 0x01 | 0x20 | 0x40 | 0x80);
+        let payload: &[u8] = &v[HEADER_LEN..];
+        let expected: &[u8] = &[
+            2, 0, 0, 0, 10, 0, 0, 0, 12, 0, 0, 0, 20, 0, 0, 0, 25, // sack
+            0xde, 0xad, 0xbe, 0xef, 0x05, 0xac, 0, 0, // params
+            0, 0, 0, 1, 0, 0, 0, 2, 0, 3, 0, 0, 0, 0, 0, 0, 0, 0, 0, 4, // cookie
+            0, 3, // error
+            b'h', b'e', b'l', b'l', b'o',
+        ];
+        assert_eq!(payload, expected);
+    }
+
+    #[test]
+    fn packet_round_trips() {
+        let v = encode(&full());
+        let mut expect = full();
+        expect.header.flags = Flags(v[1]);
+        expect.header.payload_len = (v.len() - HEADER_LEN) as u16;
+        assert_eq!(Packet::parse(&v), Ok(expect));
+    }
+
+    #[test]
+    fn every_truncated_packet_prefix_is_rejected() {
+        let v = encode(&full());
+        for n in 0..v.len() {
+            assert!(Packet::parse(&v[..n]).is_err(), "prefix {n} accepted");
+        }
+    }
+
+    #[test]
+    fn sections_longer_than_payload_are_malformed() {
+        // SYN flag set but no room for params: a correctly sealed lie.
+        let mut v = encode(&Packet::bare(PacketType::Segment, Flags::ACK, 1, 2, 3, 4));
+        v[1] |= Flags::SYN.0;
+        seal(&mut v);
+        assert_eq!(Packet::parse(&v), Err(DecodeError::Malformed));
+    }
+
+    #[test]
+    fn zero_or_oversized_sack_counts_are_malformed() {
+        for count in [0u8, MAX_SACK_RANGES as u8 + 1] {
+            let mut p = Packet::bare(PacketType::Segment, Flags::ACK, 1, 2, 3, 4);
+            let data = [count; 200];
+            p.data = &data;
+            let mut v = encode(&p);
+            v[1] |= Flags::SCK.0;
+            seal(&mut v);
+            assert_eq!(Packet::parse(&v), Err(DecodeError::Malformed), "count {count}");
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn any_packet_round_trips(
+            flags in 0u8..=0xff,
+            conn_id: u32, seq: u32, ack: u32, window: u32,
+            ranges in proptest::collection::vec((any::<u32>(), any::<u32>()), 0..=MAX_SACK_RANGES),
+            params in proptest::option::of((any::<u32>(), any::<u16>())),
+            cookie in proptest::option::of((any::<u32>(), any::<u32>(), any::<u16>(), any::<u64>())),
+            error in proptest::option::of(any::<u16>()),
+            data in proptest::collection::vec(any::<u8>(), 0..300),
+        ) {
+            let mut p = Packet::bare(PacketType::Segment, Flags(flags), conn_id, seq, ack, window);
+            if !ranges.is_empty() {
+                let mut s = SackBlock::new();
+                for (a, b) in &ranges { s.push(*a, *b); }
+                p.sack = Some(s);
+            }
+            p.params = params.map(|(conn_id, max_datagram)| HandshakeParams { conn_id, max_datagram });
+            p.cookie = cookie.map(|(timestamp, client_id, client_max_datagram, mac)| Cookie { timestamp, client_id, client_max_datagram, mac });
+            p.error = error.map(ErrorCode);
+            p.data = &data;
+            let v = encode(&p);
+            let back = Packet::parse(&v).unwrap();
+            prop_assert_eq!(back.sack, p.sack);
+            prop_assert_eq!(back.params, p.params);
+            prop_assert_eq!(back.cookie, p.cookie);
+            prop_assert_eq!(back.error, p.error);
+            prop_assert_eq!(back.data, &data[..]);
+            prop_assert_eq!((back.header.conn_id, back.header.seq, back.header.ack, back.header.window), (conn_id, seq, ack, window));
+        }
+
+        #[test]
+        fn arbitrary_bytes_never_panic(data in proptest::collection::vec(any::<u8>(), 0..100)) {
+            let _ = Packet::parse(&data);
+        }
+    }
+}

@@ -1,0 +1,1 @@
+//! manyfold: tokio driver and public API.
