@@ -16,7 +16,11 @@
 pub mod link;
 pub mod net;
 pub mod time;
+pub mod transfer;
+pub mod world;
 
 pub use link::{Arrival, LinkConfig, LinkStats};
 pub use net::Network;
 pub use time::{Clock, EventQueue};
+pub use transfer::{pattern, Sink, Source, Transfer, TransferReport};
+pub use world::{Captured, LoggedEvent, NodeStats, World};
