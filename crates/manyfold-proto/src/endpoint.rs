@@ -260,7 +260,8 @@ impl Endpoint {
         let server_id = self.fresh_id();
         let client_isn = syn.header.seq;
         let server_isn = self.secrets.isn(now, from, (params.conn_id, server_id));
-        let max_datagram = self.config.connection.max_datagram.min(params.max_datagram.max(crate::connection::MIN_DATAGRAM));
+        let max_datagram =
+            self.config.connection.max_datagram.min(params.max_datagram.max(crate::connection::MIN_DATAGRAM));
         let cookie = self.secrets.make_cookie(
             now,
             params.conn_id,
@@ -323,6 +324,8 @@ impl Endpoint {
             binding.server_isn,
             binding.client_isn,
             max_datagram,
+            // The cookie's age is the SYN-ACK round trip (ms resolution).
+            std::time::Duration::from_millis(u64::from(self.secrets.timestamp(now).wrapping_sub(cookie.timestamp))),
         );
         let handle = self.insert(conn);
         self.stats.connections_accepted += 1;
@@ -379,7 +382,9 @@ impl Endpoint {
         }
         while let Some(idx) = self.transmit_queue.pop_front() {
             self.slots[idx as usize].queued_for_transmit = false;
-            let Some(conn) = self.slots[idx as usize].conn.as_mut() else { continue };
+            let Some(conn) = self.slots[idx as usize].conn.as_mut() else {
+                continue;
+            };
             // spec §2: a batch is datagrams of one size (the first one's), the
             // last possibly shorter; the connection never writes more than the
             // room it is given, and declines what does not fit.
@@ -450,7 +455,7 @@ impl Endpoint {
     /// Abortive close: sends RST with `code` and discards everything.
     pub fn abort(&mut self, h: ConnHandle, now: Instant, code: ErrorCode) {
         if let Some(c) = self.conn_mut(h) {
-            c.abort(now, code);
+            c.abort(code);
             self.mark(h.index);
             self.touch(h.index, now);
         }
@@ -459,11 +464,17 @@ impl Endpoint {
     /// The application no longer holds `h`. Its state is freed once the
     /// connection is CLOSED (immediately if it already is).
     pub fn release(&mut self, h: ConnHandle) {
-        let Some(slot) = self.slots.get_mut(h.index as usize) else { return };
+        let Some(slot) = self.slots.get_mut(h.index as usize) else {
+            return;
+        };
         if slot.generation != h.generation || slot.conn.is_none() {
             return;
         }
         slot.released = true;
+        if let Some(c) = slot.conn.as_mut() {
+            c.on_released();
+        }
+        self.mark(h.index);
         self.reap(h.index);
     }
 
@@ -553,7 +564,9 @@ impl Endpoint {
     }
 
     fn deliver(&mut self, idx: u32, now: Instant, packet: &Packet) {
-        let Some(conn) = self.slots[idx as usize].conn.as_mut() else { return };
+        let Some(conn) = self.slots[idx as usize].conn.as_mut() else {
+            return;
+        };
         let had_remote_id = conn.remote_id();
         conn.handle_packet(now, packet);
         // A connection learns its peer's id from the peer's SYN or SYN-ACK.
@@ -586,7 +599,9 @@ impl Endpoint {
     fn touch_timers_and_events(&mut self, idx: u32, _now: Instant) {
         let handle = self.handle_of(idx);
         let slot = &mut self.slots[idx as usize];
-        let Some(conn) = slot.conn.as_mut() else { return };
+        let Some(conn) = slot.conn.as_mut() else {
+            return;
+        };
         while let Some(ev) = conn.poll_event() {
             self.events.push_back((handle, ev));
         }

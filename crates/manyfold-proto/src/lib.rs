@@ -31,3 +31,6 @@ pub mod wire;
 pub use config::{CongestionAlgorithm, ConnectionConfig, EndpointConfig};
 pub use connection::{CloseReason, ConnStats, Event, RecvError, SendError, State};
 pub use endpoint::{ConnHandle, ConnectError, Endpoint, EndpointStats, Transmit};
+
+#[cfg(test)]
+mod tests;

@@ -1,1 +1,36 @@
-//! Congestion control behind the `Controller` trait (spec §9).
+//! Congestion control behind one small trait (spec §9; paper 00 §1 asks for
+//! controllers that can be swapped without touching the rest).
+//!
+//! The connection reports what happened (packets sent, acknowledged, lost,
+//! an RTO) and asks for the window; the controller owns its algorithm.
+
+mod newreno;
+
+use std::time::Instant;
+
+pub use newreno::NewReno;
+
+use crate::config::CongestionAlgorithm;
+use crate::recovery::RttEstimator;
+
+/// A congestion controller. All sizes are datagram bytes.
+pub trait Controller: Send + std::fmt::Debug {
+    /// Bytes that may be in flight.
+    fn window(&self) -> u64;
+    /// `bytes` of newly acknowledged packets sent at `sent`. `app_limited`
+    /// says the window was not the constraint when they were sent.
+    fn on_ack(&mut self, now: Instant, sent: Instant, bytes: u64, rtt: &RttEstimator, app_limited: bool);
+    /// Packets sent at or before `sent` were declared lost by SACK/RACK.
+    fn on_congestion_event(&mut self, now: Instant, sent: Instant, lost_bytes: u64);
+    /// The retransmission timer expired: the path may have collapsed.
+    fn on_rto(&mut self, now: Instant);
+    /// Name for stats and traces.
+    fn name(&self) -> &'static str;
+}
+
+/// Builds the controller a connection config asks for.
+pub fn build(alg: CongestionAlgorithm, mss: u64, initial_window_packets: u32) -> Box<dyn Controller> {
+    match alg {
+        CongestionAlgorithm::NewReno => Box::new(NewReno::new(mss, initial_window_packets)),
+    }
+}

@@ -1,22 +1,66 @@
-//! One connection's state: the state machine (spec §4), sending and
-//! receiving (spec §5, §7), timers, events.
+//! One connection's state: the state machine (spec §4), sequenced sending
+//! with acknowledgement and retransmission (spec §5), flow control (spec §7),
+//! timers, and the events the application sees.
+//!
+//! The packet-building half lives in `transmit.rs`, timers in `timer.rs`.
 
+mod recv;
+mod send;
+mod timer;
+mod transmit;
 mod types;
 
 pub use types::{CloseReason, ConnStats, Event, RecvError, SendError, State};
 
+use std::collections::VecDeque;
 use std::net::SocketAddr;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crate::config::ConnectionConfig;
-use crate::wire::{ErrorCode, Packet};
+use crate::congestion::{self, Controller};
+use crate::recovery::{RttEstimator, SentQueue};
+use crate::wire::{Cookie, ErrorCode, Flags, Packet, HEADER_LEN};
+use recv::{Arrival, Receiver};
+use send::SendBuffer;
+use timer::{Timer, Timers};
 
 /// Smallest datagram a peer may announce; smaller values are raised to it.
 pub(crate) const MIN_DATAGRAM: u16 = 576;
 
+/// Extended sequence numbers start here so that `isn - 1` never underflows.
+const SEQ_BASE: u64 = 1 << 32;
+
+/// RSTs are accepted only with a sequence number this close to what we expect
+/// (spec §6.5; blind injection must also guess the 32-bit connection id).
+const RST_WINDOW: u64 = 1 << 16;
+
 /// The window field for a receive buffer of `bytes` (spec §3.1: bytes, saturating).
 pub(crate) fn advertised_window(bytes: usize) -> u32 {
     u32::try_from(bytes).unwrap_or(u32::MAX)
+}
+
+/// spec §5.1: the 64-bit sequence number nearest `near` whose low 32 bits are `wire`.
+fn extend(wire: u32, near: u64) -> u64 {
+    let candidate = (near & !0xffff_ffff) | u64::from(wire);
+    let half = 1u64 << 31;
+    if candidate + half < near {
+        candidate + (1 << 32)
+    } else if candidate > near + half && candidate >= 1 << 32 {
+        candidate - (1 << 32)
+    } else {
+        candidate
+    }
+}
+
+/// Acknowledgement bookkeeping on the receiving side (spec §5.3).
+#[derive(Debug, Default)]
+struct AckState {
+    /// Ack-eliciting packets received since we last sent an ack.
+    pending: u32,
+    /// Send an ack now (out of order, duplicate, FIN, handshake, probe, window update).
+    immediate: bool,
+    /// When the oldest unacknowledged ack-eliciting packet arrived.
+    since: Option<Instant>,
 }
 
 #[derive(Debug)]
@@ -26,13 +70,93 @@ pub(crate) struct Connection {
     local_id: u32,
     remote_id: Option<u32>,
     state: State,
+    /// Our initial sequence number (extended).
+    isn: u64,
+    sent: SentQueue,
+    send_buf: SendBuffer,
+    /// The application closed its side: FIN follows the queued data.
+    fin_queued: bool,
+    fin_seq: Option<u64>,
+    /// The listener's cookie to echo on our first packet after its SYN-ACK.
+    cookie: Option<Cookie>,
+    cookie_seq: Option<u64>,
+    /// spec §6.2: until the cookie echo is acknowledged the peer may hold no
+    /// state, so nothing beyond the echo is sent.
+    confirmed: bool,
+    recv: Option<Receiver>,
+    peer_window: u64,
+    peer_max_datagram: u16,
+    rtt: RttEstimator,
+    cc: Box<dyn Controller>,
+    rto_backoff: u32,
+    persist_backoff: u32,
+    timers: Timers,
+    ack: AckState,
+    probe_pending: bool,
+    rst_pending: Option<ErrorCode>,
+    events: VecDeque<Event>,
+    readable_signalled: bool,
+    want_writable: bool,
+    send_acked_signalled: bool,
+    close_reason: Option<CloseReason>,
+    released: bool,
+    stats: ConnStats,
 }
 
-#[allow(clippy::todo, unused_variables)]
 impl Connection {
-    pub fn new_client(config: ConnectionConfig, now: Instant, remote: SocketAddr, local_id: u32, isn: u32) -> Self {
-        todo!()
+    fn new(config: ConnectionConfig, now: Instant, remote: SocketAddr, local_id: u32, isn: u32, state: State) -> Self {
+        let mss = u64::from(config.max_datagram);
+        let cc = congestion::build(config.congestion, mss, config.initial_window_packets);
+        let rtt = RttEstimator::new(config.initial_rto, config.min_rto, config.max_rto);
+        let isn = SEQ_BASE + u64::from(isn);
+        let mut c = Connection {
+            remote,
+            local_id,
+            remote_id: None,
+            state,
+            isn,
+            sent: SentQueue::new(isn),
+            send_buf: SendBuffer::default(),
+            fin_queued: false,
+            fin_seq: None,
+            cookie: None,
+            cookie_seq: None,
+            confirmed: false,
+            recv: None,
+            peer_window: 0,
+            peer_max_datagram: config.max_datagram,
+            rtt,
+            cc,
+            rto_backoff: 0,
+            persist_backoff: 0,
+            timers: Timers::default(),
+            ack: AckState::default(),
+            probe_pending: false,
+            rst_pending: None,
+            events: VecDeque::new(),
+            readable_signalled: false,
+            want_writable: false,
+            send_acked_signalled: true,
+            close_reason: None,
+            released: false,
+            stats: ConnStats::default(),
+            config,
+        };
+        c.touch_idle(now);
+        c
     }
+
+    /// An active open: SYN-SENT; the SYN goes out on the next poll_transmit.
+    pub fn new_client(config: ConnectionConfig, now: Instant, remote: SocketAddr, local_id: u32, isn: u32) -> Self {
+        let connect_timeout = config.connect_timeout;
+        let mut c = Connection::new(config, now, remote, local_id, isn, State::SynSent);
+        c.timers.set(Timer::Connect, now + connect_timeout);
+        tracing::debug!(target: "manyfold::state", conn = local_id, to = "SYN-SENT", %remote);
+        c
+    }
+
+    /// A passive open completed by a valid cookie echo (spec §6.2): the
+    /// SYN-RECEIVED state lived in the cookie; we start ESTABLISHED.
     #[allow(clippy::too_many_arguments)]
     pub fn new_server(
         config: ConnectionConfig,
@@ -43,9 +167,22 @@ impl Connection {
         isn: u32,
         peer_isn: u32,
         max_datagram: u16,
+        handshake_rtt: Duration,
     ) -> Self {
-        todo!()
+        let recv_buffer = config.recv_buffer;
+        let mut c = Connection::new(config, now, remote, local_id, isn, State::Established);
+        // Our SYN-ACK (seq isn) was sent statelessly and is acked by the echo.
+        c.sent = SentQueue::new(c.isn + 1);
+        c.remote_id = Some(remote_id);
+        c.peer_max_datagram = max_datagram.max(MIN_DATAGRAM);
+        c.recv = Some(Receiver::new(SEQ_BASE + u64::from(peer_isn) + 1, recv_buffer));
+        c.confirmed = true;
+        // The cookie's timestamp measured the SYN-ACK round trip.
+        c.rtt.on_sample(handshake_rtt);
+        tracing::debug!(target: "manyfold::state", conn = local_id, to = "ESTABLISHED", %remote, "accepted");
+        c
     }
+
     pub fn remote(&self) -> SocketAddr {
         self.remote
     }
@@ -58,46 +195,437 @@ impl Connection {
     pub fn state(&self) -> State {
         self.state
     }
-    pub fn max_datagram(&self) -> u16 {
-        todo!()
-    }
-    pub fn handle_packet(&mut self, now: Instant, p: &Packet) {
-        todo!()
-    }
-    pub fn handle_timeout(&mut self, now: Instant) {
-        todo!()
-    }
-    pub fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<usize> {
-        todo!()
-    }
-    pub fn poll_timeout(&self) -> Option<Instant> {
-        todo!()
-    }
-    pub fn poll_event(&mut self) -> Option<Event> {
-        todo!()
-    }
-    pub fn send(&mut self, data: &[u8]) -> Result<usize, SendError> {
-        todo!()
-    }
-    pub fn recv(&mut self, buf: &mut [u8]) -> Result<Option<usize>, RecvError> {
-        todo!()
-    }
-    pub fn close(&mut self) {
-        todo!()
-    }
-    pub fn abort(&mut self, now: Instant, code: ErrorCode) {
-        todo!()
-    }
-    pub fn stats(&self) -> ConnStats {
-        todo!()
-    }
     pub fn close_reason(&self) -> Option<CloseReason> {
-        todo!()
+        self.close_reason
     }
-    pub fn send_capacity(&self) -> usize {
-        todo!()
+
+    /// Largest datagram both sides accept.
+    pub fn max_datagram(&self) -> u16 {
+        self.config.max_datagram.min(self.peer_max_datagram).max(MIN_DATAGRAM)
     }
+
     pub fn is_drained(&self) -> bool {
-        todo!()
+        self.state == State::Closed && self.rst_pending.is_none()
+    }
+
+    pub fn stats(&self) -> ConnStats {
+        let mut s = self.stats;
+        s.srtt = self.rtt.srtt();
+        s.rttvar = self.rtt.rttvar();
+        s.min_rtt = self.rtt.min();
+        s.cwnd = self.cc.window();
+        s.unacked_bytes = self.send_buf.len() as u64 + self.sent.outstanding_data();
+        s
+    }
+
+    fn set_state(&mut self, to: State) {
+        if self.state != to {
+            tracing::debug!(target: "manyfold::state", conn = self.local_id, from = self.state.name(), to = to.name());
+            self.state = to;
+        }
+    }
+
+    /// Enters CLOSED for `reason` (spec §4.5), once.
+    fn enter_closed(&mut self, reason: CloseReason) {
+        if self.state == State::Closed {
+            return;
+        }
+        self.set_state(State::Closed);
+        self.close_reason = Some(reason);
+        self.timers.clear_all();
+        self.ack = AckState::default();
+        self.probe_pending = false;
+        if reason != CloseReason::Graceful {
+            self.send_buf.clear();
+        }
+        self.events.push_back(Event::Closed(reason));
+        self.signal_readable();
+    }
+
+    fn signal_readable(&mut self) {
+        if !self.readable_signalled {
+            self.readable_signalled = true;
+        }
+    }
+
+    pub fn poll_event(&mut self) -> Option<Event> {
+        if let Some(e) = self.events.pop_front() {
+            return Some(e);
+        }
+        if self.readable_signalled {
+            self.readable_signalled = false;
+            if !self.released {
+                return Some(Event::Readable);
+            }
+        }
+        None
+    }
+
+    fn touch_idle(&mut self, now: Instant) {
+        if let Some(t) = self.config.idle_timeout {
+            self.timers.set(Timer::Idle, now + t);
+        }
+    }
+
+    // ---- application commands -------------------------------------------
+
+    /// Bytes `send` would accept now.
+    pub fn send_capacity(&self) -> usize {
+        if self.fin_queued || self.state == State::Closed {
+            return 0;
+        }
+        let used = self.send_buf.len() + self.sent.outstanding_data() as usize;
+        self.config.send_buffer.saturating_sub(used)
+    }
+
+    pub fn send(&mut self, data: &[u8]) -> Result<usize, SendError> {
+        if let Some(reason) = self.close_reason {
+            return Err(SendError::Closed(reason));
+        }
+        if self.fin_queued {
+            return Err(SendError::Finished);
+        }
+        let n = data.len().min(self.send_capacity());
+        self.send_buf.push(&data[..n]);
+        if n > 0 {
+            self.send_acked_signalled = false;
+        }
+        if n < data.len() {
+            self.want_writable = true;
+        }
+        Ok(n)
+    }
+
+    pub fn recv(&mut self, buf: &mut [u8]) -> Result<Option<usize>, RecvError> {
+        let Some(r) = self.recv.as_mut() else {
+            return match self.close_reason {
+                Some(reason) => Err(RecvError::Closed(reason)),
+                None => Ok(None),
+            };
+        };
+        let before = r.window();
+        let n = r.read(buf);
+        if n > 0 {
+            // spec §7.3: a window update when a nearly closed window reopens
+            // (receiver-side silly window avoidance, RFC 1122 4.2.3.3).
+            let after = r.window();
+            let half = (r.capacity() / 2) as u64;
+            let mss = u64::from(self.max_datagram());
+            if before < half.min(4 * mss) && after >= half.min(4 * mss).max(before + mss) {
+                self.ack.immediate = true;
+            }
+            return Ok(Some(n));
+        }
+        if r.fin_reached() && r.readable_bytes() == 0 {
+            return Ok(Some(0));
+        }
+        match self.close_reason {
+            Some(CloseReason::Graceful) | None => Ok(None),
+            Some(reason) => Err(RecvError::Closed(reason)),
+        }
+    }
+
+    /// Graceful close of our sending side (spec §4.4).
+    pub fn close(&mut self) {
+        if self.fin_queued || matches!(self.state, State::Closed | State::TimeWait) {
+            return;
+        }
+        self.fin_queued = true;
+        self.send_acked_signalled = false;
+        match self.state {
+            State::Established => self.set_state(State::FinWait1),
+            State::CloseWait => self.set_state(State::LastAck),
+            // SYN-SENT / SYN-RECEIVED: the FIN follows once established.
+            _ => {}
+        }
+    }
+
+    /// The application dropped its handle: unread and future data is
+    /// discarded, and the connection closes gracefully if still open.
+    pub fn on_released(&mut self) {
+        self.released = true;
+        if let Some(r) = self.recv.as_mut() {
+            r.set_discard();
+        }
+        self.close();
+    }
+
+    /// Abortive close (spec §4.6): RST with `code`, everything discarded.
+    pub fn abort(&mut self, code: ErrorCode) {
+        if self.state == State::Closed {
+            return;
+        }
+        if self.remote_id.is_some() {
+            self.rst_pending = Some(code);
+        }
+        self.enter_closed(CloseReason::Aborted(code));
+    }
+
+    // ---- input -------------------------------------------------------------
+
+    pub fn handle_packet(&mut self, now: Instant, p: &Packet) {
+        let h = &p.header;
+        let flags = h.flags;
+        self.stats.packets_received += 1;
+        if self.state == State::Closed {
+            return;
+        }
+        if flags.contains(Flags::RST) {
+            self.handle_rst(p);
+            return;
+        }
+        if self.state == State::SynSent && !self.handle_syn_sent(p) {
+            return;
+        }
+        if self.state == State::TimeWait {
+            // spec §4.4: a retransmitted FIN means our last ack was lost.
+            if is_sequenced(p) {
+                self.ack.immediate = true;
+                self.timers.set(Timer::TimeWait, now + self.config.time_wait);
+            }
+            return;
+        }
+        self.touch_idle(now);
+
+        if flags.contains(Flags::ACK) {
+            self.handle_ack(now, p);
+            if self.state == State::Closed {
+                return;
+            }
+        }
+        if is_sequenced(p) {
+            self.handle_sequenced(now, p);
+        }
+        if flags.contains(Flags::KLV) {
+            self.ack.immediate = true;
+        }
+    }
+
+    /// SYN-SENT (spec §4.2, §4.3). Returns whether to go on processing the
+    /// packet as an established connection would.
+    fn handle_syn_sent(&mut self, p: &Packet) -> bool {
+        let h = &p.header;
+        let (Some(params), true) = (p.params, h.flags.contains(Flags::SYN)) else {
+            return false;
+        };
+        if params.conn_id == 0 {
+            return false;
+        }
+        if h.flags.contains(Flags::ACK) {
+            // SYN-ACK: it must acknowledge our SYN exactly.
+            if extend(h.ack, self.isn) != self.isn + 1 {
+                return false;
+            }
+            self.learn_peer(h.seq, params.conn_id, params.max_datagram, h.window);
+            self.cookie = p.cookie;
+            self.confirmed = p.cookie.is_none();
+            self.set_state(State::Established);
+            self.timers.cancel(Timer::Connect);
+            self.events.push_back(Event::Connected);
+            if self.fin_queued {
+                self.set_state(State::FinWait1);
+            }
+            self.ack.immediate = true;
+            // Go on: the ACK part acknowledges our SYN (and samples the RTT).
+            true
+        } else {
+            // spec §4.3: simultaneous open. Answer with our SYN again, now with ACK.
+            self.learn_peer(h.seq, params.conn_id, params.max_datagram, h.window);
+            self.confirmed = true;
+            self.set_state(State::SynReceived);
+            self.sent.requeue(self.isn);
+            false
+        }
+    }
+
+    fn learn_peer(&mut self, peer_isn: u32, conn_id: u32, max_datagram: u16, window: u32) {
+        self.remote_id = Some(conn_id);
+        self.peer_max_datagram = max_datagram.max(MIN_DATAGRAM);
+        self.peer_window = u64::from(window);
+        self.recv = Some(Receiver::new(SEQ_BASE + u64::from(peer_isn) + 1, self.config.recv_buffer));
+    }
+
+    fn handle_rst(&mut self, p: &Packet) {
+        let h = &p.header;
+        let acceptable = match self.state {
+            // A refusal answers our SYN: it carries our SYN's seq + 1.
+            State::SynSent => h.seq == (self.isn + 1) as u32,
+            // RFC 1337: TIME-WAIT ignores RSTs.
+            State::TimeWait => false,
+            _ => self.recv.as_ref().is_some_and(|r| {
+                let s = extend(h.seq, r.next());
+                s + RST_WINDOW >= r.next() && s <= r.next() + RST_WINDOW
+            }),
+        };
+        if !acceptable {
+            return;
+        }
+        let reason = match (self.state, p.error) {
+            (State::SynSent, _) | (_, Some(ErrorCode::REFUSED)) => CloseReason::Refused,
+            (_, code) => CloseReason::PeerReset(code),
+        };
+        self.enter_closed(reason);
+    }
+
+    fn handle_ack(&mut self, now: Instant, p: &Packet) {
+        let h = &p.header;
+        let base = self.sent.base();
+        let cum = extend(h.ack, base);
+        if cum > self.sent.next_seq() {
+            // Acknowledges something never sent: ignore the ack part (RFC 9293 3.10.7.4).
+            self.ack.immediate = true;
+            return;
+        }
+        // spec §7.1: take the window only from an ack no older than what we hold.
+        if cum >= base {
+            self.peer_window = u64::from(h.window);
+        }
+        let sacks = p.sack.iter().flat_map(|s| s.ranges().iter()).map(|&(a, b)| (extend(a, base), extend(b, base)));
+        let out = self.sent.on_ack(now, cum, sacks, &mut self.rtt, self.cc.as_mut());
+        self.stats.lost_packets += out.newly_lost;
+        if out.newly_acked > 0 {
+            self.rto_backoff = 0;
+            // RFC 6298 (5.3): restart the timer on new data acknowledged.
+            if self.sent.bytes_in_flight() > 0 {
+                self.timers.set(Timer::Rto, now + self.rtt.rto(0));
+            } else {
+                self.timers.cancel(Timer::Rto);
+            }
+        }
+        if let Some(t) = self.sent.loss_time() {
+            self.timers.set(Timer::Loss, t);
+        } else {
+            self.timers.cancel(Timer::Loss);
+        }
+        if !out.cumulative_advanced {
+            return;
+        }
+        self.persist_backoff = 0;
+        let una = self.sent.base();
+        // The SYN of a simultaneous open is acknowledged.
+        if self.state == State::SynReceived && una > self.isn {
+            self.set_state(if self.fin_queued { State::FinWait1 } else { State::Established });
+            self.timers.cancel(Timer::Connect);
+            self.events.push_back(Event::Connected);
+        }
+        if self.cookie_seq.is_some_and(|s| una > s) && !self.confirmed {
+            self.confirmed = true;
+            self.cookie = None;
+        }
+        if self.want_writable && self.send_capacity() >= (self.config.send_buffer / 4).clamp(1, 64 << 10) {
+            self.want_writable = false;
+            self.events.push_back(Event::Writable);
+        }
+        let fin_acked = self.fin_seq.is_some_and(|f| una > f);
+        if self.sent.is_empty()
+            && self.send_buf.is_empty()
+            && !self.send_acked_signalled
+            && (!self.fin_queued || fin_acked)
+        {
+            self.send_acked_signalled = true;
+            self.events.push_back(Event::SendAcked);
+        }
+        if fin_acked {
+            match self.state {
+                State::FinWait1 => self.set_state(State::FinWait2),
+                State::Closing => self.enter_time_wait(now),
+                State::LastAck => self.enter_closed(CloseReason::Graceful),
+                _ => {}
+            }
+        }
+    }
+
+    fn handle_sequenced(&mut self, now: Instant, p: &Packet) {
+        let Some(r) = self.recv.as_mut() else { return };
+        let seq = extend(p.header.seq, r.next());
+        let fin = p.header.flags.contains(Flags::FIN);
+        let (arrival, delivered) = r.on_packet(seq, p.data, fin);
+        let fin_reached = r.fin_reached();
+        let has_gaps = r.has_gaps();
+        match arrival {
+            Arrival::InOrder => {
+                self.stats.bytes_received += delivered as u64;
+                if delivered > 0 {
+                    self.signal_readable();
+                }
+                self.ack.pending += 1;
+                self.ack.since.get_or_insert(now);
+                // RFC 5681 (4.2): ack at once when a gap was just filled or
+                // is still open, and after a handshake's echo or a FIN.
+                if has_gaps || p.cookie.is_some() || fin {
+                    self.ack.immediate = true;
+                }
+            }
+            Arrival::OutOfOrder => {
+                // RUSP's CACK / RFC 5681 (4.2): out of order is acked at once.
+                self.ack.immediate = true;
+            }
+            Arrival::Duplicate => {
+                self.stats.duplicate_packets += 1;
+                self.ack.immediate = true;
+            }
+            Arrival::Dropped => {
+                self.stats.dropped_no_buffer += 1;
+                self.ack.immediate = true;
+            }
+        }
+        if self.ack.pending >= self.config.ack_frequency.max(1) {
+            self.ack.immediate = true;
+        }
+        if !self.ack.immediate {
+            if let Some(since) = self.ack.since {
+                self.timers.set(Timer::DelayedAck, since + self.config.max_ack_delay);
+            }
+        }
+        // Only the arrival that reaches the FIN is InOrder with fin_reached:
+        // anything after it is dropped, a repeat is a duplicate.
+        if fin_reached && arrival == Arrival::InOrder {
+            self.on_peer_fin(now);
+        }
+    }
+
+    /// The peer's FIN was reached in order (spec §4.4).
+    fn on_peer_fin(&mut self, now: Instant) {
+        self.ack.immediate = true;
+        self.signal_readable();
+        match self.state {
+            State::Established | State::SynReceived => self.set_state(State::CloseWait),
+            State::FinWait1 => self.set_state(State::Closing),
+            State::FinWait2 => self.enter_time_wait(now),
+            _ => {}
+        }
+    }
+
+    fn enter_time_wait(&mut self, now: Instant) {
+        self.set_state(State::TimeWait);
+        self.timers.clear_all();
+        self.timers.set(Timer::TimeWait, now + self.config.time_wait);
+    }
+}
+
+/// Whether a packet consumes a sequence number (spec §5.1): SYN, FIN, a
+/// cookie echo, or any data. Pure acks, probes and RSTs do not.
+fn is_sequenced(p: &Packet) -> bool {
+    let f = p.header.flags;
+    f.contains(Flags::SYN) || f.contains(Flags::FIN) || p.cookie.is_some() || !p.data.is_empty()
+}
+
+/// Room left for data in a datagram of `max` bytes after the header and
+/// `sections` bytes of other payload sections.
+fn data_room(max: usize, sections: usize) -> usize {
+    max.saturating_sub(HEADER_LEN + sections)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn extend_picks_the_nearest_value() {
+        let near = SEQ_BASE + 10;
+        assert_eq!(extend(12, near), SEQ_BASE + 12);
+        assert_eq!(extend(u32::MAX, near), SEQ_BASE - 1);
+        let near = SEQ_BASE + u64::from(u32::MAX) - 2;
+        assert_eq!(extend(3, near), 2 * SEQ_BASE + 3);
     }
 }

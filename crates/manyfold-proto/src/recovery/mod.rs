@@ -1,1 +1,8 @@
-//! Loss recovery: RTT estimation, the sent-packet record, loss detection (spec §5).
+//! Loss recovery (spec §5): the RTT estimator and RTO of RFC 6298, and the
+//! record of sent packets with SACK processing and RACK-style loss detection.
+
+mod rtt;
+mod sent;
+
+pub use rtt::RttEstimator;
+pub(crate) use sent::SentQueue;

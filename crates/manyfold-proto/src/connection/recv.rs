@@ -1,0 +1,251 @@
+//! The receiving side of a connection (spec §5.2, §7): in-order delivery,
+//! the out-of-order store bounded by the receive buffer, SACK ranges, and
+//! the window we advertise.
+//!
+//! Unlike paper 04's RUSP and paper 02's RUDP, nothing a compliant sender
+//! sends is ever dropped for lack of room: the advertised window is
+//! `capacity - readable`, and the sender counts everything above the
+//! cumulative ack against it (spec §7.1), so `readable + out_of_order`
+//! never exceeds `capacity`.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::ops::Range;
+
+use bytes::Bytes;
+
+use crate::rangeset::RangeSet;
+use crate::wire::{SackBlock, MAX_SACK_RANGES};
+
+/// What became of one arriving sequenced packet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Arrival {
+    /// New and in order: the cumulative ack advanced.
+    InOrder,
+    /// New, above a gap: held until the gap fills.
+    OutOfOrder,
+    /// Already held or delivered.
+    Duplicate,
+    /// Beyond what we could ever have advertised, or no room: dropped.
+    Dropped,
+}
+
+#[derive(Debug)]
+struct Held {
+    data: Bytes,
+    fin: bool,
+}
+
+#[derive(Debug)]
+pub(crate) struct Receiver {
+    /// Next expected sequence number (the cumulative ack we send).
+    next: u64,
+    held: BTreeMap<u64, Held>,
+    held_bytes: usize,
+    ranges: RangeSet,
+    /// The range that changed last: reported first in SACK blocks (RFC 2018 §4).
+    last_changed: Option<Range<u64>>,
+    readable: VecDeque<Bytes>,
+    readable_bytes: usize,
+    capacity: usize,
+    max_held_packets: usize,
+    /// The peer's FIN has been reached in order.
+    fin_reached: bool,
+    /// The application released the connection: data is counted, not kept.
+    discard: bool,
+}
+
+impl Receiver {
+    pub fn new(next: u64, capacity: usize) -> Self {
+        Receiver {
+            next,
+            held: BTreeMap::new(),
+            held_bytes: 0,
+            ranges: RangeSet::new(),
+            last_changed: None,
+            readable: VecDeque::new(),
+            readable_bytes: 0,
+            capacity,
+            // Bounds the out-of-order store's entry count even for tiny packets.
+            max_held_packets: capacity / 256 + 256,
+            fin_reached: false,
+            discard: false,
+        }
+    }
+
+    pub fn next(&self) -> u64 {
+        self.next
+    }
+
+    pub fn fin_reached(&self) -> bool {
+        self.fin_reached
+    }
+
+    pub fn has_gaps(&self) -> bool {
+        !self.ranges.is_empty()
+    }
+
+    pub fn readable_bytes(&self) -> usize {
+        self.readable_bytes
+    }
+
+    /// spec §7.1: free buffer beyond the cumulative ack.
+    pub fn window(&self) -> u64 {
+        self.capacity.saturating_sub(self.readable_bytes) as u64
+    }
+
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    pub fn set_discard(&mut self) {
+        self.discard = true;
+        self.readable.clear();
+        self.readable_bytes = 0;
+    }
+
+    /// Takes one sequenced packet. Returns what happened and how many bytes
+    /// became readable in order.
+    pub fn on_packet(&mut self, seq: u64, data: &[u8], fin: bool) -> (Arrival, usize) {
+        if seq < self.next || self.held.contains_key(&seq) {
+            return (Arrival::Duplicate, 0);
+        }
+        if self.fin_reached {
+            return (Arrival::Dropped, 0);
+        }
+        if seq > self.next {
+            let room = self.capacity.saturating_sub(self.readable_bytes + self.held_bytes);
+            if data.len() > room || self.held.len() >= self.max_held_packets {
+                return (Arrival::Dropped, 0);
+            }
+            self.held_bytes += data.len();
+            self.held.insert(seq, Held { data: Bytes::copy_from_slice(data), fin });
+            self.last_changed = Some(self.ranges.insert(seq..seq + 1));
+            return (Arrival::OutOfOrder, 0);
+        }
+        if data.len() > self.capacity.saturating_sub(self.readable_bytes + self.held_bytes) {
+            return (Arrival::Dropped, 0);
+        }
+        let mut delivered = self.deliver(Bytes::copy_from_slice(data), fin);
+        // Pull whatever the gap was holding back.
+        while let Some(entry) = self.held.first_entry() {
+            if *entry.key() != self.next {
+                break;
+            }
+            let h = entry.remove();
+            self.held_bytes -= h.data.len();
+            delivered += self.deliver(h.data, h.fin);
+        }
+        self.ranges.remove_below(self.next);
+        if self.last_changed.as_ref().is_some_and(|r| r.end <= self.next) {
+            self.last_changed = None;
+        }
+        (Arrival::InOrder, delivered)
+    }
+
+    fn deliver(&mut self, data: Bytes, fin: bool) -> usize {
+        self.next += 1;
+        let n = data.len();
+        if !data.is_empty() && !self.discard {
+            self.readable_bytes += n;
+            self.readable.push_back(data);
+        }
+        if fin {
+            self.fin_reached = true;
+        }
+        n
+    }
+
+    /// Copies in-order data into `buf`; returns bytes copied.
+    pub fn read(&mut self, buf: &mut [u8]) -> usize {
+        let mut n = 0;
+        while n < buf.len() {
+            let Some(front) = self.readable.front_mut() else {
+                break;
+            };
+            let take = front.len().min(buf.len() - n);
+            buf[n..n + take].copy_from_slice(&front[..take]);
+            n += take;
+            if take == front.len() {
+                self.readable.pop_front();
+            } else {
+                let _ = front.split_to(take);
+            }
+        }
+        self.readable_bytes -= n;
+        n
+    }
+
+    /// SACK ranges in wire form: the last changed first, then from the
+    /// highest down (RFC 2018 §4), at most `max` of them.
+    pub fn sack_block(&self, max: usize) -> Option<SackBlock> {
+        if self.ranges.is_empty() || max == 0 {
+            return None;
+        }
+        let max = max.min(MAX_SACK_RANGES);
+        let mut s = SackBlock::new();
+        if let Some(r) = &self.last_changed {
+            s.push(r.start as u32, r.end as u32);
+        }
+        for r in self.ranges.iter_rev() {
+            if s.ranges().len() >= max {
+                break;
+            }
+            if self.last_changed.as_ref() != Some(&r) {
+                s.push(r.start as u32, r.end as u32);
+            }
+        }
+        Some(s)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_gap_holds_data_until_filled() {
+        let mut r = Receiver::new(10, 1000);
+        assert_eq!(r.on_packet(11, b"bb", false), (Arrival::OutOfOrder, 0));
+        assert_eq!(r.on_packet(12, b"cc", true), (Arrival::OutOfOrder, 0));
+        assert_eq!(r.sack_block(4).unwrap().ranges(), &[(11, 13)]);
+        assert_eq!(r.on_packet(10, b"aa", false), (Arrival::InOrder, 6));
+        assert!(r.fin_reached());
+        assert_eq!(r.next(), 13);
+        let mut buf = [0u8; 10];
+        assert_eq!(r.read(&mut buf), 6);
+        assert_eq!(&buf[..6], b"aabbcc");
+        assert!(r.sack_block(4).is_none());
+    }
+
+    #[test]
+    fn duplicates_are_reported() {
+        let mut r = Receiver::new(0, 1000);
+        r.on_packet(0, b"a", false);
+        r.on_packet(2, b"c", false);
+        assert_eq!(r.on_packet(0, b"a", false).0, Arrival::Duplicate);
+        assert_eq!(r.on_packet(2, b"c", false).0, Arrival::Duplicate);
+    }
+
+    #[test]
+    fn window_is_capacity_minus_unread() {
+        let mut r = Receiver::new(0, 100);
+        r.on_packet(0, &[0; 60], false);
+        assert_eq!(r.window(), 40);
+        // Out-of-order data is the sender's to count, not ours.
+        r.on_packet(2, &[0; 30], false);
+        assert_eq!(r.window(), 40);
+        // But nothing beyond capacity is ever held.
+        assert_eq!(r.on_packet(3, &[0; 20], false).0, Arrival::Dropped);
+        let mut buf = [0u8; 60];
+        r.read(&mut buf);
+        assert_eq!(r.window(), 100);
+    }
+
+    #[test]
+    fn sack_reports_the_last_changed_range_first() {
+        let mut r = Receiver::new(0, 1000);
+        r.on_packet(5, b"x", false);
+        r.on_packet(2, b"x", false);
+        assert_eq!(r.sack_block(4).unwrap().ranges(), &[(2, 3), (5, 6)]);
+    }
+}

@@ -1,0 +1,318 @@
+//! Building outgoing packets and running timers (spec §5, §7): what a
+//! connection sends next, in priority order: a pending RST, a
+//! retransmission, new data (or SYN, cookie echo, FIN), a probe, an ack.
+
+use std::time::Instant;
+
+use bytes::Bytes;
+
+use super::timer::Timer;
+use super::{advertised_window, data_room, AckState, CloseReason, Connection, State};
+use crate::wire::{Flags, HandshakeParams, Packet, PacketType, COOKIE_LEN, HEADER_LEN, PARAMS_LEN};
+
+/// SACK ranges on a data packet (each costs 8 bytes of payload).
+const DATA_SACK_RANGES: usize = 4;
+/// SACK ranges on a pure ack.
+const ACK_SACK_RANGES: usize = 16;
+
+impl Connection {
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        self.timers.next()
+    }
+
+    pub fn handle_timeout(&mut self, now: Instant) {
+        for t in Timer::ALL {
+            if self.timers.get(t).is_some_and(|w| w <= now) {
+                self.timers.cancel(t);
+                self.on_timer(now, t);
+            }
+        }
+    }
+
+    fn on_timer(&mut self, now: Instant, t: Timer) {
+        if self.state == State::Closed {
+            return;
+        }
+        match t {
+            Timer::Connect => {
+                if matches!(self.state, State::SynSent | State::SynReceived) {
+                    self.enter_closed(CloseReason::ConnectTimeout);
+                }
+            }
+            Timer::Rto => self.on_rto(now),
+            Timer::Loss => {
+                let lost = self.sent.detect_lost(now, &self.rtt, self.cc.as_mut());
+                self.stats.lost_packets += lost;
+                if let Some(t) = self.sent.loss_time() {
+                    self.timers.set(Timer::Loss, t);
+                }
+            }
+            Timer::DelayedAck => self.ack.immediate = true,
+            Timer::Persist => {
+                self.probe_pending = true;
+                self.persist_backoff = self.persist_backoff.saturating_add(1);
+            }
+            Timer::KeepAlive => {
+                if self.recv.is_some() && !matches!(self.state, State::SynSent | State::TimeWait) {
+                    self.probe_pending = true;
+                }
+            }
+            Timer::Idle => self.enter_closed(CloseReason::IdleTimeout),
+            Timer::TimeWait => self.enter_closed(CloseReason::Graceful),
+        }
+    }
+
+    /// RFC 6298 (5.4)–(5.6): everything unacked is resent, the timer backs off.
+    fn on_rto(&mut self, now: Instant) {
+        if self.sent.is_empty() {
+            return;
+        }
+        self.stats.rto_expiries += 1;
+        self.rto_backoff += 1;
+        if self.rto_backoff > self.config.max_retransmissions {
+            let reason = match self.state {
+                State::SynSent | State::SynReceived => CloseReason::ConnectTimeout,
+                _ => CloseReason::RetransmitTimeout,
+            };
+            self.enter_closed(reason);
+            return;
+        }
+        self.stats.lost_packets += self.sent.on_rto();
+        self.cc.on_rto(now);
+        self.timers.cancel(Timer::Loss);
+    }
+
+    /// Writes the next datagram into `buf` (at most `buf.len()` bytes) and
+    /// returns its length, or `None` when nothing is due or what is due does
+    /// not fit (spec §2: the endpoint then ends its GSO batch).
+    pub fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<usize> {
+        if let Some(code) = self.rst_pending.take() {
+            let mut p = Packet::bare(
+                PacketType::Segment,
+                Flags::RST,
+                self.remote_id.unwrap_or(0),
+                self.sent.next_seq() as u32,
+                self.recv.as_ref().map_or(0, |r| r.next() as u32),
+                0,
+            );
+            p.error = Some(code);
+            if p.len() > buf.len() {
+                self.rst_pending = Some(code);
+                return None;
+            }
+            self.stats.packets_sent += 1;
+            return Some(p.emit(buf));
+        }
+        if self.state == State::Closed {
+            return None;
+        }
+        if self.state != State::TimeWait {
+            if let Some(seq) = self.sent.peek_retransmit() {
+                match self.retransmit(now, buf, seq) {
+                    Sent::Yes(n) => return Some(n),
+                    Sent::NoRoom => return None,
+                    Sent::Blocked => {}
+                }
+            } else {
+                match self.send_new(now, buf) {
+                    Sent::Yes(n) => return Some(n),
+                    Sent::NoRoom => return None,
+                    Sent::Blocked => {}
+                }
+            }
+        }
+        if self.probe_pending {
+            // A keep-alive or window probe: elicits an ack, consumes no sequence number.
+            let seq = self.sent.next_seq();
+            let n = self.write(now, buf, Flags::KLV, seq, Bytes::new(), ACK_SACK_RANGES)?;
+            self.probe_pending = false;
+            return Some(n);
+        }
+        let ack_due =
+            self.recv.is_some() && (self.ack.immediate || self.ack.pending >= self.config.ack_frequency.max(1));
+        if ack_due {
+            let seq = self.sent.next_seq();
+            return self.write(now, buf, Flags::empty(), seq, Bytes::new(), ACK_SACK_RANGES);
+        }
+        None
+    }
+
+    fn retransmit(&mut self, now: Instant, buf: &mut [u8], seq: u64) -> Sent {
+        let Some(p) = self.sent.get(seq) else {
+            return Sent::Blocked;
+        };
+        let (payload, control) = (p.payload.clone(), p.control);
+        let size = HEADER_LEN + self.sections_len(control) + payload.len();
+        if self.sent.bytes_in_flight() + size as u64 > self.cc.window() {
+            return Sent::Blocked;
+        }
+        match self.write(now, buf, control, seq, payload, DATA_SACK_RANGES) {
+            Some(n) => {
+                self.sent.on_retransmitted(now, seq, n as u32);
+                self.stats.retransmissions += 1;
+                self.arm_rto(now);
+                Sent::Yes(n)
+            }
+            None => Sent::NoRoom,
+        }
+    }
+
+    /// The next new sequenced packet: SYN, cookie echo, data, FIN.
+    fn send_new(&mut self, now: Instant, buf: &mut [u8]) -> Sent {
+        if self.state == State::SynSent {
+            if !self.sent.is_empty() {
+                return Sent::Blocked;
+            }
+            return self.send_sequenced(now, buf, Flags::SYN, Bytes::new(), true);
+        }
+        if self.state == State::SynReceived || self.fin_seq.is_some() {
+            return Sent::Blocked;
+        }
+        // spec §6.2: nothing beyond the cookie echo until it is acknowledged.
+        if !self.confirmed && self.cookie_seq.is_some() {
+            return Sent::Blocked;
+        }
+        let echo = self.cookie.is_some() && self.cookie_seq.is_none();
+        let mut control = Flags::empty();
+        if echo {
+            control.insert(Flags::CKE);
+        }
+        let sack_len = self.recv.as_ref().and_then(|r| r.sack_block(DATA_SACK_RANGES)).map_or(0, |s| s.encoded_len());
+        let full_room = data_room(self.max_datagram() as usize, sack_len + self.sections_len(control));
+        let flow_room = self.peer_window.saturating_sub(self.sent.outstanding_data()) as usize;
+        let queued = self.send_buf.len();
+        let want = queued.min(full_room).min(flow_room);
+        let fin = self.fin_queued && want == queued;
+        if want == 0 && !fin && !echo {
+            if queued > 0 && self.sent.outstanding_data() == 0 && !self.timers.is_set(Timer::Persist) {
+                // spec §7.3: a zero window with nothing in flight: probe it.
+                self.timers.set(Timer::Persist, now + self.rtt.rto(self.persist_backoff));
+            }
+            return Sent::Blocked;
+        }
+        // Sender-side silly window avoidance (RFC 1122 4.2.3.4): while acks
+        // are still due, don't send a runt cut short by the peer's window.
+        if want < full_room && want < queued && self.sent.outstanding_data() > 0 {
+            return Sent::Blocked;
+        }
+        if fin {
+            control.insert(Flags::FIN);
+        }
+        let size = HEADER_LEN + sack_len + self.sections_len(control) + want;
+        if size > buf.len() {
+            return Sent::NoRoom;
+        }
+        if self.sent.bytes_in_flight() + size as u64 > self.cc.window() {
+            return Sent::Blocked;
+        }
+        let payload = self.send_buf.take(want);
+        let seq = self.sent.next_seq();
+        let app_limited = self.send_buf.is_empty();
+        let sent = self.send_sequenced(now, buf, control, payload, app_limited);
+        if let Sent::Yes(_) = sent {
+            self.stats.bytes_sent += want as u64;
+            if fin {
+                self.fin_seq = Some(seq);
+            }
+            if echo {
+                self.cookie_seq = Some(seq);
+            }
+        }
+        sent
+    }
+
+    fn send_sequenced(
+        &mut self,
+        now: Instant,
+        buf: &mut [u8],
+        control: Flags,
+        payload: Bytes,
+        app_limited: bool,
+    ) -> Sent {
+        let seq = self.sent.next_seq();
+        match self.write(now, buf, control, seq, payload.clone(), DATA_SACK_RANGES) {
+            Some(n) => {
+                self.sent.on_sent(now, payload, control, n as u32, app_limited);
+                self.arm_rto(now);
+                Sent::Yes(n)
+            }
+            None => Sent::NoRoom,
+        }
+    }
+
+    fn arm_rto(&mut self, now: Instant) {
+        if !self.timers.is_set(Timer::Rto) {
+            self.timers.set(Timer::Rto, now + self.rtt.rto(self.rto_backoff));
+        }
+    }
+
+    /// Bytes of the SYN parameters and cookie sections `control` implies.
+    fn sections_len(&self, control: Flags) -> usize {
+        let mut n = 0;
+        if control.contains(Flags::SYN) {
+            n += PARAMS_LEN;
+        }
+        if control.contains(Flags::CKE) {
+            n += COOKIE_LEN;
+        }
+        n
+    }
+
+    /// Writes one packet with the current ack, window and as many SACK
+    /// ranges as fit, and does the per-send bookkeeping.
+    fn write(
+        &mut self,
+        now: Instant,
+        buf: &mut [u8],
+        flags: Flags,
+        seq: u64,
+        data: Bytes,
+        sack_max: usize,
+    ) -> Option<usize> {
+        let (ack, window) = match &self.recv {
+            Some(r) => (r.next() as u32, advertised_window(r.window() as usize)),
+            None => (0, advertised_window(self.config.recv_buffer)),
+        };
+        let mut flags = flags;
+        if self.recv.is_some() {
+            flags.insert(Flags::ACK);
+        }
+        let mut p = Packet::bare(PacketType::Segment, flags, self.remote_id.unwrap_or(0), seq as u32, ack, window);
+        if flags.contains(Flags::SYN) {
+            p.params = Some(HandshakeParams { conn_id: self.local_id, max_datagram: self.config.max_datagram });
+        }
+        if flags.contains(Flags::CKE) {
+            p.cookie = self.cookie;
+            p.cookie?;
+        }
+        p.data = &data;
+        let base = p.len();
+        if base > buf.len() {
+            return None;
+        }
+        if let Some(r) = &self.recv {
+            let fit = (buf.len() - base).saturating_sub(1) / 8;
+            p.sack = r.sack_block(fit.min(sack_max));
+        }
+        let n = p.emit(buf);
+        self.stats.packets_sent += 1;
+        if flags.contains(Flags::ACK) {
+            self.ack = AckState::default();
+            self.timers.cancel(Timer::DelayedAck);
+        }
+        if let (Some(k), false) =
+            (self.config.keepalive_interval, matches!(self.state, State::SynSent | State::TimeWait))
+        {
+            self.timers.set(Timer::KeepAlive, now + k);
+        }
+        Some(n)
+    }
+}
+
+enum Sent {
+    Yes(usize),
+    /// Nothing to send now (or congestion / flow control says wait).
+    Blocked,
+    /// Something is due but does not fit the room given.
+    NoRoom,
+}

@@ -1,0 +1,129 @@
+//! Round-trip time estimation and the retransmission timeout (RFC 6298).
+
+use std::time::Duration;
+
+/// Clock granularity G of RFC 6298 (2.2): the driver's timers are ~1 ms.
+const GRANULARITY: Duration = Duration::from_millis(1);
+
+/// RFC 6298 smoothed RTT, variation and RTO, plus the minimum RTT seen.
+#[derive(Debug, Clone, Copy)]
+pub struct RttEstimator {
+    srtt: Option<Duration>,
+    rttvar: Duration,
+    latest: Duration,
+    min: Duration,
+    initial_rto: Duration,
+    min_rto: Duration,
+    max_rto: Duration,
+}
+
+impl RttEstimator {
+    pub fn new(initial_rto: Duration, min_rto: Duration, max_rto: Duration) -> Self {
+        RttEstimator {
+            srtt: None,
+            rttvar: Duration::ZERO,
+            latest: Duration::ZERO,
+            min: Duration::ZERO,
+            initial_rto,
+            min_rto,
+            max_rto,
+        }
+    }
+
+    /// Feeds one sample. Callers apply Karn's rule: never a sample from a
+    /// retransmitted packet (RFC 6298 (3)).
+    pub fn on_sample(&mut self, r: Duration) {
+        self.latest = r;
+        self.min = if self.srtt.is_none() { r } else { self.min.min(r) };
+        match self.srtt {
+            // RFC 6298 (2.2): SRTT <- R, RTTVAR <- R/2.
+            None => {
+                self.srtt = Some(r);
+                self.rttvar = r / 2;
+            }
+            // RFC 6298 (2.3): alpha = 1/8, beta = 1/4.
+            Some(srtt) => {
+                let diff = srtt.abs_diff(r);
+                self.rttvar = (self.rttvar * 3 + diff) / 4;
+                self.srtt = Some((srtt * 7 + r) / 8);
+            }
+        }
+    }
+
+    pub fn has_sample(&self) -> bool {
+        self.srtt.is_some()
+    }
+
+    /// Smoothed RTT; the initial RTO's third before any sample (a guess used
+    /// only for pacing-style decisions, never for the RTO itself).
+    pub fn srtt(&self) -> Duration {
+        self.srtt.unwrap_or(self.initial_rto / 3)
+    }
+
+    pub fn rttvar(&self) -> Duration {
+        self.rttvar
+    }
+
+    pub fn latest(&self) -> Duration {
+        self.latest
+    }
+
+    pub fn min(&self) -> Duration {
+        self.min
+    }
+
+    /// RTO with `backoff` doublings (RFC 6298 (5.5)), within [min_rto, max_rto].
+    pub fn rto(&self, backoff: u32) -> Duration {
+        let base = match self.srtt {
+            None => self.initial_rto, // RFC 6298 (2.1)
+            // RFC 6298 (2.3): RTO <- SRTT + max(G, K*RTTVAR), K = 4.
+            Some(srtt) => srtt + (self.rttvar * 4).max(GRANULARITY),
+        };
+        // RFC 6298 (2.4) floors the RTO; spec §5.4 makes the floor configurable.
+        let base = base.max(self.min_rto);
+        base.checked_mul(1u32 << backoff.min(16)).unwrap_or(self.max_rto).min(self.max_rto)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn est() -> RttEstimator {
+        RttEstimator::new(Duration::from_secs(1), Duration::from_millis(200), Duration::from_secs(60))
+    }
+
+    #[test]
+    fn initial_rto_before_any_sample() {
+        assert_eq!(est().rto(0), Duration::from_secs(1));
+        assert_eq!(est().rto(2), Duration::from_secs(4));
+    }
+
+    #[test]
+    fn first_sample_sets_srtt_and_half_variance() {
+        let mut e = est();
+        e.on_sample(Duration::from_millis(100));
+        assert_eq!(e.srtt(), Duration::from_millis(100));
+        assert_eq!(e.rttvar(), Duration::from_millis(50));
+        // 100 + 4 * 50 = 300 ms
+        assert_eq!(e.rto(0), Duration::from_millis(300));
+    }
+
+    #[test]
+    fn later_samples_use_one_eighth_and_one_quarter() {
+        let mut e = est();
+        e.on_sample(Duration::from_millis(100));
+        e.on_sample(Duration::from_millis(200));
+        // rttvar = 3/4*50 + 1/4*100 = 62.5; srtt = 7/8*100 + 1/8*200 = 112.5
+        assert_eq!(e.rttvar(), Duration::from_micros(62_500));
+        assert_eq!(e.srtt(), Duration::from_micros(112_500));
+    }
+
+    #[test]
+    fn rto_is_floored_and_capped() {
+        let mut e = est();
+        e.on_sample(Duration::from_millis(1));
+        assert_eq!(e.rto(0), Duration::from_millis(200));
+        assert_eq!(e.rto(30), Duration::from_secs(60));
+    }
+}

@@ -1,0 +1,139 @@
+//! Smoke tests of two endpoints wired back to back with no loss. The
+//! simulator (crate manyfold-sim) holds the behaviour tests under loss.
+
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use crate::{ConnHandle, Endpoint, EndpointConfig, Event, State};
+
+struct Pair {
+    now: Instant,
+    a: Endpoint,
+    b: Endpoint,
+    a_addr: SocketAddr,
+    b_addr: SocketAddr,
+    /// (arrival time, to_b, datagram)
+    wire: VecDeque<(Instant, bool, Vec<u8>)>,
+    delay: Duration,
+    events_a: Vec<(ConnHandle, Event)>,
+    events_b: Vec<(ConnHandle, Event)>,
+}
+
+impl Pair {
+    fn new() -> Self {
+        let now = Instant::now();
+        let mut b = Endpoint::new(EndpointConfig { seed: 2, ..Default::default() }, now);
+        b.set_listening(true);
+        Pair {
+            now,
+            a: Endpoint::new(EndpointConfig { seed: 1, ..Default::default() }, now),
+            b,
+            a_addr: "127.0.0.1:1000".parse().unwrap(),
+            b_addr: "127.0.0.1:2000".parse().unwrap(),
+            wire: VecDeque::new(),
+            delay: Duration::from_millis(5),
+            events_a: vec![],
+            events_b: vec![],
+        }
+    }
+
+    fn drain(&mut self) {
+        let mut buf = Vec::new();
+        for to_b in [true, false] {
+            let ep = if to_b { &mut self.a } else { &mut self.b };
+            while let Some(t) = ep.poll_transmit(self.now, 10, &mut buf) {
+                let seg = t.segment_size.unwrap_or(t.size);
+                for d in buf[..t.size].chunks(seg) {
+                    self.wire.push_back((self.now + self.delay, to_b, d.to_vec()));
+                }
+            }
+            let log = if to_b { &mut self.events_a } else { &mut self.events_b };
+            while let Some(e) = ep.poll_event() {
+                log.push(e);
+            }
+        }
+    }
+
+    /// Advances to the next arrival or timer.
+    fn step(&mut self) -> bool {
+        self.drain();
+        let next_wire = self.wire.front().map(|w| w.0);
+        let next_timer = [self.a.poll_timeout(), self.b.poll_timeout()].into_iter().flatten().min();
+        let Some(t) = [next_wire, next_timer].into_iter().flatten().min() else {
+            return false;
+        };
+        self.now = self.now.max(t);
+        while self.wire.front().is_some_and(|w| w.0 <= self.now) {
+            let (_, to_b, d) = self.wire.pop_front().unwrap();
+            if to_b {
+                self.b.handle_datagram(self.now, self.a_addr, &d);
+            } else {
+                self.a.handle_datagram(self.now, self.b_addr, &d);
+            }
+        }
+        self.a.handle_timeout(self.now);
+        self.b.handle_timeout(self.now);
+        self.drain();
+        true
+    }
+
+    fn run_until(&mut self, mut f: impl FnMut(&mut Pair) -> bool) {
+        for _ in 0..1_000_000 {
+            if f(self) {
+                return;
+            }
+            assert!(self.step(), "nothing left to do");
+        }
+        panic!("did not converge");
+    }
+}
+
+#[test]
+fn handshake_transfer_and_graceful_close() {
+    let mut p = Pair::new();
+    let ca = p.a.connect(p.now, p.b_addr).unwrap();
+    p.run_until(|p| p.a.state(ca) == Some(State::Established) && p.events_b.iter().any(|e| e.1 == Event::Incoming));
+    let cb = p.b.accept().expect("accepted");
+    assert_eq!(p.b.state(cb), Some(State::Established));
+    let data: Vec<u8> = (0..300_000u32).map(|i| (i * 7 % 251) as u8).collect();
+    let mut sent = 0;
+    let mut got = Vec::new();
+    let mut buf = vec![0u8; 65536];
+    p.run_until(|p| {
+        if sent < data.len() {
+            sent += p.a.send(ca, &data[sent..]).unwrap();
+            if sent == data.len() {
+                p.a.close(ca);
+            }
+        }
+        while let Ok(Some(n)) = p.b.recv(cb, &mut buf) {
+            if n == 0 {
+                return true;
+            }
+            got.extend_from_slice(&buf[..n]);
+        }
+        false
+    });
+    assert_eq!(got, data);
+    assert_eq!(p.b.state(cb), Some(State::CloseWait));
+    p.b.close(cb);
+    p.run_until(|p| p.b.state(cb) == Some(State::Closed) && p.a.state(ca) == Some(State::TimeWait));
+    assert!(p.events_a.iter().any(|e| e.1 == Event::SendAcked));
+    p.run_until(|p| p.a.state(ca) == Some(State::Closed));
+    p.a.release(ca);
+    p.b.release(cb);
+    assert_eq!(p.a.connection_count(), 0);
+    assert_eq!(p.b.connection_count(), 0);
+    let s = p.a.conn_stats(ca);
+    assert!(s.is_none());
+}
+
+#[test]
+fn connect_to_a_non_listener_is_refused() {
+    let mut p = Pair::new();
+    p.b.set_listening(false);
+    let ca = p.a.connect(p.now, p.b_addr).unwrap();
+    p.run_until(|p| p.a.state(ca) == Some(State::Closed));
+    assert_eq!(p.a.close_reason(ca), Some(crate::CloseReason::Refused));
+}
