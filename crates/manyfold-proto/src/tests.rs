@@ -18,6 +18,9 @@ struct Pair {
     delay: Duration,
     events_a: Vec<(ConnHandle, Event)>,
     events_b: Vec<(ConnHandle, Event)>,
+    /// Drop probability in percent and a tiny LCG for it (deterministic).
+    loss_percent: u64,
+    lcg: u64,
 }
 
 impl Pair {
@@ -35,6 +38,8 @@ impl Pair {
             delay: Duration::from_millis(5),
             events_a: vec![],
             events_b: vec![],
+            loss_percent: 0,
+            lcg: 12345,
         }
     }
 
@@ -45,6 +50,10 @@ impl Pair {
             while let Some(t) = ep.poll_transmit(self.now, 10, &mut buf) {
                 let seg = t.segment_size.unwrap_or(t.size);
                 for d in buf[..t.size].chunks(seg) {
+                    self.lcg = self.lcg.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                    if (self.lcg >> 33) % 100 < self.loss_percent {
+                        continue;
+                    }
                     self.wire.push_back((self.now + self.delay, to_b, d.to_vec()));
                 }
             }
@@ -87,6 +96,41 @@ impl Pair {
         }
         panic!("did not converge");
     }
+}
+
+fn transfer(p: &mut Pair, len: u32) {
+    let ca = p.a.connect(p.now, p.b_addr).unwrap();
+    p.run_until(|p| p.a.state(ca) == Some(State::Established) && p.events_b.iter().any(|e| e.1 == Event::Incoming));
+    let cb = p.b.accept().expect("accepted");
+    let data: Vec<u8> = (0..len).map(|i| (i * 7 % 251) as u8).collect();
+    let mut sent = 0;
+    let mut got = Vec::new();
+    let mut buf = vec![0u8; 65536];
+    p.run_until(|p| {
+        if sent < data.len() {
+            sent += p.a.send(ca, &data[sent..]).unwrap();
+            if sent == data.len() {
+                p.a.close(ca);
+            }
+        }
+        while let Ok(Some(n)) = p.b.recv(cb, &mut buf) {
+            if n == 0 {
+                return true;
+            }
+            got.extend_from_slice(&buf[..n]);
+        }
+        false
+    });
+    assert!(got == data, "data differs: got {} of {} bytes", got.len(), data.len());
+    p.b.close(cb);
+    p.run_until(|p| p.b.state(cb) == Some(State::Closed) && p.a.state(ca) == Some(State::TimeWait));
+}
+
+#[test]
+fn transfer_survives_ten_percent_loss() {
+    let mut p = Pair::new();
+    p.loss_percent = 10;
+    transfer(&mut p, 2_000_000);
 }
 
 #[test]
@@ -136,4 +180,14 @@ fn connect_to_a_non_listener_is_refused() {
     let ca = p.a.connect(p.now, p.b_addr).unwrap();
     p.run_until(|p| p.a.state(ca) == Some(State::Closed));
     assert_eq!(p.a.close_reason(ca), Some(crate::CloseReason::Refused));
+}
+
+#[test]
+fn transfer_survives_thirty_percent_loss() {
+    for seed in [1u64, 2, 3] {
+        let mut p = Pair::new();
+        p.loss_percent = 30;
+        p.lcg = seed;
+        transfer(&mut p, 1_000_000);
+    }
 }
