@@ -83,7 +83,8 @@ impl EndpointStats {
 struct Slot {
     generation: u32,
     conn: Option<Connection>,
-    /// Deadline currently in the timer heap for this slot, if any.
+    /// Deadline of this slot's live entry in the timer heap, if any; other
+    /// entries for the slot are stale and skipped.
     scheduled: Option<Instant>,
     queued_for_transmit: bool,
     released: bool,
@@ -605,10 +606,13 @@ impl Endpoint {
         while let Some(ev) = conn.poll_event() {
             self.events.push_back((handle, ev));
         }
-        let t = conn.poll_timeout();
-        if t != slot.scheduled {
-            slot.scheduled = t;
-            if let Some(t) = t {
+        // A heap entry is pushed only when the deadline moves earlier: a
+        // later deadline leaves the old entry, which fires early, finds
+        // nothing due and reschedules. The heap thus stays near one entry
+        // per connection although the keep-alive moves with every packet.
+        if let Some(t) = conn.poll_timeout() {
+            if slot.scheduled.is_none_or(|s| t < s) {
+                slot.scheduled = Some(t);
                 self.timers.push(Reverse((t, idx, slot.generation)));
             }
         }
