@@ -69,18 +69,12 @@ impl Default for LinkConfig {
 impl LinkConfig {
     /// A clean path with the given one-way delay.
     pub fn with_delay(delay: Duration) -> Self {
-        LinkConfig {
-            delay,
-            ..LinkConfig::default()
-        }
+        LinkConfig { delay, ..LinkConfig::default() }
     }
 
     /// A path that delivers nothing.
     pub fn blackhole() -> Self {
-        LinkConfig {
-            loss: 1.0,
-            ..LinkConfig::default()
-        }
+        LinkConfig { loss: 1.0, ..LinkConfig::default() }
     }
 
     pub fn loss(mut self, p: f64) -> Self {
@@ -181,12 +175,7 @@ fn serialization(bytes: usize, bps: u64) -> Duration {
 
 impl Link {
     pub fn new(config: LinkConfig) -> Self {
-        Link {
-            config,
-            stats: LinkStats::default(),
-            busy_until: None,
-            last_in_order: None,
-        }
+        Link { config, stats: LinkStats::default(), busy_until: None, last_in_order: None }
     }
 
     /// Bytes in the bottleneck at `now` (waiting or being serialized).
@@ -200,13 +189,7 @@ impl Link {
     }
 
     /// Offers `data` at `now`; pushes the copies that will arrive onto `out`.
-    pub fn transmit(
-        &mut self,
-        now: Instant,
-        data: Vec<u8>,
-        rng: &mut ChaCha8Rng,
-        out: &mut Vec<Arrival>,
-    ) {
+    pub fn transmit(&mut self, now: Instant, data: Vec<u8>, rng: &mut ChaCha8Rng, out: &mut Vec<Arrival>) {
         let cfg = &self.config;
         self.stats.offered += 1;
         if data.len() > cfg.mtu {
@@ -221,8 +204,7 @@ impl Link {
                     self.stats.dropped_queue += 1;
                     return;
                 }
-                self.stats.max_queue_bytes =
-                    self.stats.max_queue_bytes.max(backlog + data.len() as u64);
+                self.stats.max_queue_bytes = self.stats.max_queue_bytes.max(backlog + data.len() as u64);
                 let start = self.busy_until.map_or(now, |b| b.max(now));
                 let done = start + serialization(data.len(), bps);
                 self.busy_until = Some(done);
@@ -241,11 +223,8 @@ impl Link {
         };
         let mut data = Some(data);
         for i in 0..copies {
-            let mut bytes = if i + 1 == copies {
-                data.take().unwrap_or_default()
-            } else {
-                data.clone().unwrap_or_default()
-            };
+            let mut bytes =
+                if i + 1 == copies { data.take().unwrap_or_default() } else { data.clone().unwrap_or_default() };
             let corrupted = !bytes.is_empty() && chance(rng, self.config.corrupt);
             if corrupted {
                 let bit = rng.gen_range(0..bytes.len() * 8);
@@ -266,11 +245,7 @@ impl Link {
             }
             self.stats.delivered += 1;
             self.stats.delivered_bytes += bytes.len() as u64;
-            out.push(Arrival {
-                at,
-                data: bytes,
-                corrupted,
-            });
+            out.push(Arrival { at, data: bytes, corrupted });
         }
     }
 }

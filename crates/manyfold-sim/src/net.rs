@@ -27,11 +27,7 @@ pub struct Network {
 impl Network {
     /// A network whose every random choice follows from `seed`.
     pub fn new(seed: u64) -> Self {
-        Network {
-            rng: ChaCha8Rng::seed_from_u64(seed),
-            default: LinkConfig::default(),
-            links: HashMap::new(),
-        }
+        Network { rng: ChaCha8Rng::seed_from_u64(seed), default: LinkConfig::default(), links: HashMap::new() }
     }
 
     /// The configuration of links not set explicitly (and of those created
@@ -52,17 +48,12 @@ impl Network {
 
     /// The configuration in force for `from` -> `to`.
     pub fn link_config(&self, from: SocketAddr, to: SocketAddr) -> &LinkConfig {
-        self.links
-            .get(&(from, to))
-            .map_or(&self.default, |l| &l.config)
+        self.links.get(&(from, to)).map_or(&self.default, |l| &l.config)
     }
 
     /// What the direction `from` -> `to` has done so far.
     pub fn link_stats(&self, from: SocketAddr, to: SocketAddr) -> LinkStats {
-        self.links
-            .get(&(from, to))
-            .map(|l| l.stats)
-            .unwrap_or_default()
+        self.links.get(&(from, to)).map(|l| l.stats).unwrap_or_default()
     }
 
     /// Stats summed over every link.
@@ -86,19 +77,9 @@ impl Network {
 
     /// Puts `data` on the link `from` -> `to` at `now`; the copies that
     /// will arrive (none, one, or two) are pushed onto `out`.
-    pub fn transmit(
-        &mut self,
-        now: Instant,
-        from: SocketAddr,
-        to: SocketAddr,
-        data: Vec<u8>,
-        out: &mut Vec<Arrival>,
-    ) {
+    pub fn transmit(&mut self, now: Instant, from: SocketAddr, to: SocketAddr, data: Vec<u8>, out: &mut Vec<Arrival>) {
         let default = &self.default;
-        let link = self
-            .links
-            .entry((from, to))
-            .or_insert_with(|| Link::new(default.clone()));
+        let link = self.links.entry((from, to)).or_insert_with(|| Link::new(default.clone()));
         link.transmit(now, data, &mut self.rng, out);
     }
 }
@@ -113,6 +94,10 @@ mod tests {
     use super::*;
     use crate::time::EventQueue;
 
+    /// Arrivals in arrival order (time, bytes, corrupted), the link's stats
+    /// and the start time.
+    type Run = (Vec<(Instant, Vec<u8>, bool)>, LinkStats, Instant);
+
     fn addr(last: u8) -> SocketAddr {
         SocketAddr::from(([198, 18, 0, last], 4000))
     }
@@ -120,13 +105,7 @@ mod tests {
     /// Sends `n` datagrams of `size` bytes (numbered in their first 4 bytes),
     /// one every `gap`, through a link of `config`; returns the arrivals in
     /// arrival order and the link's stats.
-    fn run(
-        seed: u64,
-        config: LinkConfig,
-        n: u32,
-        size: usize,
-        gap: Duration,
-    ) -> (Vec<(Instant, Vec<u8>, bool)>, LinkStats, Instant) {
+    fn run(seed: u64, config: LinkConfig, n: u32, size: usize, gap: Duration) -> Run {
         let t0 = Instant::now();
         let mut net = Network::new(seed);
         net.set_link(addr(1), addr(2), config);
@@ -150,22 +129,13 @@ mod tests {
     }
 
     fn assert_near(what: &str, got: f64, want: f64, tolerance: f64) {
-        assert!(
-            (got - want).abs() <= tolerance,
-            "{what}: got {got:.4}, want {want:.4} ± {tolerance}"
-        );
+        assert!((got - want).abs() <= tolerance, "{what}: got {got:.4}, want {want:.4} ± {tolerance}");
     }
 
     #[test]
     fn clean_link_delivers_everything_in_order_after_the_delay() {
         let gap = Duration::from_micros(100);
-        let (arr, stats, t0) = run(
-            1,
-            LinkConfig::with_delay(Duration::from_millis(7)),
-            1000,
-            100,
-            gap,
-        );
+        let (arr, stats, t0) = run(1, LinkConfig::with_delay(Duration::from_millis(7)), 1000, 100, gap);
         assert_eq!(arr.len(), 1000);
         for (i, (t, d, c)) in arr.iter().enumerate() {
             assert_eq!(number(d), i as u32);
@@ -179,48 +149,29 @@ mod tests {
     #[test]
     fn loss_rate_matches_configuration() {
         for p in [0.01, 0.1, 0.3] {
-            let (arr, stats, _) = run(
-                2,
-                LinkConfig::default().loss(p),
-                100_000,
-                40,
-                Duration::from_micros(10),
-            );
+            let (arr, stats, _) = run(2, LinkConfig::default().loss(p), 100_000, 40, Duration::from_micros(10));
             let lost = 1.0 - arr.len() as f64 / 100_000.0;
             assert_near("loss", lost, p, 0.01);
             assert_eq!(stats.dropped_loss as usize, 100_000 - arr.len());
         }
-        let (arr, _, _) = run(
-            2,
-            LinkConfig::blackhole(),
-            1000,
-            40,
-            Duration::from_micros(10),
-        );
+        let (arr, _, _) = run(2, LinkConfig::blackhole(), 1000, 40, Duration::from_micros(10));
         assert!(arr.is_empty());
     }
 
     #[test]
     fn jitter_stays_in_bounds_and_keeps_order() {
-        let cfg =
-            LinkConfig::with_delay(Duration::from_millis(10)).jitter(Duration::from_millis(4));
+        let cfg = LinkConfig::with_delay(Duration::from_millis(10)).jitter(Duration::from_millis(4));
         let gap = Duration::from_millis(1);
         let (arr, _, t0) = run(3, cfg, 10_000, 40, gap);
         let mut spread = Duration::MAX..Duration::ZERO;
         for (i, (t, d, _)) in arr.iter().enumerate() {
             assert_eq!(number(d), i as u32, "jitter alone must not reorder");
             let delay = *t - (t0 + gap * i as u32);
-            assert!(
-                delay >= Duration::from_millis(10) && delay <= Duration::from_millis(14),
-                "{delay:?}"
-            );
+            assert!(delay >= Duration::from_millis(10) && delay <= Duration::from_millis(14), "{delay:?}");
             spread.start = spread.start.min(delay);
             spread.end = spread.end.max(delay);
         }
-        assert!(
-            spread.end - spread.start > Duration::from_millis(3),
-            "jitter too narrow: {spread:?}"
-        );
+        assert!(spread.end - spread.start > Duration::from_millis(3), "jitter too narrow: {spread:?}");
     }
 
     #[test]
@@ -229,32 +180,15 @@ mod tests {
         let (arr, stats, _) = run(4, cfg, 20_000, 40, Duration::from_millis(1));
         assert_eq!(arr.len(), 20_000);
         // A held-back datagram i arrives after i+1, i+2 (3 ms later, 1 ms apart).
-        let late = arr
-            .windows(2)
-            .filter(|w| number(&w[0].1) > number(&w[1].1))
-            .count();
+        let late = arr.windows(2).filter(|w| number(&w[0].1) > number(&w[1].1)).count();
         assert_near("reordered", stats.reordered as f64 / 20_000.0, 0.05, 0.006);
-        assert!(
-            late as u64 >= stats.reordered * 9 / 10 && late as u64 <= stats.reordered,
-            "{late} vs {stats:?}"
-        );
+        assert!(late as u64 >= stats.reordered * 9 / 10 && late as u64 <= stats.reordered, "{late} vs {stats:?}");
     }
 
     #[test]
     fn duplication_rate_matches_and_copies_are_identical() {
-        let (arr, stats, _) = run(
-            5,
-            LinkConfig::default().duplicate(0.1),
-            50_000,
-            40,
-            Duration::from_micros(10),
-        );
-        assert_near(
-            "duplicated",
-            (arr.len() - 50_000) as f64 / 50_000.0,
-            0.1,
-            0.01,
-        );
+        let (arr, stats, _) = run(5, LinkConfig::default().duplicate(0.1), 50_000, 40, Duration::from_micros(10));
+        assert_near("duplicated", (arr.len() - 50_000) as f64 / 50_000.0, 0.1, 0.01);
         assert_eq!(stats.duplicated as usize, arr.len() - 50_000);
         let mut seen = vec![0u8; 50_000];
         for (_, d, _) in &arr {
@@ -266,13 +200,7 @@ mod tests {
 
     #[test]
     fn corruption_flips_exactly_one_bit_at_the_configured_rate() {
-        let (arr, stats, _) = run(
-            6,
-            LinkConfig::default().corrupt(0.02),
-            50_000,
-            64,
-            Duration::from_micros(10),
-        );
+        let (arr, stats, _) = run(6, LinkConfig::default().corrupt(0.02), 50_000, 64, Duration::from_micros(10));
         let mut corrupted = 0;
         for (_, d, c) in &arr {
             // Bits flipped in the 4-byte counter would hide which datagram it
@@ -309,10 +237,7 @@ mod tests {
         assert_eq!(arr.len(), 1000);
         for (i, (t, d, _)) in arr.iter().enumerate() {
             assert_eq!(number(d), i as u32);
-            assert_eq!(
-                *t,
-                t0 + Duration::from_millis(5) + Duration::from_millis(i as u64 + 1)
-            );
+            assert_eq!(*t, t0 + Duration::from_millis(5) + Duration::from_millis(i as u64 + 1));
         }
         assert_eq!(stats.max_queue_bytes, 1_000_000);
     }
@@ -354,9 +279,7 @@ mod tests {
         let b = run(11, cfg.clone(), 5000, 500, Duration::from_micros(300));
         let c = run(12, cfg, 5000, 500, Duration::from_micros(300));
         let strip =
-            |r: &(Vec<(Instant, Vec<u8>, bool)>, LinkStats, Instant)| -> Vec<(Duration, Vec<u8>)> {
-                r.0.iter().map(|(t, d, _)| (*t - r.2, d.clone())).collect()
-            };
+            |r: &Run| -> Vec<(Duration, Vec<u8>)> { r.0.iter().map(|(t, d, _)| (*t - r.2, d.clone())).collect() };
         assert_eq!(strip(&a), strip(&b));
         assert_eq!(a.1, b.1);
         assert_ne!(strip(&a), strip(&c));

@@ -26,10 +26,7 @@ impl Clock {
 
     /// A clock starting at `origin`.
     pub fn starting_at(origin: Instant) -> Self {
-        Clock {
-            origin,
-            now: origin,
-        }
+        Clock { origin, now: origin }
     }
 
     pub fn now(&self) -> Instant {
@@ -50,12 +47,7 @@ impl Clock {
     /// # Panics
     /// If `t` is earlier than now: the simulator never travels back.
     pub fn advance_to(&mut self, t: Instant) {
-        assert!(
-            t >= self.now,
-            "virtual time went backwards: {:?} -> {:?}",
-            self.elapsed(),
-            t - self.origin
-        );
+        assert!(t >= self.now, "virtual time went backwards: {:?} -> {:?}", self.elapsed(), t - self.origin);
         self.now = t;
     }
 }
@@ -104,10 +96,7 @@ impl<T> Eq for Entry<T> {}
 
 impl<T> EventQueue<T> {
     pub fn new() -> Self {
-        EventQueue {
-            heap: BinaryHeap::new(),
-            next_seq: 0,
-        }
+        EventQueue { heap: BinaryHeap::new(), next_seq: 0 }
     }
 
     pub fn push(&mut self, at: Instant, item: T) {
@@ -174,10 +163,7 @@ mod tests {
         q.push(t0 + Duration::from_millis(2), 2);
         q.push(t0 + Duration::from_millis(1), 1);
         assert_eq!(q.pop_due(t0), None);
-        assert_eq!(
-            q.pop_due(t0 + Duration::from_millis(1)).map(|x| x.1),
-            Some(1)
-        );
+        assert_eq!(q.pop_due(t0 + Duration::from_millis(1)).map(|x| x.1), Some(1));
         assert_eq!(q.pop_due(t0 + Duration::from_millis(1)), None);
         assert_eq!(q.len(), 1);
     }

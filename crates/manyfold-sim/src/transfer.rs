@@ -51,12 +51,7 @@ pub struct Source {
 
 impl Source {
     pub fn new(seed: u64, total: u64) -> Self {
-        Source {
-            seed,
-            total,
-            sent: 0,
-            buf: vec![0; CHUNK],
-        }
+        Source { seed, total, sent: 0, buf: vec![0; CHUNK] }
     }
 
     /// Bytes accepted by `send` so far.
@@ -79,9 +74,7 @@ impl Source {
                 break;
             }
             pattern(self.seed, self.sent, &mut self.buf[..n]);
-            let k = ep
-                .send(h, &self.buf[..n])
-                .map_err(|e| format!("send at offset {}: {e}", self.sent))?;
+            let k = ep.send(h, &self.buf[..n]).map_err(|e| format!("send at offset {}: {e}", self.sent))?;
             self.sent += k as u64;
             taken += k as u64;
             if k < n {
@@ -105,14 +98,7 @@ pub struct Sink {
 
 impl Sink {
     pub fn new(seed: u64, expected: u64) -> Self {
-        Sink {
-            seed,
-            expected,
-            received: 0,
-            eof: false,
-            buf: vec![0; CHUNK],
-            want: vec![0; CHUNK],
-        }
+        Sink { seed, expected, received: 0, eof: false, buf: vec![0; CHUNK], want: vec![0; CHUNK] }
     }
 
     pub fn received(&self) -> u64 {
@@ -138,11 +124,7 @@ impl Sink {
             let want = &mut self.want[..chunk.len()];
             pattern(self.seed, at, want);
             if chunk != &want[..] {
-                let bad = chunk
-                    .iter()
-                    .zip(want.iter())
-                    .position(|(a, b)| a != b)
-                    .unwrap_or(0);
+                let bad = chunk.iter().zip(want.iter()).position(|(a, b)| a != b).unwrap_or(0);
                 return Err(format!("data differs at byte {}", at + bad as u64));
             }
         }
@@ -163,10 +145,7 @@ impl Sink {
                 Ok(Some(0)) => {
                     if self.received != self.expected {
                         self.buf = buf;
-                        return Err(format!(
-                            "end of stream after {} of {} bytes",
-                            self.received, self.expected
-                        ));
+                        return Err(format!("end of stream after {} of {} bytes", self.received, self.expected));
                     }
                     self.eof = true;
                     None
@@ -218,9 +197,7 @@ impl Side {
 
     fn finished(&self, ep: &Endpoint) -> bool {
         let Some(h) = self.conn else { return false };
-        self.input.is_done()
-            && self.closed_send
-            && matches!(ep.state(h), None | Some(State::Closed | State::TimeWait))
+        self.input.is_done() && self.closed_send && matches!(ep.state(h), None | Some(State::Closed | State::TimeWait))
     }
 }
 
@@ -249,13 +226,7 @@ impl Transfer {
     /// Makes the server listen and the client connect to it; `up` bytes go
     /// client -> server, `down` bytes server -> client. The data streams are
     /// derived from the world's seed.
-    pub fn start(
-        w: &mut World,
-        client: SocketAddr,
-        server: SocketAddr,
-        up: u64,
-        down: u64,
-    ) -> Self {
+    pub fn start(w: &mut World, client: SocketAddr, server: SocketAddr, up: u64, down: u64) -> Self {
         let seed = w.seed();
         w.endpoint_mut(server).set_listening(true);
         let conn = w.connect(client, server);
@@ -313,10 +284,7 @@ impl Transfer {
                 if ep.remote_addr(h) == Some(client_addr) {
                     self.server.conn = Some(h);
                 } else {
-                    self.error = Some(format!(
-                        "server accepted a connection from {:?}",
-                        ep.remote_addr(h)
-                    ));
+                    self.error = Some(format!("server accepted a connection from {:?}", ep.remote_addr(h)));
                     return true;
                 }
             }
@@ -330,9 +298,7 @@ impl Transfer {
             }
         }
         if let Some(h) = self.client.conn {
-            if w.endpoint(self.client.addr).state(h) == Some(State::Closed)
-                && !self.client.input.is_done()
-            {
+            if w.endpoint(self.client.addr).state(h) == Some(State::Closed) && !self.client.input.is_done() {
                 let why = w.endpoint(self.client.addr).close_reason(h);
                 self.error = Some(format!("client connection closed early: {why:?}"));
                 return true;
@@ -343,12 +309,15 @@ impl Transfer {
 
     /// Both streams verified and both sides closed (or in TIME-WAIT).
     pub fn is_finished(&self, w: &World) -> bool {
-        self.client.finished(w.endpoint(self.client.addr))
-            && self.server.finished(w.endpoint(self.server.addr))
+        self.client.finished(w.endpoint(self.client.addr)) && self.server.finished(w.endpoint(self.server.addr))
     }
 
-    /// Drives the transfer to its end within `max` of virtual time.
+    /// Drives the transfer to its end within `max` of virtual time: both
+    /// streams verified, both sides closed. The report's duration ends when
+    /// the data is done (TIME-WAIT excluded); the close reasons are taken
+    /// after TIME-WAIT has run out too.
     pub fn run(mut self, w: &mut World, max: Duration) -> Result<TransferReport, String> {
+        let deadline = w.elapsed() + max;
         let done = w.run_until(|w| self.pump(w), max);
         if let Some(e) = &self.error {
             return Err(format!("transfer failed (seed {}): {e}", self.seed));
@@ -364,7 +333,23 @@ impl Transfer {
                 self.server.conn.and_then(|h| w.endpoint(self.server.addr).state(h)),
             ));
         }
-        Ok(self.report(w))
+        let mut report = self.report(w);
+        let (c, s) = (self.client_conn(), self.server.conn.expect("finished"));
+        let closed = |w: &World| {
+            w.endpoint(self.client.addr).state(c) == Some(State::Closed)
+                && w.endpoint(self.server.addr).state(s) == Some(State::Closed)
+        };
+        if !w.run_until(|w| closed(w), deadline.saturating_sub(w.elapsed())) {
+            return Err(format!(
+                "data done but not closed after {max:?} (seed {}): client {:?}, server {:?}",
+                self.seed,
+                w.endpoint(self.client.addr).state(c),
+                w.endpoint(self.server.addr).state(s)
+            ));
+        }
+        report.client_close = w.endpoint(self.client.addr).close_reason(c);
+        report.server_close = w.endpoint(self.server.addr).close_reason(s);
+        Ok(report)
     }
 
     /// Stats of both sides now.
@@ -375,11 +360,7 @@ impl Transfer {
         TransferReport {
             duration: w.elapsed() - self.started,
             client: c.conn_stats(h).unwrap_or_default(),
-            server: self
-                .server
-                .conn
-                .and_then(|h| s.conn_stats(h))
-                .unwrap_or_default(),
+            server: self.server.conn.and_then(|h| s.conn_stats(h)).unwrap_or_default(),
             client_close: c.close_reason(h),
             server_close: self.server.conn.and_then(|h| s.close_reason(h)),
         }

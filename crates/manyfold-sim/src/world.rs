@@ -58,6 +58,8 @@ pub struct NodeStats {
     /// the endpoint's `dropped_malformed_total()`.
     pub corrupted_received: u64,
     pub timeouts_handled: u64,
+    /// Virtual time of the last datagram delivered to the node.
+    pub last_received_at: Option<Duration>,
 }
 
 #[derive(Debug)]
@@ -74,16 +76,8 @@ struct Node {
 
 #[derive(Debug)]
 enum Pending {
-    Deliver {
-        from: SocketAddr,
-        to: SocketAddr,
-        data: Vec<u8>,
-        corrupted: bool,
-    },
-    Timer {
-        node: usize,
-        deadline: Instant,
-    },
+    Deliver { from: SocketAddr, to: SocketAddr, data: Vec<u8>, corrupted: bool },
+    Timer { node: usize, deadline: Instant },
 }
 
 /// Decides, for a datagram about to enter the network, whether to drop it.
@@ -113,14 +107,7 @@ impl core::fmt::Debug for Wire {
 }
 
 impl Wire {
-    fn send(
-        &mut self,
-        now: Instant,
-        elapsed: Duration,
-        from: SocketAddr,
-        to: SocketAddr,
-        data: Vec<u8>,
-    ) {
+    fn send(&mut self, now: Instant, elapsed: Duration, from: SocketAddr, to: SocketAddr, data: Vec<u8>) {
         if let Some(rule) = self.drop_rule.as_mut() {
             if rule(from, to, &data) {
                 self.dropped_by_rule += 1;
@@ -128,24 +115,11 @@ impl Wire {
             }
         }
         if let Some(c) = self.capture.as_mut() {
-            c.push(Captured {
-                at: elapsed,
-                from,
-                to,
-                data: data.clone(),
-            });
+            c.push(Captured { at: elapsed, from, to, data: data.clone() });
         }
         self.net.transmit(now, from, to, data, &mut self.arrivals);
         for a in self.arrivals.drain(..) {
-            self.queue.push(
-                a.at,
-                Pending::Deliver {
-                    from,
-                    to,
-                    data: a.data,
-                    corrupted: a.corrupted,
-                },
-            );
+            self.queue.push(a.at, Pending::Deliver { from, to, data: a.data, corrupted: a.corrupted });
         }
     }
 }
@@ -252,10 +226,7 @@ impl World {
     /// # Panics
     /// If a node already sits at `addr`.
     pub fn add_node(&mut self, addr: SocketAddr, mut config: EndpointConfig) {
-        assert!(
-            !self.by_addr.contains_key(&addr),
-            "a node already sits at {addr}"
-        );
+        assert!(!self.by_addr.contains_key(&addr), "a node already sits at {addr}");
         config.seed = splitmix64(self.seed ^ fnv(FNV_OFFSET, addr.to_string().as_bytes()));
         let endpoint = Endpoint::new(config, self.now());
         self.by_addr.insert(addr, self.nodes.len());
@@ -293,10 +264,7 @@ impl World {
     }
 
     fn index(&self, addr: SocketAddr) -> usize {
-        *self
-            .by_addr
-            .get(&addr)
-            .unwrap_or_else(|| panic!("no node at {addr} (seed {})", self.seed))
+        *self.by_addr.get(&addr).unwrap_or_else(|| panic!("no node at {addr} (seed {})", self.seed))
     }
 
     /// The endpoint at `addr`, for inspection.
@@ -344,11 +312,7 @@ impl World {
 
     /// The events of one connection of the node at `addr`.
     pub fn conn_events(&self, addr: SocketAddr, conn: ConnHandle) -> Vec<LoggedEvent> {
-        self.events(addr)
-            .iter()
-            .filter(|e| e.conn == conn)
-            .copied()
-            .collect()
+        self.events(addr).iter().filter(|e| e.conn == conn).copied().collect()
     }
 
     /// When and why the connection reported `Closed`, if it has.
@@ -361,10 +325,7 @@ impl World {
 
     /// When the connection first reported `event`, if it has.
     pub fn saw(&self, addr: SocketAddr, conn: ConnHandle, event: Event) -> Option<Duration> {
-        self.events(addr)
-            .iter()
-            .find(|e| e.conn == conn && e.event == event)
-            .map(|e| e.at)
+        self.events(addr).iter().find(|e| e.conn == conn && e.event == event).map(|e| e.at)
     }
 
     // ---- network ----------------------------------------------------------
@@ -412,10 +373,7 @@ impl World {
 
     /// Drops every datagram for which `rule(from, to, bytes)` is true before
     /// it enters the network: targeted loss ("the first SYN-ACK").
-    pub fn set_drop_rule(
-        &mut self,
-        rule: impl FnMut(SocketAddr, SocketAddr, &[u8]) -> bool + 'static,
-    ) {
+    pub fn set_drop_rule(&mut self, rule: impl FnMut(SocketAddr, SocketAddr, &[u8]) -> bool + 'static) {
         self.wire.drop_rule = Some(Box::new(rule));
     }
 
@@ -454,36 +412,21 @@ impl World {
                 self.seed
             );
             let segment = t.segment_size.unwrap_or(t.size);
-            assert!(
-                segment > 0 || t.size == 0,
-                "GSO batch with segment size 0 (seed {})",
-                self.seed
-            );
+            assert!(segment > 0 || t.size == 0, "GSO batch with segment size 0 (seed {})", self.seed);
             for datagram in self.buf[..t.size].chunks(segment.max(1)) {
                 node.stats.datagrams_sent += 1;
-                self.wire
-                    .send(now, elapsed, node.addr, t.destination, datagram.to_vec());
+                self.wire.send(now, elapsed, node.addr, t.destination, datagram.to_vec());
             }
         }
         while let Some((conn, event)) = node.endpoint.poll_event() {
-            node.log.push(LoggedEvent {
-                at: elapsed,
-                conn,
-                event,
-            });
+            node.log.push(LoggedEvent { at: elapsed, conn, event });
         }
         let deadline = node.endpoint.poll_timeout();
         if deadline != node.armed {
             node.armed = deadline;
             if let Some(d) = deadline {
                 // A deadline already past fires at once, never in the past.
-                self.wire.queue.push(
-                    d.max(now),
-                    Pending::Timer {
-                        node: i,
-                        deadline: d,
-                    },
-                );
+                self.wire.queue.push(d.max(now), Pending::Timer { node: i, deadline: d });
             }
         }
     }
@@ -500,57 +443,47 @@ impl World {
     /// instant: the protocol (or the harness) is livelocked.
     pub fn step(&mut self) -> bool {
         self.flush();
-        loop {
-            let Some((at, pending)) = self.wire.queue.pop() else {
-                return false;
-            };
-            if at > self.clock.now() {
-                self.steps_at_instant = 0;
-            }
-            self.clock.advance_to(at);
-            let now = at;
-            match pending {
-                Pending::Deliver {
-                    from,
-                    to,
-                    data,
-                    corrupted,
-                } => {
-                    self.count_step();
-                    let elapsed = self.clock.elapsed().as_nanos() as u64;
-                    let mut h = fnv(self.wire.trace, &elapsed.to_le_bytes());
-                    h = fnv(h, from.to_string().as_bytes());
-                    h = fnv(h, to.to_string().as_bytes());
-                    h = fnv(h, &(data.len() as u64).to_le_bytes());
-                    self.wire.trace = fnv(h, &data[..data.len().min(32)]);
-                    let Some(&i) = self.by_addr.get(&to) else {
-                        self.unroutable += 1;
-                        return true;
-                    };
-                    let node = &mut self.nodes[i];
-                    node.stats.datagrams_received += 1;
-                    node.stats.corrupted_received += u64::from(corrupted);
-                    node.endpoint.handle_datagram(now, from, &data);
-                    self.drain(i);
-                    return true;
-                }
-                Pending::Timer { node: i, deadline } => {
-                    let Some(node) = self.nodes.get_mut(i) else {
-                        continue;
-                    };
-                    if node.armed != Some(deadline) {
-                        continue; // superseded by a later poll_timeout
-                    }
-                    self.count_step();
-                    let node = &mut self.nodes[i];
-                    node.armed = None;
-                    node.stats.timeouts_handled += 1;
-                    node.endpoint.handle_timeout(now);
-                    self.drain(i);
-                    return true;
-                }
+        let Some((at, pending)) = self.wire.queue.pop() else { return false };
+        if let Pending::Timer { node, deadline } = pending {
+            if self.nodes.get(node).is_none_or(|n| n.armed != Some(deadline)) {
+                // Superseded by a later poll_timeout: not an event, and the
+                // clock stays (the caller may have a deadline before `at`).
+                return true;
             }
         }
+        if at > self.clock.now() {
+            self.steps_at_instant = 0;
+        }
+        self.clock.advance_to(at);
+        self.count_step();
+        match pending {
+            Pending::Deliver { from, to, data, corrupted } => {
+                let elapsed = self.clock.elapsed().as_nanos() as u64;
+                let mut h = fnv(self.wire.trace, &elapsed.to_le_bytes());
+                h = fnv(h, from.to_string().as_bytes());
+                h = fnv(h, to.to_string().as_bytes());
+                h = fnv(h, &(data.len() as u64).to_le_bytes());
+                self.wire.trace = fnv(h, &data[..data.len().min(32)]);
+                let Some(&i) = self.by_addr.get(&to) else {
+                    self.unroutable += 1;
+                    return true;
+                };
+                let node = &mut self.nodes[i];
+                node.stats.datagrams_received += 1;
+                node.stats.last_received_at = Some(self.clock.elapsed());
+                node.stats.corrupted_received += u64::from(corrupted);
+                node.endpoint.handle_datagram(at, from, &data);
+                self.drain(i);
+            }
+            Pending::Timer { node: i, .. } => {
+                let node = &mut self.nodes[i];
+                node.armed = None;
+                node.stats.timeouts_handled += 1;
+                node.endpoint.handle_timeout(at);
+                self.drain(i);
+            }
+        }
+        true
     }
 
     fn count_step(&mut self) {

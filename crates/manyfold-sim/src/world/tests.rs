@@ -16,10 +16,7 @@ fn addr(last: u8) -> SocketAddr {
 /// A well-formed initial SYN, as a client would send it.
 fn syn(client_id: u32, isn: u32) -> Vec<u8> {
     let mut p = Packet::bare(PacketType::Segment, Flags::SYN, 0, isn, 0, 65_535);
-    p.params = Some(HandshakeParams {
-        conn_id: client_id,
-        max_datagram: 1400,
-    });
+    p.params = Some(HandshakeParams { conn_id: client_id, max_datagram: 1400 });
     let mut v = vec![0u8; p.len()];
     p.emit(&mut v);
     v
@@ -72,11 +69,7 @@ fn listener_answers_syn_statelessly() {
     w.run_for(Duration::from_millis(100));
     assert_eq!(w.endpoint(addr(1)).stats().syn_cookies_sent, 1);
     assert_eq!(w.endpoint(addr(1)).connection_count(), 0);
-    assert_eq!(
-        w.unroutable(),
-        1,
-        "the SYN-ACK went to an address with no node"
-    );
+    assert_eq!(w.unroutable(), 1, "the SYN-ACK went to an address with no node");
 }
 
 #[test]
@@ -152,11 +145,28 @@ fn connection_establishes_on_a_clean_link() {
     w.add_node(addr(2), EndpointConfig::default());
     w.endpoint_mut(addr(2)).set_listening(true);
     let h = w.connect(addr(1), addr(2));
-    assert!(w.run_until(
-        |w| w.endpoint(addr(1)).state(h) == Some(State::Established),
-        Duration::from_secs(5)
-    ));
+    assert!(w.run_until(|w| w.endpoint(addr(1)).state(h) == Some(State::Established), Duration::from_secs(5)));
     assert!(w.saw(addr(1), h, Event::Connected).is_some());
     // One round trip: 2 x 10 ms.
     assert_eq!(w.elapsed(), Duration::from_millis(20));
+}
+
+#[test]
+fn run_for_ends_exactly_at_its_deadline_while_timers_churn() {
+    // Superseded timer entries must not drag the clock past a deadline.
+    let mut w = World::new(9);
+    w.add_node(addr(1), EndpointConfig::default());
+    w.add_node(addr(2), EndpointConfig::default());
+    let t = Transfer::start(&mut w, addr(1), addr(2), 100_000, 100_000);
+    let mut t = Some(t);
+    for ms in 1..=2000u32 {
+        if let Some(x) = t.as_mut() {
+            if x.pump(&mut w) {
+                t = None;
+            }
+        }
+        w.run_for(Duration::from_millis(1));
+        assert_eq!(w.elapsed(), Duration::from_millis(u64::from(ms)));
+    }
+    assert!(t.is_none(), "transfer did not finish in 2 s");
 }
