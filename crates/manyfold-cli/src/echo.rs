@@ -1,0 +1,148 @@
+//! `manyfold echo-server` and `manyfold echo`: the Echo Protocol (RFC 862)
+//! over manyfold, as librusp's `echos`/`echoc` (paper 04 §3.2): a quick way
+//! to check a path and measure its round-trip time.
+
+use std::io::IsTerminal;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt};
+use tokio::task::JoinSet;
+
+use crate::net::{self, Connection, NetArgs};
+use crate::size::human_duration;
+
+#[derive(Args, Debug)]
+pub struct EchoServerArgs {
+    /// Address to listen on, HOST:PORT (port 0 picks a free port; the
+    /// address actually used is printed).
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:7007")]
+    pub listen: String,
+
+    #[command(flatten)]
+    pub net: NetArgs,
+}
+
+#[derive(Args, Debug)]
+pub struct EchoArgs {
+    /// Address of the echo server, HOST:PORT.
+    #[arg(value_name = "ADDR")]
+    pub addr: String,
+
+    /// Lines to send, one per argument. Without any, lines are read from
+    /// standard input until its end.
+    #[arg(value_name = "MESSAGE")]
+    pub messages: Vec<String>,
+
+    #[command(flatten)]
+    pub net: NetArgs,
+}
+
+/// RFC 862: "Once a connection is established any data received is sent
+/// back. This continues until the calling user terminates the connection."
+pub async fn run_server(args: EchoServerArgs) -> Result<()> {
+    let addr = net::resolve(&args.listen).await?;
+    let endpoint = Arc::new(net::bind(addr, args.net.config()).await?);
+    endpoint.listen();
+    let local = endpoint.local_addr().context("cannot read the bound address")?;
+    println!("manyfold echo-server: listening on {local} (RFC 862; Ctrl-C to stop)");
+
+    let mut sessions = JoinSet::new();
+    let ctrl_c = tokio::signal::ctrl_c();
+    tokio::pin!(ctrl_c);
+    loop {
+        tokio::select! {
+            _ = &mut ctrl_c => break,
+            conn = endpoint.accept() => {
+                let Some(conn) = conn else { break };
+                sessions.spawn(echo_session(conn));
+            }
+            Some(_) = sessions.join_next() => {}
+        }
+    }
+    sessions.shutdown().await;
+    let _ = tokio::time::timeout(Duration::from_secs(5), endpoint.shutdown()).await;
+    Ok(())
+}
+
+/// Echoes everything `conn` receives until the peer finishes its side.
+async fn echo_session(conn: Connection) {
+    let peer = conn.peer_addr();
+    println!("{peer}: connected");
+    let (mut send, mut recv) = conn.split();
+    match tokio::io::copy(&mut recv, &mut send).await {
+        Ok(n) => {
+            let _ = send.shutdown().await;
+            println!("{peer}: closed after echoing {n} bytes");
+        }
+        Err(e) => println!("{peer}: connection failed: {e}"),
+    }
+}
+
+/// Sends each line, waits for its echo, prints it; RTTs go to stderr.
+pub async fn run_client(args: EchoArgs) -> Result<()> {
+    let peer = net::resolve(&args.addr).await?;
+    let (endpoint, mut conn) = net::connect(peer, args.net.config()).await?;
+    let local = endpoint.local_addr().context("cannot read the bound address")?;
+    eprintln!("connected to {peer} from {local}");
+
+    let mut rtts = Vec::new();
+    let mut stdout = tokio::io::stdout();
+    if args.messages.is_empty() {
+        let stdin = tokio::io::stdin();
+        if std::io::stdin().is_terminal() {
+            eprintln!("type lines to echo; end with Ctrl-D");
+        }
+        let mut input = tokio::io::BufReader::new(stdin);
+        let mut line = Vec::new();
+        loop {
+            line.clear();
+            let n = input.read_until(b'\n', &mut line).await.context("cannot read standard input")?;
+            if n == 0 {
+                break;
+            }
+            if line.last() != Some(&b'\n') {
+                line.push(b'\n');
+            }
+            rtts.push(echo_line(&mut conn, &line, &mut stdout).await?);
+        }
+    } else {
+        for message in &args.messages {
+            let mut line = message.clone().into_bytes();
+            line.push(b'\n');
+            rtts.push(echo_line(&mut conn, &line, &mut stdout).await?);
+        }
+    }
+
+    let _ = tokio::time::timeout(Duration::from_secs(5), conn.close()).await;
+    let _ = tokio::time::timeout(Duration::from_secs(5), endpoint.shutdown()).await;
+    if let (Some(min), Some(max)) = (rtts.iter().min(), rtts.iter().max()) {
+        let avg = rtts.iter().sum::<Duration>() / rtts.len() as u32;
+        eprintln!(
+            "{} line(s) echoed; round trip min {}, avg {}, max {}",
+            rtts.len(),
+            human_duration(*min),
+            human_duration(avg),
+            human_duration(*max)
+        );
+    }
+    Ok(())
+}
+
+/// Sends `line`, reads back as many bytes, checks them and prints them.
+async fn echo_line(conn: &mut Connection, line: &[u8], out: &mut tokio::io::Stdout) -> Result<Duration> {
+    let start = Instant::now();
+    conn.write_all(line).await.context("connection lost while sending")?;
+    conn.flush().await.context("connection lost while sending")?;
+    let mut echoed = vec![0u8; line.len()];
+    conn.read_exact(&mut echoed).await.context("connection lost while waiting for the echo")?;
+    let rtt = start.elapsed();
+    if echoed != line {
+        bail!("the server echoed {:?} for {:?}", String::from_utf8_lossy(&echoed), String::from_utf8_lossy(line));
+    }
+    out.write_all(&echoed).await?;
+    out.flush().await?;
+    Ok(rtt)
+}

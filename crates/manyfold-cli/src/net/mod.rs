@@ -1,0 +1,145 @@
+//! Where the CLI meets the manyfold library: the networking flags every
+//! networking subcommand shares (`--loss`, `--delay`, `--trace`), the
+//! [`Config`] built from them, and binding/connecting with errors that say
+//! what went wrong.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use clap::Args;
+
+mod shim;
+pub use shim::{Config, Connection, Endpoint, FaultConfig};
+
+/// Flags shared by the networking subcommands.
+#[derive(Args, Debug, Clone, Default)]
+pub struct NetArgs {
+    /// Emulated packet loss in percent (0 ≤ P < 100), applied independently
+    /// to every datagram this process sends and to every one it receives.
+    #[arg(long, value_name = "P", default_value_t = 0.0, value_parser = loss_arg)]
+    pub loss: f64,
+
+    /// Emulated one-way delay in milliseconds added to every datagram this
+    /// process sends.
+    #[arg(long, value_name = "MS", default_value_t = 0)]
+    pub delay: u64,
+
+    /// Print every packet sent and received (time, flags, seq, ack, length)
+    /// and every connection state transition to stderr.
+    #[arg(long)]
+    pub trace: bool,
+}
+
+impl NetArgs {
+    /// The library configuration these flags ask for, with fresh random
+    /// seeds for the endpoint's secrets and the fault injector.
+    pub fn config(&self) -> Config {
+        let mut config = Config::default();
+        config.endpoint.seed = random_u64();
+        config.faults = FaultConfig {
+            seed: random_u64(),
+            send_loss: self.loss / 100.0,
+            recv_loss: self.loss / 100.0,
+            delay: Duration::from_millis(self.delay),
+            ..FaultConfig::default()
+        };
+        config.trace = self.trace;
+        config
+    }
+}
+
+/// `clap` value parser for `--loss`: a percentage in [0, 100).
+pub fn loss_arg(text: &str) -> Result<f64, String> {
+    let p: f64 = text
+        .trim()
+        .trim_end_matches('%')
+        .parse()
+        .map_err(|_| format!("{text:?} is not a number; give the loss in percent, e.g. --loss 5"))?;
+    if !(0.0..100.0).contains(&p) {
+        return Err(format!("loss must be at least 0 and below 100 percent, got {text}"));
+    }
+    Ok(p)
+}
+
+/// Installs the `--trace` subscriber: packets and state transitions of the
+/// library on stderr. Without `--trace`, `RUST_LOG` still works.
+pub fn init_tracing(trace: bool) {
+    use tracing_subscriber::EnvFilter;
+    let filter = if trace {
+        EnvFilter::new("manyfold::packet=debug,manyfold::state=debug")
+    } else {
+        match EnvFilter::try_from_default_env() {
+            Ok(filter) => filter,
+            Err(_) => return,
+        }
+    };
+    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
+}
+
+/// Binds an endpoint, naming the address when that fails (address in use,
+/// address not available, ...).
+pub async fn bind(addr: SocketAddr, config: Config) -> Result<Endpoint> {
+    Endpoint::bind(addr, config).await.with_context(|| format!("cannot bind a UDP socket to {addr}"))
+}
+
+/// Binds an ephemeral endpoint of the same address family as `peer` and
+/// connects to `peer`.
+pub async fn connect(peer: SocketAddr, config: Config) -> Result<(Endpoint, Connection)> {
+    let local: SocketAddr = if peer.is_ipv4() {
+        (std::net::Ipv4Addr::UNSPECIFIED, 0).into()
+    } else {
+        (std::net::Ipv6Addr::UNSPECIFIED, 0).into()
+    };
+    let endpoint = bind(local, config).await?;
+    let conn = endpoint.connect(peer).await.with_context(|| format!("cannot connect to {peer}"))?;
+    Ok((endpoint, conn))
+}
+
+/// Resolves `host:port` (names allowed) to one socket address.
+pub async fn resolve(text: &str) -> Result<SocketAddr> {
+    if let Ok(addr) = text.parse() {
+        return Ok(addr);
+    }
+    let mut addrs =
+        tokio::net::lookup_host(text).await.with_context(|| format!("cannot resolve {text:?} (expected HOST:PORT)"))?;
+    addrs.next().with_context(|| format!("{text:?} resolved to no address"))
+}
+
+/// 64 random bits from the operating system.
+pub fn random_u64() -> u64 {
+    let mut bytes = [0u8; 8];
+    // A machine without an OS RNG still gets distinct seeds per run.
+    if getrandom::getrandom(&mut bytes).is_err() {
+        let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+        return t.as_nanos() as u64 ^ u64::from(std::process::id()).rotate_left(32);
+    }
+    u64::from_le_bytes(bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn loss_is_a_percentage_below_100() {
+        assert_eq!(loss_arg("0").unwrap(), 0.0);
+        assert_eq!(loss_arg("5").unwrap(), 5.0);
+        assert_eq!(loss_arg("2.5%").unwrap(), 2.5);
+        assert_eq!(loss_arg("99.9").unwrap(), 99.9);
+        assert!(loss_arg("100").unwrap_err().contains("below 100"));
+        assert!(loss_arg("-1").unwrap_err().contains("at least 0"));
+        assert!(loss_arg("NaN").is_err());
+        assert!(loss_arg("five").unwrap_err().contains("not a number"));
+    }
+
+    #[test]
+    fn flags_become_fault_config() {
+        let args = NetArgs { loss: 5.0, delay: 20, trace: true };
+        let config = args.config();
+        assert_eq!(config.faults.send_loss, 0.05);
+        assert_eq!(config.faults.recv_loss, 0.05);
+        assert_eq!(config.faults.delay, Duration::from_millis(20));
+        assert!(config.trace);
+    }
+}

@@ -1,0 +1,128 @@
+//! What a person sees during and after a transfer: the progress bar (bytes,
+//! rate, ETA; hidden when stderr is not a terminal) and the final report
+//! (bytes, time, goodput, retransmissions, loss seen, RTT) — paper 04 §3.2's
+//! upload report, with the transport's own counters.
+
+use std::fmt::Write as _;
+use std::io::IsTerminal;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
+use manyfold_proto::ConnStats;
+
+use crate::size::{human_bytes, human_duration, human_rate};
+
+/// Where progress bars are drawn: stderr when it is a terminal, nowhere
+/// otherwise (so logs and pipes get only the reports).
+pub fn multi_progress() -> MultiProgress {
+    let target = if std::io::stderr().is_terminal() {
+        ProgressDrawTarget::stderr_with_hz(10)
+    } else {
+        ProgressDrawTarget::hidden()
+    };
+    MultiProgress::with_draw_target(target)
+}
+
+/// A byte-counting bar of `total` bytes labelled `label`.
+pub fn transfer_bar(multi: &MultiProgress, total: u64, label: &str) -> ProgressBar {
+    let bar = multi.add(ProgressBar::new(total));
+    bar.set_style(
+        ProgressStyle::with_template(
+            "{prefix:>10.bold} [{bar:32.cyan/blue}] {decimal_bytes:>9}/{decimal_total_bytes:<9} \
+             {decimal_bytes_per_sec:>11} eta {eta}",
+        )
+        .expect("static template")
+        .progress_chars("=> "),
+    );
+    bar.set_prefix(label.to_string());
+    bar
+}
+
+/// Which end of a transfer a report describes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Direction {
+    Sent,
+    Received,
+}
+
+/// The final figures of one transfer.
+#[derive(Debug, Clone)]
+pub struct Report {
+    pub direction: Direction,
+    pub name: String,
+    pub peer: SocketAddr,
+    pub bytes: u64,
+    pub elapsed: Duration,
+    pub stats: ConnStats,
+    pub hash: blake3::Hash,
+}
+
+impl std::fmt::Display for Report {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let s = &self.stats;
+        let (verb, prep) = match self.direction {
+            Direction::Sent => ("sent", "to"),
+            Direction::Received => ("received", "from"),
+        };
+        let mut out = String::new();
+        let _ = writeln!(
+            out,
+            "{verb} {} {prep} {}: {} ({} bytes) in {}",
+            self.name,
+            self.peer,
+            human_bytes(self.bytes),
+            self.bytes,
+            human_duration(self.elapsed)
+        );
+        let _ = writeln!(out, "  goodput          {}", human_rate(self.bytes, self.elapsed));
+        let _ = writeln!(out, "  retransmissions  {}", s.retransmissions);
+        let _ = writeln!(out, "  loss seen        {}", loss_seen(s.lost_packets, s.packets_sent));
+        let _ = writeln!(out, "  rtt              srtt {}, min {}", human_duration(s.srtt), human_duration(s.min_rtt));
+        let _ = write!(out, "  blake3           {}", self.hash.to_hex());
+        f.write_str(&out)
+    }
+}
+
+/// `4.91% (812 of 16543 packets sent)`.
+pub fn loss_seen(lost: u64, sent: u64) -> String {
+    if sent == 0 {
+        return "n/a (no packets sent)".into();
+    }
+    format!("{:.2}% ({lost} of {sent} packets sent)", lost as f64 * 100.0 / sent as f64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn report_names_every_figure() {
+        let report = Report {
+            direction: Direction::Sent,
+            name: "f.bin".into(),
+            peer: "127.0.0.1:7008".parse().unwrap(),
+            bytes: 20_000_000,
+            elapsed: Duration::from_secs(2),
+            stats: ConnStats {
+                packets_sent: 1000,
+                lost_packets: 50,
+                retransmissions: 52,
+                srtt: Duration::from_micros(310),
+                min_rtt: Duration::from_micros(40),
+                ..ConnStats::default()
+            },
+            hash: blake3::hash(b""),
+        };
+        let text = report.to_string();
+        for needle in [
+            "sent f.bin to 127.0.0.1:7008: 20.00 MB (20000000 bytes) in 2.00 s",
+            "goodput          10.00 MB/s (80.0 Mbit/s)",
+            "retransmissions  52",
+            "loss seen        5.00% (50 of 1000 packets sent)",
+            "srtt 310 µs, min 40 µs",
+        ] {
+            assert!(text.contains(needle), "missing {needle:?} in\n{text}");
+        }
+    }
+}

@@ -1,0 +1,288 @@
+//! The receiving side of a file transfer (protocol in [`super`]): a server
+//! that stores each uploaded file in one directory, several at once, until
+//! interrupted (or after one with `--once`).
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail, Context, Result};
+use clap::Args;
+use indicatif::{MultiProgress, ProgressBar};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::task::JoinSet;
+
+use super::wire::{check_name, Reply, Request, RequestError, HASH_LEN};
+use super::CHUNK;
+use crate::fsutil::{available_space, PartFile};
+use crate::net::{self, Connection, NetArgs};
+use crate::report::{self, Direction, Report};
+use crate::size::human_bytes;
+
+/// How long a new connection may take to send its request.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+
+#[derive(Args, Debug)]
+pub struct RecvArgs {
+    /// Address to listen on, HOST:PORT (port 0 picks a free port; the
+    /// address actually used is printed).
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:7008")]
+    pub listen: String,
+
+    /// Directory to store received files in (must exist).
+    #[arg(long, value_name = "DIR")]
+    pub dir: PathBuf,
+
+    /// Exit after one transfer; the exit status tells whether it succeeded.
+    #[arg(long)]
+    pub once: bool,
+
+    /// Replace files that already exist in DIR (refused by default).
+    #[arg(long)]
+    pub overwrite: bool,
+
+    #[command(flatten)]
+    pub net: NetArgs,
+}
+
+/// What the receiver needs to know per transfer.
+#[derive(Debug, Clone)]
+pub struct RecvOptions {
+    pub dir: PathBuf,
+    pub overwrite: bool,
+}
+
+pub async fn run(args: RecvArgs) -> Result<()> {
+    let meta = std::fs::metadata(&args.dir)
+        .with_context(|| format!("cannot use {} as the receiving directory", args.dir.display()))?;
+    if !meta.is_dir() {
+        bail!("{} is not a directory", args.dir.display());
+    }
+    let options = Arc::new(RecvOptions { dir: args.dir.clone(), overwrite: args.overwrite });
+    let addr = net::resolve(&args.listen).await?;
+    let endpoint = Arc::new(net::bind(addr, args.net.config()).await?);
+    endpoint.listen();
+    let local = endpoint.local_addr().context("cannot read the bound address")?;
+    println!(
+        "manyfold recv: listening on {local}, saving into {}{}",
+        args.dir.display(),
+        if args.once { " (one transfer)" } else { " (Ctrl-C to stop)" }
+    );
+
+    // Accept in a task of its own, so that no accept is ever cancelled by
+    // the select below.
+    let (conn_tx, mut conn_rx) = tokio::sync::mpsc::channel::<Connection>(1);
+    let acceptor = {
+        let endpoint = Arc::clone(&endpoint);
+        tokio::spawn(async move {
+            while let Some(conn) = endpoint.accept().await {
+                if conn_tx.send(conn).await.is_err() {
+                    break;
+                }
+            }
+        })
+    };
+
+    let multi = report::multi_progress();
+    let mut tasks: JoinSet<Result<Report>> = JoinSet::new();
+    let (mut succeeded, mut failed) = (0u64, 0u64);
+    let mut accepting = true;
+    let ctrl_c = tokio::signal::ctrl_c();
+    tokio::pin!(ctrl_c);
+    let outcome = loop {
+        tokio::select! {
+            _ = &mut ctrl_c => {
+                let active = tasks.len();
+                tasks.shutdown().await; // drops each transfer's temporary file
+                if active > 0 {
+                    break Err(anyhow!(
+                        "interrupted with {active} transfer(s) in progress; their partial files were deleted"
+                    ));
+                }
+                break Ok(());
+            }
+            conn = conn_rx.recv(), if accepting => {
+                let Some(conn) = conn else {
+                    break Err(anyhow!("the endpoint stopped accepting connections"));
+                };
+                if args.once {
+                    accepting = false;
+                }
+                let options = Arc::clone(&options);
+                let multi = multi.clone();
+                tasks.spawn(async move {
+                    let peer = conn.peer_addr();
+                    serve_one(conn, &options, &multi)
+                        .await
+                        .with_context(|| format!("transfer from {peer} failed"))
+                });
+            }
+            Some(joined) = tasks.join_next() => {
+                let result = joined.unwrap_or_else(|e| Err(anyhow!("transfer task failed: {e}")));
+                match &result {
+                    Ok(report) => {
+                        succeeded += 1;
+                        multi.suspend(|| println!("{report}"));
+                    }
+                    Err(e) => {
+                        failed += 1;
+                        multi.suspend(|| eprintln!("error: {e:#}"));
+                    }
+                }
+                if args.once {
+                    break result.map(|_| ());
+                }
+            }
+        }
+    };
+    acceptor.abort();
+    if !args.once {
+        multi.suspend(|| println!("manyfold recv: {succeeded} transfer(s) saved, {failed} failed"));
+    }
+    let _ = tokio::time::timeout(Duration::from_secs(5), endpoint.shutdown()).await;
+    outcome
+}
+
+/// Serves one transfer on `conn`: reads the request, answers, stores the
+/// data under a temporary name, verifies it and moves it into place.
+pub async fn serve_one(mut conn: Connection, options: &RecvOptions, multi: &MultiProgress) -> Result<Report> {
+    let peer = conn.peer_addr();
+    let start = Instant::now();
+    let request = match tokio::time::timeout(REQUEST_TIMEOUT, Request::read(&mut conn)).await {
+        Err(_) => bail!("no request within {} s", REQUEST_TIMEOUT.as_secs()),
+        Ok(Err(e @ RequestError::Io(_))) | Ok(Err(e @ RequestError::Truncated)) => {
+            return Err(e).context("cannot read the request");
+        }
+        Ok(Err(e)) => return Err(refuse(&mut conn, e.to_string()).await),
+        Ok(Ok(request)) => request,
+    };
+    let name = request.name.clone();
+    if let Err(why) = check_name(&name) {
+        return Err(refuse(&mut conn, why).await);
+    }
+    let final_path = options.dir.join(&name);
+    if !options.overwrite && tokio::fs::symlink_metadata(&final_path).await.is_ok() {
+        return Err(refuse(
+            &mut conn,
+            format!("file exists: {name} (the receiver does not overwrite without --overwrite)"),
+        )
+        .await);
+    }
+    if let Some(free) = available_space(&options.dir) {
+        if free < request.size {
+            return Err(refuse(
+                &mut conn,
+                format!(
+                    "no space: {name} needs {}, the receiver has {} free",
+                    human_bytes(request.size),
+                    human_bytes(free)
+                ),
+            )
+            .await);
+        }
+    }
+    let part = match PartFile::create(&final_path) {
+        Ok(part) => part,
+        Err(e) => return Err(refuse(&mut conn, format!("{e:#}")).await),
+    };
+    Reply::Ok("go ahead".into()).write(&mut conn).await.context("connection lost while answering the request")?;
+
+    multi.suspend(|| {
+        println!("receiving {name} ({}) from {peer}", human_bytes(request.size));
+    });
+    let bar = report::transfer_bar(multi, request.size, &short_label(&name));
+    let received = receive_data(&mut conn, &part, request.size, &bar).await;
+    bar.finish_and_clear();
+    let (hash, write_error) = received?;
+
+    let mut sent_hash = [0u8; HASH_LEN];
+    conn.read_exact(&mut sent_hash).await.context("connection lost before the hash trailer arrived")?;
+
+    let verdict = if let Some(e) = write_error {
+        Err(format!("the receiver could not write {name}: {e:#}"))
+    } else if hash.as_bytes() != &sent_hash {
+        Err(format!(
+            "hash mismatch: the data received for {name} does not match the sender's BLAKE3 \
+             (sender {}, received {}); nothing was saved",
+            blake3::Hash::from(sent_hash).to_hex(),
+            hash.to_hex()
+        ))
+    } else {
+        let overwrite = options.overwrite;
+        tokio::task::spawn_blocking(move || part.commit(overwrite))
+            .await
+            .map_err(|e| anyhow!("commit task failed: {e}"))
+            .and_then(|r| r)
+            .map_err(|e| format!("{e:#}"))
+    };
+    match verdict {
+        Ok(()) => {
+            let text = format!("saved {name} ({} bytes, blake3 {})", request.size, hash.to_hex());
+            let elapsed = start.elapsed();
+            // The file is safely in place; a lost confirmation is the
+            // sender's error to report, not ours.
+            let _ = Reply::Ok(text).write(&mut conn).await;
+            let stats = conn.stats();
+            let _ = tokio::time::timeout(Duration::from_secs(5), conn.close()).await;
+            Ok(Report { direction: Direction::Received, name, peer, bytes: request.size, elapsed, stats, hash })
+        }
+        Err(why) => Err(refuse(&mut conn, why).await),
+    }
+}
+
+/// Receives `size` bytes into `part`, hashing them. A write failure does
+/// not stop the reading: the rest is drained so the sender can be told why
+/// in the final reply. Connection failures end the transfer at once.
+async fn receive_data(
+    conn: &mut Connection,
+    part: &PartFile,
+    size: u64,
+    bar: &ProgressBar,
+) -> Result<(blake3::Hash, Option<anyhow::Error>)> {
+    let std_file = part.file().try_clone().context("cannot duplicate the file handle")?;
+    let mut file = tokio::fs::File::from_std(std_file);
+    let mut hasher = blake3::Hasher::new();
+    let mut write_error: Option<anyhow::Error> = None;
+    let mut buf = vec![0u8; CHUNK];
+    let mut left = size;
+    while left > 0 {
+        let want = left.min(CHUNK as u64) as usize;
+        let n = conn.read(&mut buf[..want]).await.context("connection lost while receiving data")?;
+        if n == 0 {
+            bail!("the sender closed the connection after {} of {} bytes", size - left, size);
+        }
+        hasher.update(&buf[..n]);
+        if write_error.is_none() {
+            if let Err(e) = file.write_all(&buf[..n]).await {
+                write_error = Some(anyhow!(e).context(format!("writing {}", part.path().display())));
+            }
+        }
+        left -= n as u64;
+        bar.inc(n as u64);
+    }
+    if write_error.is_none() {
+        // tokio's File completes writes in the background: wait for them.
+        if let Err(e) = file.flush().await {
+            write_error = Some(anyhow!(e).context(format!("writing {}", part.path().display())));
+        }
+    }
+    Ok((hasher.finalize(), write_error))
+}
+
+/// Sends an error reply, closes, and returns the error for the local log.
+async fn refuse(conn: &mut Connection, why: String) -> anyhow::Error {
+    let _ = Reply::Error(why.clone()).write(conn).await;
+    let _ = tokio::time::timeout(Duration::from_secs(5), conn.close()).await;
+    anyhow!(why)
+}
+
+/// The progress bar's label: the name, shortened to fit.
+fn short_label(name: &str) -> String {
+    const MAX: usize = 16;
+    if name.chars().count() <= MAX {
+        name.to_string()
+    } else {
+        let head: String = name.chars().take(MAX - 1).collect();
+        format!("{head}…")
+    }
+}

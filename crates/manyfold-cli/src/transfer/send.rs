@@ -1,0 +1,154 @@
+//! The sending side of a file transfer (protocol in [`super`]).
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use indicatif::ProgressBar;
+use tokio::io::{AsyncReadExt, AsyncWrite, AsyncWriteExt};
+
+use super::wire::{Reply, Request, MAX_NAME};
+use super::CHUNK;
+use crate::net::{self, Connection, NetArgs};
+use crate::report::{self, Direction, Report};
+
+#[derive(Args, Debug)]
+pub struct SendArgs {
+    /// File to send.
+    #[arg(value_name = "FILE")]
+    pub file: PathBuf,
+
+    /// Address of the receiver (`manyfold recv`), HOST:PORT.
+    #[arg(long, value_name = "ADDR")]
+    pub to: String,
+
+    /// Name to store the file under on the receiver [default: FILE's base
+    /// name]. The receiver refuses anything but a plain base name.
+    #[arg(long, value_name = "NAME")]
+    pub name: Option<String>,
+
+    #[command(flatten)]
+    pub net: NetArgs,
+}
+
+pub async fn run(args: SendArgs) -> Result<()> {
+    // The file first: a missing file is reported without touching the network.
+    let source = Source::open(&args.file).await?;
+    let name = match &args.name {
+        Some(name) => name.clone(),
+        None => default_name(&args.file)?,
+    };
+    let peer = net::resolve(&args.to).await?;
+    let (endpoint, mut conn) = net::connect(peer, args.net.config()).await?;
+    let multi = report::multi_progress();
+    let bar = report::transfer_bar(&multi, source.size, "sending");
+    let result = send_file(&mut conn, source, &name, &bar).await;
+    bar.finish_and_clear();
+    let outcome = match result {
+        Ok(report) => {
+            println!("{report}");
+            Ok(())
+        }
+        Err(e) => Err(e),
+    };
+    // Bounded: a peer that vanished must not keep us here.
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(5), endpoint.shutdown()).await;
+    outcome
+}
+
+/// A file opened for sending, with its size taken at open time.
+#[derive(Debug)]
+pub struct Source {
+    path: PathBuf,
+    file: tokio::fs::File,
+    size: u64,
+}
+
+impl Source {
+    pub async fn open(path: &Path) -> Result<Source> {
+        let file = tokio::fs::File::open(path).await.with_context(|| format!("cannot open {}", path.display()))?;
+        let meta = file.metadata().await.with_context(|| format!("cannot read the metadata of {}", path.display()))?;
+        if !meta.is_file() {
+            bail!("{} is not a regular file", path.display());
+        }
+        Ok(Source { path: path.to_path_buf(), file, size: meta.len() })
+    }
+
+    pub fn size(&self) -> u64 {
+        self.size
+    }
+}
+
+/// The base name of `path`, as the default name on the receiver.
+fn default_name(path: &Path) -> Result<String> {
+    let name =
+        path.file_name().with_context(|| format!("{} has no file name; give one with --name", path.display()))?;
+    let name =
+        name.to_str().with_context(|| format!("{} is not valid UTF-8; give a name with --name", path.display()))?;
+    Ok(name.to_string())
+}
+
+/// Runs the sender's half of the protocol on an established connection and
+/// closes it. Fails if the receiver refuses or fails, or the connection breaks.
+pub async fn send_file(conn: &mut Connection, mut source: Source, name: &str, bar: &ProgressBar) -> Result<Report> {
+    if name.is_empty() || name.len() > MAX_NAME {
+        bail!("the name must be 1 to {MAX_NAME} bytes long, got {} bytes", name.len());
+    }
+    let peer = conn.peer_addr();
+    let start = Instant::now();
+    Request { name: name.to_string(), size: source.size }
+        .write(conn)
+        .await
+        .context("connection lost while sending the request")?;
+    match Reply::read(conn).await.context("connection lost while waiting for the receiver's answer")? {
+        Reply::Ok(_) => {}
+        Reply::Error(why) => bail!("receiver refused the transfer: {why}"),
+    }
+
+    let hash = stream_data(&mut source, conn, bar).await?;
+    conn.write_all(hash.as_bytes()).await.context("connection lost while sending the hash")?;
+    conn.flush().await.context("connection lost while sending the hash")?;
+
+    match Reply::read(conn).await.context("connection lost before the receiver confirmed the file")? {
+        Reply::Ok(_) => {}
+        Reply::Error(why) => bail!("receiver did not save the file: {why}"),
+    }
+    let elapsed = start.elapsed();
+    let stats = conn.stats();
+    // The receiver confirmed; a failing close no longer changes the outcome.
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(5), conn.close()).await;
+    Ok(Report { direction: Direction::Sent, name: name.to_string(), peer, bytes: source.size, elapsed, stats, hash })
+}
+
+/// Copies exactly `source.size` bytes to `out`, hashing as it goes.
+async fn stream_data<W: AsyncWrite + Unpin>(
+    source: &mut Source,
+    out: &mut W,
+    bar: &ProgressBar,
+) -> Result<blake3::Hash> {
+    let mut hasher = blake3::Hasher::new();
+    let mut buf = vec![0u8; CHUNK];
+    let mut left = source.size;
+    while left > 0 {
+        let want = left.min(CHUNK as u64) as usize;
+        let n = source
+            .file
+            .read(&mut buf[..want])
+            .await
+            .with_context(|| format!("cannot read {}", source.path.display()))?;
+        if n == 0 {
+            bail!(
+                "{} shrank while being sent ({} of {} bytes read)",
+                source.path.display(),
+                source.size - left,
+                source.size
+            );
+        }
+        hasher.update(&buf[..n]);
+        out.write_all(&buf[..n]).await.context("connection lost while sending data")?;
+        left -= n as u64;
+        bar.inc(n as u64);
+    }
+    Ok(hasher.finalize())
+}

@@ -1,0 +1,260 @@
+//! Messages of the file-transfer application protocol (see the layout in
+//! [`super`]): the request header, the status reply, and the rules a file
+//! name must meet.
+
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+
+/// First bytes of every request: "manyfold file transfer".
+pub const MAGIC: [u8; 4] = *b"MFXF";
+pub const VERSION: u8 = 1;
+/// Longest file name, in bytes of UTF-8 (the usual file-system limit).
+pub const MAX_NAME: usize = 255;
+/// Longest status message, in bytes of UTF-8.
+pub const MAX_MESSAGE: usize = 4096;
+/// Length of the BLAKE3 trailer.
+pub const HASH_LEN: usize = 32;
+
+/// Field offsets of the fixed part of a request (big-endian integers).
+mod field {
+    use std::ops::Range;
+    pub const MAGIC: Range<usize> = 0..4;
+    pub const VERSION: usize = 4;
+    pub const NAME_LEN: Range<usize> = 5..7;
+    pub const SIZE: Range<usize> = 7..15;
+    pub const FIXED_LEN: usize = 15;
+}
+
+/// What the sender asks to store.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Request {
+    pub name: String,
+    pub size: u64,
+}
+
+/// Why a request could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum RequestError {
+    #[error("not a manyfold file transfer (bad magic bytes)")]
+    BadMagic,
+    #[error("unsupported transfer protocol version {0} (this receiver speaks version {VERSION})")]
+    Version(u8),
+    #[error("name refused: the name is empty")]
+    EmptyName,
+    #[error("name refused: longer than {MAX_NAME} bytes")]
+    NameTooLong,
+    #[error("name refused: not valid UTF-8")]
+    NameNotUtf8,
+    #[error("connection ended before the request was complete")]
+    Truncated,
+    #[error("{0}")]
+    Io(std::io::Error),
+}
+
+impl From<std::io::Error> for RequestError {
+    fn from(e: std::io::Error) -> Self {
+        if e.kind() == std::io::ErrorKind::UnexpectedEof {
+            RequestError::Truncated
+        } else {
+            RequestError::Io(e)
+        }
+    }
+}
+
+impl Request {
+    pub fn encode(&self) -> Vec<u8> {
+        let name = self.name.as_bytes();
+        let mut buf = vec![0u8; field::FIXED_LEN];
+        buf[field::MAGIC].copy_from_slice(&MAGIC);
+        buf[field::VERSION] = VERSION;
+        buf[field::NAME_LEN].copy_from_slice(&(name.len() as u16).to_be_bytes());
+        buf[field::SIZE].copy_from_slice(&self.size.to_be_bytes());
+        buf.extend_from_slice(name);
+        buf
+    }
+
+    pub async fn write<W: AsyncWrite + Unpin>(&self, w: &mut W) -> std::io::Result<()> {
+        w.write_all(&self.encode()).await?;
+        w.flush().await
+    }
+
+    /// Reads one request; the name is checked for length and encoding here
+    /// and for safety by [`check_name`].
+    pub async fn read<R: AsyncRead + Unpin>(r: &mut R) -> Result<Request, RequestError> {
+        let mut fixed = [0u8; field::FIXED_LEN];
+        r.read_exact(&mut fixed).await?;
+        if fixed[field::MAGIC] != MAGIC {
+            return Err(RequestError::BadMagic);
+        }
+        if fixed[field::VERSION] != VERSION {
+            return Err(RequestError::Version(fixed[field::VERSION]));
+        }
+        let name_len = usize::from(u16::from_be_bytes([fixed[5], fixed[6]]));
+        let mut size = [0u8; 8];
+        size.copy_from_slice(&fixed[field::SIZE]);
+        let size = u64::from_be_bytes(size);
+        if name_len == 0 {
+            return Err(RequestError::EmptyName);
+        }
+        if name_len > MAX_NAME {
+            return Err(RequestError::NameTooLong);
+        }
+        let mut name = vec![0u8; name_len];
+        r.read_exact(&mut name).await?;
+        let name = String::from_utf8(name).map_err(|_| RequestError::NameNotUtf8)?;
+        Ok(Request { name, size })
+    }
+}
+
+/// Refuses any name that is not a plain base name: it must not be empty,
+/// `.` or `..`, nor hold a path separator, a NUL or another control
+/// character (which could rewrite the receiver's terminal).
+pub fn check_name(name: &str) -> Result<(), String> {
+    if name.is_empty() {
+        return Err("name refused: the name is empty".into());
+    }
+    if name == "." || name == ".." {
+        return Err(format!("name refused: {name:?} is not a file name"));
+    }
+    if name.contains('/') || name.contains('\\') {
+        return Err(format!("name refused: {name:?} contains a path separator (only a base name is accepted)"));
+    }
+    if name.contains('\0') {
+        return Err(format!("name refused: {name:?} contains a NUL byte"));
+    }
+    if name.chars().any(char::is_control) {
+        return Err(format!("name refused: {name:?} contains a control character"));
+    }
+    if name.len() > MAX_NAME {
+        return Err(format!("name refused: longer than {MAX_NAME} bytes"));
+    }
+    Ok(())
+}
+
+/// The receiver's answer: to the request (go ahead, or why not) and after
+/// the trailer (saved, or why not).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Reply {
+    Ok(String),
+    Error(String),
+}
+
+impl Reply {
+    pub fn encode(&self) -> Vec<u8> {
+        let (status, text) = match self {
+            Reply::Ok(t) => (0u8, t),
+            Reply::Error(t) => (1u8, t),
+        };
+        let mut end = text.len().min(MAX_MESSAGE);
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        let text = &text.as_bytes()[..end];
+        let mut buf = Vec::with_capacity(3 + text.len());
+        buf.push(status);
+        buf.extend_from_slice(&(text.len() as u16).to_be_bytes());
+        buf.extend_from_slice(text);
+        buf
+    }
+
+    pub async fn write<W: AsyncWrite + Unpin>(&self, w: &mut W) -> std::io::Result<()> {
+        w.write_all(&self.encode()).await?;
+        w.flush().await
+    }
+
+    pub async fn read<R: AsyncRead + Unpin>(r: &mut R) -> std::io::Result<Reply> {
+        let invalid = |what: &str| std::io::Error::new(std::io::ErrorKind::InvalidData, what.to_string());
+        let mut head = [0u8; 3];
+        r.read_exact(&mut head).await?;
+        let len = usize::from(u16::from_be_bytes([head[1], head[2]]));
+        if len > MAX_MESSAGE {
+            return Err(invalid("status reply too long"));
+        }
+        let mut text = vec![0u8; len];
+        r.read_exact(&mut text).await?;
+        let text = String::from_utf8_lossy(&text).into_owned();
+        match head[0] {
+            0 => Ok(Reply::Ok(text)),
+            1 => Ok(Reply::Error(text)),
+            s => Err(invalid(&format!("unknown status {s} in reply"))),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn block_on<F: std::future::Future>(f: F) -> F::Output {
+        tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(f)
+    }
+
+    #[test]
+    fn request_literal_bytes() {
+        let req = Request { name: "a.bin".into(), size: 0x0102 };
+        assert_eq!(
+            req.encode(),
+            [
+                b'M', b'F', b'X', b'F', 1, // magic, version
+                0, 5, // name length
+                0, 0, 0, 0, 0, 0, 1, 2, // size
+                b'a', b'.', b'b', b'i', b'n',
+            ]
+        );
+        let mut bytes = &req.encode()[..];
+        assert_eq!(block_on(Request::read(&mut bytes)).unwrap(), req);
+    }
+
+    #[test]
+    fn every_truncated_request_is_rejected() {
+        let bytes = Request { name: "file".into(), size: 9 }.encode();
+        for n in 0..bytes.len() {
+            let mut prefix = &bytes[..n];
+            let err = block_on(Request::read(&mut prefix)).unwrap_err();
+            assert!(matches!(err, RequestError::Truncated), "{n}: {err}");
+        }
+    }
+
+    #[test]
+    fn bad_magic_and_version_are_named() {
+        let mut bytes = Request { name: "f".into(), size: 1 }.encode();
+        bytes[4] = 9;
+        let err = block_on(Request::read(&mut &bytes[..])).unwrap_err();
+        assert!(err.to_string().contains("version 9"), "{err}");
+        bytes[0] = b'X';
+        let err = block_on(Request::read(&mut &bytes[..])).unwrap_err();
+        assert!(matches!(err, RequestError::BadMagic));
+    }
+
+    #[test]
+    fn reply_round_trip_and_literal() {
+        assert_eq!(Reply::Ok("ok".into()).encode(), [0, 0, 2, b'o', b'k']);
+        for reply in [Reply::Ok("saved".into()), Reply::Error("file exists: x".into())] {
+            let bytes = reply.encode();
+            assert_eq!(block_on(Reply::read(&mut &bytes[..])).unwrap(), reply);
+            for n in 0..bytes.len() {
+                assert!(block_on(Reply::read(&mut &bytes[..n])).is_err());
+            }
+        }
+    }
+
+    #[test]
+    fn names_must_be_plain_base_names() {
+        for good in ["a", "report.pdf", ".hidden", "a..b", "spaces are fine", "naïve"] {
+            assert_eq!(check_name(good), Ok(()), "{good}");
+        }
+        for (bad, why) in [
+            ("", "empty"),
+            (".", "not a file name"),
+            ("..", "not a file name"),
+            ("../etc/passwd", "path separator"),
+            ("a/b", "path separator"),
+            ("a\\b", "path separator"),
+            ("a\0b", "NUL"),
+            ("a\x1b[2J", "control character"),
+        ] {
+            let err = check_name(bad).unwrap_err();
+            assert!(err.contains(why), "{bad:?}: {err}");
+        }
+        assert!(check_name(&"x".repeat(256)).unwrap_err().contains("longer"));
+    }
+}
