@@ -9,9 +9,9 @@
 //!
 //! A [`Transfer`] connects a client to a listening server, sends `up` bytes
 //! client -> server and `down` bytes server -> client, and closes
-//! gracefully: each side closes its sending side once it has queued all its
-//! data (a side with nothing to send closes once it has read the peer's
-//! end of stream). It is driven by [`Transfer::pump`] from a
+//! gracefully: the client closes its sending side once it has queued all
+//! its data; the server likewise, or, with nothing to send, once it has read
+//! the client's end of stream. It is driven by [`Transfer::pump`] from a
 //! [`World::run_until`] condition, or all at once by [`Transfer::run`].
 
 use std::net::SocketAddr;
@@ -172,6 +172,10 @@ struct Side {
     out: Source,
     input: Sink,
     closed_send: bool,
+    /// Closes as soon as its data is queued (the client); the other side
+    /// closes once its data is queued and, if it had none, once it has read
+    /// the peer's end of stream.
+    closes_first: bool,
 }
 
 impl Side {
@@ -186,9 +190,8 @@ impl Side {
         if !self.input.is_done() {
             self.input.pull(ep, h, usize::MAX)?;
         }
-        // A side with data closes once it is all queued; a side without
-        // waits for the peer's end of stream (the usual server).
-        if !self.closed_send && self.out.is_done() && (self.out.total > 0 || self.input.is_done()) {
+        if !self.closed_send && self.out.is_done() && (self.closes_first || self.out.total > 0 || self.input.is_done())
+        {
             ep.close(h);
             self.closed_send = true;
         }
@@ -239,6 +242,7 @@ impl Transfer {
                 out: Source::new(s_up, up),
                 input: Sink::new(s_down, down),
                 closed_send: false,
+                closes_first: true,
             },
             server: Side {
                 addr: server,
@@ -246,6 +250,7 @@ impl Transfer {
                 out: Source::new(s_down, down),
                 input: Sink::new(s_up, up),
                 closed_send: false,
+                closes_first: false,
             },
             started: w.elapsed(),
             error: None,

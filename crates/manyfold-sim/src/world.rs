@@ -80,8 +80,19 @@ enum Pending {
     Timer { node: usize, deadline: Instant },
 }
 
-/// Decides, for a datagram about to enter the network, whether to drop it.
-type DropRule = Box<dyn FnMut(SocketAddr, SocketAddr, &[u8]) -> bool>;
+/// What a [`World::set_rule`] rule does with one datagram.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// Hand it to the link as usual.
+    Pass,
+    /// Drop it before it enters the network.
+    Drop,
+    /// Hand it to the link, then hold its copies back this much longer.
+    Delay(Duration),
+}
+
+/// Decides the fate of a datagram about to enter the network.
+type Rule = Box<dyn FnMut(SocketAddr, SocketAddr, &[u8]) -> Verdict>;
 
 /// The network side of the world: links, queue, capture and trace.
 struct Wire {
@@ -89,8 +100,9 @@ struct Wire {
     queue: EventQueue<Pending>,
     arrivals: Vec<Arrival>,
     capture: Option<Vec<Captured>>,
-    drop_rule: Option<DropRule>,
+    rule: Option<Rule>,
     dropped_by_rule: u64,
+    delayed_by_rule: u64,
     /// FNV-1a over every delivery (time, addresses, length, head bytes).
     trace: u64,
 }
@@ -102,24 +114,31 @@ impl core::fmt::Debug for Wire {
             .field("queued", &self.queue.len())
             .field("capturing", &self.capture.is_some())
             .field("dropped_by_rule", &self.dropped_by_rule)
+            .field("delayed_by_rule", &self.delayed_by_rule)
             .finish_non_exhaustive()
     }
 }
 
 impl Wire {
     fn send(&mut self, now: Instant, elapsed: Duration, from: SocketAddr, to: SocketAddr, data: Vec<u8>) {
-        if let Some(rule) = self.drop_rule.as_mut() {
-            if rule(from, to, &data) {
+        let verdict = self.rule.as_mut().map_or(Verdict::Pass, |rule| rule(from, to, &data));
+        let extra = match verdict {
+            Verdict::Pass => Duration::ZERO,
+            Verdict::Drop => {
                 self.dropped_by_rule += 1;
                 return;
             }
-        }
+            Verdict::Delay(d) => {
+                self.delayed_by_rule += 1;
+                d
+            }
+        };
         if let Some(c) = self.capture.as_mut() {
             c.push(Captured { at: elapsed, from, to, data: data.clone() });
         }
         self.net.transmit(now, from, to, data, &mut self.arrivals);
         for a in self.arrivals.drain(..) {
-            self.queue.push(a.at, Pending::Deliver { from, to, data: a.data, corrupted: a.corrupted });
+            self.queue.push(a.at + extra, Pending::Deliver { from, to, data: a.data, corrupted: a.corrupted });
         }
     }
 }
@@ -169,8 +188,9 @@ impl World {
                 queue: EventQueue::new(),
                 arrivals: Vec::new(),
                 capture: None,
-                drop_rule: None,
+                rule: None,
                 dropped_by_rule: 0,
+                delayed_by_rule: 0,
                 trace: FNV_OFFSET,
             },
             nodes: Vec::new(),
@@ -373,15 +393,26 @@ impl World {
 
     /// Drops every datagram for which `rule(from, to, bytes)` is true before
     /// it enters the network: targeted loss ("the first SYN-ACK").
-    pub fn set_drop_rule(&mut self, rule: impl FnMut(SocketAddr, SocketAddr, &[u8]) -> bool + 'static) {
-        self.wire.drop_rule = Some(Box::new(rule));
+    pub fn set_drop_rule(&mut self, mut rule: impl FnMut(SocketAddr, SocketAddr, &[u8]) -> bool + 'static) {
+        self.set_rule(move |f, t, d| if rule(f, t, d) { Verdict::Drop } else { Verdict::Pass });
     }
 
-    pub fn clear_drop_rule(&mut self) {
-        self.wire.drop_rule = None;
+    /// Lets `rule` decide the fate of every datagram before it enters the
+    /// network: targeted loss or delay. Replaces any earlier rule.
+    pub fn set_rule(&mut self, rule: impl FnMut(SocketAddr, SocketAddr, &[u8]) -> Verdict + 'static) {
+        self.wire.rule = Some(Box::new(rule));
     }
 
-    /// Datagrams the drop rule has dropped.
+    pub fn clear_rule(&mut self) {
+        self.wire.rule = None;
+    }
+
+    /// Datagrams the rule has delayed.
+    pub fn delayed_by_rule(&self) -> u64 {
+        self.wire.delayed_by_rule
+    }
+
+    /// Datagrams the rule has dropped.
     pub fn dropped_by_rule(&self) -> u64 {
         self.wire.dropped_by_rule
     }

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use common::*;
 use manyfold_proto::{CloseReason, EndpointConfig, Event, State};
-use manyfold_sim::{LinkConfig, Transfer, World};
+use manyfold_sim::{LinkConfig, Transfer, Verdict, World};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
@@ -313,4 +313,49 @@ fn forged_cookie_echo_creates_no_connection() {
     w.run_for(Duration::from_secs(1));
     assert_eq!(w.endpoint(server()).connection_count(), 0, "seed {seed}");
     assert_eq!(w.endpoint(server()).stats().cookies_rejected, 1000, "seed {seed}");
+}
+
+#[test]
+#[ignore = "engine bug: client ACKs a duplicate SYN-ACK before its cookie echo is confirmed; the stateless server answers RST and the client closes with PeerReset"]
+fn handshake_survives_a_lost_cookie_echo_and_a_duplicated_syn_ack() {
+    // The duplicate SYN-ACK makes the client acknowledge again while the
+    // server still holds no state for it.
+    let seed = 115;
+    let mut w = pair(seed, LinkConfig::default(), EndpointConfig::default());
+    w.set_link_one_way(server(), client(), LinkConfig::default().duplicate(1.0));
+    w.set_drop_rule(drop_first(1, client(), server(), is_cookie_echo));
+    let t = Transfer::start(&mut w, client(), server(), 20_000, 20_000);
+    let report = t.run(&mut w, Duration::from_secs(60)).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(report.client_close, Some(CloseReason::Graceful), "seed {seed}");
+}
+
+#[test]
+#[ignore = "engine bug: while its cookie echo is unconfirmed the client sends a keep-alive without the cookie; the stateless server answers RST and the client closes with PeerReset"]
+fn handshake_survives_five_lost_cookie_echoes_after_a_lost_syn_ack() {
+    // With the first SYN-ACK lost there is no RTT sample (Karn), so the echo
+    // is resent 1, 2, 4, 8 s apart and the 15 s keep-alive comes before the
+    // sixth echo.
+    let seed = 116;
+    let mut w = pair(seed, LinkConfig::default(), EndpointConfig::default());
+    let mut syn_ack = drop_first(1, server(), client(), is_syn_ack);
+    let mut echoes = drop_first(5, client(), server(), is_cookie_echo);
+    w.set_drop_rule(move |f, t, d| syn_ack(f, t, d) || echoes(f, t, d));
+    let t = Transfer::start(&mut w, client(), server(), 20_000, 20_000);
+    let report = t.run(&mut w, Duration::from_secs(300)).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(w.dropped_by_rule(), 6, "seed {seed}");
+    assert_eq!(report.client_close, Some(CloseReason::Graceful), "seed {seed}");
+}
+
+#[test]
+#[ignore = "engine bug: a duplicated SYN gets a second SYN-ACK (new ISN); the client acks it before its echo reaches the server, the stateless server answers RST and the client closes with PeerReset"]
+fn handshake_survives_a_duplicated_syn() {
+    let seed = 117;
+    let mut w = pair(seed, LinkConfig::default(), EndpointConfig::default());
+    // The SYN arrives twice, and the cookie echo is held back 5 ms so
+    // the client's answer to the second SYN-ACK overtakes it.
+    w.set_link_one_way(client(), server(), LinkConfig::default().duplicate(1.0));
+    w.set_rule(|_, _, d| if is_cookie_echo(d) { Verdict::Delay(Duration::from_millis(5)) } else { Verdict::Pass });
+    let t = Transfer::start(&mut w, client(), server(), 20_000, 20_000);
+    let report = t.run(&mut w, Duration::from_secs(60)).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(report.client_close, Some(CloseReason::Graceful), "seed {seed}");
 }

@@ -11,6 +11,7 @@ use common::*;
 use manyfold_proto::{CloseReason, CongestionAlgorithm, EndpointConfig, State};
 use manyfold_sim::{LinkConfig, Sink, Source, Transfer, TransferReport, World};
 use proptest::prelude::*;
+use proptest::test_runner::RngSeed;
 
 const MB: u64 = 1 << 20;
 
@@ -146,11 +147,9 @@ fn asymmetric_loss_on_the_ack_path_only_is_survived() {
     }
 }
 
-/// The figure: 100 MB under 10% loss in a few seconds of CPU.
-/// Ignored by default only because it takes a while without optimizations;
-/// run with `cargo test --release -p manyfold-sim -- --ignored`.
+/// The figure: 100 MB under 10% loss in a few seconds of CPU with
+/// no real sleeping (about 2 s in the test profile on a 2-core machine).
 #[test]
-#[ignore = "slow in the test profile: run with --release -- --ignored"]
 fn hundred_megabytes_under_10pct_loss_in_seconds_of_cpu() {
     let seed = 210;
     for &cc in CONTROLLERS {
@@ -164,7 +163,7 @@ fn hundred_megabytes_under_10pct_loss_in_seconds_of_cpu() {
             w.steps(),
             r.client.retransmissions
         );
-        assert!(cpu < Duration::from_secs(60), "took {cpu:?} (seed {seed})");
+        assert!(cpu < Duration::from_secs(30), "took {cpu:?} of CPU (seed {seed})");
     }
 }
 
@@ -244,7 +243,14 @@ fn reader_that_pauses_for_a_long_time_resumes_the_transfer() {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 12, failure_persistence: None, ..ProptestConfig::default() })]
+    // A fixed RNG seed: the cases are the same on every run, like every
+    // other test here; the failing input (with its world seed) is printed.
+    #![proptest_config(ProptestConfig {
+        cases: 16,
+        failure_persistence: None,
+        rng_seed: RngSeed::Fixed(0x6d61_6e79),
+        ..ProptestConfig::default()
+    })]
 
     /// Any data under any (moderate) loss, reordering and duplication
     /// arrives intact and in order, both ways.

@@ -170,3 +170,18 @@ fn run_for_ends_exactly_at_its_deadline_while_timers_churn() {
     }
     assert!(t.is_none(), "transfer did not finish in 2 s");
 }
+
+#[test]
+fn rule_can_delay_a_datagram_past_later_ones() {
+    let mut w = World::new(10);
+    w.set_capture(true);
+    w.set_rule(|_, _, d| if d[0] == 1 { Verdict::Delay(Duration::from_millis(5)) } else { Verdict::Pass });
+    w.inject(addr(1), addr(2), vec![1]);
+    w.inject(addr(1), addr(2), vec![2]);
+    assert!(w.step());
+    assert_eq!(w.elapsed(), Duration::from_millis(10));
+    assert!(w.step());
+    assert_eq!(w.elapsed(), Duration::from_millis(15));
+    assert_eq!(w.delayed_by_rule(), 1);
+    assert_eq!(w.unroutable(), 2);
+}
