@@ -1,1 +1,43 @@
-//! manyfold: tokio driver and public API.
+//! manyfold: a reliable transport over UDP. This crate is the I/O driver on
+//! tokio around the sans-IO engine in `manyfold-proto`, and the public APIs:
+//! async ([`Endpoint`], [`Connection`]) and blocking ([`blocking`], in the
+//! shape of librusp, paper 04 §2.2).
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! use tokio::io::{AsyncReadExt, AsyncWriteExt};
+//! let server = manyfold::Endpoint::bind("127.0.0.1:4000".parse()?, Default::default()).await?;
+//! server.listen();
+//! let client = manyfold::Endpoint::bind("127.0.0.1:0".parse()?, Default::default()).await?;
+//! let mut conn = client.connect("127.0.0.1:4000".parse()?).await?;
+//! conn.write_all(b"hello").await?;
+//! conn.close().await?; // returns once the peer acknowledged everything
+//! let mut incoming = server.accept().await.expect("endpoint open");
+//! let mut got = Vec::new();
+//! incoming.read_to_end(&mut got).await?;
+//! # Ok(()) }
+//! ```
+//!
+//! Layout: [`config`] (settings, fault model), `driver` (the task that owns
+//! the socket), `shared` (state behind the lock, waker dispatch), `socket`
+//! (quinn-udp batching), `fault` (injection), `trace` (packet log),
+//! `endpoint` / `connection` (async API), [`blocking`].
+
+#![forbid(unsafe_code)]
+
+pub mod blocking;
+pub mod config;
+mod connection;
+mod driver;
+mod endpoint;
+mod error;
+mod fault;
+mod shared;
+mod socket;
+mod trace;
+
+pub use config::{Config, DriverStats, FaultConfig, FaultStats};
+pub use connection::{Connection, RecvHalf, SendHalf};
+pub use endpoint::{Endpoint, DEFAULT_SHUTDOWN_TIMEOUT};
+pub use error::ConnectionError;
+pub use manyfold_proto::{CloseReason, ConnStats, EndpointConfig, EndpointStats};

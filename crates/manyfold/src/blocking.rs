@@ -1,0 +1,162 @@
+//! A blocking facade in the shape of librusp's API (paper 04 §2.2):
+//! `listen`, `accept`, `connect`, `send`, `receive`, `close`, `local`,
+//! `peer`. Calls block the calling thread on an internal multi-threaded
+//! tokio runtime, shared by every blocking handle, which keeps driving the
+//! connections between calls.
+//!
+//! Do not call these from inside a tokio runtime (tokio refuses to block
+//! a runtime thread); use the async API there.
+
+use std::io::{self, Read, Write};
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::sync::OnceLock;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::runtime::Runtime;
+
+use crate::{Config, Connection, Endpoint};
+
+/// The runtime behind every blocking handle.
+fn runtime() -> &'static Runtime {
+    static RUNTIME: OnceLock<Runtime> = OnceLock::new();
+    RUNTIME.get_or_init(|| {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("manyfold-blocking")
+            .enable_all()
+            .build()
+            .expect("cannot start manyfold's internal tokio runtime")
+    })
+}
+
+fn resolve(addr: impl ToSocketAddrs) -> io::Result<Vec<SocketAddr>> {
+    let addrs: Vec<SocketAddr> = addr.to_socket_addrs()?.collect();
+    if addrs.is_empty() {
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, "address resolved to nothing"));
+    }
+    Ok(addrs)
+}
+
+/// A listening endpoint (librusp's `ruspListen` connection).
+#[derive(Debug)]
+pub struct Listener {
+    endpoint: Endpoint,
+}
+
+impl Listener {
+    /// Binds `addr` and starts accepting connections.
+    pub fn listen(addr: impl ToSocketAddrs) -> io::Result<Listener> {
+        Listener::listen_with(addr, Config::default())
+    }
+
+    /// [`Listener::listen`] with a chosen configuration.
+    pub fn listen_with(addr: impl ToSocketAddrs, config: Config) -> io::Result<Listener> {
+        let addr = resolve(addr)?[0];
+        let endpoint = runtime().block_on(Endpoint::bind(addr, config))?;
+        endpoint.listen();
+        Ok(Listener { endpoint })
+    }
+
+    /// Blocks until a peer completes the handshake.
+    pub fn accept(&self) -> io::Result<Stream> {
+        match runtime().block_on(self.endpoint.accept()) {
+            Some(conn) => Ok(Stream { conn, _endpoint: self.endpoint.clone() }),
+            None => Err(io::Error::new(io::ErrorKind::NotConnected, "the listener is closed")),
+        }
+    }
+
+    /// The address the listener is bound to.
+    pub fn local(&self) -> io::Result<SocketAddr> {
+        self.endpoint.local_addr()
+    }
+
+    /// The async endpoint underneath.
+    pub fn endpoint(&self) -> &Endpoint {
+        &self.endpoint
+    }
+}
+
+/// A connection driven by the internal runtime (librusp's connection id).
+/// Implements `std::io::Read` and `Write`. Dropping it closes gracefully in
+/// the background; [`Stream::close`] waits for the peer's acknowledgement.
+#[derive(Debug)]
+pub struct Stream {
+    conn: Connection,
+    /// Keeps the socket of a connecting stream alive (and counts the
+    /// listener's clients); its driver ends after the connection does.
+    _endpoint: Endpoint,
+}
+
+impl Stream {
+    /// Connects to `addr` from a fresh socket on an ephemeral port.
+    pub fn connect(addr: impl ToSocketAddrs) -> io::Result<Stream> {
+        Stream::connect_with(addr, Config::default())
+    }
+
+    /// [`Stream::connect`] with a chosen configuration (e.g. `connect_timeout`).
+    /// Tries each resolved address in turn.
+    pub fn connect_with(addr: impl ToSocketAddrs, config: Config) -> io::Result<Stream> {
+        let mut last = None;
+        for addr in resolve(addr)? {
+            let local: SocketAddr = if addr.is_ipv4() { ([0, 0, 0, 0], 0).into() } else { ([0u16; 8], 0).into() };
+            let attempt = runtime().block_on(async {
+                let endpoint = Endpoint::bind(local, config.clone()).await?;
+                let conn = endpoint.connect(addr).await?;
+                io::Result::Ok(Stream { conn, _endpoint: endpoint })
+            });
+            match attempt {
+                Ok(s) => return Ok(s),
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(last.unwrap_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "no address to connect to")))
+    }
+
+    /// Sends all of `data`, blocking while the send buffer is full. Returns
+    /// `data.len()`.
+    pub fn send(&mut self, data: &[u8]) -> io::Result<usize> {
+        runtime().block_on(self.conn.write_all(data))?;
+        Ok(data.len())
+    }
+
+    /// Receives into `buf`, blocking until something arrives. Returns 0 at
+    /// the end of the peer's stream.
+    pub fn receive(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        runtime().block_on(self.conn.read(buf))
+    }
+
+    /// Sends FIN and blocks until the peer acknowledged everything.
+    pub fn close(&mut self) -> io::Result<()> {
+        runtime().block_on(self.conn.close()).map_err(io::Error::from)
+    }
+
+    /// Our address.
+    pub fn local(&self) -> io::Result<SocketAddr> {
+        self.conn.local_addr()
+    }
+
+    /// The peer's address.
+    pub fn peer(&self) -> SocketAddr {
+        self.conn.peer_addr()
+    }
+
+    /// The connection's counters.
+    pub fn stats(&self) -> manyfold_proto::ConnStats {
+        self.conn.stats()
+    }
+}
+
+impl Read for Stream {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        self.receive(buf)
+    }
+}
+
+impl Write for Stream {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        runtime().block_on(self.conn.write(buf))
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}

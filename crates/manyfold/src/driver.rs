@@ -1,0 +1,347 @@
+//! The I/O driver: one tokio task per endpoint that owns the socket and
+//! moves datagrams between it and the engine, in the engine's calling
+//! order (manyfold-proto crate docs; spec §2):
+//!
+//! 1. receive batches of datagrams (quinn-udp, GRO buffers split by stride)
+//!    and feed each to `handle_datagram`;
+//! 2. `handle_timeout`, then send what waits: a transmit the socket refused
+//!    earlier, held (fault-injected) datagrams that are due, then
+//!    `poll_transmit` until it has nothing (GSO batches when the kernel has GSO);
+//! 3. `poll_event` until empty, turning events into waker calls;
+//! 4. sleep until the socket is readable (or writable, when a send was
+//!    refused), an application command notifies us, or the next deadline.
+//!
+//! Application commands run on the application's tasks under the same lock
+//! and notify this task. The driver is the only code that reads the clock
+//! for the engine's inputs and outputs. Buffers are allocated once; the hot
+//! path allocates nothing per packet.
+
+use std::io::{self, IoSliceMut};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use manyfold_proto::Transmit;
+use quinn_udp::{RecvMeta, BATCH_SIZE};
+
+use crate::shared::{Inner, Phase, Shared};
+use crate::socket::{canonical, UdpIo};
+use crate::trace::{Direction, PacketTrace};
+
+/// Receive calls per iteration before the driver sends and yields, so that a
+/// flood of input cannot starve output.
+const RECV_ROUNDS: usize = 8;
+/// `poll_transmit` calls per iteration before the driver yields.
+const TRANSMIT_BUDGET: usize = 64;
+
+/// The clock of the driver (tokio's, so that paused-time tests work too).
+pub(crate) fn now() -> Instant {
+    tokio::time::Instant::now().into_std()
+}
+
+/// What one iteration left to do.
+struct Step {
+    /// Next time something is due (engine timer, held datagram, shutdown deadline).
+    deadline: Option<Instant>,
+    /// The socket refused a send: wait for it to become writable.
+    blocked: bool,
+    /// The transmit budget ran out: go round again after yielding.
+    busy: bool,
+}
+
+#[derive(Debug)]
+pub(crate) struct Driver {
+    shared: Arc<Shared>,
+    io: UdpIo,
+    /// `BATCH_SIZE` receive slots of `slot_len` bytes each.
+    recv_buf: Box<[u8]>,
+    slot_len: usize,
+    metas: [RecvMeta; BATCH_SIZE],
+    /// Filled by `poll_transmit`; holds a refused transmit until it is sent.
+    tx_buf: Vec<u8>,
+    tx_pending: Option<Transmit>,
+    max_datagram: usize,
+    trace: PacketTrace,
+}
+
+impl Driver {
+    pub(crate) fn new(shared: Arc<Shared>, io: UdpIo, max_datagram: usize, trace: PacketTrace) -> Self {
+        // A GRO buffer holds at most 64 KiB (one coalesced UDP payload);
+        // without GRO a slot needs one datagram.
+        let slot_len = if io.gro_segments() > 1 { 1 << 16 } else { max_datagram.max(2048) };
+        let tx_capacity = io.max_segments(max_datagram) * max_datagram;
+        Driver {
+            shared,
+            recv_buf: vec![0u8; slot_len * BATCH_SIZE].into_boxed_slice(),
+            slot_len,
+            metas: [RecvMeta::default(); BATCH_SIZE],
+            tx_buf: Vec::with_capacity(tx_capacity),
+            tx_pending: None,
+            max_datagram,
+            trace,
+            io,
+        }
+    }
+
+    pub(crate) async fn run(mut self) {
+        let shared = self.shared.clone();
+        let _stop = StopGuard(shared.clone());
+        let sleep = tokio::time::sleep(Duration::from_secs(3600));
+        tokio::pin!(sleep);
+        loop {
+            let mut more_input = false;
+            for round in 0..RECV_ROUNDS {
+                match self.recv_batch() {
+                    Ok(n) => self.handle_batch(n),
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                    Err(e) => {
+                        shared.lock().driver_stats.recv_errors += 1;
+                        tracing::debug!(error = %e, "UDP receive failed");
+                        break;
+                    }
+                }
+                more_input = round + 1 == RECV_ROUNDS;
+            }
+
+            let step = {
+                let mut inner = shared.lock();
+                match self.step(&mut inner) {
+                    Some(step) => step,
+                    None => break,
+                }
+            };
+            if step.busy || more_input {
+                tokio::task::yield_now().await;
+                continue;
+            }
+            if let Some(d) = step.deadline {
+                sleep.as_mut().reset(tokio::time::Instant::from_std(d));
+            }
+            tokio::select! {
+                _ = shared.notified() => {}
+                _ = self.io.socket.readable() => {}
+                _ = self.io.socket.writable(), if step.blocked => {}
+                _ = &mut sleep, if step.deadline.is_some() => {}
+            }
+        }
+    }
+
+    /// One receive call: up to `BATCH_SIZE` buffers (recvmmsg where available).
+    fn recv_batch(&mut self) -> io::Result<usize> {
+        let mut slots = self.recv_buf.chunks_mut(self.slot_len);
+        let mut bufs: [IoSliceMut<'_>; BATCH_SIZE] =
+            std::array::from_fn(|_| IoSliceMut::new(slots.next().expect("recv_buf holds BATCH_SIZE slots")));
+        self.io.recv(&mut bufs, &mut self.metas)
+    }
+
+    /// Feeds the datagrams of one receive call to the engine.
+    fn handle_batch(&mut self, n: usize) {
+        let mut guard = self.shared.lock();
+        let inner = &mut *guard;
+        let now = now();
+        for (i, meta) in self.metas.iter().enumerate().take(n) {
+            let from = canonical(meta.addr);
+            let start = i * self.slot_len;
+            let Some(buf) = self.recv_buf.get(start..start + meta.len.min(self.slot_len)) else { continue };
+            let stride = if meta.stride == 0 { buf.len().max(1) } else { meta.stride };
+            if buf.len() > stride {
+                inner.driver_stats.gro_receives += 1;
+            }
+            for datagram in buf.chunks(stride) {
+                inner.driver_stats.datagrams_received += 1;
+                if let Some(f) = inner.faults.as_mut() {
+                    if !f.keep_received() {
+                        self.trace.log(now, Direction::DropRecv, from, datagram);
+                        continue;
+                    }
+                }
+                self.trace.log(now, Direction::Recv, from, datagram);
+                inner.engine.handle_datagram(now, from, datagram);
+            }
+        }
+    }
+
+    /// Timers, output and events, under one lock. `None`: the driver is done.
+    fn step(&mut self, inner: &mut Inner) -> Option<Step> {
+        let now = now();
+        inner.engine.handle_timeout(now);
+
+        let mut blocked = false;
+        if let Some(t) = self.tx_pending {
+            blocked = self.send_plain(inner, now, t);
+            if !blocked {
+                self.tx_pending = None;
+            }
+        }
+        if !blocked {
+            blocked = self.flush_held(inner, now);
+        }
+        let mut busy = false;
+        if !blocked {
+            for sent in 0.. {
+                if sent == TRANSMIT_BUDGET {
+                    busy = true;
+                    break;
+                }
+                let max = self.io.max_segments(self.max_datagram);
+                let Some(t) = inner.engine.poll_transmit(now, max, &mut self.tx_buf) else { break };
+                if inner.faults.is_some() {
+                    blocked = self.send_faulty(inner, now, t);
+                } else {
+                    blocked = self.send_plain(inner, now, t);
+                    if blocked {
+                        self.tx_pending = Some(t);
+                    }
+                }
+                if blocked {
+                    break;
+                }
+            }
+        }
+        while let Some((h, ev)) = inner.engine.poll_event() {
+            inner.dispatch(h, ev);
+        }
+
+        let mut deadline = inner.engine.poll_timeout();
+        match inner.phase {
+            Phase::ShuttingDown { deadline: limit } => {
+                if inner.all_closed() || now >= limit {
+                    inner.abort_all(now);
+                    // Best effort: let the RSTs and last acks out before the socket closes.
+                    while let Some(t) = inner.engine.poll_transmit(now, 1, &mut self.tx_buf) {
+                        let _ = self.io.send(t.destination, &self.tx_buf[..t.size], None);
+                    }
+                    return None;
+                }
+                deadline = min_deadline(deadline, Some(limit));
+            }
+            Phase::Stopped => return None,
+            Phase::Running => {}
+        }
+        if inner.endpoint_refs == 0 && inner.conns.is_empty() && inner.engine.connection_count() == 0 {
+            return None;
+        }
+        if let Some(f) = inner.faults.as_ref() {
+            deadline = min_deadline(deadline, f.next_release());
+        }
+        Some(Step { deadline, blocked, busy })
+    }
+
+    /// Sends the transmit in `tx_buf` as is. Returns true if the socket
+    /// refused it for now (the caller keeps it and waits for writability).
+    fn send_plain(&mut self, inner: &mut Inner, now: Instant, t: Transmit) -> bool {
+        let contents = &self.tx_buf[..t.size];
+        let segment = t.segment_size.unwrap_or(t.size).max(1);
+        match self.io.send(t.destination, contents, t.segment_size) {
+            Ok(()) => {
+                let stats = &mut inner.driver_stats;
+                let count = t.size.div_ceil(segment) as u64;
+                stats.datagrams_sent += count;
+                if count > 1 {
+                    stats.gso_sends += 1;
+                }
+                for datagram in contents.chunks(segment) {
+                    self.trace.log(now, Direction::Send, t.destination, datagram);
+                }
+                false
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                inner.driver_stats.send_would_block += 1;
+                true
+            }
+            Err(e) if t.segment_size.is_some() && self.io.gso_disabled() => {
+                // The kernel or NIC refused segmentation offload; quinn-udp
+                // has switched it off. Resend this batch one datagram at a time.
+                tracing::debug!(error = %e, "GSO send failed; falling back to one datagram per send");
+                for datagram in contents.chunks(segment) {
+                    match self.io.send(t.destination, datagram, None) {
+                        Ok(()) => {
+                            inner.driver_stats.datagrams_sent += 1;
+                            self.trace.log(now, Direction::Send, t.destination, datagram);
+                        }
+                        // Lost like any datagram; recovery retransmits it.
+                        Err(_) => inner.driver_stats.send_errors += 1,
+                    }
+                }
+                false
+            }
+            Err(e) => {
+                inner.driver_stats.send_errors += 1;
+                tracing::debug!(error = %e, destination = %t.destination, "UDP send failed");
+                false
+            }
+        }
+    }
+
+    /// Sends the transmit in `tx_buf` through fault injection, datagram by
+    /// datagram. Whatever the socket refuses waits in the delay queue.
+    fn send_faulty(&mut self, inner: &mut Inner, now: Instant, t: Transmit) -> bool {
+        let Inner { faults, driver_stats, .. } = inner;
+        let Some(faults) = faults.as_mut() else { return false };
+        let segment = t.segment_size.unwrap_or(t.size).max(1);
+        let mut blocked = false;
+        for datagram in self.tx_buf[..t.size].chunks(segment) {
+            let fate = faults.on_send(now, t.destination, datagram);
+            if fate.dropped {
+                self.trace.log(now, Direction::DropSend, t.destination, datagram);
+            }
+            for _ in 0..fate.now {
+                // Queue behind datagrams already waiting, to keep their order.
+                if blocked || faults.has_queued_due(now) {
+                    faults.hold(now, t.destination, datagram);
+                    continue;
+                }
+                match self.io.send(t.destination, datagram, None) {
+                    Ok(()) => {
+                        driver_stats.datagrams_sent += 1;
+                        self.trace.log(now, Direction::Send, t.destination, datagram);
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                        driver_stats.send_would_block += 1;
+                        blocked = true;
+                        faults.hold(now, t.destination, datagram);
+                    }
+                    Err(_) => driver_stats.send_errors += 1,
+                }
+            }
+        }
+        blocked
+    }
+
+    /// Sends held datagrams that are due. Returns true if the socket refused one.
+    fn flush_held(&mut self, inner: &mut Inner, now: Instant) -> bool {
+        let Inner { faults, driver_stats, .. } = inner;
+        let Some(faults) = faults.as_mut() else { return false };
+        while let Some((destination, datagram)) = faults.peek_due(now) {
+            match self.io.send(destination, datagram, None) {
+                Ok(()) => {
+                    driver_stats.datagrams_sent += 1;
+                    self.trace.log(now, Direction::Send, destination, datagram);
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    driver_stats.send_would_block += 1;
+                    return true;
+                }
+                Err(_) => driver_stats.send_errors += 1,
+            }
+            faults.pop();
+        }
+        false
+    }
+}
+
+fn min_deadline(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
+/// Marks the endpoint stopped however the driver task ends (return, panic
+/// in the engine, runtime shutdown), so that no handle waits forever.
+struct StopGuard(Arc<Shared>);
+
+impl Drop for StopGuard {
+    fn drop(&mut self) {
+        self.0.lock().stopped();
+    }
+}

@@ -1,0 +1,187 @@
+//! The public endpoint: one UDP socket, its driver task, and the
+//! connections behind it (spec §2, §6).
+
+use std::future::poll_fn;
+use std::io;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::task::Poll;
+use std::time::Duration;
+
+use manyfold_proto::EndpointStats;
+
+use crate::config::{Config, DriverStats, FaultStats};
+use crate::connection::{ConnRef, Connection};
+use crate::driver::{now, Driver};
+use crate::error::ConnectionError;
+use crate::fault::Faults;
+use crate::shared::{ConnState, Inner, Phase, Shared};
+use crate::socket::{self, UdpIo};
+use crate::trace::PacketTrace;
+
+/// How long [`Endpoint::shutdown`] waits for connections to close.
+pub const DEFAULT_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// A bound UDP socket driving any number of connections. Cloning is cheap
+/// (an `Arc`); the endpoint stops accepting when the last clone is dropped,
+/// and its driver ends once every connection is closed and released.
+#[derive(Debug)]
+pub struct Endpoint {
+    shared: Arc<Shared>,
+}
+
+impl Endpoint {
+    /// Binds a UDP socket to `addr` and starts its driver on the current
+    /// tokio runtime. Binding errors keep their kind (e.g. `AddrInUse`).
+    pub async fn bind(addr: SocketAddr, config: Config) -> io::Result<Endpoint> {
+        let Config { endpoint: mut engine_config, faults, trace } = config;
+        if engine_config.seed == 0 {
+            engine_config.seed = os_seed()?;
+        }
+        let max_datagram = usize::from(engine_config.connection.max_datagram).max(1);
+        let io = UdpIo::new(socket::bind(addr)?)?;
+        let local_addr = io.socket.local_addr()?;
+        let start = now();
+        let engine = manyfold_proto::Endpoint::new(engine_config, start);
+        let faults = faults.is_active().then(|| Faults::new(faults));
+        let shared = Arc::new(Shared::new(Inner::new(engine, faults), local_addr));
+        let driver = Driver::new(shared.clone(), io, max_datagram, PacketTrace::new(trace, start));
+        tokio::spawn(driver.run());
+        Ok(Endpoint { shared })
+    }
+
+    /// Starts accepting connections (the LISTEN state, spec §4.1).
+    pub fn listen(&self) {
+        let mut inner = self.shared.lock();
+        if inner.is_running() {
+            inner.engine.set_listening(true);
+        }
+    }
+
+    /// Opens a connection to `addr` and waits for the handshake. Fails with
+    /// [`ConnectionError::Closed`] if the peer refuses or does not answer
+    /// within `connect_timeout`.
+    pub async fn connect(&self, addr: SocketAddr) -> Result<Connection, ConnectionError> {
+        let handle = {
+            let mut inner = self.shared.lock();
+            if !inner.is_running() {
+                return Err(ConnectionError::EndpointClosed);
+            }
+            let h = inner.engine.connect(now(), addr)?;
+            inner.conns.insert(h, ConnState::default());
+            h
+        };
+        self.shared.wake_driver();
+        // Built before waiting so that a cancelled connect releases (and aborts) it.
+        let conn = ConnRef::new(self.shared.clone(), handle, addr);
+        poll_fn(|cx| conn.poll_connected(cx)).await?;
+        Ok(Connection::new(conn))
+    }
+
+    /// Waits for the next incoming connection. `None` once the endpoint is
+    /// shut down (or its driver stopped).
+    pub async fn accept(&self) -> Option<Connection> {
+        poll_fn(|cx| {
+            let mut inner = self.shared.lock();
+            if !inner.is_running() {
+                return Poll::Ready(None);
+            }
+            if let Some(h) = inner.engine.accept() {
+                inner.conns.entry(h).or_insert_with(|| ConnState { connected: true, ..ConnState::default() });
+                let peer = inner.engine.remote_addr(h).unwrap_or(self.shared.local_addr);
+                return Poll::Ready(Some((h, peer)));
+            }
+            if !inner.accept_waiters.iter().any(|w| w.will_wake(cx.waker())) {
+                inner.accept_waiters.push(cx.waker().clone());
+            }
+            Poll::Pending
+        })
+        .await
+        .map(|(h, peer)| Connection::new(ConnRef::new(self.shared.clone(), h, peer)))
+    }
+
+    /// The address the socket is bound to (with the port the OS chose).
+    pub fn local_addr(&self) -> io::Result<SocketAddr> {
+        Ok(self.shared.local_addr)
+    }
+
+    /// The engine's endpoint-wide counters.
+    pub fn stats(&self) -> EndpointStats {
+        *self.shared.lock().engine.stats()
+    }
+
+    /// What fault injection did so far (all zero without faults).
+    pub fn fault_stats(&self) -> FaultStats {
+        self.shared.lock().faults.as_ref().map(|f| f.stats).unwrap_or_default()
+    }
+
+    /// The driver's own counters (datagrams, GSO/GRO batches, socket errors).
+    pub fn driver_stats(&self) -> DriverStats {
+        self.shared.lock().driver_stats
+    }
+
+    /// Connections the engine holds, in any state.
+    pub fn connection_count(&self) -> usize {
+        self.shared.lock().engine.connection_count()
+    }
+
+    /// Stops accepting, closes every connection gracefully, waits until they
+    /// are closed (at most [`DEFAULT_SHUTDOWN_TIMEOUT`], then the rest are
+    /// aborted) and stops the driver. Later calls fail with `EndpointClosed`.
+    pub async fn shutdown(&self) {
+        self.shutdown_within(DEFAULT_SHUTDOWN_TIMEOUT).await;
+    }
+
+    /// [`Endpoint::shutdown`] with a chosen bound.
+    pub async fn shutdown_within(&self, limit: Duration) {
+        {
+            let mut inner = self.shared.lock();
+            let t = now();
+            inner.begin_shutdown(t, t + limit);
+        }
+        self.shared.wake_driver();
+        poll_fn(|cx| {
+            let mut inner = self.shared.lock();
+            if inner.phase == Phase::Stopped {
+                return Poll::Ready(());
+            }
+            if !inner.stop_waiters.iter().any(|w| w.will_wake(cx.waker())) {
+                inner.stop_waiters.push(cx.waker().clone());
+            }
+            Poll::Pending
+        })
+        .await;
+    }
+}
+
+impl Clone for Endpoint {
+    fn clone(&self) -> Self {
+        self.shared.lock().endpoint_refs += 1;
+        Endpoint { shared: self.shared.clone() }
+    }
+}
+
+impl Drop for Endpoint {
+    fn drop(&mut self) {
+        {
+            let mut inner = self.shared.lock();
+            inner.endpoint_refs -= 1;
+            if inner.endpoint_refs == 0 {
+                // Nobody can accept any more: refuse new peers, drop the queue.
+                inner.engine.set_listening(false);
+                inner.abort_unaccepted(now());
+                for w in inner.accept_waiters.drain(..) {
+                    w.wake();
+                }
+            }
+        }
+        self.shared.wake_driver();
+    }
+}
+
+/// A seed for the engine's RNG and secrets from the OS.
+fn os_seed() -> io::Result<u64> {
+    let mut b = [0u8; 8];
+    getrandom::getrandom(&mut b).map_err(|e| io::Error::other(format!("cannot seed from the OS: {e}")))?;
+    Ok(u64::from_le_bytes(b).max(1))
+}

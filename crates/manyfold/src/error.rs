@@ -1,0 +1,91 @@
+//! Errors of the public API and their mapping to `std::io::ErrorKind`
+//! (STYLE.md 7: one `thiserror` enum, `#[non_exhaustive]`).
+
+use std::io;
+
+use manyfold_proto::{CloseReason, ConnectError};
+
+/// Why a connection operation failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConnectionError {
+    /// The connection ended (or never started) for this reason.
+    #[error("{0}")]
+    Closed(CloseReason),
+    /// The connection ended before everything we sent was acknowledged.
+    #[error("{bytes} bytes were never acknowledged: {reason}")]
+    Unacked { bytes: u64, reason: CloseReason },
+    /// The socket failed.
+    #[error("I/O error: {0}")]
+    Io(#[from] io::Error),
+    /// The endpoint was shut down, or its driver stopped.
+    #[error("the endpoint is closed")]
+    EndpointClosed,
+    /// The engine refused to start the connection.
+    #[error(transparent)]
+    Connect(#[from] ConnectError),
+    /// Data was written after the sending side was closed.
+    #[error("the sending side was already closed")]
+    Finished,
+}
+
+/// The `io::ErrorKind` that best describes a close reason.
+pub(crate) fn reason_kind(reason: CloseReason) -> io::ErrorKind {
+    match reason {
+        CloseReason::Graceful => io::ErrorKind::BrokenPipe,
+        CloseReason::Refused => io::ErrorKind::ConnectionRefused,
+        CloseReason::ConnectTimeout | CloseReason::IdleTimeout | CloseReason::RetransmitTimeout => {
+            io::ErrorKind::TimedOut
+        }
+        CloseReason::PeerReset(_) | CloseReason::ProtocolViolation => io::ErrorKind::ConnectionReset,
+        CloseReason::Aborted(_) => io::ErrorKind::ConnectionAborted,
+    }
+}
+
+impl ConnectionError {
+    /// The `io::ErrorKind` this error maps to.
+    pub fn kind(&self) -> io::ErrorKind {
+        match self {
+            ConnectionError::Closed(r) | ConnectionError::Unacked { reason: r, .. } => reason_kind(*r),
+            ConnectionError::Io(e) => e.kind(),
+            ConnectionError::EndpointClosed => io::ErrorKind::NotConnected,
+            ConnectionError::Connect(ConnectError::InvalidAddress(_)) => io::ErrorKind::InvalidInput,
+            ConnectionError::Connect(_) => io::ErrorKind::Other,
+            ConnectionError::Finished => io::ErrorKind::BrokenPipe,
+        }
+    }
+
+    /// Why the connection closed, if that is what this error says.
+    pub fn close_reason(&self) -> Option<CloseReason> {
+        match self {
+            ConnectionError::Closed(r) | ConnectionError::Unacked { reason: r, .. } => Some(*r),
+            _ => None,
+        }
+    }
+}
+
+impl From<ConnectionError> for io::Error {
+    fn from(e: ConnectionError) -> io::Error {
+        match e {
+            ConnectionError::Io(e) => e,
+            other => io::Error::new(other.kind(), other),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn close_reasons_map_to_io_kinds() {
+        let refused: io::Error = ConnectionError::Closed(CloseReason::Refused).into();
+        assert_eq!(refused.kind(), io::ErrorKind::ConnectionRefused);
+        let timeout: io::Error = ConnectionError::Closed(CloseReason::ConnectTimeout).into();
+        assert_eq!(timeout.kind(), io::ErrorKind::TimedOut);
+        assert_eq!(timeout.to_string(), "peer did not answer the handshake");
+        let reset: io::Error = ConnectionError::Unacked { bytes: 7, reason: CloseReason::PeerReset(None) }.into();
+        assert_eq!(reset.kind(), io::ErrorKind::ConnectionReset);
+        assert_eq!(reset.to_string(), "7 bytes were never acknowledged: reset by peer");
+    }
+}

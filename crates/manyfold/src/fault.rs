@@ -1,0 +1,240 @@
+//! Fault injection in the driver (RUSP's `drop` attribute, paper 04 §2.2;
+//! modelled on s2n-quic's seeded network model and smoltcp's
+//! fault-injecting device).
+//!
+//! Every decision comes from one seeded RNG, so a seed and the same traffic
+//! give the same faults. Held datagrams (delay, jitter, reordering, and
+//! datagrams the socket could not take yet) wait in a bounded queue ordered
+//! by release time; their buffers are recycled, so a steady state allocates
+//! nothing.
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+use crate::config::{FaultConfig, FaultStats};
+
+/// A datagram waiting in the delay queue.
+#[derive(Debug)]
+struct Held {
+    at: Instant,
+    /// Tie-breaker keeping FIFO order among datagrams due at the same time.
+    order: u64,
+    destination: SocketAddr,
+    data: Vec<u8>,
+}
+
+impl PartialEq for Held {
+    fn eq(&self, other: &Self) -> bool {
+        (self.at, self.order) == (other.at, other.order)
+    }
+}
+impl Eq for Held {}
+impl PartialOrd for Held {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for Held {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        (self.at, self.order).cmp(&(other.at, other.order))
+    }
+}
+
+/// The fault injector of one endpoint.
+#[derive(Debug)]
+pub(crate) struct Faults {
+    config: FaultConfig,
+    rng: ChaCha8Rng,
+    queue: BinaryHeap<Reverse<Held>>,
+    pool: Vec<Vec<u8>>,
+    next_order: u64,
+    pub(crate) stats: FaultStats,
+}
+
+/// What to do with one datagram we are about to send.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct SendFate {
+    /// The datagram was dropped.
+    pub dropped: bool,
+    /// Copies to send right now (0, 1 or 2); the rest, if any, were queued.
+    pub now: u8,
+}
+
+impl Faults {
+    pub(crate) fn new(config: FaultConfig) -> Self {
+        Faults {
+            rng: ChaCha8Rng::seed_from_u64(config.seed),
+            config,
+            queue: BinaryHeap::new(),
+            pool: Vec::new(),
+            next_order: 0,
+            stats: FaultStats::default(),
+        }
+    }
+
+    fn chance(&mut self, p: f64) -> bool {
+        p > 0.0 && self.rng.gen::<f64>() < p
+    }
+
+    /// Decides the fate of a received datagram: `false` drops it.
+    pub(crate) fn keep_received(&mut self) -> bool {
+        let p = self.config.effective_recv_loss();
+        if self.chance(p) {
+            self.stats.recv_dropped += 1;
+            return false;
+        }
+        true
+    }
+
+    /// Decides the fate of a datagram we send. Copies that must wait are
+    /// copied into the delay queue; the caller sends `now` copies itself.
+    pub(crate) fn on_send(&mut self, now: Instant, destination: SocketAddr, datagram: &[u8]) -> SendFate {
+        let p = self.config.effective_send_loss();
+        if self.chance(p) {
+            self.stats.send_dropped += 1;
+            return SendFate { dropped: true, now: 0 };
+        }
+        let dup = self.config.duplicate;
+        let copies = if self.chance(dup) {
+            self.stats.duplicated += 1;
+            2
+        } else {
+            1
+        };
+        let mut immediate = 0;
+        for _ in 0..copies {
+            let mut delay = self.config.delay;
+            if !self.config.jitter.is_zero() {
+                let j = self.rng.gen_range(0..self.config.jitter.as_nanos().max(1) as u64);
+                delay += Duration::from_nanos(j);
+            }
+            let reorder = self.config.reorder;
+            if self.chance(reorder) {
+                self.stats.reordered += 1;
+                delay += self.config.reorder_delay;
+            }
+            if delay.is_zero() {
+                immediate += 1;
+            } else {
+                self.stats.delayed += 1;
+                self.hold(now + delay, destination, datagram);
+            }
+        }
+        SendFate { dropped: false, now: immediate }
+    }
+
+    /// Queues a copy of `datagram` for release at `at` (also used for
+    /// datagrams the socket could not take yet). Drops it when the queue is full.
+    pub(crate) fn hold(&mut self, at: Instant, destination: SocketAddr, datagram: &[u8]) {
+        if self.queue.len() >= self.config.queue_limit.max(1) {
+            self.stats.queue_overflow += 1;
+            return;
+        }
+        let mut data = self.pool.pop().unwrap_or_default();
+        data.clear();
+        data.extend_from_slice(datagram);
+        let order = self.next_order;
+        self.next_order += 1;
+        self.queue.push(Reverse(Held { at, order, destination, data }));
+    }
+
+    /// When the next held datagram is due.
+    pub(crate) fn next_release(&self) -> Option<Instant> {
+        self.queue.peek().map(|Reverse(h)| h.at)
+    }
+
+    /// The next held datagram due at `now`, if any; it stays queued until
+    /// [`Faults::pop`] (so a send that would block can leave it there).
+    pub(crate) fn peek_due(&self, now: Instant) -> Option<(SocketAddr, &[u8])> {
+        let Reverse(h) = self.queue.peek()?;
+        (h.at <= now).then_some((h.destination, h.data.as_slice()))
+    }
+
+    /// Removes the datagram [`Faults::peek_due`] returned, recycling its buffer.
+    pub(crate) fn pop(&mut self) {
+        if let Some(Reverse(h)) = self.queue.pop() {
+            self.pool.push(h.data);
+        }
+    }
+
+    /// Whether datagrams are queued (new ones must queue behind them to keep order).
+    pub(crate) fn has_queued_due(&self, now: Instant) -> bool {
+        self.peek_due(now).is_some()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn addr() -> SocketAddr {
+        "127.0.0.1:9".parse().expect("literal address")
+    }
+
+    #[test]
+    fn no_faults_sends_everything_now() {
+        let mut f = Faults::new(FaultConfig::default());
+        let now = Instant::now();
+        for _ in 0..1000 {
+            assert_eq!(f.on_send(now, addr(), b"x"), SendFate { dropped: false, now: 1 });
+            assert!(f.keep_received());
+        }
+        assert_eq!(f.stats, FaultStats::default());
+    }
+
+    #[test]
+    fn loss_rate_is_close_to_configured_and_seeded() {
+        let cfg = FaultConfig { loss: 0.1, seed: 7, ..FaultConfig::default() };
+        let run = || {
+            let mut f = Faults::new(cfg.clone());
+            let now = Instant::now();
+            (0..10_000).filter(|_| f.on_send(now, addr(), b"x").dropped).count()
+        };
+        let dropped = run();
+        assert!((800..1200).contains(&dropped), "dropped {dropped}");
+        assert_eq!(dropped, run(), "same seed, same faults");
+    }
+
+    #[test]
+    fn delayed_datagrams_release_in_time_order() {
+        let cfg = FaultConfig {
+            delay: Duration::from_millis(10),
+            jitter: Duration::from_millis(5),
+            ..FaultConfig::default()
+        };
+        let mut f = Faults::new(cfg);
+        let now = Instant::now();
+        for i in 0..100u8 {
+            assert_eq!(f.on_send(now, addr(), &[i]).now, 0);
+        }
+        assert!(f.peek_due(now).is_none());
+        let later = now + Duration::from_millis(15);
+        let mut n = 0;
+        let mut last = now;
+        while let Some(at) = f.next_release() {
+            assert!(at >= last);
+            last = at;
+            assert!(f.peek_due(later).is_some());
+            f.pop();
+            n += 1;
+        }
+        assert_eq!(n, 100);
+        assert_eq!(f.stats.delayed, 100);
+    }
+
+    #[test]
+    fn queue_is_bounded() {
+        let cfg = FaultConfig { delay: Duration::from_secs(1), queue_limit: 10, ..FaultConfig::default() };
+        let mut f = Faults::new(cfg);
+        let now = Instant::now();
+        for _ in 0..20 {
+            f.on_send(now, addr(), b"x");
+        }
+        assert_eq!(f.stats.queue_overflow, 10);
+    }
+}

@@ -1,0 +1,257 @@
+//! State shared between the driver task and the application's handles: the
+//! engine, the wakers of each connection, the accept waiters, and the
+//! endpoint's lifecycle. One `std::sync::Mutex` guards it; nobody holds it
+//! across an `.await`.
+//!
+//! Engine events (manyfold-proto's `Event`) become waker calls here:
+//! Connected wakes `connect`, Readable the reader, Writable the writer,
+//! SendAcked the closer, Closed everyone, Incoming the accept waiters.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::task::{Context, Waker};
+use std::time::Instant;
+
+use manyfold_proto::wire::ErrorCode;
+use manyfold_proto::{CloseReason, ConnHandle, Event, State};
+use tokio::sync::Notify;
+
+use crate::config::DriverStats;
+use crate::fault::Faults;
+
+/// What the driver task and every handle share.
+#[derive(Debug)]
+pub(crate) struct Shared {
+    inner: Mutex<Inner>,
+    /// Wakes the driver task after an application command.
+    notify: Notify,
+    pub(crate) local_addr: SocketAddr,
+}
+
+impl Shared {
+    pub(crate) fn new(inner: Inner, local_addr: SocketAddr) -> Self {
+        Shared { inner: Mutex::new(inner), notify: Notify::new(), local_addr }
+    }
+
+    /// Locks the state. A panic elsewhere (an engine bug) poisons the mutex;
+    /// we keep going so that handles can still observe that the driver stopped.
+    pub(crate) fn lock(&self) -> MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Tells the driver there may be something to send.
+    pub(crate) fn wake_driver(&self) {
+        self.notify.notify_one();
+    }
+
+    pub(crate) fn notified(&self) -> tokio::sync::futures::Notified<'_> {
+        self.notify.notified()
+    }
+}
+
+/// Lifecycle of a driven endpoint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Phase {
+    Running,
+    /// `shutdown` was called: connections are closing; the driver stops when
+    /// they are done or at the deadline.
+    ShuttingDown {
+        deadline: Instant,
+    },
+    /// The driver task has ended; nothing moves any more.
+    Stopped,
+}
+
+/// The application-side state of one connection.
+#[derive(Debug, Default)]
+pub(crate) struct ConnState {
+    /// The handshake completed (Connected event, or accepted).
+    pub(crate) connected: bool,
+    /// Set by the Closed event.
+    pub(crate) closed: Option<CloseReason>,
+    /// `close` was called on the engine (by the app or on release).
+    pub(crate) close_requested: bool,
+    /// The application dropped its last handle.
+    pub(crate) released: bool,
+    pub(crate) read: Option<Waker>,
+    pub(crate) write: Option<Waker>,
+    pub(crate) connect: Option<Waker>,
+    pub(crate) close: Option<Waker>,
+}
+
+impl ConnState {
+    fn wake_all(&mut self) {
+        for w in [self.read.take(), self.write.take(), self.connect.take(), self.close.take()].into_iter().flatten() {
+            w.wake();
+        }
+    }
+}
+
+/// Stores the task's waker in `slot` unless an equivalent one is there.
+pub(crate) fn register(slot: &mut Option<Waker>, cx: &Context<'_>) {
+    match slot {
+        Some(w) if w.will_wake(cx.waker()) => {}
+        _ => *slot = Some(cx.waker().clone()),
+    }
+}
+
+fn wake(slot: &mut Option<Waker>) {
+    if let Some(w) = slot.take() {
+        w.wake();
+    }
+}
+
+/// Everything behind the mutex.
+#[derive(Debug)]
+pub(crate) struct Inner {
+    pub(crate) engine: manyfold_proto::Endpoint,
+    /// Connections the application holds or has not finished with. An entry
+    /// goes when the connection is both released and closed.
+    pub(crate) conns: HashMap<ConnHandle, ConnState>,
+    pub(crate) accept_waiters: Vec<Waker>,
+    /// Live `Endpoint` handles; at 0 the endpoint stops accepting, and the
+    /// driver ends once its connections are gone.
+    pub(crate) endpoint_refs: usize,
+    pub(crate) phase: Phase,
+    /// Tasks waiting in `shutdown` for the driver to stop.
+    pub(crate) stop_waiters: Vec<Waker>,
+    pub(crate) faults: Option<Faults>,
+    pub(crate) driver_stats: DriverStats,
+}
+
+impl Inner {
+    pub(crate) fn new(engine: manyfold_proto::Endpoint, faults: Option<Faults>) -> Self {
+        Inner {
+            engine,
+            conns: HashMap::new(),
+            accept_waiters: Vec::new(),
+            endpoint_refs: 1,
+            phase: Phase::Running,
+            stop_waiters: Vec::new(),
+            faults,
+            driver_stats: DriverStats::default(),
+        }
+    }
+
+    pub(crate) fn is_running(&self) -> bool {
+        self.phase == Phase::Running
+    }
+
+    /// Turns one engine event into waker calls.
+    pub(crate) fn dispatch(&mut self, h: ConnHandle, ev: Event) {
+        if ev == Event::Incoming {
+            self.conns.entry(h).or_insert_with(|| ConnState { connected: true, ..ConnState::default() });
+            for w in self.accept_waiters.drain(..) {
+                w.wake();
+            }
+            return;
+        }
+        let Some(c) = self.conns.get_mut(&h) else { return };
+        match ev {
+            Event::Connected => {
+                c.connected = true;
+                wake(&mut c.connect);
+            }
+            Event::Readable => wake(&mut c.read),
+            Event::Writable => wake(&mut c.write),
+            Event::SendAcked => {
+                wake(&mut c.close);
+                wake(&mut c.write);
+            }
+            Event::Closed(reason) => {
+                c.closed = Some(reason);
+                c.wake_all();
+                if c.released {
+                    self.conns.remove(&h);
+                }
+            }
+            Event::Incoming => {}
+        }
+    }
+
+    /// The application dropped its last handle of `h` (spec §2: the driver
+    /// must call `release`). A connection still open closes gracefully in the
+    /// background; one still in the handshake is aborted.
+    pub(crate) fn release(&mut self, h: ConnHandle, now: Instant) {
+        if let Some(c) = self.conns.get_mut(&h) {
+            if c.closed.is_none() && !c.close_requested {
+                if self.engine.state(h) == Some(State::SynSent) {
+                    self.engine.abort(h, now, ErrorCode::APPLICATION);
+                } else {
+                    self.engine.close(h);
+                }
+                c.close_requested = true;
+            }
+            c.released = true;
+            let closed = c.closed.is_some() || matches!(self.engine.state(h), None | Some(State::Closed));
+            if closed {
+                self.conns.remove(&h);
+            }
+        }
+        self.engine.release(h);
+    }
+
+    /// Refuses connections nobody will accept any more: those accepted by
+    /// the engine but never taken by the application are aborted.
+    pub(crate) fn abort_unaccepted(&mut self, now: Instant) {
+        while let Some(h) = self.engine.accept() {
+            self.engine.abort(h, now, ErrorCode::APPLICATION);
+            self.conns.remove(&h);
+            self.engine.release(h);
+        }
+    }
+
+    /// Starts `shutdown`: no new connections, every open one closes gracefully.
+    pub(crate) fn begin_shutdown(&mut self, now: Instant, deadline: Instant) {
+        if self.phase != Phase::Running {
+            return;
+        }
+        self.phase = Phase::ShuttingDown { deadline };
+        self.engine.set_listening(false);
+        self.abort_unaccepted(now);
+        for (&h, c) in self.conns.iter_mut() {
+            if c.closed.is_none() && !c.close_requested {
+                if self.engine.state(h) == Some(State::SynSent) {
+                    self.engine.abort(h, now, ErrorCode::APPLICATION);
+                } else {
+                    self.engine.close(h);
+                }
+                c.close_requested = true;
+            }
+        }
+        for w in self.accept_waiters.drain(..) {
+            w.wake();
+        }
+    }
+
+    /// Whether every connection has finished its part of the close: closed,
+    /// or in TIME-WAIT (which only protects the peer from stray segments).
+    pub(crate) fn all_closed(&self) -> bool {
+        self.conns.keys().all(|&h| matches!(self.engine.state(h), None | Some(State::Closed) | Some(State::TimeWait)))
+    }
+
+    /// Aborts whatever is still open (shutdown deadline reached).
+    pub(crate) fn abort_all(&mut self, now: Instant) {
+        let open: Vec<ConnHandle> = self
+            .conns
+            .keys()
+            .copied()
+            .filter(|&h| !matches!(self.engine.state(h), None | Some(State::Closed) | Some(State::TimeWait)))
+            .collect();
+        for h in open {
+            self.engine.abort(h, now, ErrorCode::APPLICATION);
+        }
+    }
+
+    /// The driver has stopped: wake everyone so they observe it.
+    pub(crate) fn stopped(&mut self) {
+        self.phase = Phase::Stopped;
+        for c in self.conns.values_mut() {
+            c.wake_all();
+        }
+        for w in self.accept_waiters.drain(..).chain(self.stop_waiters.drain(..)) {
+            w.wake();
+        }
+    }
+}

@@ -1,0 +1,72 @@
+//! The librusp-shaped blocking API (paper 04 §2.2): an echo client and server
+//! on threads.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::sync::mpsc;
+use std::thread;
+use std::time::Duration;
+
+use common::*;
+use manyfold::blocking::{Listener, Stream};
+
+/// Runs `f` on a thread and fails if it does not finish in time.
+fn bounded<T: Send + 'static>(limit: Duration, f: impl FnOnce() -> T + Send + 'static) -> T {
+    let (tx, rx) = mpsc::channel();
+    thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    rx.recv_timeout(limit).expect("test timed out")
+}
+
+#[test]
+fn blocking_echo_client_and_server() {
+    bounded(TEST_TIMEOUT, || {
+        let listener = Listener::listen("127.0.0.1:0").expect("listen");
+        let addr = listener.local().unwrap();
+        let server = thread::spawn(move || {
+            let mut s = listener.accept().expect("accept");
+            let mut buf = [0u8; 4096];
+            let mut echoed = 0;
+            loop {
+                let n = s.receive(&mut buf).expect("receive");
+                if n == 0 {
+                    break;
+                }
+                assert_eq!(s.send(&buf[..n]).expect("send"), n);
+                echoed += n;
+            }
+            s.close().expect("server close");
+            echoed
+        });
+
+        let mut c = Stream::connect(addr).expect("connect");
+        assert_eq!(c.peer(), addr);
+        assert!(c.local().unwrap().port() != 0);
+        let msg = payload(9, 100_000);
+        c.send(&msg).expect("send");
+        // std::io traits work too.
+        c.write_all(b"!").unwrap();
+        c.flush().unwrap();
+        let mut back = vec![0u8; msg.len() + 1];
+        c.read_exact(&mut back).unwrap();
+        assert_eq!(&back[..msg.len()], &msg[..]);
+        assert_eq!(back[msg.len()], b'!');
+        c.close().expect("client close");
+        let mut buf = [0u8; 16];
+        assert_eq!(c.receive(&mut buf).unwrap(), 0, "end of stream after the server closed");
+        assert_eq!(server.join().unwrap(), msg.len() + 1);
+    });
+}
+
+#[test]
+fn blocking_connect_to_a_closed_port_fails() {
+    bounded(TEST_TIMEOUT, || {
+        let port = std::net::UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+        let mut cfg = config();
+        cfg.endpoint.connection.connect_timeout = Duration::from_millis(500);
+        let err = Stream::connect_with(port, cfg).expect_err("nothing listens");
+        assert!(matches!(err.kind(), std::io::ErrorKind::TimedOut | std::io::ErrorKind::ConnectionRefused), "{err}");
+    });
+}

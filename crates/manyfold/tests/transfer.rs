@@ -1,0 +1,212 @@
+//! Data transfer over real sockets on 127.0.0.1: echo, bulk in both
+//! directions with a hash check, and the same under injected faults.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use manyfold::{Config, FaultConfig};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::time::timeout;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn echo_round_trip() {
+    timeout(TEST_TIMEOUT, async {
+        let (server, client) = pair(config(), config()).await;
+        let server_addr = server.local_addr().unwrap();
+        let echo = tokio::spawn(async move {
+            let conn = server.accept().await.expect("a connection");
+            let (mut send, mut recv) = conn.split();
+            tokio::io::copy(&mut recv, &mut send).await.expect("echo copy");
+            send.close().await.expect("server close");
+            server
+        });
+
+        let mut conn = client.connect(server_addr).await.expect("connect");
+        assert_eq!(conn.peer_addr(), server_addr);
+        conn.write_all(b"hello, manyfold").await.unwrap();
+        let mut back = [0u8; 15];
+        conn.read_exact(&mut back).await.unwrap();
+        assert_eq!(&back, b"hello, manyfold");
+        conn.close().await.expect("client close");
+        let mut rest = Vec::new();
+        conn.read_to_end(&mut rest).await.unwrap();
+        assert!(rest.is_empty());
+        let stats = conn.stats();
+        assert_eq!(stats.bytes_sent, 15);
+        assert_eq!(stats.bytes_received, 15);
+
+        let server = echo.await.unwrap();
+        server.shutdown().await;
+        client.shutdown().await;
+    })
+    .await
+    .expect("test timed out");
+}
+
+/// Both sides send `len` bytes at once and check what arrives.
+async fn bidirectional(
+    server_config: Config,
+    client_config: Config,
+    len: usize,
+) -> (manyfold::Endpoint, manyfold::Endpoint) {
+    let (server, client) = pair(server_config, client_config).await;
+    let server_addr = server.local_addr().unwrap();
+    let to_client = payload(1, len);
+    let to_server = payload(2, len);
+    let expect_at_client = blake3::hash(&to_client);
+    let expect_at_server = blake3::hash(&to_server);
+
+    let srv = {
+        let server = server.clone();
+        tokio::spawn(async move {
+            let (send, recv) = server.accept().await.expect("a connection").split();
+            let writer = tokio::spawn(async move { pump(send, &to_client).await });
+            let got = drain(recv).await;
+            writer.await.unwrap();
+            got
+        })
+    };
+    let (send, recv) = client.connect(server_addr).await.expect("connect").split();
+    let writer = tokio::spawn(async move { pump(send, &to_server).await });
+    let at_client = drain(recv).await;
+    writer.await.unwrap();
+    let at_server = srv.await.unwrap();
+
+    assert_eq!(at_client.0, len);
+    assert_eq!(at_client.1, expect_at_client);
+    assert_eq!(at_server.0, len);
+    assert_eq!(at_server.1, expect_at_server);
+    (server, client)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ten_megabytes_both_directions() {
+    timeout(TEST_TIMEOUT, async {
+        let (server, client) = bidirectional(config(), config(), 10 << 20).await;
+        let ds = client.driver_stats();
+        assert!(ds.datagrams_sent > 7000, "{ds:?}");
+        assert_eq!(ds.send_errors, 0, "{ds:?}");
+        server.shutdown().await;
+        client.shutdown().await;
+    })
+    .await
+    .expect("test timed out");
+}
+
+fn faulty(seed: u64) -> Config {
+    let mut c = config();
+    c.faults = FaultConfig {
+        seed,
+        loss: 0.05,
+        recv_loss: Some(0.0),
+        duplicate: 0.02,
+        reorder: 0.03,
+        reorder_delay: Duration::from_millis(2),
+        jitter: Duration::from_micros(200),
+        ..FaultConfig::default()
+    };
+    c
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ten_megabytes_both_directions_under_loss_reorder_and_duplication() {
+    timeout(TEST_TIMEOUT * 2, async {
+        let (server, client) = bidirectional(faulty(11), faulty(12), 10 << 20).await;
+        for (name, ep) in [("server", &server), ("client", &client)] {
+            let f = ep.fault_stats();
+            assert!(f.send_dropped > 100, "{name}: {f:?}");
+            assert!(f.duplicated > 10, "{name}: {f:?}");
+            assert!(f.reordered > 10, "{name}: {f:?}");
+            assert_eq!(f.recv_dropped, 0, "{name}: {f:?}");
+        }
+        server.shutdown().await;
+        client.shutdown().await;
+    })
+    .await
+    .expect("test timed out");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn receive_side_loss_is_recovered() {
+    timeout(TEST_TIMEOUT, async {
+        let mut lossy = config();
+        lossy.faults = FaultConfig { seed: 3, recv_loss: Some(0.05), ..FaultConfig::default() };
+        let (server, client) = bidirectional(lossy, config(), 1 << 20).await;
+        assert!(server.fault_stats().recv_dropped > 10, "{:?}", server.fault_stats());
+        server.shutdown().await;
+        client.shutdown().await;
+    })
+    .await
+    .expect("test timed out");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropping_a_connection_closes_it_gracefully() {
+    timeout(TEST_TIMEOUT, async {
+        let (server, client) = pair(config(), config()).await;
+        let data = payload(5, 300_000);
+        let mut conn = client.connect(server.local_addr().unwrap()).await.expect("connect");
+        conn.write_all(&data).await.unwrap();
+        drop(conn); // no close: the driver finishes sending, then sends FIN
+
+        let mut incoming = server.accept().await.expect("a connection");
+        let mut got = Vec::new();
+        incoming.read_to_end(&mut got).await.expect("read to end of stream");
+        assert_eq!(got, data);
+        incoming.close().await.expect("server close");
+        drop(incoming);
+        server.shutdown().await;
+        client.shutdown().await;
+    })
+    .await
+    .expect("test timed out");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_connections_share_one_endpoint() {
+    timeout(TEST_TIMEOUT, async {
+        let (server, client) = pair(config(), config()).await;
+        let server_addr = server.local_addr().unwrap();
+        let srv = tokio::spawn(async move {
+            let mut tasks = Vec::new();
+            for _ in 0..8 {
+                let conn = server.accept().await.expect("a connection");
+                tasks.push(tokio::spawn(async move {
+                    let (mut send, mut recv) = conn.split();
+                    tokio::io::copy(&mut recv, &mut send).await.unwrap();
+                    send.close().await.unwrap();
+                }));
+            }
+            for t in tasks {
+                t.await.unwrap();
+            }
+            server
+        });
+        let mut clients = Vec::new();
+        for i in 0..8u64 {
+            let client = client.clone();
+            clients.push(tokio::spawn(async move {
+                let data = payload(100 + i, 50_000);
+                let (mut send, recv) = client.connect(server_addr).await.expect("connect").split();
+                let d2 = data.clone();
+                let w = tokio::spawn(async move {
+                    send.write_all(&d2).await.unwrap();
+                    send.close().await.unwrap();
+                });
+                let (n, h) = drain(recv).await;
+                w.await.unwrap();
+                assert_eq!((n, h), (data.len(), blake3::hash(&data)));
+            }));
+        }
+        for c in clients {
+            c.await.unwrap();
+        }
+        let server = srv.await.unwrap();
+        server.shutdown().await;
+        client.shutdown().await;
+    })
+    .await
+    .expect("test timed out");
+}
