@@ -1,1 +1,224 @@
-fn main() {}
+//! manyfold-bench: the lab (shared/BENCH.md). Each scenario runs manyfold
+//! and its anchors side by side in one run, alternating A B A B, verifies
+//! every transfer by hash, and prints a Markdown table with the command,
+//! date, machine and medians with their spread.
+
+mod child;
+mod tcp;
+
+use std::net::{SocketAddr, UdpSocket};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use clap::{Parser, Subcommand};
+
+#[derive(Parser, Debug)]
+#[command(name = "manyfold-bench", about = "manyfold's benchmark lab")]
+struct Cli {
+    #[command(subcommand)]
+    command: Scenario,
+}
+
+#[derive(Subcommand, Debug)]
+enum Scenario {
+    /// One file over 127.0.0.1: `manyfold send` to `manyfold recv` against a
+    /// plain kernel-TCP copy (std sockets) of the same file, both writing to
+    /// disk and checking BLAKE3.
+    LoopbackFile {
+        /// File size, e.g. 1GiB, 100MB, 4096.
+        #[arg(long, default_value = "1GiB")]
+        size: String,
+        /// Repetitions of each row (medians are reported).
+        #[arg(long, default_value_t = 3)]
+        reps: usize,
+        /// Emulated loss in percent for the manyfold rows (0 = none).
+        #[arg(long, default_value_t = 0.0)]
+        loss: f64,
+        /// The manyfold binary (default: next to this one).
+        #[arg(long)]
+        manyfold: Option<PathBuf>,
+        /// Per-transfer time limit in seconds.
+        #[arg(long, default_value_t = 600)]
+        timeout: u64,
+    },
+    /// (internal) TCP receiver of the file-copy anchor.
+    #[command(hide = true)]
+    TcpRecv { listen: SocketAddr, out: PathBuf, hash: String },
+    /// (internal) TCP sender of the file-copy anchor.
+    #[command(hide = true)]
+    TcpSend { file: PathBuf, to: SocketAddr },
+}
+
+fn main() -> Result<()> {
+    match Cli::parse().command {
+        Scenario::LoopbackFile { size, reps, loss, manyfold, timeout } => {
+            let bin = match manyfold {
+                Some(p) => p,
+                None => sibling("manyfold")?,
+            };
+            loopback_file(&bin, &size, reps, loss, Duration::from_secs(timeout))
+        }
+        Scenario::TcpRecv { listen, out, hash } => tcp::recv(listen, &out, &hash),
+        Scenario::TcpSend { file, to } => tcp::send(&file, to),
+    }
+}
+
+/// A binary built beside this one (target/<profile>/NAME).
+fn sibling(name: &str) -> Result<PathBuf> {
+    let me = std::env::current_exe()?;
+    let dir = me.parent().context("bench binary has no directory")?;
+    for d in [dir, dir.parent().unwrap_or(dir)] {
+        let p = d.join(name);
+        if p.exists() {
+            return Ok(p);
+        }
+    }
+    bail!("cannot find the `{name}` binary next to {}; build it (cargo build --release -p manyfold-cli) or pass --manyfold", me.display())
+}
+
+/// A free UDP+TCP port on 127.0.0.1 (bind, read, release).
+fn free_addr() -> Result<SocketAddr> {
+    let s = UdpSocket::bind("127.0.0.1:0")?;
+    Ok(s.local_addr()?)
+}
+
+/// Waits until something has bound UDP `addr` (the receiver is up).
+fn wait_udp_bound(addr: SocketAddr) -> Result<()> {
+    for _ in 0..500 {
+        if UdpSocket::bind(addr).is_err() {
+            return Ok(());
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    bail!("receiver never bound {addr}")
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Sample {
+    wall: f64,
+    send_cpu: f64,
+    recv_cpu: f64,
+    send_rss_mib: f64,
+    recv_rss_mib: f64,
+}
+
+fn loopback_file(bin: &Path, size: &str, reps: usize, loss: f64, limit: Duration) -> Result<()> {
+    let work = tempfile::Builder::new().prefix("manyfold-bench-").tempdir()?;
+    let src = work.path().join("sample.bin");
+    let st = Command::new(bin).args(["samplegen", size]).arg(&src).args(["--seed", "1"]).status()?;
+    if !st.success() {
+        bail!("samplegen failed");
+    }
+    let bytes = std::fs::metadata(&src)?.len();
+    let hash = blake3::hash(&std::fs::read(&src)?).to_hex().to_string();
+    let me = std::env::current_exe()?;
+    let mut rows: Vec<(&str, Vec<Sample>)> = vec![("manyfold (NewReno)", vec![]), ("kernel TCP (default cc)", vec![])];
+    for rep in 0..reps {
+        for (i, row) in rows.iter_mut().enumerate() {
+            let out_dir = work.path().join(format!("out-{rep}-{i}"));
+            std::fs::create_dir(&out_dir)?;
+            let addr = free_addr()?;
+            let s = if i == 0 {
+                let mut r = Command::new(bin);
+                r.arg("recv").arg("--listen").arg(addr.to_string()).arg("--dir").arg(&out_dir).arg("--once");
+                r.stdout(std::process::Stdio::null()).stderr(std::process::Stdio::null());
+                let mut sd = Command::new(bin);
+                sd.arg("send").arg(&src).arg("--to").arg(addr.to_string());
+                if loss > 0.0 {
+                    r.arg("--loss").arg(loss.to_string());
+                    sd.arg("--loss").arg(loss.to_string());
+                }
+                sd.stdout(std::process::Stdio::null()).stderr(std::process::Stdio::null());
+                let recv = child::spawn(r, "manyfold recv")?;
+                wait_udp_bound(addr)?;
+                run_pair(recv, sd, "manyfold send", limit)?
+            } else {
+                let mut r = Command::new(&me);
+                r.arg("tcp-recv").arg(addr.to_string()).arg(out_dir.join("sample.bin")).arg(&hash);
+                let mut sd = Command::new(&me);
+                sd.arg("tcp-send").arg(&src).arg(addr.to_string());
+                let recv = child::spawn(r, "tcp recv")?;
+                run_pair(recv, sd, "tcp send", limit)?
+            };
+            let stored = out_dir.join("sample.bin");
+            let got = blake3::hash(&std::fs::read(&stored).with_context(|| format!("reading {}", stored.display()))?);
+            if got.to_hex().as_str() != hash {
+                bail!("{}: stored file hash differs", row.0);
+            }
+            std::fs::remove_dir_all(&out_dir)?;
+            row.1.push(s);
+            eprintln!("rep {} {}: {:.2} s", rep + 1, row.0, s.wall);
+        }
+    }
+    print_table(size, bytes, reps, loss, &rows);
+    Ok(())
+}
+
+fn run_pair(recv: child::Running, sender: Command, what: &str, limit: Duration) -> Result<Sample> {
+    let send = match child::spawn(sender, what) {
+        Ok(s) => s,
+        Err(e) => {
+            recv.kill();
+            return Err(e);
+        }
+    };
+    let su = send.wait(limit)?;
+    let ru = recv.wait(Duration::from_secs(30))?;
+    Ok(Sample {
+        wall: su.wall.as_secs_f64(),
+        send_cpu: su.cpu.as_secs_f64(),
+        recv_cpu: ru.cpu.as_secs_f64(),
+        send_rss_mib: su.max_rss_kib as f64 / 1024.0,
+        recv_rss_mib: ru.max_rss_kib as f64 / 1024.0,
+    })
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[v.len() / 2]
+}
+
+fn spread(v: &[f64]) -> f64 {
+    let max = v.iter().cloned().fold(f64::MIN, f64::max);
+    let min = v.iter().cloned().fold(f64::MAX, f64::min);
+    max - min
+}
+
+fn print_table(size: &str, bytes: u64, reps: usize, loss: f64, rows: &[(&str, Vec<Sample>)]) {
+    let gb = bytes as f64 / 1e9;
+    let uname = Command::new("uname").arg("-r").output().map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string());
+    let date = Command::new("date").arg("-u").arg("+%Y-%m-%d %H:%M UTC").output();
+    println!("### loopback-file: {size} ({bytes} bytes) over 127.0.0.1");
+    println!();
+    println!(
+        "`manyfold-bench loopback-file --size {size} --reps {reps}{}` · {} · nproc {} · kernel {} · sample seed 1",
+        if loss > 0.0 { format!(" --loss {loss}") } else { String::new() },
+        date.map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string()).unwrap_or_default(),
+        std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
+        uname.unwrap_or_default(),
+    );
+    println!();
+    println!("| row | goodput MB/s (median, spread) | time s | sender CPU s/GB | receiver CPU s/GB | sender peak RSS MiB | receiver peak RSS MiB | ratio to TCP |");
+    println!("|---|---|---|---|---|---|---|---|");
+    let tcp_wall = median(rows[1].1.iter().map(|s| s.wall).collect());
+    for (name, samples) in rows {
+        let walls: Vec<f64> = samples.iter().map(|s| s.wall).collect();
+        let rates: Vec<f64> = walls.iter().map(|w| bytes as f64 / 1e6 / w).collect();
+        let wall = median(walls.clone());
+        println!(
+            "| {name} | {:.0} (±{:.0}) | {:.2} | {:.2} | {:.2} | {:.0} | {:.0} | {:.2} |",
+            median(rates.clone()),
+            spread(&rates) / 2.0,
+            wall,
+            median(samples.iter().map(|s| s.send_cpu / gb).collect()),
+            median(samples.iter().map(|s| s.recv_cpu / gb).collect()),
+            median(samples.iter().map(|s| s.send_rss_mib).collect()),
+            median(samples.iter().map(|s| s.recv_rss_mib).collect()),
+            tcp_wall / wall,
+        );
+    }
+    println!();
+    println!("Each transfer is timed from the sender's start to its exit (connect, transfer, receiver's hash confirmation); both sides write to disk and check BLAKE3. Rows alternate A B A B.");
+}

@@ -316,7 +316,7 @@ fn forged_cookie_echo_creates_no_connection() {
 }
 
 #[test]
-#[ignore = "engine bug: client ACKs a duplicate SYN-ACK before its cookie echo is confirmed; the stateless server answers RST and the client closes with PeerReset"]
+
 fn handshake_survives_a_lost_cookie_echo_and_a_duplicated_syn_ack() {
     // The duplicate SYN-ACK makes the client acknowledge again while the
     // server still holds no state for it.
@@ -330,7 +330,7 @@ fn handshake_survives_a_lost_cookie_echo_and_a_duplicated_syn_ack() {
 }
 
 #[test]
-#[ignore = "engine bug: while its cookie echo is unconfirmed the client sends a keep-alive without the cookie; the stateless server answers RST and the client closes with PeerReset"]
+
 fn handshake_survives_five_lost_cookie_echoes_after_a_lost_syn_ack() {
     // With the first SYN-ACK lost there is no RTT sample (Karn), so the echo
     // is resent 1, 2, 4, 8 s apart and the 15 s keep-alive comes before the
@@ -347,7 +347,7 @@ fn handshake_survives_five_lost_cookie_echoes_after_a_lost_syn_ack() {
 }
 
 #[test]
-#[ignore = "engine bug: a duplicated SYN gets a second SYN-ACK (new ISN); the client acks it before its echo reaches the server, the stateless server answers RST and the client closes with PeerReset"]
+
 fn handshake_survives_a_duplicated_syn() {
     let seed = 117;
     let mut w = pair(seed, LinkConfig::default(), EndpointConfig::default());
@@ -358,4 +358,18 @@ fn handshake_survives_a_duplicated_syn() {
     let t = Transfer::start(&mut w, client(), server(), 20_000, 20_000);
     let report = t.run(&mut w, Duration::from_secs(60)).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(report.client_close, Some(CloseReason::Graceful), "seed {seed}");
+}
+
+#[test]
+
+fn connect_timeout_governs_the_handshake_even_when_longer_than_idle_timeout() {
+    let seed = 118;
+    let mut cfg = EndpointConfig::default();
+    cfg.connection.connect_timeout = Duration::from_secs(90);
+    cfg.connection.idle_timeout = Some(Duration::from_secs(30));
+    let mut w = World::new(seed);
+    w.add_node(client(), cfg);
+    let h = w.connect(client(), addr(50));
+    assert!(w.run_until(|w| w.closed(client(), h).is_some(), Duration::from_secs(300)), "seed {seed}");
+    assert_eq!(w.closed(client(), h), Some((Duration::from_secs(90), CloseReason::ConnectTimeout)), "seed {seed}");
 }

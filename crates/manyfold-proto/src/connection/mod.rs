@@ -262,6 +262,10 @@ impl Connection {
     }
 
     fn touch_idle(&mut self, now: Instant) {
+        // The handshake is governed by `connect_timeout` alone.
+        if matches!(self.state, State::SynSent | State::SynReceived) {
+            return;
+        }
         if let Some(t) = self.config.idle_timeout {
             self.timers.set(Timer::Idle, now + t);
         }
@@ -387,6 +391,20 @@ impl Connection {
         }
         self.touch_idle(now);
 
+        if flags.contains(Flags::SYN) && self.state != State::SynSent {
+            // A SYN in a synchronized state (spec §4.3): a retransmitted
+            // SYN-ACK of our peer is acknowledged; one naming another
+            // connection id (a duplicated SYN answered twice by a stateless
+            // listener) is ignored.
+            if p.params.map(|pp| pp.conn_id) != self.remote_id {
+                return;
+            }
+            if flags.contains(Flags::ACK) {
+                self.handle_ack(now, p);
+            }
+            self.ack.immediate = true;
+            return;
+        }
         if flags.contains(Flags::ACK) {
             self.handle_ack(now, p);
             if self.state == State::Closed {
@@ -447,21 +465,24 @@ impl Connection {
 
     fn handle_rst(&mut self, p: &Packet) {
         let h = &p.header;
-        let acceptable = match self.state {
-            // A refusal answers our SYN: it carries our SYN's seq + 1.
-            State::SynSent => h.seq == (self.isn + 1) as u32,
-            // RFC 1337: TIME-WAIT ignores RSTs.
-            State::TimeWait => false,
-            _ => self.recv.as_ref().is_some_and(|r| {
-                let s = extend(h.seq, r.next());
-                s + RST_WINDOW >= r.next() && s <= r.next() + RST_WINDOW
-            }),
-        };
+        // A refusal of our SYN or of our cookie echo carries its seq + 1.
+        let refused_echo = !self.confirmed && self.cookie_seq.is_some_and(|s| h.seq == (s + 1) as u32);
+        let acceptable = refused_echo
+            || match self.state {
+                State::SynSent => h.seq == (self.isn + 1) as u32,
+                // RFC 1337: TIME-WAIT ignores RSTs.
+                State::TimeWait => false,
+                _ => self.recv.as_ref().is_some_and(|r| {
+                    let s = extend(h.seq, r.next());
+                    s + RST_WINDOW >= r.next() && s <= r.next() + RST_WINDOW
+                }),
+            };
         if !acceptable {
             return;
         }
         let reason = match (self.state, p.error) {
             (State::SynSent, _) | (_, Some(ErrorCode::REFUSED)) => CloseReason::Refused,
+            _ if refused_echo => CloseReason::Refused,
             (_, code) => CloseReason::PeerReset(code),
         };
         self.enter_closed(reason);

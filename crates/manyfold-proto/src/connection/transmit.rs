@@ -121,6 +121,14 @@ impl Connection {
                 }
             }
         }
+        // spec §6.2: while the cookie echo is unacknowledged the listener
+        // may hold no state for us; anything but the echo would draw an RST.
+        if self.cookie.is_some() && !self.confirmed {
+            self.probe_pending = false;
+            self.ack = AckState::default();
+            self.timers.cancel(Timer::DelayedAck);
+            return None;
+        }
         if self.probe_pending {
             // A keep-alive or window probe: elicits an ack, consumes no sequence number.
             let seq = self.sent.next_seq();
