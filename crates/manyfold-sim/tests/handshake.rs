@@ -316,7 +316,6 @@ fn forged_cookie_echo_creates_no_connection() {
 }
 
 #[test]
-
 fn handshake_survives_a_lost_cookie_echo_and_a_duplicated_syn_ack() {
     // The duplicate SYN-ACK makes the client acknowledge again while the
     // server still holds no state for it.
@@ -330,7 +329,6 @@ fn handshake_survives_a_lost_cookie_echo_and_a_duplicated_syn_ack() {
 }
 
 #[test]
-
 fn handshake_survives_five_lost_cookie_echoes_after_a_lost_syn_ack() {
     // With the first SYN-ACK lost there is no RTT sample (Karn), so the echo
     // is resent 1, 2, 4, 8 s apart and the 15 s keep-alive comes before the
@@ -347,7 +345,6 @@ fn handshake_survives_five_lost_cookie_echoes_after_a_lost_syn_ack() {
 }
 
 #[test]
-
 fn handshake_survives_a_duplicated_syn() {
     let seed = 117;
     let mut w = pair(seed, LinkConfig::default(), EndpointConfig::default());
@@ -361,7 +358,6 @@ fn handshake_survives_a_duplicated_syn() {
 }
 
 #[test]
-
 fn connect_timeout_governs_the_handshake_even_when_longer_than_idle_timeout() {
     let seed = 118;
     let mut cfg = EndpointConfig::default();
