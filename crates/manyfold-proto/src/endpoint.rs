@@ -208,7 +208,9 @@ impl Endpoint {
         // spec §6.1: route by our connection id.
         if h.conn_id != 0 {
             if let Some(&idx) = self.by_id.get(&h.conn_id) {
-                if self.slot_conn(idx).is_some_and(|c| c.remote() == from) {
+                // A CLOSED connection the application has not released yet
+                // answers like an unknown one (spec §6.5).
+                if self.slot_conn(idx).is_some_and(|c| c.remote() == from && c.state() != State::Closed) {
                     self.deliver(idx, now, &packet);
                     return;
                 }
