@@ -1,8 +1,14 @@
 //! The packet trace (RUSP's debug mode, paper 04 Fig. 14): one DEBUG event
-//! per datagram on target `manyfold::packet`, with time since the endpoint
-//! started, direction, peer, flags, connection id, seq, ack, window and length.
+//! per datagram on target `manyfold::packet`, with time, direction, peer,
+//! flags, connection id, seq, ack, window and length.
+//!
+//! Time is milliseconds since the first endpoint of the process started, so
+//! the traces of a client and a server in one process line up. Arrows:
+//! `->` sent, `<-` received, `-x` dropped by fault injection before sending,
+//! `x-` dropped by fault injection after receiving.
 
 use std::net::SocketAddr;
+use std::sync::OnceLock;
 use std::time::Instant;
 
 use manyfold_proto::wire::Header;
@@ -38,8 +44,9 @@ pub(crate) struct PacketTrace {
 }
 
 impl PacketTrace {
-    pub(crate) fn new(enabled: bool, epoch: Instant) -> Self {
-        PacketTrace { enabled, epoch }
+    pub(crate) fn new(enabled: bool, now: Instant) -> Self {
+        static EPOCH: OnceLock<Instant> = OnceLock::new();
+        PacketTrace { enabled, epoch: *EPOCH.get_or_init(|| now) }
     }
 
     #[inline]
