@@ -90,6 +90,10 @@ pub(crate) struct Connection {
     cc: Box<dyn Controller>,
     rto_backoff: u32,
     persist_backoff: u32,
+    /// A tail-loss probe is due (the sequence number to resend).
+    tlp_due: Option<u64>,
+    /// A probe went out and no ack has made progress since (one per flight).
+    tlp_sent: bool,
     timers: Timers,
     ack: AckState,
     probe_pending: bool,
@@ -129,6 +133,8 @@ impl Connection {
             cc,
             rto_backoff: 0,
             persist_backoff: 0,
+            tlp_due: None,
+            tlp_sent: false,
             timers: Timers::default(),
             ack: AckState::default(),
             probe_pending: false,
@@ -506,11 +512,14 @@ impl Connection {
         self.stats.lost_packets += out.newly_lost;
         if out.newly_acked > 0 {
             self.rto_backoff = 0;
+            self.tlp_sent = false;
             // RFC 6298 (5.3): restart the timer on new data acknowledged.
             if self.sent.bytes_in_flight() > 0 {
                 self.timers.set(Timer::Rto, now + self.rtt.rto(0));
+                self.arm_tlp(now);
             } else {
                 self.timers.cancel(Timer::Rto);
+                self.timers.cancel(Timer::Tlp);
             }
         }
         if let Some(t) = self.sent.loss_time() {

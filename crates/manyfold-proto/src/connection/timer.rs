@@ -9,6 +9,8 @@ pub(crate) enum Timer {
     Connect,
     /// Retransmission timeout (RFC 6298).
     Rto,
+    /// Tail-loss probe (RFC 8985 §7).
+    Tlp,
     /// RACK's time threshold for a packet not yet declared lost.
     Loss,
     /// Longest an acknowledgement waits (`max_ack_delay`).
@@ -23,12 +25,13 @@ pub(crate) enum Timer {
     TimeWait,
 }
 
-const COUNT: usize = 8;
+const COUNT: usize = 9;
 
 impl Timer {
     pub const ALL: [Timer; COUNT] = [
         Timer::Connect,
         Timer::Rto,
+        Timer::Tlp,
         Timer::Loss,
         Timer::DelayedAck,
         Timer::Persist,

@@ -40,6 +40,11 @@ impl Connection {
                 }
             }
             Timer::Rto => self.on_rto(now),
+            Timer::Tlp => {
+                // RFC 8985 §7.3: resend the newest packet to draw a SACK that
+                // lets RACK repair the tail, instead of waiting for the RTO.
+                self.tlp_due = self.sent.newest_in_flight();
+            }
             Timer::Loss => {
                 let lost = self.sent.detect_lost(now, &self.rtt, self.cc.as_mut());
                 self.stats.lost_packets += lost;
@@ -80,6 +85,8 @@ impl Connection {
         self.stats.lost_packets += self.sent.on_rto();
         self.cc.on_rto(now);
         self.timers.cancel(Timer::Loss);
+        self.timers.cancel(Timer::Tlp);
+        self.tlp_due = None;
     }
 
     /// Writes the next datagram into `buf` (at most `buf.len()` bytes) and
@@ -105,6 +112,11 @@ impl Connection {
         }
         if self.state == State::Closed {
             return None;
+        }
+        if let Some(seq) = self.tlp_due.take() {
+            if let Some(n) = self.send_probe(now, buf, seq) {
+                return Some(n);
+            }
         }
         if self.state != State::TimeWait {
             if let Some(seq) = self.sent.peek_retransmit() {
@@ -252,6 +264,34 @@ impl Connection {
         if !self.timers.is_set(Timer::Rto) {
             self.timers.set(Timer::Rto, now + self.rtt.rto(self.rto_backoff));
         }
+        if !self.timers.is_set(Timer::Tlp) {
+            self.arm_tlp(now);
+        }
+    }
+
+    /// RFC 8985 §7.2: PTO = 2·SRTT plus the peer's ack delay, once per
+    /// flight, and only when it comes before the RTO.
+    pub(super) fn arm_tlp(&mut self, now: Instant) {
+        if self.tlp_sent || !self.rtt.has_sample() || self.cookie.is_some() && !self.confirmed {
+            return;
+        }
+        let pto = self.rtt.srtt() * 2 + self.config.max_ack_delay;
+        let at = now + pto.max(std::time::Duration::from_millis(1));
+        if self.timers.get(Timer::Rto).is_none_or(|rto| at < rto) {
+            self.timers.set(Timer::Tlp, at);
+        }
+    }
+
+    /// Sends the probe for `seq` if it is still in flight. A probe may
+    /// exceed the congestion window by this one packet (RFC 8985 §7.3).
+    fn send_probe(&mut self, now: Instant, buf: &mut [u8], seq: u64) -> Option<usize> {
+        let p = self.sent.get(seq)?;
+        let (payload, control) = (p.payload.clone(), p.control);
+        let n = self.write(now, buf, control, seq, payload, DATA_SACK_RANGES)?;
+        self.sent.on_probe_sent(now, seq, n as u32);
+        self.stats.retransmissions += 1;
+        self.tlp_sent = true;
+        Some(n)
     }
 
     /// Bytes of the SYN parameters and cookie sections `control` implies.

@@ -157,6 +157,29 @@ impl SentQueue {
         self.bytes_in_flight += u64::from(size);
     }
 
+    /// The newest packet still in flight: what a tail-loss probe resends.
+    pub fn newest_in_flight(&self) -> Option<u64> {
+        let i = self.packets.iter().rposition(|p| p.state == PacketState::InFlight)?;
+        Some(self.base + i as u64)
+    }
+
+    /// Records a tail-loss probe: `seq`, still in flight, was sent again
+    /// (RFC 8985 §7.3). It stays in flight; only its size may change.
+    pub fn on_probe_sent(&mut self, now: Instant, seq: u64, size: u32) {
+        let tx = self.next_tx;
+        self.next_tx += 1;
+        let Some(i) = seq.checked_sub(self.base) else { return };
+        let Some(p) = self.packets.get_mut(i as usize) else { return };
+        if p.state != PacketState::InFlight {
+            return;
+        }
+        self.bytes_in_flight = self.bytes_in_flight - u64::from(p.size) + u64::from(size);
+        p.time_sent = now;
+        p.tx = tx;
+        p.size = size;
+        p.retransmitted = true;
+    }
+
     /// Queues `seq` for sending again at once without calling it lost (the
     /// SYN of a simultaneous open, answered as SYN-ACK; spec §4.3).
     pub fn requeue(&mut self, seq: u64) {
