@@ -22,6 +22,8 @@ pub struct Config {
 ///
 /// Loss applies on both directions; duplication, reordering, delay and
 /// jitter apply to datagrams we send. All probabilities are in `[0, 1]`.
+/// Held datagrams are released by tokio's timer, whose granularity is 1 ms:
+/// a delay below that becomes up to 1 ms (still in order of release time).
 #[derive(Debug, Clone, PartialEq)]
 pub struct FaultConfig {
     /// Seeds the fault RNG: the same seed and traffic give the same faults.

@@ -32,7 +32,8 @@ pub struct Endpoint {
 
 impl Endpoint {
     /// Binds a UDP socket to `addr` and starts its driver on the current
-    /// tokio runtime. Binding errors keep their kind (e.g. `AddrInUse`).
+    /// tokio runtime (any flavour; calling it outside a runtime panics).
+    /// Binding errors keep their kind (e.g. `AddrInUse`) and name the address.
     pub async fn bind(addr: SocketAddr, config: Config) -> io::Result<Endpoint> {
         let Config { endpoint: mut engine_config, faults, trace } = config;
         if engine_config.seed == 0 {
@@ -62,6 +63,13 @@ impl Endpoint {
     /// [`ConnectionError::Closed`] if the peer refuses or does not answer
     /// within `connect_timeout`.
     pub async fn connect(&self, addr: SocketAddr) -> Result<Connection, ConnectionError> {
+        if self.shared.local_addr.is_ipv4() && addr.is_ipv6() {
+            // The SYN could never leave; say so now rather than after connect_timeout.
+            return Err(ConnectionError::Io(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("cannot reach IPv6 address {addr} from IPv4 socket {}", self.shared.local_addr),
+            )));
+        }
         let handle = {
             let mut inner = self.shared.lock();
             if !inner.is_running() {

@@ -88,3 +88,15 @@ async fn connect_to_an_unspecified_address_is_invalid_input() {
     .await
     .expect("test timed out");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connect_across_address_families_fails_at_once() {
+    timeout(TEST_TIMEOUT, async {
+        let client = Endpoint::bind(localhost(), config()).await.unwrap();
+        let err = client.connect("[::1]:9".parse().unwrap()).await.expect_err("v4 socket, v6 peer");
+        assert_eq!(err.kind(), io::ErrorKind::InvalidInput, "{err}");
+        assert!(err.to_string().contains("IPv6"), "{err}");
+    })
+    .await
+    .expect("test timed out");
+}
