@@ -22,7 +22,7 @@ pub struct DemoArgs {
 
     /// Emulated loss in percent on every datagram the sender sends and
     /// receives (0 ≤ P < 100).
-    #[arg(long, value_name = "P", default_value_t = 5.0, value_parser = net::loss_arg)]
+    #[arg(long, value_name = "P", default_value_t = 5.0, value_parser = net::loss_arg, allow_negative_numbers = true)]
     pub loss: f64,
 
     /// Emulated one-way delay in milliseconds on every datagram the sender sends.

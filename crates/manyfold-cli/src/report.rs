@@ -76,7 +76,7 @@ impl std::fmt::Display for Report {
             human_duration(self.elapsed)
         );
         let _ = writeln!(out, "  goodput          {}", human_rate(self.bytes, self.elapsed));
-        let _ = writeln!(out, "  retransmissions  {}", s.retransmissions);
+        let _ = writeln!(out, "  retransmissions  {} ({} retransmission timeouts)", s.retransmissions, s.rto_expiries);
         let _ = writeln!(out, "  loss seen        {}", loss_seen(s.lost_packets, s.packets_sent));
         let _ = writeln!(out, "  rtt              srtt {}, min {}", human_duration(s.srtt), human_duration(s.min_rtt));
         let _ = write!(out, "  blake3           {}", self.hash.to_hex());
@@ -108,6 +108,7 @@ mod tests {
                 packets_sent: 1000,
                 lost_packets: 50,
                 retransmissions: 52,
+                rto_expiries: 3,
                 srtt: Duration::from_micros(310),
                 min_rtt: Duration::from_micros(40),
                 ..ConnStats::default()
@@ -118,7 +119,7 @@ mod tests {
         for needle in [
             "sent f.bin to 127.0.0.1:7008: 20.00 MB (20000000 bytes) in 2.00 s",
             "goodput          10.00 MB/s (80.0 Mbit/s)",
-            "retransmissions  52",
+            "retransmissions  52 (3 retransmission timeouts)",
             "loss seen        5.00% (50 of 1000 packets sent)",
             "srtt 310 µs, min 40 µs",
         ] {

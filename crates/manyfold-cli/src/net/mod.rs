@@ -9,15 +9,14 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use clap::Args;
 
-mod shim;
-pub use shim::{Config, Connection, Endpoint, FaultConfig};
+pub use manyfold::{Config, Connection, Endpoint, FaultConfig};
 
 /// Flags shared by the networking subcommands.
 #[derive(Args, Debug, Clone, Default)]
 pub struct NetArgs {
     /// Emulated packet loss in percent (0 ≤ P < 100), applied independently
     /// to every datagram this process sends and to every one it receives.
-    #[arg(long, value_name = "P", default_value_t = 0.0, value_parser = loss_arg)]
+    #[arg(long, value_name = "P", default_value_t = 0.0, value_parser = loss_arg, allow_negative_numbers = true)]
     pub loss: f64,
 
     /// Emulated one-way delay in milliseconds added to every datagram this
@@ -32,20 +31,21 @@ pub struct NetArgs {
 }
 
 impl NetArgs {
-    /// The library configuration these flags ask for, with fresh random
-    /// seeds for the endpoint's secrets and the fault injector.
+    /// The library configuration these flags ask for. The endpoint seeds
+    /// its secrets from the OS (seed 0); the fault injector gets a fresh
+    /// random seed per run.
     pub fn config(&self) -> Config {
-        let mut config = Config::default();
-        config.endpoint.seed = random_u64();
-        config.faults = FaultConfig {
-            seed: random_u64(),
-            send_loss: self.loss / 100.0,
-            recv_loss: self.loss / 100.0,
-            delay: Duration::from_millis(self.delay),
-            ..FaultConfig::default()
-        };
-        config.trace = self.trace;
-        config
+        Config {
+            faults: FaultConfig {
+                seed: random_u64(),
+                // manyfold applies `loss` to sent and to received datagrams alike.
+                loss: self.loss / 100.0,
+                delay: Duration::from_millis(self.delay),
+                ..FaultConfig::default()
+            },
+            trace: self.trace,
+            ..Config::default()
+        }
     }
 }
 
@@ -80,7 +80,12 @@ pub fn init_tracing(trace: bool) {
 /// Binds an endpoint, naming the address when that fails (address in use,
 /// address not available, ...).
 pub async fn bind(addr: SocketAddr, config: Config) -> Result<Endpoint> {
-    Endpoint::bind(addr, config).await.with_context(|| format!("cannot bind a UDP socket to {addr}"))
+    match Endpoint::bind(addr, config).await {
+        Ok(endpoint) => Ok(endpoint),
+        // The library's message may already name the address.
+        Err(e) if e.to_string().contains(&addr.to_string()) => Err(e.into()),
+        Err(e) => Err(e).with_context(|| format!("cannot bind a UDP socket to {addr}")),
+    }
 }
 
 /// Binds an ephemeral endpoint of the same address family as `peer` and
@@ -137,8 +142,8 @@ mod tests {
     fn flags_become_fault_config() {
         let args = NetArgs { loss: 5.0, delay: 20, trace: true };
         let config = args.config();
-        assert_eq!(config.faults.send_loss, 0.05);
-        assert_eq!(config.faults.recv_loss, 0.05);
+        assert_eq!(config.faults.effective_send_loss(), 0.05);
+        assert_eq!(config.faults.effective_recv_loss(), 0.05);
         assert_eq!(config.faults.delay, Duration::from_millis(20));
         assert!(config.trace);
     }
