@@ -92,10 +92,9 @@ pub async fn run(args: DemoArgs) -> Result<()> {
     };
     let sending = async {
         let src = transfer::Source::open(&source).await?;
-        let mut conn =
-            sender.connect(receiver_addr).await.with_context(|| format!("cannot connect to {receiver_addr}"))?;
+        let conn = sender.connect(receiver_addr).await.with_context(|| format!("cannot connect to {receiver_addr}"))?;
         let bar = report::transfer_bar(&multi, src.size(), "sending");
-        let result = transfer::send_file(&mut conn, src, "sample.bin", &bar).await;
+        let result = transfer::send_file(conn, src, "sample.bin", &bar).await;
         bar.finish_and_clear();
         result
     };

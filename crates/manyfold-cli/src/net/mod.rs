@@ -9,7 +9,7 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use clap::Args;
 
-pub use manyfold::{Config, Connection, Endpoint, FaultConfig};
+pub use manyfold::{Config, Connection, Endpoint, FaultConfig, SendHalf};
 
 /// Flags shared by the networking subcommands.
 #[derive(Args, Debug, Clone, Default)]

@@ -1,16 +1,16 @@
 //! The sending side of a file transfer (protocol in [`super`]).
 
 use std::path::{Path, PathBuf};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use indicatif::ProgressBar;
-use tokio::io::{AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::wire::{Reply, Request, MAX_NAME};
 use super::CHUNK;
-use crate::net::{self, Connection, NetArgs};
+use crate::net::{self, Connection, NetArgs, SendHalf};
 use crate::report::{self, Direction, Report};
 
 #[derive(Args, Debug)]
@@ -40,10 +40,10 @@ pub async fn run(args: SendArgs) -> Result<()> {
         None => default_name(&args.file)?,
     };
     let peer = net::resolve(&args.to).await?;
-    let (endpoint, mut conn) = net::connect(peer, args.net.config()).await?;
+    let (endpoint, conn) = net::connect(peer, args.net.config()).await?;
     let multi = report::multi_progress();
     let bar = report::transfer_bar(&multi, source.size, "sending");
-    let result = send_file(&mut conn, source, &name, &bar).await;
+    let result = send_file(conn, source, &name, &bar).await;
     bar.finish_and_clear();
     let outcome = match result {
         Ok(report) => {
@@ -53,7 +53,7 @@ pub async fn run(args: SendArgs) -> Result<()> {
         Err(e) => Err(e),
     };
     // Bounded: a peer that vanished must not keep us here.
-    let _ = tokio::time::timeout(std::time::Duration::from_secs(5), endpoint.shutdown()).await;
+    let _ = tokio::time::timeout(Duration::from_secs(5), endpoint.shutdown()).await;
     outcome
 }
 
@@ -91,42 +91,61 @@ fn default_name(path: &Path) -> Result<String> {
 
 /// Runs the sender's half of the protocol on an established connection and
 /// closes it. Fails if the receiver refuses or fails, or the connection breaks.
-pub async fn send_file(conn: &mut Connection, mut source: Source, name: &str, bar: &ProgressBar) -> Result<Report> {
+///
+/// The bar follows what the receiver acknowledged, not what the connection
+/// buffered: bytes written minus the connection's unacknowledged bytes.
+pub async fn send_file(conn: Connection, mut source: Source, name: &str, bar: &ProgressBar) -> Result<Report> {
     if name.is_empty() || name.len() > MAX_NAME {
         bail!("the name must be 1 to {MAX_NAME} bytes long, got {} bytes", name.len());
     }
     let peer = conn.peer_addr();
+    let (mut tx, mut rx) = conn.split();
     let start = Instant::now();
     Request { name: name.to_string(), size: source.size }
-        .write(conn)
+        .write(&mut tx)
         .await
         .context("connection lost while sending the request")?;
-    match Reply::read(conn).await.context("connection lost while waiting for the receiver's answer")? {
+    match Reply::read(&mut rx).await.context("connection lost while waiting for the receiver's answer")? {
         Reply::Ok(_) => {}
         Reply::Error(why) => bail!("receiver refused the transfer: {why}"),
     }
 
-    let hash = stream_data(&mut source, conn, bar).await?;
-    conn.write_all(hash.as_bytes()).await.context("connection lost while sending the hash")?;
-    conn.flush().await.context("connection lost while sending the hash")?;
+    let hash = stream_data(&mut source, &mut tx, bar).await?;
+    tx.write_all(hash.as_bytes()).await.context("connection lost while sending the hash")?;
+    tx.flush().await.context("connection lost while sending the hash")?;
 
-    match Reply::read(conn).await.context("connection lost before the receiver confirmed the file")? {
+    // Keep the bar moving with the acknowledgements until the verdict.
+    let reply = {
+        let read = Reply::read(&mut rx);
+        tokio::pin!(read);
+        let mut tick = tokio::time::interval(Duration::from_millis(100));
+        loop {
+            tokio::select! {
+                reply = &mut read => break reply,
+                _ = tick.tick() => bar.set_position(acked_of(source.size, &tx)),
+            }
+        }
+    };
+    match reply.context("connection lost before the receiver confirmed the file")? {
         Reply::Ok(_) => {}
         Reply::Error(why) => bail!("receiver did not save the file: {why}"),
     }
+    bar.set_position(source.size);
     let elapsed = start.elapsed();
-    let stats = conn.stats();
+    let stats = tx.stats();
     // The receiver confirmed; a failing close no longer changes the outcome.
-    let _ = tokio::time::timeout(std::time::Duration::from_secs(5), conn.close()).await;
+    let _ = tokio::time::timeout(Duration::from_secs(5), tx.close()).await;
     Ok(Report { direction: Direction::Sent, name: name.to_string(), peer, bytes: source.size, elapsed, stats, hash })
 }
 
+/// Data bytes the receiver has acknowledged, given that `written` were
+/// handed to the connection (the request and trailer are noise here).
+fn acked_of(written: u64, tx: &SendHalf) -> u64 {
+    written.saturating_sub(tx.stats().unacked_bytes)
+}
+
 /// Copies exactly `source.size` bytes to `out`, hashing as it goes.
-async fn stream_data<W: AsyncWrite + Unpin>(
-    source: &mut Source,
-    out: &mut W,
-    bar: &ProgressBar,
-) -> Result<blake3::Hash> {
+async fn stream_data(source: &mut Source, out: &mut SendHalf, bar: &ProgressBar) -> Result<blake3::Hash> {
     let mut hasher = blake3::Hasher::new();
     let mut buf = vec![0u8; CHUNK];
     let mut left = source.size;
@@ -148,7 +167,7 @@ async fn stream_data<W: AsyncWrite + Unpin>(
         hasher.update(&buf[..n]);
         out.write_all(&buf[..n]).await.context("connection lost while sending data")?;
         left -= n as u64;
-        bar.inc(n as u64);
+        bar.set_position(acked_of(source.size - left, out));
     }
     Ok(hasher.finalize())
 }
