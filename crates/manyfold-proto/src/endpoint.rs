@@ -13,7 +13,7 @@ use rand_chacha::ChaCha8Rng;
 
 use crate::config::EndpointConfig;
 use crate::connection::{CloseReason, ConnStats, Connection, Event, RecvError, SendError, State};
-use crate::handshake::{CookieBinding, Secrets};
+use crate::handshake::{CookieBinding, ReplayCache, Secrets};
 use crate::wire::{DecodeError, ErrorCode, Flags, HandshakeParams, Packet, PacketType};
 
 /// Names one connection of an endpoint. Stale handles (of a released
@@ -64,9 +64,13 @@ pub struct EndpointStats {
     pub unknown_connection: u64,
     pub syn_cookies_sent: u64,
     pub cookies_rejected: u64,
+    /// Echoes of a cookie that already created a connection (spec §6.2).
+    pub cookies_replayed: u64,
     pub resets_sent: u64,
     /// RSTs or refusals we did not send because of the rate limit.
     pub resets_suppressed: u64,
+    /// SYN-ACKs or RSTs dropped because the response queue was full.
+    pub responses_dropped: u64,
     pub refused_backlog: u64,
     pub refused_not_listening: u64,
     pub connections_accepted: u64,
@@ -92,6 +96,8 @@ struct Slot {
 
 /// Most endpoint-generated packets (SYN-ACKs, RSTs) waiting to be sent.
 const MAX_RESPONSES: usize = 4096;
+/// Most cookies remembered against replay (~32 bytes each).
+const REPLAY_CACHE_LIMIT: usize = 1 << 20;
 
 /// The sans-IO endpoint. See the crate docs for the calling order.
 #[derive(Debug)]
@@ -113,6 +119,7 @@ pub struct Endpoint {
     timers: BinaryHeap<Reverse<(Instant, u32, u32)>>,
     transmit_queue: VecDeque<u32>,
     responses: VecDeque<(SocketAddr, Vec<u8>)>,
+    replay: ReplayCache,
     events: VecDeque<(ConnHandle, Event)>,
     accept_queue: VecDeque<ConnHandle>,
     reset_tokens: f64,
@@ -139,6 +146,7 @@ impl Endpoint {
             timers: BinaryHeap::new(),
             transmit_queue: VecDeque::new(),
             responses: VecDeque::new(),
+            replay: ReplayCache::new(REPLAY_CACHE_LIMIT),
             events: VecDeque::new(),
             accept_queue: VecDeque::new(),
             reset_refill_at: None,
@@ -236,7 +244,7 @@ impl Endpoint {
             self.stats.dropped_malformed += 1;
             return;
         }
-        let Some(params) = packet.params else {
+        let Some(params) = packet.params.filter(|p| p.conn_id != 0) else {
             self.stats.dropped_malformed += 1;
             return;
         };
@@ -311,10 +319,16 @@ impl Endpoint {
             self.send_reset(now, from, cookie.client_id, h.seq.wrapping_add(1), Some(ErrorCode::REFUSED));
             return;
         }
-        if self.by_id.contains_key(&h.conn_id) || h.conn_id == 0 {
-            // Our id collides with a live connection of another peer: drop,
-            // the client retries with a fresh SYN after its RTO.
+        if self.by_id.contains_key(&h.conn_id) || h.conn_id == 0 || cookie.client_id == 0 {
+            // Our id collides with a live connection of another peer (a
+            // 2^-32 event): drop; the client's echo retransmissions fail
+            // alike until it gives up with RetransmitTimeout.
             self.stats.cookies_rejected += 1;
+            return;
+        }
+        // spec §6.2: each cookie creates at most one connection.
+        if !self.replay.admit(now, &cookie, self.config.cookie_lifetime, self.secrets.timestamp(now)) {
+            self.stats.cookies_replayed += 1;
             return;
         }
         let max_datagram = self.config.connection.max_datagram.min(cookie.client_max_datagram);
@@ -572,13 +586,17 @@ impl Endpoint {
         };
         let had_remote_id = conn.remote_id();
         conn.handle_packet(now, packet);
+        let remote = conn.remote();
         // A connection learns its peer's id from the peer's SYN or SYN-ACK.
         if had_remote_id.is_none() {
             if let Some(rid) = conn.remote_id() {
-                let remote = conn.remote();
                 self.by_peer.insert((remote, rid), idx);
-                self.syn_sent.remove(&remote);
             }
+        }
+        // spec §4.3: until synchronized, a retransmitted id-0 SYN of the
+        // peer must still reach this connection, not the listener.
+        if !matches!(conn.state(), State::SynSent | State::SynReceived) && self.syn_sent.get(&remote) == Some(&idx) {
+            self.syn_sent.remove(&remote);
         }
         self.touch(idx, now);
     }
@@ -676,7 +694,7 @@ impl Endpoint {
 
     fn queue_response(&mut self, to: SocketAddr, p: &Packet) {
         if self.responses.len() >= MAX_RESPONSES {
-            self.stats.resets_suppressed += 1;
+            self.stats.responses_dropped += 1;
             return;
         }
         let mut v = vec![0u8; p.len()];

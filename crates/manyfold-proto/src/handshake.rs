@@ -87,6 +87,59 @@ impl Secrets {
     }
 }
 
+/// spec §6.2: remembers the cookies that created a connection until they
+/// expire, so a replayed or late duplicate echo creates nothing (a request
+/// riding on it is never delivered twice). Bounded: when full, the oldest
+/// entry is evicted and every cookie made before it is refused as expired,
+/// so the guarantee holds at any size.
+#[derive(Debug)]
+pub(crate) struct ReplayCache {
+    seen: std::collections::HashSet<u64>,
+    order: std::collections::VecDeque<(u32, u64)>,
+    /// Cookies older than this timestamp are refused.
+    floor: u32,
+    limit: usize,
+}
+
+impl ReplayCache {
+    pub fn new(limit: usize) -> Self {
+        ReplayCache {
+            seen: std::collections::HashSet::new(),
+            order: std::collections::VecDeque::new(),
+            floor: 0,
+            limit: limit.max(1),
+        }
+    }
+
+    /// Records `c` and says whether it is fresh. `now_ts` is the current
+    /// cookie timestamp; the cookie's MAC was already checked.
+    pub fn admit(&mut self, _now: Instant, c: &Cookie, lifetime: Duration, now_ts: u32) -> bool {
+        let life = u32::try_from(lifetime.as_millis()).unwrap_or(u32::MAX);
+        while let Some(&(ts, mac)) = self.order.front() {
+            if now_ts.wrapping_sub(ts) <= life {
+                break;
+            }
+            self.order.pop_front();
+            self.seen.remove(&mac);
+        }
+        if c.timestamp.wrapping_sub(self.floor) > u32::MAX / 2 || self.seen.contains(&c.mac) {
+            return false;
+        }
+        if self.order.len() >= self.limit {
+            if let Some((ts, mac)) = self.order.pop_front() {
+                self.seen.remove(&mac);
+                self.floor = ts.wrapping_add(1);
+            }
+            if c.timestamp.wrapping_sub(self.floor) > u32::MAX / 2 {
+                return false;
+            }
+        }
+        self.seen.insert(c.mac);
+        self.order.push_back((c.timestamp, c.mac));
+        true
+    }
+}
+
 fn hash_addr(h: &mut SipHasher24, a: SocketAddr) {
     match a {
         SocketAddr::V4(v4) => h.write(&v4.ip().octets()),
@@ -140,6 +193,22 @@ mod tests {
         let (b, _) = secrets(2);
         let c = a.make_cookie(t0, 7, 1452, binding());
         assert!(!b.check_cookie(t0, Duration::from_secs(60), &c, &binding()));
+    }
+
+    #[test]
+    fn replay_cache_admits_each_cookie_once_and_stays_bounded() {
+        let (s, t0) = secrets(1);
+        let life = Duration::from_secs(60);
+        let mut cache = ReplayCache::new(2);
+        let c1 = s.make_cookie(t0, 1, 1452, binding());
+        let c2 = s.make_cookie(t0 + Duration::from_millis(1), 2, 1452, binding());
+        let c3 = s.make_cookie(t0 + Duration::from_millis(2), 3, 1452, binding());
+        assert!(cache.admit(t0, &c1, life, 2));
+        assert!(!cache.admit(t0, &c1, life, 2), "a replay is refused");
+        assert!(cache.admit(t0, &c2, life, 2));
+        assert!(cache.admit(t0, &c3, life, 2), "full: evicts c1 and raises the floor");
+        assert!(!cache.admit(t0, &c1, life, 2), "an evicted cookie is below the floor");
+        assert!(cache.seen.len() <= 2);
     }
 
     #[test]

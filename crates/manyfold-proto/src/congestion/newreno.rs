@@ -91,7 +91,7 @@ mod tests {
     use std::time::Duration;
 
     fn rtt() -> RttEstimator {
-        RttEstimator::new(Duration::from_secs(1), Duration::from_millis(200), Duration::from_secs(60))
+        RttEstimator::new(Duration::from_secs(1), Duration::from_millis(200), Duration::from_secs(60), Duration::ZERO)
     }
 
     #[test]

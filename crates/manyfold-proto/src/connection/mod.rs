@@ -92,8 +92,9 @@ pub(crate) struct Connection {
     persist_backoff: u32,
     /// A tail-loss probe is due (the sequence number to resend).
     tlp_due: Option<u64>,
-    /// A probe went out and no ack has made progress since (one per flight).
-    tlp_sent: bool,
+    /// Probes sent since an ack last made progress (spec §5.4: at most
+    /// `MAX_TLPS` per flight, each after twice the previous wait).
+    tlp_count: u32,
     timers: Timers,
     ack: AckState,
     probe_pending: bool,
@@ -111,7 +112,7 @@ impl Connection {
     fn new(config: ConnectionConfig, now: Instant, remote: SocketAddr, local_id: u32, isn: u32, state: State) -> Self {
         let mss = u64::from(config.max_datagram);
         let cc = congestion::build(config.congestion, mss, config.initial_window_packets);
-        let rtt = RttEstimator::new(config.initial_rto, config.min_rto, config.max_rto);
+        let rtt = RttEstimator::new(config.initial_rto, config.min_rto, config.max_rto, config.max_ack_delay);
         let isn = SEQ_BASE + u64::from(isn);
         let mut c = Connection {
             remote,
@@ -134,7 +135,7 @@ impl Connection {
             rto_backoff: 0,
             persist_backoff: 0,
             tlp_due: None,
-            tlp_sent: false,
+            tlp_count: 0,
             timers: Timers::default(),
             ack: AckState::default(),
             probe_pending: false,
@@ -407,6 +408,9 @@ impl Connection {
             }
             if flags.contains(Flags::ACK) {
                 self.handle_ack(now, p);
+            } else if self.state == State::SynReceived {
+                // The peer's SYN again: our SYN-ACK was lost.
+                self.sent.requeue(self.isn);
             }
             self.ack.immediate = true;
             return;
@@ -512,7 +516,7 @@ impl Connection {
         self.stats.lost_packets += out.newly_lost;
         if out.newly_acked > 0 {
             self.rto_backoff = 0;
-            self.tlp_sent = false;
+            self.tlp_count = 0;
             // RFC 6298 (5.3): restart the timer on new data acknowledged.
             if self.sent.bytes_in_flight() > 0 {
                 self.timers.set(Timer::Rto, now + self.rtt.rto(0));
@@ -536,6 +540,7 @@ impl Connection {
         if self.state == State::SynReceived && una > self.isn {
             self.set_state(if self.fin_queued { State::FinWait1 } else { State::Established });
             self.timers.cancel(Timer::Connect);
+            self.touch_idle(now);
             self.events.push_back(Event::Connected);
         }
         if self.cookie_seq.is_some_and(|s| una > s) && !self.confirmed {
@@ -569,6 +574,7 @@ impl Connection {
         let Some(r) = self.recv.as_mut() else { return };
         let seq = extend(p.header.seq, r.next());
         let fin = p.header.flags.contains(Flags::FIN);
+        let had_gaps = r.has_gaps();
         let (arrival, delivered) = r.on_packet(seq, p.data, fin);
         let fin_reached = r.fin_reached();
         let has_gaps = r.has_gaps();
@@ -582,7 +588,7 @@ impl Connection {
                 self.ack.since.get_or_insert(now);
                 // RFC 5681 (4.2): ack at once when a gap was just filled or
                 // is still open, and after a handshake's echo or a FIN.
-                if has_gaps || p.cookie.is_some() || fin {
+                if had_gaps || has_gaps || p.cookie.is_some() || fin {
                     self.ack.immediate = true;
                 }
             }

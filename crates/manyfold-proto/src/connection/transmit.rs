@@ -12,6 +12,8 @@ use crate::wire::{Flags, HandshakeParams, Packet, PacketType, COOKIE_LEN, HEADER
 
 /// SACK ranges on a data packet (each costs 8 bytes of payload).
 const DATA_SACK_RANGES: usize = 4;
+/// Tail-loss probes per flight before the RTO (spec §5.4).
+const MAX_TLPS: u32 = 3;
 /// SACK ranges on a pure ack.
 const ACK_SACK_RANGES: usize = 16;
 
@@ -183,7 +185,7 @@ impl Connection {
             if !self.sent.is_empty() {
                 return Sent::Blocked;
             }
-            return self.send_sequenced(now, buf, Flags::SYN, Bytes::new(), true);
+            return self.send_sequenced(now, buf, Flags::SYN, Bytes::new(), true, false);
         }
         if self.state == State::SynReceived || self.fin_seq.is_some() {
             return Sent::Blocked;
@@ -228,7 +230,13 @@ impl Connection {
         let payload = self.send_buf.take(want);
         let seq = self.sent.next_seq();
         let app_limited = self.send_buf.is_empty();
-        let sent = self.send_sequenced(now, buf, control, payload, app_limited);
+        // spec §5.3: ask for an immediate ack (KLV) on the packet that ends a
+        // burst or leaves no room for another: nothing follows it soon, so a
+        // delayed ack would only stall the sender (RFC 5681's delayed-ack
+        // stall at small windows; QUIC's IMMEDIATE_ACK does the same).
+        let room_after = self.cc.window().saturating_sub(self.sent.bytes_in_flight() + size as u64);
+        let ack_now = app_limited || room_after < u64::from(self.max_datagram());
+        let sent = self.send_sequenced(now, buf, control, payload, app_limited, ack_now);
         if let Sent::Yes(_) = sent {
             self.stats.bytes_sent += want as u64;
             if fin {
@@ -248,9 +256,11 @@ impl Connection {
         control: Flags,
         payload: Bytes,
         app_limited: bool,
+        ack_now: bool,
     ) -> Sent {
         let seq = self.sent.next_seq();
-        match self.write(now, buf, control, seq, payload.clone(), DATA_SACK_RANGES) {
+        let flags = if ack_now { control | Flags::KLV } else { control };
+        match self.write(now, buf, flags, seq, payload.clone(), DATA_SACK_RANGES) {
             Some(n) => {
                 self.sent.on_sent(now, payload, control, n as u32, app_limited);
                 self.arm_rto(now);
@@ -269,17 +279,16 @@ impl Connection {
         }
     }
 
-    /// RFC 8985 §7.2: PTO = 2·SRTT plus the peer's ack delay, once per
-    /// flight, and only when it comes before the RTO.
+    /// Arms the tail-loss probe (spec §5.4): like QUIC's PTO (RFC 9002
+    /// §6.2) and unlike RACK-TLP's single probe, up to `MAX_TLPS` probes go
+    /// out per flight, each wait twice the last, before the RTO (which is
+    /// always later, see [`crate::recovery::RttEstimator::pto`]) collapses the window.
     pub(super) fn arm_tlp(&mut self, now: Instant) {
-        if self.tlp_sent || !self.rtt.has_sample() || self.cookie.is_some() && !self.confirmed {
+        if self.tlp_count >= MAX_TLPS || !self.rtt.has_sample() || self.cookie.is_some() && !self.confirmed {
+            self.timers.cancel(Timer::Tlp);
             return;
         }
-        let pto = self.rtt.srtt() * 2 + self.config.max_ack_delay;
-        let at = now + pto.max(std::time::Duration::from_millis(1));
-        if self.timers.get(Timer::Rto).is_none_or(|rto| at < rto) {
-            self.timers.set(Timer::Tlp, at);
-        }
+        self.timers.set(Timer::Tlp, now + self.rtt.pto() * (1 << self.tlp_count));
     }
 
     /// Sends the probe for `seq` if it is still in flight. A probe may
@@ -290,7 +299,10 @@ impl Connection {
         let n = self.write(now, buf, control, seq, payload, DATA_SACK_RANGES)?;
         self.sent.on_probe_sent(now, seq, n as u32);
         self.stats.retransmissions += 1;
-        self.tlp_sent = true;
+        self.tlp_count += 1;
+        self.arm_tlp(now);
+        // RFC 8985 §7.3: give the probe a whole RTO to be answered.
+        self.timers.set(Timer::Rto, now + self.rtt.rto(self.rto_backoff));
         Some(n)
     }
 

@@ -15,10 +15,12 @@ pub struct RttEstimator {
     initial_rto: Duration,
     min_rto: Duration,
     max_rto: Duration,
+    /// The longest the peer delays an ack (its `max_ack_delay`).
+    ack_delay: Duration,
 }
 
 impl RttEstimator {
-    pub fn new(initial_rto: Duration, min_rto: Duration, max_rto: Duration) -> Self {
+    pub fn new(initial_rto: Duration, min_rto: Duration, max_rto: Duration, ack_delay: Duration) -> Self {
         RttEstimator {
             srtt: None,
             rttvar: Duration::ZERO,
@@ -27,6 +29,7 @@ impl RttEstimator {
             initial_rto,
             min_rto,
             max_rto,
+            ack_delay,
         }
     }
 
@@ -72,12 +75,22 @@ impl RttEstimator {
         self.min
     }
 
+    /// Probe timeout (spec §5.4): SRTT + max(4·RTTVAR, G) + G. Without the
+    /// peer's ack delay — a flight's last packet asks for an immediate ack
+    /// (spec §5.3) — so it comes the peer's ack delay less 1 ms before the
+    /// RTO, and a spurious probe costs one datagram, never the window.
+    pub fn pto(&self) -> Duration {
+        self.srtt() + (self.rttvar * 4).max(GRANULARITY) + GRANULARITY
+    }
+
     /// RTO with `backoff` doublings (RFC 6298 (5.5)), within [min_rto, max_rto].
     pub fn rto(&self, backoff: u32) -> Duration {
         let base = match self.srtt {
             None => self.initial_rto, // RFC 6298 (2.1)
-            // RFC 6298 (2.3): RTO <- SRTT + max(G, K*RTTVAR), K = 4.
-            Some(srtt) => srtt + (self.rttvar * 4).max(GRANULARITY),
+            // RFC 6298 (2.3): RTO <- SRTT + max(G, K*RTTVAR), K = 4, plus the
+            // peer's ack delay as RFC 9002 §6.2.1 adds it: an ack legitimately
+            // delayed must not look like a lost flight.
+            Some(srtt) => srtt + (self.rttvar * 4).max(GRANULARITY) + self.ack_delay,
         };
         // RFC 6298 (2.4) floors the RTO; spec §5.4 makes the floor configurable.
         let base = base.max(self.min_rto);
@@ -90,7 +103,7 @@ mod tests {
     use super::*;
 
     fn est() -> RttEstimator {
-        RttEstimator::new(Duration::from_secs(1), Duration::from_millis(200), Duration::from_secs(60))
+        RttEstimator::new(Duration::from_secs(1), Duration::from_millis(200), Duration::from_secs(60), Duration::ZERO)
     }
 
     #[test]
@@ -117,6 +130,21 @@ mod tests {
         // rttvar = 3/4*50 + 1/4*100 = 62.5; srtt = 7/8*100 + 1/8*200 = 112.5
         assert_eq!(e.rttvar(), Duration::from_micros(62_500));
         assert_eq!(e.srtt(), Duration::from_micros(112_500));
+    }
+
+    #[test]
+    fn pto_comes_before_an_rto_that_allows_for_ack_delay() {
+        let mut e = RttEstimator::new(
+            Duration::from_secs(1),
+            Duration::from_millis(1),
+            Duration::from_secs(60),
+            Duration::from_millis(25),
+        );
+        for _ in 0..50 {
+            e.on_sample(Duration::from_millis(40));
+        }
+        assert!(e.pto() < e.rto(0));
+        assert!(e.rto(0) - e.pto() >= Duration::from_millis(24));
     }
 
     #[test]

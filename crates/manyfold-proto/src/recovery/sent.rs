@@ -338,7 +338,12 @@ mod tests {
         for i in 0..n {
             q.on_sent(t0 + Duration::from_millis(i), Bytes::from_static(b"abcd"), Flags::empty(), 100, false);
         }
-        let rtt = RttEstimator::new(Duration::from_secs(1), Duration::from_millis(200), Duration::from_secs(60));
+        let rtt = RttEstimator::new(
+            Duration::from_secs(1),
+            Duration::from_millis(200),
+            Duration::from_secs(60),
+            Duration::ZERO,
+        );
         Fixture { t0, q, rtt, cc: NewReno::new(1000, 10) }
     }
 
