@@ -86,7 +86,7 @@ pub async fn run_client(args: EchoArgs) -> Result<()> {
     let peer = net::resolve(&args.addr).await?;
     let (endpoint, mut conn) = net::connect(peer, args.net.config()).await?;
     let local = endpoint.local_addr().context("cannot read the bound address")?;
-    eprintln!("connected to {peer} from {local}");
+    eprintln!("connected to {peer} (local port {})", local.port());
 
     let mut rtts = Vec::new();
     let mut stdout = tokio::io::stdout();

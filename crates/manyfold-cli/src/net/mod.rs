@@ -3,6 +3,7 @@
 //! [`Config`] built from them, and binding/connecting with errors that say
 //! what went wrong.
 
+use std::io::IsTerminal;
 use std::net::SocketAddr;
 use std::time::Duration;
 
@@ -74,7 +75,11 @@ pub fn init_tracing(trace: bool) {
             Err(_) => return,
         }
     };
-    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .init();
 }
 
 /// Binds an endpoint, naming the address when that fails (address in use,

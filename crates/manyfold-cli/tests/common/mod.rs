@@ -79,6 +79,11 @@ impl Running {
         Running { child, lines, stdout, stderr }
     }
 
+    /// The child's process id.
+    pub fn id(&self) -> u32 {
+        self.child.id()
+    }
+
     /// Waits for a stdout line containing `needle` and returns it.
     pub fn wait_for_line(&mut self, needle: &str, limit: Duration) -> String {
         let deadline = Instant::now() + limit;
