@@ -50,7 +50,7 @@ pub async fn run_server(args: EchoServerArgs) -> Result<()> {
     println!("manyfold echo-server: listening on {local} (RFC 862; Ctrl-C to stop)");
 
     let mut sessions = JoinSet::new();
-    let ctrl_c = tokio::signal::ctrl_c();
+    let ctrl_c = net::interrupted();
     tokio::pin!(ctrl_c);
     loop {
         tokio::select! {

@@ -91,6 +91,12 @@ async fn sender_stopping_half_way_leaves_nothing() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn interrupted_receiver_deletes_its_partial_file() {
+    for signal in ["-INT", "-TERM"] {
+        interrupt_receiver_mid_transfer(signal).await;
+    }
+}
+
+async fn interrupt_receiver_mid_transfer(signal: &str) {
     let tmp = tempfile::tempdir().unwrap();
     let mut cmd = manyfold();
     cmd.args(["recv", "--listen", "127.0.0.1:0", "--dir"]).arg(tmp.path());
@@ -108,7 +114,7 @@ async fn interrupted_receiver_deletes_its_partial_file() {
             assert!(tokio::time::Instant::now() < deadline, "no partial file appeared");
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
-        let status = std::process::Command::new("kill").args(["-INT", &pid.to_string()]).status().unwrap();
+        let status = std::process::Command::new("kill").args([signal, &pid.to_string()]).status().unwrap();
         assert!(status.success());
     })
     .await

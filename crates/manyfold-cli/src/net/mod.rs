@@ -116,6 +116,23 @@ pub async fn resolve(text: &str) -> Result<SocketAddr> {
     addrs.next().with_context(|| format!("{text:?} resolved to no address"))
 }
 
+/// Resolves when the user interrupts (Ctrl-C) or the system asks the
+/// process to stop (SIGTERM), so servers can clean up before exiting.
+pub async fn interrupted() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        if let Ok(mut term) = signal(SignalKind::terminate()) {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = term.recv() => {}
+            }
+            return;
+        }
+    }
+    let _ = tokio::signal::ctrl_c().await;
+}
+
 /// 64 random bits from the operating system.
 pub fn random_u64() -> u64 {
     let mut bytes = [0u8; 8];

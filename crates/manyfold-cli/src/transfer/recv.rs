@@ -34,6 +34,8 @@ pub struct RecvArgs {
     pub dir: PathBuf,
 
     /// Exit after one transfer; the exit status tells whether it succeeded.
+    /// Without it, the receiver serves until Ctrl-C or SIGTERM, deleting the
+    /// partial files of transfers still in progress.
     #[arg(long)]
     pub once: bool,
 
@@ -87,7 +89,7 @@ pub async fn run(args: RecvArgs) -> Result<()> {
     let mut tasks: JoinSet<Result<Report>> = JoinSet::new();
     let (mut succeeded, mut failed) = (0u64, 0u64);
     let mut accepting = true;
-    let ctrl_c = tokio::signal::ctrl_c();
+    let ctrl_c = net::interrupted();
     tokio::pin!(ctrl_c);
     let outcome = loop {
         tokio::select! {
