@@ -128,7 +128,10 @@ pub async fn run(args: RecvArgs) -> Result<()> {
                     }
                     Err(e) => {
                         failed += 1;
-                        multi.suspend(|| eprintln!("error: {e:#}"));
+                        // With --once the error is the command's own, reported by main.
+                        if !args.once {
+                            multi.suspend(|| eprintln!("error: {e:#}"));
+                        }
                     }
                 }
                 if args.once {
