@@ -348,3 +348,52 @@ fn closed_event_is_reported_exactly_once() {
         assert_eq!(closes, 1, "{node}: {:?} (seed {seed})", w.conn_events(node, h));
     }
 }
+
+#[test]
+fn idle_timer_closes_a_simultaneous_open_whose_peer_vanished() {
+    // A enters ESTABLISHED from SYN-RECEIVED on B's SYN|ACK and never hears
+    // from B again (B's later acks are lost, then B is gone). The idle timer
+    // must be armed on that transition, or A would send keep-alives forever.
+    let seed = 316;
+    let (a, b) = (client(), server());
+    let mut w = pair(seed, LinkConfig::default(), quick());
+    // Only B's handshake packets get through.
+    w.set_drop_rule(move |f, _, d| f == b && !is_syn(d) && !is_syn_ack(d));
+    let now = w.now();
+    let ha = w.endpoint_mut(a).connect(now, b).unwrap();
+    let hb = w.endpoint_mut(b).connect(now, a).unwrap();
+    assert!(wait_state(&mut w, a, ha, State::Established, Duration::from_secs(5)), "seed {seed}");
+    let established = w.elapsed();
+    assert!(w.saw(a, ha, Event::Connected).is_some(), "seed {seed}");
+    assert!(wait_state(&mut w, b, hb, State::Established, Duration::from_secs(5)), "seed {seed}");
+    let heard = w.node_stats(a).last_received_at;
+    w.remove_node(b);
+    assert!(w.run_until(|w| w.closed(a, ha).is_some(), Duration::from_secs(60)), "A never gave up (seed {seed})");
+    let (at, why) = w.closed(a, ha).unwrap();
+    assert_eq!(why, CloseReason::IdleTimeout, "seed {seed}");
+    assert_eq!(w.node_stats(a).last_received_at, heard, "A heard from B after ESTABLISHED (seed {seed})");
+    assert_eq!(at - established, Duration::from_secs(10), "idle_timeout after ESTABLISHED (seed {seed})");
+}
+
+#[test]
+fn data_to_a_closed_but_unreleased_connection_is_reset() {
+    // spec §4.5, §6.5: the server aborted (its RST was lost) and still holds
+    // the handle; the client's next packet is answered like one for an
+    // unknown connection, so the client learns at once.
+    let seed = 317;
+    let mut w = pair(seed, LinkConfig::default(), quick());
+    let (c, s) = establish(&mut w);
+    w.set_drop_rule(drop_first(1, server(), client(), is_rst));
+    w.act(server(), |ep, now| ep.abort(s, now, ErrorCode::APPLICATION));
+    w.run_for(Duration::from_millis(100));
+    assert_eq!(w.dropped_by_rule(), 1, "seed {seed}");
+    assert_eq!(w.endpoint(client()).state(c), Some(State::Established), "seed {seed}");
+    let sent = w.elapsed();
+    w.act(client(), |ep, _| ep.send(c, b"still there?")).unwrap();
+    assert!(w.run_until(|w| w.closed(client(), c).is_some(), Duration::from_secs(5)), "no reset (seed {seed})");
+    let (at, why) = w.closed(client(), c).unwrap();
+    assert_eq!(why, CloseReason::PeerReset(None), "seed {seed}");
+    assert_eq!(at - sent, Duration::from_millis(20), "reset after one round trip (seed {seed})");
+    assert_eq!(w.endpoint(server()).stats().unknown_connection, 1, "seed {seed}");
+    assert_eq!(w.endpoint(server()).state(s), Some(State::Closed), "still held (seed {seed})");
+}

@@ -369,3 +369,160 @@ fn connect_timeout_governs_the_handshake_even_when_longer_than_idle_timeout() {
     assert!(w.run_until(|w| w.closed(client(), h).is_some(), Duration::from_secs(300)), "seed {seed}");
     assert_eq!(w.closed(client(), h), Some((Duration::from_secs(90), CloseReason::ConnectTimeout)), "seed {seed}");
 }
+
+/// Simultaneous open between A (client()) and B (server()) in which A's SYN
+/// and the first `syn_acks_lost` SYN|ACKs of A are lost. B hears nothing
+/// and resends its id-0 SYN at 1 s, which must reach A's connection in
+/// SYN-RECEIVED (not the listener path, which would refuse it); A answers
+/// it with its SYN|ACK again (spec §4.3). Checks both sides establish one
+/// connection with no refusal, and data flows; returns when B connected.
+fn simultaneous_open_losing_a_syn_and_syn_acks(seed: u64, syn_acks_lost: u32) -> Duration {
+    let (a, b) = (client(), server());
+    let mut w = pair(seed, LinkConfig::default(), EndpointConfig::default());
+    let mut syn = drop_first(1, a, b, is_syn);
+    let mut syn_ack = drop_first(syn_acks_lost, a, b, is_syn_ack);
+    w.set_drop_rule(move |f, t, d| syn(f, t, d) || syn_ack(f, t, d));
+    w.set_capture(true);
+    let now = w.now();
+    let ha = w.endpoint_mut(a).connect(now, b).unwrap();
+    let hb = w.endpoint_mut(b).connect(now, a).unwrap();
+    let ok = w.run_until(
+        |w| w.endpoint(a).state(ha) == Some(State::Established) && w.endpoint(b).state(hb) == Some(State::Established),
+        Duration::from_secs(30),
+    );
+    assert!(ok, "{:?} / {:?} (seed {seed})", w.endpoint(a).state(ha), w.endpoint(b).state(hb));
+    assert_eq!(w.dropped_by_rule(), 1 + u64::from(syn_acks_lost), "seed {seed}");
+    for node in [a, b] {
+        let st = w.endpoint(node).stats();
+        let answered = (st.refused_not_listening, st.resets_sent, st.syn_cookies_sent);
+        assert_eq!(answered, (0, 0, 0), "{node}: a SYN went to the listener path (seed {seed})");
+        assert_eq!(w.endpoint(node).connection_count(), 1, "{node} (seed {seed})");
+    }
+    let resent_syn = w.captured().iter().filter(|p| p.from == b && is_syn(&p.data)).nth(1);
+    assert!(resent_syn.is_some_and(|p| p.at == Duration::from_secs(1)), "B resends its SYN at 1 s (seed {seed})");
+    w.act(a, |ep, _| ep.send(ha, b"ping")).unwrap();
+    let mut buf = [0u8; 16];
+    let ok = w.run_until(|w| w.endpoint_mut(b).recv(hb, &mut buf).is_ok_and(|n| n == Some(4)), Duration::from_secs(5));
+    assert!(ok && &buf[..4] == b"ping", "no data after the open (seed {seed})");
+    w.saw(b, hb, Event::Connected).expect("B connected")
+}
+
+#[test]
+fn simultaneous_open_survives_losing_one_sides_syn_and_its_first_syn_ack() {
+    // A's RTO resends its SYN|ACK at 1 s as B resends its SYN: both arrive.
+    let connected = simultaneous_open_losing_a_syn_and_syn_acks(119, 1);
+    assert_eq!(connected, Duration::from_millis(1010), "seed 119");
+}
+
+#[test]
+fn syn_resent_to_a_connection_in_syn_received_draws_its_syn_ack_again() {
+    // A's RTO resend at 1 s is lost too: only A's answer to B's resent SYN
+    // connects B, one round trip later, instead of A's next RTO at 3 s.
+    let connected = simultaneous_open_losing_a_syn_and_syn_acks(120, 2);
+    assert_eq!(connected, Duration::from_millis(1020), "seed 120");
+}
+
+#[test]
+fn replayed_cookie_echo_creates_no_second_connection_and_its_request_arrives_once() {
+    // spec §6.2: the listener remembers each cookie that created a
+    // connection. An attacker (or a late duplicate) replays the echo, with
+    // its request, after the first connection was closed and freed.
+    let seed = 121;
+    let request = b"transfer 100 to account 7\n";
+    let mut w = pair(seed, LinkConfig::default(), EndpointConfig::default());
+    w.endpoint_mut(server()).set_listening(true);
+    w.set_capture(true);
+    let c = w.connect(client(), server());
+    // Queued before the SYN-ACK arrives: the request and the FIN ride on the echo.
+    w.act(client(), |ep, _| {
+        ep.send(c, request).unwrap();
+        ep.close(c);
+    });
+    let mut s = None;
+    let mut got = Vec::new();
+    let ok = w.run_until(
+        |w| {
+            let ep = w.endpoint_mut(server());
+            s = s.or_else(|| ep.accept());
+            let Some(s) = s else { return false };
+            let mut buf = [0u8; 64];
+            loop {
+                match ep.recv(s, &mut buf) {
+                    Ok(Some(0)) => return true,
+                    Ok(Some(n)) => got.extend_from_slice(&buf[..n]),
+                    _ => return false,
+                }
+            }
+        },
+        Duration::from_secs(5),
+    );
+    assert!(ok, "request not read to its end (seed {seed})");
+    assert_eq!(got, request, "seed {seed}");
+    let s = s.unwrap();
+    w.act(server(), |ep, _| {
+        ep.close(s);
+        ep.release(s);
+    });
+    w.act(client(), |ep, _| ep.release(c));
+    let freed = w.run_until(|w| w.endpoint(server()).connection_count() == 0, Duration::from_secs(5));
+    assert!(freed, "server kept the connection (seed {seed})");
+
+    let echoes: Vec<_> = w.captured().iter().filter(|p| p.from == client() && is_cookie_echo(&p.data)).collect();
+    assert_eq!(echoes.len(), 1, "seed {seed}");
+    let echo = echoes[0].data.clone();
+    assert_eq!(manyfold_proto::wire::Packet::parse(&echo).unwrap().data, request, "the echo carried the request");
+    let sent_before = w.node_stats(server()).datagrams_sent;
+    w.inject(client(), server(), echo);
+    w.run_for(Duration::from_secs(1));
+
+    let ep = w.endpoint_mut(server());
+    assert_eq!(ep.accept(), None, "a second connection was accepted (seed {seed})");
+    assert_eq!(ep.connection_count(), 0, "seed {seed}");
+    let st = *ep.stats();
+    assert_eq!((st.connections_accepted, st.cookies_replayed), (1, 1), "{st:?} (seed {seed})");
+    let incoming = w.events(server()).iter().filter(|e| e.event == Event::Incoming).count();
+    assert_eq!(incoming, 1, "seed {seed}");
+    assert_eq!(w.node_stats(server()).datagrams_sent, sent_before, "the replay was answered (seed {seed})");
+}
+
+#[test]
+fn listener_drops_a_syn_with_client_id_0() {
+    // spec §3.5, §6.1: the id the client wants to be addressed by must be
+    // nonzero; such a SYN is malformed and draws no SYN-ACK.
+    use manyfold_proto::wire::{Flags, HandshakeParams, Packet, PacketType};
+    let seed = 122;
+    let mut w = pair(seed, LinkConfig::default(), EndpointConfig::default());
+    w.endpoint_mut(server()).set_listening(true);
+    let mut p = Packet::bare(PacketType::Segment, Flags::SYN, 0, 12_345, 0, 65_535);
+    p.params = Some(HandshakeParams { conn_id: 0, max_datagram: 1400 });
+    let mut syn = vec![0u8; p.len()];
+    p.emit(&mut syn);
+    w.inject(client(), server(), syn);
+    w.run_for(Duration::from_secs(1));
+    let st = *w.endpoint(server()).stats();
+    assert_eq!(st.dropped_malformed, 1, "{st:?} (seed {seed})");
+    assert_eq!((st.syn_cookies_sent, st.resets_sent), (0, 0), "{st:?} (seed {seed})");
+    assert_eq!(w.node_stats(server()).datagrams_sent, 0, "seed {seed}");
+    assert_eq!(w.endpoint(server()).connection_count(), 0, "seed {seed}");
+}
+
+#[test]
+fn full_response_queue_drops_syn_acks_and_counts_them() {
+    // 5000 SYNs arrive before the driver polls once: the 4096-entry
+    // response queue keeps the first 4096 SYN-ACKs (spec §6.2, §6.5).
+    let seed = 123;
+    let mut w = pair(seed, LinkConfig::default(), EndpointConfig::default());
+    w.endpoint_mut(server()).set_listening(true);
+    let now = w.now();
+    let ep = w.endpoint_mut(server());
+    for i in 0..5000u32 {
+        let from = std::net::SocketAddr::from(([198, 19, (i >> 8) as u8, i as u8], 5000));
+        ep.handle_datagram(now, from, &forged_syn(i + 1, i));
+    }
+    let st = *ep.stats();
+    assert_eq!(st.syn_cookies_sent, 5000, "seed {seed}");
+    assert_eq!(st.responses_dropped, 5000 - 4096, "{st:?} (seed {seed})");
+    assert_eq!(st.resets_suppressed, 0, "{st:?} (seed {seed})");
+    w.flush();
+    assert_eq!(w.node_stats(server()).datagrams_sent, 4096, "seed {seed}");
+}

@@ -100,6 +100,25 @@ pub fn is_cookie_echo(d: &[u8]) -> bool {
     Packet::parse(d).is_ok_and(|p| p.cookie.is_some() && !p.header.flags.contains(Flags::SYN))
 }
 
+/// A packet carrying application data.
+pub fn is_data(d: &[u8]) -> bool {
+    Packet::parse(d).is_ok_and(|p| !p.data.is_empty())
+}
+
+/// A packet that consumes a sequence number (spec §5.1): SYN, FIN, a
+/// cookie echo, or any data.
+pub fn is_sequenced(d: &[u8]) -> bool {
+    Packet::parse(d).is_ok_and(|p| {
+        let f = p.header.flags;
+        f.contains(Flags::SYN) || f.contains(Flags::FIN) || p.cookie.is_some() || !p.data.is_empty()
+    })
+}
+
+/// A packet that asks for an immediate ack (KLV).
+pub fn is_klv(d: &[u8]) -> bool {
+    header(d).is_some_and(|h| h.flags.contains(Flags::KLV))
+}
+
 pub fn is_fin(d: &[u8]) -> bool {
     header(d).is_some_and(|h| h.flags.contains(Flags::FIN))
 }

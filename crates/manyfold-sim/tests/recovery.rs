@@ -1,0 +1,381 @@
+//! Behaviour of acknowledgement timing and loss recovery in ESTABLISHED:
+//! immediate acks (KLV on the packet that ends a burst, a filled gap),
+//! tail-loss probes ahead of the RTO, and silence on a clean path
+//! (spec §5.3, §5.4, §5.5).
+
+mod common;
+
+use std::cell::Cell;
+use std::collections::HashSet;
+use std::net::SocketAddr;
+use std::rc::Rc;
+use std::time::Duration;
+
+use common::*;
+use manyfold_proto::{CongestionAlgorithm, ConnHandle, ConnStats, ConnectionConfig};
+use manyfold_sim::{Captured, LinkConfig, Sink, Source, Transfer, World};
+
+/// Data bytes in a full packet without SACK ranges: 1452 − 24.
+const FULL: u64 = 1428;
+
+/// Pushes `source` into the client's connection and reads the server's
+/// side into `sink` until `sink` has everything, for at most `max`.
+fn deliver(
+    w: &mut World,
+    (c, s): (ConnHandle, ConnHandle),
+    source: &mut Source,
+    sink: &mut Sink,
+    max: Duration,
+) -> bool {
+    let seed = w.seed();
+    w.run_until(
+        |w| {
+            w.act(client(), |ep, _| source.push(ep, c)).unwrap_or_else(|e| panic!("{e} (seed {seed})"));
+            w.act(server(), |ep, _| sink.pull(ep, s, usize::MAX)).unwrap_or_else(|e| panic!("{e} (seed {seed})"));
+            source.is_done() && sink.received() == source.sent()
+        },
+        max,
+    )
+}
+
+/// The RTO and PTO the spec gives for these RTT statistics (spec §5.4).
+fn timeouts(st: &ConnStats, cfg: &ConnectionConfig) -> (Duration, Duration) {
+    let g = Duration::from_millis(1);
+    let var = (st.rttvar * 4).max(g);
+    let rto = (st.srtt + var + cfg.max_ack_delay).max(cfg.min_rto);
+    let pto = st.srtt + var + g;
+    (rto, pto)
+}
+
+/// Drops, once each, the data packets client -> server whose sequence
+/// number is `skip..skip + count` past the first data packet it sees;
+/// `first` reports that packet's sequence number.
+fn drop_data(skip: u32, count: u32, first: Rc<Cell<Option<u32>>>) -> impl FnMut(SocketAddr, SocketAddr, &[u8]) -> bool {
+    let mut dropped = HashSet::new();
+    move |f, _, d| {
+        if f != client() || !is_data(d) {
+            return false;
+        }
+        let seq = header(d).expect("parsed").seq;
+        let base = *first.get().get_or_insert(seq);
+        first.set(Some(base));
+        let i = seq.wrapping_sub(base);
+        i >= skip && i < skip + count && dropped.insert(seq)
+    }
+}
+
+/// Client -> server data packets with sequence number `seq`, in order sent.
+fn sends_of(w: &World, seq: u32) -> Vec<&Captured> {
+    w.captured()
+        .iter()
+        .filter(|p| p.from == client() && is_data(&p.data) && header(&p.data).unwrap().seq == seq)
+        .collect()
+}
+
+#[test]
+fn retransmission_that_fills_the_last_gap_is_acked_at_once() {
+    // The resend arrives in order, alone and without KLV: only the gap it
+    // fills makes its ack immediate (spec §5.3), instead of one
+    // `max_ack_delay` (25 ms) later.
+    let seed = 401;
+    let link = LinkConfig::default();
+    let one_way = link.delay;
+    for &cc in CONTROLLERS {
+        let mut w = pair(seed, link.clone(), config(cc));
+        let conns = establish(&mut w);
+        let first = Rc::new(Cell::new(None));
+        w.set_drop_rule(drop_data(1, 1, first.clone()));
+        w.set_capture(true);
+        // Three packets; the middle one is lost once.
+        let (mut source, mut sink) = (Source::new(seed, 3 * FULL), Sink::new(seed, 3 * FULL));
+        assert!(deliver(&mut w, conns, &mut source, &mut sink, Duration::from_secs(10)), "{cc:?} seed {seed}");
+        let c = conns.0;
+        let acked =
+            w.run_until(|w| w.endpoint(client()).conn_stats(c).unwrap().unacked_bytes == 0, Duration::from_secs(5));
+        assert!(acked, "{cc:?} seed {seed}");
+        assert_eq!(w.dropped_by_rule(), 1, "{cc:?} seed {seed}");
+        let lost = first.get().expect("data was sent").wrapping_add(1);
+        let resent = sends_of(&w, lost);
+        assert_eq!(resent.len(), 1, "the lost packet was resent once ({cc:?} seed {seed})");
+        let arrived = resent[0].at + one_way;
+        // The server's first packet acknowledging all three.
+        let ack = w
+            .captured()
+            .iter()
+            .find(|p| p.from == server() && header(&p.data).is_some_and(|h| h.ack == lost.wrapping_add(2)))
+            .unwrap_or_else(|| panic!("no ack of the whole burst ({cc:?} seed {seed})"));
+        assert_eq!(ack.at, arrived, "gap filled at {arrived:?} but acked at {:?} ({cc:?} seed {seed})", ack.at);
+        let st = w.endpoint(client()).conn_stats(conns.0).unwrap();
+        assert_eq!(st.rto_expiries, 0, "{cc:?} seed {seed}");
+    }
+}
+
+#[test]
+fn burst_ends_with_a_klv_packet_that_is_acked_at_once() {
+    // spec §5.3: the last packet of a burst asks for an immediate ack (KLV),
+    // so the odd packet at its end does not wait for the delayed-ack timer.
+    let seed = 402;
+    let link = LinkConfig::default();
+    let one_way = link.delay;
+    for &cc in CONTROLLERS {
+        let mut w = pair(seed, link.clone(), config(cc));
+        let conns = establish(&mut w);
+        w.set_capture(true);
+        let (mut source, mut sink) = (Source::new(seed, 3 * FULL), Sink::new(seed, 3 * FULL));
+        assert!(deliver(&mut w, conns, &mut source, &mut sink, Duration::from_secs(10)), "{cc:?} seed {seed}");
+        let c = conns.0;
+        let acked =
+            w.run_until(|w| w.endpoint(client()).conn_stats(c).unwrap().unacked_bytes == 0, Duration::from_secs(5));
+        assert!(acked, "{cc:?} seed {seed}");
+        let data: Vec<_> = w.captured().iter().filter(|p| p.from == client() && is_data(&p.data)).collect();
+        assert_eq!(data.len(), 3, "{cc:?} seed {seed}");
+        let klv: Vec<bool> = data.iter().map(|p| is_klv(&p.data)).collect();
+        assert_eq!(klv, [false, false, true], "only the burst's last packet asks for an ack now ({cc:?} seed {seed})");
+        let last = header(&data[2].data).unwrap().seq;
+        let ack = w
+            .captured()
+            .iter()
+            .find(|p| p.from == server() && header(&p.data).is_some_and(|h| h.ack == last.wrapping_add(1)))
+            .unwrap_or_else(|| panic!("no ack of the burst ({cc:?} seed {seed})"));
+        assert_eq!(ack.at, data[2].at + one_way, "{cc:?} seed {seed}");
+    }
+}
+
+/// A client -> server burst on a clean 40 ms-RTT path whose last packets
+/// were lost. Times are since the world began.
+struct LostTail {
+    w: World,
+    cfg: ConnectionConfig,
+    /// When the burst was handed to the client.
+    start: Duration,
+    /// Sequence number of the burst's last packet: the one probed.
+    newest: u32,
+    /// When the last ack before the probe reached the client.
+    last_ack: Duration,
+    /// When the probe left the client.
+    probe: Duration,
+    /// When the server had read the whole burst.
+    repaired: Duration,
+    /// The client's stats before the burst and once all of it was acked.
+    before: ConnStats,
+    after: ConnStats,
+}
+
+const TAIL_ONE_WAY: Duration = Duration::from_millis(20);
+
+/// Settles the RTT estimate with 300 kB, then sends `n` full packets of
+/// which the last `lost` are dropped once, and waits until the burst is
+/// read and acknowledged.
+fn lost_tail(seed: u64, cc: CongestionAlgorithm, n: u32, lost: u32) -> LostTail {
+    let cfg = config(cc);
+    let mut w = pair(seed, LinkConfig::with_delay(TAIL_ONE_WAY), cfg.clone());
+    let conns = establish(&mut w);
+    let (mut source, mut sink) = (Source::new(seed, 300_000), Sink::new(seed, 300_000));
+    assert!(deliver(&mut w, conns, &mut source, &mut sink, Duration::from_secs(10)), "{cc:?} seed {seed}");
+    w.run_for(Duration::from_millis(100));
+    let before = w.endpoint(client()).conn_stats(conns.0).unwrap();
+
+    let first = Rc::new(Cell::new(None));
+    w.set_drop_rule(drop_data(n - lost, lost, first.clone()));
+    w.set_capture(true);
+    let start = w.elapsed();
+    let total = u64::from(n) * FULL;
+    let (mut source, mut sink) = (Source::new(seed ^ 1, total), Sink::new(seed ^ 1, total));
+    assert!(deliver(&mut w, conns, &mut source, &mut sink, Duration::from_secs(10)), "{cc:?} seed {seed}");
+    let repaired = w.elapsed();
+    let c = conns.0;
+    let acked =
+        w.run_until(|w| w.endpoint(client()).conn_stats(c).unwrap().unacked_bytes == 0, Duration::from_secs(10));
+    assert!(acked, "burst never fully acknowledged ({cc:?} seed {seed})");
+    let after = w.endpoint(client()).conn_stats(c).unwrap();
+
+    assert_eq!(w.dropped_by_rule(), u64::from(lost), "{cc:?} seed {seed}");
+    let seqs: HashSet<u32> = w
+        .captured()
+        .iter()
+        .filter(|p| p.from == client() && is_data(&p.data))
+        .map(|p| header(&p.data).unwrap().seq)
+        .collect();
+    assert_eq!(seqs.len(), n as usize, "a burst of {n} full packets ({cc:?} seed {seed})");
+    let newest = first.get().expect("data was sent").wrapping_add(n - 1);
+    // Its original was dropped: the first send on the wire is the probe.
+    let probe = sends_of(&w, newest).first().map(|p| p.at).unwrap_or_else(|| panic!("no probe ({cc:?} seed {seed})"));
+    let last_ack = w
+        .captured()
+        .iter()
+        .filter(|p| p.from == server())
+        .map(|p| p.at + TAIL_ONE_WAY)
+        .filter(|&at| at <= probe)
+        .max()
+        .expect("acks before the probe");
+    LostTail { w, cfg: cfg.connection, start, newest, last_ack, probe, repaired, before, after }
+}
+
+impl LostTail {
+    /// What every lost tail must show: no RTO; the probe a PTO after the
+    /// last ack, well before the RTO; the window kept.
+    fn check(&self, what: &str, seed: u64, cc: CongestionAlgorithm) {
+        // No RTT sample is taken after the probe (Karn), so the estimate
+        // now is the one the probe was timed with.
+        let (rto, pto) = timeouts(&self.after, &self.cfg);
+        let wait = self.probe - self.last_ack;
+        eprintln!(
+            "{cc:?} {what}: srtt {:?} rttvar {:?}; PTO {pto:?}, RTO {rto:?}; after the burst: last ack {:?}, \
+             probe {:?}, all read {:?}; {} retransmissions; cwnd {} -> {}",
+            self.after.srtt,
+            self.after.rttvar,
+            self.last_ack - self.start,
+            self.probe - self.start,
+            self.repaired - self.start,
+            self.after.retransmissions - self.before.retransmissions,
+            self.before.cwnd,
+            self.after.cwnd
+        );
+        assert_eq!(self.after.rto_expiries, self.before.rto_expiries, "{what}: the RTO fired ({cc:?} seed {seed})");
+        assert!(wait <= pto, "{what}: probe {wait:?} after the last ack, PTO {pto:?} ({cc:?} seed {seed})");
+        // spec §5.4: the PTO leaves out the peer's ack delay that the RTO allows for.
+        let ahead = rto.saturating_sub(wait);
+        assert!(
+            ahead + Duration::from_millis(1) >= self.cfg.max_ack_delay,
+            "{what}: probe only {ahead:?} before the RTO ({cc:?} seed {seed})"
+        );
+        assert_eq!(sends_of(&self.w, self.newest).len(), 1, "{what}: one probe ({cc:?} seed {seed})");
+        // RACK halves the window at most; an RTO would cut it to two datagrams.
+        assert!(
+            self.after.cwnd >= self.before.cwnd / 2,
+            "{what}: cwnd {} -> {} ({cc:?} seed {seed})",
+            self.before.cwnd,
+            self.after.cwnd
+        );
+    }
+}
+
+#[test]
+fn lost_tail_is_repaired_by_a_probe_before_the_rto() {
+    // The last two of 20 packets are lost: the probe resends the 20th, the
+    // SACK it draws lets RACK declare the 19th lost, and that resend fills the gap.
+    let seed = 403;
+    for &cc in CONTROLLERS {
+        let t = lost_tail(seed, cc, 20, 2);
+        t.check("last 2 of 20 lost", seed, cc);
+        let resent = t.after.retransmissions - t.before.retransmissions;
+        assert_eq!(resent, 2, "the probe and one RACK resend ({cc:?} seed {seed})");
+        let rtt = TAIL_ONE_WAY * 2;
+        assert!(
+            t.repaired <= t.probe + rtt * 2,
+            "read {:?} after the probe ({cc:?} seed {seed})",
+            t.repaired - t.probe
+        );
+    }
+}
+
+#[test]
+fn lost_last_packet_is_repaired_by_its_probe_before_the_rto() {
+    // After an odd count of packets the receiver delays its last ack,
+    // whose RTT sample widens RTTVAR and so the PTO; after an even count
+    // the probe is timed from the burst's immediate acks.
+    let seed = 404;
+    for &cc in CONTROLLERS {
+        for n in [20, 21] {
+            let t = lost_tail(seed, cc, n, 1);
+            t.check(&format!("last of {n} lost"), seed, cc);
+            let resent = t.after.retransmissions - t.before.retransmissions;
+            assert_eq!(resent, 1, "the probe alone (n = {n}, {cc:?} seed {seed})");
+            assert!(t.repaired == t.probe + TAIL_ONE_WAY, "n = {n} ({cc:?} seed {seed})");
+        }
+    }
+}
+
+#[test]
+#[ignore = "engine bug: a probe goes out without KLV, so when it fills the tail in order its ack waits max_ack_delay \
+            and, on a steady path, lands only max(4·rttvar, 1 ms) before the RTO"]
+fn probe_for_a_lost_last_packet_is_acked_at_once() {
+    // spec §5.4 leaves the peer's ack delay out of the PTO because the
+    // packet that ends a flight asks for an immediate ack (§5.3); a probe
+    // ends its flight too.
+    let seed = 405;
+    for &cc in CONTROLLERS {
+        let t = lost_tail(seed, cc, 21, 1);
+        let arrived = t.probe + TAIL_ONE_WAY;
+        let acked =
+            t.w.captured()
+                .iter()
+                .find(|p| p.from == server() && header(&p.data).is_some_and(|h| h.ack == t.newest.wrapping_add(1)))
+                .map(|p| p.at)
+                .unwrap_or_else(|| panic!("probe never acked ({cc:?} seed {seed})"));
+        assert_eq!(acked, arrived, "probe arrived at {arrived:?}, acked at {acked:?} ({cc:?} seed {seed})");
+    }
+}
+
+/// Sequenced packets (data, FIN, SYN, echo) sent more than once, by sender.
+fn resent_on_the_wire(w: &World) -> Vec<(SocketAddr, u32)> {
+    let mut seen = HashSet::new();
+    w.captured()
+        .iter()
+        .filter(|p| is_sequenced(&p.data))
+        .map(|p| (p.from, header(&p.data).expect("parsed").seq))
+        .filter(|&k| !seen.insert(k))
+        .collect()
+}
+
+#[test]
+fn clean_path_sees_no_probe_or_retransmission_whatever_the_sending_pattern() {
+    // Bulk both ways, a sender held back by a small receive window, and
+    // request-response rounds of odd sizes: every flight ends with a packet
+    // that is acked at once (spec §5.3), so no probe timer may fire.
+    let seed = 406;
+    let link = LinkConfig::with_delay(Duration::from_millis(20));
+    for &cc in CONTROLLERS {
+        for recv_buffer in [8 << 20, 16 * 1024] {
+            let mut cfg = config(cc);
+            cfg.connection.recv_buffer = recv_buffer;
+            let mut w = pair(seed, link.clone(), cfg);
+            w.set_capture(true);
+            let t = Transfer::start(&mut w, client(), server(), 2 << 20, 1 << 20);
+            let r = t.run(&mut w, Duration::from_secs(600)).unwrap_or_else(|e| panic!("{cc:?}: {e}"));
+            let what = format!("bulk, recv_buffer {recv_buffer}");
+            for st in [r.client, r.server] {
+                assert_eq!((st.retransmissions, st.rto_expiries), (0, 0), "{what}: {st:?} ({cc:?} seed {seed})");
+            }
+            assert_eq!(resent_on_the_wire(&w), [], "{what} ({cc:?} seed {seed})");
+        }
+
+        let mut w = pair(seed, link.clone(), config(cc));
+        let (c, s) = establish(&mut w);
+        w.set_capture(true);
+        let mut buf = vec![0u8; 64 * 1024];
+        for round in 0..40u64 {
+            let (up, down) = ((round % 5) * FULL + round * 37 % 1000 + 1, round * 53 % 3000 + 1);
+            let mut got = (0, 0);
+            w.act(client(), |ep, _| ep.send(c, &buf[..up as usize])).unwrap();
+            let ok = w.run_until(
+                |w| {
+                    while let Ok(Some(n)) = w.endpoint_mut(server()).recv(s, &mut buf) {
+                        got.0 += n as u64;
+                    }
+                    got.0 == up
+                },
+                Duration::from_secs(5),
+            );
+            assert!(ok, "round {round}: request stalled ({cc:?} seed {seed})");
+            w.act(server(), |ep, _| ep.send(s, &buf[..down as usize])).unwrap();
+            let ok = w.run_until(
+                |w| {
+                    while let Ok(Some(n)) = w.endpoint_mut(client()).recv(c, &mut buf) {
+                        got.1 += n as u64;
+                    }
+                    got.1 == down
+                },
+                Duration::from_secs(5),
+            );
+            assert!(ok, "round {round}: response stalled ({cc:?} seed {seed})");
+            // Think time longer than any timer but the keep-alive.
+            w.run_for(Duration::from_millis(137 * (round % 3)));
+        }
+        for (node, h) in [(client(), c), (server(), s)] {
+            let st = w.endpoint(node).conn_stats(h).unwrap();
+            assert_eq!((st.retransmissions, st.rto_expiries), (0, 0), "rounds: {node} {st:?} ({cc:?} seed {seed})");
+        }
+        assert_eq!(resent_on_the_wire(&w), [], "rounds ({cc:?} seed {seed})");
+    }
+}
