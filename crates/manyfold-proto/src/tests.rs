@@ -191,3 +191,38 @@ fn transfer_survives_thirty_percent_loss() {
         transfer(&mut p, 1_000_000);
     }
 }
+
+#[test]
+fn a_reply_after_a_pause_is_sent_once() {
+    let mut p = Pair::new();
+    p.delay = Duration::from_micros(100);
+    let ca = p.a.connect(p.now, p.b_addr).unwrap();
+    p.run_until(|p| p.a.state(ca) == Some(State::Established) && p.events_b.iter().any(|e| e.1 == Event::Incoming));
+    let cb = p.b.accept().unwrap();
+    p.a.send(ca, b"header").unwrap();
+    let mut buf = [0u8; 64];
+    p.run_until(|p| p.b.recv(cb, &mut buf).ok().flatten().is_some());
+    // The server thinks for 8 ms, then replies.
+    let until = p.now + Duration::from_millis(8);
+    p.run_until(|p| p.now >= until || p.wire.is_empty() && p.b.poll_timeout().is_none_or(|t| t > until));
+    p.now = until;
+    p.b.send(cb, b"ready").unwrap();
+    let mut seqs = vec![];
+    let mut out = Vec::new();
+    while let Some(t) = p.b.poll_transmit(p.now, 10, &mut out) {
+        let seg = t.segment_size.unwrap_or(t.size);
+        for d in out[..t.size].chunks(seg) {
+            let h = crate::wire::Header::parse(d).unwrap();
+            seqs.push((h.seq, h.payload_len));
+        }
+    }
+    p.b.handle_timeout(p.now);
+    while let Some(t) = p.b.poll_transmit(p.now, 10, &mut out) {
+        let seg = t.segment_size.unwrap_or(t.size);
+        for d in out[..t.size].chunks(seg) {
+            let h = crate::wire::Header::parse(d).unwrap();
+            seqs.push((h.seq, h.payload_len));
+        }
+    }
+    assert_eq!(seqs.len(), 1, "sent {seqs:?}");
+}

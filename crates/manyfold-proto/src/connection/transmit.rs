@@ -168,7 +168,8 @@ impl Connection {
         if self.sent.bytes_in_flight() + size as u64 > self.cc.window() {
             return Sent::Blocked;
         }
-        match self.write(now, buf, control, seq, payload, DATA_SACK_RANGES) {
+        // spec §5.3: a resend is what the peer waits for; ask for its ack now.
+        match self.write(now, buf, control | Flags::KLV, seq, payload, DATA_SACK_RANGES) {
             Some(n) => {
                 self.sent.on_retransmitted(now, seq, n as u32);
                 self.stats.retransmissions += 1;
@@ -296,7 +297,7 @@ impl Connection {
     fn send_probe(&mut self, now: Instant, buf: &mut [u8], seq: u64) -> Option<usize> {
         let p = self.sent.get(seq)?;
         let (payload, control) = (p.payload.clone(), p.control);
-        let n = self.write(now, buf, control, seq, payload, DATA_SACK_RANGES)?;
+        let n = self.write(now, buf, control | Flags::KLV, seq, payload, DATA_SACK_RANGES)?;
         self.sent.on_probe_sent(now, seq, n as u32);
         self.stats.retransmissions += 1;
         self.tlp_count += 1;
