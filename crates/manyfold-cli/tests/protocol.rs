@@ -103,8 +103,10 @@ async fn interrupt_receiver_mid_transfer(signal: &str) {
     let mut recv = Running::spawn(cmd);
     let addr = recv.listening_addr();
     let pid = recv.id();
-    tokio::time::timeout(LIMIT, async {
-        let (_endpoint, mut conn) = connect(addr).await;
+    // The connection outlives the signal: dropped earlier, it would close
+    // gracefully and the receiver could see "sender closed" before the signal.
+    let _held = tokio::time::timeout(LIMIT, async {
+        let (endpoint, mut conn) = connect(addr).await;
         conn.write_all(&request("big.bin", 10_000_000)).await.unwrap();
         assert!(reply(&mut conn).await.0);
         conn.write_all(&[1u8; 300_000]).await.unwrap();
@@ -116,6 +118,7 @@ async fn interrupt_receiver_mid_transfer(signal: &str) {
         }
         let status = std::process::Command::new("kill").args([signal, &pid.to_string()]).status().unwrap();
         assert!(status.success());
+        (endpoint, conn)
     })
     .await
     .expect("test timed out");

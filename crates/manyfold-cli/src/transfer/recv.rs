@@ -89,11 +89,13 @@ pub async fn run(args: RecvArgs) -> Result<()> {
     let mut tasks: JoinSet<Result<Report>> = JoinSet::new();
     let (mut succeeded, mut failed) = (0u64, 0u64);
     let mut accepting = true;
+    let mut interrupted = false;
     let ctrl_c = net::interrupted();
     tokio::pin!(ctrl_c);
     let outcome = loop {
         tokio::select! {
             _ = &mut ctrl_c => {
+                interrupted = true;
                 let active = tasks.len();
                 tasks.shutdown().await; // drops each transfer's temporary file
                 if active > 0 {
@@ -144,7 +146,10 @@ pub async fn run(args: RecvArgs) -> Result<()> {
     if !args.once {
         multi.suspend(|| println!("manyfold recv: {succeeded} transfer(s) saved, {failed} failed"));
     }
-    let _ = tokio::time::timeout(Duration::from_secs(5), endpoint.shutdown()).await;
+    // Interrupted: peers get half a second to close before they are reset;
+    // otherwise the usual bounded graceful shutdown.
+    let bound = if interrupted { Duration::from_millis(500) } else { Duration::from_secs(5) };
+    let _ = tokio::time::timeout(bound + Duration::from_secs(1), endpoint.shutdown_within(bound)).await;
     outcome
 }
 
