@@ -116,7 +116,9 @@ fn loopback_file(bin: &Path, size: &str, reps: usize, loss: f64, limit: Duration
     // RSS counts the parent's pages from before its exec.
     let hash = hash_file(&src)?;
     let me = std::env::current_exe()?;
-    let mut rows: Vec<(&str, Vec<Sample>)> = vec![("manyfold (NewReno)", vec![]), ("kernel TCP (default cc)", vec![])];
+    let cc = std::fs::read_to_string("/proc/sys/net/ipv4/tcp_congestion_control").unwrap_or_default();
+    let tcp_row = format!("kernel TCP ({}, the system default)", cc.trim());
+    let mut rows: Vec<(&str, Vec<Sample>)> = vec![("manyfold (NewReno)", vec![]), (tcp_row.as_str(), vec![])];
     for rep in 0..reps {
         for (i, row) in rows.iter_mut().enumerate() {
             let out_dir = work.path().join(format!("out-{rep}-{i}"));
