@@ -46,6 +46,14 @@ pub struct FaultConfig {
     pub delay: Duration,
     /// Uniformly random extra delay in `[0, jitter)` per sent datagram.
     pub jitter: Duration,
+    /// Probability that a received datagram is delivered twice.
+    pub recv_duplicate: f64,
+    /// Probability that a received datagram is held back by `reorder_delay`.
+    pub recv_reorder: f64,
+    /// Fixed delay before every received datagram reaches the engine.
+    pub recv_delay: Duration,
+    /// Uniformly random extra delay in `[0, recv_jitter)` per received datagram.
+    pub recv_jitter: Duration,
     /// Most datagrams held for delay at once; beyond it they are dropped
     /// (a router's tail drop) and counted in [`FaultStats::queue_overflow`].
     pub queue_limit: usize,
@@ -63,6 +71,10 @@ impl Default for FaultConfig {
             reorder_delay: Duration::from_millis(5),
             delay: Duration::ZERO,
             jitter: Duration::ZERO,
+            recv_duplicate: 0.0,
+            recv_reorder: 0.0,
+            recv_delay: Duration::ZERO,
+            recv_jitter: Duration::ZERO,
             queue_limit: 8192,
         }
     }
@@ -88,6 +100,10 @@ impl FaultConfig {
             || self.reorder > 0.0
             || !self.delay.is_zero()
             || !self.jitter.is_zero()
+            || self.recv_duplicate > 0.0
+            || self.recv_reorder > 0.0
+            || !self.recv_delay.is_zero()
+            || !self.recv_jitter.is_zero()
     }
 }
 
@@ -98,7 +114,7 @@ pub struct FaultStats {
     pub send_dropped: u64,
     /// Received datagrams dropped.
     pub recv_dropped: u64,
-    /// Extra copies sent.
+    /// Extra copies sent or delivered.
     pub duplicated: u64,
     /// Datagrams held back to be overtaken.
     pub reordered: u64,

@@ -150,14 +150,20 @@ impl Driver {
             }
             for datagram in buf.chunks(stride) {
                 inner.driver_stats.datagrams_received += 1;
-                if let Some(f) = inner.faults.as_mut() {
-                    if !f.keep_received() {
-                        self.trace.log(now, Direction::DropRecv, from, datagram);
-                        continue;
+                let copies = match inner.faults.as_mut() {
+                    Some(f) => {
+                        let fate = f.on_receive(now, from, datagram);
+                        if fate.dropped {
+                            self.trace.log(now, Direction::DropRecv, from, datagram);
+                        }
+                        fate.now
                     }
+                    None => 1,
+                };
+                for _ in 0..copies {
+                    self.trace.log(now, Direction::Recv, from, datagram);
+                    inner.engine.handle_datagram(now, from, datagram);
                 }
-                self.trace.log(now, Direction::Recv, from, datagram);
-                inner.engine.handle_datagram(now, from, datagram);
             }
         }
     }
@@ -309,11 +315,19 @@ impl Driver {
         blocked
     }
 
-    /// Sends held datagrams that are due. Returns true if the socket refused one.
+    /// Releases held datagrams that are due: received ones to the engine,
+    /// sent ones to the socket. Returns true if the socket refused one.
     fn flush_held(&mut self, inner: &mut Inner, now: Instant) -> bool {
-        let Inner { faults, driver_stats, .. } = inner;
+        let Inner { faults, driver_stats, engine, .. } = inner;
         let Some(faults) = faults.as_mut() else { return false };
-        while let Some((destination, datagram)) = faults.peek_due(now) {
+        while let Some(due) = faults.peek_due(now) {
+            let (destination, datagram) = (due.peer, due.data);
+            if due.inbound {
+                self.trace.log(now, Direction::Recv, destination, datagram);
+                engine.handle_datagram(now, destination, datagram);
+                faults.pop();
+                continue;
+            }
             match self.io.send(destination, datagram, None) {
                 Ok(()) => {
                     driver_stats.datagrams_sent += 1;

@@ -24,8 +24,19 @@ struct Held {
     at: Instant,
     /// Tie-breaker keeping FIFO order among datagrams due at the same time.
     order: u64,
-    destination: SocketAddr,
+    /// Received (goes to the engine when due) rather than sent (to the socket).
+    inbound: bool,
+    /// Destination of a sent datagram, source of a received one.
+    peer: SocketAddr,
     data: Vec<u8>,
+}
+
+/// A held datagram that is due.
+#[derive(Debug)]
+pub(crate) struct Due<'a> {
+    pub inbound: bool,
+    pub peer: SocketAddr,
+    pub data: &'a [u8],
 }
 
 impl PartialEq for Held {
@@ -81,25 +92,40 @@ impl Faults {
         p > 0.0 && self.rng.gen::<f64>() < p
     }
 
-    /// Decides the fate of a received datagram: `false` drops it.
-    pub(crate) fn keep_received(&mut self) -> bool {
-        let p = self.config.effective_recv_loss();
-        if self.chance(p) {
+    /// Decides the fate of a datagram we received: dropped, delivered now
+    /// (`now` copies), or held in the delay queue until due.
+    pub(crate) fn on_receive(&mut self, now: Instant, from: SocketAddr, datagram: &[u8]) -> SendFate {
+        let c = &self.config;
+        let (loss, dup, reorder, delay, jitter) =
+            (c.effective_recv_loss(), c.recv_duplicate, c.recv_reorder, c.recv_delay, c.recv_jitter);
+        if self.chance(loss) {
             self.stats.recv_dropped += 1;
-            return false;
+            return SendFate { dropped: true, now: 0 };
         }
-        true
+        self.impair(now, true, from, datagram, (dup, reorder, delay, jitter))
     }
 
     /// Decides the fate of a datagram we send. Copies that must wait are
     /// copied into the delay queue; the caller sends `now` copies itself.
     pub(crate) fn on_send(&mut self, now: Instant, destination: SocketAddr, datagram: &[u8]) -> SendFate {
-        let p = self.config.effective_send_loss();
-        if self.chance(p) {
+        let c = &self.config;
+        let (loss, dup, reorder, delay, jitter) = (c.effective_send_loss(), c.duplicate, c.reorder, c.delay, c.jitter);
+        if self.chance(loss) {
             self.stats.send_dropped += 1;
             return SendFate { dropped: true, now: 0 };
         }
-        let dup = self.config.duplicate;
+        self.impair(now, false, destination, datagram, (dup, reorder, delay, jitter))
+    }
+
+    /// Duplication, reordering, delay and jitter, alike in both directions.
+    fn impair(
+        &mut self,
+        now: Instant,
+        inbound: bool,
+        peer: SocketAddr,
+        datagram: &[u8],
+        (dup, reorder, base_delay, jitter): (f64, f64, Duration, Duration),
+    ) -> SendFate {
         let copies = if self.chance(dup) {
             self.stats.duplicated += 1;
             2
@@ -108,12 +134,11 @@ impl Faults {
         };
         let mut immediate = 0;
         for _ in 0..copies {
-            let mut delay = self.config.delay;
-            if !self.config.jitter.is_zero() {
-                let j = self.rng.gen_range(0..self.config.jitter.as_nanos().max(1) as u64);
+            let mut delay = base_delay;
+            if !jitter.is_zero() {
+                let j = self.rng.gen_range(0..jitter.as_nanos().max(1) as u64);
                 delay += Duration::from_nanos(j);
             }
-            let reorder = self.config.reorder;
             if self.chance(reorder) {
                 self.stats.reordered += 1;
                 delay += self.config.reorder_delay;
@@ -122,7 +147,7 @@ impl Faults {
                 immediate += 1;
             } else {
                 self.stats.delayed += 1;
-                self.hold(now + delay, destination, datagram);
+                self.hold_dir(now + delay, inbound, peer, datagram);
             }
         }
         SendFate { dropped: false, now: immediate }
@@ -131,6 +156,10 @@ impl Faults {
     /// Queues a copy of `datagram` for release at `at` (also used for
     /// datagrams the socket could not take yet). Drops it when the queue is full.
     pub(crate) fn hold(&mut self, at: Instant, destination: SocketAddr, datagram: &[u8]) {
+        self.hold_dir(at, false, destination, datagram);
+    }
+
+    fn hold_dir(&mut self, at: Instant, inbound: bool, peer: SocketAddr, datagram: &[u8]) {
         if self.queue.len() >= self.config.queue_limit.max(1) {
             self.stats.queue_overflow += 1;
             return;
@@ -140,7 +169,7 @@ impl Faults {
         data.extend_from_slice(datagram);
         let order = self.next_order;
         self.next_order += 1;
-        self.queue.push(Reverse(Held { at, order, destination, data }));
+        self.queue.push(Reverse(Held { at, order, inbound, peer, data }));
     }
 
     /// When the next held datagram is due.
@@ -150,9 +179,9 @@ impl Faults {
 
     /// The next held datagram due at `now`, if any; it stays queued until
     /// [`Faults::pop`] (so a send that would block can leave it there).
-    pub(crate) fn peek_due(&self, now: Instant) -> Option<(SocketAddr, &[u8])> {
+    pub(crate) fn peek_due(&self, now: Instant) -> Option<Due<'_>> {
         let Reverse(h) = self.queue.peek()?;
-        (h.at <= now).then_some((h.destination, h.data.as_slice()))
+        (h.at <= now).then_some(Due { inbound: h.inbound, peer: h.peer, data: h.data.as_slice() })
     }
 
     /// Removes the datagram [`Faults::peek_due`] returned, recycling its buffer.
@@ -182,7 +211,7 @@ mod tests {
         let now = Instant::now();
         for _ in 0..1000 {
             assert_eq!(f.on_send(now, addr(), b"x"), SendFate { dropped: false, now: 1 });
-            assert!(f.keep_received());
+            assert_eq!(f.on_receive(now, addr(), b"x"), SendFate { dropped: false, now: 1 });
         }
         assert_eq!(f.stats, FaultStats::default());
     }
@@ -225,6 +254,25 @@ mod tests {
         }
         assert_eq!(n, 100);
         assert_eq!(f.stats.delayed, 100);
+    }
+
+    #[test]
+    fn received_datagrams_are_duplicated_and_delayed_too() {
+        let cfg = FaultConfig { recv_duplicate: 1.0, recv_delay: Duration::from_millis(3), ..FaultConfig::default() };
+        let mut f = Faults::new(cfg);
+        let now = Instant::now();
+        assert_eq!(f.on_receive(now, addr(), b"in"), SendFate { dropped: false, now: 0 });
+        assert!(f.peek_due(now).is_none());
+        let later = now + Duration::from_millis(3);
+        for _ in 0..2 {
+            let due = f.peek_due(later).expect("both copies due");
+            assert!(due.inbound);
+            assert_eq!(due.data, b"in");
+            f.pop();
+        }
+        assert_eq!(f.stats.duplicated, 1);
+        // Sending is untouched by receive-side settings.
+        assert_eq!(f.on_send(now, addr(), b"out"), SendFate { dropped: false, now: 1 });
     }
 
     #[test]

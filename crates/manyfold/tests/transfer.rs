@@ -169,6 +169,30 @@ async fn receive_side_loss_is_recovered() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn receive_side_duplication_reordering_and_delay_are_recovered() {
+    timeout(TEST_TIMEOUT, async {
+        let mut impaired = config();
+        impaired.faults = FaultConfig {
+            seed: 4,
+            recv_loss: Some(0.02),
+            recv_duplicate: 0.03,
+            recv_reorder: 0.03,
+            recv_delay: Duration::from_millis(1),
+            recv_jitter: Duration::from_millis(1),
+            ..FaultConfig::default()
+        };
+        let (server, client) = bidirectional(impaired, config(), 1 << 20).await;
+        let f = server.fault_stats();
+        assert!(f.recv_dropped > 0 && f.duplicated > 0 && f.reordered > 0 && f.delayed > 100, "{f:?}");
+        assert_eq!((f.send_dropped, client.fault_stats().delayed), (0, 0), "{f:?}");
+        server.shutdown().await;
+        client.shutdown().await;
+    })
+    .await
+    .expect("test timed out");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dropping_a_connection_closes_it_gracefully() {
     timeout(TEST_TIMEOUT, async {
         let (server, client) = pair(config(), config()).await;
