@@ -24,6 +24,9 @@ pub trait Controller: Send + std::fmt::Debug {
     fn on_congestion_event(&mut self, now: Instant, sent: Instant, lost_bytes: u64);
     /// The retransmission timer expired: the path may have collapsed.
     fn on_rto(&mut self, now: Instant);
+    /// Losses that reduced the window turned out to be reordering: undo the
+    /// latest reduction (spec §9).
+    fn on_spurious_congestion(&mut self) {}
     /// Name for stats and traces.
     fn name(&self) -> &'static str;
 }

@@ -16,6 +16,8 @@ pub struct NewReno {
     /// Losses of packets sent before this instant belong to the current
     /// recovery period and do not shrink the window again (RFC 6582's intent).
     recovery_start: Option<Instant>,
+    /// (cwnd, ssthresh) before the latest reduction, for undo.
+    prior: Option<(u64, u64)>,
 }
 
 impl NewReno {
@@ -26,6 +28,7 @@ impl NewReno {
             ssthresh: u64::MAX,
             acked_in_ca: 0,
             recovery_start: None,
+            prior: None,
         }
     }
 
@@ -65,6 +68,7 @@ impl Controller for NewReno {
             return;
         }
         self.recovery_start = Some(now);
+        self.prior = Some((self.cwnd, self.ssthresh));
         // RFC 5681 (3.1) eq. 4 with flight size ~ cwnd, as RFC 9002 does.
         self.cwnd = (self.cwnd / 2).max(self.min_window());
         self.ssthresh = self.cwnd;
@@ -74,10 +78,21 @@ impl Controller for NewReno {
     fn on_rto(&mut self, now: Instant) {
         // RFC 5681 (3.1) eq. 4 and the loss window; RFC 9002's persistent
         // congestion floor of two datagrams.
+        self.prior = Some((self.cwnd, self.ssthresh));
         self.ssthresh = (self.cwnd / 2).max(self.min_window());
         self.cwnd = self.min_window();
         self.acked_in_ca = 0;
         self.recovery_start = Some(now);
+    }
+
+    fn on_spurious_congestion(&mut self) {
+        // Linux's undo (tcp_undo_cwnd_reduction): back to the window before
+        // the reduction, and out of the recovery period it started.
+        if let Some((cwnd, ssthresh)) = self.prior.take() {
+            self.cwnd = self.cwnd.max(cwnd);
+            self.ssthresh = ssthresh;
+            self.recovery_start = None;
+        }
     }
 
     fn name(&self) -> &'static str {
@@ -126,6 +141,18 @@ mod tests {
         c.on_congestion_event(t1, t0, 1000); // cwnd 5000 = ssthresh
         c.on_ack(t2, t2, 5000, &rtt(), false);
         assert_eq!(c.window(), 6000);
+    }
+
+    #[test]
+    fn a_spurious_reduction_is_undone_once() {
+        let t0 = Instant::now();
+        let mut c = NewReno::new(1000, 10);
+        c.on_congestion_event(t0, t0, 1000);
+        assert_eq!(c.window(), 5000);
+        c.on_spurious_congestion();
+        assert_eq!(c.window(), 10_000);
+        c.on_spurious_congestion();
+        assert_eq!(c.window(), 10_000);
     }
 
     #[test]

@@ -514,6 +514,7 @@ impl Connection {
         let sacks = p.sack.iter().flat_map(|s| s.ranges().iter()).map(|&(a, b)| (extend(a, base), extend(b, base)));
         let out = self.sent.on_ack(now, cum, sacks, &mut self.rtt, self.cc.as_mut());
         self.stats.lost_packets += out.newly_lost;
+        self.stats.spurious_losses += out.spurious;
         if out.newly_acked > 0 {
             self.rto_backoff = 0;
             self.tlp_count = 0;

@@ -129,6 +129,9 @@ pub struct ConnStats {
     pub retransmissions: u64,
     /// Packets declared lost (by SACK/RACK or RTO).
     pub lost_packets: u64,
+    /// Packets declared lost whose first transmission arrived after all
+    /// (reordering), detected as spec §5.4 says.
+    pub spurious_losses: u64,
     /// Received packets that were already held (duplicates).
     pub duplicate_packets: u64,
     /// Received data dropped for lack of buffer space (stays 0 with a compliant peer).

@@ -16,8 +16,13 @@ use super::RttEstimator;
 use crate::congestion::Controller;
 use crate::wire::Flags;
 
-/// RACK's reordering threshold in transmissions (RFC 9002 kPacketThreshold).
+/// RACK's initial reordering threshold in transmissions (RFC 9002
+/// kPacketThreshold); it grows with the reordering the path shows.
 const PACKET_THRESHOLD: u64 = 3;
+/// Ceiling of the adapted packet threshold; beyond it the time window decides.
+const MAX_PACKET_THRESHOLD: u64 = 256;
+/// Ceiling of the reordering window's multiplier (RFC 8985 §6.2.4 step 4).
+const MAX_REO_MULT: u32 = 8;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum PacketState {
@@ -34,10 +39,14 @@ pub(crate) struct SentPacket {
     pub control: Flags,
     pub time_sent: Instant,
     pub tx: u64,
+    /// `tx` of the first transmission: how far a late original was overtaken.
+    pub first_tx: u64,
     /// Datagram bytes at its last transmission (what congestion control counts).
     pub size: u32,
     pub state: PacketState,
     pub retransmitted: bool,
+    /// Declared lost at least once (by RACK or an RTO).
+    pub declared_lost: bool,
     pub app_limited: bool,
 }
 
@@ -49,6 +58,8 @@ pub(crate) struct AckOutcome {
     pub released_data: u64,
     pub cumulative_advanced: bool,
     pub newly_lost: u64,
+    /// Packets declared lost whose first transmission turned out to arrive.
+    pub spurious: u64,
 }
 
 #[derive(Debug)]
@@ -63,6 +74,15 @@ pub(crate) struct SentQueue {
     outstanding_data: u64,
     largest_acked_tx: Option<u64>,
     loss_time: Option<Instant>,
+    /// Reordering tolerance in transmissions, adapted (spec §5.4).
+    packet_threshold: u64,
+    /// Multiplier of the RACK reordering window; grows on spurious losses.
+    reo_mult: u32,
+    /// The loss episode: packets declared lost and not yet acked, and
+    /// whether any of them proved a real loss. The window reduction is
+    /// undone only when every loss of the episode proved spurious.
+    episode_open: u64,
+    episode_real: bool,
 }
 
 impl SentQueue {
@@ -76,6 +96,10 @@ impl SentQueue {
             outstanding_data: 0,
             largest_acked_tx: None,
             loss_time: None,
+            packet_threshold: PACKET_THRESHOLD,
+            reo_mult: 0,
+            episode_open: 0,
+            episode_real: false,
         }
     }
 
@@ -120,9 +144,11 @@ impl SentQueue {
             control,
             time_sent: now,
             tx,
+            first_tx: tx,
             size,
             state: PacketState::InFlight,
             retransmitted: false,
+            declared_lost: false,
             app_limited,
         });
     }
@@ -208,10 +234,31 @@ impl SentQueue {
     ) -> AckOutcome {
         let mut out = AckOutcome::default();
         let mut newest: Option<(u64, Instant, bool)> = None; // (tx, time_sent, retransmitted)
-        let note = |p: &SentPacket, out: &mut AckOutcome, newest: &mut Option<(u64, Instant, bool)>| {
+        let prior_largest = self.largest_acked_tx;
+        let min_rtt = rtt.has_sample().then(|| rtt.min());
+        let mut reorder_distance = 0;
+        let mut resolved_real = 0;
+        // Judged before the packet's state changes.
+        let mut note = |p: &SentPacket, out: &mut AckOutcome| {
             out.newly_acked += 1;
             if newest.is_none_or(|(tx, _, _)| p.tx > tx) {
-                *newest = Some((p.tx, p.time_sent, p.retransmitted));
+                newest = Some((p.tx, p.time_sent, p.retransmitted));
+            }
+            // A packet declared lost whose ack comes before a resend could
+            // have been acked: its first transmission arrived (spec §5.4).
+            let resend_too_recent = min_rtt.is_some_and(|m| now.saturating_duration_since(p.time_sent) < m);
+            let spurious = p.declared_lost && (p.state == PacketState::Lost || resend_too_recent);
+            if spurious {
+                out.spurious += 1;
+            } else if p.declared_lost {
+                resolved_real += 1;
+            }
+            // RFC 8985 §6.2.1: an original transmission acked after a later
+            // one was is reordering, not loss; remember how far.
+            if let (true, Some(l)) = (!p.retransmitted || spurious, prior_largest) {
+                if p.first_tx < l {
+                    reorder_distance = reorder_distance.max(l - p.first_tx);
+                }
             }
         };
         // Cumulative part: everything below `cum` (never beyond what we sent).
@@ -229,7 +276,7 @@ impl SentQueue {
                 cc.on_ack(now, p.time_sent, u64::from(p.size), rtt, p.app_limited);
             }
             if p.state != PacketState::Sacked {
-                note(&p, &mut out, &mut newest);
+                note(&p, &mut out);
             }
         }
         // Selective part.
@@ -241,13 +288,24 @@ impl SentQueue {
                 if p.state == PacketState::Sacked {
                     continue;
                 }
+                note(p, &mut out);
                 if p.state == PacketState::InFlight {
                     self.bytes_in_flight -= u64::from(p.size);
                     cc.on_ack(now, p.time_sent, u64::from(p.size), rtt, p.app_limited);
                 }
                 p.state = PacketState::Sacked;
-                let p = &self.packets[(seq - self.base) as usize];
-                note(p, &mut out, &mut newest);
+            }
+        }
+        if reorder_distance > 0 {
+            self.packet_threshold = self.packet_threshold.max((reorder_distance + 1).min(MAX_PACKET_THRESHOLD));
+        }
+        self.episode_open = self.episode_open.saturating_sub(out.spurious + resolved_real);
+        self.episode_real |= resolved_real > 0;
+        if out.spurious > 0 {
+            // RFC 8985 §6.2.4: widen the reordering window.
+            self.reo_mult = (self.reo_mult + 1).min(MAX_REO_MULT);
+            if self.episode_open == 0 && !self.episode_real {
+                cc.on_spurious_congestion();
             }
         }
         if let Some((tx, sent, retransmitted)) = newest {
@@ -269,7 +327,12 @@ impl SentQueue {
         let Some(largest) = self.largest_acked_tx else {
             return 0;
         };
-        let window = (rtt.srtt().max(rtt.latest()) * 9 / 8).max(Duration::from_millis(1));
+        // RFC 8985 §6.2: RTT plus a reordering window, srtt/8 until the path
+        // showed spurious losses, then min_rtt/4 per such episode (≤ srtt).
+        let base = rtt.srtt().max(rtt.latest());
+        let reo_wnd = (rtt.min() / 4 * self.reo_mult).max(rtt.srtt() / 8).min(rtt.srtt());
+        let window = (base + reo_wnd).max(Duration::from_millis(1));
+        let threshold = self.packet_threshold;
         let mut lost = 0;
         let mut lost_bytes = 0;
         let mut newest_lost_sent: Option<Instant> = None;
@@ -285,8 +348,9 @@ impl SentQueue {
                 }
                 break;
             }
-            if largest - p.tx >= PACKET_THRESHOLD || p.time_sent + window <= now {
+            if largest - p.tx >= threshold || p.time_sent + window <= now {
                 p.state = PacketState::Lost;
+                open_episode(p, &mut self.episode_open, &mut self.episode_real);
                 self.bytes_in_flight -= u64::from(p.size);
                 self.retransmit.insert(self.base + i as u64);
                 lost += 1;
@@ -310,6 +374,7 @@ impl SentQueue {
         for (i, p) in self.packets.iter_mut().enumerate() {
             if p.state == PacketState::InFlight {
                 p.state = PacketState::Lost;
+                open_episode(p, &mut self.episode_open, &mut self.episode_real);
                 self.retransmit.insert(self.base + i as u64);
                 lost += 1;
             }
@@ -317,6 +382,17 @@ impl SentQueue {
         self.bytes_in_flight = 0;
         self.loss_time = None;
         lost
+    }
+}
+
+/// Marks `p` as declared lost, opening a loss episode if none is open.
+fn open_episode(p: &mut SentPacket, open: &mut u64, real: &mut bool) {
+    if !p.declared_lost {
+        p.declared_lost = true;
+        if *open == 0 {
+            *real = false;
+        }
+        *open += 1;
     }
 }
 
@@ -380,6 +456,32 @@ mod tests {
         let t = f.q.loss_time().expect("loss timer armed");
         let lost = f.q.detect_lost(t, &f.rtt, &mut f.cc);
         assert_eq!(lost, 1);
+    }
+
+    #[test]
+    fn a_late_original_raises_the_packet_threshold() {
+        let mut f = fixture(10);
+        let now = f.t0 + Duration::from_millis(10);
+        // 105..110 acked first; then 100..105 arrive late (reordered, not lost).
+        f.q.on_ack(now, 100, [(105, 110)].into_iter(), &mut f.rtt, &mut f.cc);
+        let before = f.q.packet_threshold;
+        let out = f.q.on_ack(now, 110, std::iter::empty(), &mut f.rtt, &mut f.cc);
+        assert_eq!(out.spurious, 5, "they had been declared lost");
+        assert!(f.q.packet_threshold > before.max(PACKET_THRESHOLD));
+        assert_eq!(f.q.reo_mult, 1);
+    }
+
+    #[test]
+    fn an_ack_soon_after_a_resend_is_for_the_original() {
+        let mut f = fixture(5);
+        f.rtt.on_sample(Duration::from_millis(40));
+        let now = f.t0 + Duration::from_millis(10);
+        let out = f.q.on_ack(now, 100, [(101, 105)].into_iter(), &mut f.rtt, &mut f.cc);
+        assert_eq!(out.newly_lost, 1);
+        f.q.on_retransmitted(now, 100, 100);
+        // Acked 5 ms after the resend: far sooner than any round trip.
+        let out = f.q.on_ack(now + Duration::from_millis(5), 105, std::iter::empty(), &mut f.rtt, &mut f.cc);
+        assert_eq!(out.spurious, 1);
     }
 
     #[test]
