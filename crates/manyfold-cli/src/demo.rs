@@ -36,6 +36,10 @@ pub struct DemoArgs {
     /// Print every packet and state transition to stderr.
     #[arg(long)]
     pub trace: bool,
+
+    /// Congestion controller of both endpoints: newreno or cubic.
+    #[arg(long, value_name = "NAME", default_value = "newreno")]
+    pub cc: manyfold_proto::CongestionAlgorithm,
 }
 
 pub async fn run(args: DemoArgs) -> Result<()> {
@@ -70,8 +74,8 @@ pub async fn run(args: DemoArgs) -> Result<()> {
     );
 
     let loopback: std::net::SocketAddr = "127.0.0.1:0".parse().expect("literal address");
-    let clean = NetArgs { loss: 0.0, delay: 0, trace: args.trace };
-    let lossy = NetArgs { loss: args.loss, delay: args.delay, trace: args.trace };
+    let clean = NetArgs { loss: 0.0, delay: 0, trace: args.trace, cc: args.cc };
+    let lossy = NetArgs { loss: args.loss, delay: args.delay, trace: args.trace, cc: args.cc };
     let receiver = net::bind(loopback, clean.config()).await?;
     receiver.listen();
     let receiver_addr = receiver.local_addr().context("cannot read the receiver's address")?;

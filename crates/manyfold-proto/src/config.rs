@@ -10,6 +10,30 @@ pub enum CongestionAlgorithm {
     /// RFC 6582 / RFC 9002 NewReno with byte counting.
     #[default]
     NewReno,
+    /// RFC 9438 CUBIC.
+    Cubic,
+}
+
+impl CongestionAlgorithm {
+    /// Every controller, for tests and the lab to iterate over.
+    pub const ALL: [CongestionAlgorithm; 2] = [CongestionAlgorithm::NewReno, CongestionAlgorithm::Cubic];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            CongestionAlgorithm::NewReno => "newreno",
+            CongestionAlgorithm::Cubic => "cubic",
+        }
+    }
+}
+
+impl std::str::FromStr for CongestionAlgorithm {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        CongestionAlgorithm::ALL
+            .into_iter()
+            .find(|a| a.name().eq_ignore_ascii_case(s))
+            .ok_or_else(|| format!("unknown congestion controller {s:?} (known: newreno, cubic)"))
+    }
 }
 
 /// Settings of one connection (spec §10).

@@ -29,6 +29,11 @@ pub struct NetArgs {
     /// and every connection state transition to stderr.
     #[arg(long)]
     pub trace: bool,
+
+    /// Congestion controller for this process's connections: newreno or
+    /// cubic.
+    #[arg(long, value_name = "NAME", default_value = "newreno")]
+    pub cc: manyfold_proto::CongestionAlgorithm,
 }
 
 impl NetArgs {
@@ -45,7 +50,10 @@ impl NetArgs {
                 ..FaultConfig::default()
             },
             trace: self.trace,
-            ..Config::default()
+            endpoint: manyfold_proto::EndpointConfig {
+                connection: manyfold_proto::ConnectionConfig { congestion: self.cc, ..Default::default() },
+                ..Default::default()
+            },
         }
     }
 }
@@ -162,7 +170,7 @@ mod tests {
 
     #[test]
     fn flags_become_fault_config() {
-        let args = NetArgs { loss: 5.0, delay: 20, trace: true };
+        let args = NetArgs { loss: 5.0, delay: 20, trace: true, ..NetArgs::default() };
         let config = args.config();
         assert_eq!(config.faults.effective_send_loss(), 0.05);
         assert_eq!(config.faults.effective_recv_loss(), 0.05);

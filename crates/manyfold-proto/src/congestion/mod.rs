@@ -4,10 +4,12 @@
 //! The connection reports what happened (packets sent, acknowledged, lost,
 //! an RTO) and asks for the window; the controller owns its algorithm.
 
+mod cubic;
 mod newreno;
 
 use std::time::Instant;
 
+pub use cubic::Cubic;
 pub use newreno::NewReno;
 
 use crate::config::CongestionAlgorithm;
@@ -35,5 +37,6 @@ pub trait Controller: Send + std::fmt::Debug {
 pub fn build(alg: CongestionAlgorithm, mss: u64, initial_window_packets: u32) -> Box<dyn Controller> {
     match alg {
         CongestionAlgorithm::NewReno => Box::new(NewReno::new(mss, initial_window_packets)),
+        CongestionAlgorithm::Cubic => Box::new(Cubic::new(mss, initial_window_packets)),
     }
 }

@@ -14,7 +14,7 @@ use manyfold_sim::{LinkConfig, World};
 
 /// Every congestion controller. Loss-recovery tests loop over this list:
 /// adding a controller to the engine means adding it here.
-pub const CONTROLLERS: &[CongestionAlgorithm] = &[CongestionAlgorithm::NewReno];
+pub const CONTROLLERS: &[CongestionAlgorithm] = &CongestionAlgorithm::ALL;
 
 /// Address of simulated host `n` (198.18.0.0/15, the benchmarking range).
 pub fn addr(n: u16) -> SocketAddr {
