@@ -149,6 +149,14 @@ impl Controller for Cubic {
         }
     }
 
+    fn pacing_gain(&self) -> f64 {
+        if self.cwnd < self.ssthresh {
+            2.0
+        } else {
+            1.25
+        }
+    }
+
     fn name(&self) -> &'static str {
         "cubic"
     }

@@ -6,6 +6,7 @@
 
 mod cubic;
 mod newreno;
+pub(crate) mod pacer;
 
 use std::time::Instant;
 
@@ -29,6 +30,11 @@ pub trait Controller: Send + std::fmt::Debug {
     /// Losses that reduced the window turned out to be reordering: undo the
     /// latest reduction (spec §9).
     fn on_spurious_congestion(&mut self) {}
+    /// Pacing rate as a multiple of window / SRTT (spec §9.3). Linux paces
+    /// at 2× in slow start and 1.2× after; RFC 9002 §7.7 suggests 1.25.
+    fn pacing_gain(&self) -> f64 {
+        1.25
+    }
     /// Name for stats and traces.
     fn name(&self) -> &'static str;
 }

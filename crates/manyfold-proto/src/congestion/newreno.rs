@@ -95,6 +95,14 @@ impl Controller for NewReno {
         }
     }
 
+    fn pacing_gain(&self) -> f64 {
+        if self.cwnd < self.ssthresh {
+            2.0
+        } else {
+            1.25
+        }
+    }
+
     fn name(&self) -> &'static str {
         "newreno"
     }

@@ -17,6 +17,7 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use crate::config::ConnectionConfig;
+use crate::congestion::pacer::Pacer;
 use crate::congestion::{self, Controller};
 use crate::recovery::{RttEstimator, SentQueue};
 use crate::wire::{Cookie, ErrorCode, Flags, Packet, HEADER_LEN};
@@ -88,6 +89,7 @@ pub(crate) struct Connection {
     peer_max_datagram: u16,
     rtt: RttEstimator,
     cc: Box<dyn Controller>,
+    pacer: Pacer,
     rto_backoff: u32,
     persist_backoff: u32,
     /// A tail-loss probe is due (the sequence number to resend).
@@ -132,6 +134,7 @@ impl Connection {
             peer_max_datagram: config.max_datagram,
             rtt,
             cc,
+            pacer: Pacer::default(),
             rto_backoff: 0,
             persist_backoff: 0,
             tlp_due: None,

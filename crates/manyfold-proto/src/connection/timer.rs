@@ -11,6 +11,8 @@ pub(crate) enum Timer {
     Rto,
     /// Tail-loss probe (RFC 8985 §7).
     Tlp,
+    /// The pacer lets the next packet go (spec §9.3).
+    Pacing,
     /// RACK's time threshold for a packet not yet declared lost.
     Loss,
     /// Longest an acknowledgement waits (`max_ack_delay`).
@@ -25,13 +27,14 @@ pub(crate) enum Timer {
     TimeWait,
 }
 
-const COUNT: usize = 9;
+const COUNT: usize = 10;
 
 impl Timer {
     pub const ALL: [Timer; COUNT] = [
         Timer::Connect,
         Timer::Rto,
         Timer::Tlp,
+        Timer::Pacing,
         Timer::Loss,
         Timer::DelayedAck,
         Timer::Persist,

@@ -55,6 +55,8 @@ impl Connection {
                 }
             }
             Timer::DelayedAck => self.ack.immediate = true,
+            // Nothing to do: the endpoint polls us for the packet it let go.
+            Timer::Pacing => {}
             Timer::Persist => {
                 self.probe_pending = true;
                 self.persist_backoff = self.persist_backoff.saturating_add(1);
@@ -165,7 +167,7 @@ impl Connection {
         };
         let (payload, control) = (p.payload.clone(), p.control);
         let size = HEADER_LEN + self.sections_len(control) + payload.len();
-        if self.sent.bytes_in_flight() + size as u64 > self.cc.window() {
+        if self.sent.bytes_in_flight() + size as u64 > self.cc.window() || self.paced(now, size) {
             return Sent::Blocked;
         }
         // spec §5.3: a resend is what the peer waits for; ask for its ack now.
@@ -225,7 +227,7 @@ impl Connection {
         if size > buf.len() {
             return Sent::NoRoom;
         }
-        if self.sent.bytes_in_flight() + size as u64 > self.cc.window() {
+        if self.sent.bytes_in_flight() + size as u64 > self.cc.window() || self.paced(now, size) {
             return Sent::Blocked;
         }
         let payload = self.send_buf.take(want);
@@ -268,6 +270,26 @@ impl Connection {
                 Sent::Yes(n)
             }
             None => Sent::NoRoom,
+        }
+    }
+
+    /// spec §9.3: whether the pacer holds a packet of `size` bytes back
+    /// (arming the Pacing timer). Not before the first RTT sample.
+    fn paced(&mut self, now: Instant, size: usize) -> bool {
+        if !self.rtt.has_sample() {
+            return false;
+        }
+        let srtt = self.rtt.srtt().max(std::time::Duration::from_micros(1)).as_secs_f64();
+        let rate = self.cc.pacing_gain() * self.cc.window() as f64 / srtt;
+        match self.pacer.delay(now, rate, u64::from(self.max_datagram()), size as u64) {
+            Some(at) => {
+                self.timers.set(Timer::Pacing, at);
+                true
+            }
+            None => {
+                self.pacer.on_sent(size as u64);
+                false
+            }
         }
     }
 
