@@ -14,7 +14,7 @@ pub use cubic::Cubic;
 pub use newreno::NewReno;
 
 use crate::config::CongestionAlgorithm;
-use crate::recovery::RttEstimator;
+use crate::recovery::{RateSample, RttEstimator};
 
 /// A congestion controller. All sizes are datagram bytes.
 pub trait Controller: Send + std::fmt::Debug {
@@ -30,6 +30,13 @@ pub trait Controller: Send + std::fmt::Debug {
     /// Losses that reduced the window turned out to be reordering: undo the
     /// latest reduction (spec §9).
     fn on_spurious_congestion(&mut self) {}
+    /// One delivery-rate sample per ack (spec §9.4). Default: ignored.
+    fn on_rate_sample(&mut self, _now: Instant, _sample: &RateSample) {}
+    /// A pacing rate in bytes per second of the controller's own; `None`:
+    /// `pacing_gain` × window / SRTT (spec §9.3).
+    fn pacing_rate(&self) -> Option<f64> {
+        None
+    }
     /// Pacing rate as a multiple of window / SRTT (spec §9.3). Linux paces
     /// at 2× in slow start and 1.2× after; RFC 9002 §7.7 suggests 1.25.
     fn pacing_gain(&self) -> f64 {

@@ -280,7 +280,7 @@ impl Connection {
             return false;
         }
         let srtt = self.rtt.srtt().max(std::time::Duration::from_micros(1)).as_secs_f64();
-        let rate = self.cc.pacing_gain() * self.cc.window() as f64 / srtt;
+        let rate = self.cc.pacing_rate().unwrap_or(self.cc.pacing_gain() * self.cc.window() as f64 / srtt);
         match self.pacer.delay(now, rate, u64::from(self.max_datagram()), size as u64) {
             Some(at) => {
                 self.timers.set(Timer::Pacing, at);

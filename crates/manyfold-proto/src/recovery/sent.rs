@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
+use super::delivery::{Delivery, Stamp};
 use super::RttEstimator;
 use crate::congestion::Controller;
 use crate::wire::Flags;
@@ -48,6 +49,8 @@ pub(crate) struct SentPacket {
     /// Declared lost at least once (by RACK or an RTO).
     pub declared_lost: bool,
     pub app_limited: bool,
+    /// Delivery state when it was last sent (spec §9.4).
+    stamp: Stamp,
 }
 
 /// What one acknowledgement changed.
@@ -83,6 +86,7 @@ pub(crate) struct SentQueue {
     /// undone only when every loss of the episode proved spurious.
     episode_open: u64,
     episode_real: bool,
+    delivery: Delivery,
 }
 
 impl SentQueue {
@@ -100,6 +104,7 @@ impl SentQueue {
             reo_mult: 0,
             episode_open: 0,
             episode_real: false,
+            delivery: Delivery::default(),
         }
     }
 
@@ -136,6 +141,7 @@ impl SentQueue {
     /// Records a new packet just sent with sequence number `next_seq()`.
     pub fn on_sent(&mut self, now: Instant, payload: Bytes, control: Flags, size: u32, app_limited: bool) {
         self.outstanding_data += payload.len() as u64;
+        let stamp = self.delivery.stamp(now, self.bytes_in_flight == 0);
         self.bytes_in_flight += u64::from(size);
         let tx = self.next_tx;
         self.next_tx += 1;
@@ -150,6 +156,7 @@ impl SentQueue {
             retransmitted: false,
             declared_lost: false,
             app_limited,
+            stamp,
         });
     }
 
@@ -172,6 +179,7 @@ impl SentQueue {
         let Some(i) = seq.checked_sub(self.base) else {
             return;
         };
+        let stamp = self.delivery.stamp(now, self.bytes_in_flight == 0);
         let Some(p) = self.packets.get_mut(i as usize) else {
             return;
         };
@@ -180,6 +188,7 @@ impl SentQueue {
         p.size = size;
         p.state = PacketState::InFlight;
         p.retransmitted = true;
+        p.stamp = stamp;
         self.bytes_in_flight += u64::from(size);
     }
 
@@ -277,6 +286,7 @@ impl SentQueue {
             }
             if p.state != PacketState::Sacked {
                 note(&p, &mut out);
+                self.delivery.on_acked(now, p.stamp, p.time_sent, u64::from(p.size), p.app_limited);
             }
         }
         // Selective part.
@@ -293,6 +303,7 @@ impl SentQueue {
                     self.bytes_in_flight -= u64::from(p.size);
                     cc.on_ack(now, p.time_sent, u64::from(p.size), rtt, p.app_limited);
                 }
+                self.delivery.on_acked(now, p.stamp, p.time_sent, u64::from(p.size), p.app_limited);
                 p.state = PacketState::Sacked;
             }
         }
@@ -316,6 +327,9 @@ impl SentQueue {
             self.largest_acked_tx = Some(self.largest_acked_tx.map_or(tx, |l| l.max(tx)));
         }
         out.newly_lost = self.detect_lost(now, rtt, cc);
+        if let Some(sample) = self.delivery.take_sample(now, self.bytes_in_flight) {
+            cc.on_rate_sample(now, &sample);
+        }
         out
     }
 

@@ -1,0 +1,121 @@
+//! Delivery-rate estimation (draft-cheng-iccrg-delivery-rate-estimation;
+//! spec §9.4): each sent packet is stamped with how much had been delivered
+//! when it left; its ack then yields the rate at which data was delivered
+//! over that packet's flight. Model-based controllers (BBR) feed on it.
+
+use std::time::{Duration, Instant};
+
+/// The connection's delivery state when a packet was (re)sent.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Stamp {
+    delivered: u64,
+    delivered_time: Instant,
+    first_sent_time: Instant,
+}
+
+/// One delivery-rate sample, taken per acknowledgement.
+#[derive(Debug, Clone, Copy)]
+pub struct RateSample {
+    /// Bytes per second delivered over the sampled packet's flight.
+    pub delivery_rate: f64,
+    /// Bytes delivered in total, now.
+    pub delivered: u64,
+    /// Bytes delivered when the sampled packet was sent.
+    pub prior_delivered: u64,
+    /// Whether the sampled packet left while the sender was app-limited
+    /// (the sample then underestimates the path).
+    pub is_app_limited: bool,
+    /// RTT of the sampled packet (may be ambiguous if it was resent).
+    pub rtt: Duration,
+    /// Bytes newly acknowledged by this ack.
+    pub newly_acked: u64,
+    /// Bytes in flight after this ack.
+    pub bytes_in_flight: u64,
+}
+
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Delivery {
+    delivered: u64,
+    delivered_time: Option<Instant>,
+    first_sent_time: Option<Instant>,
+    /// The sample candidate of the ack being processed: the most recently
+    /// sent packet it acknowledges (stamp, send time, app-limited).
+    candidate: Option<(Stamp, Instant, bool)>,
+    newly_acked: u64,
+}
+
+impl Delivery {
+    /// Stamps a packet being sent now; `idle` says nothing was in flight.
+    pub fn stamp(&mut self, now: Instant, idle: bool) -> Stamp {
+        if idle || self.delivered_time.is_none() {
+            self.delivered_time = Some(now);
+            self.first_sent_time = Some(now);
+        }
+        Stamp {
+            delivered: self.delivered,
+            delivered_time: self.delivered_time.unwrap_or(now),
+            first_sent_time: self.first_sent_time.unwrap_or(now),
+        }
+    }
+
+    /// A packet sent at `sent` with `stamp` was acknowledged (or SACKed).
+    pub fn on_acked(&mut self, now: Instant, stamp: Stamp, sent: Instant, size: u64, app_limited: bool) {
+        self.delivered += size;
+        self.delivered_time = Some(now);
+        self.newly_acked += size;
+        if self.candidate.is_none_or(|(_, s, _)| sent >= s) {
+            self.candidate = Some((stamp, sent, app_limited));
+        }
+    }
+
+    /// The sample of the ack just processed, if it acknowledged anything.
+    pub fn take_sample(&mut self, now: Instant, bytes_in_flight: u64) -> Option<RateSample> {
+        let (stamp, sent, app_limited) = self.candidate.take()?;
+        let newly_acked = std::mem::take(&mut self.newly_acked);
+        // The next flight's send interval starts at this packet's send.
+        self.first_sent_time = Some(sent);
+        let send_elapsed = sent.saturating_duration_since(stamp.first_sent_time);
+        let ack_elapsed = now.saturating_duration_since(stamp.delivered_time);
+        let interval = send_elapsed.max(ack_elapsed);
+        let bytes = self.delivered - stamp.delivered;
+        if interval.is_zero() {
+            return None;
+        }
+        Some(RateSample {
+            delivery_rate: bytes as f64 / interval.as_secs_f64(),
+            delivered: self.delivered,
+            prior_delivered: stamp.delivered,
+            is_app_limited: app_limited,
+            rtt: now.saturating_duration_since(sent),
+            newly_acked,
+            bytes_in_flight,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_steady_stream_samples_its_rate() {
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        let mut d = Delivery::default();
+        // One 1000 B packet per ms, each acked 50 ms after it left: 1 MB/s.
+        let mut in_flight = std::collections::VecDeque::new();
+        let mut last = None;
+        for t in 0..300u64 {
+            let now = t0 + ms(t);
+            while in_flight.front().is_some_and(|&(_, sent)| sent + ms(50) <= now) {
+                let (stamp, sent) = in_flight.pop_front().unwrap();
+                d.on_acked(now, stamp, sent, 1000, false);
+                last = d.take_sample(now, 50_000).or(last);
+            }
+            in_flight.push_back((d.stamp(now, in_flight.is_empty()), now));
+        }
+        let rs = last.expect("samples");
+        assert!((0.95e6..1.05e6).contains(&rs.delivery_rate), "{}", rs.delivery_rate);
+        assert_eq!(rs.rtt, ms(50));
+    }
+}
