@@ -12,16 +12,20 @@ pub enum CongestionAlgorithm {
     NewReno,
     /// RFC 9438 CUBIC.
     Cubic,
+    /// A model-based controller in the style of BBR v1 (spec §9.5).
+    Bbr,
 }
 
 impl CongestionAlgorithm {
     /// Every controller, for tests and the lab to iterate over.
-    pub const ALL: [CongestionAlgorithm; 2] = [CongestionAlgorithm::NewReno, CongestionAlgorithm::Cubic];
+    pub const ALL: [CongestionAlgorithm; 3] =
+        [CongestionAlgorithm::NewReno, CongestionAlgorithm::Cubic, CongestionAlgorithm::Bbr];
 
     pub fn name(self) -> &'static str {
         match self {
             CongestionAlgorithm::NewReno => "newreno",
             CongestionAlgorithm::Cubic => "cubic",
+            CongestionAlgorithm::Bbr => "bbr",
         }
     }
 }
@@ -32,7 +36,7 @@ impl std::str::FromStr for CongestionAlgorithm {
         CongestionAlgorithm::ALL
             .into_iter()
             .find(|a| a.name().eq_ignore_ascii_case(s))
-            .ok_or_else(|| format!("unknown congestion controller {s:?} (known: newreno, cubic)"))
+            .ok_or_else(|| format!("unknown congestion controller {s:?} (known: newreno, cubic, bbr)"))
     }
 }
 

@@ -4,12 +4,14 @@
 //! The connection reports what happened (packets sent, acknowledged, lost,
 //! an RTO) and asks for the window; the controller owns its algorithm.
 
+mod bbr;
 mod cubic;
 mod newreno;
 pub(crate) mod pacer;
 
 use std::time::Instant;
 
+pub use bbr::Bbr;
 pub use cubic::Cubic;
 pub use newreno::NewReno;
 
@@ -51,5 +53,6 @@ pub fn build(alg: CongestionAlgorithm, mss: u64, initial_window_packets: u32) ->
     match alg {
         CongestionAlgorithm::NewReno => Box::new(NewReno::new(mss, initial_window_packets)),
         CongestionAlgorithm::Cubic => Box::new(Cubic::new(mss, initial_window_packets)),
+        CongestionAlgorithm::Bbr => Box::new(Bbr::new(mss, initial_window_packets)),
     }
 }

@@ -25,8 +25,9 @@ pub struct RateSample {
     /// Whether the sampled packet left while the sender was app-limited
     /// (the sample then underestimates the path).
     pub is_app_limited: bool,
-    /// RTT of the sampled packet (may be ambiguous if it was resent).
-    pub rtt: Duration,
+    /// RTT of the sampled packet; `None` if it was ever resent (Karn: the
+    /// ack may be for an earlier copy).
+    pub rtt: Option<Duration>,
     /// Bytes newly acknowledged by this ack.
     pub newly_acked: u64,
     /// Bytes in flight after this ack.
@@ -39,8 +40,8 @@ pub(crate) struct Delivery {
     delivered_time: Option<Instant>,
     first_sent_time: Option<Instant>,
     /// The sample candidate of the ack being processed: the most recently
-    /// sent packet it acknowledges (stamp, send time, app-limited).
-    candidate: Option<(Stamp, Instant, bool)>,
+    /// sent packet it acknowledges (stamp, send time, app-limited, resent).
+    candidate: Option<(Stamp, Instant, bool, bool)>,
     newly_acked: u64,
 }
 
@@ -59,18 +60,22 @@ impl Delivery {
     }
 
     /// A packet sent at `sent` with `stamp` was acknowledged (or SACKed).
-    pub fn on_acked(&mut self, now: Instant, stamp: Stamp, sent: Instant, size: u64, app_limited: bool) {
+    pub fn on_acked(&mut self, now: Instant, stamp: Stamp, sent: Instant, size: u64, flags: (bool, bool)) {
+        let (app_limited, resent) = flags;
         self.delivered += size;
         self.delivered_time = Some(now);
         self.newly_acked += size;
-        if self.candidate.is_none_or(|(_, s, _)| sent >= s) {
-            self.candidate = Some((stamp, sent, app_limited));
+        if self.candidate.is_none_or(|(_, s, _, _)| sent >= s) {
+            self.candidate = Some((stamp, sent, app_limited, resent));
         }
     }
 
     /// The sample of the ack just processed, if it acknowledged anything.
-    pub fn take_sample(&mut self, now: Instant, bytes_in_flight: u64) -> Option<RateSample> {
-        let (stamp, sent, app_limited) = self.candidate.take()?;
+    /// A sample over less than `min_rtt` is discarded: a packet resent
+    /// spuriously and acked through its original would overstate the rate
+    /// (as Linux's tcp_rate_gen does).
+    pub fn take_sample(&mut self, now: Instant, bytes_in_flight: u64, min_rtt: Duration) -> Option<RateSample> {
+        let (stamp, sent, app_limited, resent) = self.candidate.take()?;
         let newly_acked = std::mem::take(&mut self.newly_acked);
         // The next flight's send interval starts at this packet's send.
         self.first_sent_time = Some(sent);
@@ -78,7 +83,7 @@ impl Delivery {
         let ack_elapsed = now.saturating_duration_since(stamp.delivered_time);
         let interval = send_elapsed.max(ack_elapsed);
         let bytes = self.delivered - stamp.delivered;
-        if interval.is_zero() {
+        if interval.is_zero() || interval < min_rtt {
             return None;
         }
         Some(RateSample {
@@ -86,7 +91,7 @@ impl Delivery {
             delivered: self.delivered,
             prior_delivered: stamp.delivered,
             is_app_limited: app_limited,
-            rtt: now.saturating_duration_since(sent),
+            rtt: (!resent).then(|| now.saturating_duration_since(sent)),
             newly_acked,
             bytes_in_flight,
         })
@@ -109,13 +114,13 @@ mod tests {
             let now = t0 + ms(t);
             while in_flight.front().is_some_and(|&(_, sent)| sent + ms(50) <= now) {
                 let (stamp, sent) = in_flight.pop_front().unwrap();
-                d.on_acked(now, stamp, sent, 1000, false);
-                last = d.take_sample(now, 50_000).or(last);
+                d.on_acked(now, stamp, sent, 1000, (false, false));
+                last = d.take_sample(now, 50_000, ms(40)).or(last);
             }
             in_flight.push_back((d.stamp(now, in_flight.is_empty()), now));
         }
         let rs = last.expect("samples");
         assert!((0.95e6..1.05e6).contains(&rs.delivery_rate), "{}", rs.delivery_rate);
-        assert_eq!(rs.rtt, ms(50));
+        assert_eq!(rs.rtt, Some(ms(50)));
     }
 }

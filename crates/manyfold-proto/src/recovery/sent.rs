@@ -20,7 +20,8 @@ use crate::wire::Flags;
 /// RACK's initial reordering threshold in transmissions (RFC 9002
 /// kPacketThreshold); it grows with the reordering the path shows.
 const PACKET_THRESHOLD: u64 = 3;
-/// Ceiling of the adapted packet threshold; beyond it the time window decides.
+/// Ceiling of the adapted packet threshold; reordering beyond it switches
+/// the packet threshold off, leaving the time window to decide.
 const MAX_PACKET_THRESHOLD: u64 = 256;
 /// Ceiling of the reordering window's multiplier (RFC 8985 §6.2.4 step 4).
 const MAX_REO_MULT: u32 = 8;
@@ -286,7 +287,7 @@ impl SentQueue {
             }
             if p.state != PacketState::Sacked {
                 note(&p, &mut out);
-                self.delivery.on_acked(now, p.stamp, p.time_sent, u64::from(p.size), p.app_limited);
+                self.delivery.on_acked(now, p.stamp, p.time_sent, u64::from(p.size), (p.app_limited, p.retransmitted));
             }
         }
         // Selective part.
@@ -303,12 +304,16 @@ impl SentQueue {
                     self.bytes_in_flight -= u64::from(p.size);
                     cc.on_ack(now, p.time_sent, u64::from(p.size), rtt, p.app_limited);
                 }
-                self.delivery.on_acked(now, p.stamp, p.time_sent, u64::from(p.size), p.app_limited);
+                self.delivery.on_acked(now, p.stamp, p.time_sent, u64::from(p.size), (p.app_limited, p.retransmitted));
                 p.state = PacketState::Sacked;
             }
         }
         if reorder_distance > 0 {
-            self.packet_threshold = self.packet_threshold.max((reorder_distance + 1).min(MAX_PACKET_THRESHOLD));
+            // Beyond the cap, counting is no guide: as RFC 8985 does once
+            // reordering is seen, only the time window decides.
+            let wanted = reorder_distance + 1;
+            let threshold = if wanted > MAX_PACKET_THRESHOLD { u64::MAX } else { wanted };
+            self.packet_threshold = self.packet_threshold.max(threshold);
         }
         self.episode_open = self.episode_open.saturating_sub(out.spurious + resolved_real);
         self.episode_real |= resolved_real > 0;
@@ -327,7 +332,8 @@ impl SentQueue {
             self.largest_acked_tx = Some(self.largest_acked_tx.map_or(tx, |l| l.max(tx)));
         }
         out.newly_lost = self.detect_lost(now, rtt, cc);
-        if let Some(sample) = self.delivery.take_sample(now, self.bytes_in_flight) {
+        let min_rtt = if rtt.has_sample() { rtt.min() } else { Duration::ZERO };
+        if let Some(sample) = self.delivery.take_sample(now, self.bytes_in_flight, min_rtt) {
             cc.on_rate_sample(now, &sample);
         }
         out

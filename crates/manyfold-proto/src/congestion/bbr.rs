@@ -1,0 +1,292 @@
+//! A model-based controller in the style of BBR v1 (Cardwell et al., ACM
+//! Queue 2016; draft-cardwell-iccrg-bbr-congestion-control-00; spec §9.5).
+//!
+//! It models the path by its bottleneck bandwidth (a windowed maximum of
+//! delivery-rate samples) and its round-trip propagation time (a windowed
+//! minimum of RTT samples), paces at gain × bandwidth and keeps about two
+//! bandwidth-delay products in flight. Random loss is not read as
+//! congestion: a lost packet changes neither estimate. An RTO still drops
+//! the window to a few packets until the path answers again.
+
+use std::time::{Duration, Instant};
+
+use super::Controller;
+use crate::recovery::{RateSample, RttEstimator};
+
+/// 2/ln 2: the smallest gain that doubles the delivery rate each round.
+const STARTUP_GAIN: f64 = 2.885;
+/// ProbeBW's gain cycle: probe up, drain the probe's queue, cruise.
+const CYCLE: [f64; 8] = [1.25, 0.75, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0];
+const CWND_GAIN: f64 = 2.0;
+/// Rounds over which the bandwidth maximum is kept.
+const BW_WINDOW_ROUNDS: u64 = 10;
+/// How long a minimum RTT stays valid before ProbeRTT refreshes it.
+const MIN_RTT_WINDOW: Duration = Duration::from_secs(10);
+const PROBE_RTT_DURATION: Duration = Duration::from_millis(200);
+/// Least window, in packets.
+const MIN_PIPE_PACKETS: u64 = 4;
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Mode {
+    Startup,
+    Drain,
+    ProbeBw { phase: usize, since: Instant },
+    ProbeRtt { until: Option<Instant> },
+}
+
+#[derive(Debug, Clone)]
+pub struct Bbr {
+    mss: u64,
+    mode: Mode,
+    cwnd: u64,
+    /// Window kept before an RTO or ProbeRTT, restored after.
+    prior_cwnd: u64,
+    /// (round, max delivery rate in that round) for the last rounds.
+    bw_rounds: Vec<(u64, f64)>,
+    round: u64,
+    next_round_delivered: u64,
+    min_rtt: Option<Duration>,
+    min_rtt_at: Option<Instant>,
+    full_bw: f64,
+    full_bw_rounds: u32,
+    filled_pipe: bool,
+}
+
+impl Bbr {
+    pub fn new(mss: u64, initial_window_packets: u32) -> Self {
+        let cwnd = mss * u64::from(initial_window_packets.max(1));
+        Bbr {
+            mss,
+            mode: Mode::Startup,
+            cwnd,
+            prior_cwnd: cwnd,
+            bw_rounds: Vec::with_capacity(BW_WINDOW_ROUNDS as usize + 1),
+            round: 0,
+            next_round_delivered: 0,
+            min_rtt: None,
+            min_rtt_at: None,
+            full_bw: 0.0,
+            full_bw_rounds: 0,
+            filled_pipe: false,
+        }
+    }
+
+    fn max_bw(&self) -> f64 {
+        self.bw_rounds.iter().map(|&(_, b)| b).fold(0.0, f64::max)
+    }
+
+    fn min_pipe(&self) -> u64 {
+        MIN_PIPE_PACKETS * self.mss
+    }
+
+    /// Bandwidth-delay product in bytes, if the model has both halves.
+    fn bdp(&self) -> Option<u64> {
+        let bw = self.max_bw();
+        let rtt = self.min_rtt?;
+        (bw > 0.0).then_some((bw * rtt.as_secs_f64()) as u64)
+    }
+
+    fn gains(&self) -> (f64, f64) {
+        match self.mode {
+            Mode::Startup => (STARTUP_GAIN, STARTUP_GAIN),
+            Mode::Drain => (1.0 / STARTUP_GAIN, STARTUP_GAIN),
+            Mode::ProbeBw { phase, .. } => (CYCLE[phase], CWND_GAIN),
+            Mode::ProbeRtt { .. } => (1.0, 1.0),
+        }
+    }
+
+    fn update_bw(&mut self, rs: &RateSample) {
+        if rs.is_app_limited && rs.delivery_rate <= self.max_bw() {
+            return; // an app-limited sample only counts when it raises the estimate
+        }
+        match self.bw_rounds.last_mut() {
+            Some((r, b)) if *r == self.round => *b = b.max(rs.delivery_rate),
+            _ => self.bw_rounds.push((self.round, rs.delivery_rate)),
+        }
+        let oldest = self.round.saturating_sub(BW_WINDOW_ROUNDS - 1);
+        self.bw_rounds.retain(|&(r, _)| r >= oldest);
+    }
+
+    /// Startup ends once three rounds in a row grew the bandwidth by < 25%.
+    fn check_full_pipe(&mut self, round_start: bool, app_limited: bool) {
+        if self.filled_pipe || !round_start || app_limited {
+            return;
+        }
+        let bw = self.max_bw();
+        if bw >= self.full_bw * 1.25 {
+            self.full_bw = bw;
+            self.full_bw_rounds = 0;
+        } else {
+            self.full_bw_rounds += 1;
+            self.filled_pipe = self.full_bw_rounds >= 3;
+        }
+    }
+
+    fn advance_mode(&mut self, now: Instant, rs: &RateSample) {
+        let bdp = self.bdp().unwrap_or(self.cwnd);
+        match self.mode {
+            Mode::Startup if self.filled_pipe => self.mode = Mode::Drain,
+            Mode::Drain if rs.bytes_in_flight <= bdp => self.mode = Mode::ProbeBw { phase: 2, since: now },
+            Mode::ProbeBw { phase, since } => {
+                let rtt = self.min_rtt.unwrap_or(Duration::from_millis(10));
+                let gain = CYCLE[phase];
+                // A phase lasts a min RTT; the probe also waits until the
+                // extra inflight is out, the drain until it is gone.
+                let elapsed = now.saturating_duration_since(since) > rtt;
+                let next = if gain > 1.0 {
+                    elapsed && rs.bytes_in_flight as f64 >= gain * bdp as f64
+                } else if gain < 1.0 {
+                    elapsed || rs.bytes_in_flight <= bdp
+                } else {
+                    elapsed
+                };
+                if next {
+                    self.mode = Mode::ProbeBw { phase: (phase + 1) % CYCLE.len(), since: now };
+                }
+            }
+            Mode::ProbeRtt { until: None } if rs.bytes_in_flight <= self.min_pipe() => {
+                let rtt = self.min_rtt.unwrap_or_default();
+                self.mode = Mode::ProbeRtt { until: Some(now + PROBE_RTT_DURATION.max(rtt)) };
+            }
+            Mode::ProbeRtt { until: Some(t) } if now >= t => {
+                self.min_rtt_at = Some(now);
+                self.cwnd = self.cwnd.max(self.prior_cwnd);
+                self.mode = if self.filled_pipe { Mode::ProbeBw { phase: 2, since: now } } else { Mode::Startup };
+            }
+            _ => {}
+        }
+    }
+}
+
+impl Controller for Bbr {
+    fn window(&self) -> u64 {
+        match self.mode {
+            Mode::ProbeRtt { .. } => self.cwnd.min(self.min_pipe()),
+            _ => self.cwnd,
+        }
+    }
+
+    fn on_ack(&mut self, _now: Instant, _sent: Instant, _bytes: u64, _rtt: &RttEstimator, _app_limited: bool) {
+        // The window follows the model, updated per rate sample.
+    }
+
+    fn on_rate_sample(&mut self, now: Instant, rs: &RateSample) {
+        let round_start = rs.prior_delivered >= self.next_round_delivered;
+        if round_start {
+            self.next_round_delivered = rs.delivered;
+            self.round += 1;
+        }
+        self.update_bw(rs);
+        let expired = self.min_rtt_at.is_some_and(|t| now.saturating_duration_since(t) > MIN_RTT_WINDOW);
+        if let Some(rtt) = rs.rtt.filter(|&r| self.min_rtt.is_none_or(|m| r <= m) || expired) {
+            self.min_rtt = Some(rtt);
+            self.min_rtt_at = Some(now);
+            if expired && !matches!(self.mode, Mode::ProbeRtt { .. }) && self.filled_pipe {
+                // Drain the queue for a moment to measure the bare path.
+                self.prior_cwnd = self.cwnd;
+                self.mode = Mode::ProbeRtt { until: None };
+            }
+        }
+        self.check_full_pipe(round_start, rs.is_app_limited);
+        self.advance_mode(now, rs);
+        // Window: grow with acks toward cwnd_gain × BDP (always, until the
+        // pipe is full), never below the minimum pipe.
+        let (_, cwnd_gain) = self.gains();
+        let target = self.bdp().map(|b| (cwnd_gain * b as f64) as u64 + 3 * self.mss);
+        self.cwnd = match (self.filled_pipe, target) {
+            (true, Some(t)) => (self.cwnd + rs.newly_acked).min(t),
+            _ => self.cwnd + rs.newly_acked,
+        }
+        .max(self.min_pipe());
+    }
+
+    fn on_congestion_event(&mut self, _now: Instant, _sent: Instant, _lost_bytes: u64) {
+        // spec §9.5: loss is not congestion to a model-based controller.
+    }
+
+    fn on_rto(&mut self, _now: Instant) {
+        self.prior_cwnd = self.cwnd;
+        self.cwnd = self.min_pipe();
+    }
+
+    fn on_spurious_congestion(&mut self) {
+        self.cwnd = self.cwnd.max(self.prior_cwnd);
+    }
+
+    fn pacing_rate(&self) -> Option<f64> {
+        let bw = self.max_bw();
+        (bw > 0.0).then_some(self.gains().0 * bw)
+    }
+
+    fn name(&self) -> &'static str {
+        "bbr"
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample(delivered: u64, prior: u64, rate: f64, rtt_ms: u64, inflight: u64, acked: u64) -> RateSample {
+        RateSample {
+            delivery_rate: rate,
+            delivered,
+            prior_delivered: prior,
+            is_app_limited: false,
+            rtt: Some(Duration::from_millis(rtt_ms)),
+            newly_acked: acked,
+            bytes_in_flight: inflight,
+        }
+    }
+
+    /// Feeds rounds at a fixed path bandwidth until the model settles.
+    fn settle(b: &mut Bbr, t0: Instant, bw: f64, rounds: u64) -> Instant {
+        let mut now = t0;
+        let mut delivered = 0;
+        for _ in 0..rounds {
+            now += Duration::from_millis(50);
+            let acked = (bw * 0.05) as u64;
+            let prior = delivered;
+            delivered += acked;
+            b.on_rate_sample(now, &sample(delivered, prior, bw, 50, acked, acked));
+        }
+        now
+    }
+
+    #[test]
+    fn startup_ends_when_the_bandwidth_stops_growing_and_paces_at_the_model() {
+        let t0 = Instant::now();
+        let mut b = Bbr::new(1000, 10);
+        settle(&mut b, t0, 1e6, 20);
+        assert!(b.filled_pipe);
+        assert!(matches!(b.mode, Mode::ProbeBw { .. } | Mode::Drain), "{:?}", b.mode);
+        // BDP = 1 MB/s × 50 ms = 50 kB; window ≈ 2 BDP + 3 packets.
+        assert!((90_000..=110_000).contains(&b.window()), "{}", b.window());
+        let rate = b.pacing_rate().unwrap();
+        assert!((0.7e6..1.3e6).contains(&rate), "{rate}");
+    }
+
+    #[test]
+    fn random_loss_leaves_the_model_alone() {
+        let t0 = Instant::now();
+        let mut b = Bbr::new(1000, 10);
+        let now = settle(&mut b, t0, 1e6, 20);
+        let before = b.window();
+        for _ in 0..10 {
+            b.on_congestion_event(now, now, 1000);
+        }
+        assert_eq!(b.window(), before);
+    }
+
+    #[test]
+    fn rto_shrinks_the_window_and_a_spurious_one_is_undone() {
+        let t0 = Instant::now();
+        let mut b = Bbr::new(1000, 10);
+        settle(&mut b, t0, 1e6, 20);
+        let before = b.window();
+        b.on_rto(t0);
+        assert_eq!(b.window(), 4000);
+        b.on_spurious_congestion();
+        assert_eq!(b.window(), before);
+    }
+}
