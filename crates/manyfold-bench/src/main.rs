@@ -5,6 +5,7 @@
 
 mod child;
 mod tcp;
+mod wan;
 
 use std::net::{SocketAddr, UdpSocket};
 use std::path::{Path, PathBuf};
@@ -43,6 +44,10 @@ enum Scenario {
         #[arg(long, default_value_t = 600)]
         timeout: u64,
     },
+    /// Bulk transfers over an emulated WAN (two namespaces joined by a
+    /// userspace link emulator): manyfold beside kernel TCP cubic and bbr
+    /// over a grid of rate × RTT × loss. Needs root.
+    Wan(wan::Args),
     /// (internal) TCP receiver of the file-copy anchor.
     #[command(hide = true)]
     TcpRecv { listen: SocketAddr, out: PathBuf, hash: String },
@@ -60,6 +65,7 @@ fn main() -> Result<()> {
             };
             loopback_file(&bin, &size, reps, loss, Duration::from_secs(timeout))
         }
+        Scenario::Wan(args) => wan::run(args),
         Scenario::TcpRecv { listen, out, hash } => tcp::recv(listen, &out, &hash),
         Scenario::TcpSend { file, to } => tcp::send(&file, to),
     }

@@ -37,8 +37,15 @@ pub fn recv(listen: SocketAddr, out: &Path, expect_hash: &str) -> Result<()> {
 
 /// Sends `file` to `to`, then waits for the receiver's "ok".
 pub fn send(file: &Path, to: SocketAddr) -> Result<()> {
+    send_with(file, to, |_| Ok(()))
+}
+
+/// [`send`], with `configure` applied to the connected socket before any
+/// data (the `wan` scenario sets TCP_CONGESTION there).
+pub fn send_with(file: &Path, to: SocketAddr, configure: impl FnOnce(&TcpStream) -> Result<()>) -> Result<()> {
     let mut f = File::open(file).with_context(|| format!("opening {}", file.display()))?;
     let mut s = connect_retry(to)?;
+    configure(&s)?;
     let mut buf = vec![0u8; CHUNK];
     loop {
         let n = f.read(&mut buf)?;

@@ -1,0 +1,273 @@
+//! The lab's two network namespaces and the relay that joins them
+//! (BENCH.md, "Emulating networks"): `mfb-<pid>-a` (the sender's side,
+//! 198.18.0.1) and `mfb-<pid>-b` (the receiver's, 198.18.0.2), each with
+//! one TUN device whose other end is the relay process.
+//!
+//! Cleanup is unconditional: [`Lab`]'s `Drop` kills whatever runs in the
+//! namespaces and the relay, then deletes the namespaces; a watcher thread
+//! does the same on SIGINT/SIGTERM/SIGHUP before exiting. Names are
+//! registered before they are created, so a half-built lab is removed too.
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::Ipv4Addr;
+use std::path::Path;
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::sync::{Mutex, Once};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+
+use super::link::LinkConfig;
+use super::sys;
+
+/// Sender side address (198.18.0.0/15 is reserved for benchmarks, RFC 2544).
+pub const ADDR_A: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 1);
+/// Receiver side address.
+pub const ADDR_B: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 2);
+
+/// What must be undone: namespaces and the relay's pid.
+#[derive(Debug, Default)]
+struct Registry {
+    namespaces: Vec<String>,
+    pids: Vec<u32>,
+}
+
+static REGISTRY: Mutex<Registry> = Mutex::new(Registry { namespaces: Vec::new(), pids: Vec::new() });
+static WATCHER: Once = Once::new();
+
+/// Kills everything registered and deletes the namespaces. Idempotent.
+fn cleanup_registered() {
+    let mut reg = REGISTRY.lock().unwrap_or_else(|e| e.into_inner());
+    for ns in &reg.namespaces {
+        for pid in netns_pids(ns) {
+            sys::kill(pid);
+        }
+    }
+    for pid in reg.pids.drain(..) {
+        sys::kill(pid);
+    }
+    for ns in reg.namespaces.drain(..) {
+        let _ = Command::new("ip").args(["netns", "del", &ns]).stderr(Stdio::null()).status();
+    }
+}
+
+fn netns_pids(ns: &str) -> Vec<u32> {
+    let out = Command::new("ip").args(["netns", "pids", ns]).stderr(Stdio::null()).output();
+    out.map(|o| String::from_utf8_lossy(&o.stdout).split_whitespace().filter_map(|p| p.parse().ok()).collect())
+        .unwrap_or_default()
+}
+
+fn start_watcher() {
+    WATCHER.call_once(|| {
+        sys::install_interrupt_flag();
+        std::thread::spawn(|| loop {
+            if sys::interrupted() {
+                eprintln!("wan: interrupted; deleting the lab's namespaces");
+                cleanup_registered();
+                std::process::exit(130);
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        });
+    });
+}
+
+/// Why the scenario cannot run here, if it cannot.
+pub fn skip_reason() -> Option<String> {
+    if !sys::is_root() {
+        return Some("not root (network namespaces and TUN devices need CAP_NET_ADMIN)".into());
+    }
+    if !Path::new("/dev/net/tun").exists() {
+        return Some("/dev/net/tun is missing (no TUN support)".into());
+    }
+    if Command::new("ip").arg("-V").stdout(Stdio::null()).stderr(Stdio::null()).status().is_err() {
+        return Some("the `ip` command (iproute2) is missing".into());
+    }
+    None
+}
+
+/// Two namespaces joined by the relay.
+#[derive(Debug)]
+pub struct Lab {
+    pub ns_a: String,
+    pub ns_b: String,
+    relay: Child,
+    relay_in: ChildStdin,
+    relay_out: BufReader<ChildStdout>,
+}
+
+fn ip(args: &[&str]) -> Result<()> {
+    let out = Command::new("ip").args(args).output().context("running ip")?;
+    if !out.status.success() {
+        bail!("ip {}: {}", args.join(" "), String::from_utf8_lossy(&out.stderr).trim());
+    }
+    Ok(())
+}
+
+impl Lab {
+    /// Creates the namespaces, starts the relay (`bench wan relay`) and
+    /// gives each side its address.
+    pub fn create(bench: &Path) -> Result<Lab> {
+        start_watcher();
+        let pid = std::process::id();
+        let (ns_a, ns_b) = (format!("mfb-{pid}-a"), format!("mfb-{pid}-b"));
+        let (dev_a, dev_b) = (format!("mfb{pid}a"), format!("mfb{pid}b"));
+        REGISTRY.lock().unwrap_or_else(|e| e.into_inner()).namespaces.extend([ns_a.clone(), ns_b.clone()]);
+        ip(&["netns", "add", &ns_a])?;
+        ip(&["netns", "add", &ns_b])?;
+        let mut relay = Command::new(bench)
+            .args(["wan", "relay", "--dev-a", &dev_a, "--dev-b", &dev_b])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .context("starting the relay")?;
+        REGISTRY.lock().unwrap_or_else(|e| e.into_inner()).pids.push(relay.id());
+        let relay_in = relay.stdin.take().context("relay stdin")?;
+        let relay_out = BufReader::new(relay.stdout.take().context("relay stdout")?);
+        let mut lab = Lab { ns_a, ns_b, relay, relay_in, relay_out };
+        let ready = lab.read_reply()?;
+        if ready != "ready" {
+            bail!("relay did not start: {ready:?}");
+        }
+        for (ns, dev, addr) in [(&lab.ns_a, &dev_a, ADDR_A), (&lab.ns_b, &dev_b, ADDR_B)] {
+            ip(&["link", "set", dev, "netns", ns])?;
+            ip(&["-n", ns, "link", "set", "lo", "up"])?;
+            ip(&["-n", ns, "addr", "add", &format!("{addr}/24"), "dev", dev])?;
+            ip(&["-n", ns, "link", "set", dev, "mtu", "1500", "txqueuelen", "1000", "up"])?;
+            // Room for a 1 Gbit/s x 200 ms window (25 MB), for TCP as for
+            // manyfold: a host tuned for long fat pipes.
+            for (key, val) in
+                [("net.ipv4.tcp_rmem", "4096 131072 134217728"), ("net.ipv4.tcp_wmem", "4096 16384 134217728")]
+            {
+                lab.sysctl(ns, key, val)?;
+            }
+        }
+        Ok(lab)
+    }
+
+    fn read_reply(&mut self) -> Result<String> {
+        let mut line = String::new();
+        if self.relay_out.read_line(&mut line)? == 0 {
+            bail!("the relay exited");
+        }
+        Ok(line.trim().to_string())
+    }
+
+    fn command(&mut self, cmd: &str) -> Result<String> {
+        writeln!(self.relay_in, "{cmd}")?;
+        self.relay_in.flush()?;
+        self.read_reply()
+    }
+
+    /// Sets both directions of the link.
+    pub fn configure(&mut self, cfg: &LinkConfig) -> Result<()> {
+        let r = self.command(&format!("set {}", cfg.to_line()))?;
+        if r != "ok" {
+            bail!("relay refused the link config: {r}");
+        }
+        Ok(())
+    }
+
+    /// The relay's counters, e.g. `a2b fwd=.. lost=.. qdrop=.. ...`.
+    pub fn stats(&mut self) -> Result<RelayStats> {
+        let line = self.command("stats")?;
+        RelayStats::parse(&line).with_context(|| format!("bad stats line {line:?}"))
+    }
+
+    /// `ip netns exec NS program`.
+    pub fn exec(&self, ns: &str, program: &Path) -> Command {
+        let mut c = Command::new("ip");
+        c.args(["netns", "exec", ns]).arg(program);
+        c
+    }
+
+    pub fn sysctl(&self, ns: &str, key: &str, val: &str) -> Result<()> {
+        ip(&["netns", "exec", ns, "sysctl", "-q", "-w", &format!("{key}={val}")])
+    }
+
+    /// Waits until something listens on `port` (TCP or UDP) in `ns`.
+    pub fn wait_listening(&self, ns: &str, port: u16, limit: Duration) -> Result<()> {
+        let start = Instant::now();
+        while start.elapsed() < limit {
+            let out = Command::new("ip")
+                .args(["netns", "exec", ns, "ss", "-Hlnut", "sport", "=", &format!(":{port}")])
+                .output()?;
+            if !out.stdout.is_empty() {
+                return Ok(());
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        bail!("nothing listens on port {port} in {ns} after {limit:?}")
+    }
+
+    /// Kills whatever still runs in the namespaces (a failed transfer's
+    /// leftovers), keeping the lab.
+    pub fn kill_leftovers(&self) {
+        for ns in [&self.ns_a, &self.ns_b] {
+            for pid in netns_pids(ns) {
+                sys::kill(pid);
+            }
+        }
+    }
+}
+
+impl Drop for Lab {
+    fn drop(&mut self) {
+        let _ = self.relay.kill();
+        let _ = self.relay.wait();
+        cleanup_registered();
+    }
+}
+
+/// One direction's counters as the relay reports them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DirStats {
+    pub forwarded: u64,
+    pub lost: u64,
+    pub queue_drops: u64,
+    pub write_errors: u64,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RelayStats {
+    pub a2b: DirStats,
+    pub b2a: DirStats,
+}
+
+impl RelayStats {
+    fn parse(line: &str) -> Option<Self> {
+        let mut s = RelayStats::default();
+        let mut cur: Option<&mut DirStats> = None;
+        for tok in line.split_whitespace() {
+            match tok {
+                "a2b" => cur = Some(&mut s.a2b),
+                "b2a" => cur = Some(&mut s.b2a),
+                kv => {
+                    let (k, v) = kv.split_once('=')?;
+                    let v: u64 = v.parse().ok()?;
+                    let d = cur.as_deref_mut()?;
+                    match k {
+                        "fwd" => d.forwarded = v,
+                        "lost" => d.lost = v,
+                        "qdrop" => d.queue_drops = v,
+                        "werr" => d.write_errors = v,
+                        _ => {}
+                    }
+                }
+            }
+        }
+        Some(s)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stats_line_parses() {
+        let s = RelayStats::parse("a2b fwd=10 lost=1 qdrop=2 reord=0 werr=3 b2a fwd=5 lost=0 qdrop=0 reord=0 werr=0")
+            .unwrap();
+        assert_eq!(s.a2b, DirStats { forwarded: 10, lost: 1, queue_drops: 2, write_errors: 3 });
+        assert_eq!(s.b2a.forwarded, 5);
+    }
+}

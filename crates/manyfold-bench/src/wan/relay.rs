@@ -1,0 +1,196 @@
+//! The relay process (`manyfold-bench wan relay`): owns the two TUN
+//! devices that join the lab's namespaces and moves every packet from one
+//! to the other through a [`Link`] per direction.
+//!
+//! Control is a line protocol on stdin/stdout, so the bench can change the
+//! link between cells without recreating the devices:
+//! `set <LinkConfig line>` → `ok`; `stats` → one line of counters;
+//! end of input → the relay exits (and the devices vanish with it), so a
+//! bench that dies never leaves a relay behind.
+
+use std::collections::BinaryHeap;
+use std::fs::File;
+use std::io::{BufRead, ErrorKind, Read, Write};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+
+use super::link::{Link, LinkConfig, LinkStats, Verdict};
+use super::sys;
+
+/// Largest packet a TUN device hands us (MTU 1500 plus headroom).
+const MAX_PACKET: usize = 2048;
+/// Packets read per wake-up before delivering what is due.
+const READ_BATCH: usize = 64;
+
+#[derive(Debug, Default)]
+struct Counters {
+    forwarded: AtomicU64,
+    lost: AtomicU64,
+    queue_drops: AtomicU64,
+    reordered: AtomicU64,
+    write_errors: AtomicU64,
+}
+
+impl Counters {
+    fn publish(&self, s: &LinkStats) {
+        self.forwarded.store(s.forwarded, Ordering::Relaxed);
+        self.lost.store(s.lost, Ordering::Relaxed);
+        self.queue_drops.store(s.queue_drops, Ordering::Relaxed);
+        self.reordered.store(s.reordered, Ordering::Relaxed);
+    }
+
+    fn line(&self) -> String {
+        format!(
+            "fwd={} lost={} qdrop={} reord={} werr={}",
+            self.forwarded.load(Ordering::Relaxed),
+            self.lost.load(Ordering::Relaxed),
+            self.queue_drops.load(Ordering::Relaxed),
+            self.reordered.load(Ordering::Relaxed),
+            self.write_errors.load(Ordering::Relaxed)
+        )
+    }
+}
+
+#[derive(Debug)]
+struct Shared {
+    cfg: Mutex<LinkConfig>,
+    epoch: AtomicU64,
+    stop: AtomicBool,
+    counters: [Counters; 2],
+}
+
+/// A packet waiting in the delay line, ordered by delivery time (then by
+/// arrival, so equal times keep their order).
+#[derive(Debug, PartialEq, Eq)]
+struct Pending {
+    at: Instant,
+    seq: u64,
+    data: Vec<u8>,
+}
+
+impl Ord for Pending {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        // Reversed: BinaryHeap is a max-heap, we want the earliest first.
+        (other.at, other.seq).cmp(&(self.at, self.seq))
+    }
+}
+
+impl PartialOrd for Pending {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+/// Runs the relay between TUN devices `dev_a` and `dev_b` until stdin ends.
+pub fn main(dev_a: &str, dev_b: &str) -> Result<()> {
+    let a = Arc::new(sys::open_tun(dev_a).with_context(|| format!("creating TUN device {dev_a}"))?);
+    let b = Arc::new(sys::open_tun(dev_b).with_context(|| format!("creating TUN device {dev_b}"))?);
+    let shared = Arc::new(Shared {
+        cfg: Mutex::new(LinkConfig::default()),
+        epoch: AtomicU64::new(0),
+        stop: AtomicBool::new(false),
+        counters: [Counters::default(), Counters::default()],
+    });
+    let mut threads = Vec::new();
+    for (dir, (from, to)) in
+        [(Arc::clone(&a), Arc::clone(&b)), (Arc::clone(&b), Arc::clone(&a))].into_iter().enumerate()
+    {
+        let shared = Arc::clone(&shared);
+        threads.push(std::thread::spawn(move || direction(dir, &from, &to, &shared)));
+    }
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "ready")?;
+    out.flush()?;
+    for line in std::io::stdin().lock().lines() {
+        let line = line?;
+        let reply = if let Some(rest) = line.strip_prefix("set ") {
+            match LinkConfig::from_line(rest) {
+                Some(c) => {
+                    *shared.cfg.lock().unwrap_or_else(|e| e.into_inner()) = c;
+                    shared.epoch.fetch_add(1, Ordering::SeqCst);
+                    // Let both directions pick it up before confirming.
+                    std::thread::sleep(Duration::from_millis(120));
+                    "ok".to_string()
+                }
+                None => format!("error: bad config {rest:?}"),
+            }
+        } else if line == "stats" {
+            format!("a2b {} b2a {}", shared.counters[0].line(), shared.counters[1].line())
+        } else {
+            format!("error: unknown command {line:?}")
+        };
+        writeln!(out, "{reply}")?;
+        out.flush()?;
+    }
+    shared.stop.store(true, Ordering::SeqCst);
+    for t in threads {
+        let _ = t.join();
+    }
+    Ok(())
+}
+
+/// One direction: read what `from` emits, pass it through the link, write
+/// it into `to` when due. Single-threaded per direction: no locks on the
+/// packet path.
+fn direction(dir: usize, from: &File, to: &File, shared: &Shared) {
+    let mut epoch = u64::MAX;
+    let mut link = Link::new(LinkConfig::default(), dir as u64);
+    let mut heap: BinaryHeap<Pending> = BinaryHeap::new();
+    let mut seq = 0u64;
+    let mut spare: Vec<Vec<u8>> = Vec::new();
+    let counters = &shared.counters[dir];
+    while !shared.stop.load(Ordering::Relaxed) {
+        let e = shared.epoch.load(Ordering::SeqCst);
+        if e != epoch {
+            epoch = e;
+            let cfg = *shared.cfg.lock().unwrap_or_else(|e| e.into_inner());
+            link = Link::new(cfg, dir as u64);
+            counters.publish(&link.stats);
+        }
+        // Deliver everything due.
+        let now = Instant::now();
+        while heap.peek().is_some_and(|p| p.at <= now) {
+            let Some(p) = heap.pop() else { break };
+            if (&*to).write(&p.data).is_err() {
+                counters.write_errors.fetch_add(1, Ordering::Relaxed);
+            }
+            spare.push(p.data);
+        }
+        let wait = heap.peek().map_or(Duration::from_millis(100), |p| p.at.saturating_duration_since(now));
+        match sys::wait_readable(from, wait.min(Duration::from_millis(100))) {
+            Ok(true) => {}
+            Ok(false) => continue,
+            Err(_) => return,
+        }
+        for _ in 0..READ_BATCH {
+            let mut buf = spare.pop().unwrap_or_default();
+            buf.resize(MAX_PACKET, 0);
+            match (&*from).read(&mut buf) {
+                Ok(n) => {
+                    buf.truncate(n);
+                    match link.offer(n, Instant::now()) {
+                        Verdict::Deliver(at) => {
+                            heap.push(Pending { at, seq, data: buf });
+                            seq += 1;
+                        }
+                        Verdict::Lost | Verdict::QueueFull => spare.push(buf),
+                    }
+                }
+                Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                    spare.push(buf);
+                    break;
+                }
+                Err(_) => {
+                    // Device going away or down: don't spin on it.
+                    spare.push(buf);
+                    std::thread::sleep(Duration::from_millis(1));
+                    break;
+                }
+            }
+        }
+        counters.publish(&link.stats);
+    }
+}

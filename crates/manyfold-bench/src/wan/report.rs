@@ -1,0 +1,252 @@
+//! The `wan` scenario's output: the self-check table and one table of the
+//! grid, in Markdown with the command, date, machine, sizes and seed
+//! (BENCH.md), and the same as JSON.
+
+use std::process::Command;
+
+use super::grid::Cell;
+use super::netns::RelayStats;
+use super::{rate_label, Options};
+
+/// One hash-verified transfer.
+#[derive(Debug, Clone, Copy)]
+pub struct Transfer {
+    /// Sender start to sender exit (connect, transfer, receiver's confirmation).
+    pub wall: f64,
+    pub send_cpu: f64,
+    pub recv_cpu: f64,
+    pub send_rss_mib: f64,
+    pub recv_rss_mib: f64,
+}
+
+#[derive(Debug)]
+pub struct RowResult {
+    pub name: String,
+    pub transfers: Vec<Transfer>,
+    /// Why the row stopped in this cell (timeout, failure).
+    pub note: Option<String>,
+}
+
+#[derive(Debug)]
+pub struct CellResult {
+    pub cell: Cell,
+    pub bytes: u64,
+    pub rows: Vec<RowResult>,
+    pub relay: RelayStats,
+}
+
+#[derive(Debug)]
+pub struct CheckResult {
+    pub rate_bps: u64,
+    pub secs: f64,
+    pub offered_bps: f64,
+    pub delivered_bps: f64,
+    pub sent: u64,
+    pub lost: u64,
+    pub relay: RelayStats,
+}
+
+#[derive(Debug)]
+pub struct Report {
+    command: String,
+    opts: Options,
+    reps: usize,
+    pub checks: Vec<CheckResult>,
+    pub cells: Vec<CellResult>,
+}
+
+fn median(v: &[f64]) -> Option<f64> {
+    let mut v = v.to_vec();
+    v.sort_by(|a, b| a.total_cmp(b));
+    v.get(v.len() / 2).copied()
+}
+
+fn sh(cmd: &str, args: &[&str]) -> String {
+    Command::new(cmd)
+        .args(args)
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_default()
+}
+
+impl Report {
+    pub fn new(opts: &Options, reps: usize) -> Self {
+        let args: Vec<String> = std::env::args().skip(1).collect();
+        Self {
+            command: format!("manyfold-bench {}", args.join(" ")),
+            opts: opts.clone(),
+            reps,
+            checks: vec![],
+            cells: vec![],
+        }
+    }
+
+    fn goodputs(bytes: u64, r: &RowResult) -> Vec<f64> {
+        r.transfers.iter().map(|t| bytes as f64 * 8.0 / t.wall / 1e6).collect()
+    }
+
+    pub fn print(&self) {
+        let o = &self.opts;
+        println!("### wan: bulk transfers over an emulated link");
+        println!();
+        println!(
+            "`{}` · {} · nproc {} · kernel {} · seed {} · queue {} BDP (≥ 100 packets) · jitter {} ms · reordering {}% · up to {} reps per row",
+            self.command,
+            sh("date", &["-u", "+%Y-%m-%d %H:%M UTC"]),
+            std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
+            sh("uname", &["-r"]),
+            o.seed,
+            o.queue_bdp,
+            o.jitter,
+            o.reorder,
+            self.reps,
+        );
+        println!();
+        if !self.checks.is_empty() {
+            println!(
+                "Emulator self-check (paced UDP, 1,500-byte IP packets offered at the link rate, RTT 1 ms, loss 0):"
+            );
+            println!();
+            println!("| link | offered Mbit/s | delivered Mbit/s | fraction of link | datagrams sent | lost | relay queue drops |");
+            println!("|---|---|---|---|---|---|---|");
+            for c in &self.checks {
+                println!(
+                    "| {} | {:.1} | {:.1} | {:.1}% | {} | {} | {} |",
+                    rate_label(c.rate_bps),
+                    c.offered_bps / 1e6,
+                    c.delivered_bps / 1e6,
+                    c.delivered_bps / c.rate_bps as f64 * 100.0,
+                    c.sent,
+                    c.lost,
+                    c.relay.a2b.queue_drops,
+                );
+            }
+            println!();
+        }
+        println!("| link | RTT ms | loss % | file MB | row | goodput Mbit/s (median, min–max) | of link | reps | sender CPU s/GB | receiver CPU s/GB | peak RSS MiB send / recv | ratio to TCP bbr | relay a→b lost / queue drops (cell) |");
+        println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+        for c in &self.cells {
+            let mut first = true;
+            let bbr =
+                c.rows.iter().find(|r| r.name == "kernel TCP bbr").and_then(|r| median(&Self::goodputs(c.bytes, r)));
+            for r in &c.rows {
+                let g = Self::goodputs(c.bytes, r);
+                let gb = c.bytes as f64 / 1e9;
+                let rss = if r.transfers.is_empty() {
+                    "–".to_string()
+                } else {
+                    format!(
+                        "{:.0} / {:.0}",
+                        median(&r.transfers.iter().map(|t| t.send_rss_mib).collect::<Vec<_>>()).unwrap_or(0.0),
+                        median(&r.transfers.iter().map(|t| t.recv_rss_mib).collect::<Vec<_>>()).unwrap_or(0.0)
+                    )
+                };
+                let relay = if std::mem::take(&mut first) {
+                    format!("{} / {}", c.relay.a2b.lost, c.relay.a2b.queue_drops)
+                } else {
+                    String::new()
+                };
+                let (gp, frac, ratio, cpu_s, cpu_r) = match median(&g) {
+                    Some(m) => {
+                        let min = g.iter().cloned().fold(f64::MAX, f64::min);
+                        let max = g.iter().cloned().fold(f64::MIN, f64::max);
+                        (
+                            format!("{m:.1} ({min:.1}–{max:.1})"),
+                            format!("{:.0}%", m * 1e6 / c.cell.rate_bps as f64 * 100.0),
+                            bbr.map_or("–".into(), |b| format!("{:.2}", m / b)),
+                            format!(
+                                "{:.2}",
+                                median(&r.transfers.iter().map(|t| t.send_cpu / gb).collect::<Vec<_>>()).unwrap_or(0.0)
+                            ),
+                            format!(
+                                "{:.2}",
+                                median(&r.transfers.iter().map(|t| t.recv_cpu / gb).collect::<Vec<_>>()).unwrap_or(0.0)
+                            ),
+                        )
+                    }
+                    None => ("–".into(), "–".into(), "–".into(), "–".into(), "–".into()),
+                };
+                let reps = match &r.note {
+                    Some(n) if n.contains("did not finish") => {
+                        format!("{} + 1 timeout (> {} s)", r.transfers.len(), self.opts.timeout)
+                    }
+                    Some(_) => format!("{} + 1 failed", r.transfers.len()),
+                    None => r.transfers.len().to_string(),
+                };
+                println!(
+                    "| {} | {} | {} | {:.0} | {} | {gp} | {frac} | {reps} | {cpu_s} | {cpu_r} | {rss} | {ratio} | {relay} |",
+                    rate_label(c.cell.rate_bps),
+                    c.cell.rtt_ms,
+                    c.cell.loss_pct,
+                    c.bytes as f64 / 1e6,
+                    r.name,
+                );
+            }
+        }
+        println!();
+        println!(
+            "Goodput = file bytes × 8 / time from the sender's start to its exit (connect, transfer, the receiver's hash confirmation), \
+             so the RTT's handshakes count; the link rate counts whole IP packets, so payload goodput tops out near 96% of it. \
+             Every transfer crosses the userspace relay between two namespaces, is written to disk and checked with BLAKE3. \
+             Rows alternate A B C A B C within a cell; a row that fails or times out in a cell is not repeated there."
+        );
+        for c in &self.cells {
+            for r in &c.rows {
+                if let Some(n) = &r.note {
+                    println!(
+                        "- {} · {} ms · {}% · {}: {}",
+                        rate_label(c.cell.rate_bps),
+                        c.cell.rtt_ms,
+                        c.cell.loss_pct,
+                        r.name,
+                        n
+                    );
+                }
+            }
+        }
+    }
+
+    pub fn json(&self) -> String {
+        let mut cells = Vec::new();
+        for c in &self.cells {
+            let rows: Vec<String> = c
+                .rows
+                .iter()
+                .map(|r| {
+                    let g: Vec<String> = Self::goodputs(c.bytes, r).iter().map(|x| format!("{x:.3}")).collect();
+                    format!(
+                        "{{\"row\":{:?},\"goodput_mbps\":[{}],\"note\":{}}}",
+                        r.name,
+                        g.join(","),
+                        r.note.as_ref().map_or("null".into(), |n| format!("{n:?}"))
+                    )
+                })
+                .collect();
+            cells.push(format!(
+                "{{\"rate_bps\":{},\"rtt_ms\":{},\"loss_pct\":{},\"bytes\":{},\"rows\":[{}]}}",
+                c.cell.rate_bps,
+                c.cell.rtt_ms,
+                c.cell.loss_pct,
+                c.bytes,
+                rows.join(",")
+            ));
+        }
+        let checks: Vec<String> = self
+            .checks
+            .iter()
+            .map(|c| {
+                format!(
+                    "{{\"rate_bps\":{},\"secs\":{},\"offered_bps\":{:.0},\"delivered_bps\":{:.0},\"sent\":{},\"lost\":{}}}",
+                    c.rate_bps, c.secs, c.offered_bps, c.delivered_bps, c.sent, c.lost
+                )
+            })
+            .collect();
+        format!(
+            "{{\"scenario\":\"wan\",\"command\":{:?},\"seed\":{},\"checks\":[{}],\"cells\":[{}]}}\n",
+            self.command,
+            self.opts.seed,
+            checks.join(","),
+            cells.join(",")
+        )
+    }
+}
