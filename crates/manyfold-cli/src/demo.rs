@@ -37,7 +37,7 @@ pub struct DemoArgs {
     #[arg(long)]
     pub trace: bool,
 
-    /// Congestion controller of both endpoints: newreno or cubic.
+    /// Congestion controller of both endpoints: newreno, cubic or bbr.
     #[arg(long, value_name = "NAME", default_value = "newreno")]
     pub cc: manyfold_proto::CongestionAlgorithm,
 }

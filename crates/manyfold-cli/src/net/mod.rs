@@ -30,8 +30,8 @@ pub struct NetArgs {
     #[arg(long)]
     pub trace: bool,
 
-    /// Congestion controller for this process's connections: newreno or
-    /// cubic.
+    /// Congestion controller for this process's connections: newreno,
+    /// cubic or bbr (model-based: random loss does not slow it down).
     #[arg(long, value_name = "NAME", default_value = "newreno")]
     pub cc: manyfold_proto::CongestionAlgorithm,
 }
