@@ -150,11 +150,7 @@ impl Controller for Cubic {
     }
 
     fn pacing_gain(&self) -> f64 {
-        if self.cwnd < self.ssthresh {
-            2.0
-        } else {
-            1.25
-        }
+        super::loss_based_pacing_gain(self.cwnd, self.ssthresh)
     }
 
     fn name(&self) -> &'static str {
@@ -167,12 +163,7 @@ mod tests {
     use super::*;
 
     fn rtt() -> RttEstimator {
-        let mut r = RttEstimator::new(
-            Duration::from_secs(1),
-            Duration::from_millis(200),
-            Duration::from_secs(60),
-            Duration::ZERO,
-        );
+        let mut r = super::super::test_rtt();
         r.on_sample(Duration::from_millis(100));
         r
     }

@@ -56,3 +56,21 @@ pub fn build(alg: CongestionAlgorithm, mss: u64, initial_window_packets: u32) ->
         CongestionAlgorithm::Bbr => Box::new(Bbr::new(mss, initial_window_packets)),
     }
 }
+
+/// The pacing gain of a loss-based controller (spec §9.3): 2 in slow start,
+/// 1.25 after.
+fn loss_based_pacing_gain(cwnd: u64, ssthresh: u64) -> f64 {
+    if cwnd < ssthresh {
+        2.0
+    } else {
+        1.25
+    }
+}
+
+/// An RTT estimator for controller tests: 1 s initial RTO, 200 ms floor,
+/// no peer ack delay.
+#[cfg(test)]
+fn test_rtt() -> RttEstimator {
+    use std::time::Duration;
+    RttEstimator::new(Duration::from_secs(1), Duration::from_millis(200), Duration::from_secs(60), Duration::ZERO)
+}

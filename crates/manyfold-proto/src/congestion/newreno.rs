@@ -96,11 +96,7 @@ impl Controller for NewReno {
     }
 
     fn pacing_gain(&self) -> f64 {
-        if self.cwnd < self.ssthresh {
-            2.0
-        } else {
-            1.25
-        }
+        super::loss_based_pacing_gain(self.cwnd, self.ssthresh)
     }
 
     fn name(&self) -> &'static str {
@@ -114,7 +110,7 @@ mod tests {
     use std::time::Duration;
 
     fn rtt() -> RttEstimator {
-        RttEstimator::new(Duration::from_secs(1), Duration::from_millis(200), Duration::from_secs(60), Duration::ZERO)
+        super::super::test_rtt()
     }
 
     #[test]
