@@ -98,7 +98,9 @@ impl Pair {
     }
 }
 
-fn transfer(p: &mut Pair, len: u32) {
+/// Connects, sends `len` bytes a -> b, checks them, closes both sides
+/// (a first: a ends in TIME-WAIT, b in CLOSED). Returns (a's, b's) handles.
+fn transfer(p: &mut Pair, len: u32) -> (ConnHandle, ConnHandle) {
     let ca = p.a.connect(p.now, p.b_addr).unwrap();
     p.run_until(|p| p.a.state(ca) == Some(State::Established) && p.events_b.iter().any(|e| e.1 == Event::Incoming));
     let cb = p.b.accept().expect("accepted");
@@ -122,8 +124,10 @@ fn transfer(p: &mut Pair, len: u32) {
         false
     });
     assert!(got == data, "data differs: got {} of {} bytes", got.len(), data.len());
+    assert_eq!(p.b.state(cb), Some(State::CloseWait), "b saw a's FIN");
     p.b.close(cb);
     p.run_until(|p| p.b.state(cb) == Some(State::Closed) && p.a.state(ca) == Some(State::TimeWait));
+    (ca, cb)
 }
 
 #[test]
@@ -136,33 +140,7 @@ fn transfer_survives_ten_percent_loss() {
 #[test]
 fn handshake_transfer_and_graceful_close() {
     let mut p = Pair::new();
-    let ca = p.a.connect(p.now, p.b_addr).unwrap();
-    p.run_until(|p| p.a.state(ca) == Some(State::Established) && p.events_b.iter().any(|e| e.1 == Event::Incoming));
-    let cb = p.b.accept().expect("accepted");
-    assert_eq!(p.b.state(cb), Some(State::Established));
-    let data: Vec<u8> = (0..300_000u32).map(|i| (i * 7 % 251) as u8).collect();
-    let mut sent = 0;
-    let mut got = Vec::new();
-    let mut buf = vec![0u8; 65536];
-    p.run_until(|p| {
-        if sent < data.len() {
-            sent += p.a.send(ca, &data[sent..]).unwrap();
-            if sent == data.len() {
-                p.a.close(ca);
-            }
-        }
-        while let Ok(Some(n)) = p.b.recv(cb, &mut buf) {
-            if n == 0 {
-                return true;
-            }
-            got.extend_from_slice(&buf[..n]);
-        }
-        false
-    });
-    assert_eq!(got, data);
-    assert_eq!(p.b.state(cb), Some(State::CloseWait));
-    p.b.close(cb);
-    p.run_until(|p| p.b.state(cb) == Some(State::Closed) && p.a.state(ca) == Some(State::TimeWait));
+    let (ca, cb) = transfer(&mut p, 300_000);
     assert!(p.events_a.iter().any(|e| e.1 == Event::SendAcked));
     p.run_until(|p| p.a.state(ca) == Some(State::Closed));
     p.a.release(ca);
