@@ -175,14 +175,7 @@ impl Inner {
     /// background; one still in the handshake is aborted.
     pub(crate) fn release(&mut self, h: ConnHandle, now: Instant) {
         if let Some(c) = self.conns.get_mut(&h) {
-            if c.closed.is_none() && !c.close_requested {
-                if self.engine.state(h) == Some(State::SynSent) {
-                    self.engine.abort(h, now, ErrorCode::APPLICATION);
-                } else {
-                    self.engine.close(h);
-                }
-                c.close_requested = true;
-            }
+            close_once(&mut self.engine, h, c, now);
             c.released = true;
             let closed = c.closed.is_some() || matches!(self.engine.state(h), None | Some(State::Closed));
             if closed {
@@ -211,14 +204,7 @@ impl Inner {
         self.engine.set_listening(false);
         self.abort_unaccepted(now);
         for (&h, c) in self.conns.iter_mut() {
-            if c.closed.is_none() && !c.close_requested {
-                if self.engine.state(h) == Some(State::SynSent) {
-                    self.engine.abort(h, now, ErrorCode::APPLICATION);
-                } else {
-                    self.engine.close(h);
-                }
-                c.close_requested = true;
-            }
+            close_once(&mut self.engine, h, c, now);
         }
         for w in self.accept_waiters.drain(..) {
             w.wake();
@@ -253,5 +239,18 @@ impl Inner {
         for w in self.accept_waiters.drain(..).chain(self.stop_waiters.drain(..)) {
             w.wake();
         }
+    }
+}
+
+/// Closes `h` once on the application's behalf: gracefully, or by abort if
+/// the handshake has not finished (nothing was sent that could be lost).
+fn close_once(engine: &mut manyfold_proto::Endpoint, h: ConnHandle, c: &mut ConnState, now: Instant) {
+    if c.closed.is_none() && !c.close_requested {
+        if engine.state(h) == Some(State::SynSent) {
+            engine.abort(h, now, ErrorCode::APPLICATION);
+        } else {
+            engine.close(h);
+        }
+        c.close_requested = true;
     }
 }
