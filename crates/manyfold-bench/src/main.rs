@@ -4,6 +4,7 @@
 //! date, machine and medians with their spread.
 
 mod child;
+mod loopback;
 mod tcp;
 mod wan;
 
@@ -44,6 +45,13 @@ enum Scenario {
         #[arg(long, default_value_t = 600)]
         timeout: u64,
     },
+    /// One connection moves N bytes over 127.0.0.1, memory to memory:
+    /// manyfold (each congestion controller), kernel TCP cubic and bbr,
+    /// quinn, and a raw UDP GSO/GRO blast (the ceiling); `--sweep` and
+    /// `--windows` run paper 00's size sweep and window comparison.
+    Loopback(loopback::LoopbackArgs),
+    #[command(flatten)]
+    LoopbackChild(loopback::Child),
     /// Bulk transfers over an emulated WAN (two namespaces joined by a
     /// userspace link emulator): manyfold beside kernel TCP cubic and bbr
     /// over a grid of rate × RTT × loss. Needs root.
@@ -65,6 +73,8 @@ fn main() -> Result<()> {
             };
             loopback_file(&bin, &size, reps, loss, Duration::from_secs(timeout))
         }
+        Scenario::Loopback(args) => loopback::run(&args),
+        Scenario::LoopbackChild(child) => child.run(),
         Scenario::Wan(args) => wan::run(args),
         Scenario::TcpRecv { listen, out, hash } => tcp::recv(listen, &out, &hash),
         Scenario::TcpSend { file, to } => tcp::send(&file, to),

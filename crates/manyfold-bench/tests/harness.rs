@@ -24,3 +24,55 @@ fn loopback_file_scenario_runs_and_verifies() {
     assert!(stdout.contains("| manyfold (NewReno) |"), "{stdout}");
     assert!(stdout.contains("| kernel TCP"), "{stdout}");
 }
+
+/// The memory-to-memory loopback scenario: every row (manyfold per
+/// controller, TCP cubic and bbr, quinn, the UDP ceiling) moves 2 MB once
+/// and its receiver checks the hash.
+#[test]
+fn loopback_scenario_runs_every_row() {
+    let bench = env!("CARGO_BIN_EXE_manyfold-bench");
+    let out =
+        Command::new(bench).args(["loopback", "--size", "2MB", "--reps", "1", "--timeout", "60"]).output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "bench failed: {}\n{}", stdout, String::from_utf8_lossy(&out.stderr));
+    for row in [
+        "| manyfold (NewReno) |",
+        "| kernel TCP (cubic) |",
+        "| kernel TCP (bbr) |",
+        "| quinn (encrypts",
+        "| raw UDP blast",
+    ] {
+        assert!(stdout.contains(row), "no row {row:?} in\n{stdout}");
+    }
+}
+
+/// `--windows`: manyfold with each buffer size beside TCP.
+#[test]
+fn loopback_windows_runs() {
+    let bench = env!("CARGO_BIN_EXE_manyfold-bench");
+    let out = Command::new(bench)
+        .args(["loopback", "--windows", "--size", "2MB", "--reps", "1", "--timeout", "60"])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "bench failed: {}\n{}", stdout, String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains("buffers 64 KiB |"), "{stdout}");
+    assert!(stdout.contains("buffers 16 MiB |"), "{stdout}");
+}
+
+/// A receiver given the wrong hash fails the run: wrong bytes are never a number.
+#[test]
+fn loopback_receiver_rejects_a_wrong_hash() {
+    let bench = env!("CARGO_BIN_EXE_manyfold-bench");
+    let addr = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().to_string();
+    let mut recv = Command::new(bench)
+        .args(["tcp-mem-recv", "--listen", &addr, "--cc", "cubic", "--hash", "00", "--bytes", "100000", "--seed", "1"])
+        .spawn()
+        .unwrap();
+    let send = Command::new(bench)
+        .args(["tcp-mem-send", "--to", &addr, "--cc", "cubic", "--bytes", "100000", "--seed", "1"])
+        .output()
+        .unwrap();
+    assert!(!recv.wait().unwrap().success(), "receiver accepted a wrong hash");
+    assert!(!send.status.success(), "sender reported success without the receiver's ok");
+}

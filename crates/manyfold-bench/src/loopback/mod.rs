@@ -1,0 +1,368 @@
+//! `manyfold-bench loopback`: one connection moves N bytes over 127.0.0.1,
+//! memory to memory (issue 3, lab item 1; BENCH.md's loopback anchors).
+//! Each row is a sender process and a receiver process (hidden subcommands
+//! of this binary) moving the seeded stream of [`data`]; the receiver
+//! hashes it with BLAKE3 and fails the run on a mismatch. Rows alternate
+//! A B C ... within each repetition.
+//!
+//! `--sweep` is paper 00's size sweep (§5.1, Tables 1–3: 1 to 32 MB, time
+//! must grow linearly with size) and `--windows` its window comparison,
+//! as manyfold's send/receive buffer sizes.
+//!
+//! Modules: [`data`] (the stream and its check), [`rows`] (running one row),
+//! [`report`] (tables), and one module per transport: [`mf`], [`tcp`],
+//! [`quic`], [`blast`].
+
+mod blast;
+mod data;
+mod mf;
+mod quic;
+mod report;
+mod rows;
+mod tcp;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Result};
+use clap::{Args, Subcommand};
+
+use data::Pattern;
+use rows::{Row, Sample};
+
+#[derive(Args, Debug)]
+pub struct LoopbackArgs {
+    /// Bytes per transfer, e.g. 1GiB, 100MB, 4096 (ignored by --sweep).
+    #[arg(long, default_value = "1GiB")]
+    size: String,
+    /// Repetitions of each row (medians and min–max are reported).
+    #[arg(long, default_value_t = 3)]
+    reps: usize,
+    /// Seed of the pseudo-random stream.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Per-transfer time limit in seconds.
+    #[arg(long, default_value_t = 600)]
+    timeout: u64,
+    /// Paper 00's size sweep (1 to 32 MB) for manyfold and TCP instead.
+    #[arg(long, conflicts_with = "windows")]
+    sweep: bool,
+    /// manyfold with several send/receive buffer sizes instead.
+    #[arg(long)]
+    windows: bool,
+}
+
+/// The stream a child moves.
+#[derive(Args, Debug, Clone)]
+pub struct DataArgs {
+    #[arg(long)]
+    bytes: u64,
+    #[arg(long)]
+    seed: u64,
+}
+
+impl DataArgs {
+    fn pattern(&self) -> Pattern {
+        Pattern::new(self.seed, self.bytes)
+    }
+}
+
+/// The processes of each row (internal).
+#[derive(Subcommand, Debug)]
+pub enum Child {
+    #[command(hide = true)]
+    MfSend {
+        #[arg(long)]
+        to: SocketAddr,
+        #[command(flatten)]
+        opts: mf::MfOpts,
+        #[command(flatten)]
+        data: DataArgs,
+    },
+    #[command(hide = true)]
+    MfRecv {
+        #[arg(long)]
+        listen: SocketAddr,
+        #[arg(long)]
+        hash: String,
+        #[command(flatten)]
+        opts: mf::MfOpts,
+        #[command(flatten)]
+        data: DataArgs,
+    },
+    #[command(hide = true)]
+    TcpMemSend {
+        #[arg(long)]
+        to: SocketAddr,
+        #[arg(long)]
+        cc: String,
+        #[command(flatten)]
+        data: DataArgs,
+    },
+    #[command(hide = true)]
+    TcpMemRecv {
+        #[arg(long)]
+        listen: SocketAddr,
+        #[arg(long)]
+        hash: String,
+        #[arg(long)]
+        cc: String,
+        #[command(flatten)]
+        data: DataArgs,
+    },
+    #[command(hide = true)]
+    QuicSend {
+        #[arg(long)]
+        to: SocketAddr,
+        #[arg(long)]
+        cert: PathBuf,
+        #[command(flatten)]
+        data: DataArgs,
+    },
+    #[command(hide = true)]
+    QuicRecv {
+        #[arg(long)]
+        listen: SocketAddr,
+        #[arg(long)]
+        hash: String,
+        #[arg(long)]
+        cert: PathBuf,
+        #[command(flatten)]
+        data: DataArgs,
+    },
+    #[command(hide = true)]
+    BlastSend {
+        #[arg(long)]
+        to: SocketAddr,
+        #[command(flatten)]
+        data: DataArgs,
+    },
+    #[command(hide = true)]
+    BlastRecv {
+        #[arg(long)]
+        listen: SocketAddr,
+        #[command(flatten)]
+        data: DataArgs,
+    },
+}
+
+impl Child {
+    pub fn run(self) -> Result<()> {
+        match self {
+            Child::MfSend { to, opts, data } => mf::send(to, &opts, &data.pattern()),
+            Child::MfRecv { listen, hash, opts, data } => mf::recv(listen, &opts, data.bytes, &hash),
+            Child::TcpMemSend { to, cc, data } => tcp::send(to, &cc, &data.pattern()),
+            Child::TcpMemRecv { listen, hash, cc, data } => tcp::recv(listen, &cc, data.bytes, &hash),
+            Child::QuicSend { to, cert, data } => quic::send(to, &cert, &data.pattern()),
+            Child::QuicRecv { listen, hash, cert, data } => quic::recv(listen, &cert, data.bytes, &hash),
+            Child::BlastSend { to, data } => blast::send(to, &data.pattern()),
+            Child::BlastRecv { listen, data } => blast::recv(listen, data.bytes),
+        }
+    }
+}
+
+pub fn run(args: &LoopbackArgs) -> Result<()> {
+    let limit = Duration::from_secs(args.timeout);
+    let work = tempfile::Builder::new().prefix("manyfold-bench-loopback-").tempdir()?;
+    let load_before = rows::load();
+    if args.sweep {
+        return sweep(args, work.path(), limit, &load_before);
+    }
+    let bytes = parse_size(&args.size)?;
+    let pattern = Pattern::new(args.seed, bytes);
+    let (gen_cost, hash_cost, hash) = costs(&pattern);
+    let rows: Vec<Row> = if args.windows {
+        let mut r: Vec<Row> =
+            WINDOWS.iter().map(|&b| Row::Manyfold { cc: mf::CONTROLLERS[0].0, buffer: Some(b) }).collect();
+        r.push(Row::Manyfold { cc: mf::CONTROLLERS[0].0, buffer: None });
+        r.push(Row::Tcp("cubic"));
+        r
+    } else {
+        let mut r: Vec<Row> = mf::CONTROLLERS.iter().map(|&(cc, _)| Row::Manyfold { cc, buffer: None }).collect();
+        r.extend(tcp::CONTROLS.iter().map(|&cc| Row::Tcp(cc)));
+        r.push(Row::Quic);
+        r.push(Row::Blast);
+        r
+    };
+    let mut samples: Vec<(String, Vec<Sample>)> = rows.iter().map(|r| (r.label(), vec![])).collect();
+    for rep in 0..args.reps {
+        for (row, (name, s)) in rows.iter().zip(samples.iter_mut()) {
+            let x = rows::run(row, work.path(), bytes, args.seed, &hash, limit)?;
+            eprintln!("rep {} {name}: {:.2} s, {:.0} MB/s", rep + 1, x.wall, x.goodput());
+            s.push(x);
+        }
+    }
+    let anchor = rows.iter().position(|r| matches!(r, Row::Tcp("cubic")));
+    let ceiling = rows.iter().position(|r| matches!(r, Row::Blast));
+    let title = if args.windows { "manyfold's buffer sizes (paper 00's window comparison)" } else { "bulk transfer" };
+    println!("### loopback: {title}, {} over 127.0.0.1, memory to memory", human(bytes));
+    println!();
+    println!(
+        "{}",
+        report::header(
+            &format!("{} ({bytes} bytes) per transfer, {} reps", human(bytes), args.reps),
+            args.seed,
+            &load_before,
+            &rows::load()
+        )
+    );
+    println!();
+    print!("{}", report::bulk_table(bytes, &samples, anchor, ceiling));
+    println!();
+    println!(
+        "Medians of {} repetitions, (min–max) beside them; rows alternate A B C … in each repetition, and ratios are taken within a repetition, then their median. \
+         Time runs from the sender's start to its exit, which follows the receiver's \"ok\" after its BLAKE3 matched (the ceiling: to the last datagram's arrival). \
+         MB = 10^6 bytes. Every row's sender makes the stream as it goes ({gen_cost:.2} s/GB of its CPU) and every receiver but the ceiling's hashes it ({hash_cost:.2} s/GB).",
+        args.reps
+    );
+    if args.windows {
+        println!("Buffers: ConnectionConfig::send_buffer and recv_buffer both set to the size on both sides; the unlabelled manyfold row runs the library default (8 MiB).");
+    }
+    Ok(())
+}
+
+/// Send and receive buffer sizes of `--windows`.
+const WINDOWS: [usize; 5] = [64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20];
+
+/// Paper 00 §5.1: sizes in MB and the transfer times of Tables 1, 2 and 3.
+const PAPER: [(u64, f64, f64, f64); 6] = [
+    (1, 1.743, 0.463, 1.187),
+    (2, 3.375, 0.867, 2.658),
+    (4, 6.784, 1.654, 4.795),
+    (8, 13.735, 3.166, 9.323),
+    (16, 27.694, 6.279, 18.333),
+    (32, 55.394, 12.563, 38.152),
+];
+
+fn sweep(args: &LoopbackArgs, work: &std::path::Path, limit: Duration, load_before: &str) -> Result<()> {
+    let rows = [Row::Manyfold { cc: mf::CONTROLLERS[0].0, buffer: None }, Row::Tcp("cubic")];
+    let hashes: Vec<String> = PAPER.iter().map(|&(mb, ..)| Pattern::new(args.seed, mb * 1_000_000).hash()).collect();
+    // times[row][size] = one wall time per repetition
+    let mut times = vec![vec![Vec::new(); PAPER.len()]; rows.len()];
+    for rep in 0..args.reps {
+        for (si, &(mb, ..)) in PAPER.iter().enumerate() {
+            for (ri, row) in rows.iter().enumerate() {
+                let x = rows::run(row, work, mb * 1_000_000, args.seed, &hashes[si], limit)?;
+                eprintln!("rep {} {mb} MB {}: {:.3} s", rep + 1, row.label(), x.wall);
+                times[ri][si].push(x.wall);
+            }
+        }
+    }
+    let names: Vec<String> = rows.iter().map(Row::label).collect();
+    println!("### loopback: paper 00's size sweep (Tables 1–3), 1 to 32 MB over 127.0.0.1, memory to memory");
+    println!();
+    println!(
+        "{}",
+        report::header(
+            &format!("1, 2, 4, 8, 16, 32 MB (10^6 bytes), {} reps", args.reps),
+            args.seed,
+            load_before,
+            &rows::load()
+        )
+    );
+    println!();
+    println!("| size MB | {} s | {} s | {0} / TCP time | paper T1 s | paper T2 s | paper T3 s |", names[0], names[1]);
+    println!("|---|---|---|---|---|---|---|");
+    for (si, &(mb, t1, t2, t3)) in PAPER.iter().enumerate() {
+        let ratio: Vec<f64> = times[0][si].iter().zip(&times[1][si]).map(|(a, b)| a / b).collect();
+        println!(
+            "| {mb} | {} | {} | {} | {t1} | {t2} | {t3} |",
+            report::med_range(&times[0][si], 3),
+            report::med_range(&times[1][si], 3),
+            report::med_range(&ratio, 2)
+        );
+    }
+    println!();
+    println!("Linear fit of the median time against size (time = a + b · size):");
+    println!();
+    println!("| row | b, ms per MB | MB/s (1/b) | a, ms (fixed cost: processes, handshake, close) | R² |");
+    println!("|---|---|---|---|---|");
+    let xs: Vec<f64> = PAPER.iter().map(|&(mb, ..)| mb as f64).collect();
+    let mut fits: Vec<(String, Vec<f64>)> = names
+        .iter()
+        .enumerate()
+        .map(|(ri, n)| (n.clone(), times[ri].iter().map(|t| report::median(t)).collect()))
+        .collect();
+    fits.push(("paper 00, Table 1 (1,024 B payload, window 32)".into(), PAPER.iter().map(|p| p.1).collect()));
+    fits.push(("paper 00, Table 2 (8,096 B payload, window 128)".into(), PAPER.iter().map(|p| p.2).collect()));
+    fits.push(("paper 00, Table 3 (8,096 B payload, window 1)".into(), PAPER.iter().map(|p| p.3).collect()));
+    for (name, ys) in fits {
+        let (a, b, r2) = report::linear_fit(&xs, &ys);
+        println!("| {name} | {:.3} | {:.0} | {:.1} | {r2:.5} |", b * 1e3, 1.0 / b, a * 1e3);
+    }
+    println!();
+    println!(
+        "Times are medians of {} repetitions (min–max beside them), from the sender's start to its exit after the receiver's BLAKE3-checked \"ok\"; sizes and rows alternate within each repetition. \
+         The paper's times are its own (802.11g-era hardware, Go-Back-N), shown for the shape, not for comparison.",
+        args.reps
+    );
+    Ok(())
+}
+
+/// CPU seconds per GB that making the stream and hashing it cost in this
+/// process, and the stream's hash.
+fn costs(p: &Pattern) -> (f64, f64, String) {
+    let gb = p.len() as f64 / 1e9;
+    let t = Instant::now();
+    let mut buf = vec![0u8; data::CHUNK];
+    for i in 0..p.chunks() {
+        p.fill(i, &mut buf);
+        std::hint::black_box(&mut buf);
+    }
+    let gen = t.elapsed().as_secs_f64() / gb;
+    let t = Instant::now();
+    let hash = p.hash();
+    let both = t.elapsed().as_secs_f64() / gb;
+    (gen, (both - gen).max(0.0), hash)
+}
+
+/// `1GiB`, `100MB`, `64KiB`, `4096`: SI and binary suffixes.
+pub fn parse_size(s: &str) -> Result<u64> {
+    let s = s.trim();
+    let split = s.find(|c: char| !c.is_ascii_digit() && c != '.').unwrap_or(s.len());
+    let (num, unit) = s.split_at(split);
+    let n: f64 = num.parse().map_err(|_| anyhow::anyhow!("bad size {s:?}"))?;
+    let mult: u64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "kb" | "k" => 1_000,
+        "mb" | "m" => 1_000_000,
+        "gb" | "g" => 1_000_000_000,
+        "kib" => 1 << 10,
+        "mib" => 1 << 20,
+        "gib" => 1 << 30,
+        _ => bail!("bad size unit in {s:?}"),
+    };
+    Ok((n * mult as f64) as u64)
+}
+
+/// Bytes in the largest unit that divides them (GiB, MiB, MB, KiB).
+pub fn human(b: u64) -> String {
+    for (unit, m) in [("GiB", 1u64 << 30), ("MiB", 1 << 20), ("MB", 1_000_000), ("KiB", 1 << 10)] {
+        if b >= m && b.is_multiple_of(m) {
+            return format!("{} {unit}", b / m);
+        }
+    }
+    format!("{b} B")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_parse() {
+        assert_eq!(parse_size("1GiB").unwrap(), 1 << 30);
+        assert_eq!(parse_size("2MB").unwrap(), 2_000_000);
+        assert_eq!(parse_size("4096").unwrap(), 4096);
+        assert!(parse_size("3 parsecs").is_err());
+        assert_eq!(human(256 << 10), "256 KiB");
+        assert_eq!(human(2_000_000), "2 MB");
+    }
+
+    #[test]
+    fn fit_of_a_line_is_exact() {
+        let (a, b, r2) = report::linear_fit(&[1.0, 2.0, 4.0], &[3.0, 5.0, 9.0]);
+        assert!((a - 1.0).abs() < 1e-9 && (b - 2.0).abs() < 1e-9 && (r2 - 1.0).abs() < 1e-9);
+    }
+}

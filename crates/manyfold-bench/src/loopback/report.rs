@@ -1,0 +1,94 @@
+//! The loopback tables: medians with their spread (min–max), ratios taken
+//! pair by pair within one repetition (BENCH.md), the header naming command,
+//! date, machine, sizes and seed, and the least-squares line of the size
+//! sweep with its R² (paper 00 §5.1: time must grow linearly with size).
+
+use std::process::Command;
+
+use super::rows::Sample;
+
+pub fn median(v: &[f64]) -> f64 {
+    let mut v = v.to_vec();
+    v.sort_by(|a, b| a.total_cmp(b));
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    let m = v.len() / 2;
+    if v.len() % 2 == 1 {
+        v[m]
+    } else {
+        (v[m - 1] + v[m]) / 2.0
+    }
+}
+
+/// `median (min–max)` with `digits` decimals.
+pub fn med_range(v: &[f64], digits: usize) -> String {
+    let min = v.iter().cloned().fold(f64::INFINITY, f64::min);
+    let max = v.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+    if v.len() < 2 {
+        return format!("{:.*}", digits, median(v));
+    }
+    format!("{:.*} ({:.*}–{:.*})", digits, median(v), digits, min, digits, max)
+}
+
+/// Least squares `y = a + b x`; returns (a, b, R²).
+pub fn linear_fit(xs: &[f64], ys: &[f64]) -> (f64, f64, f64) {
+    let n = xs.len() as f64;
+    let mx = xs.iter().sum::<f64>() / n;
+    let my = ys.iter().sum::<f64>() / n;
+    let sxy: f64 = xs.iter().zip(ys).map(|(x, y)| (x - mx) * (y - my)).sum();
+    let sxx: f64 = xs.iter().map(|x| (x - mx).powi(2)).sum();
+    let b = sxy / sxx;
+    let a = my - b * mx;
+    let ss_res: f64 = xs.iter().zip(ys).map(|(x, y)| (y - a - b * x).powi(2)).sum();
+    let ss_tot: f64 = ys.iter().map(|y| (y - my).powi(2)).sum();
+    (a, b, 1.0 - ss_res / ss_tot)
+}
+
+/// The line under every table's title: command, date, machine, load.
+pub fn header(sizes: &str, seed: u64, load_before: &str, load_after: &str) -> String {
+    let out =
+        |c: &mut Command| c.output().map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string()).unwrap_or_default();
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    format!(
+        "`manyfold-bench {}` · {} · nproc {} · kernel {} · {sizes} · seed {seed} · load average before {load_before}, after {load_after}",
+        args.join(" "),
+        out(Command::new("date").args(["-u", "+%Y-%m-%d %H:%M UTC"])),
+        std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
+        out(Command::new("uname").arg("-r")),
+    )
+}
+
+/// Per-repetition ratios of goodput `a[i] / b[i]`.
+pub fn ratios(a: &[Sample], b: &[Sample]) -> Vec<f64> {
+    a.iter().zip(b).map(|(x, y)| x.goodput() / y.goodput()).collect()
+}
+
+/// The main loopback table. `anchor` and `ceiling` index `rows`.
+pub fn bulk_table(bytes: u64, rows: &[(String, Vec<Sample>)], anchor: Option<usize>, ceiling: Option<usize>) -> String {
+    let gb = bytes as f64 / 1e9;
+    let mut t = String::new();
+    t += "| row | goodput MB/s | time s | sender CPU s/GB | receiver CPU s/GB | sender peak RSS MiB | receiver peak RSS MiB | × TCP (cubic) | × ceiling | delivered |\n";
+    t += "|---|---|---|---|---|---|---|---|---|---|\n";
+    for (name, s) in rows {
+        let col = |f: &dyn Fn(&Sample) -> f64| s.iter().map(f).collect::<Vec<f64>>();
+        let ratio = |i: Option<usize>| match i {
+            Some(i) => med_range(&ratios(s, &rows[i].1), 2),
+            None => "–".into(),
+        };
+        let delivered = median(&col(&|x| x.delivered as f64 / bytes as f64 * 100.0));
+        t += &format!(
+            "| {name} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
+            med_range(&col(&|x| x.goodput()), 0),
+            med_range(&col(&|x| x.wall), 2),
+            med_range(&col(&|x| x.send_cpu / gb), 2),
+            med_range(&col(&|x| x.recv_cpu / gb), 2),
+            med_range(&col(&|x| x.send_rss_mib), 0),
+            med_range(&col(&|x| x.recv_rss_mib), 0),
+            ratio(anchor),
+            ratio(ceiling),
+            if delivered >= 100.0 { "100%".to_string() } else { format!("{delivered:.1}%") },
+        );
+    }
+    t
+}
