@@ -36,7 +36,8 @@ fn loopback_scenario_runs_every_row() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "bench failed: {}\n{}", stdout, String::from_utf8_lossy(&out.stderr));
     for row in [
-        "| manyfold (NewReno) |",
+        "| manyfold (newreno) |",
+        "| manyfold (cubic) |",
         "| kernel TCP (cubic) |",
         "| kernel TCP (bbr) |",
         "| quinn (encrypts",

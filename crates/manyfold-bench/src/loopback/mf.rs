@@ -13,25 +13,21 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::data::{Check, Pattern, CHUNK};
 
-/// Every controller the lab runs a row for, with its name on the command
-/// line and in the table. A new controller is one entry here.
-// Once `CongestionAlgorithm::ALL` lands in manyfold-proto this list becomes
-// that constant.
-pub const CONTROLLERS: &[(&str, CongestionAlgorithm)] = &[("NewReno", CongestionAlgorithm::NewReno)];
+/// Every controller the lab runs a row for: all of them
+/// (`CongestionAlgorithm::ALL`), so a new controller gets its row.
+pub fn controllers() -> impl Iterator<Item = CongestionAlgorithm> {
+    CongestionAlgorithm::ALL.into_iter()
+}
 
-pub fn controller(name: &str) -> Result<CongestionAlgorithm> {
-    CONTROLLERS
-        .iter()
-        .find(|(n, _)| n.eq_ignore_ascii_case(name))
-        .map(|&(_, a)| a)
-        .with_context(|| format!("unknown congestion controller {name:?}"))
+fn controller(name: &str) -> Result<CongestionAlgorithm> {
+    name.parse().map_err(anyhow::Error::msg)
 }
 
 /// Settings both sides of a manyfold row share.
 #[derive(clap::Args, Debug, Clone)]
 pub struct MfOpts {
-    /// Congestion controller (a name from CONTROLLERS).
-    #[arg(long, default_value = "NewReno")]
+    /// Congestion controller (`CongestionAlgorithm::name`).
+    #[arg(long, default_value = "newreno")]
     pub cc: String,
     /// ConnectionConfig::send_buffer in bytes (default: the library's).
     #[arg(long)]

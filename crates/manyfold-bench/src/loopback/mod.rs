@@ -174,12 +174,12 @@ pub fn run(args: &LoopbackArgs) -> Result<()> {
     let (gen_cost, hash_cost, hash) = costs(&pattern);
     let rows: Vec<Row> = if args.windows {
         let mut r: Vec<Row> =
-            WINDOWS.iter().map(|&b| Row::Manyfold { cc: mf::CONTROLLERS[0].0, buffer: Some(b) }).collect();
-        r.push(Row::Manyfold { cc: mf::CONTROLLERS[0].0, buffer: None });
+            WINDOWS.iter().map(|&b| Row::Manyfold { cc: Default::default(), buffer: Some(b) }).collect();
+        r.push(Row::Manyfold { cc: Default::default(), buffer: None });
         r.push(Row::Tcp("cubic"));
         r
     } else {
-        let mut r: Vec<Row> = mf::CONTROLLERS.iter().map(|&(cc, _)| Row::Manyfold { cc, buffer: None }).collect();
+        let mut r: Vec<Row> = mf::controllers().map(|cc| Row::Manyfold { cc, buffer: None }).collect();
         r.extend(tcp::CONTROLS.iter().map(|&cc| Row::Tcp(cc)));
         r.push(Row::Quic);
         r.push(Row::Blast);
@@ -236,7 +236,7 @@ const PAPER: [(u64, f64, f64, f64); 6] = [
 ];
 
 fn sweep(args: &LoopbackArgs, work: &std::path::Path, limit: Duration, load_before: &str) -> Result<()> {
-    let rows = [Row::Manyfold { cc: mf::CONTROLLERS[0].0, buffer: None }, Row::Tcp("cubic")];
+    let rows = [Row::Manyfold { cc: Default::default(), buffer: None }, Row::Tcp("cubic")];
     let hashes: Vec<String> = PAPER.iter().map(|&(mb, ..)| Pattern::new(args.seed, mb * 1_000_000).hash()).collect();
     // times[row][size] = one wall time per repetition
     let mut times = vec![vec![Vec::new(); PAPER.len()]; rows.len()];

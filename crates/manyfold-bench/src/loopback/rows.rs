@@ -9,6 +9,7 @@ use std::process::Command;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::{bail, Context, Result};
+use manyfold_proto::CongestionAlgorithm;
 
 use crate::child;
 
@@ -16,7 +17,7 @@ use crate::child;
 #[derive(Debug, Clone)]
 pub enum Row {
     /// manyfold with a congestion controller and optional buffer sizes.
-    Manyfold { cc: &'static str, buffer: Option<usize> },
+    Manyfold { cc: CongestionAlgorithm, buffer: Option<usize> },
     /// Kernel TCP with a congestion control (`TCP_CONGESTION`).
     Tcp(&'static str),
     /// quinn, encrypted.
@@ -28,8 +29,10 @@ pub enum Row {
 impl Row {
     pub fn label(&self) -> String {
         match self {
-            Row::Manyfold { cc, buffer: None } => format!("manyfold ({cc})"),
-            Row::Manyfold { cc, buffer: Some(b) } => format!("manyfold ({cc}), buffers {}", super::human(*b as u64)),
+            Row::Manyfold { cc, buffer: None } => format!("manyfold ({})", cc.name()),
+            Row::Manyfold { cc, buffer: Some(b) } => {
+                format!("manyfold ({}), buffers {}", cc.name(), super::human(*b as u64))
+            }
             Row::Tcp(cc) => format!("kernel TCP ({cc})"),
             Row::Quic => "quinn (encrypts: TLS 1.3 via rustls)".to_string(),
             Row::Blast => "raw UDP blast, GSO/GRO, no reliability (ceiling)".to_string(),
@@ -72,7 +75,7 @@ pub fn run(row: &Row, work: &Path, bytes: u64, seed: u64, hash: &str, limit: Dur
             r.arg("mf-recv").arg("--listen").arg(addr.to_string()).arg("--hash").arg(hash);
             s.arg("mf-send").arg("--to").arg(addr.to_string());
             for c in [&mut r, &mut s] {
-                c.arg("--cc").arg(cc);
+                c.arg("--cc").arg(cc.name());
                 if let Some(b) = buffer {
                     c.arg("--send-buffer").arg(b.to_string()).arg("--recv-buffer").arg(b.to_string());
                 }
