@@ -74,6 +74,7 @@ pub fn run(mut o: Options) -> Result<()> {
     };
     let rows = rows(&o.rows, &manyfold)?;
     let work = tempfile::Builder::new().prefix("manyfold-bench-wan-").tempdir()?;
+    super::netns::register_dir(work.path());
     let mut lab = Lab::create(&bench)?;
     let mut report = Report::new(&o, reps);
 
@@ -329,6 +330,7 @@ fn self_check(lab: &mut Lab, bench: &Path, rate: u64, secs: f64, o: &Options) ->
     let cell = Cell { rate_bps: rate, rtt_ms: 1.0, loss_pct: 0.0 };
     lab.configure(&link_config(&cell, o))?;
     let port = 19_999u16;
+    let drops_before = lab.host_drops();
     let listen = format!("{ADDR_B}:{port}");
     let mut r = lab.exec(&lab.ns_b, bench);
     r.args(["wan", "udp-recv", &listen, &(secs + 10.0).to_string()]).stdout(Stdio::piped());
@@ -341,6 +343,7 @@ fn self_check(lab: &mut Lab, bench: &Path, rate: u64, secs: f64, o: &Options) ->
     let sent = String::from_utf8_lossy(&sent.stdout).to_string();
     let got = String::from_utf8_lossy(&got.stdout).to_string();
     let stats = lab.stats()?;
+    let drops = lab.host_drops();
     let f = |l: &str, k: &str| probe::field(l, k).with_context(|| format!("no {k} in {l:?}"));
     let (n_sent, n_recv) = (f(&sent, "sent")?, f(&got, "received")?);
     let (bytes, span) = (f(&got, "bytes")?, f(&got, "secs")?);
@@ -352,6 +355,8 @@ fn self_check(lab: &mut Lab, bench: &Path, rate: u64, secs: f64, o: &Options) ->
         sent: n_sent as u64,
         lost: (n_sent - n_recv).max(0.0) as u64,
         relay: stats,
+        ring_drops: drops.0 - drops_before.0,
+        rcvbuf_drops: drops.1 - drops_before.1,
     })
 }
 

@@ -10,7 +10,7 @@
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::Ipv4Addr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::sync::{Mutex, Once};
 use std::time::{Duration, Instant};
@@ -25,14 +25,20 @@ pub const ADDR_A: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 1);
 /// Receiver side address.
 pub const ADDR_B: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 2);
 
-/// What must be undone: namespaces and the relay's pid.
+/// What must be undone: namespaces, the relay's pid, scratch directories.
 #[derive(Debug, Default)]
 struct Registry {
     namespaces: Vec<String>,
     pids: Vec<u32>,
+    dirs: Vec<PathBuf>,
 }
 
-static REGISTRY: Mutex<Registry> = Mutex::new(Registry { namespaces: Vec::new(), pids: Vec::new() });
+static REGISTRY: Mutex<Registry> = Mutex::new(Registry { namespaces: Vec::new(), pids: Vec::new(), dirs: Vec::new() });
+
+/// Removes `dir` (the samples, the received copies) on interruption too.
+pub fn register_dir(dir: &Path) {
+    REGISTRY.lock().unwrap_or_else(|e| e.into_inner()).dirs.push(dir.to_path_buf());
+}
 static WATCHER: Once = Once::new();
 
 /// Kills everything registered and deletes the namespaces. Idempotent.
@@ -48,6 +54,9 @@ fn cleanup_registered() {
     }
     for ns in reg.namespaces.drain(..) {
         let _ = Command::new("ip").args(["netns", "del", &ns]).stderr(Stdio::null()).status();
+    }
+    for dir in reg.dirs.drain(..) {
+        let _ = std::fs::remove_dir_all(dir);
     }
 }
 
@@ -90,6 +99,7 @@ pub fn skip_reason() -> Option<String> {
 pub struct Lab {
     pub ns_a: String,
     pub ns_b: String,
+    pub dev_a: String,
     relay: Child,
     relay_in: ChildStdin,
     relay_out: BufReader<ChildStdout>,
@@ -123,7 +133,7 @@ impl Lab {
         REGISTRY.lock().unwrap_or_else(|e| e.into_inner()).pids.push(relay.id());
         let relay_in = relay.stdin.take().context("relay stdin")?;
         let relay_out = BufReader::new(relay.stdout.take().context("relay stdout")?);
-        let mut lab = Lab { ns_a, ns_b, relay, relay_in, relay_out };
+        let mut lab = Lab { ns_a, ns_b, dev_a: dev_a.clone(), relay, relay_in, relay_out };
         let ready = lab.read_reply()?;
         if ready != "ready" {
             bail!("relay did not start: {ready:?}");
@@ -132,7 +142,10 @@ impl Lab {
             ip(&["link", "set", dev, "netns", ns])?;
             ip(&["-n", ns, "link", "set", "lo", "up"])?;
             ip(&["-n", ns, "addr", "add", &format!("{addr}/24"), "dev", dev])?;
-            ip(&["-n", ns, "link", "set", dev, "mtu", "1500", "txqueuelen", "1000", "up"])?;
+            // A deep device ring (the relay reads it): a relay that waits
+            // a few ms for a core must not drop at line rate. When the
+            // relay keeps up the ring is empty, so it adds no queueing.
+            ip(&["-n", ns, "link", "set", dev, "mtu", "1500", "txqueuelen", "10000", "up"])?;
             // Room for a 1 Gbit/s x 200 ms window (25 MB), for TCP as for
             // manyfold: a host tuned for long fat pipes.
             for (key, val) in
@@ -182,6 +195,34 @@ impl Lab {
 
     pub fn sysctl(&self, ns: &str, key: &str, val: &str) -> Result<()> {
         ip(&["netns", "exec", ns, "sysctl", "-q", "-w", &format!("{key}={val}")])
+    }
+
+    /// Packets the kernel dropped outside the emulator, as
+    /// (sender's TUN ring overflows, receiver's UDP buffer overflows): the
+    /// self-check's evidence of where a loss happened.
+    pub fn host_drops(&self) -> (u64, u64) {
+        let read = |ns: &str, args: &[&str]| {
+            Command::new("ip")
+                .args(["netns", "exec", ns])
+                .args(args)
+                .output()
+                .map(|o| String::from_utf8_lossy(&o.stdout).to_string())
+                .unwrap_or_default()
+        };
+        let ring = read(&self.ns_a, &["cat", &format!("/sys/class/net/{}/statistics/tx_dropped", self.dev_a)]);
+        let snmp = read(&self.ns_b, &["cat", "/proc/net/snmp"]);
+        // /proc/net/snmp: a "Udp:" header line with names, then values.
+        let udp: Vec<&str> = snmp.lines().filter(|l| l.starts_with("Udp:")).collect();
+        let rcvbuf = match udp.as_slice() {
+            [names, values, ..] => names
+                .split_whitespace()
+                .zip(values.split_whitespace())
+                .find(|(n, _)| *n == "RcvbufErrors")
+                .and_then(|(_, v)| v.parse().ok())
+                .unwrap_or(0),
+            _ => 0,
+        };
+        (ring.trim().parse().unwrap_or(0), rcvbuf)
     }
 
     /// Waits until something listens on `port` (TCP or UDP) in `ns`.

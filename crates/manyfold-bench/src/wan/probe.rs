@@ -59,6 +59,7 @@ pub fn send(to: SocketAddr, rate_bps: u64, secs: f64, payload: usize) -> Result<
 pub fn recv(listen: SocketAddr, limit: f64) -> Result<()> {
     let sock = UdpSocket::bind(listen).with_context(|| format!("binding {listen}"))?;
     sock.set_read_timeout(Some(Duration::from_secs(3)))?;
+    super::sys::force_rcvbuf(&sock, 32 << 20)?;
     let mut buf = vec![0u8; 65536];
     let (mut received, mut bytes, mut reordered, mut highest) = (0u64, 0u64, 0u64, None::<u64>);
     let (mut first, mut last) = (None::<Instant>, None::<Instant>);

@@ -44,6 +44,10 @@ pub struct CheckResult {
     pub sent: u64,
     pub lost: u64,
     pub relay: RelayStats,
+    /// Dropped by the sender side's TUN ring (the relay fell behind).
+    pub ring_drops: u64,
+    /// Dropped by the receiver's socket buffer (the receiver fell behind).
+    pub rcvbuf_drops: u64,
 }
 
 #[derive(Debug)]
@@ -107,11 +111,11 @@ impl Report {
                 "Emulator self-check (paced UDP, 1,500-byte IP packets offered at the link rate, RTT 1 ms, loss 0):"
             );
             println!();
-            println!("| link | offered Mbit/s | delivered Mbit/s | fraction of link | datagrams sent | lost | relay queue drops |");
+            println!("| link | offered Mbit/s | delivered Mbit/s | fraction of link | datagrams sent | lost | of which: relay queue / TUN ring / receiver buffer |");
             println!("|---|---|---|---|---|---|---|");
             for c in &self.checks {
                 println!(
-                    "| {} | {:.1} | {:.1} | {:.1}% | {} | {} | {} |",
+                    "| {} | {:.1} | {:.1} | {:.1}% | {} | {} | {} / {} / {} |",
                     rate_label(c.rate_bps),
                     c.offered_bps / 1e6,
                     c.delivered_bps / 1e6,
@@ -119,6 +123,8 @@ impl Report {
                     c.sent,
                     c.lost,
                     c.relay.a2b.queue_drops,
+                    c.ring_drops,
+                    c.rcvbuf_drops,
                 );
             }
             println!();

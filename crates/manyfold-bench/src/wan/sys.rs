@@ -134,3 +134,24 @@ pub fn set_tcp_congestion(sock: &std::net::TcpStream, name: &str) -> io::Result<
     }
     Ok(())
 }
+
+/// Grows a UDP socket's receive buffer past `rmem_max` (SO_RCVBUFFORCE;
+/// root), so the self-check's receiver does not drop what the relay
+/// delivered while it waits for a core.
+pub fn force_rcvbuf(sock: &std::net::UdpSocket, bytes: usize) -> io::Result<()> {
+    let v = bytes as libc::c_int;
+    // SAFETY: the option value is a live c_int, passed with its size.
+    let r = unsafe {
+        libc::setsockopt(
+            sock.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_RCVBUFFORCE,
+            (&v as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
