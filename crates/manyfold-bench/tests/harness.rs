@@ -31,8 +31,12 @@ fn loopback_file_scenario_runs_and_verifies() {
 #[test]
 fn loopback_scenario_runs_every_row() {
     let bench = env!("CARGO_BIN_EXE_manyfold-bench");
-    let out =
-        Command::new(bench).args(["loopback", "--size", "2MB", "--reps", "1", "--timeout", "60"]).output().unwrap();
+    let json = tempfile::NamedTempFile::new().unwrap();
+    let out = Command::new(bench)
+        .args(["loopback", "--size", "2MB", "--reps", "1", "--timeout", "60", "--json"])
+        .arg(json.path())
+        .output()
+        .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "bench failed: {}\n{}", stdout, String::from_utf8_lossy(&out.stderr));
     for row in [
@@ -45,6 +49,8 @@ fn loopback_scenario_runs_every_row() {
     ] {
         assert!(stdout.contains(row), "no row {row:?} in\n{stdout}");
     }
+    let json = std::fs::read_to_string(json.path()).unwrap();
+    assert!(json.contains("\"scenario\":\"loopback\"") && json.contains("\"row\":\"kernel TCP (bbr)\""), "{json}");
 }
 
 /// `--windows`: manyfold with each buffer size beside TCP.

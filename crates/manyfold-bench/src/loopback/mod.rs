@@ -55,6 +55,9 @@ pub struct LoopbackArgs {
     /// manyfold with several send/receive buffer sizes instead.
     #[arg(long)]
     windows: bool,
+    /// Also write every sample as JSON to this file.
+    #[arg(long)]
+    json: Option<PathBuf>,
 }
 
 /// The stream a child moves.
@@ -190,11 +193,13 @@ pub fn run(args: &LoopbackArgs) -> Result<()> {
         r
     };
     let mut samples: Vec<(String, Vec<Sample>)> = rows.iter().map(|r| (r.label(), vec![])).collect();
+    let mut log = Vec::new();
     for rep in 0..args.reps {
         for (row, (name, s)) in rows.iter().zip(samples.iter_mut()) {
             let x = rows::run(row, work.path(), bytes, args.seed, &hash, limit)?;
             eprintln!("rep {} {name}: {:.2} s, {:.0} MB/s", rep + 1, x.wall, x.goodput());
             s.push(x);
+            log.push(report::json_sample(name, bytes, rep, &x));
         }
     }
     let anchor = rows.iter().position(|r| matches!(r, Row::Tcp("cubic")));
@@ -223,6 +228,7 @@ pub fn run(args: &LoopbackArgs) -> Result<()> {
     if args.windows {
         println!("Buffers: ConnectionConfig::send_buffer and recv_buffer both set to the size on both sides; the unlabelled manyfold row runs the library default (8 MiB).");
     }
+    report::write_json(args.json.as_deref(), if args.windows { "windows" } else { "bulk" }, args.seed, &log)?;
     Ok(())
 }
 
@@ -246,12 +252,14 @@ fn sweep(args: &LoopbackArgs, work: &std::path::Path, limit: Duration, load_befo
     let hashes: Vec<String> = mbs.iter().map(|&mb| Pattern::new(args.seed, mb * 1_000_000).hash()).collect();
     // times[row][size] = one wall time per repetition
     let mut times = vec![vec![Vec::new(); PAPER.len()]; rows.len()];
+    let mut log = Vec::new();
     for rep in 0..args.reps {
         for (si, &mb) in mbs.iter().enumerate() {
             for (ri, row) in rows.iter().enumerate() {
                 let x = rows::run(row, work, mb * 1_000_000, args.seed, &hashes[si], limit)?;
                 eprintln!("rep {} {mb} MB {}: {:.3} s", rep + 1, row.label(), x.wall);
                 times[ri][si].push(x.wall);
+                log.push(report::json_sample(&row.label(), mb * 1_000_000, rep, &x));
             }
         }
     }
@@ -316,6 +324,7 @@ fn sweep(args: &LoopbackArgs, work: &std::path::Path, limit: Duration, load_befo
          its \"4.6 MB/s\" and \"19 MB/s\" are megabits (32 MB in 55.4 s is 0.58 MB/s).",
         args.reps
     );
+    report::write_json(args.json.as_deref(), "sweep", args.seed, &log)?;
     Ok(())
 }
 

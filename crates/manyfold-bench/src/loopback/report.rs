@@ -92,3 +92,29 @@ pub fn bulk_table(bytes: u64, rows: &[(String, Vec<Sample>)], anchor: Option<usi
     }
     t
 }
+
+/// One sample as a JSON object (no serde in the lab: the fields are numbers
+/// and a label, escaped).
+pub fn json_sample(row: &str, bytes: u64, rep: usize, s: &Sample) -> String {
+    let row = row.replace('\\', "\\\\").replace('"', "\\\"");
+    format!(
+        "{{\"row\":\"{row}\",\"bytes\":{bytes},\"rep\":{rep},\"wall_s\":{:.6},\"delivered\":{},\"goodput_mb_s\":{:.3},\"send_cpu_s\":{:.4},\"recv_cpu_s\":{:.4},\"send_rss_mib\":{:.1},\"recv_rss_mib\":{:.1}}}",
+        s.wall,
+        s.delivered,
+        s.goodput(),
+        s.send_cpu,
+        s.recv_cpu,
+        s.send_rss_mib,
+        s.recv_rss_mib
+    )
+}
+
+/// Writes the samples of one run to `path`, if asked.
+pub fn write_json(path: Option<&std::path::Path>, mode: &str, seed: u64, samples: &[String]) -> anyhow::Result<()> {
+    let Some(path) = path else { return Ok(()) };
+    let body = format!(
+        "{{\"scenario\":\"loopback\",\"mode\":\"{mode}\",\"seed\":{seed},\"samples\":[\n{}\n]}}\n",
+        samples.join(",\n")
+    );
+    std::fs::write(path, body).map_err(|e| anyhow::anyhow!("writing {}: {e}", path.display()))
+}
