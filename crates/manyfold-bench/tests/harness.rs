@@ -83,3 +83,14 @@ fn loopback_receiver_rejects_a_wrong_hash() {
     assert!(!recv.wait().unwrap().success(), "receiver accepted a wrong hash");
     assert!(!send.status.success(), "sender reported success without the receiver's ok");
 }
+
+/// `--sweep`: paper 00's sizes (1 to 32 MB) once each, with the linear fit.
+#[test]
+fn loopback_sweep_runs_and_fits() {
+    let bench = env!("CARGO_BIN_EXE_manyfold-bench");
+    let out = Command::new(bench).args(["loopback", "--sweep", "--reps", "1", "--timeout", "60"]).output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "bench failed: {}\n{}", stdout, String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains("| 32 |"), "{stdout}");
+    assert!(stdout.contains("R²"), "{stdout}");
+}
