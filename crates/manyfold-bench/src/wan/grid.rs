@@ -64,7 +64,7 @@ pub fn run(mut o: Options) -> Result<()> {
     let rtts = o.rtt.clone().unwrap_or_else(|| vec![1.0, 50.0, 200.0]);
     let losses = o.loss.clone().unwrap_or_else(|| vec![0.0, 0.1, 1.0, 5.0]);
     let reps = o.reps.unwrap_or(3).max(1);
-    if losses.iter().any(|l| !(0.0..100.0).contains(l)) || rtts.iter().any(|r| !(*r >= 0.0)) {
+    if losses.iter().any(|l| !(0.0..100.0).contains(l)) || rtts.iter().any(|r| r.is_nan() || *r < 0.0) {
         bail!("loss must be in [0, 100) and RTT non-negative");
     }
     let bench = std::env::current_exe()?;
@@ -173,19 +173,33 @@ fn rows(names: &[String], manyfold: &Path) -> Result<Vec<RowKind>> {
 }
 
 /// The values of `--cc` in clap's help: `[possible values: a, b]` in the
-/// option's paragraph.
+/// option's paragraph, or else the known controller names its prose lists.
 fn cc_values(help: &str) -> Vec<String> {
     let Some(at) = help.find("--cc") else { return vec![] };
-    let rest = &help[at..];
-    let end = rest[4..].find("\n  -").map_or(rest.len(), |e| e + 4);
-    let para = &rest[..end];
-    let Some(p) = para.find("possible values:") else { return vec![] };
-    let list = &para[p + "possible values:".len()..];
-    let list = &list[..list.find(']').unwrap_or(list.len())];
-    list.split(',')
-        .map(|v| v.trim().split(':').next().unwrap_or("").trim().to_string())
-        .filter(|v| !v.is_empty())
-        .collect()
+    // The option's paragraph: up to the next line that starts an option.
+    let mut lines = help[at..].lines();
+    let first = lines.next().unwrap_or("");
+    let para: String = std::iter::once(first)
+        .chain(lines.take_while(|l| !l.trim_start().starts_with('-')))
+        .collect::<Vec<_>>()
+        .join("\n");
+    let para = para.as_str();
+    if let Some(p) = para.find("possible values:") {
+        let list = &para[p + "possible values:".len()..];
+        let list = &list[..list.find(']').unwrap_or(list.len())];
+        return list
+            .split(',')
+            .map(|v| v.trim().split(':').next().unwrap_or("").trim().to_string())
+            .filter(|v| !v.is_empty())
+            .collect();
+    }
+    let mut found: Vec<String> = Vec::new();
+    for word in para.split(|c: char| !c.is_ascii_alphanumeric()) {
+        if ["newreno", "reno", "cubic", "bbr"].contains(&word) && !found.iter().any(|f| f == word) {
+            found.push(word.to_string());
+        }
+    }
+    found
 }
 
 fn link_config(cell: &Cell, o: &Options) -> LinkConfig {
@@ -378,5 +392,7 @@ mod tests {
         let help = "Options:\n      --cc <CC>\n          Congestion controller\n          \n          [default: bbr]\n          [possible values: newreno, cubic, bbr]\n\n      --trace\n";
         assert_eq!(cc_values(help), vec!["newreno", "cubic", "bbr"]);
         assert!(cc_values("Options:\n      --to <ADDR>\n").is_empty());
+        let prose = "      --cc <NAME>\n          Congestion controller: newreno, cubic or bbr (model-based)\n\n          [default: newreno]\n\n      --trace\n          bbr\n";
+        assert_eq!(cc_values(prose), vec!["newreno", "cubic", "bbr"]);
     }
 }

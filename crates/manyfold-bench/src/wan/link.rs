@@ -45,7 +45,7 @@ impl Default for LinkConfig {
 impl LinkConfig {
     /// The line protocol between the bench and its relay: `key=value`
     /// pairs separated by spaces (durations in µs, probabilities in ppm).
-    pub fn to_line(&self) -> String {
+    pub fn to_line(self) -> String {
         format!(
             "rate={} delay={} jitter={} loss={} reorder={} gap={} queue={} seed={}",
             self.rate_bps,

@@ -148,7 +148,7 @@ pub fn parse_rate(s: &str) -> Result<u64> {
         _ => (t, 1.0),
     };
     let v: f64 = num.parse().map_err(|_| anyhow::anyhow!("bad rate {s:?}"))?;
-    if !(v > 0.0) {
+    if v.is_nan() || v <= 0.0 {
         bail!("rate must be positive: {s:?}");
     }
     Ok((v * mult) as u64)
@@ -156,7 +156,7 @@ pub fn parse_rate(s: &str) -> Result<u64> {
 
 /// `100 Mbit/s`, `1 Gbit/s`.
 pub fn rate_label(bps: u64) -> String {
-    if bps >= 1_000_000_000 && bps % 1_000_000_000 == 0 {
+    if bps >= 1_000_000_000 && bps.is_multiple_of(1_000_000_000) {
         format!("{} Gbit/s", bps / 1_000_000_000)
     } else {
         format!("{} Mbit/s", bps as f64 / 1e6)
