@@ -285,7 +285,7 @@ impl Endpoint {
             params.conn_id,
             server_isn,
             client_isn.wrapping_add(1),
-            crate::connection::advertised_window(self.config.connection.recv_buffer),
+            crate::connection::advertised_window(crate::connection::initial_window(self.config.connection.recv_buffer)),
         );
         p.params = Some(HandshakeParams { conn_id: server_id, max_datagram });
         p.cookie = Some(cookie);

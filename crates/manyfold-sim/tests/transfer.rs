@@ -307,3 +307,16 @@ fn reordering_without_loss_is_learned_and_does_not_throttle_the_sender() {
         assert!(r.duration < Duration::from_secs(4), "{cc:?} seed {seed}: took {:?}", r.duration);
     }
 }
+
+/// spec §7.4: windows auto-tune on a long fat pipe. Over a 200 ms path, a
+/// fixed 8 MiB window would cap the transfer at 40 MB/s (100 MB in ≥ 12.5 s);
+/// the auto-tuned one grows toward the 64 MiB default cap.
+#[test]
+fn windows_grow_to_fill_a_long_fat_pipe() {
+    let seed = 216;
+    let cc = manyfold_proto::CongestionAlgorithm::NewReno;
+    let link = LinkConfig::with_delay(Duration::from_millis(100));
+    let (_, r) = transfer(seed, cc, link, 100 * MB, 0, Duration::from_secs(120));
+    eprintln!("100 MB over 200 ms RTT: {:?}, cwnd {}", r.duration, r.client.cwnd);
+    assert!(r.duration < Duration::from_secs(6), "seed {seed}: took {:?}", r.duration);
+}

@@ -35,6 +35,8 @@ const SEQ_BASE: u64 = 1 << 32;
 /// (spec §6.5; blind injection must also guess the 32-bit connection id).
 const RST_WINDOW: u64 = 1 << 16;
 
+pub(crate) use recv::initial_window;
+
 /// The window field for a receive buffer of `bytes` (spec §3.1: bytes, saturating).
 pub(crate) fn advertised_window(bytes: usize) -> u32 {
     u32::try_from(bytes).unwrap_or(u32::MAX)
@@ -289,7 +291,12 @@ impl Connection {
             return 0;
         }
         let used = self.send_buf.len() + self.sent.outstanding_data() as usize;
-        self.config.send_buffer.saturating_sub(used)
+        // spec §7.4: the send buffer follows what can be in flight: twice
+        // the smaller of the congestion and the peer's window, at least
+        // the initial window, at most `send_buffer`.
+        let useful = self.cc.window().min(self.peer_window).saturating_mul(2) as usize;
+        let limit = useful.clamp(recv::INITIAL_WINDOW.min(self.config.send_buffer), self.config.send_buffer);
+        limit.saturating_sub(used)
     }
 
     pub fn send(&mut self, data: &[u8]) -> Result<usize, SendError> {
@@ -580,6 +587,9 @@ impl Connection {
         let fin = p.header.flags.contains(Flags::FIN);
         let had_gaps = r.has_gaps();
         let (arrival, delivered) = r.on_packet(seq, p.data, fin);
+        if delivered > 0 {
+            r.autotune(now, delivered, self.rtt.srtt());
+        }
         let fin_reached = r.fin_reached();
         let has_gaps = r.has_gaps();
         match arrival {

@@ -10,11 +10,20 @@
 
 use std::collections::{BTreeMap, VecDeque};
 use std::ops::Range;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
 use crate::rangeset::RangeSet;
 use crate::wire::{SackBlock, MAX_SACK_RANGES};
+
+/// The window advertised before auto-tuning has seen any traffic (spec §7.4).
+pub(crate) const INITIAL_WINDOW: usize = 4 << 20;
+
+/// The window first advertised for a receive buffer of `capacity` bytes.
+pub(crate) fn initial_window(capacity: usize) -> usize {
+    capacity.min(INITIAL_WINDOW)
+}
 
 /// What became of one arriving sequenced packet.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -47,6 +56,12 @@ pub(crate) struct Receiver {
     readable: VecDeque<Bytes>,
     readable_bytes: usize,
     capacity: usize,
+    /// The auto-tuned window limit (spec §7.4): starts at
+    /// [`INITIAL_WINDOW`], only grows, never beyond `capacity`.
+    limit: usize,
+    /// Bytes delivered in order since `round_start`.
+    round_bytes: usize,
+    round_start: Option<Instant>,
     max_held_packets: usize,
     /// The peer's FIN has been reached in order.
     fin_reached: bool,
@@ -65,6 +80,9 @@ impl Receiver {
             readable: VecDeque::new(),
             readable_bytes: 0,
             capacity,
+            limit: initial_window(capacity),
+            round_bytes: 0,
+            round_start: None,
             // Bounds the out-of-order store's entry count even for tiny packets.
             max_held_packets: capacity / 256 + 256,
             fin_reached: false,
@@ -88,9 +106,32 @@ impl Receiver {
         self.readable_bytes
     }
 
-    /// spec §7.1: free buffer beyond the cumulative ack.
+    /// spec §7.1: free buffer beyond the cumulative ack, within the
+    /// auto-tuned limit (§7.4).
     pub fn window(&self) -> u64 {
-        self.capacity.saturating_sub(self.readable_bytes) as u64
+        self.limit.saturating_sub(self.readable_bytes) as u64
+    }
+
+    /// spec §7.4, after Linux's receive-buffer auto-tuning: if more than
+    /// half the window arrived in order within one round trip, the window
+    /// may be what holds the sender back: double it (up to `capacity`).
+    /// The limit only grows, so the advertised right edge never moves back.
+    pub fn autotune(&mut self, now: Instant, delivered: usize, srtt: Duration) {
+        let start = *self.round_start.get_or_insert(now);
+        self.round_bytes += delivered;
+        if now.saturating_duration_since(start) < srtt.max(Duration::from_millis(1)) {
+            return;
+        }
+        if self.round_bytes * 2 > self.limit {
+            self.limit = (self.limit * 2).min(self.capacity).max(self.limit);
+        }
+        self.round_bytes = 0;
+        self.round_start = Some(now);
+    }
+
+    #[cfg(test)]
+    pub fn limit(&self) -> usize {
+        self.limit
     }
 
     pub fn capacity(&self) -> usize {
@@ -239,6 +280,25 @@ mod tests {
         let mut buf = [0u8; 60];
         r.read(&mut buf);
         assert_eq!(r.window(), 100);
+    }
+
+    #[test]
+    fn window_limit_doubles_when_half_of_it_arrives_within_a_round_trip() {
+        let t0 = Instant::now();
+        let rtt = Duration::from_millis(100);
+        let mut r = Receiver::new(0, 64 << 20);
+        assert_eq!(r.window(), INITIAL_WINDOW as u64);
+        // A quarter of the window per round trip: no growth.
+        for i in 0..5 {
+            r.autotune(t0 + rtt * i, INITIAL_WINDOW / 4, rtt);
+        }
+        assert_eq!(r.limit(), INITIAL_WINDOW);
+        // Three quarters per round trip: doubles each round, up to capacity.
+        for i in 5..20 {
+            let l = r.limit();
+            r.autotune(t0 + rtt * i, l * 3 / 4, rtt);
+        }
+        assert_eq!(r.limit(), 64 << 20);
     }
 
     #[test]

@@ -354,7 +354,7 @@ impl Connection {
     ) -> Option<usize> {
         let (ack, window) = match &self.recv {
             Some(r) => (r.next() as u32, advertised_window(r.window() as usize)),
-            None => (0, advertised_window(self.config.recv_buffer)),
+            None => (0, advertised_window(super::recv::initial_window(self.config.recv_buffer))),
         };
         let mut flags = flags;
         if self.recv.is_some() {
