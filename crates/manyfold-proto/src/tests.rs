@@ -204,3 +204,39 @@ fn a_reply_after_a_pause_is_sent_once() {
     }
     assert_eq!(seqs.len(), 1, "sent {seqs:?}");
 }
+
+/// spec §5.3: a packet that fills the last gap is acked at once even when it
+/// carries no KLV (RFC 5681 §4.2). Datagrams are taken off the wire,
+/// stripped of KLV and re-sealed, then delivered out of order.
+#[test]
+fn a_packet_filling_the_last_gap_is_acked_at_once_without_klv() {
+    let mut p = Pair::new();
+    let ca = p.a.connect(p.now, p.b_addr).unwrap();
+    p.run_until(|p| p.a.state(ca) == Some(State::Established) && p.events_b.iter().any(|e| e.1 == Event::Incoming));
+    p.b.accept().expect("accepted");
+    p.run_until(|p| p.wire.is_empty());
+    p.a.send(ca, &[7u8; 3000]).unwrap();
+    let mut out = Vec::new();
+    let mut data = Vec::new();
+    while let Some(t) = p.a.poll_transmit(p.now, 10, &mut out) {
+        let seg = t.segment_size.unwrap_or(t.size);
+        for d in out[..t.size].chunks(seg) {
+            let mut d = d.to_vec();
+            d[1] &= !crate::wire::Flags::KLV.0;
+            crate::wire::seal(&mut d);
+            data.push(d);
+        }
+    }
+    assert!(data.len() >= 2, "expected at least two data packets");
+    let ack_of = |b: &mut Endpoint, now| {
+        let mut buf = Vec::new();
+        b.poll_transmit(now, 1, &mut buf).map(|t| crate::wire::Header::parse(&buf[..t.size]).unwrap().ack)
+    };
+    // The second packet first: out of order, acked at once (a duplicate ack).
+    p.b.handle_datagram(p.now, p.a_addr, &data[1]);
+    assert!(ack_of(&mut p.b, p.now).is_some());
+    // The first one fills the gap: acked at once, covering both.
+    p.b.handle_datagram(p.now, p.a_addr, &data[0]);
+    let first_seq = crate::wire::Header::parse(&data[0]).unwrap().seq;
+    assert_eq!(ack_of(&mut p.b, p.now), Some(first_seq.wrapping_add(2)));
+}

@@ -74,9 +74,10 @@ fn sends_of(w: &World, seq: u32) -> Vec<&Captured> {
 
 #[test]
 fn retransmission_that_fills_the_last_gap_is_acked_at_once() {
-    // The resend arrives in order, alone and without KLV: only the gap it
-    // fills makes its ack immediate (spec §5.3), instead of one
-    // `max_ack_delay` (25 ms) later.
+    // The resend arrives in order and alone; its ack leaves at once (spec
+    // §5.3: a resend carries KLV, and it fills a gap), not one
+    // `max_ack_delay` (25 ms) later. The gap rule alone is tested in the
+    // engine (a_packet_filling_the_last_gap_is_acked_at_once_without_klv).
     let seed = 401;
     let link = LinkConfig::default();
     let one_way = link.delay;

@@ -255,9 +255,7 @@ impl Connection {
     }
 
     fn signal_readable(&mut self) {
-        if !self.readable_signalled {
-            self.readable_signalled = true;
-        }
+        self.readable_signalled = true;
     }
 
     pub fn poll_event(&mut self) -> Option<Event> {

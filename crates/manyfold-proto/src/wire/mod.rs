@@ -11,7 +11,7 @@
 mod header;
 mod payload;
 
-pub use header::{Flags, Header, PacketType, HEADER_LEN, VERSION};
+pub use header::{seal, Flags, Header, PacketType, HEADER_LEN, VERSION};
 pub use payload::{Cookie, ErrorCode, HandshakeParams, Packet, SackBlock, COOKIE_LEN, MAX_SACK_RANGES, PARAMS_LEN};
 
 /// Why a datagram was rejected. Every variant is a silent drop plus a counter
