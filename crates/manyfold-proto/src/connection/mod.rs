@@ -83,9 +83,6 @@ pub(crate) struct Connection {
     /// The listener's cookie to echo on our first packet after its SYN-ACK.
     cookie: Option<Cookie>,
     cookie_seq: Option<u64>,
-    /// spec §6.2: until the cookie echo is acknowledged the peer may hold no
-    /// state, so nothing beyond the echo is sent.
-    confirmed: bool,
     recv: Option<Receiver>,
     peer_window: u64,
     peer_max_datagram: u16,
@@ -130,7 +127,6 @@ impl Connection {
             fin_seq: None,
             cookie: None,
             cookie_seq: None,
-            confirmed: false,
             recv: None,
             peer_window: 0,
             peer_max_datagram: config.max_datagram,
@@ -188,7 +184,6 @@ impl Connection {
         c.remote_id = Some(remote_id);
         c.peer_max_datagram = max_datagram.max(MIN_DATAGRAM);
         c.recv = Some(Receiver::new(SEQ_BASE + u64::from(peer_isn) + 1, recv_buffer));
-        c.confirmed = true;
         // The cookie's timestamp measured the SYN-ACK round trip.
         c.rtt.on_sample(handshake_rtt);
         tracing::debug!(target: "manyfold::state", conn = local_id, to = "ESTABLISHED", %remote, "accepted");
@@ -207,6 +202,13 @@ impl Connection {
     pub fn state(&self) -> State {
         self.state
     }
+    /// spec §6.2: we hold the listener's cookie until our echo of it is
+    /// acknowledged; until then the listener may hold no state for us, so
+    /// nothing beyond the echo is sent.
+    fn awaiting_echo_ack(&self) -> bool {
+        self.cookie.is_some()
+    }
+
     pub fn close_reason(&self) -> Option<CloseReason> {
         self.close_reason
     }
@@ -454,7 +456,6 @@ impl Connection {
             }
             self.learn_peer(h.seq, params.conn_id, params.max_datagram, h.window);
             self.cookie = p.cookie;
-            self.confirmed = p.cookie.is_none();
             self.set_state(State::Established);
             self.timers.cancel(Timer::Connect);
             self.events.push_back(Event::Connected);
@@ -467,7 +468,6 @@ impl Connection {
         } else {
             // spec §4.3: simultaneous open. Answer with our SYN again, now with ACK.
             self.learn_peer(h.seq, params.conn_id, params.max_datagram, h.window);
-            self.confirmed = true;
             self.set_state(State::SynReceived);
             self.sent.requeue(self.isn);
             false
@@ -484,7 +484,7 @@ impl Connection {
     fn handle_rst(&mut self, p: &Packet) {
         let h = &p.header;
         // A refusal of our SYN or of our cookie echo carries its seq + 1.
-        let refused_echo = !self.confirmed && self.cookie_seq.is_some_and(|s| h.seq == (s + 1) as u32);
+        let refused_echo = self.awaiting_echo_ack() && self.cookie_seq.is_some_and(|s| h.seq == (s + 1) as u32);
         let acceptable = refused_echo
             || match self.state {
                 State::SynSent => h.seq == (self.isn + 1) as u32,
@@ -552,8 +552,7 @@ impl Connection {
             self.touch_idle(now);
             self.events.push_back(Event::Connected);
         }
-        if self.cookie_seq.is_some_and(|s| una > s) && !self.confirmed {
-            self.confirmed = true;
+        if self.awaiting_echo_ack() && self.cookie_seq.is_some_and(|s| una > s) {
             self.cookie = None;
         }
         if self.want_writable && self.send_capacity() >= (self.config.send_buffer / 4).clamp(1, 64 << 10) {

@@ -139,7 +139,7 @@ impl Connection {
         }
         // spec §6.2: while the cookie echo is unacknowledged the listener
         // may hold no state for us; anything but the echo would draw an RST.
-        if self.cookie.is_some() && !self.confirmed {
+        if self.awaiting_echo_ack() {
             self.probe_pending = false;
             self.ack = AckState::default();
             self.timers.cancel(Timer::DelayedAck);
@@ -194,7 +194,7 @@ impl Connection {
             return Sent::Blocked;
         }
         // spec §6.2: nothing beyond the cookie echo until it is acknowledged.
-        if !self.confirmed && self.cookie_seq.is_some() {
+        if self.awaiting_echo_ack() && self.cookie_seq.is_some() {
             return Sent::Blocked;
         }
         let echo = self.cookie.is_some() && self.cookie_seq.is_none();
@@ -307,7 +307,7 @@ impl Connection {
     /// out per flight, each wait twice the last, before the RTO (which is
     /// always later, see [`crate::recovery::RttEstimator::pto`]) collapses the window.
     pub(super) fn arm_tlp(&mut self, now: Instant) {
-        if self.tlp_count >= MAX_TLPS || !self.rtt.has_sample() || self.cookie.is_some() && !self.confirmed {
+        if self.tlp_count >= MAX_TLPS || !self.rtt.has_sample() || self.awaiting_echo_ack() {
             self.timers.cancel(Timer::Tlp);
             return;
         }
