@@ -4,6 +4,7 @@
 //! date, machine and medians with their spread.
 
 mod child;
+mod fairness;
 mod loopback;
 mod tcp;
 mod wan;
@@ -56,6 +57,10 @@ enum Scenario {
     /// userspace link emulator): manyfold beside kernel TCP cubic and bbr
     /// over a grid of rate × RTT × loss. Needs root.
     Wan(wan::Args),
+    /// Two flows share one emulated 100 Mbit/s, 50 ms bottleneck: manyfold
+    /// against kernel TCP cubic, and against itself; each one's share and
+    /// Jain's index. Needs root.
+    Fairness(fairness::Args),
     /// (internal) TCP receiver of the file-copy anchor.
     #[command(hide = true)]
     TcpRecv { listen: SocketAddr, out: PathBuf, hash: String },
@@ -76,6 +81,7 @@ fn main() -> Result<()> {
         Scenario::Loopback(args) => loopback::run(&args),
         Scenario::LoopbackChild(child) => child.run(),
         Scenario::Wan(args) => wan::run(args),
+        Scenario::Fairness(args) => fairness::run(args),
         Scenario::TcpRecv { listen, out, hash } => tcp::recv(listen, &out, &hash),
         Scenario::TcpSend { file, to } => tcp::send(&file, to),
     }

@@ -9,8 +9,9 @@
 //! - [`grid`]: the runner; [`report`]: the Markdown tables and JSON.
 
 mod grid;
-mod link;
-mod netns;
+// `pub(crate)`: the fairness scenario builds its bottleneck with the same lab.
+pub(crate) mod link;
+pub(crate) mod netns;
 mod probe;
 mod relay;
 mod report;

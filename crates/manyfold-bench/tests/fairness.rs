@@ -1,0 +1,56 @@
+//! CI's short run of the `fairness` scenario (`--quick`: 5 s runs, one
+//! controller): the lab, the three pairs of the first controller (newreno) (two kernel TCP flows, manyfold
+//! against kernel TCP, two manyfold flows) through one shared bottleneck,
+//! their verified per-interval counts, the JSON, and the cleanup. Proves
+//! the harness, not a fairness figure (BENCH.md). Needs root and
+//! /dev/net/tun; skips with the reason otherwise.
+
+use std::process::{Command, Stdio};
+
+fn is_root() -> bool {
+    Command::new("id").arg("-u").output().map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0").unwrap_or(false)
+}
+
+#[test]
+fn fairness_quick_runs_every_pair_reports_series_and_cleans_up() {
+    if !is_root() {
+        eprintln!("skipped: not root (the fairness scenario creates network namespaces)");
+        return;
+    }
+    if !std::path::Path::new("/dev/net/tun").exists() {
+        eprintln!("skipped: /dev/net/tun is missing");
+        return;
+    }
+    let bench = env!("CARGO_BIN_EXE_manyfold-bench");
+    let json = tempfile::NamedTempFile::new().unwrap();
+    let child = Command::new(bench)
+        .args(["fairness", "--quick", "--json"])
+        .arg(json.path())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let out = child.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "bench failed:\n{stdout}\n{stderr}");
+    for row in [
+        "| kernel TCP cubic + kernel TCP cubic | 1 |",
+        "| manyfold (newreno) + kernel TCP cubic | 1 |",
+        "| manyfold (newreno) + manyfold (newreno) | 1 |",
+    ] {
+        let line = stdout.lines().find(|l| l.starts_with(row)).unwrap_or_else(|| panic!("no row {row:?}:\n{stdout}"));
+        // Every figure is there: no failed run, no missing goodput.
+        assert!(!line.contains("failed") && !line.contains('–'), "{line}\n{stderr}");
+    }
+    assert!(stdout.contains("Jain's index") && stdout.contains("nproc"), "{stdout}");
+    let json = std::fs::read_to_string(json.path()).unwrap();
+    assert!(json.starts_with("{\"scenario\":\"fairness\""), "{json}");
+    // Five 1 s intervals per flow, six flows.
+    assert_eq!(json.matches("\"bytes_per_interval\":[").count(), 6, "{json}");
+    assert!(!json.contains("\"error\""), "{json}");
+    let list = Command::new("ip").args(["netns", "list"]).output().unwrap();
+    let list = String::from_utf8_lossy(&list.stdout);
+    assert!(!list.contains(&format!("mfb-{pid}-")), "namespaces left behind: {list}");
+}
