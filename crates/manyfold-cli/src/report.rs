@@ -78,6 +78,7 @@ impl std::fmt::Display for Report {
         let _ = writeln!(out, "  goodput          {}", human_rate(self.bytes, self.elapsed));
         let _ = writeln!(out, "  retransmissions  {} ({} retransmission timeouts)", s.retransmissions, s.rto_expiries);
         let _ = writeln!(out, "  loss seen        {}", loss_seen(s.lost_packets, s.packets_sent));
+        let _ = writeln!(out, "  packets          {} sent, {} received", s.packets_sent, s.packets_received);
         let _ = writeln!(out, "  rtt              srtt {}, min {}", human_duration(s.srtt), human_duration(s.min_rtt));
         let _ = write!(out, "  blake3           {}", self.hash.to_hex());
         f.write_str(&out)

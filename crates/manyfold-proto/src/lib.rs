@@ -26,6 +26,7 @@ mod endpoint;
 mod handshake;
 mod rangeset;
 pub mod recovery;
+mod ring;
 pub mod wire;
 
 pub use config::{CongestionAlgorithm, ConnectionConfig, EndpointConfig};

@@ -7,14 +7,18 @@
 //! `capacity - readable`, and the sender counts everything above the
 //! cumulative ack against it (spec §7.1), so `readable + out_of_order`
 //! never exceeds `capacity`.
+//!
+//! Storage is reused, so the data path allocates nothing per packet: data
+//! in order is copied straight into a [`ByteRing`]; a packet above a gap is
+//! held in a buffer taken from a pool of spare ones, and its buffer goes
+//! back to the pool when the gap fills.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::BTreeMap;
 use std::ops::Range;
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
-
 use crate::rangeset::RangeSet;
+use crate::ring::ByteRing;
 use crate::wire::{SackBlock, MAX_SACK_RANGES};
 
 /// The window advertised before auto-tuning has seen any traffic (spec §7.4).
@@ -40,9 +44,12 @@ pub(crate) enum Arrival {
 
 #[derive(Debug)]
 struct Held {
-    data: Bytes,
+    data: Vec<u8>,
     fin: bool,
 }
+
+/// Most spare out-of-order buffers kept for reuse (a few MB at most).
+const MAX_SPARE: usize = 4096;
 
 #[derive(Debug)]
 pub(crate) struct Receiver {
@@ -53,8 +60,10 @@ pub(crate) struct Receiver {
     ranges: RangeSet,
     /// The range that changed last: reported first in SACK blocks (RFC 2018 §4).
     last_changed: Option<Range<u64>>,
-    readable: VecDeque<Bytes>,
-    readable_bytes: usize,
+    /// In-order data not yet read.
+    readable: ByteRing,
+    /// Buffers of delivered out-of-order packets, reused for the next ones.
+    spare: Vec<Vec<u8>>,
     capacity: usize,
     /// The auto-tuned window limit (spec §7.4): starts at
     /// [`INITIAL_WINDOW`], only grows, never beyond `capacity`.
@@ -77,8 +86,8 @@ impl Receiver {
             held_bytes: 0,
             ranges: RangeSet::new(),
             last_changed: None,
-            readable: VecDeque::new(),
-            readable_bytes: 0,
+            readable: ByteRing::default(),
+            spare: Vec::new(),
             capacity,
             limit: initial_window(capacity),
             round_bytes: 0,
@@ -103,13 +112,13 @@ impl Receiver {
     }
 
     pub fn readable_bytes(&self) -> usize {
-        self.readable_bytes
+        self.readable.len()
     }
 
     /// spec §7.1: free buffer beyond the cumulative ack, within the
     /// auto-tuned limit (§7.4).
     pub fn window(&self) -> u64 {
-        self.limit.saturating_sub(self.readable_bytes) as u64
+        self.limit.saturating_sub(self.readable.len()) as u64
     }
 
     /// spec §7.4, after Linux's receive-buffer auto-tuning: if more than
@@ -141,7 +150,6 @@ impl Receiver {
     pub fn set_discard(&mut self) {
         self.discard = true;
         self.readable.clear();
-        self.readable_bytes = 0;
     }
 
     /// Takes one sequenced packet. Returns what happened and how many bytes
@@ -154,19 +162,22 @@ impl Receiver {
             return (Arrival::Dropped, 0);
         }
         if seq > self.next {
-            let room = self.capacity.saturating_sub(self.readable_bytes + self.held_bytes);
+            let room = self.capacity.saturating_sub(self.readable.len() + self.held_bytes);
             if data.len() > room || self.held.len() >= self.max_held_packets {
                 return (Arrival::Dropped, 0);
             }
             self.held_bytes += data.len();
-            self.held.insert(seq, Held { data: Bytes::copy_from_slice(data), fin });
+            let mut buf = self.spare.pop().unwrap_or_default();
+            buf.clear();
+            buf.extend_from_slice(data);
+            self.held.insert(seq, Held { data: buf, fin });
             self.last_changed = Some(self.ranges.insert(seq..seq + 1));
             return (Arrival::OutOfOrder, 0);
         }
-        if data.len() > self.capacity.saturating_sub(self.readable_bytes + self.held_bytes) {
+        if data.len() > self.capacity.saturating_sub(self.readable.len() + self.held_bytes) {
             return (Arrival::Dropped, 0);
         }
-        let mut delivered = self.deliver(Bytes::copy_from_slice(data), fin);
+        let mut delivered = self.deliver(data, fin);
         // Pull whatever the gap was holding back.
         while let Some(entry) = self.held.first_entry() {
             if *entry.key() != self.next {
@@ -174,7 +185,10 @@ impl Receiver {
             }
             let h = entry.remove();
             self.held_bytes -= h.data.len();
-            delivered += self.deliver(h.data, h.fin);
+            delivered += self.deliver(&h.data, h.fin);
+            if self.spare.len() < MAX_SPARE {
+                self.spare.push(h.data);
+            }
         }
         self.ranges.remove_below(self.next);
         if self.last_changed.as_ref().is_some_and(|r| r.end <= self.next) {
@@ -183,37 +197,20 @@ impl Receiver {
         (Arrival::InOrder, delivered)
     }
 
-    fn deliver(&mut self, data: Bytes, fin: bool) -> usize {
+    fn deliver(&mut self, data: &[u8], fin: bool) -> usize {
         self.next += 1;
-        let n = data.len();
-        if !data.is_empty() && !self.discard {
-            self.readable_bytes += n;
-            self.readable.push_back(data);
+        if !self.discard {
+            self.readable.push(data);
         }
         if fin {
             self.fin_reached = true;
         }
-        n
+        data.len()
     }
 
     /// Copies in-order data into `buf`; returns bytes copied.
     pub fn read(&mut self, buf: &mut [u8]) -> usize {
-        let mut n = 0;
-        while n < buf.len() {
-            let Some(front) = self.readable.front_mut() else {
-                break;
-            };
-            let take = front.len().min(buf.len() - n);
-            buf[n..n + take].copy_from_slice(&front[..take]);
-            n += take;
-            if take == front.len() {
-                self.readable.pop_front();
-            } else {
-                let _ = front.split_to(take);
-            }
-        }
-        self.readable_bytes -= n;
-        n
+        self.readable.read(buf)
     }
 
     /// SACK ranges in wire form: the last changed first, then from the
