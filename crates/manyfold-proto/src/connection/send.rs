@@ -1,13 +1,63 @@
 //! The application's queued, not yet sent bytes (spec §7.2).
+//!
+//! Large writes are copied into chunks taken from a small per-connection
+//! pool; packets are zero-copy slices of those chunks, and a chunk goes
+//! back to the pool when its last packet has been acknowledged. Bulk
+//! sending thus reuses the same few buffers instead of allocating (and
+//! page-faulting in) fresh memory for every write.
 
 use std::collections::VecDeque;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use bytes::{Bytes, BytesMut};
+
+/// Size of a pooled chunk.
+const CHUNK: usize = 256 << 10;
+/// Writes shorter than this are copied into a buffer of their own.
+const MIN_POOLED_WRITE: usize = 16 << 10;
+/// Most spare chunks a connection keeps (2 MiB).
+const MAX_SPARE: usize = 8;
+
+/// Spare chunks. Shared with the chunks in flight, which return themselves
+/// on drop (wherever the last packet referring to them is dropped).
+#[derive(Debug, Default, Clone)]
+struct Pool(Arc<Mutex<Vec<Vec<u8>>>>);
+
+impl Pool {
+    fn take(&self) -> Vec<u8> {
+        let spare = self.0.lock().unwrap_or_else(PoisonError::into_inner).pop();
+        spare.unwrap_or_else(|| Vec::with_capacity(CHUNK))
+    }
+}
+
+/// A chunk's storage while packets refer to it.
+struct Pooled {
+    buf: Vec<u8>,
+    pool: Pool,
+}
+
+impl AsRef<[u8]> for Pooled {
+    fn as_ref(&self) -> &[u8] {
+        &self.buf
+    }
+}
+
+impl Drop for Pooled {
+    fn drop(&mut self) {
+        let mut buf = std::mem::take(&mut self.buf);
+        buf.clear();
+        let mut spare = self.pool.0.lock().unwrap_or_else(PoisonError::into_inner);
+        if spare.len() < MAX_SPARE {
+            spare.push(buf);
+        }
+    }
+}
 
 #[derive(Debug, Default)]
 pub(crate) struct SendBuffer {
     chunks: VecDeque<Bytes>,
     len: usize,
+    pool: Pool,
 }
 
 impl SendBuffer {
@@ -24,7 +74,15 @@ impl SendBuffer {
             return;
         }
         self.len += data.len();
-        self.chunks.push_back(Bytes::copy_from_slice(data));
+        if data.len() < MIN_POOLED_WRITE {
+            self.chunks.push_back(Bytes::copy_from_slice(data));
+            return;
+        }
+        for piece in data.chunks(CHUNK) {
+            let mut buf = self.pool.take();
+            buf.extend_from_slice(piece);
+            self.chunks.push_back(Bytes::from_owner(Pooled { buf, pool: self.pool.clone() }));
+        }
     }
 
     /// Takes up to `max` bytes from the front as one payload; zero-copy when
@@ -75,5 +133,23 @@ mod tests {
         assert_eq!(&s.take(10)[..], b"def");
         assert!(s.is_empty());
         assert!(s.take(4).is_empty());
+    }
+
+    #[test]
+    fn chunks_return_to_the_pool_when_their_packets_are_dropped() {
+        let mut s = SendBuffer::default();
+        let data: Vec<u8> = (0..CHUNK + 1000).map(|i| i as u8).collect();
+        s.push(&data);
+        let mut packets = Vec::new();
+        while !s.is_empty() {
+            packets.push(s.take(1400));
+        }
+        let joined: Vec<u8> = packets.iter().flat_map(|p| p.iter().copied()).collect();
+        assert_eq!(joined, data);
+        drop(packets);
+        assert_eq!(s.pool.0.lock().unwrap().len(), 2);
+        // The next large write reuses them.
+        s.push(&data);
+        assert!(s.pool.0.lock().unwrap().is_empty());
     }
 }
