@@ -6,6 +6,7 @@
 mod child;
 mod fairness;
 mod loopback;
+mod plot;
 mod tcp;
 mod wan;
 
@@ -16,6 +17,8 @@ use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
+
+use loopback::Sample;
 
 #[derive(Parser, Debug)]
 #[command(name = "manyfold-bench", about = "manyfold's benchmark lab")]
@@ -45,6 +48,13 @@ enum Scenario {
         /// Per-transfer time limit in seconds.
         #[arg(long, default_value_t = 600)]
         timeout: u64,
+        /// Also write every sample as JSON to this file.
+        #[arg(long)]
+        json: Option<PathBuf>,
+        /// Also draw PNG charts into this directory (created if missing):
+        /// loopback-file-goodput.png and loopback-file-cpu.png.
+        #[arg(long, value_name = "DIR")]
+        plot: Option<PathBuf>,
     },
     /// One connection moves N bytes over 127.0.0.1, memory to memory:
     /// manyfold (each congestion controller), kernel TCP cubic and bbr,
@@ -71,12 +81,13 @@ enum Scenario {
 
 fn main() -> Result<()> {
     match Cli::parse().command {
-        Scenario::LoopbackFile { size, reps, loss, manyfold, timeout } => {
+        Scenario::LoopbackFile { size, reps, loss, manyfold, timeout, json, plot } => {
             let bin = match manyfold {
                 Some(p) => p,
                 None => sibling("manyfold")?,
             };
-            loopback_file(&bin, &size, reps, loss, Duration::from_secs(timeout))
+            let out = Outputs { json, plot };
+            loopback_file(&bin, &size, reps, loss, Duration::from_secs(timeout), &out)
         }
         Scenario::Loopback(args) => loopback::run(&args),
         Scenario::LoopbackChild(child) => child.run(),
@@ -117,16 +128,14 @@ fn wait_udp_bound(addr: SocketAddr) -> Result<()> {
     bail!("receiver never bound {addr}")
 }
 
-#[derive(Debug, Clone, Copy)]
-struct Sample {
-    wall: f64,
-    send_cpu: f64,
-    recv_cpu: f64,
-    send_rss_mib: f64,
-    recv_rss_mib: f64,
+/// Where `loopback-file` writes its samples and charts, if asked.
+#[derive(Debug)]
+struct Outputs {
+    json: Option<PathBuf>,
+    plot: Option<PathBuf>,
 }
 
-fn loopback_file(bin: &Path, size: &str, reps: usize, loss: f64, limit: Duration) -> Result<()> {
+fn loopback_file(bin: &Path, size: &str, reps: usize, loss: f64, limit: Duration, out: &Outputs) -> Result<()> {
     let work = tempfile::Builder::new().prefix("manyfold-bench-").tempdir()?;
     let src = work.path().join("sample.bin");
     let st = Command::new(bin).args(["samplegen", size]).arg(&src).args(["--seed", "1"]).status()?;
@@ -141,6 +150,7 @@ fn loopback_file(bin: &Path, size: &str, reps: usize, loss: f64, limit: Duration
     let cc = std::fs::read_to_string("/proc/sys/net/ipv4/tcp_congestion_control").unwrap_or_default();
     let tcp_row = format!("kernel TCP ({}, the system default)", cc.trim());
     let mut rows: Vec<(&str, Vec<Sample>)> = vec![("manyfold (NewReno)", vec![]), (tcp_row.as_str(), vec![])];
+    let mut log = Vec::new();
     for rep in 0..reps {
         for (i, row) in rows.iter_mut().enumerate() {
             let out_dir = work.path().join(format!("out-{rep}-{i}"));
@@ -153,20 +163,23 @@ fn loopback_file(bin: &Path, size: &str, reps: usize, loss: f64, limit: Duration
                 let mut sd = Command::new(bin);
                 sd.arg("send").arg(&src).arg("--to").arg(addr.to_string());
                 if loss > 0.0 {
-                    r.arg("--loss").arg(loss.to_string());
+                    // The sender's process drops `loss` of what it sends
+                    // (data) and of what it receives (acks): one chance of
+                    // loss per datagram and direction. Giving it to the
+                    // receiver as well would drop each datagram twice over.
                     sd.arg("--loss").arg(loss.to_string());
                 }
                 sd.stdout(std::process::Stdio::null()).stderr(std::process::Stdio::null());
                 let recv = child::spawn(r, "manyfold recv")?;
                 wait_udp_bound(addr)?;
-                run_pair(recv, sd, "manyfold send", limit)?
+                run_pair(recv, sd, "manyfold send", bytes, limit)?
             } else {
                 let mut r = Command::new(&me);
                 r.arg("tcp-recv").arg(addr.to_string()).arg(out_dir.join("sample.bin")).arg(&hash);
                 let mut sd = Command::new(&me);
                 sd.arg("tcp-send").arg(&src).arg(addr.to_string());
                 let recv = child::spawn(r, "tcp recv")?;
-                run_pair(recv, sd, "tcp send", limit)?
+                run_pair(recv, sd, "tcp send", bytes, limit)?
             };
             let stored = out_dir.join("sample.bin");
             let got = hash_file(&stored)?;
@@ -176,9 +189,24 @@ fn loopback_file(bin: &Path, size: &str, reps: usize, loss: f64, limit: Duration
             std::fs::remove_dir_all(&out_dir)?;
             row.1.push(s);
             eprintln!("rep {} {}: {:.2} s", rep + 1, row.0, s.wall);
+            log.push(loopback::report::json_sample(row.0, bytes, rep, &s));
         }
     }
     print_table(size, bytes, reps, loss, &rows);
+    if let Some(path) = &out.json {
+        let body = format!(
+            "{{\"scenario\":\"loopback-file\",\"size\":{},\"bytes\":{bytes},\"loss_percent\":{loss},\"sample_seed\":1,\"samples\":[\n{}\n]}}\n",
+            loopback::report::json_str(size),
+            log.join(",\n")
+        );
+        loopback::report::write_file(path, &body)?;
+    }
+    if let Some(dir) = &out.plot {
+        let rows: Vec<(String, Vec<Sample>)> = rows.iter().map(|(n, s)| (n.to_string(), s.clone())).collect();
+        let what = format!("loopback-file, {size} over 127.0.0.1, disk to disk");
+        let files = loopback::report::bulk_charts(dir, "loopback-file", &what, bytes, &rows)?;
+        loopback::report::note_charts(&files);
+    }
     Ok(())
 }
 
@@ -189,7 +217,8 @@ fn hash_file(path: &Path) -> Result<String> {
     Ok(h.finalize().to_hex().to_string())
 }
 
-fn run_pair(recv: child::Running, sender: Command, what: &str, limit: Duration) -> Result<Sample> {
+/// Runs one transfer of `size` bytes: `recv` is up, `sender` starts now.
+fn run_pair(recv: child::Running, sender: Command, what: &str, size: u64, limit: Duration) -> Result<Sample> {
     let send = match child::spawn(sender, what) {
         Ok(s) => s,
         Err(e) => {
@@ -205,6 +234,8 @@ fn run_pair(recv: child::Running, sender: Command, what: &str, limit: Duration) 
         recv_cpu: ru.cpu.as_secs_f64(),
         send_rss_mib: su.max_rss_kib as f64 / 1024.0,
         recv_rss_mib: ru.max_rss_kib as f64 / 1024.0,
+        delivered: size,
+        mf: None,
     })
 }
 
@@ -254,4 +285,7 @@ fn print_table(size: &str, bytes: u64, reps: usize, loss: f64, rows: &[(&str, Ve
     }
     println!();
     println!("Each transfer is timed from the sender's start to its exit (connect, transfer, receiver's hash confirmation); both sides write to disk and check BLAKE3. Rows alternate A B A B.");
+    if loss > 0.0 {
+        println!("Loss: `manyfold send --loss {loss}` drops {loss}% of the datagrams the sender sends and of those it receives (the driver's fault injection); the receiver runs without. The TCP row is not impaired.");
+    }
 }

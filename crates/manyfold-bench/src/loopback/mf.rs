@@ -3,6 +3,12 @@
 //! uses). The sender writes the stream, closes (FIN, complete when the peer
 //! acknowledged everything) and waits for the receiver's "ok", which comes
 //! only after the receiver's BLAKE3 matched.
+//!
+//! Optionally each side's driver drops a share of the datagrams it sends
+//! (`manyfold::FaultConfig::send_loss`, the fault injection `manyfold send
+//! --loss` uses), so every datagram in either direction is dropped once
+//! with that probability; `loss-table` uses it. The sender prints its
+//! connection's counters on stdout ([`STATS_PREFIX`]) for the caller.
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -35,7 +41,20 @@ pub struct MfOpts {
     /// ConnectionConfig::recv_buffer in bytes (default: the library's).
     #[arg(long)]
     pub recv_buffer: Option<usize>,
+    /// Percent of the datagrams this side sends that its driver drops
+    /// (FaultConfig::send_loss); 0 = no fault injection.
+    #[arg(long, default_value_t = 0.0)]
+    pub loss: f64,
+    /// Seed of this side's fault injector.
+    #[arg(long, default_value_t = 1)]
+    pub fault_seed: u64,
+    /// ConnectionConfig::connect_timeout in seconds (default: the library's).
+    #[arg(long)]
+    pub connect_timeout: Option<u64>,
 }
+
+/// Starts the line on which `mf-send` reports its connection's counters.
+pub const STATS_PREFIX: &str = "mf-stats";
 
 impl MfOpts {
     fn config(&self) -> Result<manyfold::Config> {
@@ -47,6 +66,21 @@ impl MfOpts {
         }
         if let Some(b) = self.recv_buffer {
             conn.recv_buffer = b;
+        }
+        if let Some(s) = self.connect_timeout {
+            conn.connect_timeout = Duration::from_secs(s);
+        }
+        if !(0.0..100.0).contains(&self.loss) {
+            bail!("--loss is a percentage in [0, 100), got {}", self.loss);
+        }
+        if self.loss > 0.0 {
+            // Dropped when sent, never again when received: one chance of
+            // loss per datagram and direction, as paper 04's RUSP_ATTR_DROP.
+            config.faults = manyfold::FaultConfig {
+                seed: self.fault_seed,
+                send_loss: Some(self.loss / 100.0),
+                ..Default::default()
+            };
         }
         Ok(config)
     }
@@ -71,6 +105,11 @@ pub fn send(to: SocketAddr, opts: &MfOpts, pattern: &Pattern) -> Result<()> {
         if reply != b"ok" {
             bail!("receiver did not confirm");
         }
+        let s = conn.stats();
+        println!(
+            "{STATS_PREFIX} packets_sent={} retransmissions={} lost_packets={} rto_expiries={}",
+            s.packets_sent, s.retransmissions, s.lost_packets, s.rto_expiries
+        );
         let _ = tokio::time::timeout(Duration::from_secs(2), endpoint.shutdown_within(Duration::from_secs(1))).await;
         Ok(())
     })

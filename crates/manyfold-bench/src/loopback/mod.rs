@@ -14,11 +14,11 @@
 //! [`quic`], [`blast`].
 
 mod blast;
-mod data;
+pub(crate) mod data;
 mod mf;
-mod quic;
-mod report;
-mod rows;
+pub(crate) mod quic;
+pub(crate) mod report;
+pub(crate) mod rows;
 mod tcp;
 
 use std::net::SocketAddr;
@@ -29,7 +29,8 @@ use anyhow::{bail, Result};
 use clap::{Args, Subcommand};
 
 use data::Pattern;
-use rows::{Row, Sample};
+pub(crate) use rows::Sample;
+use rows::{MfRow, Row};
 
 #[derive(Args, Debug)]
 pub struct LoopbackArgs {
@@ -58,6 +59,12 @@ pub struct LoopbackArgs {
     /// Also write every sample as JSON to this file.
     #[arg(long)]
     json: Option<PathBuf>,
+    /// Also draw PNG charts into this directory (created if missing):
+    /// loopback-bulk-goodput.png and loopback-bulk-cpu.png, or with
+    /// --windows loopback-windows-goodput.png, or with --sweep
+    /// loopback-sweep-time.png.
+    #[arg(long, value_name = "DIR")]
+    plot: Option<PathBuf>,
 }
 
 /// The stream a child moves.
@@ -181,12 +188,12 @@ pub fn run(args: &LoopbackArgs) -> Result<()> {
     let (gen_cost, hash_cost, hash) = costs(&pattern);
     let rows: Vec<Row> = if args.windows {
         let mut r: Vec<Row> =
-            WINDOWS.iter().map(|&b| Row::Manyfold { cc: Default::default(), buffer: Some(b) }).collect();
-        r.push(Row::Manyfold { cc: Default::default(), buffer: None });
+            WINDOWS.iter().map(|&b| Row::Manyfold(MfRow { buffers: Some(b), ..MfRow::default() })).collect();
+        r.push(Row::Manyfold(MfRow::default()));
         r.push(Row::Tcp("cubic"));
         r
     } else {
-        let mut r: Vec<Row> = mf::controllers().map(|cc| Row::Manyfold { cc, buffer: None }).collect();
+        let mut r: Vec<Row> = mf::controllers().map(|cc| Row::Manyfold(MfRow { cc, ..MfRow::default() })).collect();
         r.extend(tcp::CONTROLS.iter().map(|&cc| Row::Tcp(cc)));
         r.push(Row::Quic);
         r.push(Row::Blast);
@@ -226,10 +233,67 @@ pub fn run(args: &LoopbackArgs) -> Result<()> {
         args.reps
     );
     if args.windows {
-        println!("Buffers: ConnectionConfig::send_buffer and recv_buffer both set to the size on both sides; the unlabelled manyfold row runs the library default (8 MiB).");
+        let d = manyfold_proto::ConnectionConfig::default();
+        println!(
+            "Buffers: ConnectionConfig::send_buffer and recv_buffer both set to the size on both sides; the unlabelled manyfold row runs the library defaults \
+             (send_buffer {}, recv_buffer {}; both auto-tuned below those caps, spec §7.4).",
+            human(d.send_buffer as u64),
+            human(d.recv_buffer as u64)
+        );
     }
     report::write_json(args.json.as_deref(), if args.windows { "windows" } else { "bulk" }, args.seed, &log)?;
+    if let Some(dir) = &args.plot {
+        let what = format!("loopback, {} over 127.0.0.1", human(bytes));
+        let files = if args.windows {
+            vec![windows_chart(dir, &what, &rows, &samples)?]
+        } else {
+            report::bulk_charts(dir, "loopback-bulk", &what, bytes, &samples)?
+        };
+        report::note_charts(&files);
+    }
     Ok(())
+}
+
+/// `--windows --plot`: median goodput against the buffer size, with the
+/// library default and kernel TCP as flat lines across the same range.
+fn windows_chart(
+    dir: &std::path::Path,
+    what: &str,
+    rows: &[Row],
+    samples: &[(String, Vec<Sample>)],
+) -> Result<PathBuf> {
+    let goodput = |s: &[Sample]| report::median(&s.iter().map(Sample::goodput).collect::<Vec<f64>>());
+    let kib = |b: usize| b as f64 / 1024.0;
+    let (lo, hi) = (kib(WINDOWS[0]), kib(WINDOWS[WINDOWS.len() - 1]));
+    let mut fixed = Vec::new();
+    let mut series = Vec::new();
+    for (row, (name, s)) in rows.iter().zip(samples) {
+        match row {
+            Row::Manyfold(MfRow { buffers: Some(b), cc, .. }) => {
+                if fixed.is_empty() {
+                    series.push((format!("manyfold ({}), both buffers set", cc.name()), Vec::new()));
+                }
+                fixed.push((kib(*b), goodput(s)));
+            }
+            // Rows whose buffers the x axis does not set: flat lines.
+            Row::Manyfold(_) => {
+                series.push((format!("{name}, library defaults"), vec![(lo, goodput(s)), (hi, goodput(s))]))
+            }
+            _ => series.push((format!("{name}, kernel's buffers"), vec![(lo, goodput(s)), (hi, goodput(s))])),
+        }
+    }
+    if let Some(first) = series.first_mut() {
+        first.1 = fixed;
+    }
+    let path = dir.join("loopback-windows-goodput.png");
+    crate::plot::lines_log2_x(
+        &path,
+        &format!("{what}: goodput against manyfold's send and receive buffers"),
+        "ConnectionConfig::send_buffer = recv_buffer, KiB (log scale)",
+        "goodput, MB/s (10^6 bytes), median",
+        &series,
+    )?;
+    Ok(path)
 }
 
 /// Send and receive buffer sizes of `--windows`.
@@ -246,7 +310,7 @@ const PAPER: [(u64, f64, f64, f64); 6] = [
 ];
 
 fn sweep(args: &LoopbackArgs, work: &std::path::Path, limit: Duration, load_before: &str) -> Result<()> {
-    let rows = [Row::Manyfold { cc: Default::default(), buffer: None }, Row::Tcp("cubic")];
+    let rows = [Row::Manyfold(MfRow::default()), Row::Tcp("cubic")];
     let scale = args.scale.max(1);
     let mbs: Vec<u64> = PAPER.iter().map(|&(mb, ..)| mb * scale).collect();
     let hashes: Vec<String> = mbs.iter().map(|&mb| Pattern::new(args.seed, mb * 1_000_000).hash()).collect();
@@ -325,6 +389,24 @@ fn sweep(args: &LoopbackArgs, work: &std::path::Path, limit: Duration, load_befo
         args.reps
     );
     report::write_json(args.json.as_deref(), "sweep", args.seed, &log)?;
+    if let Some(dir) = &args.plot {
+        let series: Vec<(String, Vec<(f64, f64)>)> = names
+            .iter()
+            .enumerate()
+            .map(|(ri, n)| {
+                (n.clone(), mbs.iter().zip(&times[ri]).map(|(&mb, t)| (mb as f64, report::median(t))).collect())
+            })
+            .collect();
+        let path = dir.join("loopback-sweep-time.png");
+        crate::plot::lines(
+            &path,
+            "loopback: transfer time against size (paper 00's sweep), over 127.0.0.1",
+            "size, MB (10^6 bytes)",
+            &format!("time, s (median of {})", args.reps),
+            &series,
+        )?;
+        report::note_charts(&[path]);
+    }
     Ok(())
 }
 

@@ -93,12 +93,28 @@ pub fn bulk_table(bytes: u64, rows: &[(String, Vec<Sample>)], anchor: Option<usi
     t
 }
 
-/// One sample as a JSON object (no serde in the lab: the fields are numbers
-/// and a label, escaped).
-pub fn json_sample(row: &str, bytes: u64, rep: usize, s: &Sample) -> String {
-    let row = row.replace('\\', "\\\\").replace('"', "\\\"");
-    format!(
-        "{{\"row\":\"{row}\",\"bytes\":{bytes},\"rep\":{rep},\"wall_s\":{:.6},\"delivered\":{},\"goodput_mb_s\":{:.3},\"send_cpu_s\":{:.4},\"recv_cpu_s\":{:.4},\"send_rss_mib\":{:.1},\"recv_rss_mib\":{:.1}}}",
+/// A string as a JSON string literal (no serde in the lab: labels and
+/// error messages are the only strings).
+pub fn json_str(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+/// One sample's measured fields, as JSON members (no braces), with the
+/// manyfold sender's counters when the row has them.
+pub fn json_fields(s: &Sample) -> String {
+    let mut f = format!(
+        "\"wall_s\":{:.6},\"delivered\":{},\"goodput_mb_s\":{:.3},\"send_cpu_s\":{:.4},\"recv_cpu_s\":{:.4},\"send_rss_mib\":{:.1},\"recv_rss_mib\":{:.1}",
         s.wall,
         s.delivered,
         s.goodput(),
@@ -106,7 +122,19 @@ pub fn json_sample(row: &str, bytes: u64, rep: usize, s: &Sample) -> String {
         s.recv_cpu,
         s.send_rss_mib,
         s.recv_rss_mib
-    )
+    );
+    if let Some(m) = s.mf {
+        f += &format!(
+            ",\"packets_sent\":{},\"retransmissions\":{},\"lost_packets\":{},\"rto_expiries\":{}",
+            m.packets_sent, m.retransmissions, m.lost_packets, m.rto_expiries
+        );
+    }
+    f
+}
+
+/// One sample as a JSON object.
+pub fn json_sample(row: &str, bytes: u64, rep: usize, s: &Sample) -> String {
+    format!("{{\"row\":{},\"bytes\":{bytes},\"rep\":{rep},{}}}", json_str(row), json_fields(s))
 }
 
 /// Writes the samples of one run to `path`, if asked.
@@ -116,5 +144,58 @@ pub fn write_json(path: Option<&std::path::Path>, mode: &str, seed: u64, samples
         "{{\"scenario\":\"loopback\",\"mode\":\"{mode}\",\"seed\":{seed},\"samples\":[\n{}\n]}}\n",
         samples.join(",\n")
     );
+    write_file(path, &body)
+}
+
+/// Writes `body` to `path`, creating its directory if needed.
+pub fn write_file(path: &std::path::Path, body: &str) -> anyhow::Result<()> {
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).map_err(|e| anyhow::anyhow!("creating {}: {e}", dir.display()))?;
+    }
     std::fs::write(path, body).map_err(|e| anyhow::anyhow!("writing {}: {e}", path.display()))
+}
+
+/// `--plot` for a table of rows: the median goodput of each row
+/// (`<prefix>-goodput.png`) and its median sender and receiver CPU seconds
+/// per GB (`<prefix>-cpu.png`). Returns the files written.
+pub fn bulk_charts(
+    dir: &std::path::Path,
+    prefix: &str,
+    what: &str,
+    bytes: u64,
+    rows: &[(String, Vec<Sample>)],
+) -> anyhow::Result<Vec<std::path::PathBuf>> {
+    let gb = bytes as f64 / 1e9;
+    let names: Vec<String> = rows.iter().map(|(n, _)| n.clone()).collect();
+    let med = |f: &dyn Fn(&Sample) -> f64| -> Vec<f64> {
+        rows.iter().map(|(_, s)| median(&s.iter().map(f).collect::<Vec<f64>>())).collect()
+    };
+    let reps = rows.iter().map(|(_, s)| s.len()).max().unwrap_or(0);
+    let goodput = dir.join(format!("{prefix}-goodput.png"));
+    crate::plot::bars(
+        &goodput,
+        &format!("{what}: goodput"),
+        "goodput, MB/s (10^6 bytes)",
+        &names,
+        &[(format!("median of {reps}"), med(&|s| s.goodput()))],
+    )?;
+    let cpu = dir.join(format!("{prefix}-cpu.png"));
+    crate::plot::bars(
+        &cpu,
+        &format!("{what}: CPU per GB moved"),
+        "CPU seconds (user + sys) per GB",
+        &names,
+        &[
+            (format!("sender (median of {reps})"), med(&|s| s.send_cpu / gb)),
+            (format!("receiver (median of {reps})"), med(&|s| s.recv_cpu / gb)),
+        ],
+    )?;
+    Ok(vec![goodput, cpu])
+}
+
+/// Tells which chart files were written (on stderr, beside the progress).
+pub fn note_charts(files: &[std::path::PathBuf]) {
+    for f in files {
+        eprintln!("wrote {}", f.display());
+    }
 }

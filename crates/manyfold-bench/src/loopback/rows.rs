@@ -2,22 +2,46 @@
 //! listens, start the sender, and read both processes' wall time, CPU and
 //! peak RSS from `wait4` (crate::child). Every row's receiver checks the
 //! BLAKE3 hash of what arrived, except the ceiling's, which counts bytes.
+//!
+//! The children's stderr goes to files in the work directory: a failed
+//! transfer's error then carries what the children said (a receiver's
+//! hash mismatch, say), and a transfer that ran out of time is a
+//! [`TimedOut`] error that a scenario can report and go on from.
 
 use std::net::{SocketAddr, UdpSocket};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{bail, Context, Result};
 use manyfold_proto::CongestionAlgorithm;
 
+use super::mf::STATS_PREFIX;
 use crate::child;
+
+/// How a manyfold row is configured (both sides alike).
+#[derive(Debug, Clone, Default)]
+pub struct MfRow {
+    pub cc: CongestionAlgorithm,
+    /// `ConnectionConfig::send_buffer` and `recv_buffer` (paper 00's window
+    /// comparison).
+    pub buffers: Option<usize>,
+    /// `ConnectionConfig::recv_buffer` alone: caps the window a receiver
+    /// advertises, so the sender's in-flight data (`loss-table`).
+    pub recv_buffer: Option<usize>,
+    /// Percent of the datagrams each side sends that its driver drops.
+    pub loss: f64,
+    /// Seed of the sender's fault injector; the receiver's is this + 1.
+    pub fault_seed: u64,
+    /// `ConnectionConfig::connect_timeout`, if not the library's.
+    pub connect_timeout: Option<Duration>,
+}
 
 /// What one row moves and how.
 #[derive(Debug, Clone)]
 pub enum Row {
-    /// manyfold with a congestion controller and optional buffer sizes.
-    Manyfold { cc: CongestionAlgorithm, buffer: Option<usize> },
+    /// manyfold, configured as [`MfRow`] says.
+    Manyfold(MfRow),
     /// Kernel TCP with a congestion control (`TCP_CONGESTION`).
     Tcp(&'static str),
     /// quinn, encrypted.
@@ -29,9 +53,18 @@ pub enum Row {
 impl Row {
     pub fn label(&self) -> String {
         match self {
-            Row::Manyfold { cc, buffer: None } => format!("manyfold ({})", cc.name()),
-            Row::Manyfold { cc, buffer: Some(b) } => {
-                format!("manyfold ({}), buffers {}", cc.name(), super::human(*b as u64))
+            Row::Manyfold(m) => {
+                let mut l = format!("manyfold ({})", m.cc.name());
+                if let Some(b) = m.buffers {
+                    l += &format!(", buffers {}", super::human(b as u64));
+                }
+                if let Some(b) = m.recv_buffer {
+                    l += &format!(", receive buffer {b} B");
+                }
+                if m.loss > 0.0 {
+                    l += &format!(", loss {}%", m.loss);
+                }
+                l
             }
             Row::Tcp(cc) => format!("kernel TCP ({cc})"),
             Row::Quic => "quinn (encrypts: TLS 1.3 via rustls)".to_string(),
@@ -51,7 +84,50 @@ pub struct Sample {
     pub recv_rss_mib: f64,
     /// Bytes that arrived (all of them, except for the ceiling).
     pub delivered: u64,
+    /// The manyfold sender's connection counters (manyfold rows only).
+    pub mf: Option<MfStats>,
 }
+
+/// A manyfold sender's `ConnStats`, as `mf-send` prints them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct MfStats {
+    pub packets_sent: u64,
+    pub retransmissions: u64,
+    pub lost_packets: u64,
+    pub rto_expiries: u64,
+}
+
+impl MfStats {
+    /// Reads the `mf-stats key=value ...` line out of a sender's stdout.
+    pub fn parse(stdout: &str) -> Option<MfStats> {
+        let line = stdout.lines().find_map(|l| l.strip_prefix(STATS_PREFIX))?;
+        let mut s = MfStats::default();
+        for field in line.split_whitespace() {
+            let (key, value) = field.split_once('=')?;
+            let value: u64 = value.parse().ok()?;
+            match key {
+                "packets_sent" => s.packets_sent = value,
+                "retransmissions" => s.retransmissions = value,
+                "lost_packets" => s.lost_packets = value,
+                "rto_expiries" => s.rto_expiries = value,
+                _ => {}
+            }
+        }
+        Some(s)
+    }
+}
+
+/// A transfer that did not finish within its time limit.
+#[derive(Debug, Clone, Copy)]
+pub struct TimedOut(pub Duration);
+
+impl std::fmt::Display for TimedOut {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "did not finish within {} s", self.0.as_secs())
+    }
+}
+
+impl std::error::Error for TimedOut {}
 
 impl Sample {
     /// Delivered megabytes (10^6) per second.
@@ -61,25 +137,39 @@ impl Sample {
 }
 
 /// Runs `row` once: `bytes` of the stream for `seed`, whose hash is `hash`.
+/// A sender still running after `limit` is killed and the error is a
+/// [`TimedOut`]; any other failure carries what the children printed.
 pub fn run(row: &Row, work: &Path, bytes: u64, seed: u64, hash: &str, limit: Duration) -> Result<Sample> {
     let me = std::env::current_exe()?;
     let addr = free_addr()?;
     let data = |c: &mut Command| {
         c.arg("--bytes").arg(bytes.to_string()).arg("--seed").arg(seed.to_string());
     };
+    let file = |name: &str| work.join(format!("{}-{name}", addr.port()));
+    let (recv_err, send_err, send_out) = (file("recv.err"), file("send.err"), file("send.out"));
     let mut r = Command::new(&me);
     let mut s = Command::new(&me);
     let mut blast_out = None;
     match row {
-        Row::Manyfold { cc, buffer } => {
+        Row::Manyfold(m) => {
             r.arg("mf-recv").arg("--listen").arg(addr.to_string()).arg("--hash").arg(hash);
             s.arg("mf-send").arg("--to").arg(addr.to_string());
-            for c in [&mut r, &mut s] {
-                c.arg("--cc").arg(cc.name());
-                if let Some(b) = buffer {
-                    c.arg("--send-buffer").arg(b.to_string()).arg("--recv-buffer").arg(b.to_string());
+            for (c, fault_seed) in [(&mut r, m.fault_seed.wrapping_add(1)), (&mut s, m.fault_seed)] {
+                c.arg("--cc").arg(m.cc.name());
+                if let Some(b) = m.buffers {
+                    c.arg("--send-buffer").arg(b.to_string());
+                }
+                if let Some(b) = m.recv_buffer.or(m.buffers) {
+                    c.arg("--recv-buffer").arg(b.to_string());
+                }
+                if m.loss > 0.0 {
+                    c.arg("--loss").arg(m.loss.to_string()).arg("--fault-seed").arg(fault_seed.to_string());
+                }
+                if let Some(t) = m.connect_timeout {
+                    c.arg("--connect-timeout").arg(t.as_secs().max(1).to_string());
                 }
             }
+            s.stdout(std::fs::File::create(&send_out)?);
         }
         Row::Tcp(cc) => {
             r.arg("tcp-mem-recv").arg("--listen").arg(addr.to_string()).arg("--hash").arg(hash).arg("--cc").arg(cc);
@@ -100,7 +190,14 @@ pub fn run(row: &Row, work: &Path, bytes: u64, seed: u64, hash: &str, limit: Dur
     }
     data(&mut r);
     data(&mut s);
+    r.stderr(std::fs::File::create(&recv_err)?);
+    s.stderr(std::fs::File::create(&send_err)?);
     let what = row.label();
+    let said = |e: anyhow::Error| {
+        let e = e.context(format!("{what}: sender said {:?}; receiver said {:?}", tail(&send_err), tail(&recv_err)));
+        clean(&[&recv_err, &send_err, &send_out]);
+        e
+    };
     let recv = child::spawn(r, &format!("{what} receiver"))?;
     let ready = match row {
         Row::Tcp(_) => Ok(()), // the sender retries connecting
@@ -108,24 +205,36 @@ pub fn run(row: &Row, work: &Path, bytes: u64, seed: u64, hash: &str, limit: Dur
     };
     if let Err(e) = ready {
         recv.kill();
-        return Err(e);
+        return Err(said(e));
     }
     let t0 = SystemTime::now();
+    let started = Instant::now();
     let send = match child::spawn(s, &format!("{what} sender")) {
         Ok(s) => s,
         Err(e) => {
             recv.kill();
-            return Err(e);
+            return Err(said(e));
         }
     };
     let su = match send.wait(limit) {
         Ok(u) => u,
         Err(e) => {
             recv.kill();
-            return Err(e);
+            if started.elapsed() >= limit {
+                clean(&[&recv_err, &send_err, &send_out]);
+                return Err(anyhow::Error::new(TimedOut(limit)).context(what));
+            }
+            return Err(said(e));
         }
     };
-    let ru = recv.wait(limit + Duration::from_secs(30))?;
+    let ru = recv.wait(limit + Duration::from_secs(30)).map_err(said)?;
+    // Whatever a successful child printed (a warning, say) is still shown.
+    for f in [&send_err, &recv_err] {
+        let text = std::fs::read_to_string(f).unwrap_or_default();
+        if !text.trim().is_empty() {
+            eprint!("{what}: {text}");
+        }
+    }
     let mut sample = Sample {
         wall: su.wall.as_secs_f64(),
         send_cpu: su.cpu.as_secs_f64(),
@@ -133,7 +242,13 @@ pub fn run(row: &Row, work: &Path, bytes: u64, seed: u64, hash: &str, limit: Dur
         send_rss_mib: su.max_rss_kib as f64 / 1024.0,
         recv_rss_mib: ru.max_rss_kib as f64 / 1024.0,
         delivered: bytes,
+        mf: None,
     };
+    if let Row::Manyfold(_) = row {
+        let out = std::fs::read_to_string(&send_out).with_context(|| format!("reading {}", send_out.display()))?;
+        sample.mf = Some(MfStats::parse(&out).with_context(|| format!("{what}: sender printed no counters: {out:?}"))?);
+    }
+    clean(&[&recv_err, &send_err, &send_out]);
     if let Some(out) = blast_out {
         let text = std::fs::read_to_string(&out)?;
         let mut f = text.split_whitespace().skip(1).map(|w| w.parse::<u128>());
@@ -146,6 +261,19 @@ pub fn run(row: &Row, work: &Path, bytes: u64, seed: u64, hash: &str, limit: Dur
         std::fs::remove_file(out)?;
     }
     Ok(sample)
+}
+
+/// The last few lines a child wrote to `path`, joined.
+fn tail(path: &PathBuf) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().map(str::trim).filter(|l| !l.is_empty()).collect();
+    lines[lines.len().saturating_sub(5)..].join(" / ")
+}
+
+fn clean(files: &[&PathBuf]) {
+    for f in files {
+        let _ = std::fs::remove_file(f);
+    }
 }
 
 /// A free UDP port on 127.0.0.1 (bind, read, release).
@@ -170,4 +298,28 @@ pub fn load() -> String {
         .context("reading /proc/loadavg")
         .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
         .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sender_counters_are_read_from_its_stdout() {
+        let out = "something else\nmf-stats packets_sent=10 retransmissions=2 lost_packets=3 rto_expiries=1\n";
+        let s = MfStats::parse(out).unwrap();
+        assert_eq!(s, MfStats { packets_sent: 10, retransmissions: 2, lost_packets: 3, rto_expiries: 1 });
+        assert_eq!(MfStats::parse("no counters here"), None);
+        assert_eq!(MfStats::parse("mf-stats packets_sent=ten"), None);
+    }
+
+    #[test]
+    fn labels_name_what_is_configured() {
+        let base = MfRow { cc: CongestionAlgorithm::NewReno, ..MfRow::default() };
+        assert_eq!(Row::Manyfold(base.clone()).label(), "manyfold (newreno)");
+        let m = MfRow { buffers: Some(64 << 10), ..base.clone() };
+        assert_eq!(Row::Manyfold(m).label(), "manyfold (newreno), buffers 64 KiB");
+        let m = MfRow { recv_buffer: Some(5712), loss: 10.0, ..base };
+        assert_eq!(Row::Manyfold(m).label(), "manyfold (newreno), receive buffer 5712 B, loss 10%");
+    }
 }
