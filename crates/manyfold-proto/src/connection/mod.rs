@@ -291,12 +291,23 @@ impl Connection {
             return 0;
         }
         let used = self.send_buf.len() + self.sent.outstanding_data() as usize;
-        // spec §7.4: the send buffer follows what can be in flight: twice
-        // the smaller of the congestion and the peer's window, at least
-        // the initial window, at most `send_buffer`.
+        self.send_limit().saturating_sub(used)
+    }
+
+    /// spec §7.4: the send buffer follows what can be in flight: twice the
+    /// smaller of the congestion and the peer's window, at least the
+    /// initial window, at most `send_buffer`.
+    fn send_limit(&self) -> usize {
         let useful = self.cc.window().min(self.peer_window).saturating_mul(2) as usize;
-        let limit = useful.clamp(recv::INITIAL_WINDOW.min(self.config.send_buffer), self.config.send_buffer);
-        limit.saturating_sub(used)
+        useful.clamp(recv::INITIAL_WINDOW.min(self.config.send_buffer), self.config.send_buffer)
+    }
+
+    /// spec §7.2: a blocked writer is woken once a quarter of the send
+    /// buffer is free (64 KiB at least), so that each wake-up moves a large
+    /// write rather than a few packets' worth.
+    fn writable_threshold(&self) -> usize {
+        let limit = self.send_limit();
+        (limit / 4).max(64 << 10).min(limit)
     }
 
     pub fn send(&mut self, data: &[u8]) -> Result<usize, SendError> {
@@ -555,7 +566,7 @@ impl Connection {
         if self.awaiting_echo_ack() && self.cookie_seq.is_some_and(|s| una > s) {
             self.cookie = None;
         }
-        if self.want_writable && self.send_capacity() >= (self.config.send_buffer / 4).clamp(1, 64 << 10) {
+        if self.want_writable && self.send_capacity() >= self.writable_threshold() {
             self.want_writable = false;
             self.events.push_back(Event::Writable);
         }
