@@ -2,6 +2,11 @@
 //! (rate × RTT × loss) with every row alternating A B C A B C, each
 //! transfer crossing the relay between the namespaces and hash-checked at
 //! the receiver.
+//!
+//! Rows: manyfold (`manyfold send/recv`, one row per controller), kernel
+//! TCP (the file-copy anchor with `TCP_CONGESTION` set), quinn (the
+//! loopback scenario's memory-to-memory sender and receiver, encrypted)
+//! and KCP (the TCP file copy through a kcptun tunnel, [`super::kcp`]).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -10,11 +15,13 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 
+use super::kcp::{self, Kcptun, Tunnel};
 use super::link::LinkConfig;
 use super::netns::{Lab, ADDR_B};
 use super::report::{CellResult, CheckResult, Report, RowResult, Transfer};
 use super::{parse_rate, probe, Options};
 use crate::child;
+use crate::loopback::data::Pattern;
 
 /// TCP's payload per 1,500-byte packet with timestamps (Mathis estimate).
 const MSS: f64 = 1448.0;
@@ -25,9 +32,18 @@ const MIN_SIZE: u64 = 1_000_000;
 enum RowKind {
     /// manyfold, with `--cc NAME` when the CLI offers it.
     Manyfold(Option<String>),
-    /// Kernel TCP with this congestion control (per-namespace sysctl).
+    /// Kernel TCP with this congestion control (`TCP_CONGESTION`).
     Tcp(String),
+    /// quinn, the crate, with its default rustls encryption.
+    Quic,
+    /// The TCP file copy through kcptun.
+    Kcp(Kcptun),
 }
+
+/// The quinn row's name: the table must say that it alone encrypts.
+pub const QUIC_ROW: &str = "quinn (encrypts: TLS 1.3 via rustls)";
+/// The KCP row's name.
+pub const KCP_ROW: &str = "KCP via kcptun";
 
 impl RowKind {
     fn name(&self) -> String {
@@ -35,8 +51,22 @@ impl RowKind {
             RowKind::Manyfold(None) => "manyfold".into(),
             RowKind::Manyfold(Some(cc)) => format!("manyfold ({cc})"),
             RowKind::Tcp(cc) => format!("kernel TCP {cc}"),
+            RowKind::Quic => QUIC_ROW.into(),
+            RowKind::Kcp(_) => KCP_ROW.into(),
         }
     }
+}
+
+/// The sample a cell's rows move: a file on disk (manyfold, TCP, KCP) and
+/// the same number of bytes of loopback's generated stream (quinn).
+#[derive(Debug, Clone)]
+struct Sample {
+    file: PathBuf,
+    file_hash: String,
+    bytes: u64,
+    seed: u64,
+    /// The stream's hash, made only if the quinn row runs.
+    stream_hash: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -72,11 +102,11 @@ pub fn run(mut o: Options) -> Result<()> {
         Some(p) => p.clone(),
         None => crate::sibling("manyfold")?,
     };
-    let rows = rows(&o.rows, &manyfold)?;
+    let mut report = Report::new(&o, reps);
+    let rows = rows(&o.rows, &manyfold, &mut report)?;
     let work = tempfile::Builder::new().prefix("manyfold-bench-wan-").tempdir()?;
     super::netns::register_dir(work.path());
     let mut lab = Lab::create(&bench)?;
-    let mut report = Report::new(&o, reps);
 
     if !o.skip_check {
         let secs = if o.quick { 1.0 } else { 3.0 };
@@ -92,14 +122,22 @@ pub fn run(mut o: Options) -> Result<()> {
         }
     }
 
-    let mut samples: BTreeMap<u64, (PathBuf, String)> = BTreeMap::new();
+    if o.check_only {
+        drop(lab);
+        report.print();
+        return write_json(&report, &o);
+    }
+
+    let mut samples: BTreeMap<u64, Sample> = BTreeMap::new();
+    let with_stream = rows.iter().any(|r| matches!(r, RowKind::Quic));
     let mut port = 20_000u16;
     for &rate_bps in &rates {
         for &rtt_ms in &rtts {
             for &loss_pct in &losses {
                 let cell = Cell { rate_bps, rtt_ms, loss_pct };
                 lab.configure(&link_config(&cell, &o))?;
-                let (src, hash, bytes) = sample_for(&cell, &o, &manyfold, work.path(), &mut samples)?;
+                let sample = sample_for(&cell, &o, &manyfold, work.path(), with_stream, &mut samples)?;
+                let bytes = sample.bytes;
                 let mut results: Vec<RowResult> =
                     rows.iter().map(|r| RowResult { name: r.name(), transfers: vec![], note: None }).collect();
                 for rep in 0..reps {
@@ -107,10 +145,12 @@ pub fn run(mut o: Options) -> Result<()> {
                         if res.note.is_some() {
                             continue; // timed out or failed in this cell already
                         }
-                        port = port.checked_add(1).unwrap_or(20_001);
+                        // Two ports per transfer: the KCP row's tunnel and
+                        // TCP receiver need one each.
+                        port = if port >= 60_000 { 20_002 } else { port + 2 };
                         let out = work.path().join(format!("out-{port}"));
                         std::fs::create_dir(&out)?;
-                        let t = transfer(&lab, row, &bench, &manyfold, &src, &hash, port, &out, &o);
+                        let t = transfer(&lab, row, &bench, &manyfold, &cell, &sample, port, &out, &o);
                         let _ = std::fs::remove_dir_all(&out);
                         match t {
                             Ok(t) => {
@@ -136,12 +176,22 @@ pub fn run(mut o: Options) -> Result<()> {
             }
         }
         // Large samples of this rate are not needed by the next one.
-        for (_, (p, _)) in std::mem::take(&mut samples) {
-            let _ = std::fs::remove_file(p);
+        for (_, s) in std::mem::take(&mut samples) {
+            let _ = std::fs::remove_file(s.file);
         }
     }
     drop(lab);
     report.print();
+    write_json(&report, &o)?;
+    if let Some(dir) = &o.plot {
+        for f in report.charts(dir)? {
+            eprintln!("wrote {}", f.display());
+        }
+    }
+    Ok(())
+}
+
+fn write_json(report: &Report, o: &Options) -> Result<()> {
     if let Some(path) = &o.json {
         std::fs::write(path, report.json()).with_context(|| format!("writing {}", path.display()))?;
     }
@@ -149,8 +199,9 @@ pub fn run(mut o: Options) -> Result<()> {
 }
 
 /// The rows asked for; manyfold once per controller when `send --help`
-/// lists a `--cc` option with possible values.
-fn rows(names: &[String], manyfold: &Path) -> Result<Vec<RowKind>> {
+/// lists a `--cc` option with possible values. A row that cannot run here
+/// (kcptun not installed) is left out with a note in the report.
+fn rows(names: &[String], manyfold: &Path, report: &mut Report) -> Result<Vec<RowKind>> {
     let mut rows = Vec::new();
     for n in names {
         match n.as_str() {
@@ -166,7 +217,28 @@ fn rows(names: &[String], manyfold: &Path) -> Result<Vec<RowKind>> {
                 }
             }
             "cubic" | "bbr" | "reno" => rows.push(RowKind::Tcp(n.clone())),
-            other => bail!("unknown row {other:?} (manyfold, cubic, bbr)"),
+            "quinn" => {
+                rows.push(RowKind::Quic);
+                report.notes.push(format!(
+                    "{QUIC_ROW}: the crate with its default crypto (TLS 1.3 via rustls, self-signed certificate), the \
+                     only row that encrypts. It runs the loopback scenario's sender and receiver: memory to memory \
+                     (a generated stream of the same size, hashed at the receiver, never written to disk, where \
+                     the other rows read and write files). Flow-control windows (stream, connection, send) are \
+                     raised to 2 × BDP where that exceeds quinn's defaults (1.25 MB stream window); \
+                     congestion control is quinn's default (CUBIC)."
+                ));
+            }
+            "kcp" => match kcp::find() {
+                Ok(k) => {
+                    report.notes.push(kcp::describe(&k));
+                    rows.push(RowKind::Kcp(k));
+                }
+                Err(why) => {
+                    eprintln!("wan: {KCP_ROW} row skipped: {why}");
+                    report.notes.push(format!("{KCP_ROW}: skipped: {why}"));
+                }
+            },
+            other => bail!("unknown row {other:?} (manyfold, cubic, bbr, quinn, kcp)"),
         }
     }
     Ok(rows)
@@ -234,8 +306,9 @@ fn sample_for(
     o: &Options,
     manyfold: &Path,
     dir: &Path,
-    cache: &mut BTreeMap<u64, (PathBuf, String)>,
-) -> Result<(PathBuf, String, u64)> {
+    with_stream: bool,
+    cache: &mut BTreeMap<u64, Sample>,
+) -> Result<Sample> {
     let (key, spec) = match &o.size {
         Some(s) => (0, s.clone()),
         None => {
@@ -245,8 +318,8 @@ fn sample_for(
             (b, b.to_string())
         }
     };
-    if let Some((p, h)) = cache.get(&key) {
-        return Ok((p.clone(), h.clone(), std::fs::metadata(p)?.len()));
+    if let Some(s) = cache.get(&key) {
+        return Ok(s.clone());
     }
     let path = dir.join(format!("sample-{key}.bin"));
     let st = Command::new(manyfold)
@@ -258,26 +331,44 @@ fn sample_for(
     if !st.success() {
         bail!("samplegen {spec} failed");
     }
-    let hash = crate::hash_file(&path)?;
-    cache.insert(key, (path.clone(), hash.clone()));
-    Ok((path.clone(), hash, std::fs::metadata(&path)?.len()))
+    let file_hash = crate::hash_file(&path)?;
+    let bytes = std::fs::metadata(&path)?.len();
+    let stream_hash = with_stream.then(|| Pattern::new(o.seed, bytes).hash());
+    let s = Sample { file: path, file_hash, bytes, seed: o.seed, stream_hash };
+    cache.insert(key, s.clone());
+    Ok(s)
 }
 
+/// The quinn row's flow-control window: 2 × BDP (the path plus a full
+/// 1-BDP queue) when that exceeds quinn's own 1.25 MB default, else none
+/// (quinn's defaults).
+fn quic_window(cell: &Cell) -> Option<u64> {
+    let bdp = cell.rate_bps as f64 / 8.0 * cell.rtt_ms / 1e3;
+    let w = (2.0 * bdp) as u64;
+    (w > 1_250_000).then_some(w)
+}
+
+/// One transfer of `row` across the lab: receiver (and tunnel) first, then
+/// the sender, timed from its start to its exit; the stored copy (or the
+/// quinn receiver's stream) must match the sample's hash.
 #[allow(clippy::too_many_arguments)]
 fn transfer(
     lab: &Lab,
     row: &RowKind,
     bench: &Path,
     manyfold: &Path,
-    src: &Path,
-    hash: &str,
+    cell: &Cell,
+    sample: &Sample,
     port: u16,
     out: &Path,
     o: &Options,
 ) -> Result<Transfer> {
     let to = format!("{ADDR_B}:{port}");
     let limit = Duration::from_secs(o.timeout);
-    let (recv, send, stored) = match row {
+    let src = &sample.file;
+    // The receiver, the sender, and where the copy lands (None: the
+    // receiver checks the hash itself).
+    let (mut recv, mut send, stored) = match row {
         RowKind::Manyfold(cc) => {
             let mut r = lab.exec(&lab.ns_b, manyfold);
             r.args(["recv", "--once", "--listen", &to, "--dir"]).arg(out);
@@ -287,26 +378,133 @@ fn transfer(
                 r.args(["--cc", cc]);
                 s.args(["--cc", cc]);
             }
-            (r, s, out.join(src.file_name().context("sample has no name")?))
+            (r, s, Some(out.join(src.file_name().context("sample has no name")?)))
         }
         RowKind::Tcp(cc) => {
             let stored = out.join("sample.bin");
             let mut r = lab.exec(&lab.ns_b, bench);
-            r.arg("tcp-recv").arg(&to).arg(&stored).arg(hash);
+            r.arg("tcp-recv").arg(&to).arg(&stored).arg(&sample.file_hash);
             let mut s = lab.exec(&lab.ns_a, bench);
             s.args(["wan", "tcp-send"]).arg(src).arg(&to).args(["--cc", cc]);
-            (r, s, stored)
+            (r, s, Some(stored))
+        }
+        RowKind::Quic => {
+            let hash = sample.stream_hash.as_deref().context("no stream hash for the quinn row")?;
+            let cert = out.join("cert.der");
+            let (bytes, seed) = (sample.bytes.to_string(), sample.seed.to_string());
+            let window = quic_window(cell).map(|w| w.to_string());
+            let mut r = lab.exec(&lab.ns_b, bench);
+            r.args(["wan", "quic-recv", &to, "--bytes", &bytes, "--hash", hash]).arg("--cert").arg(&cert);
+            let mut s = lab.exec(&lab.ns_a, bench);
+            s.args(["wan", "quic-send", &to, "--bytes", &bytes, "--seed", &seed]).arg("--cert").arg(&cert);
+            if let Some(w) = &window {
+                r.args(["--window", w]);
+                s.args(["--window", w]);
+            }
+            (r, s, None)
+        }
+        RowKind::Kcp(_) => {
+            // TCP receiver on the receiver side's loopback; the tunnel (started
+            // below, once the receiver listens) carries the sender's
+            // connection from its own loopback across the link.
+            let stored = out.join("sample.bin");
+            let mut r = lab.exec(&lab.ns_b, bench);
+            r.args(["wan", "kcp-recv", &format!("127.0.0.1:{}", port + 1)]).arg(&stored).arg(&sample.file_hash);
+            r.args(["--bytes", &sample.bytes.to_string()]);
+            let mut s = lab.exec(&lab.ns_a, bench);
+            s.args(["wan", "kcp-send"]).arg(src).arg(format!("127.0.0.1:{port}"));
+            (r, s, Some(stored))
         }
     };
-    let mut recv = recv;
-    let mut send = send;
-    for c in [&mut recv, &mut send] {
-        c.stdout(Stdio::null()).stderr(Stdio::null());
+    // Each side's stderr is kept, and its tail quoted if the transfer fails.
+    let logs = [out.join("receiver.err"), out.join("sender.err")];
+    for (c, log) in [&mut recv, &mut send].into_iter().zip(&logs) {
+        c.stdout(Stdio::null()).stderr(std::fs::File::create(log)?);
     }
+    let mut tunnel: Option<Tunnel> = None;
+    let result = run_transfer(lab, row, cell, port, recv, send, &mut tunnel, limit, out);
+    let result = result.map_err(|e| {
+        let mut e = e;
+        for (log, who) in logs.iter().zip(["receiver", "sender"]) {
+            if let Some(said) = error_excerpt(&std::fs::read_to_string(log).unwrap_or_default()) {
+                e = e.context(format!("{who} said: {said}"));
+            }
+        }
+        match tunnel.as_mut() {
+            Some(t) => t.explain(e),
+            None => e,
+        }
+    });
+    let (wall, su, ru) = result?;
+    if let Some(stored) = stored {
+        if crate::hash_file(&stored)? != sample.file_hash {
+            bail!("stored file hash differs");
+        }
+    }
+    let mut t = Transfer {
+        wall,
+        send_cpu: su.cpu.as_secs_f64(),
+        recv_cpu: ru.cpu.as_secs_f64(),
+        send_rss_mib: su.max_rss_kib as f64 / 1024.0,
+        recv_rss_mib: ru.max_rss_kib as f64 / 1024.0,
+    };
+    if let Some(tunnel) = tunnel {
+        let (client, server) = tunnel.usage()?;
+        t.send_cpu += client.cpu;
+        t.recv_cpu += server.cpu;
+        t.send_rss_mib += client.max_rss_kib as f64 / 1024.0;
+        t.recv_rss_mib += server.max_rss_kib as f64 / 1024.0;
+    }
+    Ok(t)
+}
+
+/// What a failed child printed that explains it: anyhow's `Error: …` and
+/// its causes (without a backtrace), else the last line.
+fn error_excerpt(stderr: &str) -> Option<String> {
+    let lines: Vec<&str> = stderr.lines().map(str::trim).filter(|l| !l.is_empty()).collect();
+    match lines.iter().position(|l| l.starts_with("Error:")) {
+        Some(i) => Some(
+            lines[i..]
+                .iter()
+                .take_while(|l| !l.starts_with("Stack backtrace"))
+                .take(8)
+                .copied()
+                .collect::<Vec<_>>()
+                .join(" "),
+        ),
+        None => lines.last().map(|l| l.to_string()),
+    }
+}
+
+/// Starts the receiver (and the KCP row's tunnel), then the sender, and
+/// waits for both: (sender's wall time, sender's and receiver's usage).
+#[allow(clippy::too_many_arguments)]
+fn run_transfer(
+    lab: &Lab,
+    row: &RowKind,
+    cell: &Cell,
+    port: u16,
+    recv: Command,
+    send: Command,
+    tunnel: &mut Option<Tunnel>,
+    limit: Duration,
+    out: &Path,
+) -> Result<(f64, child::Usage, child::Usage)> {
     let r = child::spawn(recv, "receiver")?;
-    if let Err(e) = lab.wait_listening(&lab.ns_b, port, Duration::from_secs(5)) {
+    let listen_port = if matches!(row, RowKind::Kcp(_)) { port + 1 } else { port };
+    if let Err(e) = lab.wait_listening(&lab.ns_b, listen_port, Duration::from_secs(5)) {
         r.kill();
         return Err(e);
+    }
+    if let RowKind::Kcp(k) = row {
+        let window = kcp::window(cell.rate_bps, cell.rtt_ms);
+        match Tunnel::start(lab, k, port, port + 1, window, out) {
+            Ok(t) => *tunnel = Some(t),
+            Err(e) => {
+                r.kill();
+                return Err(e);
+            }
+        }
     }
     let started = Instant::now();
     let s = match child::spawn(send, "sender") {
@@ -325,17 +523,7 @@ fn transfer(
     };
     let wall = started.elapsed().as_secs_f64();
     let ru = r.wait(Duration::from_secs(15))?;
-    let got = crate::hash_file(&stored)?;
-    if got != hash {
-        bail!("stored file hash differs");
-    }
-    Ok(Transfer {
-        wall,
-        send_cpu: su.cpu.as_secs_f64(),
-        recv_cpu: ru.cpu.as_secs_f64(),
-        send_rss_mib: su.max_rss_kib as f64 / 1024.0,
-        recv_rss_mib: ru.max_rss_kib as f64 / 1024.0,
-    })
+    Ok((wall, su, ru))
 }
 
 /// Offers the link rate for `secs` as paced UDP, loss 0, RTT 1 ms, and
@@ -345,6 +533,7 @@ fn self_check(lab: &mut Lab, bench: &Path, rate: u64, secs: f64, o: &Options) ->
     lab.configure(&link_config(&cell, o))?;
     let port = 19_999u16;
     let drops_before = lab.host_drops();
+    let relay_before = lab.relay_cpu()?;
     let listen = format!("{ADDR_B}:{port}");
     let mut r = lab.exec(&lab.ns_b, bench);
     r.args(["wan", "udp-recv", &listen, &(secs + 10.0).to_string()]).stdout(Stdio::piped());
@@ -358,6 +547,7 @@ fn self_check(lab: &mut Lab, bench: &Path, rate: u64, secs: f64, o: &Options) ->
     let got = String::from_utf8_lossy(&got.stdout).to_string();
     let stats = lab.stats()?;
     let drops = lab.host_drops();
+    let relay_cpu = (lab.relay_cpu()? - relay_before).as_secs_f64();
     let f = |l: &str, k: &str| probe::field(l, k).with_context(|| format!("no {k} in {l:?}"));
     let (n_sent, n_recv) = (f(&sent, "sent")?, f(&got, "received")?);
     let (bytes, span) = (f(&got, "bytes")?, f(&got, "secs")?);
@@ -371,6 +561,7 @@ fn self_check(lab: &mut Lab, bench: &Path, rate: u64, secs: f64, o: &Options) ->
         relay: stats,
         ring_drops: drops.0 - drops_before.0,
         rcvbuf_drops: drops.1 - drops_before.1,
+        relay_cpu,
     })
 }
 
@@ -385,6 +576,14 @@ mod tests {
         assert_eq!(cell_size(&c(100_000_000, 50.0, 0.0), 5.0), 62_500_000);
         // 5% at 200 ms: Mathis says ~40 kB/s; floored at 5% of the link.
         assert_eq!(cell_size(&c(100_000_000, 200.0, 5.0), 5.0), 3_125_000);
+    }
+
+    #[test]
+    fn a_failed_childs_error_is_quoted_without_its_backtrace() {
+        let err = "Error: receiver did not confirm\n\nCaused by:\n    early eof\n\nStack backtrace:\n   0: x\n";
+        assert_eq!(error_excerpt(err).unwrap(), "Error: receiver did not confirm Caused by: early eof");
+        assert_eq!(error_excerpt("warning\nbind failed\n").unwrap(), "bind failed");
+        assert_eq!(error_excerpt("\n"), None);
     }
 
     #[test]

@@ -1,14 +1,17 @@
 //! The `wan` scenario (issue 3, lab item 2; BENCH.md "Emulating
 //! networks"): bulk transfers across an emulated wide-area link, manyfold
-//! beside kernel TCP cubic and bbr, over a grid of rate × RTT × loss.
+//! beside kernel TCP cubic and bbr, quinn and KCP (through kcptun), over a
+//! grid of rate × RTT × loss.
 //!
 //! - [`netns`]: the two namespaces and their cleanup;
 //! - [`relay`] and [`link`]: the userspace link emulator (rate, queue,
 //!   delay, jitter, loss, reordering) between the namespaces' TUN devices;
 //! - [`probe`]: the emulator's self-check stream;
-//! - [`grid`]: the runner; [`report`]: the Markdown tables and JSON.
+//! - [`kcp`]: the KCP row's kcptun tunnel;
+//! - [`grid`]: the runner; [`report`]: the Markdown tables, JSON and charts.
 
 mod grid;
+mod kcp;
 // `pub(crate)`: the fairness scenario builds its bottleneck with the same lab.
 pub(crate) mod link;
 pub(crate) mod netns;
@@ -22,6 +25,8 @@ use std::path::PathBuf;
 
 use anyhow::{bail, Result};
 use clap::Subcommand;
+
+use crate::loopback::data::Pattern;
 
 #[derive(clap::Args, Debug)]
 #[command(args_conflicts_with_subcommands = true)]
@@ -58,6 +63,45 @@ enum Internal {
     /// (internal) Self-check receiver.
     #[command(hide = true)]
     UdpRecv { listen: SocketAddr, limit: f64 },
+    /// (internal) The KCP row's TCP sender (no half-close: kcptun has none).
+    #[command(hide = true)]
+    KcpSend { file: PathBuf, to: SocketAddr },
+    /// (internal) The KCP row's TCP receiver: reads exactly `bytes`.
+    #[command(hide = true)]
+    KcpRecv {
+        listen: SocketAddr,
+        out: PathBuf,
+        hash: String,
+        #[arg(long)]
+        bytes: u64,
+    },
+    /// (internal) The quinn row's sender: the loopback scenario's, bound in
+    /// the sender's namespace, with the path's flow-control window.
+    #[command(hide = true)]
+    QuicSend {
+        to: SocketAddr,
+        #[arg(long)]
+        cert: PathBuf,
+        #[arg(long)]
+        bytes: u64,
+        #[arg(long)]
+        seed: u64,
+        #[arg(long)]
+        window: Option<u64>,
+    },
+    /// (internal) The quinn row's receiver (hashes what arrives).
+    #[command(hide = true)]
+    QuicRecv {
+        listen: SocketAddr,
+        #[arg(long)]
+        cert: PathBuf,
+        #[arg(long)]
+        bytes: u64,
+        #[arg(long)]
+        hash: String,
+        #[arg(long)]
+        window: Option<u64>,
+    },
 }
 
 /// What to measure. Lists are comma-separated.
@@ -103,8 +147,10 @@ pub struct Options {
     /// Seed of the emulator's loss and jitter decisions and of the sample file.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
-    /// Rows to run: manyfold, cubic, bbr.
-    #[arg(long, value_delimiter = ',', default_values = ["manyfold", "cubic", "bbr"])]
+    /// Rows to run: manyfold (one per controller), cubic and bbr (kernel
+    /// TCP), quinn (encrypted QUIC), kcp (TCP through kcptun; skipped with
+    /// a note when kcptun is not installed).
+    #[arg(long, value_delimiter = ',', default_values = ["manyfold", "cubic", "bbr", "quinn", "kcp"])]
     pub rows: Vec<String>,
     /// The manyfold binary (default: next to this one).
     #[arg(long)]
@@ -114,11 +160,19 @@ pub struct Options {
     #[arg(long, default_value_t = 60)]
     pub timeout: u64,
     /// Skip the emulator's self-check.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "check_only")]
     pub skip_check: bool,
+    /// Run only the emulator's self-check at each rate: no transfers.
+    #[arg(long)]
+    pub check_only: bool,
     /// Also write the results as JSON here.
     #[arg(long)]
     pub json: Option<PathBuf>,
+    /// Also draw charts into this directory (created if missing): for each
+    /// rate and RTT, `wan-<rate>-<rtt>ms.png`, goodput as a fraction of the
+    /// link rate against loss, one line per row.
+    #[arg(long, value_name = "DIR")]
+    pub plot: Option<PathBuf>,
 }
 
 pub fn run(args: Args) -> Result<()> {
@@ -129,6 +183,14 @@ pub fn run(args: Args) -> Result<()> {
             crate::tcp::send_with(&file, to, |s| Ok(sys::set_tcp_congestion(s, &cc)?))
         }
         Some(Internal::UdpRecv { listen, limit }) => probe::recv(listen, limit),
+        Some(Internal::KcpSend { file, to }) => kcp::send(&file, to),
+        Some(Internal::KcpRecv { listen, out, hash, bytes }) => kcp::recv(listen, &out, &hash, bytes),
+        Some(Internal::QuicSend { to, cert, bytes, seed, window }) => {
+            crate::loopback::quic::send_tuned(to, &cert, &Pattern::new(seed, bytes), window)
+        }
+        Some(Internal::QuicRecv { listen, cert, bytes, hash, window }) => {
+            crate::loopback::quic::recv_tuned(listen, &cert, bytes, &hash, window)
+        }
         None => {
             if let Some(why) = netns::skip_reason() {
                 println!("wan: skipped: {why}");

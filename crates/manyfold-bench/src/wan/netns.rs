@@ -186,6 +186,12 @@ impl Lab {
         RelayStats::parse(&line).with_context(|| format!("bad stats line {line:?}"))
     }
 
+    /// CPU time (user + system, both packet threads) the relay has used so
+    /// far: the emulator's own cost, which no row's figures include.
+    pub fn relay_cpu(&self) -> Result<Duration> {
+        Ok(sys::proc_usage(self.relay.id()).context("reading the relay's CPU time")?.0)
+    }
+
     /// `ip netns exec NS program`.
     pub fn exec(&self, ns: &str, program: &Path) -> Command {
         let mut c = Command::new("ip");
@@ -266,6 +272,11 @@ pub struct DirStats {
     pub lost: u64,
     pub queue_drops: u64,
     pub write_errors: u64,
+    /// Times the relay's packet thread was held off its core for more than
+    /// a millisecond since the link was last configured, and the longest
+    /// such wait in µs (CPU contention, not the link model).
+    pub stalls: u64,
+    pub max_stall_us: u64,
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -291,6 +302,8 @@ impl RelayStats {
                         "lost" => d.lost = v,
                         "qdrop" => d.queue_drops = v,
                         "werr" => d.write_errors = v,
+                        "stalls" => d.stalls = v,
+                        "maxstall" => d.max_stall_us = v,
                         _ => {}
                     }
                 }
@@ -306,9 +319,15 @@ mod tests {
 
     #[test]
     fn stats_line_parses() {
-        let s = RelayStats::parse("a2b fwd=10 lost=1 qdrop=2 reord=0 werr=3 b2a fwd=5 lost=0 qdrop=0 reord=0 werr=0")
-            .unwrap();
-        assert_eq!(s.a2b, DirStats { forwarded: 10, lost: 1, queue_drops: 2, write_errors: 3 });
+        let s = RelayStats::parse(
+            "a2b fwd=10 lost=1 qdrop=2 reord=0 werr=3 stalls=4 maxstall=1500 b2a fwd=5 lost=0 qdrop=0 reord=0 werr=0",
+        )
+        .unwrap();
+        assert_eq!(
+            s.a2b,
+            DirStats { forwarded: 10, lost: 1, queue_drops: 2, write_errors: 3, stalls: 4, max_stall_us: 1500 }
+        );
         assert_eq!(s.b2a.forwarded, 5);
+        assert_eq!(s.b2a.stalls, 0);
     }
 }

@@ -16,10 +16,22 @@ use anyhow::{Context, Result};
 /// packets).
 pub const HEADERS: usize = 28;
 const END: u64 = u64::MAX;
+/// The probe's real-time priority: below the relay's, so the relay still
+/// preempts it. The self-check measures the emulator; a probe that waits
+/// behind other processes for a core would offer a bursty, late stream
+/// and the check would measure the machine's load instead.
+const PROBE_PRIORITY: i32 = 5;
+
+fn realtime(who: &str) {
+    if let Err(e) = super::sys::set_realtime(PROBE_PRIORITY) {
+        eprintln!("wan {who}: could not switch to SCHED_FIFO ({e}); the check may reflect CPU contention");
+    }
+}
 
 /// Sends `secs` of datagrams of `payload` bytes so that the IP packets
 /// add up to `rate_bps`; prints `sent=N`.
 pub fn send(to: SocketAddr, rate_bps: u64, secs: f64, payload: usize) -> Result<()> {
+    realtime("udp-send");
     let sock = UdpSocket::bind("0.0.0.0:0")?;
     sock.connect(to)?;
     let mut buf = vec![0u8; payload.max(8)];
@@ -57,6 +69,7 @@ pub fn send(to: SocketAddr, rate_bps: u64, secs: f64, payload: usize) -> Result<
 /// prints `received=N bytes=B secs=S reordered=R`, where `secs` spans the
 /// first to the last data datagram.
 pub fn recv(listen: SocketAddr, limit: f64) -> Result<()> {
+    realtime("udp-recv");
     let sock = UdpSocket::bind(listen).with_context(|| format!("binding {listen}"))?;
     sock.set_read_timeout(Some(Duration::from_secs(3)))?;
     super::sys::force_rcvbuf(&sock, 32 << 20)?;

@@ -36,6 +36,8 @@ struct Counters {
     queue_drops: AtomicU64,
     reordered: AtomicU64,
     write_errors: AtomicU64,
+    stalls: AtomicU64,
+    max_stall_us: AtomicU64,
 }
 
 impl Counters {
@@ -46,14 +48,21 @@ impl Counters {
         self.reordered.store(s.reordered, Ordering::Relaxed);
     }
 
+    fn publish_stalls(&self, s: &Stalls) {
+        self.stalls.store(s.count, Ordering::Relaxed);
+        self.max_stall_us.store(s.longest.as_micros() as u64, Ordering::Relaxed);
+    }
+
     fn line(&self) -> String {
         format!(
-            "fwd={} lost={} qdrop={} reord={} werr={}",
+            "fwd={} lost={} qdrop={} reord={} werr={} stalls={} maxstall={}",
             self.forwarded.load(Ordering::Relaxed),
             self.lost.load(Ordering::Relaxed),
             self.queue_drops.load(Ordering::Relaxed),
             self.reordered.load(Ordering::Relaxed),
-            self.write_errors.load(Ordering::Relaxed)
+            self.write_errors.load(Ordering::Relaxed),
+            self.stalls.load(Ordering::Relaxed),
+            self.max_stall_us.load(Ordering::Relaxed),
         )
     }
 }
@@ -66,14 +75,28 @@ struct Shared {
     counters: [Counters; 2],
 }
 
+/// One packet's bytes: a fixed buffer, recycled through a pool, so the
+/// packet path never allocates or zeroes memory once the pool has grown to
+/// the link's bandwidth-delay product.
+type Buf = Box<[u8; MAX_PACKET]>;
+
 /// A packet waiting in the delay line, ordered by delivery time (then by
 /// arrival, so equal times keep their order).
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Debug)]
 struct Pending {
     at: Instant,
     seq: u64,
-    data: Vec<u8>,
+    len: usize,
+    data: Buf,
 }
+
+impl PartialEq for Pending {
+    fn eq(&self, other: &Self) -> bool {
+        (self.at, self.seq) == (other.at, other.seq)
+    }
+}
+
+impl Eq for Pending {}
 
 impl Ord for Pending {
     fn cmp(&self, other: &Self) -> std::cmp::Ordering {
@@ -136,65 +159,121 @@ pub fn main(dev_a: &str, dev_b: &str) -> Result<()> {
     Ok(())
 }
 
+/// One pass of a packet thread's loop does at most [`READ_BATCH`] reads
+/// and [`SLACK`]'s worth of writes, well under a millisecond; a pass (or a
+/// timed wait's overshoot) longer than this means the thread was held off
+/// its core, and packets arriving meanwhile reach the emulated queue as
+/// one burst when it resumes.
+const STALL: Duration = Duration::from_millis(1);
+
+/// How often, and for how long at most, a packet thread was held off its
+/// core (see [`STALL`]): the evidence that separates the host's CPU
+/// contention from the link model when the self-check loses packets.
+#[derive(Debug, Default)]
+struct Stalls {
+    count: u64,
+    longest: Duration,
+}
+
+impl Stalls {
+    fn note(&mut self, late: Duration) {
+        if late > STALL {
+            self.count += 1;
+            self.longest = self.longest.max(late);
+        }
+    }
+}
+
+/// Real-time priority of the packet threads (1–99; low, as only the
+/// relay's own two threads use the class).
+const RT_PRIORITY: i32 = 10;
+/// Buffers made up front per direction (grows on demand past that).
+const POOL_START: usize = 1024;
+
 /// One direction: read what `from` emits, pass it through the link, write
 /// it into `to` when due. Single-threaded per direction: no locks on the
-/// packet path.
+/// packet path, one `read` and one `write` per packet, and a wait only
+/// when nothing is readable and nothing is due.
 fn direction(dir: usize, from: &File, to: &File, shared: &Shared) {
+    if let Err(e) = sys::set_realtime(RT_PRIORITY) {
+        eprintln!(
+            "wan relay: could not raise the packet thread to SCHED_FIFO ({e}); \
+             under CPU load the emulator may drop packets in bursts"
+        );
+    }
     let mut epoch = u64::MAX;
     let mut link = Link::new(LinkConfig::default(), dir as u64);
-    let mut heap: BinaryHeap<Pending> = BinaryHeap::new();
+    let mut heap: BinaryHeap<Pending> = BinaryHeap::with_capacity(POOL_START);
     let mut seq = 0u64;
-    let mut spare: Vec<Vec<u8>> = Vec::new();
+    let mut pool: Vec<Buf> = (0..POOL_START).map(|_| Box::new([0u8; MAX_PACKET])).collect();
     let counters = &shared.counters[dir];
+    let mut stalls = Stalls::default();
+    // When the previous pass ended and how long it then meant to wait.
+    let mut last_pass = Instant::now();
+    let mut slept = Duration::ZERO;
     while !shared.stop.load(Ordering::Relaxed) {
         let e = shared.epoch.load(Ordering::SeqCst);
         if e != epoch {
             epoch = e;
             let cfg = *shared.cfg.lock().unwrap_or_else(|e| e.into_inner());
             link = Link::new(cfg, dir as u64);
+            stalls = Stalls::default();
             counters.publish(&link.stats);
+            counters.publish_stalls(&stalls);
         }
-        // Deliver everything due.
         let now = Instant::now();
+        stalls.note(now.saturating_duration_since(last_pass + slept));
+        last_pass = now;
+        slept = Duration::ZERO;
+        // Deliver everything due.
         while heap.peek().is_some_and(|p| p.at <= now + SLACK) {
             let Some(p) = heap.pop() else { break };
-            if (&*to).write(&p.data).is_err() {
+            if (&*to).write(&p.data[..p.len]).is_err() {
                 counters.write_errors.fetch_add(1, Ordering::Relaxed);
             }
-            spare.push(p.data);
+            pool.push(p.data);
         }
-        let wait = heap.peek().map_or(Duration::from_millis(100), |p| p.at.saturating_duration_since(now));
-        match sys::wait_readable(from, wait.min(Duration::from_millis(100))) {
-            Ok(true) => {}
-            Ok(false) => continue,
-            Err(_) => return,
-        }
-        for _ in 0..READ_BATCH {
-            let mut buf = spare.pop().unwrap_or_default();
-            buf.resize(MAX_PACKET, 0);
-            match (&*from).read(&mut buf) {
+        // Read what is waiting; wait only if nothing was.
+        let mut read = 0;
+        while read < READ_BATCH {
+            let mut buf = pool.pop().unwrap_or_else(|| Box::new([0u8; MAX_PACKET]));
+            match (&*from).read(&mut buf[..]) {
                 Ok(n) => {
-                    buf.truncate(n);
+                    read += 1;
                     match link.offer(n, Instant::now()) {
                         Verdict::Deliver(at) => {
-                            heap.push(Pending { at, seq, data: buf });
+                            heap.push(Pending { at, seq, len: n, data: buf });
                             seq += 1;
                         }
-                        Verdict::Lost | Verdict::QueueFull => spare.push(buf),
+                        Verdict::Lost | Verdict::QueueFull => pool.push(buf),
                     }
                 }
-                Err(e) if e.kind() == ErrorKind::WouldBlock => {
-                    spare.push(buf);
-                    break;
-                }
-                Err(_) => {
-                    // Device going away or down: don't spin on it.
-                    spare.push(buf);
-                    std::thread::sleep(Duration::from_millis(1));
+                Err(e) => {
+                    pool.push(buf);
+                    if e.kind() != ErrorKind::WouldBlock {
+                        // Device going away or down: don't spin on it.
+                        std::thread::sleep(Duration::from_millis(1));
+                    }
                     break;
                 }
             }
         }
         counters.publish(&link.stats);
+        counters.publish_stalls(&stalls);
+        if read > 0 {
+            continue; // more may be waiting, and something may be due
+        }
+        let now = Instant::now();
+        let wait = heap.peek().map_or(Duration::from_millis(100), |p| p.at.saturating_duration_since(now));
+        if wait > SLACK {
+            let wait = wait.min(Duration::from_millis(100));
+            match sys::wait_readable(from, wait) {
+                // Woken by a packet: how soon after its arrival is unknown.
+                Ok(true) => slept = Instant::now().saturating_duration_since(last_pass),
+                // Timed out: anything past the timeout was a late wake-up.
+                Ok(false) => slept = wait,
+                Err(_) => return,
+            }
+        }
     }
 }

@@ -1,8 +1,12 @@
 //! The `wan` scenario's output: the self-check table and one table of the
 //! grid, in Markdown with the command, date, machine, sizes and seed
-//! (BENCH.md), and the same as JSON.
+//! (BENCH.md), the same as JSON, and with `--plot` one chart per rate and
+//! RTT (goodput as a fraction of the link against loss, a line per row).
 
+use std::path::{Path, PathBuf};
 use std::process::Command;
+
+use anyhow::Result;
 
 use super::grid::Cell;
 use super::netns::RelayStats;
@@ -48,6 +52,8 @@ pub struct CheckResult {
     pub ring_drops: u64,
     /// Dropped by the receiver's socket buffer (the receiver fell behind).
     pub rcvbuf_drops: u64,
+    /// The relay's CPU seconds over the check (both directions).
+    pub relay_cpu: f64,
 }
 
 #[derive(Debug)]
@@ -57,6 +63,8 @@ pub struct Report {
     reps: usize,
     pub checks: Vec<CheckResult>,
     pub cells: Vec<CellResult>,
+    /// How rows were configured, and rows skipped here and why.
+    pub notes: Vec<String>,
 }
 
 fn median(v: &[f64]) -> Option<f64> {
@@ -82,6 +90,7 @@ impl Report {
             reps,
             checks: vec![],
             cells: vec![],
+            notes: vec![],
         }
     }
 
@@ -111,11 +120,11 @@ impl Report {
                 "Emulator self-check (paced UDP, 1,500-byte IP packets offered at the link rate, RTT 1 ms, loss 0):"
             );
             println!();
-            println!("| link | offered Mbit/s | delivered Mbit/s | fraction of link | datagrams sent | lost | of which: relay queue / TUN ring / receiver buffer |");
-            println!("|---|---|---|---|---|---|---|");
+            println!("| link | offered Mbit/s | delivered Mbit/s | fraction of link | datagrams sent | lost | of which: relay queue / TUN ring / receiver buffer | relay CPU, % of a core | relay stalls > 1 ms (longest) |");
+            println!("|---|---|---|---|---|---|---|---|---|");
             for c in &self.checks {
                 println!(
-                    "| {} | {:.1} | {:.1} | {:.1}% | {} | {} | {} / {} / {} |",
+                    "| {} | {:.1} | {:.1} | {:.1}% | {} | {} | {} / {} / {} | {:.0}% | {} ({:.1} ms) |",
                     rate_label(c.rate_bps),
                     c.offered_bps / 1e6,
                     c.delivered_bps / 1e6,
@@ -125,9 +134,16 @@ impl Report {
                     c.relay.a2b.queue_drops,
                     c.ring_drops,
                     c.rcvbuf_drops,
+                    c.relay_cpu / c.secs * 100.0,
+                    c.relay.a2b.stalls,
+                    c.relay.a2b.max_stall_us as f64 / 1e3,
                 );
             }
             println!();
+        }
+        if self.cells.is_empty() {
+            self.print_notes();
+            return;
         }
         println!("| link | RTT ms | loss % | file MB | row | goodput Mbit/s (median, min–max) | of link | reps | sender CPU s/GB | receiver CPU s/GB | peak RSS MiB send / recv | ratio to TCP bbr | relay a→b lost / queue drops (cell) |");
         println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|");
@@ -196,6 +212,7 @@ impl Report {
              Every transfer crosses the userspace relay between two namespaces, is written to disk and checked with BLAKE3. \
              Rows alternate A B C A B C within a cell; a row that fails or times out in a cell is not repeated there."
         );
+        self.print_notes();
         for c in &self.cells {
             for r in &c.rows {
                 if let Some(n) = &r.note {
@@ -210,6 +227,53 @@ impl Report {
                 }
             }
         }
+    }
+
+    fn print_notes(&self) {
+        for n in &self.notes {
+            println!("- {n}");
+        }
+    }
+
+    /// The median goodput of `r` in `c` as a fraction of the link rate.
+    fn fraction(c: &CellResult, r: &RowResult) -> Option<f64> {
+        median(&Self::goodputs(c.bytes, r)).map(|m| m * 1e6 / c.cell.rate_bps as f64)
+    }
+
+    /// `--plot`: one PNG per rate and RTT in `dir`, goodput (fraction of
+    /// the link rate) against loss, a line per row; a row that timed out or
+    /// failed at a loss has no point there. Returns the files written.
+    pub fn charts(&self, dir: &Path) -> Result<Vec<PathBuf>> {
+        let mut groups: Vec<(u64, f64)> = Vec::new();
+        for c in &self.cells {
+            if !groups.contains(&(c.cell.rate_bps, c.cell.rtt_ms)) {
+                groups.push((c.cell.rate_bps, c.cell.rtt_ms));
+            }
+        }
+        let mut files = Vec::new();
+        for (rate, rtt) in groups {
+            let cells: Vec<&CellResult> =
+                self.cells.iter().filter(|c| c.cell.rate_bps == rate && c.cell.rtt_ms == rtt).collect();
+            let mut series: Vec<(String, Vec<(f64, f64)>)> = Vec::new();
+            for c in &cells {
+                for r in &c.rows {
+                    let point = (c.cell.loss_pct, Self::fraction(c, r).unwrap_or(f64::NAN));
+                    match series.iter_mut().find(|(n, _)| *n == r.name) {
+                        Some((_, pts)) => pts.push(point),
+                        None => series.push((r.name.clone(), vec![point])),
+                    }
+                }
+            }
+            if series.iter().all(|(_, pts)| pts.iter().all(|p| !p.1.is_finite())) {
+                eprintln!("wan: no chart for {} at {rtt} ms: no row finished there", rate_label(rate));
+                continue;
+            }
+            let path = dir.join(chart_name(rate, rtt));
+            let title = format!("wan: goodput against loss, {} link, RTT {rtt} ms", rate_label(rate));
+            crate::plot::lines(&path, &title, "random loss, % each direction", "goodput / link rate", &series)?;
+            files.push(path);
+        }
+        Ok(files)
     }
 
     pub fn json(&self) -> String {
@@ -242,17 +306,43 @@ impl Report {
             .iter()
             .map(|c| {
                 format!(
-                    "{{\"rate_bps\":{},\"secs\":{},\"offered_bps\":{:.0},\"delivered_bps\":{:.0},\"sent\":{},\"lost\":{}}}",
-                    c.rate_bps, c.secs, c.offered_bps, c.delivered_bps, c.sent, c.lost
+                    "{{\"rate_bps\":{},\"secs\":{},\"offered_bps\":{:.0},\"delivered_bps\":{:.0},\"sent\":{},\"lost\":{},\"relay_cpu_s\":{:.3}}}",
+                    c.rate_bps, c.secs, c.offered_bps, c.delivered_bps, c.sent, c.lost, c.relay_cpu
                 )
             })
             .collect();
+        let notes: Vec<String> = self.notes.iter().map(|n| format!("{n:?}")).collect();
         format!(
-            "{{\"scenario\":\"wan\",\"command\":{:?},\"seed\":{},\"checks\":[{}],\"cells\":[{}]}}\n",
+            "{{\"scenario\":\"wan\",\"command\":{:?},\"seed\":{},\"checks\":[{}],\"cells\":[{}],\"notes\":[{}]}}\n",
             self.command,
             self.opts.seed,
             checks.join(","),
-            cells.join(",")
+            cells.join(","),
+            notes.join(",")
         )
+    }
+}
+
+/// `wan-100M-50ms.png`, `wan-1G-0.5ms.png`.
+fn chart_name(rate_bps: u64, rtt_ms: f64) -> String {
+    let rate = if rate_bps.is_multiple_of(1_000_000_000) {
+        format!("{}G", rate_bps / 1_000_000_000)
+    } else if rate_bps.is_multiple_of(1_000_000) {
+        format!("{}M", rate_bps / 1_000_000)
+    } else {
+        rate_bps.to_string()
+    };
+    format!("wan-{rate}-{rtt_ms}ms.png")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chart_names_carry_rate_and_rtt() {
+        assert_eq!(chart_name(100_000_000, 50.0), "wan-100M-50ms.png");
+        assert_eq!(chart_name(1_000_000_000, 0.5), "wan-1G-0.5ms.png");
+        assert_eq!(chart_name(1_500_000, 1.0), "wan-1500000-1ms.png");
     }
 }

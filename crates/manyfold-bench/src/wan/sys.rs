@@ -96,6 +96,52 @@ pub fn kill(pid: u32) {
     }
 }
 
+/// Puts the calling thread in the `SCHED_FIFO` class at `priority`
+/// (sched(7)): it then runs as soon as it is runnable, ahead of every
+/// ordinary process. The relay's packet threads ask for it because on a
+/// shared 2-core machine an ordinary thread waits milliseconds for a core,
+/// and the packets that pile up in the TUN ring meanwhile reach the
+/// emulated queue as one burst and overflow it: the emulator, not the
+/// link, would drop them. The threads block whenever they have nothing to
+/// do, and the kernel's RT throttling (`sched_rt_runtime_us`) keeps a share
+/// of every second for other tasks in any case.
+pub fn set_realtime(priority: i32) -> io::Result<()> {
+    let param = libc::sched_param { sched_priority: priority };
+    // SAFETY: pid 0 is the calling thread; `param` is a live local the
+    // kernel only reads.
+    let r = unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// User plus system CPU time of process `pid` (all its threads) and its
+/// peak resident set in KiB, from `/proc/PID/stat` and `/proc/PID/status`
+/// (proc(5)): the cost of a process this program did not `wait4` for, such
+/// as the relay or a tunnel that is killed at the end.
+pub fn proc_usage(pid: u32) -> io::Result<(Duration, u64)> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    // The command name (field 2) may hold spaces; fields after its ')' are
+    // plain: state is field 3, utime and stime are fields 14 and 15.
+    let rest = stat.rsplit_once(')').map(|(_, r)| r).ok_or_else(|| io::Error::other("bad /proc stat line"))?;
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| -> io::Result<u64> {
+        fields.get(i).and_then(|v| v.parse().ok()).ok_or_else(|| io::Error::other("bad /proc stat field"))
+    };
+    let total = ticks(11)? + ticks(12)?;
+    // SAFETY: sysconf takes a plain integer and returns one.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
+    let cpu = Duration::from_secs_f64(total as f64 / hz as f64);
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    let hwm = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0);
+    Ok((cpu, hwm))
+}
+
 /// Whether this process runs as root (the namespaces need it).
 pub fn is_root() -> bool {
     // SAFETY: geteuid(2) takes nothing and cannot fail.
