@@ -1,9 +1,10 @@
-//! CI's short run of the `fairness` scenario (`--quick`: 5 s runs, one
-//! controller): the lab, the three pairs of the first controller (newreno) (two kernel TCP flows, manyfold
-//! against kernel TCP, two manyfold flows) through one shared bottleneck,
-//! their verified per-interval counts, the JSON, and the cleanup. Proves
-//! the harness, not a fairness figure (BENCH.md). Needs root and
-//! /dev/net/tun; skips with the reason otherwise.
+//! CI's short run of the `fairness` scenario (`--quick`: 5 s runs, the
+//! first controller, newreno): the lab, the three pairs (two kernel TCP
+//! flows, manyfold against kernel TCP, two manyfold flows) through one
+//! shared bottleneck, their verified per-interval counts, the JSON, one
+//! chart per run, and the cleanup. Proves the harness, not a fairness
+//! figure (BENCH.md). Needs root and /dev/net/tun; skips with the reason
+//! otherwise.
 
 use std::process::{Command, Stdio};
 
@@ -23,9 +24,12 @@ fn fairness_quick_runs_every_pair_reports_series_and_cleans_up() {
     }
     let bench = env!("CARGO_BIN_EXE_manyfold-bench");
     let json = tempfile::NamedTempFile::new().unwrap();
+    let charts = tempfile::tempdir().unwrap();
     let child = Command::new(bench)
         .args(["fairness", "--quick", "--json"])
         .arg(json.path())
+        .arg("--plot")
+        .arg(charts.path())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -50,6 +54,10 @@ fn fairness_quick_runs_every_pair_reports_series_and_cleans_up() {
     // Five 1 s intervals per flow, six flows.
     assert_eq!(json.matches("\"bytes_per_interval\":[").count(), 6, "{json}");
     assert!(!json.contains("\"error\""), "{json}");
+    let pngs = std::fs::read_dir(charts.path()).unwrap().filter(|e| {
+        e.as_ref().is_ok_and(|e| e.file_name().to_string_lossy().ends_with(".png") && e.metadata().unwrap().len() > 0)
+    });
+    assert_eq!(pngs.count(), 3, "one chart per run");
     let list = Command::new("ip").args(["netns", "list"]).output().unwrap();
     let list = String::from_utf8_lossy(&list.stdout);
     assert!(!list.contains(&format!("mfb-{pid}-")), "namespaces left behind: {list}");

@@ -19,7 +19,7 @@
 //!
 //! Modules: [`stream`] (the bytes, their check, the interval counts),
 //! [`flows`] (the flow processes), [`runner`] (the lab and the runs),
-//! [`report`] (figures, Markdown, JSON).
+//! [`report`] (figures, Markdown, JSON, charts).
 
 mod flows;
 mod report;
@@ -119,6 +119,10 @@ pub struct Options {
     /// JSON here.
     #[arg(long)]
     pub json: Option<PathBuf>,
+    /// Also write one PNG per run (throughput against time, one line per
+    /// flow) into this directory.
+    #[arg(long)]
+    pub plot: Option<PathBuf>,
 }
 
 pub fn run(args: Args) -> Result<()> {

@@ -1,10 +1,14 @@
 //! The fairness figures and their output: each flow's goodput over the
 //! steady part of a run, its share, Jain's index and the sum's fraction of
 //! the link; a Markdown report naming the command, date, machine and link
-//! (BENCH.md), and the same with every per-interval series as JSON.
+//! (BENCH.md), the same with every per-interval series as JSON, and one
+//! chart per run.
 
 use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
 use std::process::Command;
+
+use anyhow::Result;
 
 use super::runner::Plan;
 use super::stream::{json_f64, json_u64};
@@ -252,6 +256,23 @@ fn med_range(v: &[f64], digits: usize) -> String {
         return format!("{:.*}", digits, finite[0]);
     }
     format!("{:.*} ({:.*}–{:.*})", digits, median(&finite), digits, lo, digits, hi)
+}
+
+/// `rep1-manyfold-cubic-kernel-tcp-cubic`: a file name for a run.
+fn slug(rep: usize, pair: &str) -> String {
+    let mut s = format!("rep{}", rep + 1);
+    let mut dash = true;
+    s.push('-');
+    for c in pair.chars() {
+        if c.is_ascii_alphanumeric() {
+            s.push(c.to_ascii_lowercase());
+            dash = false;
+        } else if !dash {
+            s.push('-');
+            dash = true;
+        }
+    }
+    s.trim_end_matches('-').to_string()
 }
 
 impl Report {
@@ -533,6 +554,52 @@ impl Report {
         o.push_str("]}\n");
         o
     }
+
+    /// One chart per successful run: throughput per interval against time,
+    /// one line per flow. Returns the files written.
+    pub fn plot(&self, dir: &Path) -> Result<Vec<PathBuf>> {
+        let p = &self.plan;
+        let mut written = Vec::new();
+        for r in &self.runs {
+            let (Some(f), Some(d)) = (&r.figures, &r.data) else { continue };
+            let series: Vec<(String, Vec<(f64, f64)>)> = d
+                .flows
+                .iter()
+                .enumerate()
+                .map(|(i, flow)| {
+                    let points = flow
+                        .bins
+                        .iter()
+                        .enumerate()
+                        .map(|(k, b)| ((k as f64 + 0.5) * p.interval, *b as f64 * 8.0 / p.interval / 1e6))
+                        .collect();
+                    (format!("flow {}: {} ({} Mbit/s steady)", i + 1, flow.name, mbit(f.goodput_bps[i])), points)
+                })
+                .collect();
+            let title = format!(
+                "{} · rep {} · {}, RTT {} ms · Jain {} · sum {} of link",
+                r.pair,
+                r.rep + 1,
+                crate::wan::rate_label(p.link.rate_bps),
+                p.rtt_ms,
+                fixed3(f.jain),
+                pct1(f.sum_of_link)
+            );
+            let path = dir.join(format!("fairness-{}.png", slug(r.rep, &r.pair)));
+            crate::plot::lines(
+                &path,
+                &title,
+                &format!(
+                    "time since the start, s (figures from {} s on)",
+                    first_steady(p.warmup, p.interval) as f64 * p.interval
+                ),
+                &format!("goodput per {} s, Mbit/s", p.interval),
+                &series,
+            )?;
+            written.push(path);
+        }
+        Ok(written)
+    }
 }
 
 /// The sender's connection state at the end, for manyfold flows
@@ -572,7 +639,8 @@ mod tests {
     }
 
     #[test]
-    fn json_strings_and_numbers_are_valid_json() {
+    fn slugs_and_json_strings_are_safe() {
+        assert_eq!(slug(0, "manyfold (cubic) + kernel TCP cubic"), "rep1-manyfold-cubic-kernel-tcp-cubic");
         assert_eq!(jstr("a \"b\"\n\\"), "\"a \\\"b\\\"\\n\\\\\"");
         assert_eq!(num(f64::NAN), "null");
     }

@@ -208,6 +208,11 @@ pub fn run(o: &Options) -> Result<()> {
     if let Some(path) = &o.json {
         std::fs::write(path, report.json()).with_context(|| format!("writing {}", path.display()))?;
     }
+    if let Some(dir) = &o.plot {
+        for path in report.plot(dir)? {
+            eprintln!("wrote {}", path.display());
+        }
+    }
     let failed: Vec<String> = report.failures();
     if !failed.is_empty() {
         bail!("{} run(s) failed: {}", failed.len(), failed.join("; "));
