@@ -74,8 +74,9 @@ pub async fn run(args: DemoArgs) -> Result<()> {
     );
 
     let loopback: std::net::SocketAddr = "127.0.0.1:0".parse().expect("literal address");
-    let clean = NetArgs { loss: 0.0, delay: 0, trace: args.trace, cc: args.cc };
-    let lossy = NetArgs { loss: args.loss, delay: args.delay, trace: args.trace, cc: args.cc };
+    let max_datagram = manyfold_proto::ConnectionConfig::default().max_datagram;
+    let clean = NetArgs { loss: 0.0, delay: 0, trace: args.trace, cc: args.cc, max_datagram };
+    let lossy = NetArgs { loss: args.loss, delay: args.delay, trace: args.trace, cc: args.cc, max_datagram };
     let receiver = net::bind(loopback, clean.config()).await?;
     receiver.listen();
     let receiver_addr = receiver.local_addr().context("cannot read the receiver's address")?;

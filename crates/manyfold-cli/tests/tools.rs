@@ -117,3 +117,27 @@ fn help_explains_every_subcommand() {
     let out = run_args(&["send", "--help"], LIMIT);
     assert!(out.stdout.contains("--loss") && out.stdout.contains("[default: 0]"), "{out}");
 }
+
+#[test]
+fn echo_works_with_jumbo_datagrams_on_loopback() {
+    let mut cmd = manyfold();
+    cmd.args(["echo-server", "--listen", "127.0.0.1:0", "--max-datagram", "9000"]);
+    let mut server = Running::spawn(cmd);
+    let addr = server.listening_addr().to_string();
+    let line = "x".repeat(20_000);
+    let out = run_args(&["echo", &addr, "--max-datagram", "9000", &line], LIMIT);
+    out.assert_success();
+    assert_eq!(out.stdout.trim_end(), line);
+    server.kill();
+}
+
+#[test]
+fn max_datagram_outside_its_range_is_refused_naming_the_range() {
+    for bad in ["100", "65508", "big"] {
+        let out = run_args(&["echo", "127.0.0.1:9", "--max-datagram", bad, "hello"], LIMIT);
+        assert!(!out.status.success(), "{bad} accepted\n{out}");
+        assert!(out.stderr.contains("--max-datagram"), "{out}");
+    }
+    let out = run_args(&["echo", "127.0.0.1:9", "--max-datagram", "100", "hello"], LIMIT);
+    assert!(out.stderr.contains("576..=65507"), "{out}");
+}

@@ -34,6 +34,14 @@ pub struct NetArgs {
     /// cubic or bbr (model-based: random loss does not slow it down).
     #[arg(long, value_name = "NAME", default_value = "newreno")]
     pub cc: manyfold_proto::CongestionAlgorithm,
+
+    /// Largest datagram this process sends or accepts, in bytes, the
+    /// 24-byte header included (576–65507). The default, 1452, fits a
+    /// 1500-byte path MTU over IPv4 and IPv6; a larger value only helps on
+    /// paths that carry it without fragmentation (loopback: 65507; jumbo
+    /// frames: 8952). The two ends use the smaller of their two values.
+    #[arg(long, value_name = "BYTES", default_value_t = 1452, value_parser = clap::value_parser!(u16).range(576..=65507))]
+    pub max_datagram: u16,
 }
 
 impl NetArgs {
@@ -51,7 +59,11 @@ impl NetArgs {
             },
             trace: self.trace,
             endpoint: manyfold_proto::EndpointConfig {
-                connection: manyfold_proto::ConnectionConfig { congestion: self.cc, ..Default::default() },
+                connection: manyfold_proto::ConnectionConfig {
+                    congestion: self.cc,
+                    max_datagram: self.max_datagram,
+                    ..Default::default()
+                },
                 ..Default::default()
             },
         }
