@@ -67,6 +67,36 @@ impl RangeSet {
         }
     }
 
+    /// The parts of `r` not in the set, in order. Costs O(log n) plus the
+    /// number of ranges inside `r`, however long `r` is.
+    pub fn gaps(&self, r: Range<u64>) -> impl Iterator<Item = Range<u64>> + '_ {
+        let end = r.end;
+        // The first point at or after r.start that no range covers.
+        let mut at = r.start;
+        if let Some((_, &e)) = self.map.range(..=r.start).next_back() {
+            at = at.max(e);
+        }
+        let mut inside = self.map.range(r.start.saturating_add(1)..r.end.max(r.start.saturating_add(1)));
+        std::iter::from_fn(move || {
+            while at < end {
+                match inside.next() {
+                    Some((&s, &e)) if s > at => {
+                        let gap = at..s.min(end);
+                        at = e;
+                        return Some(gap);
+                    }
+                    Some((_, &e)) => at = at.max(e),
+                    None => {
+                        let gap = at..end;
+                        at = end;
+                        return Some(gap);
+                    }
+                }
+            }
+            None
+        })
+    }
+
     /// The lowest range, if any.
     #[cfg(test)]
     pub fn first(&self) -> Option<Range<u64>> {
@@ -82,6 +112,40 @@ impl RangeSet {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn gaps_are_the_uncovered_parts_of_a_range() {
+        let mut s = RangeSet::new();
+        s.insert(10..20);
+        s.insert(30..40);
+        s.insert(50..60);
+        let g = |a, b| s.gaps(a..b).collect::<Vec<_>>();
+        assert_eq!(g(0, 100), vec![0..10, 20..30, 40..50, 60..100]);
+        assert_eq!(g(15, 35), vec![20..30]);
+        assert_eq!(g(10, 20), Vec::<Range<u64>>::new());
+        assert_eq!(g(12, 18), Vec::<Range<u64>>::new());
+        assert_eq!(g(20, 30), vec![20..30]);
+        assert_eq!(g(35, 55), vec![40..50]);
+        assert_eq!(g(5, 5), Vec::<Range<u64>>::new());
+        assert_eq!(RangeSet::new().gaps(3..7).collect::<Vec<_>>(), vec![3..7]);
+        // Against a brute-force check over many sets and ranges.
+        let mut seed = 7u64;
+        for _ in 0..300 {
+            let mut set = RangeSet::new();
+            let mut bits = [false; 80];
+            for _ in 0..6 {
+                seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                let a = (seed >> 33) % 60;
+                let b = a + (seed >> 20) % 8;
+                set.insert(a..b);
+                bits[a as usize..b as usize].iter_mut().for_each(|x| *x = true);
+            }
+            let (a, b) = ((seed >> 40) % 80, (seed >> 50) % 81);
+            let got: Vec<u64> = set.gaps(a..b).flatten().collect();
+            let want: Vec<u64> = (a..b).filter(|&x| !bits[x as usize]).collect();
+            assert_eq!(got, want, "{a}..{b}");
+        }
+    }
     use proptest::prelude::*;
 
     #[test]
