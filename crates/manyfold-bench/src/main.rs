@@ -6,6 +6,7 @@
 mod child;
 mod fairness;
 mod loopback;
+mod losstable;
 mod plot;
 mod tcp;
 mod wan;
@@ -71,6 +72,10 @@ enum Scenario {
     /// against kernel TCP cubic, and against itself; each one's share and
     /// Jain's index. Needs root.
     Fairness(fairness::Args),
+    /// Paper 04's experiment (Fig. 22): 100 MB over 127.0.0.1 with the
+    /// window fixed to 4–64 packets × 0–30% loss each way, manyfold's
+    /// goodput beside the paper's figures; plus the default window.
+    LossTable(losstable::Args),
     /// (internal) TCP receiver of the file-copy anchor.
     #[command(hide = true)]
     TcpRecv { listen: SocketAddr, out: PathBuf, hash: String },
@@ -93,6 +98,7 @@ fn main() -> Result<()> {
         Scenario::LoopbackChild(child) => child.run(),
         Scenario::Wan(args) => wan::run(args),
         Scenario::Fairness(args) => fairness::run(args),
+        Scenario::LossTable(args) => losstable::run(&args),
         Scenario::TcpRecv { listen, out, hash } => tcp::recv(listen, &out, &hash),
         Scenario::TcpSend { file, to } => tcp::send(&file, to),
     }

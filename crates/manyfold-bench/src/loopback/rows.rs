@@ -117,6 +117,33 @@ impl MfStats {
     }
 }
 
+/// A transfer whose process failed, with the last lines each one printed.
+#[derive(Debug, Clone)]
+pub struct Failed {
+    pub what: String,
+    pub sender: String,
+    pub receiver: String,
+}
+
+impl Failed {
+    /// The last line either process printed (the receiver's first: a
+    /// sender usually only reports that the receiver went away).
+    pub fn last_words(&self) -> String {
+        for (who, text) in [("receiver", &self.receiver), ("sender", &self.sender)] {
+            if let Some(line) = text.rsplit(" / ").next().filter(|l| !l.is_empty()) {
+                return format!("{who}: {line}");
+            }
+        }
+        "no message from either process".to_string()
+    }
+}
+
+impl std::fmt::Display for Failed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: sender said {:?}; receiver said {:?}", self.what, self.sender, self.receiver)
+    }
+}
+
 /// A transfer that did not finish within its time limit.
 #[derive(Debug, Clone, Copy)]
 pub struct TimedOut(pub Duration);
@@ -194,7 +221,7 @@ pub fn run(row: &Row, work: &Path, bytes: u64, seed: u64, hash: &str, limit: Dur
     s.stderr(std::fs::File::create(&send_err)?);
     let what = row.label();
     let said = |e: anyhow::Error| {
-        let e = e.context(format!("{what}: sender said {:?}; receiver said {:?}", tail(&send_err), tail(&recv_err)));
+        let e = e.context(Failed { what: what.clone(), sender: tail(&send_err), receiver: tail(&recv_err) });
         clean(&[&recv_err, &send_err, &send_out]);
         e
     };
@@ -311,6 +338,14 @@ mod tests {
         assert_eq!(s, MfStats { packets_sent: 10, retransmissions: 2, lost_packets: 3, rto_expiries: 1 });
         assert_eq!(MfStats::parse("no counters here"), None);
         assert_eq!(MfStats::parse("mf-stats packets_sent=ten"), None);
+    }
+
+    #[test]
+    fn a_failure_shows_the_receivers_last_line_first() {
+        let f = Failed { what: "row".into(), sender: "Error: x / receiver went away".into(), receiver: "a / b".into() };
+        assert_eq!(f.last_words(), "receiver: b");
+        let f = Failed { what: "row".into(), sender: "Error: x / connecting".into(), receiver: String::new() };
+        assert_eq!(f.last_words(), "sender: connecting");
     }
 
     #[test]
