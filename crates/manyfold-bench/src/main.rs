@@ -65,8 +65,8 @@ enum Scenario {
     #[command(flatten)]
     LoopbackChild(loopback::Child),
     /// Bulk transfers over an emulated WAN (two namespaces joined by a
-    /// userspace link emulator): manyfold beside kernel TCP cubic and bbr
-    /// over a grid of rate × RTT × loss. Needs root.
+    /// userspace link emulator): manyfold beside kernel TCP cubic and bbr,
+    /// quinn and KCP (kcptun) over a grid of rate × RTT × loss. Needs root.
     Wan(wan::Args),
     /// Two flows share one emulated 100 Mbit/s, 50 ms bottleneck: manyfold
     /// against kernel TCP cubic, and against itself; each one's share and

@@ -104,6 +104,9 @@ pub fn run(mut o: Options) -> Result<()> {
     };
     let mut report = Report::new(&o, reps);
     let rows = rows(&o.rows, &manyfold, &mut report)?;
+    if let Some(n) = window_note(&rows, &rates, &rtts) {
+        report.notes.push(n);
+    }
     let work = tempfile::Builder::new().prefix("manyfold-bench-wan-").tempdir()?;
     super::netns::register_dir(work.path());
     let mut lab = Lab::create(&bench)?;
@@ -337,6 +340,34 @@ fn sample_for(
     let s = Sample { file: path, file_hash, bytes, seed: o.seed, stream_hash };
     cache.insert(key, s.clone());
     Ok(s)
+}
+
+/// The windows the quinn and KCP rows use at each rate and RTT of the
+/// grid, so that the report carries their exact settings.
+fn window_note(rows: &[RowKind], rates: &[u64], rtts: &[f64]) -> Option<String> {
+    let quic = rows.iter().any(|r| matches!(r, RowKind::Quic));
+    let kcp = rows.iter().any(|r| matches!(r, RowKind::Kcp(_)));
+    if !quic && !kcp {
+        return None;
+    }
+    let mut parts = Vec::new();
+    for &rate_bps in rates {
+        for &rtt_ms in rtts {
+            let cell = Cell { rate_bps, rtt_ms, loss_pct: 0.0 };
+            let mut p = Vec::new();
+            if quic {
+                p.push(match quic_window(&cell) {
+                    Some(w) => format!("quinn {:.2} MB", w as f64 / 1e6),
+                    None => "quinn defaults".to_string(),
+                });
+            }
+            if kcp {
+                p.push(format!("kcptun W = {}", kcp::window(rate_bps, rtt_ms)));
+            }
+            parts.push(format!("{} × {rtt_ms} ms: {}", super::rate_label(rate_bps), p.join(", ")));
+        }
+    }
+    Some(format!("Windows per link: {}.", parts.join("; ")))
 }
 
 /// The quinn row's flow-control window: 2 × BDP (the path plus a full
@@ -576,6 +607,15 @@ mod tests {
         assert_eq!(cell_size(&c(100_000_000, 50.0, 0.0), 5.0), 62_500_000);
         // 5% at 200 ms: Mathis says ~40 kB/s; floored at 5% of the link.
         assert_eq!(cell_size(&c(100_000_000, 200.0, 5.0), 5.0), 3_125_000);
+    }
+
+    #[test]
+    fn windows_of_the_quinn_and_kcp_rows_are_listed_per_link() {
+        let k = Kcptun { client: "c".into(), server: "s".into(), version: "v".into() };
+        let n = window_note(&[RowKind::Quic, RowKind::Kcp(k)], &[1_000_000_000], &[1.0, 200.0]).unwrap();
+        assert!(n.contains("1 Gbit/s × 1 ms: quinn defaults, kcptun W = 5649"), "{n}");
+        assert!(n.contains("1 Gbit/s × 200 ms: quinn 50.00 MB, kcptun W = 24075"), "{n}");
+        assert_eq!(window_note(&[RowKind::Tcp("bbr".into())], &[1_000_000_000], &[1.0]), None);
     }
 
     #[test]
