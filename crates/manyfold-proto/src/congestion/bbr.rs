@@ -7,6 +7,16 @@
 //! bandwidth-delay products in flight. Random loss is not read as
 //! congestion: a lost packet changes neither estimate. An RTO still drops
 //! the window to a few packets until the path answers again.
+//!
+//! Loss *with a standing queue* is another matter (spec §9.5). BBR v1 keeps
+//! two BDPs in flight whatever happens; against a loss-based flow (TCP
+//! CUBIC) sharing a buffer of about one BDP it takes ~93% of the link. So
+//! when a loss comes while the RTT is inflated by at least half the minimum
+//! RTT (a queue no random loss explains), the window gets an upper bound,
+//! 0.7 × its size, at most once per round, that then grows by one packet
+//! per round (AIMD, like Reno); once the RTT falls back toward the minimum,
+//! the bound is dropped and the model alone rules again. Random loss on an
+//! unqueued path never triggers it.
 
 use std::time::{Duration, Instant};
 
@@ -25,6 +35,12 @@ const MIN_RTT_WINDOW: Duration = Duration::from_secs(10);
 const PROBE_RTT_DURATION: Duration = Duration::from_millis(200);
 /// Least window, in packets.
 const MIN_PIPE_PACKETS: u64 = 4;
+/// Multiplicative decrease of the loss bound (CUBIC's β).
+const LOSS_BETA: f64 = 0.7;
+/// Queueing delay, as a fraction of the minimum RTT, above which a loss is
+/// taken for congestion; and below which the loss bound is released.
+const QUEUED: f64 = 0.5;
+const DRAINED: f64 = 0.125;
 
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum Mode {
@@ -50,6 +66,15 @@ pub struct Bbr {
     full_bw: f64,
     full_bw_rounds: u32,
     filled_pipe: bool,
+    /// The least RTT sampled in the current round, and in the last one: a
+    /// standing queue raises even the least sample of a whole round, while
+    /// delayed acks and jitter raise only some samples.
+    round_rtt: Option<Duration>,
+    standing_rtt: Option<Duration>,
+    /// Upper bound on the window after congestive loss, if any.
+    loss_bound: Option<u64>,
+    /// Round of the last cut of `loss_bound` (one per round).
+    bound_round: Option<u64>,
 }
 
 impl Bbr {
@@ -68,7 +93,19 @@ impl Bbr {
             full_bw: 0.0,
             full_bw_rounds: 0,
             filled_pipe: false,
+            round_rtt: None,
+            standing_rtt: None,
+            loss_bound: None,
+            bound_round: None,
         }
+    }
+
+    /// Standing queueing delay (last round's least RTT over the minimum) as
+    /// a fraction of the minimum RTT.
+    fn queue_fraction(&self) -> Option<f64> {
+        let (min, latest) = (self.min_rtt?, self.standing_rtt?);
+        let min = min.as_secs_f64().max(1e-4);
+        Some((latest.as_secs_f64() - min).max(0.0) / min)
     }
 
     fn max_bw(&self) -> f64 {
@@ -177,6 +214,19 @@ impl Controller for Bbr {
             self.round += 1;
         }
         self.update_bw(rs);
+        if round_start {
+            self.standing_rtt = self.round_rtt.take().or(self.standing_rtt);
+        }
+        if let Some(r) = rs.rtt {
+            self.round_rtt = Some(self.round_rtt.map_or(r, |m| m.min(r)));
+        }
+        if let Some(bound) = self.loss_bound {
+            if self.queue_fraction().is_some_and(|q| q < DRAINED) {
+                self.loss_bound = None;
+            } else if round_start {
+                self.loss_bound = Some(bound + self.mss);
+            }
+        }
         let expired = self.min_rtt_at.is_some_and(|t| now.saturating_duration_since(t) > MIN_RTT_WINDOW);
         if let Some(rtt) = rs.rtt.filter(|&r| self.min_rtt.is_none_or(|m| r <= m) || expired) {
             self.min_rtt = Some(rtt);
@@ -197,11 +247,23 @@ impl Controller for Bbr {
             (true, Some(t)) => (self.cwnd + rs.newly_acked).min(t),
             _ => self.cwnd + rs.newly_acked,
         }
+        .min(self.loss_bound.unwrap_or(u64::MAX))
         .max(self.min_pipe());
     }
 
     fn on_congestion_event(&mut self, _now: Instant, _sent: Instant, _lost_bytes: u64) {
-        // spec §9.5: loss is not congestion to a model-based controller.
+        // spec §9.5: loss alone is not congestion to a model-based
+        // controller; loss while a queue stands is.
+        if !self.filled_pipe || self.bound_round == Some(self.round) {
+            return;
+        }
+        if self.queue_fraction().is_some_and(|q| q >= QUEUED) {
+            let from = self.loss_bound.unwrap_or(self.cwnd).min(self.cwnd);
+            let bound = ((from as f64 * LOSS_BETA) as u64).max(self.min_pipe());
+            self.loss_bound = Some(bound);
+            self.bound_round = Some(self.round);
+            self.cwnd = self.cwnd.min(bound);
+        }
     }
 
     fn on_rto(&mut self, _now: Instant) {
@@ -211,6 +273,7 @@ impl Controller for Bbr {
 
     fn on_spurious_congestion(&mut self) {
         self.cwnd = self.cwnd.max(self.prior_cwnd);
+        self.loss_bound = None;
     }
 
     fn pacing_rate(&self) -> Option<f64> {
@@ -275,6 +338,43 @@ mod tests {
         for _ in 0..10 {
             b.on_congestion_event(now, now, 1000);
         }
+        assert_eq!(b.window(), before);
+    }
+
+    #[test]
+    fn loss_with_a_standing_queue_bounds_the_window_once_per_round_until_the_queue_drains() {
+        let t0 = Instant::now();
+        let mut b = Bbr::new(1000, 10);
+        let mut now = settle(&mut b, t0, 1e6, 20);
+        let before = b.window();
+        // One round with a delayed-ack spike is no standing queue.
+        now += Duration::from_millis(50);
+        b.on_rate_sample(now, &sample(2_000_000, 1_900_000, 1e6, 50, before, 0));
+        b.on_rate_sample(now, &sample(2_000_000, 1_900_000, 1e6, 90, before, 0));
+        now += Duration::from_millis(50);
+        b.on_rate_sample(now, &sample(3_000_000, 2_900_000, 1e6, 100, before, 0));
+        b.on_congestion_event(now, now, 1000);
+        assert_eq!(b.window(), before);
+        // A whole round at twice the RTT: a buffer of one BDP stands in front.
+        now += Duration::from_millis(100);
+        let d = 10_000_000;
+        b.on_rate_sample(now, &sample(d, d - 1000, 1e6, 100, before, 0));
+        b.on_congestion_event(now, now, 1000);
+        let cut = b.window();
+        assert_eq!(cut, (before as f64 * LOSS_BETA) as u64);
+        // More losses in the same round do not cut again.
+        b.on_congestion_event(now, now, 1000);
+        assert_eq!(b.window(), cut);
+        // A new round: the bound grows by one packet (additive increase).
+        now += Duration::from_millis(100);
+        b.on_rate_sample(now, &sample(d + 100_000, d, 1e6, 100, cut, 1000));
+        assert_eq!(b.window(), cut + 1000);
+        // The queue drains for a round: the model alone sets the window again.
+        for i in 2..4 {
+            now += Duration::from_millis(50);
+            b.on_rate_sample(now, &sample(d + i * 100_000, d + (i - 1) * 100_000, 1e6, 50, cut, 50_000));
+        }
+        assert_eq!(b.loss_bound, None);
         assert_eq!(b.window(), before);
     }
 
