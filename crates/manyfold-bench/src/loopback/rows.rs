@@ -219,6 +219,10 @@ pub fn run(row: &Row, work: &Path, bytes: u64, seed: u64, hash: &str, limit: Dur
     data(&mut s);
     r.stderr(std::fs::File::create(&recv_err)?);
     s.stderr(std::fs::File::create(&send_err)?);
+    // A failing child's last lines should be its error chain, not a backtrace.
+    for c in [&mut r, &mut s] {
+        c.env("RUST_LIB_BACKTRACE", "0");
+    }
     let what = row.label();
     let said = |e: anyhow::Error| {
         let e = e.context(Failed { what: what.clone(), sender: tail(&send_err), receiver: tail(&recv_err) });
