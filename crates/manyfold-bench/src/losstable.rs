@@ -108,10 +108,19 @@ struct Window {
 }
 
 impl Window {
+    /// The table's first column.
     fn label(&self) -> String {
         match self.packets {
             Some(n) => format!("{n} packets"),
             None => "default (auto-tuned)".to_string(),
+        }
+    }
+
+    /// The window named on its own (progress lines, chart legends).
+    fn name(&self) -> String {
+        match self.packets {
+            Some(n) => format!("window {n} packets"),
+            None => "default window (auto-tuned)".to_string(),
         }
     }
 }
@@ -201,7 +210,7 @@ pub fn run(args: &Args) -> Result<()> {
                         })
                     }
                 };
-                eprintln!("rep {} window {}, loss {loss}%: {}", rep + 1, w.label(), progress(&outcome, plan.limit));
+                eprintln!("rep {} {}, loss {loss}%: {}", rep + 1, w.name(), progress(&outcome, plan.limit));
                 log.push(json_cell(&plan, w, loss, rep, &outcome));
                 cells[li][wi].push(outcome);
             }
@@ -404,7 +413,7 @@ fn charts(dir: &Path, plan: &Plan, cells: &[Vec<Vec<Outcome>>]) -> Result<Vec<Pa
                     (l, median(&done.iter().map(Sample::goodput).collect::<Vec<f64>>()))
                 })
                 .collect();
-            (format!("window {}", w.label()), pts)
+            (w.name(), pts)
         })
         .collect();
     let ours = dir.join("loss-table-goodput.png");
