@@ -6,20 +6,14 @@
 //! figure (BENCH.md). Needs root and /dev/net/tun; skips with the reason
 //! otherwise.
 
-use std::process::{Command, Stdio};
+mod common;
 
-fn is_root() -> bool {
-    Command::new("id").arg("-u").output().map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0").unwrap_or(false)
-}
+use std::process::{Command, Stdio};
 
 #[test]
 fn fairness_quick_runs_every_pair_reports_series_and_cleans_up() {
-    if !is_root() {
-        eprintln!("skipped: not root (the fairness scenario creates network namespaces)");
-        return;
-    }
-    if !std::path::Path::new("/dev/net/tun").exists() {
-        eprintln!("skipped: /dev/net/tun is missing");
+    if let Some(why) = common::namespaces_unavailable("fairness") {
+        eprintln!("skipped: {why}");
         return;
     }
     let bench = env!("CARGO_BIN_EXE_manyfold-bench");

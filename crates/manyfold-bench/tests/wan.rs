@@ -5,12 +5,10 @@
 //! not a speed (BENCH.md). Needs root and /dev/net/tun; skips with the
 //! reason otherwise.
 
+mod common;
+
 use std::collections::BTreeSet;
 use std::process::Command;
-
-fn is_root() -> bool {
-    Command::new("id").arg("-u").output().map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0").unwrap_or(false)
-}
 
 /// Whether kcptun's two programs are on PATH (the KCP row runs only then).
 fn kcptun_installed() -> bool {
@@ -30,12 +28,8 @@ fn kcptun_pids() -> BTreeSet<u32> {
 
 #[test]
 fn wan_quick_runs_every_row_verifies_and_cleans_up() {
-    if !is_root() {
-        eprintln!("skipped: not root (the wan scenario creates network namespaces)");
-        return;
-    }
-    if !std::path::Path::new("/dev/net/tun").exists() {
-        eprintln!("skipped: /dev/net/tun is missing");
+    if let Some(why) = common::namespaces_unavailable("wan") {
+        eprintln!("skipped: {why}");
         return;
     }
     let bench = env!("CARGO_BIN_EXE_manyfold-bench");
