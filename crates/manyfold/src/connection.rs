@@ -120,6 +120,26 @@ impl ConnRef {
         }
     }
 
+    /// Queues FIN after the data written so far (once), without waiting.
+    fn finish(&self) -> Result<(), ConnectionError> {
+        let mut guard = self.shared.lock();
+        let inner = &mut *guard;
+        let Some(c) = inner.conns.get_mut(&self.handle) else {
+            return Err(ConnectionError::EndpointClosed);
+        };
+        if let Some(reason) = c.closed {
+            return Err(ConnectionError::Closed(reason));
+        }
+        if c.close_requested {
+            return Ok(());
+        }
+        inner.engine.close(self.handle);
+        c.close_requested = true;
+        drop(guard);
+        self.shared.wake_driver();
+        Ok(())
+    }
+
     /// Sends FIN after the queued data (once) and is ready when the peer has
     /// acknowledged everything including the FIN.
     fn poll_close(&self, cx: &Context<'_>) -> Poll<Result<(), ConnectionError>> {
@@ -258,6 +278,15 @@ impl SendHalf {
     /// As [`Connection::close`].
     pub async fn close(&mut self) -> Result<(), ConnectionError> {
         poll_fn(|cx| self.conn.poll_close(cx)).await
+    }
+
+    /// Finishes our side (FIN after the data written so far) without
+    /// waiting for the acknowledgement, so that the close handshake overlaps
+    /// whatever comes next (reading the peer's answer, say); a later
+    /// [`close`](Self::close) then usually returns at once. Writing after
+    /// it fails.
+    pub fn finish(&mut self) -> Result<(), ConnectionError> {
+        self.conn.finish()
     }
 }
 
