@@ -117,6 +117,16 @@ fn sibling(name: &str) -> Result<PathBuf> {
     bail!("cannot find the `{name}` binary next to {}; build it (cargo build --release -p manyfold-cli) or pass --manyfold", me.display())
 }
 
+/// The trimmed standard output of a command (the date, the kernel release
+/// for a report's header); empty if it cannot run.
+pub(crate) fn sh(cmd: &str, args: &[&str]) -> String {
+    Command::new(cmd)
+        .args(args)
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_default()
+}
+
 /// A free UDP+TCP port on 127.0.0.1 (bind, read, release).
 fn free_addr() -> Result<SocketAddr> {
     let s = UdpSocket::bind("127.0.0.1:0")?;

@@ -24,7 +24,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{bail, Context, Result};
 use manyfold_proto::CongestionAlgorithm;
-use socket2::{Domain, Protocol, SockAddr, Socket, Type};
+use socket2::SockAddr;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::stream::{Bins, Stream, Verifier, CHUNK};
@@ -175,19 +175,6 @@ fn mf_recv(
     })
 }
 
-/// A TCP socket with congestion control `cc`, read back so that a flow
-/// never silently runs another algorithm.
-fn tcp_socket(cc: &str) -> Result<Socket> {
-    let s = Socket::new(Domain::IPV4, Type::STREAM, Some(Protocol::TCP))?;
-    s.set_tcp_congestion(cc.as_bytes()).with_context(|| format!("TCP_CONGESTION {cc}"))?;
-    let got = s.tcp_congestion()?;
-    let got = String::from_utf8_lossy(&got);
-    if got.trim_end_matches('\0') != cc {
-        bail!("asked for TCP congestion control {cc}, the kernel set {got}");
-    }
-    Ok(s)
-}
-
 fn tcp_recv(
     listen: SocketAddr,
     cc: &str,
@@ -198,7 +185,7 @@ fn tcp_recv(
     let give_up = end + GRACE;
     // Accepted sockets inherit the listener's congestion control (the
     // receiver's only matters for its acks, but it is set all the same).
-    let l = tcp_socket(cc)?;
+    let l = crate::loopback::tcp::socket(cc)?;
     l.set_reuse_address(true)?;
     l.bind(&SockAddr::from(listen)).with_context(|| format!("binding {listen}"))?;
     l.listen(1)?;
@@ -302,7 +289,7 @@ fn tcp_send(to: SocketAddr, cc: &str, t: &Timing, start: Instant, end: Instant) 
     std::thread::sleep(start.saturating_duration_since(Instant::now()));
     let late = late_ms(start);
     let s = loop {
-        let s = tcp_socket(cc)?;
+        let s = crate::loopback::tcp::socket(cc)?;
         match s.connect_timeout(&SockAddr::from(to), Duration::from_secs(1)) {
             Ok(()) => break s,
             Err(e) if Instant::now() + Duration::from_millis(20) < end => {

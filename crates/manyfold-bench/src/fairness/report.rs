@@ -6,13 +6,13 @@
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use anyhow::Result;
 
 use super::runner::Plan;
 use super::stream::{json_f64, json_u64};
 use crate::child::Usage;
+use crate::loopback::report::json_str;
 
 /// One flow's reports.
 #[derive(Debug, Clone)]
@@ -160,20 +160,6 @@ pub struct Report {
     pub runs: Vec<RunResult>,
 }
 
-fn sh(cmd: &str, args: &[&str]) -> String {
-    Command::new(cmd)
-        .args(args)
-        .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
-        .unwrap_or_default()
-}
-
-fn load() -> String {
-    std::fs::read_to_string("/proc/loadavg")
-        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
-        .unwrap_or_default()
-}
-
 fn mbit(bps: f64) -> String {
     if bps.is_finite() {
         format!("{:.1}", bps / 1e6)
@@ -213,25 +199,6 @@ fn num(x: f64) -> String {
     } else {
         "null".into()
     }
-}
-
-/// A JSON string literal.
-fn jstr(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() + 2);
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            c if (c as u32) < 0x20 => {
-                let _ = write!(out, "\\u{:04x}", c as u32);
-            }
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-    out
 }
 
 fn median(v: &[f64]) -> f64 {
@@ -281,10 +248,10 @@ impl Report {
         Report {
             plan: plan.clone(),
             command: format!("manyfold-bench {}", args.join(" ")),
-            date: sh("date", &["-u", "+%Y-%m-%d %H:%M UTC"]),
-            kernel: sh("uname", &["-r"]),
+            date: crate::sh("date", &["-u", "+%Y-%m-%d %H:%M UTC"]),
+            kernel: crate::sh("uname", &["-r"]),
             nproc: std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
-            load_before: load(),
+            load_before: crate::loopback::rows::load(),
             load_after: String::new(),
             runs: Vec::new(),
         }
@@ -292,7 +259,7 @@ impl Report {
 
     /// Records the state of the machine after the runs.
     pub fn finish(&mut self) {
-        self.load_after = load();
+        self.load_after = crate::loopback::rows::load();
     }
 
     /// Each failed run as `pair, rep N: why`.
@@ -478,12 +445,12 @@ impl Report {
         let _ = write!(
             o,
             "{{\"scenario\":\"fairness\",\"command\":{},\"date\":{},\"nproc\":{},\"kernel\":{},\"load_before\":{},\"load_after\":{},",
-            jstr(&self.command),
-            jstr(&self.date),
+            json_str(&self.command),
+            json_str(&self.date),
             self.nproc,
-            jstr(&self.kernel),
-            jstr(&self.load_before),
-            jstr(&self.load_after)
+            json_str(&self.kernel),
+            json_str(&self.load_before),
+            json_str(&self.load_after)
         );
         let _ = write!(
             o,
@@ -502,9 +469,9 @@ impl Report {
             if k > 0 {
                 o.push(',');
             }
-            let _ = write!(o, "{{\"pair\":{},\"rep\":{}", jstr(&r.pair), r.rep + 1);
+            let _ = write!(o, "{{\"pair\":{},\"rep\":{}", json_str(&r.pair), r.rep + 1);
             if let Some(e) = &r.error {
-                let _ = write!(o, ",\"error\":{}}}", jstr(e));
+                let _ = write!(o, ",\"error\":{}}}", json_str(e));
                 continue;
             }
             let (Some(f), Some(d)) = (&r.figures, &r.data) else {
@@ -530,13 +497,13 @@ impl Report {
                 let sender = if flow.sender.starts_with('{') && flow.sender.ends_with('}') {
                     flow.sender.clone()
                 } else {
-                    jstr(&flow.sender)
+                    json_str(&flow.sender)
                 };
                 let _ = write!(
                     o,
                     "{{\"flow\":{},\"name\":{},\"goodput_bps\":{},\"share\":{},\"verified_bytes\":{},\"late_ms\":{},\"send_cpu_s\":{},\"recv_cpu_s\":{},\"send_rss_kib\":{},\"recv_rss_kib\":{},\"sender\":{sender},\"bytes_per_interval\":[{}],\"mbps_per_interval\":[{}]}}",
                     i + 1,
-                    jstr(&flow.name),
+                    json_str(&flow.name),
                     num(f.goodput_bps[i]),
                     num(f.shares[i]),
                     flow.verified,
@@ -641,7 +608,7 @@ mod tests {
     #[test]
     fn slugs_and_json_strings_are_safe() {
         assert_eq!(slug(0, "manyfold (cubic) + kernel TCP cubic"), "rep1-manyfold-cubic-kernel-tcp-cubic");
-        assert_eq!(jstr("a \"b\"\n\\"), "\"a \\\"b\\\"\\n\\\\\"");
+        assert_eq!(json_str("a \"b\"\n\\"), "\"a \\\"b\\\"\\n\\\\\"");
         assert_eq!(num(f64::NAN), "null");
     }
 

@@ -19,7 +19,7 @@ mod mf;
 pub(crate) mod quic;
 pub(crate) mod report;
 pub(crate) mod rows;
-mod tcp;
+pub(crate) mod tcp;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;

@@ -15,10 +15,11 @@ use super::data::{Check, Pattern, CHUNK};
 /// this kernel).
 pub const CONTROLS: &[&str] = &["cubic", "bbr"];
 
-fn socket(cc: &str) -> Result<Socket> {
+/// A TCP socket with congestion control `cc`, read back so that a row or
+/// flow never silently runs another algorithm.
+pub(crate) fn socket(cc: &str) -> Result<Socket> {
     let s = Socket::new(Domain::IPV4, Type::STREAM, Some(Protocol::TCP))?;
     s.set_tcp_congestion(cc.as_bytes()).with_context(|| format!("TCP_CONGESTION {cc}"))?;
-    // Read back, so that a row never silently runs another algorithm.
     let got = s.tcp_congestion()?;
     let got = String::from_utf8_lossy(&got);
     if got.trim_end_matches('\0') != cc {

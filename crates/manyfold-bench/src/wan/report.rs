@@ -4,7 +4,6 @@
 //! RTT (goodput as a fraction of the link against loss, a line per row).
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use anyhow::Result;
 
@@ -73,14 +72,6 @@ fn median(v: &[f64]) -> Option<f64> {
     v.get(v.len() / 2).copied()
 }
 
-fn sh(cmd: &str, args: &[&str]) -> String {
-    Command::new(cmd)
-        .args(args)
-        .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
-        .unwrap_or_default()
-}
-
 impl Report {
     pub fn new(opts: &Options, reps: usize) -> Self {
         let args: Vec<String> = std::env::args().skip(1).collect();
@@ -105,9 +96,9 @@ impl Report {
         println!(
             "`{}` · {} · nproc {} · kernel {} · seed {} · queue {} BDP (≥ 100 packets) · jitter {} ms · reordering {}% · up to {} reps per row",
             self.command,
-            sh("date", &["-u", "+%Y-%m-%d %H:%M UTC"]),
+            crate::sh("date", &["-u", "+%Y-%m-%d %H:%M UTC"]),
             std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
-            sh("uname", &["-r"]),
+            crate::sh("uname", &["-r"]),
             o.seed,
             o.queue_bdp,
             o.jitter,
