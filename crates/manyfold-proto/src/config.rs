@@ -78,6 +78,14 @@ pub struct ConnectionConfig {
     pub initial_window_packets: u32,
     /// The congestion controller.
     pub congestion: CongestionAlgorithm,
+    /// Most streams with state at once, stream 0 included (spec §13.8).
+    pub max_streams: usize,
+    /// Largest message `send_message` accepts (spec §13.5).
+    pub max_message: usize,
+    /// Credit window of each stream but stream 0, which has
+    /// `recv_buffer`: how far beyond what the application consumed the
+    /// peer may send on it (spec §13.7). At least `max_message`.
+    pub stream_window: usize,
 }
 
 impl Default for ConnectionConfig {
@@ -98,6 +106,9 @@ impl Default for ConnectionConfig {
             max_ack_delay: Duration::from_millis(25),
             initial_window_packets: 10,
             congestion: CongestionAlgorithm::NewReno,
+            max_streams: 1024,
+            max_message: 16 << 20,
+            stream_window: 16 << 20,
         }
     }
 }

@@ -12,7 +12,9 @@ use rand::{RngCore, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 use crate::config::EndpointConfig;
-use crate::connection::{CloseReason, ConnStats, Connection, Event, RecvError, SendError, State};
+use crate::connection::{
+    CloseReason, ConnStats, Connection, Event, MessageOptions, RecvError, SendError, State, StreamItem,
+};
 use crate::handshake::{CookieBinding, ReplayCache, Secrets};
 use crate::wire::{DecodeError, ErrorCode, Flags, HandshakeParams, Packet, PacketType};
 
@@ -444,20 +446,88 @@ impl Endpoint {
         self.events.pop_front()
     }
 
-    /// Queues application data (spec §7). Returns how many bytes were taken:
-    /// fewer than offered when the send buffer is full, 0 when it has no room.
-    pub fn send(&mut self, h: ConnHandle, data: &[u8]) -> Result<usize, SendError> {
-        let r = self.conn_mut(h).ok_or(SendError::UnknownConnection)?.send(data);
+    /// Runs `f` on connection `h` and marks it for output.
+    fn with_conn<R>(&mut self, h: ConnHandle, f: impl FnOnce(&mut Connection) -> R) -> Option<R> {
+        let r = f(self.conn_mut(h)?);
         self.mark(h.index);
-        r
+        Some(r)
     }
 
-    /// Reads received data in order. `Ok(Some(0))` is the end of the peer's
+    /// Queues application data on stream 0, the connection's byte stream
+    /// (spec §7). Returns how many bytes were taken: fewer than offered
+    /// when the send buffer is full, 0 when it has no room.
+    pub fn send(&mut self, h: ConnHandle, data: &[u8]) -> Result<usize, SendError> {
+        self.stream_send(h, 0, data)
+    }
+
+    /// Reads stream 0 in order. `Ok(Some(0))` is the end of the peer's
     /// stream (its FIN, after all data); `Ok(None)` means nothing yet.
     pub fn recv(&mut self, h: ConnHandle, buf: &mut [u8]) -> Result<Option<usize>, RecvError> {
-        let r = self.conn_mut(h).ok_or(RecvError::UnknownConnection)?.recv(buf);
-        self.mark(h.index);
-        r
+        self.stream_recv(h, 0, buf)
+    }
+
+    /// Queues bytes on `stream`, opening it if new (spec §13).
+    pub fn stream_send(&mut self, h: ConnHandle, stream: u16, data: &[u8]) -> Result<usize, SendError> {
+        self.with_conn(h, |c| c.send(stream, data)).unwrap_or(Err(SendError::UnknownConnection))
+    }
+
+    /// Reads `stream`'s bytes in order, across message boundaries.
+    pub fn stream_recv(&mut self, h: ConnHandle, stream: u16, buf: &mut [u8]) -> Result<Option<usize>, RecvError> {
+        self.with_conn(h, |c| c.recv(stream, buf)).unwrap_or(Err(RecvError::UnknownConnection))
+    }
+
+    /// Queues one whole message on `stream` (spec §13.5): all of it, or
+    /// nothing and an error ([`SendError::Blocked`] when the send buffer
+    /// has no room for it yet).
+    pub fn send_message(
+        &mut self,
+        h: ConnHandle,
+        now: Instant,
+        stream: u16,
+        data: &[u8],
+        opts: MessageOptions,
+    ) -> Result<(), SendError> {
+        self.with_conn(h, |c| c.send_message(now, stream, data, opts)).unwrap_or(Err(SendError::UnknownConnection))
+    }
+
+    /// The next whole message, abandoned-message notice or end of any
+    /// stream, streams taking turns (spec §13.5); `Ok(None)`: nothing yet.
+    pub fn recv_message(&mut self, h: ConnHandle) -> Result<Option<(u16, StreamItem)>, RecvError> {
+        self.with_conn(h, |c| c.recv_message(None)).unwrap_or(Err(RecvError::UnknownConnection))
+    }
+
+    /// Like [`Endpoint::recv_message`], for one stream.
+    pub fn recv_message_on(&mut self, h: ConnHandle, stream: u16) -> Result<Option<StreamItem>, RecvError> {
+        let r = self.with_conn(h, |c| c.recv_message(Some(stream))).unwrap_or(Err(RecvError::UnknownConnection));
+        r.map(|o| o.map(|(_, item)| item))
+    }
+
+    /// Ends our side of `stream` after what is queued on it (stream FIN).
+    pub fn finish_stream(&mut self, h: ConnHandle, stream: u16) -> Result<(), SendError> {
+        self.with_conn(h, |c| c.finish_stream(stream)).unwrap_or(Err(SendError::UnknownConnection))
+    }
+
+    /// Abandons our side of `stream`: queued data is dropped and the peer
+    /// reads [`StreamItem::Reset`] with `code` (spec §13.9).
+    pub fn reset_stream(&mut self, h: ConnHandle, stream: u16, code: u16) {
+        self.with_conn(h, |c| c.reset_stream(stream, code));
+    }
+
+    /// Asks the peer to stop sending on `stream`; it resets its side with `code`.
+    pub fn stop_stream(&mut self, h: ConnHandle, stream: u16, code: u16) {
+        self.with_conn(h, |c| c.stop_stream(stream, code));
+    }
+
+    /// Scheduling of `stream` (spec §13.10): lower `priority` goes first;
+    /// among equals, `weight` chunks per round-robin turn.
+    pub fn set_stream_priority(&mut self, h: ConnHandle, stream: u16, priority: u8, weight: u16) {
+        self.with_conn(h, |c| c.set_stream_priority(stream, priority, weight));
+    }
+
+    /// Whether anything queued on `stream` is not yet acknowledged
+    /// (`wait_for_send`, paper 00 §4.2.7). False once the connection closed.
+    pub fn stream_pending(&self, h: ConnHandle, stream: u16) -> bool {
+        self.conn(h).is_some_and(|c| c.stream_pending(stream))
     }
 
     /// Graceful close of our sending side (spec §4.4): a FIN follows the data

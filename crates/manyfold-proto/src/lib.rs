@@ -30,7 +30,9 @@ mod ring;
 pub mod wire;
 
 pub use config::{CongestionAlgorithm, ConnectionConfig, EndpointConfig};
-pub use connection::{CloseReason, ConnStats, Event, RecvError, SendError, State};
+pub use connection::{
+    CloseReason, ConnStats, Event, MessageOptions, RecvError, SendError, State, StreamItem, INITIAL_STREAM_CREDIT,
+};
 pub use endpoint::{ConnHandle, ConnectError, Endpoint, EndpointStats, Transmit};
 
 #[cfg(test)]

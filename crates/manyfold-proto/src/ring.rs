@@ -57,6 +57,20 @@ impl ByteRing {
         n
     }
 
+    /// Drops up to `n` bytes from the front; returns how many.
+    pub fn discard(&mut self, n: usize) -> usize {
+        let n = n.min(self.len);
+        if n == 0 {
+            return 0;
+        }
+        self.head = (self.head + n) % self.buf.len();
+        self.len -= n;
+        if self.len == 0 {
+            self.head = 0;
+        }
+        n
+    }
+
     /// Drops everything held and releases the storage.
     pub fn clear(&mut self) {
         *self = ByteRing::default();

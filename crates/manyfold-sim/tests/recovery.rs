@@ -15,8 +15,9 @@ use common::*;
 use manyfold_proto::{CongestionAlgorithm, ConnHandle, ConnStats, ConnectionConfig};
 use manyfold_sim::{Captured, LinkConfig, Sink, Source, Transfer, World};
 
-/// Data bytes in a full packet without SACK ranges: 1452 − 24.
-const FULL: u64 = 1428;
+/// Data bytes in a full packet without SACK ranges: 1452 − 24 (header)
+/// − 16 (data chunk header, spec §13.2).
+const FULL: u64 = 1412;
 
 /// Pushes `source` into the client's connection and reads the server's
 /// side into `sink` until `sink` has everything, for at most `max`.

@@ -6,10 +6,12 @@
 
 mod recv;
 mod send;
+mod streams;
 mod timer;
 mod transmit;
 mod types;
 
+pub use streams::{MessageOptions, StreamItem, INITIAL_STREAM_CREDIT};
 pub use types::{CloseReason, ConnStats, Event, RecvError, SendError, State};
 
 use std::collections::VecDeque;
@@ -22,7 +24,7 @@ use crate::congestion::{self, Controller};
 use crate::recovery::{RttEstimator, SentQueue};
 use crate::wire::{Cookie, ErrorCode, Flags, Packet, HEADER_LEN};
 use recv::{Arrival, Receiver};
-use send::SendBuffer;
+use streams::{Limits, StreamRefusal, Streams};
 use timer::{Timer, Timers};
 
 /// Smallest datagram a peer may announce; smaller values are raised to it.
@@ -76,7 +78,8 @@ pub(crate) struct Connection {
     /// Our initial sequence number (extended).
     isn: u64,
     sent: SentQueue,
-    send_buf: SendBuffer,
+    /// Every stream's queues and buffers (spec §13).
+    streams: Streams,
     /// The application closed its side: FIN follows the queued data.
     fin_queued: bool,
     fin_seq: Option<u64>,
@@ -122,7 +125,12 @@ impl Connection {
             state,
             isn,
             sent: SentQueue::new(isn),
-            send_buf: SendBuffer::default(),
+            streams: Streams::new(Limits {
+                max_streams: config.max_streams.clamp(1, 1 << 16),
+                // A whole message must fit a stream's credit (spec §13.7).
+                stream_window: config.stream_window.max(config.max_message) as u64,
+                stream0_window: config.recv_buffer as u64,
+            }),
             fin_queued: false,
             fin_seq: None,
             cookie: None,
@@ -228,7 +236,10 @@ impl Connection {
         s.rttvar = self.rtt.rttvar();
         s.min_rtt = self.rtt.min();
         s.cwnd = self.cc.window();
-        s.unacked_bytes = self.send_buf.len() as u64 + self.sent.outstanding_data();
+        s.unacked_bytes = self.streams.queued() as u64 + self.sent.outstanding_data();
+        s.open_streams = self.streams.open_count();
+        s.abandoned_messages = self.streams.abandoned;
+        s.stream_violations = self.streams.violations;
         s
     }
 
@@ -250,7 +261,7 @@ impl Connection {
         self.ack = AckState::default();
         self.probe_pending = false;
         if reason != CloseReason::Graceful {
-            self.send_buf.clear();
+            self.streams.clear_queued();
         }
         self.events.push_back(Event::Closed(reason));
         self.signal_readable();
@@ -290,7 +301,7 @@ impl Connection {
         if self.fin_queued || self.state == State::Closed {
             return 0;
         }
-        let used = self.send_buf.len() + self.sent.outstanding_data() as usize;
+        let used = self.streams.queued() + self.sent.outstanding_data() as usize;
         self.send_limit().saturating_sub(used)
     }
 
@@ -310,16 +321,25 @@ impl Connection {
         (limit / 4).max(64 << 10).min(limit)
     }
 
-    pub fn send(&mut self, data: &[u8]) -> Result<usize, SendError> {
+    /// Checks that the connection can take data at all.
+    fn check_open(&self) -> Result<(), SendError> {
         if let Some(reason) = self.close_reason {
             return Err(SendError::Closed(reason));
         }
         if self.fin_queued {
             return Err(SendError::Finished);
         }
+        Ok(())
+    }
+
+    /// Queues bytes on stream `id` (0 is the connection's byte stream);
+    /// returns how many fitted the send buffer.
+    pub fn send(&mut self, id: u16, data: &[u8]) -> Result<usize, SendError> {
+        self.check_open()?;
+        self.streams.check_send(id).map_err(refusal)?;
         let n = data.len().min(self.send_capacity());
-        self.send_buf.push(&data[..n]);
         if n > 0 {
+            self.streams.write(id, &data[..n]).map_err(refusal)?;
             self.send_acked_signalled = false;
         }
         if n < data.len() {
@@ -328,32 +348,109 @@ impl Connection {
         Ok(n)
     }
 
-    pub fn recv(&mut self, buf: &mut [u8]) -> Result<Option<usize>, RecvError> {
-        let Some(r) = self.recv.as_mut() else {
+    /// Queues one whole message on stream `id` (spec §13.5): all of it or,
+    /// with an error saying why, nothing.
+    pub fn send_message(&mut self, now: Instant, id: u16, data: &[u8], opts: MessageOptions) -> Result<(), SendError> {
+        self.check_open()?;
+        if data.len() > self.config.max_message {
+            return Err(SendError::MessageTooLarge { size: data.len(), max: self.config.max_message });
+        }
+        self.streams.check_send(id).map_err(refusal)?;
+        if data.len() > self.send_capacity() {
+            self.want_writable = true;
+            return Err(SendError::Blocked);
+        }
+        self.streams.push_message(now, id, data, opts).map_err(refusal)?;
+        self.send_acked_signalled = false;
+        Ok(())
+    }
+
+    /// Ends our sending side of stream `id` once its queued data is sent.
+    pub fn finish_stream(&mut self, id: u16) -> Result<(), SendError> {
+        self.check_open()?;
+        self.send_acked_signalled = false;
+        self.streams.finish(id).map_err(refusal)
+    }
+
+    /// Abandons our sending side of stream `id` with an error code.
+    pub fn reset_stream(&mut self, id: u16, code: u16) {
+        if self.state != State::Closed {
+            self.streams.reset(id, code);
+        }
+    }
+
+    /// Asks the peer to stop sending on stream `id`, with an error code.
+    pub fn stop_stream(&mut self, id: u16, code: u16) {
+        if self.state != State::Closed {
+            self.streams.stop(id, code);
+        }
+    }
+
+    pub fn set_stream_priority(&mut self, id: u16, priority: u8, weight: u16) {
+        self.streams.set_priority(id, priority, weight);
+    }
+
+    /// Whether anything queued on stream `id` is still unacknowledged.
+    pub fn stream_pending(&self, id: u16) -> bool {
+        self.state != State::Closed && self.streams.is_pending(id)
+    }
+
+    /// Reads bytes of stream `id`: `Ok(Some(0))` at its end, `Ok(None)`
+    /// when nothing is there yet.
+    pub fn recv(&mut self, id: u16, buf: &mut [u8]) -> Result<Option<usize>, RecvError> {
+        let Some(before) = self.recv.as_ref().map(|r| r.window(self.streams.buffered())) else {
             return match self.close_reason {
                 Some(reason) => Err(RecvError::Closed(reason)),
                 None => Ok(None),
             };
         };
-        let before = r.window();
-        let n = r.read(buf);
-        if n > 0 {
-            // spec §7.3: a window update when a nearly closed window reopens
-            // (receiver-side silly window avoidance, RFC 1122 4.2.3.3).
-            let after = r.window();
-            let half = (r.capacity() / 2) as u64;
-            let mss = u64::from(self.max_datagram());
-            if before < half.min(4 * mss) && after >= half.min(4 * mss).max(before + mss) {
-                self.ack.immediate = true;
+        match self.streams.read(id, buf) {
+            Err(code) => Err(RecvError::StreamReset(code)),
+            Ok(Some(n)) => {
+                if n > 0 {
+                    self.window_update(before);
+                }
+                Ok(Some(n))
             }
-            return Ok(Some(n));
+            Ok(None) => match self.close_reason {
+                Some(CloseReason::Graceful) | None => Ok(None),
+                Some(reason) => Err(RecvError::Closed(reason)),
+            },
         }
-        if r.fin_reached() && r.readable_bytes() == 0 {
-            return Ok(Some(0));
+    }
+
+    /// The next message or stream event of any stream (spec §13.5), or of
+    /// stream `only`.
+    pub fn recv_message(&mut self, only: Option<u16>) -> Result<Option<(u16, StreamItem)>, RecvError> {
+        let Some(before) = self.recv.as_ref().map(|r| r.window(self.streams.buffered())) else {
+            return match self.close_reason {
+                Some(reason) => Err(RecvError::Closed(reason)),
+                None => Ok(None),
+            };
+        };
+        let item = match only {
+            Some(id) => self.streams.pop_on(id).map(|i| (id, i)),
+            None => self.streams.pop_any(),
+        };
+        if item.is_some() {
+            self.window_update(before);
+            return Ok(item);
         }
         match self.close_reason {
             Some(CloseReason::Graceful) | None => Ok(None),
             Some(reason) => Err(RecvError::Closed(reason)),
+        }
+    }
+
+    /// spec §7.3: a window update when a nearly closed window reopens
+    /// (receiver-side silly window avoidance, RFC 1122 4.2.3.3).
+    fn window_update(&mut self, before: u64) {
+        let Some(r) = self.recv.as_ref() else { return };
+        let after = r.window(self.streams.buffered());
+        let half = (r.capacity() / 2) as u64;
+        let mss = u64::from(self.max_datagram());
+        if before < half.min(4 * mss) && after >= half.min(4 * mss).max(before + mss) {
+            self.ack.immediate = true;
         }
     }
 
@@ -376,9 +473,7 @@ impl Connection {
     /// discarded, and the connection closes gracefully if still open.
     pub fn on_released(&mut self) {
         self.released = true;
-        if let Some(r) = self.recv.as_mut() {
-            r.set_discard();
-        }
+        self.streams.set_discard();
         self.close();
     }
 
@@ -531,7 +626,8 @@ impl Connection {
             self.peer_window = u64::from(h.window);
         }
         let sacks = p.sack.iter().flat_map(|s| s.ranges().iter()).map(|&(a, b)| (extend(a, base), extend(b, base)));
-        let out = self.sent.on_ack(now, cum, sacks, &mut self.rtt, self.cc.as_mut());
+        let streams = &mut self.streams;
+        let out = self.sent.on_ack(now, cum, sacks, &mut self.rtt, self.cc.as_mut(), |p| streams.on_acked(&p.payload));
         self.stats.lost_packets += out.newly_lost;
         self.stats.spurious_losses += out.spurious;
         if out.newly_acked > 0 {
@@ -572,7 +668,7 @@ impl Connection {
         }
         let fin_acked = self.fin_seq.is_some_and(|f| una > f);
         if self.sent.is_empty()
-            && self.send_buf.is_empty()
+            && self.streams.all_acked()
             && !self.send_acked_signalled
             && (!self.fin_queued || fin_acked)
         {
@@ -594,18 +690,19 @@ impl Connection {
         let seq = extend(p.header.seq, r.next());
         let fin = p.header.flags.contains(Flags::FIN);
         let had_gaps = r.has_gaps();
-        let (arrival, delivered) = r.on_packet(seq, p.data, fin);
-        if delivered > 0 {
-            r.autotune(now, delivered, self.rtt.srtt());
+        let len = crate::wire::chunk::data_len(p.data);
+        let arrival = r.on_packet(seq, len, fin, self.streams.buffered());
+        if matches!(arrival, Arrival::InOrder | Arrival::OutOfOrder) && !p.data.is_empty() {
+            // spec §13.4: the chunks go to their streams now, in order or not.
+            let arrived = self.streams.on_chunks(p.data);
+            r.autotune(now, arrived, self.rtt.srtt());
+            self.stats.bytes_received += arrived as u64;
+            self.readable_signalled = true;
         }
         let fin_reached = r.fin_reached();
         let has_gaps = r.has_gaps();
         match arrival {
             Arrival::InOrder => {
-                self.stats.bytes_received += delivered as u64;
-                if delivered > 0 {
-                    self.signal_readable();
-                }
                 self.ack.pending += 1;
                 self.ack.since.get_or_insert(now);
                 // RFC 5681 (4.2): ack at once when a gap was just filled or
@@ -645,6 +742,7 @@ impl Connection {
     /// The peer's FIN was reached in order (spec §4.4).
     fn on_peer_fin(&mut self, now: Instant) {
         self.ack.immediate = true;
+        self.streams.on_conn_fin();
         self.signal_readable();
         match self.state {
             State::Established | State::SynReceived => self.set_state(State::CloseWait),
@@ -666,6 +764,15 @@ impl Connection {
 fn is_sequenced(p: &Packet) -> bool {
     let f = p.header.flags;
     f.contains(Flags::SYN) || f.contains(Flags::FIN) || p.cookie.is_some() || !p.data.is_empty()
+}
+
+/// The error for a refused stream operation.
+fn refusal(r: StreamRefusal) -> SendError {
+    match r {
+        StreamRefusal::Finished => SendError::Finished,
+        StreamRefusal::Reset(code) => SendError::StreamReset(code),
+        StreamRefusal::Limit(max) => SendError::StreamLimit(max),
+    }
 }
 
 /// Room left for data in a datagram of `max` bytes after the header and

@@ -65,6 +65,7 @@ impl SendBuffer {
         self.len
     }
 
+    #[cfg(test)]
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }

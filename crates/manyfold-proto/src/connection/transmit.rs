@@ -4,10 +4,9 @@
 
 use std::time::Instant;
 
-use bytes::Bytes;
-
 use super::timer::Timer;
 use super::{advertised_window, data_room, AckState, CloseReason, Connection, State};
+use crate::wire::chunk::{Chunks, DATA_HEADER_LEN};
 use crate::wire::{Flags, HandshakeParams, Packet, PacketType, COOKIE_LEN, HEADER_LEN, PARAMS_LEN};
 
 /// SACK ranges on a data packet (each costs 8 bytes of payload).
@@ -148,7 +147,7 @@ impl Connection {
         if self.probe_pending {
             // A keep-alive or window probe: elicits an ack, consumes no sequence number.
             let seq = self.sent.next_seq();
-            let n = self.write(now, buf, Flags::KLV, seq, Bytes::new(), ACK_SACK_RANGES)?;
+            let n = self.write(now, buf, Flags::KLV, seq, None, ACK_SACK_RANGES)?;
             self.probe_pending = false;
             return Some(n);
         }
@@ -156,22 +155,26 @@ impl Connection {
             self.recv.is_some() && (self.ack.immediate || self.ack.pending >= self.config.ack_frequency.max(1));
         if ack_due {
             let seq = self.sent.next_seq();
-            return self.write(now, buf, Flags::empty(), seq, Bytes::new(), ACK_SACK_RANGES);
+            return self.write(now, buf, Flags::empty(), seq, None, ACK_SACK_RANGES);
         }
         None
     }
 
     fn retransmit(&mut self, now: Instant, buf: &mut [u8], seq: u64) -> Sent {
+        // spec §13.6: data of reset streams and abandoned messages is not
+        // sent again.
+        let streams = &mut self.streams;
+        self.sent.strip(seq, |chunks, retx| streams.before_retransmit(now, chunks, retx + 1));
         let Some(p) = self.sent.get(seq) else {
             return Sent::Blocked;
         };
         let (payload, control) = (p.payload.clone(), p.control);
-        let size = HEADER_LEN + self.sections_len(control) + payload.len();
+        let size = HEADER_LEN + self.sections_len(control) + payload.encoded_len();
         if self.sent.bytes_in_flight() + size as u64 > self.cc.window() || self.paced(now, size) {
             return Sent::Blocked;
         }
         // spec §5.3: a resend is what the peer waits for; ask for its ack now.
-        match self.write(now, buf, control | Flags::KLV, seq, payload, DATA_SACK_RANGES) {
+        match self.write(now, buf, control | Flags::KLV, seq, Some(&payload), DATA_SACK_RANGES) {
             Some(n) => {
                 self.sent.on_retransmitted(now, seq, n as u32);
                 self.stats.retransmissions += 1;
@@ -182,13 +185,13 @@ impl Connection {
         }
     }
 
-    /// The next new sequenced packet: SYN, cookie echo, data, FIN.
+    /// The next new sequenced packet: SYN, cookie echo, stream chunks, FIN.
     fn send_new(&mut self, now: Instant, buf: &mut [u8]) -> Sent {
         if self.state == State::SynSent {
             if !self.sent.is_empty() {
                 return Sent::Blocked;
             }
-            return self.send_sequenced(now, buf, Flags::SYN, Bytes::new(), true, false);
+            return self.send_sequenced(now, buf, Flags::SYN, Chunks::default(), true, false);
         }
         if self.state == State::SynReceived || self.fin_seq.is_some() {
             return Sent::Blocked;
@@ -203,47 +206,65 @@ impl Connection {
             control.insert(Flags::CKE);
         }
         let sack_len = self.recv.as_ref().and_then(|r| r.sack_block(DATA_SACK_RANGES)).map_or(0, |s| s.encoded_len());
-        let full_room = data_room(self.max_datagram() as usize, sack_len + self.sections_len(control));
-        let flow_room = self.peer_window.saturating_sub(self.sent.outstanding_data()) as usize;
-        let queued = self.send_buf.len();
-        let want = queued.min(full_room).min(flow_room);
-        let fin = self.fin_queued && want == queued;
-        if want == 0 && !fin && !echo {
-            if queued > 0 && self.sent.outstanding_data() == 0 && !self.timers.is_set(Timer::Persist) {
-                // spec §7.3: a zero window with nothing in flight: probe it.
-                self.timers.set(Timer::Persist, now + self.rtt.rto(self.persist_backoff));
+        let overhead = sack_len + self.sections_len(control);
+        let full_room = data_room(self.max_datagram() as usize, overhead);
+        let outstanding = self.sent.outstanding_data();
+        let flow_room = self.peer_window.saturating_sub(outstanding) as usize;
+        let queued = self.streams.queued();
+        let has_control = self.streams.has_control();
+        let sendable = self.streams.has_sendable();
+        let fin_due = self.fin_queued && queued == 0 && !sendable;
+        // Data a full chunk of which could go now.
+        let want = queued.min(full_room.saturating_sub(DATA_HEADER_LEN)).min(flow_room);
+        if !has_control && !fin_due && !echo {
+            if !sendable {
+                return Sent::Blocked;
             }
+            if flow_room == 0 {
+                if queued > 0 && outstanding == 0 && !self.timers.is_set(Timer::Persist) {
+                    // spec §7.3: a zero window with nothing in flight: probe it.
+                    self.timers.set(Timer::Persist, now + self.rtt.rto(self.persist_backoff));
+                }
+                return Sent::Blocked;
+            }
+            // Sender-side silly window avoidance (RFC 1122 4.2.3.4): while
+            // acks are still due, don't send a runt cut short by the peer's window.
+            if flow_room < full_room && flow_room < queued && outstanding > 0 {
+                return Sent::Blocked;
+            }
+        }
+        let est = HEADER_LEN + overhead + (want + DATA_HEADER_LEN).min(full_room);
+        let room = data_room(buf.len().min(self.max_datagram() as usize), overhead);
+        if room < est - HEADER_LEN - overhead {
+            return Sent::NoRoom;
+        }
+        if self.sent.bytes_in_flight() + est as u64 > self.cc.window() || self.paced(now, est) {
             return Sent::Blocked;
         }
-        // Sender-side silly window avoidance (RFC 1122 4.2.3.4): while acks
-        // are still due, don't send a runt cut short by the peer's window.
-        if want < full_room && want < queued && self.sent.outstanding_data() > 0 {
+        let mut chunks = Chunks::default();
+        let cut = self.streams.fill(now, &mut chunks, room, flow_room);
+        let fin = self.fin_queued && self.streams.queued() == 0 && !self.streams.has_sendable();
+        if chunks.is_empty() && !fin && !echo {
             return Sent::Blocked;
         }
         if fin {
             control.insert(Flags::FIN);
         }
-        let size = HEADER_LEN + sack_len + self.sections_len(control) + want;
-        if size > buf.len() {
-            return Sent::NoRoom;
-        }
-        if self.sent.bytes_in_flight() + size as u64 > self.cc.window() || self.paced(now, size) {
-            return Sent::Blocked;
-        }
-        let payload = self.send_buf.take(want);
+        let size = HEADER_LEN + overhead + chunks.encoded_len();
         let seq = self.sent.next_seq();
-        let app_limited = self.send_buf.is_empty();
+        let app_limited = self.streams.queued() == 0;
         // spec §5.3: ask for an immediate ack (KLV) on the packet that ends a
         // burst or leaves no room for another: nothing follows it soon, so a
         // delayed ack would only stall the sender (RFC 5681's delayed-ack
         // stall at small windows; QUIC's IMMEDIATE_ACK does the same).
         let room_after = self.cc.window().saturating_sub(self.sent.bytes_in_flight() + size as u64);
         let ack_now = app_limited || room_after < u64::from(self.max_datagram());
-        let sent = self.send_sequenced(now, buf, control, payload, app_limited, ack_now);
+        let sent = self.send_sequenced(now, buf, control, chunks, app_limited, ack_now);
         if let Sent::Yes(_) = sent {
-            self.stats.bytes_sent += want as u64;
+            self.stats.bytes_sent += cut as u64;
             if fin {
                 self.fin_seq = Some(seq);
+                self.streams.on_fin_sent();
             }
             if echo {
                 self.cookie_seq = Some(seq);
@@ -257,13 +278,13 @@ impl Connection {
         now: Instant,
         buf: &mut [u8],
         control: Flags,
-        payload: Bytes,
+        payload: Chunks,
         app_limited: bool,
         ack_now: bool,
     ) -> Sent {
         let seq = self.sent.next_seq();
         let flags = if ack_now { control | Flags::KLV } else { control };
-        match self.write(now, buf, flags, seq, payload.clone(), DATA_SACK_RANGES) {
+        match self.write(now, buf, flags, seq, Some(&payload), DATA_SACK_RANGES) {
             Some(n) => {
                 self.sent.on_sent(now, payload, control, n as u32, app_limited);
                 self.arm_rto(now);
@@ -319,7 +340,7 @@ impl Connection {
     fn send_probe(&mut self, now: Instant, buf: &mut [u8], seq: u64) -> Option<usize> {
         let p = self.sent.get(seq)?;
         let (payload, control) = (p.payload.clone(), p.control);
-        let n = self.write(now, buf, control | Flags::KLV, seq, payload, DATA_SACK_RANGES)?;
+        let n = self.write(now, buf, control | Flags::KLV, seq, Some(&payload), DATA_SACK_RANGES)?;
         self.sent.on_probe_sent(now, seq, n as u32);
         self.stats.retransmissions += 1;
         self.tlp_count += 1;
@@ -349,11 +370,11 @@ impl Connection {
         buf: &mut [u8],
         flags: Flags,
         seq: u64,
-        data: Bytes,
+        chunks: Option<&Chunks>,
         sack_max: usize,
     ) -> Option<usize> {
         let (ack, window) = match &self.recv {
-            Some(r) => (r.next() as u32, advertised_window(r.window() as usize)),
+            Some(r) => (r.next() as u32, advertised_window(r.window(self.streams.buffered()) as usize)),
             None => (0, advertised_window(super::recv::initial_window(self.config.recv_buffer))),
         };
         let mut flags = flags;
@@ -368,8 +389,8 @@ impl Connection {
             p.cookie = self.cookie;
             p.cookie?;
         }
-        p.data = &data;
-        let base = p.len();
+        let data_len = chunks.map_or(0, Chunks::encoded_len);
+        let base = p.len_with(data_len);
         if base > buf.len() {
             return None;
         }
@@ -377,7 +398,11 @@ impl Connection {
             let fit = (buf.len() - base).saturating_sub(1) / 8;
             p.sack = r.sack_block(fit.min(sack_max));
         }
-        let n = p.emit(buf);
+        let n = p.emit_with(buf, data_len, |out| {
+            if let Some(c) = chunks {
+                c.emit(out);
+            }
+        });
         self.stats.packets_sent += 1;
         if flags.contains(Flags::ACK) {
             self.ack = AckState::default();

@@ -100,6 +100,14 @@ pub enum Event {
 pub enum SendError {
     #[error("the sending side was already closed")]
     Finished,
+    #[error("message of {size} bytes is larger than the maximum of {max} bytes; nothing was sent")]
+    MessageTooLarge { size: usize, max: usize },
+    #[error("the send buffer has no room for the whole message now")]
+    Blocked,
+    #[error("the stream was reset (error code {0})")]
+    StreamReset(u16),
+    #[error("too many open streams (the limit is {0})")]
+    StreamLimit(usize),
     #[error("connection ended: {0}")]
     Closed(CloseReason),
     #[error("no such connection")]
@@ -112,6 +120,8 @@ pub enum SendError {
 pub enum RecvError {
     #[error("connection ended: {0}")]
     Closed(CloseReason),
+    #[error("the peer reset the stream (error code {0})")]
+    StreamReset(u16),
     #[error("no such connection")]
     UnknownConnection,
 }
@@ -144,4 +154,10 @@ pub struct ConnStats {
     pub cwnd: u64,
     /// Bytes queued but not yet acknowledged.
     pub unacked_bytes: u64,
+    /// Streams with state, stream 0 included (spec §13.8).
+    pub open_streams: usize,
+    /// Messages we abandoned under partial reliability (spec §13.6).
+    pub abandoned_messages: u64,
+    /// Stream chunks from the peer refused as protocol violations.
+    pub stream_violations: u64,
 }

@@ -17,13 +17,12 @@
 use std::collections::{BTreeSet, VecDeque};
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
-
 use crate::rangeset::RangeSet;
 
 use super::delivery::{Delivery, Stamp};
 use super::RttEstimator;
 use crate::congestion::Controller;
+use crate::wire::chunk::Chunks;
 use crate::wire::Flags;
 
 /// RACK's initial reordering threshold in transmissions (RFC 9002
@@ -45,7 +44,10 @@ pub(crate) enum PacketState {
 /// One sequenced packet: what to send again if it is lost.
 #[derive(Debug, Clone)]
 pub(crate) struct SentPacket {
-    pub payload: Bytes,
+    /// The chunks it carries (spec §13.2).
+    pub payload: Chunks,
+    /// Times it was retransmitted (partial reliability counts them).
+    pub retx: u32,
     /// The sequenced control flags it carries (SYN, FIN, CKE).
     pub control: Flags,
     pub time_sent: Instant,
@@ -155,9 +157,18 @@ impl SentQueue {
         self.packets.get(usize::try_from(seq.checked_sub(self.base)?).ok()?)
     }
 
+    /// Lets `f` edit the chunks of `seq` before it is sent again (given its
+    /// retransmission count so far); `f` returns the data bytes it removed.
+    pub fn strip(&mut self, seq: u64, f: impl FnOnce(&mut Chunks, u32) -> usize) {
+        let Some(i) = seq.checked_sub(self.base) else { return };
+        let Some(p) = self.packets.get_mut(i as usize) else { return };
+        let removed = f(&mut p.payload, p.retx);
+        self.outstanding_data -= removed as u64;
+    }
+
     /// Records a new packet just sent with sequence number `next_seq()`.
-    pub fn on_sent(&mut self, now: Instant, payload: Bytes, control: Flags, size: u32, app_limited: bool) {
-        self.outstanding_data += payload.len() as u64;
+    pub fn on_sent(&mut self, now: Instant, payload: Chunks, control: Flags, size: u32, app_limited: bool) {
+        self.outstanding_data += payload.data_len() as u64;
         let stamp = self.delivery.stamp(now, self.bytes_in_flight == 0);
         self.bytes_in_flight += u64::from(size);
         let tx = self.next_tx;
@@ -165,6 +176,7 @@ impl SentQueue {
         self.order.push_back((self.next_seq(), tx));
         self.packets.push_back(SentPacket {
             payload,
+            retx: 0,
             control,
             time_sent: now,
             tx,
@@ -206,6 +218,7 @@ impl SentQueue {
         p.size = size;
         p.state = PacketState::InFlight;
         p.retransmitted = true;
+        p.retx = p.retx.saturating_add(1);
         p.stamp = stamp;
         self.bytes_in_flight += u64::from(size);
         self.order.push_back((seq, tx));
@@ -260,6 +273,7 @@ impl SentQueue {
         sacks: impl Iterator<Item = (u64, u64)>,
         rtt: &mut RttEstimator,
         cc: &mut dyn Controller,
+        mut on_acked: impl FnMut(&SentPacket),
     ) -> AckOutcome {
         let mut out = AckOutcome::default();
         let mut newest: Option<(u64, Instant, bool)> = None; // (tx, time_sent, retransmitted)
@@ -298,13 +312,15 @@ impl SentQueue {
             };
             self.base += 1;
             out.cumulative_advanced = true;
-            out.released_data += p.payload.len() as u64;
-            self.outstanding_data -= p.payload.len() as u64;
+            let data = p.payload.data_len() as u64;
+            out.released_data += data;
+            self.outstanding_data -= data;
             if p.state == PacketState::InFlight {
                 self.bytes_in_flight -= u64::from(p.size);
                 cc.on_ack(now, p.time_sent, u64::from(p.size), rtt, p.app_limited);
             }
             if p.state != PacketState::Sacked {
+                on_acked(&p);
                 note(&p, &mut out);
                 self.delivery.on_acked(now, p.stamp, p.time_sent, u64::from(p.size), (p.app_limited, p.retransmitted));
             }
@@ -323,6 +339,7 @@ impl SentQueue {
                 if p.state == PacketState::Sacked {
                     continue;
                 }
+                on_acked(p);
                 note(p, &mut out);
                 if p.state == PacketState::InFlight {
                     self.bytes_in_flight -= u64::from(p.size);
@@ -445,6 +462,7 @@ fn open_episode(p: &mut SentPacket, open: &mut u64, real: &mut bool) {
 mod tests {
     use super::*;
     use crate::congestion::NewReno;
+    use crate::wire::chunk::{Chunk, DataChunk};
 
     struct Fixture {
         t0: Instant,
@@ -457,7 +475,10 @@ mod tests {
         let t0 = Instant::now();
         let mut q = SentQueue::new(100);
         for i in 0..n {
-            q.on_sent(t0 + Duration::from_millis(i), Bytes::from_static(b"abcd"), Flags::empty(), 100, false);
+            let mut c = Chunks::default();
+            let data = bytes::Bytes::from_static(b"abcd");
+            c.push(Chunk::Data(DataChunk { stream: 0, flags: 0, offset: 4 * i, in_msg: 0, data, msg: 0 }));
+            q.on_sent(t0 + Duration::from_millis(i), c, Flags::empty(), 100, false);
         }
         let rtt = RttEstimator::new(
             Duration::from_secs(1),
@@ -471,7 +492,7 @@ mod tests {
     #[test]
     fn cumulative_ack_releases_packets_and_samples_rtt() {
         let mut f = fixture(5);
-        let out = f.q.on_ack(f.t0 + Duration::from_millis(50), 103, std::iter::empty(), &mut f.rtt, &mut f.cc);
+        let out = f.q.on_ack(f.t0 + Duration::from_millis(50), 103, std::iter::empty(), &mut f.rtt, &mut f.cc, |_| {});
         assert_eq!(out.newly_acked, 3);
         assert_eq!(out.released_data, 12);
         assert_eq!(f.q.base(), 103);
@@ -483,7 +504,7 @@ mod tests {
     fn three_later_sacks_declare_a_hole_lost() {
         let mut f = fixture(5);
         let now = f.t0 + Duration::from_millis(10);
-        let out = f.q.on_ack(now, 100, [(101, 104)].into_iter(), &mut f.rtt, &mut f.cc);
+        let out = f.q.on_ack(now, 100, [(101, 104)].into_iter(), &mut f.rtt, &mut f.cc, |_| {});
         assert_eq!(out.newly_lost, 1);
         assert_eq!(f.q.peek_retransmit(), Some(100));
         f.q.on_retransmitted(now, 100, 100);
@@ -496,7 +517,7 @@ mod tests {
         let mut f = fixture(3);
         f.rtt.on_sample(Duration::from_millis(100));
         let now = f.t0 + Duration::from_millis(10);
-        let out = f.q.on_ack(now, 100, [(101, 103)].into_iter(), &mut f.rtt, &mut f.cc);
+        let out = f.q.on_ack(now, 100, [(101, 103)].into_iter(), &mut f.rtt, &mut f.cc, |_| {});
         assert_eq!(out.newly_lost, 0);
         let t = f.q.loss_time().expect("loss timer armed");
         let lost = f.q.detect_lost(t, &f.rtt, &mut f.cc);
@@ -508,9 +529,9 @@ mod tests {
         let mut f = fixture(10);
         let now = f.t0 + Duration::from_millis(10);
         // 105..110 acked first; then 100..105 arrive late (reordered, not lost).
-        f.q.on_ack(now, 100, [(105, 110)].into_iter(), &mut f.rtt, &mut f.cc);
+        f.q.on_ack(now, 100, [(105, 110)].into_iter(), &mut f.rtt, &mut f.cc, |_| {});
         let before = f.q.packet_threshold;
-        let out = f.q.on_ack(now, 110, std::iter::empty(), &mut f.rtt, &mut f.cc);
+        let out = f.q.on_ack(now, 110, std::iter::empty(), &mut f.rtt, &mut f.cc, |_| {});
         assert_eq!(out.spurious, 5, "they had been declared lost");
         assert!(f.q.packet_threshold > before.max(PACKET_THRESHOLD));
         assert_eq!(f.q.reo_mult, 1);
@@ -521,18 +542,18 @@ mod tests {
         let mut f = fixture(5);
         f.rtt.on_sample(Duration::from_millis(40));
         let now = f.t0 + Duration::from_millis(10);
-        let out = f.q.on_ack(now, 100, [(101, 105)].into_iter(), &mut f.rtt, &mut f.cc);
+        let out = f.q.on_ack(now, 100, [(101, 105)].into_iter(), &mut f.rtt, &mut f.cc, |_| {});
         assert_eq!(out.newly_lost, 1);
         f.q.on_retransmitted(now, 100, 100);
         // Acked 5 ms after the resend: far sooner than any round trip.
-        let out = f.q.on_ack(now + Duration::from_millis(5), 105, std::iter::empty(), &mut f.rtt, &mut f.cc);
+        let out = f.q.on_ack(now + Duration::from_millis(5), 105, std::iter::empty(), &mut f.rtt, &mut f.cc, |_| {});
         assert_eq!(out.spurious, 1);
     }
 
     #[test]
     fn rto_marks_everything_unsacked_lost() {
         let mut f = fixture(4);
-        f.q.on_ack(f.t0, 100, [(102, 103)].into_iter(), &mut f.rtt, &mut f.cc);
+        f.q.on_ack(f.t0, 100, [(102, 103)].into_iter(), &mut f.rtt, &mut f.cc, |_| {});
         f.q.on_rto();
         assert_eq!(f.q.bytes_in_flight(), 0);
         let mut seqs = vec![];
@@ -546,7 +567,7 @@ mod tests {
     #[test]
     fn ack_beyond_what_was_sent_is_clamped() {
         let mut f = fixture(2);
-        let out = f.q.on_ack(f.t0, 1_000_000, std::iter::empty(), &mut f.rtt, &mut f.cc);
+        let out = f.q.on_ack(f.t0, 1_000_000, std::iter::empty(), &mut f.rtt, &mut f.cc, |_| {});
         assert_eq!(out.newly_acked, 2);
         assert_eq!(f.q.base(), 102);
     }

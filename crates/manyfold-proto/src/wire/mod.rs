@@ -8,6 +8,7 @@
 //! Parsing follows smoltcp's discipline: every length is checked once, up
 //! front, against the datagram; no accessor can panic on untrusted input.
 
+pub mod chunk;
 mod header;
 mod payload;
 

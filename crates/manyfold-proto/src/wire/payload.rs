@@ -144,6 +144,8 @@ impl ErrorCode {
     pub const REFUSED: ErrorCode = ErrorCode(3);
     /// The sender gave up after its idle timeout.
     pub const IDLE_TIMEOUT: ErrorCode = ErrorCode(4);
+    /// A stream was refused: the receiver's limit on open streams was reached (spec §13.8).
+    pub const STREAM_LIMIT: ErrorCode = ErrorCode(5);
 }
 
 /// A whole parsed packet: header plus payload sections (spec §3.3).
@@ -192,12 +194,19 @@ impl<'a> Packet<'a> {
         } else {
             None
         };
+        // spec §13.2: the data area is a run of well-formed chunks.
+        super::chunk::validate_chunks(rest)?;
         Ok(Packet { header, sack, params, cookie, error, data: rest })
     }
 
     /// Encoded length of the whole datagram.
     pub fn len(&self) -> usize {
-        HEADER_LEN + self.sections_len() + self.data.len()
+        self.len_with(self.data.len())
+    }
+
+    /// Encoded length with `data_len` bytes of data in place of `self.data`.
+    pub fn len_with(&self, data_len: usize) -> usize {
+        HEADER_LEN + self.sections_len() + data_len
     }
 
     /// Never true: a packet always has a header.
@@ -218,7 +227,13 @@ impl<'a> Packet<'a> {
     ///
     /// Panics if `out` is shorter than [`Packet::len`]: the caller sized it.
     pub fn emit(&self, out: &mut [u8]) -> usize {
-        let total = self.len();
+        self.emit_with(out, self.data.len(), |d| d.copy_from_slice(self.data))
+    }
+
+    /// Like [`Packet::emit`], with `data_len` bytes of data (in place of
+    /// `self.data`) written by `write_data` into the slice it is given.
+    pub fn emit_with(&self, out: &mut [u8], data_len: usize, write_data: impl FnOnce(&mut [u8])) -> usize {
+        let total = HEADER_LEN + self.sections_len() + data_len;
         let out = &mut out[..total];
         let mut header = self.header;
         header.payload_len = (total - HEADER_LEN) as u16;
@@ -250,7 +265,7 @@ impl<'a> Packet<'a> {
             out[at..at + 2].copy_from_slice(&e.0.to_be_bytes());
             at += 2;
         }
-        out[at..].copy_from_slice(self.data);
+        write_data(&mut out[at..]);
         seal(out);
         total
     }
@@ -289,7 +304,7 @@ mod tests {
         p.params = Some(HandshakeParams { conn_id: 0xdead_beef, max_datagram: 1452 });
         p.cookie = Some(Cookie { timestamp: 1, client_id: 2, client_max_datagram: 3, mac: 4 });
         p.error = Some(ErrorCode::REFUSED);
-        p.data = b"hello";
+        p.data = &[5, 5, 5, 5, 5]; // five one-byte pad chunks (spec §13.2)
         p
     }
 
@@ -309,7 +324,7 @@ mod tests {
             0xde, 0xad, 0xbe, 0xef, 0x05, 0xac, 0, 0, // params
             0, 0, 0, 1, 0, 0, 0, 2, 0, 3, 0, 0, 0, 0, 0, 0, 0, 0, 0, 4, // cookie
             0, 3, // error
-            b'h', b'e', b'l', b'l', b'o',
+            5, 5, 5, 5, 5,
         ];
         assert_eq!(payload, expected);
     }
@@ -362,8 +377,13 @@ mod tests {
             params in proptest::option::of((any::<u32>(), any::<u16>())),
             cookie in proptest::option::of((any::<u32>(), any::<u32>(), any::<u16>(), any::<u64>())),
             error in proptest::option::of(any::<u16>()),
-            data in proptest::collection::vec(any::<u8>(), 0..300),
+            body in proptest::collection::vec(any::<u8>(), 0..300),
         ) {
+            let chunk = super::super::chunk::Chunk::Data(super::super::chunk::DataChunk {
+                stream: 1, flags: 0, offset: 0, in_msg: 0, data: &body[..], msg: 0,
+            });
+            let mut data = vec![0u8; chunk.encoded_len()];
+            chunk.emit(&mut data);
             let mut p = Packet::bare(PacketType::Segment, Flags(flags), conn_id, seq, ack, window);
             if !ranges.is_empty() {
                 let mut s = SackBlock::new();

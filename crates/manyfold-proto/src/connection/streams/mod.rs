@@ -1,0 +1,711 @@
+//! Streams inside one connection (spec §13): up to 65,536 numbered,
+//! bidirectional streams, each with its own ordering, credit and buffers;
+//! messages with begin/end markers, unordered and partially reliable ones;
+//! and the scheduler that shares each packet among the streams with data.
+//!
+//! Stream 0 always exists: it is the connection's byte stream
+//! ([`crate::Endpoint::send`] and [`crate::Endpoint::recv`]).
+
+mod rx;
+mod tx;
+
+pub use rx::StreamItem;
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+
+use crate::wire::chunk::{data_flags, Chunk, Chunks, DataChunk, DATA_HEADER_LEN, MAX_OFFSET};
+use crate::wire::ErrorCode;
+use rx::RecvSide;
+use tx::SendSide;
+
+/// Credit every stream has before its receiver says anything (spec §13.7).
+pub const INITIAL_STREAM_CREDIT: u64 = 1 << 20;
+/// Priority of a stream nobody set one for (0 is the most urgent).
+pub const DEFAULT_PRIORITY: u8 = 128;
+
+/// How one message is sent (spec §13.5, §13.6).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct MessageOptions {
+    /// Deliver it as soon as it is whole, not in stream order (SCTP's U bit).
+    pub unordered: bool,
+    /// Abandon it if not delivered within this time of being queued.
+    pub lifetime: Option<Duration>,
+    /// Abandon it rather than retransmit any of its packets more often.
+    pub max_retransmissions: Option<u32>,
+}
+
+impl MessageOptions {
+    fn partially_reliable(&self) -> bool {
+        self.lifetime.is_some() || self.max_retransmissions.is_some()
+    }
+}
+
+/// Limits of the streams of one connection (spec §13.8).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Limits {
+    pub max_streams: usize,
+    pub stream_window: u64,
+    pub stream0_window: u64,
+}
+
+/// Why a stream operation was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum StreamRefusal {
+    Finished,
+    Reset(u16),
+    Limit(usize),
+}
+
+/// A partially reliable message the sender still tracks.
+#[derive(Debug)]
+struct PrMsg {
+    stream: u16,
+    unordered: bool,
+    expires: Option<Instant>,
+    max_retx: Option<u32>,
+    start: Option<u64>,
+    end: u64,
+    /// Chunks of it in packets not yet acknowledged.
+    live: u32,
+    /// Its last byte has been cut.
+    cut_all: bool,
+    abandoned: bool,
+}
+
+impl PrMsg {
+    fn expired(&self, now: Instant, retx: u32) -> bool {
+        self.expires.is_some_and(|e| now >= e) || self.max_retx.is_some_and(|m| retx > m)
+    }
+}
+
+#[derive(Debug)]
+struct Stream {
+    tx: SendSide,
+    rx: RecvSide,
+    in_sched: bool,
+    in_ready: bool,
+}
+
+/// A set of stream ids (65,536 bits, allocated on first use).
+#[derive(Debug, Default)]
+struct IdSet(Vec<u64>);
+
+impl IdSet {
+    fn insert(&mut self, id: u16) {
+        if self.0.is_empty() {
+            self.0 = vec![0; 1024];
+        }
+        self.0[usize::from(id) / 64] |= 1 << (id % 64);
+    }
+    fn contains(&self, id: u16) -> bool {
+        self.0.get(usize::from(id) / 64).is_some_and(|w| w & (1 << (id % 64)) != 0)
+    }
+}
+
+#[derive(Debug)]
+pub(crate) struct Streams {
+    map: BTreeMap<u16, Stream>,
+    /// Streams with something to send, by priority, in round-robin order.
+    sched: BTreeMap<u8, VecDeque<u16>>,
+    control: VecDeque<Chunk<Bytes>>,
+    /// Streams with an item for `pop_item`, in the order they got one.
+    ready: VecDeque<u16>,
+    closed_tx: IdSet,
+    closed_rx: IdSet,
+    /// Streams of the peer's we refused (over the limit), told once.
+    refused: BTreeSet<u16>,
+    pr: HashMap<u64, PrMsg>,
+    next_msg: u64,
+    /// Unsent bytes, all streams.
+    queued: usize,
+    /// Bytes held for the application, all streams.
+    buffered: usize,
+    limits: Limits,
+    discard: bool,
+    /// Our connection FIN is out: no more chunks, and credit is no longer
+    /// enforced on arriving data (spec §13.7).
+    fin_sent: bool,
+    /// The peer's FIN arrived: it can give no more credit, so none is needed.
+    peer_fin: bool,
+    /// Chunks refused as protocol violations.
+    pub violations: u64,
+    /// Messages abandoned by partial reliability.
+    pub abandoned: u64,
+}
+
+impl Streams {
+    pub fn new(limits: Limits) -> Self {
+        let mut s = Streams {
+            map: BTreeMap::new(),
+            sched: BTreeMap::new(),
+            control: VecDeque::new(),
+            ready: VecDeque::new(),
+            closed_tx: IdSet::default(),
+            closed_rx: IdSet::default(),
+            refused: BTreeSet::new(),
+            pr: HashMap::new(),
+            next_msg: 1,
+            queued: 0,
+            buffered: 0,
+            limits,
+            discard: false,
+            fin_sent: false,
+            peer_fin: false,
+            violations: 0,
+            abandoned: 0,
+        };
+        s.map.insert(0, s.fresh(0));
+        s
+    }
+
+    fn fresh(&self, id: u16) -> Stream {
+        let window = if id == 0 { self.limits.stream0_window } else { self.limits.stream_window };
+        let rx_credit = if self.fin_sent { MAX_OFFSET } else { INITIAL_STREAM_CREDIT };
+        let tx_credit = if self.peer_fin { MAX_OFFSET } else { INITIAL_STREAM_CREDIT };
+        let mut rx = RecvSide::new(rx_credit, window);
+        rx.discard = self.discard;
+        Stream { tx: SendSide::new(tx_credit), rx, in_sched: false, in_ready: false }
+    }
+
+    pub fn queued(&self) -> usize {
+        self.queued
+    }
+
+    pub fn buffered(&self) -> usize {
+        self.buffered
+    }
+
+    pub fn open_count(&self) -> usize {
+        self.map.len()
+    }
+
+    pub fn has_control(&self) -> bool {
+        !self.control.is_empty()
+    }
+
+    /// Whether everything queued on every stream is sent and acknowledged.
+    pub fn all_acked(&self) -> bool {
+        self.queued == 0 && self.control.is_empty() && self.map.values().all(|s| !s.tx.is_pending())
+    }
+
+    /// Whether something could be cut into a packet now.
+    pub fn has_sendable(&self) -> bool {
+        !self.control.is_empty() || self.sched.values().any(|q| !q.is_empty())
+    }
+
+    // ---- application side -------------------------------------------------
+
+    /// The stream for a local send, opened if new.
+    fn tx_stream(&mut self, id: u16) -> Result<&mut Stream, StreamRefusal> {
+        if !self.map.contains_key(&id) {
+            if self.closed_tx.contains(id) {
+                return Err(StreamRefusal::Finished);
+            }
+            if self.map.len() >= self.limits.max_streams {
+                return Err(StreamRefusal::Limit(self.limits.max_streams));
+            }
+            let s = self.fresh(id);
+            self.map.insert(id, s);
+        }
+        let s = self.map.get_mut(&id).ok_or(StreamRefusal::Finished)?;
+        if let Some(code) = s.tx.reset.or(s.tx.stopped) {
+            return Err(StreamRefusal::Reset(code));
+        }
+        if s.tx.fin_queued {
+            return Err(StreamRefusal::Finished);
+        }
+        Ok(s)
+    }
+
+    fn schedule(&mut self, id: u16) {
+        let Some(s) = self.map.get_mut(&id) else { return };
+        if !s.in_sched && s.tx.can_send() {
+            s.in_sched = true;
+            self.sched.entry(s.tx.priority).or_default().push_back(id);
+        }
+    }
+
+    /// Checks that a stream could take data now (for all-or-nothing messages).
+    pub fn check_send(&mut self, id: u16) -> Result<(), StreamRefusal> {
+        self.tx_stream(id).map(|_| ())
+    }
+
+    /// Queues bytes (`data` already fits the connection's send buffer).
+    pub fn write(&mut self, id: u16, data: &[u8]) -> Result<(), StreamRefusal> {
+        let s = self.tx_stream(id)?;
+        s.tx.write(data);
+        self.queued += data.len();
+        self.schedule(id);
+        Ok(())
+    }
+
+    /// Queues one whole message (size checked by the caller).
+    pub fn push_message(
+        &mut self,
+        now: Instant,
+        id: u16,
+        data: &[u8],
+        opts: MessageOptions,
+    ) -> Result<(), StreamRefusal> {
+        let msg = if opts.partially_reliable() { self.next_msg } else { 0 };
+        let s = self.tx_stream(id)?;
+        s.tx.push_message(data, opts.unordered, msg);
+        self.queued += data.len();
+        if msg != 0 {
+            self.next_msg += 1;
+            self.pr.insert(
+                msg,
+                PrMsg {
+                    stream: id,
+                    unordered: opts.unordered,
+                    expires: opts.lifetime.map(|l| now + l),
+                    max_retx: opts.max_retransmissions,
+                    start: None,
+                    end: 0,
+                    live: 0,
+                    cut_all: false,
+                    abandoned: false,
+                },
+            );
+        }
+        self.schedule(id);
+        Ok(())
+    }
+
+    /// Closes our sending side of a stream gracefully (stream FIN).
+    pub fn finish(&mut self, id: u16) -> Result<(), StreamRefusal> {
+        let s = self.tx_stream(id)?;
+        s.tx.fin_queued = true;
+        s.tx.used = true;
+        self.schedule(id);
+        Ok(())
+    }
+
+    /// Abandons our sending side of a stream with `code` (spec §13.9).
+    pub fn reset(&mut self, id: u16, code: u16) {
+        let Some(s) = self.map.get_mut(&id) else { return };
+        if s.tx.reset.is_some() || s.tx.is_done() {
+            return;
+        }
+        let (released, final_size) = s.tx.reset(code);
+        self.queued -= released;
+        if !self.fin_sent {
+            self.control.push_back(Chunk::Reset { stream: id, code, final_size });
+        }
+    }
+
+    /// Asks the peer to stop sending on a stream; what arrives meanwhile is dropped.
+    pub fn stop(&mut self, id: u16, code: u16) {
+        let Some(s) = self.map.get(&id) else { return };
+        if s.rx.is_done() || s.rx.reset_code().is_some() {
+            return;
+        }
+        self.with_rx(id, false, RecvSide::set_discard);
+        if !self.fin_sent {
+            self.control.push_back(Chunk::Stop { stream: id, code });
+        }
+    }
+
+    pub fn set_priority(&mut self, id: u16, priority: u8, weight: u16) {
+        let Some(s) = self.map.get_mut(&id) else { return };
+        if s.in_sched {
+            if let Some(q) = self.sched.get_mut(&s.tx.priority) {
+                q.retain(|&x| x != id);
+            }
+            s.in_sched = false;
+        }
+        s.tx.priority = priority;
+        s.tx.weight = weight.max(1);
+        self.schedule(id);
+    }
+
+    /// Whether anything sent or queued on `id` is still unacknowledged.
+    pub fn is_pending(&self, id: u16) -> bool {
+        self.map.get(&id).is_some_and(|s| s.tx.is_pending())
+    }
+
+    /// Runs `f` on the receiving side of `id` (opening it for arriving
+    /// data if `open`), keeping the byte count, credit and ready list
+    /// up to date.
+    fn with_rx<R>(&mut self, id: u16, open: bool, f: impl FnOnce(&mut RecvSide) -> R) -> Option<R> {
+        let s = if open { self.rx_stream(id)? } else { self.map.get_mut(&id)? };
+        let before = s.rx.buffered;
+        let r = f(&mut s.rx);
+        let after = s.rx.buffered;
+        self.buffered = self.buffered - before + after;
+        self.credit(id);
+        self.mark_ready(id);
+        Some(r)
+    }
+
+    /// Reads bytes from a stream. `Ok(None)`: nothing yet; `Ok(Some(0))`: its end.
+    pub fn read(&mut self, id: u16, buf: &mut [u8]) -> Result<Option<usize>, u16> {
+        if !self.map.contains_key(&id) {
+            return Ok(self.closed_rx.contains(id).then_some(0));
+        }
+        let got = self.with_rx(id, false, |rx| match rx.reset_code() {
+            Some(code) => Err(code),
+            None => {
+                let n = rx.read(buf);
+                Ok(if n > 0 || rx.at_eof() { Some(n) } else { None })
+            }
+        });
+        got.unwrap_or(Ok(None))
+    }
+
+    /// The next item of any stream, streams taking turns (spec §13.5).
+    pub fn pop_any(&mut self) -> Option<(u16, StreamItem)> {
+        while let Some(id) = self.ready.pop_front() {
+            let Some(s) = self.map.get_mut(&id) else { continue };
+            s.in_ready = false;
+            if let Some(item) = self.pop_on(id) {
+                return Some((id, item));
+            }
+        }
+        None
+    }
+
+    /// The next item of stream `id`.
+    pub fn pop_on(&mut self, id: u16) -> Option<StreamItem> {
+        let item = self.with_rx(id, false, RecvSide::pop_item)?;
+        self.reap(id);
+        item
+    }
+
+    fn mark_ready(&mut self, id: u16) {
+        if let Some(s) = self.map.get_mut(&id) {
+            if !s.in_ready && s.rx.has_item() {
+                s.in_ready = true;
+                self.ready.push_back(id);
+            }
+        }
+    }
+
+    fn credit(&mut self, id: u16) {
+        if self.fin_sent {
+            return;
+        }
+        if let Some(max) = self.map.get_mut(&id).and_then(|s| s.rx.credit_update()) {
+            self.control.push_back(Chunk::Credit { stream: id, max });
+        }
+    }
+
+    /// Forgets a stream both of whose used sides are done (spec §13.9).
+    fn reap(&mut self, id: u16) {
+        let Some(s) = self.map.get(&id) else { return };
+        let tx_done = !s.tx.used || s.tx.is_done();
+        let rx_done = !s.rx.used || s.rx.is_done();
+        if id == 0 || !tx_done || !rx_done || s.in_sched || s.in_ready {
+            return;
+        }
+        let s = self.map.remove(&id).expect("stream present");
+        if s.tx.used {
+            self.closed_tx.insert(id);
+        }
+        if s.rx.used {
+            self.closed_rx.insert(id);
+        }
+    }
+
+    /// The application released the connection: data is counted, not kept.
+    pub fn set_discard(&mut self) {
+        self.discard = true;
+        for s in self.map.values_mut() {
+            s.rx.set_discard();
+        }
+        self.buffered = 0;
+    }
+
+    /// The connection's FIN arrived: every stream's receiving side ends,
+    /// and credit no longer limits our sending (spec §13.7).
+    pub fn on_conn_fin(&mut self) {
+        self.peer_fin = true;
+        let ids: Vec<u16> = self.map.keys().copied().collect();
+        for id in ids {
+            if let Some(s) = self.map.get_mut(&id) {
+                s.rx.on_conn_fin();
+                s.tx.credit = MAX_OFFSET;
+            }
+            self.mark_ready(id);
+            self.schedule(id);
+        }
+    }
+
+    /// Our connection FIN went out: it is our last sequenced packet, so no
+    /// chunk can follow; the peer may now send beyond our credit (spec §13.7).
+    pub fn on_fin_sent(&mut self) {
+        self.fin_sent = true;
+        for s in self.map.values_mut() {
+            s.rx.credit_sent = MAX_OFFSET;
+        }
+    }
+
+    /// Drops everything queued (the connection ended abortively).
+    pub fn clear_queued(&mut self) {
+        for s in self.map.values_mut() {
+            if s.tx.reset.is_none() {
+                s.tx.reset(0);
+            }
+        }
+        self.queued = 0;
+        self.sched.clear();
+        self.control.clear();
+    }
+
+    // ---- packets out --------------------------------------------------------
+
+    /// Fills `chunks` with control chunks and then data, at most `room`
+    /// encoded bytes and `flow` data bytes. Returns the data bytes cut.
+    pub fn fill(&mut self, now: Instant, chunks: &mut Chunks, mut room: usize, mut flow: usize) -> usize {
+        while let Some(c) = self.control.front() {
+            if c.encoded_len() > room {
+                return 0;
+            }
+            room -= c.encoded_len();
+            chunks.push(self.control.pop_front().expect("front exists"));
+        }
+        let mut data = 0;
+        while room > DATA_HEADER_LEN && flow > 0 {
+            let Some(c) = self.next_chunk(now, room - DATA_HEADER_LEN, flow) else { break };
+            let n = c.data.len();
+            room -= DATA_HEADER_LEN + n;
+            flow -= n;
+            data += n;
+            chunks.push(Chunk::Data(c));
+        }
+        data
+    }
+
+    fn next_chunk(&mut self, now: Instant, room: usize, flow: usize) -> Option<DataChunk<Bytes>> {
+        let prios: Vec<u8> = self.sched.keys().copied().collect();
+        for prio in prios {
+            while let Some(&id) = self.sched.get(&prio).and_then(|q| q.front()) {
+                let Some(s) = self.map.get_mut(&id) else {
+                    self.sched.get_mut(&prio).map(VecDeque::pop_front);
+                    continue;
+                };
+                // spec §13.6: a message whose lifetime ran out before it
+                // was all sent is abandoned here.
+                if let Some(msg) = s.tx.front_message().filter(|&m| m != 0) {
+                    if self.pr.get(&msg).is_none_or(|r| r.abandoned || r.expired(now, 0)) {
+                        self.abandon(msg);
+                        continue;
+                    }
+                }
+                let s = self.map.get_mut(&id).expect("stream present");
+                let cut = s.tx.cut(id, room, flow);
+                let keep = s.tx.can_send();
+                let rotate = cut.is_none() || !keep || {
+                    s.tx.turn += 1;
+                    s.tx.turn >= s.tx.weight
+                };
+                if rotate {
+                    s.tx.turn = 0;
+                    let q = self.sched.get_mut(&prio).expect("queue exists");
+                    q.pop_front();
+                    if keep && cut.is_some() {
+                        q.push_back(id);
+                    } else {
+                        s.in_sched = false;
+                    }
+                }
+                let Some(c) = cut else {
+                    if keep {
+                        // No room for a chunk of it; a later stream may fit.
+                        self.schedule(id);
+                        return None;
+                    }
+                    continue;
+                };
+                self.queued -= c.data.len();
+                if c.msg != 0 {
+                    if let Some(r) = self.pr.get_mut(&c.msg) {
+                        r.start.get_or_insert(c.offset);
+                        r.end = c.offset + c.data.len() as u64;
+                        r.live += 1;
+                        r.cut_all = c.flags & data_flags::END != 0;
+                    }
+                }
+                return Some(c);
+            }
+        }
+        None
+    }
+
+    /// Abandons a partially reliable message (spec §13.6): its unsent rest
+    /// is dropped and the receiver told which range to skip.
+    fn abandon(&mut self, msg: u64) {
+        let Some(r) = self.pr.get_mut(&msg) else { return };
+        let newly = !r.abandoned;
+        r.abandoned = true;
+        let (id, unordered) = (r.stream, r.unordered);
+        let (mut start, mut end) = (r.start, r.end);
+        if let Some(s) = self.map.get_mut(&id) {
+            if s.tx.front_message() == Some(msg) {
+                if let Some(d) = s.tx.drop_front_message() {
+                    self.queued -= d.released;
+                    start = Some(d.start);
+                    end = d.end;
+                }
+            }
+        }
+        if self.pr.get(&msg).is_some_and(|r| r.live == 0) {
+            self.pr.remove(&msg);
+        }
+        if newly {
+            self.abandoned += 1;
+            let start = start.unwrap_or(end);
+            self.control.push_back(Chunk::Abandon { stream: id, unordered, start, end });
+        }
+        self.schedule(id);
+    }
+
+    /// Before `chunks` are sent again (retransmission number `retx`):
+    /// drops data of reset streams and of abandoned or now-expired
+    /// messages. Returns the data bytes removed.
+    pub fn before_retransmit(&mut self, now: Instant, chunks: &mut Chunks, retx: u32) -> usize {
+        let mut expired = Vec::new();
+        // After our FIN no abandon notice could follow: send it all again.
+        for c in chunks.iter().filter(|_| !self.fin_sent) {
+            if let Chunk::Data(d) = c {
+                if self.pr.get(&d.msg).is_some_and(|r| !r.abandoned && r.expired(now, retx)) {
+                    expired.push(d.msg);
+                }
+            }
+        }
+        for msg in expired {
+            self.abandon(msg);
+        }
+        let mut gone = Vec::new();
+        let removed = chunks.retain(|c| {
+            let Chunk::Data(d) = c else { return true };
+            let reset = self.map.get(&d.stream).is_none_or(|s| s.tx.reset.is_some());
+            let dead = reset || (d.msg != 0 && self.pr.get(&d.msg).is_none_or(|r| r.abandoned));
+            if dead {
+                gone.push((d.stream, d.msg, d.data.len()));
+            }
+            !dead
+        });
+        for (id, msg, len) in gone {
+            self.forget_chunk(id, msg, len);
+        }
+        if chunks.is_empty() {
+            chunks.push(Chunk::Pad);
+        }
+        removed
+    }
+
+    /// A data chunk will not be acknowledged as such (stripped or acked).
+    fn forget_chunk(&mut self, id: u16, msg: u64, len: usize) {
+        if let Some(s) = self.map.get_mut(&id) {
+            s.tx.unacked -= len as u64;
+        }
+        if msg != 0 {
+            if let Some(r) = self.pr.get_mut(&msg) {
+                r.live = r.live.saturating_sub(1);
+                if r.live == 0 && (r.cut_all || r.abandoned) {
+                    self.pr.remove(&msg);
+                }
+            }
+        }
+    }
+
+    /// The packet carrying `chunks` was acknowledged.
+    pub fn on_acked(&mut self, chunks: &Chunks) {
+        let mut touched: Vec<u16> = Vec::new();
+        for c in chunks.iter() {
+            match c {
+                Chunk::Data(d) => {
+                    self.forget_chunk(d.stream, d.msg, d.data.len());
+                    if d.flags & data_flags::FIN != 0 {
+                        if let Some(s) = self.map.get_mut(&d.stream) {
+                            s.tx.fin_acked = true;
+                        }
+                    }
+                    touched.push(d.stream);
+                }
+                Chunk::Reset { stream, .. } => {
+                    if let Some(s) = self.map.get_mut(stream) {
+                        s.tx.reset_acked = true;
+                    }
+                    touched.push(*stream);
+                }
+                _ => {}
+            }
+        }
+        for id in touched {
+            self.reap(id);
+        }
+    }
+
+    // ---- packets in ---------------------------------------------------------
+
+    /// Takes the chunks of one new sequenced packet. Returns the data
+    /// bytes it carried.
+    pub fn on_chunks(&mut self, data: &[u8]) -> usize {
+        let mut arrived = 0;
+        for c in crate::wire::chunk::parse_chunks(data) {
+            // The endpoint validated the chunks before handing the packet on.
+            let Ok(c) = c else { break };
+            arrived += c.data_len();
+            self.on_chunk(&c);
+        }
+        arrived
+    }
+
+    fn on_chunk(&mut self, c: &Chunk<&[u8]>) {
+        let id = c.stream();
+        match c {
+            Chunk::Data(d) => {
+                if let Some(Err(_)) = self.with_rx(id, true, |rx| rx.on_data(d)) {
+                    self.violations += 1;
+                }
+            }
+            Chunk::Abandon { start, end, unordered, .. } => {
+                self.with_rx(id, true, |rx| rx.on_abandon(*start, *end, *unordered));
+            }
+            Chunk::Reset { code, .. } => {
+                self.with_rx(id, true, |rx| rx.on_reset(*code));
+            }
+            Chunk::Stop { code, .. } => {
+                // The peer wants no more: reset our side with its code.
+                if let Some(s) = self.map.get_mut(&id) {
+                    if s.tx.stopped.is_none() {
+                        s.tx.stopped = Some(*code);
+                    }
+                }
+                self.reset(id, *code);
+            }
+            Chunk::Credit { max, .. } => {
+                if let Some(s) = self.map.get_mut(&id) {
+                    s.tx.credit = s.tx.credit.max(*max);
+                }
+                self.schedule(id);
+            }
+            Chunk::Pad => {}
+        }
+    }
+
+    /// The stream for arriving data, opened if new and within the limit;
+    /// over the limit the peer is told to stop (spec §13.8).
+    fn rx_stream(&mut self, id: u16) -> Option<&mut Stream> {
+        if !self.map.contains_key(&id) {
+            if self.closed_rx.contains(id) || self.refused.contains(&id) {
+                return None;
+            }
+            if self.map.len() >= self.limits.max_streams {
+                self.refused.insert(id);
+                if !self.fin_sent {
+                    self.control.push_back(Chunk::Stop { stream: id, code: ErrorCode::STREAM_LIMIT.0 });
+                }
+                return None;
+            }
+            let s = self.fresh(id);
+            self.map.insert(id, s);
+        }
+        self.map.get_mut(&id)
+    }
+}

@@ -1,0 +1,511 @@
+//! The receiving side of one stream (spec §13.4): data placed by stream
+//! offset, whatever order its packets arrive in; ordered bytes in a ring
+//! with message boundaries marked; unordered messages reassembled apart
+//! and handed out as soon as they are whole; abandoned ranges skipped.
+
+use std::collections::{BTreeMap, VecDeque};
+
+use crate::ring::ByteRing;
+use crate::wire::chunk::{data_flags, DataChunk};
+
+/// What the application gets from a stream, in order (spec §13.5).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StreamItem {
+    /// A whole message (or, at the end, the bytes after the last boundary).
+    Message(Vec<u8>),
+    /// The sender abandoned a message (partial reliability).
+    Abandoned,
+    /// The sender finished the stream: nothing follows.
+    Finished,
+    /// The sender reset the stream with this code: nothing follows.
+    Reset(u16),
+}
+
+#[derive(Debug)]
+enum Piece {
+    Data {
+        data: Vec<u8>,
+        flags: u8,
+    },
+    /// `[key, end)` carries nothing for the ordered reader: an unordered
+    /// message (delivered apart) or an abandoned one.
+    Skip {
+        end: u64,
+        abandoned: bool,
+    },
+}
+
+/// A boundary in the ring, as a count of bytes ever pushed.
+#[derive(Debug, Clone, Copy)]
+enum Mark {
+    End(u64),
+    Abandoned(u64),
+}
+
+#[derive(Debug, Default)]
+struct Partial {
+    frags: BTreeMap<u32, Vec<u8>>,
+    got: usize,
+    len: Option<usize>,
+}
+
+/// Why a chunk was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Refused {
+    /// Beyond the credit we gave, or past the stream's end.
+    Violation,
+}
+
+#[derive(Debug)]
+pub(crate) struct RecvSide {
+    /// Every ordered byte below it is in the ring or was read or skipped.
+    next: u64,
+    held: BTreeMap<u64, Piece>,
+    ring: ByteRing,
+    marks: VecDeque<Mark>,
+    pushed: u64,
+    popped: u64,
+    partial: BTreeMap<u64, Partial>,
+    /// Unordered messages (or their abandonment) ready before the ordered ones.
+    oob: VecDeque<StreamItem>,
+    fin_at: Option<u64>,
+    /// A message began in the ring and has not ended.
+    in_message: bool,
+    /// Ended by the connection's FIN (every stream ends with it).
+    conn_fin: bool,
+    finished_reported: bool,
+    reset: Option<u16>,
+    reset_reported: bool,
+    /// Bytes held for the application (ring, out of order, unordered).
+    pub buffered: usize,
+    /// The highest offset we allowed the peer.
+    pub credit_sent: u64,
+    window: u64,
+    /// The peer has sent on it.
+    pub used: bool,
+    /// The application released the connection: data is counted, not kept.
+    pub discard: bool,
+}
+
+impl RecvSide {
+    pub fn new(credit: u64, window: u64) -> Self {
+        RecvSide {
+            next: 0,
+            held: BTreeMap::new(),
+            ring: ByteRing::default(),
+            marks: VecDeque::new(),
+            pushed: 0,
+            popped: 0,
+            partial: BTreeMap::new(),
+            oob: VecDeque::new(),
+            fin_at: None,
+            in_message: false,
+            conn_fin: false,
+            finished_reported: false,
+            reset: None,
+            reset_reported: false,
+            buffered: 0,
+            credit_sent: credit,
+            window,
+            used: false,
+            discard: false,
+        }
+    }
+
+    pub fn finished(&self) -> bool {
+        self.fin_at == Some(self.next) || self.conn_fin
+    }
+
+    /// Whether the side has nothing more to give the application.
+    pub fn is_done(&self) -> bool {
+        self.finished_reported || self.reset_reported
+    }
+
+    /// Whether [`RecvSide::pop_item`] would return something.
+    pub fn has_item(&self) -> bool {
+        if self.is_done() {
+            return false;
+        }
+        self.reset.is_some()
+            || !self.oob.is_empty()
+            || !self.marks.is_empty()
+            || (self.finished() && self.held.is_empty())
+    }
+
+    /// Takes one data chunk (spec §13.4). Returns the bytes newly held.
+    pub fn on_data(&mut self, c: &DataChunk<&[u8]>) -> Result<usize, Refused> {
+        self.used = true;
+        let len = c.data.len() as u64;
+        let end = c.offset + len;
+        if end > self.credit_sent || self.fin_at.is_some_and(|f| end > f) {
+            return Err(Refused::Violation);
+        }
+        if c.flags & data_flags::FIN != 0 {
+            if self.fin_at.is_some_and(|f| f != end) || end < self.next {
+                return Err(Refused::Violation);
+            }
+            self.fin_at = Some(end);
+        }
+        if self.reset.is_some() || self.conn_fin {
+            return Ok(0);
+        }
+        let before = self.buffered;
+        if c.flags & data_flags::UNORDERED != 0 {
+            self.on_unordered(c);
+        } else if end > self.next && !self.covered(c.offset) {
+            let skip = self.next.saturating_sub(c.offset) as usize;
+            let data = &c.data[skip..];
+            let off = c.offset.max(self.next);
+            if off == self.next {
+                self.deliver(data, c.flags);
+                self.pull();
+            } else {
+                self.buffered += data.len();
+                self.held.insert(off, Piece::Data { data: data.to_vec(), flags: c.flags });
+            }
+        } else if len == 0 && c.offset == self.next {
+            // An empty chunk: a zero-length message, or a bare FIN.
+            self.deliver(&[], c.flags);
+        }
+        Ok(self.buffered.saturating_sub(before))
+    }
+
+    /// Whether `off` lies in a held skip (an unordered or abandoned range).
+    fn covered(&self, off: u64) -> bool {
+        self.held.range(..=off).next_back().is_some_and(|(_, p)| matches!(p, Piece::Skip { end, .. } if *end > off))
+    }
+
+    fn on_unordered(&mut self, c: &DataChunk<&[u8]>) {
+        let start = c.offset - u64::from(c.in_msg);
+        if start < self.next || self.covered(start) {
+            return; // delivered or abandoned already
+        }
+        let p = self.partial.entry(start).or_default();
+        if p.frags.contains_key(&c.in_msg) {
+            return;
+        }
+        p.got += c.data.len();
+        p.frags.insert(c.in_msg, c.data.to_vec());
+        if c.flags & data_flags::END != 0 {
+            p.len = Some(c.in_msg as usize + c.data.len());
+        }
+        self.buffered += c.data.len();
+        if p.len != Some(p.got) {
+            return;
+        }
+        let Some(p) = self.partial.remove(&start) else { return };
+        let mut msg = Vec::with_capacity(p.got);
+        for f in p.frags.into_values() {
+            msg.extend_from_slice(&f);
+        }
+        let end = start + msg.len() as u64;
+        if self.discard {
+            self.buffered -= msg.len();
+        } else {
+            self.oob.push_back(StreamItem::Message(msg));
+        }
+        self.skip(start, end, false);
+    }
+
+    /// The sender abandoned `[start, end)` (spec §13.6). An empty range is
+    /// a message that was never sent; one already passed was either
+    /// delivered whole or reported when the next message began.
+    pub fn on_abandon(&mut self, start: u64, end: u64, unordered: bool) {
+        if self.reset.is_some() {
+            return;
+        }
+        if start == end {
+            self.oob.push_back(StreamItem::Abandoned);
+            return;
+        }
+        if end <= self.next || self.covered(start) {
+            return;
+        }
+        if unordered {
+            if let Some(p) = self.partial.remove(&start) {
+                self.buffered -= p.got;
+            }
+            self.oob.push_back(StreamItem::Abandoned);
+            self.skip(start, end, false);
+        } else {
+            self.skip(start, end, true);
+        }
+    }
+
+    fn skip(&mut self, start: u64, end: u64, abandoned: bool) {
+        if start <= self.next {
+            if abandoned {
+                self.mark_abandoned();
+            }
+            self.next = self.next.max(end);
+            self.pull();
+            return;
+        }
+        let inside: Vec<u64> = self.held.range(start..end).map(|(k, _)| *k).collect();
+        for k in inside {
+            if let Some(Piece::Data { data, .. }) = self.held.remove(&k) {
+                self.buffered -= data.len();
+            }
+        }
+        self.held.insert(start, Piece::Skip { end, abandoned });
+    }
+
+    fn deliver(&mut self, data: &[u8], flags: u8) {
+        self.next += data.len() as u64;
+        if self.discard {
+            return;
+        }
+        // A message that begins while the last one never ended: the last
+        // was abandoned, and its notice is still on the way.
+        if flags & data_flags::BEGIN != 0 {
+            if self.in_message {
+                self.mark_abandoned();
+            }
+            self.in_message = true;
+        }
+        self.ring.push(data);
+        self.buffered += data.len();
+        self.pushed += data.len() as u64;
+        if flags & data_flags::END != 0 {
+            self.marks.push_back(Mark::End(self.pushed));
+            self.in_message = false;
+        }
+    }
+
+    /// The bytes since the last boundary belong to an abandoned message.
+    fn mark_abandoned(&mut self) {
+        self.marks.push_back(Mark::Abandoned(self.pushed));
+        self.in_message = false;
+    }
+
+    /// Moves what now follows in order from the held pieces into the ring.
+    fn pull(&mut self) {
+        while let Some(entry) = self.held.first_entry() {
+            if *entry.key() > self.next {
+                break;
+            }
+            let off = *entry.key();
+            match entry.remove() {
+                Piece::Data { data, flags } => {
+                    self.buffered -= data.len();
+                    let skip = (self.next - off) as usize;
+                    if skip < data.len() {
+                        self.deliver(&data[skip..], flags);
+                    }
+                }
+                Piece::Skip { end, abandoned } => {
+                    if abandoned {
+                        self.mark_abandoned();
+                    }
+                    self.next = self.next.max(end);
+                }
+            }
+        }
+    }
+
+    /// The peer reset the stream.
+    pub fn on_reset(&mut self, code: u16) {
+        if self.reset.is_some() || self.finished_reported {
+            return;
+        }
+        self.reset = Some(code);
+        self.ring.clear();
+        self.held.clear();
+        self.partial.clear();
+        self.oob.clear();
+        self.marks.clear();
+        self.buffered = 0;
+    }
+
+    /// The connection's FIN arrived: the stream ends where it is.
+    pub fn on_conn_fin(&mut self) {
+        self.conn_fin = true;
+    }
+
+    /// Copies ordered bytes into `buf`, ignoring message boundaries.
+    pub fn read(&mut self, buf: &mut [u8]) -> usize {
+        let n = self.ring.read(buf);
+        self.consume(n);
+        n
+    }
+
+    /// Byte reads pass over the boundaries they read across.
+    fn consume(&mut self, n: usize) {
+        if n == 0 {
+            return;
+        }
+        self.popped += n as u64;
+        self.buffered -= n;
+        while let Some(Mark::End(p) | Mark::Abandoned(p)) = self.marks.front() {
+            if *p > self.popped {
+                break;
+            }
+            self.marks.pop_front();
+        }
+    }
+
+    /// The next item for the application (spec §13.5).
+    pub fn pop_item(&mut self) -> Option<StreamItem> {
+        if self.is_done() {
+            return None;
+        }
+        if let Some(code) = self.reset {
+            self.reset_reported = true;
+            return Some(StreamItem::Reset(code));
+        }
+        if let Some(item) = self.oob.pop_front() {
+            if let StreamItem::Message(m) = &item {
+                self.buffered -= m.len();
+            }
+            return Some(item);
+        }
+        match self.marks.pop_front() {
+            Some(Mark::End(pos)) => {
+                let mut m = vec![0; (pos - self.popped) as usize];
+                let n = self.ring.read(&mut m);
+                self.popped += n as u64;
+                self.buffered -= n;
+                Some(StreamItem::Message(m))
+            }
+            Some(Mark::Abandoned(pos)) => {
+                let n = self.ring.discard((pos - self.popped) as usize);
+                self.popped += n as u64;
+                self.buffered -= n;
+                Some(StreamItem::Abandoned)
+            }
+            None if self.finished() && self.held.is_empty() => {
+                if self.ring.len() > 0 {
+                    let mut m = vec![0; self.ring.len()];
+                    let n = self.ring.read(&mut m);
+                    self.consume(n);
+                    return Some(StreamItem::Message(m));
+                }
+                self.finished_reported = true;
+                Some(StreamItem::Finished)
+            }
+            None => None,
+        }
+    }
+
+    /// Byte-stream end of data: finished and everything read.
+    pub fn at_eof(&self) -> bool {
+        self.finished() && self.ring.len() == 0 && self.held.is_empty()
+    }
+
+    pub fn reset_code(&self) -> Option<u16> {
+        self.reset
+    }
+
+    /// A credit update if the reader moved far enough (spec §13.7): the
+    /// peer may send up to `window` beyond what was consumed.
+    pub fn credit_update(&mut self) -> Option<u64> {
+        if self.reset.is_some() || self.finished() {
+            return None;
+        }
+        let consumed = self.next - self.ring.len() as u64;
+        let want = consumed + self.window;
+        if want >= self.credit_sent + self.window / 2 {
+            self.credit_sent = want;
+            return Some(want);
+        }
+        None
+    }
+
+    /// Drops everything held (the application released the connection).
+    pub fn set_discard(&mut self) {
+        self.discard = true;
+        self.ring.clear();
+        self.held.clear();
+        self.partial.clear();
+        self.oob.clear();
+        self.marks.clear();
+        self.buffered = 0;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn chunk(offset: u64, in_msg: u32, flags: u8, data: &[u8]) -> DataChunk<&[u8]> {
+        DataChunk { stream: 1, flags, offset, in_msg, data, msg: 0 }
+    }
+    const B: u8 = data_flags::BEGIN;
+    const E: u8 = data_flags::END;
+    const U: u8 = data_flags::UNORDERED;
+
+    fn side() -> RecvSide {
+        RecvSide::new(1 << 20, 1 << 20)
+    }
+
+    #[test]
+    fn messages_come_out_whole_and_in_order_whatever_the_arrival_order() {
+        let mut r = side();
+        r.on_data(&chunk(3, 0, B | E, b"de")).unwrap();
+        assert!(!r.has_item());
+        r.on_data(&chunk(0, 0, B, b"ab")).unwrap();
+        assert!(!r.has_item());
+        r.on_data(&chunk(2, 2, E, b"c")).unwrap();
+        assert_eq!(r.pop_item(), Some(StreamItem::Message(b"abc".to_vec())));
+        assert_eq!(r.pop_item(), Some(StreamItem::Message(b"de".to_vec())));
+        assert_eq!(r.pop_item(), None);
+        assert_eq!(r.buffered, 0);
+    }
+
+    #[test]
+    fn an_unordered_message_overtakes_a_gap() {
+        let mut r = side();
+        r.on_data(&chunk(5, 0, B | U, b"xy")).unwrap();
+        r.on_data(&chunk(7, 2, E | U, b"z")).unwrap();
+        assert_eq!(r.pop_item(), Some(StreamItem::Message(b"xyz".to_vec())));
+        // The ordered message before it is still awaited, then delivered.
+        r.on_data(&chunk(0, 0, B | E, b"hello")).unwrap();
+        r.on_data(&chunk(8, 0, B | E, b"!")).unwrap();
+        assert_eq!(r.pop_item(), Some(StreamItem::Message(b"hello".to_vec())));
+        assert_eq!(r.pop_item(), Some(StreamItem::Message(b"!".to_vec())));
+    }
+
+    #[test]
+    fn an_abandoned_message_is_reported_in_its_place_and_its_bytes_dropped() {
+        let mut r = side();
+        r.on_data(&chunk(0, 0, B, b"par")).unwrap();
+        r.on_data(&chunk(10, 0, B | E, b"ok")).unwrap();
+        r.on_abandon(0, 10, false);
+        assert_eq!(r.pop_item(), Some(StreamItem::Abandoned));
+        assert_eq!(r.pop_item(), Some(StreamItem::Message(b"ok".to_vec())));
+        // A late fragment of the abandoned message is ignored.
+        r.on_data(&chunk(5, 5, 0, b"xx")).unwrap();
+        assert_eq!(r.pop_item(), None);
+        assert_eq!(r.buffered, 0);
+    }
+
+    #[test]
+    fn a_message_beginning_before_the_last_ended_reports_the_last_abandoned() {
+        let mut r = side();
+        r.on_data(&chunk(0, 0, B, b"part")).unwrap();
+        r.on_data(&chunk(4, 0, B | E, b"next")).unwrap();
+        assert_eq!(r.pop_item(), Some(StreamItem::Abandoned));
+        assert_eq!(r.pop_item(), Some(StreamItem::Message(b"next".to_vec())));
+        // The notice arriving late changes nothing.
+        r.on_abandon(0, 4, false);
+        assert_eq!(r.pop_item(), None);
+    }
+
+    #[test]
+    fn data_beyond_the_credit_is_refused() {
+        let mut r = RecvSide::new(4, 4);
+        assert_eq!(r.on_data(&chunk(2, 0, 0, b"abc")), Err(Refused::Violation));
+        assert_eq!(r.on_data(&chunk(0, 0, 0, b"abcd")), Ok(4));
+    }
+
+    #[test]
+    fn fin_ends_the_stream_after_its_data() {
+        let mut r = side();
+        r.on_data(&chunk(2, 0, data_flags::FIN, b"cd")).unwrap();
+        assert!(!r.has_item());
+        r.on_data(&chunk(0, 0, 0, b"ab")).unwrap();
+        assert_eq!(r.pop_item(), Some(StreamItem::Message(b"abcd".to_vec())));
+        assert_eq!(r.pop_item(), Some(StreamItem::Finished));
+        assert!(r.is_done());
+    }
+}

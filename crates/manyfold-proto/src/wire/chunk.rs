@@ -1,0 +1,405 @@
+//! Chunks: what a sequenced packet carries after its sections (spec §13.2).
+//!
+//! The data area of every sequenced packet is a run of chunks, each naming
+//! its stream. Stream data carries its stream offset, so a receiver places
+//! it wherever the packet lands in sequence order: a loss delays only the
+//! stream whose bytes were lost. The other chunks are stream control
+//! (reset, stop, credit, abandoned message), delivered reliably because
+//! they ride in sequenced packets.
+//!
+//! `D` is the data's storage: `&[u8]` when parsed from a datagram, `Bytes`
+//! when held for retransmission.
+
+use bytes::Bytes;
+
+use super::DecodeError;
+
+/// Largest stream offset (48 bits on the wire).
+pub const MAX_OFFSET: u64 = (1 << 48) - 1;
+
+pub const DATA_HEADER_LEN: usize = 16;
+const RESET_LEN: usize = 12;
+const STOP_LEN: usize = 6;
+const CREDIT_LEN: usize = 10;
+const ABANDON_LEN: usize = 16;
+
+const KIND_DATA: u8 = 0;
+const KIND_RESET: u8 = 1;
+const KIND_STOP: u8 = 2;
+const KIND_CREDIT: u8 = 3;
+const KIND_ABANDON: u8 = 4;
+const KIND_PAD: u8 = 5;
+
+/// Flags of a data chunk (spec §13.2).
+pub mod data_flags {
+    /// The chunk holds the first byte of a message.
+    pub const BEGIN: u8 = 0x01;
+    /// The chunk holds the last byte of a message.
+    pub const END: u8 = 0x02;
+    /// The message is delivered as soon as it is whole, not in stream order.
+    pub const UNORDERED: u8 = 0x04;
+    /// The stream's last byte is this chunk's last (stream FIN).
+    pub const FIN: u8 = 0x08;
+    pub const ALL: u8 = BEGIN | END | UNORDERED | FIN;
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DataChunk<D> {
+    pub stream: u16,
+    pub flags: u8,
+    /// Stream offset of the first byte.
+    pub offset: u64,
+    /// Offset of the first byte within its message (unordered messages
+    /// only; 0 otherwise).
+    pub in_msg: u32,
+    pub data: D,
+    /// The sender's record of the message under partial reliability (never
+    /// on the wire; 0 for none).
+    pub msg: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Chunk<D> {
+    Data(DataChunk<D>),
+    /// The sender abandons its side of the stream; `final_size` is where it ended.
+    Reset {
+        stream: u16,
+        code: u16,
+        final_size: u64,
+    },
+    /// The receiver asks the sender to stop sending on the stream.
+    Stop {
+        stream: u16,
+        code: u16,
+    },
+    /// The receiver allows stream offsets up to `max` (flow control credit).
+    Credit {
+        stream: u16,
+        max: u64,
+    },
+    /// The sender abandoned the message occupying `[start, end)` of the stream.
+    Abandon {
+        stream: u16,
+        unordered: bool,
+        start: u64,
+        end: u64,
+    },
+    /// Nothing: keeps a retransmission whose chunks were all abandoned
+    /// sequenced (one byte).
+    Pad,
+}
+
+impl<D: AsRef<[u8]>> Chunk<D> {
+    pub fn stream(&self) -> u16 {
+        match self {
+            Chunk::Data(d) => d.stream,
+            Chunk::Reset { stream, .. }
+            | Chunk::Stop { stream, .. }
+            | Chunk::Credit { stream, .. }
+            | Chunk::Abandon { stream, .. } => *stream,
+            Chunk::Pad => 0,
+        }
+    }
+
+    /// Application bytes it carries.
+    pub fn data_len(&self) -> usize {
+        match self {
+            Chunk::Data(d) => d.data.as_ref().len(),
+            _ => 0,
+        }
+    }
+
+    pub fn encoded_len(&self) -> usize {
+        match self {
+            Chunk::Data(d) => DATA_HEADER_LEN + d.data.as_ref().len(),
+            Chunk::Reset { .. } => RESET_LEN,
+            Chunk::Stop { .. } => STOP_LEN,
+            Chunk::Credit { .. } => CREDIT_LEN,
+            Chunk::Abandon { .. } => ABANDON_LEN,
+            Chunk::Pad => 1,
+        }
+    }
+
+    /// Writes the chunk at the start of `out` (sized by the caller) and
+    /// returns its length.
+    pub fn emit(&self, out: &mut [u8]) -> usize {
+        let n = self.encoded_len();
+        let out = &mut out[..n];
+        if let Chunk::Pad = self {
+            out[0] = KIND_PAD;
+            return 1;
+        }
+        out[2..4].copy_from_slice(&self.stream().to_be_bytes());
+        match self {
+            Chunk::Data(d) => {
+                let data = d.data.as_ref();
+                out[0] = KIND_DATA;
+                out[1] = d.flags;
+                out[4..6].copy_from_slice(&(data.len() as u16).to_be_bytes());
+                put48(&mut out[6..12], d.offset);
+                out[12..16].copy_from_slice(&d.in_msg.to_be_bytes());
+                out[16..].copy_from_slice(data);
+            }
+            Chunk::Reset { code, final_size, .. } => {
+                out[0] = KIND_RESET;
+                out[1] = 0;
+                out[4..6].copy_from_slice(&code.to_be_bytes());
+                put48(&mut out[6..12], *final_size);
+            }
+            Chunk::Stop { code, .. } => {
+                out[0] = KIND_STOP;
+                out[1] = 0;
+                out[4..6].copy_from_slice(&code.to_be_bytes());
+            }
+            Chunk::Credit { max, .. } => {
+                out[0] = KIND_CREDIT;
+                out[1] = 0;
+                put48(&mut out[4..10], *max);
+            }
+            Chunk::Abandon { unordered, start, end, .. } => {
+                out[0] = KIND_ABANDON;
+                out[1] = if *unordered { data_flags::UNORDERED } else { 0 };
+                put48(&mut out[4..10], *start);
+                put48(&mut out[10..16], *end);
+            }
+            Chunk::Pad => {}
+        }
+        n
+    }
+}
+
+/// Iterates over the chunks of a data area. Yields an error (and then
+/// stops) at the first malformed chunk.
+pub fn parse_chunks(mut b: &[u8]) -> impl Iterator<Item = Result<Chunk<&[u8]>, DecodeError>> {
+    std::iter::from_fn(move || {
+        if b.is_empty() {
+            return None;
+        }
+        match parse_one(b) {
+            Ok((c, n)) => {
+                b = &b[n..];
+                Some(Ok(c))
+            }
+            Err(e) => {
+                b = &[];
+                Some(Err(e))
+            }
+        }
+    })
+}
+
+/// Application bytes in a (validated) data area.
+pub fn data_len(b: &[u8]) -> usize {
+    parse_chunks(b).map(|c| c.map_or(0, |c| c.data_len())).sum()
+}
+
+/// Checks that a data area is a well-formed run of chunks (spec §3.5).
+pub fn validate_chunks(b: &[u8]) -> Result<(), DecodeError> {
+    parse_chunks(b).try_for_each(|c| c.map(|_| ()))
+}
+
+fn parse_one(b: &[u8]) -> Result<(Chunk<&[u8]>, usize), DecodeError> {
+    let bad = DecodeError::Malformed;
+    let kind = *b.first().ok_or(bad)?;
+    let fixed = |n: usize| b.get(..n).ok_or(bad);
+    let stream = |h: &[u8]| u16::from_be_bytes([h[2], h[3]]);
+    match kind {
+        KIND_DATA => {
+            let h = fixed(DATA_HEADER_LEN)?;
+            let flags = h[1];
+            if flags & !data_flags::ALL != 0 {
+                return Err(bad);
+            }
+            let len = usize::from(u16::from_be_bytes([h[4], h[5]]));
+            let data = b.get(DATA_HEADER_LEN..DATA_HEADER_LEN + len).ok_or(bad)?;
+            let offset = get48(&h[6..12]);
+            if offset + len as u64 > MAX_OFFSET {
+                return Err(bad);
+            }
+            let in_msg = u32::from_be_bytes([h[12], h[13], h[14], h[15]]);
+            if u64::from(in_msg) > offset {
+                return Err(bad);
+            }
+            let c = DataChunk { stream: stream(h), flags, offset, in_msg, data, msg: 0 };
+            Ok((Chunk::Data(c), DATA_HEADER_LEN + len))
+        }
+        KIND_RESET => {
+            let h = fixed(RESET_LEN)?;
+            let c = Chunk::Reset {
+                stream: stream(h),
+                code: u16::from_be_bytes([h[4], h[5]]),
+                final_size: get48(&h[6..12]),
+            };
+            Ok((c, RESET_LEN))
+        }
+        KIND_STOP => {
+            let h = fixed(STOP_LEN)?;
+            Ok((Chunk::Stop { stream: stream(h), code: u16::from_be_bytes([h[4], h[5]]) }, STOP_LEN))
+        }
+        KIND_CREDIT => {
+            let h = fixed(CREDIT_LEN)?;
+            Ok((Chunk::Credit { stream: stream(h), max: get48(&h[4..10]) }, CREDIT_LEN))
+        }
+        KIND_ABANDON => {
+            let h = fixed(ABANDON_LEN)?;
+            let (start, end) = (get48(&h[4..10]), get48(&h[10..16]));
+            if start > end || h[1] & !data_flags::UNORDERED != 0 {
+                return Err(bad);
+            }
+            let unordered = h[1] & data_flags::UNORDERED != 0;
+            Ok((Chunk::Abandon { stream: stream(h), unordered, start, end }, ABANDON_LEN))
+        }
+        KIND_PAD => Ok((Chunk::Pad, 1)),
+        _ => Err(bad),
+    }
+}
+
+fn put48(out: &mut [u8], v: u64) {
+    out.copy_from_slice(&v.to_be_bytes()[2..8]);
+}
+
+fn get48(b: &[u8]) -> u64 {
+    let mut x = [0u8; 8];
+    x[2..8].copy_from_slice(b);
+    u64::from_be_bytes(x)
+}
+
+/// The chunks of one sent packet, kept for retransmission. The common
+/// case, one chunk, needs no allocation.
+#[derive(Debug, Clone, Default)]
+pub struct Chunks {
+    first: Option<Chunk<Bytes>>,
+    rest: Vec<Chunk<Bytes>>,
+}
+
+impl Chunks {
+    pub fn push(&mut self, c: Chunk<Bytes>) {
+        if self.first.is_none() {
+            self.first = Some(c);
+        } else {
+            self.rest.push(c);
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.first.is_none()
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &Chunk<Bytes>> {
+        self.first.iter().chain(self.rest.iter())
+    }
+
+    pub fn data_len(&self) -> usize {
+        self.iter().map(Chunk::data_len).sum()
+    }
+
+    pub fn encoded_len(&self) -> usize {
+        self.iter().map(Chunk::encoded_len).sum()
+    }
+
+    /// Keeps only the chunks `keep` accepts; returns the data bytes removed.
+    pub fn retain(&mut self, mut keep: impl FnMut(&Chunk<Bytes>) -> bool) -> usize {
+        let before = self.data_len();
+        let mut all: Vec<Chunk<Bytes>> = self.first.take().into_iter().chain(self.rest.drain(..)).collect();
+        all.retain(|c| keep(c));
+        let mut it = all.into_iter();
+        self.first = it.next();
+        self.rest = it.collect();
+        before - self.data_len()
+    }
+
+    /// Writes every chunk into `out` (sized by the caller); returns the length.
+    pub fn emit(&self, out: &mut [u8]) -> usize {
+        let mut at = 0;
+        for c in self.iter() {
+            at += c.emit(&mut out[at..]);
+        }
+        at
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn roundtrip(c: Chunk<Bytes>) {
+        let mut buf = vec![0u8; c.encoded_len()];
+        assert_eq!(c.emit(&mut buf), buf.len());
+        let parsed: Vec<_> = parse_chunks(&buf).collect::<Result<_, _>>().unwrap();
+        assert_eq!(parsed.len(), 1);
+        let back = match &parsed[0] {
+            Chunk::Data(d) => Chunk::Data(DataChunk {
+                stream: d.stream,
+                flags: d.flags,
+                offset: d.offset,
+                in_msg: d.in_msg,
+                data: Bytes::copy_from_slice(d.data),
+                msg: 0,
+            }),
+            Chunk::Reset { stream, code, final_size } => {
+                Chunk::Reset { stream: *stream, code: *code, final_size: *final_size }
+            }
+            Chunk::Stop { stream, code } => Chunk::Stop { stream: *stream, code: *code },
+            Chunk::Credit { stream, max } => Chunk::Credit { stream: *stream, max: *max },
+            Chunk::Abandon { stream, unordered, start, end } => {
+                Chunk::Abandon { stream: *stream, unordered: *unordered, start: *start, end: *end }
+            }
+            Chunk::Pad => Chunk::Pad,
+        };
+        assert_eq!(back, c);
+    }
+
+    #[test]
+    fn every_chunk_kind_roundtrips() {
+        let data = Chunk::Data(DataChunk {
+            stream: 65535,
+            flags: data_flags::BEGIN | data_flags::UNORDERED,
+            offset: MAX_OFFSET - 3,
+            in_msg: 7,
+            data: Bytes::from_static(b"abc"),
+            msg: 0,
+        });
+        roundtrip(data);
+        roundtrip(Chunk::Reset { stream: 3, code: 9, final_size: 1 << 40 });
+        roundtrip(Chunk::Stop { stream: 4, code: 2 });
+        roundtrip(Chunk::Credit { stream: 5, max: 123_456_789 });
+        roundtrip(Chunk::Abandon { stream: 6, unordered: true, start: 10, end: 20 });
+        roundtrip(Chunk::Pad);
+    }
+
+    #[test]
+    fn malformed_chunks_are_rejected() {
+        // Unknown kind, truncated header, data running past the end,
+        // unknown flag bits, an abandon range that runs backwards.
+        assert!(validate_chunks(&[9]).is_err());
+        assert!(validate_chunks(&[0, 0, 0]).is_err());
+        let mut d = [0u8; 17];
+        d[5] = 2;
+        assert!(validate_chunks(&d).is_err());
+        d[5] = 1;
+        assert!(validate_chunks(&d).is_ok());
+        d[1] = 0x80;
+        assert!(validate_chunks(&d).is_err());
+        let mut a = [0u8; 16];
+        a[0] = KIND_ABANDON;
+        a[9] = 5;
+        assert!(validate_chunks(&a).is_err());
+    }
+
+    #[test]
+    fn retain_reports_the_data_removed() {
+        let mut cs = Chunks::default();
+        for s in 0..3u16 {
+            cs.push(Chunk::Data(DataChunk {
+                stream: s,
+                flags: 0,
+                offset: 0,
+                in_msg: 0,
+                data: Bytes::from(vec![0u8; 10 + s as usize]),
+                msg: 0,
+            }));
+        }
+        assert_eq!(cs.retain(|c| c.stream() != 1), 11);
+        assert_eq!(cs.iter().map(|c| c.stream()).collect::<Vec<_>>(), vec![0, 2]);
+    }
+}
