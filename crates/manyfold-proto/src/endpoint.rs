@@ -496,6 +496,18 @@ impl Endpoint {
         self.with_conn(h, |c| c.recv_message(None)).unwrap_or(Err(RecvError::UnknownConnection))
     }
 
+    /// Whether the peer has finished the connection and every message and
+    /// stream event was taken (the end for [`Endpoint::recv_message`]).
+    pub fn messages_done(&self, h: ConnHandle) -> bool {
+        self.conn(h).is_some_and(|c| c.messages_done())
+    }
+
+    /// Whether `stream` has delivered its end or reset (the end for
+    /// [`Endpoint::recv_message_on`]).
+    pub fn stream_done(&self, h: ConnHandle, stream: u16) -> bool {
+        self.conn(h).is_some_and(|c| c.stream_done(stream))
+    }
+
     /// Like [`Endpoint::recv_message`], for one stream.
     pub fn recv_message_on(&mut self, h: ConnHandle, stream: u16) -> Result<Option<StreamItem>, RecvError> {
         let r = self.with_conn(h, |c| c.recv_message(Some(stream))).unwrap_or(Err(RecvError::UnknownConnection));

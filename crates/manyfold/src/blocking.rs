@@ -14,7 +14,7 @@ use std::sync::OnceLock;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::runtime::Runtime;
 
-use crate::{Config, Connection, Endpoint};
+use crate::{Config, Connection, ConnectionError, Endpoint, MessageOptions, StreamItem};
 
 /// The runtime behind every blocking handle.
 fn runtime() -> &'static Runtime {
@@ -143,6 +143,67 @@ impl Stream {
     /// The connection's counters.
     pub fn stats(&self) -> manyfold_proto::ConnStats {
         self.conn.stats()
+    }
+
+    // ---- streams (spec §13): the async `Streams` calls, blocking ----------
+
+    /// Sends one whole message on `stream`, blocking while the send buffer
+    /// has no room for it. Too large a message is refused; nothing is sent.
+    pub fn send_message(&mut self, stream: u16, data: &[u8]) -> Result<(), ConnectionError> {
+        runtime().block_on(self.conn.streams().send_message(stream, data))
+    }
+
+    /// [`Stream::send_message`] with delivery options (unordered, lifetime,
+    /// retransmission limit).
+    pub fn send_message_with(&mut self, stream: u16, data: &[u8], opts: MessageOptions) -> Result<(), ConnectionError> {
+        runtime().block_on(self.conn.streams().send_message_with(stream, data, opts))
+    }
+
+    /// Blocks until a message (or notice) of any stream arrives; `None` once
+    /// the connection closed gracefully and everything was read.
+    pub fn recv_message(&mut self) -> Result<Option<(u16, StreamItem)>, ConnectionError> {
+        runtime().block_on(self.conn.streams().recv_message())
+    }
+
+    /// [`Stream::recv_message`] for one stream.
+    pub fn recv_message_on(&mut self, stream: u16) -> Result<Option<StreamItem>, ConnectionError> {
+        runtime().block_on(self.conn.streams().recv_message_on(stream))
+    }
+
+    /// Blocks until everything queued on `stream` is acknowledged.
+    pub fn wait_for_send(&mut self, stream: u16) -> Result<(), ConnectionError> {
+        runtime().block_on(self.conn.streams().wait_for_send(stream))
+    }
+
+    /// Sends all of `data` as bytes on `stream`.
+    pub fn send_on(&mut self, stream: u16, data: &[u8]) -> io::Result<usize> {
+        runtime().block_on(self.conn.streams().io(stream).write_all(data))?;
+        Ok(data.len())
+    }
+
+    /// Receives bytes of `stream`; 0 at its end.
+    pub fn receive_on(&mut self, stream: u16, buf: &mut [u8]) -> io::Result<usize> {
+        runtime().block_on(self.conn.streams().io(stream).read(buf))
+    }
+
+    /// Ends our side of `stream` after its queued data.
+    pub fn finish_stream(&mut self, stream: u16) -> Result<(), ConnectionError> {
+        self.conn.streams().finish_stream(stream)
+    }
+
+    /// Abandons our side of `stream` with an error code.
+    pub fn reset_stream(&mut self, stream: u16, code: u16) {
+        self.conn.streams().reset_stream(stream, code)
+    }
+
+    /// Asks the peer to stop sending on `stream`, with an error code.
+    pub fn stop_stream(&mut self, stream: u16, code: u16) {
+        self.conn.streams().stop_stream(stream, code)
+    }
+
+    /// Scheduling of `stream`: lower priority first, `weight` packets per turn.
+    pub fn set_priority(&mut self, stream: u16, priority: u8, weight: u16) {
+        self.conn.streams().set_priority(stream, priority, weight)
     }
 }
 

@@ -1,6 +1,8 @@
-//! A connection as the application sees it: `AsyncRead` + `AsyncWrite`,
-//! split into halves, graceful close that waits for the peer's
-//! acknowledgement (spec §4.4, §7).
+//! A connection as the application sees it: `AsyncRead` + `AsyncWrite` on
+//! stream 0, split into halves, graceful close that waits for the peer's
+//! acknowledgement (spec §4.4, §7); and the streams inside it (spec §13):
+//! whole messages on any stream, per-stream byte I/O ([`StreamIo`]),
+//! `wait_for_send`, stream finish, reset and stop, priorities.
 
 use std::future::poll_fn;
 use std::io;
@@ -9,12 +11,12 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use manyfold_proto::{CloseReason, ConnHandle, ConnStats, RecvError, SendError, State};
+use manyfold_proto::{CloseReason, ConnHandle, ConnStats, MessageOptions, RecvError, SendError, State, StreamItem};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use crate::driver::now;
 use crate::error::ConnectionError;
-use crate::shared::{register, Phase, Shared};
+use crate::shared::{register, ConnState, Inner, Phase, Shared};
 
 /// The one reference to an engine connection behind a connection's halves.
 /// Dropping it releases the connection (closing it gracefully if needed).
@@ -53,13 +55,34 @@ impl ConnRef {
         Poll::Pending
     }
 
-    fn poll_read(&self, cx: &Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+    /// Nothing to do yet: an error if the connection or its endpoint is
+    /// gone (the close reason, for the caller to map), else the task's
+    /// waker goes into the list `slot` picks and the caller returns Pending.
+    fn park(
+        &self,
+        inner: &mut Inner,
+        cx: &Context<'_>,
+        slot: fn(&mut ConnState) -> &mut Vec<std::task::Waker>,
+    ) -> Result<(), Option<CloseReason>> {
+        let stopped = inner.phase == Phase::Stopped;
+        let Some(c) = inner.conns.get_mut(&self.handle) else { return Err(None) };
+        if let Some(reason) = c.closed {
+            return Err(Some(reason));
+        }
+        if stopped {
+            return Err(None);
+        }
+        register(slot(c), cx);
+        Ok(())
+    }
+
+    fn poll_read(&self, cx: &Context<'_>, stream: u16, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
         if buf.remaining() == 0 {
             return Poll::Ready(Ok(()));
         }
         let mut guard = self.shared.lock();
         let inner = &mut *guard;
-        match inner.engine.recv(self.handle, buf.initialize_unfilled()) {
+        match inner.engine.stream_recv(self.handle, stream, buf.initialize_unfilled()) {
             Ok(Some(n)) => {
                 buf.advance(n);
                 drop(guard);
@@ -69,55 +92,126 @@ impl ConnRef {
                 }
                 Poll::Ready(Ok(()))
             }
-            Ok(None) => {
-                let stopped = inner.phase == Phase::Stopped;
-                let Some(c) = inner.conns.get_mut(&self.handle) else {
-                    return Poll::Ready(Err(ConnectionError::EndpointClosed.into()));
-                };
-                if let Some(reason) = c.closed {
-                    return Poll::Ready(read_end(reason));
-                }
-                if stopped {
-                    return Poll::Ready(Err(ConnectionError::EndpointClosed.into()));
-                }
-                register(&mut c.read, cx);
-                Poll::Pending
-            }
+            Ok(None) => match self.park(inner, cx, |c| &mut c.read) {
+                Ok(()) => Poll::Pending,
+                Err(Some(reason)) => Poll::Ready(read_end(reason)),
+                Err(None) => Poll::Ready(Err(ConnectionError::EndpointClosed.into())),
+            },
             Err(RecvError::Closed(reason)) => Poll::Ready(read_end(reason)),
+            Err(RecvError::StreamReset(code)) => Poll::Ready(Err(ConnectionError::StreamReset(code).into())),
             Err(_) => Poll::Ready(Err(ConnectionError::EndpointClosed.into())),
         }
     }
 
-    fn poll_write(&self, cx: &Context<'_>, data: &[u8]) -> Poll<io::Result<usize>> {
+    fn poll_write(&self, cx: &Context<'_>, stream: u16, data: &[u8]) -> Poll<io::Result<usize>> {
         if data.is_empty() {
             return Poll::Ready(Ok(0));
         }
         let mut guard = self.shared.lock();
         let inner = &mut *guard;
-        match inner.engine.send(self.handle, data) {
-            Ok(0) => {
-                let stopped = inner.phase == Phase::Stopped;
-                let Some(c) = inner.conns.get_mut(&self.handle) else {
-                    return Poll::Ready(Err(ConnectionError::EndpointClosed.into()));
-                };
-                if let Some(reason) = c.closed {
-                    return Poll::Ready(Err(ConnectionError::Closed(reason).into()));
-                }
-                if stopped {
-                    return Poll::Ready(Err(ConnectionError::EndpointClosed.into()));
-                }
-                register(&mut c.write, cx);
-                Poll::Pending
-            }
+        match inner.engine.stream_send(self.handle, stream, data) {
+            Ok(0) => match self.park(inner, cx, |c| &mut c.write) {
+                Ok(()) => Poll::Pending,
+                Err(Some(reason)) => Poll::Ready(Err(ConnectionError::Closed(reason).into())),
+                Err(None) => Poll::Ready(Err(ConnectionError::EndpointClosed.into())),
+            },
             Ok(n) => {
                 drop(guard);
                 self.shared.wake_driver();
                 Poll::Ready(Ok(n))
             }
-            Err(SendError::Finished) => Poll::Ready(Err(ConnectionError::Finished.into())),
-            Err(SendError::Closed(reason)) => Poll::Ready(Err(ConnectionError::Closed(reason).into())),
-            Err(_) => Poll::Ready(Err(ConnectionError::EndpointClosed.into())),
+            Err(e) => Poll::Ready(Err(ConnectionError::from(e).into())),
         }
+    }
+
+    /// Queues one whole message, waiting while the send buffer has no room for it.
+    fn poll_send_message(
+        &self,
+        cx: &Context<'_>,
+        stream: u16,
+        data: &[u8],
+        opts: MessageOptions,
+    ) -> Poll<Result<(), ConnectionError>> {
+        let mut guard = self.shared.lock();
+        let inner = &mut *guard;
+        match inner.engine.send_message(self.handle, now(), stream, data, opts) {
+            Ok(()) => {
+                drop(guard);
+                self.shared.wake_driver();
+                Poll::Ready(Ok(()))
+            }
+            Err(SendError::Blocked) => match self.park(inner, cx, |c| &mut c.write) {
+                Ok(()) => Poll::Pending,
+                Err(reason) => Poll::Ready(Err(gone(reason))),
+            },
+            Err(e) => Poll::Ready(Err(e.into())),
+        }
+    }
+
+    /// The next message or stream event, of any stream or of `only`;
+    /// `None` once the connection closed gracefully with nothing left.
+    fn poll_recv_message(
+        &self,
+        cx: &Context<'_>,
+        only: Option<u16>,
+    ) -> Poll<Result<Option<(u16, StreamItem)>, ConnectionError>> {
+        let mut guard = self.shared.lock();
+        let inner = &mut *guard;
+        let got = match only {
+            Some(id) => inner.engine.recv_message_on(self.handle, id).map(|o| o.map(|item| (id, item))),
+            None => inner.engine.recv_message(self.handle),
+        };
+        match got {
+            Ok(Some(item)) => {
+                drop(guard);
+                self.shared.wake_driver();
+                Poll::Ready(Ok(Some(item)))
+            }
+            Ok(None)
+                if match only {
+                    None => inner.engine.messages_done(self.handle),
+                    Some(id) => inner.engine.stream_done(self.handle, id),
+                } =>
+            {
+                Poll::Ready(Ok(None))
+            }
+            Ok(None) => match self.park(inner, cx, |c| &mut c.read) {
+                Ok(()) => Poll::Pending,
+                Err(Some(CloseReason::Graceful)) => Poll::Ready(Ok(None)),
+                Err(reason) => Poll::Ready(Err(gone(reason))),
+            },
+            Err(RecvError::Closed(CloseReason::Graceful)) => Poll::Ready(Ok(None)),
+            Err(RecvError::Closed(reason)) => Poll::Ready(Err(ConnectionError::Closed(reason))),
+            Err(_) => Poll::Ready(Err(ConnectionError::EndpointClosed)),
+        }
+    }
+
+    /// Ready once everything queued on `stream` is acknowledged.
+    fn poll_wait_for_send(&self, cx: &Context<'_>, stream: u16) -> Poll<Result<(), ConnectionError>> {
+        let mut guard = self.shared.lock();
+        let inner = &mut *guard;
+        if !inner.engine.stream_pending(self.handle, stream) {
+            // Not pending because it is all acknowledged, or because the
+            // connection died first.
+            let unacked = inner.engine.conn_stats(self.handle).map_or(0, |s| s.unacked_bytes);
+            return match inner.engine.close_reason(self.handle) {
+                Some(reason) if reason != CloseReason::Graceful && unacked > 0 => {
+                    Poll::Ready(Err(ConnectionError::Unacked { bytes: unacked, reason }))
+                }
+                _ => Poll::Ready(Ok(())),
+            };
+        }
+        match self.park(inner, cx, |c| &mut c.acked) {
+            Ok(()) => Poll::Pending,
+            Err(reason) => Poll::Ready(Err(gone(reason))),
+        }
+    }
+
+    /// Runs a stream command on the engine and wakes the driver.
+    fn command<R>(&self, f: impl FnOnce(&mut manyfold_proto::Endpoint, ConnHandle) -> R) -> R {
+        let r = f(&mut self.shared.lock().engine, self.handle);
+        self.shared.wake_driver();
+        r
     }
 
     /// Queues FIN after the data written so far (once), without waiting.
@@ -186,6 +280,11 @@ impl ConnRef {
     }
 }
 
+/// The error for a connection (`Some(reason)`) or endpoint (`None`) that is gone.
+fn gone(reason: Option<CloseReason>) -> ConnectionError {
+    reason.map_or(ConnectionError::EndpointClosed, ConnectionError::Closed)
+}
+
 /// What a read returns once the connection has closed: end of stream after a
 /// graceful close, an error otherwise.
 fn read_end(reason: CloseReason) -> io::Result<()> {
@@ -240,17 +339,162 @@ impl Connection {
     pub async fn close(&mut self) -> Result<(), ConnectionError> {
         self.send.close().await
     }
+
+    /// A handle on the connection's streams, to share between tasks.
+    pub fn streams(&self) -> Streams {
+        Streams { conn: self.send.conn.clone() }
+    }
+
+    /// Sends one whole message on `stream` (see [`Streams::send_message`]).
+    pub async fn send_message(&self, stream: u16, data: &[u8]) -> Result<(), ConnectionError> {
+        self.streams().send_message(stream, data).await
+    }
+
+    /// The next whole message of any stream (see [`Streams::recv_message`]).
+    pub async fn recv_message(&self) -> Result<Option<(u16, StreamItem)>, ConnectionError> {
+        self.streams().recv_message().await
+    }
+}
+
+/// The streams of a connection (spec §13). Cloning gives another handle on
+/// the same connection; any number of tasks may send and receive at once.
+///
+/// ```no_run
+/// # async fn demo(conn: manyfold::Connection) -> Result<(), manyfold::ConnectionError> {
+/// use manyfold::{MessageOptions, StreamItem};
+/// let streams = conn.streams();
+/// streams.send_message(1, b"order 42").await?;
+/// // Dropped if not delivered within 200 ms; delivered as soon as whole.
+/// let opts = MessageOptions { unordered: true, lifetime: Some(std::time::Duration::from_millis(200)), ..Default::default() };
+/// streams.send_message_with(2, b"position 3,4", opts).await?;
+/// streams.wait_for_send(1).await?;
+/// while let Some((stream, item)) = streams.recv_message().await? {
+///     if let StreamItem::Message(m) = item {
+///         println!("stream {stream}: {} bytes", m.len());
+///     }
+/// }
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+pub struct Streams {
+    conn: Arc<ConnRef>,
+}
+
+impl Streams {
+    /// Sends `data` as one message on `stream` (opening the stream if new),
+    /// reliably and in stream order. Waits while the send buffer has no
+    /// room for the whole message; a message larger than the configured
+    /// maximum is refused with [`ConnectionError::MessageTooLarge`] and
+    /// nothing is sent.
+    pub async fn send_message(&self, stream: u16, data: &[u8]) -> Result<(), ConnectionError> {
+        self.send_message_with(stream, data, MessageOptions::default()).await
+    }
+
+    /// [`Streams::send_message`] with delivery options: unordered, and
+    /// partial reliability by lifetime or retransmission count (the
+    /// receiver then reads [`StreamItem::Abandoned`] in its place).
+    pub async fn send_message_with(
+        &self,
+        stream: u16,
+        data: &[u8],
+        opts: MessageOptions,
+    ) -> Result<(), ConnectionError> {
+        poll_fn(|cx| self.conn.poll_send_message(cx, stream, data, opts)).await
+    }
+
+    /// The next whole message, abandoned-message notice, end or reset of
+    /// any stream, streams taking turns. `None` once the connection has
+    /// closed gracefully and everything was read.
+    pub async fn recv_message(&self) -> Result<Option<(u16, StreamItem)>, ConnectionError> {
+        poll_fn(|cx| self.conn.poll_recv_message(cx, None)).await
+    }
+
+    /// [`Streams::recv_message`] for one stream; `None` after its end or reset was read.
+    pub async fn recv_message_on(&self, stream: u16) -> Result<Option<StreamItem>, ConnectionError> {
+        let got = poll_fn(|cx| self.conn.poll_recv_message(cx, Some(stream))).await?;
+        Ok(got.map(|(_, item)| item))
+    }
+
+    /// Waits until everything queued on `stream` is acknowledged (paper 00
+    /// §4.2.7's WaitForSend).
+    pub async fn wait_for_send(&self, stream: u16) -> Result<(), ConnectionError> {
+        poll_fn(|cx| self.conn.poll_wait_for_send(cx, stream)).await
+    }
+
+    /// Ends our side of `stream` after what is queued on it; the peer reads
+    /// [`StreamItem::Finished`] (or end of file) after the data.
+    pub fn finish_stream(&self, stream: u16) -> Result<(), ConnectionError> {
+        self.conn.command(|e, h| e.finish_stream(h, stream)).map_err(ConnectionError::from)
+    }
+
+    /// Abandons our side of `stream`: queued data is dropped and the peer
+    /// reads [`StreamItem::Reset`] with `code`.
+    pub fn reset_stream(&self, stream: u16, code: u16) {
+        self.conn.command(|e, h| e.reset_stream(h, stream, code));
+    }
+
+    /// Asks the peer to stop sending on `stream`; it resets its side with `code`.
+    pub fn stop_stream(&self, stream: u16, code: u16) {
+        self.conn.command(|e, h| e.stop_stream(h, stream, code));
+    }
+
+    /// Scheduling of `stream`: lower `priority` is sent first; streams of
+    /// equal priority take turns, `weight` packets each (default 128 and 1).
+    pub fn set_priority(&self, stream: u16, priority: u8, weight: u16) {
+        self.conn.command(|e, h| e.set_stream_priority(h, stream, priority, weight));
+    }
+
+    /// `stream` as a byte stream: `AsyncRead` + `AsyncWrite`.
+    pub fn io(&self, stream: u16) -> StreamIo {
+        StreamIo { conn: self.conn.clone(), stream }
+    }
+}
+
+/// One stream as a byte stream. Reads return 0 at the stream's end;
+/// shutdown finishes our side of the stream (not the connection).
+#[derive(Debug, Clone)]
+pub struct StreamIo {
+    conn: Arc<ConnRef>,
+    stream: u16,
+}
+
+impl StreamIo {
+    pub fn id(&self) -> u16 {
+        self.stream
+    }
+}
+
+impl AsyncRead for StreamIo {
+    fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        self.conn.poll_read(cx, self.stream, buf)
+    }
+}
+
+impl AsyncWrite for StreamIo {
+    fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        self.conn.poll_write(cx, self.stream, buf)
+    }
+    fn poll_flush(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+    fn poll_shutdown(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let r = self.conn.command(|e, h| e.finish_stream(h, self.stream));
+        Poll::Ready(match r {
+            Ok(()) | Err(SendError::Finished) => Ok(()),
+            Err(e) => Err(ConnectionError::from(e).into()),
+        })
+    }
 }
 
 impl AsyncRead for Connection {
     fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
-        self.recv.conn.poll_read(cx, buf)
+        self.recv.conn.poll_read(cx, 0, buf)
     }
 }
 
 impl AsyncWrite for Connection {
     fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
-        self.send.conn.poll_write(cx, buf)
+        self.send.conn.poll_write(cx, 0, buf)
     }
     fn poll_flush(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         Poll::Ready(Ok(()))
@@ -292,7 +536,7 @@ impl SendHalf {
 
 impl AsyncWrite for SendHalf {
     fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
-        self.conn.poll_write(cx, buf)
+        self.conn.poll_write(cx, 0, buf)
     }
     fn poll_flush(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         Poll::Ready(Ok(()))
@@ -320,6 +564,6 @@ impl RecvHalf {
 
 impl AsyncRead for RecvHalf {
     fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
-        self.conn.poll_read(cx, buf)
+        self.conn.poll_read(cx, 0, buf)
     }
 }

@@ -3,7 +3,7 @@
 
 use std::io;
 
-use manyfold_proto::{CloseReason, ConnectError};
+use manyfold_proto::{CloseReason, ConnectError, SendError};
 
 /// Why a connection operation failed.
 #[derive(Debug, thiserror::Error)]
@@ -24,9 +24,34 @@ pub enum ConnectionError {
     /// The engine refused to start the connection.
     #[error(transparent)]
     Connect(#[from] ConnectError),
-    /// Data was written after the sending side was closed.
+    /// Data was written after the sending side (of the connection or the
+    /// stream) was closed.
     #[error("the sending side was already closed")]
     Finished,
+    /// A message larger than the configured maximum; nothing was sent.
+    #[error("message of {size} bytes is larger than the maximum of {max} bytes; nothing was sent")]
+    MessageTooLarge { size: usize, max: usize },
+    /// The stream was reset (by us, or by the peer asking us to stop), with this code.
+    #[error("the stream was reset (error code {0})")]
+    StreamReset(u16),
+    /// Opening another stream would pass the limit on open streams.
+    #[error("too many open streams (the limit is {0})")]
+    StreamLimit(usize),
+}
+
+impl From<SendError> for ConnectionError {
+    fn from(e: SendError) -> Self {
+        match e {
+            SendError::Finished => ConnectionError::Finished,
+            SendError::Closed(reason) => ConnectionError::Closed(reason),
+            SendError::MessageTooLarge { size, max } => ConnectionError::MessageTooLarge { size, max },
+            SendError::StreamReset(code) => ConnectionError::StreamReset(code),
+            SendError::StreamLimit(max) => ConnectionError::StreamLimit(max),
+            // Blocked is waited out by the callers; an unknown handle means
+            // the endpoint dropped the connection.
+            _ => ConnectionError::EndpointClosed,
+        }
+    }
 }
 
 /// The `io::ErrorKind` that best describes a close reason.
@@ -52,6 +77,9 @@ impl ConnectionError {
             ConnectionError::Connect(ConnectError::InvalidAddress(_)) => io::ErrorKind::InvalidInput,
             ConnectionError::Connect(_) => io::ErrorKind::Other,
             ConnectionError::Finished => io::ErrorKind::BrokenPipe,
+            ConnectionError::MessageTooLarge { .. } => io::ErrorKind::InvalidInput,
+            ConnectionError::StreamReset(_) => io::ErrorKind::ConnectionReset,
+            ConnectionError::StreamLimit(_) => io::ErrorKind::QuotaExceeded,
         }
     }
 

@@ -37,7 +37,7 @@ mod socket;
 mod trace;
 
 pub use config::{Config, DriverStats, FaultConfig, FaultStats};
-pub use connection::{Connection, RecvHalf, SendHalf};
+pub use connection::{Connection, RecvHalf, SendHalf, StreamIo, Streams};
 pub use endpoint::{Endpoint, DEFAULT_SHUTDOWN_TIMEOUT};
 pub use error::ConnectionError;
-pub use manyfold_proto::{CloseReason, ConnStats, EndpointConfig, EndpointStats};
+pub use manyfold_proto::{CloseReason, ConnStats, EndpointConfig, EndpointStats, MessageOptions, StreamItem};

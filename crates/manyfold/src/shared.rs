@@ -4,8 +4,10 @@
 //! across an `.await`.
 //!
 //! Engine events (manyfold-proto's `Event`) become waker calls here:
-//! Connected wakes `connect`, Readable the reader, Writable the writer,
-//! SendAcked the closer, Closed everyone, Incoming the accept waiters.
+//! Connected wakes `connect`, Readable the readers, Writable the writers,
+//! SendAcked the closer, StreamAcked the `wait_for_send` callers, Closed
+//! everyone, Incoming the accept waiters. Readers and writers are lists:
+//! with streams, several tasks may wait on one connection.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -74,30 +76,31 @@ pub(crate) struct ConnState {
     pub(crate) close_requested: bool,
     /// The application dropped its last handle.
     pub(crate) released: bool,
-    pub(crate) read: Option<Waker>,
-    pub(crate) write: Option<Waker>,
-    pub(crate) connect: Option<Waker>,
-    pub(crate) close: Option<Waker>,
+    pub(crate) read: Vec<Waker>,
+    pub(crate) write: Vec<Waker>,
+    /// Tasks in `wait_for_send`.
+    pub(crate) acked: Vec<Waker>,
+    pub(crate) connect: Vec<Waker>,
+    pub(crate) close: Vec<Waker>,
 }
 
 impl ConnState {
     fn wake_all(&mut self) {
-        for w in [self.read.take(), self.write.take(), self.connect.take(), self.close.take()].into_iter().flatten() {
-            w.wake();
+        for list in [&mut self.read, &mut self.write, &mut self.acked, &mut self.connect, &mut self.close] {
+            wake(list);
         }
     }
 }
 
-/// Stores the task's waker in `slot` unless an equivalent one is there.
-pub(crate) fn register(slot: &mut Option<Waker>, cx: &Context<'_>) {
-    match slot {
-        Some(w) if w.will_wake(cx.waker()) => {}
-        _ => *slot = Some(cx.waker().clone()),
+/// Adds the task's waker to `list` unless an equivalent one is there.
+pub(crate) fn register(list: &mut Vec<Waker>, cx: &Context<'_>) {
+    if !list.iter().any(|w| w.will_wake(cx.waker())) {
+        list.push(cx.waker().clone());
     }
 }
 
-fn wake(slot: &mut Option<Waker>) {
-    if let Some(w) = slot.take() {
+fn wake(list: &mut Vec<Waker>) {
+    for w in list.drain(..) {
         w.wake();
     }
 }
@@ -158,7 +161,9 @@ impl Inner {
             Event::SendAcked => {
                 wake(&mut c.close);
                 wake(&mut c.write);
+                wake(&mut c.acked);
             }
+            Event::StreamAcked => wake(&mut c.acked),
             Event::Closed(reason) => {
                 c.closed = Some(reason);
                 c.wake_all();

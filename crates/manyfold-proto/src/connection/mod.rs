@@ -442,6 +442,17 @@ impl Connection {
         }
     }
 
+    /// Whether the peer's FIN arrived and every message and stream event
+    /// was taken: `recv_message` will never return anything again.
+    pub fn messages_done(&self) -> bool {
+        self.recv.as_ref().is_some_and(Receiver::fin_reached) && !self.streams.has_ready()
+    }
+
+    /// Whether stream `id` has delivered its end or reset: nothing more comes.
+    pub fn stream_done(&self, id: u16) -> bool {
+        self.streams.rx_done(id) || (self.state == State::Closed && !self.streams.has_ready())
+    }
+
     /// spec §7.3: a window update when a nearly closed window reopens
     /// (receiver-side silly window avoidance, RFC 1122 4.2.3.3).
     fn window_update(&mut self, before: u64) {
@@ -627,7 +638,13 @@ impl Connection {
         }
         let sacks = p.sack.iter().flat_map(|s| s.ranges().iter()).map(|&(a, b)| (extend(a, base), extend(b, base)));
         let streams = &mut self.streams;
-        let out = self.sent.on_ack(now, cum, sacks, &mut self.rtt, self.cc.as_mut(), |p| streams.on_acked(&p.payload));
+        let mut stream_idle = false;
+        let out = self.sent.on_ack(now, cum, sacks, &mut self.rtt, self.cc.as_mut(), |p| {
+            stream_idle |= streams.on_acked(&p.payload);
+        });
+        if stream_idle {
+            self.events.push_back(Event::StreamAcked);
+        }
         self.stats.lost_packets += out.newly_lost;
         self.stats.spurious_losses += out.spurious;
         if out.newly_acked > 0 {

@@ -90,6 +90,8 @@ pub enum Event {
     Writable,
     /// Everything we queued (and our FIN, if we finished) is acknowledged.
     SendAcked,
+    /// Some stream has nothing unacknowledged left (`wait_for_send`, spec §13.5).
+    StreamAcked,
     /// The connection ended; the handle stays valid until released.
     Closed(CloseReason),
 }

@@ -182,6 +182,19 @@ impl Streams {
         self.map.len()
     }
 
+    /// Whether stream `id` has given the application its end (or reset).
+    pub fn rx_done(&self, id: u16) -> bool {
+        match self.map.get(&id) {
+            Some(s) => s.rx.is_done(),
+            None => self.closed_rx.contains(id),
+        }
+    }
+
+    /// Whether some stream has an item for `pop_any`.
+    pub fn has_ready(&self) -> bool {
+        !self.ready.is_empty()
+    }
+
     pub fn has_control(&self) -> bool {
         !self.control.is_empty()
     }
@@ -613,8 +626,9 @@ impl Streams {
         }
     }
 
-    /// The packet carrying `chunks` was acknowledged.
-    pub fn on_acked(&mut self, chunks: &Chunks) {
+    /// The packet carrying `chunks` was acknowledged. Returns whether a
+    /// stream it carried has nothing unacknowledged left (`wait_for_send`).
+    pub fn on_acked(&mut self, chunks: &Chunks) -> bool {
         let mut touched: Vec<u16> = Vec::new();
         for c in chunks.iter() {
             match c {
@@ -636,9 +650,12 @@ impl Streams {
                 _ => {}
             }
         }
+        let mut idle = false;
         for id in touched {
+            idle |= !self.is_pending(id);
             self.reap(id);
         }
+        idle
     }
 
     // ---- packets in ---------------------------------------------------------

@@ -121,9 +121,10 @@ impl RecvSide {
         self.finished_reported || self.reset_reported
     }
 
-    /// Whether [`RecvSide::pop_item`] would return something.
+    /// Whether [`RecvSide::pop_item`] would return something. A side the
+    /// peer never sent on reports no end of its own.
     pub fn has_item(&self) -> bool {
-        if self.is_done() {
+        if self.is_done() || (!self.used && self.reset.is_none()) {
             return false;
         }
         self.reset.is_some()
@@ -346,7 +347,7 @@ impl RecvSide {
 
     /// The next item for the application (spec §13.5).
     pub fn pop_item(&mut self) -> Option<StreamItem> {
-        if self.is_done() {
+        if self.is_done() || (!self.used && self.reset.is_none()) {
             return None;
         }
         if let Some(code) = self.reset {

@@ -1,0 +1,129 @@
+//! Streams over real sockets on 127.0.0.1 (spec §13): messages on several
+//! streams at once, per-stream byte I/O, wait_for_send, stream resets, and
+//! the blocking facade's message calls.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::thread;
+
+use common::*;
+use manyfold::blocking::{Listener, Stream};
+use manyfold::{ConnectionError, MessageOptions, StreamItem};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::time::timeout;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn messages_on_four_streams_arrive_whole_and_in_per_stream_order() {
+    timeout(TEST_TIMEOUT, async {
+        let (server, client) = pair(config(), config()).await;
+        let addr = server.local_addr().unwrap();
+        let receiver = tokio::spawn(async move {
+            let conn = server.accept().await.expect("a connection");
+            let mut got: BTreeMap<u16, Vec<Vec<u8>>> = BTreeMap::new();
+            let mut finished = 0;
+            while let Some((stream, item)) = conn.recv_message().await.expect("recv_message") {
+                match item {
+                    StreamItem::Message(m) => got.entry(stream).or_default().push(m),
+                    StreamItem::Finished => finished += 1,
+                    other => panic!("unexpected {other:?} on stream {stream}"),
+                }
+            }
+            (got, finished, server)
+        });
+        let mut conn = client.connect(addr).await.expect("connect");
+        let streams = conn.streams();
+        let mut tasks = Vec::new();
+        for s in 1..=4u16 {
+            let streams = streams.clone();
+            tasks.push(tokio::spawn(async move {
+                for i in 0..200u32 {
+                    let len = (i as usize * 97 + usize::from(s) * 13) % 5000;
+                    let msg: Vec<u8> = (0..len).map(|k| (k as u32 ^ i ^ u32::from(s)) as u8).collect();
+                    streams.send_message(s, &msg).await.expect("send_message");
+                }
+                streams.finish_stream(s).expect("finish");
+                streams.wait_for_send(s).await.expect("wait_for_send");
+            }));
+        }
+        for t in tasks {
+            t.await.unwrap();
+        }
+        conn.close().await.expect("close");
+        let (got, finished, server) = receiver.await.unwrap();
+        assert_eq!(finished, 4);
+        for s in 1..=4u16 {
+            let msgs = &got[&s];
+            assert_eq!(msgs.len(), 200, "stream {s}");
+            for (i, m) in msgs.iter().enumerate() {
+                let len = (i * 97 + usize::from(s) * 13) % 5000;
+                let want: Vec<u8> = (0..len).map(|k| (k as u32 ^ i as u32 ^ u32::from(s)) as u8).collect();
+                assert_eq!(m, &want, "stream {s} message {i}");
+            }
+        }
+        server.shutdown().await;
+        client.shutdown().await;
+    })
+    .await
+    .expect("test timed out");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_is_a_byte_stream_and_a_reset_reaches_the_reader() {
+    timeout(TEST_TIMEOUT, async {
+        let (server, client) = pair(config(), config()).await;
+        let addr = server.local_addr().unwrap();
+        let receiver = tokio::spawn(async move {
+            let conn = server.accept().await.expect("a connection");
+            let streams = conn.streams();
+            let mut bytes = Vec::new();
+            streams.io(7).read_to_end(&mut bytes).await.expect("read stream 7");
+            let err = streams.io(9).read_to_end(&mut Vec::new()).await.expect_err("stream 9 was reset");
+            (bytes, err.to_string(), conn, server)
+        });
+        let conn = client.connect(addr).await.expect("connect");
+        let streams = conn.streams();
+        let data = payload(3, 1 << 20);
+        let mut io = streams.io(7);
+        io.write_all(&data).await.unwrap();
+        io.shutdown().await.unwrap();
+        streams.io(9).write_all(b"never mind").await.unwrap();
+        streams.reset_stream(9, 77);
+        assert!(matches!(streams.send_message(9, b"more").await, Err(ConnectionError::StreamReset(77))));
+        let (bytes, err, _conn, server) = receiver.await.unwrap();
+        assert_eq!(bytes, data);
+        assert!(err.contains("77"), "{err}");
+        let too_big = vec![0u8; (16 << 20) + 1];
+        let refused = streams.send_message(3, &too_big).await;
+        assert!(matches!(refused, Err(ConnectionError::MessageTooLarge { .. })), "{refused:?}");
+        server.shutdown().await;
+        client.shutdown().await;
+    })
+    .await
+    .expect("test timed out");
+}
+
+#[test]
+fn blocking_facade_sends_and_receives_messages() {
+    let listener = Listener::listen("127.0.0.1:0").expect("listen");
+    let addr = listener.local().unwrap();
+    let server = thread::spawn(move || {
+        let mut s = listener.accept().expect("accept");
+        let mut got = Vec::new();
+        while let Some((stream, item)) = s.recv_message().expect("recv_message") {
+            if let StreamItem::Message(m) = item {
+                got.push((stream, m));
+            }
+        }
+        got
+    });
+    let mut c = Stream::connect(addr).expect("connect");
+    c.send_message(2, b"first").unwrap();
+    let opts = MessageOptions { unordered: true, ..Default::default() };
+    c.send_message_with(5, b"second", opts).unwrap();
+    c.wait_for_send(2).unwrap();
+    c.close().unwrap();
+    let mut got = server.join().unwrap();
+    got.sort();
+    assert_eq!(got, vec![(2, b"first".to_vec()), (5, b"second".to_vec())]);
+}
