@@ -240,3 +240,66 @@ fn a_packet_filling_the_last_gap_is_acked_at_once_without_klv() {
     let first_seq = crate::wire::Header::parse(&data[0]).unwrap().seq;
     assert_eq!(ack_of(&mut p.b, p.now), Some(first_seq.wrapping_add(2)));
 }
+
+/// The exchange of spec §3.6, byte for byte: client seed 1 at
+/// 192.0.2.1:40000, listener seed 2 at 192.0.2.2:4433, default configs,
+/// 10 ms per datagram, `"GET /\n"` queued before the SYN-ACK arrives, the
+/// listener answering `"hello"`. Returns every datagram in the order sent.
+fn spec_example() -> Vec<(bool, Vec<u8>)> {
+    let t0 = Instant::now();
+    let ca: SocketAddr = "192.0.2.1:40000".parse().unwrap();
+    let sa: SocketAddr = "192.0.2.2:4433".parse().unwrap();
+    let mut c = Endpoint::new(EndpointConfig { seed: 1, ..Default::default() }, t0);
+    let mut s = Endpoint::new(EndpointConfig { seed: 2, ..Default::default() }, t0);
+    s.set_listening(true);
+    let h = c.connect(t0, sa).unwrap();
+    c.send(h, b"GET /\n").unwrap();
+    let mut log = Vec::new();
+    let mut now = t0;
+    let mut buf = Vec::new();
+    let mut accepted = None;
+    for _ in 0..6 {
+        let mut wire = Vec::new();
+        for from_client in [true, false] {
+            let ep = if from_client { &mut c } else { &mut s };
+            while let Some(t) = ep.poll_transmit(now, 1, &mut buf) {
+                wire.push((from_client, buf[..t.size].to_vec()));
+            }
+        }
+        now += Duration::from_millis(10);
+        for (from_client, d) in wire {
+            if from_client {
+                s.handle_datagram(now, ca, &d);
+            } else {
+                c.handle_datagram(now, sa, &d);
+            }
+            log.push((from_client, d));
+        }
+        if accepted.is_none() {
+            accepted = s.accept();
+            if let Some(a) = accepted {
+                let mut got = [0u8; 16];
+                assert_eq!(s.recv(a, &mut got).unwrap(), Some(6));
+                s.send(a, b"hello").unwrap();
+            }
+        }
+    }
+    log
+}
+
+#[test]
+fn spec_example_datagrams_are_as_documented() {
+    let log = spec_example();
+    let hex = |d: &[u8]| d.iter().map(|b| format!("{b:02x}")).collect::<Vec<_>>().join(" ");
+    let sent: Vec<(bool, String)> = log.iter().map(|(c, d)| (*c, hex(d))).collect();
+    // The client's SYN and the listener's "hello", as printed in spec §3.6.
+    let syn = "10 01 00 08 00 00 00 00 4f 37 51 4c 00 00 00 00 00 40 00 00 a0 bf a4 0e d5 1b cb e5 05 ac 00 00";
+    let hello = "10 12 00 15 d5 1b cb e5 73 40 24 da 4f 37 51 4e 00 40 00 00 5b 5e 3b 47 \
+                 00 00 00 00 00 05 00 00 00 00 00 00 00 00 00 00 68 65 6c 6c 6f";
+    let hello = hello.split_whitespace().collect::<Vec<_>>().join(" ");
+    assert_eq!(sent[0], (true, syn.to_string()));
+    assert_eq!(sent[3], (false, hello));
+    // SYN-ACK 52 bytes, echo 66 (cookie and one 6-byte data chunk), a pure ack last.
+    let lens: Vec<usize> = log.iter().map(|(_, d)| d.len()).collect();
+    assert_eq!(lens, [32, 52, 66, 45, 24]);
+}

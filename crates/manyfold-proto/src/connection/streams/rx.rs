@@ -6,7 +6,7 @@
 use std::collections::{BTreeMap, VecDeque};
 
 use crate::ring::ByteRing;
-use crate::wire::chunk::{data_flags, DataChunk};
+use crate::wire::chunk::{data_flags, span, DataChunk};
 
 /// What the application gets from a stream, in order (spec §13.5).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -80,6 +80,8 @@ pub(crate) struct RecvSide {
     pub buffered: usize,
     /// The highest offset we allowed the peer.
     pub credit_sent: u64,
+    /// The end of the highest data received.
+    highest: u64,
     window: u64,
     /// The peer has sent on it.
     pub used: bool,
@@ -106,6 +108,7 @@ impl RecvSide {
             reset_reported: false,
             buffered: 0,
             credit_sent: credit,
+            highest: 0,
             window,
             used: false,
             discard: false,
@@ -136,8 +139,7 @@ impl RecvSide {
     /// Takes one data chunk (spec §13.4). Returns the bytes newly held.
     pub fn on_data(&mut self, c: &DataChunk<&[u8]>) -> Result<usize, Refused> {
         self.used = true;
-        let len = c.data.len() as u64;
-        let end = c.offset + len;
+        let end = c.offset + c.span();
         if end > self.credit_sent || self.fin_at.is_some_and(|f| end > f) {
             return Err(Refused::Violation);
         }
@@ -147,6 +149,7 @@ impl RecvSide {
             }
             self.fin_at = Some(end);
         }
+        self.highest = self.highest.max(end);
         if self.reset.is_some() || self.conn_fin {
             return Ok(0);
         }
@@ -164,8 +167,8 @@ impl RecvSide {
                 self.buffered += data.len();
                 self.held.insert(off, Piece::Data { data: data.to_vec(), flags: c.flags });
             }
-        } else if len == 0 && c.offset == self.next {
-            // An empty chunk: a zero-length message, or a bare FIN.
+        } else if c.span() == 0 && c.offset == self.next {
+            // A bare FIN.
             self.deliver(&[], c.flags);
         }
         Ok(self.buffered.saturating_sub(before))
@@ -199,7 +202,7 @@ impl RecvSide {
         for f in p.frags.into_values() {
             msg.extend_from_slice(&f);
         }
-        let end = start + msg.len() as u64;
+        let end = start + span(msg.len(), data_flags::BEGIN | data_flags::END);
         if self.discard {
             self.buffered -= msg.len();
         } else {
@@ -220,6 +223,11 @@ impl RecvSide {
             return;
         }
         if end <= self.next || self.covered(start) {
+            // The message in progress, all of it that was sent read: it
+            // ends here.
+            if !unordered && self.in_message && end == self.next {
+                self.mark_abandoned();
+            }
             return;
         }
         if unordered {
@@ -235,6 +243,11 @@ impl RecvSide {
 
     fn skip(&mut self, start: u64, end: u64, abandoned: bool) {
         if start <= self.next {
+            // A range from here on is another message's: the one in
+            // progress has ended short (its own range starts before here).
+            if start == self.next {
+                self.end_message();
+            }
             if abandoned {
                 self.mark_abandoned();
             }
@@ -252,16 +265,12 @@ impl RecvSide {
     }
 
     fn deliver(&mut self, data: &[u8], flags: u8) {
-        self.next += data.len() as u64;
+        self.next += span(data.len(), flags);
         if self.discard {
             return;
         }
-        // A message that begins while the last one never ended: the last
-        // was abandoned, and its notice is still on the way.
         if flags & data_flags::BEGIN != 0 {
-            if self.in_message {
-                self.mark_abandoned();
-            }
+            self.end_message();
             self.in_message = true;
         }
         self.ring.push(data);
@@ -270,6 +279,14 @@ impl RecvSide {
         if flags & data_flags::END != 0 {
             self.marks.push_back(Mark::End(self.pushed));
             self.in_message = false;
+        }
+    }
+
+    /// What follows is not the rest of the message in progress, if any: it
+    /// was abandoned, and its notice is still on the way (or was passed).
+    fn end_message(&mut self) {
+        if self.in_message {
+            self.mark_abandoned();
         }
     }
 
@@ -289,12 +306,14 @@ impl RecvSide {
             match entry.remove() {
                 Piece::Data { data, flags } => {
                     self.buffered -= data.len();
-                    let skip = (self.next - off) as usize;
-                    if skip < data.len() {
-                        self.deliver(&data[skip..], flags);
+                    if off + span(data.len(), flags) > self.next {
+                        self.deliver(&data[(self.next - off) as usize..], flags);
                     }
                 }
                 Piece::Skip { end, abandoned } => {
+                    if off == self.next {
+                        self.end_message();
+                    }
                     if abandoned {
                         self.mark_abandoned();
                     }
@@ -375,6 +394,11 @@ impl RecvSide {
                 Some(StreamItem::Abandoned)
             }
             None if self.finished() && self.held.is_empty() => {
+                // A message the stream ended in the middle of was abandoned.
+                if self.in_message {
+                    self.mark_abandoned();
+                    return self.pop_item();
+                }
                 if self.ring.len() > 0 {
                     let mut m = vec![0; self.ring.len()];
                     let n = self.ring.read(&mut m);
@@ -398,9 +422,11 @@ impl RecvSide {
     }
 
     /// A credit update if the reader moved far enough (spec §13.7): the
-    /// peer may send up to `window` beyond what was consumed.
+    /// peer may send up to `window` beyond what was consumed. None while
+    /// the peer has used less than half of what it may send, so a short
+    /// exchange costs no credit packet.
     pub fn credit_update(&mut self) -> Option<u64> {
-        if self.reset.is_some() || self.finished() {
+        if self.reset.is_some() || self.finished() || self.highest * 2 < self.credit_sent {
             return None;
         }
         let consumed = self.next - self.ring.len() as u64;
@@ -489,6 +515,69 @@ mod tests {
         assert_eq!(r.pop_item(), Some(StreamItem::Message(b"next".to_vec())));
         // The notice arriving late changes nothing.
         r.on_abandon(0, 4, false);
+        assert_eq!(r.pop_item(), None);
+    }
+
+    #[test]
+    fn a_notice_for_the_message_in_progress_after_all_its_sent_bytes_reports_it_at_once() {
+        let mut r = side();
+        r.on_data(&chunk(0, 0, B, b"abc")).unwrap();
+        // The sender cut no more of it before giving up.
+        r.on_abandon(0, 3, false);
+        assert_eq!(r.pop_item(), Some(StreamItem::Abandoned));
+        assert_eq!(r.pop_item(), None);
+        assert_eq!(r.buffered, 0);
+    }
+
+    #[test]
+    fn a_message_cut_short_and_a_whole_one_abandoned_after_it_are_two_notices() {
+        let mut r = side();
+        r.on_data(&chunk(0, 0, B, b"abc")).unwrap();
+        // The next message, [3, 6), was lost and abandoned; its notice
+        // overtakes the one for the first.
+        r.on_abandon(3, 6, false);
+        r.on_abandon(0, 3, false);
+        r.on_data(&chunk(6, 0, B | E, b"ok")).unwrap();
+        assert_eq!(r.pop_item(), Some(StreamItem::Abandoned));
+        assert_eq!(r.pop_item(), Some(StreamItem::Abandoned));
+        assert_eq!(r.pop_item(), Some(StreamItem::Message(b"ok".to_vec())));
+        assert_eq!(r.pop_item(), None);
+    }
+
+    #[test]
+    fn a_message_cut_short_is_never_handed_out_as_whole_at_the_end_of_the_stream() {
+        // Cut short, then an unordered message, then the end.
+        let mut r = side();
+        r.on_data(&chunk(0, 0, B, b"abc")).unwrap();
+        r.on_data(&chunk(3, 0, B | E | U, b"xy")).unwrap();
+        r.on_data(&chunk(5, 0, data_flags::FIN, b"")).unwrap();
+        r.on_abandon(0, 3, false);
+        assert_eq!(r.pop_item(), Some(StreamItem::Message(b"xy".to_vec())));
+        assert_eq!(r.pop_item(), Some(StreamItem::Abandoned));
+        assert_eq!(r.pop_item(), Some(StreamItem::Finished));
+        // Cut short by the end of the stream, its notice not yet arrived.
+        let mut r = side();
+        r.on_data(&chunk(0, 0, B, b"abc")).unwrap();
+        r.on_data(&chunk(3, 0, data_flags::FIN, b"")).unwrap();
+        assert_eq!(r.pop_item(), Some(StreamItem::Abandoned));
+        assert_eq!(r.pop_item(), Some(StreamItem::Finished));
+        assert_eq!(r.buffered, 0);
+    }
+
+    #[test]
+    fn an_empty_message_keeps_its_place_when_the_next_one_arrives_first() {
+        let mut r = side();
+        r.on_data(&chunk(1, 0, B | E, b"x")).unwrap();
+        assert!(!r.has_item(), "offset 0 is still missing");
+        r.on_data(&chunk(0, 0, B | E, b"")).unwrap();
+        assert_eq!(r.pop_item(), Some(StreamItem::Message(Vec::new())));
+        assert_eq!(r.pop_item(), Some(StreamItem::Message(b"x".to_vec())));
+        // An empty unordered message does not take the ordered one's place.
+        let mut r = side();
+        r.on_data(&chunk(1, 0, B | E, b"x")).unwrap();
+        r.on_data(&chunk(0, 0, B | E | U, b"")).unwrap();
+        assert_eq!(r.pop_item(), Some(StreamItem::Message(Vec::new())));
+        assert_eq!(r.pop_item(), Some(StreamItem::Message(b"x".to_vec())));
         assert_eq!(r.pop_item(), None);
     }
 
