@@ -58,6 +58,27 @@ pub struct DataChunk<D> {
     pub msg: u64,
 }
 
+/// Stream offsets taken by a data chunk of `len` bytes with `flags`: its
+/// bytes, and one for an empty message (spec §13.5: one empty chunk with
+/// BEGIN and END). Without a place of its own in the stream, an empty
+/// message whose packet is lost would be overtaken by the message sent
+/// after it, which starts at the same offset, and then dropped as passed.
+pub fn span(len: usize, flags: u8) -> u64 {
+    let whole = data_flags::BEGIN | data_flags::END;
+    if len == 0 && flags & whole == whole {
+        1
+    } else {
+        len as u64
+    }
+}
+
+impl<D: AsRef<[u8]>> DataChunk<D> {
+    /// Stream offsets the chunk takes (see [`span`]).
+    pub fn span(&self) -> u64 {
+        span(self.data.as_ref().len(), self.flags)
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Chunk<D> {
     Data(DataChunk<D>),
@@ -384,6 +405,17 @@ mod tests {
         a[0] = KIND_ABANDON;
         a[9] = 5;
         assert!(validate_chunks(&a).is_err());
+    }
+
+    #[test]
+    fn an_empty_message_takes_one_offset_and_a_bare_fin_none() {
+        use data_flags::{BEGIN, END, FIN, UNORDERED};
+        assert_eq!(span(0, BEGIN | END), 1);
+        assert_eq!(span(0, BEGIN | END | UNORDERED | FIN), 1);
+        assert_eq!(span(0, FIN), 0);
+        assert_eq!(span(0, 0), 0);
+        assert_eq!(span(5, BEGIN | END), 5);
+        assert_eq!(span(5, BEGIN), 5);
     }
 
     #[test]

@@ -115,6 +115,9 @@ pub(crate) struct Streams {
     ready: VecDeque<u16>,
     closed_tx: IdSet,
     closed_rx: IdSet,
+    /// Codes of the forgotten streams whose sending side was reset (by us,
+    /// or at the peer's request), so that later sends still report them.
+    reset_codes: BTreeMap<u16, u16>,
     /// Streams of the peer's we refused (over the limit), told once.
     refused: BTreeSet<u16>,
     pr: HashMap<u64, PrMsg>,
@@ -145,6 +148,7 @@ impl Streams {
             ready: VecDeque::new(),
             closed_tx: IdSet::default(),
             closed_rx: IdSet::default(),
+            reset_codes: BTreeMap::new(),
             refused: BTreeSet::new(),
             pr: HashMap::new(),
             next_msg: 1,
@@ -215,7 +219,7 @@ impl Streams {
     fn tx_stream(&mut self, id: u16) -> Result<&mut Stream, StreamRefusal> {
         if !self.map.contains_key(&id) {
             if self.closed_tx.contains(id) {
-                return Err(StreamRefusal::Finished);
+                return Err(self.reset_codes.get(&id).map_or(StreamRefusal::Finished, |&c| StreamRefusal::Reset(c)));
             }
             if self.map.len() >= self.limits.max_streams {
                 return Err(StreamRefusal::Limit(self.limits.max_streams));
@@ -417,6 +421,9 @@ impl Streams {
         let s = self.map.remove(&id).expect("stream present");
         if s.tx.used {
             self.closed_tx.insert(id);
+            if let Some(code) = s.tx.reset {
+                self.reset_codes.insert(id, code);
+            }
         }
         if s.rx.used {
             self.closed_rx.insert(id);
@@ -537,7 +544,7 @@ impl Streams {
                 if c.msg != 0 {
                     if let Some(r) = self.pr.get_mut(&c.msg) {
                         r.start.get_or_insert(c.offset);
-                        r.end = c.offset + c.data.len() as u64;
+                        r.end = c.offset + c.span();
                         r.live += 1;
                         r.cut_all = c.flags & data_flags::END != 0;
                     }

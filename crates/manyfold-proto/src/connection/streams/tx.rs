@@ -6,7 +6,7 @@ use std::collections::VecDeque;
 use bytes::Bytes;
 
 use crate::connection::send::SendBuffer;
-use crate::wire::chunk::{data_flags, DataChunk};
+use crate::wire::chunk::{data_flags, span, DataChunk};
 
 /// What a run of queued bytes is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -100,12 +100,13 @@ impl SendSide {
     }
 
     /// Whether a chunk could be cut now (ignoring the room in the packet).
+    /// Every chunk of a message, an empty one too, takes credit.
     pub fn can_send(&self) -> bool {
         if self.reset.is_some() {
             return false;
         }
         match self.segs.front() {
-            Some(s) => s.len == s.cut || self.credit > self.next_off,
+            Some(_) => self.credit > self.next_off,
             None => self.fin_queued && !self.fin_sent,
         }
     }
@@ -157,7 +158,8 @@ impl SendSide {
         let remaining = seg.len - seg.cut;
         let credit = usize::try_from(self.credit.saturating_sub(self.next_off)).unwrap_or(usize::MAX);
         let n = remaining.min(room).min(credit).min(flow);
-        if n == 0 && remaining > 0 {
+        // An empty message takes one offset (`span`), so it needs credit too.
+        if (n == 0 && remaining > 0) || credit == 0 {
             return None;
         }
         if seg.cut == 0 {
@@ -185,7 +187,7 @@ impl SendSide {
             self.segs.pop_front();
         }
         let data = self.buf.take(n);
-        self.next_off += n as u64;
+        self.next_off += span(n, flags);
         self.unacked += n as u64;
         if self.segs.is_empty() && self.fin_queued {
             flags |= data_flags::FIN;
@@ -253,6 +255,21 @@ mod tests {
         t.fin_queued = true;
         let c = t.cut(0, 10, usize::MAX).unwrap();
         assert_eq!((c.flags, c.data.len()), (data_flags::FIN, 0));
+    }
+
+    #[test]
+    fn an_empty_message_takes_one_offset_of_credit() {
+        let mut s = SendSide::new(1);
+        s.push_message(b"", false, 0);
+        s.push_message(b"", false, 0);
+        let c = s.cut(1, 10, usize::MAX).unwrap();
+        assert_eq!((c.flags, c.offset, c.data.len()), (data_flags::BEGIN | data_flags::END, 0, 0));
+        assert_eq!(s.next_off, 1);
+        assert!(!s.can_send() && s.cut(1, 10, usize::MAX).is_none(), "no credit left");
+        s.credit = 2;
+        let c = s.cut(1, 10, usize::MAX).unwrap();
+        assert_eq!((c.offset, c.data.len()), (1, 0));
+        assert_eq!(s.next_off, 2);
     }
 
     #[test]
