@@ -8,6 +8,7 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use manyfold_proto::wire::chunk::{parse_chunks, Chunk, DataChunk};
 use manyfold_proto::wire::{Flags, Header, Packet};
 use manyfold_proto::{CongestionAlgorithm, ConnHandle, EndpointConfig, State};
 use manyfold_sim::{LinkConfig, World};
@@ -103,6 +104,27 @@ pub fn is_cookie_echo(d: &[u8]) -> bool {
 /// A packet carrying application data.
 pub fn is_data(d: &[u8]) -> bool {
     Packet::parse(d).is_ok_and(|p| !p.data.is_empty())
+}
+
+/// The stream chunks a datagram carries (none if it does not parse).
+pub fn chunks(d: &[u8]) -> Vec<Chunk<&[u8]>> {
+    Packet::parse(d).map_or_else(|_| Vec::new(), |p| parse_chunks(p.data).map_while(Result::ok).collect())
+}
+
+/// The data chunks a datagram carries.
+pub fn data_chunks(d: &[u8]) -> Vec<DataChunk<&[u8]>> {
+    chunks(d)
+        .into_iter()
+        .filter_map(|c| match c {
+            Chunk::Data(d) => Some(d),
+            _ => None,
+        })
+        .collect()
+}
+
+/// A packet carrying a data chunk of `stream` (data bytes or a bare stream FIN).
+pub fn carries_stream(d: &[u8], stream: u16) -> bool {
+    data_chunks(d).iter().any(|c| c.stream == stream)
 }
 
 /// A packet that consumes a sequence number (spec §5.1): SYN, FIN, a
