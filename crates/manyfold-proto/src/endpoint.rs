@@ -594,9 +594,9 @@ impl Endpoint {
         self.conn(h).and_then(|c| c.close_reason())
     }
 
-    /// Bytes the send buffer can take now.
+    /// Bytes `send` (stream 0) would take now.
     pub fn send_capacity(&self, h: ConnHandle) -> usize {
-        self.conn(h).map_or(0, |c| c.send_capacity())
+        self.conn(h).map_or(0, |c| c.stream_capacity(0))
     }
 
     // ---- internals -------------------------------------------------------

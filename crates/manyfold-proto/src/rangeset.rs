@@ -24,7 +24,6 @@ impl RangeSet {
         self.map.len()
     }
 
-    #[cfg(test)]
     pub fn contains(&self, x: u64) -> bool {
         self.map.range(..=x).next_back().is_some_and(|(_, &end)| x < end)
     }
@@ -98,7 +97,6 @@ impl RangeSet {
     }
 
     /// The lowest range, if any.
-    #[cfg(test)]
     pub fn first(&self) -> Option<Range<u64>> {
         self.map.iter().next().map(|(&s, &e)| s..e)
     }

@@ -303,3 +303,36 @@ fn spec_example_datagrams_are_as_documented() {
     let lens: Vec<usize> = log.iter().map(|(_, d)| d.len()).collect();
     assert_eq!(lens, [32, 52, 66, 45, 24]);
 }
+
+#[test]
+fn a_bulk_writer_filling_the_send_buffer_leaves_room_for_other_streams_messages() {
+    // spec §13.5: one stream may hold all of the send buffer but a reserve.
+    let mut p = Pair::new();
+    let ca = p.a.connect(p.now, p.b_addr).unwrap();
+    p.run_until(|p| p.a.state(ca) == Some(State::Established));
+    let bulk = vec![7u8; 64 << 20];
+    let mut queued = 0;
+    loop {
+        let n = p.a.stream_send(ca, 1, &bulk).unwrap();
+        if n == 0 {
+            break;
+        }
+        queued += n;
+    }
+    assert!(queued >= 16 << 20, "the bulk stream took only {queued} bytes");
+    let left = p.a.send_capacity(ca);
+    assert!(left > 64 << 10 && left <= 1 << 20, "stream 0 may use the reserve: {left} bytes");
+    let msg = vec![1u8; 64 << 10];
+    p.a.send_message(ca, p.now, 2, &msg, crate::MessageOptions::default()).expect("room for a message");
+    // A message the size of the largest one fits an idle connection whole.
+    let other = p.a.connect(p.now, p.b_addr).unwrap();
+    p.run_until(|p| p.a.state(other) == Some(State::Established));
+    let largest = vec![2u8; crate::ConnectionConfig::default().max_message];
+    p.a.send_message(other, p.now, 3, &largest, crate::MessageOptions::default())
+        .expect("room for the largest message");
+    let too_big = vec![2u8; largest.len() + 1];
+    assert_eq!(
+        p.a.send_message(other, p.now, 4, &too_big, crate::MessageOptions::default()),
+        Err(crate::SendError::MessageTooLarge { size: too_big.len(), max: largest.len() })
+    );
+}

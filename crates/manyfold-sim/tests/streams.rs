@@ -313,7 +313,7 @@ fn lost_packet_delays_only_its_own_stream() {
 // ---- unordered messages ---------------------------------------------------------
 
 #[test]
-fn unordered_messages_overtake_a_lost_one_and_ordered_ones_keep_their_order() {
+fn unordered_messages_overtake_a_lost_one_and_ordered_ones_neither_wait_for_it_nor_lose_their_order() {
     let seed = 1102;
     let link = LinkConfig::with_delay(ms(20));
     let one_way = link.delay;
@@ -357,6 +357,15 @@ fn unordered_messages_overtake_a_lost_one_and_ordered_ones_keep_their_order() {
             );
         }
         assert!(lost_at >= t_lost + 3 * one_way, "lost message read at {lost_at:?} ({cc:?} seed {seed})");
+        // spec §13.4: unordered messages have an offset space of their own,
+        // so the ordered ones sent after the lost one do not wait for it.
+        for &i in &later_ordered {
+            let at = inbox.when(1, i).expect("read");
+            assert!(
+                at <= t_later + one_way + ms(1),
+                "ordered {i} waited for the lost unordered message: read at {at:?} ({cc:?} seed {seed})"
+            );
+        }
         // The ordered ones came in the order sent (verify checks it too).
         let order: Vec<usize> =
             [o0].iter().chain(&later_ordered).map(|&i| inbox.position(1, i).expect("read")).collect();
@@ -431,16 +440,20 @@ fn partial_reliability(seed: u64, ack_loss: f64, opts: MessageOptions) -> Outcom
     o
 }
 
-/// With a clean ack path the sender resends only what was really lost
-/// (no spurious losses on a path that neither reorders nor drops acks),
-/// so it gives up only on messages that did not arrive whole, and both
-/// sides count the same.
+/// With a clean ack path the sender gives up almost only on messages that
+/// did not arrive whole: the receiver is told of every one of those. The
+/// exception is an RTO, which deems every packet in flight lost (spec
+/// §5.4), so a message whose packet was merely late may be given up too;
+/// the receiver, which has it whole, ignores that notice. So the sender's
+/// count is at least the receiver's and at most a few more.
 fn partial_reliability_with_clean_acks(seed: u64, opts: MessageOptions) {
     let o = partial_reliability(seed, 0.0, opts);
-    assert_eq!(
-        o.abandoned, o.reported as u64,
+    let extra = o.abandoned.saturating_sub(o.reported as u64);
+    assert!(
+        o.abandoned >= o.reported as u64 && extra * 50 <= o.sent as u64,
         "sender abandoned {} messages, the receiver was told of {} ({opts:?} seed {seed})",
-        o.abandoned, o.reported
+        o.abandoned,
+        o.reported
     );
     assert!(o.reported > 0 && o.read > o.sent / 2, "{o:?} ({opts:?} seed {seed})");
 }

@@ -30,6 +30,9 @@ use timer::{Timer, Timers};
 /// Smallest datagram a peer may announce; smaller values are raised to it.
 pub(crate) const MIN_DATAGRAM: u16 = 576;
 
+/// Send buffer kept free of any one stream for the others (spec §13.5).
+const STREAM_RESERVE: usize = 1 << 20;
+
 /// Extended sequence numbers start here so that `isn - 1` never underflows.
 const SEQ_BASE: u64 = 1 << 32;
 
@@ -306,11 +309,29 @@ impl Connection {
     }
 
     /// spec §7.4: the send buffer follows what can be in flight: twice the
-    /// smaller of the congestion and the peer's window, at least the
-    /// initial window, at most `send_buffer`.
+    /// smaller of the congestion and the peer's window, at most
+    /// `send_buffer`, and at least the initial window and room for a
+    /// largest message beside the other streams' reserve (§13.5).
     fn send_limit(&self) -> usize {
         let useful = self.cc.window().min(self.peer_window).saturating_mul(2) as usize;
-        useful.clamp(recv::INITIAL_WINDOW.min(self.config.send_buffer), self.config.send_buffer)
+        let floor = recv::INITIAL_WINDOW.max(self.config.max_message + STREAM_RESERVE);
+        useful.clamp(floor.min(self.config.send_buffer), self.config.send_buffer)
+    }
+
+    /// spec §13.5: bytes stream `id` may still queue. One stream may hold
+    /// all of the send buffer but a reserve, so that a bulk writer never
+    /// leaves the other streams' messages without room.
+    pub fn stream_capacity(&self, id: u16) -> usize {
+        let limit = self.send_limit();
+        let reserve = (limit / 8).min(STREAM_RESERVE);
+        let own = (limit - reserve).saturating_sub(self.streams.held_by(id));
+        own.min(self.send_capacity())
+    }
+
+    /// The largest message `send_message` can ever take.
+    fn max_message(&self) -> usize {
+        let limit = self.config.send_buffer;
+        self.config.max_message.min(limit - (limit / 8).min(STREAM_RESERVE))
     }
 
     /// spec §7.2: a blocked writer is woken once a quarter of the send
@@ -337,7 +358,7 @@ impl Connection {
     pub fn send(&mut self, id: u16, data: &[u8]) -> Result<usize, SendError> {
         self.check_open()?;
         self.streams.check_send(id).map_err(refusal)?;
-        let n = data.len().min(self.send_capacity());
+        let n = data.len().min(self.stream_capacity(id));
         if n > 0 {
             self.streams.write(id, &data[..n]).map_err(refusal)?;
             self.send_acked_signalled = false;
@@ -352,11 +373,11 @@ impl Connection {
     /// with an error saying why, nothing.
     pub fn send_message(&mut self, now: Instant, id: u16, data: &[u8], opts: MessageOptions) -> Result<(), SendError> {
         self.check_open()?;
-        if data.len() > self.config.max_message {
-            return Err(SendError::MessageTooLarge { size: data.len(), max: self.config.max_message });
+        if data.len() > self.max_message() {
+            return Err(SendError::MessageTooLarge { size: data.len(), max: self.max_message() });
         }
         self.streams.check_send(id).map_err(refusal)?;
-        if data.len() > self.send_capacity() {
+        if data.len() > self.stream_capacity(id) {
             self.want_writable = true;
             return Err(SendError::Blocked);
         }

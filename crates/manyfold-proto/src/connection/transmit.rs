@@ -339,6 +339,14 @@ impl Connection {
     /// exceed the congestion window by this one packet (RFC 8985 §7.3).
     fn send_probe(&mut self, now: Instant, buf: &mut [u8], seq: u64) -> Option<usize> {
         let p = self.sent.get(seq)?;
+        if !self.streams.may_resend(now, &p.payload, p.retx + 1) {
+            // spec §13.6: data past its partial-reliability limit is not
+            // sent again by a probe; a keep-alive probe draws the ack.
+            self.probe_pending = true;
+            self.tlp_count += 1;
+            self.arm_tlp(now);
+            return None;
+        }
         let (payload, control) = (p.payload.clone(), p.control);
         let n = self.write(now, buf, control | Flags::KLV, seq, Some(&payload), DATA_SACK_RANGES)?;
         self.sent.on_probe_sent(now, seq, n as u32);

@@ -93,9 +93,11 @@ pub enum Chunk<D> {
         stream: u16,
         code: u16,
     },
-    /// The receiver allows stream offsets up to `max` (flow control credit).
+    /// The receiver allows stream offsets below `max` (flow control
+    /// credit), of the unordered offset space if `unordered`.
     Credit {
         stream: u16,
+        unordered: bool,
         max: u64,
     },
     /// The sender abandoned the message occupying `[start, end)` of the stream.
@@ -172,9 +174,9 @@ impl<D: AsRef<[u8]>> Chunk<D> {
                 out[1] = 0;
                 out[4..6].copy_from_slice(&code.to_be_bytes());
             }
-            Chunk::Credit { max, .. } => {
+            Chunk::Credit { max, unordered, .. } => {
                 out[0] = KIND_CREDIT;
-                out[1] = 0;
+                out[1] = if *unordered { data_flags::UNORDERED } else { 0 };
                 put48(&mut out[4..10], *max);
             }
             Chunk::Abandon { unordered, start, end, .. } => {
@@ -259,7 +261,11 @@ fn parse_one(b: &[u8]) -> Result<(Chunk<&[u8]>, usize), DecodeError> {
         }
         KIND_CREDIT => {
             let h = fixed(CREDIT_LEN)?;
-            Ok((Chunk::Credit { stream: stream(h), max: get48(&h[4..10]) }, CREDIT_LEN))
+            if h[1] & !data_flags::UNORDERED != 0 {
+                return Err(bad);
+            }
+            let unordered = h[1] & data_flags::UNORDERED != 0;
+            Ok((Chunk::Credit { stream: stream(h), unordered, max: get48(&h[4..10]) }, CREDIT_LEN))
         }
         KIND_ABANDON => {
             let h = fixed(ABANDON_LEN)?;
@@ -361,7 +367,9 @@ mod tests {
                 Chunk::Reset { stream: *stream, code: *code, final_size: *final_size }
             }
             Chunk::Stop { stream, code } => Chunk::Stop { stream: *stream, code: *code },
-            Chunk::Credit { stream, max } => Chunk::Credit { stream: *stream, max: *max },
+            Chunk::Credit { stream, unordered, max } => {
+                Chunk::Credit { stream: *stream, unordered: *unordered, max: *max }
+            }
             Chunk::Abandon { stream, unordered, start, end } => {
                 Chunk::Abandon { stream: *stream, unordered: *unordered, start: *start, end: *end }
             }
@@ -383,7 +391,8 @@ mod tests {
         roundtrip(data);
         roundtrip(Chunk::Reset { stream: 3, code: 9, final_size: 1 << 40 });
         roundtrip(Chunk::Stop { stream: 4, code: 2 });
-        roundtrip(Chunk::Credit { stream: 5, max: 123_456_789 });
+        roundtrip(Chunk::Credit { stream: 5, unordered: false, max: 123_456_789 });
+        roundtrip(Chunk::Credit { stream: 5, unordered: true, max: 7 });
         roundtrip(Chunk::Abandon { stream: 6, unordered: true, start: 10, end: 20 });
         roundtrip(Chunk::Pad);
     }

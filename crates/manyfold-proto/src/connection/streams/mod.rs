@@ -326,7 +326,11 @@ impl Streams {
         }
     }
 
+    /// Sets a stream's scheduling, opening it if new (spec §13.10).
     pub fn set_priority(&mut self, id: u16, priority: u8, weight: u16) {
+        if self.tx_stream(id).is_err() {
+            return;
+        }
         let Some(s) = self.map.get_mut(&id) else { return };
         if s.in_sched {
             if let Some(q) = self.sched.get_mut(&s.tx.priority) {
@@ -337,6 +341,11 @@ impl Streams {
         s.tx.priority = priority;
         s.tx.weight = weight.max(1);
         self.schedule(id);
+    }
+
+    /// Bytes stream `id` holds on the sending side: queued and unacknowledged.
+    pub fn held_by(&self, id: u16) -> usize {
+        self.map.get(&id).map_or(0, |s| s.tx.held())
     }
 
     /// Whether anything sent or queued on `id` is still unacknowledged.
@@ -405,8 +414,12 @@ impl Streams {
         if self.fin_sent {
             return;
         }
-        if let Some(max) = self.map.get_mut(&id).and_then(|s| s.rx.credit_update()) {
-            self.control.push_back(Chunk::Credit { stream: id, max });
+        let Some(s) = self.map.get_mut(&id) else { return };
+        if let Some(max) = s.rx.credit_update() {
+            self.control.push_back(Chunk::Credit { stream: id, unordered: false, max });
+        }
+        if let Some(max) = s.rx.unordered_credit_update() {
+            self.control.push_back(Chunk::Credit { stream: id, unordered: true, max });
         }
     }
 
@@ -447,7 +460,8 @@ impl Streams {
         for id in ids {
             if let Some(s) = self.map.get_mut(&id) {
                 s.rx.on_conn_fin();
-                s.tx.credit = MAX_OFFSET;
+                s.tx.ord.credit = MAX_OFFSET;
+                s.tx.uno.credit = MAX_OFFSET;
             }
             self.mark_ready(id);
             self.schedule(id);
@@ -500,59 +514,65 @@ impl Streams {
     }
 
     fn next_chunk(&mut self, now: Instant, room: usize, flow: usize) -> Option<DataChunk<Bytes>> {
-        let prios: Vec<u8> = self.sched.keys().copied().collect();
-        for prio in prios {
-            while let Some(&id) = self.sched.get(&prio).and_then(|q| q.front()) {
-                let Some(s) = self.map.get_mut(&id) else {
-                    self.sched.get_mut(&prio).map(VecDeque::pop_front);
+        loop {
+            // The front stream of the most urgent priority; empty queues go.
+            let (prio, id) = loop {
+                let first = self.sched.first_entry()?;
+                match first.get().front() {
+                    Some(&id) => break (*first.key(), id),
+                    None => {
+                        first.remove();
+                    }
+                }
+            };
+            let Some(s) = self.map.get_mut(&id) else {
+                self.sched.get_mut(&prio).map(VecDeque::pop_front);
+                continue;
+            };
+            // spec §13.6: a message whose lifetime ran out before it was
+            // all sent is abandoned here.
+            if let Some(msg) = s.tx.front_message().filter(|&m| m != 0) {
+                if self.pr.get(&msg).is_none_or(|r| r.abandoned || r.expired(now, 0)) {
+                    self.abandon(msg);
                     continue;
-                };
-                // spec §13.6: a message whose lifetime ran out before it
-                // was all sent is abandoned here.
-                if let Some(msg) = s.tx.front_message().filter(|&m| m != 0) {
-                    if self.pr.get(&msg).is_none_or(|r| r.abandoned || r.expired(now, 0)) {
-                        self.abandon(msg);
-                        continue;
-                    }
                 }
-                let s = self.map.get_mut(&id).expect("stream present");
-                let cut = s.tx.cut(id, room, flow);
-                let keep = s.tx.can_send();
-                let rotate = cut.is_none() || !keep || {
-                    s.tx.turn += 1;
-                    s.tx.turn >= s.tx.weight
-                };
-                if rotate {
-                    s.tx.turn = 0;
-                    let q = self.sched.get_mut(&prio).expect("queue exists");
-                    q.pop_front();
-                    if keep && cut.is_some() {
-                        q.push_back(id);
-                    } else {
-                        s.in_sched = false;
-                    }
-                }
-                let Some(c) = cut else {
-                    if keep {
-                        // No room for a chunk of it; a later stream may fit.
-                        self.schedule(id);
-                        return None;
-                    }
-                    continue;
-                };
-                self.queued -= c.data.len();
-                if c.msg != 0 {
-                    if let Some(r) = self.pr.get_mut(&c.msg) {
-                        r.start.get_or_insert(c.offset);
-                        r.end = c.offset + c.span();
-                        r.live += 1;
-                        r.cut_all = c.flags & data_flags::END != 0;
-                    }
-                }
-                return Some(c);
             }
+            let s = self.map.get_mut(&id).expect("stream present");
+            let cut = s.tx.cut(id, room, flow);
+            let keep = s.tx.can_send();
+            let rotate = cut.is_none() || !keep || {
+                s.tx.turn += 1;
+                s.tx.turn >= s.tx.weight
+            };
+            if rotate {
+                s.tx.turn = 0;
+                let q = self.sched.get_mut(&prio).expect("queue exists");
+                q.pop_front();
+                if keep && cut.is_some() {
+                    q.push_back(id);
+                } else {
+                    s.in_sched = false;
+                }
+            }
+            let Some(c) = cut else {
+                if keep {
+                    // No room for a chunk of it; a later stream may fit.
+                    self.schedule(id);
+                    return None;
+                }
+                continue;
+            };
+            self.queued -= c.data.len();
+            if c.msg != 0 {
+                if let Some(r) = self.pr.get_mut(&c.msg) {
+                    r.start.get_or_insert(c.offset);
+                    r.end = c.offset + c.span();
+                    r.live += 1;
+                    r.cut_all = c.flags & data_flags::END != 0;
+                }
+            }
+            return Some(c);
         }
-        None
     }
 
     /// Abandons a partially reliable message (spec §13.6): its unsent rest
@@ -587,27 +607,31 @@ impl Streams {
     /// drops data of reset streams and of abandoned or now-expired
     /// messages. Returns the data bytes removed.
     pub fn before_retransmit(&mut self, now: Instant, chunks: &mut Chunks, retx: u32) -> usize {
-        let mut expired = Vec::new();
         // After our FIN no abandon notice could follow: send it all again.
-        for c in chunks.iter().filter(|_| !self.fin_sent) {
+        let may_abandon = !self.fin_sent;
+        for c in chunks.iter().filter(|_| may_abandon) {
             if let Chunk::Data(d) = c {
                 if self.pr.get(&d.msg).is_some_and(|r| !r.abandoned && r.expired(now, retx)) {
-                    expired.push(d.msg);
+                    self.abandon(d.msg);
                 }
             }
         }
-        for msg in expired {
-            self.abandon(msg);
+        let dead = |s: &Self, c: &Chunk<Bytes>| {
+            let Chunk::Data(d) = c else { return false };
+            s.map.get(&d.stream).is_none_or(|x| x.tx.reset.is_some())
+                || (d.msg != 0 && s.pr.get(&d.msg).is_none_or(|r| r.abandoned))
+        };
+        // The common case: nothing to leave out, nothing to allocate.
+        if !chunks.iter().any(|c| dead(self, c)) {
+            return 0;
         }
         let mut gone = Vec::new();
         let removed = chunks.retain(|c| {
-            let Chunk::Data(d) = c else { return true };
-            let reset = self.map.get(&d.stream).is_none_or(|s| s.tx.reset.is_some());
-            let dead = reset || (d.msg != 0 && self.pr.get(&d.msg).is_none_or(|r| r.abandoned));
-            if dead {
+            let is_dead = dead(self, c);
+            if let (true, Chunk::Data(d)) = (is_dead, c) {
                 gone.push((d.stream, d.msg, d.data.len()));
             }
-            !dead
+            !is_dead
         });
         for (id, msg, len) in gone {
             self.forget_chunk(id, msg, len);
@@ -616,6 +640,17 @@ impl Streams {
             chunks.push(Chunk::Pad);
         }
         removed
+    }
+
+    /// Whether `chunks` may go out again as they are (retransmission number
+    /// `retx`): no data of a reset stream or of a message given up, or
+    /// that would be given up now.
+    pub fn may_resend(&self, now: Instant, chunks: &Chunks, retx: u32) -> bool {
+        chunks.iter().all(|c| {
+            let Chunk::Data(d) = c else { return true };
+            let live = self.map.get(&d.stream).is_some_and(|x| x.tx.reset.is_none());
+            live && (d.msg == 0 || self.pr.get(&d.msg).is_some_and(|r| !r.abandoned && !r.expired(now, retx)))
+        })
     }
 
     /// A data chunk will not be acknowledged as such (stripped or acked).
@@ -636,29 +671,26 @@ impl Streams {
     /// The packet carrying `chunks` was acknowledged. Returns whether a
     /// stream it carried has nothing unacknowledged left (`wait_for_send`).
     pub fn on_acked(&mut self, chunks: &Chunks) -> bool {
-        let mut touched: Vec<u16> = Vec::new();
+        let mut idle = false;
         for c in chunks.iter() {
-            match c {
+            let id = match c {
                 Chunk::Data(d) => {
                     self.forget_chunk(d.stream, d.msg, d.data.len());
                     if d.flags & data_flags::FIN != 0 {
                         if let Some(s) = self.map.get_mut(&d.stream) {
-                            s.tx.fin_acked = true;
+                            s.tx.on_fin_acked(d.flags & data_flags::UNORDERED != 0);
                         }
                     }
-                    touched.push(d.stream);
+                    d.stream
                 }
                 Chunk::Reset { stream, .. } => {
                     if let Some(s) = self.map.get_mut(stream) {
                         s.tx.reset_acked = true;
                     }
-                    touched.push(*stream);
+                    *stream
                 }
-                _ => {}
-            }
-        }
-        let mut idle = false;
-        for id in touched {
+                _ => continue,
+            };
             idle |= !self.is_pending(id);
             self.reap(id);
         }
@@ -703,9 +735,10 @@ impl Streams {
                 }
                 self.reset(id, *code);
             }
-            Chunk::Credit { max, .. } => {
+            Chunk::Credit { max, unordered, .. } => {
                 if let Some(s) = self.map.get_mut(&id) {
-                    s.tx.credit = s.tx.credit.max(*max);
+                    let sp = if *unordered { &mut s.tx.uno } else { &mut s.tx.ord };
+                    sp.credit = sp.credit.max(*max);
                 }
                 self.schedule(id);
             }

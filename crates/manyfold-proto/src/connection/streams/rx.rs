@@ -1,10 +1,12 @@
 //! The receiving side of one stream (spec §13.4): data placed by stream
 //! offset, whatever order its packets arrive in; ordered bytes in a ring
-//! with message boundaries marked; unordered messages reassembled apart
-//! and handed out as soon as they are whole; abandoned ranges skipped.
+//! with message boundaries marked; unordered messages, in an offset space
+//! of their own, reassembled apart and handed out as soon as they are
+//! whole; abandoned ranges skipped.
 
 use std::collections::{BTreeMap, VecDeque};
 
+use crate::rangeset::RangeSet;
 use crate::ring::ByteRing;
 use crate::wire::chunk::{data_flags, span, DataChunk};
 
@@ -27,11 +29,9 @@ enum Piece {
         data: Vec<u8>,
         flags: u8,
     },
-    /// `[key, end)` carries nothing for the ordered reader: an unordered
-    /// message (delivered apart) or an abandoned one.
+    /// `[key, end)` was abandoned by the sender.
     Skip {
         end: u64,
-        abandoned: bool,
     },
 }
 
@@ -47,6 +47,42 @@ struct Partial {
     frags: BTreeMap<u32, Vec<u8>>,
     got: usize,
     len: Option<usize>,
+}
+
+/// The unordered messages' offset space: messages reassembled apart, and
+/// which ranges are done (delivered or abandoned).
+#[derive(Debug)]
+struct Unordered {
+    partial: BTreeMap<u64, Partial>,
+    /// Every offset below it is done.
+    floor: u64,
+    /// Done ranges above `floor`.
+    done: RangeSet,
+    fin_at: Option<u64>,
+    credit_sent: u64,
+    /// The end of the highest data received.
+    highest: u64,
+}
+
+impl Unordered {
+    fn is_done(&self, start: u64) -> bool {
+        start < self.floor || self.done.contains(start)
+    }
+
+    fn mark_done(&mut self, start: u64, end: u64) {
+        if end > start {
+            self.done.insert(start..end);
+        }
+        while let Some(r) = self.done.first().filter(|r| r.start <= self.floor) {
+            self.floor = self.floor.max(r.end);
+            self.done.remove_below(self.floor);
+        }
+    }
+
+    /// Every unordered message up to the space's FIN is done.
+    fn complete(&self) -> bool {
+        self.fin_at.is_some_and(|f| self.floor >= f) && self.partial.is_empty()
+    }
 }
 
 /// Why a chunk was refused.
@@ -65,7 +101,7 @@ pub(crate) struct RecvSide {
     marks: VecDeque<Mark>,
     pushed: u64,
     popped: u64,
-    partial: BTreeMap<u64, Partial>,
+    uno: Unordered,
     /// Unordered messages (or their abandonment) ready before the ordered ones.
     oob: VecDeque<StreamItem>,
     fin_at: Option<u64>,
@@ -98,7 +134,14 @@ impl RecvSide {
             marks: VecDeque::new(),
             pushed: 0,
             popped: 0,
-            partial: BTreeMap::new(),
+            uno: Unordered {
+                partial: BTreeMap::new(),
+                floor: 0,
+                done: RangeSet::new(),
+                fin_at: None,
+                credit_sent: credit,
+                highest: 0,
+            },
             oob: VecDeque::new(),
             fin_at: None,
             in_message: false,
@@ -115,8 +158,9 @@ impl RecvSide {
         }
     }
 
+    /// Both offset spaces reached their FIN, or the connection's FIN came.
     pub fn finished(&self) -> bool {
-        self.fin_at == Some(self.next) || self.conn_fin
+        (self.fin_at == Some(self.next) && self.uno.complete()) || self.conn_fin
     }
 
     /// Whether the side has nothing more to give the application.
@@ -139,6 +183,9 @@ impl RecvSide {
     /// Takes one data chunk (spec §13.4). Returns the bytes newly held.
     pub fn on_data(&mut self, c: &DataChunk<&[u8]>) -> Result<usize, Refused> {
         self.used = true;
+        if c.flags & data_flags::UNORDERED != 0 {
+            return self.on_unordered(c);
+        }
         let end = c.offset + c.span();
         if end > self.credit_sent || self.fin_at.is_some_and(|f| end > f) {
             return Err(Refused::Violation);
@@ -154,9 +201,7 @@ impl RecvSide {
             return Ok(0);
         }
         let before = self.buffered;
-        if c.flags & data_flags::UNORDERED != 0 {
-            self.on_unordered(c);
-        } else if end > self.next && !self.covered(c.offset) {
+        if end > self.next && !self.covered(c.offset) {
             let skip = self.next.saturating_sub(c.offset) as usize;
             let data = &c.data[skip..];
             let off = c.offset.max(self.next);
@@ -174,19 +219,35 @@ impl RecvSide {
         Ok(self.buffered.saturating_sub(before))
     }
 
-    /// Whether `off` lies in a held skip (an unordered or abandoned range).
+    /// Whether `off` lies in a held skip (an abandoned range).
     fn covered(&self, off: u64) -> bool {
-        self.held.range(..=off).next_back().is_some_and(|(_, p)| matches!(p, Piece::Skip { end, .. } if *end > off))
+        self.held.range(..=off).next_back().is_some_and(|(_, p)| matches!(p, Piece::Skip { end } if *end > off))
     }
 
-    fn on_unordered(&mut self, c: &DataChunk<&[u8]>) {
-        let start = c.offset - u64::from(c.in_msg);
-        if start < self.next || self.covered(start) {
-            return; // delivered or abandoned already
+    /// A chunk of the unordered space: credit and FIN of its own, and
+    /// reassembly by message start (offset − in-message offset).
+    fn on_unordered(&mut self, c: &DataChunk<&[u8]>) -> Result<usize, Refused> {
+        let u = &mut self.uno;
+        let end = c.offset + c.span();
+        if end > u.credit_sent || u.fin_at.is_some_and(|f| end > f) {
+            return Err(Refused::Violation);
         }
-        let p = self.partial.entry(start).or_default();
+        if c.flags & data_flags::FIN != 0 {
+            if u.fin_at.is_some_and(|f| f != end) || end < u.floor {
+                return Err(Refused::Violation);
+            }
+            u.fin_at = Some(end);
+        }
+        u.highest = u.highest.max(end);
+        let whole = data_flags::BEGIN | data_flags::END;
+        let bare = c.data.is_empty() && c.flags & whole != whole;
+        let start = c.offset - u64::from(c.in_msg);
+        if self.reset.is_some() || self.conn_fin || bare || u.is_done(start) {
+            return Ok(0);
+        }
+        let p = u.partial.entry(start).or_default();
         if p.frags.contains_key(&c.in_msg) {
-            return;
+            return Ok(0);
         }
         p.got += c.data.len();
         p.frags.insert(c.in_msg, c.data.to_vec());
@@ -195,20 +256,20 @@ impl RecvSide {
         }
         self.buffered += c.data.len();
         if p.len != Some(p.got) {
-            return;
+            return Ok(c.data.len());
         }
-        let Some(p) = self.partial.remove(&start) else { return };
+        let Some(p) = u.partial.remove(&start) else { return Ok(c.data.len()) };
         let mut msg = Vec::with_capacity(p.got);
         for f in p.frags.into_values() {
             msg.extend_from_slice(&f);
         }
-        let end = start + span(msg.len(), data_flags::BEGIN | data_flags::END);
+        u.mark_done(start, start + span(msg.len(), whole));
         if self.discard {
             self.buffered -= msg.len();
         } else {
             self.oob.push_back(StreamItem::Message(msg));
         }
-        self.skip(start, end, false);
+        Ok(c.data.len())
     }
 
     /// The sender abandoned `[start, end)` (spec §13.6). An empty range is
@@ -222,35 +283,37 @@ impl RecvSide {
             self.oob.push_back(StreamItem::Abandoned);
             return;
         }
+        if unordered {
+            if self.uno.is_done(start) {
+                return;
+            }
+            if let Some(p) = self.uno.partial.remove(&start) {
+                self.buffered -= p.got;
+            }
+            self.uno.mark_done(start, end);
+            self.oob.push_back(StreamItem::Abandoned);
+            return;
+        }
         if end <= self.next || self.covered(start) {
             // The message in progress, all of it that was sent read: it
             // ends here.
-            if !unordered && self.in_message && end == self.next {
+            if self.in_message && end == self.next {
                 self.mark_abandoned();
             }
             return;
         }
-        if unordered {
-            if let Some(p) = self.partial.remove(&start) {
-                self.buffered -= p.got;
-            }
-            self.oob.push_back(StreamItem::Abandoned);
-            self.skip(start, end, false);
-        } else {
-            self.skip(start, end, true);
-        }
+        self.skip(start, end);
     }
 
-    fn skip(&mut self, start: u64, end: u64, abandoned: bool) {
+    /// Skips the abandoned ordered range `[start, end)`.
+    fn skip(&mut self, start: u64, end: u64) {
         if start <= self.next {
             // A range from here on is another message's: the one in
             // progress has ended short (its own range starts before here).
             if start == self.next {
                 self.end_message();
             }
-            if abandoned {
-                self.mark_abandoned();
-            }
+            self.mark_abandoned();
             self.next = self.next.max(end);
             self.pull();
             return;
@@ -261,7 +324,7 @@ impl RecvSide {
                 self.buffered -= data.len();
             }
         }
-        self.held.insert(start, Piece::Skip { end, abandoned });
+        self.held.insert(start, Piece::Skip { end });
     }
 
     fn deliver(&mut self, data: &[u8], flags: u8) {
@@ -310,13 +373,11 @@ impl RecvSide {
                         self.deliver(&data[(self.next - off) as usize..], flags);
                     }
                 }
-                Piece::Skip { end, abandoned } => {
+                Piece::Skip { end } => {
                     if off == self.next {
                         self.end_message();
                     }
-                    if abandoned {
-                        self.mark_abandoned();
-                    }
+                    self.mark_abandoned();
                     self.next = self.next.max(end);
                 }
             }
@@ -331,7 +392,7 @@ impl RecvSide {
         self.reset = Some(code);
         self.ring.clear();
         self.held.clear();
-        self.partial.clear();
+        self.uno.partial.clear();
         self.oob.clear();
         self.marks.clear();
         self.buffered = 0;
@@ -426,16 +487,20 @@ impl RecvSide {
     /// the peer has used less than half of what it may send, so a short
     /// exchange costs no credit packet.
     pub fn credit_update(&mut self) -> Option<u64> {
-        if self.reset.is_some() || self.finished() || self.highest * 2 < self.credit_sent {
+        if self.reset.is_some() || self.conn_fin || self.fin_at.is_some() || self.highest * 2 < self.credit_sent {
             return None;
         }
         let consumed = self.next - self.ring.len() as u64;
-        let want = consumed + self.window;
-        if want >= self.credit_sent + self.window / 2 {
-            self.credit_sent = want;
-            return Some(want);
+        grant(&mut self.credit_sent, consumed, self.window)
+    }
+
+    /// The same for the unordered space, where what is done counts as consumed.
+    pub fn unordered_credit_update(&mut self) -> Option<u64> {
+        let u = &mut self.uno;
+        if self.reset.is_some() || self.conn_fin || u.fin_at.is_some() || u.highest * 2 < u.credit_sent {
+            return None;
         }
-        None
+        grant(&mut u.credit_sent, u.floor, self.window)
     }
 
     /// Drops everything held (the application released the connection).
@@ -443,11 +508,21 @@ impl RecvSide {
         self.discard = true;
         self.ring.clear();
         self.held.clear();
-        self.partial.clear();
+        self.uno.partial.clear();
         self.oob.clear();
         self.marks.clear();
         self.buffered = 0;
     }
+}
+
+/// Grants `consumed + window` if that is half a window beyond `credit`.
+fn grant(credit: &mut u64, consumed: u64, window: u64) -> Option<u64> {
+    let want = consumed + window;
+    if want >= *credit + window / 2 {
+        *credit = want;
+        return Some(want);
+    }
+    None
 }
 
 #[cfg(test)]
@@ -480,16 +555,24 @@ mod tests {
     }
 
     #[test]
-    fn an_unordered_message_overtakes_a_gap() {
+    fn unordered_and_ordered_messages_never_wait_for_each_other() {
         let mut r = side();
-        r.on_data(&chunk(5, 0, B | U, b"xy")).unwrap();
-        r.on_data(&chunk(7, 2, E | U, b"z")).unwrap();
+        // The unordered space's first message [0, 4) is lost; the second,
+        // [4, 7), arrives in two pieces, the second piece first.
+        r.on_data(&chunk(6, 2, E | U, b"z")).unwrap();
+        r.on_data(&chunk(4, 0, B | U, b"xy")).unwrap();
         assert_eq!(r.pop_item(), Some(StreamItem::Message(b"xyz".to_vec())));
-        // The ordered message before it is still awaited, then delivered.
+        // Ordered messages are not held behind the lost unordered one.
         r.on_data(&chunk(0, 0, B | E, b"hello")).unwrap();
-        r.on_data(&chunk(8, 0, B | E, b"!")).unwrap();
         assert_eq!(r.pop_item(), Some(StreamItem::Message(b"hello".to_vec())));
-        assert_eq!(r.pop_item(), Some(StreamItem::Message(b"!".to_vec())));
+        r.on_data(&chunk(0, 0, B | E | U, b"late")).unwrap();
+        assert_eq!(r.pop_item(), Some(StreamItem::Message(b"late".to_vec())));
+        // Both spaces end with a FIN of their own.
+        r.on_data(&chunk(5, 0, data_flags::FIN, b"")).unwrap();
+        assert_eq!(r.pop_item(), None, "the unordered space has not ended");
+        r.on_data(&chunk(7, 0, data_flags::FIN | U, b"")).unwrap();
+        assert_eq!(r.pop_item(), Some(StreamItem::Finished));
+        assert_eq!(r.buffered, 0);
     }
 
     #[test]
@@ -549,8 +632,9 @@ mod tests {
         // Cut short, then an unordered message, then the end.
         let mut r = side();
         r.on_data(&chunk(0, 0, B, b"abc")).unwrap();
-        r.on_data(&chunk(3, 0, B | E | U, b"xy")).unwrap();
-        r.on_data(&chunk(5, 0, data_flags::FIN, b"")).unwrap();
+        r.on_data(&chunk(0, 0, B | E | U, b"xy")).unwrap();
+        r.on_data(&chunk(3, 0, data_flags::FIN, b"")).unwrap();
+        r.on_data(&chunk(2, 0, data_flags::FIN | U, b"")).unwrap();
         r.on_abandon(0, 3, false);
         assert_eq!(r.pop_item(), Some(StreamItem::Message(b"xy".to_vec())));
         assert_eq!(r.pop_item(), Some(StreamItem::Abandoned));
@@ -559,6 +643,7 @@ mod tests {
         let mut r = side();
         r.on_data(&chunk(0, 0, B, b"abc")).unwrap();
         r.on_data(&chunk(3, 0, data_flags::FIN, b"")).unwrap();
+        r.on_data(&chunk(0, 0, data_flags::FIN | U, b"")).unwrap();
         assert_eq!(r.pop_item(), Some(StreamItem::Abandoned));
         assert_eq!(r.pop_item(), Some(StreamItem::Finished));
         assert_eq!(r.buffered, 0);
@@ -572,10 +657,12 @@ mod tests {
         r.on_data(&chunk(0, 0, B | E, b"")).unwrap();
         assert_eq!(r.pop_item(), Some(StreamItem::Message(Vec::new())));
         assert_eq!(r.pop_item(), Some(StreamItem::Message(b"x".to_vec())));
-        // An empty unordered message does not take the ordered one's place.
+        // An empty unordered message takes a place in its own space.
         let mut r = side();
-        r.on_data(&chunk(1, 0, B | E, b"x")).unwrap();
+        r.on_data(&chunk(0, 0, B | E, b"x")).unwrap();
         r.on_data(&chunk(0, 0, B | E | U, b"")).unwrap();
+        r.on_data(&chunk(1, 0, B | E | U, b"")).unwrap();
+        assert_eq!(r.pop_item(), Some(StreamItem::Message(Vec::new())));
         assert_eq!(r.pop_item(), Some(StreamItem::Message(Vec::new())));
         assert_eq!(r.pop_item(), Some(StreamItem::Message(b"x".to_vec())));
         assert_eq!(r.pop_item(), None);
@@ -592,6 +679,7 @@ mod tests {
     fn fin_ends_the_stream_after_its_data() {
         let mut r = side();
         r.on_data(&chunk(2, 0, data_flags::FIN, b"cd")).unwrap();
+        r.on_data(&chunk(0, 0, data_flags::FIN | U, b"")).unwrap();
         assert!(!r.has_item());
         r.on_data(&chunk(0, 0, 0, b"ab")).unwrap();
         assert_eq!(r.pop_item(), Some(StreamItem::Message(b"abcd".to_vec())));

@@ -38,19 +38,35 @@ pub(crate) struct Dropped {
     pub released: usize,
 }
 
+/// One of a stream's two offset spaces (spec §13.4): ordered data, and
+/// unordered messages, which thus never hold back ordered ones.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Space {
+    /// Offset of the next byte to cut.
+    pub next: u64,
+    /// Offsets below this the peer allows (flow control credit).
+    pub credit: u64,
+    pub fin_sent: bool,
+    pub fin_acked: bool,
+}
+
+impl Space {
+    fn new(credit: u64) -> Self {
+        Space { next: 0, credit, fin_sent: false, fin_acked: false }
+    }
+}
+
 #[derive(Debug)]
 pub(crate) struct SendSide {
     buf: SendBuffer,
     segs: VecDeque<Seg>,
-    /// Stream offset of the next byte to cut.
-    pub next_off: u64,
-    /// Highest offset the peer allows (flow control credit).
-    pub credit: u64,
+    /// The ordered offset space (bytes and ordered messages).
+    pub ord: Space,
+    /// The unordered messages' offset space.
+    pub uno: Space,
     /// Data bytes cut into chunks and not yet acknowledged.
     pub unacked: u64,
     pub fin_queued: bool,
-    pub fin_sent: bool,
-    pub fin_acked: bool,
     /// We reset the stream with this code; `reset_acked` once the peer has it.
     pub reset: Option<u16>,
     pub reset_acked: bool,
@@ -69,12 +85,10 @@ impl SendSide {
         SendSide {
             buf: SendBuffer::default(),
             segs: VecDeque::new(),
-            next_off: 0,
-            credit,
+            ord: Space::new(credit),
+            uno: Space::new(credit),
             unacked: 0,
             fin_queued: false,
-            fin_sent: false,
-            fin_acked: false,
             reset: None,
             reset_acked: false,
             stopped: None,
@@ -87,7 +101,30 @@ impl SendSide {
 
     /// Whether the side has nothing more to do: finished and acked, or reset and acked.
     pub fn is_done(&self) -> bool {
-        (self.fin_acked && self.unacked == 0) || (self.reset.is_some() && self.reset_acked)
+        (self.fin_acked() && self.unacked == 0) || (self.reset.is_some() && self.reset_acked)
+    }
+
+    /// Both offset spaces' FINs are acknowledged.
+    pub fn fin_acked(&self) -> bool {
+        self.ord.fin_acked && self.uno.fin_acked
+    }
+
+    fn space(&mut self, unordered: bool) -> &mut Space {
+        if unordered {
+            &mut self.uno
+        } else {
+            &mut self.ord
+        }
+    }
+
+    /// Records that a chunk with the FIN flag was acknowledged.
+    pub fn on_fin_acked(&mut self, unordered: bool) {
+        self.space(unordered).fin_acked = true;
+    }
+
+    /// Bytes queued or cut and not yet acknowledged.
+    pub fn held(&self) -> usize {
+        self.buf.len() + self.unacked as usize
     }
 
     /// Whether anything is queued or unacknowledged (`wait_for_send`).
@@ -96,7 +133,13 @@ impl SendSide {
     }
 
     fn fin_unacked(&self) -> bool {
-        self.fin_queued && !self.fin_acked
+        self.fin_queued && !self.fin_acked()
+    }
+
+    /// The offset space the front run uses.
+    fn front_space(&self) -> Option<&Space> {
+        let unordered = matches!(self.segs.front()?.kind, SegKind::Message { unordered: true, .. });
+        Some(if unordered { &self.uno } else { &self.ord })
     }
 
     /// Whether a chunk could be cut now (ignoring the room in the packet).
@@ -105,9 +148,9 @@ impl SendSide {
         if self.reset.is_some() {
             return false;
         }
-        match self.segs.front() {
-            Some(_) => self.credit > self.next_off,
-            None => self.fin_queued && !self.fin_sent,
+        match self.front_space() {
+            Some(sp) => sp.credit > sp.next,
+            None => self.fin_queued && !(self.ord.fin_sent && self.uno.fin_sent),
         }
     }
 
@@ -141,29 +184,30 @@ impl SendSide {
             return None;
         }
         let Some(seg) = self.segs.front_mut() else {
-            if self.fin_queued && !self.fin_sent {
-                self.fin_sent = true;
-                let c = DataChunk {
-                    stream,
-                    flags: data_flags::FIN,
-                    offset: self.next_off,
-                    in_msg: 0,
-                    data: Bytes::new(),
-                    msg: 0,
-                };
-                return Some(c);
+            // spec §13.9: each offset space ends with a FIN of its own.
+            if !self.fin_queued {
+                return None;
             }
-            return None;
+            let unordered = self.ord.fin_sent;
+            let sp = self.space(unordered);
+            if sp.fin_sent {
+                return None;
+            }
+            sp.fin_sent = true;
+            let flags = data_flags::FIN | if unordered { data_flags::UNORDERED } else { 0 };
+            return Some(DataChunk { stream, flags, offset: sp.next, in_msg: 0, data: Bytes::new(), msg: 0 });
         };
+        let unordered = matches!(seg.kind, SegKind::Message { unordered: true, .. });
+        let sp = if unordered { &mut self.uno } else { &mut self.ord };
         let remaining = seg.len - seg.cut;
-        let credit = usize::try_from(self.credit.saturating_sub(self.next_off)).unwrap_or(usize::MAX);
+        let credit = usize::try_from(sp.credit.saturating_sub(sp.next)).unwrap_or(usize::MAX);
         let n = remaining.min(room).min(credit).min(flow);
         // An empty message takes one offset (`span`), so it needs credit too.
         if (n == 0 && remaining > 0) || credit == 0 {
             return None;
         }
         if seg.cut == 0 {
-            seg.start = self.next_off;
+            seg.start = sp.next;
         }
         let (mut flags, in_msg, msg) = match seg.kind {
             SegKind::Bytes => (0, 0, 0),
@@ -181,17 +225,18 @@ impl SendSide {
                 (f, seg.cut as u32, msg)
             }
         };
-        let offset = self.next_off;
+        let offset = sp.next;
+        sp.next += span(n, flags);
         seg.cut += n;
         if seg.cut == seg.len {
             self.segs.pop_front();
         }
         let data = self.buf.take(n);
-        self.next_off += span(n, flags);
         self.unacked += n as u64;
-        if self.segs.is_empty() && self.fin_queued {
+        // The ordered space's FIN rides on its last chunk.
+        if self.segs.is_empty() && self.fin_queued && !unordered {
             flags |= data_flags::FIN;
-            self.fin_sent = true;
+            self.ord.fin_sent = true;
         }
         Some(DataChunk { stream, flags, offset, in_msg, data, msg })
     }
@@ -205,10 +250,11 @@ impl SendSide {
             return None;
         };
         let released = seg.len - seg.cut;
-        let start = if seg.cut == 0 { self.next_off } else { seg.start };
+        let next = if unordered { self.uno.next } else { self.ord.next };
+        let start = if seg.cut == 0 { next } else { seg.start };
         self.segs.pop_front();
         drop(self.buf.take(released));
-        Some(Dropped { start, end: self.next_off, unordered, msg, released })
+        Some(Dropped { start, end: next, unordered, msg, released })
     }
 
     /// Resets the side: everything queued is dropped. Returns the bytes
@@ -219,7 +265,7 @@ impl SendSide {
         self.segs.clear();
         self.reset = Some(code);
         self.used = true;
-        (released, self.next_off)
+        (released, self.ord.next)
     }
 }
 
@@ -237,7 +283,7 @@ mod tests {
         let b = s.cut(1, 4, usize::MAX).unwrap();
         assert_eq!((b.flags, b.offset, b.in_msg, &b.data[..]), (0, 4, 4, &b"ef"[..]));
         assert!(s.cut(1, 4, usize::MAX).is_none());
-        s.credit = 100;
+        s.ord.credit = 100;
         let c = s.cut(1, 4, usize::MAX).unwrap();
         assert_eq!((c.flags, c.in_msg, &c.data[..]), (data_flags::END, 6, &b"gh"[..]));
         assert_eq!(s.unacked, 8);
@@ -250,11 +296,30 @@ mod tests {
         s.fin_queued = true;
         let c = s.cut(0, 10, usize::MAX).unwrap();
         assert_eq!(c.flags, data_flags::FIN);
+        // The unordered space ends with a bare FIN of its own.
+        let u = s.cut(0, 10, usize::MAX).unwrap();
+        assert_eq!((u.flags, u.offset, u.data.len()), (data_flags::FIN | data_flags::UNORDERED, 0, 0));
         assert!(s.cut(0, 10, usize::MAX).is_none());
         let mut t = SendSide::new(100);
         t.fin_queued = true;
         let c = t.cut(0, 10, usize::MAX).unwrap();
         assert_eq!((c.flags, c.data.len()), (data_flags::FIN, 0));
+        assert!(!t.fin_acked());
+        t.on_fin_acked(false);
+        t.on_fin_acked(true);
+        assert!(t.fin_acked());
+    }
+
+    #[test]
+    fn unordered_messages_take_offsets_and_credit_of_their_own_space() {
+        let mut s = SendSide::new(4);
+        s.push_message(b"uuu", true, 0);
+        s.push_message(b"oo", false, 0);
+        let u = s.cut(1, 10, usize::MAX).unwrap();
+        assert_eq!((u.offset, u.flags & data_flags::UNORDERED), (0, data_flags::UNORDERED));
+        let o = s.cut(1, 10, usize::MAX).unwrap();
+        assert_eq!((o.offset, &o.data[..]), (0, &b"oo"[..]));
+        assert_eq!((s.uno.next, s.ord.next), (3, 2));
     }
 
     #[test]
@@ -264,12 +329,12 @@ mod tests {
         s.push_message(b"", false, 0);
         let c = s.cut(1, 10, usize::MAX).unwrap();
         assert_eq!((c.flags, c.offset, c.data.len()), (data_flags::BEGIN | data_flags::END, 0, 0));
-        assert_eq!(s.next_off, 1);
+        assert_eq!(s.ord.next, 1);
         assert!(!s.can_send() && s.cut(1, 10, usize::MAX).is_none(), "no credit left");
-        s.credit = 2;
+        s.ord.credit = 2;
         let c = s.cut(1, 10, usize::MAX).unwrap();
         assert_eq!((c.offset, c.data.len()), (1, 0));
-        assert_eq!(s.next_off, 2);
+        assert_eq!(s.ord.next, 2);
     }
 
     #[test]
@@ -281,6 +346,6 @@ mod tests {
         let d = s.drop_front_message().unwrap();
         assert_eq!(d, Dropped { start: 0, end: 4, unordered: true, msg: 7, released: 6 });
         let c = s.cut(2, 10, usize::MAX).unwrap();
-        assert_eq!((&c.data[..], c.offset, c.flags), (&b"next"[..], 4, data_flags::BEGIN | data_flags::END));
+        assert_eq!((&c.data[..], c.offset, c.flags), (&b"next"[..], 0, data_flags::BEGIN | data_flags::END));
     }
 }
