@@ -19,7 +19,7 @@ impl RangeSet {
         self.map.is_empty()
     }
 
-    #[cfg(test)]
+    /// Number of disjoint ranges.
     pub fn len(&self) -> usize {
         self.map.len()
     }

@@ -729,7 +729,8 @@ impl Connection {
         let fin = p.header.flags.contains(Flags::FIN);
         let had_gaps = r.has_gaps();
         let len = crate::wire::chunk::data_len(p.data);
-        let arrival = r.on_packet(seq, len, fin, self.streams.buffered());
+        let entries = crate::wire::chunk::entry_count(p.data);
+        let arrival = r.on_packet(seq, len, fin, self.streams.buffered(), (self.streams.pieces(), entries));
         if matches!(arrival, Arrival::InOrder | Arrival::OutOfOrder) && !p.data.is_empty() {
             // spec §13.4: the chunks go to their streams now, in order or not.
             let arrived = self.streams.on_chunks(p.data);

@@ -126,12 +126,23 @@ impl Receiver {
     }
 
     /// Takes one sequenced packet carrying `len` data bytes while the
-    /// streams hold `buffered`: whether it is new, and whether in order.
-    pub fn on_packet(&mut self, seq: u64, len: usize, fin: bool, buffered: usize) -> Arrival {
+    /// streams hold `buffered` bytes and `pieces` bookkeeping entries, to
+    /// which it may add `entries`: whether it is new, and whether in order.
+    pub fn on_packet(
+        &mut self,
+        seq: u64,
+        len: usize,
+        fin: bool,
+        buffered: usize,
+        (pieces, entries): (usize, usize),
+    ) -> Arrival {
         if seq < self.next || self.held.contains_key(&seq) {
             return Arrival::Duplicate;
         }
-        if self.fin_reached || len > self.capacity.saturating_sub(buffered) {
+        // spec §13.8: the streams' entries are bounded like the packets
+        // above a gap; only tiny chunks can reach it.
+        let too_many = entries > 0 && pieces + entries > self.max_held_packets;
+        if self.fin_reached || len > self.capacity.saturating_sub(buffered) || too_many {
             return Arrival::Dropped;
         }
         if seq > self.next {
@@ -197,11 +208,11 @@ mod tests {
     #[test]
     fn a_gap_is_reported_until_filled() {
         let mut r = Receiver::new(10, 1000);
-        assert_eq!(r.on_packet(11, 2, false, 0), Arrival::OutOfOrder);
-        assert_eq!(r.on_packet(12, 2, true, 0), Arrival::OutOfOrder);
+        assert_eq!(r.on_packet(11, 2, false, 0, (0, 1)), Arrival::OutOfOrder);
+        assert_eq!(r.on_packet(12, 2, true, 0, (0, 1)), Arrival::OutOfOrder);
         assert_eq!(r.sack_block(4).unwrap().ranges(), &[(11, 13)]);
         assert!(!r.fin_reached());
-        assert_eq!(r.on_packet(10, 2, false, 0), Arrival::InOrder);
+        assert_eq!(r.on_packet(10, 2, false, 0, (0, 1)), Arrival::InOrder);
         assert!(r.fin_reached());
         assert_eq!(r.next(), 13);
         assert!(r.sack_block(4).is_none());
@@ -210,22 +221,22 @@ mod tests {
     #[test]
     fn duplicates_are_reported() {
         let mut r = Receiver::new(0, 1000);
-        r.on_packet(0, 1, false, 0);
-        r.on_packet(2, 1, false, 0);
-        assert_eq!(r.on_packet(0, 1, false, 0), Arrival::Duplicate);
-        assert_eq!(r.on_packet(2, 1, false, 0), Arrival::Duplicate);
+        r.on_packet(0, 1, false, 0, (0, 1));
+        r.on_packet(2, 1, false, 0, (0, 1));
+        assert_eq!(r.on_packet(0, 1, false, 0, (0, 1)), Arrival::Duplicate);
+        assert_eq!(r.on_packet(2, 1, false, 0, (0, 1)), Arrival::Duplicate);
     }
 
     #[test]
     fn window_is_free_buffer_beyond_the_cumulative_ack() {
         let mut r = Receiver::new(0, 100);
-        r.on_packet(0, 60, false, 0);
+        r.on_packet(0, 60, false, 0, (0, 1));
         assert_eq!(r.window(60), 40);
         // Data of packets above the gap is the sender's to count.
-        r.on_packet(2, 30, false, 60);
+        r.on_packet(2, 30, false, 60, (0, 1));
         assert_eq!(r.window(90), 40);
         // But nothing beyond capacity is ever held.
-        assert_eq!(r.on_packet(3, 20, false, 90), Arrival::Dropped);
+        assert_eq!(r.on_packet(3, 20, false, 90, (0, 1)), Arrival::Dropped);
         assert_eq!(r.window(30), 100);
     }
 
@@ -258,8 +269,8 @@ mod tests {
     #[test]
     fn sack_reports_the_last_changed_range_first() {
         let mut r = Receiver::new(0, 1000);
-        r.on_packet(5, 1, false, 0);
-        r.on_packet(2, 1, false, 0);
+        r.on_packet(5, 1, false, 0, (0, 1));
+        r.on_packet(2, 1, false, 0, (0, 1));
         assert_eq!(r.sack_block(4).unwrap().ranges(), &[(2, 3), (5, 6)]);
     }
 }

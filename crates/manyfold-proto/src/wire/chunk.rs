@@ -216,6 +216,12 @@ pub fn data_len(b: &[u8]) -> usize {
     parse_chunks(b).map(|c| c.map_or(0, |c| c.data_len())).sum()
 }
 
+/// Chunks in a (validated) data area that may leave an entry behind at
+/// the receiver: data and abandon chunks.
+pub fn entry_count(b: &[u8]) -> usize {
+    parse_chunks(b).filter(|c| matches!(c, Ok(Chunk::Data(_) | Chunk::Abandon { .. }))).count()
+}
+
 /// Checks that a data area is a well-formed run of chunks (spec §3.5).
 pub fn validate_chunks(b: &[u8]) -> Result<(), DecodeError> {
     parse_chunks(b).try_for_each(|c| c.map(|_| ()))

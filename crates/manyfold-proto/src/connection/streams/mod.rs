@@ -126,6 +126,8 @@ pub(crate) struct Streams {
     queued: usize,
     /// Bytes held for the application, all streams.
     buffered: usize,
+    /// Bookkeeping entries of all receiving sides (spec §13.8).
+    pieces: usize,
     limits: Limits,
     discard: bool,
     /// Our connection FIN is out: no more chunks, and credit is no longer
@@ -154,6 +156,7 @@ impl Streams {
             next_msg: 1,
             queued: 0,
             buffered: 0,
+            pieces: 0,
             limits,
             discard: false,
             fin_sent: false,
@@ -180,6 +183,11 @@ impl Streams {
 
     pub fn buffered(&self) -> usize {
         self.buffered
+    }
+
+    /// Held pieces, unordered fragments and done ranges, all streams.
+    pub fn pieces(&self) -> usize {
+        self.pieces
     }
 
     pub fn open_count(&self) -> usize {
@@ -358,10 +366,11 @@ impl Streams {
     /// up to date.
     fn with_rx<R>(&mut self, id: u16, open: bool, f: impl FnOnce(&mut RecvSide) -> R) -> Option<R> {
         let s = if open { self.rx_stream(id)? } else { self.map.get_mut(&id)? };
-        let before = s.rx.buffered;
+        let (before, pieces_before) = (s.rx.buffered, s.rx.pieces);
         let r = f(&mut s.rx);
-        let after = s.rx.buffered;
+        let (after, pieces_after) = (s.rx.buffered, s.rx.pieces);
         self.buffered = self.buffered - before + after;
+        self.pieces = self.pieces - pieces_before + pieces_after;
         self.credit(id);
         self.mark_ready(id);
         Some(r)
@@ -450,6 +459,7 @@ impl Streams {
             s.rx.set_discard();
         }
         self.buffered = 0;
+        self.pieces = 0;
     }
 
     /// The connection's FIN arrived: every stream's receiving side ends,

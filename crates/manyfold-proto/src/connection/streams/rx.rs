@@ -69,7 +69,10 @@ impl Unordered {
         start < self.floor || self.done.contains(start)
     }
 
-    fn mark_done(&mut self, start: u64, end: u64) {
+    /// Records `[start, end)` as done; returns the number of done ranges
+    /// before and after.
+    fn mark_done(&mut self, start: u64, end: u64) -> (usize, usize) {
+        let before = self.done.len();
         if end > start {
             self.done.insert(start..end);
         }
@@ -77,6 +80,7 @@ impl Unordered {
             self.floor = self.floor.max(r.end);
             self.done.remove_below(self.floor);
         }
+        (before, self.done.len())
     }
 
     /// Every unordered message up to the space's FIN is done.
@@ -114,6 +118,9 @@ pub(crate) struct RecvSide {
     reset_reported: bool,
     /// Bytes held for the application (ring, out of order, unordered).
     pub buffered: usize,
+    /// Entries of bookkeeping: held pieces, unordered fragments, done
+    /// ranges. The connection bounds their sum (spec §13.8).
+    pub pieces: usize,
     /// The highest offset we allowed the peer.
     pub credit_sent: u64,
     /// The end of the highest data received.
@@ -150,6 +157,7 @@ impl RecvSide {
             reset: None,
             reset_reported: false,
             buffered: 0,
+            pieces: 0,
             credit_sent: credit,
             highest: 0,
             window,
@@ -208,8 +216,9 @@ impl RecvSide {
             if off == self.next {
                 self.deliver(data, c.flags);
                 self.pull();
-            } else {
+            } else if c.span() > 0 {
                 self.buffered += data.len();
+                self.pieces += 1;
                 self.held.insert(off, Piece::Data { data: data.to_vec(), flags: c.flags });
             }
         } else if c.span() == 0 && c.offset == self.next {
@@ -255,15 +264,18 @@ impl RecvSide {
             p.len = Some(c.in_msg as usize + c.data.len());
         }
         self.buffered += c.data.len();
+        self.pieces += 1;
         if p.len != Some(p.got) {
             return Ok(c.data.len());
         }
         let Some(p) = u.partial.remove(&start) else { return Ok(c.data.len()) };
+        self.pieces -= p.frags.len();
         let mut msg = Vec::with_capacity(p.got);
         for f in p.frags.into_values() {
             msg.extend_from_slice(&f);
         }
-        u.mark_done(start, start + span(msg.len(), whole));
+        let (before, after) = u.mark_done(start, start + span(msg.len(), whole));
+        self.pieces = self.pieces + after - before;
         if self.discard {
             self.buffered -= msg.len();
         } else {
@@ -289,8 +301,10 @@ impl RecvSide {
             }
             if let Some(p) = self.uno.partial.remove(&start) {
                 self.buffered -= p.got;
+                self.pieces -= p.frags.len();
             }
-            self.uno.mark_done(start, end);
+            let (before, after) = self.uno.mark_done(start, end);
+            self.pieces = self.pieces + after - before;
             self.oob.push_back(StreamItem::Abandoned);
             return;
         }
@@ -323,7 +337,9 @@ impl RecvSide {
             if let Some(Piece::Data { data, .. }) = self.held.remove(&k) {
                 self.buffered -= data.len();
             }
+            self.pieces -= 1;
         }
+        self.pieces += 1;
         self.held.insert(start, Piece::Skip { end });
     }
 
@@ -369,11 +385,13 @@ impl RecvSide {
             match entry.remove() {
                 Piece::Data { data, flags } => {
                     self.buffered -= data.len();
+                    self.pieces -= 1;
                     if off + span(data.len(), flags) > self.next {
                         self.deliver(&data[(self.next - off) as usize..], flags);
                     }
                 }
                 Piece::Skip { end } => {
+                    self.pieces -= 1;
                     if off == self.next {
                         self.end_message();
                     }
@@ -393,6 +411,8 @@ impl RecvSide {
         self.ring.clear();
         self.held.clear();
         self.uno.partial.clear();
+        self.uno.done = RangeSet::new();
+        self.pieces = 0;
         self.oob.clear();
         self.marks.clear();
         self.buffered = 0;
@@ -509,6 +529,8 @@ impl RecvSide {
         self.ring.clear();
         self.held.clear();
         self.uno.partial.clear();
+        self.uno.done = RangeSet::new();
+        self.pieces = 0;
         self.oob.clear();
         self.marks.clear();
         self.buffered = 0;
@@ -666,6 +688,23 @@ mod tests {
         assert_eq!(r.pop_item(), Some(StreamItem::Message(Vec::new())));
         assert_eq!(r.pop_item(), Some(StreamItem::Message(b"x".to_vec())));
         assert_eq!(r.pop_item(), None);
+    }
+
+    #[test]
+    fn pieces_are_counted_and_empty_ones_not_kept() {
+        // spec §13.8: the connection bounds the bookkeeping entries.
+        let mut r = side();
+        for i in 0..1000u64 {
+            r.on_data(&chunk(2 * i + 1, 0, 0, b"x")).unwrap();
+            r.on_data(&chunk(2 * i + 5000, 0, B | U, b"y")).unwrap();
+            r.on_data(&chunk(2 * i + 1, 0, 0, b"")).unwrap();
+        }
+        assert_eq!((r.buffered, r.pieces), (2000, 2000));
+        // Offset 0 pulls the piece at 1 into the ring; 2 is still missing.
+        r.on_data(&chunk(0, 0, 0, b"x")).unwrap();
+        assert_eq!((r.buffered, r.pieces), (2001, 1999));
+        r.on_reset(3);
+        assert_eq!((r.buffered, r.pieces), (0, 0));
     }
 
     #[test]
