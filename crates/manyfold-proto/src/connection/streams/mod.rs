@@ -441,6 +441,9 @@ impl Streams {
             return;
         }
         let s = self.map.remove(&id).expect("stream present");
+        // Normally nothing is left; whatever is goes with the stream.
+        self.buffered -= s.rx.buffered;
+        self.pieces -= s.rx.pieces;
         if s.tx.used {
             self.closed_tx.insert(id);
             if let Some(code) = s.tx.reset {
