@@ -96,8 +96,8 @@ async fn a_stream_is_a_byte_stream_and_a_reset_reaches_the_reader() {
         let too_big = vec![0u8; (16 << 20) + 1];
         let refused = streams.send_message(3, &too_big).await;
         assert!(matches!(refused, Err(ConnectionError::MessageTooLarge { .. })), "{refused:?}");
-        server.shutdown().await;
-        client.shutdown().await;
+        // Both close at once: each waits for the other's FIN.
+        tokio::join!(server.shutdown(), client.shutdown());
     })
     .await
     .expect("test timed out");
