@@ -728,8 +728,7 @@ impl Connection {
         let seq = extend(p.header.seq, r.next());
         let fin = p.header.flags.contains(Flags::FIN);
         let had_gaps = r.has_gaps();
-        let len = crate::wire::chunk::data_len(p.data);
-        let entries = crate::wire::chunk::entry_count(p.data);
+        let (len, entries) = crate::wire::chunk::summary(p.data);
         let arrival = r.on_packet(seq, len, fin, self.streams.buffered(), (self.streams.pieces(), entries));
         if matches!(arrival, Arrival::InOrder | Arrival::OutOfOrder) && !p.data.is_empty() {
             // spec §13.4: the chunks go to their streams now, in order or not.

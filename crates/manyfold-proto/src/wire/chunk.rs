@@ -211,15 +211,14 @@ pub fn parse_chunks(mut b: &[u8]) -> impl Iterator<Item = Result<Chunk<&[u8]>, D
     })
 }
 
-/// Application bytes in a (validated) data area.
-pub fn data_len(b: &[u8]) -> usize {
-    parse_chunks(b).map(|c| c.map_or(0, |c| c.data_len())).sum()
-}
-
-/// Chunks in a (validated) data area that may leave an entry behind at
-/// the receiver: data and abandon chunks.
-pub fn entry_count(b: &[u8]) -> usize {
-    parse_chunks(b).filter(|c| matches!(c, Ok(Chunk::Data(_) | Chunk::Abandon { .. }))).count()
+/// Of a (validated) data area: its application bytes, and how many of its
+/// chunks may leave an entry behind at the receiver (data and abandon).
+pub fn summary(b: &[u8]) -> (usize, usize) {
+    parse_chunks(b).fold((0, 0), |(len, entries), c| match c {
+        Ok(c @ Chunk::Data(_)) => (len + c.data_len(), entries + 1),
+        Ok(Chunk::Abandon { .. }) => (len, entries + 1),
+        _ => (len, entries),
+    })
 }
 
 /// Checks that a data area is a well-formed run of chunks (spec §3.5).

@@ -365,14 +365,28 @@ impl Streams {
     /// data if `open`), keeping the byte count, credit and ready list
     /// up to date.
     fn with_rx<R>(&mut self, id: u16, open: bool, f: impl FnOnce(&mut RecvSide) -> R) -> Option<R> {
-        let s = if open { self.rx_stream(id)? } else { self.map.get_mut(&id)? };
+        let fin_sent = self.fin_sent;
+        if open && !self.open_rx(id) {
+            return None;
+        }
+        let s = self.map.get_mut(&id)?;
         let (before, pieces_before) = (s.rx.buffered, s.rx.pieces);
         let r = f(&mut s.rx);
-        let (after, pieces_after) = (s.rx.buffered, s.rx.pieces);
-        self.buffered = self.buffered - before + after;
-        self.pieces = self.pieces - pieces_before + pieces_after;
-        self.credit(id);
-        self.mark_ready(id);
+        self.buffered = self.buffered - before + s.rx.buffered;
+        self.pieces = self.pieces - pieces_before + s.rx.pieces;
+        // The credit and ready list, without looking the stream up again.
+        if !fin_sent {
+            if let Some(max) = s.rx.credit_update() {
+                self.control.push_back(Chunk::Credit { stream: id, unordered: false, max });
+            }
+            if let Some(max) = s.rx.unordered_credit_update() {
+                self.control.push_back(Chunk::Credit { stream: id, unordered: true, max });
+            }
+        }
+        if !s.in_ready && s.rx.has_item() {
+            s.in_ready = true;
+            self.ready.push_back(id);
+        }
         Some(r)
     }
 
@@ -416,19 +430,6 @@ impl Streams {
                 s.in_ready = true;
                 self.ready.push_back(id);
             }
-        }
-    }
-
-    fn credit(&mut self, id: u16) {
-        if self.fin_sent {
-            return;
-        }
-        let Some(s) = self.map.get_mut(&id) else { return };
-        if let Some(max) = s.rx.credit_update() {
-            self.control.push_back(Chunk::Credit { stream: id, unordered: false, max });
-        }
-        if let Some(max) = s.rx.unordered_credit_update() {
-            self.control.push_back(Chunk::Credit { stream: id, unordered: true, max });
         }
     }
 
@@ -761,21 +762,22 @@ impl Streams {
 
     /// The stream for arriving data, opened if new and within the limit;
     /// over the limit the peer is told to stop (spec §13.8).
-    fn rx_stream(&mut self, id: u16) -> Option<&mut Stream> {
-        if !self.map.contains_key(&id) {
-            if self.closed_rx.contains(id) || self.refused.contains(&id) {
-                return None;
-            }
-            if self.map.len() >= self.limits.max_streams {
-                self.refused.insert(id);
-                if !self.fin_sent {
-                    self.control.push_back(Chunk::Stop { stream: id, code: ErrorCode::STREAM_LIMIT.0 });
-                }
-                return None;
-            }
-            let s = self.fresh(id);
-            self.map.insert(id, s);
+    fn open_rx(&mut self, id: u16) -> bool {
+        if self.map.contains_key(&id) {
+            return true;
         }
-        self.map.get_mut(&id)
+        if self.closed_rx.contains(id) || self.refused.contains(&id) {
+            return false;
+        }
+        if self.map.len() >= self.limits.max_streams {
+            self.refused.insert(id);
+            if !self.fin_sent {
+                self.control.push_back(Chunk::Stop { stream: id, code: ErrorCode::STREAM_LIMIT.0 });
+            }
+            return false;
+        }
+        let s = self.fresh(id);
+        self.map.insert(id, s);
+        true
     }
 }
