@@ -1,9 +1,13 @@
 //! Child processes measured the way BENCH.md asks: wall time, user+sys CPU
-//! seconds and peak RSS of each process, read from `wait4(2)`'s rusage.
+//! seconds and peak RSS of each process, read from `wait4(2)`'s rusage;
+//! and [`launch`], a child whose output goes to files and whose error, if
+//! it fails, quotes what it said.
 //!
 //! This is the lab's only unsafe code: one libc call, wrapped here.
 #![allow(unsafe_code)]
 
+use std::fs::File;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -71,5 +75,53 @@ impl Running {
     pub fn kill(mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+}
+
+/// A child whose stdout and stderr go to files in a run's directory.
+#[derive(Debug)]
+pub struct Launched {
+    proc: Running,
+    out: PathBuf,
+    err: PathBuf,
+    what: String,
+}
+
+/// Starts `cmd` with its stdout in `dir/NAME.out` and stderr in `dir/NAME.err`.
+pub fn launch(mut cmd: Command, dir: &Path, name: &str, what: String) -> Result<Launched> {
+    let (out, err) = (dir.join(format!("{name}.out")), dir.join(format!("{name}.err")));
+    cmd.stdout(Stdio::from(File::create(&out)?)).stderr(Stdio::from(File::create(&err)?));
+    let proc = spawn(cmd, &what)?;
+    Ok(Launched { proc, out, err, what })
+}
+
+/// A finished child: its usage and what it printed.
+#[derive(Debug)]
+pub struct Finished {
+    pub usage: Usage,
+    pub stdout: String,
+}
+
+impl Launched {
+    /// Waits (at most `limit`); a failure quotes the last lines of the
+    /// child's stderr.
+    pub fn finish(self, limit: Duration) -> Result<Finished> {
+        let waited = self.proc.wait(limit);
+        let stderr = std::fs::read_to_string(&self.err).unwrap_or_default();
+        let usage = waited.map_err(|e| {
+            let tail: Vec<&str> = stderr.lines().rev().take(5).collect();
+            let tail: Vec<&str> = tail.into_iter().rev().collect();
+            if tail.is_empty() {
+                e
+            } else {
+                e.context(format!("{} said: {}", self.what, tail.join(" / ")))
+            }
+        })?;
+        let stdout = std::fs::read_to_string(&self.out).with_context(|| format!("reading {}", self.out.display()))?;
+        Ok(Finished { usage, stdout })
+    }
+
+    pub fn kill(self) {
+        self.proc.kill();
     }
 }

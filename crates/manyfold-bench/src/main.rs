@@ -7,6 +7,7 @@ mod child;
 mod fairness;
 mod loopback;
 mod losstable;
+mod messages;
 mod plot;
 mod tcp;
 mod wan;
@@ -76,6 +77,11 @@ enum Scenario {
     /// window fixed to 4–64 packets × 0–30% loss each way, manyfold's
     /// goodput beside the paper's figures; plus the default window.
     LossTable(losstable::Args),
+    /// 1 KB messages on 4 streams across the emulated link at KCP's test
+    /// conditions (RTT 60–125 ms, 10% loss each way): each message's
+    /// one-way latency, p50/p99/max, for manyfold (4 streams, and all on
+    /// one stream), kernel TCP (one connection) and KCP (kcptun). Needs root.
+    Messages(messages::Args),
     /// (internal) TCP receiver of the file-copy anchor.
     #[command(hide = true)]
     TcpRecv { listen: SocketAddr, out: PathBuf, hash: String },
@@ -99,6 +105,7 @@ fn main() -> Result<()> {
         Scenario::Wan(args) => wan::run(args),
         Scenario::Fairness(args) => fairness::run(args),
         Scenario::LossTable(args) => losstable::run(&args),
+        Scenario::Messages(args) => messages::run(args),
         Scenario::TcpRecv { listen, out, hash } => tcp::recv(listen, &out, &hash),
         Scenario::TcpSend { file, to } => tcp::send(&file, to),
     }
@@ -117,6 +124,17 @@ fn sibling(name: &str) -> Result<PathBuf> {
     bail!("cannot find the `{name}` binary next to {}; build it (cargo build --release -p manyfold-cli) or pass --manyfold", me.display())
 }
 
+/// A scenario's command line: what to measure, or one of the processes the
+/// scenario runs this binary as (hidden subcommands).
+#[derive(clap::Args, Debug)]
+#[command(args_conflicts_with_subcommands = true)]
+pub struct ScenarioArgs<I: clap::Subcommand, O: clap::Args> {
+    #[command(subcommand)]
+    internal: Option<I>,
+    #[command(flatten)]
+    opts: O,
+}
+
 /// The trimmed standard output of a command (the date, the kernel release
 /// for a report's header); empty if it cannot run.
 pub(crate) fn sh(cmd: &str, args: &[&str]) -> String {
@@ -125,6 +143,12 @@ pub(crate) fn sh(cmd: &str, args: &[&str]) -> String {
         .output()
         .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
         .unwrap_or_default()
+}
+
+/// The tokio runtime the lab's manyfold and quinn ends run on: multi-thread,
+/// as the CLI runs the library.
+pub(crate) fn runtime() -> Result<tokio::runtime::Runtime> {
+    Ok(tokio::runtime::Builder::new_multi_thread().enable_all().build()?)
 }
 
 /// A free UDP+TCP port on 127.0.0.1 (bind, read, release).

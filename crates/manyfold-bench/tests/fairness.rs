@@ -8,31 +8,14 @@
 
 mod common;
 
-use std::process::{Command, Stdio};
-
 #[test]
 fn fairness_quick_runs_every_pair_reports_series_and_cleans_up() {
     if let Some(why) = common::namespaces_unavailable("fairness") {
         eprintln!("skipped: {why}");
         return;
     }
-    let bench = env!("CARGO_BIN_EXE_manyfold-bench");
-    let json = tempfile::NamedTempFile::new().unwrap();
-    let charts = tempfile::tempdir().unwrap();
-    let child = Command::new(bench)
-        .args(["fairness", "--quick", "--json"])
-        .arg(json.path())
-        .arg("--plot")
-        .arg(charts.path())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let pid = child.id();
-    let out = child.wait_with_output().unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "bench failed:\n{stdout}\n{stderr}");
+    let quick = common::run_quick("fairness");
+    let (stdout, stderr) = (&quick.ran.stdout, &quick.ran.stderr);
     for row in [
         "| kernel TCP cubic + kernel TCP cubic | 1 |",
         "| manyfold (newreno) + kernel TCP cubic | 1 |",
@@ -43,16 +26,14 @@ fn fairness_quick_runs_every_pair_reports_series_and_cleans_up() {
         assert!(!line.contains("failed") && !line.contains('–'), "{line}\n{stderr}");
     }
     assert!(stdout.contains("Jain's index") && stdout.contains("nproc"), "{stdout}");
-    let json = std::fs::read_to_string(json.path()).unwrap();
+    let json = &quick.json;
     assert!(json.starts_with("{\"scenario\":\"fairness\""), "{json}");
     // Five 1 s intervals per flow, six flows.
     assert_eq!(json.matches("\"bytes_per_interval\":[").count(), 6, "{json}");
     assert!(!json.contains("\"error\""), "{json}");
-    let pngs = std::fs::read_dir(charts.path()).unwrap().filter(|e| {
+    let pngs = std::fs::read_dir(quick.charts.path()).unwrap().filter(|e| {
         e.as_ref().is_ok_and(|e| e.file_name().to_string_lossy().ends_with(".png") && e.metadata().unwrap().len() > 0)
     });
     assert_eq!(pngs.count(), 3, "one chart per run");
-    let list = Command::new("ip").args(["netns", "list"]).output().unwrap();
-    let list = String::from_utf8_lossy(&list.stdout);
-    assert!(!list.contains(&format!("mfb-{pid}-")), "namespaces left behind: {list}");
+    common::assert_namespaces_removed(quick.ran.pid);
 }

@@ -10,12 +10,6 @@ mod common;
 use std::collections::BTreeSet;
 use std::process::Command;
 
-/// Whether kcptun's two programs are on PATH (the KCP row runs only then).
-fn kcptun_installed() -> bool {
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    ["kcptun-client", "kcptun-server"].iter().all(|b| std::env::split_paths(&path).any(|d| d.join(b).is_file()))
-}
-
 /// Pids of running kcptun processes (to find a tunnel left behind).
 fn kcptun_pids() -> BTreeSet<u32> {
     let Ok(dir) = std::fs::read_dir("/proc") else { return BTreeSet::new() };
@@ -38,7 +32,7 @@ fn wan_quick_runs_every_row_verifies_and_cleans_up() {
         eprintln!("skipped: {} not built; run `cargo test --workspace`", manyfold.display());
         return;
     }
-    let kcp = kcptun_installed();
+    let kcp = common::kcptun_installed();
     let tunnels_before = kcptun_pids();
     let charts = tempfile::tempdir().unwrap();
     let child = Command::new(bench)

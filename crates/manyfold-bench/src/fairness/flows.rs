@@ -23,7 +23,6 @@ use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{bail, Context, Result};
-use manyfold_proto::CongestionAlgorithm;
 use socket2::SockAddr;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -83,17 +82,6 @@ pub enum Kind {
     Tcp,
 }
 
-fn mf_config(cc: &str) -> Result<manyfold::Config> {
-    let mut config = manyfold::Config::default();
-    config.endpoint.connection.congestion = cc.parse::<CongestionAlgorithm>().map_err(anyhow::Error::msg)?;
-    Ok(config)
-}
-
-fn runtime() -> Result<tokio::runtime::Runtime> {
-    // As the CLI and the loopback rows run the library.
-    Ok(tokio::runtime::Builder::new_multi_thread().enable_all().build()?)
-}
-
 /// What a receiver saw, printed after its interval lines.
 fn receiver_summary(v: &Verifier, bins: &Bins, late_connect_ms: f64) -> String {
     format!(
@@ -142,9 +130,10 @@ fn mf_recv(
     end: Instant,
 ) -> Result<(Bins, Verifier, Duration)> {
     let give_up = tokio::time::Instant::from_std(end + GRACE);
-    runtime()?.block_on(async {
-        let endpoint =
-            manyfold::Endpoint::bind(listen, mf_config(cc)?).await.with_context(|| format!("binding {listen}"))?;
+    crate::runtime()?.block_on(async {
+        let endpoint = manyfold::Endpoint::bind(listen, crate::loopback::mf::config_for(cc)?)
+            .await
+            .with_context(|| format!("binding {listen}"))?;
         endpoint.listen();
         let mut conn = tokio::time::timeout_at(give_up, endpoint.accept())
             .await
@@ -183,28 +172,10 @@ fn tcp_recv(
     end: Instant,
 ) -> Result<(Bins, Verifier, Duration)> {
     let give_up = end + GRACE;
-    // Accepted sockets inherit the listener's congestion control (the
-    // receiver's only matters for its acks, but it is set all the same).
-    let l = crate::loopback::tcp::socket(cc)?;
-    l.set_reuse_address(true)?;
-    l.bind(&SockAddr::from(listen)).with_context(|| format!("binding {listen}"))?;
-    l.listen(1)?;
-    l.set_nonblocking(true)?;
-    let s = loop {
-        match l.accept() {
-            Ok((s, _)) => break s,
-            Err(e) if e.kind() == ErrorKind::WouldBlock => {
-                if Instant::now() > give_up {
-                    bail!("no sender connected before the run's end");
-                }
-                std::thread::sleep(Duration::from_millis(2));
-            }
-            Err(e) => return Err(e).context("accepting"),
-        }
-    };
+    // The receiver's congestion control only matters for its acks, but it
+    // is set all the same.
+    let mut s = crate::loopback::tcp::accept_by(listen, cc, give_up)?;
     let accepted = Instant::now().saturating_duration_since(start);
-    s.set_nonblocking(false)?;
-    let mut s: TcpStream = s.into();
     s.set_read_timeout(Some(POLL))?;
     let (mut v, mut bins) = (Verifier::new(t.seed), t.bins());
     let mut buf = vec![0u8; CHUNK];
@@ -244,8 +215,8 @@ fn late_ms(start: Instant) -> f64 {
 }
 
 fn mf_send(to: SocketAddr, cc: &str, t: &Timing, start: Instant, end: Instant) -> Result<String> {
-    runtime()?.block_on(async {
-        let endpoint = manyfold::Endpoint::bind("0.0.0.0:0".parse()?, mf_config(cc)?).await?;
+    crate::runtime()?.block_on(async {
+        let endpoint = manyfold::Endpoint::bind("0.0.0.0:0".parse()?, crate::loopback::mf::config_for(cc)?).await?;
         let stream = Stream::new(t.seed);
         let mut buf = vec![0u8; CHUNK];
         tokio::time::sleep_until(tokio::time::Instant::from_std(start)).await;

@@ -32,19 +32,12 @@ use std::path::PathBuf;
 use anyhow::Result;
 use clap::Subcommand;
 
-#[derive(clap::Args, Debug)]
-#[command(args_conflicts_with_subcommands = true)]
-pub struct Args {
-    #[command(subcommand)]
-    internal: Option<Internal>,
-    #[command(flatten)]
-    opts: Options,
-}
+pub type Args = crate::ScenarioArgs<Internal, Options>;
 
 /// The scenario's own processes, re-executed from this binary inside the
 /// lab's namespaces.
 #[derive(Subcommand, Debug)]
-enum Internal {
+pub enum Internal {
     /// (internal) One flow's sender.
     #[command(hide = true)]
     Send {

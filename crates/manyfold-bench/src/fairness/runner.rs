@@ -3,9 +3,8 @@
 //! two receivers in namespace b, two senders in namespace a with one shared
 //! start time, waits for all four, and reads their reports.
 
-use std::fs::File;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::path::Path;
+use std::process::Command;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::{bail, Context, Result};
@@ -220,45 +219,6 @@ pub fn run(o: &Options) -> Result<()> {
     Ok(())
 }
 
-/// A flow process whose stdout and stderr go to files in the run's directory.
-struct Launched {
-    proc: child::Running,
-    out: PathBuf,
-    err: PathBuf,
-    what: String,
-}
-
-fn launch(mut cmd: Command, dir: &Path, name: &str, what: String) -> Result<Launched> {
-    let (out, err) = (dir.join(format!("{name}.out")), dir.join(format!("{name}.err")));
-    cmd.stdout(Stdio::from(File::create(&out)?)).stderr(Stdio::from(File::create(&err)?));
-    let proc = child::spawn(cmd, &what)?;
-    Ok(Launched { proc, out, err, what })
-}
-
-/// A finished flow process: its usage and what it printed.
-struct Finished {
-    usage: child::Usage,
-    stdout: String,
-}
-
-impl Launched {
-    fn finish(self, limit: Duration) -> Result<Finished> {
-        let waited = self.proc.wait(limit);
-        let stderr = std::fs::read_to_string(&self.err).unwrap_or_default();
-        let usage = waited.map_err(|e| {
-            let tail: Vec<&str> = stderr.lines().rev().take(5).collect();
-            let tail: Vec<&str> = tail.into_iter().rev().collect();
-            if tail.is_empty() {
-                e
-            } else {
-                e.context(format!("{} said: {}", self.what, tail.join(" / ")))
-            }
-        })?;
-        let stdout = std::fs::read_to_string(&self.out).with_context(|| format!("reading {}", self.out.display()))?;
-        Ok(Finished { usage, stdout })
-    }
-}
-
 fn flow_command(lab: &Lab, bench: &Path, ns: &str, role: &str, flow: &Flow, addr: &str, t: [String; 4]) -> Command {
     let mut c = lab.exec(ns, bench);
     let [start_ns, secs, interval, seed] = t;
@@ -281,7 +241,7 @@ fn run_pair(lab: &mut Lab, bench: &Path, plan: &Plan, pair: &Pair, ports: [u16; 
     let mut recvs = Vec::new();
     for (i, flow) in pair.0.iter().enumerate() {
         let c = flow_command(lab, bench, &lab.ns_b, "recv", flow, &addrs[i], timing(i));
-        recvs.push(launch(c, dir, &format!("recv{i}"), format!("flow {} receiver ({})", i + 1, flow.label()))?);
+        recvs.push(child::launch(c, dir, &format!("recv{i}"), format!("flow {} receiver ({})", i + 1, flow.label()))?);
     }
     for p in ports {
         lab.wait_listening(&lab.ns_b, p, START_DELAY / 2)?;
@@ -291,14 +251,14 @@ fn run_pair(lab: &mut Lab, bench: &Path, plan: &Plan, pair: &Pair, ports: [u16; 
     let mut sends = Vec::new();
     for (i, flow) in pair.0.iter().enumerate() {
         let c = flow_command(lab, bench, &lab.ns_a, "send", flow, &addrs[i], timing(i));
-        sends.push(launch(c, dir, &format!("send{i}"), format!("flow {} sender ({})", i + 1, flow.label()))?);
+        sends.push(child::launch(c, dir, &format!("send{i}"), format!("flow {} sender ({})", i + 1, flow.label()))?);
     }
     // Everything ends by itself by the run's end (receivers: plus the
     // grace); the limits only catch a process that hangs.
     let until_end = start.duration_since(SystemTime::now()).unwrap_or_default() + Duration::from_secs_f64(plan.secs);
     let limit = until_end + GRACE + OVERTIME;
-    let sent: Vec<Result<Finished>> = sends.into_iter().map(|s| s.finish(limit)).collect();
-    let got: Vec<Result<Finished>> = recvs.into_iter().map(|r| r.finish(limit)).collect();
+    let sent: Vec<Result<child::Finished>> = sends.into_iter().map(|s| s.finish(limit)).collect();
+    let got: Vec<Result<child::Finished>> = recvs.into_iter().map(|r| r.finish(limit)).collect();
     let relay_after = lab.stats()?;
     let drops_after = lab.host_drops();
     let mut flows = Vec::new();

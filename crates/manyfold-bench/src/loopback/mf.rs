@@ -53,14 +53,20 @@ pub struct MfOpts {
     pub connect_timeout: Option<u64>,
 }
 
+/// The library's default configuration with congestion controller `cc`.
+pub(crate) fn config_for(cc: &str) -> Result<manyfold::Config> {
+    let mut config = manyfold::Config::default();
+    config.endpoint.connection.congestion = controller(cc)?;
+    Ok(config)
+}
+
 /// Starts the line on which `mf-send` reports its connection's counters.
 pub const STATS_PREFIX: &str = "mf-stats";
 
 impl MfOpts {
     fn config(&self) -> Result<manyfold::Config> {
-        let mut config = manyfold::Config::default();
+        let mut config = config_for(&self.cc)?;
         let conn = &mut config.endpoint.connection;
-        conn.congestion = controller(&self.cc)?;
         if let Some(b) = self.send_buffer {
             conn.send_buffer = b;
         }
@@ -86,12 +92,8 @@ impl MfOpts {
     }
 }
 
-fn runtime() -> Result<tokio::runtime::Runtime> {
-    Ok(tokio::runtime::Builder::new_multi_thread().enable_all().build()?)
-}
-
 pub fn send(to: SocketAddr, opts: &MfOpts, pattern: &Pattern) -> Result<()> {
-    runtime()?.block_on(async {
+    crate::runtime()?.block_on(async {
         let endpoint = manyfold::Endpoint::bind("127.0.0.1:0".parse()?, opts.config()?).await?;
         let mut conn = endpoint.connect(to).await.context("connecting")?;
         let mut buf = vec![0u8; CHUNK];
@@ -116,7 +118,7 @@ pub fn send(to: SocketAddr, opts: &MfOpts, pattern: &Pattern) -> Result<()> {
 }
 
 pub fn recv(listen: SocketAddr, opts: &MfOpts, len: u64, hash: &str) -> Result<()> {
-    runtime()?.block_on(async {
+    crate::runtime()?.block_on(async {
         let endpoint = manyfold::Endpoint::bind(listen, opts.config()?).await?;
         endpoint.listen();
         let mut conn = endpoint.accept().await.context("endpoint closed")?;

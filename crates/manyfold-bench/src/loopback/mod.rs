@@ -15,7 +15,7 @@
 
 mod blast;
 pub(crate) mod data;
-mod mf;
+pub(crate) mod mf;
 pub(crate) mod quic;
 pub(crate) mod report;
 pub(crate) mod rows;

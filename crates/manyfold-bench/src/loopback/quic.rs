@@ -21,10 +21,6 @@ use super::data::{Check, Pattern, CHUNK};
 
 const SERVER_NAME: &str = "localhost";
 
-fn runtime() -> Result<tokio::runtime::Runtime> {
-    Ok(tokio::runtime::Builder::new_multi_thread().enable_all().build()?)
-}
-
 /// quinn's transport settings with every flow-control window (stream,
 /// connection, and the sender's buffer of unacknowledged data) set to
 /// `window` bytes; `None` keeps quinn's defaults (a 1.25 MB stream window,
@@ -51,7 +47,7 @@ pub fn recv_tuned(listen: SocketAddr, cert_path: &Path, len: u64, hash: &str, wi
     if let Some(t) = transport(window)? {
         config.transport_config(t);
     }
-    runtime()?.block_on(async {
+    crate::runtime()?.block_on(async {
         let endpoint = quinn::Endpoint::server(config, listen)?;
         let conn = endpoint.accept().await.context("endpoint closed")?.await?;
         let (mut send, mut recv) = conn.accept_bi().await?;
@@ -83,7 +79,7 @@ pub fn send_tuned(to: SocketAddr, cert_path: &Path, pattern: &Pattern, window: O
     if let Some(t) = transport(window)? {
         config.transport_config(t);
     }
-    runtime()?.block_on(async {
+    crate::runtime()?.block_on(async {
         // The unspecified address of `to`'s family: the kernel picks the
         // source (127.0.0.1 on loopback, the namespace's own address in
         // the wan lab).

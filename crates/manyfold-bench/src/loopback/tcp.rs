@@ -2,9 +2,9 @@
 //! whose congestion control is chosen per socket (`TCP_CONGESTION`, through
 //! socket2: no unsafe here). The receiver hashes, compares and answers "ok".
 
-use std::io::{Read, Write};
+use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
@@ -64,6 +64,31 @@ pub fn recv(listen: SocketAddr, cc: &str, len: u64, hash: &str) -> Result<()> {
     check.finish(len, hash)?;
     s.write_all(b"ok")?;
     Ok(())
+}
+
+/// Listens on `listen` with congestion control `cc` (accepted sockets
+/// inherit it) and accepts one connection; fails if none came by
+/// `deadline`.
+pub(crate) fn accept_by(listen: SocketAddr, cc: &str, deadline: Instant) -> Result<TcpStream> {
+    let l = socket(cc)?;
+    l.set_reuse_address(true)?;
+    l.bind(&SockAddr::from(listen)).with_context(|| format!("binding {listen}"))?;
+    l.listen(1)?;
+    l.set_nonblocking(true)?;
+    let s = loop {
+        match l.accept() {
+            Ok((s, _)) => break s,
+            Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                if Instant::now() > deadline {
+                    bail!("no sender connected to {listen} in time");
+                }
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            Err(e) => return Err(e).context("accepting"),
+        }
+    };
+    s.set_nonblocking(false)?;
+    Ok(s.into())
 }
 
 fn connect_retry(to: SocketAddr, cc: &str) -> Result<TcpStream> {

@@ -529,7 +529,7 @@ fn run_transfer(
     }
     if let RowKind::Kcp(k) = row {
         let window = kcp::window(cell.rate_bps, cell.rtt_ms);
-        match Tunnel::start(lab, k, port, port + 1, window, out) {
+        match Tunnel::start(lab, k, (port, port + 1), window, kcp::BULK_MODE, out) {
             Ok(t) => *tunnel = Some(t),
             Err(e) => {
                 r.kill();

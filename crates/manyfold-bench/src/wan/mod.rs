@@ -11,14 +11,14 @@
 //! - [`grid`]: the runner; [`report`]: the Markdown tables, JSON and charts.
 
 mod grid;
-mod kcp;
+pub(crate) mod kcp;
 // `pub(crate)`: the fairness scenario builds its bottleneck with the same lab.
 pub(crate) mod link;
 pub(crate) mod netns;
-mod probe;
+pub(crate) mod probe;
 mod relay;
 mod report;
-mod sys;
+pub(crate) mod sys;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -28,18 +28,11 @@ use clap::Subcommand;
 
 use crate::loopback::data::Pattern;
 
-#[derive(clap::Args, Debug)]
-#[command(args_conflicts_with_subcommands = true)]
-pub struct Args {
-    #[command(subcommand)]
-    internal: Option<Internal>,
-    #[command(flatten)]
-    opts: Options,
-}
+pub type Args = crate::ScenarioArgs<Internal, Options>;
 
 /// The scenario's own processes, re-executed from this binary.
 #[derive(Subcommand, Debug)]
-enum Internal {
+pub enum Internal {
     /// (internal) The link emulator between two TUN devices.
     #[command(hide = true)]
     Relay {

@@ -1,7 +1,9 @@
 //! The `wan` scenario's system calls that std does not wrap: opening a TUN
 //! device (`TUNSETIFF`, Linux `Documentation/networking/tuntap.rst`),
 //! waiting on a descriptor with a sub-millisecond timeout (`ppoll(2)`),
-//! and an async-signal-safe interrupt flag for Ctrl-C / SIGTERM cleanup.
+//! an async-signal-safe interrupt flag for Ctrl-C / SIGTERM cleanup, and
+//! the host's monotonic clock as a number (the `messages` scenario's
+//! stamps).
 //!
 //! The scenario's only unsafe code lives here, each block with its reason.
 #![allow(unsafe_code)]
@@ -140,6 +142,17 @@ pub fn proc_usage(pid: u32) -> io::Result<(Duration, u64)> {
         .and_then(|v| v.split_whitespace().next()?.parse().ok())
         .unwrap_or(0);
     Ok((cpu, hwm))
+}
+
+/// CLOCK_MONOTONIC in nanoseconds (clock_gettime(2)): one clock for every
+/// process of the host, whatever its namespace, so a time one process
+/// stamps into a message another can subtract from its own reading.
+pub fn monotonic_ns() -> u64 {
+    let mut t = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: `t` is a live local the kernel writes; CLOCK_MONOTONIC always
+    // exists on Linux, so the call cannot fail.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut t) };
+    t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64
 }
 
 /// Whether this process runs as root (the namespaces need it).
