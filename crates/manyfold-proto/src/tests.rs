@@ -336,3 +336,85 @@ fn a_bulk_writer_filling_the_send_buffer_leaves_room_for_other_streams_messages(
         Err(crate::SendError::MessageTooLarge { size: too_big.len(), max: largest.len() })
     );
 }
+
+mod hostile_chunks {
+    //! spec §3.5, §13.8: whatever well-formed chunks a peer sends, in any
+    //! order and combination, the engine neither panics nor holds more
+    //! than its receive buffer.
+
+    use super::*;
+    use crate::wire::chunk::{Chunk, DataChunk, MAX_OFFSET};
+    use crate::wire::{Flags, Packet, PacketType};
+    use proptest::prelude::*;
+
+    fn any_chunk() -> impl Strategy<Value = Chunk<Vec<u8>>> {
+        // Offsets mostly near each other, sometimes beyond any credit.
+        let offset = prop_oneof![4 => 0u64..6000, 1 => 0u64..(3 << 20)];
+        let data = (0u16..6, 0u8..16, offset, 0u32..3000, proptest::collection::vec(any::<u8>(), 0..64)).prop_map(
+            |(stream, flags, offset, in_msg, data)| {
+                Chunk::Data(DataChunk { stream, flags, offset, in_msg: in_msg.min(offset as u32), data, msg: 0 })
+            },
+        );
+        prop_oneof![
+            6 => data,
+            1 => (0u16..6, any::<bool>(), 0u64..6000, 0u64..600)
+                .prop_map(|(stream, unordered, start, len)| Chunk::Abandon { stream, unordered, start, end: start + len }),
+            1 => (0u16..6, any::<u16>(), 0u64..6000).prop_map(|(stream, code, final_size)| Chunk::Reset { stream, code, final_size }),
+            1 => (0u16..6, any::<u16>()).prop_map(|(stream, code)| Chunk::Stop { stream, code }),
+            1 => (0u16..6, any::<bool>(), 0u64..MAX_OFFSET).prop_map(|(stream, unordered, max)| Chunk::Credit { stream, unordered, max }),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 256, failure_persistence: None, ..ProptestConfig::default() })]
+        #[test]
+        fn any_chunks_from_a_peer_neither_panic_nor_outgrow_the_receive_buffer(
+            packets in proptest::collection::vec((1u32..40, proptest::collection::vec(any_chunk(), 1..8)), 1..60),
+        ) {
+            let mut p = Pair::new();
+            let ca = p.a.connect(p.now, p.b_addr).unwrap();
+            p.run_until(|p| p.a.state(ca) == Some(State::Established) && p.events_b.iter().any(|e| e.1 == Event::Incoming));
+            let cb = p.b.accept().expect("accepted");
+            // Learn the client's next sequence number and the server's id
+            // from a real data packet.
+            p.a.send(ca, b"x").unwrap();
+            let mut first = None;
+            for _ in 0..1000 {
+                p.drain();
+                first = p.wire.iter().find(|w| w.1 && !Packet::parse(&w.2).unwrap().data.is_empty()).cloned();
+                if first.is_some() {
+                    break;
+                }
+                p.step();
+            }
+            let h = Packet::parse(&first.expect("a data packet to b").2).unwrap().header;
+            for (ahead, chunks) in &packets {
+                let mut area = Vec::new();
+                for c in chunks {
+                    let mut b = vec![0u8; c.encoded_len()];
+                    c.emit(&mut b);
+                    area.extend_from_slice(&b);
+                }
+                let mut pk = Packet::bare(PacketType::Segment, Flags::empty(), h.conn_id, h.seq.wrapping_add(*ahead), 0, 0);
+                pk.data = &area;
+                let mut out = vec![0u8; pk.len()];
+                pk.emit(&mut out);
+                p.b.handle_datagram(p.now, p.a_addr, &out);
+                // The application reads whatever it can, by message and by byte.
+                let mut buf = [0u8; 256];
+                while let Ok(Some(_)) = p.b.recv_message(cb) {}
+                for s in 0..6 {
+                    while let Ok(Some(n)) = p.b.stream_recv(cb, s, &mut buf) {
+                        if n == 0 {
+                            break;
+                        }
+                    }
+                }
+                p.step();
+            }
+            let st = p.b.conn_stats(cb).expect("connection still there");
+            prop_assert!(st.open_streams <= 1024);
+            prop_assert!(st.bytes_received <= 64 << 20);
+        }
+    }
+}
