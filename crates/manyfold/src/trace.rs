@@ -1,6 +1,10 @@
 //! The packet trace (RUSP's debug mode, paper 04 Fig. 14): one DEBUG event
 //! per datagram on target `manyfold::packet`, with time, direction, peer,
-//! flags, connection id, seq, ack, window and length.
+//! flags, connection id, seq, ack, window, length, and its chunks (spec
+//! §13.2): `s3@1024+1400/BE` is 1,400 bytes of stream 3 at offset 1024,
+//! with its flags (B begin, E end, U unordered, F fin); `reset3`,
+//! `stop3`, `credit3<=N` (`creditU3` for the unordered space),
+//! `abandon3[a,b)`, `pad`.
 //!
 //! Time is milliseconds since the first endpoint of the process started, so
 //! the traces of a client and a server in one process line up. Arrows:
@@ -11,7 +15,10 @@ use std::net::SocketAddr;
 use std::sync::OnceLock;
 use std::time::Instant;
 
-use manyfold_proto::wire::Header;
+use std::fmt::Write;
+
+use manyfold_proto::wire::chunk::{data_flags, parse_chunks, Chunk};
+use manyfold_proto::wire::{Header, Packet};
 
 /// Which way a datagram went, or what fault injection did to it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -59,7 +66,7 @@ impl PacketTrace {
         match Header::peek(datagram) {
             Some(h) => tracing::debug!(
                 target: "manyfold::packet",
-                "{t_ms:>11.3}ms {} {peer} flags={:?} conn={:08x} seq={} ack={} wnd={} len={}",
+                "{t_ms:>11.3}ms {} {peer} flags={:?} conn={:08x} seq={} ack={} wnd={} len={}{}",
                 dir.arrow(),
                 h.flags,
                 h.conn_id,
@@ -67,6 +74,7 @@ impl PacketTrace {
                 h.ack,
                 h.window,
                 datagram.len(),
+                chunks(datagram),
             ),
             None => tracing::debug!(
                 target: "manyfold::packet",
@@ -75,5 +83,72 @@ impl PacketTrace {
                 datagram.len(),
             ),
         }
+    }
+}
+
+/// The chunks of a datagram, one token each (see the module docs); empty
+/// for a datagram that does not parse or carries none.
+fn chunks(datagram: &[u8]) -> String {
+    let mut out = String::new();
+    let Ok(p) = Packet::parse(datagram) else { return out };
+    for c in parse_chunks(p.data).map_while(Result::ok) {
+        out.push(' ');
+        let _ = match c {
+            Chunk::Data(d) => {
+                let mut flags = String::new();
+                for (bit, ch) in [
+                    (data_flags::BEGIN, 'B'),
+                    (data_flags::END, 'E'),
+                    (data_flags::UNORDERED, 'U'),
+                    (data_flags::FIN, 'F'),
+                ] {
+                    if d.flags & bit != 0 {
+                        flags.push(ch);
+                    }
+                }
+                let sep = if flags.is_empty() { "" } else { "/" };
+                write!(out, "s{}@{}+{}{sep}{flags}", d.stream, d.offset, d.data.len())
+            }
+            Chunk::Reset { stream, code, .. } => write!(out, "reset{stream}:{code}"),
+            Chunk::Stop { stream, code } => write!(out, "stop{stream}:{code}"),
+            Chunk::Credit { stream, unordered, max } => {
+                write!(out, "credit{}{stream}<={max}", if unordered { "U" } else { "" })
+            }
+            Chunk::Abandon { stream, start, end, .. } => write!(out, "abandon{stream}[{start},{end})"),
+            Chunk::Pad => write!(out, "pad"),
+        };
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bytes::Bytes;
+    use manyfold_proto::wire::chunk::DataChunk;
+    use manyfold_proto::wire::{Flags, PacketType};
+
+    #[test]
+    fn a_traced_packet_names_its_chunks() {
+        let mut area = Vec::new();
+        let data = Chunk::Data(DataChunk {
+            stream: 3,
+            flags: data_flags::BEGIN | data_flags::END,
+            offset: 1024,
+            in_msg: 0,
+            data: Bytes::from_static(b"hello"),
+            msg: 0,
+        });
+        for c in [data, Chunk::Credit { stream: 0, unordered: false, max: 99 }, Chunk::Pad] {
+            let mut b = vec![0u8; c.encoded_len()];
+            c.emit(&mut b);
+            area.extend_from_slice(&b);
+        }
+        let mut p = Packet::bare(PacketType::Segment, Flags::ACK, 7, 1, 2, 3);
+        p.data = &area;
+        let mut d = vec![0u8; p.len()];
+        p.emit(&mut d);
+        assert_eq!(chunks(&d), " s3@1024+5/BE credit0<=99 pad");
+        assert_eq!(chunks(&d[..10]), "");
     }
 }
