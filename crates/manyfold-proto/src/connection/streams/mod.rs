@@ -376,10 +376,11 @@ impl Streams {
         self.pieces = self.pieces - pieces_before + s.rx.pieces;
         // The credit and ready list, without looking the stream up again.
         if !fin_sent {
-            if let Some(max) = s.rx.credit_update() {
+            let (ordered, unordered) = s.rx.credit_updates();
+            if let Some(max) = ordered {
                 self.control.push_back(Chunk::Credit { stream: id, unordered: false, max });
             }
-            if let Some(max) = s.rx.unordered_credit_update() {
+            if let Some(max) = unordered {
                 self.control.push_back(Chunk::Credit { stream: id, unordered: true, max });
             }
         }
@@ -487,7 +488,7 @@ impl Streams {
     pub fn on_fin_sent(&mut self) {
         self.fin_sent = true;
         for s in self.map.values_mut() {
-            s.rx.credit_sent = MAX_OFFSET;
+            s.rx.lift_credit();
         }
     }
 

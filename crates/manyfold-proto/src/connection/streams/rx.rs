@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, VecDeque};
 
 use crate::rangeset::RangeSet;
 use crate::ring::ByteRing;
-use crate::wire::chunk::{data_flags, span, DataChunk};
+use crate::wire::chunk::{data_flags, span, DataChunk, MAX_OFFSET};
 
 /// What the application gets from a stream, in order (spec §13.5).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -49,6 +49,52 @@ struct Partial {
     len: Option<usize>,
 }
 
+/// The limits of one offset space as the receiver enforces them: the
+/// credit given, the peer's FIN, and how far the peer has sent (spec §13.7).
+#[derive(Debug)]
+struct Bounds {
+    credit_sent: u64,
+    fin_at: Option<u64>,
+    /// The end of the highest data received.
+    highest: u64,
+}
+
+impl Bounds {
+    fn new(credit: u64) -> Self {
+        Bounds { credit_sent: credit, fin_at: None, highest: 0 }
+    }
+
+    /// Checks a chunk ending at `end` (a FIN if `fin`) against the credit
+    /// and the FIN; `passed` is how far the space is already complete.
+    fn admit(&mut self, end: u64, fin: bool, passed: u64) -> Result<(), Refused> {
+        if end > self.credit_sent || self.fin_at.is_some_and(|f| end > f) {
+            return Err(Refused::Violation);
+        }
+        if fin {
+            if self.fin_at.is_some_and(|f| f != end) || end < passed {
+                return Err(Refused::Violation);
+            }
+            self.fin_at = Some(end);
+        }
+        self.highest = self.highest.max(end);
+        Ok(())
+    }
+
+    /// Grants `consumed + window` once the peer used half of its credit
+    /// and the grant moves at least half a window; none after the FIN.
+    fn grant(&mut self, consumed: u64, window: u64) -> Option<u64> {
+        if self.fin_at.is_some() || self.highest * 2 < self.credit_sent {
+            return None;
+        }
+        let want = consumed + window;
+        if want >= self.credit_sent + window / 2 {
+            self.credit_sent = want;
+            return Some(want);
+        }
+        None
+    }
+}
+
 /// The unordered messages' offset space: messages reassembled apart, and
 /// which ranges are done (delivered or abandoned).
 #[derive(Debug)]
@@ -58,10 +104,7 @@ struct Unordered {
     floor: u64,
     /// Done ranges above `floor`.
     done: RangeSet,
-    fin_at: Option<u64>,
-    credit_sent: u64,
-    /// The end of the highest data received.
-    highest: u64,
+    bounds: Bounds,
 }
 
 impl Unordered {
@@ -85,7 +128,7 @@ impl Unordered {
 
     /// Every unordered message up to the space's FIN is done.
     fn complete(&self) -> bool {
-        self.fin_at.is_some_and(|f| self.floor >= f) && self.partial.is_empty()
+        self.bounds.fin_at.is_some_and(|f| self.floor >= f) && self.partial.is_empty()
     }
 }
 
@@ -108,7 +151,8 @@ pub(crate) struct RecvSide {
     uno: Unordered,
     /// Unordered messages (or their abandonment) ready before the ordered ones.
     oob: VecDeque<StreamItem>,
-    fin_at: Option<u64>,
+    /// Credit, FIN and reach of the ordered space.
+    bounds: Bounds,
     /// A message began in the ring and has not ended.
     in_message: bool,
     /// Ended by the connection's FIN (every stream ends with it).
@@ -121,10 +165,6 @@ pub(crate) struct RecvSide {
     /// Entries of bookkeeping: held pieces, unordered fragments, done
     /// ranges. The connection bounds their sum (spec §13.8).
     pub pieces: usize,
-    /// The highest offset we allowed the peer.
-    pub credit_sent: u64,
-    /// The end of the highest data received.
-    highest: u64,
     window: u64,
     /// The peer has sent on it.
     pub used: bool,
@@ -141,16 +181,9 @@ impl RecvSide {
             marks: VecDeque::new(),
             pushed: 0,
             popped: 0,
-            uno: Unordered {
-                partial: BTreeMap::new(),
-                floor: 0,
-                done: RangeSet::new(),
-                fin_at: None,
-                credit_sent: credit,
-                highest: 0,
-            },
+            uno: Unordered { partial: BTreeMap::new(), floor: 0, done: RangeSet::new(), bounds: Bounds::new(credit) },
             oob: VecDeque::new(),
-            fin_at: None,
+            bounds: Bounds::new(credit),
             in_message: false,
             conn_fin: false,
             finished_reported: false,
@@ -158,8 +191,6 @@ impl RecvSide {
             reset_reported: false,
             buffered: 0,
             pieces: 0,
-            credit_sent: credit,
-            highest: 0,
             window,
             used: false,
             discard: false,
@@ -168,7 +199,7 @@ impl RecvSide {
 
     /// Both offset spaces reached their FIN, or the connection's FIN came.
     pub fn finished(&self) -> bool {
-        (self.fin_at == Some(self.next) && self.uno.complete()) || self.conn_fin
+        (self.bounds.fin_at == Some(self.next) && self.uno.complete()) || self.conn_fin
     }
 
     /// Whether the side has nothing more to give the application.
@@ -195,16 +226,7 @@ impl RecvSide {
             return self.on_unordered(c);
         }
         let end = c.offset + c.span();
-        if end > self.credit_sent || self.fin_at.is_some_and(|f| end > f) {
-            return Err(Refused::Violation);
-        }
-        if c.flags & data_flags::FIN != 0 {
-            if self.fin_at.is_some_and(|f| f != end) || end < self.next {
-                return Err(Refused::Violation);
-            }
-            self.fin_at = Some(end);
-        }
-        self.highest = self.highest.max(end);
+        self.bounds.admit(end, c.flags & data_flags::FIN != 0, self.next)?;
         if self.reset.is_some() || self.conn_fin {
             return Ok(0);
         }
@@ -238,16 +260,7 @@ impl RecvSide {
     fn on_unordered(&mut self, c: &DataChunk<&[u8]>) -> Result<usize, Refused> {
         let u = &mut self.uno;
         let end = c.offset + c.span();
-        if end > u.credit_sent || u.fin_at.is_some_and(|f| end > f) {
-            return Err(Refused::Violation);
-        }
-        if c.flags & data_flags::FIN != 0 {
-            if u.fin_at.is_some_and(|f| f != end) || end < u.floor {
-                return Err(Refused::Violation);
-            }
-            u.fin_at = Some(end);
-        }
-        u.highest = u.highest.max(end);
+        u.bounds.admit(end, c.flags & data_flags::FIN != 0, u.floor)?;
         let whole = data_flags::BEGIN | data_flags::END;
         let bare = c.data.is_empty() && c.flags & whole != whole;
         let start = c.offset - u64::from(c.in_msg);
@@ -502,25 +515,23 @@ impl RecvSide {
         self.reset
     }
 
-    /// A credit update if the reader moved far enough (spec §13.7): the
-    /// peer may send up to `window` beyond what was consumed. None while
-    /// the peer has used less than half of what it may send, so a short
-    /// exchange costs no credit packet.
-    pub fn credit_update(&mut self) -> Option<u64> {
-        if self.reset.is_some() || self.conn_fin || self.fin_at.is_some() || self.highest * 2 < self.credit_sent {
-            return None;
+    /// Credit updates for (the ordered, the unordered) space, if the reader
+    /// moved far enough (spec §13.7): the peer may send up to `window`
+    /// beyond what was consumed, in the unordered space beyond what is
+    /// done. None while the peer has used less than half of what it may
+    /// send, so a short exchange costs no credit packet.
+    pub fn credit_updates(&mut self) -> (Option<u64>, Option<u64>) {
+        if self.reset.is_some() || self.conn_fin {
+            return (None, None);
         }
         let consumed = self.next - self.ring.len() as u64;
-        grant(&mut self.credit_sent, consumed, self.window)
+        (self.bounds.grant(consumed, self.window), self.uno.bounds.grant(self.uno.floor, self.window))
     }
 
-    /// The same for the unordered space, where what is done counts as consumed.
-    pub fn unordered_credit_update(&mut self) -> Option<u64> {
-        let u = &mut self.uno;
-        if self.reset.is_some() || self.conn_fin || u.fin_at.is_some() || u.highest * 2 < u.credit_sent {
-            return None;
-        }
-        grant(&mut u.credit_sent, u.floor, self.window)
+    /// Our connection FIN is out: no credit limits the peer any more.
+    pub fn lift_credit(&mut self) {
+        self.bounds.credit_sent = MAX_OFFSET;
+        self.uno.bounds.credit_sent = MAX_OFFSET;
     }
 
     /// Drops everything held (the application released the connection).
@@ -535,16 +546,6 @@ impl RecvSide {
         self.marks.clear();
         self.buffered = 0;
     }
-}
-
-/// Grants `consumed + window` if that is half a window beyond `credit`.
-fn grant(credit: &mut u64, consumed: u64, window: u64) -> Option<u64> {
-    let want = consumed + window;
-    if want >= *credit + window / 2 {
-        *credit = want;
-        return Some(want);
-    }
-    None
 }
 
 #[cfg(test)]
@@ -705,6 +706,17 @@ mod tests {
         assert_eq!((r.buffered, r.pieces), (2001, 1999));
         r.on_reset(3);
         assert_eq!((r.buffered, r.pieces), (0, 0));
+    }
+
+    #[test]
+    fn after_our_fin_neither_offset_space_enforces_credit() {
+        // spec §13.7: we can grant no more, so both spaces stop counting.
+        let mut r = RecvSide::new(4, 4);
+        assert_eq!(r.on_data(&chunk(10, 0, B | E | U, b"u")), Err(Refused::Violation));
+        r.lift_credit();
+        assert_eq!(r.on_data(&chunk(10, 0, B | E | U, b"u")), Ok(1));
+        assert_eq!(r.on_data(&chunk(0, 0, 0, b"0123456789")), Ok(10));
+        assert_eq!(r.credit_updates(), (None, None));
     }
 
     #[test]
