@@ -251,6 +251,18 @@ fn run_reading(w: &mut World, inbox: &mut Inbox, node: SocketAddr, h: ConnHandle
     );
 }
 
+/// Reads the server's side into `inbox` until it holds `n` messages, for
+/// at most `within`; whether it got there.
+fn read_messages(w: &mut World, inbox: &mut Inbox, h: ConnHandle, n: usize, within: Duration) -> bool {
+    w.run_until(
+        |w| {
+            inbox.take(w, server(), h);
+            inbox.messages() == n
+        },
+        within,
+    )
+}
+
 /// A data chunk of `stream` with the unordered flag.
 fn unordered_chunk_of(d: &[u8], stream: u16) -> bool {
     data_chunks(d).iter().any(|c| c.stream == stream && c.flags & data_flags::UNORDERED != 0)
@@ -280,13 +292,7 @@ fn lost_packet_delays_only_its_own_stream() {
             out.send(&mut w, client(), c, 2, 1000, ORDERED);
         }
         out.send(&mut w, client(), c, 1, 1000, ORDERED);
-        let ok = w.run_until(
-            |w| {
-                inbox.take(w, server(), s);
-                inbox.messages() == 7
-            },
-            secs(10),
-        );
+        let ok = read_messages(&mut w, &mut inbox, s, 7, secs(10));
         assert!(ok, "only {} of 7 messages ({cc:?} seed {seed})", inbox.messages());
         inbox.verify(&out).unwrap_or_else(|e| panic!("{e} ({cc:?} seed {seed})"));
         let b_last = (0..5).map(|i| inbox.when(2, i).expect("read")).max().expect("five");
@@ -337,13 +343,7 @@ fn unordered_messages_overtake_a_lost_one_and_ordered_ones_neither_wait_for_it_n
             later_unordered.push(out.send(&mut w, client(), c, 1, 800, UNORDERED));
             later_ordered.push(out.send(&mut w, client(), c, 1, 800, ORDERED));
         }
-        let ok = w.run_until(
-            |w| {
-                inbox.take(w, server(), s);
-                inbox.messages() == 8
-            },
-            secs(10),
-        );
+        let ok = read_messages(&mut w, &mut inbox, s, 8, secs(10));
         assert!(ok, "only {} of 8 messages ({cc:?} seed {seed})", inbox.messages());
         let ids = inbox.verify(&out).unwrap_or_else(|e| panic!("{e} ({cc:?} seed {seed})"));
         let lost_at = inbox.when(1, u_lost).expect("read");
@@ -771,13 +771,7 @@ fn stream_with_the_lower_priority_value_is_drained_first() {
             ep.set_stream_priority(c, 1, prio_1, 1);
             ep.set_stream_priority(c, 2, prio_2, 1);
         });
-        let ok = w.run_until(
-            |w| {
-                inbox.take(w, server(), s);
-                inbox.messages() == 64
-            },
-            secs(60),
-        );
+        let ok = read_messages(&mut w, &mut inbox, s, 64, secs(60));
         assert!(ok, "{} of 64 read (seed {seed})", inbox.messages());
         inbox.verify(&out).unwrap_or_else(|e| panic!("{e} (seed {seed})"));
         let span = |id: u16| {
@@ -824,13 +818,7 @@ fn message_larger_than_max_message_is_refused_and_nothing_is_sent() {
     // One byte less is a message like any other.
     let mut out = Outbox::default();
     out.send(&mut w, client(), c, 3, 100_000, ORDERED);
-    let ok = w.run_until(
-        |w| {
-            inbox.take(w, server(), s);
-            inbox.messages() == 1
-        },
-        secs(10),
-    );
+    let ok = read_messages(&mut w, &mut inbox, s, 1, secs(10));
     assert!(ok, "seed {seed}");
     inbox.verify(&out).unwrap_or_else(|e| panic!("{e} (seed {seed})"));
 }
@@ -854,13 +842,7 @@ fn opening_more_streams_than_max_streams_is_refused_locally() {
     assert_eq!(r, Err(SendError::StreamLimit(4)), "seed {seed}");
     assert_eq!(w.endpoint(client()).conn_stats(c).unwrap().open_streams, 4, "seed {seed}");
     let mut inbox = Inbox::default();
-    let ok = w.run_until(
-        |w| {
-            inbox.take(w, server(), s);
-            inbox.messages() == 3
-        },
-        secs(10),
-    );
+    let ok = read_messages(&mut w, &mut inbox, s, 3, secs(10));
     assert!(ok, "seed {seed}");
     inbox.verify(&out).unwrap_or_else(|e| panic!("{e} (seed {seed})"));
     // Once a stream is finished on both sides, its slot is free again.
@@ -874,13 +856,7 @@ fn opening_more_streams_than_max_streams_is_refused_locally() {
     );
     assert!(ok, "stream 1 never closed: {:?} (seed {seed})", w.endpoint(client()).conn_stats(c));
     out.send(&mut w, client(), c, 4, 100, ORDERED);
-    let ok = w.run_until(
-        |w| {
-            inbox.take(w, server(), s);
-            inbox.messages() == 4
-        },
-        secs(10),
-    );
+    let ok = read_messages(&mut w, &mut inbox, s, 4, secs(10));
     assert!(ok, "seed {seed}");
     inbox.verify(&out).unwrap_or_else(|e| panic!("{e} (seed {seed})"));
 }
@@ -906,13 +882,7 @@ fn streams_beyond_the_peers_limit_are_reset_with_stream_limit_and_the_connection
     assert_eq!(code, 5);
     // The client learns of the refusals: its sends on streams 4..=10 fail
     // with the code (checked as soon as the server has read streams 1..=3).
-    let ok = w.run_until(
-        |w| {
-            inbox.take(w, server(), s);
-            inbox.messages() == 3
-        },
-        secs(10),
-    );
+    let ok = read_messages(&mut w, &mut inbox, s, 3, secs(10));
     assert!(ok, "{:?} (seed {seed})", inbox.got);
     let refused = w.run_until(
         |w| {
@@ -1039,13 +1009,7 @@ fn empty_messages_arrive_in_their_place_under_loss() {
         let next = out.send(&mut w, client(), c, 1, 100, ORDERED);
         w.run_for(ms(1));
         out.send(&mut w, client(), c, 1, 0, opts);
-        let ok = w.run_until(
-            |w| {
-                inbox.take(w, server(), s);
-                inbox.messages() == 3
-            },
-            secs(10),
-        );
+        let ok = read_messages(&mut w, &mut inbox, s, 3, secs(10));
         assert_eq!(w.dropped_by_rule(), 1, "seed {seed}");
         assert!(ok, "{:?} (unordered {unordered}, seed {seed})", inbox.got);
         inbox.verify(&out).unwrap_or_else(|e| panic!("{e} (unordered {unordered}, seed {seed})"));
