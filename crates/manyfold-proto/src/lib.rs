@@ -23,6 +23,7 @@ pub mod config;
 pub mod congestion;
 mod connection;
 mod endpoint;
+pub mod group;
 mod handshake;
 mod rangeset;
 pub mod recovery;
@@ -34,6 +35,10 @@ pub use connection::{
     CloseReason, ConnStats, Event, MessageOptions, RecvError, SendError, State, StreamItem, INITIAL_STREAM_CREDIT,
 };
 pub use endpoint::{ConnHandle, ConnectError, Endpoint, EndpointStats, Transmit};
+pub use group::{
+    Destination, Eviction, GroupConfig, GroupError, GroupEvent, GroupHandle, GroupStats, Left, Mode, PeerId, PeerState,
+    PeerStats, Unreachable,
+};
 
 #[cfg(test)]
 mod tests;

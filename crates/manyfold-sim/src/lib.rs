@@ -23,4 +23,4 @@ pub use link::{Arrival, LinkConfig, LinkStats};
 pub use net::Network;
 pub use time::{Clock, EventQueue};
 pub use transfer::{pattern, Sink, Source, Transfer, TransferReport};
-pub use world::{Captured, LoggedEvent, NodeStats, Verdict, World};
+pub use world::{Captured, LoggedEvent, LoggedGroupEvent, NodeStats, Verdict, World};

@@ -18,7 +18,7 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use manyfold_proto::{CloseReason, ConnHandle, Endpoint, EndpointConfig, Event};
+use manyfold_proto::{CloseReason, ConnHandle, Endpoint, EndpointConfig, Event, GroupEvent, GroupHandle};
 
 use crate::link::{Arrival, LinkConfig, LinkStats};
 use crate::net::Network;
@@ -38,6 +38,14 @@ pub struct LoggedEvent {
     pub at: Duration,
     pub conn: ConnHandle,
     pub event: Event,
+}
+
+/// A group event as a node saw it (spec §14.8).
+#[derive(Debug, Clone, PartialEq)]
+pub struct LoggedGroupEvent {
+    pub at: Duration,
+    pub group: GroupHandle,
+    pub event: GroupEvent,
 }
 
 /// A datagram as it was put on the wire, before the link's faults.
@@ -67,6 +75,7 @@ struct Node {
     addr: SocketAddr,
     endpoint: Endpoint,
     log: Vec<LoggedEvent>,
+    group_log: Vec<LoggedGroupEvent>,
     /// Deadline of the timer event currently queued for this node.
     armed: Option<Instant>,
     /// An application command may have created output to drain.
@@ -254,6 +263,7 @@ impl World {
             addr,
             endpoint,
             log: Vec::new(),
+            group_log: Vec::new(),
             armed: None,
             dirty: true,
             stats: NodeStats::default(),
@@ -328,6 +338,11 @@ impl World {
     /// Every application event the node at `addr` has seen, in order.
     pub fn events(&self, addr: SocketAddr) -> &[LoggedEvent] {
         &self.nodes[self.index(addr)].log
+    }
+
+    /// Every group event the node at `addr` has seen, in order.
+    pub fn group_events(&self, addr: SocketAddr) -> &[LoggedGroupEvent] {
+        &self.nodes[self.index(addr)].group_log
     }
 
     /// The events of one connection of the node at `addr`.
@@ -451,6 +466,9 @@ impl World {
         }
         while let Some((conn, event)) = node.endpoint.poll_event() {
             node.log.push(LoggedEvent { at: elapsed, conn, event });
+        }
+        while let Some((group, event)) = node.endpoint.poll_group_event() {
+            node.group_log.push(LoggedGroupEvent { at: elapsed, group, event });
         }
         let deadline = node.endpoint.poll_timeout();
         if deadline != node.armed {

@@ -171,7 +171,8 @@ impl Inner {
                     self.conns.remove(&h);
                 }
             }
-            Event::Incoming => {}
+            // Group members' events go to their group, never here.
+            Event::Incoming | Event::MessageAcked(_) => {}
         }
     }
 

@@ -18,6 +18,8 @@ use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
+use bytes::Bytes;
+
 use crate::config::ConnectionConfig;
 use crate::congestion::pacer::Pacer;
 use crate::congestion::{self, Controller};
@@ -386,6 +388,38 @@ impl Connection {
         Ok(())
     }
 
+    /// Queues one whole message of shared data on stream `id` and tracks
+    /// it (spec §14.4): [`Event::MessageAcked`] reports its id once the
+    /// peer has all of it; [`Connection::abandon_message`] gives it up.
+    pub fn send_tracked(&mut self, now: Instant, id: u16, data: Bytes, opts: MessageOptions) -> Result<u64, SendError> {
+        self.check_open()?;
+        if data.len() > self.max_message() {
+            return Err(SendError::MessageTooLarge { size: data.len(), max: self.max_message() });
+        }
+        self.streams.check_send(id).map_err(refusal)?;
+        if data.len() > self.stream_capacity(id) {
+            self.want_writable = true;
+            return Err(SendError::Blocked);
+        }
+        let msg = self.streams.push_tracked(now, id, data, opts).map_err(refusal)?;
+        self.send_acked_signalled = false;
+        Ok(msg)
+    }
+
+    /// Asks for [`Event::Writable`] once stream `id` has room again (a
+    /// group found this connection short of room for a message).
+    pub fn want_room(&mut self, _id: u16) {
+        self.want_writable = true;
+    }
+
+    /// Gives up a tracked message: it is not sent (again), and the peer
+    /// skips what of it already left.
+    pub fn abandon_message(&mut self, msg: u64) {
+        if self.state != State::Closed {
+            self.streams.abandon_tracked(msg);
+        }
+    }
+
     /// Ends our sending side of stream `id` once its queued data is sent.
     pub fn finish_stream(&mut self, id: u16) -> Result<(), SendError> {
         self.check_open()?;
@@ -665,6 +699,9 @@ impl Connection {
         });
         if stream_idle {
             self.events.push_back(Event::StreamAcked);
+        }
+        while let Some(msg) = self.streams.acked_tracked.pop_front() {
+            self.events.push_back(Event::MessageAcked(msg));
         }
         self.stats.lost_packets += out.newly_lost;
         self.stats.spurious_losses += out.spurious;

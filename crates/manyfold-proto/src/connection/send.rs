@@ -86,6 +86,15 @@ impl SendBuffer {
         }
     }
 
+    /// Queues `data` as it is: reference-counted, never copied (one copy
+    /// of a group's data serves every peer, spec §14.4).
+    pub fn push_shared(&mut self, data: Bytes) {
+        if !data.is_empty() {
+            self.len += data.len();
+            self.chunks.push_back(data);
+        }
+    }
+
     /// Takes up to `max` bytes from the front as one payload; zero-copy when
     /// the front chunk alone is large enough.
     pub fn take(&mut self, max: usize) -> Bytes {

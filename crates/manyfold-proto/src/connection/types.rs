@@ -92,6 +92,8 @@ pub enum Event {
     SendAcked,
     /// Some stream has nothing unacknowledged left (`wait_for_send`, spec §13.5).
     StreamAcked,
+    /// A tracked message ([`crate::Endpoint::send_tracked`]) is wholly acknowledged.
+    MessageAcked(u64),
     /// The connection ended; the handle stays valid until released.
     Closed(CloseReason),
 }

@@ -146,6 +146,8 @@ impl ErrorCode {
     pub const IDLE_TIMEOUT: ErrorCode = ErrorCode(4);
     /// A stream was refused: the receiver's limit on open streams was reached (spec §13.8).
     pub const STREAM_LIMIT: ErrorCode = ErrorCode(5);
+    /// A group evicted this receiver as too slow (spec §14.7).
+    pub const EVICTED: ErrorCode = ErrorCode(6);
 }
 
 /// A whole parsed packet: header plus payload sections (spec §3.3).

@@ -73,6 +73,11 @@ struct PrMsg {
     /// Its last byte has been cut.
     cut_all: bool,
     abandoned: bool,
+    /// The receiver has been told of the abandonment (or needs no telling).
+    told: bool,
+    /// A group's copy (spec §14.4): its acknowledgement is reported, and
+    /// if abandoned before any of it was sent the receiver hears nothing.
+    tracked: bool,
 }
 
 impl PrMsg {
@@ -139,6 +144,8 @@ pub(crate) struct Streams {
     pub violations: u64,
     /// Messages abandoned by partial reliability.
     pub abandoned: u64,
+    /// Tracked messages now wholly acknowledged, for the connection to report.
+    pub acked_tracked: VecDeque<u64>,
 }
 
 impl Streams {
@@ -163,6 +170,7 @@ impl Streams {
             peer_fin: false,
             violations: 0,
             abandoned: 0,
+            acked_tracked: VecDeque::new(),
         };
         s.map.insert(0, s.fresh(0));
         s
@@ -275,10 +283,40 @@ impl Streams {
         data: &[u8],
         opts: MessageOptions,
     ) -> Result<(), StreamRefusal> {
-        let msg = if opts.partially_reliable() { self.next_msg } else { 0 };
+        let track = opts.partially_reliable();
+        self.push_with(now, id, data.len(), opts, track, false, |tx, msg| tx.push_message(data, opts.unordered, msg))
+            .map(|_| ())
+    }
+
+    /// Queues one whole message without copying it (a group's shared
+    /// data, spec §14.4) and tracks it: returns the id that
+    /// [`Streams::abandon_tracked`] takes and `acked_tracked` reports.
+    pub fn push_tracked(
+        &mut self,
+        now: Instant,
+        id: u16,
+        data: Bytes,
+        opts: MessageOptions,
+    ) -> Result<u64, StreamRefusal> {
+        let len = data.len();
+        self.push_with(now, id, len, opts, true, true, |tx, msg| tx.push_shared(data, opts.unordered, msg))
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn push_with(
+        &mut self,
+        now: Instant,
+        id: u16,
+        len: usize,
+        opts: MessageOptions,
+        record: bool,
+        tracked: bool,
+        push: impl FnOnce(&mut SendSide, u64),
+    ) -> Result<u64, StreamRefusal> {
+        let msg = if record { self.next_msg } else { 0 };
         let s = self.tx_stream(id)?;
-        s.tx.push_message(data, opts.unordered, msg);
-        self.queued += data.len();
+        push(&mut s.tx, msg);
+        self.queued += len;
         if msg != 0 {
             self.next_msg += 1;
             self.pr.insert(
@@ -293,11 +331,22 @@ impl Streams {
                     live: 0,
                     cut_all: false,
                     abandoned: false,
+                    told: false,
+                    tracked,
                 },
             );
         }
         self.schedule(id);
-        Ok(())
+        Ok(msg)
+    }
+
+    /// Gives up a tracked message (spec §14.4): what is unsent of it is
+    /// dropped, its packets are not sent again, and the receiver skips
+    /// what of it was sent. Nothing happens once it is acknowledged.
+    pub fn abandon_tracked(&mut self, msg: u64) {
+        if self.pr.get(&msg).is_some_and(|r| r.tracked && !r.abandoned) {
+            self.abandon(msg);
+        }
     }
 
     /// Closes our sending side of a stream gracefully (stream FIN).
@@ -594,26 +643,31 @@ impl Streams {
     /// is dropped and the receiver told which range to skip.
     fn abandon(&mut self, msg: u64) {
         let Some(r) = self.pr.get_mut(&msg) else { return };
-        let newly = !r.abandoned;
         r.abandoned = true;
-        let (id, unordered) = (r.stream, r.unordered);
-        let (mut start, mut end) = (r.start, r.end);
+        let (id, unordered, tracked) = (r.stream, r.unordered, r.tracked);
+        // Where it lies is known once part of it was cut, or once it is
+        // the front message (dropped now); otherwise it is dropped, and the
+        // receiver told, when it reaches the front (`next_chunk`).
+        let mut range = r.start.map(|s| (s, r.end));
         if let Some(s) = self.map.get_mut(&id) {
             if s.tx.front_message() == Some(msg) {
                 if let Some(d) = s.tx.drop_front_message() {
                     self.queued -= d.released;
-                    start = Some(d.start);
-                    end = d.end;
+                    range = Some((d.start, d.end));
                 }
             }
         }
-        if self.pr.get(&msg).is_some_and(|r| r.live == 0) {
-            self.pr.remove(&msg);
-        }
-        if newly {
+        let r = self.pr.get_mut(&msg).expect("present above");
+        if let (Some((start, end)), false) = (range, r.told) {
+            r.told = true;
             self.abandoned += 1;
-            let start = start.unwrap_or(end);
-            self.control.push_back(Chunk::Abandon { stream: id, unordered, start, end });
+            // A group's copy that never left needs no notice (spec §14.4).
+            if !(tracked && start == end) {
+                self.control.push_back(Chunk::Abandon { stream: id, unordered, start, end });
+            }
+        }
+        if r.told && r.live == 0 {
+            self.pr.remove(&msg);
         }
         self.schedule(id);
     }
@@ -676,7 +730,12 @@ impl Streams {
         if msg != 0 {
             if let Some(r) = self.pr.get_mut(&msg) {
                 r.live = r.live.saturating_sub(1);
-                if r.live == 0 && (r.cut_all || r.abandoned) {
+                if r.live == 0 && r.cut_all && !r.abandoned {
+                    if r.tracked {
+                        self.acked_tracked.push_back(msg);
+                    }
+                    self.pr.remove(&msg);
+                } else if r.live == 0 && r.abandoned && r.told {
                     self.pr.remove(&msg);
                 }
             }

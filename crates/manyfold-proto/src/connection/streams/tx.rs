@@ -169,6 +169,14 @@ impl SendSide {
         self.segs.push_back(Seg { len: data.len(), kind: SegKind::Message { unordered, msg }, cut: 0, start: 0 });
     }
 
+    /// Like `push_message`, without copying: packets will be slices of `data`.
+    pub fn push_shared(&mut self, data: Bytes, unordered: bool, msg: u64) {
+        self.used = true;
+        let len = data.len();
+        self.buf.push_shared(data);
+        self.segs.push_back(Seg { len, kind: SegKind::Message { unordered, msg }, cut: 0, start: 0 });
+    }
+
     /// The message at the front, if the next chunk would belong to one.
     pub fn front_message(&self) -> Option<u64> {
         match self.segs.front()?.kind {

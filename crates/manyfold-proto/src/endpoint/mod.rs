@@ -1,7 +1,10 @@
 //! The endpoint: every connection behind one socket, the listener's
 //! stateless handshake, routing by connection id, RSTs for unknown
 //! connections, and the timer and transmit queues that keep the cost per
-//! call independent of the number of connections (spec §2, §6).
+//! call independent of the number of connections (spec §2, §6). Groups
+//! (spec §14) live here too, over member connections: groups.rs.
+
+mod groups;
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
@@ -11,10 +14,11 @@ use std::time::Instant;
 use rand::{RngCore, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-use crate::config::EndpointConfig;
+use crate::config::{ConnectionConfig, EndpointConfig};
 use crate::connection::{
     CloseReason, ConnStats, Connection, Event, MessageOptions, RecvError, SendError, State, StreamItem,
 };
+use crate::group::{Group, GroupEvent, GroupHandle};
 use crate::handshake::{CookieBinding, ReplayCache, Secrets};
 use crate::wire::{DecodeError, ErrorCode, Flags, HandshakeParams, Packet, PacketType};
 
@@ -30,6 +34,11 @@ impl ConnHandle {
     /// A small integer unique among live connections (for logs and maps).
     pub fn index(self) -> u32 {
         self.index
+    }
+
+    #[cfg(test)]
+    pub(crate) fn test(index: u32) -> Self {
+        ConnHandle { index, generation: 0 }
     }
 }
 
@@ -127,6 +136,13 @@ pub struct Endpoint {
     reset_tokens: f64,
     reset_refill_at: Option<Instant>,
     stats: EndpointStats,
+    /// Groups by id, and the group each member connection belongs to.
+    groups: HashMap<u32, Group>,
+    next_group: u32,
+    member_of: HashMap<ConnHandle, u32>,
+    /// Member connections' events, for their group to take (`run_groups`).
+    group_inbox: VecDeque<(u32, ConnHandle, Event)>,
+    group_events: VecDeque<(GroupHandle, GroupEvent)>,
 }
 
 impl Endpoint {
@@ -153,6 +169,11 @@ impl Endpoint {
             accept_queue: VecDeque::new(),
             reset_refill_at: None,
             stats: EndpointStats::default(),
+            groups: HashMap::new(),
+            next_group: 0,
+            member_of: HashMap::new(),
+            group_inbox: VecDeque::new(),
+            group_events: VecDeque::new(),
         }
     }
 
@@ -181,6 +202,16 @@ impl Endpoint {
 
     /// Starts an active open (spec §4.2): sends a SYN and enters SYN-SENT.
     pub fn connect(&mut self, now: Instant, remote: SocketAddr) -> Result<ConnHandle, ConnectError> {
+        self.connect_with(now, remote, self.config.connection.clone())
+    }
+
+    /// Like [`Endpoint::connect`], with settings of its own for this connection.
+    pub fn connect_with(
+        &mut self,
+        now: Instant,
+        remote: SocketAddr,
+        config: ConnectionConfig,
+    ) -> Result<ConnHandle, ConnectError> {
         if remote.ip().is_unspecified() || remote.port() == 0 {
             return Err(ConnectError::InvalidAddress(remote));
         }
@@ -189,7 +220,7 @@ impl Endpoint {
         }
         let local_id = self.fresh_id();
         let isn = self.secrets.isn(now, remote, (local_id, 0));
-        let conn = Connection::new_client(self.config.connection.clone(), now, remote, local_id, isn);
+        let conn = Connection::new_client(config, now, remote, local_id, isn);
         let h = self.insert(conn);
         self.syn_sent.insert(remote, h.index);
         self.touch(h.index, now);
@@ -199,6 +230,11 @@ impl Endpoint {
     /// Feeds one received datagram (spec §6.1). Malformed datagrams are
     /// dropped and counted; nothing here panics on any input.
     pub fn handle_datagram(&mut self, now: Instant, from: SocketAddr, datagram: &[u8]) {
+        self.route_datagram(now, from, datagram);
+        self.run_groups(now);
+    }
+
+    fn route_datagram(&mut self, now: Instant, from: SocketAddr, datagram: &[u8]) {
         self.stats.datagrams_received += 1;
         let packet = match Packet::parse(datagram) {
             Ok(p) => p,
@@ -362,6 +398,12 @@ impl Endpoint {
 
     /// Advances timers that are due at `now`.
     pub fn handle_timeout(&mut self, now: Instant) {
+        self.connection_timeouts(now);
+        self.run_groups(now);
+        self.group_timeouts(now);
+    }
+
+    fn connection_timeouts(&mut self, now: Instant) {
         while let Some(&Reverse((t, idx, gen))) = self.timers.peek() {
             if t > now {
                 break;
@@ -379,16 +421,17 @@ impl Endpoint {
         }
     }
 
-    /// The earliest deadline of any connection.
+    /// The earliest deadline of any connection or group.
     pub fn poll_timeout(&mut self) -> Option<Instant> {
+        let groups = self.groups.values().filter_map(|g| g.poll_timeout()).min();
         while let Some(&Reverse((t, idx, gen))) = self.timers.peek() {
             let slot = &self.slots[idx as usize];
             if slot.generation == gen && slot.scheduled == Some(t) {
-                return Some(t);
+                return Some(groups.map_or(t, |g| g.min(t)));
             }
             self.timers.pop();
         }
-        None
+        groups
     }
 
     /// Writes the next datagram(s) to send into `buf` (cleared first). Up to
@@ -431,11 +474,13 @@ impl Endpoint {
             let destination = conn.remote();
             if count == 0 {
                 self.touch_timers_and_events(idx, now);
+                self.run_groups(now);
                 continue;
             }
             // It may have more: back of the queue, round-robin between connections.
             self.mark(idx);
             self.touch_timers_and_events(idx, now);
+            self.run_groups(now);
             return Some(Transmit { destination, size: buf.len(), segment_size: (count > 1).then_some(segment) });
         }
         None
@@ -706,7 +751,10 @@ impl Endpoint {
             return;
         };
         while let Some(ev) = conn.poll_event() {
-            self.events.push_back((handle, ev));
+            match self.member_of.get(&handle) {
+                Some(&g) => self.group_inbox.push_back((g, handle, ev)),
+                None => self.events.push_back((handle, ev)),
+            }
         }
         // A heap entry is pushed only when the deadline moves earlier: a
         // later deadline leaves the old entry, which fires early, finds

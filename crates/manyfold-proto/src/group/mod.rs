@@ -1,0 +1,788 @@
+//! Groups (spec §14; papers 00 §3.3, §4.2 and 01): one sender, many
+//! receivers over unicast. A group is its own state machine over
+//! ordinary connections of one endpoint, one per peer: each peer keeps
+//! its own handshake, sequence space, RTT, retransmission timers,
+//! congestion and flow control, and the receivers are plain endpoints.
+//! What the group adds is one copy of each message shared by every peer
+//! (reference-counted, spec §14.4), the delivery modes' meaning of
+//! "acknowledged" (§14.5), the load-balanced choice of peers (§14.6),
+//! the parallel handshake (§14.3), live membership and eviction (§14.7).
+//!
+//! The group never touches a socket: the [`crate::Endpoint`] it belongs to
+//! hands it its members' events and timer expiries (endpoint/groups.rs).
+
+mod peer;
+
+pub use peer::{PeerId, PeerState, PeerStats};
+
+use std::collections::{HashMap, VecDeque};
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use crate::connection::CloseReason;
+use crate::endpoint::ConnHandle;
+use peer::Peer;
+
+/// Names a group of an endpoint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct GroupHandle(pub(crate) u32);
+
+/// One stream to one peer: what paper 00 calls a destination (§14.7).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Destination {
+    pub peer: PeerId,
+    pub stream: u16,
+}
+
+/// When a group message counts as delivered (spec §14.5; paper 00 §3.3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// Every peer acknowledges; each peer's copy is retransmitted to it alone.
+    All,
+    /// One acknowledgement suffices; the others' copies are then given up.
+    Any,
+    /// At least this many peers acknowledge.
+    AtLeast(u16),
+    /// Each message goes to `k` peers chosen by load (paper 00's CBAL)
+    /// and is delivered once `p` of them acknowledge.
+    Subset { k: u16, p: u16 },
+}
+
+impl Mode {
+    /// Acknowledgements a message needs when `copies` of it are still live.
+    fn needed(self, copies: usize) -> usize {
+        let want = match self {
+            Mode::All => copies,
+            Mode::Any => 1,
+            Mode::AtLeast(p) | Mode::Subset { p, .. } => usize::from(p),
+        };
+        want.min(copies)
+    }
+
+    /// Checks the mode's numbers for a group of `peers`.
+    pub fn check(self) -> Result<(), String> {
+        match self {
+            Mode::AtLeast(0) => Err("at-least=P needs P >= 1".into()),
+            Mode::Subset { k, p } if p == 0 || p > k => Err(format!("subset=K/P needs 1 <= P <= K (got {k}/{p})")),
+            _ => Ok(()),
+        }
+    }
+}
+
+impl std::fmt::Display for Mode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Mode::All => write!(f, "all"),
+            Mode::Any => write!(f, "any"),
+            Mode::AtLeast(p) => write!(f, "at-least={p}"),
+            Mode::Subset { k, p } => write!(f, "subset={k}/{p}"),
+        }
+    }
+}
+
+impl std::str::FromStr for Mode {
+    type Err = String;
+    /// `all`, `any`, `at-least=P` or `subset=K/P`.
+    fn from_str(s: &str) -> Result<Self, String> {
+        let bad = || format!("unknown mode {s:?} (expected all, any, at-least=P or subset=K/P)");
+        let num = |t: &str| t.trim().parse::<u16>().map_err(|_| bad());
+        let mode = match s.trim().to_ascii_lowercase().as_str() {
+            "all" => Mode::All,
+            "any" => Mode::Any,
+            m => match m.split_once('=') {
+                Some(("at-least", p)) => Mode::AtLeast(num(p)?),
+                Some(("subset", kp)) => {
+                    let (k, p) = kp.split_once('/').ok_or_else(bad)?;
+                    Mode::Subset { k: num(k)?, p: num(p)? }
+                }
+                _ => return Err(bad()),
+            },
+        };
+        mode.check()?;
+        Ok(mode)
+    }
+}
+
+/// Dropping peers that hold the group back (spec §14.7).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Eviction {
+    /// A peer whose rate stays below this fraction of the group's ...
+    pub min_fraction: f64,
+    /// ... for this long is evicted.
+    pub after: Duration,
+}
+
+/// Settings of a group (spec §14.9).
+#[derive(Debug, Clone)]
+pub struct GroupConfig {
+    pub mode: Mode,
+    /// Fewest peers that must answer the handshake for the group to be established.
+    pub min_peers: usize,
+    /// A peer that has not answered within this long is asked again
+    /// (paper 01's response timeout; later retries back off).
+    pub response_timeout: Duration,
+    /// The handshake ends at this point whoever has answered (paper 01's overall timeout).
+    pub overall_timeout: Duration,
+    /// The shared send buffer: most bytes of messages not yet delivered
+    /// in the mode's sense. A message larger than this is still taken when
+    /// nothing else is outstanding.
+    pub send_buffer: usize,
+    pub eviction: Option<Eviction>,
+    /// Most peers the group holds, gone ones included.
+    pub max_peers: usize,
+}
+
+impl Default for GroupConfig {
+    fn default() -> Self {
+        GroupConfig {
+            mode: Mode::All,
+            min_peers: 1,
+            response_timeout: Duration::from_secs(1),
+            overall_timeout: Duration::from_secs(10),
+            send_buffer: 64 << 20,
+            eviction: None,
+            max_peers: 4096,
+        }
+    }
+}
+
+/// Why a peer is not part of the group.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unreachable {
+    /// No answer by the overall timeout.
+    NoAnswer,
+    /// It answered with a refusal (nothing listening, or its backlog full).
+    Refused,
+    /// Its handshake failed otherwise.
+    Failed(CloseReason),
+}
+
+impl std::fmt::Display for Unreachable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Unreachable::NoAnswer => write!(f, "no answer"),
+            Unreachable::Refused => write!(f, "refused"),
+            Unreachable::Failed(r) => write!(f, "{r}"),
+        }
+    }
+}
+
+/// Why a peer left the group.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Left {
+    /// The application removed it; its connection closed gracefully.
+    Removed,
+    /// Its connection ended (the peer died, reset or timed out).
+    Lost(CloseReason),
+    /// It was too slow for too long (spec §14.7).
+    Evicted,
+}
+
+impl std::fmt::Display for Left {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Left::Removed => write!(f, "removed"),
+            Left::Lost(r) => write!(f, "lost: {r}"),
+            Left::Evicted => write!(f, "evicted as too slow"),
+        }
+    }
+}
+
+/// What a group tells its application (spec §14.8).
+#[derive(Debug, Clone, PartialEq)]
+pub enum GroupEvent {
+    /// The handshake ended with at least `min_peers` peers; the others
+    /// are named (paper 01's partial establishment with a warning).
+    Established {
+        unreachable: Vec<(SocketAddr, Unreachable)>,
+    },
+    /// Too few peers answered; the group is closed.
+    Failed {
+        unreachable: Vec<(SocketAddr, Unreachable)>,
+    },
+    /// A peer added later completed its handshake; it receives the group's
+    /// messages from `first_msg` on.
+    PeerJoined {
+        peer: PeerId,
+        addr: SocketAddr,
+        first_msg: u64,
+    },
+    /// A peer added later could not be reached.
+    PeerUnreachable {
+        peer: PeerId,
+        addr: SocketAddr,
+        why: Unreachable,
+    },
+    PeerLeft {
+        peer: PeerId,
+        addr: SocketAddr,
+        why: Left,
+    },
+    /// The shared send buffer has room again.
+    Writable,
+    /// Every message sent is delivered in the mode's sense (`wait_for_send`).
+    Acked,
+    /// A peer sent something to read.
+    Readable,
+}
+
+/// Why a group operation was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum GroupError {
+    #[error("the group handshake has not completed")]
+    NotEstablished,
+    #[error("the group is closed")]
+    Closed,
+    #[error("no peer can take the message (the group has no live peer, or fewer than the mode needs)")]
+    NoPeers,
+    #[error("the shared send buffer, or a peer's, has no room for the whole message now")]
+    Blocked,
+    #[error("message of {size} bytes is larger than the maximum of {max} bytes")]
+    MessageTooLarge { size: usize, max: usize },
+    #[error("no such group")]
+    UnknownGroup,
+    #[error("no such peer or destination")]
+    UnknownPeer,
+    #[error("the group holds its maximum number of peers ({0})")]
+    TooManyPeers(usize),
+    #[error("cannot connect to {0}")]
+    InvalidAddress(SocketAddr),
+}
+
+/// Group-wide counters (spec §14.8).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct GroupStats {
+    pub messages_sent: u64,
+    pub bytes_sent: u64,
+    /// Messages delivered in the mode's sense.
+    pub messages_delivered: u64,
+    /// Messages whose every copy was lost with its peer.
+    pub messages_undeliverable: u64,
+    /// Bytes of messages not yet delivered (the shared buffer's use).
+    pub outstanding_bytes: u64,
+    pub peers_up: usize,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Phase {
+    Connecting {
+        deadline: Instant,
+    },
+    Established,
+    /// Closed by the application or failed: no more sending.
+    Closed,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum CopyState {
+    Pending,
+    Acked,
+    Dropped,
+}
+
+/// One peer's copy of a group message: the tracked message on its connection.
+#[derive(Debug)]
+struct Copy {
+    peer: u32,
+    msg: u64,
+    state: CopyState,
+}
+
+#[derive(Debug)]
+struct GroupMsg {
+    len: usize,
+    copies: Vec<Copy>,
+    done: bool,
+}
+
+/// Period of the load and rate measurements.
+pub(crate) const TICK: Duration = Duration::from_millis(100);
+
+/// The group state machine. Its methods that act take the
+/// [`crate::Endpoint`] its members live in; see endpoint/groups.rs.
+#[derive(Debug)]
+pub struct Group {
+    pub(crate) config: GroupConfig,
+    pub(crate) phase: Phase,
+    pub(crate) peers: Vec<Peer>,
+    by_conn: HashMap<ConnHandle, u32>,
+    /// Messages not yet delivered, and delivered ones behind them; `base`
+    /// is the sequence number of the front one.
+    msgs: VecDeque<GroupMsg>,
+    base: u64,
+    /// (peer, its connection's message id) -> group sequence number.
+    copy_of: HashMap<(u32, u64), u64>,
+    pub(crate) events: VecDeque<GroupEvent>,
+    unreachable: Vec<(SocketAddr, Unreachable)>,
+    want_writable: bool,
+    pub(crate) next_tick: Option<Instant>,
+    /// Where the round-robin over peers (receiving, tie-breaking) resumes.
+    rr: usize,
+    stats: GroupStats,
+}
+
+impl Group {
+    pub(crate) fn new(config: GroupConfig, now: Instant) -> Self {
+        let deadline = now + config.overall_timeout;
+        Group {
+            config,
+            phase: Phase::Connecting { deadline },
+            peers: Vec::new(),
+            by_conn: HashMap::new(),
+            msgs: VecDeque::new(),
+            base: 0,
+            copy_of: HashMap::new(),
+            events: VecDeque::new(),
+            unreachable: Vec::new(),
+            want_writable: false,
+            next_tick: None,
+            rr: 0,
+            stats: GroupStats::default(),
+        }
+    }
+
+    pub(crate) fn add_peer(&mut self, addr: SocketAddr, conn: ConnHandle) -> PeerId {
+        let id = self.peers.len() as u32;
+        self.peers.push(Peer::new(addr, conn));
+        self.by_conn.insert(conn, id);
+        PeerId(id)
+    }
+
+    pub(crate) fn peer_of(&self, conn: ConnHandle) -> Option<u32> {
+        self.by_conn.get(&conn).copied()
+    }
+
+    pub(crate) fn find_peer(&self, addr: SocketAddr) -> Option<u32> {
+        let live = |p: &Peer| p.addr == addr && matches!(p.state, PeerState::Connecting | PeerState::Up);
+        self.peers.iter().position(live).map(|i| i as u32)
+    }
+
+    /// The sequence number the next message will get.
+    pub fn next_seq(&self) -> u64 {
+        self.base + self.msgs.len() as u64
+    }
+
+    pub fn mode(&self) -> Mode {
+        self.config.mode
+    }
+
+    pub fn is_established(&self) -> bool {
+        self.phase == Phase::Established
+    }
+
+    pub fn stats(&self) -> GroupStats {
+        let mut s = self.stats;
+        s.peers_up = self.peers.iter().filter(|p| p.state == PeerState::Up).count();
+        s
+    }
+
+    pub(crate) fn outstanding(&self) -> usize {
+        self.stats.outstanding_bytes as usize
+    }
+
+    /// Peers in the order added, with their current state.
+    pub fn peer_ids(&self) -> impl Iterator<Item = PeerId> + '_ {
+        (0..self.peers.len() as u32).map(PeerId)
+    }
+
+    // ---- handshake (spec §14.3) --------------------------------------------
+
+    /// A member finished its handshake.
+    pub(crate) fn on_connected(&mut self, idx: u32) {
+        let first = self.next_seq();
+        let p = &mut self.peers[idx as usize];
+        if p.state != PeerState::Connecting {
+            return;
+        }
+        p.state = PeerState::Up;
+        p.first_msg = first;
+        if self.phase == Phase::Established {
+            self.events.push_back(GroupEvent::PeerJoined { peer: PeerId(idx), addr: p.addr, first_msg: first });
+        }
+    }
+
+    /// Whether every peer has answered one way or the other.
+    pub(crate) fn all_answered(&self) -> bool {
+        self.peers.iter().all(|p| p.state != PeerState::Connecting)
+    }
+
+    /// Ends the handshake phase: at least `min_peers` up makes the group
+    /// established. Returns the connections to abort (unanswered ones, or
+    /// all of them when the group failed).
+    pub(crate) fn finish_handshake(&mut self, now: Instant) -> Vec<ConnHandle> {
+        let mut abort = Vec::new();
+        for p in self.peers.iter_mut().filter(|p| p.state == PeerState::Connecting) {
+            p.state = PeerState::Gone;
+            self.unreachable.push((p.addr, Unreachable::NoAnswer));
+            abort.push(p.conn);
+        }
+        let up = self.peers.iter().filter(|p| p.state == PeerState::Up).count();
+        let unreachable = std::mem::take(&mut self.unreachable);
+        if up >= self.config.min_peers.max(1) {
+            self.phase = Phase::Established;
+            self.next_tick = Some(now + TICK);
+            self.events.push_back(GroupEvent::Established { unreachable });
+        } else {
+            self.phase = Phase::Closed;
+            for p in self.peers.iter_mut().filter(|p| p.state == PeerState::Up) {
+                p.state = PeerState::Gone;
+                abort.push(p.conn);
+            }
+            self.events.push_back(GroupEvent::Failed { unreachable });
+        }
+        abort
+    }
+
+    /// A member's connection ended. Returns copies to give up (messages
+    /// now delivered without this peer).
+    pub(crate) fn on_closed(&mut self, idx: u32, reason: CloseReason) -> Vec<(u32, u64)> {
+        let p = &mut self.peers[idx as usize];
+        let was = p.state;
+        p.state = PeerState::Gone;
+        match was {
+            PeerState::Connecting => {
+                let why = match reason {
+                    CloseReason::Refused => Unreachable::Refused,
+                    CloseReason::ConnectTimeout => Unreachable::NoAnswer,
+                    r => Unreachable::Failed(r),
+                };
+                if matches!(self.phase, Phase::Connecting { .. }) {
+                    self.unreachable.push((p.addr, why));
+                } else {
+                    self.events.push_back(GroupEvent::PeerUnreachable { peer: PeerId(idx), addr: p.addr, why });
+                }
+            }
+            PeerState::Up => {
+                let why = if reason == CloseReason::Aborted(crate::wire::ErrorCode::EVICTED) {
+                    Left::Evicted
+                } else {
+                    Left::Lost(reason)
+                };
+                self.events.push_back(GroupEvent::PeerLeft { peer: PeerId(idx), addr: p.addr, why });
+            }
+            PeerState::Leaving => {
+                self.events.push_back(GroupEvent::PeerLeft { peer: PeerId(idx), addr: p.addr, why: Left::Removed })
+            }
+            PeerState::Gone => {}
+        }
+        self.drop_copies_of(idx)
+    }
+
+    // ---- sending (spec §14.4–§14.6) ------------------------------------------
+
+    /// Picks the destinations of the next message of `len` bytes:
+    /// `(peer, stream)` pairs. `room(peer, stream)` is the peer's own
+    /// send capacity on that stream; `load(peer)` its CBAL score.
+    pub(crate) fn choose(
+        &mut self,
+        len: usize,
+        room: impl Fn(u32, u16) -> usize,
+        load: impl Fn(u32) -> f64,
+    ) -> Result<Vec<(u32, u16)>, GroupError> {
+        match self.phase {
+            Phase::Connecting { .. } => return Err(GroupError::NotEstablished),
+            Phase::Closed => return Err(GroupError::Closed),
+            Phase::Established => {}
+        }
+        let live: Vec<(u32, u16)> = self
+            .peers
+            .iter()
+            .enumerate()
+            .filter(|(_, p)| p.takes_new())
+            .flat_map(|(i, p)| p.streams.iter().map(move |&s| (i as u32, s)))
+            .collect();
+        if live.is_empty() {
+            return Err(GroupError::NoPeers);
+        }
+        // spec §14.4: the shared buffer bounds what is not yet delivered.
+        if self.outstanding() > 0 && self.outstanding() + len > self.config.send_buffer {
+            self.want_writable = true;
+            return Err(GroupError::Blocked);
+        }
+        let fits: Vec<(u32, u16)> = live.iter().copied().filter(|&(p, s)| room(p, s) >= len).collect();
+        let chosen = match self.config.mode {
+            // spec §14.5: All keeps pace with the slowest: every live
+            // destination must take the message.
+            Mode::All => {
+                if fits.len() < live.len() {
+                    self.want_writable = true;
+                    return Err(GroupError::Blocked);
+                }
+                fits
+            }
+            Mode::Any | Mode::AtLeast(_) => fits,
+            Mode::Subset { k, .. } => {
+                // spec §14.6: the k least loaded, ties taken round-robin.
+                let n = fits.len().max(1);
+                let start = self.rr % n;
+                self.rr = self.rr.wrapping_add(1);
+                let mut ranked: Vec<(f64, usize, (u32, u16))> =
+                    fits.iter().enumerate().map(|(i, &d)| (load(d.0), (i + n - start) % n, d)).collect();
+                ranked.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+                ranked.into_iter().take(usize::from(k)).map(|(_, _, d)| d).collect()
+            }
+        };
+        let needed = self.config.mode.needed(usize::MAX);
+        if chosen.is_empty() || chosen.len() < needed.min(live.len()) {
+            self.want_writable = true;
+            return Err(GroupError::Blocked);
+        }
+        Ok(chosen)
+    }
+
+    /// Records a message sent: `copies` are (peer, connection message id).
+    pub(crate) fn record(&mut self, len: usize, copies: Vec<(u32, u64)>) -> u64 {
+        let seq = self.next_seq();
+        for &(peer, msg) in &copies {
+            self.copy_of.insert((peer, msg), seq);
+            self.peers[peer as usize].pending += len as u64;
+        }
+        let copies = copies.into_iter().map(|(peer, msg)| Copy { peer, msg, state: CopyState::Pending }).collect();
+        self.msgs.push_back(GroupMsg { len, copies, done: false });
+        self.stats.messages_sent += 1;
+        self.stats.bytes_sent += len as u64;
+        self.stats.outstanding_bytes += len as u64;
+        seq
+    }
+
+    /// A peer acknowledged its copy. Returns copies to give up (the
+    /// message is delivered without them).
+    pub(crate) fn on_acked(&mut self, peer: u32, msg: u64) -> Vec<(u32, u64)> {
+        let Some(seq) = self.copy_of.remove(&(peer, msg)) else { return Vec::new() };
+        let Some(m) = self.msgs.get_mut((seq - self.base) as usize) else { return Vec::new() };
+        if let Some(c) = m.copies.iter_mut().find(|c| c.peer == peer && c.msg == msg) {
+            c.state = CopyState::Acked;
+        }
+        let p = &mut self.peers[peer as usize];
+        p.pending -= m.len as u64;
+        p.acked_messages += 1;
+        p.acked_bytes += m.len as u64;
+        self.settle(seq)
+    }
+
+    /// The peer will not acknowledge any copy it holds: it is gone, or
+    /// leaving (what it was sent is still delivered, but nothing waits).
+    fn drop_copies_of(&mut self, peer: u32) -> Vec<(u32, u64)> {
+        let mut touched = Vec::new();
+        self.copy_of.retain(|&(p, _), &mut seq| {
+            if p == peer {
+                touched.push(seq);
+            }
+            p != peer
+        });
+        touched.sort_unstable();
+        let mut give_up = Vec::new();
+        for seq in touched {
+            let Some(m) = self.msgs.get_mut((seq - self.base) as usize) else { continue };
+            for c in m.copies.iter_mut().filter(|c| c.peer == peer && c.state == CopyState::Pending) {
+                c.state = CopyState::Dropped;
+                self.peers[peer as usize].pending -= m.len as u64;
+            }
+            give_up.extend(self.settle(seq));
+        }
+        give_up
+    }
+
+    /// spec §14.5: a message is delivered once its live copies' acks meet
+    /// the mode; the pending copies left are then given up.
+    fn settle(&mut self, seq: u64) -> Vec<(u32, u64)> {
+        let mode = self.config.mode;
+        let Some(m) = self.msgs.get_mut((seq - self.base) as usize) else { return Vec::new() };
+        if m.done {
+            return Vec::new();
+        }
+        let live = m.copies.iter().filter(|c| c.state != CopyState::Dropped).count();
+        let acked = m.copies.iter().filter(|c| c.state == CopyState::Acked).count();
+        if live > 0 && acked < mode.needed(live) {
+            return Vec::new();
+        }
+        m.done = true;
+        let len = m.len;
+        let mut give_up = Vec::new();
+        for c in m.copies.iter_mut().filter(|c| c.state == CopyState::Pending) {
+            c.state = CopyState::Dropped;
+            give_up.push((c.peer, c.msg));
+        }
+        for &(peer, msg) in &give_up {
+            self.copy_of.remove(&(peer, msg));
+            self.peers[peer as usize].pending -= len as u64;
+        }
+        if live == 0 {
+            self.stats.messages_undeliverable += 1;
+        } else {
+            self.stats.messages_delivered += 1;
+        }
+        self.stats.outstanding_bytes -= len as u64;
+        while self.msgs.front().is_some_and(|m| m.done) {
+            self.msgs.pop_front();
+            self.base += 1;
+        }
+        if self.want_writable && self.outstanding() + len <= self.config.send_buffer {
+            self.want_writable = false;
+            self.events.push_back(GroupEvent::Writable);
+        }
+        if self.stats.outstanding_bytes == 0 {
+            self.events.push_back(GroupEvent::Acked);
+        }
+        give_up
+    }
+
+    /// A member's own send buffer has room again.
+    pub(crate) fn on_member_writable(&mut self) {
+        if self.want_writable {
+            self.want_writable = false;
+            self.events.push_back(GroupEvent::Writable);
+        }
+    }
+
+    /// Whether every message sent is delivered in the mode's sense.
+    pub fn all_delivered(&self) -> bool {
+        self.stats.outstanding_bytes == 0
+    }
+
+    /// Whether message `seq` is delivered in the mode's sense.
+    pub fn is_delivered(&self, seq: u64) -> bool {
+        seq < self.base || self.msgs.get((seq - self.base) as usize).is_some_and(|m| m.done)
+    }
+
+    // ---- membership (spec §14.7) -------------------------------------------
+
+    /// Adds one more destination (stream) to a peer already present.
+    pub(crate) fn add_stream(&mut self, idx: u32) -> Destination {
+        let p = &mut self.peers[idx as usize];
+        let stream = p.next_stream;
+        p.next_stream = p.next_stream.wrapping_add(1).max(1);
+        p.streams.push(stream);
+        Destination { peer: PeerId(idx), stream }
+    }
+
+    /// Removes one destination; returns whether the peer has none left.
+    pub(crate) fn remove_stream(&mut self, d: Destination) -> Result<bool, GroupError> {
+        let p = self.peers.get_mut(d.peer.0 as usize).ok_or(GroupError::UnknownPeer)?;
+        let at = p.streams.iter().position(|&s| s == d.stream).ok_or(GroupError::UnknownPeer)?;
+        p.streams.remove(at);
+        Ok(p.streams.is_empty())
+    }
+
+    /// Starts a peer's graceful departure; returns copies to give up.
+    pub(crate) fn start_leaving(&mut self, idx: u32) -> Vec<(u32, u64)> {
+        let p = &mut self.peers[idx as usize];
+        if matches!(p.state, PeerState::Gone | PeerState::Leaving) {
+            return Vec::new();
+        }
+        p.state = if p.state == PeerState::Connecting { PeerState::Gone } else { PeerState::Leaving };
+        // Nothing waits for it any more; its copies stay queued on its
+        // connection and are delivered before its FIN, but are not given
+        // up, so it gets every message it was sent.
+        let mut touched = Vec::new();
+        self.copy_of.retain(|&(p, _), &mut seq| {
+            if p == idx {
+                touched.push(seq);
+            }
+            p != idx
+        });
+        touched.sort_unstable();
+        let mut give_up = Vec::new();
+        for seq in touched {
+            let Some(m) = self.msgs.get_mut((seq - self.base) as usize) else { continue };
+            for c in m.copies.iter_mut().filter(|c| c.peer == idx && c.state == CopyState::Pending) {
+                c.state = CopyState::Dropped;
+            }
+            give_up.extend(self.settle(seq));
+        }
+        self.peers[idx as usize].pending = 0;
+        give_up
+    }
+
+    /// spec §14.7: once per tick, refresh loss estimates and rates, and
+    /// return the peers to evict.
+    pub(crate) fn on_tick(&mut self, now: Instant, stats: impl Fn(ConnHandle) -> Option<crate::ConnStats>) -> Vec<u32> {
+        self.next_tick = Some(now + TICK);
+        let horizon = self.config.eviction.map_or(TICK * 2, |e| e.after * 2 + Duration::from_secs(10));
+        for p in self.peers.iter_mut().filter(|p| p.state == PeerState::Up) {
+            if let Some(s) = stats(p.conn) {
+                p.sample_loss(&s);
+            }
+            p.record(now, horizon);
+        }
+        let Some(ev) = self.config.eviction else { return Vec::new() };
+        let up: Vec<u32> =
+            (0..self.peers.len() as u32).filter(|&i| self.peers[i as usize].state == PeerState::Up).collect();
+        if up.len() < 2 {
+            return Vec::new();
+        }
+        let mut caps: Vec<f64> = up.iter().map(|&i| self.peers[i as usize].capacity()).collect();
+        caps.sort_by(f64::total_cmp);
+        let group_rate = caps[caps.len() / 2];
+        let mut evict = Vec::new();
+        for &i in &up {
+            let p = &mut self.peers[i as usize];
+            let slow = p.pending > 0 && p.recent_rate(now, ev.after).is_some_and(|r| r < ev.min_fraction * group_rate);
+            if !slow {
+                p.slow_since = None;
+                continue;
+            }
+            let since = *p.slow_since.get_or_insert(now);
+            if now.saturating_duration_since(since) >= ev.after && evict.len() + 1 < up.len() {
+                evict.push(i);
+            }
+        }
+        evict
+    }
+
+    pub(crate) fn poll_timeout(&self) -> Option<Instant> {
+        match self.phase {
+            Phase::Connecting { deadline } => Some(deadline),
+            Phase::Established => self.next_tick,
+            Phase::Closed => None,
+        }
+    }
+
+    /// Peer index `i`'s figures, given its connection's.
+    pub(crate) fn peer_stats(&self, i: u32, conn: Option<crate::ConnStats>) -> Option<PeerStats> {
+        let p = self.peers.get(i as usize)?;
+        Some(PeerStats {
+            addr: p.addr,
+            state: p.state,
+            first_msg: p.first_msg,
+            acked_messages: p.acked_messages,
+            acked_bytes: p.acked_bytes,
+            pending_bytes: p.pending,
+            conn,
+        })
+    }
+
+    /// The next peer to read from, round-robin.
+    pub(crate) fn rotate(&mut self) -> usize {
+        self.rr = self.rr.wrapping_add(1);
+        self.rr
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn modes_parse_from_their_cli_spelling_and_reject_nonsense() {
+        assert_eq!("all".parse::<Mode>(), Ok(Mode::All));
+        assert_eq!("ANY".parse::<Mode>(), Ok(Mode::Any));
+        assert_eq!("at-least=2".parse::<Mode>(), Ok(Mode::AtLeast(2)));
+        assert_eq!("subset=3/2".parse::<Mode>(), Ok(Mode::Subset { k: 3, p: 2 }));
+        for bad in ["most", "at-least=0", "subset=2/3", "subset=3", "at-least=x"] {
+            assert!(bad.parse::<Mode>().is_err(), "{bad} accepted");
+        }
+        assert_eq!(Mode::Subset { k: 3, p: 2 }.to_string(), "subset=3/2");
+    }
+
+    #[test]
+    fn each_mode_needs_its_number_of_acks_capped_by_the_live_copies() {
+        assert_eq!(Mode::All.needed(5), 5);
+        assert_eq!(Mode::Any.needed(5), 1);
+        assert_eq!(Mode::AtLeast(3).needed(5), 3);
+        assert_eq!(Mode::AtLeast(3).needed(2), 2);
+        assert_eq!(Mode::Subset { k: 4, p: 2 }.needed(4), 2);
+        assert_eq!(Mode::Any.needed(0), 0);
+    }
+}

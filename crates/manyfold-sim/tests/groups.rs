@@ -1,0 +1,519 @@
+//! Groups (spec §14): one sender, many receivers over unicast. Each test
+//! checks byte for byte what every receiver got against what the mode
+//! promises it: every message in All mode, at least one (or P) holder of
+//! each message in Any and AtLeast, K copies chosen by load in Subset;
+//! and the parallel handshake, absent and dying peers, peers joining and
+//! leaving mid-transfer, and eviction of a slow peer.
+
+mod common;
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use bytes::Bytes;
+use common::{addr, CONTROLLERS};
+use manyfold_proto::{
+    CongestionAlgorithm, ConnHandle, Destination, EndpointConfig, Eviction, GroupConfig, GroupError, GroupEvent,
+    GroupHandle, Left, MessageOptions, Mode, StreamItem, Unreachable,
+};
+use manyfold_sim::{pattern, LinkConfig, World};
+
+fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+fn sender() -> SocketAddr {
+    addr(1)
+}
+
+/// Receiver `i` (0-based).
+fn peer(i: u16) -> SocketAddr {
+    addr(10 + i)
+}
+
+/// Message `seq`: its number, then `len - 8` bytes of a pattern of it.
+fn message(seq: u64, len: usize) -> Bytes {
+    let mut v = vec![0u8; len.max(8)];
+    v[..8].copy_from_slice(&seq.to_be_bytes());
+    pattern(seq, 0, &mut v[8..]);
+    Bytes::from(v)
+}
+
+/// The message's number, after checking every byte of it.
+fn check(seed: u64, data: &[u8]) -> u64 {
+    let seq = u64::from_be_bytes(data[..8].try_into().expect("8-byte header"));
+    assert_eq!(&message(seq, data.len())[..], data, "message {seq} corrupted (seed {seed})");
+    seq
+}
+
+fn size_of(seq: u64) -> usize {
+    1000 + (seq as usize * 7919) % 15_000
+}
+
+/// A sender and `n` listening receivers, each on its own link.
+fn world(seed: u64, links: &[LinkConfig]) -> World {
+    world_with(seed, links, CongestionAlgorithm::NewReno)
+}
+
+fn world_with(seed: u64, links: &[LinkConfig], cc: CongestionAlgorithm) -> World {
+    let mut w = World::new(seed);
+    let mut cfg = EndpointConfig::default();
+    cfg.connection.congestion = cc;
+    cfg.connection.max_retransmissions = 6;
+    cfg.connection.max_rto = Duration::from_secs(2);
+    w.add_node(sender(), cfg.clone());
+    for (i, link) in links.iter().enumerate() {
+        let p = peer(i as u16);
+        w.add_node(p, cfg.clone());
+        w.endpoint_mut(p).set_listening(true);
+        w.set_link(sender(), p, link.clone());
+    }
+    w
+}
+
+/// What each receiver got: whole messages by stream, abandon notices, ends.
+#[derive(Default)]
+struct Receivers {
+    conns: HashMap<SocketAddr, Vec<ConnHandle>>,
+    got: BTreeMap<SocketAddr, BTreeMap<u16, Vec<u64>>>,
+    abandoned: BTreeMap<SocketAddr, usize>,
+    finished: BTreeMap<SocketAddr, usize>,
+}
+
+impl Receivers {
+    fn take(&mut self, w: &mut World, peers: &[SocketAddr]) {
+        let seed = w.seed();
+        for &p in peers {
+            let ep = w.endpoint_mut(p);
+            while let Some(h) = ep.accept() {
+                self.conns.entry(p).or_default().push(h);
+            }
+            for &h in self.conns.get(&p).map(Vec::as_slice).unwrap_or(&[]) {
+                // A receiver application closes its side once the sender's ended.
+                if ep.messages_done(h) && ep.state(h) != Some(manyfold_proto::State::Closed) {
+                    ep.close(h);
+                }
+                while let Ok(Some((stream, item))) = ep.recv_message(h) {
+                    match item {
+                        StreamItem::Message(m) => {
+                            let seq = check(seed, &m);
+                            self.got.entry(p).or_default().entry(stream).or_default().push(seq);
+                        }
+                        StreamItem::Abandoned => *self.abandoned.entry(p).or_default() += 1,
+                        StreamItem::Finished => *self.finished.entry(p).or_default() += 1,
+                        StreamItem::Reset(_) => {}
+                    }
+                }
+            }
+        }
+    }
+
+    fn on(&self, p: SocketAddr, stream: u16) -> &[u64] {
+        self.got.get(&p).and_then(|s| s.get(&stream)).map_or(&[], Vec::as_slice)
+    }
+
+    /// How many receivers hold message `seq` whole, on any stream.
+    fn holders(&self, seq: u64) -> usize {
+        self.got.values().filter(|s| s.values().any(|v| v.contains(&seq))).count()
+    }
+}
+
+/// Sends messages `0..count` to the group as fast as it takes them.
+struct Pump {
+    g: GroupHandle,
+    next: u64,
+    count: u64,
+}
+
+impl Pump {
+    fn run(&mut self, w: &mut World) {
+        while self.next < self.count {
+            let (g, seq) = (self.g, self.next);
+            match w
+                .act(sender(), |ep, now| ep.group_send(g, now, message(seq, size_of(seq)), MessageOptions::default()))
+            {
+                Ok(s) => {
+                    assert_eq!(s, seq, "group sequence numbers follow the sends (seed {})", w.seed());
+                    self.next += 1;
+                }
+                Err(GroupError::Blocked) => return,
+                Err(e) => panic!("group_send: {e} (seed {})", w.seed()),
+            }
+        }
+    }
+}
+
+fn group_events(w: &World) -> Vec<GroupEvent> {
+    w.group_events(sender()).iter().map(|e| e.event.clone()).collect()
+}
+
+/// Opens a group to `peers` and runs until it is established.
+fn open(w: &mut World, peers: &[SocketAddr], config: GroupConfig) -> GroupHandle {
+    let seed = w.seed();
+    let g = w.act(sender(), |ep, now| ep.group_connect(now, peers, config)).expect("group_connect");
+    let ok = w.run_until(|w| !group_events(w).is_empty(), Duration::from_secs(30));
+    assert!(ok, "no handshake outcome (seed {seed})");
+    match &group_events(w)[0] {
+        GroupEvent::Established { .. } => g,
+        other => panic!("group not established: {other:?} (seed {seed})"),
+    }
+}
+
+/// Pumps `count` messages and reads every receiver until the group has
+/// delivered them all (and `extra` holds), for at most `within`.
+fn transfer(
+    w: &mut World,
+    g: GroupHandle,
+    peers: &[SocketAddr],
+    rx: &mut Receivers,
+    count: u64,
+    within: Duration,
+    mut during: impl FnMut(&mut World, &Pump),
+) -> bool {
+    let mut pump = Pump { g, next: 0, count };
+    w.run_until(
+        |w| {
+            pump.run(w);
+            rx.take(w, peers);
+            during(w, &pump);
+            pump.next == count && w.endpoint(sender()).group(g).is_some_and(|g| g.all_delivered())
+        },
+        within,
+    )
+}
+
+fn lossy(delay_ms: u64, loss: f64) -> LinkConfig {
+    LinkConfig::with_delay(ms(delay_ms)).loss(loss).jitter(ms(1))
+}
+
+// ---- the parallel handshake (spec §14.3) ------------------------------------------------
+
+#[test]
+fn group_handshake_takes_one_round_trip_to_the_farthest_peer() {
+    let seed = 5001;
+    let links: Vec<LinkConfig> = [10, 25, 40].iter().map(|&d| LinkConfig::with_delay(ms(d))).collect();
+    let mut w = world(seed, &links);
+    let peers: Vec<SocketAddr> = (0..3).map(peer).collect();
+    let t0 = w.elapsed();
+    open(&mut w, &peers, GroupConfig::default());
+    let took = w.group_events(sender())[0].at - t0;
+    assert!(
+        took >= ms(80) && took <= ms(85),
+        "handshake took {took:?}, expected 1 RTT of the 80 ms peer (seed {seed})"
+    );
+}
+
+#[test]
+fn an_unanswering_peer_is_named_and_the_group_established_at_the_overall_timeout() {
+    let seed = 5002;
+    let mut links = vec![LinkConfig::with_delay(ms(20)); 3];
+    links[1] = LinkConfig::blackhole();
+    let mut w = world(seed, &links);
+    let peers: Vec<SocketAddr> = (0..3).map(peer).collect();
+    let config = GroupConfig { overall_timeout: Duration::from_secs(3), ..GroupConfig::default() };
+    let t0 = w.elapsed();
+    let g = open(&mut w, &peers, config);
+    let ev = &w.group_events(sender())[0];
+    assert_eq!(ev.event, GroupEvent::Established { unreachable: vec![(peer(1), Unreachable::NoAnswer)] });
+    assert_eq!(ev.at - t0, Duration::from_secs(3), "ends at the overall timeout (seed {seed})");
+    // The group works with the two that answered.
+    let mut rx = Receivers::default();
+    assert!(transfer(&mut w, g, &peers, &mut rx, 50, Duration::from_secs(30), |_, _| {}), "seed {seed}");
+    for p in [peer(0), peer(2)] {
+        assert_eq!(rx.on(p, 0), (0..50).collect::<Vec<_>>(), "{p} (seed {seed})");
+    }
+}
+
+#[test]
+fn a_refusing_peer_answers_at_once_and_too_few_answers_fail_the_group() {
+    let seed = 5003;
+    let mut w = world(seed, &vec![LinkConfig::with_delay(ms(20)); 3]);
+    w.endpoint_mut(peer(2)).set_listening(false);
+    let peers: Vec<SocketAddr> = (0..3).map(peer).collect();
+    let config = GroupConfig { min_peers: 3, ..GroupConfig::default() };
+    let t0 = w.elapsed();
+    let g = w.act(sender(), |ep, now| ep.group_connect(now, &peers, config)).unwrap();
+    assert!(w.run_until(|w| !group_events(w).is_empty(), Duration::from_secs(30)));
+    let ev = &w.group_events(sender())[0];
+    assert_eq!(ev.event, GroupEvent::Failed { unreachable: vec![(peer(2), Unreachable::Refused)] }, "seed {seed}");
+    assert!(ev.at - t0 <= ms(45), "a refusal is an answer: no waiting for the timeout (seed {seed})");
+    let err = w.act(sender(), |ep, now| ep.group_send(g, now, message(0, 100), MessageOptions::default()));
+    assert_eq!(err, Err(GroupError::Closed));
+}
+
+// ---- delivery modes (spec §14.5) --------------------------------------------------------
+
+#[test]
+fn all_mode_delivers_every_message_to_every_peer_under_loss() {
+    for (seed, &cc) in (5011..).zip(CONTROLLERS) {
+        let links: Vec<LinkConfig> = [(10, 0.05), (20, 0.05), (35, 0.05)].iter().map(|&(d, l)| lossy(d, l)).collect();
+        let mut w = world_with(seed, &links, cc);
+        let peers: Vec<SocketAddr> = (0..3).map(peer).collect();
+        let g = open(&mut w, &peers, GroupConfig::default());
+        let mut rx = Receivers::default();
+        let ok = transfer(&mut w, g, &peers, &mut rx, 300, Duration::from_secs(120), |_, _| {});
+        assert!(ok, "not delivered (seed {seed})");
+        w.run_until(
+            |w| {
+                rx.take(w, &peers);
+                peers.iter().all(|&p| rx.on(p, 0).len() == 300)
+            },
+            Duration::from_secs(10),
+        );
+        for &p in &peers {
+            assert_eq!(rx.on(p, 0), (0..300).collect::<Vec<_>>(), "{p} (seed {seed})");
+        }
+        let stats = w.endpoint(sender()).group(g).unwrap().stats();
+        assert_eq!((stats.messages_delivered, stats.outstanding_bytes), (300, 0), "seed {seed}");
+    }
+}
+
+#[test]
+fn any_mode_is_satisfied_by_one_ack_and_gives_up_the_other_copies() {
+    let seed = 5021;
+    // Peer 2 loses a third of what it is sent: its copies are rarely the first acked.
+    let links = vec![lossy(10, 0.0), lossy(10, 0.0), lossy(40, 0.3)];
+    let mut w = world(seed, &links);
+    let peers: Vec<SocketAddr> = (0..3).map(peer).collect();
+    let g = open(&mut w, &peers, GroupConfig { mode: Mode::Any, ..GroupConfig::default() });
+    let mut rx = Receivers::default();
+    assert!(transfer(&mut w, g, &peers, &mut rx, 200, Duration::from_secs(60), |_, _| {}), "seed {seed}");
+    w.run_for(Duration::from_secs(2));
+    rx.take(&mut w, &peers);
+    for seq in 0..200 {
+        assert!(rx.holders(seq) >= 1, "message {seq} reached no one (seed {seed})");
+    }
+    let slow = w.endpoint(sender()).group_peer_stats(g, manyfold_proto::PeerId(2)).unwrap();
+    let given_up = slow.conn.unwrap().abandoned_messages;
+    assert!(given_up > 0, "the lossy peer's copies were never given up (seed {seed})");
+    // The lossy peer got fewer messages, each whole (checked on receipt) and in order.
+    let got = rx.on(peer(2), 0);
+    assert!(got.len() < 200, "seed {seed}");
+    assert!(got.windows(2).all(|x| x[0] < x[1]), "seed {seed}");
+}
+
+#[test]
+fn at_least_mode_puts_every_message_at_p_peers() {
+    let seed = 5031;
+    let links: Vec<LinkConfig> =
+        [(10, 0.02), (15, 0.1), (20, 0.02), (30, 0.1)].iter().map(|&(d, l)| lossy(d, l)).collect();
+    let mut w = world(seed, &links);
+    let peers: Vec<SocketAddr> = (0..4).map(peer).collect();
+    let g = open(&mut w, &peers, GroupConfig { mode: Mode::AtLeast(2), ..GroupConfig::default() });
+    let mut rx = Receivers::default();
+    assert!(transfer(&mut w, g, &peers, &mut rx, 200, Duration::from_secs(60), |_, _| {}), "seed {seed}");
+    w.run_for(Duration::from_secs(2));
+    rx.take(&mut w, &peers);
+    for seq in 0..200 {
+        assert!(rx.holders(seq) >= 2, "message {seq} at {} peers (seed {seed})", rx.holders(seq));
+    }
+}
+
+#[test]
+fn subset_mode_sends_each_message_to_k_peers_favouring_the_less_loaded() {
+    let seed = 5041;
+    // Peer 3 is far away and lossy: its load score is the worst.
+    let links = vec![lossy(10, 0.0), lossy(10, 0.0), lossy(10, 0.0), lossy(120, 0.05)];
+    let mut w = world(seed, &links);
+    let peers: Vec<SocketAddr> = (0..4).map(peer).collect();
+    let config = GroupConfig { mode: Mode::Subset { k: 2, p: 2 }, ..GroupConfig::default() };
+    let g = open(&mut w, &peers, config);
+    let mut rx = Receivers::default();
+    assert!(transfer(&mut w, g, &peers, &mut rx, 300, Duration::from_secs(60), |_, _| {}), "seed {seed}");
+    w.run_for(Duration::from_secs(2));
+    rx.take(&mut w, &peers);
+    for seq in 0..300 {
+        assert_eq!(rx.holders(seq), 2, "message {seq} (seed {seed})");
+    }
+    let counts: Vec<usize> = peers.iter().map(|&p| rx.on(p, 0).len()).collect();
+    let fast_min = counts[..3].iter().min().copied().unwrap();
+    assert!(counts[3] < fast_min, "the loaded peer got {counts:?} (seed {seed})");
+    // Each receiver's stream is whole and in order: it got its own messages, no gaps.
+    for &p in &peers {
+        assert!(rx.on(p, 0).windows(2).all(|x| x[0] < x[1]), "{p} out of order (seed {seed})");
+        assert_eq!(rx.abandoned.get(&p), None, "{p} (seed {seed})");
+    }
+}
+
+// ---- peers that die, join and leave (spec §14.7) ------------------------------------------
+
+#[test]
+fn all_mode_carries_on_without_a_peer_that_dies_mid_transfer() {
+    let seed = 5051;
+    let mut w = world(seed, &vec![lossy(15, 0.02); 3]);
+    let peers: Vec<SocketAddr> = (0..3).map(peer).collect();
+    let g = open(&mut w, &peers, GroupConfig::default());
+    let mut rx = Receivers::default();
+    let mut killed = false;
+    let ok = transfer(&mut w, g, &peers, &mut rx, 400, Duration::from_secs(120), |w, pump| {
+        if !killed && pump.next >= 100 {
+            // The peer vanishes: nothing it was sent is ever acknowledged again.
+            w.set_link(sender(), peer(1), LinkConfig::blackhole());
+            killed = true;
+        }
+    });
+    assert!(ok, "the group stalled on its dead peer (seed {seed})");
+    let left = group_events(&w).into_iter().find_map(|e| match e {
+        GroupEvent::PeerLeft { addr, why, .. } => Some((addr, why)),
+        _ => None,
+    });
+    assert!(matches!(left, Some((a, Left::Lost(_))) if a == peer(1)), "{left:?} (seed {seed})");
+    w.run_until(
+        |w| {
+            rx.take(w, &peers);
+            [0, 2].iter().all(|&i| rx.on(peer(i), 0).len() == 400)
+        },
+        Duration::from_secs(10),
+    );
+    for i in [0, 2] {
+        assert_eq!(rx.on(peer(i), 0), (0..400).collect::<Vec<_>>(), "peer {i} (seed {seed})");
+    }
+    let dead = rx.on(peer(1), 0);
+    assert_eq!(dead, (0..dead.len() as u64).collect::<Vec<_>>(), "the dead peer got a clean prefix (seed {seed})");
+}
+
+#[test]
+fn a_peer_added_mid_transfer_receives_from_its_join_point() {
+    let seed = 5061;
+    let mut w = world(seed, &vec![lossy(15, 0.03); 3]);
+    let first: Vec<SocketAddr> = (0..2).map(peer).collect();
+    let all: Vec<SocketAddr> = (0..3).map(peer).collect();
+    // A small shared buffer paces the sender, so the join lands mid-transfer.
+    let g = open(&mut w, &first, GroupConfig { send_buffer: 256 << 10, ..GroupConfig::default() });
+    let mut rx = Receivers::default();
+    let mut added: Option<Destination> = None;
+    let ok = transfer(&mut w, g, &all, &mut rx, 300, Duration::from_secs(120), |w, pump| {
+        if added.is_none() && pump.next >= 100 {
+            added = Some(w.act(sender(), |ep, now| ep.group_add_destination(g, now, peer(2))).unwrap());
+        }
+    });
+    assert!(ok, "seed {seed}");
+    let joined = group_events(&w).into_iter().find_map(|e| match e {
+        GroupEvent::PeerJoined { addr, first_msg, .. } if addr == peer(2) => Some(first_msg),
+        _ => None,
+    });
+    let from = joined.unwrap_or_else(|| panic!("no PeerJoined (seed {seed})"));
+    assert!((100..300).contains(&from), "joined at {from} (seed {seed})");
+    assert_eq!(added.unwrap().stream, 0);
+    w.run_until(
+        |w| {
+            rx.take(w, &all);
+            rx.on(peer(2), 0).len() as u64 == 300 - from
+        },
+        Duration::from_secs(10),
+    );
+    assert_eq!(rx.on(peer(2), 0), (from..300).collect::<Vec<_>>(), "the late peer (seed {seed})");
+    for p in first {
+        assert_eq!(rx.on(p, 0), (0..300).collect::<Vec<_>>(), "{p} (seed {seed})");
+    }
+}
+
+#[test]
+fn a_second_destination_to_a_present_peer_is_a_new_stream() {
+    let seed = 5062;
+    let mut w = world(seed, &vec![lossy(15, 0.02); 2]);
+    let peers: Vec<SocketAddr> = (0..2).map(peer).collect();
+    let g = open(&mut w, &peers, GroupConfig::default());
+    let d = w.act(sender(), |ep, now| ep.group_add_destination(g, now, peer(1))).unwrap();
+    assert_eq!(d.stream, 1);
+    let mut rx = Receivers::default();
+    assert!(transfer(&mut w, g, &peers, &mut rx, 100, Duration::from_secs(60), |_, _| {}), "seed {seed}");
+    w.run_until(
+        |w| {
+            rx.take(w, &peers);
+            rx.on(peer(1), 1).len() == 100
+        },
+        Duration::from_secs(10),
+    );
+    let all: Vec<u64> = (0..100).collect();
+    assert_eq!(
+        (rx.on(peer(0), 0), rx.on(peer(1), 0), rx.on(peer(1), 1)),
+        (&all[..], &all[..], &all[..]),
+        "seed {seed}"
+    );
+}
+
+#[test]
+fn a_peer_removed_mid_transfer_gets_a_whole_prefix_then_the_end() {
+    let seed = 5071;
+    let mut w = world(seed, &vec![lossy(15, 0.03); 3]);
+    let peers: Vec<SocketAddr> = (0..3).map(peer).collect();
+    let g = open(&mut w, &peers, GroupConfig { send_buffer: 256 << 10, ..GroupConfig::default() });
+    let mut rx = Receivers::default();
+    let mut removed_at = None;
+    let ok = transfer(&mut w, g, &peers, &mut rx, 300, Duration::from_secs(120), |w, pump| {
+        if removed_at.is_none() && pump.next >= 120 {
+            removed_at = Some(pump.next);
+            w.act(sender(), |ep, now| ep.group_fully_remove_destination(g, now, manyfold_proto::PeerId(0))).unwrap();
+        }
+    });
+    assert!(ok, "seed {seed}");
+    let cut = removed_at.unwrap();
+    assert!(
+        w.run_until(
+            |w| {
+                rx.take(w, &peers);
+                group_events(w).iter().any(|e| matches!(e, GroupEvent::PeerLeft { why: Left::Removed, .. }))
+            },
+            Duration::from_secs(30)
+        ),
+        "seed {seed}"
+    );
+    assert_eq!(
+        rx.on(peer(0), 0),
+        (0..cut).collect::<Vec<_>>(),
+        "removed peer: every message sent before (seed {seed})"
+    );
+    w.run_until(
+        |w| {
+            rx.take(w, &peers);
+            rx.on(peer(2), 0).len() == 300
+        },
+        Duration::from_secs(10),
+    );
+    for i in [1, 2] {
+        assert_eq!(rx.on(peer(i), 0), (0..300).collect::<Vec<_>>(), "peer {i} (seed {seed})");
+    }
+}
+
+#[test]
+fn a_slow_peer_is_evicted_only_when_eviction_is_on() {
+    let seed = 5081;
+    let fast = LinkConfig::with_delay(ms(10)).rate(20_000_000, 200_000);
+    let slow = LinkConfig::with_delay(ms(10)).rate(1_000_000, 50_000);
+    let peers: Vec<SocketAddr> = (0..3).map(peer).collect();
+    let count = 400; // ~3.4 MB: 27 s through the slow link, 1.4 s through the fast ones.
+    for evict in [true, false] {
+        let mut w = world(seed, &[fast.clone(), fast.clone(), slow.clone()]);
+        let eviction = evict.then_some(Eviction { min_fraction: 0.5, after: Duration::from_secs(2) });
+        let config = GroupConfig { send_buffer: 512 << 10, eviction, ..GroupConfig::default() };
+        let g = open(&mut w, &peers, config);
+        let mut rx = Receivers::default();
+        let t0 = w.elapsed();
+        assert!(
+            transfer(&mut w, g, &peers, &mut rx, count, Duration::from_secs(120), |_, _| {}),
+            "evict {evict} (seed {seed})"
+        );
+        let took = w.elapsed() - t0;
+        let evicted = group_events(&w)
+            .iter()
+            .any(|e| matches!(e, GroupEvent::PeerLeft { why: Left::Evicted, addr, .. } if *addr == peer(2)));
+        assert_eq!(evicted, evict, "took {took:?} (seed {seed})");
+        if evict {
+            assert!(took < Duration::from_secs(10), "the fast peers waited {took:?} (seed {seed})");
+        } else {
+            assert!(took > Duration::from_secs(20), "All keeps pace with the slowest: {took:?} (seed {seed})");
+        }
+        w.run_until(
+            |w| {
+                rx.take(w, &peers);
+                rx.on(peer(1), 0).len() as u64 == count
+            },
+            Duration::from_secs(10),
+        );
+        for i in [0, 1] {
+            assert_eq!(rx.on(peer(i), 0), (0..count).collect::<Vec<_>>(), "peer {i} evict {evict} (seed {seed})");
+        }
+    }
+}
