@@ -208,6 +208,9 @@ impl Driver {
         while let Some((h, ev)) = inner.engine.poll_event() {
             inner.dispatch(h, ev);
         }
+        while let Some((g, ev)) = inner.engine.poll_group_event() {
+            inner.dispatch_group(g, ev);
+        }
 
         let mut deadline = inner.engine.poll_timeout();
         match inner.phase {

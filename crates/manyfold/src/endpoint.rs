@@ -51,6 +51,10 @@ impl Endpoint {
         Ok(Endpoint { shared })
     }
 
+    pub(crate) fn shared(&self) -> &Arc<Shared> {
+        &self.shared
+    }
+
     /// Starts accepting connections (the LISTEN state, spec §4.1).
     pub fn listen(&self) {
         let mut inner = self.shared.lock();

@@ -32,6 +32,7 @@ mod driver;
 mod endpoint;
 mod error;
 mod fault;
+mod group;
 mod shared;
 mod socket;
 mod trace;
@@ -40,4 +41,8 @@ pub use config::{Config, DriverStats, FaultConfig, FaultStats};
 pub use connection::{Connection, RecvHalf, SendHalf, StreamIo, Streams};
 pub use endpoint::{Endpoint, DEFAULT_SHUTDOWN_TIMEOUT};
 pub use error::ConnectionError;
-pub use manyfold_proto::{CloseReason, ConnStats, EndpointConfig, EndpointStats, MessageOptions, StreamItem};
+pub use group::{Group, GroupError};
+pub use manyfold_proto::{
+    CloseReason, ConnStats, Destination, EndpointConfig, EndpointStats, Eviction, GroupConfig, GroupEvent, GroupStats,
+    Left, MessageOptions, Mode, PeerId, PeerState, PeerStats, StreamItem, Unreachable,
+};

@@ -121,6 +121,8 @@ pub(crate) struct Inner {
     pub(crate) stop_waiters: Vec<Waker>,
     pub(crate) faults: Option<Faults>,
     pub(crate) driver_stats: DriverStats,
+    /// Groups the application holds (spec §14).
+    pub(crate) groups: HashMap<manyfold_proto::GroupHandle, crate::group::GroupState>,
 }
 
 impl Inner {
@@ -134,6 +136,7 @@ impl Inner {
             stop_waiters: Vec::new(),
             faults,
             driver_stats: DriverStats::default(),
+            groups: HashMap::new(),
         }
     }
 
@@ -212,6 +215,9 @@ impl Inner {
         for (&h, c) in self.conns.iter_mut() {
             close_once(&mut self.engine, h, c, now);
         }
+        for &g in self.groups.keys() {
+            self.engine.group_close(g, now);
+        }
         for w in self.accept_waiters.drain(..) {
             w.wake();
         }
@@ -221,14 +227,17 @@ impl Inner {
     /// or in TIME-WAIT (which only protects the peer from stray segments).
     pub(crate) fn all_closed(&self) -> bool {
         self.conns.keys().all(|&h| matches!(self.engine.state(h), None | Some(State::Closed) | Some(State::TimeWait)))
+            && self.groups.keys().all(|&g| self.engine.group(g).is_none_or(|g| g.is_closed()))
     }
 
     /// Aborts whatever is still open (shutdown deadline reached).
     pub(crate) fn abort_all(&mut self, now: Instant) {
+        let members: Vec<ConnHandle> = self.groups.keys().flat_map(|&g| self.engine.group_conns(g)).collect();
         let open: Vec<ConnHandle> = self
             .conns
             .keys()
             .copied()
+            .chain(members)
             .filter(|&h| !matches!(self.engine.state(h), None | Some(State::Closed) | Some(State::TimeWait)))
             .collect();
         for h in open {
@@ -242,6 +251,7 @@ impl Inner {
         for c in self.conns.values_mut() {
             c.wake_all();
         }
+        self.wake_groups();
         for w in self.accept_waiters.drain(..).chain(self.stop_waiters.drain(..)) {
             w.wake();
         }

@@ -91,6 +91,11 @@ impl Endpoint {
         Some(self.groups.get(&g.0)?.peers.get(peer.0 as usize)?.conn)
     }
 
+    /// Every member connection of the group, gone ones included.
+    pub fn group_conns(&self, g: GroupHandle) -> Vec<ConnHandle> {
+        self.groups.get(&g.0).map_or_else(Vec::new, |group| group.peers.iter().map(|p| p.conn).collect())
+    }
+
     /// The next group event.
     pub fn poll_group_event(&mut self) -> Option<(GroupHandle, GroupEvent)> {
         self.group_events.pop_front()
@@ -250,14 +255,21 @@ impl Endpoint {
     }
 
     /// Ends the group gracefully: every member connection closes after
-    /// what it holds is delivered.
-    pub fn group_close(&mut self, g: GroupHandle) {
-        let Some(group) = self.groups.get_mut(&g.0) else { return };
-        group.phase = crate::group::Phase::Closed;
-        let conns: Vec<ConnHandle> = group.peers.iter().map(|p| p.conn).collect();
-        for h in conns {
-            self.close(h);
-        }
+    /// what it holds is delivered; [`GroupEvent::Closed`] follows once
+    /// every peer has acknowledged it all, or is gone. Peers still in
+    /// their handshake are aborted.
+    pub fn group_close(&mut self, g: GroupHandle, now: Instant) {
+        let _ = self.with_group(g, now, |ep, group| {
+            let (close, abort) = group.start_close();
+            for h in close {
+                ep.close(h);
+            }
+            for h in abort {
+                ep.abort(h, now, ErrorCode::APPLICATION);
+            }
+            group.check_closed();
+            Ok(())
+        });
     }
 
     /// Forgets the group; its connections are freed once closed.
@@ -323,12 +335,14 @@ impl Endpoint {
                 self.give_up(group, give_up);
             }
             Event::Writable => group.on_member_writable(),
+            Event::SendAcked => group.on_member_drained(idx),
             Event::Readable => group.events.push_back(GroupEvent::Readable),
             _ => {}
         }
         if connecting && group.all_answered() {
             self.end_handshake(group, now);
         }
+        group.check_closed();
     }
 
     fn end_handshake(&mut self, group: &mut Group, now: Instant) {

@@ -176,6 +176,8 @@ pub enum Left {
     Lost(CloseReason),
     /// It was too slow for too long (spec §14.7).
     Evicted,
+    /// The group was closed and its connection closed gracefully.
+    Closed,
 }
 
 impl std::fmt::Display for Left {
@@ -184,6 +186,7 @@ impl std::fmt::Display for Left {
             Left::Removed => write!(f, "removed"),
             Left::Lost(r) => write!(f, "lost: {r}"),
             Left::Evicted => write!(f, "evicted as too slow"),
+            Left::Closed => write!(f, "closed with the group"),
         }
     }
 }
@@ -224,6 +227,9 @@ pub enum GroupEvent {
     Acked,
     /// A peer sent something to read.
     Readable,
+    /// After [`crate::Endpoint::group_close`]: every peer has acknowledged
+    /// everything it was sent and the end of its stream, or is gone.
+    Closed,
 }
 
 /// Why a group operation was refused.
@@ -319,6 +325,8 @@ pub struct Group {
     pub(crate) next_tick: Option<Instant>,
     /// Where the round-robin over peers (receiving, tie-breaking) resumes.
     rr: usize,
+    /// `Closed` was reported.
+    close_reported: bool,
     stats: GroupStats,
 }
 
@@ -338,6 +346,7 @@ impl Group {
             want_writable: false,
             next_tick: None,
             rr: 0,
+            close_reported: false,
             stats: GroupStats::default(),
         }
     }
@@ -454,10 +463,10 @@ impl Group {
                 }
             }
             PeerState::Up => {
-                let why = if reason == CloseReason::Aborted(crate::wire::ErrorCode::EVICTED) {
-                    Left::Evicted
-                } else {
-                    Left::Lost(reason)
+                let why = match reason {
+                    CloseReason::Aborted(crate::wire::ErrorCode::EVICTED) => Left::Evicted,
+                    CloseReason::Graceful if self.phase == Phase::Closed => Left::Closed,
+                    r => Left::Lost(r),
                 };
                 self.events.push_back(GroupEvent::PeerLeft { peer: PeerId(idx), addr: p.addr, why });
             }
@@ -626,6 +635,46 @@ impl Group {
             self.events.push_back(GroupEvent::Acked);
         }
         give_up
+    }
+
+    /// After the group closed: a member has everything acknowledged, FIN
+    /// included (its connection's SendAcked).
+    pub(crate) fn on_member_drained(&mut self, idx: u32) {
+        if self.phase == Phase::Closed {
+            self.peers[idx as usize].drained = true;
+        }
+    }
+
+    /// Starts the group's close: returns (connections to close
+    /// gracefully, connections to abort, still in their handshake).
+    pub(crate) fn start_close(&mut self) -> (Vec<ConnHandle>, Vec<ConnHandle>) {
+        self.phase = Phase::Closed;
+        let (mut close, mut abort) = (Vec::new(), Vec::new());
+        for p in &mut self.peers {
+            match p.state {
+                PeerState::Connecting => {
+                    p.state = PeerState::Gone;
+                    abort.push(p.conn);
+                }
+                PeerState::Up | PeerState::Leaving => close.push(p.conn),
+                PeerState::Gone => {}
+            }
+        }
+        (close, abort)
+    }
+
+    /// Reports `Closed` once every peer is drained or gone after a close.
+    pub(crate) fn check_closed(&mut self) {
+        let done = self.peers.iter().all(|p| p.drained || p.state == PeerState::Gone);
+        if self.phase == Phase::Closed && done && !self.close_reported {
+            self.close_reported = true;
+            self.events.push_back(GroupEvent::Closed);
+        }
+    }
+
+    /// Whether the close has completed (`Closed` reported).
+    pub fn is_closed(&self) -> bool {
+        self.close_reported
     }
 
     /// A member's own send buffer has room again.

@@ -62,6 +62,8 @@ pub(crate) struct Peer {
     /// (time, acked bytes) once per tick, over the eviction horizon.
     history: VecDeque<(Instant, u64)>,
     pub slow_since: Option<Instant>,
+    /// After the group closed: everything it was sent, and the FIN, is acknowledged.
+    pub drained: bool,
 }
 
 impl Peer {
@@ -80,6 +82,7 @@ impl Peer {
             last_counts: (0, 0),
             history: VecDeque::new(),
             slow_since: None,
+            drained: false,
         }
     }
 

@@ -1,0 +1,319 @@
+//! Groups as the application sees them (spec §14): one sender, many
+//! receivers over unicast, on one endpoint. [`Endpoint::group`] runs the
+//! parallel handshake; a [`Group`] sends messages that every peer (or the
+//! mode's share of them) receives, held once in memory whatever the
+//! number of peers; peers join and leave while it runs.
+//!
+//! ```no_run
+//! # async fn demo(ep: manyfold::Endpoint, peers: Vec<std::net::SocketAddr>) -> Result<(), manyfold::GroupError> {
+//! use manyfold::{GroupConfig, Mode};
+//! let config = GroupConfig { mode: Mode::All, ..Default::default() };
+//! let (group, unreachable) = ep.group(&peers, config).await?;
+//! for (addr, why) in unreachable {
+//!     eprintln!("warning: {addr} not in the group: {why}");
+//! }
+//! group.send(&b"to everyone"[..]).await?;
+//! group.close().await?; // once every peer has it all
+//! # Ok(()) }
+//! ```
+
+use std::collections::VecDeque;
+use std::future::poll_fn;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
+
+use bytes::Bytes;
+use manyfold_proto::{
+    Destination, GroupConfig, GroupEvent, GroupHandle, GroupStats, MessageOptions, PeerId, PeerStats, StreamItem,
+    Unreachable,
+};
+
+use crate::driver::now;
+use crate::endpoint::Endpoint;
+use crate::shared::{register, Inner, Phase, Shared};
+
+/// Why a group operation failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum GroupError {
+    /// Fewer than `min_peers` peers answered the handshake.
+    #[error("group not established: {}", list(.0))]
+    Unreachable(Vec<(SocketAddr, Unreachable)>),
+    /// The engine refused the operation.
+    #[error(transparent)]
+    Engine(#[from] manyfold_proto::GroupError),
+    /// A message to one destination failed.
+    #[error(transparent)]
+    Send(#[from] manyfold_proto::SendError),
+    /// The endpoint was shut down, or its driver stopped.
+    #[error("the endpoint is closed")]
+    EndpointClosed,
+}
+
+fn list(peers: &[(SocketAddr, Unreachable)]) -> String {
+    let names: Vec<String> = peers.iter().map(|(a, why)| format!("{a} ({why})")).collect();
+    if names.is_empty() {
+        "no peer answered".into()
+    } else {
+        format!("unreachable: {}", names.join(", "))
+    }
+}
+
+/// The application-side state of one group, behind the endpoint's lock.
+#[derive(Debug, Default)]
+pub(crate) struct GroupState {
+    /// Membership events for [`Group::next_event`].
+    events: VecDeque<GroupEvent>,
+    /// The handshake outcome, until `Endpoint::group` takes it.
+    outcome: Option<GroupEvent>,
+    closed: bool,
+    /// Tasks waiting for room, delivery, events, data, the handshake or the close.
+    wakers: Vec<Waker>,
+}
+
+/// Most membership events kept for [`Group::next_event`]; older ones go.
+const MAX_EVENTS: usize = 4096;
+
+impl Inner {
+    /// Turns one group event into state and waker calls.
+    pub(crate) fn dispatch_group(&mut self, g: GroupHandle, ev: GroupEvent) {
+        let Some(s) = self.groups.get_mut(&g) else { return };
+        match ev {
+            GroupEvent::Established { .. } | GroupEvent::Failed { .. } => s.outcome = Some(ev),
+            GroupEvent::Closed => s.closed = true,
+            GroupEvent::PeerJoined { .. } | GroupEvent::PeerUnreachable { .. } | GroupEvent::PeerLeft { .. } => {
+                if s.events.len() == MAX_EVENTS {
+                    s.events.pop_front();
+                }
+                s.events.push_back(ev);
+            }
+            GroupEvent::Writable | GroupEvent::Acked | GroupEvent::Readable => {}
+        }
+        for w in s.wakers.drain(..) {
+            w.wake();
+        }
+    }
+
+    /// Wakes every group task (the driver stopped).
+    pub(crate) fn wake_groups(&mut self) {
+        for s in self.groups.values_mut() {
+            for w in s.wakers.drain(..) {
+                w.wake();
+            }
+        }
+    }
+}
+
+impl Endpoint {
+    /// Opens a group to `peers` (spec §14.3): a handshake with all of them
+    /// at once. Returns as soon as every peer has answered, or at the
+    /// overall timeout, with the peers that are not in the group and why
+    /// (paper 01's partial establishment with a warning). Fails with
+    /// [`GroupError::Unreachable`] if fewer than `min_peers` answered.
+    pub async fn group(
+        &self,
+        peers: &[SocketAddr],
+        config: GroupConfig,
+    ) -> Result<(Group, Vec<(SocketAddr, Unreachable)>), GroupError> {
+        let shared = self.shared().clone();
+        let handle = {
+            let mut inner = shared.lock();
+            if !inner.is_running() {
+                return Err(GroupError::EndpointClosed);
+            }
+            let g = inner.engine.group_connect(now(), peers, config)?;
+            inner.groups.insert(g, GroupState::default());
+            g
+        };
+        shared.wake_driver();
+        let group = Group { shared, handle };
+        let outcome =
+            poll_fn(|cx| group.poll_with(cx, |inner, s| s.outcome.take().map(Ok).or_else(|| stopped(inner).map(Err))))
+                .await?;
+        match outcome {
+            GroupEvent::Established { unreachable } => Ok((group, unreachable)),
+            GroupEvent::Failed { unreachable } => Err(GroupError::Unreachable(unreachable)),
+            _ => unreachable!("only handshake outcomes are stored there"),
+        }
+    }
+}
+
+fn stopped(inner: &Inner) -> Option<GroupError> {
+    (inner.phase == Phase::Stopped).then_some(GroupError::EndpointClosed)
+}
+
+/// One sender's connection to many receivers (spec §14). Dropping it
+/// closes the group gracefully in the background.
+#[derive(Debug)]
+pub struct Group {
+    shared: Arc<Shared>,
+    handle: GroupHandle,
+}
+
+impl Group {
+    /// Runs `f` on the group's state; parks the task if it returns `None`.
+    fn poll_with<R>(&self, cx: &Context<'_>, mut f: impl FnMut(&mut Inner, &mut GroupState) -> Option<R>) -> Poll<R> {
+        let mut guard = self.shared.lock();
+        let inner = &mut *guard;
+        let Some(mut s) = inner.groups.remove(&self.handle) else {
+            // Only `Drop` removes it.
+            unreachable!("group state outlives its handle");
+        };
+        let r = f(inner, &mut s);
+        if r.is_none() {
+            register(&mut s.wakers, cx);
+        }
+        inner.groups.insert(self.handle, s);
+        drop(guard);
+        self.shared.wake_driver();
+        match r {
+            Some(r) => Poll::Ready(r),
+            None => Poll::Pending,
+        }
+    }
+
+    /// Sends one message to the group, waiting while the shared send
+    /// buffer (or a peer the mode needs) has no room. The data is held
+    /// once whatever the number of peers. Returns its group sequence number.
+    pub async fn send(&self, data: impl Into<Bytes>) -> Result<u64, GroupError> {
+        self.send_with(data, MessageOptions::default()).await
+    }
+
+    /// [`Group::send`] with delivery options (unordered, lifetime, ...).
+    pub async fn send_with(&self, data: impl Into<Bytes>, opts: MessageOptions) -> Result<u64, GroupError> {
+        let data = data.into();
+        poll_fn(|cx| {
+            self.poll_with(cx, |inner, _| {
+                if let Some(e) = stopped(inner) {
+                    return Some(Err(e));
+                }
+                match inner.engine.group_send(self.handle, now(), data.clone(), opts) {
+                    Err(manyfold_proto::GroupError::Blocked) => None,
+                    r => Some(r.map_err(GroupError::from)),
+                }
+            })
+        })
+        .await
+    }
+
+    /// Sends a message to one destination only (not a group message).
+    pub async fn send_to(&self, dest: Destination, data: &[u8]) -> Result<(), GroupError> {
+        poll_fn(|cx| {
+            self.poll_with(cx, |inner, _| {
+                if let Some(e) = stopped(inner) {
+                    return Some(Err(e));
+                }
+                let opts = MessageOptions::default();
+                match inner.engine.group_send_to(self.handle, now(), dest, data, opts) {
+                    Err(manyfold_proto::SendError::Blocked) => None,
+                    r => Some(r.map_err(GroupError::from)),
+                }
+            })
+        })
+        .await
+    }
+
+    /// Waits until every message sent is delivered in the mode's sense
+    /// (paper 00's WaitForSend).
+    pub async fn wait_for_send(&self) -> Result<(), GroupError> {
+        poll_fn(|cx| {
+            self.poll_with(cx, |inner, _| {
+                let done = inner.engine.group(self.handle).is_none_or(|g| g.all_delivered());
+                if done {
+                    return Some(Ok(()));
+                }
+                stopped(inner).map(Err)
+            })
+        })
+        .await
+    }
+
+    /// The next message, notice or stream end from any peer; `None` once
+    /// the group is closed and nothing is left to read.
+    pub async fn recv_message(&self) -> Option<(Destination, StreamItem)> {
+        poll_fn(|cx| {
+            self.poll_with(cx, |inner, s| {
+                if let Some(m) = inner.engine.group_recv_message(self.handle) {
+                    return Some(Some(m));
+                }
+                (s.closed || inner.phase == Phase::Stopped).then_some(None)
+            })
+        })
+        .await
+    }
+
+    /// The next membership event (a peer joined, could not be reached, or
+    /// left, and why); `None` once the group is closed.
+    pub async fn next_event(&self) -> Option<GroupEvent> {
+        poll_fn(|cx| {
+            self.poll_with(cx, |inner, s| match s.events.pop_front() {
+                Some(ev) => Some(Some(ev)),
+                None => (s.closed || inner.phase == Phase::Stopped).then_some(None),
+            })
+        })
+        .await
+    }
+
+    /// A membership event if one is waiting.
+    pub fn try_event(&self) -> Option<GroupEvent> {
+        self.shared.lock().groups.get_mut(&self.handle)?.events.pop_front()
+    }
+
+    /// Adds a destination (spec §14.7): one more stream to a peer present,
+    /// or a new peer, which receives from the point its
+    /// [`GroupEvent::PeerJoined`] names.
+    pub fn add_destination(&self, addr: SocketAddr) -> Result<Destination, GroupError> {
+        let r = self.shared.lock().engine.group_add_destination(self.handle, now(), addr);
+        self.shared.wake_driver();
+        Ok(r?)
+    }
+
+    /// Removes one destination (its stream ends after what was sent on it).
+    pub fn remove_destination(&self, dest: Destination) -> Result<(), GroupError> {
+        let r = self.shared.lock().engine.group_remove_destination(self.handle, now(), dest);
+        self.shared.wake_driver();
+        Ok(r?)
+    }
+
+    /// Removes a peer and every stream to it; it still gets what it was sent.
+    pub fn fully_remove_destination(&self, peer: PeerId) -> Result<(), GroupError> {
+        let r = self.shared.lock().engine.group_fully_remove_destination(self.handle, now(), peer);
+        self.shared.wake_driver();
+        Ok(r?)
+    }
+
+    /// Group-wide counters.
+    pub fn stats(&self) -> GroupStats {
+        self.shared.lock().engine.group(self.handle).map(|g| g.stats()).unwrap_or_default()
+    }
+
+    /// Every peer's figures, in the order they were added.
+    pub fn peers(&self) -> Vec<(PeerId, PeerStats)> {
+        let inner = self.shared.lock();
+        let Some(g) = inner.engine.group(self.handle) else { return Vec::new() };
+        g.peer_ids().filter_map(|p| Some((p, inner.engine.group_peer_stats(self.handle, p)?))).collect()
+    }
+
+    /// Closes the group gracefully and waits until every peer has
+    /// acknowledged all it was sent and the end of its stream, or is gone.
+    pub async fn close(&self) -> Result<(), GroupError> {
+        self.shared.lock().engine.group_close(self.handle, now());
+        self.shared.wake_driver();
+        poll_fn(|cx| self.poll_with(cx, |inner, s| if s.closed { Some(Ok(())) } else { stopped(inner).map(Err) })).await
+    }
+}
+
+impl Drop for Group {
+    fn drop(&mut self) {
+        {
+            let mut inner = self.shared.lock();
+            inner.groups.remove(&self.handle);
+            let t = now();
+            inner.engine.group_close(self.handle, t);
+            // Its connections finish closing in the background and are then freed.
+            inner.engine.group_release(self.handle);
+        }
+        self.shared.wake_driver();
+    }
+}

@@ -1,0 +1,129 @@
+//! Groups over real sockets on 127.0.0.1 (spec §14): one sender, three
+//! plain receivers under injected loss; an absent peer named after the
+//! handshake; a peer joining mid-transfer; close.
+
+mod common;
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use common::*;
+use manyfold::{Config, Endpoint, FaultConfig, GroupConfig, GroupError, GroupEvent, Unreachable};
+use tokio::io::AsyncReadExt;
+use tokio::time::timeout;
+
+async fn receivers(n: usize) -> Vec<Endpoint> {
+    let mut v = Vec::new();
+    for _ in 0..n {
+        let ep = Endpoint::bind(localhost(), config()).await.expect("bind receiver");
+        ep.listen();
+        v.push(ep);
+    }
+    v
+}
+
+/// Reads a receiver's first connection to its end; returns its bytes.
+async fn read_all(ep: Endpoint) -> Vec<u8> {
+    let mut conn = ep.accept().await.expect("a connection");
+    let mut got = Vec::new();
+    conn.read_to_end(&mut got).await.expect("read to end");
+    got
+}
+
+fn lossy_sender() -> Config {
+    let mut c = config();
+    c.faults = FaultConfig { seed: 7, loss: 0.05, ..FaultConfig::default() };
+    c
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_receiver_gets_every_byte_under_loss() {
+    timeout(TEST_TIMEOUT, async {
+        let rx = receivers(3).await;
+        let addrs: Vec<SocketAddr> = rx.iter().map(|e| e.local_addr().unwrap()).collect();
+        let readers: Vec<_> = rx.into_iter().map(|ep| tokio::spawn(read_all(ep))).collect();
+        let sender = Endpoint::bind(localhost(), lossy_sender()).await.unwrap();
+        let (group, unreachable) = sender.group(&addrs, GroupConfig::default()).await.expect("group");
+        assert!(unreachable.is_empty());
+        let data = payload(11, 3 << 20);
+        for (i, piece) in data.chunks(64 << 10).enumerate() {
+            assert_eq!(group.send(piece.to_vec()).await.expect("send"), i as u64);
+        }
+        group.close().await.expect("close");
+        let stats = group.stats();
+        assert_eq!((stats.messages_delivered, stats.outstanding_bytes), (48, 0));
+        for (i, r) in readers.into_iter().enumerate() {
+            let got = r.await.unwrap();
+            assert!(got == data, "receiver {i}: {} bytes, differ", got.len());
+        }
+        for (_, p) in group.peers() {
+            let c = p.conn.unwrap();
+            assert!(c.retransmissions > 0, "5% loss was repaired per peer");
+        }
+        sender.shutdown().await;
+    })
+    .await
+    .expect("test timed out");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_absent_peer_is_named_and_too_few_fail_with_a_list() {
+    timeout(TEST_TIMEOUT, async {
+        let rx = receivers(2).await;
+        // Bound but not listening: it refuses at once.
+        let closed = Endpoint::bind(localhost(), config()).await.unwrap();
+        let mut addrs: Vec<SocketAddr> = rx.iter().map(|e| e.local_addr().unwrap()).collect();
+        addrs.push(closed.local_addr().unwrap());
+        let sender = Endpoint::bind(localhost(), config()).await.unwrap();
+        let (group, unreachable) = sender.group(&addrs, GroupConfig::default()).await.expect("group of 2 of 3");
+        assert_eq!(unreachable, vec![(addrs[2], Unreachable::Refused)]);
+        assert_eq!(group.stats().peers_up, 2);
+        drop(group);
+        let strict = GroupConfig { min_peers: 3, ..GroupConfig::default() };
+        match sender.group(&addrs, strict).await {
+            Err(e @ GroupError::Unreachable(_)) => {
+                let text = e.to_string();
+                assert!(text.contains(&addrs[2].to_string()) && text.contains("refused"), "{text}");
+            }
+            other => panic!("expected Unreachable, got {other:?}"),
+        }
+        sender.shutdown().await;
+    })
+    .await
+    .expect("test timed out");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_peer_added_later_reads_from_its_join_point() {
+    timeout(TEST_TIMEOUT, async {
+        let mut rx = receivers(2).await;
+        let late = rx.pop().unwrap();
+        let late_addr = late.local_addr().unwrap();
+        let first = rx.pop().unwrap();
+        let first_addr = first.local_addr().unwrap();
+        let r0 = tokio::spawn(read_all(first));
+        let r1 = tokio::spawn(read_all(late));
+        let sender = Endpoint::bind(localhost(), config()).await.unwrap();
+        let (group, _) = sender.group(&[first_addr], GroupConfig::default()).await.unwrap();
+        let msg = |i: u64| i.to_be_bytes().repeat(128);
+        for i in 0..50 {
+            group.send(msg(i)).await.unwrap();
+        }
+        group.add_destination(late_addr).unwrap();
+        let joined = match timeout(Duration::from_secs(5), group.next_event()).await.expect("join event") {
+            Some(GroupEvent::PeerJoined { first_msg, .. }) => first_msg,
+            other => panic!("unexpected {other:?}"),
+        };
+        for i in 50..100 {
+            group.send(msg(i)).await.unwrap();
+        }
+        group.close().await.unwrap();
+        let want = |from: u64| (from..100).flat_map(msg).collect::<Vec<u8>>();
+        assert!(r0.await.unwrap() == want(0));
+        assert_eq!(joined, 50, "nothing was sent between the add and the join");
+        assert!(r1.await.unwrap() == want(joined));
+        sender.shutdown().await;
+    })
+    .await
+    .expect("test timed out");
+}
