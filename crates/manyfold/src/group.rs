@@ -19,18 +19,21 @@
 
 use std::collections::VecDeque;
 use std::future::poll_fn;
+use std::io;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 
 use bytes::Bytes;
 use manyfold_proto::{
-    Destination, GroupConfig, GroupEvent, GroupHandle, GroupStats, MessageOptions, PeerId, PeerStats, StreamItem,
-    Unreachable,
+    CloseReason, Destination, GroupConfig, GroupEvent, GroupHandle, GroupStats, MessageOptions, PeerId, PeerStats,
+    RecvError, StreamItem, Unreachable,
 };
 
 use crate::driver::now;
 use crate::endpoint::Endpoint;
+use crate::error::ConnectionError;
 use crate::shared::{register, Inner, Phase, Shared};
 
 /// Why a group operation failed.
@@ -295,6 +298,12 @@ impl Group {
         g.peer_ids().filter_map(|p| Some((p, inner.engine.group_peer_stats(self.handle, p)?))).collect()
     }
 
+    /// Reads what `peer` sent on `stream` as bytes (its replies, say):
+    /// an `AsyncRead` that ends at the peer's end of the stream.
+    pub fn reader(&self, peer: PeerId, stream: u16) -> PeerReader {
+        PeerReader { shared: self.shared.clone(), group: self.handle, peer, stream }
+    }
+
     /// Closes the group gracefully and waits until every peer has
     /// acknowledged all it was sent and the end of its stream, or is gone.
     pub async fn close(&self) -> Result<(), GroupError> {
@@ -315,5 +324,54 @@ impl Drop for Group {
             inner.engine.group_release(self.handle);
         }
         self.shared.wake_driver();
+    }
+}
+
+/// The bytes one peer of a group sends on one stream ([`Group::reader`]).
+#[derive(Debug)]
+pub struct PeerReader {
+    shared: Arc<Shared>,
+    group: GroupHandle,
+    peer: PeerId,
+    stream: u16,
+}
+
+impl tokio::io::AsyncRead for PeerReader {
+    fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut tokio::io::ReadBuf<'_>) -> Poll<io::Result<()>> {
+        if buf.remaining() == 0 {
+            return Poll::Ready(Ok(()));
+        }
+        let mut guard = self.shared.lock();
+        let inner = &mut *guard;
+        let Some(h) = inner.engine.group_peer_conn(self.group, self.peer) else {
+            return Poll::Ready(Err(ConnectionError::EndpointClosed.into()));
+        };
+        let closed = |r: CloseReason| match r {
+            CloseReason::Graceful => Ok(()),
+            other => Err(ConnectionError::Closed(other).into()),
+        };
+        let r = match inner.engine.stream_recv(h, self.stream, buf.initialize_unfilled()) {
+            Ok(Some(n)) => {
+                buf.advance(n);
+                Poll::Ready(Ok(()))
+            }
+            Ok(None) => match inner.engine.close_reason(h) {
+                Some(reason) => Poll::Ready(closed(reason)),
+                None if inner.phase == Phase::Stopped => Poll::Ready(Err(ConnectionError::EndpointClosed.into())),
+                None => {
+                    if let Some(s) = inner.groups.get_mut(&self.group) {
+                        register(&mut s.wakers, cx);
+                    }
+                    Poll::Pending
+                }
+            },
+            Err(RecvError::Closed(reason)) => Poll::Ready(closed(reason)),
+            Err(RecvError::StreamReset(code)) => Poll::Ready(Err(ConnectionError::StreamReset(code).into())),
+            Err(_) => Poll::Ready(Err(ConnectionError::EndpointClosed.into())),
+        };
+        drop(guard);
+        // Reading frees receive buffer: the window may open.
+        self.shared.wake_driver();
+        r
     }
 }

@@ -41,7 +41,7 @@ pub use config::{Config, DriverStats, FaultConfig, FaultStats};
 pub use connection::{Connection, RecvHalf, SendHalf, StreamIo, Streams};
 pub use endpoint::{Endpoint, DEFAULT_SHUTDOWN_TIMEOUT};
 pub use error::ConnectionError;
-pub use group::{Group, GroupError};
+pub use group::{Group, GroupError, PeerReader};
 pub use manyfold_proto::{
     CloseReason, ConnStats, Destination, EndpointConfig, EndpointStats, Eviction, GroupConfig, GroupEvent, GroupStats,
     Left, MessageOptions, Mode, PeerId, PeerState, PeerStats, StreamItem, Unreachable,

@@ -116,14 +116,18 @@ pub async fn bind(addr: SocketAddr, config: Config) -> Result<Endpoint> {
 /// Binds an ephemeral endpoint of the same address family as `peer` and
 /// connects to `peer`.
 pub async fn connect(peer: SocketAddr, config: Config) -> Result<(Endpoint, Connection)> {
-    let local: SocketAddr = if peer.is_ipv4() {
+    let endpoint = bind(unspecified_for(peer), config).await?;
+    let conn = endpoint.connect(peer).await.with_context(|| format!("cannot connect to {peer}"))?;
+    Ok((endpoint, conn))
+}
+
+/// The wildcard address of `peer`'s family, any port: where a client binds.
+pub fn unspecified_for(peer: SocketAddr) -> SocketAddr {
+    if peer.is_ipv4() {
         (std::net::Ipv4Addr::UNSPECIFIED, 0).into()
     } else {
         (std::net::Ipv6Addr::UNSPECIFIED, 0).into()
-    };
-    let endpoint = bind(local, config).await?;
-    let conn = endpoint.connect(peer).await.with_context(|| format!("cannot connect to {peer}"))?;
-    Ok((endpoint, conn))
+    }
 }
 
 /// Resolves `host:port` (names allowed) to one socket address.

@@ -30,10 +30,12 @@
 //! appears under its final name only after the hash matched and the data
 //! was synced; on any failure the temporary file is deleted.
 
+mod group;
 mod recv;
 mod send;
 pub mod wire;
 
+pub use group::send_to_group;
 pub use recv::{run as run_recv, serve_one, RecvArgs, RecvOptions};
 pub use send::{run as run_send, send_file, SendArgs, Source};
 

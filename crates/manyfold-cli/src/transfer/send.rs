@@ -19,9 +19,25 @@ pub struct SendArgs {
     #[arg(value_name = "FILE")]
     pub file: PathBuf,
 
-    /// Address of the receiver (`manyfold recv`), HOST:PORT.
-    #[arg(long, value_name = "ADDR")]
-    pub to: String,
+    /// Receiver(s) (`manyfold recv`), HOST:PORT; several, comma-separated,
+    /// send one copy to each over one group with a progress bar and a
+    /// report line per receiver.
+    #[arg(long, value_name = "ADDR[,ADDR...]", value_delimiter = ',', required = true)]
+    pub to: Vec<String>,
+
+    /// With several receivers: who must acknowledge each block. `all`:
+    /// every receiver stores the whole file. `any`, `at-least=P`,
+    /// `subset=K/P`: the file's blocks are spread over the receivers
+    /// (each block to every receiver, or to the K least loaded) and
+    /// delivered once 1 or P of them have it; each stores the verified
+    /// blocks it got as NAME.shard.
+    #[arg(long, value_name = "MODE", default_value = "all")]
+    pub mode: manyfold::Mode,
+
+    /// With several receivers: fail unless at least this many answer the
+    /// handshake [default: all of them].
+    #[arg(long, value_name = "N")]
+    pub min_receivers: Option<usize>,
 
     /// Name to store the file under on the receiver [default: FILE's base
     /// name]. The receiver refuses anything but a plain base name.
@@ -39,7 +55,10 @@ pub async fn run(args: SendArgs) -> Result<()> {
         Some(name) => name.clone(),
         None => default_name(&args.file)?,
     };
-    let peer = net::resolve(&args.to).await?;
+    if args.to.len() > 1 || args.mode != manyfold::Mode::All {
+        return run_group(args, source, name).await;
+    }
+    let peer = net::resolve(&args.to[0]).await?;
     let (endpoint, conn) = net::connect(peer, args.net.config()).await?;
     let multi = report::multi_progress();
     let bar = report::transfer_bar(&multi, source.size, "sending");
@@ -55,6 +74,34 @@ pub async fn run(args: SendArgs) -> Result<()> {
     // Bounded: a peer that vanished must not keep us here.
     let _ = tokio::time::timeout(Duration::from_secs(5), endpoint.shutdown()).await;
     outcome
+}
+
+/// `send --to A,B,C`: one group, a bar and a report line per receiver.
+async fn run_group(args: SendArgs, source: Source, name: String) -> Result<()> {
+    let mut addrs = Vec::with_capacity(args.to.len());
+    for to in &args.to {
+        let addr = net::resolve(to).await?;
+        if addrs.contains(&addr) {
+            bail!("{to} is named twice in --to");
+        }
+        addrs.push(addr);
+    }
+    let min = args.min_receivers.unwrap_or(addrs.len());
+    if min == 0 || min > addrs.len() {
+        bail!("--min-receivers must be between 1 and the number of receivers ({}), got {min}", addrs.len());
+    }
+    let config = manyfold::GroupConfig { mode: args.mode, min_peers: min, ..Default::default() };
+    let endpoint = net::bind(net::unspecified_for(addrs[0]), args.net.config()).await?;
+    let multi = report::multi_progress();
+    let result = super::send_to_group(&endpoint, &addrs, config, source, &name, &multi).await;
+    let _ = tokio::time::timeout(Duration::from_secs(5), endpoint.shutdown()).await;
+    let report = result?;
+    println!("{report}");
+    let saved = report.saved();
+    if saved < addrs.len() {
+        bail!("{name} reached {saved} of {} receivers", addrs.len());
+    }
+    Ok(())
 }
 
 /// A file opened for sending, with its size taken at open time.
@@ -77,6 +124,15 @@ impl Source {
 
     pub fn size(&self) -> u64 {
         self.size
+    }
+
+    /// Fills `buf` from the file; a file that shrank meanwhile is an error.
+    pub async fn read_exact_into(&mut self, buf: &mut [u8]) -> Result<()> {
+        self.file
+            .read_exact(buf)
+            .await
+            .map(|_| ())
+            .with_context(|| format!("cannot read {} (did it shrink while being sent?)", self.path.display()))
     }
 }
 

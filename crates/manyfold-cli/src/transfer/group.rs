@@ -1,0 +1,251 @@
+//! `manyfold send FILE --to A,B,C`: one file to several receivers over one
+//! group (spec §14), each an ordinary `manyfold recv`. The file is read
+//! once and every message is held once in memory whatever the number of
+//! receivers; each receiver runs the same protocol as a one-to-one
+//! transfer (see [`super`]) and confirms or refuses on its own.
+//!
+//! In `all` mode every receiver gets the whole file. The other modes
+//! spread the file's blocks instead (see [`super::shard`]).
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use bytes::Bytes;
+use indicatif::{MultiProgress, ProgressBar};
+use manyfold::{Endpoint, Group, GroupConfig, Mode, PeerId, PeerStats};
+
+use super::send::Source;
+use super::wire::{Reply, Request};
+use crate::report::{self, loss_seen};
+use crate::size::{human_bytes, human_duration, human_rate};
+
+/// Bytes per group message: large enough that per-message costs vanish,
+/// small enough that the 64 MiB shared buffer holds many.
+const MESSAGE: usize = 1 << 20;
+/// How long a receiver may take to answer the request.
+const ANSWER_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// How one receiver's transfer ended.
+#[derive(Debug, Clone)]
+pub enum Outcome {
+    Saved(String),
+    Refused(String),
+    Failed(String),
+}
+
+/// One receiver's line in the final report.
+#[derive(Debug, Clone)]
+pub struct PeerReport {
+    pub addr: SocketAddr,
+    pub outcome: Outcome,
+    /// From the start to its final answer.
+    pub elapsed: Duration,
+    pub stats: Option<PeerStats>,
+}
+
+/// The whole fan-out's report.
+#[derive(Debug, Clone)]
+pub struct GroupReport {
+    pub name: String,
+    pub bytes: u64,
+    pub mode: Mode,
+    pub elapsed: Duration,
+    pub hash: blake3::Hash,
+    pub peers: Vec<PeerReport>,
+}
+
+impl GroupReport {
+    pub fn saved(&self) -> usize {
+        self.peers.iter().filter(|p| matches!(p.outcome, Outcome::Saved(_))).count()
+    }
+}
+
+impl std::fmt::Display for GroupReport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        writeln!(
+            f,
+            "sent {} ({}) to {} receivers, mode {}: {} saved it, in {}",
+            self.name,
+            human_bytes(self.bytes),
+            self.peers.len(),
+            self.mode,
+            self.saved(),
+            human_duration(self.elapsed)
+        )?;
+        for p in &self.peers {
+            let (mark, text) = match &p.outcome {
+                Outcome::Saved(t) => ("ok  ", t.as_str()),
+                Outcome::Refused(t) => ("FAIL", t.as_str()),
+                Outcome::Failed(t) => ("FAIL", t.as_str()),
+            };
+            writeln!(f, "  {mark} {}  {text}", p.addr)?;
+            if let Some(conn) = p.stats.and_then(|s| s.conn) {
+                let acked = p.stats.map_or(0, |s| s.acked_bytes);
+                writeln!(
+                    f,
+                    "       goodput {}, retransmissions {}, loss seen {}, srtt {}",
+                    human_rate(acked, p.elapsed),
+                    conn.retransmissions,
+                    loss_seen(conn.lost_packets, conn.packets_sent),
+                    human_duration(conn.srtt)
+                )?;
+            }
+        }
+        write!(f, "  blake3 {}", self.hash.to_hex())
+    }
+}
+
+/// Sends `source` as `name` to every receiver of `addrs` in `mode`.
+pub async fn send_to_group(
+    endpoint: &Endpoint,
+    addrs: &[SocketAddr],
+    config: GroupConfig,
+    mut source: Source,
+    name: &str,
+    multi: &MultiProgress,
+) -> Result<GroupReport> {
+    let start = Instant::now();
+    let mode = config.mode;
+    let (group, unreachable) = endpoint.group(addrs, config).await.context("cannot open the group")?;
+    let mut outcomes: BTreeMap<SocketAddr, (Outcome, Duration)> = BTreeMap::new();
+    for (addr, why) in unreachable {
+        multi.suspend(|| eprintln!("warning: {addr} is not in the group: {why}"));
+        outcomes.insert(addr, (Outcome::Failed(format!("not reached: {why}")), start.elapsed()));
+    }
+    let peers: Vec<(PeerId, SocketAddr)> = group
+        .peers()
+        .into_iter()
+        .filter(|(_, s)| s.state == manyfold::PeerState::Up)
+        .map(|(p, s)| (p, s.addr))
+        .collect();
+
+    // Everyone gets the request; each answers for itself.
+    let request = Request { name: name.to_string(), size: source.size() };
+    let request_len = request.encode().len() as u64;
+    group.send(request.encode()).await.context("cannot send the request")?;
+    let first = answers(&group, &peers, ANSWER_TIMEOUT).await;
+    let mut accepted = Vec::new();
+    for ((peer, addr), (answer, _)) in peers.iter().copied().zip(first) {
+        match answer {
+            Ok(Reply::Ok(_)) => accepted.push((peer, addr)),
+            Ok(Reply::Error(why)) => {
+                outcomes.insert(addr, (Outcome::Refused(format!("refused: {why}")), start.elapsed()));
+                let _ = group.fully_remove_destination(peer);
+            }
+            Err(e) => {
+                outcomes.insert(addr, (Outcome::Failed(format!("{e:#}")), start.elapsed()));
+                let _ = group.fully_remove_destination(peer);
+            }
+        }
+    }
+    if accepted.is_empty() {
+        let _ = tokio::time::timeout(Duration::from_secs(5), group.close()).await;
+        let why: Vec<String> = outcomes.iter().map(|(a, (o, _))| format!("{a}: {}", text(o))).collect();
+        bail!("no receiver accepted the transfer ({})", why.join("; "));
+    }
+
+    let size = source.size();
+    let bars: Vec<(PeerId, ProgressBar)> =
+        accepted.iter().map(|&(p, addr)| (p, report::transfer_bar(multi, size, &addr.to_string()))).collect();
+    // A bar follows what its receiver acknowledged (the request aside).
+    let progress = |group: &Group| {
+        let stats: BTreeMap<PeerId, PeerStats> = group.peers().into_iter().collect();
+        for (p, bar) in &bars {
+            let acked = stats.get(p).map_or(0, |s| s.acked_bytes.saturating_sub(request_len));
+            bar.set_position(acked.min(size));
+        }
+    };
+
+    let hash = {
+        let mut hasher = blake3::Hasher::new();
+        let mut left = source.size();
+        let mut tick = Instant::now();
+        while left > 0 {
+            let want = left.min(MESSAGE as u64) as usize;
+            let mut buf = vec![0u8; want];
+            source.read_exact_into(&mut buf).await?;
+            hasher.update(&buf);
+            group.send(Bytes::from(buf)).await.context("the group failed while sending data")?;
+            left -= want as u64;
+            if tick.elapsed() >= Duration::from_millis(100) {
+                progress(&group);
+                tick = Instant::now();
+            }
+        }
+        let hash = hasher.finalize();
+        group.send(hash.as_bytes().to_vec()).await.context("the group failed while sending the hash")?;
+        hash
+    };
+
+    // The bars follow the acknowledgements until the mode is satisfied;
+    // then each receiver's verdict (it verifies the hash first).
+    {
+        let delivered = group.wait_for_send();
+        tokio::pin!(delivered);
+        let mut tick = tokio::time::interval(Duration::from_millis(100));
+        loop {
+            tokio::select! {
+                r = &mut delivered => break r.context("the group failed before the file was delivered")?,
+                _ = tick.tick() => progress(&group),
+            }
+        }
+    }
+    let verdicts = answers(&group, &accepted, ANSWER_TIMEOUT).await;
+    progress(&group);
+    for (_, bar) in &bars {
+        bar.finish_and_clear();
+    }
+    for ((_, addr), (verdict, at)) in accepted.iter().copied().zip(verdicts) {
+        let outcome = match verdict {
+            Ok(Reply::Ok(text)) => Outcome::Saved(text),
+            Ok(Reply::Error(why)) => Outcome::Failed(format!("receiver did not save the file: {why}")),
+            Err(e) => Outcome::Failed(format!("{e:#}")),
+        };
+        outcomes.insert(addr, (outcome, at.duration_since(start)));
+    }
+    // Everyone answered; a slow close no longer changes any outcome.
+    let _ = tokio::time::timeout(Duration::from_secs(5), group.close()).await;
+    let stats: BTreeMap<SocketAddr, PeerStats> = group.peers().into_iter().map(|(_, s)| (s.addr, s)).collect();
+    let peers = addrs
+        .iter()
+        .map(|a| {
+            let (outcome, elapsed) =
+                outcomes.get(a).cloned().unwrap_or((Outcome::Failed("no outcome recorded".into()), start.elapsed()));
+            PeerReport { addr: *a, outcome, elapsed, stats: stats.get(a).copied() }
+        })
+        .collect();
+    Ok(GroupReport { name: name.to_string(), bytes: source.size(), mode, elapsed: start.elapsed(), hash, peers })
+}
+
+fn text(o: &Outcome) -> &str {
+    match o {
+        Outcome::Saved(t) | Outcome::Refused(t) | Outcome::Failed(t) => t,
+    }
+}
+
+/// Reads one reply from each of `peers` at once, each within `limit`;
+/// returns them in order, with the time each came.
+async fn answers(group: &Group, peers: &[(PeerId, SocketAddr)], limit: Duration) -> Vec<(Result<Reply>, Instant)> {
+    let mut tasks = tokio::task::JoinSet::new();
+    for (i, &(peer, addr)) in peers.iter().enumerate() {
+        let mut reader = group.reader(peer, 0);
+        tasks.spawn(async move {
+            let r = match tokio::time::timeout(limit, Reply::read(&mut reader)).await {
+                Err(_) => Err(anyhow::anyhow!("no answer from {addr} within {}", human_duration(limit))),
+                Ok(r) => r.with_context(|| format!("connection to {addr} lost before it answered")),
+            };
+            (i, r, Instant::now())
+        });
+    }
+    let mut out: Vec<Option<(Result<Reply>, Instant)>> = (0..peers.len()).map(|_| None).collect();
+    while let Some(done) = tasks.join_next().await {
+        if let Ok((i, r, at)) = done {
+            out[i] = Some((r, at));
+        }
+    }
+    out.into_iter()
+        .map(|o| o.unwrap_or_else(|| (Err(anyhow::anyhow!("the answer reader failed")), Instant::now())))
+        .collect()
+}
