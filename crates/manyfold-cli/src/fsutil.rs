@@ -51,6 +51,11 @@ impl PartFile {
         &self.tmp
     }
 
+    /// Changes the name the file will get on commit (same directory).
+    pub fn retarget(&mut self, final_path: &Path) {
+        self.final_path = final_path.to_path_buf();
+    }
+
     /// Syncs the data and moves the file to its final name. Without
     /// `overwrite`, an existing file of that name is an error and is left
     /// alone, even if it appeared while we were writing.

@@ -4,8 +4,12 @@
 //! receivers; each receiver runs the same protocol as a one-to-one
 //! transfer (see [`super`]) and confirms or refuses on its own.
 //!
-//! In `all` mode every receiver gets the whole file. The other modes
-//! spread the file's blocks instead (see [`super::shard`]).
+//! In `all` mode every receiver gets the whole file: the request, the
+//! data and the hash trailer are group messages, and each receiver runs
+//! the one-to-one protocol. The other modes spread the file instead
+//! (version 2 of the protocol, [`super::shard`]): the request and the end
+//! go to every receiver alone, and each block is a group message that the
+//! mode delivers to one, P, or K of the receivers.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -14,15 +18,16 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use bytes::Bytes;
 use indicatif::{MultiProgress, ProgressBar};
-use manyfold::{Endpoint, Group, GroupConfig, Mode, PeerId, PeerStats};
+use manyfold::{Destination, Endpoint, Group, GroupConfig, Mode, PeerId, PeerStats};
 
 use super::send::Source;
-use super::wire::{Reply, Request};
+use super::wire::{BlockMsg, Reply, Request};
 use crate::report::{self, loss_seen};
 use crate::size::{human_bytes, human_duration, human_rate};
 
-/// Bytes per group message: large enough that per-message costs vanish,
-/// small enough that the 64 MiB shared buffer holds many.
+/// Bytes per group message (and block of a spread file): large enough
+/// that per-message costs vanish, small enough that the 64 MiB shared
+/// buffer holds many.
 const MESSAGE: usize = 1 << 20;
 /// How long a receiver may take to answer the request.
 const ANSWER_TIMEOUT: Duration = Duration::from_secs(30);
@@ -54,19 +59,42 @@ pub struct GroupReport {
     pub elapsed: Duration,
     pub hash: blake3::Hash,
     pub peers: Vec<PeerReport>,
+    /// A spread file: its block count and how the group delivered them.
+    pub spread: Option<(u64, manyfold::GroupStats)>,
 }
 
 impl GroupReport {
     pub fn saved(&self) -> usize {
         self.peers.iter().filter(|p| matches!(p.outcome, Outcome::Saved(_))).count()
     }
+
+    /// Whether the transfer did what was asked: every receiver saved the
+    /// file (`all`), or every block reached the mode's number of receivers
+    /// and no receiver that took part failed (the other modes).
+    pub fn succeeded(&self) -> bool {
+        match self.spread {
+            None => self.saved() == self.peers.len(),
+            Some((blocks, stats)) => {
+                stats.messages_delivered == blocks
+                    && stats.messages_undeliverable == 0
+                    && !self.peers.iter().any(|p| matches!(p.outcome, Outcome::Refused(_)) || failed_in_transfer(p))
+            }
+        }
+    }
+}
+
+/// A receiver that took part and then failed (not merely unreachable).
+fn failed_in_transfer(p: &PeerReport) -> bool {
+    matches!(&p.outcome, Outcome::Failed(t) if !t.starts_with("not reached"))
 }
 
 impl std::fmt::Display for GroupReport {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let verb = if self.spread.is_some() { "spread" } else { "sent" };
+        let done = if self.spread.is_some() { "answered" } else { "saved it" };
         writeln!(
             f,
-            "sent {} ({}) to {} receivers, mode {}: {} saved it, in {}",
+            "{verb} {} ({}) to {} receivers, mode {}: {} {done}, in {}",
             self.name,
             human_bytes(self.bytes),
             self.peers.len(),
@@ -74,6 +102,15 @@ impl std::fmt::Display for GroupReport {
             self.saved(),
             human_duration(self.elapsed)
         )?;
+        if let Some((blocks, stats)) = self.spread {
+            writeln!(
+                f,
+                "  blocks: {blocks} of {}, {} delivered as the mode asks, {} lost with every copy",
+                human_bytes(MESSAGE as u64),
+                stats.messages_delivered,
+                stats.messages_undeliverable
+            )?;
+        }
         for p in &self.peers {
             let (mark, text) = match &p.outcome {
                 Outcome::Saved(t) => ("ok  ", t.as_str()),
@@ -108,6 +145,7 @@ pub async fn send_to_group(
 ) -> Result<GroupReport> {
     let start = Instant::now();
     let mode = config.mode;
+    let spread = mode != Mode::All;
     let (group, unreachable) = endpoint.group(addrs, config).await.context("cannot open the group")?;
     let mut outcomes: BTreeMap<SocketAddr, (Outcome, Duration)> = BTreeMap::new();
     for (addr, why) in unreachable {
@@ -122,9 +160,18 @@ pub async fn send_to_group(
         .collect();
 
     // Everyone gets the request; each answers for itself.
-    let request = Request { name: name.to_string(), size: source.size() };
-    let request_len = request.encode().len() as u64;
-    group.send(request.encode()).await.context("cannot send the request")?;
+    let request = Request { name: name.to_string(), size: source.size(), block: spread.then_some(MESSAGE as u32) };
+    let request_len = if spread { 0 } else { request.encode().len() as u64 };
+    if spread {
+        for &(peer, _) in &peers {
+            group
+                .send_to(Destination { peer, stream: 0 }, &request.encode())
+                .await
+                .context("cannot send the request")?;
+        }
+    } else {
+        group.send(request.encode()).await.context("cannot send the request")?;
+    }
     let first = answers(&group, &peers, ANSWER_TIMEOUT).await;
     let mut accepted = Vec::new();
     for ((peer, addr), (answer, _)) in peers.iter().copied().zip(first) {
@@ -160,22 +207,30 @@ pub async fn send_to_group(
 
     let hash = {
         let mut hasher = blake3::Hasher::new();
-        let mut left = source.size();
+        let mut offset = 0;
         let mut tick = Instant::now();
-        while left > 0 {
-            let want = left.min(MESSAGE as u64) as usize;
+        while offset < size {
+            let want = (size - offset).min(MESSAGE as u64) as usize;
             let mut buf = vec![0u8; want];
             source.read_exact_into(&mut buf).await?;
             hasher.update(&buf);
-            group.send(Bytes::from(buf)).await.context("the group failed while sending data")?;
-            left -= want as u64;
+            let message = if spread {
+                let hash = *blake3::hash(&buf).as_bytes();
+                BlockMsg::Block { offset, hash, data: &buf }.encode()
+            } else {
+                buf
+            };
+            group.send(Bytes::from(message)).await.context("the group failed while sending data")?;
+            offset += want as u64;
             if tick.elapsed() >= Duration::from_millis(100) {
                 progress(&group);
                 tick = Instant::now();
             }
         }
         let hash = hasher.finalize();
-        group.send(hash.as_bytes().to_vec()).await.context("the group failed while sending the hash")?;
+        if !spread {
+            group.send(hash.as_bytes().to_vec()).await.context("the group failed while sending the hash")?;
+        }
         hash
     };
 
@@ -189,6 +244,15 @@ pub async fn send_to_group(
             tokio::select! {
                 r = &mut delivered => break r.context("the group failed before the file was delivered")?,
                 _ = tick.tick() => progress(&group),
+            }
+        }
+    }
+    if spread {
+        // Every block is where the mode wants it: now the end, to each.
+        let end = BlockMsg::End { hash: *hash.as_bytes() }.encode();
+        for &(peer, addr) in &accepted {
+            if let Err(e) = group.send_to(Destination { peer, stream: 0 }, &end).await {
+                multi.suspend(|| eprintln!("warning: cannot send the end to {addr}: {e}"));
             }
         }
     }
@@ -216,7 +280,9 @@ pub async fn send_to_group(
             PeerReport { addr: *a, outcome, elapsed, stats: stats.get(a).copied() }
         })
         .collect();
-    Ok(GroupReport { name: name.to_string(), bytes: source.size(), mode, elapsed: start.elapsed(), hash, peers })
+    let blocks = size.div_ceil(MESSAGE as u64);
+    let spread = spread.then(|| (blocks, group.stats()));
+    Ok(GroupReport { name: name.to_string(), bytes: size, mode, elapsed: start.elapsed(), hash, peers, spread })
 }
 
 fn text(o: &Outcome) -> &str {

@@ -33,6 +33,7 @@
 mod group;
 mod recv;
 mod send;
+mod shard;
 pub mod wire;
 
 pub use group::send_to_group;

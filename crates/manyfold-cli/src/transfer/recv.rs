@@ -171,10 +171,16 @@ pub async fn serve_one(mut conn: Connection, options: &RecvOptions, multi: &Mult
         return Err(refuse(&mut conn, why).await);
     }
     let final_path = options.dir.join(&name);
-    if !options.overwrite && tokio::fs::symlink_metadata(&final_path).await.is_ok() {
+    // A spread file may end up as NAME or as NAME.shard + NAME.shard.blocks.
+    let taken = if request.block.is_some() {
+        super::shard::shard_names_taken(&options.dir, &name)
+    } else {
+        tokio::fs::symlink_metadata(&final_path).await.is_ok().then(|| name.clone())
+    };
+    if let (false, Some(taken)) = (options.overwrite, taken) {
         return Err(refuse(
             &mut conn,
-            format!("file exists: {name} (the receiver does not overwrite without --overwrite)"),
+            format!("file exists: {taken} (the receiver does not overwrite without --overwrite)"),
         )
         .await);
     }
@@ -201,6 +207,21 @@ pub async fn serve_one(mut conn: Connection, options: &RecvOptions, multi: &Mult
         println!("receiving {name} ({}) from {peer}", human_bytes(request.size));
     });
     let bar = report::transfer_bar(multi, request.size, &short_label(&name));
+    if request.block.is_some() {
+        let stored = super::shard::receive(&conn, part, &request, options.overwrite, &bar).await;
+        bar.finish_and_clear();
+        return match stored {
+            Ok(stored) => {
+                let _ = Reply::Ok(stored.summary.clone()).write(&mut conn).await;
+                multi.suspend(|| println!("{}", stored.summary));
+                let (elapsed, stats) = (start.elapsed(), conn.stats());
+                let _ = tokio::time::timeout(Duration::from_secs(5), conn.close()).await;
+                let bytes = stored.bytes;
+                Ok(Report { direction: Direction::Received, name, peer, bytes, elapsed, stats, hash: stored.hash })
+            }
+            Err(e) => Err(refuse(&mut conn, format!("{e:#}")).await),
+        };
+    }
     let received = receive_data(&mut conn, &part, request.size, &bar).await;
     bar.finish_and_clear();
     let (hash, write_error) = received?;

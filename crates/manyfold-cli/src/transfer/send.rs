@@ -86,7 +86,16 @@ async fn run_group(args: SendArgs, source: Source, name: String) -> Result<()> {
         }
         addrs.push(addr);
     }
-    let min = args.min_receivers.unwrap_or(addrs.len());
+    // All: every receiver by default. Spread: as many as the mode needs.
+    let needed = match args.mode {
+        manyfold::Mode::All => addrs.len(),
+        manyfold::Mode::Any => 1,
+        manyfold::Mode::AtLeast(p) | manyfold::Mode::Subset { p, .. } => usize::from(p),
+    };
+    if needed > addrs.len() {
+        bail!("mode {} needs at least {needed} receivers, --to names {}", args.mode, addrs.len());
+    }
+    let min = args.min_receivers.unwrap_or(needed);
     if min == 0 || min > addrs.len() {
         bail!("--min-receivers must be between 1 and the number of receivers ({}), got {min}", addrs.len());
     }
@@ -97,9 +106,11 @@ async fn run_group(args: SendArgs, source: Source, name: String) -> Result<()> {
     let _ = tokio::time::timeout(Duration::from_secs(5), endpoint.shutdown()).await;
     let report = result?;
     println!("{report}");
-    let saved = report.saved();
-    if saved < addrs.len() {
-        bail!("{name} reached {saved} of {} receivers", addrs.len());
+    if !report.succeeded() {
+        match report.spread {
+            None => bail!("{name} reached {} of {} receivers", report.saved(), addrs.len()),
+            Some(_) => bail!("{name} was not spread as mode {} asks (see above)", args.mode),
+        }
     }
     Ok(())
 }
@@ -157,7 +168,7 @@ pub async fn send_file(conn: Connection, mut source: Source, name: &str, bar: &P
     let peer = conn.peer_addr();
     let (mut tx, mut rx) = conn.split();
     let start = Instant::now();
-    Request { name: name.to_string(), size: source.size }
+    Request { name: name.to_string(), size: source.size, block: None }
         .write(&mut tx)
         .await
         .context("connection lost while sending the request")?;

@@ -7,6 +7,11 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 /// First bytes of every request: "manyfold file transfer".
 pub const MAGIC: [u8; 4] = *b"MFXF";
 pub const VERSION: u8 = 1;
+/// A request for a spread file: its blocks go to some receivers each.
+pub const VERSION_BLOCKS: u8 = 2;
+/// Smallest and largest block of a spread file.
+pub const MIN_BLOCK: u32 = 4096;
+pub const MAX_BLOCK: u32 = 8 << 20;
 /// Longest file name, in bytes of UTF-8 (the usual file-system limit).
 pub const MAX_NAME: usize = 255;
 /// Longest status message, in bytes of UTF-8.
@@ -29,6 +34,9 @@ mod field {
 pub struct Request {
     pub name: String,
     pub size: u64,
+    /// The file comes as blocks of this size (version 2, `super::shard`),
+    /// not as one byte stream.
+    pub block: Option<u32>,
 }
 
 /// Why a request could not be read.
@@ -36,8 +44,12 @@ pub struct Request {
 pub enum RequestError {
     #[error("not a manyfold file transfer (bad magic bytes)")]
     BadMagic,
-    #[error("unsupported transfer protocol version {0} (this receiver speaks version {VERSION})")]
+    #[error(
+        "unsupported transfer protocol version {0} (this receiver speaks versions {VERSION} and {VERSION_BLOCKS})"
+    )]
     Version(u8),
+    #[error("block size {0} refused (from {MIN_BLOCK} to {MAX_BLOCK} bytes)")]
+    BlockSize(u32),
     #[error("name refused: the name is empty")]
     EmptyName,
     #[error("name refused: longer than {MAX_NAME} bytes")]
@@ -65,10 +77,13 @@ impl Request {
         let name = self.name.as_bytes();
         let mut buf = vec![0u8; field::FIXED_LEN];
         buf[field::MAGIC].copy_from_slice(&MAGIC);
-        buf[field::VERSION] = VERSION;
+        buf[field::VERSION] = if self.block.is_some() { VERSION_BLOCKS } else { VERSION };
         buf[field::NAME_LEN].copy_from_slice(&(name.len() as u16).to_be_bytes());
         buf[field::SIZE].copy_from_slice(&self.size.to_be_bytes());
         buf.extend_from_slice(name);
+        if let Some(block) = self.block {
+            buf.extend_from_slice(&block.to_be_bytes());
+        }
         buf
     }
 
@@ -85,8 +100,9 @@ impl Request {
         if fixed[field::MAGIC] != MAGIC {
             return Err(RequestError::BadMagic);
         }
-        if fixed[field::VERSION] != VERSION {
-            return Err(RequestError::Version(fixed[field::VERSION]));
+        let version = fixed[field::VERSION];
+        if version != VERSION && version != VERSION_BLOCKS {
+            return Err(RequestError::Version(version));
         }
         let name_len = usize::from(u16::from_be_bytes([fixed[5], fixed[6]]));
         let mut size = [0u8; 8];
@@ -101,7 +117,18 @@ impl Request {
         let mut name = vec![0u8; name_len];
         r.read_exact(&mut name).await?;
         let name = String::from_utf8(name).map_err(|_| RequestError::NameNotUtf8)?;
-        Ok(Request { name, size })
+        let block = if version == VERSION_BLOCKS {
+            let mut b = [0u8; 4];
+            r.read_exact(&mut b).await?;
+            let b = u32::from_be_bytes(b);
+            if !(MIN_BLOCK..=MAX_BLOCK).contains(&b) {
+                return Err(RequestError::BlockSize(b));
+            }
+            Some(b)
+        } else {
+            None
+        };
+        Ok(Request { name, size, block })
     }
 }
 
@@ -128,6 +155,59 @@ pub fn check_name(name: &str) -> Result<(), String> {
         return Err(format!("name refused: longer than {MAX_NAME} bytes"));
     }
     Ok(())
+}
+
+/// A message of a spread file (version 2), after the request: a block of
+/// the file, or the end with the whole file's hash.
+///
+/// ```text
+/// block: 'B' | offset (8) | BLAKE3 of the data (32) | data (1..=block size)
+/// end:   'E' | BLAKE3 of the whole file (32)
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BlockMsg<'a> {
+    Block { offset: u64, hash: [u8; HASH_LEN], data: &'a [u8] },
+    End { hash: [u8; HASH_LEN] },
+}
+
+/// Bytes before a block's data.
+pub const BLOCK_HEADER: usize = 1 + 8 + HASH_LEN;
+
+impl<'a> BlockMsg<'a> {
+    pub fn encode(&self) -> Vec<u8> {
+        match self {
+            BlockMsg::Block { offset, hash, data } => {
+                let mut v = Vec::with_capacity(BLOCK_HEADER + data.len());
+                v.push(b'B');
+                v.extend_from_slice(&offset.to_be_bytes());
+                v.extend_from_slice(hash);
+                v.extend_from_slice(data);
+                v
+            }
+            BlockMsg::End { hash } => {
+                let mut v = vec![b'E'];
+                v.extend_from_slice(hash);
+                v
+            }
+        }
+    }
+
+    pub fn decode(m: &'a [u8]) -> Result<BlockMsg<'a>, String> {
+        let hash_at = |at: usize| -> Result<[u8; HASH_LEN], String> {
+            m.get(at..at + HASH_LEN)
+                .and_then(|h| h.try_into().ok())
+                .ok_or_else(|| format!("truncated message of {} bytes", m.len()))
+        };
+        match m.first() {
+            Some(b'B') if m.len() > BLOCK_HEADER => {
+                let offset = u64::from_be_bytes(m[1..9].try_into().expect("length checked"));
+                Ok(BlockMsg::Block { offset, hash: hash_at(9)?, data: &m[BLOCK_HEADER..] })
+            }
+            Some(b'E') if m.len() == 1 + HASH_LEN => Ok(BlockMsg::End { hash: hash_at(1)? }),
+            Some(&t) => Err(format!("malformed block message (type {t:#04x}, {} bytes)", m.len())),
+            None => Err("empty block message".into()),
+        }
+    }
 }
 
 /// The receiver's answer: to the request (go ahead, or why not) and after
@@ -190,7 +270,7 @@ mod tests {
 
     #[test]
     fn request_literal_bytes() {
-        let req = Request { name: "a.bin".into(), size: 0x0102 };
+        let req = Request { name: "a.bin".into(), size: 0x0102, block: None };
         assert_eq!(
             req.encode(),
             [
@@ -206,23 +286,48 @@ mod tests {
 
     #[test]
     fn every_truncated_request_is_rejected() {
-        let bytes = Request { name: "file".into(), size: 9 }.encode();
-        for n in 0..bytes.len() {
-            let mut prefix = &bytes[..n];
-            let err = block_on(Request::read(&mut prefix)).unwrap_err();
-            assert!(matches!(err, RequestError::Truncated), "{n}: {err}");
+        for block in [None, Some(1 << 20)] {
+            let bytes = Request { name: "file".into(), size: 9, block }.encode();
+            for n in 0..bytes.len() {
+                let mut prefix = &bytes[..n];
+                let err = block_on(Request::read(&mut prefix)).unwrap_err();
+                assert!(matches!(err, RequestError::Truncated), "{n}: {err}");
+            }
         }
     }
 
     #[test]
     fn bad_magic_and_version_are_named() {
-        let mut bytes = Request { name: "f".into(), size: 1 }.encode();
+        let mut bytes = Request { name: "f".into(), size: 1, block: None }.encode();
         bytes[4] = 9;
         let err = block_on(Request::read(&mut &bytes[..])).unwrap_err();
         assert!(err.to_string().contains("version 9"), "{err}");
         bytes[0] = b'X';
         let err = block_on(Request::read(&mut &bytes[..])).unwrap_err();
         assert!(matches!(err, RequestError::BadMagic));
+    }
+
+    #[test]
+    fn a_spread_request_carries_its_block_size_after_the_name() {
+        let req = Request { name: "a".into(), size: 5, block: Some(0x1000) };
+        let bytes = req.encode();
+        assert_eq!((bytes[4], &bytes[bytes.len() - 4..]), (VERSION_BLOCKS, &[0u8, 0, 0x10, 0][..]));
+        assert_eq!(block_on(Request::read(&mut &bytes[..])).unwrap(), req);
+        let tiny = Request { block: Some(16), ..req }.encode();
+        assert!(matches!(block_on(Request::read(&mut &tiny[..])), Err(RequestError::BlockSize(16))));
+    }
+
+    #[test]
+    fn block_messages_round_trip_and_malformed_ones_are_named() {
+        let block = BlockMsg::Block { offset: 7, hash: [3; HASH_LEN], data: b"xyz" };
+        let bytes = block.encode();
+        assert_eq!((bytes[0], &bytes[1..9], bytes.len()), (b'B', &7u64.to_be_bytes()[..], BLOCK_HEADER + 3));
+        assert_eq!(BlockMsg::decode(&bytes), Ok(block));
+        let end = BlockMsg::End { hash: [9; HASH_LEN] };
+        assert_eq!(BlockMsg::decode(&end.encode()), Ok(end));
+        for bad in [&bytes[..BLOCK_HEADER], &end.encode()[..10], b"", b"Zzz"] {
+            assert!(BlockMsg::decode(bad).is_err(), "{bad:?}");
+        }
     }
 
     #[test]
