@@ -1,7 +1,8 @@
 //! `manyfold demo`: the whole file-transfer path in one process on
-//! 127.0.0.1 — a generated sample file, a receiver and a sender on
-//! ephemeral ports, emulated loss on the sender's datagrams, the hash
-//! checked, both reports printed, everything cleaned up.
+//! 127.0.0.1 — a generated sample file, three receivers and one sender on
+//! ephemeral ports, the sender's group (spec §14) delivering one copy to
+//! each through emulated loss on the sender's datagrams, every copy's hash
+//! checked, the reports printed, everything cleaned up.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -13,6 +14,9 @@ use crate::net::{self, NetArgs};
 use crate::size::{human_bytes, human_duration, size_arg};
 use crate::transfer::{self, RecvOptions};
 use crate::{report, samplegen};
+
+/// How many receivers the demo's group sends to.
+const RECEIVERS: usize = 3;
 
 #[derive(Args, Debug)]
 pub struct DemoArgs {
@@ -47,11 +51,9 @@ pub async fn run(args: DemoArgs) -> Result<()> {
     let workdir =
         tempfile::Builder::new().prefix("manyfold-demo-").tempdir().context("cannot create a temporary directory")?;
     let source = workdir.path().join("sample.bin");
-    let inbox = workdir.path().join("received");
-    std::fs::create_dir(&inbox).with_context(|| format!("cannot create {}", inbox.display()))?;
 
     println!(
-        "manyfold demo: one {} file over manyfold on 127.0.0.1, {}\n",
+        "manyfold demo: one {} file to {RECEIVERS} receivers over one manyfold group on 127.0.0.1, {}\n",
         human_bytes(args.size),
         if args.loss > 0.0 {
             format!("dropping {}% of the sender's datagrams each way", args.loss)
@@ -77,45 +79,58 @@ pub async fn run(args: DemoArgs) -> Result<()> {
     let max_datagram = manyfold_proto::ConnectionConfig::default().max_datagram;
     let clean = NetArgs { loss: 0.0, delay: 0, trace: args.trace, cc: args.cc, max_datagram };
     let lossy = NetArgs { loss: args.loss, delay: args.delay, trace: args.trace, cc: args.cc, max_datagram };
-    let receiver = net::bind(loopback, clean.config()).await?;
-    receiver.listen();
-    let receiver_addr = receiver.local_addr().context("cannot read the receiver's address")?;
+    let mut receivers = Vec::new();
+    for i in 0..RECEIVERS {
+        let endpoint = net::bind(loopback, clean.config()).await?;
+        endpoint.listen();
+        let addr = endpoint.local_addr().context("cannot read a receiver's address")?;
+        let dir = workdir.path().join(format!("receiver-{}", i + 1));
+        std::fs::create_dir(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
+        println!("  receiver  {addr}, saving into {}", dir.display());
+        receivers.push((endpoint, addr, dir));
+    }
     let sender = net::bind(loopback, lossy.config()).await?;
     let sender_addr = sender.local_addr().context("cannot read the sender's address")?;
-    println!("  receiver  listening on {receiver_addr}, saving into a temporary directory");
-    println!("  sender    {sender_addr} → {receiver_addr}\n");
+    println!("  sender    {sender_addr} → all three, mode all\n");
 
     let multi = report::multi_progress();
-    let options = RecvOptions { dir: inbox.clone(), overwrite: false };
-    let receiving = {
-        let multi = multi.clone();
-        async move {
-            let conn = receiver.accept().await.context("the receiver stopped before the sender connected")?;
-            let result = transfer::serve_one(conn, &options, &multi).await;
-            Ok::<_, anyhow::Error>((receiver, result?))
-        }
-    };
-    let sending = async {
-        let src = transfer::Source::open(&source).await?;
-        let conn = sender.connect(receiver_addr).await.with_context(|| format!("cannot connect to {receiver_addr}"))?;
-        let bar = report::transfer_bar(&multi, src.size(), "sending");
-        let result = transfer::send_file(conn, src, "sample.bin", &bar).await;
-        bar.finish_and_clear();
-        result
-    };
-    let (received, sent) = tokio::join!(receiving, sending);
+    let mut receiving = tokio::task::JoinSet::new();
+    for (endpoint, _, dir) in &receivers {
+        let (endpoint, options, multi) =
+            (endpoint.clone(), RecvOptions { dir: dir.clone(), overwrite: false }, multi.clone());
+        receiving.spawn(async move {
+            let conn = endpoint.accept().await.context("a receiver stopped before the sender connected")?;
+            transfer::serve_one(conn, &options, &multi).await
+        });
+    }
+    let addrs: Vec<std::net::SocketAddr> = receivers.iter().map(|r| r.1).collect();
+    let src = transfer::Source::open(&source).await?;
+    let config = manyfold::GroupConfig { min_peers: RECEIVERS, ..Default::default() };
+    let sent = transfer::send_to_group(&sender, &addrs, config, src, "sample.bin", &multi).await;
+    let mut received = Vec::new();
+    while let Some(r) = receiving.join_next().await {
+        received.push(r.map_err(|e| anyhow!("a receiver task failed: {e}"))?.context("receiving failed")?);
+    }
     let sent = sent.context("sending failed")?;
-    let (receiver, received) = received.context("receiving failed")?;
-    println!("{sent}\n\n{received}\n");
+    // The group's report has a line per receiver; theirs repeat it.
+    println!("{sent}\n");
+    if received.len() != RECEIVERS {
+        bail!("{} of {RECEIVERS} receivers finished", received.len());
+    }
+    if !sent.succeeded() {
+        bail!("not every receiver saved the file");
+    }
 
     let original = hash_file(&source)?;
-    let copy = hash_file(&inbox.join("sample.bin"))?;
-    if original != copy || copy != sent.hash {
-        bail!("hash mismatch: original {}, received copy {}", original.to_hex(), copy.to_hex());
+    for (_, _, dir) in &receivers {
+        let copy = hash_file(&dir.join("sample.bin"))?;
+        if original != copy || copy != sent.hash {
+            bail!("hash mismatch in {}: original {}, copy {}", dir.display(), original.to_hex(), copy.to_hex());
+        }
     }
-    println!("verified: the received copy's BLAKE3 matches the original ({})", &copy.to_hex()[..16]);
+    println!("verified: all {RECEIVERS} received copies' BLAKE3 match the original ({})", &original.to_hex()[..16]);
 
-    for endpoint in [&sender, &receiver] {
+    for endpoint in std::iter::once(&sender).chain(receivers.iter().map(|r| &r.0)) {
         let _ = tokio::time::timeout(Duration::from_secs(2), endpoint.shutdown()).await;
     }
     let dir = workdir.path().display().to_string();

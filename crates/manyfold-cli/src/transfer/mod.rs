@@ -38,7 +38,7 @@ pub mod wire;
 
 pub use group::send_to_group;
 pub use recv::{run as run_recv, serve_one, RecvArgs, RecvOptions};
-pub use send::{run as run_send, send_file, SendArgs, Source};
+pub use send::{run as run_send, SendArgs, Source};
 
 /// Bytes read or written per I/O call on file and connection.
 const CHUNK: usize = 256 * 1024;
