@@ -99,7 +99,7 @@ pub async fn receive(
     let final_path = part_final(&part, &name);
     tokio::task::spawn_blocking(move || -> Result<Stored> {
         let whole = blake3::Hash::from(whole);
-        if bytes == size && hash_of(part.file(), size)? == whole {
+        if bytes == size && hash_of(part.path(), size)? == whole {
             part.commit(overwrite)?;
             let summary = format!("saved {name} (all {blocks} blocks, {size} bytes, blake3 {})", whole.to_hex());
             return Ok(Stored { summary, bytes, hash: whole });
@@ -137,8 +137,10 @@ fn part_final(part: &PartFile, name: &str) -> std::path::PathBuf {
     part.path().with_file_name(name)
 }
 
-/// BLAKE3 of the first `size` bytes of `file`.
-fn hash_of(file: &std::fs::File, size: u64) -> Result<blake3::Hash> {
+/// BLAKE3 of the first `size` bytes of the file at `path` (the part
+/// file's own handle is write-only).
+fn hash_of(path: &Path, size: u64) -> Result<blake3::Hash> {
+    let file = std::fs::File::open(path).with_context(|| format!("cannot read back {}", path.display()))?;
     let mut hasher = blake3::Hasher::new();
     let mut buf = vec![0u8; 1 << 20];
     let mut at = 0;
