@@ -517,3 +517,77 @@ fn a_slow_peer_is_evicted_only_when_eviction_is_on() {
         }
     }
 }
+
+#[test]
+fn closing_the_group_reports_closed_once_every_peer_has_everything() {
+    let seed = 5091;
+    let mut w = world(seed, &vec![lossy(15, 0.05); 3]);
+    let peers: Vec<SocketAddr> = (0..3).map(peer).collect();
+    let g = open(&mut w, &peers, GroupConfig::default());
+    let mut rx = Receivers::default();
+    let mut pump = Pump { g, next: 0, count: 80 };
+    assert!(
+        w.run_until(
+            |w| {
+                pump.run(w);
+                pump.next == 80
+            },
+            Duration::from_secs(30)
+        ),
+        "seed {seed}"
+    );
+    // Close with messages still in flight: they are delivered first.
+    w.act(sender(), |ep, now| ep.group_close(g, now));
+    let ok = w.run_until(
+        |w| {
+            rx.take(w, &peers);
+            group_events(w).contains(&GroupEvent::Closed)
+        },
+        Duration::from_secs(60),
+    );
+    assert!(ok, "no Closed event (seed {seed})");
+    assert!(w.endpoint(sender()).group(g).unwrap().is_closed());
+    w.run_until(
+        |w| {
+            rx.take(w, &peers);
+            rx.finished.len() == 3
+        },
+        Duration::from_secs(10),
+    );
+    for &p in &peers {
+        assert_eq!(rx.on(p, 0), (0..80).collect::<Vec<_>>(), "{p} (seed {seed})");
+        assert_eq!(rx.finished.get(&p), Some(&1), "{p} saw the end of the stream (seed {seed})");
+    }
+    let err = w.act(sender(), |ep, now| ep.group_send(g, now, message(80, 10), MessageOptions::default()));
+    assert_eq!(err, Err(GroupError::Closed), "seed {seed}");
+}
+
+#[test]
+fn removing_one_destination_ends_its_stream_only() {
+    let seed = 5092;
+    let mut w = world(seed, &vec![lossy(15, 0.03); 2]);
+    let peers: Vec<SocketAddr> = (0..2).map(peer).collect();
+    let g = open(&mut w, &peers, GroupConfig { send_buffer: 256 << 10, ..GroupConfig::default() });
+    let second = w.act(sender(), |ep, now| ep.group_add_destination(g, now, peer(1))).unwrap();
+    let mut rx = Receivers::default();
+    let mut cut = None;
+    let ok = transfer(&mut w, g, &peers, &mut rx, 200, Duration::from_secs(60), |w, pump| {
+        if cut.is_none() && pump.next >= 80 {
+            cut = Some(pump.next);
+            w.act(sender(), |ep, now| ep.group_remove_destination(g, now, second)).unwrap();
+        }
+    });
+    assert!(ok, "seed {seed}");
+    let cut = cut.unwrap();
+    w.run_until(
+        |w| {
+            rx.take(w, &peers);
+            rx.on(peer(1), 0).len() == 200
+        },
+        Duration::from_secs(10),
+    );
+    let all: Vec<u64> = (0..200).collect();
+    assert_eq!((rx.on(peer(0), 0), rx.on(peer(1), 0)), (&all[..], &all[..]), "seed {seed}");
+    assert_eq!(rx.on(peer(1), 1), (0..cut).collect::<Vec<_>>(), "the removed stream got a prefix (seed {seed})");
+    assert_eq!(rx.finished.get(&peer(1)), Some(&1), "and its end, while stream 0 goes on (seed {seed})");
+}
