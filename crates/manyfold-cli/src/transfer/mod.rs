@@ -21,6 +21,26 @@
 //! reply:    status 0 = ok, 1 = error (1) | length M (2) | text (M ≤ 4096)
 //! ```
 //!
+//! With several receivers (`send --to A,B,C`, [`group`]) the sender opens
+//! one group; in `all` mode every receiver runs exactly this protocol, the
+//! request, data and trailer being group messages held once for all.
+//!
+//! Version 2, a spread file (`--mode any|at-least=P|subset=K/P`,
+//! [`shard`]): the request carries the block size after the name, and
+//! the data comes as whole messages instead of a byte stream:
+//!
+//! ```text
+//! request:  as above with version 2 | block size (4)
+//! block:    'B' | offset (8) | BLAKE3 of the data (32) | data
+//! end:      'E' | BLAKE3 of the whole file (32)
+//! ```
+//!
+//! The request and the end go to each receiver alone; each block is a
+//! group message the mode delivers to some of them. A receiver checks each
+//! block's hash, writes it at its offset, and at the end keeps what it got
+//! (`NAME` if that is the whole file and its hash matches, else
+//! `NAME.shard` and the index `NAME.shard.blocks`), then replies as above.
+//!
 //! The hash travels as a trailer so that each side reads its file once:
 //! the sender hashes while it reads, the receiver while it writes. The
 //! first reply lets the receiver refuse (bad name, file exists, no space)
