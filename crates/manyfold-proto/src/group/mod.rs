@@ -127,6 +127,9 @@ pub struct GroupConfig {
     /// in the mode's sense. A message larger than this is still taken when
     /// nothing else is outstanding.
     pub send_buffer: usize,
+    /// Most messages not yet delivered, whatever their size: bounds the
+    /// group's bookkeeping when messages are tiny.
+    pub max_messages: usize,
     pub eviction: Option<Eviction>,
     /// Most peers the group holds, gone ones included.
     pub max_peers: usize,
@@ -140,6 +143,7 @@ impl Default for GroupConfig {
             response_timeout: Duration::from_secs(1),
             overall_timeout: Duration::from_secs(10),
             send_buffer: 64 << 20,
+            max_messages: 1 << 16,
             eviction: None,
             max_peers: 4096,
         }
@@ -505,7 +509,10 @@ impl Group {
             return Err(GroupError::NoPeers);
         }
         // spec §14.4: the shared buffer bounds what is not yet delivered.
-        if self.outstanding() > 0 && self.outstanding() + len > self.config.send_buffer {
+        let full = self.outstanding() + len > self.config.send_buffer
+            || self.stats.messages_sent - self.stats.messages_delivered - self.stats.messages_undeliverable
+                >= self.config.max_messages as u64;
+        if self.outstanding() > 0 && full {
             self.want_writable = true;
             return Err(GroupError::Blocked);
         }
@@ -627,7 +634,7 @@ impl Group {
             self.msgs.pop_front();
             self.base += 1;
         }
-        if self.want_writable && self.outstanding() + len <= self.config.send_buffer {
+        if self.want_writable {
             self.want_writable = false;
             self.events.push_back(GroupEvent::Writable);
         }
