@@ -12,7 +12,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use bytes::Bytes;
-use common::{addr, CONTROLLERS};
+use common::{addr, drop_first, is_syn, CONTROLLERS};
 use manyfold_proto::{
     CongestionAlgorithm, ConnHandle, Destination, EndpointConfig, Eviction, GroupConfig, GroupError, GroupEvent,
     GroupHandle, Left, MessageOptions, Mode, StreamItem, Unreachable,
@@ -202,6 +202,22 @@ fn group_handshake_takes_one_round_trip_to_the_farthest_peer() {
         took >= ms(80) && took <= ms(85),
         "handshake took {took:?}, expected 1 RTT of the 80 ms peer (seed {seed})"
     );
+}
+
+#[test]
+fn a_peer_whose_syn_was_lost_is_asked_again_after_twice_the_others_answer_time() {
+    let seed = 5004;
+    let mut w = world(seed, &vec![LinkConfig::with_delay(ms(40)); 3]);
+    // The first SYN to peer 2 is lost; its answer would otherwise wait for
+    // the 1 s response timeout.
+    w.set_drop_rule(drop_first(1, sender(), peer(2), is_syn));
+    let peers: Vec<SocketAddr> = (0..3).map(peer).collect();
+    let t0 = w.elapsed();
+    open(&mut w, &peers, GroupConfig::default());
+    let took = w.group_events(sender())[0].at - t0;
+    // Answers at 80 ms; the retry at 2 × 80 + 10 ms; its answer 80 ms later.
+    assert!(took >= ms(245) && took <= ms(255), "took {took:?} (seed {seed})");
+    assert_eq!(w.dropped_by_rule(), 1, "seed {seed}");
 }
 
 #[test]

@@ -406,6 +406,15 @@ impl Connection {
         Ok(msg)
     }
 
+    /// Sends our SYN again now, without backing off (spec §14.3: a group
+    /// asks a peer again once the others' answers show it is late).
+    pub fn resend_syn(&mut self, now: Instant) {
+        if self.state == State::SynSent && !self.sent.is_empty() {
+            self.sent.on_rto();
+            self.timers.set(Timer::Rto, now + self.rtt.rto(self.rto_backoff));
+        }
+    }
+
     /// Asks for [`Event::Writable`] once stream `id` has room again (a
     /// group found this connection short of room for a message).
     pub fn want_room(&mut self, _id: u16) {

@@ -325,7 +325,7 @@ impl Endpoint {
         let Some(idx) = group.peer_of(h) else { return };
         let connecting = matches!(group.phase, crate::group::Phase::Connecting { .. });
         match ev {
-            Event::Connected => group.on_connected(idx),
+            Event::Connected => group.on_connected(idx, now),
             Event::Closed(reason) => {
                 let give_up = group.on_closed(idx, reason);
                 self.give_up(group, give_up);
@@ -359,7 +359,15 @@ impl Endpoint {
         for id in due {
             let Some(mut group) = self.groups.remove(&id) else { continue };
             match group.phase {
-                crate::group::Phase::Connecting { .. } => self.end_handshake(&mut group, now),
+                crate::group::Phase::Connecting { deadline, .. } if deadline <= now => {
+                    self.end_handshake(&mut group, now)
+                }
+                crate::group::Phase::Connecting { .. } => {
+                    for h in group.take_retry(now) {
+                        self.with_conn(h, |c| c.resend_syn(now));
+                        self.touch(h.index, now);
+                    }
+                }
                 crate::group::Phase::Established => {
                     let evict = group.on_tick(now, |h| self.conn(h).map(|c| c.stats()));
                     for i in evict {

@@ -276,8 +276,12 @@ pub struct GroupStats {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Phase {
+    /// The handshake: it ends at `deadline`; unanswered peers are asked
+    /// again at `retry` (spec §14.3), once (`retry == started` once done).
     Connecting {
+        started: Instant,
         deadline: Instant,
+        retry: Option<Instant>,
     },
     Established,
     /// Closed by the application or failed: no more sending.
@@ -339,7 +343,7 @@ impl Group {
         let deadline = now + config.overall_timeout;
         Group {
             config,
-            phase: Phase::Connecting { deadline },
+            phase: Phase::Connecting { started: now, deadline, retry: None },
             peers: Vec::new(),
             by_conn: HashMap::new(),
             msgs: VecDeque::new(),
@@ -401,8 +405,18 @@ impl Group {
 
     // ---- handshake (spec §14.3) --------------------------------------------
 
-    /// A member finished its handshake.
-    pub(crate) fn on_connected(&mut self, idx: u32) {
+    /// A member finished its handshake at `now`.
+    pub(crate) fn on_connected(&mut self, idx: u32, now: Instant) {
+        // spec §14.3: the answers show how long an answer takes; a peer
+        // still silent after twice the latest of them (plus 10 ms) has
+        // probably lost its SYN or SYN-ACK and is asked again, rather than
+        // after the response timeout. A later answer moves the retry later.
+        if let Phase::Connecting { started, deadline, retry } = self.phase {
+            if retry != Some(started) {
+                let at = now + now.saturating_duration_since(started) + Duration::from_millis(10);
+                self.phase = Phase::Connecting { started, deadline, retry: Some(retry.map_or(at, |r| r.max(at))) };
+            }
+        }
         let first = self.next_seq();
         let p = &mut self.peers[idx as usize];
         if p.state != PeerState::Connecting {
@@ -787,9 +801,22 @@ impl Group {
         evict
     }
 
+    /// The early retry is due: returns the connections still in their
+    /// handshake (and marks the retry done).
+    pub(crate) fn take_retry(&mut self, now: Instant) -> Vec<ConnHandle> {
+        let Phase::Connecting { started, deadline, retry: Some(r) } = self.phase else { return Vec::new() };
+        if r > now || r == started {
+            return Vec::new();
+        }
+        self.phase = Phase::Connecting { started, deadline, retry: Some(started) };
+        self.peers.iter().filter(|p| p.state == PeerState::Connecting).map(|p| p.conn).collect()
+    }
+
     pub(crate) fn poll_timeout(&self) -> Option<Instant> {
         match self.phase {
-            Phase::Connecting { deadline } => Some(deadline),
+            Phase::Connecting { started, deadline, retry } => {
+                Some(retry.filter(|&r| r != started).map_or(deadline, |r| r.min(deadline)))
+            }
             Phase::Established => self.next_tick,
             Phase::Closed => None,
         }
