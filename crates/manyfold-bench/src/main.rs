@@ -5,6 +5,8 @@
 
 mod child;
 mod fairness;
+mod fanout;
+mod handshake;
 mod loopback;
 mod losstable;
 mod messages;
@@ -82,6 +84,14 @@ enum Scenario {
     /// one-way latency, p50/p99/max, for manyfold (4 streams, and all on
     /// one stream), kernel TCP (one connection) and KCP (kcptun). Needs root.
     Messages(messages::Args),
+    /// One file to N = 1, 4, 16, 64 receivers over 127.0.0.1: one manyfold
+    /// group beside N kernel TCP connections; time until all have it,
+    /// sender CPU and peak RSS.
+    Fanout(fanout::Args),
+    /// Group connect time for N = 3, 10, 100 peers across the emulated
+    /// link (50 ms RTT; 250 ms RTT with 0.7% loss) beside N parallel
+    /// kernel TCP connects (paper 01, Tables II–III). Needs root.
+    Handshake(handshake::Args),
     /// (internal) TCP receiver of the file-copy anchor.
     #[command(hide = true)]
     TcpRecv { listen: SocketAddr, out: PathBuf, hash: String },
@@ -106,6 +116,8 @@ fn main() -> Result<()> {
         Scenario::Fairness(args) => fairness::run(args),
         Scenario::LossTable(args) => losstable::run(&args),
         Scenario::Messages(args) => messages::run(args),
+        Scenario::Fanout(args) => fanout::run(args),
+        Scenario::Handshake(args) => handshake::run(args),
         Scenario::TcpRecv { listen, out, hash } => tcp::recv(listen, &out, &hash),
         Scenario::TcpSend { file, to } => tcp::send(&file, to),
     }
