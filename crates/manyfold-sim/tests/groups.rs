@@ -607,3 +607,47 @@ fn removing_one_destination_ends_its_stream_only() {
     assert_eq!(rx.on(peer(1), 1), (0..cut).collect::<Vec<_>>(), "the removed stream got a prefix (seed {seed})");
     assert_eq!(rx.finished.get(&peer(1)), Some(&1), "and its end, while stream 0 goes on (seed {seed})");
 }
+
+#[test]
+fn a_silent_peer_is_dropped_after_the_peer_timeout_not_the_connection_s() {
+    let seed = 5052;
+    // Default connection settings: on its own a connection would retry
+    // for minutes before giving up on a dead peer.
+    let mut w = World::new(seed);
+    w.add_node(sender(), EndpointConfig::default());
+    let peers: Vec<SocketAddr> = (0..3).map(peer).collect();
+    for &p in &peers {
+        w.add_node(p, EndpointConfig::default());
+        w.endpoint_mut(p).set_listening(true);
+        w.set_link(sender(), p, lossy(15, 0.0));
+    }
+    let config = GroupConfig { peer_timeout: Duration::from_secs(3), ..GroupConfig::default() };
+    let g = open(&mut w, &peers, config);
+    let mut rx = Receivers::default();
+    let mut killed_at = None;
+    let ok = transfer(&mut w, g, &peers, &mut rx, 300, Duration::from_secs(60), |w, pump| {
+        if killed_at.is_none() && pump.next >= 50 {
+            w.set_link(sender(), peer(2), LinkConfig::blackhole());
+            killed_at = Some(w.elapsed());
+        }
+    });
+    assert!(ok, "seed {seed}");
+    let left = w.group_events(sender()).iter().find_map(|e| match &e.event {
+        GroupEvent::PeerLeft { addr, why, .. } => Some((e.at, *addr, *why)),
+        _ => None,
+    });
+    let (at, addr, why) = left.unwrap_or_else(|| panic!("no PeerLeft (seed {seed})"));
+    assert_eq!((addr, why), (peer(2), Left::Unresponsive), "seed {seed}");
+    let after = at - killed_at.unwrap();
+    assert!(after >= Duration::from_secs(3) && after <= ms(3300), "dropped {after:?} after it died (seed {seed})");
+    for i in [0, 1] {
+        w.run_until(
+            |w| {
+                rx.take(w, &peers);
+                rx.on(peer(i), 0).len() == 300
+            },
+            Duration::from_secs(10),
+        );
+        assert_eq!(rx.on(peer(i), 0), (0..300).collect::<Vec<_>>(), "peer {i} (seed {seed})");
+    }
+}

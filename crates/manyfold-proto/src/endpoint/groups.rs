@@ -161,7 +161,7 @@ impl Endpoint {
             if copies.is_empty() {
                 return Err(GroupError::NoPeers);
             }
-            Ok(group.record(len, copies))
+            Ok(group.record(now, len, copies))
         })
     }
 
@@ -374,6 +374,11 @@ impl Endpoint {
                         let h = group.peers[i as usize].conn;
                         tracing::debug!(peer = i, "evicting a slow group member");
                         self.abort(h, now, ErrorCode::EVICTED);
+                    }
+                    for i in group.unresponsive(now) {
+                        let h = group.peers[i as usize].conn;
+                        tracing::debug!(peer = i, "dropping an unresponsive group member");
+                        self.abort(h, now, ErrorCode::IDLE_TIMEOUT);
                     }
                 }
                 crate::group::Phase::Closed => {}

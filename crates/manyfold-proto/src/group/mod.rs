@@ -131,6 +131,10 @@ pub struct GroupConfig {
     /// group's bookkeeping when messages are tiny.
     pub max_messages: usize,
     pub eviction: Option<Eviction>,
+    /// A peer that owes acknowledgements and gives none for this long is
+    /// dropped (spec §14.7), so that a dead receiver holds the group back
+    /// for at most this long.
+    pub peer_timeout: Duration,
     /// Most peers the group holds, gone ones included.
     pub max_peers: usize,
 }
@@ -145,6 +149,7 @@ impl Default for GroupConfig {
             send_buffer: 64 << 20,
             max_messages: 1 << 16,
             eviction: None,
+            peer_timeout: Duration::from_secs(10),
             max_peers: 4096,
         }
     }
@@ -180,6 +185,8 @@ pub enum Left {
     Lost(CloseReason),
     /// It was too slow for too long (spec §14.7).
     Evicted,
+    /// It owed acknowledgements and gave none for `peer_timeout`.
+    Unresponsive,
     /// The group was closed and its connection closed gracefully.
     Closed,
 }
@@ -190,6 +197,7 @@ impl std::fmt::Display for Left {
             Left::Removed => write!(f, "removed"),
             Left::Lost(r) => write!(f, "lost: {r}"),
             Left::Evicted => write!(f, "evicted as too slow"),
+            Left::Unresponsive => write!(f, "unresponsive (no acknowledgement within the peer timeout)"),
             Left::Closed => write!(f, "closed with the group"),
         }
     }
@@ -483,6 +491,7 @@ impl Group {
             PeerState::Up => {
                 let why = match reason {
                     CloseReason::Aborted(crate::wire::ErrorCode::EVICTED) => Left::Evicted,
+                    CloseReason::Aborted(crate::wire::ErrorCode::IDLE_TIMEOUT) => Left::Unresponsive,
                     CloseReason::Graceful if self.phase == Phase::Closed => Left::Closed,
                     r => Left::Lost(r),
                 };
@@ -562,11 +571,15 @@ impl Group {
     }
 
     /// Records a message sent: `copies` are (peer, connection message id).
-    pub(crate) fn record(&mut self, len: usize, copies: Vec<(u32, u64)>) -> u64 {
+    pub(crate) fn record(&mut self, now: Instant, len: usize, copies: Vec<(u32, u64)>) -> u64 {
         let seq = self.next_seq();
         for &(peer, msg) in &copies {
             self.copy_of.insert((peer, msg), seq);
-            self.peers[peer as usize].pending += len as u64;
+            let p = &mut self.peers[peer as usize];
+            if p.pending == 0 {
+                p.quiet_since = Some(now);
+            }
+            p.pending += len as u64;
         }
         let copies = copies.into_iter().map(|(peer, msg)| Copy { peer, msg, state: CopyState::Pending }).collect();
         self.msgs.push_back(GroupMsg { len, copies, done: false });
@@ -765,6 +778,19 @@ impl Group {
         give_up
     }
 
+    /// spec §14.7: peers that owe acknowledgements and sent nothing at all
+    /// for `peer_timeout` (a live but slow peer keeps acknowledging packets).
+    pub(crate) fn unresponsive(&self, now: Instant) -> Vec<u32> {
+        let quiet =
+            |p: &Peer| p.quiet_since.is_some_and(|t| now.saturating_duration_since(t) >= self.config.peer_timeout);
+        (0..self.peers.len() as u32)
+            .filter(|&i| {
+                let p = &self.peers[i as usize];
+                p.state == PeerState::Up && p.pending > 0 && quiet(p)
+            })
+            .collect()
+    }
+
     /// spec §14.7: once per tick, refresh loss estimates and rates, and
     /// return the peers to evict.
     pub(crate) fn on_tick(&mut self, now: Instant, stats: impl Fn(ConnHandle) -> Option<crate::ConnStats>) -> Vec<u32> {
@@ -773,6 +799,7 @@ impl Group {
         for p in self.peers.iter_mut().filter(|p| p.state == PeerState::Up) {
             if let Some(s) = stats(p.conn) {
                 p.sample_loss(&s);
+                p.sample_activity(now, &s);
             }
             p.record(now, horizon);
         }

@@ -62,6 +62,12 @@ pub(crate) struct Peer {
     /// (time, acked bytes) once per tick, over the eviction horizon.
     history: VecDeque<(Instant, u64)>,
     pub slow_since: Option<Instant>,
+    /// Since when it has owed acknowledgements and sent us nothing at all:
+    /// the last tick its connection had received a new packet, or when it
+    /// began to owe one.
+    pub quiet_since: Option<Instant>,
+    /// Its connection's received-packet count at the last tick.
+    last_rx: u64,
     /// After the group closed: everything it was sent, and the FIN, is acknowledged.
     pub drained: bool,
 }
@@ -82,6 +88,8 @@ impl Peer {
             last_counts: (0, 0),
             history: VecDeque::new(),
             slow_since: None,
+            quiet_since: None,
+            last_rx: 0,
             drained: false,
         }
     }
@@ -89,6 +97,14 @@ impl Peer {
     /// Whether new messages go to it.
     pub fn takes_new(&self) -> bool {
         self.state == PeerState::Up
+    }
+
+    /// Notes, at a tick, whether anything arrived from it since the last.
+    pub fn sample_activity(&mut self, now: Instant, stats: &ConnStats) {
+        if stats.packets_received != self.last_rx {
+            self.last_rx = stats.packets_received;
+            self.quiet_since = Some(now);
+        }
     }
 
     /// Updates the loss estimate from its connection's counters.
