@@ -261,11 +261,19 @@ pub async fn send_to_group(
     for (_, bar) in &bars {
         bar.finish_and_clear();
     }
+    // Why peers left the group says more than their broken connection.
+    let mut left = BTreeMap::new();
+    while let Some(ev) = group.try_event() {
+        if let manyfold::GroupEvent::PeerLeft { addr, why, .. } = ev {
+            left.insert(addr, why);
+        }
+    }
     for ((_, addr), (verdict, at)) in accepted.iter().copied().zip(verdicts) {
-        let outcome = match verdict {
-            Ok(Reply::Ok(text)) => Outcome::Saved(text),
-            Ok(Reply::Error(why)) => Outcome::Failed(format!("receiver did not save the file: {why}")),
-            Err(e) => Outcome::Failed(format!("{e:#}")),
+        let outcome = match (verdict, left.get(&addr)) {
+            (Ok(Reply::Ok(text)), _) => Outcome::Saved(text),
+            (Ok(Reply::Error(why)), _) => Outcome::Failed(format!("receiver did not save the file: {why}")),
+            (Err(_), Some(why)) => Outcome::Failed(format!("left the group: {why}")),
+            (Err(e), None) => Outcome::Failed(format!("{e:#}")),
         };
         outcomes.insert(addr, (outcome, at.duration_since(start)));
     }
