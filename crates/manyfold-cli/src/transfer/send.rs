@@ -39,6 +39,21 @@ pub struct SendArgs {
     #[arg(long, value_name = "N")]
     pub min_receivers: Option<usize>,
 
+    /// With several receivers: drop a receiver whose rate stays below this
+    /// fraction of the group's (0 < F < 1) for --evict-after, instead of
+    /// keeping everyone at its pace. Off by default.
+    #[arg(long, value_name = "F", value_parser = fraction_arg)]
+    pub evict_below: Option<f64>,
+
+    /// How long a receiver may stay below --evict-below before it is dropped.
+    #[arg(long, value_name = "SECONDS", default_value_t = 10.0, value_parser = seconds_arg)]
+    pub evict_after: f64,
+
+    /// With several receivers: drop a receiver that sends nothing at all
+    /// for this long while it owes acknowledgements (a dead host).
+    #[arg(long, value_name = "SECONDS", default_value_t = 10.0, value_parser = seconds_arg)]
+    pub peer_timeout: f64,
+
     /// Name to store the file under on the receiver [default: FILE's base
     /// name]. The receiver refuses anything but a plain base name.
     #[arg(long, value_name = "NAME")]
@@ -99,7 +114,16 @@ async fn run_group(args: SendArgs, source: Source, name: String) -> Result<()> {
     if min == 0 || min > addrs.len() {
         bail!("--min-receivers must be between 1 and the number of receivers ({}), got {min}", addrs.len());
     }
-    let config = manyfold::GroupConfig { mode: args.mode, min_peers: min, ..Default::default() };
+    let eviction = args
+        .evict_below
+        .map(|min_fraction| manyfold::Eviction { min_fraction, after: Duration::from_secs_f64(args.evict_after) });
+    let config = manyfold::GroupConfig {
+        mode: args.mode,
+        min_peers: min,
+        eviction,
+        peer_timeout: Duration::from_secs_f64(args.peer_timeout),
+        ..Default::default()
+    };
     let endpoint = net::bind(net::unspecified_for(addrs[0]), args.net.config()).await?;
     let multi = report::multi_progress();
     let result = super::send_to_group(&endpoint, &addrs, config, source, &name, &multi).await;
@@ -113,6 +137,22 @@ async fn run_group(args: SendArgs, source: Source, name: String) -> Result<()> {
         }
     }
     Ok(())
+}
+
+fn fraction_arg(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(f) if f > 0.0 && f < 1.0 => Ok(f),
+        Ok(f) => Err(format!("{f} is not a fraction between 0 and 1 (exclusive)")),
+        Err(_) => Err(format!("{text:?} is not a number")),
+    }
+}
+
+fn seconds_arg(text: &str) -> Result<f64, String> {
+    match text.trim_end_matches('s').parse::<f64>() {
+        Ok(s) if s > 0.0 && s <= 86_400.0 => Ok(s),
+        Ok(s) => Err(format!("{s} s is out of range (more than 0, at most a day)")),
+        Err(_) => Err(format!("{text:?} is not a number of seconds")),
+    }
 }
 
 /// A file opened for sending, with its size taken at open time.
