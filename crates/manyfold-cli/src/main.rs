@@ -11,6 +11,7 @@ use clap::{Parser, Subcommand};
 
 mod demo;
 mod echo;
+mod fetch;
 mod fsutil;
 mod net;
 mod report;
@@ -63,6 +64,44 @@ enum Command {
     /// round-trip times on stderr.
     Echo(echo::EchoArgs),
 
+    /// Serve the files of a directory to `manyfold fetch`, segment by
+    /// segment, until interrupted (Ctrl-C).
+    ///
+    /// For each file asked for, the server sends a manifest: the size, the
+    /// segment size and the BLAKE3 hashes of the whole file and of every
+    /// segment, computed once and cached until the file changes. Then it
+    /// sends the segments the client asks for, each read at its offset and
+    /// checked against the manifest first. Only plain base names are
+    /// served, and symbolic links only if they stay inside DIR. Clients are
+    /// served concurrently; one line per client says what it got.
+    Serve(fetch::ServeArgs),
+
+    /// Download a file from several `manyfold serve` at once (segmented
+    /// download), verified segment by segment, resumable.
+    ///
+    /// One group connects to every server (one connection and stream each)
+    /// and asks each for the file's manifest. The servers must agree: the
+    /// manifest most of them give is used, and a server that differs or
+    /// cannot serve the file is left out with a warning (no majority: the
+    /// fetch fails). Each server is then asked for different segments,
+    /// with a few requests outstanding that grow with its rate, so a fast
+    /// server gets more work. A server that fails (connection lost, error,
+    /// a segment that does not match its hash, no answer) gets no more
+    /// work and its segments go to the others; a request unanswered for
+    /// its server's timeout (4× its usual latency, at least 1 s) is asked
+    /// of another server too, and near the end idle servers ask for what
+    /// is still outstanding elsewhere: the first answer wins.
+    ///
+    /// Every segment is checked against the manifest's BLAKE3 before it is
+    /// written at its offset into .FILE.manyfold-fetch-part beside FILE;
+    /// the whole file's hash is checked before it is renamed to FILE. If
+    /// the fetch stops early (Ctrl-C, every server failed, killed), the
+    /// data and a journal .FILE.manyfold-fetch stay: the same command
+    /// resumes, re-checking the segments kept. The report gives per server
+    /// the segments and bytes it served, its failures and its RTT. Exits
+    /// non-zero unless FILE was stored.
+    Fetch(fetch::FetchArgs),
+
     /// Write a file of pseudo-random bytes (ChaCha8, reproducible by seed).
     Samplegen(samplegen::SamplegenArgs),
 }
@@ -85,6 +124,8 @@ fn run(cli: Cli) -> Result<()> {
         Command::Send(a) => a.net.trace,
         Command::EchoServer(a) => a.net.trace,
         Command::Echo(a) => a.net.trace,
+        Command::Serve(a) => a.net.trace,
+        Command::Fetch(a) => a.net.trace,
         Command::Samplegen(_) => false,
     };
     net::init_tracing(trace);
@@ -99,6 +140,8 @@ fn run(cli: Cli) -> Result<()> {
             Command::Send(args) => transfer::run_send(args).await,
             Command::EchoServer(args) => echo::run_server(args).await,
             Command::Echo(args) => echo::run_client(args).await,
+            Command::Serve(args) => fetch::run_serve(args).await,
+            Command::Fetch(args) => fetch::run_fetch(args).await,
             Command::Samplegen(_) => unreachable!("handled above"),
         }
     })
