@@ -72,6 +72,7 @@ async fn send_group(file: &Path, peers: &[SocketAddr], chunk: usize) -> Result<(
     if !unreachable.is_empty() {
         bail!("{} of {} receivers unreachable: {unreachable:?}", unreachable.len(), peers.len());
     }
+    let mut outstanding_peak = 0;
     loop {
         // Read from the page cache inside the task: at most `chunk` bytes
         // at a time, a fraction of a millisecond.
@@ -81,6 +82,9 @@ async fn send_group(file: &Path, peers: &[SocketAddr], chunk: usize) -> Result<(
             break;
         }
         group.send(Bytes::from(buf)).await?;
+        // The shared buffer's use after each message: what the sender's
+        // memory holds of the file (spec §14.4).
+        outstanding_peak = outstanding_peak.max(group.stats().outstanding_bytes);
     }
     group.close().await.context("closing the group")?;
     let closed = monotonic_ns();
@@ -92,8 +96,9 @@ async fn send_group(file: &Path, peers: &[SocketAddr], chunk: usize) -> Result<(
     let conns: Vec<_> = peers_now.iter().filter_map(|(_, p)| p.conn).collect();
     let srtt_ms: Vec<f64> = conns.iter().map(|c| c.srtt.as_secs_f64() * 1e3).collect();
     println!(
-        "{GROUP_PREFIX} closed_ns={closed} peers={} retransmissions={} lost_packets={} rto_expiries={} srtt_ms_max={:.3}",
+        "{GROUP_PREFIX} closed_ns={closed} peers={} outstanding_peak_mib={:.1} retransmissions={} lost_packets={} rto_expiries={} srtt_ms_max={:.3}",
         peers_now.len(),
+        outstanding_peak as f64 / (1 << 20) as f64,
         conns.iter().map(|c| c.retransmissions).sum::<u64>(),
         conns.iter().map(|c| c.lost_packets).sum::<u64>(),
         conns.iter().map(|c| c.rto_expiries).sum::<u64>(),

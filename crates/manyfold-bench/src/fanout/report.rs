@@ -134,12 +134,15 @@ impl Report {
             Kind::Manyfold => (med_range(&self.time_ratios(bytes, n), 2), self.rss_ratio(bytes, n, kind)),
             Kind::Tcp => ("1.00".into(), self.rss_ratio(bytes, n, kind)),
         };
-        let retrans = match kind {
-            Kind::Manyfold => med_range(&col(&|r| r.group_field("retransmissions").unwrap_or(f64::NAN)), 0),
-            Kind::Tcp => "–".into(),
+        let group = |key: &'static str| move |r: &RunResult| r.group_field(key).unwrap_or(f64::NAN);
+        let (outstanding, retrans) = match kind {
+            Kind::Manyfold => {
+                (med_range(&col(&group("outstanding_peak_mib")), 0), med_range(&col(&group("retransmissions")), 0))
+            }
+            Kind::Tcp => ("–".into(), "–".into()),
         };
         format!(
-            "| {n} | {} | {} of {total} | {} | {} | {ratio} | {} | {} | {rss_ratio} | {} | {} | {retrans} |\n",
+            "| {n} | {} | {} of {total} | {} | {} | {ratio} | {} | {} | {rss_ratio} | {outstanding} | {} | {} | {retrans} |\n",
             kind.label(),
             runs.len(),
             med_range(&col(&|r| r.time_to_all), 2),
@@ -207,8 +210,8 @@ impl Figures for Report {
                 p.reps
             );
             out += &header(&sizes, p.seed, &self.load_before, &self.load_after);
-            out += "\n\n| N | row | runs | time to all s | aggregate goodput MB/s | time ÷ TCP's (same rep) | sender CPU s | sender peak RSS MiB | sender RSS ÷ at N = 1 | receivers' CPU s | receivers' peak RSS MiB | retransmissions |\n";
-            out += "|---|---|---|---|---|---|---|---|---|---|---|---|\n";
+            out += "\n\n| N | row | runs | time to all s | aggregate goodput MB/s | time ÷ TCP's (same rep) | sender CPU s | sender peak RSS MiB | sender RSS ÷ at N = 1 | group buffer peak MiB | receivers' CPU s | receivers' peak RSS MiB | retransmissions |\n";
+            out += "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
             for &n in &p.peers {
                 for kind in [Kind::Manyfold, Kind::Tcp] {
                     out += &self.row(bytes, n, kind);
@@ -223,6 +226,7 @@ impl Figures for Report {
              manyfold: one group (mode All, GroupConfig defaults: 64 MiB shared send buffer) sending {}-byte messages, each read into one `Bytes` shared by every peer, then `close` (every peer acknowledged all and the FIN); library defaults otherwise (NewReno). \
              TCP: N threads, one connection each, each re-reading the file in 1 MiB reads (its own buffer) and waiting for its receiver's \"ok\"; kernel default congestion control. \
              Time to all: the sender's CLOCK_MONOTONIC stamp before connecting to the last receiver's stamp after its hash matched. Aggregate goodput = N × size / time (MB = 10^6 bytes). CPU (user + sys) and peak RSS from wait4(2) per process. \
+             Group buffer peak: the most bytes of group messages not yet acknowledged by every peer (`GroupStats::outstanding_bytes`, read after each send), i.e. what the sender holds of the file. \
              Medians of the repetitions with (min–max); rows alternate manyfold, TCP for each N within a repetition.\n",
             p.chunk
         );

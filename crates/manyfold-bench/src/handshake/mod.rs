@@ -17,7 +17,8 @@
 //!   the group is dropped and the endpoint shut down before the next;
 //! - manyfold with `response_timeout` = `--short-rtts` × RTT (lossy links
 //!   only): a lost SYN or SYN-ACK is repaired after that instead of the
-//!   default 1 s;
+//!   default 1 s when no other peer has answered yet (once one has, the
+//!   group asks again at twice the latest answer's time, spec §14.3);
 //! - kernel TCP: N `connect`s spawned at once, timed until the last
 //!   completes (the kernel retransmits a SYN after 1 s too).
 //!

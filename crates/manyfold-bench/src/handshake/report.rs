@@ -95,7 +95,7 @@ pub type Report = Runs<Plan, RunResult>;
 impl Report {
     fn label(&self, row: Row, link: Link) -> String {
         match row {
-            Row::Manyfold => "manyfold group (response timeout 1 s)".into(),
+            Row::Manyfold => "manyfold group (GroupConfig defaults)".into(),
             Row::ManyfoldShort => format!(
                 "manyfold group (response timeout {} RTT = {:.0} ms)",
                 self.plan.short_rtts,
@@ -190,7 +190,7 @@ impl Figures for Report {
         out += "\n";
         out += &self.target();
         out += "\nEach (link, N) is one run: a receiver process in namespace b hosting N manyfold endpoints (listening) and N TCP listeners on 198.18.0.2; a sender process in namespace a that times, per repetition and row in turn, `Endpoint::group(peers, GroupConfig)` from a fresh endpoint (from the call to its return: every peer answered, or the 10 s overall timeout), then drops the group and shuts the endpoint down; and N tokio `TcpStream::connect`s spawned at once, until the last completes. \
-                RTTs are of the configured link (the relay adds well under 1 ms). A lost SYN or SYN-ACK costs manyfold the response timeout (its member connection's first RTO) and TCP its 1 s SYN retransmission; such connects show in p90 and max.\n";
+                RTTs are of the configured link (the relay adds well under 1 ms). A lost SYN or SYN-ACK: the group sends that peer's SYN again at twice the latest answer's time + 10 ms (spec §14.3, once per handshake), or after the response timeout (1 s by default, its member connection's first RTO, then backing off) if no peer has answered yet; TCP sends its SYN again after 1 s. Such connects show in p90 and max.\n";
         out
     }
 
