@@ -85,8 +85,9 @@ enum Command {
     /// cannot serve the file is left out with a warning (no majority: the
     /// fetch fails). Each server is then asked for different segments,
     /// with a few requests outstanding that grow with its rate, so a fast
-    /// server gets more work. A server that fails (connection lost, error,
-    /// a segment that does not match its hash, no answer) gets no more
+    /// server gets more work. A server that fails (connection lost, an
+    /// error, a segment that does not match its hash, no packet for 8
+    /// round trips and at least 1.5 s while it owes segments) gets no more
     /// work and its segments go to the others; a request unanswered for
     /// its server's timeout (4× its usual latency, at least 1 s) is asked
     /// of another server too, and near the end idle servers ask for what

@@ -4,10 +4,9 @@
 //!
 //! 1. The group's parallel handshake opens a connection to every server;
 //!    the unreachable ones are named and left out.
-//! 2. Each server is asked for NAME's manifest. The servers must agree:
-//!    the manifest most of them gave is used, and a server whose manifest
-//!    differs, or that cannot serve NAME, is dropped with a warning. With
-//!    no majority (one against one, say) the fetch fails.
+//! 2. Each server is asked for NAME's manifest, and the servers must agree
+//!    ([`super::agree`]): a server that differs from the majority, or that
+//!    cannot serve NAME, is dropped with a warning.
 //! 3. [`super::schedule`] decides who is asked for what; answers are
 //!    checked against the manifest's BLAKE3 of that segment and written at
 //!    its offset into the data file of [`super::journal`]; a server that
@@ -26,6 +25,7 @@ use clap::Args;
 use indicatif::{MultiProgress, ProgressBar};
 use manyfold::{Destination, Endpoint, Group, GroupConfig, GroupEvent, Left, PeerId, PeerState, StreamItem};
 
+use super::agree::{agree, manifests};
 use super::journal::{self, Download, Start};
 use super::schedule::{Answer, Schedule, Tick};
 use super::wire::{check_name, Manifest, Reply, Request};
@@ -33,14 +33,8 @@ use crate::net::{self, NetArgs};
 use crate::report;
 use crate::size::{human_bytes, human_duration, human_rate};
 
-/// How long the servers may take to give their manifests (a server hashes
-/// a file it has not described before, about a second per GB).
-const MANIFEST_TIMEOUT: Duration = Duration::from_secs(120);
 /// How often timeouts are checked, figures refreshed and bars moved.
 const TICK: Duration = Duration::from_millis(100);
-/// Once one server gave its manifest, how long the others have (at least;
-/// four times what the first took if that is longer).
-const MANIFEST_GRACE: Duration = Duration::from_secs(10);
 /// How long the group may take to close once the outcome is known.
 const CLOSE_TIMEOUT: Duration = Duration::from_secs(1);
 
@@ -358,123 +352,6 @@ fn failed_tick(t: Tick) -> Option<(usize, String)> {
     }
 }
 
-/// Reads one manifest (or refusal) from each of `up`, within
-/// [`MANIFEST_TIMEOUT`], and once the first manifest came, within
-/// [`MANIFEST_GRACE`] or four times what it took, whichever is longer (a
-/// server that died meanwhile must not hold the others up). Returns them
-/// in order.
-async fn manifests(group: &Group, up: &[(PeerId, SocketAddr)], name: &str) -> Vec<Result<Manifest, String>> {
-    let mut answers: Vec<Option<Result<Manifest, String>>> = vec![None; up.len()];
-    let index: HashMap<PeerId, usize> = up.iter().enumerate().map(|(i, (p, _))| (*p, i)).collect();
-    let asked = tokio::time::Instant::now();
-    let mut deadline = asked + MANIFEST_TIMEOUT;
-    let mut first: Option<Duration> = None;
-    let mut events = true;
-    while answers.iter().any(Option::is_none) {
-        if let (None, true) = (first, answers.iter().any(|a| matches!(a, Some(Ok(_))))) {
-            let took = asked.elapsed();
-            first = Some(took);
-            deadline = deadline.min(tokio::time::Instant::now() + MANIFEST_GRACE.max(took * 4));
-        }
-        tokio::select! {
-            _ = tokio::time::sleep_until(deadline) => break,
-            ev = group.next_event(), if events => match ev {
-                Some(GroupEvent::PeerLeft { peer, why, .. }) => {
-                    if let Some(&i) = index.get(&peer) {
-                        answers[i].get_or_insert(Err(format!("connection lost: {why}")));
-                    }
-                }
-                Some(_) => {}
-                None => events = false,
-            },
-            msg = group.recv_message() => {
-                let Some((dest, item)) = msg else { break };
-                let Some(&i) = index.get(&dest.peer) else { continue };
-                if answers[i].is_some() {
-                    continue;
-                }
-                answers[i] = Some(match item {
-                    StreamItem::Message(m) => match Reply::parse(&m) {
-                        Ok(Reply::Manifest(got)) if got.name == name => Ok(got),
-                        Ok(Reply::Manifest(got)) => Err(format!("answered with the manifest of {:?}", got.name)),
-                        Ok(Reply::Error(why)) => Err(why),
-                        Ok(Reply::Segment { .. }) => Err("sent a segment before the manifest".into()),
-                        Err(e) => Err(format!("malformed reply: {e}")),
-                    },
-                    other => Err(format!("ended its stream before the manifest ({other:?})")),
-                });
-            }
-        }
-    }
-    let waited = asked.elapsed();
-    let late = |_| match first {
-        Some(took) => format!(
-            "no manifest within {} (another server gave one in {})",
-            human_duration(waited),
-            human_duration(took)
-        ),
-        None => format!("no manifest within {}", human_duration(waited)),
-    };
-    answers.into_iter().map(|a| a.unwrap_or_else(|| Err(late(())))).collect()
-}
-
-/// The servers that agree with the majority, and the others with why.
-#[derive(Debug)]
-struct Chosen {
-    agreeing: Vec<(PeerId, SocketAddr)>,
-    dropped: Vec<(PeerId, SocketAddr, String)>,
-}
-
-/// Picks the manifest most servers gave. Fails if no server gave one or
-/// if two manifests tie for the most.
-fn agree(
-    name: &str,
-    up: &[(PeerId, SocketAddr)],
-    answers: Vec<Result<Manifest, String>>,
-) -> Result<(Manifest, Chosen)> {
-    let mut classes: Vec<(Manifest, Vec<usize>)> = Vec::new();
-    let mut dropped = Vec::new();
-    for (i, answer) in answers.into_iter().enumerate() {
-        match answer {
-            Ok(m) => match classes.iter_mut().find(|(c, _)| c.same_content(&m)) {
-                Some((_, members)) => members.push(i),
-                None => classes.push((m, vec![i])),
-            },
-            Err(why) => dropped.push((up[i].0, up[i].1, why)),
-        }
-    }
-    let describe = |m: &Manifest| {
-        format!("{} bytes, blake3 {}, segments of {}", m.size, blake3::Hash::from(m.hash).to_hex(), m.segment_size)
-    };
-    if classes.is_empty() {
-        let why: Vec<String> = dropped.iter().map(|(_, a, w)| format!("{a}: {w}")).collect();
-        bail!("no server can serve {name} ({})", why.join("; "));
-    }
-    // Stable: on equal counts the first answer's class comes first.
-    classes.sort_by_key(|(_, members)| std::cmp::Reverse(members.len()));
-    if classes.len() > 1 && classes[0].1.len() == classes[1].1.len() {
-        let said: Vec<String> = classes
-            .iter()
-            .flat_map(|(m, members)| members.iter().map(move |&i| format!("{} says {}", up[i].1, describe(m))))
-            .collect();
-        bail!("the servers disagree about {name} and no majority decides: {}", said.join("; "));
-    }
-    let mut classes = classes.into_iter();
-    let (manifest, members) = classes.next().expect("not empty");
-    for (m, others) in classes {
-        for i in others {
-            let why = format!(
-                "its manifest of {name} ({}) differs from the majority's ({})",
-                describe(&m),
-                describe(&manifest)
-            );
-            dropped.push((up[i].0, up[i].1, why));
-        }
-    }
-    let agreeing = members.into_iter().map(|i| up[i]).collect();
-    Ok((manifest, Chosen { agreeing, dropped }))
-}
-
 /// How the download loop ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Outcome {
@@ -491,6 +368,9 @@ struct Run<'a> {
     servers: &'a [(PeerId, SocketAddr)],
     by_peer: HashMap<PeerId, usize>,
     sched: Schedule,
+    /// Packets received from each server at the last tick: it is alive
+    /// while the count grows (the schedule's silence rule).
+    packets: Vec<u64>,
     total: ProgressBar,
     bars: Vec<ProgressBar>,
 }
@@ -514,6 +394,7 @@ impl<'a> Run<'a> {
             servers,
             by_peer: servers.iter().enumerate().map(|(i, (p, _))| (*p, i)).collect(),
             sched: Schedule::new(done, servers.len()),
+            packets: vec![0; servers.len()],
             total,
             bars,
         }
@@ -572,6 +453,7 @@ impl<'a> Run<'a> {
                     let Some((dest, item)) = msg else { return Ok(Outcome::AllFailed) };
                     let Some(&s) = self.by_peer.get(&dest.peer) else { continue };
                     if self.sched.servers()[s].failed.is_none() {
+                        self.sched.heard(s, Instant::now());
                         self.on_item(s, item, download)?;
                     }
                 }
@@ -641,8 +523,18 @@ impl<'a> Run<'a> {
 
     /// Timeouts, round-trip times and the journal's timer.
     fn on_tick(&mut self, download: &mut Download) -> Result<()> {
+        let now = Instant::now();
+        for (peer, stats) in self.group.peers() {
+            if let (Some(&s), Some(conn)) = (self.by_peer.get(&peer), stats.conn) {
+                self.sched.set_srtt(s, conn.srtt);
+                if conn.packets_received > self.packets[s] {
+                    self.packets[s] = conn.packets_received;
+                    self.sched.heard(s, now);
+                }
+            }
+        }
         let mut slow: HashMap<usize, Vec<u32>> = HashMap::new();
-        for t in self.sched.tick(Instant::now()) {
+        for t in self.sched.tick(now) {
             match t {
                 Tick::Slow { server, index } => slow.entry(server).or_default().push(index),
                 Tick::Failed { server, why } => {
@@ -660,11 +552,6 @@ impl<'a> Run<'a> {
                 human_duration(timeout)
             ));
         }
-        for (peer, stats) in self.group.peers() {
-            if let (Some(&s), Some(conn)) = (self.by_peer.get(&peer), stats.conn) {
-                self.sched.set_srtt(s, conn.srtt);
-            }
-        }
         tokio::task::block_in_place(|| download.save_if_due())
     }
 
@@ -679,38 +566,6 @@ impl<'a> Run<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn manifest(size: u64, tag: u8) -> Manifest {
-        let count = size.div_ceil(4096) as usize;
-        Manifest { name: "f".into(), size, segment_size: 4096, hash: [tag; 32], segments: vec![[tag; 32]; count] }
-    }
-
-    fn up(n: usize) -> Vec<(PeerId, SocketAddr)> {
-        (0..n).map(|i| (PeerId(i as u32), SocketAddr::from(([127, 0, 0, 1], 7000 + i as u16)))).collect()
-    }
-
-    #[test]
-    fn the_majority_manifest_wins_and_the_others_are_named() {
-        let answers =
-            vec![Ok(manifest(9000, 1)), Ok(manifest(9000, 2)), Ok(manifest(9000, 2)), Err("not found: f".into())];
-        let (m, chosen) = agree("f", &up(4), answers).unwrap();
-        assert_eq!(m.hash, [2; 32]);
-        assert_eq!(chosen.agreeing.iter().map(|(p, _)| p.0).collect::<Vec<_>>(), [1, 2]);
-        let dropped: Vec<(u32, &str)> = chosen.dropped.iter().map(|(p, _, w)| (p.0, w.as_str())).collect();
-        assert_eq!(dropped[0], (3, "not found: f"));
-        assert_eq!(dropped[1].0, 0);
-        assert!(dropped[1].1.contains("differs from the majority"), "{}", dropped[1].1);
-    }
-
-    #[test]
-    fn a_tie_or_no_manifest_fails_naming_the_servers() {
-        let err = agree("f", &up(2), vec![Ok(manifest(9000, 1)), Ok(manifest(9001, 1))]).unwrap_err().to_string();
-        assert!(err.contains("no majority") && err.contains("127.0.0.1:7001 says 9001 bytes"), "{err}");
-        let err = agree("f", &up(2), vec![Err("not found: f".into()), Err("x".into())]).unwrap_err().to_string();
-        assert!(err.contains("no server can serve f") && err.contains("127.0.0.1:7000: not found: f"), "{err}");
-        let (_, chosen) = agree("f", &up(1), vec![Ok(manifest(0, 3))]).unwrap();
-        assert_eq!(chosen.agreeing.len(), 1, "one server is its own majority");
-    }
 
     #[test]
     fn out_must_be_new_unless_overwrite() {

@@ -27,11 +27,12 @@
 //! of another version than the one it described: it re-checks each
 //! segment's hash as it reads it, and answers an error if the file
 //! changed. The client keeps only servers whose manifests agree with the
-//! majority's ([`client`]), schedules segments over them
+//! majority's ([`agree`]), schedules segments over them
 //! ([`schedule`]), checks every segment's hash before writing it, the
 //! whole file's hash before the rename, and leaves a journal to resume
 //! from if it stops early ([`journal`]).
 
+mod agree;
 mod client;
 mod journal;
 mod schedule;

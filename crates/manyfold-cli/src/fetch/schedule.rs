@@ -9,8 +9,10 @@
 //!   is pulled: a server gets a new segment when an answer frees a slot,
 //!   so a fast server gets more segments.
 //! - **Failure.** A failed server (connection lost, error reply, bad hash,
-//!   no answer at all for twice its timeout) gets no more work; its
-//!   segments go back to the front of the queue for the others.
+//!   or silent: not one packet heard from it for [`silence`] while it owes
+//!   answers) gets no more work; its segments go back to the front of the
+//!   queue for the others. Silence, not a late answer, is the sign of a
+//!   dead server: a slow one is still sending.
 //! - **Timeouts.** A request unanswered for the server's timeout (four
 //!   times its smoothed answer latency, from [`MIN_TIMEOUT`] to
 //!   [`MAX_TIMEOUT`]) is given to someone else; the server counts as slow
@@ -32,9 +34,8 @@ pub const MAX_WINDOW: usize = 16;
 pub const INITIAL_TIMEOUT: Duration = Duration::from_secs(5);
 pub const MIN_TIMEOUT: Duration = Duration::from_secs(1);
 pub const MAX_TIMEOUT: Duration = Duration::from_secs(30);
-/// At the end, the least age of an unanswered request that fails its
-/// server ([`Schedule::settle`]).
-pub const SETTLE_FLOOR: Duration = Duration::from_millis(250);
+/// Least silence that fails a server owing answers ([`silence`]).
+pub const MIN_SILENCE: Duration = Duration::from_millis(1500);
 /// Most live requests for one segment at once (endgame).
 pub const MAX_COPIES: u8 = 2;
 
@@ -74,6 +75,8 @@ pub struct Server {
     busy: bool,
     /// Since when it owes us an answer without having given one.
     waiting_since: Option<Instant>,
+    /// When a packet of its connection last arrived.
+    heard: Option<Instant>,
     srtt: Duration,
     pub failed: Option<String>,
     /// Segments it delivered first, and their bytes.
@@ -94,6 +97,7 @@ impl Server {
             last_answer: None,
             busy: false,
             waiting_since: None,
+            heard: None,
             srtt: Duration::ZERO,
             failed: None,
             segments: 0,
@@ -118,6 +122,12 @@ impl Server {
             None => INITIAL_TIMEOUT,
             Some(l) => (l * 4).clamp(MIN_TIMEOUT, MAX_TIMEOUT),
         }
+    }
+
+    /// How long it has owed answers without a packet heard from it.
+    fn silent(&self, now: Instant) -> Option<Duration> {
+        let since = self.waiting_since?.max(self.heard.unwrap_or(self.waiting_since?));
+        Some(now.saturating_duration_since(since))
     }
 
     fn asked(&self, index: u32) -> bool {
@@ -367,16 +377,11 @@ impl Schedule {
             if self.servers[s].failed.is_some() {
                 continue;
             }
-            let timeout = self.servers[s].timeout();
-            if let Some(since) = self.servers[s].waiting_since {
-                let silent = now.saturating_duration_since(since);
-                if silent > timeout * 2 {
-                    let why = format!("no answer for {}", crate::size::human_duration(silent));
-                    self.fail(s, why.clone(), None);
-                    out.push(Tick::Failed { server: s, why });
-                    continue;
-                }
+            if let Some(failed) = self.fail_if_silent(s, now) {
+                out.push(failed);
+                continue;
             }
+            let timeout = self.servers[s].timeout();
             let mut expired = Vec::new();
             for a in self.servers[s].asks.iter_mut() {
                 if !a.late && now.saturating_duration_since(a.sent) > timeout {
@@ -396,35 +401,39 @@ impl Schedule {
     }
 }
 
+/// How long a server owing answers may stay silent: eight round trips,
+/// and at least [`MIN_SILENCE`] (a loss repaired by a backed-off timeout
+/// leaves a gap of a few hundred milliseconds).
+pub fn silence(srtt: Duration) -> Duration {
+    (srtt * 8).max(MIN_SILENCE)
+}
+
 impl Schedule {
-    /// At the end: a live server still owing an answer much older than
-    /// its usual latency (four times, and at least [`SETTLE_FLOOR`]) is
-    /// failed: the others finished its segments before it timed out. A
-    /// server that never answered a segment is held to the others' median
-    /// latency.
-    pub fn settle(&mut self, now: Instant) -> Vec<Tick> {
-        let mut known: Vec<Duration> = self.servers.iter().filter_map(|s| s.latency).collect();
-        known.sort();
-        let median = known.get(known.len() / 2).copied();
-        let mut out = Vec::new();
-        for s in 0..self.servers.len() {
-            let server = &self.servers[s];
-            let Some(oldest) = server.asks.iter().map(|a| a.sent).min() else { continue };
-            if server.failed.is_some() {
-                continue;
-            }
-            let limit = match server.latency.or(median) {
-                Some(l) => (l * 4).max(SETTLE_FLOOR),
-                None => INITIAL_TIMEOUT,
-            };
-            let silent = now.saturating_duration_since(server.waiting_since.unwrap_or(oldest));
-            if now.saturating_duration_since(oldest) > limit {
-                let why = format!("no answer for {}", crate::size::human_duration(silent));
-                self.fail(s, why.clone(), None);
-                out.push(Tick::Failed { server: s, why });
-            }
+    /// A packet of `s`'s connection arrived (the caller samples its
+    /// connection's counters).
+    pub fn heard(&mut self, s: ServerIx, now: Instant) {
+        self.servers[s].heard = Some(now);
+    }
+
+    fn fail_if_silent(&mut self, s: ServerIx, now: Instant) -> Option<Tick> {
+        let server = &self.servers[s];
+        let silent = server.silent(now)?;
+        if server.failed.is_some() || silent <= silence(server.srtt) {
+            return None;
         }
-        out
+        let why = format!(
+            "no packet for {} while it owed {} segment(s)",
+            crate::size::human_duration(silent),
+            server.asks.len()
+        );
+        self.fail(s, why.clone(), None);
+        Some(Tick::Failed { server: s, why })
+    }
+
+    /// At the end: fails the servers that are silent while owing answers
+    /// (the others finished their segments before the next tick did).
+    pub fn settle(&mut self, now: Instant) -> Vec<Tick> {
+        (0..self.servers.len()).filter_map(|s| self.fail_if_silent(s, now)).collect()
     }
 }
 
@@ -452,6 +461,8 @@ mod tests {
                 if answered[s] >= lives {
                     continue;
                 }
+                // A live server is sending: its packets are heard.
+                sched.heard(s, now);
                 if next[s].is_none() && !queues[s].is_empty() {
                     next[s] = Some(now + pace);
                 }
@@ -488,31 +499,31 @@ mod tests {
         let (sched, took) =
             simulate(100, &[(5 * MS, FOREVER), (5 * MS, 0), (5 * MS, FOREVER)], Duration::from_secs(30));
         assert!(sched.is_complete());
-        let dead = &sched.servers()[1];
-        assert_eq!(dead.segments, 0);
-        assert!(dead.failed.as_deref().is_some_and(|w| w.starts_with("no answer for")), "named at the end: {dead:?}");
+        assert_eq!(sched.servers()[1].segments, 0);
         // The others took its segments without waiting out its timeout.
-        assert!(took < INITIAL_TIMEOUT, "{took:?}");
+        assert!(took < MIN_SILENCE, "{took:?}");
     }
 
     #[test]
-    fn a_server_that_dies_mid_way_times_out_and_is_dropped() {
+    fn a_server_that_dies_mid_way_falls_silent_and_is_dropped() {
         let servers = [(5 * MS, FOREVER), (5 * MS, 5), (5 * MS, FOREVER)];
         let (sched, took) = simulate(1000, &servers, Duration::from_secs(30));
         assert!(sched.is_complete());
         let dead = &sched.servers()[1];
         assert_eq!(dead.segments, 5);
-        assert_eq!(dead.timeouts, MIN_WINDOW as u64, "its window: no round trip to cover");
-        assert!(dead.failed.as_deref().is_some_and(|w| w.starts_with("no answer for")), "{:?}", dead.failed);
+        let why = dead.failed.as_deref().unwrap_or_default();
+        assert!(why.starts_with("no packet for 1.5") && why.ends_with("owed 2 segment(s)"), "{why}");
         assert!(took < Duration::from_secs(3), "{took:?}");
     }
 
     #[test]
-    fn a_server_dead_at_the_end_is_named_when_the_others_finish() {
-        let servers = [(5 * MS, FOREVER), (5 * MS, 5), (5 * MS, FOREVER)];
-        let (sched, _) = simulate(300, &servers, Duration::from_secs(30));
-        let dead = &sched.servers()[1];
-        assert!(dead.failed.as_deref().is_some_and(|w| w.starts_with("no answer for")), "{:?}", dead.failed);
+    fn a_slow_server_that_is_still_sending_keeps_its_place() {
+        let servers = [(5 * MS, FOREVER), (6000 * MS, FOREVER), (5 * MS, FOREVER)];
+        let (sched, _) = simulate(2000, &servers, Duration::from_secs(30));
+        assert!(sched.is_complete());
+        let slow = &sched.servers()[1];
+        assert!(slow.failed.is_none(), "{slow:?}");
+        assert!(slow.timeouts > 0, "its first requests went to the others: {slow:?}");
     }
 
     #[test]
@@ -556,6 +567,7 @@ mod tests {
         let mut sched = Schedule::new(&[false, false], 1);
         assert_eq!(sched.requests(t), [(0, 0), (0, 1)]);
         let late = t + INITIAL_TIMEOUT + MS;
+        sched.heard(0, late);
         let ticks = sched.tick(late);
         assert_eq!(ticks, [Tick::Slow { server: 0, index: 0 }, Tick::Slow { server: 0, index: 1 }]);
         assert_eq!(sched.servers()[0].window(), 1);

@@ -80,6 +80,8 @@ pub enum WireError {
     SegmentSize(u32),
     #[error("{count} segments do not fit a file of {size} bytes in segments of {segment} (at most {MAX_SEGMENTS})")]
     SegmentCount { count: u32, size: u64, segment: u32 },
+    #[error("segment data of {0} bytes (1 to {MAX_SEGMENT} allowed)")]
+    SegmentLength(u32),
     #[error("error text of {0} bytes (at most {MAX_TEXT})")]
     TextLength(usize),
 }
@@ -303,7 +305,7 @@ impl Reply<'_> {
                 fixed(WHAT, m, field::S_FIXED)?;
                 let len = be32(m, field::S_LEN);
                 if len == 0 || len > MAX_SEGMENT {
-                    return Err(WireError::Length { what: "segment data", len: len as usize, expected: 1 });
+                    return Err(WireError::SegmentLength(len));
                 }
                 exact(WHAT, m, field::S_FIXED + len as usize)?;
                 Ok(Reply::Segment { index: be32(m, field::S_INDEX), data: &m[field::S_FIXED..] })
@@ -435,7 +437,8 @@ mod tests {
         bad[field::M_COUNT].copy_from_slice(&(MAX_SEGMENTS + 1).to_be_bytes());
         assert!(err(&bad).contains("at most"));
 
-        assert!(err(&[b'd', 0, 0, 0, 0, 0, 0, 0, 0]).contains("segment data"));
+        assert!(err(&[b'd', 0, 0, 0, 0, 0, 0, 0, 0]).contains("segment data of 0 bytes"));
+        assert!(err(&[b'd', 0, 0, 0, 0, 0x01, 0, 0, 0]).contains("segment data of 16777216 bytes"));
         assert!(err(&[b'e', 0xff, 0xff]).contains("error text of 65535"));
         assert_eq!(Reply::parse(&[b'e', 0, 1, 0x1b]), Ok(Reply::Error("\u{fffd}".into())), "control characters");
         assert_eq!(Reply::parse(b"S\0\0\0\0"), Err(WireError::UnknownType(b'S')), "a request is not a reply");
