@@ -144,13 +144,13 @@ impl Figures for Report {
             crate::wan::rate_label(p.rate_bps)
         );
         out += &header(&sizes, p.seed, &self.load_before, &self.load_after);
-        out += "\n\n| RTT · loss | N | row | connects | all N up | median ms | p10 ms | p90 ms | max ms | median RTTs | p90 RTTs | ÷ TCP (same rep) | emulator drops a→b / b→a | paper 01, 3 peers (async, mean) |\n";
-        out += "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
+        out += "\n\n| RTT · loss | N | row | connects | all N up | median ms | mean ms | p10 ms | p90 ms | max ms | median RTTs | p90 RTTs | ÷ TCP (same rep) | emulator drops a→b / b→a | paper 01, 3 peers (async, mean) |\n";
+        out += "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
         for run in &self.runs {
             let link = run.link;
             if run.error.is_some() {
                 out += &format!(
-                    "| {} ms · {}% | {} | – | FAILED | | | | | | | | | | |\n",
+                    "| {} ms · {}% | {} | – | FAILED | | | | | | | | | | | |\n",
                     link.rtt_ms, link.loss_pct, run.peers
                 );
                 continue;
@@ -169,7 +169,7 @@ impl Figures for Report {
                     _ => "",
                 };
                 out += &format!(
-                    "| {} ms · {}% | {} | {} | {} | {all_up} of {} | {:.1} | {:.1} | {:.1} | {:.1} | {:.2} | {:.2} | {ratio} | {} / {} | {paper} |\n",
+                    "| {} ms · {}% | {} | {} | {} | {all_up} of {} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.2} | {:.2} | {ratio} | {} / {} | {paper} |\n",
                     link.rtt_ms,
                     link.loss_pct,
                     run.peers,
@@ -177,6 +177,7 @@ impl Figures for Report {
                     s.len(),
                     s.len(),
                     median(&ms),
+                    ms.iter().sum::<f64>() / ms.len() as f64,
                     percentile(&ms, 10.0),
                     percentile(&ms, 90.0),
                     percentile(&ms, 100.0),
