@@ -651,3 +651,40 @@ fn a_silent_peer_is_dropped_after_the_peer_timeout_not_the_connection_s() {
         assert_eq!(rx.on(peer(i), 0), (0..300).collect::<Vec<_>>(), "peer {i} (seed {seed})");
     }
 }
+
+#[test]
+fn closing_with_a_dead_peer_completes_after_the_peer_timeout() {
+    let seed = 5093;
+    let mut w = World::new(seed);
+    w.add_node(sender(), EndpointConfig::default());
+    let peers: Vec<SocketAddr> = (0..2).map(peer).collect();
+    for &p in &peers {
+        w.add_node(p, EndpointConfig::default());
+        w.endpoint_mut(p).set_listening(true);
+        w.set_link(sender(), p, lossy(15, 0.0));
+    }
+    let config = GroupConfig { peer_timeout: Duration::from_secs(2), ..GroupConfig::default() };
+    let g = open(&mut w, &peers, config);
+    let mut rx = Receivers::default();
+    assert!(transfer(&mut w, g, &peers, &mut rx, 20, Duration::from_secs(30), |_, _| {}), "seed {seed}");
+    // Everything delivered; then peer 1 dies and the group closes: its FIN
+    // is never acknowledged.
+    w.set_link(sender(), peer(1), LinkConfig::blackhole());
+    let t0 = w.elapsed();
+    w.act(sender(), |ep, now| ep.group_close(g, now));
+    let ok = w.run_until(
+        |w| {
+            rx.take(w, &peers);
+            group_events(w).contains(&GroupEvent::Closed)
+        },
+        Duration::from_secs(30),
+    );
+    assert!(ok, "the close waited on a dead peer (seed {seed})");
+    let took = w.elapsed() - t0;
+    assert!(took >= Duration::from_secs(2) && took <= ms(2300), "close took {took:?} (seed {seed})");
+    let why = group_events(&w).into_iter().find_map(|e| match e {
+        GroupEvent::PeerLeft { addr, why, .. } if addr == peer(1) => Some(why),
+        _ => None,
+    });
+    assert_eq!(why, Some(Left::Unresponsive), "seed {seed}");
+}

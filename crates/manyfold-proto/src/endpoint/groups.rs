@@ -260,7 +260,7 @@ impl Endpoint {
     /// their handshake are aborted.
     pub fn group_close(&mut self, g: GroupHandle, now: Instant) {
         let _ = self.with_group(g, now, |ep, group| {
-            let (close, abort) = group.start_close();
+            let (close, abort) = group.start_close(now);
             for h in close {
                 ep.close(h);
             }
@@ -368,7 +368,7 @@ impl Endpoint {
                         self.touch(h.index, now);
                     }
                 }
-                crate::group::Phase::Established => {
+                crate::group::Phase::Established | crate::group::Phase::Closed => {
                     let evict = group.on_tick(now, |h| self.conn(h).map(|c| c.stats()));
                     for i in evict {
                         let h = group.peers[i as usize].conn;
@@ -381,7 +381,6 @@ impl Endpoint {
                         self.abort(h, now, ErrorCode::IDLE_TIMEOUT);
                     }
                 }
-                crate::group::Phase::Closed => {}
             }
             self.put_back(id, group);
         }

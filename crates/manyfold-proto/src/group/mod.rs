@@ -681,8 +681,13 @@ impl Group {
 
     /// Starts the group's close: returns (connections to close
     /// gracefully, connections to abort, still in their handshake).
-    pub(crate) fn start_close(&mut self) -> (Vec<ConnHandle>, Vec<ConnHandle>) {
+    pub(crate) fn start_close(&mut self, now: Instant) -> (Vec<ConnHandle>, Vec<ConnHandle>) {
         self.phase = Phase::Closed;
+        // The peer timeout keeps watching until every peer has it all.
+        self.next_tick.get_or_insert(now + TICK);
+        for p in self.peers.iter_mut().filter(|p| p.pending == 0) {
+            p.quiet_since = Some(now);
+        }
         let (mut close, mut abort) = (Vec::new(), Vec::new());
         for p in &mut self.peers {
             match p.state {
@@ -786,7 +791,9 @@ impl Group {
         (0..self.peers.len() as u32)
             .filter(|&i| {
                 let p = &self.peers[i as usize];
-                p.state == PeerState::Up && p.pending > 0 && quiet(p)
+                // After a close, a peer also owes the acknowledgement of its FIN.
+                let owes = p.pending > 0 || (self.phase == Phase::Closed && !p.drained);
+                matches!(p.state, PeerState::Up | PeerState::Leaving) && owes && quiet(p)
             })
             .collect()
     }
@@ -796,7 +803,7 @@ impl Group {
     pub(crate) fn on_tick(&mut self, now: Instant, stats: impl Fn(ConnHandle) -> Option<crate::ConnStats>) -> Vec<u32> {
         self.next_tick = Some(now + TICK);
         let horizon = self.config.eviction.map_or(TICK * 2, |e| e.after * 2 + Duration::from_secs(10));
-        for p in self.peers.iter_mut().filter(|p| p.state == PeerState::Up) {
+        for p in self.peers.iter_mut().filter(|p| matches!(p.state, PeerState::Up | PeerState::Leaving)) {
             if let Some(s) = stats(p.conn) {
                 p.sample_loss(&s);
                 p.sample_activity(now, &s);
@@ -845,7 +852,8 @@ impl Group {
                 Some(retry.filter(|&r| r != started).map_or(deadline, |r| r.min(deadline)))
             }
             Phase::Established => self.next_tick,
-            Phase::Closed => None,
+            Phase::Closed if self.close_reported => None,
+            Phase::Closed => self.next_tick,
         }
     }
 
