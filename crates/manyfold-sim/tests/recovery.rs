@@ -379,3 +379,20 @@ fn clean_path_sees_no_probe_or_retransmission_whatever_the_sending_pattern() {
         assert_eq!(resent_on_the_wire(&w), [], "rounds ({cc:?} seed {seed})");
     }
 }
+
+#[test]
+fn sixty_data_packets_lost_in_a_row_are_all_resent() {
+    // A short outage: 60 consecutive data packets are lost; recovery
+    // (RACK, probes, the RTO) resends every one and the transfer completes.
+    let seed = 408;
+    let link = LinkConfig::with_delay(Duration::from_millis(10));
+    for &cc in CONTROLLERS {
+        let mut w = pair(seed, link.clone(), config(cc));
+        let first = Rc::new(Cell::new(None));
+        w.set_drop_rule(drop_data(300, 60, first));
+        let t = Transfer::start(&mut w, client(), server(), 4 << 20, 1 << 20);
+        let r = t.run(&mut w, Duration::from_secs(120)).unwrap_or_else(|e| panic!("{cc:?}: {e}"));
+        assert!(w.dropped_by_rule() >= 1, "({cc:?} seed {seed})");
+        assert!(r.client.retransmissions >= w.dropped_by_rule(), "{:?} ({cc:?} seed {seed})", r.client);
+    }
+}
