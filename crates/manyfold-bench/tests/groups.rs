@@ -45,7 +45,7 @@ fn handshake_quick_connects_every_peer_on_both_links() {
             let prefix = format!("{link} {n} | manyfold group (GroupConfig defaults) |");
             let line = stdout.lines().find(|l| l.starts_with(&prefix));
             let line = line.unwrap_or_else(|| panic!("no row {prefix}:\n{stdout}\n{stderr}"));
-            assert!(line.contains(&format!("| 5 of 5 |")), "every connect brought all {n} up: {line}");
+            assert!(line.contains("| 5 of 5 |"), "every connect brought all {n} up: {line}");
         }
     }
     assert!(stdout.contains("Target, group handshake median ≤ 1.1 RTT"), "{stdout}");
