@@ -1,4 +1,5 @@
-//! A blocking facade in the shape of librusp's API (paper 04 §2.2):
+//! A blocking facade in the shape of librusp's API (paper 04 §2.2) and, for
+//! groups, of paper 00's (§4.2):
 //! `listen`, `accept`, `connect`, `send`, `receive`, `close`, `local`,
 //! `peer`. Calls block the calling thread on an internal multi-threaded
 //! tokio runtime, shared by every blocking handle, which keeps driving the
@@ -219,5 +220,97 @@ impl Write for Stream {
     }
     fn flush(&mut self) -> io::Result<()> {
         Ok(())
+    }
+}
+
+/// A group in the shape of paper 00's API (§4.2): `connect` to many
+/// destinations at once, `send` to them in the group's mode,
+/// `wait_for_send`, `add_destination`, `remove_destination`,
+/// `fully_remove_destination`, `close`. Dropping it closes the group
+/// gracefully in the background.
+#[derive(Debug)]
+pub struct Group {
+    group: crate::Group,
+    _endpoint: Endpoint,
+}
+
+impl Group {
+    /// Opens a group from a fresh endpoint on an ephemeral port to every
+    /// address in `peers` (paper 01's parallel handshake). Returns it with
+    /// the peers that are not in it and why; fails if fewer than
+    /// `config.min_peers` answered.
+    #[allow(clippy::type_complexity)]
+    pub fn connect(
+        peers: &[SocketAddr],
+        config: crate::GroupConfig,
+    ) -> Result<(Group, Vec<(SocketAddr, crate::Unreachable)>), crate::GroupError> {
+        Group::connect_with(peers, config, Config::default())
+    }
+
+    /// [`Group::connect`] with the endpoint's configuration.
+    #[allow(clippy::type_complexity)]
+    pub fn connect_with(
+        peers: &[SocketAddr],
+        config: crate::GroupConfig,
+        endpoint: Config,
+    ) -> Result<(Group, Vec<(SocketAddr, crate::Unreachable)>), crate::GroupError> {
+        let v6 = peers.first().is_some_and(SocketAddr::is_ipv6);
+        let local: SocketAddr = if v6 { "[::]:0".parse() } else { "0.0.0.0:0".parse() }.expect("literal address");
+        runtime().block_on(async {
+            let ep = Endpoint::bind(local, endpoint).await.map_err(|_| crate::GroupError::EndpointClosed)?;
+            let (group, unreachable) = ep.group(peers, config).await?;
+            Ok((Group { group, _endpoint: ep }, unreachable))
+        })
+    }
+
+    /// Sends one message to the group; blocks while the shared send
+    /// buffer is full. Returns its group sequence number.
+    pub fn send(&self, data: &[u8]) -> Result<u64, crate::GroupError> {
+        runtime().block_on(self.group.send(data.to_vec()))
+    }
+
+    /// Blocks until every message sent is delivered in the mode's sense.
+    pub fn wait_for_send(&self) -> Result<(), crate::GroupError> {
+        runtime().block_on(self.group.wait_for_send())
+    }
+
+    /// The next message (or notice) from any peer; `None` once closed.
+    pub fn recv_message(&self) -> Option<(crate::Destination, StreamItem)> {
+        runtime().block_on(self.group.recv_message())
+    }
+
+    pub fn add_destination(&self, addr: SocketAddr) -> Result<crate::Destination, crate::GroupError> {
+        self.group.add_destination(addr)
+    }
+
+    pub fn remove_destination(&self, dest: crate::Destination) -> Result<(), crate::GroupError> {
+        self.group.remove_destination(dest)
+    }
+
+    pub fn fully_remove_destination(&self, peer: crate::PeerId) -> Result<(), crate::GroupError> {
+        self.group.fully_remove_destination(peer)
+    }
+
+    /// A membership event if one is waiting.
+    pub fn try_event(&self) -> Option<crate::GroupEvent> {
+        self.group.try_event()
+    }
+
+    pub fn stats(&self) -> crate::GroupStats {
+        self.group.stats()
+    }
+
+    pub fn peers(&self) -> Vec<(crate::PeerId, crate::PeerStats)> {
+        self.group.peers()
+    }
+
+    /// Closes gracefully; returns once every peer has everything, or is gone.
+    pub fn close(&self) -> Result<(), crate::GroupError> {
+        runtime().block_on(self.group.close())
+    }
+
+    /// The async group underneath.
+    pub fn group(&self) -> &crate::Group {
+        &self.group
     }
 }

@@ -127,3 +127,34 @@ async fn a_peer_added_later_reads_from_its_join_point() {
     .await
     .expect("test timed out");
 }
+
+#[test]
+fn the_blocking_group_sends_to_every_blocking_listener() {
+    use manyfold::blocking::{Group, Listener};
+    use std::io::Read;
+    let listeners: Vec<Listener> = (0..3).map(|_| Listener::listen("127.0.0.1:0").expect("listen")).collect();
+    let addrs: Vec<SocketAddr> = listeners.iter().map(|l| l.local().unwrap()).collect();
+    let readers: Vec<_> = listeners
+        .into_iter()
+        .map(|l| {
+            std::thread::spawn(move || {
+                let mut s = l.accept().expect("accept");
+                let mut got = Vec::new();
+                s.read_to_end(&mut got).expect("read to end");
+                got
+            })
+        })
+        .collect();
+    let (group, unreachable) = Group::connect(&addrs, GroupConfig::default()).expect("group");
+    assert!(unreachable.is_empty());
+    let data = payload(12, 1 << 20);
+    for piece in data.chunks(100_000) {
+        group.send(piece).expect("send");
+    }
+    group.wait_for_send().expect("wait_for_send");
+    assert_eq!(group.stats().outstanding_bytes, 0);
+    group.close().expect("close");
+    for r in readers {
+        assert!(r.join().unwrap() == data);
+    }
+}
