@@ -1,7 +1,6 @@
-//! A blocking facade in the shape of librusp's API (paper 04 §2.2) and, for
-//! groups, of paper 00's (§4.2):
+//! A blocking facade in the shape of librusp's API (paper 04 §2.2):
 //! `listen`, `accept`, `connect`, `send`, `receive`, `close`, `local`,
-//! `peer`. Calls block the calling thread on an internal multi-threaded
+//! `peer`; and [`Group`], in the shape of paper 00's (§4.2). Calls block the calling thread on an internal multi-threaded
 //! tokio runtime, shared by every blocking handle, which keeps driving the
 //! connections between calls.
 //!
