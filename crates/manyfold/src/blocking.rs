@@ -1,8 +1,9 @@
 //! A blocking facade in the shape of librusp's API (paper 04 §2.2):
 //! `listen`, `accept`, `connect`, `send`, `receive`, `close`, `local`,
-//! `peer`; and [`Group`], in the shape of paper 00's (§4.2). Calls block the calling thread on an internal multi-threaded
-//! tokio runtime, shared by every blocking handle, which keeps driving the
-//! connections between calls.
+//! `peer`; and [`Group`], in the shape of paper 00's (§4.2). Calls block
+//! the calling thread on an internal multi-threaded tokio runtime, shared
+//! by every blocking handle, which keeps driving the connections between
+//! calls.
 //!
 //! Do not call these from inside a tokio runtime (tokio refuses to block
 //! a runtime thread); use the async API there.
