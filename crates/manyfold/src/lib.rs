@@ -33,6 +33,7 @@ mod endpoint;
 mod error;
 mod fault;
 mod group;
+mod session;
 mod shared;
 mod socket;
 mod trace;
@@ -46,3 +47,4 @@ pub use manyfold_proto::{
     CloseReason, ConnStats, Destination, EndpointConfig, EndpointStats, Eviction, GroupConfig, GroupEvent, GroupStats,
     Left, MessageOptions, Mode, PeerId, PeerState, PeerStats, StreamItem, Unreachable,
 };
+pub use session::REQUEST_TOO_LARGE;

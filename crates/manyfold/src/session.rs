@@ -1,0 +1,139 @@
+//! Short request/reply sessions (paper 02, RUDP; spec §15): one
+//! connection per exchange, with the request riding on the handshake's
+//! last packet together with the client's FIN, so that an exchange costs
+//! the handshake's round trip plus the reply's. The client, closing first,
+//! holds TIME-WAIT; the server, closing second, keeps no state once its
+//! FIN is acknowledged (spec §4.4).
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! let server = manyfold::Endpoint::bind("127.0.0.1:4000".parse()?, Default::default()).await?;
+//! server.listen();
+//! tokio::spawn(async move {
+//!     server.serve(1 << 20, |_peer, request: Vec<u8>| async move { request.into_iter().rev().collect() }).await
+//! });
+//! let client = manyfold::Endpoint::bind("127.0.0.1:0".parse()?, Default::default()).await?;
+//! let reply = client.request("127.0.0.1:4000".parse()?, b"ping", 1 << 20).await?;
+//! assert_eq!(reply, b"gnip");
+//! # Ok(()) }
+//! ```
+
+use std::future::Future;
+use std::io;
+use std::net::SocketAddr;
+
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+
+use crate::connection::{ConnRef, Connection};
+use crate::driver::now;
+use crate::endpoint::Endpoint;
+use crate::error::ConnectionError;
+use crate::shared::ConnState;
+
+/// The stream-reset code a server answers a request over its limit with.
+pub const REQUEST_TOO_LARGE: u16 = 413;
+
+/// Reads `r` to its end, failing once it holds more than `limit` bytes.
+async fn read_limited(r: &mut (impl AsyncRead + Unpin), limit: usize) -> io::Result<Vec<u8>> {
+    let mut out = Vec::new();
+    let mut buf = [0u8; 16 * 1024];
+    loop {
+        let n = r.read(&mut buf).await?;
+        if n == 0 {
+            return Ok(out);
+        }
+        if out.len() + n > limit {
+            return Err(io::Error::new(io::ErrorKind::InvalidData, format!("more than {limit} bytes")));
+        }
+        out.extend_from_slice(&buf[..n]);
+    }
+}
+
+impl Endpoint {
+    /// One request, one reply (spec §15): opens a connection to `addr`,
+    /// sends `request` and our FIN (on the handshake's last packet when
+    /// they fit in it), and reads the reply to its end, at most
+    /// `max_reply` bytes. Fails if the server refuses (`Closed(Refused)`),
+    /// does not answer, or resets.
+    pub async fn request(
+        &self,
+        addr: SocketAddr,
+        request: &[u8],
+        max_reply: usize,
+    ) -> Result<Vec<u8>, ConnectionError> {
+        let conn = self.open(addr)?;
+        let (mut tx, mut rx) = conn.split();
+        // Queued while the handshake is under way: the cookie echo carries it.
+        tx.write_all(request).await?;
+        tx.finish()?;
+        let reply = read_limited(&mut rx, max_reply).await.map_err(|e| match e.kind() {
+            io::ErrorKind::InvalidData => ConnectionError::Io(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("the reply from {addr} is larger than the limit of {max_reply} bytes"),
+            )),
+            _ => ConnectionError::Io(e),
+        })?;
+        Ok(reply)
+    }
+
+    /// Serves request/reply sessions until the endpoint shuts down: for
+    /// each connection, reads the request to the client's FIN (at most
+    /// `max_request` bytes; a larger one resets the connection), calls
+    /// `handler` with the peer and the request, writes its reply and
+    /// closes. Sessions run concurrently, each in a task of its own.
+    pub async fn serve<F, Fut>(&self, max_request: usize, handler: F)
+    where
+        F: Fn(SocketAddr, Vec<u8>) -> Fut + Clone + Send + Sync + 'static,
+        Fut: Future<Output = Vec<u8>> + Send + 'static,
+    {
+        while let Some(conn) = self.accept().await {
+            let handler = handler.clone();
+            tokio::spawn(async move {
+                if let Err(e) = serve_one(conn, max_request, handler).await {
+                    tracing::debug!(error = %e, "session failed");
+                }
+            });
+        }
+    }
+
+    /// Starts a connection without waiting for its handshake: what is
+    /// written now is queued and leaves with the cookie echo.
+    fn open(&self, addr: SocketAddr) -> Result<Connection, ConnectionError> {
+        let shared = self.shared();
+        let handle = {
+            let mut inner = shared.lock();
+            if !inner.is_running() {
+                return Err(ConnectionError::EndpointClosed);
+            }
+            let h = inner.engine.connect(now(), addr)?;
+            inner.conns.insert(h, ConnState::default());
+            h
+        };
+        shared.wake_driver();
+        Ok(Connection::new(ConnRef::new(shared.clone(), handle, addr)))
+    }
+}
+
+async fn serve_one<F, Fut>(conn: Connection, max_request: usize, handler: F) -> Result<(), ConnectionError>
+where
+    F: Fn(SocketAddr, Vec<u8>) -> Fut,
+    Fut: Future<Output = Vec<u8>>,
+{
+    let peer = conn.peer_addr();
+    let streams = conn.streams();
+    let (mut tx, mut rx) = conn.split();
+    let request = match read_limited(&mut rx, max_request).await {
+        Ok(r) => r,
+        Err(e) if e.kind() == io::ErrorKind::InvalidData => {
+            // spec §15: the client reads StreamReset(REQUEST_TOO_LARGE).
+            streams.reset_stream(0, REQUEST_TOO_LARGE);
+            return Err(ConnectionError::Io(e));
+        }
+        Err(e) => return Err(ConnectionError::Io(e)),
+    };
+    let reply = handler(peer, request).await;
+    tx.write_all(&reply).await?;
+    // The client closed first: our FIN ends the session, and once it is
+    // acknowledged the connection is gone (no TIME-WAIT here).
+    tx.close().await
+}

@@ -1,0 +1,140 @@
+//! Request/reply sessions over real sockets on 127.0.0.1 (spec §15):
+//! `request` and `serve` round trips of any size, 2,000 concurrent
+//! clients, a server that keeps nothing afterwards, an oversized request
+//! refused by a stream reset, and a full backlog refused at once.
+
+mod common;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::*;
+use manyfold::{CloseReason, ConnectionError, Endpoint, REQUEST_TOO_LARGE};
+use tokio::time::timeout;
+
+/// The reply to `req`: its bytes reversed.
+fn reverse(req: &[u8]) -> Vec<u8> {
+    req.iter().rev().copied().collect()
+}
+
+async fn server(config: manyfold::Config, max_request: usize) -> (Arc<Endpoint>, SocketAddr) {
+    let ep = Arc::new(Endpoint::bind(localhost(), config).await.expect("bind"));
+    ep.listen();
+    let addr = ep.local_addr().unwrap();
+    let serving = ep.clone();
+    tokio::spawn(async move { serving.serve(max_request, |_, req: Vec<u8>| async move { reverse(&req) }).await });
+    (ep, addr)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_of_every_size_get_their_replies() {
+    timeout(TEST_TIMEOUT, async {
+        let (srv, addr) = server(config(), 1 << 20).await;
+        let client = Endpoint::bind(localhost(), config()).await.unwrap();
+        for (i, len) in [0usize, 1, 100, 1400, 5000, 64 << 10, 300 << 10].into_iter().enumerate() {
+            let req = payload(i as u64, len);
+            let reply = client.request(addr, &req, 1 << 20).await.unwrap_or_else(|e| panic!("{len} bytes: {e}"));
+            assert!(reply == reverse(&req), "reply to {len} bytes");
+        }
+        client.shutdown().await;
+        srv.shutdown().await;
+    })
+    .await
+    .expect("test timed out");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_thousand_concurrent_clients_all_get_replies_and_the_server_keeps_nothing() {
+    timeout(TEST_TIMEOUT, async {
+        let mut cfg = config();
+        cfg.endpoint.accept_backlog = 4096;
+        let (srv, addr) = server(cfg, 4096).await;
+        // Four client endpoints (sockets), 500 sessions on each at once.
+        let mut clients = Vec::new();
+        for _ in 0..4 {
+            clients.push(Arc::new(Endpoint::bind(localhost(), config()).await.unwrap()));
+        }
+        let mut tasks = tokio::task::JoinSet::new();
+        for i in 0..2000u64 {
+            let client = clients[(i % 4) as usize].clone();
+            tasks.spawn(async move {
+                let req = payload(i, 1000);
+                let reply = client.request(addr, &req, 4096).await.map_err(|e| format!("client {i}: {e}"))?;
+                if reply != reverse(&req) {
+                    return Err(format!("client {i}: wrong reply"));
+                }
+                Ok::<_, String>(())
+            });
+        }
+        let mut failures = Vec::new();
+        while let Some(r) = tasks.join_next().await {
+            if let Err(e) = r.unwrap() {
+                failures.push(e);
+            }
+        }
+        assert!(failures.is_empty(), "{} failures, first: {:?}", failures.len(), failures.first());
+        // spec §15: the server closed second; once its FINs are acknowledged
+        // it holds no connection (the clients hold TIME-WAIT).
+        let mut left = srv.connection_count();
+        for _ in 0..100 {
+            if left == 0 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            left = srv.connection_count();
+        }
+        assert_eq!(left, 0, "the server still holds connections");
+        assert!(clients.iter().map(|c| c.connection_count()).sum::<usize>() > 0, "the clients hold TIME-WAIT");
+        srv.shutdown().await;
+    })
+    .await
+    .expect("test timed out");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_oversized_request_is_refused_with_a_stream_reset() {
+    timeout(TEST_TIMEOUT, async {
+        let (srv, addr) = server(config(), 1000).await;
+        let client = Endpoint::bind(localhost(), config()).await.unwrap();
+        let err = client.request(addr, &payload(1, 5000), 1 << 20).await.unwrap_err();
+        assert!(err.to_string().contains(&REQUEST_TOO_LARGE.to_string()), "{err}");
+        // The server still serves.
+        assert_eq!(client.request(addr, b"ok", 10).await.unwrap(), b"ko");
+        srv.shutdown().await;
+    })
+    .await
+    .expect("test timed out");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_backlog_refuses_new_sessions_at_once() {
+    timeout(TEST_TIMEOUT, async {
+        // A listener that never accepts, with room for two waiting sessions.
+        let mut cfg = config();
+        cfg.endpoint.accept_backlog = 2;
+        let srv = Endpoint::bind(localhost(), cfg).await.unwrap();
+        srv.listen();
+        let addr = srv.local_addr().unwrap();
+        let client = Arc::new(Endpoint::bind(localhost(), config()).await.unwrap());
+        let mut waiting = Vec::new();
+        for _ in 0..2 {
+            let c = client.clone();
+            waiting.push(tokio::spawn(async move { c.request(addr, b"x", 10).await }));
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let started = std::time::Instant::now();
+        match client.request(addr, b"y", 10).await {
+            Err(ConnectionError::Io(e)) => assert!(e.to_string().contains("refused"), "{e}"),
+            Err(ConnectionError::Closed(CloseReason::Refused)) => {}
+            other => panic!("expected a refusal, got {other:?}"),
+        }
+        assert!(started.elapsed() < Duration::from_secs(1), "refused explicitly, not by silence");
+        for w in waiting {
+            w.abort();
+        }
+        srv.shutdown().await;
+    })
+    .await
+    .expect("test timed out");
+}
