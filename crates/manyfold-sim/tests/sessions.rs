@@ -1,0 +1,179 @@
+//! Short request/reply sessions (spec §15, paper 02): the request rides on
+//! the handshake's last packet with the client's FIN, so the reply is back
+//! two round trips after the first SYN; ten thousand sessions through one
+//! listener, under loss, leave it holding nothing; the clients hold
+//! TIME-WAIT and then nothing either.
+
+mod common;
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use common::{addr, header, is_cookie_echo};
+use manyfold_proto::wire::Flags;
+use manyfold_proto::{ConnHandle, Endpoint, EndpointConfig};
+use manyfold_sim::{pattern, LinkConfig, World};
+
+fn client() -> SocketAddr {
+    addr(1)
+}
+
+fn server() -> SocketAddr {
+    addr(2)
+}
+
+fn request_of(i: u64, len: usize) -> Vec<u8> {
+    let mut v = vec![0u8; len];
+    pattern(i, 0, &mut v);
+    v
+}
+
+fn reply_to(req: &[u8]) -> Vec<u8> {
+    req.iter().rev().copied().collect()
+}
+
+/// The server application: accept, read each request to the client's
+/// FIN, answer, close, release.
+#[derive(Default)]
+struct Server {
+    open: HashMap<ConnHandle, Vec<u8>>,
+    served: u64,
+}
+
+impl Server {
+    fn run(&mut self, ep: &mut Endpoint) {
+        while let Some(h) = ep.accept() {
+            self.open.insert(h, Vec::new());
+        }
+        let mut buf = vec![0u8; 64 * 1024];
+        let mut done = Vec::new();
+        for (&h, req) in self.open.iter_mut() {
+            while let Ok(Some(n)) = ep.recv(h, &mut buf) {
+                if n == 0 {
+                    let reply = reply_to(req);
+                    assert_eq!(ep.send(h, &reply), Ok(reply.len()), "the reply fits the send buffer");
+                    ep.close(h);
+                    ep.release(h);
+                    done.push(h);
+                    break;
+                }
+                req.extend_from_slice(&buf[..n]);
+            }
+        }
+        for h in done {
+            self.open.remove(&h);
+            self.served += 1;
+        }
+    }
+}
+
+/// Client sessions in flight: the request each sent and the reply so far.
+#[derive(Default)]
+struct Clients {
+    open: HashMap<ConnHandle, (Vec<u8>, Vec<u8>)>,
+    done: u64,
+}
+
+impl Clients {
+    fn start(&mut self, ep: &mut Endpoint, now: std::time::Instant, i: u64, len: usize) {
+        let h = ep.connect(now, server()).expect("connect");
+        let req = request_of(i, len);
+        // Queued before the handshake completes, with the FIN right after.
+        assert_eq!(ep.send(h, &req), Ok(req.len()));
+        ep.close(h);
+        self.open.insert(h, (req, Vec::new()));
+    }
+
+    fn run(&mut self, ep: &mut Endpoint, seed: u64) {
+        let mut buf = vec![0u8; 64 * 1024];
+        let mut done = Vec::new();
+        for (&h, (req, reply)) in self.open.iter_mut() {
+            while let Ok(Some(n)) = ep.recv(h, &mut buf) {
+                if n == 0 {
+                    assert!(*reply == reply_to(req), "a wrong reply (seed {seed})");
+                    ep.release(h);
+                    done.push(h);
+                    break;
+                }
+                reply.extend_from_slice(&buf[..n]);
+            }
+        }
+        for h in done {
+            self.open.remove(&h);
+            self.done += 1;
+        }
+    }
+}
+
+fn world(seed: u64, link: LinkConfig) -> World {
+    let mut w = World::new(seed);
+    let mut server_cfg = EndpointConfig::default();
+    server_cfg.accept_backlog = 1 << 14;
+    w.add_node(client(), EndpointConfig::default());
+    w.add_node(server(), server_cfg);
+    w.endpoint_mut(server()).set_listening(true);
+    w.set_link(client(), server(), link);
+    w
+}
+
+#[test]
+fn a_request_rides_on_the_handshake_and_its_reply_is_back_after_two_round_trips() {
+    let seed = 6001;
+    let mut w = world(seed, LinkConfig::with_delay(Duration::from_millis(20)));
+    w.set_capture(true);
+    let (mut srv, mut cli) = (Server::default(), Clients::default());
+    let t0 = w.elapsed();
+    w.act(client(), |ep, now| cli.start(ep, now, 1, 1000));
+    let ok = w.run_until(
+        |w| {
+            srv.run(w.endpoint_mut(server()));
+            cli.run(w.endpoint_mut(client()), seed);
+            cli.done == 1
+        },
+        Duration::from_secs(5),
+    );
+    assert!(ok, "no reply (seed {seed})");
+    let took = w.elapsed() - t0;
+    // SYN, SYN-ACK (one RTT); echo with the request and FIN, reply (another).
+    assert!(took >= Duration::from_millis(80) && took < Duration::from_millis(82), "took {took:?} (seed {seed})");
+    let echo = w.captured().iter().find(|p| p.from == client() && is_cookie_echo(&p.data)).expect("an echo");
+    let h = header(&echo.data).expect("parsed");
+    assert!(h.flags.contains(Flags::FIN), "the echo carries the FIN (seed {seed})");
+    assert!(echo.data.len() > 1000, "the echo carries the request: {} bytes (seed {seed})", echo.data.len());
+}
+
+#[test]
+fn ten_thousand_sessions_under_loss_leave_the_server_holding_nothing() {
+    let seed = 6002;
+    let link = LinkConfig::with_delay(Duration::from_millis(5)).loss(0.01).jitter(Duration::from_millis(1));
+    let mut w = world(seed, link);
+    let (mut srv, mut cli) = (Server::default(), Clients::default());
+    let (total, concurrency) = (10_000u64, 500usize);
+    let mut started = 0u64;
+    let ok = w.run_until(
+        |w| {
+            while cli.open.len() < concurrency && started < total {
+                let i = started;
+                w.act(client(), |ep, now| cli.start(ep, now, i, 200 + (i as usize * 37) % 1800));
+                started += 1;
+            }
+            srv.run(w.endpoint_mut(server()));
+            cli.run(w.endpoint_mut(client()), seed);
+            cli.done == total
+        },
+        Duration::from_secs(600),
+    );
+    assert!(ok, "{} of {total} sessions done (seed {seed})", cli.done);
+    assert_eq!(srv.served, total, "seed {seed}");
+    // The server closed second: its last FINs are acknowledged within a
+    // few round trips, after which it holds no state at all.
+    let idle = w.run_until(|w| w.endpoint(server()).connection_count() == 0, Duration::from_secs(5));
+    assert!(idle, "server still holds {} (seed {seed})", w.endpoint(server()).connection_count());
+    // The clients closed first: TIME-WAIT, then nothing.
+    assert!(w.endpoint(client()).connection_count() > 0, "seed {seed}");
+    w.run_for(Duration::from_secs(16));
+    assert_eq!(w.endpoint(client()).connection_count(), 0, "seed {seed}");
+    let stats = w.endpoint(server()).stats();
+    assert_eq!((stats.connections_accepted, stats.refused_backlog), (total, 0), "seed {seed}");
+}
