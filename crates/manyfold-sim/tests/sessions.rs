@@ -108,8 +108,7 @@ impl Clients {
 
 fn world(seed: u64, link: LinkConfig) -> World {
     let mut w = World::new(seed);
-    let mut server_cfg = EndpointConfig::default();
-    server_cfg.accept_backlog = 1 << 14;
+    let server_cfg = EndpointConfig { accept_backlog: 1 << 14, ..EndpointConfig::default() };
     w.add_node(client(), EndpointConfig::default());
     w.add_node(server(), server_cfg);
     w.endpoint_mut(server()).set_listening(true);
