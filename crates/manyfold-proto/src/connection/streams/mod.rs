@@ -112,7 +112,9 @@ impl IdSet {
 
 #[derive(Debug)]
 pub(crate) struct Streams {
-    map: BTreeMap<u16, Stream>,
+    /// Boxed: a B-tree leaf holds 11 values, and an idle connection
+    /// (stream 0 only) should not pay for 11 streams' state (spec §15).
+    map: BTreeMap<u16, Box<Stream>>,
     /// Streams with something to send, by priority, in round-robin order.
     sched: BTreeMap<u8, VecDeque<u16>>,
     control: VecDeque<Chunk<Bytes>>,
@@ -172,7 +174,7 @@ impl Streams {
             abandoned: 0,
             acked_tracked: VecDeque::new(),
         };
-        s.map.insert(0, s.fresh(0));
+        s.map.insert(0, Box::new(s.fresh(0)));
         s
     }
 
@@ -241,7 +243,7 @@ impl Streams {
                 return Err(StreamRefusal::Limit(self.limits.max_streams));
             }
             let s = self.fresh(id);
-            self.map.insert(id, s);
+            self.map.insert(id, Box::new(s));
         }
         let s = self.map.get_mut(&id).ok_or(StreamRefusal::Finished)?;
         if let Some(code) = s.tx.reset.or(s.tx.stopped) {
@@ -837,7 +839,7 @@ impl Streams {
             return false;
         }
         let s = self.fresh(id);
-        self.map.insert(id, s);
+        self.map.insert(id, Box::new(s));
         true
     }
 }
