@@ -15,6 +15,7 @@ mod fetch;
 mod fsutil;
 mod net;
 mod report;
+mod rr;
 mod samplegen;
 mod size;
 mod transfer;
@@ -103,6 +104,23 @@ enum Command {
     /// non-zero unless FILE was stored.
     Fetch(fetch::FetchArgs),
 
+    /// Serve many short request/reply sessions (paper 02's RUDP workload):
+    /// each reply echoes its request (or repeats it to --reply-size).
+    ///
+    /// Each session is one connection whose request rode on the handshake's
+    /// last packet with the client's FIN; the server answers, closes and
+    /// keeps nothing (no TIME-WAIT on this side). When the accept backlog
+    /// is full, new sessions are refused explicitly. Prints a summary on
+    /// Ctrl-C.
+    RrServer(rr::RrServerArgs),
+
+    /// Run many short request/reply sessions against an rr-server and
+    /// report requests/s, latency percentiles and failures.
+    ///
+    /// Every reply is checked byte for byte. Exits non-zero if any session
+    /// failed (refused, timed out, wrong reply), naming the first.
+    RrClient(rr::RrClientArgs),
+
     /// Write a file of pseudo-random bytes (ChaCha8, reproducible by seed).
     Samplegen(samplegen::SamplegenArgs),
 }
@@ -127,6 +145,8 @@ fn run(cli: Cli) -> Result<()> {
         Command::Echo(a) => a.net.trace,
         Command::Serve(a) => a.net.trace,
         Command::Fetch(a) => a.net.trace,
+        Command::RrServer(a) => a.net.trace,
+        Command::RrClient(a) => a.net.trace,
         Command::Samplegen(_) => false,
     };
     net::init_tracing(trace);
@@ -143,6 +163,8 @@ fn run(cli: Cli) -> Result<()> {
             Command::Echo(args) => echo::run_client(args).await,
             Command::Serve(args) => fetch::run_serve(args).await,
             Command::Fetch(args) => fetch::run_fetch(args).await,
+            Command::RrServer(args) => rr::run_server(args).await,
+            Command::RrClient(args) => rr::run_client(args).await,
             Command::Samplegen(_) => unreachable!("handled above"),
         }
     })

@@ -1,0 +1,300 @@
+//! `manyfold rr-server` and `manyfold rr-client`: many short request/reply
+//! sessions (paper 02's RUDP workload; spec §15). Each session is one
+//! connection: the request rides on the handshake's last packet with the
+//! client's FIN, the server answers and closes, keeping nothing.
+//!
+//! The reply echoes the request (`--reply-size` repeats or cuts it to
+//! another length), so that the client checks every byte it gets.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use tokio::task::JoinSet;
+
+use crate::net::{self, NetArgs};
+use crate::report;
+use crate::size::{human_bytes, human_duration, size_arg};
+
+/// The largest request the server reads, or reply the client accepts.
+const MAX_BODY: usize = 16 << 20;
+
+#[derive(Args, Debug)]
+pub struct RrServerArgs {
+    /// Address to listen on, HOST:PORT (port 0 picks a free port; the
+    /// address actually used is printed).
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:7010")]
+    pub listen: String,
+
+    /// Length of each reply [default: the request's]: the request's bytes
+    /// repeated or cut to this length.
+    #[arg(long, value_name = "SIZE", value_parser = size_arg)]
+    pub reply_size: Option<u64>,
+
+    /// Sessions admitted but not yet taken by the server (the accept
+    /// backlog); beyond it new sessions are refused explicitly.
+    #[arg(long, value_name = "N", default_value_t = 4096)]
+    pub backlog: usize,
+
+    #[command(flatten)]
+    pub net: NetArgs,
+}
+
+#[derive(Args, Debug)]
+pub struct RrClientArgs {
+    /// Address of the rr-server, HOST:PORT.
+    #[arg(value_name = "ADDR")]
+    pub addr: String,
+
+    /// Sessions to run in all, each one request and one reply.
+    #[arg(long, value_name = "N", default_value_t = 1000)]
+    pub clients: u64,
+
+    /// Request length (e.g. 64, 1k, 16KiB).
+    #[arg(long, value_name = "SIZE", default_value = "1k", value_parser = size_arg)]
+    pub size: u64,
+
+    /// Expected reply length, if the server was started with --reply-size.
+    #[arg(long, value_name = "SIZE", value_parser = size_arg)]
+    pub reply_size: Option<u64>,
+
+    /// Sessions under way at once.
+    #[arg(long, value_name = "C", default_value_t = 100)]
+    pub concurrency: usize,
+
+    /// How long one session may take before it counts as failed.
+    #[arg(long, value_name = "SECONDS", default_value_t = 10)]
+    pub timeout: u64,
+
+    #[command(flatten)]
+    pub net: NetArgs,
+}
+
+/// Session `i`'s request: `len` bytes of a pattern of `i`.
+fn request_of(i: u64, len: usize) -> Vec<u8> {
+    let mut v = vec![0u8; len];
+    let mut x = i.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    for b in &mut v {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        *b = x as u8;
+    }
+    v
+}
+
+/// The reply to `req`: its bytes, repeated or cut to `len`.
+fn reply_to(req: &[u8], len: usize) -> Vec<u8> {
+    if req.is_empty() {
+        return vec![0; len];
+    }
+    req.iter().copied().cycle().take(len).collect()
+}
+
+pub async fn run_server(args: RrServerArgs) -> Result<()> {
+    let addr = net::resolve(&args.listen).await?;
+    let mut config = args.net.config();
+    config.endpoint.accept_backlog = args.backlog;
+    let endpoint = Arc::new(net::bind(addr, config).await?);
+    endpoint.listen();
+    let local = endpoint.local_addr().context("cannot read the bound address")?;
+    println!("manyfold rr-server: listening on {local}, backlog {} (Ctrl-C to stop)", args.backlog);
+    let served = Arc::new(AtomicU64::new(0));
+    let serving = {
+        let (endpoint, served, reply_size) = (endpoint.clone(), served.clone(), args.reply_size);
+        async move {
+            endpoint
+                .serve(MAX_BODY, move |_, req: Vec<u8>| {
+                    let served = served.clone();
+                    async move {
+                        served.fetch_add(1, Ordering::Relaxed);
+                        let len = reply_size.map_or(req.len(), |n| n as usize);
+                        reply_to(&req, len)
+                    }
+                })
+                .await
+        }
+    };
+    tokio::select! {
+        _ = net::interrupted() => {}
+        _ = serving => {}
+    }
+    let stats = endpoint.stats();
+    println!(
+        "served {} sessions; refused {} (backlog full), {} cookies rejected, {} malformed datagrams dropped",
+        served.load(Ordering::Relaxed),
+        stats.refused_backlog,
+        stats.cookies_rejected,
+        stats.dropped_malformed_total()
+    );
+    let _ = tokio::time::timeout(Duration::from_secs(2), endpoint.shutdown()).await;
+    Ok(())
+}
+
+/// Sessions per client endpoint (one UDP socket each).
+const SESSIONS_PER_SOCKET: usize = 500;
+
+pub async fn run_client(args: RrClientArgs) -> Result<()> {
+    if args.concurrency == 0 {
+        bail!("--concurrency must be at least 1");
+    }
+    if args.size as usize > MAX_BODY || args.reply_size.is_some_and(|n| n as usize > MAX_BODY) {
+        bail!("requests and replies are limited to {}", human_bytes(MAX_BODY as u64));
+    }
+    let server = net::resolve(&args.addr).await?;
+    let sockets = args.concurrency.div_ceil(SESSIONS_PER_SOCKET).max(1);
+    let mut endpoints = Vec::with_capacity(sockets);
+    for _ in 0..sockets {
+        endpoints.push(Arc::new(net::bind(net::unspecified_for(server), args.net.config()).await?));
+    }
+    println!(
+        "manyfold rr-client: {} sessions to {server}, {} requests, {} at once over {sockets} socket(s)",
+        args.clients,
+        human_bytes(args.size),
+        args.concurrency
+    );
+    let multi = report::multi_progress();
+    let bar = multi.add(indicatif::ProgressBar::new(args.clients));
+    bar.set_style(
+        indicatif::ProgressStyle::with_template(
+            "{prefix:>10.bold} [{bar:32.cyan/blue}] {pos}/{len} {per_sec} eta {eta}",
+        )
+        .expect("static template")
+        .progress_chars("=> "),
+    );
+    bar.set_prefix("sessions");
+
+    let start = Instant::now();
+    let limit = Duration::from_secs(args.timeout);
+    let (size, reply_len) = (args.size as usize, args.reply_size.unwrap_or(args.size) as usize);
+    let mut tasks = JoinSet::new();
+    let mut latencies = Vec::with_capacity(args.clients as usize);
+    let mut failures: Vec<String> = Vec::new();
+    let mut next = 0u64;
+    let interrupted = net::interrupted();
+    tokio::pin!(interrupted);
+    loop {
+        while tasks.len() < args.concurrency && next < args.clients {
+            let (ep, i) = (endpoints[next as usize % sockets].clone(), next);
+            tasks.spawn(async move {
+                let req = request_of(i, size);
+                let t = Instant::now();
+                let r = tokio::time::timeout(limit, ep.request(server, &req, MAX_BODY)).await;
+                let took = t.elapsed();
+                match r {
+                    Err(_) => Err(format!("session {i}: no reply within {}", human_duration(limit))),
+                    Ok(Err(e)) => Err(format!("session {i}: {e}")),
+                    Ok(Ok(reply)) if reply != reply_to(&req, reply_len) => {
+                        Err(format!("session {i}: wrong reply ({} bytes, expected {reply_len})", reply.len()))
+                    }
+                    Ok(Ok(_)) => Ok(took),
+                }
+            });
+            next += 1;
+        }
+        let done = tokio::select! {
+            _ = &mut interrupted => break,
+            done = tasks.join_next() => done,
+        };
+        let Some(done) = done else { break };
+        match done.context("a session task failed")? {
+            Ok(took) => latencies.push(took),
+            Err(e) => failures.push(e),
+        }
+        bar.inc(1);
+    }
+    bar.finish_and_clear();
+    let elapsed = start.elapsed();
+    tasks.abort_all();
+    let summary = Summary::new(latencies, failures, elapsed, args.clients);
+    println!("{summary}");
+    for ep in &endpoints {
+        let _ = tokio::time::timeout(Duration::from_secs(1), ep.shutdown_within(Duration::from_millis(500))).await;
+    }
+    if summary.failures > 0 || summary.done < args.clients {
+        bail!(
+            "{} of {} sessions failed or did not run{}",
+            args.clients - summary.ok,
+            args.clients,
+            summary.first_failure.as_ref().map(|f| format!(" (first: {f})")).unwrap_or_default()
+        );
+    }
+    Ok(())
+}
+
+/// What a client run did.
+#[derive(Debug)]
+struct Summary {
+    ok: u64,
+    failures: u64,
+    done: u64,
+    first_failure: Option<String>,
+    elapsed: Duration,
+    /// Sorted latencies of the successful sessions.
+    latencies: Vec<Duration>,
+}
+
+impl Summary {
+    fn new(mut latencies: Vec<Duration>, failures: Vec<String>, elapsed: Duration, _wanted: u64) -> Self {
+        latencies.sort();
+        let ok = latencies.len() as u64;
+        Summary {
+            ok,
+            failures: failures.len() as u64,
+            done: ok + failures.len() as u64,
+            first_failure: failures.into_iter().next(),
+            elapsed,
+            latencies,
+        }
+    }
+
+    fn percentile(&self, p: f64) -> Option<Duration> {
+        let n = self.latencies.len();
+        (n > 0).then(|| self.latencies[((n as f64 * p).ceil() as usize).clamp(1, n) - 1])
+    }
+}
+
+impl std::fmt::Display for Summary {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let rate = self.ok as f64 / self.elapsed.as_secs_f64().max(1e-9);
+        writeln!(f, "{} sessions in {}: {rate:.0} requests/s", self.done, human_duration(self.elapsed))?;
+        let show = |d: Option<Duration>| d.map_or("–".to_string(), human_duration);
+        writeln!(
+            f,
+            "  latency   p50 {}, p90 {}, p99 {}, max {}",
+            show(self.percentile(0.5)),
+            show(self.percentile(0.9)),
+            show(self.percentile(0.99)),
+            show(self.latencies.last().copied())
+        )?;
+        write!(f, "  failures  {}", self.failures)?;
+        if let Some(first) = &self.first_failure {
+            write!(f, " (first: {first})")?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn replies_repeat_or_cut_the_request() {
+        assert_eq!(reply_to(b"abc", 7), b"abcabca");
+        assert_eq!(reply_to(b"abcdef", 2), b"ab");
+        assert_eq!(reply_to(b"", 3), [0, 0, 0]);
+        assert_ne!(request_of(1, 16), request_of(2, 16));
+    }
+
+    #[test]
+    fn percentiles_are_taken_from_the_sorted_latencies() {
+        let ms = Duration::from_millis;
+        let s = Summary::new((1..=100).rev().map(ms).collect(), vec!["x".into()], ms(1000), 101);
+        assert_eq!((s.percentile(0.5), s.percentile(0.99)), (Some(ms(50)), Some(ms(99))));
+        assert_eq!((s.ok, s.failures, s.done), (100, 1, 101));
+        assert!(s.to_string().contains("100 requests/s"), "{s}");
+    }
+}
