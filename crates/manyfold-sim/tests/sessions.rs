@@ -176,3 +176,30 @@ fn ten_thousand_sessions_under_loss_leave_the_server_holding_nothing() {
     let stats = w.endpoint(server()).stats();
     assert_eq!((stats.connections_accepted, stats.refused_backlog), (total, 0), "seed {seed}");
 }
+
+#[test]
+fn a_server_that_served_a_hundred_thousand_sessions_holds_no_state_for_them() {
+    let seed = 6003;
+    let mut w = world(seed, LinkConfig::with_delay(Duration::from_millis(2)));
+    let (mut srv, mut cli) = (Server::default(), Clients::default());
+    let (total, concurrency) = (100_000u64, 2_000usize);
+    let mut started = 0u64;
+    // The applications run every millisecond of virtual time rather than
+    // after every event: with 2,000 sessions open that keeps the test's
+    // own bookkeeping from dominating.
+    let deadline = w.elapsed() + Duration::from_secs(600);
+    while cli.done < total && w.elapsed() < deadline {
+        while cli.open.len() < concurrency && started < total {
+            let i = started;
+            w.act(client(), |ep, now| cli.start(ep, now, i, 100));
+            started += 1;
+        }
+        w.run_for(Duration::from_millis(1));
+        srv.run(w.endpoint_mut(server()));
+        cli.run(w.endpoint_mut(client()), seed);
+    }
+    assert_eq!(cli.done, total, "sessions done (seed {seed})");
+    let idle = w.run_until(|w| w.endpoint(server()).connection_count() == 0, Duration::from_secs(5));
+    assert!(idle, "server still holds {} (seed {seed})", w.endpoint(server()).connection_count());
+    assert_eq!(w.endpoint(server()).stats().connections_accepted, total, "seed {seed}");
+}
