@@ -34,9 +34,14 @@ pub struct RrServerArgs {
     pub reply_size: Option<u64>,
 
     /// Sessions admitted but not yet taken by the server (the accept
-    /// backlog); beyond it new sessions are refused explicitly.
+    /// backlog, per socket); beyond it new sessions are refused explicitly.
     #[arg(long, value_name = "N", default_value_t = 4096)]
     pub backlog: usize,
+
+    /// Sockets on the port (SO_REUSEPORT), each with its own engine, so
+    /// that the server spreads over the cores [default: the number of CPUs].
+    #[arg(long, value_name = "N")]
+    pub sockets: Option<usize>,
 
     #[command(flatten)]
     pub net: NetArgs,
@@ -97,14 +102,24 @@ pub async fn run_server(args: RrServerArgs) -> Result<()> {
     let addr = net::resolve(&args.listen).await?;
     let mut config = args.net.config();
     config.endpoint.accept_backlog = args.backlog;
-    let endpoint = Arc::new(net::bind(addr, config).await?);
-    endpoint.listen();
-    let local = endpoint.local_addr().context("cannot read the bound address")?;
-    println!("manyfold rr-server: listening on {local}, backlog {} (Ctrl-C to stop)", args.backlog);
+    let sockets = args.sockets.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    if sockets == 0 {
+        bail!("--sockets must be at least 1");
+    }
+    let endpoints = manyfold::Endpoint::bind_reuseport(addr, config, sockets)
+        .await
+        .with_context(|| format!("cannot listen on {addr}"))?;
+    let local = endpoints[0].local_addr().context("cannot read the bound address")?;
+    println!(
+        "manyfold rr-server: listening on {local} with {sockets} socket(s), backlog {} each (Ctrl-C to stop)",
+        args.backlog
+    );
     let served = Arc::new(AtomicU64::new(0));
-    let serving = {
+    let mut serving = JoinSet::new();
+    for endpoint in &endpoints {
+        endpoint.listen();
         let (endpoint, served, reply_size) = (endpoint.clone(), served.clone(), args.reply_size);
-        async move {
+        serving.spawn(async move {
             endpoint
                 .serve(MAX_BODY, move |_, req: Vec<u8>| {
                     let served = served.clone();
@@ -115,21 +130,26 @@ pub async fn run_server(args: RrServerArgs) -> Result<()> {
                     }
                 })
                 .await
-        }
-    };
+        });
+    }
     tokio::select! {
         _ = net::interrupted() => {}
-        _ = serving => {}
+        _ = serving.join_next() => {}
     }
-    let stats = endpoint.stats();
+    let (mut refused, mut rejected, mut malformed) = (0, 0, 0);
+    for e in &endpoints {
+        let s = e.stats();
+        refused += s.refused_backlog;
+        rejected += s.cookies_rejected;
+        malformed += s.dropped_malformed_total();
+    }
     println!(
-        "served {} sessions; refused {} (backlog full), {} cookies rejected, {} malformed datagrams dropped",
+        "served {} sessions; refused {refused} (backlog full), {rejected} cookies rejected, {malformed} malformed datagrams dropped",
         served.load(Ordering::Relaxed),
-        stats.refused_backlog,
-        stats.cookies_rejected,
-        stats.dropped_malformed_total()
     );
-    let _ = tokio::time::timeout(Duration::from_secs(2), endpoint.shutdown()).await;
+    for e in &endpoints {
+        let _ = tokio::time::timeout(Duration::from_secs(2), e.shutdown()).await;
+    }
     Ok(())
 }
 

@@ -35,12 +35,34 @@ impl Endpoint {
     /// tokio runtime (any flavour; calling it outside a runtime panics).
     /// Binding errors keep their kind (e.g. `AddrInUse`) and name the address.
     pub async fn bind(addr: SocketAddr, config: Config) -> io::Result<Endpoint> {
+        Endpoint::bind_socket(addr, config, false).await
+    }
+
+    /// `count` endpoints on one address, each with its own socket
+    /// (SO_REUSEPORT), engine and driver task, so that a server spreads
+    /// over the cores (spec §15): the kernel hands each peer's datagrams
+    /// to one socket by address hash, so each connection stays with one
+    /// engine. With port 0 the first binding picks the port.
+    pub async fn bind_reuseport(addr: SocketAddr, config: Config, count: usize) -> io::Result<Vec<Endpoint>> {
+        let mut out: Vec<Endpoint> = Vec::with_capacity(count);
+        for i in 0..count.max(1) {
+            let at = out.first().map_or(Ok(addr), |first| first.local_addr())?;
+            let mut c = config.clone();
+            if c.endpoint.seed != 0 {
+                c.endpoint.seed = c.endpoint.seed.wrapping_add(i as u64);
+            }
+            out.push(Endpoint::bind_socket(at, c, true).await?);
+        }
+        Ok(out)
+    }
+
+    async fn bind_socket(addr: SocketAddr, config: Config, reuse_port: bool) -> io::Result<Endpoint> {
         let Config { endpoint: mut engine_config, faults, trace } = config;
         if engine_config.seed == 0 {
             engine_config.seed = os_seed()?;
         }
         let max_datagram = usize::from(engine_config.connection.max_datagram).max(1);
-        let io = UdpIo::new(socket::bind(addr)?)?;
+        let io = UdpIo::new(socket::bind(addr, reuse_port)?)?;
         let local_addr = io.socket.local_addr()?;
         let start = now();
         let engine = manyfold_proto::Endpoint::new(engine_config, start);

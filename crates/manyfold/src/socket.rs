@@ -18,15 +18,25 @@ const SOCKET_BUFFER: usize = 8 << 20;
 /// bits, and the kernel refuses (EMSGSIZE) a batch that exceeds it.
 const MAX_GSO_BYTES: usize = 65_000;
 
-/// Creates, configures and binds a non-blocking UDP socket. Errors keep
+/// Creates, configures and binds a non-blocking UDP socket, with
+/// SO_REUSEPORT if `reuse_port` (several sockets on one port, the kernel
+/// spreading peers over them by address hash; spec §15). Errors keep
 /// their `io::ErrorKind` (e.g. `AddrInUse`) and name the address.
-pub(crate) fn bind(addr: SocketAddr) -> io::Result<std::net::UdpSocket> {
+pub(crate) fn bind(addr: SocketAddr, reuse_port: bool) -> io::Result<std::net::UdpSocket> {
     let context = |what: &str, e: io::Error| io::Error::new(e.kind(), format!("{what} {addr}: {e}"));
     let socket = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))
         .map_err(|e| context("cannot create a UDP socket for", e))?;
     if addr.is_ipv6() && addr.ip().is_unspecified() {
         // Accept IPv4 peers too (as v4-mapped addresses) where the OS allows it.
         let _ = socket.set_only_v6(false);
+    }
+    #[cfg(unix)]
+    if reuse_port {
+        socket.set_reuse_port(true).map_err(|e| context("cannot set SO_REUSEPORT for", e))?;
+    }
+    #[cfg(not(unix))]
+    if reuse_port {
+        return Err(io::Error::new(io::ErrorKind::Unsupported, format!("SO_REUSEPORT is not available for {addr}")));
     }
     socket.bind(&addr.into()).map_err(|e| context("cannot bind UDP socket to", e))?;
     if let Err(e) = socket.set_send_buffer_size(SOCKET_BUFFER) {

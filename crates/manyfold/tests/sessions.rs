@@ -138,3 +138,41 @@ async fn a_full_backlog_refuses_new_sessions_at_once() {
     .await
     .expect("test timed out");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reuseport_endpoints_share_one_port_and_each_serves_sessions() {
+    timeout(TEST_TIMEOUT, async {
+        let servers = Endpoint::bind_reuseport(localhost(), config(), 2).await.expect("bind twice");
+        let addr = servers[0].local_addr().unwrap();
+        assert_eq!(servers[1].local_addr().unwrap(), addr, "one port");
+        let servers: Vec<Arc<Endpoint>> = servers.into_iter().map(Arc::new).collect();
+        for s in &servers {
+            s.listen();
+            let serving = s.clone();
+            tokio::spawn(async move { serving.serve(4096, |_, req: Vec<u8>| async move { reverse(&req) }).await });
+        }
+        // Sixteen client sockets: the kernel spreads them over the two by hash.
+        let mut tasks = tokio::task::JoinSet::new();
+        for c in 0..16u64 {
+            let client = Endpoint::bind(localhost(), config()).await.unwrap();
+            tasks.spawn(async move {
+                for i in 0..25 {
+                    let req = payload(c * 100 + i, 300);
+                    let reply = client.request(addr, &req, 4096).await.expect("request");
+                    assert!(reply == reverse(&req));
+                }
+            });
+        }
+        while let Some(r) = tasks.join_next().await {
+            r.unwrap();
+        }
+        let accepted: Vec<u64> = servers.iter().map(|s| s.stats().connections_accepted).collect();
+        assert_eq!(accepted.iter().sum::<u64>(), 400);
+        assert!(accepted.iter().all(|&n| n > 0), "both sockets served: {accepted:?}");
+        for s in servers {
+            s.shutdown().await;
+        }
+    })
+    .await
+    .expect("test timed out");
+}
