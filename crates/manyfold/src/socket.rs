@@ -139,9 +139,9 @@ mod tests {
 
     #[test]
     fn bind_reports_addr_in_use() {
-        let first = bind("127.0.0.1:0".parse().expect("literal")).expect("bind");
+        let first = bind("127.0.0.1:0".parse().expect("literal"), false).expect("bind");
         let taken = first.local_addr().expect("local addr");
-        let err = bind(taken).expect_err("second bind must fail");
+        let err = bind(taken, false).expect_err("second bind must fail");
         assert_eq!(err.kind(), io::ErrorKind::AddrInUse);
         assert!(err.to_string().contains(&taken.to_string()), "{err}");
     }
