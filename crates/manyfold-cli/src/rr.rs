@@ -73,6 +73,12 @@ pub struct RrClientArgs {
     #[arg(long, value_name = "SECONDS", default_value_t = 10)]
     pub timeout: u64,
 
+    /// Retransmission timeout before any RTT is known, in milliseconds: how
+    /// long a lost SYN, cookie echo or request waits before it is sent
+    /// again (paper 02's "waiting time"; RFC 6298 asks 1 s on unknown paths).
+    #[arg(long, value_name = "MS", default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..=60_000))]
+    pub initial_rto: u64,
+
     #[command(flatten)]
     pub net: NetArgs,
 }
@@ -166,8 +172,10 @@ pub async fn run_client(args: RrClientArgs) -> Result<()> {
     let server = net::resolve(&args.addr).await?;
     let sockets = args.concurrency.div_ceil(SESSIONS_PER_SOCKET).max(1);
     let mut endpoints = Vec::with_capacity(sockets);
+    let mut config = args.net.config();
+    config.endpoint.connection.initial_rto = Duration::from_millis(args.initial_rto);
     for _ in 0..sockets {
-        endpoints.push(Arc::new(net::bind(net::unspecified_for(server), args.net.config()).await?));
+        endpoints.push(Arc::new(net::bind(net::unspecified_for(server), config.clone()).await?));
     }
     println!(
         "manyfold rr-client: {} sessions to {server}, {} requests, {} at once over {sockets} socket(s)",
