@@ -11,6 +11,7 @@ mod loopback;
 mod losstable;
 mod messages;
 mod plot;
+mod sessions;
 mod tcp;
 mod wan;
 
@@ -92,6 +93,12 @@ enum Scenario {
     /// link (50 ms RTT; 250 ms RTT with 0.7% loss) beside N parallel
     /// kernel TCP connects (paper 01, Tables II–III). Needs root.
     Handshake(handshake::Args),
+    /// Many short sessions (paper 02): N = 1,000–50,000 clients on
+    /// 127.0.0.1, each one request and one reply over its own connection,
+    /// beside kernel TCP (connect, request, reply, close); the request-size
+    /// and retransmission-timeout sweeps; one listener holding 100,000 idle
+    /// sessions (memory per session).
+    Sessions(sessions::Args),
     /// (internal) TCP receiver of the file-copy anchor.
     #[command(hide = true)]
     TcpRecv { listen: SocketAddr, out: PathBuf, hash: String },
@@ -118,6 +125,7 @@ fn main() -> Result<()> {
         Scenario::Messages(args) => messages::run(args),
         Scenario::Fanout(args) => fanout::run(args),
         Scenario::Handshake(args) => handshake::run(args),
+        Scenario::Sessions(args) => sessions::run(args),
         Scenario::TcpRecv { listen, out, hash } => tcp::recv(listen, &out, &hash),
         Scenario::TcpSend { file, to } => tcp::send(&file, to),
     }

@@ -1,0 +1,327 @@
+//! The `sessions` load generator and the hold's clients.
+//!
+//! Load: `concurrency` tasks take request numbers 0..N in turn; each
+//! request is a fresh session. Request i is `size` pseudo-random bytes
+//! drawn from (seed, i); the reply must be exactly those bytes reversed,
+//! or the session counts as failed. A session's latency runs from just
+//! before the connect to the reply's end (its last byte and the server's
+//! FIN). manyfold: the sessions share ⌈concurrency / per_endpoint⌉ client
+//! endpoints (one UDP socket each), task k on endpoint k mod E; a session
+//! is `connect`, `write_all`, `SendHalf::finish` (FIN right after the
+//! request), `read_to_end`, drop (the client closed first: its endpoint
+//! keeps the connection in TIME-WAIT, spec §4.4). TCP (tokio): `connect`,
+//! `set_nodelay`, `write_all`, `shutdown` (FIN), `read_to_end`, drop.
+//!
+//! Hold: ⌈sessions / per_endpoint⌉ endpoints; `concurrency` tasks open
+//! sessions 0..N in turn (session i on endpoint i mod E), each writing a
+//! hello and staying open; once all are up the figures go to the held
+//! file and the process waits for the stop file.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::task::JoinSet;
+
+use super::server::{finish, HELLO};
+use super::{Kind, Rto};
+use crate::fanout::runs::write_ready;
+
+/// What one load generator does.
+#[derive(Debug, Clone)]
+pub struct Load {
+    pub kind: Kind,
+    pub server: SocketAddr,
+    pub requests: usize,
+    pub concurrency: usize,
+    pub size: usize,
+    pub per_endpoint: usize,
+    /// Probability of dropping each datagram, each way (manyfold).
+    pub loss: f64,
+    pub seed: u64,
+    pub rto: Rto,
+    pub request_timeout: Duration,
+}
+
+/// Request `i`'s bytes: splitmix64 seeded by (seed, i).
+pub fn request_bytes(seed: u64, i: u64, size: usize) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ i.wrapping_add(1).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    let mut out = Vec::with_capacity(size + 8);
+    while out.len() < size {
+        x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = x;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        out.extend_from_slice(&(z ^ (z >> 31)).to_le_bytes());
+    }
+    out.truncate(size);
+    out
+}
+
+/// Whether `reply` is `request` reversed.
+pub fn is_reversed(request: &[u8], reply: &[u8]) -> bool {
+    request.len() == reply.len() && request.iter().rev().eq(reply.iter())
+}
+
+/// The `q` quantile (0..=1) of sorted `v` by nearest rank.
+pub fn quantile(sorted: &[f64], q: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let rank = (q * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
+}
+
+/// What the sessions of one load generator did.
+#[derive(Debug, Default)]
+struct Tally {
+    latencies: Vec<f64>,
+    failures: u64,
+    first_error: Option<String>,
+    retransmissions: u64,
+    rto_expiries: u64,
+}
+
+impl Tally {
+    fn fail(&mut self, e: String) {
+        self.failures += 1;
+        self.first_error.get_or_insert(e);
+    }
+
+    fn merge(&mut self, o: Tally) {
+        self.latencies.extend(o.latencies);
+        self.failures += o.failures;
+        self.retransmissions += o.retransmissions;
+        self.rto_expiries += o.rto_expiries;
+        if self.first_error.is_none() {
+            self.first_error = o.first_error;
+        }
+    }
+}
+
+pub fn run(load: &Load, limit: Duration) -> Result<()> {
+    let rt = crate::runtime()?;
+    let text = rt.block_on(async {
+        tokio::time::timeout(limit, generate(load))
+            .await
+            .unwrap_or_else(|_| bail!("the load generator did not finish within {limit:?}"))
+    })?;
+    finish(&text)
+}
+
+/// `n` client endpoints on 127.0.0.1, with `loss` each way if nonzero.
+async fn endpoints(n: usize, rto: Rto, loss: f64, seed: u64) -> Result<Vec<manyfold::Endpoint>> {
+    let mut eps = Vec::with_capacity(n);
+    for i in 0..n {
+        let mut config = manyfold::Config { endpoint: rto.endpoint_config(), ..Default::default() };
+        if loss > 0.0 {
+            config.faults =
+                manyfold::FaultConfig { seed: seed.wrapping_mul(1_000_003) + i as u64, loss, ..Default::default() };
+        }
+        eps.push(manyfold::Endpoint::bind("127.0.0.1:0".parse()?, config).await?);
+    }
+    Ok(eps)
+}
+
+async fn generate(load: &Load) -> Result<String> {
+    let eps = match load.kind {
+        Kind::Manyfold => {
+            endpoints(load.concurrency.div_ceil(load.per_endpoint), load.rto, load.loss, load.seed).await?
+        }
+        Kind::Tcp => Vec::new(),
+    };
+    let next = Arc::new(AtomicUsize::new(0));
+    let mut tasks = JoinSet::new();
+    let start = Instant::now();
+    for k in 0..load.concurrency {
+        let (next, load, ep) = (next.clone(), load.clone(), eps.get(k % eps.len().max(1)).cloned());
+        tasks.spawn(async move {
+            let mut tally = Tally::default();
+            loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                if i >= load.requests {
+                    return tally;
+                }
+                let request = request_bytes(load.seed, i as u64, load.size);
+                let t = Instant::now();
+                let done = tokio::time::timeout(load.request_timeout, session(&load, ep.as_ref(), &request)).await;
+                match done {
+                    Ok(Ok((reply, stats))) if is_reversed(&request, &reply) => {
+                        tally.latencies.push(t.elapsed().as_secs_f64());
+                        if let Some(s) = stats {
+                            tally.retransmissions += s.retransmissions;
+                            tally.rto_expiries += s.rto_expiries;
+                        }
+                    }
+                    Ok(Ok((reply, _))) => tally.fail(format!(
+                        "request {i}: a reply of {} bytes that is not the request reversed",
+                        reply.len()
+                    )),
+                    Ok(Err(e)) => tally.fail(format!("request {i}: {e:#}")),
+                    Err(_) => tally.fail(format!("request {i}: no reply within {:?}", load.request_timeout)),
+                }
+            }
+        });
+    }
+    let mut all = Tally::default();
+    while let Some(t) = tasks.join_next().await {
+        all.merge(t.context("a client task panicked")?);
+    }
+    let wall = start.elapsed().as_secs_f64();
+    let mut lat = std::mem::take(&mut all.latencies);
+    lat.sort_by(|a, b| a.total_cmp(b));
+    let ms = |q: f64| quantile(&lat, q) * 1e3;
+    let mean = lat.iter().sum::<f64>() / lat.len().max(1) as f64 * 1e3;
+    let (sent, received) = eps.iter().fold((0, 0), |(s, r), e| {
+        let d = e.driver_stats();
+        (s + d.datagrams_sent, r + d.datagrams_received)
+    });
+    Ok(format!(
+        "result ok={} failures={} wall_s={wall:.6} rps={:.1} p50_ms={:.4} p99_ms={:.4} max_ms={:.4} mean_ms={mean:.4} retransmissions={} rto_expiries={} datagrams_sent={sent} datagrams_received={received} endpoints={}\nfirst_error: {}\n",
+        lat.len(),
+        all.failures,
+        lat.len() as f64 / wall,
+        ms(0.5),
+        ms(0.99),
+        ms(1.0),
+        all.retransmissions,
+        all.rto_expiries,
+        eps.len(),
+        all.first_error.unwrap_or_default(),
+    ))
+}
+
+/// One session: the reply's bytes and, for manyfold, the connection's counters.
+async fn session(
+    load: &Load,
+    ep: Option<&manyfold::Endpoint>,
+    request: &[u8],
+) -> Result<(Vec<u8>, Option<manyfold::ConnStats>)> {
+    let mut reply = Vec::with_capacity(request.len());
+    match ep {
+        Some(ep) => {
+            let conn = ep.connect(load.server).await.context("connect")?;
+            let (mut tx, mut rx) = conn.split();
+            tx.write_all(request).await.context("writing the request")?;
+            tx.finish().context("finishing")?;
+            rx.read_to_end(&mut reply).await.context("reading the reply")?;
+            Ok((reply, Some(rx.stats())))
+        }
+        None => {
+            let mut s = tokio::net::TcpStream::connect(load.server).await.context("connect")?;
+            s.set_nodelay(true)?;
+            s.write_all(request).await.context("writing the request")?;
+            s.shutdown().await.context("shutdown")?;
+            s.read_to_end(&mut reply).await.context("reading the reply")?;
+            Ok((reply, None))
+        }
+    }
+}
+
+/// The hold's clients (see the module's docs).
+pub fn hold(
+    server: SocketAddr,
+    sessions: usize,
+    concurrency: usize,
+    per_endpoint: usize,
+    held: &Path,
+    stop: &Path,
+    limit: Duration,
+) -> Result<()> {
+    let rt = crate::runtime()?;
+    let text = rt.block_on(async {
+        tokio::time::timeout(limit, hold_all(server, sessions, concurrency, per_endpoint, held, stop))
+            .await
+            .unwrap_or_else(|_| bail!("the hold clients were not stopped within {limit:?}"))
+    })?;
+    finish(&text)
+}
+
+async fn hold_all(
+    server: SocketAddr,
+    sessions: usize,
+    concurrency: usize,
+    per_endpoint: usize,
+    held: &Path,
+    stop: &Path,
+) -> Result<String> {
+    let eps = Arc::new(endpoints(sessions.div_ceil(per_endpoint), Rto::default(), 0.0, 0).await?);
+    let open = Arc::new(Mutex::new(Vec::with_capacity(sessions)));
+    let next = Arc::new(AtomicUsize::new(0));
+    let mut tasks = JoinSet::new();
+    let start = Instant::now();
+    for _ in 0..concurrency {
+        let (eps, open, next) = (eps.clone(), open.clone(), next.clone());
+        tasks.spawn(async move {
+            let mut tally = Tally::default();
+            loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                if i >= sessions {
+                    return tally;
+                }
+                let ep = &eps[i % eps.len()];
+                let up = async {
+                    let mut conn = ep.connect(server).await.context("connect")?;
+                    let mut hello = [0u8; HELLO];
+                    hello[..8].copy_from_slice(&(i as u64).to_le_bytes());
+                    conn.write_all(&hello).await.context("writing the hello")?;
+                    anyhow::Ok(conn)
+                };
+                match tokio::time::timeout(Duration::from_secs(30), up).await {
+                    Ok(Ok(conn)) => open.lock().unwrap_or_else(|p| p.into_inner()).push(conn),
+                    Ok(Err(e)) => tally.fail(format!("session {i}: {e:#}")),
+                    Err(_) => tally.fail(format!("session {i}: not up within 30 s")),
+                }
+            }
+        });
+    }
+    let mut all = Tally::default();
+    while let Some(t) = tasks.join_next().await {
+        all.merge(t.context("a client task panicked")?);
+    }
+    let establish = start.elapsed().as_secs_f64();
+    let ok = open.lock().unwrap_or_else(|p| p.into_inner()).len();
+    let text = format!(
+        "held ok={ok} failures={} establish_s={establish:.3} endpoints={}\nfirst_error: {}\n",
+        all.failures,
+        eps.len(),
+        all.first_error.unwrap_or_default()
+    );
+    write_ready(held, &text)?;
+    while !stop.exists() {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    Ok(text)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn requests_differ_and_replies_are_checked() {
+        let a = request_bytes(1, 0, 1024);
+        assert_eq!(a, request_bytes(1, 0, 1024));
+        assert_ne!(a, request_bytes(1, 1, 1024));
+        assert_ne!(a, request_bytes(2, 0, 1024));
+        assert_eq!(request_bytes(1, 5, 13).len(), 13);
+        let rev: Vec<u8> = a.iter().rev().copied().collect();
+        assert!(is_reversed(&a, &rev));
+        assert!(!is_reversed(&a, &a));
+        assert!(!is_reversed(&a, &rev[1..]));
+    }
+
+    #[test]
+    fn quantiles_take_the_nearest_rank() {
+        let v: Vec<f64> = (1..=100).map(f64::from).collect();
+        assert_eq!(quantile(&v, 0.5), 50.0);
+        assert_eq!(quantile(&v, 0.99), 99.0);
+        assert_eq!(quantile(&v, 1.0), 100.0);
+        assert_eq!(quantile(&[7.0], 0.99), 7.0);
+        assert!(quantile(&[], 0.5).is_nan());
+    }
+}

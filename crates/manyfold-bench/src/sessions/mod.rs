@@ -1,0 +1,525 @@
+//! The `sessions` scenario (issue 6; paper 02, RUDP; BENCH.md's "many
+//! short sessions" anchor): N clients on 127.0.0.1, each one connection
+//! carrying one request and one reply, beside kernel TCP doing connect,
+//! request, reply and close per client in the same run. Four parts:
+//!
+//! - **grid**: N = 1,000, 10,000 and 50,000 requests of 1 KiB (reply the
+//!   same size) at concurrency 100 and 1,000; rows manyfold and kernel TCP
+//!   alternating within each repetition. Target: ≥ 3× TCP's requests/s
+//!   (paper 02 reports 3–12×), no failures;
+//! - **sizes**: paper 02 §4.3, 2,000 requests at 64 B … 16 KiB;
+//! - **rto**: paper 02 §4.4 (its "maximum waiting time"), 2,000 requests of
+//!   1 KiB under several `min_rto` / `initial_rto` settings, without loss
+//!   and with emulated loss on the client endpoints (the driver's fault
+//!   injection: each datagram between client and server is dropped with
+//!   probability p, each way), where the setting matters;
+//! - **hold**: one listener holding `--hold` sessions established and idle;
+//!   the server's RSS growth per session against the issue's 4 KiB target,
+//!   and the time to establish them.
+//!
+//! Each run is two processes of this binary measured by `wait4`
+//! ([`crate::child`]): the server ([`server`]) and the load generator
+//! ([`client`]). A session: the client stamps its start, connects, writes
+//! the request, finishes its sending side (FIN), reads the reply to its
+//! end and checks it is the request reversed; the server reads the request
+//! to its end, writes the reply and closes second (the client holds
+//! TIME-WAIT, spec §4.4). Many client sessions share few client endpoints:
+//! one UDP socket per `--per-endpoint` concurrent sessions.
+//!
+//! Modules: [`server`], [`client`] (both processes), [`report`] (tables,
+//! JSON, charts, targets); the report's frame is [`crate::fanout::runs`].
+
+mod client;
+mod report;
+mod server;
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use clap::{Subcommand, ValueEnum};
+
+use crate::child;
+use crate::fanout::runs::{self, wait_for_file, write_ready};
+use crate::loopback::parse_size;
+use report::{HoldFigures, Part, Report, RunResult};
+
+pub type Args = crate::ScenarioArgs<Internal, Options>;
+
+/// Which transport a run's two processes use.
+#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// manyfold: connect, write, finish, read to the end; the server closes second.
+    Manyfold,
+    /// Kernel TCP (tokio): connect, write, shutdown(write), read to EOF, close.
+    Tcp,
+}
+
+impl Kind {
+    pub fn label(self) -> &'static str {
+        match self {
+            Kind::Manyfold => "manyfold",
+            Kind::Tcp => "kernel TCP",
+        }
+    }
+
+    fn arg(self) -> String {
+        self.to_possible_value().map(|v| v.get_name().to_string()).unwrap_or_default()
+    }
+}
+
+/// The retransmission-timeout settings of both ends (ConnectionConfig).
+#[derive(clap::Args, Debug, Clone, Copy, PartialEq)]
+pub struct Rto {
+    /// `min_rto` in ms (library default 20).
+    #[arg(long, default_value_t = 20)]
+    pub min_rto_ms: u64,
+    /// `initial_rto` in ms (library default 1000).
+    #[arg(long, default_value_t = 1000)]
+    pub initial_rto_ms: u64,
+}
+
+impl Default for Rto {
+    fn default() -> Self {
+        Rto { min_rto_ms: 20, initial_rto_ms: 1000 }
+    }
+}
+
+impl Rto {
+    /// The engine's settings with these timeouts.
+    pub fn endpoint_config(self) -> manyfold::EndpointConfig {
+        let mut c = manyfold::EndpointConfig::default();
+        c.connection.min_rto = Duration::from_millis(self.min_rto_ms);
+        c.connection.initial_rto = Duration::from_millis(self.initial_rto_ms);
+        c
+    }
+
+    /// `MIN/INITIAL` in ms, as `--rto` takes it.
+    fn parse(s: &str) -> Result<Rto> {
+        let (min, initial) = s.split_once('/').with_context(|| format!("--rto wants MIN/INITIAL in ms, got {s:?}"))?;
+        Ok(Rto { min_rto_ms: min.trim().parse()?, initial_rto_ms: initial.trim().parse()? })
+    }
+}
+
+/// The scenario's own processes (hidden subcommands of this binary).
+#[derive(Subcommand, Debug)]
+pub enum Internal {
+    /// (internal) The server: answers every session with its request
+    /// reversed (or, with `--hold`, keeps each session open and idle)
+    /// until `--stop` appears; writes its address to `--ready`.
+    #[command(hide = true)]
+    Server {
+        #[arg(long, value_enum)]
+        kind: Kind,
+        #[arg(long)]
+        ready: PathBuf,
+        #[arg(long)]
+        stop: PathBuf,
+        /// Accept backlog (manyfold `accept_backlog`, TCP `listen`).
+        #[arg(long)]
+        backlog: usize,
+        #[command(flatten)]
+        rto: Rto,
+        /// Hold mode: read each session's hello and keep it; measure RSS
+        /// when `--measure` appears (it holds the number of sessions to wait for).
+        #[arg(long)]
+        measure: Option<PathBuf>,
+        #[arg(long)]
+        limit: f64,
+    },
+    /// (internal) The load generator: `--requests` sessions, at most
+    /// `--concurrency` at once.
+    #[command(hide = true)]
+    Client {
+        #[arg(long, value_enum)]
+        kind: Kind,
+        #[arg(long)]
+        server: SocketAddr,
+        #[arg(long)]
+        requests: usize,
+        #[arg(long)]
+        concurrency: usize,
+        #[arg(long)]
+        size: usize,
+        /// Concurrent sessions per client endpoint (manyfold).
+        #[arg(long)]
+        per_endpoint: usize,
+        /// Emulated loss on the client endpoints, percent each way (manyfold).
+        #[arg(long, default_value_t = 0.0)]
+        loss: f64,
+        #[arg(long)]
+        seed: u64,
+        #[command(flatten)]
+        rto: Rto,
+        /// Seconds before one session counts as failed.
+        #[arg(long)]
+        request_timeout: f64,
+        #[arg(long)]
+        limit: f64,
+    },
+    /// (internal) The hold's clients: `--sessions` manyfold sessions, each
+    /// sending a hello and staying open until `--stop` appears; writes its
+    /// figures to `--held` once all are up.
+    #[command(hide = true)]
+    HoldClient {
+        #[arg(long)]
+        server: SocketAddr,
+        #[arg(long)]
+        sessions: usize,
+        #[arg(long)]
+        concurrency: usize,
+        /// Sessions per client endpoint.
+        #[arg(long)]
+        per_endpoint: usize,
+        #[arg(long)]
+        held: PathBuf,
+        #[arg(long)]
+        stop: PathBuf,
+        #[arg(long)]
+        limit: f64,
+    },
+}
+
+/// What to measure. Lists are comma-separated.
+#[derive(clap::Args, Debug, Clone)]
+pub struct Options {
+    /// A smoke run: N = 1,000 at concurrency 100, the sweeps with 200
+    /// requests, a hold of 10,000, one repetition. Explicit options still win.
+    #[arg(long)]
+    pub quick: bool,
+    /// Which parts to run [default: grid,sizes,rto,hold].
+    #[arg(long, value_enum, value_delimiter = ',')]
+    pub parts: Option<Vec<Part>>,
+    /// Requests (clients) per grid run [default: 1000,10000,50000; --quick: 1000].
+    #[arg(long, value_delimiter = ',')]
+    pub requests: Option<Vec<usize>>,
+    /// Sessions at once in the grid [default: 100,1000; --quick: 100].
+    #[arg(long, value_delimiter = ',')]
+    pub concurrency: Option<Vec<usize>>,
+    /// Request (and reply) size of the grid and the rto sweep.
+    #[arg(long, default_value = "1KiB")]
+    pub size: String,
+    /// Repetitions of every run [default: 3; --quick: 1].
+    #[arg(long)]
+    pub reps: Option<usize>,
+    /// Requests per run of the two sweeps [default: 2000; --quick: 200].
+    #[arg(long)]
+    pub sweep_requests: Option<usize>,
+    /// Concurrency of the two sweeps.
+    #[arg(long, default_value_t = 100)]
+    pub sweep_concurrency: usize,
+    /// Sizes of the size sweep.
+    #[arg(long, value_delimiter = ',', default_value = "64,256,1KiB,4KiB,16KiB")]
+    pub sweep_sizes: Vec<String>,
+    /// RTO settings of the rto sweep, each MIN/INITIAL in ms.
+    #[arg(long, value_delimiter = ',', default_value = "5/1000,20/1000,200/1000,20/200,20/3000")]
+    pub rto: Vec<String>,
+    /// Emulated loss of the rto sweep's lossy runs, percent each way (0: none).
+    #[arg(long, default_value_t = 2.0)]
+    pub rto_loss: f64,
+    /// Sessions the hold establishes and keeps idle [default: 100000; --quick: 10000].
+    #[arg(long)]
+    pub hold: Option<usize>,
+    /// Handshakes in flight at once while the hold builds up.
+    #[arg(long, default_value_t = 1000)]
+    pub hold_concurrency: usize,
+    /// Concurrent sessions per manyfold client endpoint (one UDP socket).
+    #[arg(long, default_value_t = 100)]
+    pub per_endpoint: usize,
+    /// Held sessions per manyfold client endpoint in the hold.
+    #[arg(long, default_value_t = 1000)]
+    pub hold_per_endpoint: usize,
+    /// The server's accept backlog (manyfold `accept_backlog`; TCP
+    /// `listen(2)`, which the kernel caps at net.core.somaxconn).
+    #[arg(long, default_value_t = 4096)]
+    pub backlog: usize,
+    /// Seconds before one session counts as failed.
+    #[arg(long, default_value_t = 30.0)]
+    pub request_timeout: f64,
+    /// Seed of the requests' pseudo-random bytes (and of the fault injection).
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Per-run time limit in seconds (each process).
+    #[arg(long, default_value_t = 300)]
+    pub timeout: u64,
+    /// --json FILE, --plot DIR: sessions-rate.png (requests/s against N),
+    /// sessions-p99.png (p99 latency against N), sessions-sizes.png.
+    #[command(flatten)]
+    pub out: runs::Outputs,
+}
+
+pub fn run(args: Args) -> Result<()> {
+    match args.internal {
+        Some(Internal::Server { kind, ready, stop, backlog, rto, measure, limit }) => {
+            let limit = Duration::from_secs_f64(limit);
+            server::run(kind, &ready, &stop, backlog, rto, measure.as_deref(), limit)
+        }
+        Some(Internal::Client {
+            kind,
+            server,
+            requests,
+            concurrency,
+            size,
+            per_endpoint,
+            loss,
+            seed,
+            rto,
+            request_timeout,
+            limit,
+        }) => {
+            let load = client::Load {
+                kind,
+                server,
+                requests,
+                concurrency,
+                size,
+                per_endpoint,
+                loss: loss / 100.0,
+                seed,
+                rto,
+                request_timeout: Duration::from_secs_f64(request_timeout),
+            };
+            client::run(&load, Duration::from_secs_f64(limit))
+        }
+        Some(Internal::HoldClient { server, sessions, concurrency, per_endpoint, held, stop, limit }) => {
+            client::hold(server, sessions, concurrency, per_endpoint, &held, &stop, Duration::from_secs_f64(limit))
+        }
+        None => measure(&args.opts),
+    }
+}
+
+/// Everything a run needs, resolved from the options.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    pub parts: Vec<Part>,
+    pub requests: Vec<usize>,
+    pub concurrency: Vec<usize>,
+    pub size: usize,
+    pub reps: usize,
+    pub sweep_requests: usize,
+    pub sweep_concurrency: usize,
+    pub sweep_sizes: Vec<usize>,
+    pub rtos: Vec<Rto>,
+    pub rto_loss: f64,
+    pub hold: usize,
+    pub hold_concurrency: usize,
+    pub per_endpoint: usize,
+    pub hold_per_endpoint: usize,
+    pub backlog: usize,
+    pub request_timeout: f64,
+    pub seed: u64,
+    pub limit: Duration,
+}
+
+impl Plan {
+    pub fn from_options(o: &Options) -> Result<Plan> {
+        let q = o.quick;
+        let size_of = |s: &String| -> Result<usize> {
+            let b = parse_size(s)? as usize;
+            if !(1..=16 << 20).contains(&b) {
+                bail!("request sizes must be 1 byte to 16 MiB, not {s}");
+            }
+            Ok(b)
+        };
+        let plan = Plan {
+            parts: o.parts.clone().unwrap_or(vec![Part::Grid, Part::Sizes, Part::Rto, Part::Hold]),
+            requests: o.requests.clone().unwrap_or(if q { vec![1000] } else { vec![1000, 10_000, 50_000] }),
+            concurrency: o.concurrency.clone().unwrap_or(if q { vec![100] } else { vec![100, 1000] }),
+            size: size_of(&o.size)?,
+            reps: o.reps.unwrap_or(if q { 1 } else { 3 }).max(1),
+            sweep_requests: o.sweep_requests.unwrap_or(if q { 200 } else { 2000 }),
+            sweep_concurrency: o.sweep_concurrency,
+            sweep_sizes: o.sweep_sizes.iter().map(size_of).collect::<Result<_>>()?,
+            rtos: o.rto.iter().map(|s| Rto::parse(s)).collect::<Result<_>>()?,
+            rto_loss: o.rto_loss,
+            hold: o.hold.unwrap_or(if q { 10_000 } else { 100_000 }),
+            hold_concurrency: o.hold_concurrency,
+            per_endpoint: o.per_endpoint,
+            hold_per_endpoint: o.hold_per_endpoint,
+            backlog: o.backlog,
+            request_timeout: o.request_timeout,
+            seed: o.seed,
+            limit: Duration::from_secs(o.timeout.max(1)),
+        };
+        let counts =
+            plan.requests.iter().chain(&plan.concurrency).chain([&plan.sweep_requests, &plan.sweep_concurrency]);
+        if counts.copied().any(|n| n == 0) || plan.requests.is_empty() || plan.concurrency.is_empty() {
+            bail!("requests and concurrencies must be at least 1");
+        }
+        if plan.per_endpoint == 0 || plan.hold_per_endpoint == 0 || plan.hold_concurrency == 0 || plan.backlog == 0 {
+            bail!("--per-endpoint, --hold-per-endpoint, --hold-concurrency and --backlog must be at least 1");
+        }
+        if !(0.0..50.0).contains(&plan.rto_loss) {
+            bail!("--rto-loss is a percentage below 50");
+        }
+        Ok(plan)
+    }
+}
+
+/// One request-reply run: what the load generator does.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Spec {
+    pub part: Part,
+    pub kind: Kind,
+    pub requests: usize,
+    pub concurrency: usize,
+    pub size: usize,
+    pub rto: Rto,
+    /// Emulated loss, percent each way (manyfold only).
+    pub loss: f64,
+}
+
+fn measure(o: &Options) -> Result<()> {
+    let plan = Plan::from_options(o)?;
+    let bench = std::env::current_exe()?;
+    let work = tempfile::Builder::new().prefix("manyfold-bench-sessions-").tempdir()?;
+    let mut report = Report::new(&plan);
+    let mut runs: Vec<Vec<Spec>> = vec![Vec::new(); plan.reps];
+    let spec = |part, kind, requests, concurrency, size| Spec {
+        part,
+        kind,
+        requests,
+        concurrency,
+        size,
+        rto: Rto::default(),
+        loss: 0.0,
+    };
+    for rep in runs.iter_mut() {
+        if plan.parts.contains(&Part::Grid) {
+            for &n in &plan.requests {
+                for &c in &plan.concurrency {
+                    for kind in [Kind::Manyfold, Kind::Tcp] {
+                        rep.push(spec(Part::Grid, kind, n, c, plan.size));
+                    }
+                }
+            }
+        }
+        if plan.parts.contains(&Part::Sizes) {
+            for &size in &plan.sweep_sizes {
+                for kind in [Kind::Manyfold, Kind::Tcp] {
+                    rep.push(spec(Part::Sizes, kind, plan.sweep_requests, plan.sweep_concurrency, size));
+                }
+            }
+        }
+        if plan.parts.contains(&Part::Rto) {
+            let base = spec(Part::Rto, Kind::Tcp, plan.sweep_requests, plan.sweep_concurrency, plan.size);
+            rep.push(base);
+            let losses = if plan.rto_loss > 0.0 { vec![0.0, plan.rto_loss] } else { vec![0.0] };
+            for &loss in &losses {
+                for &rto in &plan.rtos {
+                    rep.push(Spec { kind: Kind::Manyfold, rto, loss, ..base });
+                }
+            }
+        }
+    }
+    for (rep, specs) in runs.iter().enumerate() {
+        for s in specs {
+            let dir = work.path().join(format!("run-{}", report.runs.len()));
+            std::fs::create_dir(&dir)?;
+            let r = run_one(&bench, &plan, s, &dir).unwrap_or_else(|e| RunResult::failed(s, format!("{e:#}")));
+            let r = RunResult { rep, ..r };
+            eprintln!("rep {} {}", rep + 1, r.progress());
+            report.runs.push(r);
+            std::fs::remove_dir_all(&dir)?;
+        }
+    }
+    if plan.parts.contains(&Part::Hold) && plan.hold > 0 {
+        let dir = work.path().join("hold");
+        std::fs::create_dir(&dir)?;
+        let s = Spec { part: Part::Hold, ..spec(Part::Hold, Kind::Manyfold, plan.hold, plan.hold_concurrency, 0) };
+        let r = run_hold(&bench, &plan, &dir).unwrap_or_else(|e| RunResult::failed(&s, format!("{e:#}")));
+        eprintln!("hold {}", r.progress());
+        report.runs.push(r);
+    }
+    drop(work);
+    report.finish();
+    runs::publish(&report, &o.out)
+}
+
+/// Starts the server of `kind` in `dir` and waits for its address.
+fn start_server(
+    bench: &Path,
+    plan: &Plan,
+    kind: Kind,
+    rto: Rto,
+    hold: bool,
+    dir: &Path,
+) -> Result<(child::Launched, SocketAddr)> {
+    let ready = dir.join("ready");
+    let mut c = std::process::Command::new(bench);
+    c.env("RUST_BACKTRACE", "0").args(["sessions", "server", "--kind", &kind.arg()]);
+    c.arg("--ready").arg(&ready).arg("--stop").arg(dir.join("stop"));
+    c.args(["--backlog", &plan.backlog.to_string(), "--limit", &plan.limit.as_secs_f64().to_string()]);
+    c.args(["--min-rto-ms", &rto.min_rto_ms.to_string(), "--initial-rto-ms", &rto.initial_rto_ms.to_string()]);
+    if hold {
+        c.arg("--measure").arg(dir.join("measure"));
+    }
+    let server = child::launch(c, dir, "server", format!("{} server", kind.label()))?;
+    if let Err(e) = wait_for_file(&ready, Duration::from_secs(30)) {
+        server.kill();
+        return Err(e);
+    }
+    let addr = std::fs::read_to_string(&ready)?.trim().parse().context("the server's address")?;
+    Ok((server, addr))
+}
+
+/// One request-reply run: the server, then the load generator; once the
+/// load generator is done, the server is told to stop.
+fn run_one(bench: &Path, plan: &Plan, s: &Spec, dir: &Path) -> Result<RunResult> {
+    let (server, addr) = start_server(bench, plan, s.kind, s.rto, false, dir)?;
+    let mut c = std::process::Command::new(bench);
+    c.env("RUST_BACKTRACE", "0").args(["sessions", "client", "--kind", &s.kind.arg()]);
+    c.args(["--server", &addr.to_string(), "--requests", &s.requests.to_string()]);
+    c.args(["--concurrency", &s.concurrency.to_string(), "--size", &s.size.to_string()]);
+    c.args(["--per-endpoint", &plan.per_endpoint.to_string(), "--loss", &s.loss.to_string()]);
+    c.args(["--seed", &plan.seed.to_string(), "--request-timeout", &plan.request_timeout.to_string()]);
+    c.args(["--min-rto-ms", &s.rto.min_rto_ms.to_string(), "--initial-rto-ms", &s.rto.initial_rto_ms.to_string()]);
+    c.args(["--limit", &plan.limit.as_secs_f64().to_string()]);
+    let client = match child::launch(c, dir, "client", format!("{} load generator", s.kind.label())) {
+        Ok(c) => c,
+        Err(e) => {
+            server.kill();
+            return Err(e);
+        }
+    };
+    let grace = Duration::from_secs(30);
+    let got = client.finish(plan.limit + grace);
+    write_ready(&dir.join("stop"), "stop")?;
+    let served = server.finish(grace);
+    RunResult::parse(s, &got?, &served?)
+}
+
+/// The hold: one server, `plan.hold` sessions established and idle; the
+/// server's RSS before and with them.
+fn run_hold(bench: &Path, plan: &Plan, dir: &Path) -> Result<RunResult> {
+    let (server, addr) = start_server(bench, plan, Kind::Manyfold, Rto::default(), true, dir)?;
+    let held = dir.join("held");
+    let mut c = std::process::Command::new(bench);
+    c.env("RUST_BACKTRACE", "0").args(["sessions", "hold-client", "--server", &addr.to_string()]);
+    c.args(["--sessions", &plan.hold.to_string(), "--concurrency", &plan.hold_concurrency.to_string()]);
+    c.args(["--per-endpoint", &plan.hold_per_endpoint.to_string(), "--limit", &plan.limit.as_secs_f64().to_string()]);
+    c.arg("--held").arg(&held).arg("--stop").arg(dir.join("stop"));
+    let client = match child::launch(c, dir, "client", "hold clients".into()) {
+        Ok(c) => c,
+        Err(e) => {
+            server.kill();
+            return Err(e);
+        }
+    };
+    let up = wait_for_file(&held, plan.limit).and_then(|()| {
+        let text = std::fs::read_to_string(&held)?;
+        let ok = crate::wan::probe::field(&text, "ok").context("the hold clients wrote no count")?;
+        write_ready(&dir.join("measure"), &format!("{ok}"))?;
+        wait_for_file(&dir.join("measured"), Duration::from_secs(60))
+    });
+    // Both stop whatever happened; each is bounded by its own limit too.
+    write_ready(&dir.join("stop"), "stop")?;
+    let grace = Duration::from_secs(30);
+    let got = client.finish(grace);
+    let served = server.finish(grace);
+    up?;
+    let (got, served) = (got?, served?);
+    let hold = HoldFigures::parse(&got.stdout, &served.stdout)?;
+    Ok(RunResult::held(plan, hold, got.usage, served.usage))
+}
