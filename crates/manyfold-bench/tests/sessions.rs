@@ -5,6 +5,8 @@
 //! (0 failures), the targets' lines, the JSON and the charts. Proves the
 //! harness, not a rate (BENCH.md). Needs no root.
 
+// Not every helper of `common` is used here (no namespaces).
+#[allow(dead_code)]
 mod common;
 
 /// The table line starting with `prefix`, with numbers in every column.
