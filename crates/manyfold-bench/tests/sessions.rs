@@ -1,6 +1,6 @@
 //! CI's short run of the `sessions` scenario (`--quick`: 1,000 sessions at
-//! concurrency 100, the size and RTO sweeps with 200 requests each, a hold
-//! of 10,000 idle sessions, one repetition) on 127.0.0.1: every row of
+//! concurrency 100, the size and RTO sweeps with 200 requests each, two
+//! holds of 10,000 idle sessions, one repetition) on 127.0.0.1: every row of
 //! every part ran, every session was answered with its request reversed
 //! (0 failures), the targets' lines, the JSON and the charts. Proves the
 //! harness, not a rate (BENCH.md). Needs no root.
@@ -39,8 +39,10 @@ fn sessions_quick_answers_every_session_on_every_row() {
             no_failures(line(stdout, stderr, &format!("{rto} {loss} | manyfold |")));
         }
     }
-    let hold = line(stdout, stderr, "| 10000 | 10000 | 10000 | 0 |");
-    assert!(hold.split('|').count() > 12, "{hold}");
+    for hello in [0, 16] {
+        let hold = line(stdout, stderr, &format!("| 10000 | {hello} | 10000 | 10000 | 0 |"));
+        assert!(hold.split('|').count() > 12, "{hold}");
+    }
     for target in [
         "Target, manyfold ≥ 3× TCP's requests/s",
         "Target, no failures: 0 of 1000 manyfold sessions failed (met)",
@@ -50,9 +52,9 @@ fn sessions_quick_answers_every_session_on_every_row() {
     }
     let json = &quick.json;
     assert!(json.starts_with("{\"scenario\":\"sessions\""), "{json}");
-    // 2 grid + 10 sizes + 11 rto runs + the hold, none failed.
-    assert_eq!(json.matches("\"error\":null").count(), 24, "{json}");
-    assert_eq!(json.matches("\"failures\":0,").count(), 24, "{json}");
+    // 2 grid + 10 sizes + 11 rto runs + two holds, none failed.
+    assert_eq!(json.matches("\"error\":null").count(), 25, "{json}");
+    assert_eq!(json.matches("\"failures\":0,").count(), 25, "{json}");
     for png in ["sessions-rate.png", "sessions-p99.png", "sessions-sizes.png"] {
         let bytes = std::fs::read(quick.charts.path().join(png)).unwrap_or_else(|e| panic!("{png}: {e}\n{stderr}"));
         assert!(bytes.starts_with(b"\x89PNG"), "{png} is not a PNG");

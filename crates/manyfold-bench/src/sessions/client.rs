@@ -14,7 +14,7 @@
 //!
 //! Hold: ⌈sessions / per_endpoint⌉ endpoints; `concurrency` tasks open
 //! sessions 0..N in turn (session i on endpoint i mod E), each writing a
-//! hello and staying open; once all are up the figures go to the held
+//! hello (if its length is not 0) and staying open; once all are up the figures go to the held
 //! file and the process waits for the stop file.
 
 use std::net::SocketAddr;
@@ -27,7 +27,7 @@ use anyhow::{bail, Context, Result};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::task::JoinSet;
 
-use super::server::{finish, HELLO};
+use super::server::finish;
 use super::{Kind, Rto};
 use crate::fanout::runs::write_ready;
 
@@ -222,33 +222,30 @@ async fn session(
     }
 }
 
+/// What the hold's clients do.
+#[derive(Debug, Clone, Copy)]
+pub struct Hold {
+    pub server: SocketAddr,
+    pub sessions: usize,
+    pub concurrency: usize,
+    pub per_endpoint: usize,
+    /// Bytes each session sends once up (0: none).
+    pub hello: usize,
+}
+
 /// The hold's clients (see the module's docs).
-pub fn hold(
-    server: SocketAddr,
-    sessions: usize,
-    concurrency: usize,
-    per_endpoint: usize,
-    held: &Path,
-    stop: &Path,
-    limit: Duration,
-) -> Result<()> {
+pub fn hold(h: &Hold, held: &Path, stop: &Path, limit: Duration) -> Result<()> {
     let rt = crate::runtime()?;
     let text = rt.block_on(async {
-        tokio::time::timeout(limit, hold_all(server, sessions, concurrency, per_endpoint, held, stop))
+        tokio::time::timeout(limit, hold_all(*h, held, stop))
             .await
             .unwrap_or_else(|_| bail!("the hold clients were not stopped within {limit:?}"))
     })?;
     finish(&text)
 }
 
-async fn hold_all(
-    server: SocketAddr,
-    sessions: usize,
-    concurrency: usize,
-    per_endpoint: usize,
-    held: &Path,
-    stop: &Path,
-) -> Result<String> {
+async fn hold_all(h: Hold, held: &Path, stop: &Path) -> Result<String> {
+    let Hold { server, sessions, concurrency, per_endpoint, hello } = h;
     let eps = Arc::new(endpoints(sessions.div_ceil(per_endpoint), Rto::default(), 0.0, 0).await?);
     let open = Arc::new(Mutex::new(Vec::with_capacity(sessions)));
     let next = Arc::new(AtomicUsize::new(0));
@@ -266,9 +263,10 @@ async fn hold_all(
                 let ep = &eps[i % eps.len()];
                 let up = async {
                     let mut conn = ep.connect(server).await.context("connect")?;
-                    let mut hello = [0u8; HELLO];
-                    hello[..8].copy_from_slice(&(i as u64).to_le_bytes());
-                    conn.write_all(&hello).await.context("writing the hello")?;
+                    if hello > 0 {
+                        let bytes: Vec<u8> = (i as u64).to_le_bytes().into_iter().cycle().take(hello).collect();
+                        conn.write_all(&bytes).await.context("writing the hello")?;
+                    }
                     anyhow::Ok(conn)
                 };
                 match tokio::time::timeout(Duration::from_secs(30), up).await {

@@ -13,9 +13,10 @@
 //!   and with emulated loss on the client endpoints (the driver's fault
 //!   injection: each datagram between client and server is dropped with
 //!   probability p, each way), where the setting matters;
-//! - **hold**: one listener holding `--hold` sessions established and idle;
-//!   the server's RSS growth per session against the 4 KiB target,
-//!   and the time to establish them.
+//! - **hold**: one listener holding `--hold` sessions established and idle,
+//!   once bare and once after each sent a 16-byte hello (data makes the
+//!   receiving side allocate its buffer); the server's RSS growth per
+//!   session against the 4 KiB target, and the time to establish them.
 //!
 //! Each run is two processes of this binary measured by `wait4`
 //! ([`crate::child`]): the server ([`server`]) and the load generator
@@ -125,6 +126,10 @@ pub enum Internal {
         /// when `--measure` appears (it holds the number of sessions to wait for).
         #[arg(long)]
         measure: Option<PathBuf>,
+        /// Hold mode: bytes of each session's hello (0: none, the session
+        /// is kept as soon as it is accepted).
+        #[arg(long, default_value_t = 16)]
+        hello: usize,
         #[arg(long)]
         limit: f64,
     },
@@ -172,6 +177,9 @@ pub enum Internal {
         /// Sessions per client endpoint.
         #[arg(long)]
         per_endpoint: usize,
+        /// Bytes each session sends once up (0: none).
+        #[arg(long)]
+        hello: usize,
         #[arg(long)]
         held: PathBuf,
         #[arg(long)]
@@ -221,6 +229,10 @@ pub struct Options {
     /// Sessions the hold establishes and keeps idle [default: 100000; --quick: 10000].
     #[arg(long)]
     pub hold: Option<usize>,
+    /// Bytes each held session sends once up, one hold per value: 0 (a bare
+    /// established session) and 16 (a session that received data).
+    #[arg(long, value_delimiter = ',', default_value = "0,16")]
+    pub hold_hello: Vec<usize>,
     /// Handshakes in flight at once while the hold builds up.
     #[arg(long, default_value_t = 1000)]
     pub hold_concurrency: usize,
@@ -251,9 +263,10 @@ pub struct Options {
 
 pub fn run(args: Args) -> Result<()> {
     match args.internal {
-        Some(Internal::Server { kind, ready, stop, backlog, rto, measure, limit }) => {
+        Some(Internal::Server { kind, ready, stop, backlog, rto, measure, hello, limit }) => {
             let limit = Duration::from_secs_f64(limit);
-            server::run(kind, &ready, &stop, backlog, rto, measure.as_deref(), limit)
+            let hold = measure.as_deref().map(|m| (m, hello));
+            server::run(kind, &ready, &stop, backlog, rto, hold, limit)
         }
         Some(Internal::Client {
             kind,
@@ -282,8 +295,9 @@ pub fn run(args: Args) -> Result<()> {
             };
             client::run(&load, Duration::from_secs_f64(limit))
         }
-        Some(Internal::HoldClient { server, sessions, concurrency, per_endpoint, held, stop, limit }) => {
-            client::hold(server, sessions, concurrency, per_endpoint, &held, &stop, Duration::from_secs_f64(limit))
+        Some(Internal::HoldClient { server, sessions, concurrency, per_endpoint, hello, held, stop, limit }) => {
+            let hold = client::Hold { server, sessions, concurrency, per_endpoint, hello };
+            client::hold(&hold, &held, &stop, Duration::from_secs_f64(limit))
         }
         None => measure(&args.opts),
     }
@@ -303,6 +317,7 @@ pub struct Plan {
     pub rtos: Vec<Rto>,
     pub rto_loss: f64,
     pub hold: usize,
+    pub hold_hello: Vec<usize>,
     pub hold_concurrency: usize,
     pub per_endpoint: usize,
     pub hold_per_endpoint: usize,
@@ -334,6 +349,7 @@ impl Plan {
             rtos: o.rto.iter().map(|s| Rto::parse(s)).collect::<Result<_>>()?,
             rto_loss: o.rto_loss,
             hold: o.hold.unwrap_or(if q { 10_000 } else { 100_000 }),
+            hold_hello: o.hold_hello.clone(),
             hold_concurrency: o.hold_concurrency,
             per_endpoint: o.per_endpoint,
             hold_per_endpoint: o.hold_per_endpoint,
@@ -425,12 +441,15 @@ fn measure(o: &Options) -> Result<()> {
         }
     }
     if plan.parts.contains(&Part::Hold) && plan.hold > 0 {
-        let dir = work.path().join("hold");
-        std::fs::create_dir(&dir)?;
-        let s = Spec { part: Part::Hold, ..spec(Part::Hold, Kind::Manyfold, plan.hold, plan.hold_concurrency, 0) };
-        let r = run_hold(&bench, &plan, &dir).unwrap_or_else(|e| RunResult::failed(&s, format!("{e:#}")));
-        eprintln!("hold {}", r.progress());
-        report.runs.push(r);
+        for &hello in &plan.hold_hello {
+            let dir = work.path().join(format!("hold-{hello}"));
+            std::fs::create_dir(&dir)?;
+            let s = spec(Part::Hold, Kind::Manyfold, plan.hold, plan.hold_concurrency, hello);
+            let r = run_hold(&bench, &plan, hello, &dir).unwrap_or_else(|e| RunResult::failed(&s, format!("{e:#}")));
+            eprintln!("hold {}", r.progress());
+            report.runs.push(r);
+            std::fs::remove_dir_all(&dir)?;
+        }
     }
     drop(work);
     report.finish();
@@ -443,7 +462,7 @@ fn start_server(
     plan: &Plan,
     kind: Kind,
     rto: Rto,
-    hold: bool,
+    hold: Option<usize>,
     dir: &Path,
 ) -> Result<(child::Launched, SocketAddr)> {
     let ready = dir.join("ready");
@@ -452,8 +471,8 @@ fn start_server(
     c.arg("--ready").arg(&ready).arg("--stop").arg(dir.join("stop"));
     c.args(["--backlog", &plan.backlog.to_string(), "--limit", &plan.limit.as_secs_f64().to_string()]);
     c.args(["--min-rto-ms", &rto.min_rto_ms.to_string(), "--initial-rto-ms", &rto.initial_rto_ms.to_string()]);
-    if hold {
-        c.arg("--measure").arg(dir.join("measure"));
+    if let Some(hello) = hold {
+        c.arg("--measure").arg(dir.join("measure")).args(["--hello", &hello.to_string()]);
     }
     let server = child::launch(c, dir, "server", format!("{} server", kind.label()))?;
     if let Err(e) = wait_for_file(&ready, Duration::from_secs(30)) {
@@ -467,7 +486,7 @@ fn start_server(
 /// One request-reply run: the server, then the load generator; once the
 /// load generator is done, the server is told to stop.
 fn run_one(bench: &Path, plan: &Plan, s: &Spec, dir: &Path) -> Result<RunResult> {
-    let (server, addr) = start_server(bench, plan, s.kind, s.rto, false, dir)?;
+    let (server, addr) = start_server(bench, plan, s.kind, s.rto, None, dir)?;
     let mut c = std::process::Command::new(bench);
     c.env("RUST_BACKTRACE", "0").args(["sessions", "client", "--kind", &s.kind.arg()]);
     c.args(["--server", &addr.to_string(), "--requests", &s.requests.to_string()]);
@@ -490,15 +509,16 @@ fn run_one(bench: &Path, plan: &Plan, s: &Spec, dir: &Path) -> Result<RunResult>
     RunResult::parse(s, &got?, &served?)
 }
 
-/// The hold: one server, `plan.hold` sessions established and idle; the
-/// server's RSS before and with them.
-fn run_hold(bench: &Path, plan: &Plan, dir: &Path) -> Result<RunResult> {
-    let (server, addr) = start_server(bench, plan, Kind::Manyfold, Rto::default(), true, dir)?;
+/// The hold: one server, `plan.hold` sessions established and idle, each
+/// having sent `hello` bytes; the server's RSS before and with them.
+fn run_hold(bench: &Path, plan: &Plan, hello: usize, dir: &Path) -> Result<RunResult> {
+    let (server, addr) = start_server(bench, plan, Kind::Manyfold, Rto::default(), Some(hello), dir)?;
     let held = dir.join("held");
     let mut c = std::process::Command::new(bench);
     c.env("RUST_BACKTRACE", "0").args(["sessions", "hold-client", "--server", &addr.to_string()]);
     c.args(["--sessions", &plan.hold.to_string(), "--concurrency", &plan.hold_concurrency.to_string()]);
     c.args(["--per-endpoint", &plan.hold_per_endpoint.to_string(), "--limit", &plan.limit.as_secs_f64().to_string()]);
+    c.args(["--hello", &hello.to_string()]);
     c.arg("--held").arg(&held).arg("--stop").arg(dir.join("stop"));
     let client = match child::launch(c, dir, "client", "hold clients".into()) {
         Ok(c) => c,
@@ -521,5 +541,5 @@ fn run_hold(bench: &Path, plan: &Plan, dir: &Path) -> Result<RunResult> {
     up?;
     let (got, served) = (got?, served?);
     let hold = HoldFigures::parse(&got.stdout, &served.stdout)?;
-    Ok(RunResult::held(plan, hold, got.usage, served.usage))
+    Ok(RunResult::held(plan, hello, hold, got.usage, served.usage))
 }

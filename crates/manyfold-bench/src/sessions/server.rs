@@ -8,9 +8,9 @@
 //!   server closes second and keeps no state afterwards, spec §4.4), TCP
 //!   `shutdown` then drop. A session that fails is counted with the first
 //!   error's text.
-//! - Hold (`--measure`): every accepted session's task reads its hello
-//!   ([`HELLO`] bytes) and hands the connection to one list, where it stays
-//!   open and idle; no task remains per session. When the measure file
+//! - Hold (`--measure`): every accepted session goes to one list, where it
+//!   stays open and idle, no task remaining per session; with a hello of
+//!   n > 0 bytes, a task first reads those n bytes. When the measure file
 //!   appears (holding the number of sessions the clients established), the
 //!   server waits until it holds that many (at most 10 s), lets the last
 //!   acknowledgements settle, reads its resident set (VmRSS) and writes
@@ -28,9 +28,6 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 use super::{Kind, Rto};
 use crate::fanout::runs::write_ready;
-
-/// Bytes of the hello each held session sends.
-pub const HELLO: usize = 16;
 
 /// Longest a server task waits on one session.
 const SESSION_LIMIT: Duration = Duration::from_secs(60);
@@ -70,12 +67,12 @@ pub fn run(
     stop: &Path,
     backlog: usize,
     rto: Rto,
-    measure: Option<&Path>,
+    hold: Option<(&Path, usize)>,
     limit: Duration,
 ) -> Result<()> {
     let rt = crate::runtime()?;
     let text = rt.block_on(async {
-        tokio::time::timeout(limit, serve(kind, ready, stop, backlog, rto, measure))
+        tokio::time::timeout(limit, serve(kind, ready, stop, backlog, rto, hold))
             .await
             .unwrap_or_else(|_| bail!("the server was not stopped within {limit:?}"))
     })?;
@@ -98,8 +95,9 @@ async fn serve(
     stop: &Path,
     backlog: usize,
     rto: Rto,
-    measure: Option<&Path>,
+    hold: Option<(&Path, usize)>,
 ) -> Result<String> {
+    let measure = hold.map(|h| h.0);
     let any: SocketAddr = "127.0.0.1:0".parse()?;
     let counters = Arc::new(Counters::default());
     let held = Arc::new(Mutex::new(Vec::<manyfold::Connection>::new()));
@@ -112,14 +110,17 @@ async fn serve(
             ep.listen();
             let addr = ep.local_addr()?;
             let (acc, counters, held) = (ep.clone(), counters.clone(), held.clone());
-            let hold = measure.is_some();
+            let hello = hold.map(|h| h.1);
             tokio::spawn(async move {
                 while let Some(conn) = acc.accept().await {
                     let (counters, held) = (counters.clone(), held.clone());
-                    if hold {
-                        tokio::spawn(keep(conn, counters, held));
-                    } else {
-                        tokio::spawn(answer(conn, counters));
+                    match hello {
+                        None => drop(tokio::spawn(answer(conn, counters))),
+                        Some(0) => {
+                            held.lock().unwrap_or_else(|p| p.into_inner()).push(conn);
+                            counters.served.fetch_add(1, Ordering::Relaxed);
+                        }
+                        Some(len) => drop(tokio::spawn(keep(conn, len, counters, held))),
                     }
                 }
             });
@@ -219,9 +220,14 @@ async fn answer(mut s: impl AsyncRead + AsyncWrite + Unpin, counters: Arc<Counte
     }
 }
 
-/// One held session: its hello is read, then it joins `held`.
-async fn keep(mut conn: manyfold::Connection, counters: Arc<Counters>, held: Arc<Mutex<Vec<manyfold::Connection>>>) {
-    let mut hello = [0u8; HELLO];
+/// One held session: its hello of `len` bytes is read, then it joins `held`.
+async fn keep(
+    mut conn: manyfold::Connection,
+    len: usize,
+    counters: Arc<Counters>,
+    held: Arc<Mutex<Vec<manyfold::Connection>>>,
+) {
+    let mut hello = vec![0u8; len];
     match tokio::time::timeout(SESSION_LIMIT, conn.read_exact(&mut hello)).await {
         Ok(Ok(_)) => {
             held.lock().unwrap_or_else(|p| p.into_inner()).push(conn);
