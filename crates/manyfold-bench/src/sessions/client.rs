@@ -10,7 +10,8 @@
 //! is `connect`, `write_all`, `SendHalf::finish` (FIN right after the
 //! request), `read_to_end`, drop (the client closed first: its endpoint
 //! keeps the connection in TIME-WAIT, spec §4.4). TCP (tokio): `connect`,
-//! `set_nodelay`, `write_all`, `shutdown` (FIN), `read_to_end`, drop.
+//! `set_nodelay`, `write_all`, `shutdown` (FIN), `read_to_end`, drop; the
+//! spread row binds request i's socket to 127.0.0.(2 + i mod 64) first.
 //!
 //! Hold: ⌈sessions / per_endpoint⌉ endpoints; `concurrency` tasks open
 //! sessions 0..N in turn (session i on endpoint i mod E), each writing a
@@ -28,7 +29,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::task::JoinSet;
 
 use super::server::finish;
-use super::{Kind, Rto};
+use super::{Kind, Rto, TCP_SOURCES};
 use crate::fanout::runs::write_ready;
 
 /// What one load generator does.
@@ -132,7 +133,7 @@ async fn generate(load: &Load) -> Result<String> {
         Kind::Manyfold => {
             endpoints(load.concurrency.div_ceil(load.per_endpoint), load.rto, load.loss, load.seed).await?
         }
-        Kind::Tcp => Vec::new(),
+        Kind::Tcp | Kind::TcpSpread => Vec::new(),
     };
     let next = Arc::new(AtomicUsize::new(0));
     let mut tasks = JoinSet::new();
@@ -148,7 +149,7 @@ async fn generate(load: &Load) -> Result<String> {
                 }
                 let request = request_bytes(load.seed, i as u64, load.size);
                 let t = Instant::now();
-                let done = tokio::time::timeout(load.request_timeout, session(&load, ep.as_ref(), &request)).await;
+                let done = tokio::time::timeout(load.request_timeout, session(&load, i, ep.as_ref(), &request)).await;
                 match done {
                     Ok(Ok((reply, stats))) if is_reversed(&request, &reply) => {
                         tally.latencies.push(t.elapsed().as_secs_f64());
@@ -198,6 +199,7 @@ async fn generate(load: &Load) -> Result<String> {
 /// One session: the reply's bytes and, for manyfold, the connection's counters.
 async fn session(
     load: &Load,
+    i: usize,
     ep: Option<&manyfold::Endpoint>,
     request: &[u8],
 ) -> Result<(Vec<u8>, Option<manyfold::ConnStats>)> {
@@ -212,7 +214,12 @@ async fn session(
             Ok((reply, Some(rx.stats())))
         }
         None => {
-            let mut s = tokio::net::TcpStream::connect(load.server).await.context("connect")?;
+            let socket = tokio::net::TcpSocket::new_v4()?;
+            if load.kind == Kind::TcpSpread {
+                let ip = std::net::Ipv4Addr::new(127, 0, 0, 2 + (i % usize::from(TCP_SOURCES)) as u8);
+                socket.bind(SocketAddr::new(ip.into(), 0)).context("binding the client's address")?;
+            }
+            let mut s = socket.connect(load.server).await.context("connect")?;
             s.set_nodelay(true)?;
             s.write_all(request).await.context("writing the request")?;
             s.shutdown().await.context("shutdown")?;

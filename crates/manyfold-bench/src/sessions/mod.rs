@@ -4,9 +4,12 @@
 //! request, reply and close per client in the same run. Four parts:
 //!
 //! - **grid**: N = 1,000, 10,000 and 50,000 requests of 1 KiB (reply the
-//!   same size) at concurrency 100 and 1,000; rows manyfold and kernel TCP
-//!   alternating within each repetition. Target: ≥ 3× TCP's requests/s
-//!   (paper 02 reports 3–12×), no failures;
+//!   same size) at concurrency 100 and 1,000; rows manyfold, kernel TCP,
+//!   and kernel TCP with its clients spread over 64 source addresses (as
+//!   distinct devices; on one address TCP's clients share one ephemeral
+//!   port range with their TIME-WAITs), alternating within each
+//!   repetition. Target: ≥ 3× TCP's requests/s (paper 02 reports 3–12×),
+//!   no failures;
 //! - **sizes**: paper 02 §4.3, 2,000 requests at 64 B … 16 KiB;
 //! - **rto**: paper 02 §4.4 (its "maximum waiting time"), 2,000 requests of
 //!   1 KiB under several `min_rto` / `initial_rto` settings, without loss
@@ -55,13 +58,22 @@ pub enum Kind {
     Manyfold,
     /// Kernel TCP (tokio): connect, write, shutdown(write), read to EOF, close.
     Tcp,
+    /// Kernel TCP with the clients spread over [`TCP_SOURCES`] source
+    /// addresses (127.0.0.2 …), as distinct devices would be: one address
+    /// has only the ephemeral port range (28,232 ports here) for its
+    /// connections and their TIME-WAITs.
+    TcpSpread,
 }
+
+/// Source addresses of the [`Kind::TcpSpread`] clients.
+pub const TCP_SOURCES: u8 = 64;
 
 impl Kind {
     pub fn label(self) -> &'static str {
         match self {
             Kind::Manyfold => "manyfold",
             Kind::Tcp => "kernel TCP",
+            Kind::TcpSpread => "kernel TCP, 64 client addresses",
         }
     }
 
@@ -405,7 +417,7 @@ fn measure(o: &Options) -> Result<()> {
         if plan.parts.contains(&Part::Grid) {
             for &n in &plan.requests {
                 for &c in &plan.concurrency {
-                    for kind in [Kind::Manyfold, Kind::Tcp] {
+                    for kind in [Kind::Manyfold, Kind::Tcp, Kind::TcpSpread] {
                         rep.push(spec(Part::Grid, kind, n, c, plan.size));
                     }
                 }

@@ -273,8 +273,8 @@ impl Report {
         let runs = self.ok(sel);
         let total = self.runs.iter().filter(|r| sel(&r.spec)).count();
         let col = |f: &dyn Fn(&RunResult) -> f64| runs.iter().map(|r| f(r)).collect::<Vec<f64>>();
-        let is_tcp = runs.first().is_some_and(|r| r.spec.kind == Kind::Tcp);
-        let ratio = if is_tcp { "1.00".into() } else { med_range(&self.ratios(sel, tcp), 2) };
+        let is_anchor = runs.first().is_some_and(|r| r.spec.kind == Kind::Tcp);
+        let ratio = if is_anchor { "1.00".into() } else { med_range(&self.ratios(sel, tcp), 2) };
         let failures: f64 = col(&|r| r.get("failures")).iter().sum();
         let server_failures: f64 = col(&|r| r.server_get("failures")).iter().sum();
         let mut out = format!(
@@ -310,7 +310,7 @@ impl Report {
 
     /// A manyfold-only column ("–" on TCP's lines).
     fn mf_column(rs: &[&RunResult], digits: usize, f: impl Fn(&RunResult) -> f64) -> String {
-        if rs.first().is_none_or(|r| r.spec.kind == Kind::Tcp) {
+        if rs.first().is_none_or(|r| r.spec.kind != Kind::Manyfold) {
             return "–".into();
         }
         med_range(&rs.iter().map(|r| f(r)).collect::<Vec<f64>>(), digits)
@@ -357,7 +357,7 @@ impl Report {
                 let tcp = move |s: &Spec| {
                     s.part == Part::Grid && s.requests == n && s.concurrency == cc && s.kind == Kind::Tcp
                 };
-                for kind in [Kind::Manyfold, Kind::Tcp] {
+                for kind in [Kind::Manyfold, Kind::Tcp, Kind::TcpSpread] {
                     let sel = move |s: &Spec| {
                         s.part == Part::Grid && s.requests == n && s.concurrency == cc && s.kind == kind
                     };
@@ -376,10 +376,18 @@ impl Report {
                 let tcp = move |s: &Spec| {
                     s.part == Part::Grid && s.requests == n && s.concurrency == cc && s.kind == Kind::Tcp
                 };
+                let spread = move |s: &Spec| {
+                    s.part == Part::Grid && s.requests == n && s.concurrency == cc && s.kind == Kind::TcpSpread
+                };
                 let r = self.ratios(&sel, &tcp);
                 if !r.is_empty() {
                     let m = median(&r);
-                    per.push(format!("N = {n} at {cc}: {m:.2}× ({})", verdict(m >= 3.0)));
+                    let against = median(&self.ratios(&sel, &spread));
+                    per.push(format!(
+                        "N = {n} at {cc}: {m:.2}× ({}; against TCP over 64 client addresses {against:.2}×, {})",
+                        verdict(m >= 3.0),
+                        verdict(against >= 3.0)
+                    ));
                 }
             }
         }
@@ -592,7 +600,8 @@ impl Figures for Report {
              A session: the client stamps its start, connects, writes the request, ends its sending side, reads the reply to its end and checks that it is the request reversed (a wrong reply is a failure); latency runs from before the connect to the reply's end. \
              Requests/s = completed sessions ÷ the load generator's time from its first connect to its last reply. \
              manyfold: library defaults (NewReno, min_rto 20 ms, initial_rto 1 s) unless a row says otherwise; server `accept_backlog` {}; the client's sessions share one endpoint (UDP socket) per {} concurrent sessions; the client closes first and keeps TIME-WAIT (15 s), the server closes second (`Connection::close`, FIN acknowledged) and keeps nothing. \
-             Kernel TCP (tokio, TCP_NODELAY): connect, write, shutdown(write), read to EOF, close; server accept, read to EOF, write, close; `listen` backlog {} (capped by net.core.somaxconn). \
+             Kernel TCP (tokio, TCP_NODELAY): connect, write, shutdown(write), read to EOF, close; server accept, read to EOF, write, close; `listen` backlog {} (capped by net.core.somaxconn); the client closes first and keeps TIME-WAIT (net.ipv4.tcp_tw_reuse lets loopback connects reuse those ports). \
+             \"64 client addresses\": the same, with request i's socket bound to 127.0.0.(2 + i mod 64) before the connect, as distinct devices would be; the plain row's clients all share 127.0.0.1 and its ephemeral port range (net.ipv4.ip_local_port_range). \
              Datagrams per session: what the manyfold client endpoints sent and received, over completed sessions. Sessions that failed count in the failures, not in the latencies. \
              Medians of the repetitions with (min–max); rows alternate manyfold, TCP within each repetition. Seed {} for the request bytes and the fault injection.\n",
             p.backlog, p.per_endpoint, p.backlog, p.seed
@@ -670,7 +679,7 @@ impl Figures for Report {
         if p.parts.contains(&Part::Grid) {
             let series = |f: &dyn Fn(&RunResult) -> f64| -> Vec<(String, Vec<(f64, f64)>)> {
                 let mut out = Vec::new();
-                for kind in [Kind::Manyfold, Kind::Tcp] {
+                for kind in [Kind::Manyfold, Kind::Tcp, Kind::TcpSpread] {
                     for &cc in &p.concurrency {
                         let pts = p
                             .requests
@@ -783,7 +792,7 @@ mod tests {
         report.runs.push(result(Kind::Tcp, 1000.0, 0));
         report.finish();
         let md = report.markdown();
-        assert!(md.contains("N = 100 at 10: 3.50× (met)"), "{md}");
+        assert!(md.contains("N = 100 at 10: 3.50× (met;"), "{md}");
         assert!(md.contains("0 of 100 manyfold sessions failed (met)"), "{md}");
         assert!(md.contains("| 100 | 10 | manyfold | 1 of 1 | 3500 | 3.50 | 1.00 | 2.00 | 3.0 | 0 |"), "{md}");
         assert!(report.json().contains("\"part\":\"grid\",\"row\":\"manyfold\""));
@@ -791,7 +800,7 @@ mod tests {
         report.runs.push(result(Kind::Manyfold, 2000.0, 2));
         report.runs.push(result(Kind::Tcp, 1000.0, 0));
         let md = report.markdown();
-        assert!(md.contains("2.00× (missed)") && md.contains("2 of 100 manyfold sessions failed (missed)"), "{md}");
+        assert!(md.contains("2.00× (missed;") && md.contains("2 of 100 manyfold sessions failed (missed)"), "{md}");
         assert!(md.contains("client: request 7: connect: refused"), "{md}");
     }
 

@@ -127,7 +127,7 @@ async fn serve(
             endpoint = Some(ep);
             addr
         }
-        Kind::Tcp => {
+        Kind::Tcp | Kind::TcpSpread => {
             if measure.is_some() {
                 bail!("the hold runs manyfold only");
             }
