@@ -495,9 +495,46 @@ fn start_server(
     Ok((server, addr))
 }
 
+/// TIME-WAIT sockets left by earlier runs above which a plain TCP run
+/// waits for them to expire: its clients share 127.0.0.1's ephemeral ports.
+const TIME_WAIT_SETTLE: usize = 5000;
+
+/// Kernel TCP sockets in TIME-WAIT whose local address is 127.0.0.1 (the
+/// plain TCP row's clients), from /proc/net/tcp.
+fn loopback_time_waits() -> usize {
+    let table = std::fs::read_to_string("/proc/net/tcp").unwrap_or_default();
+    table
+        .lines()
+        .skip(1)
+        .filter(|l| {
+            let mut f = l.split_whitespace().skip(1);
+            let local = f.next().unwrap_or("");
+            let state = f.nth(1).unwrap_or("");
+            local.starts_with("0100007F:") && state == "06"
+        })
+        .count()
+}
+
+/// Before a plain TCP run: waits (at most 65 s, Linux's TIME-WAIT being
+/// 60 s) until earlier runs' TIME-WAITs on 127.0.0.1 fall below
+/// [`TIME_WAIT_SETTLE`]; returns how many remain.
+fn settle_time_waits() -> usize {
+    let start = std::time::Instant::now();
+    let mut n = loopback_time_waits();
+    if n >= TIME_WAIT_SETTLE {
+        eprintln!("sessions: waiting for {n} TIME-WAIT sockets on 127.0.0.1 to expire");
+    }
+    while n >= TIME_WAIT_SETTLE && start.elapsed() < Duration::from_secs(65) {
+        std::thread::sleep(Duration::from_millis(500));
+        n = loopback_time_waits();
+    }
+    n
+}
+
 /// One request-reply run: the server, then the load generator; once the
 /// load generator is done, the server is told to stop.
 fn run_one(bench: &Path, plan: &Plan, s: &Spec, dir: &Path) -> Result<RunResult> {
+    let time_waits = if s.kind == Kind::Tcp { settle_time_waits() } else { loopback_time_waits() };
     let (server, addr) = start_server(bench, plan, s.kind, s.rto, None, dir)?;
     let mut c = std::process::Command::new(bench);
     c.env("RUST_BACKTRACE", "0").args(["sessions", "client", "--kind", &s.kind.arg()]);
@@ -518,7 +555,7 @@ fn run_one(bench: &Path, plan: &Plan, s: &Spec, dir: &Path) -> Result<RunResult>
     let got = client.finish(plan.limit + grace);
     write_ready(&dir.join("stop"), "stop")?;
     let served = server.finish(grace);
-    RunResult::parse(s, &got?, &served?)
+    Ok(RunResult { time_waits, ..RunResult::parse(s, &got?, &served?)? })
 }
 
 /// The hold: one server, `plan.hold` sessions established and idle, each

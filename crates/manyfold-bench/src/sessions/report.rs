@@ -101,6 +101,8 @@ pub struct RunResult {
     pub server: Option<Usage>,
     pub client: Option<Usage>,
     pub hold: Option<HoldFigures>,
+    /// Kernel TCP sockets in TIME-WAIT on 127.0.0.1 as the run started.
+    pub time_waits: usize,
     /// The run itself failed (a process did): no figures.
     pub error: Option<String>,
 }
@@ -134,6 +136,7 @@ impl RunResult {
             server: Some(server.usage),
             client: Some(client.usage),
             hold: None,
+            time_waits: 0,
             error: None,
         })
     }
@@ -168,6 +171,7 @@ impl RunResult {
             server: None,
             client: None,
             hold: None,
+            time_waits: 0,
             error: Some(error),
         }
     }
@@ -601,7 +605,7 @@ impl Figures for Report {
              Requests/s = completed sessions ÷ the load generator's time from its first connect to its last reply. \
              manyfold: library defaults (NewReno, min_rto 20 ms, initial_rto 1 s) unless a row says otherwise; server `accept_backlog` {}; the client's sessions share one endpoint (UDP socket) per {} concurrent sessions; the client closes first and keeps TIME-WAIT (15 s), the server closes second (`Connection::close`, FIN acknowledged) and keeps nothing. \
              Kernel TCP (tokio, TCP_NODELAY): connect, write, shutdown(write), read to EOF, close; server accept, read to EOF, write, close; `listen` backlog {} (capped by net.core.somaxconn); the client closes first and keeps TIME-WAIT (net.ipv4.tcp_tw_reuse lets loopback connects reuse those ports). \
-             \"64 client addresses\": the same, with request i's socket bound to 127.0.0.(2 + i mod 64) before the connect, as distinct devices would be; the plain row's clients all share 127.0.0.1 and its ephemeral port range (net.ipv4.ip_local_port_range). \
+             \"64 client addresses\": the same, with request i's socket bound to 127.0.0.(2 + i mod 64) before the connect, as distinct devices would be; the plain row's clients all share 127.0.0.1 and its ephemeral port range (net.ipv4.ip_local_port_range), so before each plain TCP run the lab waits (at most 65 s) until fewer than 5,000 TIME-WAIT sockets of earlier runs remain on 127.0.0.1. \
              Datagrams per session: what the manyfold client endpoints sent and received, over completed sessions. Sessions that failed count in the failures, not in the latencies. \
              Medians of the repetitions with (min–max); rows alternate manyfold, TCP within each repetition. Seed {} for the request bytes and the fault injection.\n",
             p.backlog, p.per_endpoint, p.backlog, p.seed
@@ -652,7 +656,7 @@ impl Figures for Report {
                 }
             };
             format!(
-                "{{\"part\":\"{}\",\"row\":{},\"requests\":{},\"concurrency\":{},\"size\":{},\"min_rto_ms\":{},\"initial_rto_ms\":{},\"loss_percent\":{},\"rep\":{},{figures},\"first_error\":{},\"server_error\":{},\"server\":{},\"client\":{},\"error\":{}}}",
+                "{{\"part\":\"{}\",\"row\":{},\"requests\":{},\"concurrency\":{},\"size\":{},\"min_rto_ms\":{},\"initial_rto_ms\":{},\"loss_percent\":{},\"rep\":{},\"tcp_time_waits_at_start\":{},{figures},\"first_error\":{},\"server_error\":{},\"server\":{},\"client\":{},\"error\":{}}}",
                 s.part.name(),
                 json_str(s.kind.label()),
                 s.requests,
@@ -662,6 +666,7 @@ impl Figures for Report {
                 s.rto.initial_rto_ms,
                 s.loss,
                 r.rep,
+                r.time_waits,
                 json_str(&r.first_error),
                 json_str(&r.server_error),
                 usage(&r.server),
