@@ -402,6 +402,7 @@ fn measure(o: &Options) -> Result<()> {
     let plan = Plan::from_options(o)?;
     let bench = std::env::current_exe()?;
     let work = tempfile::Builder::new().prefix("manyfold-bench-sessions-").tempdir()?;
+    delete_on_interrupt(work.path().to_path_buf());
     let mut report = Report::new(&plan);
     let mut runs: Vec<Vec<Spec>> = vec![Vec::new(); plan.reps];
     let spec = |part, kind, requests, concurrency, size| Spec {
@@ -445,8 +446,9 @@ fn measure(o: &Options) -> Result<()> {
         for s in specs {
             let dir = work.path().join(format!("run-{}", report.runs.len()));
             std::fs::create_dir(&dir)?;
+            let lab_rss_kib = server::vm_rss_kib().unwrap_or(0);
             let r = run_one(&bench, &plan, s, &dir).unwrap_or_else(|e| RunResult::failed(s, format!("{e:#}")));
-            let r = RunResult { rep, ..r };
+            let r = RunResult { rep, lab_rss_kib, ..r };
             eprintln!("rep {} {}", rep + 1, r.progress());
             report.runs.push(r);
             std::fs::remove_dir_all(&dir)?;
@@ -457,7 +459,9 @@ fn measure(o: &Options) -> Result<()> {
             let dir = work.path().join(format!("hold-{hello}"));
             std::fs::create_dir(&dir)?;
             let s = spec(Part::Hold, Kind::Manyfold, plan.hold, plan.hold_concurrency, hello);
+            let lab_rss_kib = server::vm_rss_kib().unwrap_or(0);
             let r = run_hold(&bench, &plan, hello, &dir).unwrap_or_else(|e| RunResult::failed(&s, format!("{e:#}")));
+            let r = RunResult { lab_rss_kib, ..r };
             eprintln!("hold {}", r.progress());
             report.runs.push(r);
             std::fs::remove_dir_all(&dir)?;
@@ -466,6 +470,21 @@ fn measure(o: &Options) -> Result<()> {
     drop(work);
     report.finish();
     runs::publish(&report, &o.out)
+}
+
+/// The scratch directory goes on Ctrl-C and SIGTERM too (its `TempDir`
+/// removes it on every return and error); the children are bounded by
+/// their own `--limit`.
+fn delete_on_interrupt(dir: PathBuf) {
+    crate::wan::sys::install_interrupt_flag();
+    std::thread::spawn(move || loop {
+        if crate::wan::sys::interrupted() {
+            eprintln!("sessions: interrupted; deleting {}", dir.display());
+            let _ = std::fs::remove_dir_all(&dir);
+            std::process::exit(130);
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    });
 }
 
 /// Starts the server of `kind` in `dir` and waits for its address.
@@ -500,12 +519,16 @@ fn start_server(
 const TIME_WAIT_SETTLE: usize = 5000;
 
 /// Kernel TCP sockets in TIME-WAIT whose local address is 127.0.0.1 (the
-/// plain TCP row's clients), from /proc/net/tcp.
+/// plain TCP row's clients), from /proc/net/tcp, read a line at a time:
+/// this process must stay small, since a child's peak RSS (wait4) counts
+/// its parent's resident pages at the fork.
 fn loopback_time_waits() -> usize {
-    let table = std::fs::read_to_string("/proc/net/tcp").unwrap_or_default();
-    table
+    use std::io::BufRead;
+    let Ok(table) = std::fs::File::open("/proc/net/tcp") else { return 0 };
+    std::io::BufReader::new(table)
         .lines()
         .skip(1)
+        .map_while(|l| l.ok())
         .filter(|l| {
             let mut f = l.split_whitespace().skip(1);
             let local = f.next().unwrap_or("");

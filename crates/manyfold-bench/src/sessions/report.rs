@@ -103,6 +103,9 @@ pub struct RunResult {
     pub hold: Option<HoldFigures>,
     /// Kernel TCP sockets in TIME-WAIT on 127.0.0.1 as the run started.
     pub time_waits: usize,
+    /// The lab process's own RSS as the run started, KiB: a floor under
+    /// its children's peak RSS (wait4 counts the parent's pages at the fork).
+    pub lab_rss_kib: u64,
     /// The run itself failed (a process did): no figures.
     pub error: Option<String>,
 }
@@ -137,6 +140,7 @@ impl RunResult {
             client: Some(client.usage),
             hold: None,
             time_waits: 0,
+            lab_rss_kib: 0,
             error: None,
         })
     }
@@ -172,6 +176,7 @@ impl RunResult {
             client: None,
             hold: None,
             time_waits: 0,
+            lab_rss_kib: 0,
             error: Some(error),
         }
     }
@@ -607,8 +612,13 @@ impl Figures for Report {
              Kernel TCP (tokio, TCP_NODELAY): connect, write, shutdown(write), read to EOF, close; server accept, read to EOF, write, close; `listen` backlog {} (capped by net.core.somaxconn); the client closes first and keeps TIME-WAIT (net.ipv4.tcp_tw_reuse lets loopback connects reuse those ports). \
              \"64 client addresses\": the same, with request i's socket bound to 127.0.0.(2 + i mod 64) before the connect, as distinct devices would be; the plain row's clients all share 127.0.0.1 and its ephemeral port range (net.ipv4.ip_local_port_range), so before each plain TCP run the lab waits (at most 65 s) until fewer than 5,000 TIME-WAIT sockets of earlier runs remain on 127.0.0.1. \
              Datagrams per session: what the manyfold client endpoints sent and received, over completed sessions. Sessions that failed count in the failures, not in the latencies. \
-             Medians of the repetitions with (min–max); rows alternate manyfold, TCP within each repetition. Seed {} for the request bytes and the fault injection.\n",
-            p.backlog, p.per_endpoint, p.backlog, p.seed
+             Medians of the repetitions with (min–max); rows alternate manyfold, TCP within each repetition. Seed {} for the request bytes and the fault injection. \
+             The lab process itself stayed at ≤ {:.1} MiB RSS (a floor under every child's peak RSS: wait4 counts the parent's pages at the fork).\n",
+            p.backlog,
+            p.per_endpoint,
+            p.backlog,
+            p.seed,
+            self.runs.iter().map(|r| r.lab_rss_kib).max().unwrap_or(0) as f64 / 1024.0
         );
         out
     }
