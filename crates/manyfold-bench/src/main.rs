@@ -171,10 +171,19 @@ pub(crate) fn runtime() -> Result<tokio::runtime::Runtime> {
     Ok(tokio::runtime::Builder::new_multi_thread().enable_all().build()?)
 }
 
-/// A free UDP+TCP port on 127.0.0.1 (bind, read, release).
+/// A free UDP+TCP port on 127.0.0.1 (bind, read, release). The port the
+/// kernel gives for UDP may still be held for TCP (a connection's
+/// ephemeral port, after a run of many short TCP sessions): such a port
+/// is skipped, so that the TCP rows' listeners can bind it.
 fn free_addr() -> Result<SocketAddr> {
-    let s = UdpSocket::bind("127.0.0.1:0")?;
-    Ok(s.local_addr()?)
+    for _ in 0..100 {
+        let s = UdpSocket::bind("127.0.0.1:0")?;
+        let addr = s.local_addr()?;
+        if std::net::TcpListener::bind(addr).is_ok() {
+            return Ok(addr);
+        }
+    }
+    bail!("no port on 127.0.0.1 is free for both UDP and TCP (100 tries)")
 }
 
 /// Waits until something has bound UDP `addr` (the receiver is up).
