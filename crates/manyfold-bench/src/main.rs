@@ -175,7 +175,7 @@ pub(crate) fn runtime() -> Result<tokio::runtime::Runtime> {
 /// kernel gives for UDP may still be held for TCP (a connection's
 /// ephemeral port, after a run of many short TCP sessions): such a port
 /// is skipped, so that the TCP rows' listeners can bind it.
-fn free_addr() -> Result<SocketAddr> {
+pub(crate) fn free_addr() -> Result<SocketAddr> {
     for _ in 0..100 {
         let s = UdpSocket::bind("127.0.0.1:0")?;
         let addr = s.local_addr()?;

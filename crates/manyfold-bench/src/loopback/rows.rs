@@ -168,7 +168,7 @@ impl Sample {
 /// [`TimedOut`]; any other failure carries what the children printed.
 pub fn run(row: &Row, work: &Path, bytes: u64, seed: u64, hash: &str, limit: Duration) -> Result<Sample> {
     let me = std::env::current_exe()?;
-    let addr = free_addr()?;
+    let addr = crate::free_addr()?;
     let data = |c: &mut Command| {
         c.arg("--bytes").arg(bytes.to_string()).arg("--seed").arg(seed.to_string());
     };
@@ -305,11 +305,6 @@ fn clean(files: &[&PathBuf]) {
     for f in files {
         let _ = std::fs::remove_file(f);
     }
-}
-
-/// A free UDP port on 127.0.0.1 (bind, read, release).
-fn free_addr() -> Result<SocketAddr> {
-    Ok(UdpSocket::bind("127.0.0.1:0")?.local_addr()?)
 }
 
 /// Waits until something has bound UDP `addr` (the receiver is up).
