@@ -558,6 +558,7 @@ fn settle_time_waits() -> usize {
 /// load generator is done, the server is told to stop.
 fn run_one(bench: &Path, plan: &Plan, s: &Spec, dir: &Path) -> Result<RunResult> {
     let time_waits = if s.kind == Kind::Tcp { settle_time_waits() } else { loopback_time_waits() };
+    let busy = machine_cpu_s();
     let (server, addr) = start_server(bench, plan, s.kind, s.rto, None, dir)?;
     let mut c = std::process::Command::new(bench);
     c.env("RUST_BACKTRACE", "0").args(["sessions", "client", "--kind", &s.kind.arg()]);
@@ -578,7 +579,21 @@ fn run_one(bench: &Path, plan: &Plan, s: &Spec, dir: &Path) -> Result<RunResult>
     let got = client.finish(plan.limit + grace);
     write_ready(&dir.join("stop"), "stop")?;
     let served = server.finish(grace);
-    Ok(RunResult { time_waits, ..RunResult::parse(s, &got?, &served?)? })
+    let (got, served) = (got?, served?);
+    let ours = (got.usage.cpu + served.usage.cpu).as_secs_f64();
+    let other_cpu_s = machine_cpu_s() - busy - ours;
+    Ok(RunResult { time_waits, other_cpu_s, ..RunResult::parse(s, &got, &served)? })
+}
+
+/// CPU seconds the whole machine spent in processes so far (user, nice
+/// and system of /proc/stat's first line, in USER_HZ = 100 ticks a
+/// second). Interrupt and softirq time is left out: loopback traffic's
+/// own packet processing lands there.
+fn machine_cpu_s() -> f64 {
+    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    let ticks: Vec<f64> =
+        stat.lines().next().unwrap_or("").split_whitespace().skip(1).filter_map(|t| t.parse().ok()).collect();
+    ticks.iter().take(3).sum::<f64>() / 100.0
 }
 
 /// The hold: one server, `plan.hold` sessions established and idle, each

@@ -103,6 +103,9 @@ pub struct RunResult {
     pub hold: Option<HoldFigures>,
     /// Kernel TCP sockets in TIME-WAIT on 127.0.0.1 as the run started.
     pub time_waits: usize,
+    /// CPU seconds the machine spent in other processes during the run
+    /// (its user + system time less the server's and client's): noise.
+    pub other_cpu_s: f64,
     /// The lab process's own RSS as the run started, KiB: a floor under
     /// its children's peak RSS (wait4 counts the parent's pages at the fork).
     pub lab_rss_kib: u64,
@@ -140,6 +143,7 @@ impl RunResult {
             client: Some(client.usage),
             hold: None,
             time_waits: 0,
+            other_cpu_s: f64::NAN,
             lab_rss_kib: 0,
             error: None,
         })
@@ -176,6 +180,7 @@ impl RunResult {
             client: None,
             hold: None,
             time_waits: 0,
+            other_cpu_s: f64::NAN,
             lab_rss_kib: 0,
             error: Some(error),
         }
@@ -231,7 +236,7 @@ impl RunResult {
             );
         }
         format!(
-            "{} {}: {:.0} req/s, p50 {:.2} ms, p99 {:.2} ms, max {:.1} ms, {} failed{}, server {:.2} CPU s {:.0} MiB, client {:.2} CPU s",
+            "{} {}: {:.0} req/s, p50 {:.2} ms, p99 {:.2} ms, max {:.1} ms, {} failed{}, server {:.2} CPU s {:.0} MiB, client {:.2} CPU s, other processes {:.2} CPU s",
             self.spec.part.name(),
             self.what(),
             self.get("rps"),
@@ -243,6 +248,7 @@ impl RunResult {
             cpu(&self.server),
             mib(&self.server),
             cpu(&self.client),
+            self.other_cpu_s,
         )
     }
 }
@@ -313,6 +319,10 @@ impl Report {
         med_range(&rs.iter().map(|r| cpu(&r.client)).collect::<Vec<_>>(), 2)
     }
 
+    fn other_cpu(rs: &[&RunResult]) -> String {
+        med_range(&rs.iter().map(|r| r.other_cpu_s).collect::<Vec<_>>(), 2)
+    }
+
     fn client_rss(rs: &[&RunResult]) -> String {
         med_range(&rs.iter().map(|r| mib(&r.client)).collect::<Vec<_>>(), 0)
     }
@@ -350,9 +360,9 @@ impl Report {
             list(&p.concurrency),
             p.reps
         ));
-        out += "| N | concurrency | row | runs | requests/s | ÷ TCP's (same rep) | p50 ms | p99 ms | max ms | failures | server CPU s | server peak RSS MiB | client CPU s | client peak RSS MiB | datagrams per session | retransmissions | RTO expiries |\n";
-        out += "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
-        let extra: [Column; 7] = [
+        out += "| N | concurrency | row | runs | requests/s | ÷ TCP's (same rep) | p50 ms | p99 ms | max ms | failures | server CPU s | server peak RSS MiB | client CPU s | client peak RSS MiB | datagrams per session | retransmissions | RTO expiries | other processes' CPU s |\n";
+        out += "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
+        let extra: [Column; 8] = [
             Self::server_cpu,
             Self::server_rss,
             Self::client_cpu,
@@ -360,6 +370,7 @@ impl Report {
             Self::datagrams,
             Self::retransmissions,
             Self::rto_expiries,
+            Self::other_cpu,
         ];
         for &n in &p.requests {
             for &cc in &p.concurrency {
@@ -424,15 +435,16 @@ impl Report {
             p.sweep_sizes.iter().map(|&b| human(b as u64)).collect::<Vec<_>>().join(", "),
             p.reps
         ));
-        out += "| size | row | runs | requests/s | ÷ TCP's (same rep) | p50 ms | p99 ms | max ms | failures | server CPU s | server peak RSS MiB | client CPU s | client peak RSS MiB | datagrams per session | retransmissions |\n";
-        out += "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
-        let extra: [Column; 6] = [
+        out += "| size | row | runs | requests/s | ÷ TCP's (same rep) | p50 ms | p99 ms | max ms | failures | server CPU s | server peak RSS MiB | client CPU s | client peak RSS MiB | datagrams per session | retransmissions | other processes' CPU s |\n";
+        out += "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
+        let extra: [Column; 7] = [
             Self::server_cpu,
             Self::server_rss,
             Self::client_cpu,
             Self::client_rss,
             Self::datagrams,
             Self::retransmissions,
+            Self::other_cpu,
         ];
         for &size in &p.sweep_sizes {
             let tcp = move |s: &Spec| s.part == Part::Sizes && s.size == size && s.kind == Kind::Tcp;
@@ -456,11 +468,17 @@ impl Report {
             "{} requests per run at concurrency {}, loss 0 and {}% each way on the client endpoints, {} rep(s)",
             p.sweep_requests, p.sweep_concurrency, p.rto_loss, p.reps
         ));
-        out += "| min_rto ms | initial_rto ms | loss each way | row | runs | requests/s | ÷ TCP's (same rep, no loss) | p50 ms | p99 ms | max ms | failures | datagrams per session | retransmissions | RTO expiries | server CPU s | client CPU s |\n";
-        out += "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
+        out += "| min_rto ms | initial_rto ms | loss each way | row | runs | requests/s | ÷ TCP's (same rep, no loss) | p50 ms | p99 ms | max ms | failures | datagrams per session | retransmissions | RTO expiries | server CPU s | client CPU s | other processes' CPU s |\n";
+        out += "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
         let tcp = |s: &Spec| s.part == Part::Rto && s.kind == Kind::Tcp;
-        let extra: [Column; 5] =
-            [Self::datagrams, Self::retransmissions, Self::rto_expiries, Self::server_cpu, Self::client_cpu];
+        let extra: [Column; 6] = [
+            Self::datagrams,
+            Self::retransmissions,
+            Self::rto_expiries,
+            Self::server_cpu,
+            Self::client_cpu,
+            Self::other_cpu,
+        ];
         out += "| – | – | 0% | kernel TCP (kernel's RTO) | ";
         out += &self.cells(&tcp, &tcp, &extra);
         let losses = if p.rto_loss > 0.0 { vec![0.0, p.rto_loss] } else { vec![0.0] };
@@ -611,7 +629,8 @@ impl Figures for Report {
              manyfold: library defaults (NewReno, min_rto 20 ms, initial_rto 1 s) unless a row says otherwise; server `accept_backlog` {}; the client's sessions share one endpoint (UDP socket) per {} concurrent sessions; the client closes first and keeps TIME-WAIT (15 s), the server closes second (`Connection::close`, FIN acknowledged) and keeps nothing. \
              Kernel TCP (tokio, TCP_NODELAY): connect, write, shutdown(write), read to EOF, close; server accept, read to EOF, write, close; `listen` backlog {} (capped by net.core.somaxconn); the client closes first and keeps TIME-WAIT (net.ipv4.tcp_tw_reuse lets loopback connects reuse those ports). \
              \"64 client addresses\": the same, with request i's socket bound to 127.0.0.(2 + i mod 64) before the connect, as distinct devices would be; the plain row's clients all share 127.0.0.1 and its ephemeral port range (net.ipv4.ip_local_port_range), so before each plain TCP run the lab waits (at most 65 s) until fewer than 5,000 TIME-WAIT sockets of earlier runs remain on 127.0.0.1. \
-             Datagrams per session: what the manyfold client endpoints sent and received, over completed sessions. Sessions that failed count in the failures, not in the latencies. \
+             Datagrams per session: what the manyfold client endpoints sent and received, over completed sessions. \
+             Other processes' CPU: the machine's user + system CPU time during the run (/proc/stat) less the server's and the client's, i.e. what else ran beside the run (noise; interrupt and softirq time left out). Sessions that failed count in the failures, not in the latencies. \
              Medians of the repetitions with (min–max); rows alternate manyfold, TCP within each repetition. Seed {} for the request bytes and the fault injection. \
              The lab process itself stayed at ≤ {:.1} MiB RSS (a floor under every child's peak RSS: wait4 counts the parent's pages at the fork).\n",
             p.backlog,
@@ -666,7 +685,7 @@ impl Figures for Report {
                 }
             };
             format!(
-                "{{\"part\":\"{}\",\"row\":{},\"requests\":{},\"concurrency\":{},\"size\":{},\"min_rto_ms\":{},\"initial_rto_ms\":{},\"loss_percent\":{},\"rep\":{},\"tcp_time_waits_at_start\":{},{figures},\"first_error\":{},\"server_error\":{},\"server\":{},\"client\":{},\"error\":{}}}",
+                "{{\"part\":\"{}\",\"row\":{},\"requests\":{},\"concurrency\":{},\"size\":{},\"min_rto_ms\":{},\"initial_rto_ms\":{},\"loss_percent\":{},\"rep\":{},\"tcp_time_waits_at_start\":{},\"other_cpu_s\":{},{figures},\"first_error\":{},\"server_error\":{},\"server\":{},\"client\":{},\"error\":{}}}",
                 s.part.name(),
                 json_str(s.kind.label()),
                 s.requests,
@@ -677,6 +696,7 @@ impl Figures for Report {
                 s.loss,
                 r.rep,
                 r.time_waits,
+                num(r.other_cpu_s),
                 json_str(&r.first_error),
                 json_str(&r.server_error),
                 usage(&r.server),
