@@ -101,7 +101,12 @@ fn reply_to(req: &[u8], len: usize) -> Vec<u8> {
     if req.is_empty() {
         return vec![0; len];
     }
-    req.iter().copied().cycle().take(len).collect()
+    let mut v = Vec::with_capacity(len);
+    while v.len() < len {
+        let n = (len - v.len()).min(req.len());
+        v.extend_from_slice(&req[..n]);
+    }
+    v
 }
 
 pub async fn run_server(args: RrServerArgs) -> Result<()> {

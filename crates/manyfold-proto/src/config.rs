@@ -74,6 +74,10 @@ pub struct ConnectionConfig {
     pub ack_frequency: u32,
     /// Longest an acknowledgement is delayed.
     pub max_ack_delay: Duration,
+    /// How long the ack of a FIN that ends the peer's data (a whole
+    /// request) waits for our reply to carry it, at most `max_ack_delay`;
+    /// zero acks at once (spec §5.3).
+    pub reply_ack_delay: Duration,
     /// Initial congestion window in packets (RFC 6928 uses 10).
     pub initial_window_packets: u32,
     /// The congestion controller.
@@ -104,6 +108,7 @@ impl Default for ConnectionConfig {
             time_wait: Duration::from_secs(15),
             ack_frequency: 2,
             max_ack_delay: Duration::from_millis(25),
+            reply_ack_delay: Duration::from_millis(2),
             initial_window_packets: 10,
             congestion: CongestionAlgorithm::NewReno,
             max_streams: 1024,

@@ -3,7 +3,12 @@
 //! Data arriving in order is copied once into the ring and once out of it
 //! by `read`; the ring's storage is reused, so the data path allocates
 //! nothing per packet (the ring only grows, by doubling, while the amount
-//! held grows; the caller bounds that amount).
+//! held grows; the caller bounds that amount). It starts small, sized to the
+//! first data, so a session that receives a short request or a hello costs a
+//! few hundred bytes here, not a bulk transfer's buffer (spec §15.3).
+
+/// The smallest storage the ring allocates.
+const MIN_CAPACITY: usize = 256;
 
 #[derive(Debug, Default)]
 pub(crate) struct ByteRing {
@@ -76,10 +81,11 @@ impl ByteRing {
         *self = ByteRing::default();
     }
 
-    /// Reallocates to at least `need` bytes (a power of two, at least 64 KiB)
-    /// with the held bytes moved to the start.
+    /// Reallocates to at least `need` bytes (a power of two, at least
+    /// `MIN_CAPACITY` and at least twice the old size, so a growing transfer
+    /// copies each byte O(1) times) with the held bytes moved to the start.
     fn grow(&mut self, need: usize) {
-        let cap = need.next_power_of_two().max(64 << 10);
+        let cap = need.next_power_of_two().max(MIN_CAPACITY).max(2 * self.buf.len());
         let mut buf = vec![0u8; cap];
         let old = self.buf.len();
         if old > 0 {
@@ -132,12 +138,23 @@ mod tests {
         let data = [7u8; 1400];
         let mut out = [0u8; 1400];
         r.push(&data);
+        r.push(&data);
+        assert_eq!(r.read(&mut out), 1400);
         let cap = r.capacity();
         for _ in 0..10_000 {
             r.push(&data);
             assert_eq!(r.read(&mut out), 1400);
         }
         assert_eq!(r.capacity(), cap);
+    }
+
+    #[test]
+    fn a_short_message_takes_small_storage() {
+        let mut r = ByteRing::default();
+        r.push(&[1u8; 16]);
+        assert_eq!(r.capacity(), MIN_CAPACITY);
+        r.push(&[2u8; 1000]);
+        assert_eq!(r.capacity(), 1024, "the next power of two that holds 1016 bytes");
     }
 
     #[test]

@@ -140,6 +140,14 @@ fn a_request_rides_on_the_handshake_and_its_reply_is_back_after_two_round_trips(
     let h = header(&echo.data).expect("parsed");
     assert!(h.flags.contains(Flags::FIN), "the echo carries the FIN (seed {seed})");
     assert!(echo.data.len() > 1000, "the echo carries the request: {} bytes (seed {seed})", echo.data.len());
+    // spec §5.3: the server's answer carries the ack of the request and its
+    // FIN, so the whole session is five datagrams: SYN, SYN-ACK, echo,
+    // reply, and the client's ack of the reply, after which the server
+    // holds nothing.
+    let idle = w.run_until(|w| w.endpoint(server()).connection_count() == 0, Duration::from_secs(1));
+    assert!(idle, "the server still holds the session (seed {seed})");
+    let sent: Vec<_> = w.captured().iter().map(|p| if p.from == client() { "client" } else { "server" }).collect();
+    assert_eq!(sent, ["client", "server", "client", "server", "client"], "seed {seed}");
 }
 
 #[test]

@@ -71,6 +71,10 @@ struct AckState {
     immediate: bool,
     /// When the oldest unacknowledged ack-eliciting packet arrived.
     since: Option<Instant>,
+    /// The peer ended its sending with a FIN on data (a whole request) and
+    /// we have not sent ours: the ack waits `reply_ack_delay` for our
+    /// answer to carry it (spec §5.3).
+    reply_wait: bool,
 }
 
 #[derive(Debug)]
@@ -615,7 +619,7 @@ impl Connection {
         if is_sequenced(p) {
             self.handle_sequenced(now, p);
         }
-        if flags.contains(Flags::KLV) {
+        if flags.contains(Flags::KLV) && !self.ack.reply_wait {
             self.ack.immediate = true;
         }
     }
@@ -790,8 +794,14 @@ impl Connection {
                 self.ack.pending += 1;
                 self.ack.since.get_or_insert(now);
                 // RFC 5681 (4.2): ack at once when a gap was just filled or
-                // is still open, and after a handshake's echo or a FIN.
-                if had_gaps || has_gaps || p.cookie.is_some() || fin {
+                // is still open, and after a handshake's echo or a FIN;
+                // spec §5.3: but a FIN that ends a request, while our side is
+                // still open, gives the answer a moment to carry the ack.
+                if had_gaps || has_gaps {
+                    self.ack.immediate = true;
+                } else if fin && !p.data.is_empty() && !self.fin_queued && !self.config.reply_ack_delay.is_zero() {
+                    self.ack.reply_wait = true;
+                } else if p.cookie.is_some() || fin {
                     self.ack.immediate = true;
                 }
             }
@@ -813,7 +823,11 @@ impl Connection {
         }
         if !self.ack.immediate {
             if let Some(since) = self.ack.since {
-                self.timers.set(Timer::DelayedAck, since + self.config.max_ack_delay);
+                let mut due = since + self.config.max_ack_delay;
+                if self.ack.reply_wait {
+                    due = due.min(now + self.config.reply_ack_delay.min(self.config.max_ack_delay));
+                }
+                self.timers.set(Timer::DelayedAck, due);
             }
         }
         // Only the arrival that reaches the FIN is InOrder with fin_reached:
@@ -825,7 +839,9 @@ impl Connection {
 
     /// The peer's FIN was reached in order (spec §4.4).
     fn on_peer_fin(&mut self, now: Instant) {
-        self.ack.immediate = true;
+        if !self.ack.reply_wait {
+            self.ack.immediate = true;
+        }
         self.streams.on_conn_fin();
         self.signal_readable();
         match self.state {
