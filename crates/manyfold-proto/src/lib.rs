@@ -25,6 +25,7 @@ mod connection;
 mod endpoint;
 pub mod group;
 mod handshake;
+pub mod mcast;
 mod rangeset;
 pub mod recovery;
 mod ring;

@@ -38,22 +38,46 @@ mod field {
     pub const CRC: Range<usize> = 20..24;
 }
 
-/// Packet type, the low nibble of byte 0 (spec §3.1). Core connections use
-/// only [`PacketType::Segment`]; the other values are reserved for the roles
-/// that later share this wire (streams, groups, multicast).
+/// Packet type, the low nibble of byte 0 (spec §3.1). Connections (and the
+/// groups built of them) use [`PacketType::Segment`]; types 1–8 are the
+/// multicast session's (spec §16.2); 9–15 are reserved.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[repr(u8)]
 pub enum PacketType {
     /// A TCP-like segment: control flags, sequence, ack, window, data.
     Segment = 0,
+    /// Multicast: the session description (spec §16.2).
+    McAnnounce = 1,
+    /// Multicast: a receiver registers, or the sender confirms it.
+    McRegister = 2,
+    /// Multicast: file data, first sent or repaired.
+    McData = 3,
+    /// Multicast: a window's acknowledgement.
+    McAck = 4,
+    /// Multicast: gaps a receiver saw.
+    McNack = 5,
+    /// Multicast: a receiver asks for missing packets.
+    McRepair = 6,
+    /// Multicast: a receiver's progress or completion, or its confirmation.
+    McStatus = 7,
+    /// Multicast: the session (or one receiver's part in it) is over.
+    McEnd = 8,
 }
 
 impl PacketType {
     fn from_u8(v: u8) -> Result<Self, DecodeError> {
-        match v {
-            0 => Ok(PacketType::Segment),
-            other => Err(DecodeError::PacketType(other)),
-        }
+        Ok(match v {
+            0 => PacketType::Segment,
+            1 => PacketType::McAnnounce,
+            2 => PacketType::McRegister,
+            3 => PacketType::McData,
+            4 => PacketType::McAck,
+            5 => PacketType::McNack,
+            6 => PacketType::McRepair,
+            7 => PacketType::McStatus,
+            8 => PacketType::McEnd,
+            other => return Err(DecodeError::PacketType(other)),
+        })
     }
 }
 

@@ -1,0 +1,593 @@
+//! The multicast receiver (spec §16): register, store, report gaps and
+//! windows with suppressed feedback, ask for repairs, report completion.
+
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+use std::ops::Range;
+use std::time::{Duration, Instant};
+
+use rand::{RngCore, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+use super::bitmap::Bitmap;
+use super::sender::packets_for;
+use super::wire::{emit, emit_ranges, Announcement, McPacket, Phase};
+use super::{uniform, McTransmit};
+use crate::wire::{Flags, PacketType};
+
+/// Most gap ranges a receiver keeps for its next NACK; beyond it the
+/// oldest merge (the report is a flow-control signal, the bitmap is truth).
+const MAX_PENDING_RANGES: usize = 64;
+
+#[derive(Debug, Clone)]
+pub struct ReceiverConfig {
+    /// Seeds the client id and the feedback delays.
+    pub seed: u64,
+    /// The network id (spec §16.4): receivers with the same id suppress
+    /// each other's feedback. [`super::network_of`] derives one from an
+    /// address.
+    pub network: u32,
+    /// Accept only this session, if set.
+    pub session: Option<u32>,
+    pub register_retry: Duration,
+    pub status_interval: Duration,
+    /// Largest file in packets (spec §16.8).
+    pub max_packets: u32,
+    /// Give up when nothing comes from the sender for this long after
+    /// registering.
+    pub sender_timeout: Duration,
+}
+
+impl Default for ReceiverConfig {
+    fn default() -> Self {
+        ReceiverConfig {
+            seed: 0,
+            network: 0,
+            session: None,
+            register_retry: Duration::from_millis(200),
+            status_interval: Duration::from_secs(1),
+            max_packets: 1 << 26,
+            sender_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+/// Where a DATA packet's new bytes go: `payload` is the range of the
+/// datagram passed to `handle_datagram` to write at `offset`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Delivery {
+    pub offset: u64,
+    pub payload: Range<usize>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ReceiverEvent {
+    /// A session was heard (first ANNOUNCE, or its size and hash became known).
+    Announced(Announcement),
+    Registered {
+        from_sn: u32,
+    },
+    /// Every packet is held: verify the file, then call `finish`.
+    Complete,
+    /// The sender confirmed our report: done.
+    Confirmed,
+    /// The session ended (for everyone, or for us with an error code).
+    Ended {
+        error: Option<u16>,
+    },
+    /// Nothing from the sender for `sender_timeout`.
+    SenderLost,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ReceiverStats {
+    pub data_packets: u64,
+    pub duplicates: u64,
+    pub repairs_received: u64,
+    pub acks_sent: u64,
+    pub acks_suppressed: u64,
+    pub nacks_sent: u64,
+    pub nacks_suppressed: u64,
+    pub repair_requests: u64,
+    pub status_sent: u64,
+    pub dropped_malformed: u64,
+    pub dropped_other_session: u64,
+    pub dropped_beyond_limit: u64,
+}
+
+#[derive(Debug)]
+pub struct McastReceiver {
+    cfg: ReceiverConfig,
+    group: SocketAddr,
+    client: u32,
+    rng: ChaCha8Rng,
+    session: Option<u32>,
+    sender: Option<SocketAddr>,
+    info: Option<Announcement>,
+    phase: Phase,
+    total: Option<u32>,
+    registered: bool,
+    next_register: Option<Instant>,
+    have: Bitmap,
+    /// Next SN expected in order; gaps below it are known.
+    expected: Option<u32>,
+    /// Gaps seen and not yet reported, ascending.
+    pending: Vec<Range<u32>>,
+    nack_at: Option<Instant>,
+    ack: Option<(u32, Instant)>,
+    next_repair: Option<Instant>,
+    repair_round: u32,
+    next_status: Option<Instant>,
+    complete_told: bool,
+    verdict: Option<bool>,
+    confirmed: bool,
+    ended: bool,
+    last_heard: Option<Instant>,
+    /// One-shot transmissions queued by input (REGISTER at once).
+    urgent: VecDeque<Urgent>,
+    events: VecDeque<ReceiverEvent>,
+    stats: ReceiverStats,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Urgent {
+    Register,
+    Status,
+}
+
+impl McastReceiver {
+    pub fn new(cfg: ReceiverConfig, group: SocketAddr) -> Self {
+        let mut rng = ChaCha8Rng::seed_from_u64(cfg.seed);
+        let client = rng.next_u32().max(1);
+        McastReceiver {
+            group,
+            client,
+            rng,
+            session: cfg.session,
+            sender: None,
+            info: None,
+            phase: Phase::Data,
+            total: None,
+            registered: false,
+            next_register: None,
+            have: Bitmap::new(cfg.max_packets),
+            expected: None,
+            pending: Vec::new(),
+            nack_at: None,
+            ack: None,
+            next_repair: None,
+            repair_round: 0,
+            next_status: None,
+            complete_told: false,
+            verdict: None,
+            confirmed: false,
+            ended: false,
+            last_heard: None,
+            urgent: VecDeque::new(),
+            events: VecDeque::new(),
+            stats: ReceiverStats::default(),
+            cfg,
+        }
+    }
+
+    pub fn client_id(&self) -> u32 {
+        self.client
+    }
+
+    pub fn stats(&self) -> ReceiverStats {
+        self.stats
+    }
+
+    pub fn announcement(&self) -> Option<&Announcement> {
+        self.info.as_ref()
+    }
+
+    pub fn sender(&self) -> Option<SocketAddr> {
+        self.sender
+    }
+
+    /// Packets held, and the total once known.
+    pub fn progress(&self) -> (u64, Option<u32>) {
+        (self.have.ones(), self.total)
+    }
+
+    pub fn is_complete(&self) -> bool {
+        self.total.is_some_and(|t| self.have.ones() >= u64::from(t))
+    }
+
+    pub fn is_finished(&self) -> bool {
+        self.confirmed || self.ended
+    }
+
+    pub fn poll_event(&mut self) -> Option<ReceiverEvent> {
+        self.events.pop_front()
+    }
+
+    /// The application checked the whole file: report it (spec §16.1 step 4).
+    pub fn finish(&mut self, verified: bool) {
+        if self.verdict.is_none() {
+            self.verdict = Some(verified);
+            self.urgent.push_back(Urgent::Status);
+        }
+    }
+
+    // ---- input ------------------------------------------------------------
+
+    pub fn handle_datagram(&mut self, now: Instant, from: SocketAddr, data: &[u8]) -> Option<Delivery> {
+        let p = match McPacket::parse(data) {
+            Ok(p) => p,
+            Err(_) => {
+                self.stats.dropped_malformed += 1;
+                return None;
+            }
+        };
+        let session = match &p {
+            McPacket::Announce { session, .. }
+            | McPacket::RegisterAck { session, .. }
+            | McPacket::Data { session, .. }
+            | McPacket::Ack { session, .. }
+            | McPacket::Nack { session, .. }
+            | McPacket::Status { session, .. }
+            | McPacket::End { session, .. } => *session,
+            _ => return None,
+        };
+        if self.ended || self.session.is_some_and(|s| s != session) {
+            self.stats.dropped_other_session += 1;
+            return None;
+        }
+        let from_sender = matches!(
+            p,
+            McPacket::Announce { .. }
+                | McPacket::RegisterAck { .. }
+                | McPacket::Data { .. }
+                | McPacket::Status { .. }
+                | McPacket::End { .. }
+        );
+        if from_sender {
+            if self.session.is_none() && !matches!(p, McPacket::Announce { .. }) {
+                // Nothing to store into before the session is described.
+                return None;
+            }
+            self.last_heard = Some(now);
+        }
+        match p {
+            McPacket::Announce { session, total, phase, info, .. } => {
+                self.on_announce(now, from, session, total, phase, info);
+                None
+            }
+            McPacket::RegisterAck { client, from_sn, .. } if client == self.client => {
+                if !self.registered {
+                    self.registered = true;
+                    self.next_register = None;
+                    self.next_status = Some(now + self.cfg.status_interval);
+                    self.events.push_back(ReceiverEvent::Registered { from_sn });
+                }
+                None
+            }
+            McPacket::Data { sn, lwsn, last, repair, payload, .. } => {
+                let at = data.len() - payload.len();
+                self.on_data(now, sn, lwsn, last, repair, at..data.len())
+            }
+            McPacket::Ack { network, lwsn, .. } => {
+                if network == self.cfg.network && self.ack.is_some_and(|(l, _)| l == lwsn) {
+                    self.ack = None;
+                    self.stats.acks_suppressed += 1;
+                }
+                None
+            }
+            McPacket::Nack { network, missing, .. } => {
+                if network == self.cfg.network && !self.pending.is_empty() {
+                    for r in missing.iter() {
+                        remove_range(&mut self.pending, r);
+                    }
+                    if self.pending.is_empty() {
+                        self.nack_at = None;
+                        self.stats.nacks_suppressed += 1;
+                    }
+                }
+                None
+            }
+            McPacket::Status { client, confirm: true, .. } if client == self.client => {
+                if self.verdict.is_some() && !self.confirmed {
+                    self.confirmed = true;
+                    self.events.push_back(ReceiverEvent::Confirmed);
+                }
+                None
+            }
+            McPacket::End { client, error, .. } if client == 0 || client == self.client => {
+                if !self.confirmed {
+                    self.ended = true;
+                    self.events.push_back(ReceiverEvent::Ended { error });
+                }
+                None
+            }
+            _ => None,
+        }
+    }
+
+    fn on_announce(
+        &mut self,
+        now: Instant,
+        from: SocketAddr,
+        session: u32,
+        total: Option<u32>,
+        phase: Phase,
+        info: Announcement,
+    ) {
+        if self.session.is_none() {
+            self.session = Some(session);
+        }
+        self.sender = Some(from);
+        let news = self.info.as_ref().is_none_or(|i| i.size != info.size || i.hash != info.hash);
+        if let Some(t) = total.or(info.size.map(|s| packets_for(s, info.block))) {
+            self.total = Some(t);
+        }
+        if news {
+            self.events.push_back(ReceiverEvent::Announced(info.clone()));
+        }
+        self.info = Some(info);
+        if !self.registered && self.next_register.is_none() {
+            self.next_register = Some(now);
+            self.urgent.push_back(Urgent::Register);
+        }
+        if phase == Phase::Repair && self.phase == Phase::Data {
+            // Spread the first requests over a feedback interval.
+            self.next_repair = Some(now + self.backoff());
+        }
+        self.phase = phase;
+        self.check_complete();
+    }
+
+    fn on_data(
+        &mut self,
+        now: Instant,
+        sn: u32,
+        lwsn: u32,
+        last: bool,
+        repair: bool,
+        payload: Range<usize>,
+    ) -> Option<Delivery> {
+        let block = self.info.as_ref()?.block;
+        if last {
+            self.total = Some(sn + 1);
+        }
+        let fresh = match self.have.set(sn) {
+            None => {
+                self.stats.dropped_beyond_limit += 1;
+                return None;
+            }
+            Some(f) => f,
+        };
+        if repair {
+            self.stats.repairs_received += 1;
+        } else {
+            self.stats.data_packets += 1;
+        }
+        if !fresh {
+            self.stats.duplicates += 1;
+        }
+        if !repair {
+            // spec §16.4: gaps in the first sending are reported, with a delay.
+            match self.expected {
+                Some(e) if sn > e => {
+                    add_range(&mut self.pending, e..sn);
+                    if self.nack_at.is_none() {
+                        self.nack_at = Some(now + self.backoff());
+                    }
+                    self.expected = Some(sn + 1);
+                }
+                Some(e) if sn < e => remove_range(&mut self.pending, sn..sn + 1),
+                _ => self.expected = Some(sn + 1),
+            }
+            if self.pending.is_empty() {
+                self.nack_at = None;
+            }
+            if sn == lwsn {
+                self.ack = Some((lwsn, now + self.backoff()));
+            }
+        }
+        self.check_complete();
+        fresh.then(|| Delivery { offset: u64::from(sn) * u64::from(block), payload })
+    }
+
+    fn check_complete(&mut self) {
+        if !self.complete_told && self.is_complete() {
+            self.complete_told = true;
+            self.next_repair = None;
+            self.events.push_back(ReceiverEvent::Complete);
+        }
+    }
+
+    /// A feedback delay drawn uniformly in `[0, ARTP_max]` (spec §16.4).
+    fn backoff(&mut self) -> Duration {
+        let max = self.artp_max();
+        uniform(&mut self.rng, max)
+    }
+
+    fn artp_max(&self) -> Duration {
+        Duration::from_micros(self.info.as_ref().map_or(600, |i| u64::from(i.artp_max_us)))
+    }
+
+    fn repair_interval(&self) -> Duration {
+        Duration::from_millis(self.info.as_ref().map_or(50, |i| u64::from(i.repair_interval_ms)).max(1))
+    }
+
+    // ---- timers -----------------------------------------------------------
+
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        if self.is_finished() {
+            return None;
+        }
+        let lost = self.last_heard.filter(|_| self.registered).map(|t| t + self.cfg.sender_timeout);
+        [self.next_register, self.nack_at, self.ack.map(|a| a.1), self.next_repair, self.next_status, lost]
+            .into_iter()
+            .flatten()
+            .min()
+    }
+
+    pub fn handle_timeout(&mut self, now: Instant) {
+        if self.is_finished() {
+            return;
+        }
+        if self.registered && self.last_heard.is_some_and(|t| now >= t + self.cfg.sender_timeout) {
+            self.ended = true;
+            self.events.push_back(ReceiverEvent::SenderLost);
+        }
+    }
+
+    // ---- output -----------------------------------------------------------
+
+    pub fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<McTransmit> {
+        if self.is_finished() {
+            return None;
+        }
+        let session = self.session?;
+        let sender = self.sender?;
+        let (client, network) = (self.client, self.cfg.network);
+        if let Some(u) = self.urgent.pop_front() {
+            return match u {
+                Urgent::Register => self.send_register(now, buf, session, sender),
+                Urgent::Status => self.send_status(now, buf, session, sender),
+            };
+        }
+        if self.next_register.is_some_and(|t| now >= t) {
+            return self.send_register(now, buf, session, sender);
+        }
+        if let Some((lwsn, at)) = self.ack {
+            if now >= at {
+                self.ack = None;
+                self.stats.acks_sent += 1;
+                // The ACK carries the gaps not yet reported: no NACK needed.
+                let ranges = std::mem::take(&mut self.pending);
+                self.nack_at = None;
+                let n = emit(buf, PacketType::McAck, Flags::empty(), session, lwsn, network, client, |o| {
+                    emit_ranges(o, ranges.iter().cloned()).0
+                })?;
+                return Some(McTransmit { destination: self.group, size: n });
+            }
+        }
+        if self.nack_at.is_some_and(|t| now >= t) {
+            self.nack_at = None;
+            self.stats.nacks_sent += 1;
+            let ranges = std::mem::take(&mut self.pending);
+            let highest = self.expected.unwrap_or(0).saturating_sub(1);
+            let n = emit(buf, PacketType::McNack, Flags::empty(), session, highest, network, client, |o| {
+                emit_ranges(o, ranges.iter().cloned()).0
+            })?;
+            return Some(McTransmit { destination: self.group, size: n });
+        }
+        if self.next_repair.is_some_and(|t| now >= t) {
+            return self.send_repair(now, buf, session, sender);
+        }
+        if self.next_status.is_some_and(|t| now >= t) {
+            return self.send_status(now, buf, session, sender);
+        }
+        None
+    }
+
+    fn send_register(&mut self, now: Instant, buf: &mut [u8], session: u32, sender: SocketAddr) -> Option<McTransmit> {
+        if self.registered {
+            return None;
+        }
+        self.next_register = Some(now + self.cfg.register_retry);
+        let n = emit(buf, PacketType::McRegister, Flags::empty(), session, 0, self.cfg.network, self.client, |_| 0)?;
+        Some(McTransmit { destination: sender, size: n })
+    }
+
+    fn send_repair(&mut self, now: Instant, buf: &mut [u8], session: u32, sender: SocketAddr) -> Option<McTransmit> {
+        let total = self.total?;
+        if self.is_complete() {
+            self.next_repair = None;
+            return None;
+        }
+        self.next_repair = Some(now + self.repair_interval());
+        self.repair_round += 1;
+        self.stats.repair_requests += 1;
+        let have = &self.have;
+        let n = emit(
+            buf,
+            PacketType::McRepair,
+            Flags::empty(),
+            session,
+            self.repair_round,
+            self.cfg.network,
+            self.client,
+            |o| emit_ranges(o, have.gaps(0..total)).0,
+        )?;
+        Some(McTransmit { destination: sender, size: n })
+    }
+
+    fn send_status(&mut self, now: Instant, buf: &mut [u8], session: u32, sender: SocketAddr) -> Option<McTransmit> {
+        self.next_status = Some(now + self.cfg.status_interval);
+        self.stats.status_sent += 1;
+        let held = self.have.ones().min(u64::from(u32::MAX)) as u32;
+        let (flags, code) = match self.verdict {
+            Some(true) => (Flags::FIN, None),
+            Some(false) => (Flags::ERR, Some(super::codes::HASH_MISMATCH)),
+            None => (Flags::empty(), None),
+        };
+        if self.verdict.is_some() {
+            // Repeated until the sender confirms, at the register pace.
+            self.next_status = Some(now + self.cfg.register_retry);
+        }
+        let n = emit(buf, PacketType::McStatus, flags, session, held, self.cfg.network, self.client, |o| match code {
+            Some(c) => {
+                o[..2].copy_from_slice(&c.to_be_bytes());
+                2
+            }
+            None => 0,
+        })?;
+        Some(McTransmit { destination: sender, size: n })
+    }
+}
+
+/// Adds `r` to ascending disjoint `v`, merging; beyond the bound the two
+/// lowest ranges merge.
+fn add_range(v: &mut Vec<Range<u32>>, r: Range<u32>) {
+    match v.last_mut() {
+        Some(last) if last.end >= r.start => last.end = last.end.max(r.end),
+        _ => v.push(r),
+    }
+    if v.len() > MAX_PENDING_RANGES {
+        let second = v.remove(1);
+        v[0].end = second.end;
+    }
+}
+
+/// Removes `r` from ascending disjoint `v`.
+fn remove_range(v: &mut Vec<Range<u32>>, r: Range<u32>) {
+    let mut out = Vec::with_capacity(v.len() + 1);
+    for x in v.drain(..) {
+        if x.end <= r.start || x.start >= r.end {
+            out.push(x);
+            continue;
+        }
+        if x.start < r.start {
+            out.push(x.start..r.start);
+        }
+        if r.end < x.end {
+            out.push(r.end..x.end);
+        }
+    }
+    *v = out;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pending_ranges_merge_split_and_stay_bounded() {
+        let mut v = Vec::new();
+        add_range(&mut v, 3..5);
+        add_range(&mut v, 5..7);
+        add_range(&mut v, 9..12);
+        assert_eq!(v, [3..7, 9..12]);
+        remove_range(&mut v, 4..10);
+        assert_eq!(v, [3..4, 10..12]);
+        for i in 0..100 {
+            add_range(&mut v, 20 + 2 * i..21 + 2 * i);
+        }
+        assert_eq!(v.len(), MAX_PENDING_RANGES);
+    }
+}

@@ -1,0 +1,947 @@
+//! The multicast sender (spec §16): announce, windows with paper 03's flow
+//! control, repair, completion.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use rand::{RngCore, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+use super::bitmap::Bitmap;
+use super::wire::{emit, emit_announcement, Announcement, McPacket, Phase, UNKNOWN_TOTAL};
+use super::{codes, McTransmit};
+use crate::congestion::pacer::Pacer;
+use crate::wire::{Flags, PacketType, HEADER_LEN};
+
+/// The sender's parameters (spec §16.3–§16.8).
+#[derive(Debug, Clone)]
+pub struct SenderConfig {
+    /// Seeds the session id.
+    pub seed: u64,
+    /// Largest datagram, header included; DATA carries `max_datagram − 24`.
+    pub max_datagram: usize,
+    pub announce_interval: Duration,
+    /// Longest the data phase waits for `min_receivers`.
+    pub announce_wait: Duration,
+    /// Receivers to wait for before the data phase (at least 1).
+    pub min_receivers: usize,
+    /// The feedback backoff bound receivers use (`ARTP_max`).
+    pub artp_max: Duration,
+    /// Timer growth on expiry (α > 1).
+    pub alpha: f64,
+    /// Timer shrink on a confirmed window (β > α).
+    pub beta: f64,
+    /// The timer's floor, `dflt_Tout`.
+    pub default_timeout: Duration,
+    pub max_timeout: Duration,
+    pub initial_window: u32,
+    pub max_window: u32,
+    /// Repair requests gathered this long before the repairs go out.
+    pub repair_gather: Duration,
+    /// Receivers asking for one packet in a round for it to go by multicast.
+    pub repair_multicast_min: usize,
+    pub completion_timeout: Duration,
+    pub max_repair_passes: u32,
+    pub receiver_timeout: Duration,
+    /// Drop a receiver whose reported loss exceeds this fraction.
+    pub max_loss: Option<f64>,
+    pub max_receivers: usize,
+    pub max_repair_queue: usize,
+    pub max_packets: u32,
+    /// Pace each window's packets at the rate of recently confirmed windows
+    /// (the paper sends them back to back).
+    pub pace: bool,
+}
+
+impl Default for SenderConfig {
+    fn default() -> Self {
+        SenderConfig {
+            seed: 0,
+            max_datagram: 1452,
+            announce_interval: Duration::from_millis(200),
+            announce_wait: Duration::from_secs(3),
+            min_receivers: 1,
+            artp_max: Duration::from_micros(600),
+            alpha: 1.5,
+            beta: 2.0,
+            default_timeout: Duration::from_millis(100),
+            max_timeout: Duration::from_secs(2),
+            initial_window: 1,
+            max_window: 100,
+            repair_gather: Duration::from_millis(5),
+            repair_multicast_min: 2,
+            completion_timeout: Duration::from_secs(60),
+            max_repair_passes: 100,
+            receiver_timeout: Duration::from_secs(5),
+            max_loss: None,
+            max_receivers: 1024,
+            max_repair_queue: 65_536,
+            max_packets: 1 << 26,
+            pace: false,
+        }
+    }
+}
+
+/// How one receiver's part in the session ended (spec §16.7).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReceiverOutcome {
+    /// Still receiving.
+    Active,
+    /// Has the whole file and its hash matched.
+    Completed,
+    /// Has every packet but the hash did not match.
+    HashMismatch,
+    /// Still missing packets at the completion timeout.
+    Incomplete,
+    /// Nothing heard for `receiver_timeout`.
+    Unresponsive,
+    /// Asked for repairs more than `max_repair_passes` times.
+    TooManyPasses,
+    /// Reported loss above `max_loss`.
+    TooLossy,
+}
+
+impl ReceiverOutcome {
+    fn code(self) -> Option<u16> {
+        match self {
+            ReceiverOutcome::Active | ReceiverOutcome::Completed => None,
+            ReceiverOutcome::HashMismatch => Some(codes::HASH_MISMATCH),
+            ReceiverOutcome::Incomplete => Some(codes::INCOMPLETE),
+            ReceiverOutcome::Unresponsive => Some(codes::UNRESPONSIVE),
+            ReceiverOutcome::TooManyPasses => Some(codes::TOO_MANY_PASSES),
+            ReceiverOutcome::TooLossy => Some(codes::TOO_LOSSY),
+        }
+    }
+}
+
+/// What the sender knows of one receiver.
+#[derive(Debug, Clone)]
+pub struct ReceiverReport {
+    pub client: u32,
+    pub addr: SocketAddr,
+    pub network: u32,
+    /// The SN it was told it receives from.
+    pub joined_at: u32,
+    /// Packets it last said it holds.
+    pub held: u32,
+    /// Losses it reported (NACK and ACK ranges).
+    pub reported_lost: u64,
+    pub repair_passes: u32,
+    pub outcome: ReceiverOutcome,
+    last_heard: Instant,
+}
+
+/// One window's fate, for traces and the model checks (spec §16.3).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct WindowRecord {
+    pub first: u32,
+    pub lwsn: u32,
+    pub size: u32,
+    /// Sent (last packet) at.
+    pub sent: Instant,
+    /// Confirmed by every awaited network, or expired.
+    pub confirmed: bool,
+    pub resolved: Instant,
+    /// Timer in force for this window.
+    pub timeout: Duration,
+    /// ACK and NACK packets that arrived while it was open.
+    pub feedback: u32,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum SenderEvent {
+    ReceiverJoined {
+        client: u32,
+        addr: SocketAddr,
+        from_sn: u32,
+    },
+    /// The data phase began.
+    DataStarted,
+    Window(WindowRecord),
+    /// Every packet has gone out once; repairs follow.
+    RepairStarted,
+    ReceiverDone {
+        client: u32,
+        outcome: ReceiverOutcome,
+    },
+    /// The session is over; every receiver's outcome is in `receivers()`.
+    Finished,
+    /// The session ended without a transfer.
+    Failed(SenderError),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum SenderError {
+    #[error("no receiver registered within the announce wait")]
+    NoReceivers,
+    #[error("every receiver was dropped")]
+    AllDropped,
+}
+
+/// Counters (spec §16.4's feedback figures among them).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SenderStats {
+    pub data_packets: u64,
+    pub data_bytes: u64,
+    pub repair_multicast: u64,
+    pub repair_unicast: u64,
+    pub announces: u64,
+    pub acks: u64,
+    pub late_acks: u64,
+    pub nacks: u64,
+    pub repair_requests: u64,
+    pub status_reports: u64,
+    pub windows_confirmed: u64,
+    pub windows_expired: u64,
+    pub dropped_malformed: u64,
+    pub dropped_other_session: u64,
+    pub dropped_unknown_client: u64,
+    pub refused: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stage {
+    Announcing,
+    Data,
+    Repair,
+    Ending { sent: u8 },
+    Done,
+}
+
+#[derive(Debug)]
+struct Window {
+    first: u32,
+    lwsn: u32,
+    next: u32,
+    started: Option<Instant>,
+    deadline: Option<Instant>,
+    sent_at: Option<Instant>,
+    awaited: Vec<u32>,
+    acked: Vec<u32>,
+    feedback: u32,
+    timeout: Duration,
+}
+
+/// Control packets waiting to go out, to one receiver.
+#[derive(Debug, Clone, Copy)]
+enum Control {
+    RegisterAck { idx: usize },
+    StatusAck { idx: usize },
+    EndOne { idx: usize, code: u16 },
+    Refuse { addr: SocketAddr, client: u32 },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum RepairDest {
+    Group,
+    One(usize),
+}
+
+#[derive(Debug)]
+pub struct McastSender {
+    cfg: SenderConfig,
+    group: SocketAddr,
+    session: u32,
+    info: Announcement,
+    /// Bytes of the source available so far; the total once known.
+    available: u64,
+    total: Option<u32>,
+    stage: Stage,
+    started: Instant,
+    next_sn: u32,
+    window: Option<Window>,
+    w: u32,
+    timeout: Duration,
+    nacked: Bitmap,
+    receivers: Vec<ReceiverReport>,
+    by_client: HashMap<u32, usize>,
+    control: VecDeque<Control>,
+    gather: BTreeMap<u32, Vec<usize>>,
+    gather_deadline: Option<Instant>,
+    gathered: usize,
+    repairs: VecDeque<(u32, RepairDest)>,
+    repair_started: Option<Instant>,
+    next_announce: Instant,
+    next_sweep: Instant,
+    next_end: Instant,
+    /// Recently confirmed windows' delivery rate, bytes/s.
+    rate: Option<f64>,
+    pacer: Pacer,
+    pace_until: Option<Instant>,
+    events: VecDeque<SenderEvent>,
+    stats: SenderStats,
+}
+
+impl McastSender {
+    /// A sender of `info` (its size and hash may come later for a stream,
+    /// spec §16.6) to `group`. The announce phase starts at `now`.
+    pub fn new(cfg: SenderConfig, group: SocketAddr, mut info: Announcement, now: Instant) -> Self {
+        let mut rng = ChaCha8Rng::seed_from_u64(cfg.seed);
+        let session = rng.next_u32().max(1);
+        info.block = (cfg.max_datagram.saturating_sub(HEADER_LEN)).clamp(64, u16::MAX as usize) as u16;
+        info.artp_max_us = cfg.artp_max.as_micros().min(u128::from(u32::MAX)) as u32;
+        info.repair_interval_ms = 50;
+        let total = info.size.map(|s| packets_for(s, info.block));
+        McastSender {
+            group,
+            session,
+            available: info.size.unwrap_or(0),
+            total,
+            info,
+            stage: Stage::Announcing,
+            started: now,
+            next_sn: 0,
+            window: None,
+            w: cfg.initial_window.max(1),
+            timeout: cfg.default_timeout,
+            nacked: Bitmap::new(cfg.max_packets),
+            receivers: Vec::new(),
+            by_client: HashMap::new(),
+            control: VecDeque::new(),
+            gather: BTreeMap::new(),
+            gather_deadline: None,
+            gathered: 0,
+            repairs: VecDeque::new(),
+            repair_started: None,
+            next_announce: now,
+            next_sweep: now + Duration::from_millis(500),
+            next_end: now,
+            rate: None,
+            pacer: Pacer::default(),
+            pace_until: None,
+            events: VecDeque::new(),
+            stats: SenderStats::default(),
+            cfg,
+        }
+    }
+
+    pub fn session_id(&self) -> u32 {
+        self.session
+    }
+
+    pub fn block(&self) -> u16 {
+        self.info.block
+    }
+
+    pub fn stats(&self) -> SenderStats {
+        self.stats
+    }
+
+    pub fn receivers(&self) -> &[ReceiverReport] {
+        &self.receivers
+    }
+
+    /// Current window size and timer.
+    pub fn window(&self) -> (u32, Duration) {
+        (self.w, self.timeout)
+    }
+
+    /// Packets sent once so far, and the total when known.
+    pub fn progress(&self) -> (u32, Option<u32>) {
+        (self.next_sn, self.total)
+    }
+
+    pub fn is_done(&self) -> bool {
+        self.stage == Stage::Done
+    }
+
+    /// More of a stream's bytes are available to send (spec §16.6).
+    pub fn extend(&mut self, available: u64) {
+        if self.total.is_none() {
+            self.available = self.available.max(available);
+        }
+    }
+
+    /// A stream ended: its length and hash are now known.
+    pub fn finish_source(&mut self, size: u64, hash: [u8; 32]) {
+        self.available = size;
+        self.info.size = Some(size);
+        self.info.hash = Some(hash);
+        self.total = Some(packets_for(size, self.info.block));
+    }
+
+    /// Ends the announce phase now, with whoever registered.
+    pub fn start(&mut self, now: Instant) {
+        if self.stage == Stage::Announcing {
+            if self.live() == 0 {
+                self.fail(SenderError::NoReceivers);
+            } else {
+                self.stage = Stage::Data;
+                self.events.push_back(SenderEvent::DataStarted);
+                self.next_announce = now;
+            }
+        }
+    }
+
+    pub fn poll_event(&mut self) -> Option<SenderEvent> {
+        self.events.pop_front()
+    }
+
+    fn live(&self) -> usize {
+        self.receivers.iter().filter(|r| r.outcome == ReceiverOutcome::Active).count()
+    }
+
+    fn fail(&mut self, e: SenderError) {
+        self.stage = Stage::Ending { sent: 0 };
+        self.events.push_back(SenderEvent::Failed(e));
+    }
+
+    // ---- input ------------------------------------------------------------
+
+    pub fn handle_datagram(&mut self, now: Instant, from: SocketAddr, data: &[u8]) {
+        let p = match McPacket::parse(data) {
+            Ok(p) => p,
+            Err(_) => {
+                self.stats.dropped_malformed += 1;
+                return;
+            }
+        };
+        let (session, client) = match &p {
+            McPacket::Register { session, client, .. }
+            | McPacket::Ack { session, client, .. }
+            | McPacket::Nack { session, client, .. }
+            | McPacket::Repair { session, client, .. }
+            | McPacket::Status { session, client, confirm: false, .. } => (*session, *client),
+            // Our own multicast looped back, or another sender's.
+            _ => return,
+        };
+        if session != self.session {
+            self.stats.dropped_other_session += 1;
+            return;
+        }
+        if let McPacket::Register { network, .. } = p {
+            self.on_register(now, from, client, network);
+            return;
+        }
+        let Some(&idx) = self.by_client.get(&client) else {
+            self.stats.dropped_unknown_client += 1;
+            return;
+        };
+        self.receivers[idx].last_heard = now;
+        if self.receivers[idx].outcome != ReceiverOutcome::Active {
+            // A late report from a finished receiver: confirm again if asked.
+            if let McPacket::Status { complete: true, .. } | McPacket::Status { error: Some(_), .. } = p {
+                self.control.push_back(Control::StatusAck { idx });
+            }
+            return;
+        }
+        match p {
+            McPacket::Ack { network, lwsn, missing, .. } => {
+                self.stats.acks += 1;
+                let lost = self.count_losses(missing.iter());
+                self.receivers[idx].reported_lost += lost;
+                self.on_window_ack(now, network, lwsn);
+            }
+            McPacket::Nack { missing, .. } => {
+                self.stats.nacks += 1;
+                if let Some(w) = self.window.as_mut() {
+                    w.feedback += 1;
+                }
+                let lost = self.count_losses(missing.iter());
+                self.receivers[idx].reported_lost += lost;
+            }
+            McPacket::Repair { missing, .. } => self.on_repair(now, idx, missing.iter()),
+            McPacket::Status { held, complete, error, .. } => {
+                self.stats.status_reports += 1;
+                self.receivers[idx].held = held;
+                if complete || error.is_some() {
+                    let outcome =
+                        if error.is_some() { ReceiverOutcome::HashMismatch } else { ReceiverOutcome::Completed };
+                    self.finish_receiver(idx, outcome);
+                    self.control.push_back(Control::StatusAck { idx });
+                }
+            }
+            _ => {}
+        }
+        self.check_loss(idx);
+    }
+
+    fn on_register(&mut self, now: Instant, from: SocketAddr, client: u32, network: u32) {
+        if client == 0 {
+            self.stats.dropped_malformed += 1;
+            return;
+        }
+        if let Some(&idx) = self.by_client.get(&client) {
+            let r = &mut self.receivers[idx];
+            r.addr = from;
+            r.last_heard = now;
+            self.control.push_back(Control::RegisterAck { idx });
+            return;
+        }
+        if self.receivers.len() >= self.cfg.max_receivers || matches!(self.stage, Stage::Ending { .. } | Stage::Done) {
+            self.stats.refused += 1;
+            self.control.push_back(Control::Refuse { addr: from, client });
+            return;
+        }
+        let idx = self.receivers.len();
+        let joined_at = if self.stage == Stage::Announcing { 0 } else { self.next_sn };
+        self.receivers.push(ReceiverReport {
+            client,
+            addr: from,
+            network,
+            joined_at,
+            held: 0,
+            reported_lost: 0,
+            repair_passes: 0,
+            outcome: ReceiverOutcome::Active,
+            last_heard: now,
+        });
+        self.by_client.insert(client, idx);
+        self.control.push_back(Control::RegisterAck { idx });
+        self.events.push_back(SenderEvent::ReceiverJoined { client, addr: from, from_sn: joined_at });
+        if self.stage == Stage::Announcing && self.live() >= self.cfg.min_receivers.max(1) {
+            self.start(now);
+        }
+    }
+
+    /// spec §16.3: the window shrinks by one for each report that names a
+    /// loss not reported before. Returns how many SNs the report names.
+    fn count_losses(&mut self, ranges: impl Iterator<Item = std::ops::Range<u32>>) -> u64 {
+        let mut named = 0u64;
+        let mut new = false;
+        for r in ranges {
+            let r = r.start..r.end.min(self.next_sn);
+            named += u64::from(r.end.saturating_sub(r.start));
+            for sn in r {
+                new |= self.nacked.set(sn) == Some(true);
+            }
+        }
+        if new {
+            self.w = self.w.saturating_sub(1).max(1);
+        }
+        named
+    }
+
+    fn on_window_ack(&mut self, now: Instant, network: u32, lwsn: u32) {
+        let Some(w) = self.window.as_mut() else {
+            self.stats.late_acks += 1;
+            return;
+        };
+        w.feedback += 1;
+        if w.lwsn != lwsn || w.deadline.is_none() {
+            self.stats.late_acks += 1;
+            return;
+        }
+        if w.awaited.contains(&network) && !w.acked.contains(&network) {
+            w.acked.push(network);
+        }
+        if w.acked.len() >= w.awaited.len() {
+            self.resolve_window(now, true);
+        }
+    }
+
+    fn on_repair(&mut self, now: Instant, idx: usize, ranges: impl Iterator<Item = std::ops::Range<u32>>) {
+        self.stats.repair_requests += 1;
+        let r = &mut self.receivers[idx];
+        r.repair_passes += 1;
+        if r.repair_passes > self.cfg.max_repair_passes {
+            self.drop_receiver(idx, ReceiverOutcome::TooManyPasses);
+            return;
+        }
+        let limit = self.next_sn;
+        for range in ranges {
+            for sn in range.start..range.end.min(limit) {
+                if self.gathered >= self.cfg.max_repair_queue {
+                    break;
+                }
+                let who = self.gather.entry(sn).or_default();
+                if !who.contains(&idx) {
+                    who.push(idx);
+                    self.gathered += 1;
+                }
+            }
+        }
+        if !self.gather.is_empty() && self.gather_deadline.is_none() {
+            self.gather_deadline = Some(now + self.cfg.repair_gather);
+        }
+    }
+
+    fn check_loss(&mut self, idx: usize) {
+        let Some(max) = self.cfg.max_loss else { return };
+        let r = &self.receivers[idx];
+        let sent = u64::from(self.next_sn.saturating_sub(r.joined_at));
+        if r.outcome == ReceiverOutcome::Active && sent >= 1000 && r.reported_lost as f64 > max * sent as f64 {
+            self.drop_receiver(idx, ReceiverOutcome::TooLossy);
+        }
+    }
+
+    fn finish_receiver(&mut self, idx: usize, outcome: ReceiverOutcome) {
+        let r = &mut self.receivers[idx];
+        if r.outcome == ReceiverOutcome::Active {
+            r.outcome = outcome;
+            self.events.push_back(SenderEvent::ReceiverDone { client: r.client, outcome });
+        }
+    }
+
+    fn drop_receiver(&mut self, idx: usize, outcome: ReceiverOutcome) {
+        self.finish_receiver(idx, outcome);
+        if let Some(code) = outcome.code() {
+            self.control.push_back(Control::EndOne { idx, code });
+        }
+        // Its network may no longer be awaited.
+        if let Some(w) = self.window.as_mut() {
+            let network = self.receivers[idx].network;
+            let still = self.receivers.iter().any(|r| r.network == network && r.outcome == ReceiverOutcome::Active);
+            if !still {
+                w.awaited.retain(|&n| n != network);
+            }
+        }
+    }
+
+    // ---- timers -----------------------------------------------------------
+
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        let mut t = [Some(self.next_sweep), self.gather_deadline, self.pace_until].into_iter().flatten().min()?;
+        let mut consider = |x: Option<Instant>| {
+            if let Some(x) = x {
+                t = t.min(x);
+            }
+        };
+        match self.stage {
+            Stage::Announcing => {
+                consider(Some(self.next_announce));
+                consider(Some(self.started + self.cfg.announce_wait));
+            }
+            Stage::Data | Stage::Repair => {
+                consider(Some(self.next_announce));
+                consider(self.window.as_ref().and_then(|w| w.deadline));
+                consider(self.repair_started.map(|s| s + self.cfg.completion_timeout));
+            }
+            Stage::Ending { .. } => consider(Some(self.next_end)),
+            Stage::Done => return None,
+        }
+        Some(t)
+    }
+
+    pub fn handle_timeout(&mut self, now: Instant) {
+        if self.stage == Stage::Announcing && now >= self.started + self.cfg.announce_wait {
+            self.start(now);
+        }
+        if self.pace_until.is_some_and(|t| now >= t) {
+            self.pace_until = None;
+        }
+        if let Some(deadline) = self.window.as_ref().and_then(|w| w.deadline) {
+            if now >= deadline {
+                self.resolve_window(now, false);
+            }
+        }
+        if self.gather_deadline.is_some_and(|t| now >= t) {
+            self.release_repairs();
+        }
+        if now >= self.next_sweep {
+            self.next_sweep = now + Duration::from_millis(500);
+            for idx in 0..self.receivers.len() {
+                let r = &self.receivers[idx];
+                if r.outcome == ReceiverOutcome::Active
+                    && now.saturating_duration_since(r.last_heard) > self.cfg.receiver_timeout
+                {
+                    self.drop_receiver(idx, ReceiverOutcome::Unresponsive);
+                }
+            }
+        }
+        if self.stage == Stage::Repair && self.repair_started.is_some_and(|s| now >= s + self.cfg.completion_timeout) {
+            for idx in 0..self.receivers.len() {
+                if self.receivers[idx].outcome == ReceiverOutcome::Active {
+                    self.drop_receiver(idx, ReceiverOutcome::Incomplete);
+                }
+            }
+        }
+        self.check_end();
+    }
+
+    fn check_end(&mut self) {
+        if matches!(self.stage, Stage::Data | Stage::Repair) && self.live() == 0 {
+            let any_done = self.receivers.iter().any(|r| r.outcome == ReceiverOutcome::Completed);
+            let all_settled = self.stage == Stage::Repair;
+            if !all_settled && !any_done {
+                self.fail(SenderError::AllDropped);
+            } else {
+                self.stage = Stage::Ending { sent: 0 };
+            }
+        }
+    }
+
+    /// spec §16.3: a window is confirmed (every awaited network acked) or
+    /// its timer expired.
+    fn resolve_window(&mut self, now: Instant, confirmed: bool) {
+        let Some(w) = self.window.take() else { return };
+        let sent = w.sent_at.unwrap_or(now);
+        if confirmed {
+            self.stats.windows_confirmed += 1;
+            self.timeout = self.timeout.div_f64(self.cfg.beta).max(self.cfg.default_timeout);
+            self.w = (self.w + 1).min(self.cfg.max_window.max(1));
+            if let Some(start) = w.started {
+                let took = now.saturating_duration_since(start).as_secs_f64().max(1e-6);
+                let bytes = f64::from(w.lwsn + 1 - w.first) * f64::from(self.info.block);
+                let sample = bytes / took;
+                self.rate = Some(self.rate.map_or(sample, |r| 0.75 * r + 0.25 * sample));
+            }
+        } else {
+            self.stats.windows_expired += 1;
+            self.timeout = self.timeout.mul_f64(self.cfg.alpha).min(self.cfg.max_timeout);
+            self.w = self.w.saturating_sub(1).max(1);
+        }
+        self.events.push_back(SenderEvent::Window(WindowRecord {
+            first: w.first,
+            lwsn: w.lwsn,
+            size: w.lwsn + 1 - w.first,
+            sent,
+            confirmed,
+            resolved: now,
+            timeout: w.timeout,
+            feedback: w.feedback,
+        }));
+        if self.total.is_some_and(|t| self.next_sn >= t) {
+            self.enter_repair(now);
+        }
+    }
+
+    fn enter_repair(&mut self, now: Instant) {
+        if self.stage == Stage::Data {
+            self.stage = Stage::Repair;
+            self.repair_started = Some(now);
+            self.next_announce = now;
+            self.events.push_back(SenderEvent::RepairStarted);
+        }
+    }
+
+    fn release_repairs(&mut self) {
+        self.gather_deadline = None;
+        self.gathered = 0;
+        for (sn, who) in std::mem::take(&mut self.gather) {
+            let who: Vec<usize> =
+                who.into_iter().filter(|&i| self.receivers[i].outcome == ReceiverOutcome::Active).collect();
+            if who.len() >= self.cfg.repair_multicast_min.max(1) {
+                self.repairs.push_back((sn, RepairDest::Group));
+            } else {
+                self.repairs.extend(who.into_iter().map(|i| (sn, RepairDest::One(i))));
+            }
+        }
+    }
+
+    // ---- output -----------------------------------------------------------
+
+    /// The next datagram to send, written into `buf`. `source(offset, out)`
+    /// copies file bytes at `offset` into `out` and returns how many.
+    pub fn poll_transmit(
+        &mut self,
+        now: Instant,
+        buf: &mut [u8],
+        source: &mut dyn FnMut(u64, &mut [u8]) -> usize,
+    ) -> Option<McTransmit> {
+        if let Some(c) = self.control.pop_front() {
+            return self.send_control(buf, c);
+        }
+        match self.stage {
+            Stage::Done => return None,
+            Stage::Ending { sent } => {
+                if now < self.next_end {
+                    return None;
+                }
+                if sent >= 3 {
+                    self.stage = Stage::Done;
+                    if !self.events.iter().any(|e| matches!(e, SenderEvent::Failed(_))) {
+                        self.events.push_back(SenderEvent::Finished);
+                    }
+                    return None;
+                }
+                self.stage = Stage::Ending { sent: sent + 1 };
+                self.next_end = now + self.cfg.announce_interval;
+                let total = self.total.unwrap_or(self.next_sn);
+                let n = emit(buf, PacketType::McEnd, Flags::FIN, self.session, total, 0, 0, |_| 0)?;
+                return Some(McTransmit { destination: self.group, size: n });
+            }
+            _ => {}
+        }
+        if now >= self.next_announce {
+            self.next_announce = now + self.cfg.announce_interval;
+            return self.send_announce(buf);
+        }
+        if self.pace_until.is_some_and(|t| now < t) {
+            return None;
+        }
+        let sent = match self.stage {
+            Stage::Data => self.send_data(now, buf, source),
+            Stage::Repair => self.send_repair(buf, source),
+            _ => None,
+        }?;
+        if self.cfg.pace || self.stage == Stage::Repair {
+            if let Some(rate) = self.rate {
+                self.pacer.on_sent(sent.size as u64);
+                self.pace_until = self.pacer.delay(now, rate * 1.25, self.cfg.max_datagram as u64, sent.size as u64);
+            }
+        }
+        Some(sent)
+    }
+
+    fn send_announce(&mut self, buf: &mut [u8]) -> Option<McTransmit> {
+        self.stats.announces += 1;
+        let phase = match self.stage {
+            Stage::Announcing | Stage::Data => Phase::Data,
+            Stage::Repair => Phase::Repair,
+            _ => Phase::Ended,
+        };
+        let total = self.total.unwrap_or(UNKNOWN_TOTAL);
+        let info = &self.info;
+        let n =
+            emit(buf, PacketType::McAnnounce, Flags::empty(), self.session, self.next_sn, total, phase as u32, |o| {
+                emit_announcement(o, info)
+            })?;
+        Some(McTransmit { destination: self.group, size: n })
+    }
+
+    fn send_control(&mut self, buf: &mut [u8], c: Control) -> Option<McTransmit> {
+        let s = self.session;
+        let (dest, n) = match c {
+            Control::RegisterAck { idx } => {
+                let r = &self.receivers[idx];
+                (r.addr, emit(buf, PacketType::McRegister, Flags::ACK, s, r.joined_at, r.network, r.client, |_| 0)?)
+            }
+            Control::StatusAck { idx } => {
+                let r = &self.receivers[idx];
+                (r.addr, emit(buf, PacketType::McStatus, Flags::ACK, s, r.held, r.network, r.client, |_| 0)?)
+            }
+            Control::EndOne { idx, code } => {
+                let r = &self.receivers[idx];
+                (r.addr, emit(buf, PacketType::McEnd, Flags::ERR, s, self.next_sn, 0, r.client, |o| put_code(o, code))?)
+            }
+            Control::Refuse { addr, client } => {
+                (addr, emit(buf, PacketType::McEnd, Flags::ERR, s, 0, 0, client, |o| put_code(o, codes::REFUSED))?)
+            }
+        };
+        Some(McTransmit { destination: dest, size: n })
+    }
+
+    fn send_data(
+        &mut self,
+        now: Instant,
+        buf: &mut [u8],
+        source: &mut dyn FnMut(u64, &mut [u8]) -> usize,
+    ) -> Option<McTransmit> {
+        if self.window.is_none() {
+            let available = packets_available(self.available, self.info.block, self.total);
+            let first = self.next_sn;
+            if first >= available {
+                if self.total.is_some_and(|t| first >= t) {
+                    self.enter_repair(now);
+                }
+                return None;
+            }
+            let lwsn = (first + self.w - 1).min(available - 1);
+            let awaited = self.awaited_networks();
+            self.window = Some(Window {
+                first,
+                lwsn,
+                next: first,
+                started: None,
+                deadline: None,
+                sent_at: None,
+                awaited,
+                acked: Vec::new(),
+                feedback: 0,
+                timeout: self.timeout,
+            });
+        }
+        let (sn, lwsn) = {
+            let w = self.window.as_ref().expect("just made");
+            if w.next > w.lwsn {
+                return None;
+            }
+            (w.next, w.lwsn)
+        };
+        let n = self.write_data(buf, sn, lwsn, false, source)?;
+        self.stats.data_packets += 1;
+        self.stats.data_bytes += n.1 as u64;
+        self.next_sn = self.next_sn.max(sn + 1);
+        let timeout = self.timeout;
+        let w = self.window.as_mut().expect("open");
+        w.started.get_or_insert(now);
+        w.next += 1;
+        if w.next > w.lwsn {
+            w.sent_at = Some(now);
+            w.deadline = Some(now + timeout);
+            if w.awaited.is_empty() {
+                // Nobody to wait for (every receiver dropped): settle at once.
+                self.resolve_window(now, true);
+            }
+        }
+        Some(McTransmit { destination: self.group, size: n.0 })
+    }
+
+    fn send_repair(&mut self, buf: &mut [u8], source: &mut dyn FnMut(u64, &mut [u8]) -> usize) -> Option<McTransmit> {
+        let (sn, dest) = loop {
+            let (sn, dest) = self.repairs.pop_front()?;
+            match dest {
+                RepairDest::One(i) if self.receivers[i].outcome != ReceiverOutcome::Active => continue,
+                _ => break (sn, dest),
+            }
+        };
+        let (n, _) = self.write_data(buf, sn, sn, true, source)?;
+        let destination = match dest {
+            RepairDest::Group => {
+                self.stats.repair_multicast += 1;
+                self.group
+            }
+            RepairDest::One(i) => {
+                self.stats.repair_unicast += 1;
+                self.receivers[i].addr
+            }
+        };
+        Some(McTransmit { destination, size: n })
+    }
+
+    /// A DATA packet for `sn`: (datagram length, payload length).
+    fn write_data(
+        &mut self,
+        buf: &mut [u8],
+        sn: u32,
+        lwsn: u32,
+        repair: bool,
+        source: &mut dyn FnMut(u64, &mut [u8]) -> usize,
+    ) -> Option<(usize, usize)> {
+        let block = usize::from(self.info.block);
+        let offset = u64::from(sn) * block as u64;
+        let want = (self.available.saturating_sub(offset)).min(block as u64) as usize;
+        let last = self.total.is_some_and(|t| sn + 1 == t);
+        let mut flags = if last { Flags::FIN } else { Flags::empty() };
+        if repair {
+            flags.insert(Flags::KLV);
+        }
+        let mut got = 0;
+        let n = emit(buf, PacketType::McData, flags, self.session, sn, lwsn, self.w, |o| {
+            let len = want.min(o.len());
+            let o = &mut o[..len];
+            got = source(offset, o).min(o.len());
+            got
+        })?;
+        Some((n, got))
+    }
+
+    fn awaited_networks(&self) -> Vec<u32> {
+        let mut v: Vec<u32> =
+            self.receivers.iter().filter(|r| r.outcome == ReceiverOutcome::Active).map(|r| r.network).collect();
+        v.sort_unstable();
+        v.dedup();
+        v
+    }
+}
+
+fn put_code(o: &mut [u8], code: u16) -> usize {
+    o[..2].copy_from_slice(&code.to_be_bytes());
+    2
+}
+
+/// Packets a file of `size` bytes takes (an empty file is one empty packet).
+pub(crate) fn packets_for(size: u64, block: u16) -> u32 {
+    size.div_ceil(u64::from(block)).max(1).min(u64::from(u32::MAX - 1)) as u32
+}
+
+/// Whole packets that can go now: all of them once the total is known,
+/// else the full blocks available so far.
+fn packets_available(available: u64, block: u16, total: Option<u32>) -> u32 {
+    match total {
+        Some(t) => t,
+        None => (available / u64::from(block)).min(u64::from(u32::MAX - 1)) as u32,
+    }
+}
