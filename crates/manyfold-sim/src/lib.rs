@@ -9,11 +9,13 @@
 //!
 //! Modules: [`time`] (clock, event queue), [`link`] (one direction of a
 //! path), [`net`] (the links), [`world`] (nodes driven on the network),
-//! [`transfer`] (a verified bulk transfer for tests).
+//! [`transfer`] (a verified bulk transfer for tests), [`mcast`] (a multicast
+//! session: one sender, many receivers, per-receiver links).
 
 #![forbid(unsafe_code)]
 
 pub mod link;
+pub mod mcast;
 pub mod net;
 pub mod time;
 pub mod transfer;

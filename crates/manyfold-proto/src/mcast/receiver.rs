@@ -244,9 +244,20 @@ impl McastReceiver {
                 | McPacket::End { .. }
         );
         if from_sender {
-            if self.session.is_none() && !matches!(p, McPacket::Announce { .. }) {
-                // Nothing to store into before the session is described.
-                return None;
+            if self.session.is_none() {
+                match p {
+                    McPacket::Announce { .. } => {}
+                    McPacket::Data { .. } => {
+                        // A session under way: register now; REGISTER+ACK
+                        // describes it (spec §16.6). Data before that is
+                        // repaired later.
+                        self.session = Some(session);
+                        self.sender = Some(from);
+                        self.request_registration(now);
+                        return None;
+                    }
+                    _ => return None,
+                }
             }
             self.last_heard = Some(now);
         }
@@ -255,7 +266,10 @@ impl McastReceiver {
                 self.on_announce(now, from, session, total, phase, info);
                 None
             }
-            McPacket::RegisterAck { client, from_sn, .. } if client == self.client => {
+            McPacket::RegisterAck { client, from_sn, info, .. } if client == self.client => {
+                if let (None, Some(info)) = (&self.info, info) {
+                    self.learn(info, None);
+                }
                 if !self.registered {
                     self.registered = true;
                     self.next_register = None;
@@ -318,6 +332,18 @@ impl McastReceiver {
             self.session = Some(session);
         }
         self.sender = Some(from);
+        self.learn(info, total);
+        self.request_registration(now);
+        if phase == Phase::Repair && self.phase == Phase::Data {
+            // Spread the first requests over a feedback interval.
+            self.next_repair = Some(now + self.backoff());
+        }
+        self.phase = phase;
+        self.check_complete();
+    }
+
+    /// Takes in the session description (spec §16.2).
+    fn learn(&mut self, info: Announcement, total: Option<u32>) {
         let news = self.info.as_ref().is_none_or(|i| i.size != info.size || i.hash != info.hash);
         if let Some(t) = total.or(info.size.map(|s| packets_for(s, info.block))) {
             self.total = Some(t);
@@ -326,16 +352,13 @@ impl McastReceiver {
             self.events.push_back(ReceiverEvent::Announced(info.clone()));
         }
         self.info = Some(info);
+    }
+
+    fn request_registration(&mut self, now: Instant) {
         if !self.registered && self.next_register.is_none() {
             self.next_register = Some(now);
             self.urgent.push_back(Urgent::Register);
         }
-        if phase == Phase::Repair && self.phase == Phase::Data {
-            // Spread the first requests over a feedback interval.
-            self.next_repair = Some(now + self.backoff());
-        }
-        self.phase = phase;
-        self.check_complete();
     }
 
     fn on_data(

@@ -26,8 +26,14 @@ pub struct SenderConfig {
     pub announce_wait: Duration,
     /// Receivers to wait for before the data phase (at least 1).
     pub min_receivers: usize,
-    /// The feedback backoff bound receivers use (`ARTP_max`).
+    /// The feedback backoff bound receivers use (`ARTP_max`), and its
+    /// floor when adapted.
     pub artp_max: Duration,
+    /// Raise `ARTP_max` (up to `artp_cap`) while windows draw more than 1.5
+    /// ACKs per network, lower it back towards `artp_max` below 1.15
+    /// (spec §16.4).
+    pub adapt_artp: bool,
+    pub artp_cap: Duration,
     /// Timer growth on expiry (α > 1).
     pub alpha: f64,
     /// Timer shrink on a confirmed window (β > α).
@@ -63,6 +69,8 @@ impl Default for SenderConfig {
             announce_wait: Duration::from_secs(3),
             min_receivers: 1,
             artp_max: Duration::from_micros(600),
+            adapt_artp: true,
+            artp_cap: Duration::from_millis(20),
             alpha: 1.5,
             beta: 2.0,
             default_timeout: Duration::from_millis(100),
@@ -269,6 +277,10 @@ pub struct McastSender {
     rate: Option<f64>,
     pacer: Pacer,
     pace_until: Option<Instant>,
+    /// ARTP adaptation: windows, awaited networks summed, ACKs at the start.
+    artp_windows: u32,
+    artp_networks: u64,
+    artp_acks_at: u64,
     events: VecDeque<SenderEvent>,
     stats: SenderStats,
 }
@@ -310,6 +322,9 @@ impl McastSender {
             rate: None,
             pacer: Pacer::default(),
             pace_until: None,
+            artp_windows: 0,
+            artp_networks: 0,
+            artp_acks_at: 0,
             events: VecDeque::new(),
             stats: SenderStats::default(),
             cfg,
@@ -419,6 +434,11 @@ impl McastSender {
             return;
         };
         self.receivers[idx].last_heard = now;
+        if let McPacket::Ack { network, lwsn, .. } = p {
+            // A window ack counts for its network whatever this receiver's state.
+            self.stats.acks += 1;
+            self.on_window_ack(now, network, lwsn);
+        }
         if self.receivers[idx].outcome != ReceiverOutcome::Active {
             // A late report from a finished receiver: confirm again if asked.
             if let McPacket::Status { complete: true, .. } | McPacket::Status { error: Some(_), .. } = p {
@@ -427,11 +447,9 @@ impl McastSender {
             return;
         }
         match p {
-            McPacket::Ack { network, lwsn, missing, .. } => {
-                self.stats.acks += 1;
+            McPacket::Ack { missing, .. } => {
                 let lost = self.count_losses(missing.iter());
                 self.receivers[idx].reported_lost += lost;
-                self.on_window_ack(now, network, lwsn);
             }
             McPacket::Nack { missing, .. } => {
                 self.stats.nacks += 1;
@@ -448,13 +466,13 @@ impl McastSender {
                 if complete || error.is_some() {
                     let outcome =
                         if error.is_some() { ReceiverOutcome::HashMismatch } else { ReceiverOutcome::Completed };
-                    self.finish_receiver(idx, outcome);
+                    self.finish_receiver(now, idx, outcome);
                     self.control.push_back(Control::StatusAck { idx });
                 }
             }
             _ => {}
         }
-        self.check_loss(idx);
+        self.check_loss(now, idx);
     }
 
     fn on_register(&mut self, now: Instant, from: SocketAddr, client: u32, network: u32) {
@@ -536,7 +554,7 @@ impl McastSender {
         let r = &mut self.receivers[idx];
         r.repair_passes += 1;
         if r.repair_passes > self.cfg.max_repair_passes {
-            self.drop_receiver(idx, ReceiverOutcome::TooManyPasses);
+            self.drop_receiver(now, idx, ReceiverOutcome::TooManyPasses);
             return;
         }
         let limit = self.next_sn;
@@ -557,35 +575,39 @@ impl McastSender {
         }
     }
 
-    fn check_loss(&mut self, idx: usize) {
+    fn check_loss(&mut self, now: Instant, idx: usize) {
         let Some(max) = self.cfg.max_loss else { return };
         let r = &self.receivers[idx];
         let sent = u64::from(self.next_sn.saturating_sub(r.joined_at));
         if r.outcome == ReceiverOutcome::Active && sent >= 1000 && r.reported_lost as f64 > max * sent as f64 {
-            self.drop_receiver(idx, ReceiverOutcome::TooLossy);
+            self.drop_receiver(now, idx, ReceiverOutcome::TooLossy);
         }
     }
 
-    fn finish_receiver(&mut self, idx: usize, outcome: ReceiverOutcome) {
+    /// A receiver leaves the session: completed, failed or dropped. Its
+    /// network is no longer awaited unless another receiver of it is live,
+    /// which may confirm the open window.
+    fn finish_receiver(&mut self, now: Instant, idx: usize, outcome: ReceiverOutcome) {
         let r = &mut self.receivers[idx];
-        if r.outcome == ReceiverOutcome::Active {
-            r.outcome = outcome;
-            self.events.push_back(SenderEvent::ReceiverDone { client: r.client, outcome });
+        if r.outcome != ReceiverOutcome::Active {
+            return;
+        }
+        r.outcome = outcome;
+        let network = r.network;
+        self.events.push_back(SenderEvent::ReceiverDone { client: r.client, outcome });
+        let still = self.receivers.iter().any(|r| r.network == network && r.outcome == ReceiverOutcome::Active);
+        if let (Some(w), false) = (self.window.as_mut(), still) {
+            w.awaited.retain(|&n| n != network);
+            if w.deadline.is_some() && w.awaited.iter().all(|n| w.acked.contains(n)) {
+                self.resolve_window(now, true);
+            }
         }
     }
 
-    fn drop_receiver(&mut self, idx: usize, outcome: ReceiverOutcome) {
-        self.finish_receiver(idx, outcome);
+    fn drop_receiver(&mut self, now: Instant, idx: usize, outcome: ReceiverOutcome) {
+        self.finish_receiver(now, idx, outcome);
         if let Some(code) = outcome.code() {
             self.control.push_back(Control::EndOne { idx, code });
-        }
-        // Its network may no longer be awaited.
-        if let Some(w) = self.window.as_mut() {
-            let network = self.receivers[idx].network;
-            let still = self.receivers.iter().any(|r| r.network == network && r.outcome == ReceiverOutcome::Active);
-            if !still {
-                w.awaited.retain(|&n| n != network);
-            }
         }
     }
 
@@ -636,14 +658,14 @@ impl McastSender {
                 if r.outcome == ReceiverOutcome::Active
                     && now.saturating_duration_since(r.last_heard) > self.cfg.receiver_timeout
                 {
-                    self.drop_receiver(idx, ReceiverOutcome::Unresponsive);
+                    self.drop_receiver(now, idx, ReceiverOutcome::Unresponsive);
                 }
             }
         }
         if self.stage == Stage::Repair && self.repair_started.is_some_and(|s| now >= s + self.cfg.completion_timeout) {
             for idx in 0..self.receivers.len() {
                 if self.receivers[idx].outcome == ReceiverOutcome::Active {
-                    self.drop_receiver(idx, ReceiverOutcome::Incomplete);
+                    self.drop_receiver(now, idx, ReceiverOutcome::Incomplete);
                 }
             }
         }
@@ -682,6 +704,7 @@ impl McastSender {
             self.timeout = self.timeout.mul_f64(self.cfg.alpha).min(self.cfg.max_timeout);
             self.w = self.w.saturating_sub(1).max(1);
         }
+        self.adapt_artp(now, w.awaited.len());
         self.events.push_back(SenderEvent::Window(WindowRecord {
             first: w.first,
             lwsn: w.lwsn,
@@ -695,6 +718,42 @@ impl McastSender {
         if self.total.is_some_and(|t| self.next_sn >= t) {
             self.enter_repair(now);
         }
+    }
+
+    /// spec §16.4: suppression works when the backoff spread is wide
+    /// against the delay between receivers; every 4 windows the ACKs per
+    /// window per network steer `ARTP_max`, announced at once.
+    fn adapt_artp(&mut self, now: Instant, networks: usize) {
+        if !self.cfg.adapt_artp {
+            return;
+        }
+        self.artp_windows += 1;
+        self.artp_networks += networks as u64;
+        if self.artp_windows < 4 {
+            return;
+        }
+        let per = (self.stats.acks - self.artp_acks_at) as f64 / self.artp_networks.max(1) as f64;
+        let current = Duration::from_micros(u64::from(self.info.artp_max_us));
+        // With n receivers a delay d apart, a window draws about
+        // 1 + (n − 1)·d / ARTP_max ACKs: scale towards 1.25 per network,
+        // by at most ×4 up and ×0.9 down per step.
+        let next = if !(1.15..=1.5).contains(&per) {
+            current.mul_f64(((per - 1.0) * 4.0).clamp(0.9, 4.0)).clamp(self.cfg.artp_max, self.cfg.artp_cap)
+        } else {
+            current
+        };
+        if next != current {
+            self.info.artp_max_us = next.as_micros().min(u128::from(u32::MAX)) as u32;
+            self.next_announce = now;
+        }
+        self.artp_windows = 0;
+        self.artp_networks = 0;
+        self.artp_acks_at = self.stats.acks;
+    }
+
+    /// The feedback backoff bound in force (spec §16.4).
+    pub fn artp_max(&self) -> Duration {
+        Duration::from_micros(u64::from(self.info.artp_max_us))
     }
 
     fn enter_repair(&mut self, now: Instant) {
@@ -796,7 +855,11 @@ impl McastSender {
         let (dest, n) = match c {
             Control::RegisterAck { idx } => {
                 let r = &self.receivers[idx];
-                (r.addr, emit(buf, PacketType::McRegister, Flags::ACK, s, r.joined_at, r.network, r.client, |_| 0)?)
+                let info = &self.info;
+                let n = emit(buf, PacketType::McRegister, Flags::ACK, s, r.joined_at, r.network, r.client, |o| {
+                    emit_announcement(o, info)
+                })?;
+                (r.addr, n)
             }
             Control::StatusAck { idx } => {
                 let r = &self.receivers[idx];

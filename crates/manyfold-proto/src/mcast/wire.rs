@@ -95,15 +95,72 @@ pub fn emit_ranges(out: &mut [u8], ranges: impl IntoIterator<Item = Range<u32>>)
 /// One parsed multicast packet. Fields follow spec §16.2's table.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum McPacket<'a> {
-    Announce { session: u32, next_sn: u32, total: Option<u32>, phase: Phase, info: Announcement },
-    Register { session: u32, client: u32, network: u32 },
-    RegisterAck { session: u32, client: u32, network: u32, from_sn: u32 },
-    Data { session: u32, sn: u32, lwsn: u32, window: u32, last: bool, repair: bool, payload: &'a [u8] },
-    Ack { session: u32, client: u32, network: u32, lwsn: u32, missing: RangeList<'a> },
-    Nack { session: u32, client: u32, network: u32, highest: u32, missing: RangeList<'a> },
-    Repair { session: u32, client: u32, network: u32, round: u32, missing: RangeList<'a> },
-    Status { session: u32, client: u32, network: u32, held: u32, complete: bool, error: Option<u16>, confirm: bool },
-    End { session: u32, client: u32, total: u32, error: Option<u16> },
+    Announce {
+        session: u32,
+        next_sn: u32,
+        total: Option<u32>,
+        phase: Phase,
+        info: Announcement,
+    },
+    Register {
+        session: u32,
+        client: u32,
+        network: u32,
+    },
+    /// Carries the session description, so that a receiver that heard
+    /// only DATA can register at once (spec §16.6).
+    RegisterAck {
+        session: u32,
+        client: u32,
+        network: u32,
+        from_sn: u32,
+        info: Option<Announcement>,
+    },
+    Data {
+        session: u32,
+        sn: u32,
+        lwsn: u32,
+        window: u32,
+        last: bool,
+        repair: bool,
+        payload: &'a [u8],
+    },
+    Ack {
+        session: u32,
+        client: u32,
+        network: u32,
+        lwsn: u32,
+        missing: RangeList<'a>,
+    },
+    Nack {
+        session: u32,
+        client: u32,
+        network: u32,
+        highest: u32,
+        missing: RangeList<'a>,
+    },
+    Repair {
+        session: u32,
+        client: u32,
+        network: u32,
+        round: u32,
+        missing: RangeList<'a>,
+    },
+    Status {
+        session: u32,
+        client: u32,
+        network: u32,
+        held: u32,
+        complete: bool,
+        error: Option<u16>,
+        confirm: bool,
+    },
+    End {
+        session: u32,
+        client: u32,
+        total: u32,
+        error: Option<u16>,
+    },
 }
 
 impl<'a> McPacket<'a> {
@@ -135,7 +192,8 @@ impl<'a> McPacket<'a> {
                 McPacket::Announce { session, next_sn: h.seq, total, phase, info: parse_announcement(p)? }
             }
             PacketType::McRegister if h.flags.contains(Flags::ACK) => {
-                McPacket::RegisterAck { session, client, network, from_sn: h.seq }
+                let info = if p.is_empty() { None } else { Some(parse_announcement(p)?) };
+                McPacket::RegisterAck { session, client, network, from_sn: h.seq, info }
             }
             PacketType::McRegister => McPacket::Register { session, client, network },
             PacketType::McData => McPacket::Data {

@@ -1,0 +1,293 @@
+//! A multicast session on the simulated network (spec §11, §16): one
+//! [`McastSender`] and receivers, where a datagram to the group address
+//! goes to every other node, each copy through its own link (so loss,
+//! delay and rate limits apply per receiver, as behind separate LANs).
+//!
+//! The file is [`crate::pattern`] bytes; each receiver writes what it is
+//! delivered into its own buffer, and on completion the buffer is compared
+//! with the file (the CLI checks a BLAKE3 hash instead).
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use manyfold_proto::mcast::{
+    Announcement, McastReceiver, McastSender, ReceiverConfig, ReceiverEvent, SenderConfig, SenderEvent, WindowRecord,
+};
+
+use crate::link::{Arrival, LinkConfig};
+use crate::net::Network;
+use crate::time::{Clock, EventQueue};
+use crate::transfer::pattern;
+
+/// One receiver node and what it has received.
+#[derive(Debug)]
+pub struct McReceiverNode {
+    pub addr: SocketAddr,
+    pub engine: McastReceiver,
+    pub file: Vec<u8>,
+    /// Virtual time since the start when it held every packet.
+    pub complete_at: Option<Duration>,
+    /// Whether its file matched, once complete.
+    pub verified: Option<bool>,
+    /// The session's end as this receiver saw it.
+    pub ended: Option<ReceiverEvent>,
+    pub events: Vec<ReceiverEvent>,
+    /// Not started yet (a late joiner), or stopped (a dead receiver).
+    pub running: bool,
+    feedback_sent: u64,
+}
+
+/// The session: sender, receivers, network.
+#[derive(Debug)]
+pub struct McastWorld {
+    clock: Clock,
+    net: Network,
+    queue: EventQueue<(SocketAddr, SocketAddr, Vec<u8>)>,
+    pub group: SocketAddr,
+    pub sender_addr: SocketAddr,
+    pub sender: McastSender,
+    pub receivers: Vec<McReceiverNode>,
+    pub sender_events: Vec<(Duration, SenderEvent)>,
+    file_seed: u64,
+    file_len: u64,
+    buf: Vec<u8>,
+    /// Datagrams each node sent: (from, to, bytes) counts by kind.
+    pub sent_by_sender: u64,
+    pub sent_bytes_by_sender: u64,
+    /// Loss before the group fans out: a multicast datagram of the sender
+    /// is lost for every receiver at once with this probability.
+    pub upstream_loss: f64,
+    rng: rand_chacha::ChaCha8Rng,
+}
+
+impl McastWorld {
+    /// A session of a `file_len`-byte file from `sender_addr` to `group`,
+    /// with the given receivers (each with its network id and config).
+    pub fn new(
+        seed: u64,
+        mut sender_cfg: SenderConfig,
+        file_len: u64,
+        group: SocketAddr,
+        sender_addr: SocketAddr,
+        receivers: Vec<(SocketAddr, ReceiverConfig)>,
+    ) -> Self {
+        let clock = Clock::new();
+        sender_cfg.seed = seed;
+        let info = Announcement {
+            size: Some(file_len),
+            block: 0,
+            artp_max_us: 0,
+            repair_interval_ms: 0,
+            hash: Some([1; 32]),
+            name: "file.bin".into(),
+        };
+        let sender = McastSender::new(sender_cfg, group, info, clock.now());
+        let receivers = receivers
+            .into_iter()
+            .map(|(addr, cfg)| McReceiverNode {
+                addr,
+                engine: McastReceiver::new(cfg, group),
+                file: vec![0; file_len as usize],
+                complete_at: None,
+                verified: None,
+                ended: None,
+                events: Vec::new(),
+                running: true,
+                feedback_sent: 0,
+            })
+            .collect();
+        McastWorld {
+            clock,
+            net: Network::new(seed),
+            queue: EventQueue::new(),
+            group,
+            sender_addr,
+            sender,
+            receivers,
+            sender_events: Vec::new(),
+            file_seed: seed,
+            file_len,
+            buf: vec![0; 65_536],
+            sent_by_sender: 0,
+            sent_bytes_by_sender: 0,
+            upstream_loss: 0.0,
+            rng: rand::SeedableRng::seed_from_u64(seed ^ 0x5eed),
+        }
+    }
+
+    pub fn now(&self) -> Instant {
+        self.clock.now()
+    }
+
+    pub fn elapsed(&self) -> Duration {
+        self.clock.elapsed()
+    }
+
+    /// The link `from` -> `to`, one direction.
+    pub fn set_link(&mut self, from: SocketAddr, to: SocketAddr, config: LinkConfig) {
+        self.net.set_link(from, to, config);
+    }
+
+    pub fn set_default_link(&mut self, config: LinkConfig) {
+        self.net.set_default_link(config);
+    }
+
+    pub fn network(&self) -> &Network {
+        &self.net
+    }
+
+    /// The sender's windows so far.
+    pub fn windows(&self) -> Vec<WindowRecord> {
+        self.sender_events
+            .iter()
+            .filter_map(|(_, e)| if let SenderEvent::Window(w) = e { Some(*w) } else { None })
+            .collect()
+    }
+
+    /// Feedback datagrams (everything a receiver sent) of receiver `i`.
+    pub fn feedback_sent(&self, i: usize) -> u64 {
+        self.receivers[i].feedback_sent
+    }
+
+    fn transmit_all(&mut self) {
+        let now = self.clock.now();
+        let (seed, len) = (self.file_seed, self.file_len);
+        let mut source = |offset: u64, out: &mut [u8]| {
+            let n = (len.saturating_sub(offset) as usize).min(out.len());
+            pattern(seed, offset, &mut out[..n]);
+            n
+        };
+        let mut arrivals = Vec::new();
+        while let Some(t) = self.sender.poll_transmit(now, &mut self.buf, &mut source) {
+            self.sent_by_sender += 1;
+            self.sent_bytes_by_sender += t.size as u64;
+            let data = self.buf[..t.size].to_vec();
+            self.send(now, self.sender_addr, t.destination, data, &mut arrivals);
+        }
+        while let Some(e) = self.sender.poll_event() {
+            self.sender_events.push((self.clock.elapsed(), e));
+        }
+        for i in 0..self.receivers.len() {
+            if !self.receivers[i].running {
+                continue;
+            }
+            while let Some(t) = self.receivers[i].engine.poll_transmit(now, &mut self.buf) {
+                self.receivers[i].feedback_sent += 1;
+                let data = self.buf[..t.size].to_vec();
+                let from = self.receivers[i].addr;
+                self.send(now, from, t.destination, data, &mut arrivals);
+            }
+            self.drain_receiver_events(i);
+        }
+    }
+
+    fn drain_receiver_events(&mut self, i: usize) {
+        let elapsed = self.clock.elapsed();
+        let (seed, len) = (self.file_seed, self.file_len);
+        let r = &mut self.receivers[i];
+        while let Some(e) = r.engine.poll_event() {
+            match &e {
+                ReceiverEvent::Complete => {
+                    r.complete_at = Some(elapsed);
+                    let mut want = vec![0u8; len as usize];
+                    pattern(seed, 0, &mut want);
+                    let ok = want == r.file;
+                    r.verified = Some(ok);
+                    r.engine.finish(ok);
+                }
+                ReceiverEvent::Confirmed | ReceiverEvent::Ended { .. } | ReceiverEvent::SenderLost => {
+                    r.ended = Some(e.clone());
+                }
+                _ => {}
+            }
+            r.events.push(e);
+        }
+    }
+
+    fn send(&mut self, now: Instant, from: SocketAddr, to: SocketAddr, data: Vec<u8>, arrivals: &mut Vec<Arrival>) {
+        if to == self.group && from == self.sender_addr && self.upstream_loss > 0.0 {
+            use rand::Rng;
+            if self.rng.gen_bool(self.upstream_loss) {
+                return;
+            }
+        }
+        let targets: Vec<SocketAddr> = if to == self.group {
+            std::iter::once(self.sender_addr)
+                .chain(self.receivers.iter().filter(|r| r.running).map(|r| r.addr))
+                .filter(|&a| a != from)
+                .collect()
+        } else {
+            vec![to]
+        };
+        for target in targets {
+            arrivals.clear();
+            self.net.transmit(now, from, target, data.clone(), arrivals);
+            for a in arrivals.drain(..) {
+                self.queue.push(a.at, (from, target, a.data));
+            }
+        }
+    }
+
+    fn next_time(&self) -> Option<Instant> {
+        let mut t = self.queue.peek_time();
+        let mut take = |x: Option<Instant>| {
+            if let Some(x) = x {
+                t = Some(t.map_or(x, |t: Instant| t.min(x)));
+            }
+        };
+        take(self.sender.poll_timeout());
+        for r in self.receivers.iter().filter(|r| r.running) {
+            take(r.engine.poll_timeout());
+        }
+        t
+    }
+
+    /// One step: deliver what is due, fire timers, send. Returns false
+    /// when nothing is left to happen.
+    pub fn step(&mut self) -> bool {
+        self.transmit_all();
+        let Some(t) = self.next_time() else { return false };
+        let t = t.max(self.clock.now());
+        self.clock.advance_to(t);
+        while let Some((_, (from, to, data))) = self.queue.pop_due(t) {
+            if to == self.sender_addr {
+                self.sender.handle_datagram(t, from, &data);
+            } else if let Some(i) = self.receivers.iter().position(|r| r.addr == to && r.running) {
+                let r = &mut self.receivers[i];
+                if let Some(d) = r.engine.handle_datagram(t, from, &data) {
+                    let at = d.offset as usize;
+                    let bytes = &data[d.payload];
+                    let end = (at + bytes.len()).min(r.file.len());
+                    r.file[at..end].copy_from_slice(&bytes[..end - at]);
+                }
+            }
+        }
+        if self.sender.poll_timeout().is_some_and(|d| d <= t) {
+            self.sender.handle_timeout(t);
+        }
+        for r in self.receivers.iter_mut().filter(|r| r.running) {
+            if r.engine.poll_timeout().is_some_and(|d| d <= t) {
+                r.engine.handle_timeout(t);
+            }
+        }
+        true
+    }
+
+    /// Runs until `cond` holds or `max` of virtual time has passed.
+    pub fn run_until(&mut self, mut cond: impl FnMut(&mut McastWorld) -> bool, max: Duration) -> bool {
+        let end = self.clock.now() + max;
+        loop {
+            if cond(self) {
+                return true;
+            }
+            if self.clock.now() >= end || !self.step() {
+                return cond(self);
+            }
+        }
+    }
+
+    /// Runs until the sender is done (or `max`).
+    pub fn run_to_end(&mut self, max: Duration) -> bool {
+        self.run_until(|w| w.sender.is_done(), max)
+    }
+}

@@ -1,0 +1,286 @@
+//! Multicast file replication (spec §16, paper 03) on the simulator: every
+//! receiver ends with the exact file under loss at some of them, a late
+//! joiner and a dead receiver; feedback stays per network; and the paper's
+//! analytic results (eq. 9, eq. 16 / Table I, eq. 17–18) hold for the
+//! implementation.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use manyfold_proto::mcast::{ReceiverConfig, ReceiverEvent, ReceiverOutcome, SenderConfig, SenderEvent};
+use manyfold_sim::mcast::McastWorld;
+use manyfold_sim::LinkConfig;
+
+fn group() -> SocketAddr {
+    "239.1.2.3:5000".parse().expect("addr")
+}
+
+fn sender() -> SocketAddr {
+    "198.18.0.1:5000".parse().expect("addr")
+}
+
+/// Receiver `i` of network `net` (an address in 198.18.net.0/24).
+fn receiver(net: u8, i: u8) -> SocketAddr {
+    SocketAddr::from(([198, 18, net, 10 + i], 5000))
+}
+
+fn receivers(seed: u64, nets: &[(u8, u8)]) -> Vec<(SocketAddr, ReceiverConfig)> {
+    let mut v = Vec::new();
+    for &(net, count) in nets {
+        for i in 0..count {
+            let addr = receiver(net, i);
+            let cfg = ReceiverConfig {
+                seed: seed * 1000 + u64::from(net) * 100 + u64::from(i),
+                network: u32::from(net),
+                ..ReceiverConfig::default()
+            };
+            v.push((addr, cfg));
+        }
+    }
+    v
+}
+
+fn lan() -> LinkConfig {
+    LinkConfig::with_delay(Duration::from_micros(200))
+}
+
+fn assert_all_completed(w: &McastWorld, seed: u64) {
+    for (i, r) in w.receivers.iter().enumerate() {
+        assert_eq!(r.verified, Some(true), "receiver {i} ({}) file (seed {seed})", r.addr);
+        assert_eq!(r.ended, Some(ReceiverEvent::Confirmed), "receiver {i} (seed {seed})");
+    }
+    for r in w.sender.receivers() {
+        assert_eq!(r.outcome, ReceiverOutcome::Completed, "sender's view of {} (seed {seed})", r.addr);
+    }
+    assert!(w.sender_events.iter().any(|(_, e)| *e == SenderEvent::Finished), "finished (seed {seed})");
+}
+
+#[test]
+fn every_receiver_gets_the_exact_file_with_loss_at_some_of_them() {
+    let seed = 7001;
+    let cfg = SenderConfig { max_window: 64, ..SenderConfig::default() };
+    let mut w = McastWorld::new(seed, cfg, 3 << 20, group(), sender(), receivers(seed, &[(1, 4), (2, 4)]));
+    w.set_default_link(lan());
+    // 2% loss on the way to two receivers of network 2 (as nftables'
+    // random drop at those hosts), 5% to one of network 1.
+    w.set_link(sender(), receiver(2, 0), lan().loss(0.02));
+    w.set_link(sender(), receiver(2, 1), lan().loss(0.02));
+    w.set_link(sender(), receiver(1, 3), lan().loss(0.05));
+    assert!(w.run_to_end(Duration::from_secs(120)), "not done after 120 s virtual (seed {seed})");
+    assert_all_completed(&w, seed);
+    let st = w.sender.stats();
+    assert!(st.repair_unicast + st.repair_multicast > 0, "losses were repaired (seed {seed}): {st:?}");
+    // Losses at single receivers go by unicast; the data went once.
+    let total = (3u64 << 20).div_ceil(u64::from(w.sender.block()));
+    assert_eq!(st.data_packets, total, "every packet multicast exactly once (seed {seed})");
+}
+
+#[test]
+fn a_receiver_that_joins_mid_transfer_gets_the_whole_file() {
+    let seed = 7002;
+    let mut w = McastWorld::new(seed, SenderConfig::default(), 2 << 20, group(), sender(), receivers(seed, &[(1, 3)]));
+    // 20 Mbit/s: the transfer lasts about a second.
+    w.set_default_link(lan().rate(20_000_000, 1 << 20));
+    w.receivers[2].running = false;
+    let half = (1u32 << 20) / u32::from(w.sender.block());
+    assert!(w.run_until(|w| w.sender.progress().0 >= half, Duration::from_secs(60)), "seed {seed}");
+    w.receivers[2].running = true;
+    assert!(w.run_to_end(Duration::from_secs(120)), "not done (seed {seed})");
+    assert_all_completed(&w, seed);
+    let late = w.sender.receivers().iter().find(|r| r.addr == receiver(1, 2)).expect("registered");
+    assert!(late.joined_at >= half, "joined at {} (seed {seed})", late.joined_at);
+    assert!(
+        w.sender_events
+            .iter()
+            .any(|(_, e)| matches!(e, SenderEvent::ReceiverJoined { from_sn, .. } if *from_sn >= half)),
+        "seed {seed}"
+    );
+}
+
+#[test]
+fn a_dead_receiver_is_dropped_and_the_others_complete() {
+    let seed = 7003;
+    let cfg = SenderConfig { receiver_timeout: Duration::from_secs(3), ..SenderConfig::default() };
+    let mut w = McastWorld::new(seed, cfg, 2 << 20, group(), sender(), receivers(seed, &[(1, 2), (2, 1)]));
+    w.set_default_link(lan());
+    let quarter = (512u32 << 10) / u32::from(w.sender.block());
+    assert!(w.run_until(|w| w.sender.progress().0 >= quarter, Duration::from_secs(60)), "seed {seed}");
+    // The only receiver of network 2 dies: its network is no longer awaited.
+    w.receivers[2].running = false;
+    assert!(w.run_to_end(Duration::from_secs(120)), "not done (seed {seed})");
+    for i in 0..2 {
+        assert_eq!(w.receivers[i].verified, Some(true), "receiver {i} (seed {seed})");
+    }
+    let dead = w.sender.receivers().iter().find(|r| r.addr == receiver(2, 0)).expect("registered");
+    assert_eq!(dead.outcome, ReceiverOutcome::Unresponsive, "seed {seed}");
+    assert!(w.elapsed() < Duration::from_secs(30), "the others waited {:?} (seed {seed})", w.elapsed());
+}
+
+#[test]
+fn feedback_stays_within_two_packets_per_window_per_network_whatever_the_receivers() {
+    for (seed, per_net) in [(7004u64, 1u8), (7005, 16)] {
+        let nets = [(1, per_net), (2, per_net)];
+        let mut w = McastWorld::new(seed, SenderConfig::default(), 2 << 20, group(), sender(), receivers(seed, &nets));
+        w.set_default_link(lan());
+        assert!(w.run_to_end(Duration::from_secs(120)), "seed {seed}");
+        assert_all_completed(&w, seed);
+        let windows = w.windows();
+        let feedback: u32 = windows.iter().map(|x| x.feedback).sum();
+        let per_window_per_net = f64::from(feedback) / windows.len() as f64 / 2.0;
+        assert!(
+            per_window_per_net <= 2.0,
+            "{per_window_per_net:.2} feedback packets per window per network with {per_net} receivers each (seed {seed})"
+        );
+    }
+}
+
+#[test]
+fn under_shared_loss_feedback_stays_within_two_packets_per_window_per_network() {
+    let seed = 7006;
+    let mut w = McastWorld::new(seed, SenderConfig::default(), 2 << 20, group(), sender(), receivers(seed, &[(1, 16)]));
+    w.set_default_link(lan());
+    // Loss upstream of the network: all 16 receivers miss the same packets,
+    // and one NACK from the network stands for all of them.
+    w.upstream_loss = 0.01;
+    assert!(w.run_to_end(Duration::from_secs(120)), "seed {seed}");
+    assert_all_completed(&w, seed);
+    let windows = w.windows();
+    let feedback: u32 = windows.iter().map(|x| x.feedback).sum();
+    let per_window = f64::from(feedback) / windows.len() as f64;
+    assert!(per_window <= 2.0, "{per_window:.2} per window (seed {seed})");
+    let st = w.sender.stats();
+    assert!(st.repair_multicast > 0 && st.repair_unicast == 0, "shared losses are repaired by multicast: {st:?}");
+}
+
+// ---- paper 03's analytic results, checked against the implementation ----
+
+/// Virtual time from the first DATA packet to the last window's resolution,
+/// and the payload bytes in between.
+fn data_phase(w: &McastWorld) -> (Duration, u64) {
+    let windows = w.windows();
+    let first = windows.first().expect("windows").sent;
+    let last = windows.last().expect("windows").resolved;
+    let bytes: u64 = windows.iter().map(|x| u64::from(x.size)).sum::<u64>() * u64::from(w.sender.block());
+    (last - first, bytes)
+}
+
+#[test]
+fn mean_ack_delay_is_artp_max_over_n_plus_one_eq_9() {
+    let d = Duration::from_micros(50);
+    for (seed, n) in [(7101u64, 1u8), (7102, 4), (7103, 8)] {
+        // One-packet windows: every packet is a window and draws one ACK race.
+        let cfg = SenderConfig { max_window: 1, adapt_artp: false, ..SenderConfig::default() };
+        let k = cfg.artp_max.as_secs_f64() * 1e6;
+        let mut w = McastWorld::new(seed, cfg, 3000 * 1428, group(), sender(), receivers(seed, &[(1, n)]));
+        w.set_default_link(LinkConfig::with_delay(d));
+        assert!(w.run_to_end(Duration::from_secs(60)), "seed {seed}");
+        // A window resolves at its first ACK: sent + d + min(ARTP_i) + d.
+        let samples: Vec<f64> = w
+            .windows()
+            .iter()
+            .filter(|x| x.confirmed)
+            .map(|x| (x.resolved - x.sent - 2 * d).as_secs_f64() * 1e6)
+            .collect();
+        let mean = samples.iter().sum::<f64>() / samples.len() as f64;
+        let nf = f64::from(n);
+        let expected = k / (nf + 1.0);
+        // Var(min of n uniforms on [0, k]) = n k² / ((n+1)² (n+2)).
+        let se = (nf * k * k / ((nf + 1.0).powi(2) * (nf + 2.0)) / samples.len() as f64).sqrt();
+        assert!(
+            (mean - expected).abs() <= 4.0 * se + 1.0,
+            "n = {n}: mean ARTP {mean:.1} µs, eq. 9 gives {expected:.1} µs (±{:.1}) over {} windows (seed {seed})",
+            4.0 * se + 1.0,
+            samples.len()
+        );
+    }
+}
+
+/// Paper 03's Table I setting: C2 = 1.55 Mbit/s, 520-byte packets, 4
+/// receivers behind the C2 networks (mean ARTP 120 µs), `n_c2` C2 networks
+/// on the critical path. Returns the median steady-state window and the
+/// world.
+fn table_one_run(seed: u64, dflt_ms: u64, n_c2: u32) -> (u32, McastWorld) {
+    const C2: u64 = 1_550_000;
+    const DATA_PS: u64 = 520;
+    let cfg = SenderConfig {
+        max_datagram: DATA_PS as usize,
+        default_timeout: Duration::from_millis(dflt_ms),
+        adapt_artp: false,
+        ..SenderConfig::default()
+    };
+    let mut w = McastWorld::new(seed, cfg, 3 << 20, group(), sender(), receivers(seed, &[(1, 4)]));
+    // Each further C2 network on the path adds one packet's serialization.
+    let extra = Duration::from_secs_f64(f64::from(n_c2 - 1) * (DATA_PS * 8) as f64 / C2 as f64);
+    for i in 0..4 {
+        w.set_link(sender(), receiver(1, i), LinkConfig::with_delay(extra).rate(C2, 1 << 22));
+    }
+    w.set_default_link(LinkConfig::with_delay(Duration::ZERO));
+    assert!(w.run_to_end(Duration::from_secs(600)), "seed {seed}");
+    let windows = w.windows();
+    let mut steady: Vec<u32> = windows[windows.len() / 2..].iter().map(|x| x.size).collect();
+    steady.sort_unstable();
+    (steady[steady.len() / 2], w)
+}
+
+#[test]
+fn steady_state_window_reproduces_table_one_eq_16() {
+    // Table I of paper 03: W_T by N_C2 (rows) and dflt_Tout 80..120 ms.
+    const TABLE: [[u32; 5]; 4] =
+        [[29, 33, 37, 40, 44], [28, 32, 36, 39, 43], [27, 31, 35, 38, 42], [26, 30, 34, 37, 41]];
+    for (row, n_c2) in (1..=4u32).enumerate() {
+        for (col, dflt_ms) in [80u64, 90, 100, 110, 120].into_iter().enumerate() {
+            let seed = 7200 + 10 * u64::from(n_c2) + col as u64;
+            let (w_t, _) = table_one_run(seed, dflt_ms, n_c2);
+            // eq. 16 with our numbers.
+            let eq16 = ((dflt_ms as f64 / 1e3 - 120e-6) * 1_550_000.0 / (520.0 * 8.0) - f64::from(n_c2 - 1)).floor();
+            let table = TABLE[row][col];
+            eprintln!("N_C2 {n_c2} dflt {dflt_ms}: W_T {w_t} (Table I {table}, eq. 16 {eq16})");
+            assert!(
+                (i64::from(w_t) - i64::from(table)).abs() <= 1 && (f64::from(w_t) - eq16).abs() <= 1.0,
+                "N_C2 = {n_c2}, dflt_Tout = {dflt_ms} ms: steady window {w_t}, Table I {table}, eq. 16 {eq16} (seed {seed})"
+            );
+        }
+    }
+}
+
+#[test]
+fn throughput_meets_the_uncongested_bound_eq_17_and_the_congested_one_eq_18() {
+    // eq. 17: one uncongested 100 Mbit/s LAN, W_max = 100, 520-byte packets.
+    let seed = 7301;
+    let (c, data_ps) = (100_000_000f64, 520f64);
+    let cfg = SenderConfig { max_datagram: 520, adapt_artp: false, initial_window: 100, ..SenderConfig::default() };
+    let mut w = McastWorld::new(seed, cfg, 8 << 20, group(), sender(), receivers(seed, &[(1, 4)]));
+    for i in 0..4 {
+        w.set_link(sender(), receiver(1, i), LinkConfig::with_delay(Duration::ZERO).rate(c as u64, 1 << 22));
+    }
+    w.set_default_link(LinkConfig::with_delay(Duration::ZERO));
+    assert!(w.run_to_end(Duration::from_secs(60)), "seed {seed}");
+    let (took, bytes) = data_phase(&w);
+    // Throughput counted in whole datagrams, as the model's DataPS.
+    let measured = bytes as f64 / f64::from(w.sender.block()) * data_ps * 8.0 / took.as_secs_f64();
+    let artp = 600e-6 / 5.0;
+    let bound = 100.0 * data_ps * 8.0 / (100.0 * data_ps * 8.0 / c + artp);
+    assert!(
+        measured <= bound * 1.01 && measured >= 0.9 * bound,
+        "{:.1} Mbit/s against eq. 17's {:.1} (seed {seed})",
+        measured / 1e6,
+        bound / 1e6
+    );
+
+    // eq. 18 and 19: behind the 1.55 Mbit/s network, throughput stays under
+    // (W_T + 1)·DataPS / dflt_Tout (the server's own link is not limited)
+    // and close to C2.
+    let (w_t, w) = table_one_run(7302, 100, 1);
+    let windows = w.windows();
+    let tail = &windows[windows.len() / 2..];
+    let took = tail.last().expect("windows").resolved - tail.first().expect("windows").sent;
+    let packets: u64 = tail.iter().map(|x| u64::from(x.size)).sum();
+    let measured = packets as f64 * data_ps * 8.0 / took.as_secs_f64();
+    let bound = f64::from(w_t + 1) * data_ps * 8.0 / 0.1;
+    assert!(
+        measured <= bound * 1.02 && measured >= 0.9 * 1_550_000.0,
+        "{:.3} Mbit/s against eq. 18's bound {:.3} and C2 = 1.55 (seed 7302)",
+        measured / 1e6,
+        bound / 1e6
+    );
+}
