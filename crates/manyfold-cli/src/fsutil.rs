@@ -31,7 +31,7 @@ impl PartFile {
         // create_new: never reuse or clobber another writer's temporary file.
         for _ in 0..8 {
             let tmp = dir.join(format!(".{name}.manyfold-part-{:016x}", crate::net::random_u64()));
-            match OpenOptions::new().write(true).create_new(true).open(&tmp) {
+            match OpenOptions::new().read(true).write(true).create_new(true).open(&tmp) {
                 Ok(file) => return Ok(PartFile { file, tmp, final_path: final_path.to_path_buf(), committed: false }),
                 Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
                 Err(e) => {

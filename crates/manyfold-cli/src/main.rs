@@ -13,6 +13,7 @@ mod demo;
 mod echo;
 mod fetch;
 mod fsutil;
+mod mcast;
 mod net;
 mod report;
 mod rr;
@@ -123,6 +124,11 @@ enum Command {
 
     /// Write a file of pseudo-random bytes (ChaCha8, reproducible by seed).
     Samplegen(samplegen::SamplegenArgs),
+
+    /// Reliable IP-multicast file replication (paper 03's SOMA): one sender,
+    /// any number of receivers, each file sent once and repaired per receiver.
+    #[command(subcommand)]
+    Mcast(mcast::McastCommand),
 }
 
 fn main() -> ExitCode {
@@ -147,11 +153,14 @@ fn run(cli: Cli) -> Result<()> {
         Command::Fetch(a) => a.net.trace,
         Command::RrServer(a) => a.net.trace,
         Command::RrClient(a) => a.net.trace,
-        Command::Samplegen(_) => false,
+        Command::Samplegen(_) | Command::Mcast(_) => false,
     };
     net::init_tracing(trace);
     if let Command::Samplegen(args) = &cli.command {
         return samplegen::run(args);
+    }
+    if let Command::Mcast(cmd) = cli.command {
+        return mcast::run(cmd);
     }
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     runtime.block_on(async move {
@@ -165,7 +174,7 @@ fn run(cli: Cli) -> Result<()> {
             Command::Fetch(args) => fetch::run_fetch(args).await,
             Command::RrServer(args) => rr::run_server(args).await,
             Command::RrClient(args) => rr::run_client(args).await,
-            Command::Samplegen(_) => unreachable!("handled above"),
+            Command::Samplegen(_) | Command::Mcast(_) => unreachable!("handled above"),
         }
     })
 }

@@ -33,6 +33,7 @@ mod endpoint;
 mod error;
 mod fault;
 mod group;
+pub mod mcast;
 mod session;
 mod shared;
 mod socket;

@@ -1,0 +1,348 @@
+//! Multicast file replication over real sockets (spec §16): drives the
+//! sans-IO [`McastSender`] and [`McastReceiver`] with tokio.
+//!
+//! Each side has two sockets: a **unicast** one on an ephemeral port, from
+//! which it sends everything and on which the other side's unicast replies
+//! arrive, and a **group** one bound to the group's address and port and
+//! joined to it, on which it hears multicast. So several receivers can run
+//! on one host (tests, loopback), each with its own unicast port.
+
+use std::fs::File;
+use std::io;
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
+use std::time::{Duration, Instant};
+
+use manyfold_proto::mcast::{
+    Announcement, McastReceiver, McastSender, ReceiverConfig, ReceiverEvent, ReceiverStats, SenderConfig, SenderEvent,
+    SenderStats,
+};
+use socket2::{Domain, Protocol, Socket, Type};
+use tokio::net::UdpSocket;
+use tokio::sync::watch;
+
+pub use manyfold_proto::mcast::{codes, network_of, ReceiverOutcome, ReceiverReport, SenderError, WindowRecord};
+
+/// Where the session runs.
+#[derive(Debug, Clone)]
+pub struct McastNet {
+    /// The IPv4 multicast group and port.
+    pub group: SocketAddrV4,
+    /// The interface to send and join on (by name); default: the routing
+    /// table's choice.
+    pub iface: Option<String>,
+    /// Hops multicast may cross (IP_MULTICAST_TTL).
+    pub ttl: u32,
+    /// Local address of the unicast socket (port 0: any).
+    pub bind: SocketAddrV4,
+}
+
+impl McastNet {
+    pub fn new(group: SocketAddrV4) -> Self {
+        McastNet { group, iface: None, ttl: 1, bind: SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0) }
+    }
+
+    fn check(&self) -> io::Result<()> {
+        if !self.group.ip().is_multicast() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("{} is not an IPv4 multicast address (224.0.0.0/4)", self.group.ip()),
+            ));
+        }
+        if self.group.port() == 0 {
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, "the group needs a port other than 0"));
+        }
+        Ok(())
+    }
+}
+
+/// The interface index of `name` (Linux: /sys/class/net/NAME/ifindex).
+fn ifindex(name: &str) -> io::Result<u32> {
+    let path = format!("/sys/class/net/{name}/ifindex");
+    let text = std::fs::read_to_string(&path)
+        .map_err(|e| io::Error::new(io::ErrorKind::NotFound, format!("no network interface named {name:?}: {e}")))?;
+    text.trim()
+        .parse()
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, format!("unreadable interface index in {path}")))
+}
+
+struct Sockets {
+    unicast: UdpSocket,
+    group: UdpSocket,
+}
+
+fn open(net: &McastNet) -> io::Result<Sockets> {
+    net.check()?;
+    let ctx = |what: &str, e: io::Error| io::Error::new(e.kind(), format!("{what}: {e}"));
+    let index = net.iface.as_deref().map(ifindex).transpose()?;
+
+    let uni = Socket::new(Domain::IPV4, Type::DGRAM, Some(Protocol::UDP))?;
+    if let Some(name) = &net.iface {
+        uni.bind_device(Some(name.as_bytes())).map_err(|e| ctx(&format!("cannot send on interface {name}"), e))?;
+    }
+    uni.set_multicast_ttl_v4(net.ttl)?;
+    uni.set_multicast_loop_v4(true)?;
+    let _ = uni.set_send_buffer_size(8 << 20);
+    let _ = uni.set_recv_buffer_size(8 << 20);
+    uni.bind(&SocketAddr::V4(net.bind).into()).map_err(|e| ctx(&format!("cannot bind {}", net.bind), e))?;
+    uni.set_nonblocking(true)?;
+
+    let grp = Socket::new(Domain::IPV4, Type::DGRAM, Some(Protocol::UDP))?;
+    grp.set_reuse_address(true)?;
+    grp.set_reuse_port(true)?;
+    let _ = grp.set_recv_buffer_size(8 << 20);
+    grp.bind(&SocketAddr::V4(net.group).into()).map_err(|e| ctx(&format!("cannot bind the group {}", net.group), e))?;
+    let iface = match index {
+        Some(i) => socket2::InterfaceIndexOrAddress::Index(i),
+        None => socket2::InterfaceIndexOrAddress::Address(Ipv4Addr::UNSPECIFIED),
+    };
+    grp.join_multicast_v4_n(net.group.ip(), &iface)
+        .map_err(|e| ctx(&format!("cannot join {} (is there a multicast route?)", net.group.ip()), e))?;
+    grp.set_nonblocking(true)?;
+    Ok(Sockets { unicast: UdpSocket::from_std(uni.into())?, group: UdpSocket::from_std(grp.into())? })
+}
+
+/// How a stream source grows (standard input spooled to a file).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SourceGrowth {
+    /// This many bytes can be read so far.
+    Available(u64),
+    /// The source ended at this size with this BLAKE3.
+    Finished { size: u64, hash: [u8; 32] },
+}
+
+/// What the sender reports while it runs and at the end.
+#[derive(Debug, Clone)]
+pub struct SenderView {
+    pub stats: SenderStats,
+    pub receivers: Vec<ReceiverReport>,
+    /// Packets sent once, and the total when known.
+    pub progress: (u32, Option<u32>),
+    pub block: u16,
+    pub window: u32,
+    pub timeout: Duration,
+    pub artp_max: Duration,
+    pub elapsed: Duration,
+    /// Windows so far (only the last `MAX_WINDOW_LOG` are kept).
+    pub windows: Vec<WindowRecord>,
+    pub failed: Option<SenderError>,
+}
+
+const MAX_WINDOW_LOG: usize = 100_000;
+
+fn view(s: &McastSender, start: Instant, windows: &[WindowRecord], failed: Option<SenderError>) -> SenderView {
+    let (w, t) = s.window();
+    SenderView {
+        stats: s.stats(),
+        receivers: s.receivers().to_vec(),
+        progress: s.progress(),
+        block: s.block(),
+        window: w,
+        timeout: t,
+        artp_max: s.artp_max(),
+        elapsed: start.elapsed(),
+        windows: windows.to_vec(),
+        failed,
+    }
+}
+
+/// Sends `file` (described by `info`) to the group until every receiver is
+/// done or dropped. `growth` feeds a stream's progress (spec §16.6).
+/// `on_event` sees each engine event; `on_tick` gets a view every 100 ms.
+pub async fn send(
+    net: &McastNet,
+    cfg: SenderConfig,
+    info: Announcement,
+    file: File,
+    mut growth: Option<watch::Receiver<SourceGrowth>>,
+    mut on_event: impl FnMut(&SenderEvent),
+    mut on_tick: impl FnMut(&SenderView),
+) -> io::Result<SenderView> {
+    use std::os::unix::fs::FileExt;
+    let socks = open(net)?;
+    let start = Instant::now();
+    let group = SocketAddr::V4(net.group);
+    let mut s = McastSender::new(cfg, group, info, start);
+    let mut buf = vec![0u8; 65_536];
+    let mut rbuf = vec![0u8; 65_536];
+    let mut gbuf = vec![0u8; 65_536];
+    let mut windows = Vec::new();
+    let mut failed = None;
+    let mut tick = tokio::time::interval(Duration::from_millis(100));
+    let mut read_error: Option<io::Error> = None;
+    loop {
+        let now = Instant::now();
+        loop {
+            let mut source = |offset: u64, out: &mut [u8]| match file.read_at(out, offset) {
+                Ok(n) => n,
+                Err(e) => {
+                    read_error.get_or_insert(e);
+                    0
+                }
+            };
+            let Some(t) = s.poll_transmit(now, &mut buf, &mut source) else { break };
+            if let Some(e) = read_error.take() {
+                return Err(io::Error::new(e.kind(), format!("cannot read the source: {e}")));
+            }
+            socks.unicast.send_to(&buf[..t.size], t.destination).await?;
+        }
+        while let Some(e) = s.poll_event() {
+            match &e {
+                SenderEvent::Window(w) if windows.len() < MAX_WINDOW_LOG => windows.push(*w),
+                SenderEvent::Failed(err) => failed = Some(*err),
+                _ => {}
+            }
+            on_event(&e);
+        }
+        if s.is_done() {
+            return Ok(view(&s, start, &windows, failed));
+        }
+        let deadline = s.poll_timeout().unwrap_or(now + Duration::from_secs(1));
+        tokio::select! {
+            r = socks.unicast.recv_from(&mut rbuf) => {
+                let (n, from) = r?;
+                s.handle_datagram(Instant::now(), from, &rbuf[..n]);
+            }
+            r = socks.group.recv_from(&mut gbuf) => {
+                let (n, from) = r?;
+                s.handle_datagram(Instant::now(), from, &gbuf[..n]);
+            }
+            _ = tokio::time::sleep_until(deadline.into()) => s.handle_timeout(Instant::now()),
+            r = async { growth.as_mut().expect("guarded").changed().await }, if growth.is_some() => {
+                match r {
+                    Ok(()) => match *growth.as_ref().expect("guarded").borrow() {
+                        SourceGrowth::Available(n) => s.extend(n),
+                        SourceGrowth::Finished { size, hash } => s.finish_source(size, hash),
+                    },
+                    Err(_) => growth = None,
+                }
+            }
+            _ = tick.tick() => on_tick(&view(&s, start, &windows, failed)),
+        }
+    }
+}
+
+/// Where a receiver puts the file (the CLI's temporary file, a device...).
+pub trait McastSink {
+    /// The session was described (again, if its size or hash became known).
+    fn announced(&mut self, info: &Announcement) -> io::Result<()>;
+    fn write_at(&mut self, offset: u64, data: &[u8]) -> io::Result<()>;
+    /// Every packet is held: check the whole file against the announced hash.
+    fn verify(&mut self, info: &Announcement) -> io::Result<bool>;
+}
+
+/// How a receiver's session ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ReceiveOutcome {
+    /// The file is whole, its hash matched and the sender confirmed.
+    Completed,
+    /// Every packet came but the hash did not match.
+    HashMismatch,
+    /// The sender ended the session for us or for everyone, with this code.
+    Ended { code: Option<u16> },
+    /// Nothing from the sender for the receiver's `sender_timeout`.
+    SenderLost,
+}
+
+#[derive(Debug, Clone)]
+pub struct ReceiverView {
+    pub info: Option<Announcement>,
+    pub sender: Option<SocketAddr>,
+    pub held: u64,
+    pub total: Option<u32>,
+    pub stats: ReceiverStats,
+    pub elapsed: Duration,
+}
+
+/// Receives one session from the group into `sink`. Returns how it ended.
+/// A receiver with no session heard within `wait` fails with `TimedOut`.
+pub async fn receive(
+    net: &McastNet,
+    cfg: ReceiverConfig,
+    sink: &mut dyn McastSink,
+    wait: Option<Duration>,
+    mut on_tick: impl FnMut(&ReceiverView),
+) -> io::Result<(ReceiveOutcome, ReceiverView)> {
+    let socks = open(net)?;
+    let start = Instant::now();
+    let mut r = McastReceiver::new(cfg, SocketAddr::V4(net.group));
+    let mut buf = vec![0u8; 65_536];
+    let mut rbuf = vec![0u8; 65_536];
+    let mut gbuf = vec![0u8; 65_536];
+    let mut tick = tokio::time::interval(Duration::from_millis(100));
+    let mut outcome = None;
+    let mut hash_ok = None;
+    let view = |r: &McastReceiver| {
+        let (held, total) = r.progress();
+        ReceiverView {
+            info: r.announcement().cloned(),
+            sender: r.sender(),
+            held,
+            total,
+            stats: r.stats(),
+            elapsed: start.elapsed(),
+        }
+    };
+    loop {
+        while let Some(e) = r.poll_event() {
+            match e {
+                ReceiverEvent::Announced(info) => sink.announced(&info)?,
+                ReceiverEvent::Complete => {
+                    let info = r.announcement().cloned().expect("complete implies announced");
+                    let ok = sink.verify(&info)?;
+                    hash_ok = Some(ok);
+                    r.finish(ok);
+                }
+                ReceiverEvent::Confirmed => {
+                    outcome = Some(if hash_ok == Some(true) {
+                        ReceiveOutcome::Completed
+                    } else {
+                        ReceiveOutcome::HashMismatch
+                    });
+                }
+                // The session's end after our report: our confirmation was lost.
+                ReceiverEvent::Ended { error: None } if hash_ok.is_some() => {
+                    outcome = Some(if hash_ok == Some(true) {
+                        ReceiveOutcome::Completed
+                    } else {
+                        ReceiveOutcome::HashMismatch
+                    });
+                }
+                ReceiverEvent::Ended { error } => outcome = Some(ReceiveOutcome::Ended { code: error }),
+                ReceiverEvent::SenderLost => outcome = Some(ReceiveOutcome::SenderLost),
+                ReceiverEvent::Registered { .. } => {}
+            }
+        }
+        let now = Instant::now();
+        while let Some(t) = r.poll_transmit(now, &mut buf) {
+            socks.unicast.send_to(&buf[..t.size], t.destination).await?;
+        }
+        if let Some(o) = outcome.take() {
+            return Ok((o, view(&r)));
+        }
+        if let (Some(w), None) = (wait, r.sender()) {
+            if start.elapsed() >= w {
+                return Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!("no session announced on {} within {:.0?}", net.group, w),
+                ));
+            }
+        }
+        let deadline = r.poll_timeout().unwrap_or(now + Duration::from_millis(200));
+        tokio::select! {
+            res = socks.unicast.recv_from(&mut rbuf) => {
+                let (n, from) = res?;
+                if let Some(d) = r.handle_datagram(Instant::now(), from, &rbuf[..n]) {
+                    sink.write_at(d.offset, &rbuf[d.payload])?;
+                }
+            }
+            res = socks.group.recv_from(&mut gbuf) => {
+                let (n, from) = res?;
+                if let Some(d) = r.handle_datagram(Instant::now(), from, &gbuf[..n]) {
+                    sink.write_at(d.offset, &gbuf[d.payload])?;
+                }
+            }
+            _ = tokio::time::sleep_until(deadline.into()) => r.handle_timeout(Instant::now()),
+            _ = tick.tick() => on_tick(&view(&r)),
+        }
+    }
+}
