@@ -58,6 +58,9 @@ pub struct McastWorld {
     /// is lost for every receiver at once with this probability.
     pub upstream_loss: f64,
     rng: rand_chacha::ChaCha8Rng,
+    /// A stream of unknown length (spec §16.6): bytes/s the source yields.
+    stream_rate: Option<f64>,
+    stream_done: bool,
 }
 
 impl McastWorld {
@@ -112,6 +115,50 @@ impl McastWorld {
             sent_bytes_by_sender: 0,
             upstream_loss: 0.0,
             rng: rand::SeedableRng::seed_from_u64(seed ^ 0x5eed),
+            stream_rate: None,
+            stream_done: false,
+        }
+    }
+
+    /// The same session with the file given as a stream of unknown length
+    /// that yields `rate` bytes per second of virtual time, its size and
+    /// hash told to the sender only at its end.
+    pub fn new_stream(
+        seed: u64,
+        sender_cfg: SenderConfig,
+        file_len: u64,
+        rate: f64,
+        group: SocketAddr,
+        sender_addr: SocketAddr,
+        receivers: Vec<(SocketAddr, ReceiverConfig)>,
+    ) -> Self {
+        let mut w = McastWorld::new(seed, sender_cfg.clone(), file_len, group, sender_addr, receivers);
+        let mut cfg = sender_cfg;
+        cfg.seed = seed;
+        let info = Announcement {
+            size: None,
+            block: 0,
+            artp_max_us: 0,
+            repair_interval_ms: 0,
+            hash: None,
+            name: "stream".into(),
+        };
+        w.sender = McastSender::new(cfg, group, info, w.clock.now());
+        w.stream_rate = Some(rate);
+        w
+    }
+
+    fn feed_stream(&mut self) {
+        let Some(rate) = self.stream_rate else { return };
+        if self.stream_done {
+            return;
+        }
+        let available = ((self.clock.elapsed().as_secs_f64() * rate) as u64).min(self.file_len);
+        if available == self.file_len {
+            self.sender.finish_source(self.file_len, [1; 32]);
+            self.stream_done = true;
+        } else {
+            self.sender.extend(available);
         }
     }
 
@@ -245,8 +292,17 @@ impl McastWorld {
     /// One step: deliver what is due, fire timers, send. Returns false
     /// when nothing is left to happen.
     pub fn step(&mut self) -> bool {
+        self.feed_stream();
         self.transmit_all();
-        let Some(t) = self.next_time() else { return false };
+        let next = self.next_time();
+        // A stream still growing is a reason to wake up (every millisecond).
+        let next = match (next, self.stream_rate.is_some() && !self.stream_done) {
+            (n, true) => Some(n.map_or(self.clock.now() + Duration::from_millis(1), |t| {
+                t.min(self.clock.now() + Duration::from_millis(1))
+            })),
+            (n, false) => n,
+        };
+        let Some(t) = next else { return false };
         let t = t.max(self.clock.now());
         self.clock.advance_to(t);
         while let Some((_, (from, to, data))) = self.queue.pop_due(t) {

@@ -284,3 +284,59 @@ fn throughput_meets_the_uncongested_bound_eq_17_and_the_congested_one_eq_18() {
         bound / 1e6
     );
 }
+
+#[test]
+fn a_stream_of_unknown_length_reaches_every_receiver_whole() {
+    let seed = 7401;
+    // 2 MiB yielded at 4 MB/s: the sender runs out of data many times and
+    // learns the length (and hash) only at the end.
+    let mut w = McastWorld::new_stream(
+        seed,
+        SenderConfig::default(),
+        (2 << 20) + 333,
+        4e6,
+        group(),
+        sender(),
+        receivers(seed, &[(1, 2), (2, 1)]),
+    );
+    w.set_default_link(lan());
+    w.set_link(sender(), receiver(2, 0), lan().loss(0.02));
+    assert!(w.run_to_end(Duration::from_secs(60)), "seed {seed}");
+    assert_all_completed(&w, seed);
+    let (sent, total) = w.sender.progress();
+    assert_eq!(Some(sent), total, "seed {seed}");
+}
+
+#[test]
+fn a_receiver_losing_more_than_max_loss_is_dropped_and_the_rest_complete() {
+    let seed = 7402;
+    let cfg = SenderConfig { max_loss: Some(0.10), ..SenderConfig::default() };
+    let mut w = McastWorld::new(seed, cfg, 4 << 20, group(), sender(), receivers(seed, &[(1, 2), (2, 1)]));
+    w.set_default_link(lan());
+    w.set_link(sender(), receiver(2, 0), lan().loss(0.30));
+    assert!(w.run_to_end(Duration::from_secs(120)), "seed {seed}");
+    for i in 0..2 {
+        assert_eq!(w.receivers[i].verified, Some(true), "receiver {i} (seed {seed})");
+    }
+    let lossy = w.sender.receivers().iter().find(|r| r.addr == receiver(2, 0)).expect("registered");
+    assert_eq!(lossy.outcome, ReceiverOutcome::TooLossy, "seed {seed}");
+    assert!(
+        matches!(w.receivers[2].ended, Some(ReceiverEvent::Ended { error: Some(code) }) if code == manyfold_proto::mcast::codes::TOO_LOSSY),
+        "the receiver is told why: {:?} (seed {seed})",
+        w.receivers[2].ended
+    );
+}
+
+#[test]
+fn a_receiver_needing_more_repair_passes_than_allowed_is_dropped() {
+    let seed = 7403;
+    let cfg = SenderConfig { max_repair_passes: 2, ..SenderConfig::default() };
+    let mut w = McastWorld::new(seed, cfg, 2 << 20, group(), sender(), receivers(seed, &[(1, 2)]));
+    w.set_default_link(lan());
+    // Repairs to receiver 1 are lost half the time: it needs many passes.
+    w.set_link(sender(), receiver(1, 1), lan().loss(0.5));
+    assert!(w.run_to_end(Duration::from_secs(120)), "seed {seed}");
+    assert_eq!(w.receivers[0].verified, Some(true), "seed {seed}");
+    let slow = w.sender.receivers().iter().find(|r| r.addr == receiver(1, 1)).expect("registered");
+    assert_eq!(slow.outcome, ReceiverOutcome::TooManyPasses, "seed {seed}");
+}
