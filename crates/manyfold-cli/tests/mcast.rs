@@ -33,7 +33,9 @@ fn sh(args: &[&str]) -> Result<(), String> {
 impl Lab {
     /// `n` hosts, host i at 198.18.0.(i + 1), all on one bridge.
     fn new(n: usize) -> Result<Lab, String> {
-        let tag = format!("mfm{}", std::process::id() % 100_000);
+        static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let n_lab = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let tag = format!("mf{}x{n_lab}", std::process::id() % 100_000);
         let mut lab = Lab { tag: tag.clone(), hosts: Vec::new() };
         let sw = format!("{tag}sw");
         sh(&["ip", "netns", "add", &sw])?;
@@ -182,4 +184,42 @@ fn a_group_address_that_is_not_multicast_is_refused_by_name() {
     let out = common::run_args(&["mcast", "recv", "--group", "239.1.1.1:7020"], LIMIT);
     out.assert_failure();
     assert!(out.stderr.contains("--dir DIR, --output PATH or --stdout"), "{out}");
+}
+
+#[test]
+fn standard_input_of_unknown_length_streams_to_a_file_and_to_standard_output() {
+    if let Some(why) = skip_reason() {
+        eprintln!("skipped: {why}");
+        return;
+    }
+    let lab = Lab::new(3).expect("namespaces");
+    let root = tempfile::tempdir().unwrap();
+    let file = root.path().join("data.bin");
+    samplegen(&file, "3MiB", 78);
+    let group = "239.77.0.2:7021";
+    let dir = root.path().join("r1");
+    std::fs::create_dir(&dir).unwrap();
+    let mut to_dir = lab.exec(1);
+    to_dir.args(["mcast", "recv", "--group", group, "--wait", "60", "--dir"]).arg(&dir);
+    let to_dir = Running::spawn(to_dir);
+    let piped = root.path().join("stdout.bin");
+    let mut to_stdout = Command::new("sh");
+    to_stdout.arg("-c").arg(format!(
+        "exec ip netns exec {} {} mcast recv --group {group} --wait 60 --stdout > {}",
+        lab.host(2),
+        env!("CARGO_BIN_EXE_manyfold"),
+        piped.display()
+    ));
+    let to_stdout = Running::spawn(to_stdout);
+    let mut s = lab.exec(0);
+    s.args(["mcast", "send", "-", "--name", "piped.bin", "--group", group, "--receivers", "2", "--wait", "20"]);
+    s.stdin(std::fs::File::open(&file).unwrap());
+    let sent = Running::spawn(s).wait(LIMIT);
+    let (a, b) = (to_dir.wait(LIMIT), to_stdout.wait(LIMIT));
+    eprintln!("sender:\n{sent}\nto a directory:\n{a}\nto standard output:\n{b}");
+    sent.assert_success();
+    a.assert_success();
+    b.assert_success();
+    assert!(same(&dir.join("piped.bin"), &file), "the piped file as stored");
+    assert!(same(&piped, &file), "standard output carries the stream");
 }

@@ -191,8 +191,11 @@ impl McastReceiver {
         (self.have.ones(), self.total)
     }
 
+    /// Every packet is held and the whole file's size and hash are known
+    /// (a stream's come with the ANNOUNCE after its end, spec §16.6).
     pub fn is_complete(&self) -> bool {
-        self.total.is_some_and(|t| self.have.ones() >= u64::from(t))
+        let described = self.info.as_ref().is_some_and(|i| i.size.is_some() && i.hash.is_some());
+        described && self.total.is_some_and(|t| self.have.ones() >= u64::from(t))
     }
 
     pub fn is_finished(&self) -> bool {
@@ -519,7 +522,8 @@ impl McastReceiver {
 
     fn send_repair(&mut self, now: Instant, buf: &mut [u8], session: u32, sender: SocketAddr) -> Option<McTransmit> {
         let total = self.total?;
-        if self.is_complete() {
+        if self.have.ones() >= u64::from(total) {
+            // Nothing missing (a stream's description may still be on its way).
             self.next_repair = None;
             return None;
         }

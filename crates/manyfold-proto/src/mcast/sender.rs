@@ -374,6 +374,8 @@ impl McastSender {
         self.info.size = Some(size);
         self.info.hash = Some(hash);
         self.total = Some(packets_for(size, self.info.block));
+        // Tell the receivers now: they cannot verify before.
+        self.next_announce = self.started;
     }
 
     /// Ends the announce phase now, with whoever registered.
