@@ -9,6 +9,7 @@ mod fanout;
 mod handshake;
 mod loopback;
 mod losstable;
+mod mcast;
 mod messages;
 mod plot;
 mod sessions;
@@ -99,6 +100,12 @@ enum Scenario {
     /// and retransmission-timeout sweeps; one listener holding 100,000 idle
     /// sessions (memory per session).
     Sessions(sessions::Args),
+    /// One file by IP multicast to N = 1, 8, 32 receivers in namespaces
+    /// joined by a bridge (some behind a rate limit, some lossy, or two
+    /// networks joined by a multicast router): `manyfold mcast` beside
+    /// uftp and udpcast; time until all have it, bytes sent per byte,
+    /// feedback per window. Needs root.
+    Mcast(mcast::Options),
     /// (internal) TCP receiver of the file-copy anchor.
     #[command(hide = true)]
     TcpRecv { listen: SocketAddr, out: PathBuf, hash: String },
@@ -126,6 +133,7 @@ fn main() -> Result<()> {
         Scenario::Fanout(args) => fanout::run(args),
         Scenario::Handshake(args) => handshake::run(args),
         Scenario::Sessions(args) => sessions::run(args),
+        Scenario::Mcast(opts) => mcast::run(opts),
         Scenario::TcpRecv { listen, out, hash } => tcp::recv(listen, &out, &hash),
         Scenario::TcpSend { file, to } => tcp::send(&file, to),
     }

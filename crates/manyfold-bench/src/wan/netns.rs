@@ -41,6 +41,21 @@ pub fn register_dir(dir: &Path) {
 }
 static WATCHER: Once = Once::new();
 
+/// Registers a namespace that another scenario creates itself (the `mcast`
+/// scenario's bridged lab), before it is created: from then on Ctrl-C,
+/// SIGTERM and SIGHUP kill what runs in it and delete it.
+pub fn register_namespace(ns: &str) {
+    start_watcher();
+    REGISTRY.lock().unwrap_or_else(|e| e.into_inner()).namespaces.push(ns.to_string());
+}
+
+/// Kills whatever runs in namespace `ns`.
+pub fn kill_in(ns: &str) {
+    for pid in netns_pids(ns) {
+        sys::kill(pid);
+    }
+}
+
 /// Kills everything registered and deletes the namespaces. Idempotent.
 fn cleanup_registered() {
     let mut reg = REGISTRY.lock().unwrap_or_else(|e| e.into_inner());
