@@ -110,6 +110,26 @@ pub struct SendArgs {
     /// Pace each window's packets at the rate of recent windows instead of sending them back to back.
     #[arg(long)]
     pace: bool,
+    /// Window timer growth on expiry (paper 03's α > 1).
+    #[arg(long, default_value_t = 1.5)]
+    alpha: f64,
+    /// Window timer shrink on a confirmed window (paper 03's β > α).
+    #[arg(long, default_value_t = 2.0)]
+    beta: f64,
+    /// Shrink the window only when one receiver reports more than this
+    /// percentage of a window lost; 0 is paper 03's rule (every newly
+    /// reported loss shrinks it), which lets random loss on one link
+    /// throttle everyone.
+    #[arg(long, default_value_t = 5.0, value_name = "PCT")]
+    loss_tolerance: f64,
+    /// Packets per Reed-Solomon FEC block (at most 64); 0 turns parity off
+    /// and repairs every lost packet by itself.
+    #[arg(long, default_value_t = 32, value_name = "K")]
+    fec: u16,
+    /// Parity packets sent after every FEC block during the first sending
+    /// (proactive FEC); repairs still send parity on demand.
+    #[arg(long, default_value_t = 0, value_name = "P")]
+    fec_proactive: u16,
     /// Write the figures (per receiver and per window) as JSON to this file.
     #[arg(long, value_name = "FILE")]
     json: Option<PathBuf>,
@@ -252,6 +272,15 @@ async fn send(a: SendArgs) -> Result<()> {
     if a.max_window == 0 || a.receivers == 0 {
         bail!("--max-window and --receivers must be at least 1");
     }
+    if !(a.alpha > 1.0 && a.beta > a.alpha) {
+        bail!("paper 03's flow control needs β > α > 1 (got --alpha {} --beta {})", a.alpha, a.beta);
+    }
+    if !(0.0..100.0).contains(&a.loss_tolerance) {
+        bail!("--loss-tolerance is a percentage from 0 up to 100, not {}", a.loss_tolerance);
+    }
+    if a.fec > 64 || (a.fec == 0 && a.fec_proactive > 0) || a.fec_proactive > 64 {
+        bail!("--fec takes 0..=64 packets per block, and --fec-proactive (at most 64) needs --fec above 0");
+    }
     if !(576..=65_507).contains(&a.max_datagram) {
         bail!("--max-datagram must be between 576 and 65507 bytes");
     }
@@ -269,6 +298,11 @@ async fn send(a: SendArgs) -> Result<()> {
         max_repair_passes: a.max_passes,
         max_loss: a.max_loss.map(|p| p / 100.0),
         pace: a.pace,
+        alpha: a.alpha,
+        beta: a.beta,
+        loss_tolerance: a.loss_tolerance / 100.0,
+        fec_k: a.fec,
+        fec_proactive: a.fec_proactive,
         ..SenderConfig::default()
     };
     let info = Announcement {
@@ -276,6 +310,7 @@ async fn send(a: SendArgs) -> Result<()> {
         block: 0,
         artp_max_us: 0,
         repair_interval_ms: 0,
+        fec_k: 0,
         hash: src.hash,
         name: name.clone(),
     };
@@ -355,7 +390,7 @@ fn print_send_report(v: &SenderView, name: &str) -> bool {
     let st = &v.stats;
     let total = v.progress.1.unwrap_or(v.progress.0);
     let bytes = (u64::from(total) * u64::from(v.block)).max(1);
-    let sent = st.data_packets + st.repair_multicast + st.repair_unicast;
+    let sent = st.data_packets + st.parity_packets + st.repair_multicast + st.repair_unicast;
     let windows = (st.windows_confirmed + st.windows_expired).max(1);
     let networks: std::collections::BTreeSet<u32> = v.receivers.iter().map(|r| r.network).collect();
     println!(
@@ -367,8 +402,9 @@ fn print_send_report(v: &SenderView, name: &str) -> bool {
         networks.len()
     );
     println!(
-        "  packets   {} data, {} repairs by multicast, {} by unicast: {:.3} packets sent per packet of the file",
+        "  packets   {} data, {} parity, {} repairs by multicast, {} by unicast: {:.3} packets sent per packet of the file",
         st.data_packets,
+        st.parity_packets,
         st.repair_multicast,
         st.repair_unicast,
         sent as f64 / f64::from(total.max(1))
@@ -405,13 +441,14 @@ fn send_json(v: &SenderView, name: &str) -> String {
     let mut s = String::new();
     let _ = write!(
         s,
-        "{{\"name\":{name:?},\"elapsed_s\":{},\"packets\":{},\"block\":{},\"data_packets\":{},\"repair_multicast\":{},\"repair_unicast\":{},\"acks\":{},\"nacks\":{},\"late_acks\":{},\"repair_requests\":{},\"status_reports\":{},\"windows_confirmed\":{},\"windows_expired\":{},\"artp_max_us\":{},\"receivers\":[",
+        "{{\"name\":{name:?},\"elapsed_s\":{},\"packets\":{},\"block\":{},\"data_packets\":{},\"repair_multicast\":{},\"repair_unicast\":{},\"parity_packets\":{},\"acks\":{},\"nacks\":{},\"late_acks\":{},\"repair_requests\":{},\"status_reports\":{},\"windows_confirmed\":{},\"windows_expired\":{},\"artp_max_us\":{},\"receivers\":[",
         v.elapsed.as_secs_f64(),
         v.progress.1.unwrap_or(v.progress.0),
         v.block,
         st.data_packets,
         st.repair_multicast,
         st.repair_unicast,
+        st.parity_packets,
         st.acks,
         st.nacks,
         st.late_acks,
@@ -526,6 +563,18 @@ impl McastSink for Sink {
         Ok(())
     }
 
+    fn read_at(&mut self, offset: u64, out: &mut [u8]) -> std::io::Result<usize> {
+        let f = self.file().ok_or_else(|| std::io::Error::other("no data stored yet"))?;
+        let mut got = 0;
+        while got < out.len() {
+            match f.read_at(&mut out[got..], offset + got as u64)? {
+                0 => break,
+                n => got += n,
+            }
+        }
+        Ok(got)
+    }
+
     fn verify(&mut self, info: &Announcement) -> std::io::Result<bool> {
         let (Some(f), Some(size), Some(want)) = (self.file(), info.size, info.hash) else {
             return Ok(false);
@@ -608,9 +657,11 @@ async fn recv(a: RecvArgs) -> Result<()> {
     let name = info.as_ref().map_or("?".to_string(), |i| i.name.clone());
     let st = view.stats;
     let summary = format!(
-        "{} packets first-hand, {} repaired, {} duplicates; sent {} ACK ({} suppressed), {} NACK ({} suppressed), {} repair request(s)",
+        "{} packets first-hand, {} repaired, {} rebuilt from {} parity, {} duplicates; sent {} ACK ({} suppressed), {} NACK ({} suppressed), {} repair request(s)",
         st.data_packets,
         st.repairs_received,
+        st.fec_recovered,
+        st.parity_received,
         st.duplicates,
         st.acks_sent,
         st.acks_suppressed,

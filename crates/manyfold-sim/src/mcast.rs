@@ -81,6 +81,7 @@ impl McastWorld {
             block: 0,
             artp_max_us: 0,
             repair_interval_ms: 0,
+            fec_k: 0,
             hash: Some([1; 32]),
             name: "file.bin".into(),
         };
@@ -140,6 +141,7 @@ impl McastWorld {
             block: 0,
             artp_max_us: 0,
             repair_interval_ms: 0,
+            fec_k: 0,
             hash: None,
             name: "stream".into(),
         };
@@ -311,10 +313,18 @@ impl McastWorld {
             } else if let Some(i) = self.receivers.iter().position(|r| r.addr == to && r.running) {
                 let r = &mut self.receivers[i];
                 if let Some(d) = r.engine.handle_datagram(t, from, &data) {
-                    let at = d.offset as usize;
-                    let bytes = &data[d.payload];
-                    let end = (at + bytes.len()).min(r.file.len());
-                    r.file[at..end].copy_from_slice(&bytes[..end - at]);
+                    write_at(&mut r.file, d.offset, &data[d.payload]);
+                }
+                // Blocks that parity made whole (spec §16.9).
+                let McReceiverNode { engine, file, .. } = r;
+                let rebuilt = engine.decode(&mut |offset, out| {
+                    let at = (offset as usize).min(file.len());
+                    let n = out.len().min(file.len() - at);
+                    out[..n].copy_from_slice(&file[at..at + n]);
+                    n
+                });
+                for (offset, bytes) in rebuilt {
+                    write_at(file, offset, &bytes);
                 }
             }
         }
@@ -346,4 +356,10 @@ impl McastWorld {
     pub fn run_to_end(&mut self, max: Duration) -> bool {
         self.run_until(|w| w.sender.is_done(), max)
     }
+}
+
+fn write_at(file: &mut [u8], offset: u64, bytes: &[u8]) {
+    let at = (offset as usize).min(file.len());
+    let end = (at + bytes.len()).min(file.len());
+    file[at..end].copy_from_slice(&bytes[..end - at]);
 }

@@ -149,7 +149,10 @@ fn under_shared_loss_feedback_stays_within_two_packets_per_window_per_network() 
     let per_window = f64::from(feedback) / windows.len() as f64;
     assert!(per_window <= 2.0, "{per_window:.2} per window (seed {seed})");
     let st = w.sender.stats();
-    assert!(st.repair_multicast > 0 && st.repair_unicast == 0, "shared losses are repaired by multicast: {st:?}");
+    assert!(
+        st.repair_multicast + st.parity_packets > 0 && st.repair_unicast == 0,
+        "shared losses are repaired by multicast: {st:?}"
+    );
 }
 
 // ---- paper 03's analytic results, checked against the implementation ----
@@ -339,4 +342,78 @@ fn a_receiver_needing_more_repair_passes_than_allowed_is_dropped() {
     assert_eq!(w.receivers[0].verified, Some(true), "seed {seed}");
     let slow = w.sender.receivers().iter().find(|r| r.addr == receiver(1, 1)).expect("registered");
     assert_eq!(slow.outcome, ReceiverOutcome::TooManyPasses, "seed {seed}");
+}
+
+/// Sum over receivers of the packets each lost in the first sending.
+fn first_losses(w: &McastWorld) -> u64 {
+    w.sender.receivers().iter().map(|r| r.reported_lost).sum()
+}
+
+#[test]
+fn parity_repairs_independent_losses_of_many_receivers_with_fewer_packets() {
+    let seed = 7501;
+    let mut w = McastWorld::new(seed, SenderConfig::default(), 4 << 20, group(), sender(), receivers(seed, &[(1, 8)]));
+    w.set_default_link(lan());
+    for i in 0..8 {
+        w.set_link(sender(), receiver(1, i), lan().loss(0.03));
+    }
+    assert!(w.run_to_end(Duration::from_secs(120)), "seed {seed}");
+    assert_all_completed(&w, seed);
+    let st = w.sender.stats();
+    let repairs = st.parity_packets + st.repair_multicast + st.repair_unicast;
+    let lost = first_losses(&w);
+    let recovered: u64 = w.receivers.iter().map(|r| r.engine.stats().fec_recovered).sum();
+    eprintln!("{lost} lost across 8 receivers; {repairs} repair packets ({st:?}); {recovered} rebuilt from parity");
+    assert!(recovered > 0, "parity rebuilt packets (seed {seed}): {st:?}");
+    // Different receivers lose different packets of a block: one parity
+    // shard repairs one loss at each of them.
+    assert!(
+        repairs * 2 < lost,
+        "{repairs} repair packets for {lost} packets lost across the receivers (seed {seed}): {st:?}"
+    );
+}
+
+#[test]
+fn proactive_parity_repairs_losses_without_asking() {
+    let seed = 7502;
+    let cfg = SenderConfig { fec_proactive: 3, ..SenderConfig::default() };
+    let mut w = McastWorld::new(seed, cfg, 4 << 20, group(), sender(), receivers(seed, &[(1, 4)]));
+    w.set_default_link(lan());
+    for i in 0..4 {
+        w.set_link(sender(), receiver(1, i), lan().loss(0.01));
+    }
+    assert!(w.run_to_end(Duration::from_secs(120)), "seed {seed}");
+    assert_all_completed(&w, seed);
+    let st = w.sender.stats();
+    let lost = first_losses(&w);
+    let recovered: u64 = w.receivers.iter().map(|r| r.engine.stats().fec_recovered).sum();
+    eprintln!("{lost} lost; {recovered} rebuilt from proactive parity; {st:?}");
+    // 1% loss in blocks of 32 with 3 parity shards: nearly every block
+    // loses fewer than 3 at each receiver, so parity alone repairs it.
+    assert!(recovered * 10 >= lost * 9, "{recovered} of {lost} losses rebuilt from proactive parity (seed {seed})");
+    assert!(st.repair_unicast + st.repair_multicast <= lost / 10, "few direct repairs (seed {seed}): {st:?}");
+}
+
+#[test]
+fn with_a_loss_tolerance_random_loss_at_the_receivers_does_not_throttle_the_window() {
+    let seed = 7503;
+    let run = |tolerance: f64| {
+        let cfg = SenderConfig { loss_tolerance: tolerance, ..SenderConfig::default() };
+        let mut w = McastWorld::new(seed, cfg, 16 << 20, group(), sender(), receivers(seed, &[(1, 4)]));
+        w.set_default_link(lan().rate(100_000_000, 1 << 20));
+        for i in 0..4 {
+            w.set_link(sender(), receiver(1, i), lan().rate(100_000_000, 1 << 20).loss(0.02));
+        }
+        assert!(w.run_to_end(Duration::from_secs(120)), "seed {seed}");
+        assert_all_completed(&w, seed);
+        let (took, _) = data_phase(&w);
+        let mean_w = w.windows().iter().map(|x| f64::from(x.size)).sum::<f64>() / w.windows().len() as f64;
+        (took, mean_w)
+    };
+    let (paper, paper_w) = run(0.0);
+    let (tolerant, tolerant_w) = run(0.05);
+    eprintln!(
+        "paper rule: {paper:?}, mean window {paper_w:.1}; 5% tolerance: {tolerant:?}, mean window {tolerant_w:.1}"
+    );
+    assert!(tolerant_w > 1.5 * paper_w && tolerant < paper, "seed {seed}");
 }

@@ -226,6 +226,8 @@ pub trait McastSink {
     /// The session was described (again, if its size or hash became known).
     fn announced(&mut self, info: &Announcement) -> io::Result<()>;
     fn write_at(&mut self, offset: u64, data: &[u8]) -> io::Result<()>;
+    /// Reads back stored bytes (FEC decoding needs a block's survivors).
+    fn read_at(&mut self, offset: u64, out: &mut [u8]) -> io::Result<usize>;
     /// Every packet is held: check the whole file against the announced hash.
     fn verify(&mut self, info: &Announcement) -> io::Result<bool>;
 }
@@ -343,6 +345,21 @@ pub async fn receive(
             }
             _ = tokio::time::sleep_until(deadline.into()) => r.handle_timeout(Instant::now()),
             _ = tick.tick() => on_tick(&view(&r)),
+        }
+        // Blocks that parity made whole (spec §16.9).
+        let mut read_error = None;
+        let rebuilt = r.decode(&mut |offset, out| match sink.read_at(offset, out) {
+            Ok(n) => n,
+            Err(e) => {
+                read_error.get_or_insert(e);
+                0
+            }
+        });
+        if let Some(e) = read_error {
+            return Err(io::Error::new(e.kind(), format!("cannot read back stored data: {e}")));
+        }
+        for (offset, bytes) in rebuilt {
+            sink.write_at(offset, &bytes)?;
         }
     }
 }

@@ -22,7 +22,6 @@ impl Bitmap {
         self.ones
     }
 
-    #[cfg(test)]
     pub fn get(&self, i: u32) -> bool {
         self.words.get((i / 64) as usize).is_some_and(|w| w & (1 << (i % 64)) != 0)
     }
@@ -58,8 +57,12 @@ impl Bitmap {
         })
     }
 
+    /// Clear bits inside `within` that are below the limit.
+    pub fn count_clear_upto(&self, within: Range<u32>) -> u64 {
+        self.count_clear(within.start..within.end.min(self.limit))
+    }
+
     /// Clear bits inside `within`.
-    #[cfg(test)]
     pub fn count_clear(&self, within: Range<u32>) -> u64 {
         self.gaps(within).map(|r| u64::from(r.end - r.start)).sum()
     }

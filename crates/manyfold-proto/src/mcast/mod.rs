@@ -8,6 +8,7 @@
 //! (spec §3), range-list encoding and pacer (spec §9.3).
 
 mod bitmap;
+mod fec;
 mod receiver;
 mod sender;
 pub mod wire;

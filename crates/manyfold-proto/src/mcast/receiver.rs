@@ -1,7 +1,7 @@
 //! The multicast receiver (spec §16): register, store, report gaps and
 //! windows with suppressed feedback, ask for repairs, report completion.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::net::SocketAddr;
 use std::ops::Range;
 use std::time::{Duration, Instant};
@@ -10,6 +10,7 @@ use rand::{RngCore, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 use super::bitmap::Bitmap;
+use super::fec;
 use super::sender::packets_for;
 use super::wire::{emit, emit_ranges, Announcement, McPacket, Phase};
 use super::{uniform, McTransmit};
@@ -18,6 +19,11 @@ use crate::wire::{Flags, PacketType};
 /// Most gap ranges a receiver keeps for its next NACK; beyond it the
 /// oldest merge (the report is a flow-control signal, the bitmap is truth).
 const MAX_PENDING_RANGES: usize = 64;
+/// A numbered shard: (index, bytes).
+type Shard = (u16, Vec<u8>);
+
+/// Most parity bytes a receiver holds for blocks it cannot rebuild yet.
+const MAX_PARITY_BYTES: usize = 16 << 20;
 
 #[derive(Debug, Clone)]
 pub struct ReceiverConfig {
@@ -93,6 +99,9 @@ pub struct ReceiverStats {
     pub dropped_malformed: u64,
     pub dropped_other_session: u64,
     pub dropped_beyond_limit: u64,
+    pub parity_received: u64,
+    /// Packets rebuilt from parity.
+    pub fec_recovered: u64,
 }
 
 #[derive(Debug)]
@@ -123,6 +132,12 @@ pub struct McastReceiver {
     confirmed: bool,
     ended: bool,
     last_heard: Option<Instant>,
+    /// Parity shards of FEC blocks with missing packets (spec §16.9):
+    /// block → (k, shards); `parity_bytes` bounds them.
+    parity: BTreeMap<u32, (u16, Vec<Shard>)>,
+    parity_bytes: usize,
+    /// Blocks with enough shards to rebuild what they miss.
+    decodable: BTreeSet<u32>,
     /// One-shot transmissions queued by input (REGISTER at once).
     urgent: VecDeque<Urgent>,
     events: VecDeque<ReceiverEvent>,
@@ -163,6 +178,9 @@ impl McastReceiver {
             confirmed: false,
             ended: false,
             last_heard: None,
+            parity: BTreeMap::new(),
+            parity_bytes: 0,
+            decodable: BTreeSet::new(),
             urgent: VecDeque::new(),
             events: VecDeque::new(),
             stats: ReceiverStats::default(),
@@ -231,7 +249,8 @@ impl McastReceiver {
             | McPacket::Ack { session, .. }
             | McPacket::Nack { session, .. }
             | McPacket::Status { session, .. }
-            | McPacket::End { session, .. } => *session,
+            | McPacket::End { session, .. }
+            | McPacket::Parity { session, .. } => *session,
             _ => return None,
         };
         if self.ended || self.session.is_some_and(|s| s != session) {
@@ -245,6 +264,7 @@ impl McastReceiver {
                 | McPacket::Data { .. }
                 | McPacket::Status { .. }
                 | McPacket::End { .. }
+                | McPacket::Parity { .. }
         );
         if from_sender {
             if self.session.is_none() {
@@ -316,6 +336,10 @@ impl McastReceiver {
                     self.ended = true;
                     self.events.push_back(ReceiverEvent::Ended { error });
                 }
+                None
+            }
+            McPacket::Parity { block, index, k, shard, .. } => {
+                self.on_parity(block, index, k, shard);
                 None
             }
             _ => None,
@@ -412,8 +436,92 @@ impl McastReceiver {
                 self.ack = Some((lwsn, now + self.backoff()));
             }
         }
+        if let Some(k) = self.fec_k() {
+            self.check_decodable(sn / u32::from(k));
+        }
         self.check_complete();
         fresh.then(|| Delivery { offset: u64::from(sn) * u64::from(block), payload })
+    }
+
+    fn fec_k(&self) -> Option<u16> {
+        self.info.as_ref().map(|i| i.fec_k).filter(|&k| k > 0)
+    }
+
+    fn on_parity(&mut self, block: u32, index: u16, k: u16, shard: &[u8]) {
+        self.stats.parity_received += 1;
+        let Some(fec_k) = self.fec_k() else { return };
+        let Some(info) = self.info.as_ref() else { return };
+        if k > fec_k || shard.len() != usize::from(info.block) || index > fec::MAX_PARITY {
+            self.stats.dropped_malformed += 1;
+            return;
+        }
+        let start = block.saturating_mul(u32::from(fec_k));
+        if self.have.count_clear_upto(start..start.saturating_add(u32::from(k))) == 0 {
+            return; // nothing missing there
+        }
+        let entry = self.parity.entry(block).or_insert_with(|| (k, Vec::new()));
+        if entry.0 != k
+            || entry.1.iter().any(|(i, _)| *i == index)
+            || self.parity_bytes + shard.len() > MAX_PARITY_BYTES
+        {
+            return;
+        }
+        entry.1.push((index, shard.to_vec()));
+        self.parity_bytes += shard.len();
+        self.check_decodable(block);
+    }
+
+    fn check_decodable(&mut self, block: u32) {
+        let (Some(fec_k), Some((k, shards))) = (self.fec_k(), self.parity.get(&block)) else { return };
+        let start = block.saturating_mul(u32::from(fec_k));
+        let range = start..start.saturating_add(u32::from(*k));
+        let missing = self.have.count_clear_upto(range.clone());
+        if missing == 0 {
+            let freed: usize = shards.iter().map(|s| s.1.len()).sum();
+            self.parity_bytes -= freed;
+            self.parity.remove(&block);
+            self.decodable.remove(&block);
+        } else if shards.len() as u64 >= missing {
+            self.decodable.insert(block);
+        }
+    }
+
+    /// Rebuilds the packets of every block that now has enough shards
+    /// (spec §16.9). `read(offset, out)` must fill `out` with the stored
+    /// bytes at `offset` (what earlier deliveries wrote). Returns what to
+    /// write: (offset, bytes).
+    pub fn decode(&mut self, read: &mut dyn FnMut(u64, &mut [u8]) -> usize) -> Vec<(u64, Vec<u8>)> {
+        let mut out = Vec::new();
+        let (Some(fec_k), Some(info)) = (self.fec_k(), self.info.clone()) else { return out };
+        while let Some(block) = self.decodable.pop_first() {
+            let Some((k, shards)) = self.parity.remove(&block) else { continue };
+            self.parity_bytes -= shards.iter().map(|s| s.1.len()).sum::<usize>();
+            let shard = usize::from(info.block);
+            let start = block * u32::from(fec_k);
+            let present: Vec<(u16, Vec<u8>)> = (0..k)
+                .filter(|&i| self.have.get(start + u32::from(i)))
+                .map(|i| {
+                    let mut v = vec![0u8; shard];
+                    let offset = u64::from(start + u32::from(i)) * shard as u64;
+                    let len = info.size.map_or(shard as u64, |s| s.saturating_sub(offset).min(shard as u64));
+                    read(offset, &mut v[..len as usize]);
+                    (i, v)
+                })
+                .collect();
+            let Some(rebuilt) = fec::decode(k, &present, &shards) else { continue };
+            for (i, data) in rebuilt {
+                let sn = start + u32::from(i);
+                if self.have.set(sn) != Some(true) {
+                    continue;
+                }
+                self.stats.fec_recovered += 1;
+                let offset = u64::from(sn) * shard as u64;
+                let len = info.size.map_or(shard as u64, |s| s.saturating_sub(offset).min(shard as u64));
+                out.push((offset, data[..len as usize].to_vec()));
+            }
+        }
+        self.check_complete();
+        out
     }
 
     fn check_complete(&mut self) {

@@ -9,6 +9,7 @@ use rand::{RngCore, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 use super::bitmap::Bitmap;
+use super::fec;
 use super::wire::{emit, emit_announcement, Announcement, McPacket, Phase, UNKNOWN_TOTAL};
 use super::{codes, McTransmit};
 use crate::congestion::pacer::Pacer;
@@ -58,6 +59,16 @@ pub struct SenderConfig {
     /// Pace each window's packets at the rate of recently confirmed windows
     /// (the paper sends them back to back).
     pub pace: bool,
+    /// Packets per FEC block (spec §16.9); 0 turns parity off.
+    pub fec_k: u16,
+    /// Parity shards multicast after each block in the data phase.
+    pub fec_proactive: u16,
+    /// 0: paper 03's rule, every NACK that names a new loss shrinks the
+    /// window by one. Above 0: a window shrinks by one only when one
+    /// receiver reported more losses while it was open than this fraction
+    /// of it, so random loss on receivers' links does not throttle the
+    /// session (timer expiries still do).
+    pub loss_tolerance: f64,
 }
 
 impl Default for SenderConfig {
@@ -87,6 +98,9 @@ impl Default for SenderConfig {
             max_repair_queue: 65_536,
             max_packets: 1 << 26,
             pace: false,
+            fec_k: 32,
+            fec_proactive: 0,
+            loss_tolerance: 0.05,
         }
     }
 }
@@ -138,6 +152,8 @@ pub struct ReceiverReport {
     pub repair_passes: u32,
     pub outcome: ReceiverOutcome,
     last_heard: Instant,
+    /// Losses reported since the last window resolved.
+    window_lost: u64,
 }
 
 /// One window's fate, for traces and the model checks (spec §16.3).
@@ -194,6 +210,8 @@ pub struct SenderStats {
     pub data_bytes: u64,
     pub repair_multicast: u64,
     pub repair_unicast: u64,
+    /// Parity shards multicast (proactive and repair).
+    pub parity_packets: u64,
     pub announces: u64,
     pub acks: u64,
     pub late_acks: u64,
@@ -269,6 +287,12 @@ pub struct McastSender {
     gather_deadline: Option<Instant>,
     gathered: usize,
     repairs: VecDeque<(u32, RepairDest)>,
+    /// Parity to make: (block, first index, count).
+    parity_jobs: VecDeque<(u32, u16, u16)>,
+    /// Parity made, to send: (block, index, k, shard).
+    parity_ready: VecDeque<(u32, u16, u16, Vec<u8>)>,
+    /// Next parity index per FEC block.
+    parity_next: BTreeMap<u32, u16>,
     repair_started: Option<Instant>,
     next_announce: Instant,
     next_sweep: Instant,
@@ -281,6 +305,8 @@ pub struct McastSender {
     artp_windows: u32,
     artp_networks: u64,
     artp_acks_at: u64,
+    /// The most losses one receiver reported since the last window resolved.
+    new_losses: u32,
     events: VecDeque<SenderEvent>,
     stats: SenderStats,
 }
@@ -288,10 +314,13 @@ pub struct McastSender {
 impl McastSender {
     /// A sender of `info` (its size and hash may come later for a stream,
     /// spec §16.6) to `group`. The announce phase starts at `now`.
-    pub fn new(cfg: SenderConfig, group: SocketAddr, mut info: Announcement, now: Instant) -> Self {
+    pub fn new(mut cfg: SenderConfig, group: SocketAddr, mut info: Announcement, now: Instant) -> Self {
+        cfg.fec_k = cfg.fec_k.min(fec::MAX_FEC_K);
         let mut rng = ChaCha8Rng::seed_from_u64(cfg.seed);
         let session = rng.next_u32().max(1);
-        info.block = (cfg.max_datagram.saturating_sub(HEADER_LEN)).clamp(64, u16::MAX as usize) as u16;
+        // Even: Reed-Solomon shards are whole 16-bit words (spec §16.9).
+        info.block = ((cfg.max_datagram.saturating_sub(HEADER_LEN)).clamp(64, u16::MAX as usize) & !1) as u16;
+        info.fec_k = cfg.fec_k;
         info.artp_max_us = cfg.artp_max.as_micros().min(u128::from(u32::MAX)) as u32;
         info.repair_interval_ms = 50;
         let total = info.size.map(|s| packets_for(s, info.block));
@@ -315,6 +344,9 @@ impl McastSender {
             gather_deadline: None,
             gathered: 0,
             repairs: VecDeque::new(),
+            parity_jobs: VecDeque::new(),
+            parity_ready: VecDeque::new(),
+            parity_next: BTreeMap::new(),
             repair_started: None,
             next_announce: now,
             next_sweep: now + Duration::from_millis(500),
@@ -325,6 +357,7 @@ impl McastSender {
             artp_windows: 0,
             artp_networks: 0,
             artp_acks_at: 0,
+            new_losses: 0,
             events: VecDeque::new(),
             stats: SenderStats::default(),
             cfg,
@@ -451,7 +484,7 @@ impl McastSender {
         match p {
             McPacket::Ack { missing, .. } => {
                 let lost = self.count_losses(missing.iter());
-                self.receivers[idx].reported_lost += lost;
+                self.note_losses(idx, lost);
             }
             McPacket::Nack { missing, .. } => {
                 self.stats.nacks += 1;
@@ -459,7 +492,7 @@ impl McastSender {
                     w.feedback += 1;
                 }
                 let lost = self.count_losses(missing.iter());
-                self.receivers[idx].reported_lost += lost;
+                self.note_losses(idx, lost);
             }
             McPacket::Repair { missing, .. } => self.on_repair(now, idx, missing.iter()),
             McPacket::Status { held, complete, error, .. } => {
@@ -506,6 +539,7 @@ impl McastSender {
             repair_passes: 0,
             outcome: ReceiverOutcome::Active,
             last_heard: now,
+            window_lost: 0,
         });
         self.by_client.insert(client, idx);
         self.control.push_back(Control::RegisterAck { idx });
@@ -519,18 +553,28 @@ impl McastSender {
     /// loss not reported before. Returns how many SNs the report names.
     fn count_losses(&mut self, ranges: impl Iterator<Item = std::ops::Range<u32>>) -> u64 {
         let mut named = 0u64;
-        let mut new = false;
+        let mut new = 0u32;
         for r in ranges {
             let r = r.start..r.end.min(self.next_sn);
             named += u64::from(r.end.saturating_sub(r.start));
             for sn in r {
-                new |= self.nacked.set(sn) == Some(true);
+                new += u32::from(self.nacked.set(sn) == Some(true));
             }
         }
-        if new {
+        if new > 0 && self.cfg.loss_tolerance <= 0.0 {
             self.w = self.w.saturating_sub(1).max(1);
         }
         named
+    }
+
+    /// A receiver reported `lost` packets: its total, and the most any one
+    /// receiver reported since the last window resolved (the loss
+    /// tolerance's measure: one receiver's rate, not the sum of all).
+    fn note_losses(&mut self, idx: usize, lost: u64) {
+        let r = &mut self.receivers[idx];
+        r.reported_lost += lost;
+        r.window_lost += lost;
+        self.new_losses = self.new_losses.max(r.window_lost.min(u64::from(u32::MAX)) as u32);
     }
 
     fn on_window_ack(&mut self, now: Instant, network: u32, lwsn: u32) {
@@ -694,7 +738,14 @@ impl McastSender {
         if confirmed {
             self.stats.windows_confirmed += 1;
             self.timeout = self.timeout.div_f64(self.cfg.beta).max(self.cfg.default_timeout);
-            self.w = (self.w + 1).min(self.cfg.max_window.max(1));
+            // With a loss tolerance, losses shrink the window only above
+            // that fraction of what went out (spec §16.3).
+            let size = f64::from(w.lwsn + 1 - w.first);
+            if self.cfg.loss_tolerance > 0.0 && f64::from(self.new_losses) > (self.cfg.loss_tolerance * size).max(1.0) {
+                self.w = self.w.saturating_sub(1).max(1);
+            } else {
+                self.w = (self.w + 1).min(self.cfg.max_window.max(1));
+            }
             if let Some(start) = w.started {
                 let took = now.saturating_duration_since(start).as_secs_f64().max(1e-6);
                 let bytes = f64::from(w.lwsn + 1 - w.first) * f64::from(self.info.block);
@@ -705,6 +756,10 @@ impl McastSender {
             self.stats.windows_expired += 1;
             self.timeout = self.timeout.mul_f64(self.cfg.alpha).min(self.cfg.max_timeout);
             self.w = self.w.saturating_sub(1).max(1);
+        }
+        self.new_losses = 0;
+        for r in &mut self.receivers {
+            r.window_lost = 0;
         }
         self.adapt_artp(now, w.awaited.len());
         self.events.push_back(SenderEvent::Window(WindowRecord {
@@ -767,18 +822,92 @@ impl McastSender {
         }
     }
 
+    /// spec §16.5, §16.9: each requested packet goes by multicast when
+    /// enough receivers asked for it, else by unicast; with FEC, a block in
+    /// which enough receivers miss packets (not necessarily the same ones)
+    /// gets as many new parity shards as the worst of them misses instead.
     fn release_repairs(&mut self) {
         self.gather_deadline = None;
         self.gathered = 0;
-        for (sn, who) in std::mem::take(&mut self.gather) {
+        let gathered = std::mem::take(&mut self.gather);
+        let min = self.cfg.repair_multicast_min.max(1);
+        let k = self.cfg.fec_k;
+        let mut by_parity = std::collections::BTreeSet::new();
+        if k > 0 {
+            // Per block: how many packets each requester misses.
+            let mut blocks: BTreeMap<u32, HashMap<usize, u16>> = BTreeMap::new();
+            for (&sn, who) in &gathered {
+                let per = blocks.entry(sn / u32::from(k)).or_default();
+                for &i in who {
+                    *per.entry(i).or_default() += 1;
+                }
+            }
+            for (block, per) in blocks {
+                let live = per.iter().filter(|(&i, _)| self.receivers[i].outcome == ReceiverOutcome::Active);
+                let (count, worst) = live.fold((0, 0), |(c, w), (_, &n)| (c + 1, w.max(n)));
+                let next = self.parity_next.get(&block).copied().unwrap_or(0);
+                if count >= min && next.saturating_add(worst) <= fec::PARITY_SHARDS {
+                    self.parity_jobs.push_back((block, next, worst));
+                    self.parity_next.insert(block, next + worst);
+                    by_parity.insert(block);
+                }
+            }
+        }
+        for (sn, who) in gathered {
+            if k > 0 && by_parity.contains(&(sn / u32::from(k))) {
+                continue;
+            }
             let who: Vec<usize> =
                 who.into_iter().filter(|&i| self.receivers[i].outcome == ReceiverOutcome::Active).collect();
-            if who.len() >= self.cfg.repair_multicast_min.max(1) {
+            if who.len() >= min {
                 self.repairs.push_back((sn, RepairDest::Group));
             } else {
                 self.repairs.extend(who.into_iter().map(|i| (sn, RepairDest::One(i))));
             }
         }
+    }
+
+    /// The next parity shard to send, making a job's shards if needed.
+    fn send_parity(&mut self, buf: &mut [u8], source: &mut dyn FnMut(u64, &mut [u8]) -> usize) -> Option<McTransmit> {
+        while self.parity_ready.is_empty() {
+            let (block, from, count) = self.parity_jobs.pop_front()?;
+            let total = self.total.unwrap_or(self.next_sn);
+            let range = fec::block_range(block, self.cfg.fec_k, total);
+            let shard = usize::from(self.info.block);
+            let originals: Vec<Vec<u8>> = range
+                .clone()
+                .map(|sn| {
+                    let mut v = vec![0u8; shard];
+                    let offset = u64::from(sn) * shard as u64;
+                    let want = (self.available.saturating_sub(offset)).min(shard as u64) as usize;
+                    source(offset, &mut v[..want]);
+                    v
+                })
+                .collect();
+            let k = (range.end - range.start) as u16;
+            if let Some(shards) = fec::encode(&originals, from, count) {
+                for (j, p) in shards.into_iter().enumerate() {
+                    self.parity_ready.push_back((block, from + j as u16, k, p));
+                }
+            }
+        }
+        let (block, index, k, shard) = self.parity_ready.pop_front()?;
+        let n = emit(
+            buf,
+            PacketType::McParity,
+            Flags::empty(),
+            self.session,
+            block,
+            u32::from(index),
+            u32::from(k),
+            |o| {
+                let n = shard.len().min(o.len());
+                o[..n].copy_from_slice(&shard[..n]);
+                n
+            },
+        )?;
+        self.stats.parity_packets += 1;
+        Some(McTransmit { destination: self.group, size: n })
     }
 
     // ---- output -----------------------------------------------------------
@@ -822,9 +951,15 @@ impl McastSender {
         if self.pace_until.is_some_and(|t| now < t) {
             return None;
         }
-        let sent = match self.stage {
-            Stage::Data => self.send_data(now, buf, source),
-            Stage::Repair => self.send_repair(buf, source),
+        let parity = if self.parity_ready.is_empty() && self.parity_jobs.is_empty() {
+            None
+        } else {
+            self.send_parity(buf, source)
+        };
+        let sent = match (parity, self.stage) {
+            (Some(p), _) => Some(p),
+            (None, Stage::Data) => self.send_data(now, buf, source),
+            (None, Stage::Repair) => self.send_repair(buf, source),
             _ => None,
         }?;
         if self.cfg.pace || self.stage == Stage::Repair {
@@ -919,6 +1054,14 @@ impl McastSender {
         self.stats.data_packets += 1;
         self.stats.data_bytes += n.1 as u64;
         self.next_sn = self.next_sn.max(sn + 1);
+        let k = u32::from(self.cfg.fec_k);
+        let block_done = k > 0 && ((sn + 1) % k == 0 || self.total.is_some_and(|t| sn + 1 == t));
+        if block_done && self.cfg.fec_proactive > 0 {
+            // spec §16.9: parity follows each block in the data phase.
+            let p = self.cfg.fec_proactive.min(fec::PARITY_SHARDS / 2);
+            self.parity_jobs.push_back((sn / k, 0, p));
+            self.parity_next.insert(sn / k, p);
+        }
         let timeout = self.timeout;
         let w = self.window.as_mut().expect("open");
         w.started.get_or_insert(now);

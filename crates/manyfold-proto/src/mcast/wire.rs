@@ -8,7 +8,7 @@ use crate::wire::{seal, DecodeError, Flags, Header, PacketType, HEADER_LEN};
 /// Bytes of a range-list entry: `[start, end)` as two `u32`.
 const RANGE_LEN: usize = 8;
 /// Bytes of the fixed part of an ANNOUNCE payload, before the name.
-const ANNOUNCE_FIXED: usize = 8 + 2 + 4 + 2 + 1 + 32 + 1;
+const ANNOUNCE_FIXED: usize = 8 + 2 + 4 + 2 + 2 + 1 + 32 + 1;
 /// Hash algorithm number of BLAKE3 in ANNOUNCE.
 pub const HASH_BLAKE3: u8 = 1;
 /// ANNOUNCE's total-packets value while the length is unknown.
@@ -33,6 +33,8 @@ pub struct Announcement {
     pub artp_max_us: u32,
     /// How often a receiver repeats its REPAIR while it misses packets, in ms.
     pub repair_interval_ms: u16,
+    /// Packets per FEC block (spec §16.9); 0: no parity.
+    pub fec_k: u16,
     /// BLAKE3 of the whole file; `None` while unknown.
     pub hash: Option<[u8; 32]>,
     /// File name, without any directory.
@@ -161,6 +163,15 @@ pub enum McPacket<'a> {
         total: u32,
         error: Option<u16>,
     },
+    /// Parity shard `index` of FEC block `block`, whose first `k` packets
+    /// (fewer in the last block) it protects (spec §16.9).
+    Parity {
+        session: u32,
+        block: u32,
+        index: u16,
+        k: u16,
+        shard: &'a [u8],
+    },
 }
 
 impl<'a> McPacket<'a> {
@@ -224,6 +235,15 @@ impl<'a> McPacket<'a> {
                 confirm: h.flags.contains(Flags::ACK),
             },
             PacketType::McEnd => McPacket::End { session, client: h.window, total: h.seq, error },
+            PacketType::McParity => {
+                let (Ok(index), Ok(k)) = (u16::try_from(h.ack), u16::try_from(h.window)) else {
+                    return Err(DecodeError::Malformed);
+                };
+                if k == 0 || p.is_empty() {
+                    return Err(DecodeError::Malformed);
+                }
+                McPacket::Parity { session, block: h.seq, index, k, shard: p }
+            }
             PacketType::Segment => return Err(DecodeError::PacketType(0)),
         })
     }
@@ -235,9 +255,10 @@ fn parse_announcement(p: &[u8]) -> Result<Announcement, DecodeError> {
     let block = u16::from_be_bytes([fixed[8], fixed[9]]);
     let artp_max_us = be32(&fixed[10..14]);
     let repair_interval_ms = u16::from_be_bytes([fixed[14], fixed[15]]);
-    let algo = fixed[16];
-    let hash: [u8; 32] = fixed[17..49].try_into().expect("32 bytes");
-    let name_len = fixed[49] as usize;
+    let fec_k = u16::from_be_bytes([fixed[16], fixed[17]]);
+    let algo = fixed[18];
+    let hash: [u8; 32] = fixed[19..51].try_into().expect("32 bytes");
+    let name_len = fixed[51] as usize;
     let name = p.get(ANNOUNCE_FIXED..ANNOUNCE_FIXED + name_len).ok_or(DecodeError::Malformed)?;
     let name = std::str::from_utf8(name).map_err(|_| DecodeError::Malformed)?;
     if block == 0 || algo != HASH_BLAKE3 || name.contains('/') || p.len() != ANNOUNCE_FIXED + name_len {
@@ -248,6 +269,7 @@ fn parse_announcement(p: &[u8]) -> Result<Announcement, DecodeError> {
         block,
         artp_max_us,
         repair_interval_ms,
+        fec_k,
         hash: (hash != [0; 32]).then_some(hash),
         name: name.to_string(),
     })
@@ -290,9 +312,10 @@ pub fn emit_announcement(out: &mut [u8], a: &Announcement) -> usize {
     out[8..10].copy_from_slice(&a.block.to_be_bytes());
     out[10..14].copy_from_slice(&a.artp_max_us.to_be_bytes());
     out[14..16].copy_from_slice(&a.repair_interval_ms.to_be_bytes());
-    out[16] = HASH_BLAKE3;
-    out[17..49].copy_from_slice(&a.hash.unwrap_or([0; 32]));
-    out[49] = name.len() as u8;
+    out[16..18].copy_from_slice(&a.fec_k.to_be_bytes());
+    out[18] = HASH_BLAKE3;
+    out[19..51].copy_from_slice(&a.hash.unwrap_or([0; 32]));
+    out[51] = name.len() as u8;
     out[ANNOUNCE_FIXED..n].copy_from_slice(name);
     n
 }
@@ -311,6 +334,7 @@ mod tests {
             block: 1428,
             artp_max_us: 600,
             repair_interval_ms: 50,
+            fec_k: 32,
             hash: Some([7; 32]),
             name: "disk.img".into(),
         }

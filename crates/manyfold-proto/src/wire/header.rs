@@ -39,8 +39,8 @@ mod field {
 }
 
 /// Packet type, the low nibble of byte 0 (spec §3.1). Connections (and the
-/// groups built of them) use [`PacketType::Segment`]; types 1–8 are the
-/// multicast session's (spec §16.2); 9–15 are reserved.
+/// groups built of them) use [`PacketType::Segment`]; types 1–9 are the
+/// multicast session's (spec §16.2, §16.9); 10–15 are reserved.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[repr(u8)]
 pub enum PacketType {
@@ -62,6 +62,8 @@ pub enum PacketType {
     McStatus = 7,
     /// Multicast: the session (or one receiver's part in it) is over.
     McEnd = 8,
+    /// Multicast: a Reed-Solomon parity shard of one FEC block.
+    McParity = 9,
 }
 
 impl PacketType {
@@ -76,6 +78,7 @@ impl PacketType {
             6 => PacketType::McRepair,
             7 => PacketType::McStatus,
             8 => PacketType::McEnd,
+            9 => PacketType::McParity,
             other => return Err(DecodeError::PacketType(other)),
         })
     }
