@@ -394,12 +394,13 @@ fn print_send_report(v: &SenderView, name: &str) -> bool {
     let windows = (st.windows_confirmed + st.windows_expired).max(1);
     let networks: std::collections::BTreeSet<u32> = v.receivers.iter().map(|r| r.network).collect();
     println!(
-        "{name}: {} in {} ({} per receiver) to {} receiver(s) on {} network(s)",
+        "{name}: {} in {} ({} per receiver) to {} receiver(s) on {} network(s), after {} announcing",
         human_bytes(bytes),
-        human_duration(v.elapsed),
-        human_rate(bytes, v.elapsed),
+        human_duration(v.transfer),
+        human_rate(bytes, v.transfer),
         v.receivers.len(),
-        networks.len()
+        networks.len(),
+        human_duration(v.elapsed.saturating_sub(v.transfer))
     );
     println!(
         "  packets   {} data, {} parity, {} repairs by multicast, {} by unicast: {:.3} packets sent per packet of the file",
@@ -441,8 +442,9 @@ fn send_json(v: &SenderView, name: &str) -> String {
     let mut s = String::new();
     let _ = write!(
         s,
-        "{{\"name\":{name:?},\"elapsed_s\":{},\"packets\":{},\"block\":{},\"data_packets\":{},\"repair_multicast\":{},\"repair_unicast\":{},\"parity_packets\":{},\"acks\":{},\"nacks\":{},\"late_acks\":{},\"repair_requests\":{},\"status_reports\":{},\"windows_confirmed\":{},\"windows_expired\":{},\"artp_max_us\":{},\"receivers\":[",
+        "{{\"name\":{name:?},\"elapsed_s\":{},\"transfer_s\":{},\"packets\":{},\"block\":{},\"data_packets\":{},\"repair_multicast\":{},\"repair_unicast\":{},\"parity_packets\":{},\"acks\":{},\"nacks\":{},\"late_acks\":{},\"repair_requests\":{},\"status_reports\":{},\"windows_confirmed\":{},\"windows_expired\":{},\"artp_max_us\":{},\"receivers\":[",
         v.elapsed.as_secs_f64(),
+        v.transfer.as_secs_f64(),
         v.progress.1.unwrap_or(v.progress.0),
         v.block,
         st.data_packets,

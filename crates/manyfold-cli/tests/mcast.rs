@@ -223,3 +223,50 @@ fn standard_input_of_unknown_length_streams_to_a_file_and_to_standard_output() {
     assert!(same(&dir.join("piped.bin"), &file), "the piped file as stored");
     assert!(same(&piped, &file), "standard output carries the stream");
 }
+
+/// A loop device over `image`, detached on drop.
+struct Loop(String);
+
+impl Loop {
+    fn attach(image: &Path) -> Option<Loop> {
+        let out = Command::new("losetup").args(["-f", "--show"]).arg(image).output().ok()?;
+        let dev = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        (out.status.success() && dev.starts_with("/dev/loop")).then_some(Loop(dev))
+    }
+}
+
+impl Drop for Loop {
+    fn drop(&mut self) {
+        let _ = Command::new("losetup").args(["-d", &self.0]).output();
+    }
+}
+
+#[test]
+fn a_block_device_is_replicated_onto_another_block_device() {
+    if let Some(why) = skip_reason() {
+        eprintln!("skipped: {why}");
+        return;
+    }
+    let root = tempfile::tempdir().unwrap();
+    let (src_img, dst_img) = (root.path().join("src.img"), root.path().join("dst.img"));
+    samplegen(&src_img, "4MiB", 79);
+    std::fs::write(&dst_img, vec![0u8; 4 << 20]).unwrap();
+    let (Some(src), Some(dst)) = (Loop::attach(&src_img), Loop::attach(&dst_img)) else {
+        eprintln!("skipped: no loop devices here (losetup failed)");
+        return;
+    };
+    let lab = Lab::new(2).expect("namespaces");
+    let group = "239.77.0.3:7022";
+    let mut r = lab.exec(1);
+    r.args(["mcast", "recv", "--group", group, "--wait", "60", "--output", &dst.0]);
+    let r = Running::spawn(r);
+    let mut s = lab.exec(0);
+    s.args(["mcast", "send", "--name", "disk.img", "--group", group, "--wait", "20", &src.0]);
+    let sent = Running::spawn(s).wait(LIMIT);
+    let got = r.wait(LIMIT);
+    eprintln!("sender:\n{sent}\nreceiver:\n{got}");
+    sent.assert_success();
+    got.assert_success();
+    drop(dst);
+    assert!(same(&dst_img, &src_img), "the device's contents were replicated");
+}

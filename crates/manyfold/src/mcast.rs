@@ -121,7 +121,10 @@ pub struct SenderView {
     pub window: u32,
     pub timeout: Duration,
     pub artp_max: Duration,
+    /// Since the sender started (announce phase included).
     pub elapsed: Duration,
+    /// Since the data phase began (zero before).
+    pub transfer: Duration,
     /// Windows so far (only the last `MAX_WINDOW_LOG` are kept).
     pub windows: Vec<WindowRecord>,
     pub failed: Option<SenderError>,
@@ -129,7 +132,13 @@ pub struct SenderView {
 
 const MAX_WINDOW_LOG: usize = 100_000;
 
-fn view(s: &McastSender, start: Instant, windows: &[WindowRecord], failed: Option<SenderError>) -> SenderView {
+fn view(
+    s: &McastSender,
+    start: Instant,
+    data_start: Option<Instant>,
+    windows: &[WindowRecord],
+    failed: Option<SenderError>,
+) -> SenderView {
     let (w, t) = s.window();
     SenderView {
         stats: s.stats(),
@@ -140,6 +149,7 @@ fn view(s: &McastSender, start: Instant, windows: &[WindowRecord], failed: Optio
         timeout: t,
         artp_max: s.artp_max(),
         elapsed: start.elapsed(),
+        transfer: data_start.map_or(Duration::ZERO, |t| t.elapsed()),
         windows: windows.to_vec(),
         failed,
     }
@@ -167,6 +177,7 @@ pub async fn send(
     let mut gbuf = vec![0u8; 65_536];
     let mut windows = Vec::new();
     let mut failed = None;
+    let mut data_start = None;
     let mut tick = tokio::time::interval(Duration::from_millis(100));
     let mut read_error: Option<io::Error> = None;
     loop {
@@ -189,12 +200,13 @@ pub async fn send(
             match &e {
                 SenderEvent::Window(w) if windows.len() < MAX_WINDOW_LOG => windows.push(*w),
                 SenderEvent::Failed(err) => failed = Some(*err),
+                SenderEvent::DataStarted => data_start = Some(Instant::now()),
                 _ => {}
             }
             on_event(&e);
         }
         if s.is_done() {
-            return Ok(view(&s, start, &windows, failed));
+            return Ok(view(&s, start, data_start, &windows, failed));
         }
         let deadline = s.poll_timeout().unwrap_or(now + Duration::from_secs(1));
         tokio::select! {
@@ -216,7 +228,7 @@ pub async fn send(
                     Err(_) => growth = None,
                 }
             }
-            _ = tick.tick() => on_tick(&view(&s, start, &windows, failed)),
+            _ = tick.tick() => on_tick(&view(&s, start, data_start, &windows, failed)),
         }
     }
 }
