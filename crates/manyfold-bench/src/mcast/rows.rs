@@ -216,9 +216,7 @@ pub fn run(proto: Proto, job: &Job) -> Result<Measured> {
             }
         }
         m.counters = topo.counters()?.since(&before);
-        for (i, stored) in outputs.iter().enumerate() {
-            verify(stored, job.hash).with_context(|| format!("receiver {i} ({})", topo.receivers[i].ns))?;
-        }
+        verify_all(&outputs, job.hash, topo)?;
         if proto == Proto::Manyfold {
             let json = std::fs::read_to_string(job.dir.join("sender.json")).context("manyfold's --json report")?;
             m.mf = Some(super::report::MfReport::parse(&json).context("manyfold's --json report")?);
@@ -263,6 +261,25 @@ fn watch(sender: &mut Proc, receivers: &mut [Proc], all: bool, deadline: Instant
         }
         std::thread::sleep(Duration::from_millis(5));
     }
+}
+
+/// Checks every copy, on as many threads as there are cores (N copies of
+/// the file are N × its size to hash).
+fn verify_all(outputs: &[PathBuf], hash: &str, topo: &Topo) -> Result<()> {
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).clamp(1, 8);
+    std::thread::scope(|s| {
+        let handles: Vec<_> = (0..threads)
+            .map(|t| {
+                s.spawn(move || -> Result<()> {
+                    for (i, stored) in outputs.iter().enumerate().skip(t).step_by(threads) {
+                        verify(stored, hash).with_context(|| format!("receiver {i} ({})", topo.receivers[i].ns))?;
+                    }
+                    Ok(())
+                })
+            })
+            .collect();
+        handles.into_iter().try_for_each(|h| h.join().map_err(|_| anyhow::anyhow!("a hashing thread panicked"))?)
+    })
 }
 
 fn verify(stored: &Path, hash: &str) -> Result<()> {
