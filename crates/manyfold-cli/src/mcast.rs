@@ -83,8 +83,8 @@ pub struct SendArgs {
     /// Longest wait for --receivers, in seconds; then start with whoever registered.
     #[arg(long, default_value_t = 5.0)]
     wait: f64,
-    /// Largest window in packets (paper 03 uses 100).
-    #[arg(long, default_value_t = 100)]
+    /// Largest window in packets (paper 03 uses 100; more keeps fast LANs busy during each window's ACK wait).
+    #[arg(long, default_value_t = 256)]
     max_window: u32,
     /// Floor of the window timer in ms (paper 03's dflt_Tout).
     #[arg(long, default_value_t = 100)]

@@ -47,7 +47,12 @@ fn lan() -> LinkConfig {
 fn assert_all_completed(w: &McastWorld, seed: u64) {
     for (i, r) in w.receivers.iter().enumerate() {
         assert_eq!(r.verified, Some(true), "receiver {i} ({}) file (seed {seed})", r.addr);
-        assert_eq!(r.ended, Some(ReceiverEvent::Confirmed), "receiver {i} (seed {seed})");
+        // Confirmed, or the session's end came first (the confirmation was lost).
+        assert!(
+            matches!(r.ended, Some(ReceiverEvent::Confirmed) | Some(ReceiverEvent::Ended { error: None })),
+            "receiver {i}: {:?} (seed {seed})",
+            r.ended
+        );
     }
     for r in w.sender.receivers() {
         assert_eq!(r.outcome, ReceiverOutcome::Completed, "sender's view of {} (seed {seed})", r.addr);
@@ -251,7 +256,13 @@ fn throughput_meets_the_uncongested_bound_eq_17_and_the_congested_one_eq_18() {
     // eq. 17: one uncongested 100 Mbit/s LAN, W_max = 100, 520-byte packets.
     let seed = 7301;
     let (c, data_ps) = (100_000_000f64, 520f64);
-    let cfg = SenderConfig { max_datagram: 520, adapt_artp: false, initial_window: 100, ..SenderConfig::default() };
+    let cfg = SenderConfig {
+        max_datagram: 520,
+        adapt_artp: false,
+        initial_window: 100,
+        max_window: 100,
+        ..SenderConfig::default()
+    };
     let mut w = McastWorld::new(seed, cfg, 8 << 20, group(), sender(), receivers(seed, &[(1, 4)]));
     for i in 0..4 {
         w.set_link(sender(), receiver(1, i), LinkConfig::with_delay(Duration::ZERO).rate(c as u64, 1 << 22));

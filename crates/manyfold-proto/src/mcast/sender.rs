@@ -87,7 +87,7 @@ impl Default for SenderConfig {
             default_timeout: Duration::from_millis(100),
             max_timeout: Duration::from_secs(2),
             initial_window: 1,
-            max_window: 100,
+            max_window: 256,
             repair_gather: Duration::from_millis(5),
             repair_multicast_min: 2,
             completion_timeout: Duration::from_secs(60),
@@ -792,10 +792,11 @@ impl McastSender {
         let per = (self.stats.acks - self.artp_acks_at) as f64 / self.artp_networks.max(1) as f64;
         let current = Duration::from_micros(u64::from(self.info.artp_max_us));
         // With n receivers a delay d apart, a window draws about
-        // 1 + (n − 1)·d / ARTP_max ACKs: scale towards 1.25 per network,
-        // by at most ×4 up and ×0.9 down per step.
+        // 1 + (n − 1)·d / ARTP_max ACKs: scale towards 1.3 per network
+        // (room for a NACK within the target of 2 feedback packets), by at
+        // most ×4 up and ×0.9 down per step.
         let next = if !(1.15..=1.5).contains(&per) {
-            current.mul_f64(((per - 1.0) * 4.0).clamp(0.9, 4.0)).clamp(self.cfg.artp_max, self.cfg.artp_cap)
+            current.mul_f64(((per - 1.0) / 0.3).clamp(0.9, 4.0)).clamp(self.cfg.artp_max, self.cfg.artp_cap)
         } else {
             current
         };
