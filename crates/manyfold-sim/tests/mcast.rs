@@ -428,3 +428,17 @@ fn with_a_loss_tolerance_random_loss_at_the_receivers_does_not_throttle_the_wind
     );
     assert!(tolerant_w > 1.5 * paper_w && tolerant < paper, "seed {seed}");
 }
+
+#[test]
+fn a_window_whose_last_packet_is_lost_everywhere_is_probed_instead_of_expiring() {
+    let seed = 7504;
+    let mut w = McastWorld::new(seed, SenderConfig::default(), 2 << 20, group(), sender(), receivers(seed, &[(1, 3)]));
+    w.set_default_link(lan());
+    w.upstream_loss = 0.10;
+    assert!(w.run_to_end(Duration::from_secs(120)), "seed {seed}");
+    assert_all_completed(&w, seed);
+    let st = w.sender.stats();
+    eprintln!("{st:?}");
+    assert!(st.probes > 0, "some windows lost their last packet (seed {seed}): {st:?}");
+    assert!(st.windows_expired * 4 <= st.probes, "most were saved by the probe (seed {seed}): {st:?}");
+}

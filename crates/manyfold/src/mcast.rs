@@ -16,9 +16,12 @@ use manyfold_proto::mcast::{
     Announcement, McastReceiver, McastSender, ReceiverConfig, ReceiverEvent, ReceiverStats, SenderConfig, SenderEvent,
     SenderStats,
 };
+use quinn_udp::{RecvMeta, BATCH_SIZE};
 use socket2::{Domain, Protocol, Socket, Type};
-use tokio::net::UdpSocket;
+use std::io::IoSliceMut;
 use tokio::sync::watch;
+
+use crate::socket::UdpIo;
 
 pub use manyfold_proto::mcast::{codes, network_of, ReceiverOutcome, ReceiverReport, SenderError, WindowRecord};
 
@@ -66,8 +69,109 @@ fn ifindex(name: &str) -> io::Result<u32> {
 }
 
 struct Sockets {
-    unicast: UdpSocket,
-    group: UdpSocket,
+    unicast: UdpIo,
+    group: UdpIo,
+}
+
+/// Sends one datagram, or a GSO batch of `seg`-byte datagrams (the last may
+/// be shorter), waiting for room in the socket. A batch the kernel refuses
+/// goes again one datagram at a time.
+async fn send_io(io: &UdpIo, dest: SocketAddr, contents: &[u8], seg: Option<usize>) -> io::Result<()> {
+    loop {
+        io.socket.writable().await?;
+        match io.send(dest, contents, seg) {
+            Ok(()) => return Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+            Err(e) => match seg {
+                Some(seg) if io.gso_disabled() => {
+                    for d in contents.chunks(seg) {
+                        Box::pin(send_io(io, dest, d, None)).await?;
+                    }
+                    return Ok(());
+                }
+                _ => return Err(e),
+            },
+        }
+    }
+}
+
+/// Receive buffers for one batched read (recvmmsg, and GRO where the
+/// kernel offers it).
+struct RecvBatch {
+    buf: Box<[u8]>,
+    slot_len: usize,
+    metas: [RecvMeta; BATCH_SIZE],
+}
+
+impl RecvBatch {
+    fn new() -> Self {
+        // A slot holds a GRO batch, or one datagram of any size the
+        // announced block allows.
+        let slot_len = 1 << 16;
+        RecvBatch {
+            buf: vec![0u8; slot_len * BATCH_SIZE].into_boxed_slice(),
+            slot_len,
+            metas: [RecvMeta::default(); BATCH_SIZE],
+        }
+    }
+
+    /// Waits for and reads a batch; returns how many slots were filled.
+    async fn recv(&mut self, io: &UdpIo) -> io::Result<usize> {
+        loop {
+            io.socket.readable().await?;
+            let mut slots = self.buf.chunks_mut(self.slot_len);
+            let mut bufs: [IoSliceMut<'_>; BATCH_SIZE] =
+                std::array::from_fn(|_| IoSliceMut::new(slots.next().expect("BATCH_SIZE slots")));
+            match io.recv(&mut bufs, &mut self.metas) {
+                Ok(n) => return Ok(n),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// The datagrams of the first `n` slots, with their sources.
+    fn datagrams(&self, n: usize) -> impl Iterator<Item = (SocketAddr, &[u8])> + '_ {
+        self.metas.iter().take(n).enumerate().flat_map(move |(i, meta)| {
+            let start = i * self.slot_len;
+            let buf = &self.buf[start..start + meta.len.min(self.slot_len)];
+            let stride = if meta.stride == 0 { buf.len().max(1) } else { meta.stride };
+            let from = crate::socket::canonical(meta.addr);
+            buf.chunks(stride).map(move |d| (from, d))
+        })
+    }
+}
+
+/// Joins writes of consecutive bytes into one (a receiver gets a window's
+/// packets in order, so most of them coalesce).
+struct Coalescer {
+    offset: u64,
+    buf: Vec<u8>,
+}
+
+impl Coalescer {
+    const MAX: usize = 1 << 20;
+
+    fn push(&mut self, sink: &mut dyn McastSink, offset: u64, data: &[u8]) -> io::Result<()> {
+        if !self.buf.is_empty()
+            && (offset != self.offset + self.buf.len() as u64 || self.buf.len() + data.len() > Self::MAX)
+        {
+            self.flush(sink)?;
+        }
+        if self.buf.is_empty() {
+            self.offset = offset;
+        }
+        self.buf.extend_from_slice(data);
+        Ok(())
+    }
+
+    fn flush(&mut self, sink: &mut dyn McastSink) -> io::Result<()> {
+        if !self.buf.is_empty() {
+            sink.write_at(self.offset, &self.buf)?;
+            self.buf.clear();
+        }
+        Ok(())
+    }
 }
 
 fn open(net: &McastNet) -> io::Result<Sockets> {
@@ -85,6 +189,7 @@ fn open(net: &McastNet) -> io::Result<Sockets> {
     let _ = uni.set_recv_buffer_size(8 << 20);
     uni.bind(&SocketAddr::V4(net.bind).into()).map_err(|e| ctx(&format!("cannot bind {}", net.bind), e))?;
     uni.set_nonblocking(true)?;
+    let uni: std::net::UdpSocket = uni.into();
 
     let grp = Socket::new(Domain::IPV4, Type::DGRAM, Some(Protocol::UDP))?;
     grp.set_reuse_address(true)?;
@@ -98,7 +203,8 @@ fn open(net: &McastNet) -> io::Result<Sockets> {
     grp.join_multicast_v4_n(net.group.ip(), &iface)
         .map_err(|e| ctx(&format!("cannot join {} (is there a multicast route?)", net.group.ip()), e))?;
     grp.set_nonblocking(true)?;
-    Ok(Sockets { unicast: UdpSocket::from_std(uni.into())?, group: UdpSocket::from_std(grp.into())? })
+    let grp: std::net::UdpSocket = grp.into();
+    Ok(Sockets { unicast: UdpIo::new(uni)?, group: UdpIo::new(grp)? })
 }
 
 /// How a stream source grows (standard input spooled to a file).
@@ -173,13 +279,15 @@ pub async fn send(
     let group = SocketAddr::V4(net.group);
     let mut s = McastSender::new(cfg, group, info, start);
     let mut buf = vec![0u8; 65_536];
-    let mut rbuf = vec![0u8; 65_536];
-    let mut gbuf = vec![0u8; 65_536];
+    let mut gso: Vec<u8> = Vec::with_capacity(65_536);
+    let mut ubatch = RecvBatch::new();
+    let mut gbatch = RecvBatch::new();
     let mut windows = Vec::new();
     let mut failed = None;
     let mut data_start = None;
     let mut tick = tokio::time::interval(Duration::from_millis(100));
     let mut read_error: Option<io::Error> = None;
+    let mut gso_seg: Option<usize> = None;
     loop {
         let now = Instant::now();
         loop {
@@ -194,7 +302,31 @@ pub async fn send(
             if let Some(e) = read_error.take() {
                 return Err(io::Error::new(e.kind(), format!("cannot read the source: {e}")));
             }
-            socks.unicast.send_to(&buf[..t.size], t.destination).await?;
+            // Datagrams to the group go out in GSO batches of equal size
+            // (a shorter one ends a batch).
+            let seg = gso_seg.unwrap_or(t.size);
+            let fits = t.destination == group && t.size <= seg && gso.len() + t.size <= 65_000;
+            if !gso.is_empty() && !fits {
+                send_io(&socks.unicast, group, &gso, Some(gso_seg.expect("batch has a size"))).await?;
+                gso.clear();
+                gso_seg = None;
+            }
+            if t.destination == group {
+                gso_seg.get_or_insert(t.size);
+                gso.extend_from_slice(&buf[..t.size]);
+                if t.size < gso_seg.expect("just set") || gso.len() / t.size >= socks.unicast.max_segments(t.size) {
+                    send_io(&socks.unicast, group, &gso, gso_seg).await?;
+                    gso.clear();
+                    gso_seg = None;
+                }
+            } else {
+                send_io(&socks.unicast, t.destination, &buf[..t.size], None).await?;
+            }
+        }
+        if !gso.is_empty() {
+            send_io(&socks.unicast, group, &gso, gso_seg).await?;
+            gso.clear();
+            gso_seg = None;
         }
         while let Some(e) = s.poll_event() {
             match &e {
@@ -210,13 +342,19 @@ pub async fn send(
         }
         let deadline = s.poll_timeout().unwrap_or(now + Duration::from_secs(1));
         tokio::select! {
-            r = socks.unicast.recv_from(&mut rbuf) => {
-                let (n, from) = r?;
-                s.handle_datagram(Instant::now(), from, &rbuf[..n]);
+            r = ubatch.recv(&socks.unicast) => {
+                let n = r?;
+                let now = Instant::now();
+                for (from, d) in ubatch.datagrams(n) {
+                    s.handle_datagram(now, from, d);
+                }
             }
-            r = socks.group.recv_from(&mut gbuf) => {
-                let (n, from) = r?;
-                s.handle_datagram(Instant::now(), from, &gbuf[..n]);
+            r = gbatch.recv(&socks.group) => {
+                let n = r?;
+                let now = Instant::now();
+                for (from, d) in gbatch.datagrams(n) {
+                    s.handle_datagram(now, from, d);
+                }
             }
             _ = tokio::time::sleep_until(deadline.into()) => s.handle_timeout(Instant::now()),
             r = async { growth.as_mut().expect("guarded").changed().await }, if growth.is_some() => {
@@ -280,8 +418,9 @@ pub async fn receive(
     let start = Instant::now();
     let mut r = McastReceiver::new(cfg, SocketAddr::V4(net.group));
     let mut buf = vec![0u8; 65_536];
-    let mut rbuf = vec![0u8; 65_536];
-    let mut gbuf = vec![0u8; 65_536];
+    let mut ubatch = RecvBatch::new();
+    let mut gbatch = RecvBatch::new();
+    let mut writes = Coalescer { offset: 0, buf: Vec::with_capacity(Coalescer::MAX) };
     let mut tick = tokio::time::interval(Duration::from_millis(100));
     let mut outcome = None;
     let mut hash_ok = None;
@@ -328,7 +467,7 @@ pub async fn receive(
         }
         let now = Instant::now();
         while let Some(t) = r.poll_transmit(now, &mut buf) {
-            socks.unicast.send_to(&buf[..t.size], t.destination).await?;
+            send_io(&socks.unicast, t.destination, &buf[..t.size], None).await?;
         }
         if let Some(o) = outcome.take() {
             return Ok((o, view(&r)));
@@ -343,21 +482,29 @@ pub async fn receive(
         }
         let deadline = r.poll_timeout().unwrap_or(now + Duration::from_millis(200));
         tokio::select! {
-            res = socks.unicast.recv_from(&mut rbuf) => {
-                let (n, from) = res?;
-                if let Some(d) = r.handle_datagram(Instant::now(), from, &rbuf[..n]) {
-                    sink.write_at(d.offset, &rbuf[d.payload])?;
+            res = ubatch.recv(&socks.unicast) => {
+                let n = res?;
+                let now = Instant::now();
+                for (from, d) in ubatch.datagrams(n) {
+                    if let Some(del) = r.handle_datagram(now, from, d) {
+                        writes.push(sink, del.offset, &d[del.payload])?;
+                    }
                 }
             }
-            res = socks.group.recv_from(&mut gbuf) => {
-                let (n, from) = res?;
-                if let Some(d) = r.handle_datagram(Instant::now(), from, &gbuf[..n]) {
-                    sink.write_at(d.offset, &gbuf[d.payload])?;
+            res = gbatch.recv(&socks.group) => {
+                let n = res?;
+                let now = Instant::now();
+                for (from, d) in gbatch.datagrams(n) {
+                    if let Some(del) = r.handle_datagram(now, from, d) {
+                        writes.push(sink, del.offset, &d[del.payload])?;
+                    }
                 }
             }
             _ = tokio::time::sleep_until(deadline.into()) => r.handle_timeout(Instant::now()),
             _ = tick.tick() => on_tick(&view(&r)),
         }
+        // Stored before anything reads it back (parity, the final hash).
+        writes.flush(sink)?;
         // Blocks that parity made whole (spec §16.9).
         let mut read_error = None;
         let rebuilt = r.decode(&mut |offset, out| match sink.read_at(offset, out) {

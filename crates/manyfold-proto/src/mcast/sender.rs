@@ -220,6 +220,8 @@ pub struct SenderStats {
     pub status_reports: u64,
     pub windows_confirmed: u64,
     pub windows_expired: u64,
+    /// Last packets of a window sent again because no ACK came (a lost LWSN).
+    pub probes: u64,
     pub dropped_malformed: u64,
     pub dropped_other_session: u64,
     pub dropped_unknown_client: u64,
@@ -242,6 +244,10 @@ struct Window {
     next: u32,
     started: Option<Instant>,
     deadline: Option<Instant>,
+    /// When to send the window's last packet again if no network has
+    /// acked yet (a lost LWSN packet), once (spec §16.3).
+    probe_at: Option<Instant>,
+    probe_due: bool,
     sent_at: Option<Instant>,
     awaited: Vec<u32>,
     acked: Vec<u32>,
@@ -307,6 +313,8 @@ pub struct McastSender {
     artp_acks_at: u64,
     /// The most losses one receiver reported since the last window resolved.
     new_losses: u32,
+    /// Smoothed time from a window's last packet to its first ACK.
+    ack_time: Option<Duration>,
     events: VecDeque<SenderEvent>,
     stats: SenderStats,
 }
@@ -358,6 +366,7 @@ impl McastSender {
             artp_networks: 0,
             artp_acks_at: 0,
             new_losses: 0,
+            ack_time: None,
             events: VecDeque::new(),
             stats: SenderStats::default(),
             cfg,
@@ -588,6 +597,12 @@ impl McastSender {
             return;
         }
         if w.awaited.contains(&network) && !w.acked.contains(&network) {
+            if w.acked.is_empty() {
+                if let Some(sent) = w.sent_at {
+                    let sample = now.saturating_duration_since(sent);
+                    self.ack_time = Some(self.ack_time.map_or(sample, |t| (t * 7 + sample) / 8));
+                }
+            }
             w.acked.push(network);
         }
         if w.acked.len() >= w.awaited.len() {
@@ -674,6 +689,7 @@ impl McastSender {
             Stage::Data | Stage::Repair => {
                 consider(Some(self.next_announce));
                 consider(self.window.as_ref().and_then(|w| w.deadline));
+                consider(self.window.as_ref().and_then(|w| w.probe_at));
                 consider(self.repair_started.map(|s| s + self.cfg.completion_timeout));
             }
             Stage::Ending { .. } => consider(Some(self.next_end)),
@@ -692,6 +708,14 @@ impl McastSender {
         if let Some(deadline) = self.window.as_ref().and_then(|w| w.deadline) {
             if now >= deadline {
                 self.resolve_window(now, false);
+            }
+        }
+        if let Some(w) = self.window.as_mut() {
+            if w.probe_at.is_some_and(|t| now >= t) {
+                w.probe_at = None;
+                if w.acked.is_empty() {
+                    w.probe_due = true;
+                }
             }
         }
         if self.gather_deadline.is_some_and(|t| now >= t) {
@@ -1020,6 +1044,13 @@ impl McastSender {
         buf: &mut [u8],
         source: &mut dyn FnMut(u64, &mut [u8]) -> usize,
     ) -> Option<McTransmit> {
+        if let Some(w) = self.window.as_mut().filter(|w| w.probe_due) {
+            w.probe_due = false;
+            let lwsn = w.lwsn;
+            self.stats.probes += 1;
+            let (n, _) = self.write_data(buf, lwsn, lwsn, false, source)?;
+            return Some(McTransmit { destination: self.group, size: n });
+        }
         if self.window.is_none() {
             let available = packets_available(self.available, self.info.block, self.total);
             let first = self.next_sn;
@@ -1037,6 +1068,8 @@ impl McastSender {
                 next: first,
                 started: None,
                 deadline: None,
+                probe_at: None,
+                probe_due: false,
                 sent_at: None,
                 awaited,
                 acked: Vec::new(),
@@ -1064,12 +1097,19 @@ impl McastSender {
             self.parity_next.insert(sn / k, p);
         }
         let timeout = self.timeout;
+        // A lost last packet leaves every receiver waiting for the window's
+        // end: probe with it well before the timer, at twice the usual time
+        // to the first ACK (at least 4 ARTP_max).
+        let probe = self.ack_time.map_or(timeout / 2, |t| (t * 2).max(self.artp_max() * 4));
         let w = self.window.as_mut().expect("open");
         w.started.get_or_insert(now);
         w.next += 1;
         if w.next > w.lwsn {
             w.sent_at = Some(now);
             w.deadline = Some(now + timeout);
+            if probe < timeout {
+                w.probe_at = Some(now + probe.max(Duration::from_millis(1)));
+            }
             if w.awaited.is_empty() {
                 // Nobody to wait for (every receiver dropped): settle at once.
                 self.resolve_window(now, true);
