@@ -442,3 +442,28 @@ fn a_window_whose_last_packet_is_lost_everywhere_is_probed_instead_of_expiring()
     assert!(st.probes > 0, "some windows lost their last packet (seed {seed}): {st:?}");
     assert!(st.windows_expired * 4 <= st.probes, "most were saved by the probe (seed {seed}): {st:?}");
 }
+
+#[test]
+fn a_receiver_still_missing_data_at_the_completion_timeout_is_dropped_as_incomplete() {
+    let seed = 7505;
+    let cfg = SenderConfig {
+        completion_timeout: Duration::from_secs(2),
+        max_repair_passes: 1_000,
+        ..SenderConfig::default()
+    };
+    let mut w = McastWorld::new(seed, cfg, 1 << 20, group(), sender(), receivers(seed, &[(1, 2)]));
+    w.set_default_link(lan());
+    w.set_link(sender(), receiver(1, 1), lan().loss(0.05));
+    assert!(
+        w.run_until(|w| w.sender_events.iter().any(|(_, e)| *e == SenderEvent::RepairStarted), Duration::from_secs(30)),
+        "seed {seed}"
+    );
+    // From now on nothing reaches receiver 1, though it keeps asking.
+    w.set_link(sender(), receiver(1, 1), LinkConfig::blackhole());
+    let start = w.elapsed();
+    assert!(w.run_to_end(Duration::from_secs(30)), "seed {seed}");
+    assert_eq!(w.receivers[0].verified, Some(true), "seed {seed}");
+    let stuck = w.sender.receivers().iter().find(|r| r.addr == receiver(1, 1)).expect("registered");
+    assert_eq!(stuck.outcome, ReceiverOutcome::Incomplete, "seed {seed}");
+    assert!(w.elapsed() - start < Duration::from_secs(4), "ended {:?} after the repairs began", w.elapsed() - start);
+}
