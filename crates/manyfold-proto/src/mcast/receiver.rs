@@ -140,6 +140,8 @@ pub struct McastReceiver {
     decodable: BTreeSet<u32>,
     /// One-shot transmissions queued by input (REGISTER at once).
     urgent: VecDeque<Urgent>,
+    /// The last ACK or NACK, to send again to a sender on another network.
+    feedback_copy: Option<Vec<u8>>,
     events: VecDeque<ReceiverEvent>,
     stats: ReceiverStats,
 }
@@ -182,6 +184,7 @@ impl McastReceiver {
             parity_bytes: 0,
             decodable: BTreeSet::new(),
             urgent: VecDeque::new(),
+            feedback_copy: None,
             events: VecDeque::new(),
             stats: ReceiverStats::default(),
             cfg,
@@ -578,6 +581,10 @@ impl McastReceiver {
         let session = self.session?;
         let sender = self.sender?;
         let (client, network) = (self.client, self.cfg.network);
+        if let Some(copy) = self.feedback_copy.take() {
+            buf[..copy.len()].copy_from_slice(&copy);
+            return Some(McTransmit { destination: sender, size: copy.len() });
+        }
         if let Some(u) = self.urgent.pop_front() {
             return match u {
                 Urgent::Register => self.send_register(now, buf, session, sender),
@@ -597,6 +604,7 @@ impl McastReceiver {
                 let n = emit(buf, PacketType::McAck, Flags::empty(), session, lwsn, network, client, |o| {
                     emit_ranges(o, ranges.iter().cloned()).0
                 })?;
+                self.copy_to_remote_sender(sender, &buf[..n]);
                 return Some(McTransmit { destination: self.group, size: n });
             }
         }
@@ -608,6 +616,7 @@ impl McastReceiver {
             let n = emit(buf, PacketType::McNack, Flags::empty(), session, highest, network, client, |o| {
                 emit_ranges(o, ranges.iter().cloned()).0
             })?;
+            self.copy_to_remote_sender(sender, &buf[..n]);
             return Some(McTransmit { destination: self.group, size: n });
         }
         if self.next_repair.is_some_and(|t| now >= t) {
@@ -617,6 +626,16 @@ impl McastReceiver {
             return self.send_status(now, buf, session, sender);
         }
         None
+    }
+
+    /// spec §16.4: feedback goes to the group, where this network's other
+    /// receivers hear it; a sender on another network may not (multicast
+    /// routing is often one way, sender to receivers), so it also gets a
+    /// unicast copy, which it counts once.
+    fn copy_to_remote_sender(&mut self, sender: SocketAddr, datagram: &[u8]) {
+        if super::network_of(sender) != self.cfg.network {
+            self.feedback_copy = Some(datagram.to_vec());
+        }
     }
 
     fn send_register(&mut self, now: Instant, buf: &mut [u8], session: u32, sender: SocketAddr) -> Option<McTransmit> {

@@ -154,6 +154,8 @@ pub struct ReceiverReport {
     last_heard: Instant,
     /// Losses reported since the last window resolved.
     window_lost: u64,
+    /// The last ACK (true, LWSN) or NACK (false, digest) taken from it.
+    last_feedback: Option<(bool, u32)>,
 }
 
 /// One window's fate, for traces and the model checks (spec §16.3).
@@ -478,6 +480,21 @@ impl McastSender {
             return;
         };
         self.receivers[idx].last_heard = now;
+        // A receiver on another network sends its ACKs and NACKs twice
+        // (group and unicast, spec §16.4): take each once.
+        let key = match &p {
+            McPacket::Ack { lwsn, .. } => Some((true, *lwsn)),
+            McPacket::Nack { highest, missing, .. } => {
+                Some((false, highest ^ (missing.count() as u32).rotate_left(16)))
+            }
+            _ => None,
+        };
+        if key.is_some() {
+            if self.receivers[idx].last_feedback == key {
+                return;
+            }
+            self.receivers[idx].last_feedback = key;
+        }
         if let McPacket::Ack { network, lwsn, .. } = p {
             // A window ack counts for its network whatever this receiver's state.
             self.stats.acks += 1;
@@ -549,6 +566,7 @@ impl McastSender {
             outcome: ReceiverOutcome::Active,
             last_heard: now,
             window_lost: 0,
+            last_feedback: None,
         });
         self.by_client.insert(client, idx);
         self.control.push_back(Control::RegisterAck { idx });
