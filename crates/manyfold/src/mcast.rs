@@ -303,9 +303,16 @@ pub async fn send(
                 return Err(io::Error::new(e.kind(), format!("cannot read the source: {e}")));
             }
             // Datagrams to the group go out in GSO batches of equal size
-            // (a shorter one ends a batch).
+            // (a shorter one ends a batch). Not when they may be routed
+            // (TTL > 1): over veth a GSO batch reaches a Linux multicast
+            // router whole, and ipmr drops what exceeds the MTU instead of
+            // segmenting it (a NIC would have segmented it on the wire).
             let seg = gso_seg.unwrap_or(t.size);
             let fits = t.destination == group && t.size <= seg && gso.len() + t.size <= 65_000;
+            if net.ttl > 1 {
+                send_io(&socks.unicast, t.destination, &buf[..t.size], None).await?;
+                continue;
+            }
             if !gso.is_empty() && !fits {
                 send_io(&socks.unicast, group, &gso, Some(gso_seg.expect("batch has a size"))).await?;
                 gso.clear();
