@@ -194,6 +194,7 @@ fn mean_ack_delay_is_artp_max_over_n_plus_one_eq_9() {
         let expected = k / (nf + 1.0);
         // Var(min of n uniforms on [0, k]) = n k² / ((n+1)² (n+2)).
         let se = (nf * k * k / ((nf + 1.0).powi(2) * (nf + 2.0)) / samples.len() as f64).sqrt();
+        eprintln!("n = {n}: mean ARTP {mean:.1} µs over {} windows, eq. 9: {expected:.1} µs", samples.len());
         assert!(
             (mean - expected).abs() <= 4.0 * se + 1.0,
             "n = {n}: mean ARTP {mean:.1} µs, eq. 9 gives {expected:.1} µs (±{:.1}) over {} windows (seed {seed})",
@@ -274,6 +275,7 @@ fn throughput_meets_the_uncongested_bound_eq_17_and_the_congested_one_eq_18() {
     let measured = bytes as f64 / f64::from(w.sender.block()) * data_ps * 8.0 / took.as_secs_f64();
     let artp = 600e-6 / 5.0;
     let bound = 100.0 * data_ps * 8.0 / (100.0 * data_ps * 8.0 / c + artp);
+    eprintln!("eq. 17: {:.1} Mbit/s measured, bound {:.1}", measured / 1e6, bound / 1e6);
     assert!(
         measured <= bound * 1.01 && measured >= 0.9 * bound,
         "{:.1} Mbit/s against eq. 17's {:.1} (seed {seed})",
@@ -291,6 +293,7 @@ fn throughput_meets_the_uncongested_bound_eq_17_and_the_congested_one_eq_18() {
     let packets: u64 = tail.iter().map(|x| u64::from(x.size)).sum();
     let measured = packets as f64 * data_ps * 8.0 / took.as_secs_f64();
     let bound = f64::from(w_t + 1) * data_ps * 8.0 / 0.1;
+    eprintln!("eq. 18: {:.3} Mbit/s measured (W_T {w_t}), bound {:.3}, C2 1.55", measured / 1e6, bound / 1e6);
     assert!(
         measured <= bound * 1.02 && measured >= 0.9 * 1_550_000.0,
         "{:.3} Mbit/s against eq. 18's bound {:.3} and C2 = 1.55 (seed 7302)",
