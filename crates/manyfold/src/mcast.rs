@@ -105,9 +105,10 @@ struct RecvBatch {
 
 impl RecvBatch {
     fn new() -> Self {
-        // A slot holds a GRO batch, or one datagram of any size the
-        // announced block allows.
-        let slot_len = 1 << 16;
+        // A slot holds a GRO batch: up to 64 datagrams (UDP_GRO_CNT_MAX) of
+        // up to ~1.5 KB, more than 64 KiB; a smaller slot makes the read
+        // fail with EMSGSIZE.
+        let slot_len = 1 << 17;
         RecvBatch {
             buf: vec![0u8; slot_len * BATCH_SIZE].into_boxed_slice(),
             slot_len,
@@ -116,7 +117,11 @@ impl RecvBatch {
     }
 
     /// Waits for and reads a batch; returns how many slots were filled.
+    /// A failed read (a GRO batch larger than a slot: EMSGSIZE; an ICMP
+    /// error queued on the socket) loses what it held, which repair
+    /// recovers; only a run of failures is an error.
     async fn recv(&mut self, io: &UdpIo) -> io::Result<usize> {
+        let mut failures = 0;
         loop {
             io.socket.readable().await?;
             let mut slots = self.buf.chunks_mut(self.slot_len);
@@ -125,6 +130,10 @@ impl RecvBatch {
             match io.recv(&mut bufs, &mut self.metas) {
                 Ok(n) => return Ok(n),
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                Err(e) if failures < 1_000 => {
+                    failures += 1;
+                    tracing::debug!(error = %e, "multicast receive failed; datagrams lost");
+                }
                 Err(e) => return Err(e),
             }
         }

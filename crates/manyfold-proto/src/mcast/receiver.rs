@@ -142,6 +142,9 @@ pub struct McastReceiver {
     urgent: VecDeque<Urgent>,
     /// The last ACK or NACK, to send again to a sender on another network.
     feedback_copy: Option<Vec<u8>>,
+    /// The LWSN of the newest DATA seen, and of the window last NACKed.
+    latest_lwsn: Option<u32>,
+    nacked_window: Option<u32>,
     events: VecDeque<ReceiverEvent>,
     stats: ReceiverStats,
 }
@@ -185,6 +188,8 @@ impl McastReceiver {
             decodable: BTreeSet::new(),
             urgent: VecDeque::new(),
             feedback_copy: None,
+            latest_lwsn: None,
+            nacked_window: None,
             events: VecDeque::new(),
             stats: ReceiverStats::default(),
             cfg,
@@ -424,7 +429,9 @@ impl McastReceiver {
             match self.expected {
                 Some(e) if sn > e => {
                     add_range(&mut self.pending, e..sn);
-                    if self.nack_at.is_none() {
+                    // One NACK per window at most: later gaps of a window
+                    // already NACKed ride on its ACK (spec §16.4).
+                    if self.nack_at.is_none() && self.nacked_window != Some(lwsn) {
                         self.nack_at = Some(now + self.backoff());
                     }
                     self.expected = Some(sn + 1);
@@ -435,6 +442,7 @@ impl McastReceiver {
             if self.pending.is_empty() {
                 self.nack_at = None;
             }
+            self.latest_lwsn = Some(lwsn);
             if sn == lwsn {
                 self.ack = Some((lwsn, now + self.backoff()));
             }
@@ -581,6 +589,11 @@ impl McastReceiver {
         let session = self.session?;
         let sender = self.sender?;
         let (client, network) = (self.client, self.cfg.network);
+        // Nothing larger than the session's own DATA packets: a REPAIR
+        // naming thousands of gaps sends the first that fit (spec §16.5).
+        let limit = self.info.as_ref().map_or(1452, |i| usize::from(i.block) + crate::wire::HEADER_LEN);
+        let cap = limit.min(buf.len());
+        let buf = &mut buf[..cap];
         if let Some(copy) = self.feedback_copy.take() {
             buf[..copy.len()].copy_from_slice(&copy);
             return Some(McTransmit { destination: sender, size: copy.len() });
@@ -610,6 +623,7 @@ impl McastReceiver {
         }
         if self.nack_at.is_some_and(|t| now >= t) {
             self.nack_at = None;
+            self.nacked_window = self.latest_lwsn;
             self.stats.nacks_sent += 1;
             let ranges = std::mem::take(&mut self.pending);
             let highest = self.expected.unwrap_or(0).saturating_sub(1);

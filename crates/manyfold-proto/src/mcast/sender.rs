@@ -156,6 +156,8 @@ pub struct ReceiverReport {
     window_lost: u64,
     /// The last ACK (true, LWSN) or NACK (false, digest) taken from it.
     last_feedback: Option<(bool, u32)>,
+    /// Before this, a repair request only repeats the last pass.
+    next_pass_at: Option<Instant>,
 }
 
 /// One window's fate, for traces and the model checks (spec §16.3).
@@ -250,6 +252,8 @@ struct Window {
     /// acked yet (a lost LWSN packet), once (spec §16.3).
     probe_at: Option<Instant>,
     probe_due: bool,
+    /// Its last packet had to be sent again: a loss, taken as congestion.
+    probed: bool,
     sent_at: Option<Instant>,
     awaited: Vec<u32>,
     acked: Vec<u32>,
@@ -567,6 +571,7 @@ impl McastSender {
             last_heard: now,
             window_lost: 0,
             last_feedback: None,
+            next_pass_at: None,
         });
         self.by_client.insert(client, idx);
         self.control.push_back(Control::RegisterAck { idx });
@@ -630,6 +635,12 @@ impl McastSender {
 
     fn on_repair(&mut self, now: Instant, idx: usize, ranges: impl Iterator<Item = std::ops::Range<u32>>) {
         self.stats.repair_requests += 1;
+        // spec §16.5: a receiver repeats its request every repair interval
+        // while it misses packets; a repeat that comes while the answers to
+        // its last pass are still going out is not a new pass.
+        if self.receivers[idx].next_pass_at.is_some_and(|t| now < t) {
+            return;
+        }
         let r = &mut self.receivers[idx];
         r.repair_passes += 1;
         if r.repair_passes > self.cfg.max_repair_passes {
@@ -637,6 +648,7 @@ impl McastSender {
             return;
         }
         let limit = self.next_sn;
+        let before = self.gathered;
         for range in ranges {
             for sn in range.start..range.end.min(limit) {
                 if self.gathered >= self.cfg.max_repair_queue {
@@ -652,6 +664,12 @@ impl McastSender {
         if !self.gather.is_empty() && self.gather_deadline.is_none() {
             self.gather_deadline = Some(now + self.cfg.repair_gather);
         }
+        // The next pass may start once everything queued now has gone out
+        // at the recent rate, plus a round trip's margin.
+        let queued = (self.gathered - before + self.repairs.len() + self.parity_ready.len()) as f64;
+        let drain = self.rate.map_or(0.0, |r| queued * f64::from(self.info.block) / r.max(1.0));
+        let margin = self.ack_time.unwrap_or(Duration::from_millis(10)) * 2 + self.cfg.repair_gather;
+        self.receivers[idx].next_pass_at = Some(now + Duration::from_secs_f64(drain.min(60.0)) + margin);
     }
 
     fn check_loss(&mut self, now: Instant, idx: usize) {
@@ -777,14 +795,22 @@ impl McastSender {
     fn resolve_window(&mut self, now: Instant, confirmed: bool) {
         let Some(w) = self.window.take() else { return };
         let sent = w.sent_at.unwrap_or(now);
-        if confirmed {
+        // A window confirmed only thanks to a probe lost its last packet
+        // everywhere: the flow control reacts as to an expiry (the paper's
+        // congestion signal), though the window was saved in time.
+        if confirmed && !w.probed {
             self.stats.windows_confirmed += 1;
             self.timeout = self.timeout.div_f64(self.cfg.beta).max(self.cfg.default_timeout);
             // With a loss tolerance, losses shrink the window only above
             // that fraction of what went out (spec §16.3).
             let size = f64::from(w.lwsn + 1 - w.first);
             if self.cfg.loss_tolerance > 0.0 && f64::from(self.new_losses) > (self.cfg.loss_tolerance * size).max(1.0) {
-                self.w = self.w.saturating_sub(1).max(1);
+                // Shrink in proportion to the loss (a receiver losing half
+                // a window behind its own bottleneck halves it in two
+                // windows), by one at least.
+                let f = (f64::from(self.new_losses) / size).min(1.0);
+                let scaled = (f64::from(self.w) * (1.0 - f / 2.0)) as u32;
+                self.w = scaled.min(self.w.saturating_sub(1)).max(1);
             } else {
                 self.w = (self.w + 1).min(self.cfg.max_window.max(1));
             }
@@ -795,7 +821,11 @@ impl McastSender {
                 self.rate = Some(self.rate.map_or(sample, |r| 0.75 * r + 0.25 * sample));
             }
         } else {
-            self.stats.windows_expired += 1;
+            if confirmed {
+                self.stats.windows_confirmed += 1;
+            } else {
+                self.stats.windows_expired += 1;
+            }
             self.timeout = self.timeout.mul_f64(self.cfg.alpha).min(self.cfg.max_timeout);
             self.w = self.w.saturating_sub(1).max(1);
         }
@@ -1064,6 +1094,7 @@ impl McastSender {
     ) -> Option<McTransmit> {
         if let Some(w) = self.window.as_mut().filter(|w| w.probe_due) {
             w.probe_due = false;
+            w.probed = true;
             let lwsn = w.lwsn;
             self.stats.probes += 1;
             let (n, _) = self.write_data(buf, lwsn, lwsn, false, source)?;
@@ -1088,6 +1119,7 @@ impl McastSender {
                 deadline: None,
                 probe_at: None,
                 probe_due: false,
+                probed: false,
                 sent_at: None,
                 awaited,
                 acked: Vec::new(),
