@@ -48,10 +48,7 @@ fn mcast_quick_delivers_verified_copies_on_every_row_and_cleans_up() {
     // run is reported as failed (and the bench exits non-zero), which
     // proves the harness as well. manyfold's rows must all deliver.
     let failed: Vec<&str> = stdout.lines().chain(stderr.lines()).filter(|l| l.contains(": FAILED")).collect();
-    assert!(
-        ran.ok || failed.iter().all(|l| !l.contains(" manyfold rep ")),
-        "bench failed:\n{stdout}\n{stderr}"
-    );
+    assert!(ran.ok || failed.iter().all(|l| !l.contains(" manyfold rep ")), "bench failed:\n{stdout}\n{stderr}");
     let mut rows = vec!["manyfold"];
     if installed("uftp") && installed("uftpd") {
         rows.extend(["uftp (TFMCC)", "uftp (fixed rate = bottleneck)"]);
