@@ -91,6 +91,27 @@ impl MfReport {
     }
 }
 
+/// The receivers of a manyfold sender report that did not complete, as
+/// `addr outcome (lost L, passes P)`, for a failed run's message.
+pub fn not_completed(json: &str) -> String {
+    let mut out = Vec::new();
+    for r in json.split("{\"addr\":").skip(1) {
+        let r = r.split('}').next().unwrap_or("");
+        let addr = r.split(',').next().unwrap_or("").trim_matches('"');
+        let outcome = r.split("\"outcome\":\"").nth(1).and_then(|o| o.split('"').next()).unwrap_or("?");
+        if outcome != "Completed" {
+            let lost = num(r, "reported_lost").unwrap_or(f64::NAN);
+            let passes = num(r, "repair_passes").unwrap_or(f64::NAN);
+            out.push(format!("{addr} {outcome} (lost {lost}, passes {passes})"));
+        }
+    }
+    if out.is_empty() {
+        "every receiver completed".into()
+    } else {
+        out.join(", ")
+    }
+}
+
 /// What one transfer gave.
 #[derive(Debug, Clone)]
 pub struct RunResult {
@@ -435,5 +456,6 @@ mod tests {
         // 400 feedback packets, 200 windows, 2 networks.
         assert!((r.feedback_per_window_per_network() - 1.0).abs() < 1e-12);
         assert_eq!(MfReport::parse("{}"), None);
+        assert_eq!(not_completed(SENDER_JSON), "198.18.2.2:5 Incomplete (lost 0, passes 0)");
     }
 }

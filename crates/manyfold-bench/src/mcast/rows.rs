@@ -172,7 +172,8 @@ impl Proc {
 /// The last lines of a log, on one line.
 fn tail(path: &Path) -> String {
     let text = std::fs::read_to_string(path).unwrap_or_default();
-    let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
+    // Progress meters (udpcast's) redraw with carriage returns.
+    let lines: Vec<&str> = text.split(['\n', '\r']).filter(|l| !l.trim().is_empty()).collect();
     lines[lines.len().saturating_sub(3)..].join(" / ")
 }
 
@@ -223,13 +224,28 @@ pub fn run(proto: Proto, job: &Job) -> Result<Measured> {
         }
         Ok(m)
     })();
-    if result.is_err() {
-        for p in sender.into_iter().chain(receivers) {
-            p.kill();
+    match result {
+        Ok(m) => Ok(m),
+        Err(e) => {
+            // The run's directory is deleted next: quote what the sender
+            // and the first receiver still running said last.
+            let mut said = Vec::new();
+            if let Some(s) = &sender {
+                said.push(format!("sender said: {}", tail(&s.err)));
+            }
+            if let Ok(json) = std::fs::read_to_string(job.dir.join("sender.json")) {
+                said.push(format!("its report: {}", super::report::not_completed(&json)));
+            }
+            if let Some((i, r)) = receivers.iter().enumerate().find(|(_, r)| r.exited.is_none()) {
+                said.push(format!("receiver {i} said: {}", tail(&r.err)));
+            }
+            for p in sender.into_iter().chain(receivers) {
+                p.kill();
+            }
+            topo.kill_leftovers();
+            Err(if said.is_empty() { e } else { e.context(said.join("; ")) })
         }
-        topo.kill_leftovers();
     }
-    result
 }
 
 /// Polls until the sender has exited and, if `all`, every receiver too;
