@@ -5,7 +5,8 @@
 //! gaps and windows, and asks for repairs. Both are sans-IO like the
 //! connection: the caller feeds datagrams and timeouts and sends what
 //! `poll_transmit` writes. They reuse the connection's header and CRC
-//! (spec §3), range-list encoding and pacer (spec §9.3).
+//! (spec §3) and pacer (spec §9.3); range lists are SACK-style pairs with
+//! a 16-bit count (spec §16.2).
 
 mod bitmap;
 mod fec;
