@@ -151,6 +151,34 @@ impl RecvBatch {
     }
 }
 
+/// A side's two receive paths, its unicast socket and its group socket:
+/// `recv` reads from whichever is readable first, `datagrams` yields what
+/// that read got.
+struct Inbound {
+    unicast: RecvBatch,
+    group: RecvBatch,
+    from_group: bool,
+}
+
+impl Inbound {
+    fn new() -> Self {
+        Inbound { unicast: RecvBatch::new(), group: RecvBatch::new(), from_group: false }
+    }
+
+    async fn recv(&mut self, socks: &Sockets) -> io::Result<usize> {
+        let (from_group, n) = tokio::select! {
+            r = self.unicast.recv(&socks.unicast) => (false, r?),
+            r = self.group.recv(&socks.group) => (true, r?),
+        };
+        self.from_group = from_group;
+        Ok(n)
+    }
+
+    fn datagrams(&self, n: usize) -> impl Iterator<Item = (SocketAddr, &[u8])> + '_ {
+        if self.from_group { &self.group } else { &self.unicast }.datagrams(n)
+    }
+}
+
 /// Joins writes of consecutive bytes into one (a receiver gets a window's
 /// packets in order, so most of them coalesce).
 struct Coalescer {
@@ -289,8 +317,7 @@ pub async fn send(
     let mut s = McastSender::new(cfg, group, info, start);
     let mut buf = vec![0u8; 65_536];
     let mut gso: Vec<u8> = Vec::with_capacity(65_536);
-    let mut ubatch = RecvBatch::new();
-    let mut gbatch = RecvBatch::new();
+    let mut inbound = Inbound::new();
     let mut windows = Vec::new();
     let mut failed = None;
     let mut data_start = None;
@@ -358,17 +385,10 @@ pub async fn send(
         }
         let deadline = s.poll_timeout().unwrap_or(now + Duration::from_secs(1));
         tokio::select! {
-            r = ubatch.recv(&socks.unicast) => {
+            r = inbound.recv(&socks) => {
                 let n = r?;
                 let now = Instant::now();
-                for (from, d) in ubatch.datagrams(n) {
-                    s.handle_datagram(now, from, d);
-                }
-            }
-            r = gbatch.recv(&socks.group) => {
-                let n = r?;
-                let now = Instant::now();
-                for (from, d) in gbatch.datagrams(n) {
+                for (from, d) in inbound.datagrams(n) {
                     s.handle_datagram(now, from, d);
                 }
             }
@@ -434,8 +454,7 @@ pub async fn receive(
     let start = Instant::now();
     let mut r = McastReceiver::new(cfg, SocketAddr::V4(net.group));
     let mut buf = vec![0u8; 65_536];
-    let mut ubatch = RecvBatch::new();
-    let mut gbatch = RecvBatch::new();
+    let mut inbound = Inbound::new();
     let mut writes = Coalescer { offset: 0, buf: Vec::with_capacity(Coalescer::MAX) };
     let mut tick = tokio::time::interval(Duration::from_millis(100));
     let mut outcome = None;
@@ -468,14 +487,6 @@ pub async fn receive(
                         ReceiveOutcome::HashMismatch
                     });
                 }
-                // The session's end after our report: our confirmation was lost.
-                ReceiverEvent::Ended { error: None } if hash_ok.is_some() => {
-                    outcome = Some(if hash_ok == Some(true) {
-                        ReceiveOutcome::Completed
-                    } else {
-                        ReceiveOutcome::HashMismatch
-                    });
-                }
                 ReceiverEvent::Ended { error } => outcome = Some(ReceiveOutcome::Ended { code: error }),
                 ReceiverEvent::SenderLost => outcome = Some(ReceiveOutcome::SenderLost),
                 ReceiverEvent::Registered { .. } => {}
@@ -498,19 +509,10 @@ pub async fn receive(
         }
         let deadline = r.poll_timeout().unwrap_or(now + Duration::from_millis(200));
         tokio::select! {
-            res = ubatch.recv(&socks.unicast) => {
+            res = inbound.recv(&socks) => {
                 let n = res?;
                 let now = Instant::now();
-                for (from, d) in ubatch.datagrams(n) {
-                    if let Some(del) = r.handle_datagram(now, from, d) {
-                        writes.push(sink, del.offset, &d[del.payload])?;
-                    }
-                }
-            }
-            res = gbatch.recv(&socks.group) => {
-                let n = res?;
-                let now = Instant::now();
-                for (from, d) in gbatch.datagrams(n) {
+                for (from, d) in inbound.datagrams(n) {
                     if let Some(del) = r.handle_datagram(now, from, d) {
                         writes.push(sink, del.offset, &d[del.payload])?;
                     }

@@ -75,7 +75,8 @@ pub enum ReceiverEvent {
     },
     /// Every packet is held: verify the file, then call `finish`.
     Complete,
-    /// The sender confirmed our report: done.
+    /// The sender confirmed our report (or ended the session cleanly after
+    /// it, the confirmation having been lost): done.
     Confirmed,
     /// The session ended (for everyone, or for us with an error code).
     Ended {
@@ -340,7 +341,15 @@ impl McastReceiver {
                 None
             }
             McPacket::End { client, error, .. } if client == 0 || client == self.client => {
-                if !self.confirmed {
+                if self.confirmed {
+                    return None;
+                }
+                if error.is_none() && self.verdict.is_some() {
+                    // A clean end after our report: the confirmation was
+                    // lost, and the sender only ends once every report is in.
+                    self.confirmed = true;
+                    self.events.push_back(ReceiverEvent::Confirmed);
+                } else {
                     self.ended = true;
                     self.events.push_back(ReceiverEvent::Ended { error });
                 }
@@ -722,22 +731,20 @@ fn add_range(v: &mut Vec<Range<u32>>, r: Range<u32>) {
     }
 }
 
-/// Removes `r` from ascending disjoint `v`.
+/// Removes `r` from ascending disjoint `v`, in place: only the ranges that
+/// overlap `r` are touched (at most one split adds an element).
 fn remove_range(v: &mut Vec<Range<u32>>, r: Range<u32>) {
-    let mut out = Vec::with_capacity(v.len() + 1);
-    for x in v.drain(..) {
-        if x.end <= r.start || x.start >= r.end {
-            out.push(x);
-            continue;
-        }
-        if x.start < r.start {
-            out.push(x.start..r.start);
-        }
-        if r.end < x.end {
-            out.push(r.end..x.end);
-        }
+    if r.start >= r.end {
+        return;
     }
-    *v = out;
+    let first = v.partition_point(|x| x.end <= r.start);
+    let last = v.partition_point(|x| x.start < r.end);
+    if first >= last {
+        return;
+    }
+    let left = (v[first].start < r.start).then(|| v[first].start..r.start);
+    let right = (r.end < v[last - 1].end).then(|| r.end..v[last - 1].end);
+    v.splice(first..last, left.into_iter().chain(right));
 }
 
 #[cfg(test)]
@@ -753,6 +760,14 @@ mod tests {
         assert_eq!(v, [3..7, 9..12]);
         remove_range(&mut v, 4..10);
         assert_eq!(v, [3..4, 10..12]);
+        remove_range(&mut v, 11..12);
+        remove_range(&mut v, 5..9);
+        assert_eq!(v, [3..4, 10..11]);
+        add_range(&mut v, 14..20);
+        remove_range(&mut v, 16..17);
+        assert_eq!(v, [3..4, 10..11, 14..16, 17..20]);
+        remove_range(&mut v, 0..100);
+        assert!(v.is_empty());
         for i in 0..100 {
             add_range(&mut v, 20 + 2 * i..21 + 2 * i);
         }
