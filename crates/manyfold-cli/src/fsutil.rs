@@ -60,37 +60,139 @@ impl PartFile {
     /// `overwrite`, an existing file of that name is an error and is left
     /// alone, even if it appeared while we were writing.
     pub fn commit(mut self, overwrite: bool) -> Result<()> {
-        self.file.sync_all().with_context(|| format!("cannot sync {}", self.tmp.display()))?;
-        if overwrite {
-            fs::rename(&self.tmp, &self.final_path)
-                .with_context(|| format!("cannot rename {} to {}", self.tmp.display(), self.final_path.display()))?;
-        } else {
-            // A hard link fails atomically if the name is taken, where
-            // "check, then rename" would race with a concurrent writer.
-            match fs::hard_link(&self.tmp, &self.final_path) {
-                Ok(()) => {
-                    let _ = fs::remove_file(&self.tmp);
-                }
-                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
-                    bail!("file exists: {}", self.final_path.display())
-                }
-                // File systems without hard links: the racy way.
-                Err(_) => {
-                    if self.final_path.exists() {
-                        bail!("file exists: {}", self.final_path.display());
-                    }
-                    fs::rename(&self.tmp, &self.final_path).with_context(|| {
-                        format!("cannot rename {} to {}", self.tmp.display(), self.final_path.display())
-                    })?;
-                }
-            }
-        }
+        let (dir, tmp, name) = split_dir(&self.tmp, &self.final_path)?;
+        install_at(&dir, &self.file, &tmp, &name, overwrite)
+            .map_err(|e| anyhow::anyhow!("{}", e.describe(&self.final_path)))?;
         self.committed = true;
-        // Make the new directory entry durable too.
-        if let Ok(dir) = File::open(parent_dir(&self.final_path)) {
-            let _ = dir.sync_all();
-        }
         Ok(())
+    }
+}
+
+/// The directory of `tmp` (opened) and the base names of `tmp` and
+/// `final_path`, which must share it.
+fn split_dir(tmp: &Path, final_path: &Path) -> Result<(File, String, String)> {
+    let dir_path = parent_dir(final_path);
+    let dir = File::open(&dir_path).with_context(|| format!("cannot open the directory {}", dir_path.display()))?;
+    let base = |p: &Path| {
+        p.file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .with_context(|| format!("{} has no file name", p.display()))
+    };
+    Ok((dir, base(tmp)?, base(final_path)?))
+}
+
+/// Why [`install_at`] failed.
+#[derive(Debug)]
+pub enum InstallError {
+    /// The final name is taken and overwriting was not asked for.
+    Exists,
+    Io(io::Error),
+}
+
+impl InstallError {
+    pub fn describe(&self, final_path: &Path) -> String {
+        match self {
+            InstallError::Exists => format!("file exists: {}", final_path.display()),
+            InstallError::Io(e) => format!("cannot move the finished file into place as {}: {e}", final_path.display()),
+        }
+    }
+}
+
+/// Makes the written temporary file `tmp` (in directory `dir`) durable and
+/// gives it the name `name` in the same directory; the directory entry is
+/// made durable too. Without `overwrite` an existing `name` is an error and
+/// is left alone, even if it appeared while we were writing: a hard link
+/// fails atomically where "check, then rename" would race. On an error the
+/// temporary file stays.
+pub fn install_at(dir: &File, file: &File, tmp: &str, name: &str, overwrite: bool) -> Result<(), InstallError> {
+    use rustix::fs::{linkat, renameat, unlinkat, AtFlags};
+    file.sync_all().map_err(InstallError::Io)?;
+    let errno = |e: rustix::io::Errno| InstallError::Io(io::Error::from_raw_os_error(e.raw_os_error()));
+    if overwrite {
+        renameat(dir, tmp, dir, name).map_err(errno)?;
+    } else {
+        match linkat(dir, tmp, dir, name, AtFlags::empty()) {
+            Ok(()) => {
+                let _ = unlinkat(dir, tmp, AtFlags::empty());
+            }
+            Err(rustix::io::Errno::EXIST) => return Err(InstallError::Exists),
+            // File systems without hard links: NOREPLACE, where it exists.
+            Err(_) => match rustix::fs::renameat_with(dir, tmp, dir, name, rustix::fs::RenameFlags::NOREPLACE) {
+                Ok(()) => {}
+                Err(rustix::io::Errno::EXIST) => return Err(InstallError::Exists),
+                Err(e) => return Err(errno(e)),
+            },
+        }
+    }
+    let _ = dir.sync_all();
+    Ok(())
+}
+
+/// A download's or upload's partial file, kept across interruptions so that
+/// the transfer can resume: `.NAME.manyfold-partial` beside the destination,
+/// locked (flock) while a transfer writes it. Dropped without
+/// [`commit`](Self::commit) or [`discard`](Self::discard), it stays.
+#[derive(Debug)]
+pub struct ResumeFile {
+    file: File,
+    dir: File,
+    part: String,
+    name: String,
+    final_path: PathBuf,
+}
+
+/// The suffix of partial files; listings hide them.
+pub const PARTIAL_SUFFIX: &str = ".manyfold-partial";
+
+/// The partial file's name for a destination named `name`.
+pub fn partial_name(name: &str) -> String {
+    format!(".{name}{PARTIAL_SUFFIX}")
+}
+
+impl ResumeFile {
+    /// Opens (or creates) the partial file of `final_path`; returns it and
+    /// how many bytes it already holds. Fails if another transfer holds it.
+    pub fn open(final_path: &Path) -> Result<(ResumeFile, u64)> {
+        use std::os::unix::fs::OpenOptionsExt;
+        let dir_path = parent_dir(final_path);
+        let name = final_path
+            .file_name()
+            .with_context(|| format!("{} has no file name", final_path.display()))?
+            .to_string_lossy()
+            .into_owned();
+        let part = partial_name(&name);
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
+            .open(dir_path.join(&part))
+            .with_context(|| format!("cannot create a partial file in {}", dir_path.display()))?;
+        if rustix::fs::flock(&file, rustix::fs::FlockOperation::NonBlockingLockExclusive).is_err() {
+            bail!("another transfer is writing {} (its partial file {part} is locked)", final_path.display());
+        }
+        let have = file.metadata()?.len();
+        let dir = File::open(&dir_path).with_context(|| format!("cannot open the directory {}", dir_path.display()))?;
+        Ok((ResumeFile { file, dir, part, name, final_path: final_path.to_path_buf() }, have))
+    }
+
+    pub fn file(&self) -> &File {
+        &self.file
+    }
+
+    /// Syncs, sets the modification time, and moves the file into place.
+    pub fn commit(self, overwrite: bool, mtime: Option<std::time::SystemTime>) -> Result<()> {
+        if let Some(t) = mtime {
+            let _ = self.file.set_modified(t);
+        }
+        install_at(&self.dir, &self.file, &self.part, &self.name, overwrite)
+            .map_err(|e| anyhow::anyhow!("{}", e.describe(&self.final_path)))
+    }
+
+    /// Deletes the partial file.
+    pub fn discard(self) {
+        let _ = rustix::fs::unlinkat(&self.dir, self.part.as_str(), rustix::fs::AtFlags::empty());
     }
 }
 

@@ -13,6 +13,7 @@ mod demo;
 mod echo;
 mod fetch;
 mod fsutil;
+mod ftp;
 mod mcast;
 mod net;
 mod report;
@@ -129,6 +130,34 @@ enum Command {
     /// any number of receivers, each file sent once and repaired per receiver.
     #[command(subcommand)]
     Mcast(mcast::McastCommand),
+
+    /// Serve a directory tree to `manyfold ftp` clients until interrupted.
+    ///
+    /// Clients see DIR as `/`: they list, change directory, make and remove
+    /// directories, copy and move (trees too) on the server, and download
+    /// and upload files, several at once on one connection (each transfer
+    /// on a stream of its own, so a large transfer never holds up a
+    /// listing). Every path is resolved by the kernel beneath DIR: `..`,
+    /// absolute paths and symbolic links leading outside are refused.
+    /// Uploads go to a hidden partial file (.NAME.manyfold-partial, kept
+    /// for a resume if the upload breaks off) and are renamed into place
+    /// only after their BLAKE3 matched. --read-only refuses every change;
+    /// --token-file requires a token. One line per client when it leaves.
+    FtpServer(ftp::ServerArgs),
+
+    /// Use a `manyfold ftp-server`: an interactive shell (line editing,
+    /// history, tab completion of remote paths, `help`), commands from
+    /// standard input, or one command given after ADDR.
+    ///
+    /// Downloads and uploads show progress bars, are verified end to end
+    /// with BLAKE3, and resume after an interruption (Ctrl-C, a lost
+    /// connection, a killed process): run the same command again. A
+    /// download is written to .NAME.manyfold-partial and renamed to NAME
+    /// only once whole and verified. Errors name what happened (not found,
+    /// already exists, not empty, permission denied, outside the root,
+    /// read-only); the exit status is non-zero if the command (or a line
+    /// of the script) failed.
+    Ftp(ftp::FtpArgs),
 }
 
 fn main() -> ExitCode {
@@ -153,6 +182,8 @@ fn run(cli: Cli) -> Result<()> {
         Command::Fetch(a) => a.net.trace,
         Command::RrServer(a) => a.net.trace,
         Command::RrClient(a) => a.net.trace,
+        Command::FtpServer(a) => a.net.trace,
+        Command::Ftp(a) => a.net.trace,
         Command::Samplegen(_) | Command::Mcast(_) => false,
     };
     net::init_tracing(trace);
@@ -174,6 +205,8 @@ fn run(cli: Cli) -> Result<()> {
             Command::Fetch(args) => fetch::run_fetch(args).await,
             Command::RrServer(args) => rr::run_server(args).await,
             Command::RrClient(args) => rr::run_client(args).await,
+            Command::FtpServer(args) => ftp::run_server(args).await,
+            Command::Ftp(args) => ftp::run_client(args).await,
             Command::Samplegen(_) | Command::Mcast(_) => unreachable!("handled above"),
         }
     })
