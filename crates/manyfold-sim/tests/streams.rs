@@ -592,6 +592,49 @@ fn finished_stream_delivers_all_its_messages_then_finished_in_each_direction() {
     }
 }
 
+/// An application that reads one stream with `stream_recv` and
+/// `recv_message_on` only (never `recv_message`) takes its end there: the
+/// stream is then forgotten as if `recv_message` had taken it, after a
+/// finish and after a reset alike.
+#[test]
+fn a_stream_whose_end_is_taken_by_recv_message_on_is_forgotten() {
+    let seed = 1110;
+    let mut w = pair(seed, faulty(0.10), config(CongestionAlgorithm::NewReno));
+    let (c, s) = open(&mut w);
+    for (stream, reset) in [(3u16, false), (4, true)] {
+        w.act(client(), |ep, _| ep.stream_send(c, stream, &[7u8; 20_000])).unwrap();
+        if reset {
+            w.act(client(), |ep, _| ep.reset_stream(c, stream, 9));
+        } else {
+            w.act(client(), |ep, _| ep.finish_stream(c, stream)).unwrap();
+        }
+        let mut end = None;
+        let ok = w.run_until(
+            |w| {
+                let mut buf = [0u8; 4096];
+                while let Ok(Some(n)) = w.act(server(), |ep, _| ep.stream_recv(s, stream, &mut buf)) {
+                    if n == 0 {
+                        break;
+                    }
+                }
+                if let Ok(Some(item)) = w.act(server(), |ep, _| ep.recv_message_on(s, stream)) {
+                    end = Some(item);
+                }
+                end.is_some()
+            },
+            secs(30),
+        );
+        assert!(ok, "stream {stream}: no end (seed {seed})");
+        let want = if reset { StreamItem::Reset(9) } else { StreamItem::Finished };
+        assert_eq!(end, Some(want), "stream {stream} (seed {seed})");
+        w.run_for(secs(2));
+        assert_eq!(w.endpoint(server()).conn_stats(s).unwrap().open_streams, 1, "stream {stream} (seed {seed})");
+        assert_eq!(w.endpoint(client()).conn_stats(c).unwrap().open_streams, 1, "stream {stream} (seed {seed})");
+        // Nothing stale is left for `recv_message` either.
+        assert_eq!(w.act(server(), |ep, _| ep.recv_message(s)), Ok(None), "stream {stream} (seed {seed})");
+    }
+}
+
 #[test]
 fn reset_stream_reaches_the_peer_with_its_code_in_each_direction() {
     let seed = 1108;

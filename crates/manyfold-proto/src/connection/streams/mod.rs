@@ -490,8 +490,14 @@ impl Streams {
         let Some(s) = self.map.get(&id) else { return };
         let tx_done = !s.tx.used || s.tx.is_done();
         let rx_done = !s.rx.used || s.rx.is_done();
-        if id == 0 || !tx_done || !rx_done || s.in_sched || s.in_ready {
+        if id == 0 || !tx_done || !rx_done || s.in_sched || (s.in_ready && s.rx.has_item()) {
             return;
+        }
+        // Nothing left to give: the stream's place in the ready list is
+        // stale (its end was taken with `pop_on`, which leaves the list to
+        // `pop_any`), and would otherwise keep it from being forgotten.
+        if s.in_ready {
+            self.ready.retain(|&x| x != id);
         }
         let s = self.map.remove(&id).expect("stream present");
         // Normally nothing is left; whatever is goes with the stream.
