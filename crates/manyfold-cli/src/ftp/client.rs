@@ -65,18 +65,27 @@ impl Drop for Call {
     }
 }
 
-/// Stops the other side of an abandoned transfer's stream (once the
-/// server accepted the transfer: before, the stream was never used).
+/// Ends the direction of an abandoned transfer's stream that it used (once
+/// the server accepted the transfer: before, the stream was never used):
+/// a download is stopped and its reset taken when it comes, an upload is
+/// reset. The direction never used is left alone: a RESET or STOP there
+/// would open it on the far side, which would then hold the stream.
 struct StreamGuard {
     streams: Streams,
     stream: u16,
+    receiving: bool,
     armed: bool,
 }
 
 impl Drop for StreamGuard {
     fn drop(&mut self) {
-        if self.armed {
+        if !self.armed {
+            return;
+        }
+        if self.receiving {
             self.streams.stop_stream(self.stream, STREAM_ABANDONED);
+            super::take_end_later(&self.streams, self.stream);
+        } else {
             self.streams.reset_stream(self.stream, STREAM_ABANDONED);
         }
     }
@@ -224,7 +233,7 @@ impl Client {
         let f = part.file().try_clone()?;
         let (hasher, have) = tokio::task::spawn_blocking(move || hash_prefix(&f, have)).await??;
         let stream = self.new_stream()?;
-        let mut guard = StreamGuard { streams: self.streams.clone(), stream, armed: false };
+        let mut guard = StreamGuard { streams: self.streams.clone(), stream, receiving: true, armed: false };
         let prefix = *hasher.finalize().as_bytes();
         let mut call = self.call(Request::Get { path: remote.into(), stream, offset: have, prefix }).await?;
         let (size, mtime, from) = match self.next(&mut call).await {
@@ -241,6 +250,10 @@ impl Client {
             }
         };
         guard.armed = true;
+        // The server may send from 0 or from what we hold, nothing else.
+        if from > size || (from != 0 && from != have) {
+            bail!("the server offered {remote} from byte {from} of {size}; this client holds {have}");
+        }
         let mut hasher = if from == have { hasher } else { blake3::Hasher::new() };
         let mut file = tokio::fs::File::from_std(part.file().try_clone()?);
         file.set_len(from).await?;
@@ -252,8 +265,21 @@ impl Client {
         let kept = |done: u64| format!("{} of {} bytes are kept in its partial file; the same get resumes", done, size);
         while left > 0 {
             let want = left.min(CHUNK as u64) as usize;
-            let n = match io.read(&mut buf[..want]).await {
-                Ok(0) => 0,
+            let read = tokio::select! {
+                r = io.read(&mut buf[..want]) => r,
+                // The server gave up (and reset the stream, or could not
+                // use it at all): its reason, at once.
+                reply = call.rx.recv() => {
+                    let _ = file.sync_data().await;
+                    let why = match reply {
+                        Some(Reply::Error(f)) => f.to_string(),
+                        Some(other) => format!("unexpected answer: {other:?}"),
+                        None => format!("{:#}", self.lost()),
+                    };
+                    bail!("{why}; {}", kept(size - left));
+                }
+            };
+            let n = match read {
                 Ok(n) => n,
                 Err(e) => {
                     let _ = file.sync_data().await;
@@ -274,10 +300,11 @@ impl Client {
         file.flush().await?;
         let mut theirs = [0u8; HASH_LEN];
         io.read_exact(&mut theirs).await.context("the file's hash did not arrive")?;
-        // Reading the stream's end lets both sides forget it.
         if io.read(&mut [0u8; 1]).await? != 0 {
             bail!("the server sent more than the file and its hash");
         }
+        // Taking the stream's end lets both sides forget it (spec §13.9).
+        let _ = tokio::time::timeout(Duration::from_secs(5), self.streams.recv_message_on(stream)).await;
         guard.armed = false;
         if *hasher.finalize().as_bytes() != theirs {
             part.discard();
@@ -314,7 +341,7 @@ impl Client {
             .and_then(|t| t.duration_since(SystemTime::UNIX_EPOCH).ok())
             .map_or(0, |d| d.as_secs() as i64);
         let stream = self.new_stream()?;
-        let mut guard = StreamGuard { streams: self.streams.clone(), stream, armed: false };
+        let mut guard = StreamGuard { streams: self.streams.clone(), stream, receiving: false, armed: false };
         let mut call = self.call(Request::Put { path: remote.into(), stream, size, mtime, force }).await?;
         let (have, theirs) = match self.next(&mut call).await? {
             Reply::PutReady { have, prefix } => (have, prefix),

@@ -14,6 +14,9 @@ pub mod server;
 pub mod shell;
 pub mod wire;
 
+#[cfg(test)]
+mod tests;
+
 use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -32,6 +35,31 @@ use self::wire::Kind;
 use crate::net::{self, NetArgs};
 
 pub use server::{run as run_server, ServerArgs};
+
+/// How long a transfer stream's end may take to arrive once we gave up on
+/// it (the peer's RESET answering our STOP: a round trip, more under loss).
+const END_WAIT: Duration = Duration::from_secs(30);
+
+/// Takes what is left of the receiving side of a transfer `stream`, up to
+/// and including its end or reset, in a task of its own. A stream is
+/// forgotten only once its end was taken (spec §13.9), and a connection
+/// holds a bounded number of streams (§13.8): without this, every
+/// transfer broken off on the receiving side would hold one for the rest
+/// of the connection, and a long session would run out.
+pub(crate) fn take_end_later(streams: &manyfold::Streams, stream: u16) {
+    let Ok(rt) = tokio::runtime::Handle::try_current() else { return };
+    let streams = streams.clone();
+    rt.spawn(async move {
+        let _ = tokio::time::timeout(END_WAIT, async {
+            while let Ok(Some(item)) = streams.recv_message_on(stream).await {
+                if matches!(item, manyfold::StreamItem::Finished | manyfold::StreamItem::Reset(_)) {
+                    break;
+                }
+            }
+        })
+        .await;
+    });
+}
 
 #[derive(Args, Debug)]
 #[command(after_help = "Without a COMMAND and with a terminal, an interactive shell opens \

@@ -425,16 +425,29 @@ impl Root {
             Err(e) => return Err(fail(e, path)),
         }
         let part = partial_name(name);
-        let fd = openat(
-            &dir,
-            part.as_str(),
-            OFlags::RDWR | OFlags::CREATE | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-            Mode::from_raw_mode(0o644),
-        )
-        .map_err(|e| fail(e, path))?;
-        if rustix::fs::flock(&fd, rustix::fs::FlockOperation::NonBlockingLockExclusive).is_err() {
-            return Err(Failure::new(Code::Busy, format!("{} (another upload of it is running)", shown(path))));
-        }
+        let busy = || Failure::new(Code::Busy, format!("{} (another upload of it is running)", shown(path)));
+        let mut tries = 0;
+        let fd = loop {
+            let fd = openat(
+                &dir,
+                part.as_str(),
+                OFlags::RDWR | OFlags::CREATE | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                Mode::from_raw_mode(0o644),
+            )
+            .map_err(|e| fail(e, path))?;
+            if rustix::fs::flock(&fd, rustix::fs::FlockOperation::NonBlockingLockExclusive).is_err() {
+                return Err(busy());
+            }
+            // The upload that held the lock may have removed the file
+            // (verified and moved into place, discarded) between our open
+            // and our lock: a lock on a file no longer named is no lock.
+            let ours = fstat(&fd).map_err(|e| fail(e, path))?;
+            match statat(&dir, part.as_str(), AtFlags::SYMLINK_NOFOLLOW) {
+                Ok(st) if (st.st_dev, st.st_ino) == (ours.st_dev, ours.st_ino) => break fd,
+                _ if tries < 8 => tries += 1,
+                _ => return Err(busy()),
+            }
+        };
         let file = File::from(fd);
         let mut have = file.metadata().map_err(|e| io_fail(&e, path))?.len();
         if have > size {
@@ -444,6 +457,11 @@ impl Root {
         if let Ok(vfs) = fstatvfs(&dir) {
             let free = vfs.f_bavail.saturating_mul(vfs.f_frsize);
             if free < size - have {
+                // A partial file made for this refusal goes with it; one an
+                // earlier attempt filled stays for a resume.
+                if have == 0 {
+                    let _ = unlinkat(&dir, part.as_str(), AtFlags::empty());
+                }
                 return Err(Failure::new(
                     Code::NoSpace,
                     format!("{} needs {} more bytes, {free} are free", shown(path), size - have),
@@ -665,6 +683,7 @@ mod tests {
         assert_eq!(fs::read(t.path().join("f")).unwrap(), b"helloworld");
         assert_eq!(code(r.begin_upload("f", 10, false)), Code::AlreadyExists);
         assert_eq!(code(r.begin_upload("g", u64::MAX, false)), Code::NoSpace);
+        assert!(!t.path().join(".g.manyfold-partial").exists(), "a refused upload left an empty partial file");
         let small = Root::open(t.path(), false, 4).unwrap();
         assert_eq!(code(small.begin_upload("h", 5, false)), Code::TooLarge);
     }

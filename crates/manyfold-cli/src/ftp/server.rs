@@ -16,7 +16,9 @@ use tokio::sync::{mpsc, Semaphore};
 use tokio::task::JoinSet;
 
 use super::root::{hash_prefix, FsResult, Root};
-use super::wire::{Code, Failure, Reply, Request, CONTROL_STREAM, HASH_LEN, STREAM_ABANDONED, VERSION};
+use super::wire::{
+    Code, Failure, Reply, Request, CONTROL_STREAM, FIRST_TRANSFER_STREAM, HASH_LEN, STREAM_ABANDONED, VERSION,
+};
 use crate::net::{self, NetArgs};
 use crate::size::{human_bytes, size_arg};
 
@@ -144,12 +146,7 @@ pub async fn run(args: ServerArgs) -> Result<()> {
                     continue;
                 }
                 let (root, token) = (Arc::clone(&root), token.clone());
-                clients.spawn(async move {
-                    let peer = conn.peer_addr();
-                    let mut s = Summary { peer, start: Instant::now(), requests: 0, bytes_in: 0, bytes_out: 0 };
-                    let r = serve_client(conn, &root, token.as_deref().map(Vec::as_slice), &mut s).await;
-                    s.line(r.err())
-                });
+                clients.spawn(async move { serve(conn, &root, token.as_deref().map(Vec::as_slice)).await });
             }
             Some(joined) = clients.join_next() => match joined {
                 Ok(line) => println!("{line}"),
@@ -202,6 +199,15 @@ async fn send(streams: &Streams, id: u32, reply: Reply) -> Result<()> {
     streams.send_message(CONTROL_STREAM, &reply.encode(id)).await.context("cannot reply")
 }
 
+/// Serves one client's connection until it closes; returns the line that
+/// sums it up.
+pub(super) async fn serve(conn: Connection, root: &Arc<Service>, token: Option<&[u8]>) -> String {
+    let peer = conn.peer_addr();
+    let mut s = Summary { peer, start: Instant::now(), requests: 0, bytes_in: 0, bytes_out: 0 };
+    let r = serve_client(conn, root, token, &mut s).await;
+    s.line(r.err())
+}
+
 /// Runs one client's connection until it closes.
 async fn serve_client(
     mut conn: Connection,
@@ -237,6 +243,7 @@ async fn serve_client(
     send(&streams, id, Reply::Welcome { version: VERSION, read_only, max_file }).await?;
 
     let permits = Arc::new(Semaphore::new(MAX_INFLIGHT));
+    let busy: Busy = Arc::default();
     let mut tasks: JoinSet<(u64, u64)> = JoinSet::new();
     let result = loop {
         let permit = Arc::clone(&permits).acquire_owned().await.expect("never closed");
@@ -264,10 +271,10 @@ async fn serve_client(
             }
         };
         sum.requests += 1;
-        let (root, streams) = (Arc::clone(root), streams.clone());
+        let (root, streams, busy) = (Arc::clone(root), streams.clone(), Arc::clone(&busy));
         tasks.spawn(async move {
             let _permit = permit;
-            handle(&root, &streams, id, req).await
+            handle(&root, &streams, &busy, id, req).await
         });
     };
     // The client closed (or broke) the connection: whatever still runs
@@ -287,8 +294,38 @@ async fn blocking<T: Send + 'static>(f: impl FnOnce() -> FsResult<T> + Send + 's
     tokio::task::spawn_blocking(f).await.unwrap_or_else(|e| Err(Failure::new(Code::Io, format!("task failed: {e}"))))
 }
 
+/// The transfer streams of one connection in use by a running transfer.
+type Busy = Arc<std::sync::Mutex<std::collections::HashSet<u16>>>;
+
+/// A transfer's claim on its stream, given back when the transfer ends.
+struct Claim {
+    busy: Busy,
+    stream: u16,
+}
+
+impl Drop for Claim {
+    fn drop(&mut self) {
+        self.busy.lock().expect("not poisoned").remove(&self.stream);
+    }
+}
+
+/// Claims `stream` for a transfer: a transfer stream (not the control
+/// stream, nor stream 0) that no other running transfer uses. The client
+/// picks the number, so nothing else stops two transfers from mixing
+/// their bytes on one stream, or a file's bytes from landing among the
+/// replies.
+fn claim(busy: &Busy, stream: u16) -> FsResult<Claim> {
+    if stream < FIRST_TRANSFER_STREAM {
+        return Err(Failure::new(Code::BadRequest, format!("stream {stream} cannot carry a transfer")));
+    }
+    if !busy.lock().expect("not poisoned").insert(stream) {
+        return Err(Failure::new(Code::BadRequest, format!("stream {stream} already carries a transfer")));
+    }
+    Ok(Claim { busy: Arc::clone(busy), stream })
+}
+
 /// Answers one request; returns the bytes it received and sent.
-async fn handle(service: &Arc<Service>, streams: &Streams, id: u32, req: Request) -> (u64, u64) {
+async fn handle(service: &Arc<Service>, streams: &Streams, busy: &Busy, id: u32, req: Request) -> (u64, u64) {
     let root = service;
     let r = Arc::clone(service);
     let simple = match req {
@@ -307,6 +344,13 @@ async fn handle(service: &Arc<Service>, streams: &Streams, id: u32, req: Request
             blocking(move || r.root.copy(&from, &to, recursive, force)).await.map(|()| Reply::Done)
         }
         Request::Get { path, stream, offset, prefix } => {
+            let _claim = match claim(busy, stream) {
+                Ok(c) => c,
+                Err(f) => {
+                    let _ = send(streams, id, Reply::Error(f)).await;
+                    return (0, 0);
+                }
+            };
             let mut started = false;
             return match get(root, streams, id, &path, stream, offset, prefix, &mut started).await {
                 Ok(n) => (0, n),
@@ -321,6 +365,13 @@ async fn handle(service: &Arc<Service>, streams: &Streams, id: u32, req: Request
             };
         }
         Request::Put { path, stream, size, mtime, force } => {
+            let _claim = match claim(busy, stream) {
+                Ok(c) => c,
+                Err(f) => {
+                    let _ = send(streams, id, Reply::Error(f)).await;
+                    return (0, 0);
+                }
+            };
             let mut started = false;
             let r = put(root, streams, id, &path, stream, size, mtime, force, &mut started).await;
             let reply = match r {
@@ -331,7 +382,10 @@ async fn handle(service: &Arc<Service>, streams: &Streams, id: u32, req: Request
                 Err(f) => f,
             };
             if started {
+                // Its reset is taken when it comes, so that the stream is
+                // forgotten (spec §13.9).
                 streams.stop_stream(stream, STREAM_ABANDONED);
+                super::take_end_later(streams, stream);
             }
             let _ = send(streams, id, Reply::Error(reply)).await;
             return (0, 0);
@@ -470,7 +524,13 @@ async fn put(
     *started = true;
     let cut = |e: std::io::Error| Failure::new(Code::Io, format!("upload of /{path} interrupted: {e}"));
     let mut io = streams.io(stream);
-    let from = io.read_u64().await.map_err(cut)?;
+    let taken_over = || Failure::new(Code::Busy, format!("/{path}: a newer upload of it took over"));
+    // A client that died before it started the stream would otherwise hold
+    // the partial file until the connection times out.
+    let from = tokio::select! {
+        from = io.read_u64() => from.map_err(cut)?,
+        _ = cancel.notified() => return Err(taken_over()),
+    };
     let mut hasher = match from {
         f if f == have => hasher,
         0 => blake3::Hasher::new(),
@@ -487,7 +547,7 @@ async fn put(
             n = io.read(&mut buf[..want]) => n.map_err(cut)?,
             _ = cancel.notified() => {
                 let _ = file.sync_data().await;
-                return Err(Failure::new(Code::Busy, format!("/{path}: a newer upload of it took over")));
+                return Err(taken_over());
             }
         };
         if n == 0 {
@@ -502,10 +562,11 @@ async fn put(
     file.flush().await.map_err(cut)?;
     let mut theirs = [0u8; HASH_LEN];
     io.read_exact(&mut theirs).await.map_err(cut)?;
-    // The stream's end: both sides may forget it.
     if io.read(&mut [0u8; 1]).await.map_err(cut)? != 0 {
         return Err(Failure::new(Code::BadRequest, format!("/{path}: more data than the size announced")));
     }
+    // Taking the stream's end lets both sides forget it (spec §13.9).
+    let _ = tokio::time::timeout(Duration::from_secs(5), streams.recv_message_on(stream)).await;
     if *hasher.finalize().as_bytes() != theirs {
         upload.discard();
         return Err(Failure::new(Code::Corrupted, format!("/{path}: the upload did not match its hash; discarded")));
