@@ -2,8 +2,10 @@
 //! (issue 8): every command, one-shot and from a script; every refusal
 //! (not found, exists, not empty, permission denied, outside the root,
 //! symbolic links leading out, read-only, a bad token); a killed get and a
-//! killed put resumed; transfers running at once while a listing answers;
-//! and the interactive shell driven through tmux (keys in, screen out).
+//! killed put resumed; a get interrupted by SIGINT (one-shot, and Ctrl-C in
+//! the shell) resumed; get and put through 5% loss both ways; transfers
+//! running at once while a listing answers; and the interactive shell
+//! driven through tmux (keys in, screen out).
 
 mod common;
 
@@ -397,4 +399,87 @@ fn the_interactive_shell_edits_completes_remote_paths_and_transfers() {
     t.keys(&["C-u", "quit", "Enter"]);
     t.wait_for("shell-exited-0");
     assert!(tmp.path().join(".local/state/manyfold/ftp_history").exists(), "history was not saved");
+}
+
+#[test]
+fn get_and_put_through_five_percent_loss_both_ways_arrive_verified() {
+    let (_tmp, root, local) = setup();
+    samplegen(&root.join("down.bin"), "4MiB", 31);
+    samplegen(&local.join("up.bin"), "4MiB", 32);
+    // Each side drops 5% of what it sends and of what it receives.
+    let lossy = ["--loss", "5"];
+    let s = server(&root, &lossy);
+    let start = Instant::now();
+    ftp_with(&s, &local, &lossy, &["get", "down.bin"]).assert_success();
+    assert_same(&root.join("down.bin"), &local.join("down.bin"));
+    ftp_with(&s, &local, &lossy, &["put", "up.bin"]).assert_success();
+    assert_same(&local.join("up.bin"), &root.join("up.bin"));
+    assert_eq!(common::entries(&root), ["down.bin", "up.bin"]);
+    assert_eq!(common::entries(&local), ["down.bin", "up.bin"]);
+    assert!(start.elapsed() < LIMIT, "took {:?}", start.elapsed());
+}
+
+#[test]
+fn sigint_interrupts_a_one_shot_get_which_keeps_its_part_and_the_same_get_resumes() {
+    let (_tmp, root, local) = setup();
+    samplegen(&root.join("big.bin"), "16MiB", 41);
+    let s = server(&root, &[]);
+    let mut cmd = manyfold();
+    cmd.current_dir(&local).arg("ftp").args(["--delay", "100"]).arg(&s.addr).args(["get", "big.bin"]);
+    let get = Running::spawn(cmd);
+    let part = local.join(".big.bin.manyfold-partial");
+    wait_for_size(&part, 1 << 20);
+    let ok = Command::new("kill").args(["-INT", &get.id().to_string()]).status().unwrap();
+    assert!(ok.success());
+    let out = get.wait(Duration::from_secs(10));
+    failure_says(&out, "interrupted; what arrived is kept");
+    assert!(!local.join("big.bin").exists(), "an interrupted get must not leave the final name");
+    assert!(std::fs::metadata(&part).unwrap().len() >= 1 << 20, "the partial file was not kept");
+    let out = ftp(&s, &local, &["get", "big.bin"]);
+    out.assert_success();
+    assert!(out.stdout.contains("resumed from before"), "{out}");
+    assert_same(&root.join("big.bin"), &local.join("big.bin"));
+    assert_eq!(common::entries(&local), ["big.bin"]);
+}
+
+#[test]
+fn ctrl_c_in_the_shell_interrupts_a_get_and_the_same_get_then_resumes_in_that_shell() {
+    assert!(
+        Command::new("tmux").arg("-V").output().is_ok_and(|o| o.status.success()),
+        "this test needs tmux (.ci/run installs it)"
+    );
+    let (tmp, root, local) = setup();
+    samplegen(&root.join("big.bin"), "8MiB", 42);
+    let s = server(&root, &[]);
+    let name = format!("manyfold-ftp-sigint-{}", std::process::id());
+    // A 200 ms round trip keeps the download running while Ctrl-C comes.
+    let shell = format!(
+        "cd {} && HOME={} XDG_STATE_HOME={}/.local/state {} ftp --delay 100 {}; echo shell-exited-$?; sleep 30",
+        local.display(),
+        tmp.path().display(),
+        tmp.path().display(),
+        env!("CARGO_BIN_EXE_manyfold"),
+        s.addr
+    );
+    let ok = Command::new("tmux")
+        .args(["new-session", "-d", "-x", "160", "-y", "40", "-s", &name, &shell])
+        .status()
+        .unwrap();
+    assert!(ok.success());
+    let t = Tmux(name);
+    t.wait_for("`help` lists the commands");
+    t.at_prompt(&["get big.bin", "Enter"]);
+    let part = local.join(".big.bin.manyfold-partial");
+    wait_for_size(&part, 1 << 20);
+    t.keys(&["C-c"]);
+    t.wait_for("interrupted; what arrived is kept");
+    assert!(!local.join("big.bin").exists(), "an interrupted get must not leave the final name");
+    assert!(std::fs::metadata(&part).unwrap().len() >= 1 << 20, "the partial file was not kept");
+    // The shell goes on, on the same connection, and the same get resumes.
+    t.at_prompt(&["get big.bin", "Enter"]);
+    t.wait_for("resumed from before");
+    assert_same(&root.join("big.bin"), &local.join("big.bin"));
+    assert_eq!(common::entries(&local), ["big.bin"]);
+    t.at_prompt(&["quit", "Enter"]);
+    t.wait_for("shell-exited-0");
 }
