@@ -145,6 +145,9 @@ pub struct McastReceiver {
     feedback_copy: Option<Vec<u8>>,
     /// The LWSN of the newest DATA seen, and of the window last NACKed.
     latest_lwsn: Option<u32>,
+    /// The first SN of the window `latest_lwsn` ends (the one after the
+    /// previous window's LWSN).
+    window_first: u32,
     nacked_window: Option<u32>,
     events: VecDeque<ReceiverEvent>,
     stats: ReceiverStats,
@@ -190,6 +193,7 @@ impl McastReceiver {
             urgent: VecDeque::new(),
             feedback_copy: None,
             latest_lwsn: None,
+            window_first: 0,
             nacked_window: None,
             events: VecDeque::new(),
             stats: ReceiverStats::default(),
@@ -314,22 +318,31 @@ impl McastReceiver {
                 let at = data.len() - payload.len();
                 self.on_data(now, sn, lwsn, last, repair, at..data.len())
             }
-            McPacket::Ack { network, lwsn, .. } => {
-                if network == self.cfg.network && self.ack.is_some_and(|(l, _)| l == lwsn) {
-                    self.ack = None;
-                    self.stats.acks_suppressed += 1;
+            McPacket::Ack { network, lwsn, missing, .. } => {
+                if network == self.cfg.network {
+                    if self.ack.is_some_and(|(l, _)| l == lwsn) {
+                        self.ack = None;
+                        self.stats.acks_suppressed += 1;
+                    }
+                    // Gaps another receiver here reported are known.
+                    for r in missing.iter() {
+                        remove_range(&mut self.pending, r);
+                    }
                 }
                 None
             }
             McPacket::Nack { network, missing, .. } => {
-                if network == self.cfg.network && !self.pending.is_empty() {
+                if network == self.cfg.network {
                     for r in missing.iter() {
                         remove_range(&mut self.pending, r);
                     }
-                    if self.pending.is_empty() {
-                        self.nack_at = None;
+                    // One NACK per window per network (spec §16.4): what
+                    // this receiver still misses rides on an ACK, or on the
+                    // network's NACK of a later window.
+                    if self.nack_at.take().is_some() {
                         self.stats.nacks_suppressed += 1;
                     }
+                    self.nacked_window = self.latest_lwsn;
                 }
                 None
             }
@@ -434,13 +447,19 @@ impl McastReceiver {
             self.stats.duplicates += 1;
         }
         if !repair {
+            if let Some(l) = self.latest_lwsn.filter(|&l| lwsn > l) {
+                self.window_first = l + 1;
+            }
             // spec §16.4: gaps in the first sending are reported, with a delay.
             match self.expected {
                 Some(e) if sn > e => {
                     add_range(&mut self.pending, e..sn);
-                    // One NACK per window at most: later gaps of a window
-                    // already NACKed ride on its ACK (spec §16.4).
-                    if self.nack_at.is_none() && self.nacked_window != Some(lwsn) {
+                    // One NACK per window at most, and only for a gap in
+                    // the window's first half: later gaps ride on its ACK,
+                    // which is about to come (spec §16.4).
+                    let size = lwsn.wrapping_add(1).wrapping_sub(self.window_first);
+                    let early = lwsn.wrapping_sub(sn).saturating_mul(2) >= size;
+                    if early && self.nack_at.is_none() && self.nacked_window != Some(lwsn) {
                         self.nack_at = Some(now + self.backoff());
                     }
                     self.expected = Some(sn + 1);

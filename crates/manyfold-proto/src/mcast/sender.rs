@@ -44,6 +44,10 @@ pub struct SenderConfig {
     pub max_timeout: Duration,
     pub initial_window: u32,
     pub max_window: u32,
+    /// Double the window on each confirmed window until the first sign of
+    /// congestion (a shrink or an expiry), then grow it by one as the
+    /// paper does (spec §16.3). Off: the paper's growth from the start.
+    pub slow_start: bool,
     /// Repair requests gathered this long before the repairs go out.
     pub repair_gather: Duration,
     /// Receivers asking for one packet in a round for it to go by multicast.
@@ -88,6 +92,7 @@ impl Default for SenderConfig {
             max_timeout: Duration::from_secs(2),
             initial_window: 1,
             max_window: 256,
+            slow_start: true,
             repair_gather: Duration::from_millis(5),
             repair_multicast_min: 2,
             completion_timeout: Duration::from_secs(60),
@@ -290,6 +295,11 @@ pub struct McastSender {
     next_sn: u32,
     window: Option<Window>,
     w: u32,
+    /// Still in the initial slow start (see `SenderConfig::slow_start`).
+    slow_start: bool,
+    /// The first SN of the last resolved window: losses from here on count
+    /// against the loss tolerance.
+    recent_from: u32,
     timeout: Duration,
     nacked: Bitmap,
     receivers: Vec<ReceiverReport>,
@@ -349,6 +359,8 @@ impl McastSender {
             next_sn: 0,
             window: None,
             w: cfg.initial_window.max(1),
+            slow_start: cfg.slow_start,
+            recent_from: 0,
             timeout: cfg.default_timeout,
             nacked: Bitmap::new(cfg.max_packets),
             receivers: Vec::new(),
@@ -583,29 +595,35 @@ impl McastSender {
 
     /// spec §16.3: the window shrinks by one for each report that names a
     /// loss not reported before. Returns how many SNs the report names.
-    fn count_losses(&mut self, ranges: impl Iterator<Item = std::ops::Range<u32>>) -> u64 {
+    /// Also returns how many of them were sent since the previous window
+    /// began: the losses that speak of the path now (a receiver whose
+    /// reports were suppressed may report older ones late).
+    fn count_losses(&mut self, ranges: impl Iterator<Item = std::ops::Range<u32>>) -> (u64, u64) {
         let mut named = 0u64;
+        let mut recent = 0u64;
         let mut new = 0u32;
         for r in ranges {
             let r = r.start..r.end.min(self.next_sn);
             named += u64::from(r.end.saturating_sub(r.start));
+            recent += u64::from(r.end.saturating_sub(r.start.max(self.recent_from)));
             for sn in r {
                 new += u32::from(self.nacked.set(sn) == Some(true));
             }
         }
         if new > 0 && self.cfg.loss_tolerance <= 0.0 {
             self.w = self.w.saturating_sub(1).max(1);
+            self.slow_start = false;
         }
-        named
+        (named, recent)
     }
 
     /// A receiver reported `lost` packets: its total, and the most any one
     /// receiver reported since the last window resolved (the loss
     /// tolerance's measure: one receiver's rate, not the sum of all).
-    fn note_losses(&mut self, idx: usize, lost: u64) {
+    fn note_losses(&mut self, idx: usize, (lost, recent): (u64, u64)) {
         let r = &mut self.receivers[idx];
         r.reported_lost += lost;
-        r.window_lost += lost;
+        r.window_lost += recent;
         self.new_losses = self.new_losses.max(r.window_lost.min(u64::from(u32::MAX)) as u32);
     }
 
@@ -804,13 +822,18 @@ impl McastSender {
             // With a loss tolerance, losses shrink the window only above
             // that fraction of what went out (spec §16.3).
             let size = f64::from(w.lwsn + 1 - w.first);
-            if self.cfg.loss_tolerance > 0.0 && f64::from(self.new_losses) > (self.cfg.loss_tolerance * size).max(1.0) {
+            if self.cfg.loss_tolerance > 0.0
+                && f64::from(self.new_losses) > loss_allowance(self.cfg.loss_tolerance, size)
+            {
                 // Shrink in proportion to the loss (a receiver losing half
                 // a window behind its own bottleneck halves it in two
                 // windows), by one at least.
                 let f = (f64::from(self.new_losses) / size).min(1.0);
                 let scaled = (f64::from(self.w) * (1.0 - f / 2.0)) as u32;
                 self.w = scaled.min(self.w.saturating_sub(1)).max(1);
+                self.slow_start = false;
+            } else if self.slow_start {
+                self.w = self.w.saturating_mul(2).min(self.cfg.max_window.max(1));
             } else {
                 self.w = (self.w + 1).min(self.cfg.max_window.max(1));
             }
@@ -828,8 +851,10 @@ impl McastSender {
             }
             self.timeout = self.timeout.mul_f64(self.cfg.alpha).min(self.cfg.max_timeout);
             self.w = self.w.saturating_sub(1).max(1);
+            self.slow_start = false;
         }
         self.new_losses = 0;
+        self.recent_from = w.first;
         for r in &mut self.receivers {
             r.window_lost = 0;
         }
@@ -858,7 +883,8 @@ impl McastSender {
         }
         self.artp_windows += 1;
         self.artp_networks += networks as u64;
-        if self.artp_windows < 4 {
+        // While the window doubles, windows are few: adapt after each.
+        if self.artp_windows < if self.slow_start { 1 } else { 4 } {
             return;
         }
         let per = (self.stats.acks - self.artp_acks_at) as f64 / self.artp_networks.max(1) as f64;
@@ -1243,4 +1269,14 @@ fn packets_available(available: u64, block: u16, total: Option<u32>) -> u32 {
         Some(t) => t,
         None => (available / u64::from(block)).min(u64::from(u32::MAX - 1)) as u32,
     }
+}
+
+/// spec §16.3: the losses one receiver may report while a window of
+/// `size` packets is open without the window shrinking: the tolerated
+/// fraction plus two standard deviations of what independent loss at that
+/// rate gives, so that random loss (whose reports may also fall into the
+/// next window) is not read as congestion, while a bottleneck's burst is.
+fn loss_allowance(tolerance: f64, size: f64) -> f64 {
+    let mean = tolerance * size;
+    (mean + 2.0 * (mean * (1.0 - tolerance)).sqrt()).max(1.0)
 }
