@@ -281,7 +281,19 @@ impl Root {
     pub fn rmdir(&self, path: &str) -> FsResult<()> {
         self.writable(path)?;
         let (dir, name) = self.parent(path)?;
-        unlinkat(&dir, name, AtFlags::REMOVEDIR).map_err(|e| fail(e, path))
+        match unlinkat(&dir, name, AtFlags::REMOVEDIR) {
+            // Listings hide partial uploads: say why an "empty" directory is not.
+            Err(Errno::NOTEMPTY) if self.holds_only_partials(path) => Err(Failure::new(
+                Code::NotEmpty,
+                format!("{} (it holds only partial uploads, which ls hides; rm -r removes them)", shown(path)),
+            )),
+            r => r.map_err(|e| fail(e, path)),
+        }
+    }
+
+    fn holds_only_partials(&self, path: &str) -> bool {
+        let Ok(fd) = self.beneath(path, OFlags::RDONLY | OFlags::DIRECTORY) else { return false };
+        names(&fd).is_ok_and(|n| !n.is_empty() && n.iter().all(|c| is_partial(&lossy(c))))
     }
 
     /// Removes a file or link; with `recursive`, a directory and all in it.
@@ -634,6 +646,11 @@ mod tests {
         assert_eq!(code(r.rmdir("a")), Code::NotEmpty);
         assert_eq!(code(r.remove("a", false)), Code::IsADirectory);
         assert_eq!(code(r.rmdir("a/b/c/f")), Code::NotADirectory);
+        fs::create_dir(t.path().join("up")).unwrap();
+        fs::write(t.path().join("up/.big.iso.manyfold-partial"), b"part").unwrap();
+        let f = r.rmdir("up").unwrap_err();
+        assert!(f.code == Code::NotEmpty && f.text.contains("only partial uploads"), "{f}");
+        r.remove("up", true).unwrap();
         assert_eq!(code(r.remove("", true)), Code::BadRequest);
         r.copy("a", "copy", true, false).unwrap();
         assert_eq!(fs::read(t.path().join("copy/b/c/f")).unwrap(), b"data");
