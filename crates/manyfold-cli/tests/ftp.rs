@@ -344,6 +344,33 @@ impl Tmux {
     }
 }
 
+impl Tmux {
+    /// `manyfold ftp [FLAGS] ADDR` in a new tmux session named `name`, run
+    /// in `local` with its history under `home`; once the shell has
+    /// connected. The session prints `shell-exited-STATUS` when it ends.
+    fn shell(name: &str, home: &Path, local: &Path, flags: &str, addr: &str) -> Tmux {
+        assert!(
+            Command::new("tmux").arg("-V").output().is_ok_and(|o| o.status.success()),
+            "this test needs tmux (.ci/run installs it)"
+        );
+        let shell = format!(
+            "cd {} && HOME={} XDG_STATE_HOME={}/.local/state {} ftp {flags} {addr}; echo shell-exited-$?; sleep 30",
+            local.display(),
+            home.display(),
+            home.display(),
+            env!("CARGO_BIN_EXE_manyfold"),
+        );
+        let ok = Command::new("tmux")
+            .args(["new-session", "-d", "-x", "160", "-y", "40", "-s", name, &shell])
+            .status()
+            .unwrap();
+        assert!(ok.success());
+        let t = Tmux(name.to_string());
+        t.wait_for("`help` lists the commands");
+        t
+    }
+}
+
 impl Drop for Tmux {
     fn drop(&mut self) {
         let _ = Command::new("tmux").args(["kill-session", "-t", &self.0]).status();
@@ -352,30 +379,11 @@ impl Drop for Tmux {
 
 #[test]
 fn the_interactive_shell_edits_completes_remote_paths_and_transfers() {
-    assert!(
-        Command::new("tmux").arg("-V").output().is_ok_and(|o| o.status.success()),
-        "this test needs tmux (.ci/run installs it)"
-    );
     let (tmp, root, local) = setup();
     std::fs::create_dir(root.join("reports-2026")).unwrap();
     std::fs::write(root.join("reports-2026/summary.txt"), b"all good\n").unwrap();
     let s = server(&root, &[]);
-    let name = format!("manyfold-ftp-test-{}", std::process::id());
-    let shell = format!(
-        "cd {} && HOME={} XDG_STATE_HOME={}/.local/state {} ftp {}; echo shell-exited-$?; sleep 30",
-        local.display(),
-        tmp.path().display(),
-        tmp.path().display(),
-        env!("CARGO_BIN_EXE_manyfold"),
-        s.addr
-    );
-    let ok = Command::new("tmux")
-        .args(["new-session", "-d", "-x", "160", "-y", "40", "-s", &name, &shell])
-        .status()
-        .unwrap();
-    assert!(ok.success());
-    let t = Tmux(name);
-    t.wait_for("`help` lists the commands");
+    let t = Tmux::shell(&format!("manyfold-ftp-test-{}", std::process::id()), tmp.path(), &local, "", &s.addr);
     t.at_prompt(&["help", "Enter"]);
     t.wait_for("download a file, verified");
     // Tab completes the remote directory name, then the file in it.
@@ -444,30 +452,12 @@ fn sigint_interrupts_a_one_shot_get_which_keeps_its_part_and_the_same_get_resume
 
 #[test]
 fn ctrl_c_in_the_shell_interrupts_a_get_and_the_same_get_then_resumes_in_that_shell() {
-    assert!(
-        Command::new("tmux").arg("-V").output().is_ok_and(|o| o.status.success()),
-        "this test needs tmux (.ci/run installs it)"
-    );
     let (tmp, root, local) = setup();
     samplegen(&root.join("big.bin"), "8MiB", 42);
     let s = server(&root, &[]);
-    let name = format!("manyfold-ftp-sigint-{}", std::process::id());
     // A 200 ms round trip keeps the download running while Ctrl-C comes.
-    let shell = format!(
-        "cd {} && HOME={} XDG_STATE_HOME={}/.local/state {} ftp --delay 100 {}; echo shell-exited-$?; sleep 30",
-        local.display(),
-        tmp.path().display(),
-        tmp.path().display(),
-        env!("CARGO_BIN_EXE_manyfold"),
-        s.addr
-    );
-    let ok = Command::new("tmux")
-        .args(["new-session", "-d", "-x", "160", "-y", "40", "-s", &name, &shell])
-        .status()
-        .unwrap();
-    assert!(ok.success());
-    let t = Tmux(name);
-    t.wait_for("`help` lists the commands");
+    let name = format!("manyfold-ftp-sigint-{}", std::process::id());
+    let t = Tmux::shell(&name, tmp.path(), &local, "--delay 100", &s.addr);
     t.at_prompt(&["get big.bin", "Enter"]);
     let part = local.join(".big.bin.manyfold-partial");
     wait_for_size(&part, 1 << 20);

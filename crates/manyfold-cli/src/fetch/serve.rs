@@ -72,19 +72,7 @@ pub async fn run(args: ServeArgs) -> Result<()> {
         human_bytes(args.segment)
     );
 
-    // Accept in a task of its own, so that no accept is ever cancelled by
-    // the select below.
-    let (conn_tx, mut conn_rx) = tokio::sync::mpsc::channel::<Connection>(1);
-    let acceptor = {
-        let endpoint = Arc::clone(&endpoint);
-        tokio::spawn(async move {
-            while let Some(conn) = endpoint.accept().await {
-                if conn_tx.send(conn).await.is_err() {
-                    break;
-                }
-            }
-        })
-    };
+    let (mut conn_rx, acceptor) = net::spawn_acceptor(Arc::clone(&endpoint));
     let mut tasks: JoinSet<(String, u64)> = JoinSet::new();
     let (mut sessions, mut segments) = (0u64, 0u64);
     let ctrl_c = net::interrupted();

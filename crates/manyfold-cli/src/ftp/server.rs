@@ -122,17 +122,7 @@ pub async fn run(args: ServerArgs) -> Result<()> {
     let notes = if notes.is_empty() { String::new() } else { format!(" ({})", notes.join(", ")) };
     println!("manyfold ftp-server: listening on {local}, serving {}{notes} (Ctrl-C to stop)", args.root.display());
 
-    let (conn_tx, mut conn_rx) = mpsc::channel::<Connection>(1);
-    let acceptor = {
-        let endpoint = Arc::clone(&endpoint);
-        tokio::spawn(async move {
-            while let Some(conn) = endpoint.accept().await {
-                if conn_tx.send(conn).await.is_err() {
-                    break;
-                }
-            }
-        })
-    };
+    let (mut conn_rx, acceptor) = net::spawn_acceptor(Arc::clone(&endpoint));
     let mut clients: JoinSet<String> = JoinSet::new();
     let ctrl_c = net::interrupted();
     tokio::pin!(ctrl_c);
@@ -328,6 +318,17 @@ fn claim(busy: &Busy, stream: u16) -> FsResult<Claim> {
 async fn handle(service: &Arc<Service>, streams: &Streams, busy: &Busy, id: u32, req: Request) -> (u64, u64) {
     let root = service;
     let r = Arc::clone(service);
+    // A transfer's stream is its own while it runs.
+    let _claim = match &req {
+        Request::Get { stream, .. } | Request::Put { stream, .. } => match claim(busy, *stream) {
+            Ok(c) => Some(c),
+            Err(f) => {
+                let _ = send(streams, id, Reply::Error(f)).await;
+                return (0, 0);
+            }
+        },
+        _ => None,
+    };
     let simple = match req {
         Request::Hello { .. } => Err(Failure::new(Code::BadRequest, "hello twice")),
         Request::Stat { path } => blocking(move || r.root.stat(&path)).await.map(Reply::Stat),
@@ -344,13 +345,6 @@ async fn handle(service: &Arc<Service>, streams: &Streams, busy: &Busy, id: u32,
             blocking(move || r.root.copy(&from, &to, recursive, force)).await.map(|()| Reply::Done)
         }
         Request::Get { path, stream, offset, prefix } => {
-            let _claim = match claim(busy, stream) {
-                Ok(c) => c,
-                Err(f) => {
-                    let _ = send(streams, id, Reply::Error(f)).await;
-                    return (0, 0);
-                }
-            };
             let mut started = false;
             return match get(root, streams, id, &path, stream, offset, prefix, &mut started).await {
                 Ok(n) => (0, n),
@@ -365,13 +359,6 @@ async fn handle(service: &Arc<Service>, streams: &Streams, busy: &Busy, id: u32,
             };
         }
         Request::Put { path, stream, size, mtime, force } => {
-            let _claim = match claim(busy, stream) {
-                Ok(c) => c,
-                Err(f) => {
-                    let _ = send(streams, id, Reply::Error(f)).await;
-                    return (0, 0);
-                }
-            };
             let mut started = false;
             let r = put(root, streams, id, &path, stream, size, mtime, force, &mut started).await;
             let reply = match r {

@@ -529,18 +529,14 @@ impl Session {
                 many => format!("{} transfers", many.len()),
             };
             self.spawn(what, 0, move |c, done, total| async move {
-                let bytes = run_all(&c, list, force, None, Some((done, total))).await?;
+                let bytes = run_all(&c, list, force, None, Some((done, total)), std::future::pending::<()>()).await?;
                 Ok(bytes)
             });
             return Ok(());
         }
         let multi = multi_progress();
-        let work = run_all(&self.client, list, force, Some(&multi), None);
-        let out = tokio::select! {
-            r = work => r,
-            _ = tokio::signal::ctrl_c() => bail!("interrupted; what arrived is kept, and the same command resumes"),
-        };
-        println!("{}", out?);
+        let summary = run_all(&self.client, list, force, Some(&multi), None, tokio::signal::ctrl_c()).await?;
+        println!("{summary}");
         Ok(())
     }
 }
@@ -560,14 +556,17 @@ impl Xfer {
     }
 }
 
-/// Runs `list`; bars in `multi`, or totals in `counters`. Returns a summary.
+/// Runs `list`; bars in `multi`, or totals in `counters`, until done or
+/// `interrupt` resolves. Returns a summary.
 async fn run_all(
     client: &Arc<Client>,
     list: Vec<Xfer>,
     force: bool,
     multi: Option<&indicatif::MultiProgress>,
     counters: Option<(Arc<AtomicU64>, Arc<AtomicU64>)>,
+    interrupt: impl std::future::Future,
 ) -> Result<String> {
+    tokio::pin!(interrupt);
     let start = std::time::Instant::now();
     let count = list.len();
     let mut set: JoinSet<Result<(String, Transferred)>> = JoinSet::new();
@@ -612,7 +611,19 @@ async fn run_all(
                 r.map(|t| (what.clone(), t)).with_context(|| what)
             });
         }
-        let Some(joined) = set.join_next().await else { break };
+        let joined = tokio::select! {
+            j = set.join_next() => j,
+            _ = &mut interrupt => {
+                // Every transfer stopped (their partial files kept) and the
+                // bars gone before the prompt comes back.
+                set.shutdown().await;
+                if let Some(m) = multi {
+                    let _ = m.clear();
+                }
+                bail!("interrupted; what arrived is kept, and the same command resumes");
+            }
+        };
+        let Some(joined) = joined else { break };
         match joined {
             Ok(Ok((_, t))) => {
                 bytes += t.size - t.resumed;

@@ -130,6 +130,23 @@ pub fn unspecified_for(peer: SocketAddr) -> SocketAddr {
     }
 }
 
+/// Accepts connections in a task of its own, so that no accept is ever
+/// cancelled by a caller's `select!`: they arrive on the returned channel.
+/// Abort the task when done.
+pub fn spawn_acceptor(
+    endpoint: std::sync::Arc<Endpoint>,
+) -> (tokio::sync::mpsc::Receiver<Connection>, tokio::task::JoinHandle<()>) {
+    let (tx, rx) = tokio::sync::mpsc::channel::<Connection>(1);
+    let task = tokio::spawn(async move {
+        while let Some(conn) = endpoint.accept().await {
+            if tx.send(conn).await.is_err() {
+                break;
+            }
+        }
+    });
+    (rx, task)
+}
+
 /// Resolves `host:port` (names allowed) to one socket address.
 pub async fn resolve(text: &str) -> Result<SocketAddr> {
     if let Ok(addr) = text.parse() {

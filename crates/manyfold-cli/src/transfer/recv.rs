@@ -71,19 +71,7 @@ pub async fn run(args: RecvArgs) -> Result<()> {
         if args.once { " (one transfer)" } else { " (Ctrl-C to stop)" }
     );
 
-    // Accept in a task of its own, so that no accept is ever cancelled by
-    // the select below.
-    let (conn_tx, mut conn_rx) = tokio::sync::mpsc::channel::<Connection>(1);
-    let acceptor = {
-        let endpoint = Arc::clone(&endpoint);
-        tokio::spawn(async move {
-            while let Some(conn) = endpoint.accept().await {
-                if conn_tx.send(conn).await.is_err() {
-                    break;
-                }
-            }
-        })
-    };
+    let (mut conn_rx, acceptor) = net::spawn_acceptor(Arc::clone(&endpoint));
 
     let multi = report::multi_progress();
     let mut tasks: JoinSet<Result<Report>> = JoinSet::new();
