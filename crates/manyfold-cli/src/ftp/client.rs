@@ -143,7 +143,15 @@ impl Client {
     async fn call(&self, req: Request) -> Result<Call> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = mpsc::unbounded_channel();
-        self.pending.lock().expect("not poisoned").insert(id, tx);
+        {
+            // Under the lock the reader takes to give up: a request either
+            // sees that the replies have stopped or is told when they do.
+            let mut pending = self.pending.lock().expect("not poisoned");
+            if self.ended.lock().expect("not poisoned").is_some() {
+                return Err(self.lost());
+            }
+            pending.insert(id, tx);
+        }
         let call = Call { id, rx, pending: Arc::clone(&self.pending) };
         if self.streams.send_message(CONTROL_STREAM, &req.encode(id)).await.is_err() {
             return Err(self.lost());
@@ -419,8 +427,9 @@ async fn read_replies(streams: Streams, pending: Pending, ended: Arc<Mutex<Optio
             Err(e) => break e.to_string(),
         }
     };
+    let mut pending = pending.lock().expect("not poisoned");
     *ended.lock().expect("not poisoned") = Some(why);
-    pending.lock().expect("not poisoned").clear();
+    pending.clear();
 }
 
 /// Where a download of `remote` lands given the LOCAL argument (or none):

@@ -154,3 +154,39 @@ async fn a_transfer_on_stream_0_the_control_stream_or_a_busy_stream_is_refused()
     // Another stream is free.
     assert!(matches!(raw.ask(7, get(8)).await, Reply::GetStart { .. }));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_malformed_reply_every_request_fails_at_once_instead_of_waiting() {
+    // A fake server: a proper welcome, then a reply no parser accepts, and
+    // the connection left open.
+    let endpoint = Arc::new(net::bind("127.0.0.1:0".parse().unwrap(), Config::default()).await.unwrap());
+    endpoint.listen();
+    let addr = endpoint.local_addr().unwrap();
+    let server = {
+        let endpoint = Arc::clone(&endpoint);
+        tokio::spawn(async move {
+            let conn = endpoint.accept().await.expect("a client");
+            let streams = conn.streams();
+            let Ok(Some(StreamItem::Message(m))) = streams.recv_message_on(CONTROL_STREAM).await else { return };
+            let (id, _) = Request::parse(&m).expect("hello");
+            let welcome = Reply::Welcome { version: VERSION, read_only: false, max_file: u64::MAX }.encode(id);
+            streams.send_message(CONTROL_STREAM, &welcome).await.unwrap();
+            streams.send_message(CONTROL_STREAM, b"?garbage").await.unwrap();
+            tokio::time::sleep(LIMIT).await;
+            drop(conn);
+        })
+    };
+    let client = Client::connect(addr, None, Config::default()).await.unwrap();
+    // The reader gives up on the garbage; a request made afterwards must
+    // learn that, not wait for a reply nobody will route.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let r = tokio::time::timeout(Duration::from_secs(5), client.stat("x")).await;
+        let err = r.expect("a request after the reader stopped must not hang").unwrap_err();
+        if err.to_string().contains("malformed") {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{err:#}");
+    }
+    server.abort();
+}
