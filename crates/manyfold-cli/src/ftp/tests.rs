@@ -106,7 +106,13 @@ struct Raw {
 
 impl Raw {
     async fn connect(addr: SocketAddr) -> Raw {
-        let (endpoint, conn) = net::connect(addr, Config::default()).await.unwrap();
+        // Each stream's credit is 1 MiB: a larger download nobody reads
+        // stays on its stream (with the default 16 MiB it could be sent
+        // whole, and its stream freed, before the next request comes).
+        let mut config = Config::default();
+        config.endpoint.connection.max_message = 1 << 20;
+        config.endpoint.connection.stream_window = 1 << 20;
+        let (endpoint, conn) = net::connect(addr, config).await.unwrap();
         let raw = Raw { streams: conn.streams(), _endpoint: endpoint, _conn: conn };
         let welcome = raw.ask(0, Request::Hello { version: VERSION, token: Vec::new() }).await;
         assert!(matches!(welcome, Reply::Welcome { .. }), "{welcome:?}");
@@ -145,8 +151,8 @@ async fn a_transfer_on_stream_0_the_control_stream_or_a_busy_stream_is_refused()
     assert_eq!(refused(&raw.ask(1, get(0)).await), Code::BadRequest);
     assert_eq!(refused(&raw.ask(2, get(CONTROL_STREAM)).await), Code::BadRequest);
     assert_eq!(refused(&raw.ask(3, put(CONTROL_STREAM)).await), Code::BadRequest);
-    // A download nobody reads stays on its stream (its credit runs out):
-    // the stream is busy until it ends.
+    // A 4 MiB download nobody reads stays on its stream (its 1 MiB credit
+    // runs out): the stream is busy until it ends.
     assert!(matches!(raw.ask(4, get(7)).await, Reply::GetStart { .. }));
     assert_eq!(refused(&raw.ask(5, get(7)).await), Code::BadRequest);
     assert_eq!(refused(&raw.ask(6, put(7)).await), Code::BadRequest);
