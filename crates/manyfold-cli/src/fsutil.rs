@@ -23,11 +23,7 @@ impl PartFile {
     /// Creates the temporary file in `final_path`'s directory.
     pub fn create(final_path: &Path) -> Result<PartFile> {
         let dir = parent_dir(final_path);
-        let name = final_path
-            .file_name()
-            .with_context(|| format!("{} has no file name", final_path.display()))?
-            .to_string_lossy()
-            .into_owned();
+        let name = base_name(final_path)?;
         // create_new: never reuse or clobber another writer's temporary file.
         for _ in 0..8 {
             let tmp = dir.join(format!(".{name}.manyfold-part-{:016x}", crate::net::random_u64()));
@@ -73,12 +69,7 @@ impl PartFile {
 fn split_dir(tmp: &Path, final_path: &Path) -> Result<(File, String, String)> {
     let dir_path = parent_dir(final_path);
     let dir = File::open(&dir_path).with_context(|| format!("cannot open the directory {}", dir_path.display()))?;
-    let base = |p: &Path| {
-        p.file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .with_context(|| format!("{} has no file name", p.display()))
-    };
-    Ok((dir, base(tmp)?, base(final_path)?))
+    Ok((dir, base_name(tmp)?, base_name(final_path)?))
 }
 
 /// Why [`install_at`] failed.
@@ -155,11 +146,7 @@ impl ResumeFile {
     pub fn open(final_path: &Path) -> Result<(ResumeFile, u64)> {
         use std::os::unix::fs::OpenOptionsExt;
         let dir_path = parent_dir(final_path);
-        let name = final_path
-            .file_name()
-            .with_context(|| format!("{} has no file name", final_path.display()))?
-            .to_string_lossy()
-            .into_owned();
+        let name = base_name(final_path)?;
         let part = partial_name(&name);
         let file = OpenOptions::new()
             .read(true)
@@ -202,6 +189,12 @@ impl Drop for PartFile {
             let _ = fs::remove_file(&self.tmp);
         }
     }
+}
+
+/// The last component of `path`, as text.
+fn base_name(path: &Path) -> Result<String> {
+    let name = path.file_name().with_context(|| format!("{} has no file name", path.display()))?;
+    Ok(name.to_string_lossy().into_owned())
 }
 
 fn parent_dir(path: &Path) -> PathBuf {

@@ -18,7 +18,7 @@ use rustix::fs::{
 };
 use rustix::io::Errno;
 
-use super::wire::{Code, Entry, Failure, Kind, LIST_PART};
+use super::wire::{shown, Code, Entry, Failure, Kind, LIST_PART};
 use crate::fsutil::{install_at, partial_name, InstallError, PARTIAL_SUFFIX};
 
 pub type FsResult<T> = Result<T, Failure>;
@@ -71,11 +71,6 @@ fn io_fail(e: &io::Error, path: &str) -> Failure {
         Some(errno) => fail(errno, path),
         None => Failure::new(Code::Io, format!("{}: {e}", shown(path))),
     }
-}
-
-/// How a path is named to the client: from the root, as `/a/b`.
-fn shown(path: &str) -> String {
-    format!("/{}", path.trim_start_matches('/'))
 }
 
 fn kind_of(st: &Stat) -> Kind {

@@ -12,7 +12,7 @@ use anyhow::{bail, Context as _, Result};
 use tokio::task::JoinSet;
 
 use super::client::{local_target, Client, Transferred};
-use super::wire::{Entry, Kind};
+use super::wire::{shown, Entry, Kind};
 use crate::report::{multi_progress, transfer_bar};
 use crate::size::{human_bytes, human_rate};
 
@@ -127,11 +127,6 @@ pub fn resolve(cwd: &str, arg: &str) -> Result<String> {
         }
     }
     Ok(parts.join("/"))
-}
-
-/// How a wire path is shown: `/a/b`.
-pub fn shown(path: &str) -> String {
-    format!("/{path}")
 }
 
 /// `*` and `?` wildcard match of a whole name.

@@ -24,6 +24,12 @@ pub const HASH_LEN: usize = 32;
 /// Reset code of a transfer stream the other side abandoned.
 pub const STREAM_ABANDONED: u16 = 0x4654;
 
+/// How a path (relative to the root, as on the wire) is shown to a
+/// person: from the root, as `/a/b`.
+pub fn shown(path: &str) -> String {
+    format!("/{}", path.trim_start_matches('/'))
+}
+
 /// Why a request failed: each a distinct code on the wire.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u16)]

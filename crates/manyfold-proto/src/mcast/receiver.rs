@@ -324,18 +324,13 @@ impl McastReceiver {
                         self.ack = None;
                         self.stats.acks_suppressed += 1;
                     }
-                    // Gaps another receiver here reported are known.
-                    for r in missing.iter() {
-                        remove_range(&mut self.pending, r);
-                    }
+                    self.forget_reported(missing.iter());
                 }
                 None
             }
             McPacket::Nack { network, missing, .. } => {
                 if network == self.cfg.network {
-                    for r in missing.iter() {
-                        remove_range(&mut self.pending, r);
-                    }
+                    self.forget_reported(missing.iter());
                     // One NACK per window per network (spec §16.4): what
                     // this receiver still misses rides on an ACK, or on the
                     // network's NACK of a later window.
@@ -668,6 +663,14 @@ impl McastReceiver {
             return self.send_status(now, buf, session, sender);
         }
         None
+    }
+
+    /// Gaps another receiver of this network reported (in its ACK or
+    /// NACK) are known to the sender: not reported again.
+    fn forget_reported(&mut self, ranges: impl Iterator<Item = Range<u32>>) {
+        for r in ranges {
+            remove_range(&mut self.pending, r);
+        }
     }
 
     /// spec §16.4: feedback goes to the group, where this network's other
