@@ -90,6 +90,10 @@ pub struct ConnectionConfig {
     /// `recv_buffer`: how far beyond what the application consumed the
     /// peer may send on it (spec §13.7). At least `max_message`.
     pub stream_window: usize,
+    /// Record trace events (spec §18), read with
+    /// [`crate::Endpoint::poll_qlog`]. Off by default: it costs an
+    /// allocation or two per packet.
+    pub qlog: bool,
 }
 
 impl Default for ConnectionConfig {
@@ -114,6 +118,7 @@ impl Default for ConnectionConfig {
             max_streams: 1024,
             max_message: 16 << 20,
             stream_window: 16 << 20,
+            qlog: false,
         }
     }
 }
@@ -133,6 +138,10 @@ pub struct EndpointConfig {
     pub cookie_lifetime: Duration,
     /// Most RST and refusal packets sent per second (spec §6.5).
     pub max_resets_per_sec: u32,
+    /// Most trace events (spec §18) held for [`crate::Endpoint::poll_qlog`];
+    /// beyond it new ones are dropped and counted in
+    /// [`crate::EndpointStats::qlog_dropped`].
+    pub max_qlog_events: usize,
     /// Settings for every connection of this endpoint.
     pub connection: ConnectionConfig,
 }
@@ -145,6 +154,7 @@ impl Default for EndpointConfig {
             accept_backlog: 1024,
             cookie_lifetime: Duration::from_secs(60),
             max_resets_per_sec: 1000,
+            max_qlog_events: 1 << 16,
             connection: ConnectionConfig::default(),
         }
     }

@@ -26,6 +26,7 @@ mod endpoint;
 pub mod group;
 mod handshake;
 pub mod mcast;
+pub mod qlog;
 mod rangeset;
 pub mod recovery;
 mod ring;
@@ -40,6 +41,7 @@ pub use group::{
     Destination, Eviction, GroupConfig, GroupError, GroupEvent, GroupHandle, GroupStats, Left, Mode, PeerId, PeerState,
     PeerStats, Unreachable,
 };
+pub use qlog::{QlogData, QlogEvent};
 
 #[cfg(test)]
 mod tests;

@@ -18,7 +18,7 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use manyfold_proto::{CloseReason, ConnHandle, Endpoint, EndpointConfig, Event, GroupEvent, GroupHandle};
+use manyfold_proto::{CloseReason, ConnHandle, Endpoint, EndpointConfig, Event, GroupEvent, GroupHandle, QlogEvent};
 
 use crate::link::{Arrival, LinkConfig, LinkStats};
 use crate::net::Network;
@@ -76,6 +76,8 @@ struct Node {
     endpoint: Endpoint,
     log: Vec<LoggedEvent>,
     group_log: Vec<LoggedGroupEvent>,
+    /// Trace events (spec §18) of connections with `ConnectionConfig::qlog` set.
+    qlog: Vec<(ConnHandle, QlogEvent)>,
     /// Deadline of the timer event currently queued for this node.
     armed: Option<Instant>,
     /// An application command may have created output to drain.
@@ -264,6 +266,7 @@ impl World {
             endpoint,
             log: Vec::new(),
             group_log: Vec::new(),
+            qlog: Vec::new(),
             armed: None,
             dirty: true,
             stats: NodeStats::default(),
@@ -346,6 +349,13 @@ impl World {
     }
 
     /// The events of one connection of the node at `addr`.
+    /// Trace events (spec §18) of connection `conn` at `addr`, oldest first;
+    /// empty unless its endpoint's connections record them
+    /// (`ConnectionConfig::qlog`).
+    pub fn qlog(&self, addr: SocketAddr, conn: ConnHandle) -> Vec<QlogEvent> {
+        self.nodes[self.index(addr)].qlog.iter().filter(|(c, _)| *c == conn).map(|(_, e)| e.clone()).collect()
+    }
+
     pub fn conn_events(&self, addr: SocketAddr, conn: ConnHandle) -> Vec<LoggedEvent> {
         self.events(addr).iter().filter(|e| e.conn == conn).copied().collect()
     }
@@ -469,6 +479,9 @@ impl World {
         }
         while let Some((group, event)) = node.endpoint.poll_group_event() {
             node.group_log.push(LoggedGroupEvent { at: elapsed, group, event });
+        }
+        while let Some(e) = node.endpoint.poll_qlog() {
+            node.qlog.push(e);
         }
         let deadline = node.endpoint.poll_timeout();
         if deadline != node.armed {

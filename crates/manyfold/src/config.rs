@@ -1,7 +1,8 @@
 //! Configuration of a driven endpoint: the engine's settings, fault
-//! injection (RUSP's `drop` attribute, paper 04 §2.2) and the packet trace
-//! (RUSP's debug mode, paper 04 Fig. 14).
+//! injection (RUSP's `drop` attribute, paper 04 §2.2), the packet trace
+//! (RUSP's debug mode, paper 04 Fig. 14) and qlog traces (spec §18).
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 /// Everything [`crate::Endpoint::bind`] needs.
@@ -15,6 +16,10 @@ pub struct Config {
     /// Log every datagram sent and received (target `manyfold::packet`,
     /// level DEBUG).
     pub trace: bool,
+    /// Write a qlog trace of every connection into this directory (spec
+    /// §18; created if missing): `client-<id>.sqlog` or `server-<id>.sqlog`,
+    /// read by `manyfold trace`.
+    pub qlog_dir: Option<PathBuf>,
 }
 
 /// A seeded, deterministic model of a bad network applied by the driver

@@ -23,6 +23,7 @@ use std::time::{Duration, Instant};
 use manyfold_proto::Transmit;
 use quinn_udp::{RecvMeta, BATCH_SIZE};
 
+use crate::qlog::QlogWriter;
 use crate::shared::{Inner, Phase, Shared};
 use crate::socket::{canonical, UdpIo};
 use crate::trace::{Direction, PacketTrace};
@@ -63,10 +64,18 @@ pub(crate) struct Driver {
     tx_pending: Option<Transmit>,
     max_datagram: usize,
     trace: PacketTrace,
+    /// Writes the connections' qlog traces (spec §18), when asked for.
+    qlog: Option<QlogWriter>,
 }
 
 impl Driver {
-    pub(crate) fn new(shared: Arc<Shared>, io: UdpIo, max_datagram: usize, trace: PacketTrace) -> Self {
+    pub(crate) fn new(
+        shared: Arc<Shared>,
+        io: UdpIo,
+        max_datagram: usize,
+        trace: PacketTrace,
+        qlog: Option<QlogWriter>,
+    ) -> Self {
         // A GRO buffer holds at most 64 KiB (one coalesced UDP payload);
         // without GRO a slot needs one datagram.
         let slot_len = if io.gro_segments() > 1 { 1 << 16 } else { max_datagram.max(2048) };
@@ -80,6 +89,7 @@ impl Driver {
             tx_pending: None,
             max_datagram,
             trace,
+            qlog,
             io,
         }
     }
@@ -211,6 +221,7 @@ impl Driver {
         while let Some((g, ev)) = inner.engine.poll_group_event() {
             inner.dispatch_group(g, ev);
         }
+        self.write_qlog(inner);
 
         let mut deadline = inner.engine.poll_timeout();
         match inner.phase {
@@ -221,6 +232,7 @@ impl Driver {
                     while let Some(t) = inner.engine.poll_transmit(now, 1, &mut self.tx_buf) {
                         let _ = self.io.send(t.destination, &self.tx_buf[..t.size], None);
                     }
+                    self.write_qlog(inner);
                     return None;
                 }
                 deadline = min_deadline(deadline, Some(limit));
@@ -235,6 +247,15 @@ impl Driver {
             deadline = min_deadline(deadline, f.next_release());
         }
         Some(Step { deadline, blocked, busy })
+    }
+
+    /// Writes the connections' trace events (spec §18) to their files.
+    fn write_qlog(&mut self, inner: &mut Inner) {
+        if let Some(q) = self.qlog.as_mut() {
+            while let Some((h, ev)) = inner.engine.poll_qlog() {
+                q.write(h, &ev);
+            }
+        }
     }
 
     /// Sends the transmit in `tx_buf` as is. Returns true if the socket

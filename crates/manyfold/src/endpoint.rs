@@ -15,6 +15,7 @@ use crate::connection::{ConnRef, Connection};
 use crate::driver::{now, Driver};
 use crate::error::ConnectionError;
 use crate::fault::Faults;
+use crate::qlog::QlogWriter;
 use crate::shared::{ConnState, Inner, Phase, Shared};
 use crate::socket::{self, UdpIo};
 use crate::trace::PacketTrace;
@@ -57,10 +58,20 @@ impl Endpoint {
     }
 
     async fn bind_socket(addr: SocketAddr, config: Config, reuse_port: bool) -> io::Result<Endpoint> {
-        let Config { endpoint: mut engine_config, faults, trace } = config;
+        let Config { endpoint: mut engine_config, faults, trace, qlog_dir } = config;
         if engine_config.seed == 0 {
             engine_config.seed = os_seed()?;
         }
+        let qlog = match qlog_dir {
+            Some(dir) => {
+                std::fs::create_dir_all(&dir).map_err(|e| {
+                    io::Error::new(e.kind(), format!("cannot create the qlog directory {}: {e}", dir.display()))
+                })?;
+                engine_config.connection.qlog = true;
+                Some(QlogWriter::new(dir))
+            }
+            None => None,
+        };
         let max_datagram = usize::from(engine_config.connection.max_datagram).max(1);
         let io = UdpIo::new(socket::bind(addr, reuse_port)?)?;
         let local_addr = io.socket.local_addr()?;
@@ -68,7 +79,7 @@ impl Endpoint {
         let engine = manyfold_proto::Endpoint::new(engine_config, start);
         let faults = faults.is_active().then(|| Faults::new(faults));
         let shared = Arc::new(Shared::new(Inner::new(engine, faults), local_addr));
-        let driver = Driver::new(shared.clone(), io, max_datagram, PacketTrace::new(trace, start));
+        let driver = Driver::new(shared.clone(), io, max_datagram, PacketTrace::new(trace, start), qlog);
         tokio::spawn(driver.run());
         Ok(Endpoint { shared })
     }

@@ -20,7 +20,7 @@
 //!
 //! Layout: [`config`] (settings, fault model), `driver` (the task that owns
 //! the socket), `shared` (state behind the lock, waker dispatch), `socket`
-//! (quinn-udp batching), `fault` (injection), `trace` (packet log),
+//! (quinn-udp batching), `fault` (injection), `trace` (packet log), [`qlog`] (trace files),
 //! `endpoint` / `connection` (async API), [`blocking`].
 
 #![forbid(unsafe_code)]
@@ -34,6 +34,7 @@ mod error;
 mod fault;
 mod group;
 pub mod mcast;
+pub mod qlog;
 mod session;
 mod shared;
 mod socket;

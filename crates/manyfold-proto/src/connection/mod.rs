@@ -23,6 +23,7 @@ use bytes::Bytes;
 use crate::config::ConnectionConfig;
 use crate::congestion::pacer::Pacer;
 use crate::congestion::{self, Controller};
+use crate::qlog::{Metrics, PacketInfo, QlogData, QlogEvent, Recorder, SendTrigger};
 use crate::recovery::{RttEstimator, SentQueue};
 use crate::wire::{Cookie, ErrorCode, Flags, Packet, HEADER_LEN};
 use recv::{Arrival, Receiver};
@@ -119,6 +120,8 @@ pub(crate) struct Connection {
     close_reason: Option<CloseReason>,
     released: bool,
     stats: ConnStats,
+    /// Trace events of the current call, when tracing (spec §18).
+    qlog: Option<Box<Recorder>>,
 }
 
 impl Connection {
@@ -165,10 +168,70 @@ impl Connection {
             close_reason: None,
             released: false,
             stats: ConnStats::default(),
+            qlog: config.qlog.then(|| Box::new(Recorder::new(now))),
             config,
         };
         c.touch_idle(now);
         c
+    }
+
+    /// Records the first trace event and starts logging losses (spec §18).
+    fn start_qlog(&mut self, now: Instant, client: bool) {
+        if self.qlog.is_none() {
+            return;
+        }
+        self.sent.log_losses();
+        let data = QlogData::Started {
+            client,
+            local_id: self.local_id,
+            remote: self.remote,
+            state: self.state,
+            congestion: self.cc.name(),
+        };
+        self.record(now, data);
+    }
+
+    fn record(&mut self, now: Instant, data: QlogData) {
+        if let Some(q) = self.qlog.as_mut() {
+            q.record(now, data);
+        }
+    }
+
+    /// Records a datagram we sent (spec §18).
+    fn record_sent(&mut self, now: Instant, datagram: &[u8]) {
+        let Some(q) = self.qlog.as_mut() else { return };
+        let Ok(p) = Packet::parse(datagram) else { return };
+        q.record(now, QlogData::PacketSent { packet: PacketInfo::of(&p, datagram.len()), trigger: None });
+    }
+
+    /// Marks the packet just recorded as sent again for `trigger`.
+    fn record_resend(&mut self, trigger: SendTrigger) {
+        if let Some(q) = self.qlog.as_mut() {
+            q.mark_last_sent(trigger);
+        }
+    }
+
+    /// The trace events since the last call: the packets declared lost and
+    /// the metrics, if they changed, are recorded first.
+    pub(crate) fn drain_qlog(&mut self, now: Instant) -> impl Iterator<Item = QlogEvent> + '_ {
+        if let Some(q) = self.qlog.as_mut() {
+            for (seq, size, trigger) in self.sent.take_lost() {
+                q.record(now, QlogData::PacketLost { seq: seq as u32, size, trigger });
+            }
+            q.metrics(
+                now,
+                Metrics {
+                    cwnd: self.cc.window(),
+                    bytes_in_flight: self.sent.bytes_in_flight(),
+                    smoothed_rtt: self.rtt.srtt(),
+                    latest_rtt: self.rtt.latest(),
+                    min_rtt: self.rtt.min(),
+                    rtt_variance: self.rtt.rttvar(),
+                    rtt_samples: self.rtt.samples(),
+                },
+            );
+        }
+        self.qlog.iter_mut().flat_map(|q| q.drain())
     }
 
     /// An active open: SYN-SENT; the SYN goes out on the next poll_transmit.
@@ -176,6 +239,7 @@ impl Connection {
         let connect_timeout = config.connect_timeout;
         let mut c = Connection::new(config, now, remote, local_id, isn, State::SynSent);
         c.timers.set(Timer::Connect, now + connect_timeout);
+        c.start_qlog(now, true);
         tracing::debug!(target: "manyfold::state", conn = local_id, to = "SYN-SENT", %remote);
         c
     }
@@ -203,6 +267,7 @@ impl Connection {
         c.recv = Some(Receiver::new(SEQ_BASE + u64::from(peer_isn) + 1, recv_buffer));
         // The cookie's timestamp measured the SYN-ACK round trip.
         c.rtt.on_sample(handshake_rtt);
+        c.start_qlog(now, false);
         tracing::debug!(target: "manyfold::state", conn = local_id, to = "ESTABLISHED", %remote, "accepted");
         c
     }
@@ -255,6 +320,9 @@ impl Connection {
     fn set_state(&mut self, to: State) {
         if self.state != to {
             tracing::debug!(target: "manyfold::state", conn = self.local_id, from = self.state.name(), to = to.name());
+            if let Some(q) = self.qlog.as_mut() {
+                q.record_now(QlogData::StateUpdated { from: self.state, to });
+            }
             self.state = to;
         }
     }
@@ -265,6 +333,9 @@ impl Connection {
             return;
         }
         self.set_state(State::Closed);
+        if let Some(q) = self.qlog.as_mut() {
+            q.record_now(QlogData::Closed { reason });
+        }
         self.close_reason = Some(reason);
         self.timers.clear_all();
         self.ack = AckState::default();
@@ -573,6 +644,9 @@ impl Connection {
         let h = &p.header;
         let flags = h.flags;
         self.stats.packets_received += 1;
+        if let Some(q) = self.qlog.as_mut() {
+            q.record(now, QlogData::PacketReceived { packet: PacketInfo::of(p, p.len()) });
+        }
         if self.state == State::Closed {
             return;
         }

@@ -6,6 +6,7 @@ use std::time::Instant;
 
 use super::timer::Timer;
 use super::{advertised_window, data_room, AckState, CloseReason, Connection, State};
+use crate::qlog::{QlogData, SendTrigger};
 use crate::wire::chunk::{Chunks, DATA_HEADER_LEN};
 use crate::wire::{Flags, HandshakeParams, Packet, PacketType, COOKIE_LEN, HEADER_LEN, PARAMS_LEN};
 
@@ -22,6 +23,9 @@ impl Connection {
     }
 
     pub fn handle_timeout(&mut self, now: Instant) {
+        if let Some(q) = self.qlog.as_mut() {
+            q.tick(now);
+        }
         for t in Timer::ALL {
             if self.timers.get(t).is_some_and(|w| w <= now) {
                 self.timers.cancel(t);
@@ -77,6 +81,7 @@ impl Connection {
         }
         self.stats.rto_expiries += 1;
         self.rto_backoff += 1;
+        self.record(now, QlogData::RtoExpired { backoff: self.rto_backoff });
         if self.rto_backoff > self.config.max_retransmissions {
             let reason = match self.state {
                 State::SynSent | State::SynReceived => CloseReason::ConnectTimeout,
@@ -111,7 +116,9 @@ impl Connection {
                 return None;
             }
             self.stats.packets_sent += 1;
-            return Some(p.emit(buf));
+            let n = p.emit(buf);
+            self.record_sent(now, &buf[..n]);
+            return Some(n);
         }
         if self.state == State::Closed {
             return None;
@@ -178,6 +185,7 @@ impl Connection {
             Some(n) => {
                 self.sent.on_retransmitted(now, seq, n as u32);
                 self.stats.retransmissions += 1;
+                self.record_resend(SendTrigger::Retransmit);
                 self.arm_rto(now);
                 Sent::Yes(n)
             }
@@ -351,6 +359,7 @@ impl Connection {
         let n = self.write(now, buf, control | Flags::KLV, seq, Some(&payload), DATA_SACK_RANGES)?;
         self.sent.on_probe_sent(now, seq, n as u32);
         self.stats.retransmissions += 1;
+        self.record_resend(SendTrigger::Probe);
         self.tlp_count += 1;
         self.arm_tlp(now);
         // RFC 8985 §7.3: give the probe a whole RTO to be answered.
@@ -412,6 +421,7 @@ impl Connection {
             }
         });
         self.stats.packets_sent += 1;
+        self.record_sent(now, &buf[..n]);
         if flags.contains(Flags::ACK) {
             self.ack = AckState::default();
             self.timers.cancel(Timer::DelayedAck);

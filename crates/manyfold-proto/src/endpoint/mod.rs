@@ -20,6 +20,7 @@ use crate::connection::{
 };
 use crate::group::{Group, GroupEvent, GroupHandle};
 use crate::handshake::{CookieBinding, ReplayCache, Secrets};
+use crate::qlog::QlogEvent;
 use crate::wire::{DecodeError, ErrorCode, Flags, HandshakeParams, Packet, PacketType};
 
 /// Names one connection of an endpoint. Stale handles (of a released
@@ -85,6 +86,9 @@ pub struct EndpointStats {
     pub refused_backlog: u64,
     pub refused_not_listening: u64,
     pub connections_accepted: u64,
+    /// Trace events dropped because [`EndpointConfig::max_qlog_events`]
+    /// were waiting for [`Endpoint::poll_qlog`] (spec §18).
+    pub qlog_dropped: u64,
 }
 
 impl EndpointStats {
@@ -132,6 +136,8 @@ pub struct Endpoint {
     responses: VecDeque<(SocketAddr, Vec<u8>)>,
     replay: ReplayCache,
     events: VecDeque<(ConnHandle, Event)>,
+    /// Connections' trace events (spec §18), oldest first.
+    qlog: VecDeque<(ConnHandle, QlogEvent)>,
     accept_queue: VecDeque<ConnHandle>,
     reset_tokens: f64,
     reset_refill_at: Option<Instant>,
@@ -166,6 +172,7 @@ impl Endpoint {
             responses: VecDeque::new(),
             replay: ReplayCache::new(REPLAY_CACHE_LIMIT),
             events: VecDeque::new(),
+            qlog: VecDeque::new(),
             accept_queue: VecDeque::new(),
             reset_refill_at: None,
             stats: EndpointStats::default(),
@@ -491,6 +498,12 @@ impl Endpoint {
         self.events.pop_front()
     }
 
+    /// The next trace event of any connection, oldest first (spec §18; only
+    /// with [`crate::ConnectionConfig::qlog`] set).
+    pub fn poll_qlog(&mut self) -> Option<(ConnHandle, QlogEvent)> {
+        self.qlog.pop_front()
+    }
+
     /// Runs `f` on connection `h` and marks it for output.
     fn with_conn<R>(&mut self, h: ConnHandle, f: impl FnOnce(&mut Connection) -> R) -> Option<R> {
         let r = f(self.conn_mut(h)?);
@@ -744,7 +757,7 @@ impl Endpoint {
         self.touch_timers_and_events(idx, now);
     }
 
-    fn touch_timers_and_events(&mut self, idx: u32, _now: Instant) {
+    fn touch_timers_and_events(&mut self, idx: u32, now: Instant) {
         let handle = self.handle_of(idx);
         let slot = &mut self.slots[idx as usize];
         let Some(conn) = slot.conn.as_mut() else {
@@ -754,6 +767,13 @@ impl Endpoint {
             match self.member_of.get(&handle) {
                 Some(&g) => self.group_inbox.push_back((g, handle, ev)),
                 None => self.events.push_back((handle, ev)),
+            }
+        }
+        for ev in conn.drain_qlog(now) {
+            if self.qlog.len() < self.config.max_qlog_events {
+                self.qlog.push_back((handle, ev));
+            } else {
+                self.stats.qlog_dropped += 1;
             }
         }
         // A heap entry is pushed only when the deadline moves earlier: a

@@ -12,6 +12,8 @@ pub struct RttEstimator {
     rttvar: Duration,
     latest: Duration,
     min: Duration,
+    /// Samples taken so far.
+    samples: u64,
     initial_rto: Duration,
     min_rto: Duration,
     max_rto: Duration,
@@ -26,6 +28,7 @@ impl RttEstimator {
             rttvar: Duration::ZERO,
             latest: Duration::ZERO,
             min: Duration::ZERO,
+            samples: 0,
             initial_rto,
             min_rto,
             max_rto,
@@ -36,6 +39,7 @@ impl RttEstimator {
     /// Feeds one sample. Callers apply Karn's rule: never a sample from a
     /// retransmitted packet (RFC 6298 (3)).
     pub fn on_sample(&mut self, r: Duration) {
+        self.samples += 1;
         self.latest = r;
         self.min = if self.srtt.is_none() { r } else { self.min.min(r) };
         match self.srtt {
@@ -73,6 +77,11 @@ impl RttEstimator {
 
     pub fn min(&self) -> Duration {
         self.min
+    }
+
+    /// How many samples were taken.
+    pub fn samples(&self) -> u64 {
+        self.samples
     }
 
     /// Probe timeout (spec §5.4): SRTT + max(4·RTTVAR, G) + G. Without the

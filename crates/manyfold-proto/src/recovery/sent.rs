@@ -22,6 +22,7 @@ use crate::rangeset::RangeSet;
 use super::delivery::{Delivery, Stamp};
 use super::RttEstimator;
 use crate::congestion::Controller;
+use crate::qlog::LossTrigger;
 use crate::wire::chunk::Chunks;
 use crate::wire::Flags;
 
@@ -98,6 +99,9 @@ pub(crate) struct SentQueue {
     packet_threshold: u64,
     /// Multiplier of the RACK reordering window; grows on spurious losses.
     reo_mult: u32,
+    /// Packets declared lost since the last [`SentQueue::take_lost`], when
+    /// the connection traces (spec §18); `None` records nothing.
+    lost_log: Option<Vec<(u64, u32, LossTrigger)>>,
     /// The loss episode: packets declared lost and not yet acked, and
     /// whether any of them proved a real loss. The window reduction is
     /// undone only when every loss of the episode proved spurious.
@@ -121,9 +125,27 @@ impl SentQueue {
             loss_time: None,
             packet_threshold: PACKET_THRESHOLD,
             reo_mult: 0,
+            lost_log: None,
             episode_open: 0,
             episode_real: false,
             delivery: Delivery::default(),
+        }
+    }
+
+    /// Starts recording the packets declared lost (spec §18).
+    pub fn log_losses(&mut self) {
+        self.lost_log.get_or_insert_with(Vec::new);
+    }
+
+    /// The packets declared lost since the last call: sequence number,
+    /// size, and what declared them lost.
+    pub fn take_lost(&mut self) -> impl Iterator<Item = (u64, u32, LossTrigger)> + '_ {
+        self.lost_log.iter_mut().flat_map(|l| l.drain(..))
+    }
+
+    fn log_lost(log: &mut Option<Vec<(u64, u32, LossTrigger)>>, seq: u64, size: u32, trigger: LossTrigger) {
+        if let Some(l) = log {
+            l.push((seq, size, trigger));
         }
     }
 
@@ -415,6 +437,8 @@ impl SentQueue {
             }
             p.state = PacketState::Lost;
             open_episode(p, &mut self.episode_open, &mut self.episode_real);
+            let trigger = if largest - tx >= threshold { LossTrigger::Reordering } else { LossTrigger::Time };
+            Self::log_lost(&mut self.lost_log, seq, p.size, trigger);
             self.bytes_in_flight -= u64::from(p.size);
             self.retransmit.insert(seq);
             lost += 1;
@@ -436,6 +460,7 @@ impl SentQueue {
             if p.state == PacketState::InFlight {
                 p.state = PacketState::Lost;
                 open_episode(p, &mut self.episode_open, &mut self.episode_real);
+                Self::log_lost(&mut self.lost_log, self.base + i as u64, p.size, LossTrigger::Rto);
                 self.retransmit.insert(self.base + i as u64);
                 lost += 1;
             }
