@@ -417,7 +417,7 @@ fn charts(dir: &Path, plan: &Plan, cells: &[Vec<Vec<Outcome>>]) -> Result<Vec<Pa
         })
         .collect();
     let ours = dir.join("loss-table-goodput.png");
-    crate::plot::lines(
+    manyfold_plot::lines(
         &ours,
         &format!("manyfold, {} over 127.0.0.1: goodput against loss ({})", human(plan.bytes), plan.cc.name()),
         "loss, % of datagrams each direction",
@@ -429,7 +429,7 @@ fn charts(dir: &Path, plan: &Plan, cells: &[Vec<Vec<Outcome>>]) -> Result<Vec<Pa
         .iter()
         .map(|(w, v)| (format!("window {w} packets"), PAPER_LOSS.iter().copied().zip(v.iter().copied()).collect()))
         .collect();
-    crate::plot::lines(
+    manyfold_plot::lines(
         &theirs,
         "paper 04, Fig. 22: RUSP, 100 MB over a WLAN",
         "segment loss, %",

@@ -11,7 +11,6 @@ mod loopback;
 mod losstable;
 mod mcast;
 mod messages;
-mod plot;
 mod sessions;
 mod tcp;
 mod wan;

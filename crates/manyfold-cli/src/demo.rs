@@ -41,6 +41,11 @@ pub struct DemoArgs {
     #[arg(long)]
     pub trace: bool,
 
+    /// Write a qlog trace of every connection into directory DIR (see
+    /// `manyfold trace`).
+    #[arg(long, value_name = "DIR")]
+    pub qlog: Option<std::path::PathBuf>,
+
     /// Congestion controller of both endpoints: newreno, cubic or bbr.
     #[arg(long, value_name = "NAME", default_value = "newreno")]
     pub cc: manyfold_proto::CongestionAlgorithm,
@@ -77,8 +82,9 @@ pub async fn run(args: DemoArgs) -> Result<()> {
 
     let loopback: std::net::SocketAddr = "127.0.0.1:0".parse().expect("literal address");
     let max_datagram = manyfold_proto::ConnectionConfig::default().max_datagram;
-    let clean = NetArgs { loss: 0.0, delay: 0, trace: args.trace, cc: args.cc, max_datagram };
-    let lossy = NetArgs { loss: args.loss, delay: args.delay, trace: args.trace, cc: args.cc, max_datagram };
+    let qlog = args.qlog.clone();
+    let clean = NetArgs { loss: 0.0, delay: 0, trace: args.trace, qlog: qlog.clone(), cc: args.cc, max_datagram };
+    let lossy = NetArgs { loss: args.loss, delay: args.delay, trace: args.trace, qlog, cc: args.cc, max_datagram };
     let mut receivers = Vec::new();
     for i in 0..RECEIVERS {
         let endpoint = net::bind(loopback, clean.config()).await?;

@@ -20,13 +20,15 @@ mod report;
 mod rr;
 mod samplegen;
 mod size;
+mod trace;
 mod transfer;
 
 /// manyfold: reliable transport over UDP, to one peer or many.
 ///
 /// Every networking subcommand takes --loss P and --delay MS to emulate a
-/// bad network on this process's datagrams, and --trace to print each
-/// packet and state transition. Start with `manyfold demo`.
+/// bad network on this process's datagrams, --trace to print each packet
+/// and state transition, and --qlog DIR to write a qlog trace of every
+/// connection (read it with `manyfold trace`). Start with `manyfold demo`.
 #[derive(Parser, Debug)]
 #[command(name = "manyfold", version, propagate_version = true)]
 struct Cli {
@@ -158,6 +160,15 @@ enum Command {
     /// read-only); the exit status is non-zero if the command (or a line
     /// of the script) failed.
     Ftp(ftp::FtpArgs),
+
+    /// Summarize a qlog trace written with --qlog DIR, and draw it.
+    ///
+    /// Prints the connection's packets sent and received, retransmissions
+    /// and tail-loss probes, losses by cause, RTT samples (min, mean, max),
+    /// congestion window and states. With --plot OUT.png, draws congestion
+    /// window and bytes in flight, RTT, and retransmissions and losses over
+    /// time.
+    Trace(trace::TraceArgs),
 }
 
 fn main() -> ExitCode {
@@ -184,11 +195,14 @@ fn run(cli: Cli) -> Result<()> {
         Command::RrClient(a) => a.net.trace,
         Command::FtpServer(a) => a.net.trace,
         Command::Ftp(a) => a.net.trace,
-        Command::Samplegen(_) | Command::Mcast(_) => false,
+        Command::Samplegen(_) | Command::Mcast(_) | Command::Trace(_) => false,
     };
     net::init_tracing(trace);
     if let Command::Samplegen(args) = &cli.command {
         return samplegen::run(args);
+    }
+    if let Command::Trace(args) = &cli.command {
+        return trace::run(args);
     }
     if let Command::Mcast(cmd) = cli.command {
         return mcast::run(cmd);
@@ -207,7 +221,7 @@ fn run(cli: Cli) -> Result<()> {
             Command::RrClient(args) => rr::run_client(args).await,
             Command::FtpServer(args) => ftp::run_server(args).await,
             Command::Ftp(args) => ftp::run_client(args).await,
-            Command::Samplegen(_) | Command::Mcast(_) => unreachable!("handled above"),
+            Command::Samplegen(_) | Command::Mcast(_) | Command::Trace(_) => unreachable!("handled above"),
         }
     })
 }

@@ -553,7 +553,7 @@ impl Report {
                 pct1(f.sum_of_link)
             );
             let path = dir.join(format!("fairness-{}.png", slug(r.rep, &r.pair)));
-            crate::plot::lines(
+            manyfold_plot::lines(
                 &path,
                 &title,
                 &format!(

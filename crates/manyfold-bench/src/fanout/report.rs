@@ -276,7 +276,7 @@ impl Figures for Report {
             s
         };
         let time = dir.join("fanout-time.png");
-        crate::plot::lines_log2_x(
+        manyfold_plot::lines_log2_x(
             &time,
             "fanout over 127.0.0.1: time until every receiver has the file",
             "receivers N",
@@ -284,7 +284,7 @@ impl Figures for Report {
             &series(&|r| r.time_to_all),
         )?;
         let rss = dir.join("fanout-rss.png");
-        crate::plot::lines_log2_x(
+        manyfold_plot::lines_log2_x(
             &rss,
             "fanout over 127.0.0.1: sender peak RSS",
             "receivers N",

@@ -239,7 +239,7 @@ impl Figures for Report {
             .filter(|(_, v): &(String, Vec<f64>)| v.iter().any(|x| x.is_finite()))
             .collect();
         let path = dir.join("handshake-time.png");
-        crate::plot::bars(
+        manyfold_plot::bars(
             &path,
             "group handshake across the emulated link",
             &format!("median connect time, RTTs (of {})", self.plan.reps),

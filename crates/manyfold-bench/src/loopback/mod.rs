@@ -286,7 +286,7 @@ fn windows_chart(
         first.1 = fixed;
     }
     let path = dir.join("loopback-windows-goodput.png");
-    crate::plot::lines_log2_x(
+    manyfold_plot::lines_log2_x(
         &path,
         &format!("{what}: goodput against manyfold's send and receive buffers"),
         "ConnectionConfig::send_buffer = recv_buffer, KiB (log scale)",
@@ -398,7 +398,7 @@ fn sweep(args: &LoopbackArgs, work: &std::path::Path, limit: Duration, load_befo
             })
             .collect();
         let path = dir.join("loopback-sweep-time.png");
-        crate::plot::lines(
+        manyfold_plot::lines(
             &path,
             "loopback: transfer time against size (paper 00's sweep), over 127.0.0.1",
             "size, MB (10^6 bytes)",

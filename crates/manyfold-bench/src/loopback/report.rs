@@ -173,7 +173,7 @@ pub fn bulk_charts(
     };
     let reps = rows.iter().map(|(_, s)| s.len()).max().unwrap_or(0);
     let goodput = dir.join(format!("{prefix}-goodput.png"));
-    crate::plot::bars(
+    manyfold_plot::bars(
         &goodput,
         &format!("{what}: goodput"),
         "goodput, MB/s (10^6 bytes)",
@@ -181,7 +181,7 @@ pub fn bulk_charts(
         &[(format!("median of {reps}"), med(&|s| s.goodput()))],
     )?;
     let cpu = dir.join(format!("{prefix}-cpu.png"));
-    crate::plot::bars(
+    manyfold_plot::bars(
         &cpu,
         &format!("{what}: CPU per GB moved"),
         "CPU seconds (user + sys) per GB",

@@ -486,7 +486,7 @@ impl Report {
         };
         let bars = dir.join("messages-latency.png");
         let what = format!("{}: one-way latency", self.short_title());
-        crate::plot::bars(
+        manyfold_plot::bars(
             &bars,
             &what,
             "ms (median of the repetitions)",
@@ -509,7 +509,7 @@ impl Report {
                 (row.to_string(), pts)
             })
             .collect();
-        crate::plot::lines_log2_x(
+        manyfold_plot::lines_log2_x(
             &cdf,
             &format!("{}: latency, all reps", self.short_title()),
             "one-way latency, ms (log scale)",

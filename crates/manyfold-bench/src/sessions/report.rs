@@ -733,7 +733,7 @@ impl Figures for Report {
             };
             let what = format!("{} request and reply per client, 127.0.0.1", human(p.size as u64));
             let rate = dir.join("sessions-rate.png");
-            crate::plot::lines_log2_x(
+            manyfold_plot::lines_log2_x(
                 &rate,
                 &format!("sessions: requests per second ({what})"),
                 "clients N",
@@ -741,7 +741,7 @@ impl Figures for Report {
                 &series(&|r| r.get("rps")),
             )?;
             let p99 = dir.join("sessions-p99.png");
-            crate::plot::lines_log2_x(
+            manyfold_plot::lines_log2_x(
                 &p99,
                 &format!("sessions: p99 latency, connect to the reply's end ({what})"),
                 "clients N",
@@ -766,7 +766,7 @@ impl Figures for Report {
                 })
                 .collect();
             let sizes = dir.join("sessions-sizes.png");
-            crate::plot::lines_log2_x(
+            manyfold_plot::lines_log2_x(
                 &sizes,
                 &format!("sessions: {} requests by size (paper 02 §4.3)", p.sweep_requests),
                 "request and reply size, bytes",

@@ -261,7 +261,7 @@ impl Report {
             }
             let path = dir.join(chart_name(rate, rtt));
             let title = format!("wan: goodput against loss, {} link, RTT {rtt} ms", rate_label(rate));
-            crate::plot::lines(&path, &title, "random loss, % each direction", "goodput / link rate", &series)?;
+            manyfold_plot::lines(&path, &title, "random loss, % each direction", "goodput / link rate", &series)?;
             files.push(path);
         }
         Ok(files)

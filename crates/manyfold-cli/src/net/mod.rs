@@ -1,10 +1,11 @@
 //! Where the CLI meets the manyfold library: the networking flags every
-//! networking subcommand shares (`--loss`, `--delay`, `--trace`), the
+//! networking subcommand shares (`--loss`, `--delay`, `--trace`, `--qlog`), the
 //! [`Config`] built from them, and binding/connecting with errors that say
 //! what went wrong.
 
 use std::io::IsTerminal;
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
@@ -29,6 +30,13 @@ pub struct NetArgs {
     /// and every connection state transition to stderr.
     #[arg(long)]
     pub trace: bool,
+
+    /// Write a qlog trace of every connection into directory DIR (created
+    /// if missing): client-<id>.sqlog / server-<id>.sqlog, with packets
+    /// sent, received and lost, acks, RTT samples, congestion window and
+    /// state changes. Read one with `manyfold trace FILE [--plot OUT.png]`.
+    #[arg(long, value_name = "DIR")]
+    pub qlog: Option<PathBuf>,
 
     /// Congestion controller for this process's connections: newreno,
     /// cubic or bbr (model-based: random loss does not slow it down).
@@ -58,6 +66,7 @@ impl NetArgs {
                 ..FaultConfig::default()
             },
             trace: self.trace,
+            qlog_dir: self.qlog.clone(),
             endpoint: manyfold_proto::EndpointConfig {
                 connection: manyfold_proto::ConnectionConfig {
                     congestion: self.cc,

@@ -1,6 +1,7 @@
-//! The lab's charts (issue 3: "with `--plot` writes PNG charts"): line
-//! charts and grouped bar charts drawn with plotters' bitmap backend into
-//! PNG files.
+//! manyfold's charts, drawn with plotters' bitmap backend into PNG files:
+//! the lab's line and grouped bar charts (issue 3: "with `--plot` writes
+//! PNG charts"), and the stacked time panels of `manyfold trace --plot`
+//! (issue 9).
 //!
 //! Text needs a font. plotters' default `ttf` feature finds system fonts
 //! through font-kit, which links fontconfig and freetype; instead the lab
@@ -442,6 +443,111 @@ where
         .map_err(draw_err("legend"))
 }
 
+/// One panel of a [`panels`] chart: a y axis and its series.
+#[derive(Debug, Clone)]
+pub struct Panel {
+    pub y_label: String,
+    /// Named series of (x, y) points in x order, drawn as lines (a series
+    /// of one point still shows as a dot).
+    pub series: Vec<(String, Vec<(f64, f64)>)>,
+}
+
+/// Most points drawn per series and panel: more cannot be told apart on
+/// 1200 pixels, and drawing 10^6 segments takes seconds.
+const MAX_DRAWN: usize = 4000;
+
+/// Stacked panels over one shared x axis (time, say), each with its own y
+/// axis from 0 and its own legend. Panels without any point say so in
+/// their legend; all of them empty is an error.
+pub fn panels(path: &Path, title: &str, x_label: &str, panels: &[Panel]) -> Result<()> {
+    let xs = || panels.iter().flat_map(|p| p.series.iter().flat_map(|(_, pts)| pts.iter().map(|&(x, _)| x)));
+    if xs().next().is_none() {
+        bail!("chart {title:?} has no data point to draw");
+    }
+    prepare(path)?;
+    let (x0, mut x1) = xs().fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), x| (a.min(x), b.max(x)));
+    if x1 - x0 < 1e-9 {
+        x1 = x0 + 1.0;
+    }
+    let height = 90 + 260 * panels.len() as u32;
+    let root = BitMapBackend::new(path, (SIZE.0, height)).into_drawing_area();
+    root.fill(&WHITE).map_err(draw_err("background"))?;
+    let root = root.titled(title, style(26)).map_err(draw_err("title"))?;
+    let areas = root.split_evenly((panels.len(), 1));
+    for (i, (panel, area)) in panels.iter().zip(&areas).enumerate() {
+        let last = i + 1 == panels.len();
+        let y1 = headroom(panel.series.iter().flat_map(|(_, pts)| pts.iter().map(|&(_, y)| y)).fold(0.0, f64::max));
+        let mut chart = ChartBuilder::on(area)
+            .margin(10)
+            .margin_right(45)
+            .x_label_area_size(if last { 50 } else { 25 })
+            .y_label_area_size(90)
+            .build_cartesian_2d(x0..x1, 0.0..y1)
+            .map_err(draw_err("axes"))?;
+        let fmt = |v: &f64| number(*v);
+        let mut mesh = chart.configure_mesh();
+        mesh.y_desc(panel.y_label.as_str())
+            .label_style(style(15))
+            .axis_desc_style(style(16))
+            .x_label_formatter(&fmt)
+            .y_label_formatter(&fmt)
+            .light_line_style(RGBColor(235, 235, 235));
+        if last {
+            mesh.x_desc(x_label);
+        }
+        mesh.draw().map_err(draw_err("mesh"))?;
+        for (k, (name, pts)) in panel.series.iter().enumerate() {
+            let c = colour(k);
+            let pts = thin(pts, x0, x1);
+            let label = if pts.is_empty() { format!("{name} (none)") } else { name.clone() };
+            let drawn = if pts.len() == 1 {
+                chart.draw_series(pts.iter().map(|&p| Circle::new(p, 3, c.filled()))).map_err(draw_err("points"))?
+            } else {
+                // Width 1: plotters draws wider lines as polygons that
+                // overshoot on near-vertical segments, which dense traces are full of.
+                chart.draw_series(LineSeries::new(pts, c.stroke_width(1))).map_err(draw_err("lines"))?
+            };
+            drawn.label(label).legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 24, y)], c.stroke_width(3)));
+        }
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::UpperRight)
+            .label_font(style(15))
+            .background_style(WHITE.mix(0.9))
+            .border_style(BLACK)
+            .draw()
+            .map_err(draw_err("legend"))?;
+    }
+    root.present().with_context(|| format!("writing {}", path.display()))?;
+    Ok(())
+}
+
+/// At most about [`MAX_DRAWN`] of `pts`: per slice of the x range its
+/// first, lowest, highest and last point, so that peaks and steps survive.
+fn thin(pts: &[(f64, f64)], x0: f64, x1: f64) -> Vec<(f64, f64)> {
+    let pts: Vec<(f64, f64)> = pts.iter().copied().filter(|(x, y)| x.is_finite() && y.is_finite()).collect();
+    if pts.len() <= MAX_DRAWN {
+        return pts;
+    }
+    let slices = MAX_DRAWN / 4;
+    let width = (x1 - x0) / slices as f64;
+    let mut out = Vec::with_capacity(MAX_DRAWN);
+    let mut start = 0;
+    while start < pts.len() {
+        let slice = ((pts[start].0 - x0) / width).floor();
+        let end = start + pts[start..].iter().take_while(|p| ((p.0 - x0) / width).floor() == slice).count();
+        let part = &pts[start..end];
+        let lo = part.iter().enumerate().min_by(|a, b| a.1 .1.total_cmp(&b.1 .1)).map_or(0, |(i, _)| i);
+        let hi = part.iter().enumerate().max_by(|a, b| a.1 .1.total_cmp(&b.1 .1)).map_or(0, |(i, _)| i);
+        let mut keep = vec![0, lo, hi, part.len() - 1];
+        keep.sort_unstable();
+        keep.dedup();
+        out.extend(keep.into_iter().map(|i| part[i]));
+        start = end;
+    }
+    out
+}
+
 /// Splits `text` at spaces into lines no wider than `max` pixels (a
 /// single word wider than that keeps its own line).
 fn wrap(root: &DrawingArea<BitMapBackend<'_>, Shift>, text: &str, style: &TextStyle, max: u32) -> Result<Vec<String>> {
@@ -545,6 +651,32 @@ mod tests {
         let path = dir.path().join("one.png");
         lines(&path, "one point", "x", "y", &[("only".to_string(), vec![(5.0, 0.0)])]).unwrap();
         assert_eq!(png_size(&path), SIZE);
+    }
+
+    #[test]
+    fn time_panels_are_written_as_one_png_with_a_panel_each() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("panels.png");
+        let many: Vec<(f64, f64)> = (0..50_000).map(|i| (i as f64 / 1000.0, (i % 977) as f64)).collect();
+        let panels = [
+            Panel { y_label: "bytes".into(), series: vec![("cwnd".into(), many.clone()), ("in flight".into(), many)] },
+            Panel { y_label: "ms".into(), series: vec![("rtt".into(), vec![(1.0, 20.0), (2.0, 25.0)])] },
+            Panel { y_label: "packets".into(), series: vec![("lost".into(), vec![])] },
+        ];
+        super::panels(&path, "trace", "time, s", &panels).unwrap();
+        assert_eq!(png_size(&path), (SIZE.0, 90 + 260 * 3));
+        let none = [Panel { y_label: "y".into(), series: vec![("a".into(), vec![])] }];
+        assert!(super::panels(&path, "t", "x", &none).unwrap_err().to_string().contains("no data point"));
+    }
+
+    #[test]
+    fn thinning_keeps_each_slices_extremes() {
+        let pts: Vec<(f64, f64)> = (0..100_000).map(|i| (i as f64, if i == 54_321 { 1e9 } else { 1.0 })).collect();
+        let kept = thin(&pts, 0.0, 99_999.0);
+        assert!(kept.len() <= MAX_DRAWN + 4, "{}", kept.len());
+        assert!(kept.contains(&(54_321.0, 1e9)), "the peak survives");
+        assert_eq!(kept.first(), pts.first());
+        assert_eq!(kept.last(), pts.last());
     }
 
     #[test]

@@ -1,0 +1,108 @@
+//! `--qlog DIR` and `manyfold trace FILE [--plot OUT.png]` as a user runs
+//! them: a lossy send/recv leaves one trace per side, each summarized and
+//! drawn; bad input is named in the error.
+
+mod common;
+
+use std::path::Path;
+use std::time::Duration;
+
+use common::{entries, manyfold, run_args, samplegen, Running};
+
+const LIMIT: Duration = Duration::from_secs(90);
+
+/// The number after `label` on the summary line that starts with it.
+fn figure(summary: &str, label: &str) -> u64 {
+    let line = summary
+        .lines()
+        .find(|l| l.trim_start().starts_with(label))
+        .unwrap_or_else(|| panic!("no {label:?} in\n{summary}"));
+    line.trim_start()[label.len()..]
+        .split_whitespace()
+        .next()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no number after {label:?} in {line:?}"))
+}
+
+fn png_size(path: &Path) -> (u32, u32) {
+    let bytes = std::fs::read(path).expect("plot written");
+    assert_eq!(&bytes[..8], b"\x89PNG\r\n\x1a\n", "{} is not a PNG", path.display());
+    let be = |r: std::ops::Range<usize>| u32::from_be_bytes(bytes[r].try_into().expect("4 bytes"));
+    (be(16..20), be(20..24))
+}
+
+#[test]
+fn a_lossy_transfer_leaves_a_trace_per_side_that_is_summarized_and_plotted() {
+    let tmp = tempfile::tempdir().unwrap();
+    let src = tmp.path().join("sample.bin");
+    let inbox = tmp.path().join("inbox");
+    let qlog = tmp.path().join("qlog");
+    std::fs::create_dir(&inbox).unwrap();
+    samplegen(&src, "2MB", 7);
+
+    let mut cmd = manyfold();
+    cmd.args(["recv", "--listen", "127.0.0.1:0", "--once", "--dir"]).arg(&inbox).arg("--qlog").arg(&qlog);
+    let mut recv = Running::spawn(cmd);
+    let addr = recv.listening_addr().to_string();
+    let q = qlog.to_str().unwrap();
+    run_args(&["send", src.to_str().unwrap(), "--to", &addr, "--loss", "5", "--qlog", q], LIMIT).assert_success();
+    recv.wait(LIMIT).assert_success();
+
+    let files = entries(&qlog);
+    assert_eq!(files.len(), 2, "one trace per connection end: {files:?}");
+    let client = files.iter().find(|f| f.starts_with("client-") && f.ends_with(".sqlog")).expect("client trace");
+    let server = files.iter().find(|f| f.starts_with("server-") && f.ends_with(".sqlog")).expect("server trace");
+
+    let plot = tmp.path().join("client.png");
+    let out = run_args(&["trace", qlog.join(client).to_str().unwrap(), "--plot", plot.to_str().unwrap()], LIMIT);
+    out.assert_success();
+    let summary = &out.stdout;
+    assert!(summary.contains("(client)") && summary.contains("SYN-SENT -> ESTABLISHED"), "{summary}");
+    // The sender closes first and exits in TIME-WAIT: its trace ends there.
+    assert!(summary.contains("ESTABLISHED -> FIN-WAIT-1"), "{summary}");
+    // The client sent the file: at least its 2 MB of stream data, and at 5%
+    // loss each way some of it again.
+    let first_sent = summary.lines().find(|l| l.contains("stream bytes first sent")).expect("stream bytes");
+    assert!(first_sent.contains("2000000 stream bytes") || figure(summary, "packets sent") > 1400, "{summary}");
+    assert!(figure(summary, "retransmissions") > 0, "{summary}");
+    assert!(figure(summary, "packets lost") > 0, "{summary}");
+    assert!(figure(summary, "RTT") > 0, "RTT samples\n{summary}");
+    assert_eq!(png_size(&plot), (1200, 90 + 260 * 3), "three panels");
+    assert!(out.stdout.contains(&format!("plot written to {}", plot.display())), "{out}");
+
+    let out = run_args(&["trace", qlog.join(server).to_str().unwrap()], LIMIT);
+    out.assert_success();
+    assert!(out.stdout.contains("(server)") && out.stdout.contains("closed gracefully"), "{out}");
+    assert!(figure(&out.stdout, "packets received") > 1400, "{out}");
+}
+
+#[test]
+fn trace_names_what_is_wrong_with_its_input() {
+    let tmp = tempfile::tempdir().unwrap();
+    let missing = tmp.path().join("nope.sqlog");
+    let out = run_args(&["trace", missing.to_str().unwrap()], LIMIT);
+    out.assert_failure();
+    assert!(out.stderr.contains("nope.sqlog") && out.stderr.contains("No such file"), "{out}");
+
+    let not_qlog = tmp.path().join("notes.txt");
+    std::fs::write(&not_qlog, "hello\n").unwrap();
+    let out = run_args(&["trace", not_qlog.to_str().unwrap()], LIMIT);
+    out.assert_failure();
+    assert!(out.stderr.contains("not a qlog file"), "{out}");
+
+    let header_only = tmp.path().join("empty.sqlog");
+    std::fs::write(&header_only, "\u{1e}{\"qlog_version\":\"0.3\"}\n").unwrap();
+    let out = run_args(&["trace", header_only.to_str().unwrap(), "--plot", "x.svg"], LIMIT);
+    out.assert_failure();
+    assert!(out.stderr.contains("no event"), "{out}");
+}
+
+#[test]
+fn qlog_into_a_path_that_is_a_file_fails_with_its_name() {
+    let tmp = tempfile::tempdir().unwrap();
+    let file = tmp.path().join("taken");
+    std::fs::write(&file, "").unwrap();
+    let out = run_args(&["echo", "127.0.0.1:9", "--qlog", file.to_str().unwrap()], LIMIT);
+    out.assert_failure();
+    assert!(out.stderr.contains("qlog directory") && out.stderr.contains("taken"), "{out}");
+}
