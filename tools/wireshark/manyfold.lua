@@ -1,0 +1,1062 @@
+-- manyfold.lua: a Wireshark / tshark dissector for manyfold (docs/spec.md).
+--
+-- Decodes every datagram manyfold puts on the wire:
+--   * the 24-byte header and its CRC32C (spec §3.1, §3.2), verified;
+--   * a segment's payload sections: SACK block, handshake parameters,
+--     cookie, error code (spec §3.3), and the chunks of its data area:
+--     DATA, RESET, STOP, CREDIT, ABANDON, PAD (spec §13.2). Connections,
+--     groups (spec §14) and request/reply sessions (spec §15) are all
+--     segments on the wire;
+--   * the multicast session's packets, types 1-9: ANNOUNCE, REGISTER,
+--     REGISTER+ACK, DATA, ACK, NACK, REPAIR, STATUS, END, PARITY
+--     (spec §16.2, §16.9).
+-- The layouts follow the encoders in crates/manyfold-proto/src/wire/ and
+-- crates/manyfold-proto/src/mcast/wire.rs byte for byte.
+--
+-- Install, either:
+--   mkdir -p ~/.local/lib/wireshark/plugins
+--   cp tools/wireshark/manyfold.lua ~/.local/lib/wireshark/plugins/
+-- or load it for one run:
+--   tshark -X lua_script:tools/wireshark/manyfold.lua -r capture.pcap
+--   wireshark -X lua_script:tools/wireshark/manyfold.lua capture.pcap
+--
+-- It claims UDP datagrams on the ports of the preference "manyfold.ports"
+-- (default: the CLI's default ports) and, through a heuristic, on any port
+-- when the datagram has version 1, a known type and exactly 24 + payload
+-- length bytes. Wireshark tries port dissectors before heuristics unless
+-- "udp.try_heuristic_first" is set; use it (or Decode As, or
+-- `-d udp.port==N,manyfold`) when a port of yours belongs to another
+-- protocol. Filter names all start with "manyfold."; see README.md here.
+
+local mf = Proto("manyfold", "manyfold reliable transport over UDP")
+
+-- Bit operations: Wireshark ships the `bit` library (LuaBitOp) everywhere;
+-- Lua 5.2 builds also have bit32. Results are normalized to unsigned.
+local bitlib = bit32 or bit
+local band, bor, bxor, rshift = bitlib.band, bitlib.bor, bitlib.bxor, bitlib.rshift
+
+local function u32(x)
+    if x < 0 then
+        return x + 4294967296
+    end
+    return x
+end
+
+---------------------------------------------------------------------------
+-- Constants (crates/manyfold-proto/src/wire/header.rs, chunk.rs, payload.rs,
+-- mcast/wire.rs)
+---------------------------------------------------------------------------
+
+local HEADER_LEN = 24
+local VERSION = 1
+local MAX_SACK_RANGES = 16
+local PARAMS_LEN = 8
+local COOKIE_LEN = 20
+local DATA_HEADER_LEN = 16
+local MAX_OFFSET = 281474976710655 -- 2^48 - 1, exact in a Lua double
+local ANNOUNCE_FIXED = 8 + 2 + 4 + 2 + 2 + 1 + 32 + 1
+local UNKNOWN_TOTAL = 4294967295
+
+local F_SYN, F_ACK, F_FIN, F_RST = 0x01, 0x02, 0x04, 0x08
+local F_KLV, F_ERR, F_SCK, F_CKE = 0x10, 0x20, 0x40, 0x80
+
+local C_BEGIN, C_END, C_UNORDERED, C_FIN = 0x01, 0x02, 0x04, 0x08
+local C_ALL = 0x0f
+
+local packet_types = {
+    [0] = "Segment",
+    [1] = "ANNOUNCE",
+    [2] = "REGISTER",
+    [3] = "DATA",
+    [4] = "ACK",
+    [5] = "NACK",
+    [6] = "REPAIR",
+    [7] = "STATUS",
+    [8] = "END",
+    [9] = "PARITY",
+}
+
+-- spec §8.3 (connections), mcast/mod.rs `codes` (spec §16.7), and the
+-- application codes manyfold itself sends in RESET/STOP chunks.
+local error_codes = {
+    [1] = "APPLICATION",
+    [2] = "PROTOCOL_VIOLATION",
+    [3] = "REFUSED",
+    [4] = "IDLE_TIMEOUT",
+    [5] = "STREAM_LIMIT",
+    [6] = "EVICTED",
+    [7] = "WINDOW_TIMEOUT",
+    [20] = "HASH_MISMATCH",
+    [21] = "INCOMPLETE",
+    [22] = "UNRESPONSIVE",
+    [23] = "TOO_MANY_PASSES",
+    [24] = "TOO_LOSSY",
+    [25] = "ABORTED",
+}
+
+local stream_codes = {
+    [5] = "STREAM_LIMIT",
+    [413] = "REQUEST_TOO_LARGE",
+    [0x4654] = "STREAM_ABANDONED (ftp)",
+}
+
+local chunk_kinds = {
+    [0] = "DATA",
+    [1] = "RESET",
+    [2] = "STOP",
+    [3] = "CREDIT",
+    [4] = "ABANDON",
+    [5] = "PAD",
+}
+
+local phases = { [0] = "data", [1] = "repair", [2] = "ended" }
+local hash_algos = { [1] = "BLAKE3" }
+local crc_status_names = { [0] = "Bad", [1] = "Good", [2] = "Unverified" }
+
+---------------------------------------------------------------------------
+-- Fields
+---------------------------------------------------------------------------
+
+local f = {}
+local function field(key, pf)
+    f[key] = pf
+end
+
+-- What the packet is, by its role (spec §3.1's table, §16.2's names).
+field("packet", ProtoField.string("manyfold.packet", "Packet"))
+
+-- Header (spec §3.1)
+field("version", ProtoField.uint8("manyfold.version", "Version", base.DEC, nil, 0xf0))
+field("type", ProtoField.uint8("manyfold.type", "Type", base.DEC, packet_types, 0x0f))
+field("flags", ProtoField.uint8("manyfold.flags", "Flags", base.HEX))
+field("flags_syn", ProtoField.bool("manyfold.flags.syn", "SYN", 8, nil, F_SYN, "handshake; parameters present"))
+field("flags_ack", ProtoField.bool("manyfold.flags.ack", "ACK", 8, nil, F_ACK, "ack and window valid"))
+field("flags_fin", ProtoField.bool("manyfold.flags.fin", "FIN", 8, nil, F_FIN, "last sequenced packet"))
+field("flags_rst", ProtoField.bool("manyfold.flags.rst", "RST", 8, nil, F_RST, "reset"))
+field("flags_klv", ProtoField.bool("manyfold.flags.klv", "KLV", 8, nil, F_KLV, "asks for an immediate ack"))
+field("flags_err", ProtoField.bool("manyfold.flags.err", "ERR", 8, nil, F_ERR, "error code present"))
+field("flags_sck", ProtoField.bool("manyfold.flags.sck", "SCK", 8, nil, F_SCK, "SACK block present"))
+field("flags_cke", ProtoField.bool("manyfold.flags.cke", "CKE", 8, nil, F_CKE, "cookie present"))
+field("length", ProtoField.uint16("manyfold.length", "Payload length", base.DEC))
+field("conn_id", ProtoField.uint32("manyfold.conn_id", "Destination connection id", base.HEX))
+field("seq", ProtoField.uint32("manyfold.seq", "Sequence number", base.DEC))
+field("ack", ProtoField.uint32("manyfold.ack", "Acknowledgement number", base.DEC))
+field("window", ProtoField.uint32("manyfold.window", "Receive window", base.DEC))
+field("crc", ProtoField.uint32("manyfold.crc", "CRC32C", base.HEX))
+field("crc_calc", ProtoField.uint32("manyfold.crc.calculated", "Calculated CRC32C", base.HEX))
+field("crc_status", ProtoField.uint8("manyfold.crc.status", "CRC32C status", base.DEC, crc_status_names))
+
+-- Sections (spec §3.3)
+field("sack", ProtoField.bytes("manyfold.sack", "SACK block"))
+field("sack_count", ProtoField.uint8("manyfold.sack.count", "Ranges", base.DEC))
+field("sack_start", ProtoField.uint32("manyfold.sack.start", "Start", base.DEC))
+field("sack_end", ProtoField.uint32("manyfold.sack.end", "End", base.DEC))
+field("params", ProtoField.bytes("manyfold.params", "Handshake parameters"))
+field("params_conn_id", ProtoField.uint32("manyfold.params.conn_id", "Connection id", base.HEX))
+field("params_max_datagram", ProtoField.uint16("manyfold.params.max_datagram", "Max datagram", base.DEC))
+field("params_reserved", ProtoField.uint16("manyfold.params.reserved", "Reserved", base.HEX))
+field("cookie", ProtoField.bytes("manyfold.cookie", "Cookie"))
+field("cookie_timestamp", ProtoField.uint32("manyfold.cookie.timestamp", "Timestamp (ms)", base.DEC))
+field("cookie_client_id", ProtoField.uint32("manyfold.cookie.client_id", "Client connection id", base.HEX))
+field("cookie_max_datagram", ProtoField.uint16("manyfold.cookie.max_datagram", "Client max datagram", base.DEC))
+field("cookie_reserved", ProtoField.uint16("manyfold.cookie.reserved", "Reserved", base.HEX))
+field("cookie_mac", ProtoField.uint64("manyfold.cookie.mac", "MAC (SipHash-2-4)", base.HEX))
+field("error", ProtoField.uint16("manyfold.error", "Error code", base.DEC, error_codes))
+
+-- Chunks (spec §13.2)
+field("chunk", ProtoField.bytes("manyfold.chunk", "Chunk"))
+field("chunk_kind", ProtoField.uint8("manyfold.chunk.kind", "Kind", base.DEC, chunk_kinds))
+field("chunk_flags", ProtoField.uint8("manyfold.chunk.flags", "Flags", base.HEX))
+field("chunk_begin", ProtoField.bool("manyfold.chunk.flags.begin", "BEGIN", 8, nil, C_BEGIN, "first byte of a message"))
+field("chunk_end", ProtoField.bool("manyfold.chunk.flags.end", "END", 8, nil, C_END, "last byte of a message"))
+field(
+    "chunk_unordered",
+    ProtoField.bool("manyfold.chunk.flags.unordered", "UNORDERED", 8, nil, C_UNORDERED, "unordered offset space")
+)
+field("chunk_fin", ProtoField.bool("manyfold.chunk.flags.fin", "FIN", 8, nil, C_FIN, "the stream's last byte"))
+field("chunk_stream", ProtoField.uint16("manyfold.chunk.stream", "Stream", base.DEC))
+field("chunk_length", ProtoField.uint16("manyfold.chunk.length", "Length", base.DEC))
+field("chunk_offset", ProtoField.uint64("manyfold.chunk.offset", "Offset", base.DEC))
+field("chunk_in_msg", ProtoField.uint32("manyfold.chunk.in_msg", "Offset within message", base.DEC))
+field("chunk_data", ProtoField.bytes("manyfold.chunk.data", "Data"))
+field("chunk_code", ProtoField.uint16("manyfold.chunk.code", "Code", base.DEC, stream_codes))
+field("chunk_final_size", ProtoField.uint64("manyfold.chunk.final_size", "Final size", base.DEC))
+field("chunk_max", ProtoField.uint64("manyfold.chunk.max", "Max offset", base.DEC))
+field("chunk_start", ProtoField.uint64("manyfold.chunk.start", "Start", base.DEC))
+field("chunk_end_off", ProtoField.uint64("manyfold.chunk.end", "End", base.DEC))
+
+-- Multicast session (spec §16.2, §16.9): the header's fields by meaning.
+field("mc_session", ProtoField.uint32("manyfold.mc.session", "Session id", base.HEX))
+field("mc_next_sn", ProtoField.uint32("manyfold.mc.next_sn", "Next SN to send", base.DEC))
+field("mc_total", ProtoField.uint32("manyfold.mc.total", "Total packets", base.DEC))
+field("mc_phase", ProtoField.uint32("manyfold.mc.phase", "Phase", base.DEC, phases))
+field("mc_network", ProtoField.uint32("manyfold.mc.network", "Network id", base.HEX))
+field("mc_client", ProtoField.uint32("manyfold.mc.client", "Client id", base.HEX))
+field("mc_from_sn", ProtoField.uint32("manyfold.mc.from_sn", "Receives from SN", base.DEC))
+field("mc_sn", ProtoField.uint32("manyfold.mc.sn", "SN", base.DEC))
+field("mc_lwsn", ProtoField.uint32("manyfold.mc.lwsn", "Last SN of the window (LWSN)", base.DEC))
+field("mc_window", ProtoField.uint32("manyfold.mc.window", "Window (packets)", base.DEC))
+field("mc_highest", ProtoField.uint32("manyfold.mc.highest", "Highest SN held", base.DEC))
+field("mc_round", ProtoField.uint32("manyfold.mc.round", "Request round", base.DEC))
+field("mc_held", ProtoField.uint32("manyfold.mc.held", "Packets held", base.DEC))
+field("mc_zero", ProtoField.uint32("manyfold.mc.unused", "Unused", base.DEC))
+field("mc_block", ProtoField.uint32("manyfold.mc.block", "FEC block", base.DEC))
+field("mc_index", ProtoField.uint32("manyfold.mc.index", "Parity index", base.DEC))
+field("mc_k", ProtoField.uint32("manyfold.mc.k", "Packets in the block", base.DEC))
+field("mc_last", ProtoField.bool("manyfold.mc.last", "Last packet of the file"))
+field("mc_repair", ProtoField.bool("manyfold.mc.repair", "Repair"))
+field("mc_complete", ProtoField.bool("manyfold.mc.complete", "Complete and verified"))
+field("mc_confirm", ProtoField.bool("manyfold.mc.confirm", "Sender's confirmation"))
+field("mc_data", ProtoField.bytes("manyfold.mc.data", "File data"))
+field("mc_shard", ProtoField.bytes("manyfold.mc.shard", "Parity shard"))
+field("mc_trailing", ProtoField.bytes("manyfold.mc.trailing", "Bytes after the range list"))
+-- ANNOUNCE payload (mcast/wire.rs parse_announcement)
+field("mc_info", ProtoField.bytes("manyfold.mc.info", "Session description"))
+field("mc_size", ProtoField.uint64("manyfold.mc.size", "File size", base.DEC))
+field("mc_block_size", ProtoField.uint16("manyfold.mc.block_size", "Block size", base.DEC))
+field("mc_artp_max", ProtoField.uint32("manyfold.mc.artp_max", "ARTP max (us)", base.DEC))
+field("mc_repair_interval", ProtoField.uint16("manyfold.mc.repair_interval", "Repair interval (ms)", base.DEC))
+field("mc_fec_k", ProtoField.uint16("manyfold.mc.fec_k", "FEC packets per block", base.DEC))
+field("mc_hash_algo", ProtoField.uint8("manyfold.mc.hash_algo", "Hash algorithm", base.DEC, hash_algos))
+field("mc_hash", ProtoField.bytes("manyfold.mc.hash", "Hash"))
+field("mc_name_len", ProtoField.uint8("manyfold.mc.name_len", "Name length", base.DEC))
+field("mc_name", ProtoField.string("manyfold.mc.name", "Name"))
+-- Range lists (spec §16.2)
+field("mc_ranges", ProtoField.bytes("manyfold.mc.ranges", "Missing SNs"))
+field("mc_range_count", ProtoField.uint16("manyfold.mc.ranges.count", "Ranges", base.DEC))
+field("mc_range_start", ProtoField.uint32("manyfold.mc.range.start", "Start", base.DEC))
+field("mc_range_end", ProtoField.uint32("manyfold.mc.range.end", "End", base.DEC))
+field("mc_missing", ProtoField.uint32("manyfold.mc.missing", "SNs missing", base.DEC))
+
+local field_list = {}
+for _, pf in pairs(f) do
+    field_list[#field_list + 1] = pf
+end
+mf.fields = field_list
+
+---------------------------------------------------------------------------
+-- Expert info
+---------------------------------------------------------------------------
+
+local ex = {
+    truncated = ProtoExpert.new(
+        "manyfold.truncated",
+        "Datagram shorter than its header or payload length",
+        expert.group.MALFORMED,
+        expert.severity.ERROR
+    ),
+    trailing = ProtoExpert.new(
+        "manyfold.trailing",
+        "Datagram longer than 24 + payload length",
+        expert.group.MALFORMED,
+        expert.severity.ERROR
+    ),
+    version = ProtoExpert.new("manyfold.bad_version", "Unsupported version", expert.group.MALFORMED, expert.severity.ERROR),
+    ptype = ProtoExpert.new("manyfold.bad_type", "Unknown packet type", expert.group.MALFORMED, expert.severity.ERROR),
+    checksum = ProtoExpert.new("manyfold.crc.bad", "Bad CRC32C", expert.group.CHECKSUM, expert.severity.ERROR),
+    malformed = ProtoExpert.new("manyfold.malformed", "Malformed", expert.group.MALFORMED, expert.severity.ERROR),
+    partial = ProtoExpert.new(
+        "manyfold.partial_capture",
+        "Datagram captured only in part (snap length); not checked",
+        expert.group.UNDECODED,
+        expert.severity.WARN
+    ),
+    reset = ProtoExpert.new("manyfold.reset", "Reset", expert.group.SEQUENCE, expert.severity.NOTE),
+    note = ProtoExpert.new("manyfold.note", "Note", expert.group.PROTOCOL, expert.severity.NOTE),
+    batch = ProtoExpert.new(
+        "manyfold.gso_batch",
+        "Several datagrams in one captured packet (UDP GSO)",
+        expert.group.REASSEMBLE,
+        expert.severity.NOTE
+    ),
+    lua = ProtoExpert.new(
+        "manyfold.dissector_bug",
+        "manyfold.lua failed on this packet",
+        expert.group.MALFORMED,
+        expert.severity.ERROR
+    ),
+}
+mf.experts = { ex.truncated, ex.trailing, ex.version, ex.ptype, ex.checksum, ex.malformed, ex.partial, ex.reset, ex.note, ex.batch, ex.lua }
+
+---------------------------------------------------------------------------
+-- Preferences
+---------------------------------------------------------------------------
+
+local DEFAULT_PORTS = "7007-7010,7020-7021"
+mf.prefs.ports = Pref.range("UDP ports", DEFAULT_PORTS, "UDP ports decoded as manyfold (besides the heuristic)", 65535)
+mf.prefs.heuristic = Pref.bool("Heuristic on any UDP port", true, "Claim datagrams that look like manyfold on any port")
+mf.prefs.check_crc = Pref.bool("Verify CRC32C", true, "Compute each datagram's CRC32C and flag mismatches")
+
+---------------------------------------------------------------------------
+-- CRC32C (spec §3.2): reflected 0x82F63B78, init and final xor all ones,
+-- over the datagram with bytes 20-23 taken as zero.
+---------------------------------------------------------------------------
+
+local crc_table = {}
+for i = 0, 255 do
+    local c = i
+    for _ = 1, 8 do
+        if band(c, 1) ~= 0 then
+            c = bxor(rshift(c, 1), 0x82F63B78)
+        else
+            c = rshift(c, 1)
+        end
+    end
+    crc_table[i] = c
+end
+
+local function crc32c_update(crc, s)
+    local n = #s
+    local i = 1
+    while i <= n do
+        local j = math.min(i + 255, n)
+        local bytes = { string.byte(s, i, j) }
+        for k = 1, #bytes do
+            crc = bxor(rshift(crc, 8), crc_table[band(bxor(crc, bytes[k]), 0xff)])
+        end
+        i = j + 1
+    end
+    return crc
+end
+
+local function datagram_crc(tvb)
+    local crc = 0xffffffff
+    crc = crc32c_update(crc, tvb:raw(0, 20))
+    crc = crc32c_update(crc, "\0\0\0\0")
+    if tvb:len() > HEADER_LEN then
+        crc = crc32c_update(crc, tvb:raw(HEADER_LEN, tvb:len() - HEADER_LEN))
+    end
+    return u32(bxor(crc, 0xffffffff))
+end
+
+---------------------------------------------------------------------------
+-- Helpers
+---------------------------------------------------------------------------
+
+local function has(flags, bit_)
+    return band(flags, bit_) ~= 0
+end
+
+local function flag_names(flags)
+    local names = {}
+    for _, p in ipairs({
+        { F_SYN, "SYN" },
+        { F_ACK, "ACK" },
+        { F_FIN, "FIN" },
+        { F_RST, "RST" },
+        { F_KLV, "KLV" },
+        { F_ERR, "ERR" },
+        { F_SCK, "SCK" },
+        { F_CKE, "CKE" },
+    }) do
+        if has(flags, p[1]) then
+            names[#names + 1] = p[2]
+        end
+    end
+    if #names == 0 then
+        return "-"
+    end
+    return table.concat(names, "|")
+end
+
+local function chunk_flag_names(flags)
+    local names = {}
+    for _, p in ipairs({ { C_BEGIN, "BEGIN" }, { C_END, "END" }, { C_UNORDERED, "UNORDERED" }, { C_FIN, "FIN" } }) do
+        if has(flags, p[1]) then
+            names[#names + 1] = p[2]
+        end
+    end
+    return table.concat(names, "|")
+end
+
+-- A 48-bit big-endian value as a Lua number (exact below 2^53).
+local function u48(range)
+    return range:bitfield(0, 16) * 4294967296 + range(2, 4):uint()
+end
+
+local function bad(tree, item, text)
+    (item or tree):add_proto_expert_info(ex.malformed, text)
+end
+
+-- Adds the flags byte with one boolean per bit.
+local function add_flags(tree, range, flags)
+    local ft = tree:add(f.flags, range)
+    ft:append_text(" (" .. flag_names(flags) .. ")")
+    for _, k in ipairs({ "syn", "ack", "fin", "rst", "klv", "err", "sck", "cke" }) do
+        ft:add(f["flags_" .. k], range)
+    end
+end
+
+---------------------------------------------------------------------------
+-- Segments (spec §3.3, §13.2)
+---------------------------------------------------------------------------
+
+-- Parses the chunks of a data area; returns the summary strings, the
+-- number of chunks, how many of them are DATA, and whether they were all
+-- well formed.
+local function dissect_chunks(tvb, tree, at, stop)
+    local summary = {}
+    local count, ndata = 0, 0
+    while at < stop do
+        local left = stop - at
+        local kind = tvb(at, 1):uint()
+        local name = chunk_kinds[kind] or ("kind " .. kind)
+        count = count + 1
+        local fixed = ({ [0] = DATA_HEADER_LEN, [1] = 12, [2] = 6, [3] = 10, [4] = 16, [5] = 1 })[kind]
+        if fixed == nil then
+            local ct = tree:add(f.chunk, tvb(at, left))
+            ct:set_text("Chunk of unknown kind " .. kind)
+            ct:add(f.chunk_kind, tvb(at, 1))
+            bad(ct, nil, "unknown chunk kind " .. kind)
+            return summary, count, ndata, false
+        end
+        if left < fixed then
+            local ct = tree:add(f.chunk, tvb(at, left))
+            ct:set_text(name .. " chunk, truncated")
+            ct:add(f.chunk_kind, tvb(at, 1))
+            bad(ct, nil, string.format("%s chunk needs %d bytes, %d left", name, fixed, left))
+            return summary, count, ndata, false
+        end
+        local size = fixed
+        if kind == 0 then
+            ndata = ndata + 1
+            size = DATA_HEADER_LEN + tvb(at + 4, 2):uint()
+            if left < size then
+                local ct = tree:add(f.chunk, tvb(at, left))
+                ct:set_text("DATA chunk, truncated")
+                ct:add(f.chunk_kind, tvb(at, 1))
+                ct:add(f.chunk_length, tvb(at + 4, 2))
+                bad(ct, nil, string.format("DATA chunk of %d bytes runs past the payload (%d left)", size, left))
+                return summary, count, ndata, false
+            end
+        end
+        local ct = tree:add(f.chunk, tvb(at, size))
+        ct:add(f.chunk_kind, tvb(at, 1))
+        local ok = true
+        if kind == 5 then
+            ct:set_text("PAD chunk")
+            summary[#summary + 1] = "PAD"
+        else
+            local cflags = tvb(at + 1, 1):uint()
+            local fr = ct:add(f.chunk_flags, tvb(at + 1, 1))
+            if cflags ~= 0 then
+                fr:append_text(" (" .. chunk_flag_names(cflags) .. ")")
+            end
+            fr:add(f.chunk_begin, tvb(at + 1, 1))
+            fr:add(f.chunk_end, tvb(at + 1, 1))
+            fr:add(f.chunk_unordered, tvb(at + 1, 1))
+            fr:add(f.chunk_fin, tvb(at + 1, 1))
+            local stream = tvb(at + 2, 2):uint()
+            ct:add(f.chunk_stream, tvb(at + 2, 2))
+            if kind == 0 then
+                local len = tvb(at + 4, 2):uint()
+                local offset = u48(tvb(at + 6, 6))
+                local in_msg = tvb(at + 12, 4):uint()
+                ct:add(f.chunk_length, tvb(at + 4, 2))
+                ct:add(f.chunk_offset, tvb(at + 6, 6), UInt64.new(offset % 4294967296, math.floor(offset / 4294967296)))
+                ct:add(f.chunk_in_msg, tvb(at + 12, 4))
+                if len > 0 then
+                    ct:add(f.chunk_data, tvb(at + DATA_HEADER_LEN, len))
+                end
+                ct:set_text(string.format("DATA chunk: stream %d, offset %.0f, %d bytes%s", stream, offset, len,
+                    cflags ~= 0 and (" [" .. chunk_flag_names(cflags) .. "]") or ""))
+                summary[#summary + 1] = string.format("s%d@%.0f+%d", stream, offset, len)
+                if band(cflags, 0xff - C_ALL) ~= 0 then
+                    bad(fr, nil, string.format("unknown data chunk flags 0x%02x", cflags))
+                    ok = false
+                end
+                if offset + len > MAX_OFFSET then
+                    bad(ct, nil, "offset + length beyond 2^48 - 1")
+                    ok = false
+                end
+                if in_msg > offset then
+                    bad(ct, nil, "offset within message above the offset")
+                    ok = false
+                end
+            elseif kind == 1 or kind == 2 then
+                local code = tvb(at + 4, 2):uint()
+                ct:add(f.chunk_code, tvb(at + 4, 2))
+                if kind == 1 then
+                    local final = u48(tvb(at + 6, 6))
+                    ct:add(f.chunk_final_size, tvb(at + 6, 6), UInt64.new(final % 4294967296, math.floor(final / 4294967296)))
+                    ct:set_text(string.format("RESET chunk: stream %d, code %d, final size %.0f", stream, code, final))
+                    summary[#summary + 1] = string.format("RESET s%d code=%d", stream, code)
+                else
+                    ct:set_text(string.format("STOP chunk: stream %d, code %d", stream, code))
+                    summary[#summary + 1] = string.format("STOP s%d code=%d", stream, code)
+                end
+                -- chunk.rs ignores the flags byte of RESET and STOP (sent as 0).
+            elseif kind == 3 then
+                local max = u48(tvb(at + 4, 6))
+                ct:add(f.chunk_max, tvb(at + 4, 6), UInt64.new(max % 4294967296, math.floor(max / 4294967296)))
+                local space = has(cflags, C_UNORDERED) and " (unordered)" or ""
+                ct:set_text(string.format("CREDIT chunk: stream %d, max %.0f%s", stream, max, space))
+                summary[#summary + 1] = string.format("CREDIT s%d<%.0f%s", stream, max, has(cflags, C_UNORDERED) and "u" or "")
+                if band(cflags, 0xff - C_UNORDERED) ~= 0 then
+                    bad(fr, nil, string.format("unknown CREDIT flags 0x%02x", cflags))
+                    ok = false
+                end
+            else -- 4, ABANDON
+                local s, e = u48(tvb(at + 4, 6)), u48(tvb(at + 10, 6))
+                ct:add(f.chunk_start, tvb(at + 4, 6), UInt64.new(s % 4294967296, math.floor(s / 4294967296)))
+                ct:add(f.chunk_end_off, tvb(at + 10, 6), UInt64.new(e % 4294967296, math.floor(e / 4294967296)))
+                ct:set_text(string.format("ABANDON chunk: stream %d, [%.0f, %.0f)", stream, s, e))
+                summary[#summary + 1] = string.format("ABANDON s%d[%.0f,%.0f)", stream, s, e)
+                if band(cflags, 0xff - C_UNORDERED) ~= 0 then
+                    bad(fr, nil, string.format("unknown ABANDON flags 0x%02x", cflags))
+                    ok = false
+                end
+                if s > e then
+                    bad(ct, nil, "ABANDON start above end")
+                    ok = false
+                end
+            end
+        end
+        if not ok then
+            return summary, count, ndata, false
+        end
+        at = at + size
+    end
+    return summary, count, ndata, true
+end
+
+-- The packet's role, as in spec §3.1's table.
+local function segment_role(flags, error_code, chunks, data_chunks)
+    if has(flags, F_RST) then
+        if error_code == 3 then
+            return "REFUSAL"
+        elseif error_code ~= nil then
+            return "ABORT"
+        end
+        return "RST"
+    elseif has(flags, F_SYN) and has(flags, F_ACK) then
+        return "SYN-ACK"
+    elseif has(flags, F_SYN) then
+        return "SYN"
+    elseif has(flags, F_CKE) then
+        return "COOKIE-ECHO"
+    elseif has(flags, F_FIN) then
+        return "FIN"
+    elseif data_chunks > 0 then
+        return "DATA"
+    elseif chunks > 0 then
+        -- Only stream control chunks (CREDIT, RESET, STOP, ABANDON, PAD).
+        return "CONTROL"
+    elseif has(flags, F_KLV) then
+        return "PROBE"
+    end
+    return "ACK"
+end
+
+local function dissect_segment(tvb, pinfo, tree, ht, flags, stop)
+    local conn_id = tvb(4, 4):uint()
+    local seq, ackn, window = tvb(8, 4):uint(), tvb(12, 4):uint(), tvb(16, 4):uint()
+    ht:add(f.conn_id, tvb(4, 4))
+    ht:add(f.seq, tvb(8, 4))
+    ht:add(f.ack, tvb(12, 4))
+    ht:add(f.window, tvb(16, 4))
+
+    local at = HEADER_LEN
+    local ok = true
+    local sack_text = ""
+    local error_code = nil
+    local function short(what, need)
+        if stop - at < need then
+            bad(tree, nil, string.format("%s needs %d bytes, %d left in the payload", what, need, stop - at))
+            ok = false
+            return true
+        end
+        return false
+    end
+
+    if ok and has(flags, F_SCK) and not short("SACK block", 1) then
+        local n = tvb(at, 1):uint()
+        if n == 0 or n > MAX_SACK_RANGES then
+            local st = tree:add(f.sack, tvb(at, 1))
+            st:add(f.sack_count, tvb(at, 1))
+            bad(st, nil, string.format("SACK count %d (must be 1 to %d)", n, MAX_SACK_RANGES))
+            ok = false
+        elseif not short("SACK block", 1 + 8 * n) then
+            local st = tree:add(f.sack, tvb(at, 1 + 8 * n))
+            st:add(f.sack_count, tvb(at, 1))
+            local ranges = {}
+            for i = 0, n - 1 do
+                local o = at + 1 + 8 * i
+                local s, e = tvb(o, 4):uint(), tvb(o + 4, 4):uint()
+                st:add(f.sack_start, tvb(o, 4))
+                st:add(f.sack_end, tvb(o + 4, 4))
+                ranges[#ranges + 1] = string.format("%u-%u", s, e)
+            end
+            sack_text = " SACK=" .. table.concat(ranges, ",")
+            st:set_text("SACK block: " .. table.concat(ranges, ", "))
+            at = at + 1 + 8 * n
+        end
+    end
+    if ok and has(flags, F_SYN) and not short("Handshake parameters", PARAMS_LEN) then
+        local pt = tree:add(f.params, tvb(at, PARAMS_LEN))
+        local pid = tvb(at, 4):uint()
+        pt:add(f.params_conn_id, tvb(at, 4))
+        pt:add(f.params_max_datagram, tvb(at + 4, 2))
+        pt:add(f.params_reserved, tvb(at + 6, 2))
+        pt:set_text(string.format("Handshake parameters: connection id %08x, max datagram %d", pid, tvb(at + 4, 2):uint()))
+        if pid == 0 then
+            -- endpoint: a SYN whose parameters carry id 0 is malformed (spec §3.3.2).
+            bad(pt, nil, "connection id 0 in the handshake parameters")
+        end
+        at = at + PARAMS_LEN
+    end
+    if ok and has(flags, F_CKE) and not short("Cookie", COOKIE_LEN) then
+        local ct = tree:add(f.cookie, tvb(at, COOKIE_LEN))
+        ct:add(f.cookie_timestamp, tvb(at, 4))
+        ct:add(f.cookie_client_id, tvb(at + 4, 4))
+        ct:add(f.cookie_max_datagram, tvb(at + 8, 2))
+        ct:add(f.cookie_reserved, tvb(at + 10, 2))
+        ct:add(f.cookie_mac, tvb(at + 12, 8))
+        at = at + COOKIE_LEN
+    end
+    if ok and has(flags, F_ERR) and not short("Error code", 2) then
+        error_code = tvb(at, 2):uint()
+        tree:add(f.error, tvb(at, 2))
+        at = at + 2
+    end
+
+    local summary, nchunks, ndata = {}, 0, 0
+    if ok and at < stop then
+        local dt = tree:add(tvb(at, stop - at), "Data area")
+        local chunks_ok
+        summary, nchunks, ndata, chunks_ok = dissect_chunks(tvb, dt, at, stop)
+        dt:set_text(string.format("Data area: %d chunk%s, %d bytes", nchunks, nchunks == 1 and "" or "s", stop - at))
+        ok = ok and chunks_ok
+    end
+    if conn_id == 0 and not (has(flags, F_SYN) and not has(flags, F_ACK) and not has(flags, F_RST)) then
+        -- spec §3.5: destination id 0 only on an initial SYN.
+        bad(tree, nil, "destination connection id 0 on a packet that is not an initial SYN")
+    end
+
+    local role = segment_role(flags, error_code, nchunks, ndata)
+    tree:add(f.packet, role):set_generated()
+    if has(flags, F_RST) then
+        tree:add_proto_expert_info(ex.reset, role .. (error_code and (" with code " .. (error_codes[error_code] or error_code)) or ""))
+    end
+    local info = string.format("%s [%s] conn=%08x seq=%u ack=%u win=%u len=%d%s", role, flag_names(flags), conn_id, seq,
+        ackn, window, stop, sack_text)
+    if error_code then
+        info = info .. " error=" .. (error_codes[error_code] or tostring(error_code))
+    end
+    if #summary > 0 then
+        info = info .. " " .. table.concat(summary, " ")
+    end
+    return info, role
+end
+
+---------------------------------------------------------------------------
+-- Multicast session (spec §16.2, §16.9; mcast/wire.rs)
+---------------------------------------------------------------------------
+
+local function dissect_ranges(tvb, tree, at, stop)
+    if stop - at < 2 then
+        bad(tree, nil, "range list needs a 2-byte count")
+        return nil
+    end
+    local n = tvb(at, 2):uint()
+    if stop - at < 2 + 8 * n then
+        local rt = tree:add(f.mc_ranges, tvb(at, stop - at))
+        rt:add(f.mc_range_count, tvb(at, 2))
+        bad(rt, nil, string.format("range list of %d ranges runs past the payload", n))
+        return nil
+    end
+    local rt = tree:add(f.mc_ranges, tvb(at, 2 + 8 * n))
+    rt:add(f.mc_range_count, tvb(at, 2))
+    local missing, prev_end, texts, ok = 0, nil, {}, true
+    for i = 0, n - 1 do
+        local o = at + 2 + 8 * i
+        local s, e = tvb(o, 4):uint(), tvb(o + 4, 4):uint()
+        rt:add(f.mc_range_start, tvb(o, 4))
+        rt:add(f.mc_range_end, tvb(o + 4, 4))
+        if s >= e or (prev_end ~= nil and s < prev_end) then
+            ok = false
+        else
+            missing = missing + (e - s)
+        end
+        prev_end = e
+        if #texts < 8 then
+            texts[#texts + 1] = string.format("%u-%u", s, e)
+        elseif #texts == 8 then
+            texts[#texts + 1] = "..."
+        end
+    end
+    rt:set_text(string.format("Missing SNs: %d range%s%s", n, n == 1 and "" or "s",
+        n > 0 and (": " .. table.concat(texts, ", ")) or ""))
+    if not ok then
+        bad(rt, nil, "ranges empty, descending or overlapping")
+        return nil
+    end
+    rt:add(f.mc_missing, missing):set_generated()
+    local after = at + 2 + 8 * n
+    if after < stop then
+        -- mcast/wire.rs ignores what follows the list.
+        local t = tree:add(f.mc_trailing, tvb(after, stop - after))
+        t:add_proto_expert_info(ex.note, "bytes after the range list (ignored by the receiver)")
+    end
+    local text = n > 0 and (" missing=" .. table.concat(texts, ",")) or ""
+    return text
+end
+
+-- An ANNOUNCE payload (also REGISTER+ACK's); returns the file name or nil.
+local function dissect_announcement(tvb, tree, at, stop)
+    local left = stop - at
+    if left < ANNOUNCE_FIXED then
+        bad(tree, nil, string.format("session description needs %d bytes, %d left", ANNOUNCE_FIXED, left))
+        return nil
+    end
+    local name_len = tvb(at + 51, 1):uint()
+    local it = tree:add(f.mc_info, tvb(at, left))
+    local size_hi, size_lo = tvb(at, 4):uint(), tvb(at + 4, 4):uint()
+    local si = it:add(f.mc_size, tvb(at, 8))
+    if size_hi == 0xffffffff and size_lo == 0xffffffff then
+        si:append_text(" (unknown)")
+    end
+    local block = tvb(at + 8, 2):uint()
+    it:add(f.mc_block_size, tvb(at + 8, 2))
+    it:add(f.mc_artp_max, tvb(at + 10, 4))
+    it:add(f.mc_repair_interval, tvb(at + 14, 2))
+    it:add(f.mc_fec_k, tvb(at + 16, 2))
+    local algo = tvb(at + 18, 1):uint()
+    it:add(f.mc_hash_algo, tvb(at + 18, 1))
+    local hi = it:add(f.mc_hash, tvb(at + 19, 32))
+    if tvb(at + 19, 32):bytes():tohex() == string.rep("00", 32) then
+        hi:append_text(" (unknown)")
+    end
+    it:add(f.mc_name_len, tvb(at + 51, 1))
+    local ok = true
+    if block == 0 then
+        bad(it, nil, "block size 0")
+        ok = false
+    end
+    if algo ~= 1 then
+        bad(it, nil, "hash algorithm " .. algo .. " (only 1, BLAKE3)")
+        ok = false
+    end
+    if left < ANNOUNCE_FIXED + name_len then
+        bad(it, nil, string.format("name of %d bytes runs past the payload", name_len))
+        return nil
+    end
+    local name = ""
+    if name_len > 0 then
+        name = tvb(at + ANNOUNCE_FIXED, name_len):raw()
+        it:add(f.mc_name, tvb(at + ANNOUNCE_FIXED, name_len), name)
+    end
+    if string.find(name, "/", 1, true) then
+        bad(it, nil, "name contains '/'")
+        ok = false
+    end
+    if left ~= ANNOUNCE_FIXED + name_len then
+        bad(it, nil, string.format("%d bytes after the name", left - ANNOUNCE_FIXED - name_len))
+        ok = false
+    end
+    -- (mcast/wire.rs also rejects a name that is not UTF-8.)
+    it:set_text(string.format("Session description: %q, block %d", name, block))
+    if not ok then
+        return nil
+    end
+    return name
+end
+
+local function dissect_mcast(tvb, pinfo, tree, ht, ptype, flags, stop)
+    local session = tvb(4, 4):uint()
+    local seq, ackn, window = tvb(8, 4):uint(), tvb(12, 4):uint(), tvb(16, 4):uint()
+    local r_session, r_seq, r_ack, r_win = tvb(4, 4), tvb(8, 4), tvb(12, 4), tvb(16, 4)
+    ht:add(f.mc_session, r_session)
+    if session == 0 then
+        bad(tree, nil, "session id 0")
+    end
+    local at = HEADER_LEN
+    local error_code = nil
+    if has(flags, F_ERR) then
+        if stop - at < 2 then
+            bad(tree, nil, "ERR set but no room for the error code")
+            return string.format("%s [%s] malformed", packet_types[ptype], flag_names(flags)), packet_types[ptype]
+        end
+        error_code = tvb(at, 2):uint()
+        tree:add(f.error, tvb(at, 2))
+        at = at + 2
+    end
+    local name = packet_types[ptype]
+    local info = ""
+    local payload = stop - at
+    if ptype == 1 then
+        ht:add(f.mc_next_sn, r_seq)
+        local ti = ht:add(f.mc_total, r_ack)
+        if ackn == UNKNOWN_TOTAL then
+            ti:append_text(" (unknown)")
+        end
+        local pi = ht:add(f.mc_phase, r_win)
+        if phases[window] == nil then
+            bad(pi, nil, "phase " .. window .. " (0 data, 1 repair, 2 ended)")
+        end
+        local fname = dissect_announcement(tvb, tree, at, stop)
+        info = string.format(" next_sn=%u total=%s phase=%s name=%q", seq,
+            ackn == UNKNOWN_TOTAL and "unknown" or tostring(ackn), phases[window] or tostring(window), fname or "?")
+    elseif ptype == 2 then
+        ht:add(f.mc_network, r_ack)
+        ht:add(f.mc_client, r_win)
+        if has(flags, F_ACK) then
+            name = "REGISTER+ACK"
+            ht:add(f.mc_from_sn, r_seq)
+            info = string.format(" client=%08x network=%06x from_sn=%u", window, ackn, seq)
+            if payload > 0 then
+                local fname = dissect_announcement(tvb, tree, at, stop)
+                info = info .. string.format(" name=%q", fname or "?")
+            end
+        else
+            ht:add(f.mc_zero, r_seq)
+            info = string.format(" client=%08x network=%06x", window, ackn)
+        end
+    elseif ptype == 3 then
+        ht:add(f.mc_sn, r_seq)
+        ht:add(f.mc_lwsn, r_ack)
+        ht:add(f.mc_window, r_win)
+        tree:add(f.mc_last, has(flags, F_FIN)):set_generated()
+        tree:add(f.mc_repair, has(flags, F_KLV)):set_generated()
+        if payload > 0 then
+            tree:add(f.mc_data, tvb(at, payload))
+        end
+        info = string.format(" sn=%u lwsn=%u w=%u %d bytes%s%s", seq, ackn, window, payload,
+            has(flags, F_KLV) and " repair" or "", has(flags, F_FIN) and " last" or "")
+    elseif ptype >= 4 and ptype <= 6 then
+        local first = ({ [4] = f.mc_lwsn, [5] = f.mc_highest, [6] = f.mc_round })[ptype]
+        local label = ({ [4] = "lwsn", [5] = "highest", [6] = "round" })[ptype]
+        ht:add(first, r_seq)
+        ht:add(f.mc_network, r_ack)
+        ht:add(f.mc_client, r_win)
+        local text = dissect_ranges(tvb, tree, at, stop)
+        info = string.format(" client=%08x %s=%u%s", window, label, seq, text or " malformed ranges")
+    elseif ptype == 7 then
+        if has(flags, F_ACK) then
+            name = "STATUS+ACK"
+        end
+        ht:add(f.mc_held, r_seq)
+        ht:add(f.mc_network, r_ack)
+        ht:add(f.mc_client, r_win)
+        tree:add(f.mc_complete, has(flags, F_FIN)):set_generated()
+        tree:add(f.mc_confirm, has(flags, F_ACK)):set_generated()
+        info = string.format(" client=%08x held=%u%s", window, seq, has(flags, F_FIN) and " complete" or "")
+        if payload > 0 then
+            tree:add(tvb(at, payload), "Unused payload")
+        end
+    elseif ptype == 8 then
+        ht:add(f.mc_total, r_seq)
+        ht:add(f.mc_zero, r_ack)
+        local ci = ht:add(f.mc_client, r_win)
+        if window == 0 then
+            ci:append_text(" (every receiver)")
+        end
+        info = string.format(" total=%u client=%s", seq, window == 0 and "all" or string.format("%08x", window))
+        if payload > 0 then
+            tree:add(tvb(at, payload), "Unused payload")
+        end
+    elseif ptype == 9 then
+        ht:add(f.mc_block, r_seq)
+        local ii = ht:add(f.mc_index, r_ack)
+        local ki = ht:add(f.mc_k, r_win)
+        if ackn > 65535 then
+            bad(ii, nil, "parity index above 65535")
+        end
+        if window == 0 or window > 65535 then
+            bad(ki, nil, "block packet count must be 1 to 65535")
+        end
+        if payload == 0 then
+            bad(tree, nil, "empty parity shard")
+        else
+            tree:add(f.mc_shard, tvb(at, payload))
+        end
+        info = string.format(" block=%u index=%u k=%u %d bytes", seq, ackn, window, payload)
+    end
+    tree:add(f.packet, name):set_generated()
+    if error_code then
+        info = info .. " error=" .. (error_codes[error_code] or tostring(error_code))
+    end
+    return string.format("%s [%s] session=%08x%s", name, flag_names(flags), session, info), name
+end
+
+---------------------------------------------------------------------------
+-- The datagram
+---------------------------------------------------------------------------
+
+-- Splits a captured UDP payload into manyfold datagrams, or returns nil
+-- when it is not a run of plausible ones (version 1, a known type, each
+-- exactly 24 + payload length bytes). Normally there is one. A sender that
+-- uses UDP GSO (segmentation offload) is captured before the kernel cuts
+-- its send into datagrams: one captured packet then holds several,
+-- back to back, all of one size but the last, which may be shorter.
+local function split_datagrams(tvb)
+    local n = tvb:len()
+    if n ~= tvb:reported_len() then
+        return nil
+    end
+    local at, parts = 0, {}
+    while at < n do
+        if n - at < HEADER_LEN then
+            return nil
+        end
+        local b0 = tvb(at, 1):uint()
+        if rshift(b0, 4) ~= VERSION or band(b0, 0x0f) > 9 then
+            return nil
+        end
+        local size = HEADER_LEN + tvb(at + 2, 2):uint()
+        if size > n - at then
+            return nil
+        end
+        parts[#parts + 1] = { at, size }
+        at = at + size
+    end
+    for i = 2, #parts do
+        if (i < #parts and parts[i][2] ~= parts[1][2]) or parts[i][2] > parts[1][2] then
+            return nil
+        end
+    end
+    return parts
+end
+
+local function looks_like_manyfold(tvb)
+    return split_datagrams(tvb) ~= nil
+end
+
+-- Dissects one datagram (all of `tvb`); returns the Info column text.
+local function dissect_datagram(tvb, pinfo, root, tree)
+    local captured = tvb:len()
+    if captured < HEADER_LEN then
+        tree:add_proto_expert_info(ex.truncated, string.format("%d bytes: shorter than the 24-byte header", captured))
+        return "manyfold: truncated"
+    end
+    local partial = captured < tvb:reported_len()
+    local b0 = tvb(0, 1):uint()
+    local version, ptype = rshift(b0, 4), band(b0, 0x0f)
+    local flags = tvb(1, 1):uint()
+    local plen = tvb(2, 2):uint()
+
+    local ht = tree:add(tvb(0, HEADER_LEN), "Header")
+    local vi = ht:add(f.version, tvb(0, 1))
+    local ti = ht:add(f.type, tvb(0, 1))
+    add_flags(ht, tvb(1, 1), flags)
+    local li = ht:add(f.length, tvb(2, 2))
+
+    -- Length (spec §3.1): exactly 24 + payload length.
+    local total = HEADER_LEN + plen
+    local stop = math.min(total, captured)
+    if partial then
+        tree:add_proto_expert_info(ex.partial)
+    elseif tvb:reported_len() < total then
+        li:add_proto_expert_info(ex.truncated,
+            string.format("payload length %d needs %d bytes, the datagram has %d", plen, total, tvb:reported_len()))
+    elseif tvb:reported_len() > total then
+        li:add_proto_expert_info(ex.trailing,
+            string.format("%d bytes after 24 + payload length", tvb:reported_len() - total))
+    end
+
+    -- CRC (spec §3.2): the header's bytes 20-23, but shown at the header's end.
+    local crc_range = tvb(20, 4)
+    local stored = crc_range:uint()
+    local ci = ht:add(f.crc, crc_range)
+    if mf.prefs.check_crc and not partial then
+        local calc = datagram_crc(tvb)
+        if calc == stored then
+            ci:append_text(" [correct]")
+            ht:add(f.crc_status, 1):set_generated()
+        else
+            ci:append_text(string.format(" [incorrect, should be 0x%08x]", calc))
+            ht:add(f.crc_calc, calc):set_generated()
+            ht:add(f.crc_status, 0):set_generated()
+            ci:add_proto_expert_info(ex.checksum, string.format("Bad CRC32C 0x%08x, should be 0x%08x", stored, calc))
+        end
+    else
+        ht:add(f.crc_status, 2):set_generated()
+    end
+
+    if version ~= VERSION then
+        vi:add_proto_expert_info(ex.version, "version " .. version .. " (only 1 exists)")
+        return string.format("manyfold version %d (not decoded)", version)
+    end
+    if ptype > 9 then
+        ti:add_proto_expert_info(ex.ptype, "packet type " .. ptype .. " is reserved")
+        return string.format("manyfold type %d (reserved)", ptype)
+    end
+
+    local info, role
+    if ptype == 0 then
+        info, role = dissect_segment(tvb, pinfo, tree, ht, flags, stop)
+    else
+        info, role = dissect_mcast(tvb, pinfo, tree, ht, ptype, flags, stop)
+    end
+    ht:set_text(string.format("Header: %s, flags %s, payload %d bytes", packet_types[ptype], flag_names(flags), plen))
+    tree:append_text(", " .. role)
+    return info
+end
+
+local function dissect(tvb, pinfo, root)
+    pinfo.cols.protocol = "manyfold"
+    local parts = split_datagrams(tvb)
+    if parts == nil or #parts == 1 then
+        pinfo.cols.info = dissect_datagram(tvb, pinfo, root, root:add(mf, tvb()))
+        return tvb:len()
+    end
+    local first, last
+    for i, p in ipairs(parts) do
+        local range = tvb(p[1], p[2])
+        local tree = root:add(mf, range)
+        tree:append_text(string.format(" (datagram %d of %d)", i, #parts))
+        if i == 1 then
+            tree:add_proto_expert_info(ex.batch, string.format(
+                "%d datagrams of %d bytes in one captured packet: a UDP GSO send, captured before segmentation",
+                #parts, p[2]))
+        end
+        local info = dissect_datagram(range:tvb(), pinfo, root, tree)
+        first = first or info
+        last = info
+    end
+    pinfo.cols.info = string.format("%d datagrams (GSO): %s ... %s", #parts, first, last)
+    return tvb:len()
+end
+
+-- Any Lua error becomes an expert error on the packet instead of an
+-- exception: the packet is then reported, not silently half-decoded.
+local function dissect_safely(tvb, pinfo, root)
+    local ok, result = pcall(dissect, tvb, pinfo, root)
+    if not ok then
+        root:add(mf, tvb()):add_proto_expert_info(ex.lua, "manyfold.lua: " .. tostring(result))
+        return tvb:len()
+    end
+    return result
+end
+mf.dissector = dissect_safely
+
+local function heuristic(tvb, pinfo, root)
+    if not mf.prefs.heuristic or not looks_like_manyfold(tvb) then
+        return false
+    end
+    -- The local function, not mf.dissector: reading that gives the
+    -- registered handle, and calling a handle adds the layer twice.
+    dissect_safely(tvb, pinfo, root)
+    return true
+end
+
+mf:register_heuristic("udp", heuristic)
+
+local udp_port = DissectorTable.get("udp.port")
+local registered_ports = nil
+
+function mf.prefs_changed()
+    if registered_ports ~= nil then
+        udp_port:remove(registered_ports, mf)
+    end
+    registered_ports = mf.prefs.ports
+    if registered_ports ~= nil and registered_ports ~= "" then
+        udp_port:add(registered_ports, mf)
+    end
+end
+
+udp_port:add(DEFAULT_PORTS, mf)
+registered_ports = DEFAULT_PORTS
+pcall(function()
+    udp_port:add_for_decode_as(mf)
+end)
