@@ -1,0 +1,341 @@
+//! librusp's connection calls (paper 04 §2.2) on manyfold connections:
+//! `mf_listen`, `mf_accept`, `mf_connect`, `mf_send`, `mf_receive`,
+//! `mf_close`, `mf_local`, `mf_peer`. A connection is manyfold's stream 0
+//! (spec §13): a reliable, ordered byte stream each way.
+
+use std::ffi::{c_char, c_int, c_void};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::sync::watch;
+
+use crate::cabi;
+use crate::error::{entry, Error, MF_EBADF, MF_ECLOSED, MF_OK};
+use crate::table::{self, in_runtime, Handle, ListenerEntry, StreamEntry};
+
+/// Opens a listening endpoint bound to `ip` and `port` (librusp's
+/// `ruspListen`). `ip` is a literal IPv4 or IPv6 address or a host name;
+/// NULL means every IPv4 address ("0.0.0.0"). `port` 0 picks a free port:
+/// `mf_local` tells which. The listener takes its attributes (drop rate,
+/// debug) from `MF_DEFAULTS` as they are now.
+///
+/// Returns the listener's descriptor (> 0), or a negative `MF_E*` code:
+/// `MF_EINVAL` for an address that does not resolve or a port outside
+/// 0..65535, `MF_EADDRINUSE` if the port is taken.
+///
+/// # Safety
+/// `ip` is NULL or a NUL-terminated string.
+#[no_mangle]
+pub unsafe extern "C" fn mf_listen(ip: *const c_char, port: c_int) -> c_int {
+    entry("mf_listen", || {
+        let host = if ip.is_null() {
+            "0.0.0.0"
+        } else {
+            // SAFETY: non-null and NUL-terminated by the contract above.
+            unsafe { cabi::text(ip, "mf_listen: ip") }?
+        };
+        let addr = cabi::resolve(host, port, "mf_listen")?[0];
+        let attrs = *table::defaults();
+        crate::developer::enable_debug_log(attrs.debug);
+        in_runtime(|rt| {
+            let endpoint = rt
+                .block_on(mf::Endpoint::bind(addr, attrs.config(table::next_seed())))
+                .map_err(|e| Error::io(&format!("mf_listen on {addr}"), &e))?;
+            endpoint.listen();
+            let (closed, _) = watch::channel(false);
+            table::insert(Handle::Listener(Arc::new(ListenerEntry { endpoint, attrs, closed })))
+        })
+    })
+}
+
+/// Waits for the next peer to complete its handshake with the listener
+/// `listener` (librusp's `ruspAccept`) and returns the new connection's
+/// descriptor (> 0). Blocks until one arrives; `mf_close` of the listener
+/// from another thread makes it return `MF_ECLOSED`.
+///
+/// The connection has the listener's attributes.
+#[no_mangle]
+pub extern "C" fn mf_accept(listener: c_int) -> c_int {
+    entry("mf_accept", || {
+        let l = table::listener(listener, "mf_accept")?;
+        in_runtime(|rt| {
+            let mut closed = l.closed.subscribe();
+            let conn = rt.block_on(async {
+                tokio::select! {
+                    conn = l.endpoint.accept() => conn,
+                    _ = closed.wait_for(|c| *c) => None,
+                }
+            });
+            let conn =
+                conn.ok_or_else(|| Error::new(MF_ECLOSED, format!("mf_accept: listener {listener} is closed")))?;
+            let entry = StreamEntry {
+                streams: conn.streams(),
+                local: conn.local_addr().unwrap_or_else(|_| l.endpoint.local_addr().unwrap_or(unspecified(false))),
+                peer: conn.peer_addr(),
+                conn: Mutex::new(Some(conn)),
+                _endpoint: None,
+                attrs: l.attrs,
+                pending: Mutex::new(None),
+                peer_ended: AtomicBool::new(false),
+            };
+            table::insert(Handle::Stream(Arc::new(entry)))
+        })
+    })
+}
+
+fn unspecified(v6: bool) -> SocketAddr {
+    if v6 {
+        ([0u16; 8], 0).into()
+    } else {
+        ([0, 0, 0, 0], 0).into()
+    }
+}
+
+/// Connects to the listener at `ip` and `port` (librusp's `ruspConnect`)
+/// from a fresh socket on an ephemeral port, and returns the connection's
+/// descriptor (> 0) once the handshake completed. `ip` is a literal
+/// address or a host name; each address it resolves to is tried in turn.
+/// The connection takes its attributes from `MF_DEFAULTS` as they are now.
+///
+/// Fails with `MF_ECONNREFUSED` if a manyfold endpoint there is not
+/// listening, `MF_ETIMEDOUT` if nothing answers within 10 seconds,
+/// `MF_EINVAL` for an address that does not resolve.
+///
+/// # Safety
+/// `ip` is a NUL-terminated string.
+#[no_mangle]
+pub unsafe extern "C" fn mf_connect(ip: *const c_char, port: c_int) -> c_int {
+    entry("mf_connect", || {
+        // SAFETY: NUL-terminated (or null, which `text` refuses) by the contract above.
+        let host = unsafe { cabi::text(ip, "mf_connect: ip") }?;
+        let attrs = *table::defaults();
+        crate::developer::enable_debug_log(attrs.debug);
+        let mut last = None;
+        for addr in cabi::resolve(host, port, "mf_connect")? {
+            let attempt = in_runtime(|rt| {
+                rt.block_on(async {
+                    let what = format!("mf_connect to {addr}");
+                    let endpoint = mf::Endpoint::bind(unspecified(addr.is_ipv6()), attrs.config(table::next_seed()))
+                        .await
+                        .map_err(|e| Error::io(&what, &e))?;
+                    let conn = endpoint.connect(addr).await.map_err(|e| Error::conn(&what, &e))?;
+                    Ok((endpoint, conn))
+                })
+            });
+            match attempt {
+                Ok((endpoint, conn)) => {
+                    let entry = StreamEntry {
+                        streams: conn.streams(),
+                        local: endpoint.local_addr().unwrap_or(unspecified(addr.is_ipv6())),
+                        peer: conn.peer_addr(),
+                        conn: Mutex::new(Some(conn)),
+                        _endpoint: Some(endpoint),
+                        attrs,
+                        pending: Mutex::new(None),
+                        peer_ended: AtomicBool::new(false),
+                    };
+                    return table::insert(Handle::Stream(Arc::new(entry)));
+                }
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(last.unwrap_or_else(|| Error::invalid("mf_connect: no address to connect to")))
+    })
+}
+
+/// Sends all `len` bytes at `buf` on the connection `conn` (librusp's
+/// `ruspSend`), blocking while its send buffer is full. Returns `len`, or
+/// a negative code: `MF_ECLOSED` after `mf_close`, `MF_ERESET` or
+/// `MF_ETIMEDOUT` if the connection died.
+///
+/// One thread may send while another receives on the same connection.
+///
+/// # Safety
+/// `buf` points to `len` readable bytes (or is NULL with `len` 0).
+#[no_mangle]
+pub unsafe extern "C" fn mf_send(conn: c_int, buf: *const c_void, len: usize) -> isize {
+    entry("mf_send", || {
+        let s = table::stream(conn, "mf_send")?;
+        // SAFETY: `len` readable bytes at `buf` by the contract above.
+        let data = unsafe { cabi::data(buf, len, "mf_send: buf") }?;
+        in_runtime(|rt| {
+            rt.block_on(s.streams.io(0).write_all(data))
+                .map_err(|e| Error::io(&format!("mf_send on connection {conn}"), &e))
+        })?;
+        Ok(data.len() as isize)
+    })
+}
+
+/// Receives up to `cap` bytes from the connection `conn` into `buf`
+/// (librusp's `ruspReceive`), blocking until at least one byte arrives.
+/// Returns the number of bytes received, 0 at the end of the peer's data
+/// (it closed), or a negative code (`MF_EINVAL` if `cap` is 0).
+///
+/// # Safety
+/// `buf` points to `cap` writable bytes.
+#[no_mangle]
+pub unsafe extern "C" fn mf_receive(conn: c_int, buf: *mut c_void, cap: usize) -> isize {
+    entry("mf_receive", || {
+        let s = table::stream(conn, "mf_receive")?;
+        if cap == 0 {
+            return Err(Error::invalid("mf_receive: cap is 0, so nothing could be received"));
+        }
+        // SAFETY: `cap` writable bytes at `buf` by the contract above.
+        let out = unsafe { cabi::buffer(buf, cap, "mf_receive: buf") }?;
+        let n = in_runtime(|rt| {
+            rt.block_on(s.streams.io(0).read(out))
+                .map_err(|e| Error::io(&format!("mf_receive on connection {conn}"), &e))
+        })?;
+        if n == 0 {
+            s.peer_ended.store(true, Ordering::Release);
+        }
+        Ok(n as isize)
+    })
+}
+
+/// Closes the descriptor `desc`, of any kind (librusp's `ruspClose`); the
+/// descriptor is invalid afterwards, whatever the result.
+///
+/// - A connection: sends the end of our data and blocks until the peer
+///   has acknowledged everything we sent; returns an error if the
+///   connection died before that (the text says how many bytes were never
+///   acknowledged). If the peer had not ended its side yet, then waits (at
+///   most 5 seconds) for its end, discarding data it still sends, and for
+///   a short TIME-WAIT (100 ms to 1 s, three of its retransmission
+///   timeouts), so that the peer's close completes even if this process
+///   exits right after. Returns `MF_OK` when our data was all delivered.
+/// - A listener: stops accepting new peers; connections it accepted stay
+///   open. An `mf_accept` blocked on it returns `MF_ECLOSED`.
+/// - A group: as `mf_group_close`.
+#[no_mangle]
+pub extern "C" fn mf_close(desc: c_int) -> c_int {
+    entry("mf_close", || close(desc))
+}
+
+pub(crate) fn close(desc: c_int) -> Result<c_int, Error> {
+    let handle = table::remove(desc)?;
+    in_runtime(|rt| {
+        match handle {
+            Handle::Listener(l) => {
+                l.closed.send_replace(true);
+            }
+            Handle::Stream(s) => {
+                let conn = s.conn.lock().unwrap_or_else(|p| p.into_inner()).take();
+                if let Some(mut conn) = conn {
+                    rt.block_on(close_connection(&s, &mut conn))
+                        .map_err(|e| Error::conn(&format!("mf_close of connection {desc}"), &e))?;
+                }
+            }
+            Handle::Group(g) => {
+                rt.block_on(g.group.close()).map_err(|e| Error::group(&format!("mf_close of group {desc}"), &e))?;
+            }
+        }
+        Ok(MF_OK)
+    })
+}
+
+/// The longest `mf_close` waits for the peer to end its side after ours.
+const PEER_END_WAIT: Duration = Duration::from_secs(5);
+
+/// librusp's close "blocks until the shutdown handshake has been
+/// completed" (paper 04 §2.2): our FIN acknowledged, then (when we closed
+/// first) the peer's FIN received, then a short TIME-WAIT in which a FIN
+/// the peer repeats, because our acknowledgement of it was lost, is
+/// acknowledged again (spec §4.4). The process may exit right after
+/// `mf_close`, taking the connection's TIME-WAIT with it; without the
+/// linger a lost last ACK would leave the peer in LAST-ACK, resending its
+/// FIN to a closed port until its retransmission limit.
+async fn close_connection(s: &StreamEntry, conn: &mut mf::Connection) -> Result<(), mf::ConnectionError> {
+    conn.close().await?;
+    if s.peer_ended.load(Ordering::Acquire) {
+        return Ok(()); // passive close: the peer's FIN came first
+    }
+    let mut scratch = vec![0u8; 64 << 10];
+    let mut io = s.streams.io(0);
+    let drained = tokio::time::timeout(PEER_END_WAIT, async {
+        // Data the peer sends after our close is discarded, as in librusp.
+        while io.read(&mut scratch).await? > 0 {}
+        std::io::Result::Ok(())
+    })
+    .await;
+    if let Ok(Ok(())) = drained {
+        let st = conn.stats();
+        // About three of the peer's retransmission timeouts.
+        let linger = (3 * (st.srtt + 4 * st.rttvar)).clamp(Duration::from_millis(100), Duration::from_secs(1));
+        tokio::time::sleep(linger).await;
+    }
+    Ok(())
+}
+
+/// Writes the local address of `desc` (a connection, listener or group)
+/// into `buf` as a NUL-terminated "ip:port" string ("[ip6]:port" for
+/// IPv6) (librusp's `ruspLocal`). A socket bound to every address shows
+/// "0.0.0.0". Returns the string's length, or `MF_ETOOBIG` if it does not
+/// fit in `cap` bytes with its NUL (`MF_ADDRSTRLEN` always suffices).
+///
+/// # Safety
+/// `buf` points to `cap` writable bytes.
+#[no_mangle]
+pub unsafe extern "C" fn mf_local(desc: c_int, buf: *mut c_char, cap: usize) -> c_int {
+    entry("mf_local", || {
+        let local = table::get(desc)?.local();
+        // SAFETY: `cap` writable bytes at `buf` by the contract above.
+        let out = unsafe { cabi::buffer(buf.cast(), cap, "mf_local: buf") }?;
+        cabi::put_str(out, &local.to_string(), "mf_local")
+    })
+}
+
+/// Writes the peer's address of the connection `conn` into `buf` as a
+/// NUL-terminated "ip:port" string (librusp's `ruspPeer`). Returns the
+/// string's length; `MF_EBADF` for a listener or group, which have no one
+/// peer; `MF_ETOOBIG` if it does not fit in `cap` bytes.
+///
+/// # Safety
+/// `buf` points to `cap` writable bytes.
+#[no_mangle]
+pub unsafe extern "C" fn mf_peer(conn: c_int, buf: *mut c_char, cap: usize) -> c_int {
+    entry("mf_peer", || {
+        let peer = table::stream(conn, "mf_peer")?.peer;
+        // SAFETY: `cap` writable bytes at `buf` by the contract above.
+        let out = unsafe { cabi::buffer(buf.cast(), cap, "mf_peer: buf") }?;
+        cabi::put_str(out, &peer.to_string(), "mf_peer")
+    })
+}
+
+/// The local address of `desc` as a `struct sockaddr_in` or
+/// `sockaddr_in6` written into `*addr`, as librusp's `ruspLocal` gives it.
+/// Returns the length of the address written (for `bind`-style calls), or
+/// a negative code.
+///
+/// # Safety
+/// `addr` points to a writable `struct sockaddr_storage`.
+#[no_mangle]
+pub unsafe extern "C" fn mf_local_addr(desc: c_int, addr: *mut libc::sockaddr_storage) -> c_int {
+    entry("mf_local_addr", || {
+        let local = table::get(desc)?.local();
+        // SAFETY: a writable sockaddr_storage by the contract above.
+        unsafe { cabi::put_sockaddr(addr, local) }
+    })
+}
+
+/// The peer's address of the connection `conn` as a `struct sockaddr_in`
+/// or `sockaddr_in6` written into `*addr` (librusp's `ruspPeer`). Returns
+/// the length of the address written, or a negative code (`MF_EBADF` for
+/// a listener or group).
+///
+/// # Safety
+/// `addr` points to a writable `struct sockaddr_storage`.
+#[no_mangle]
+pub unsafe extern "C" fn mf_peer_addr(conn: c_int, addr: *mut libc::sockaddr_storage) -> c_int {
+    entry("mf_peer_addr", || {
+        let peer = match table::get(conn)? {
+            Handle::Stream(s) => s.peer,
+            _ => return Err(Error::new(MF_EBADF, format!("mf_peer_addr: descriptor {conn} is not a connection"))),
+        };
+        // SAFETY: a writable sockaddr_storage by the contract above.
+        unsafe { cabi::put_sockaddr(addr, peer) }
+    })
+}
