@@ -66,6 +66,11 @@ pub struct ConnectionConfig {
     pub connect_timeout: Duration,
     /// Close the connection when nothing has been received for this long.
     pub idle_timeout: Option<Duration>,
+    /// Give up when the peer's receive window has stayed at zero this long
+    /// while we have data for it (its application stopped reading): the
+    /// connection closes with `ZeroWindowTimeout` and the peer gets a RST
+    /// with code 7 (spec §7.3). `None` waits forever, as TCP does.
+    pub zero_window_timeout: Option<Duration>,
     /// Send a keep-alive after this long without sending anything.
     pub keepalive_interval: Option<Duration>,
     /// Length of TIME-WAIT on the side that closes first (spec §4.4).
@@ -108,6 +113,7 @@ impl Default for ConnectionConfig {
             max_retransmissions: 12,
             connect_timeout: Duration::from_secs(10),
             idle_timeout: Some(Duration::from_secs(60)),
+            zero_window_timeout: Some(Duration::from_secs(120)),
             keepalive_interval: Some(Duration::from_secs(15)),
             time_wait: Duration::from_secs(15),
             ack_frequency: 2,
@@ -131,6 +137,10 @@ pub struct EndpointConfig {
     pub seed: u64,
     /// Most connections held at once, in any state (spec §6.4).
     pub max_connections: usize,
+    /// Most connections held with peers at one IP address; beyond it SYNs
+    /// and echoes from that address are refused explicitly (spec §6.4), so
+    /// one host cannot fill the table. Hosts behind one NAT share it.
+    pub max_connections_per_source: usize,
     /// Most accepted-but-not-yet-taken connections; beyond it a new
     /// connection is refused explicitly (spec §6.4).
     pub accept_backlog: usize,
@@ -151,6 +161,7 @@ impl Default for EndpointConfig {
         EndpointConfig {
             seed: 0,
             max_connections: 1 << 20,
+            max_connections_per_source: 4096,
             accept_backlog: 1024,
             cookie_lifetime: Duration::from_secs(60),
             max_resets_per_sec: 1000,

@@ -59,9 +59,10 @@ pub(crate) fn reason_kind(reason: CloseReason) -> io::ErrorKind {
     match reason {
         CloseReason::Graceful => io::ErrorKind::BrokenPipe,
         CloseReason::Refused => io::ErrorKind::ConnectionRefused,
-        CloseReason::ConnectTimeout | CloseReason::IdleTimeout | CloseReason::RetransmitTimeout => {
-            io::ErrorKind::TimedOut
-        }
+        CloseReason::ConnectTimeout
+        | CloseReason::IdleTimeout
+        | CloseReason::RetransmitTimeout
+        | CloseReason::ZeroWindowTimeout => io::ErrorKind::TimedOut,
         CloseReason::PeerReset(_) | CloseReason::ProtocolViolation => io::ErrorKind::ConnectionReset,
         CloseReason::Aborted(_) => io::ErrorKind::ConnectionAborted,
     }

@@ -104,6 +104,8 @@ pub(crate) struct Connection {
     pacer: Pacer,
     rto_backoff: u32,
     persist_backoff: u32,
+    /// Since when the peer's window has been closed to data we hold (spec §7.3).
+    zero_window_since: Option<Instant>,
     /// A tail-loss probe is due (the sequence number to resend).
     tlp_due: Option<u64>,
     /// Probes sent since an ack last made progress (spec §5.4: at most
@@ -155,6 +157,7 @@ impl Connection {
             pacer: Pacer::default(),
             rto_backoff: 0,
             persist_backoff: 0,
+            zero_window_since: None,
             tlp_due: None,
             tlp_count: 0,
             timers: Timers::default(),
@@ -777,6 +780,9 @@ impl Connection {
         // spec §7.1: take the window only from an ack no older than what we hold.
         if cum >= base {
             self.peer_window = u64::from(h.window);
+            if self.peer_window > self.sent.outstanding_data() {
+                self.zero_window_since = None;
+            }
         }
         let sacks = p.sack.iter().flat_map(|s| s.ranges().iter()).map(|&(a, b)| (extend(a, base), extend(b, base)));
         let streams = &mut self.streams;

@@ -8,7 +8,7 @@ use super::timer::Timer;
 use super::{advertised_window, data_room, AckState, CloseReason, Connection, State};
 use crate::qlog::{QlogData, SendTrigger};
 use crate::wire::chunk::{Chunks, DATA_HEADER_LEN};
-use crate::wire::{Flags, HandshakeParams, Packet, PacketType, COOKIE_LEN, HEADER_LEN, PARAMS_LEN};
+use crate::wire::{ErrorCode, Flags, HandshakeParams, Packet, PacketType, COOKIE_LEN, HEADER_LEN, PARAMS_LEN};
 
 /// SACK ranges on a data packet (each costs 8 bytes of payload).
 const DATA_SACK_RANGES: usize = 4;
@@ -61,6 +61,17 @@ impl Connection {
             // Nothing to do: the endpoint polls us for the packet it let go.
             Timer::Pacing => {}
             Timer::Persist => {
+                let limit = self.config.zero_window_timeout;
+                if let (Some(since), Some(limit)) = (self.zero_window_since, limit) {
+                    if now.saturating_duration_since(since) >= limit {
+                        // spec §7.3: the peer stopped reading; tell it why.
+                        if self.remote_id.is_some() {
+                            self.rst_pending = Some(ErrorCode::WINDOW_TIMEOUT);
+                        }
+                        self.enter_closed(CloseReason::ZeroWindowTimeout);
+                        return;
+                    }
+                }
                 self.probe_pending = true;
                 self.persist_backoff = self.persist_backoff.saturating_add(1);
             }
@@ -229,6 +240,9 @@ impl Connection {
                 return Sent::Blocked;
             }
             if flow_room == 0 {
+                if queued > 0 {
+                    self.zero_window_since.get_or_insert(now);
+                }
                 if queued > 0 && outstanding == 0 && !self.timers.is_set(Timer::Persist) {
                     // spec §7.3: a zero window with nothing in flight: probe it.
                     self.timers.set(Timer::Persist, now + self.rtt.rto(self.persist_backoff));

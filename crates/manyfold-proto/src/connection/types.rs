@@ -54,6 +54,9 @@ pub enum CloseReason {
     IdleTimeout,
     /// `max_retransmissions` RTO expiries in a row without progress.
     RetransmitTimeout,
+    /// The peer's receive window stayed at zero for `zero_window_timeout`
+    /// while we had data to send (spec §7.3).
+    ZeroWindowTimeout,
     /// The application aborted the connection.
     Aborted(ErrorCode),
     /// The peer broke the protocol; we reset the connection.
@@ -70,6 +73,9 @@ impl core::fmt::Display for CloseReason {
             CloseReason::ConnectTimeout => write!(f, "peer did not answer the handshake"),
             CloseReason::IdleTimeout => write!(f, "idle timeout: nothing heard from peer"),
             CloseReason::RetransmitTimeout => write!(f, "peer stopped acknowledging (retransmission limit reached)"),
+            CloseReason::ZeroWindowTimeout => {
+                write!(f, "peer stopped reading: its receive window stayed closed (zero-window timeout)")
+            }
             CloseReason::Aborted(c) => write!(f, "aborted locally (error code {})", c.0),
             CloseReason::ProtocolViolation => write!(f, "peer violated the protocol"),
         }

@@ -8,7 +8,7 @@ mod groups;
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::time::Instant;
 
 use rand::{RngCore, SeedableRng};
@@ -86,6 +86,12 @@ pub struct EndpointStats {
     pub refused_backlog: u64,
     pub refused_not_listening: u64,
     pub connections_accepted: u64,
+    /// SYNs and echoes refused because their source address already held
+    /// `max_connections_per_source` connections (spec §6.4).
+    pub refused_per_source: u64,
+    /// Stateless answers not sent because they would exceed three times
+    /// the datagram they answer (spec §6.6).
+    pub amplification_refused: u64,
     /// Trace events dropped because [`EndpointConfig::max_qlog_events`]
     /// were waiting for [`Endpoint::poll_qlog`] (spec §18).
     pub qlog_dropped: u64,
@@ -109,6 +115,14 @@ struct Slot {
     released: bool,
 }
 
+/// A datagram's source and length, for the stateless answer to it.
+#[derive(Debug, Clone, Copy)]
+struct Requester(SocketAddr, usize);
+
+/// Most bytes a stateless answer may have per byte of the datagram it
+/// answers (spec §6.6; QUIC's anti-amplification factor, RFC 9000 §8).
+const AMPLIFICATION: usize = 3;
+
 /// Most endpoint-generated packets (SYN-ACKs, RSTs) waiting to be sent.
 const MAX_RESPONSES: usize = 4096;
 /// Most cookies remembered against replay (~32 bytes each).
@@ -131,6 +145,8 @@ pub struct Endpoint {
     by_peer: HashMap<(SocketAddr, u32), u32>,
     /// Connections in SYN-SENT by peer address, for simultaneous open.
     syn_sent: HashMap<SocketAddr, u32>,
+    /// Connections held per peer IP address (spec §6.4).
+    per_source: HashMap<IpAddr, usize>,
     timers: BinaryHeap<Reverse<(Instant, u32, u32)>>,
     transmit_queue: VecDeque<u32>,
     responses: VecDeque<(SocketAddr, Vec<u8>)>,
@@ -167,6 +183,7 @@ impl Endpoint {
             by_id: HashMap::new(),
             by_peer: HashMap::new(),
             syn_sent: HashMap::new(),
+            per_source: HashMap::new(),
             timers: BinaryHeap::new(),
             transmit_queue: VecDeque::new(),
             responses: VecDeque::new(),
@@ -280,7 +297,7 @@ impl Endpoint {
                 return;
             }
             self.stats.unknown_connection += 1;
-            self.send_reset(now, from, h.conn_id, h.ack, None);
+            self.send_reset(now, Requester(from, datagram.len()), h.conn_id, h.ack, None);
             return;
         }
 
@@ -298,14 +315,20 @@ impl Endpoint {
             self.deliver(idx, now, &packet);
             return;
         }
+        let refusal = Requester(from, datagram.len());
         if !self.listening {
             self.stats.refused_not_listening += 1;
-            self.send_reset(now, from, params.conn_id, h.seq.wrapping_add(1), Some(ErrorCode::REFUSED));
+            self.send_reset(now, refusal, params.conn_id, h.seq.wrapping_add(1), Some(ErrorCode::REFUSED));
             return;
         }
         if self.accept_queue.len() >= self.config.accept_backlog || self.live >= self.config.max_connections {
             self.stats.refused_backlog += 1;
-            self.send_reset(now, from, params.conn_id, h.seq.wrapping_add(1), Some(ErrorCode::REFUSED));
+            self.send_reset(now, refusal, params.conn_id, h.seq.wrapping_add(1), Some(ErrorCode::REFUSED));
+            return;
+        }
+        if self.conns_from(from) >= self.config.max_connections_per_source {
+            self.stats.refused_per_source += 1;
+            self.send_reset(now, refusal, params.conn_id, h.seq.wrapping_add(1), Some(ErrorCode::REFUSED));
             return;
         }
         self.send_syn_cookie(now, from, &packet, params);
@@ -335,7 +358,7 @@ impl Endpoint {
         p.params = Some(HandshakeParams { conn_id: server_id, max_datagram });
         p.cookie = Some(cookie);
         self.stats.syn_cookies_sent += 1;
-        self.queue_response(from, &p);
+        self.queue_response(Requester(from, syn.len()), &p);
     }
 
     /// spec §6.2: a valid cookie echo creates the connection, ESTABLISHED.
@@ -354,14 +377,20 @@ impl Endpoint {
             self.stats.cookies_rejected += 1;
             return;
         }
+        let refusal = Requester(from, packet.len());
         if !self.listening {
             self.stats.refused_not_listening += 1;
-            self.send_reset(now, from, cookie.client_id, h.seq.wrapping_add(1), Some(ErrorCode::REFUSED));
+            self.send_reset(now, refusal, cookie.client_id, h.seq.wrapping_add(1), Some(ErrorCode::REFUSED));
             return;
         }
         if self.accept_queue.len() >= self.config.accept_backlog || self.live >= self.config.max_connections {
             self.stats.refused_backlog += 1;
-            self.send_reset(now, from, cookie.client_id, h.seq.wrapping_add(1), Some(ErrorCode::REFUSED));
+            self.send_reset(now, refusal, cookie.client_id, h.seq.wrapping_add(1), Some(ErrorCode::REFUSED));
+            return;
+        }
+        if self.conns_from(from) >= self.config.max_connections_per_source {
+            self.stats.refused_per_source += 1;
+            self.send_reset(now, refusal, cookie.client_id, h.seq.wrapping_add(1), Some(ErrorCode::REFUSED));
             return;
         }
         if self.by_id.contains_key(&h.conn_id) || h.conn_id == 0 || cookie.client_id == 0 {
@@ -712,6 +741,9 @@ impl Endpoint {
             }
         };
         self.live += 1;
+        if let Some(c) = self.slots[idx as usize].conn.as_ref() {
+            *self.per_source.entry(c.remote().ip()).or_insert(0) += 1;
+        }
         self.by_id.insert(local_id, idx);
         if let Some(remote_id) = self.slots[idx as usize].conn.as_ref().and_then(|c| c.remote_id()) {
             let remote = self.slots[idx as usize].conn.as_ref().map(|c| c.remote()).expect("just inserted");
@@ -799,6 +831,12 @@ impl Endpoint {
         let conn = slot.conn.take().expect("checked above");
         slot.scheduled = None;
         self.live -= 1;
+        if let std::collections::hash_map::Entry::Occupied(mut e) = self.per_source.entry(conn.remote().ip()) {
+            *e.get_mut() -= 1;
+            if *e.get() == 0 {
+                e.remove();
+            }
+        }
         self.by_id.remove(&conn.local_id());
         if let Some(rid) = conn.remote_id() {
             if self.by_peer.get(&(conn.remote(), rid)) == Some(&idx) {
@@ -824,7 +862,7 @@ impl Endpoint {
 
     /// spec §6.5: RST (optionally with a refusal code) to a peer we hold no
     /// state for, rate-limited by a token bucket.
-    fn send_reset(&mut self, now: Instant, to: SocketAddr, conn_id: u32, seq: u32, code: Option<ErrorCode>) {
+    fn send_reset(&mut self, now: Instant, to: Requester, conn_id: u32, seq: u32, code: Option<ErrorCode>) {
         let rate = f64::from(self.config.max_resets_per_sec);
         if let Some(last) = self.reset_refill_at {
             let dt = now.saturating_duration_since(last).as_secs_f64();
@@ -842,13 +880,25 @@ impl Endpoint {
         self.queue_response(to, &p);
     }
 
-    fn queue_response(&mut self, to: SocketAddr, p: &Packet) {
+    /// Queues a stateless answer to a datagram of `to.1` bytes from `to.0`:
+    /// at most [`AMPLIFICATION`] times its size, since that address is not
+    /// validated (spec §6.6).
+    fn queue_response(&mut self, to: Requester, p: &Packet) {
+        if p.len() > AMPLIFICATION * to.1 {
+            self.stats.amplification_refused += 1;
+            return;
+        }
         if self.responses.len() >= MAX_RESPONSES {
             self.stats.responses_dropped += 1;
             return;
         }
         let mut v = vec![0u8; p.len()];
         p.emit(&mut v);
-        self.responses.push_back((to, v));
+        self.responses.push_back((to.0, v));
+    }
+
+    /// Connections held with peers at `from`'s IP address (spec §6.4).
+    fn conns_from(&self, from: SocketAddr) -> usize {
+        self.per_source.get(&from.ip()).copied().unwrap_or(0)
     }
 }

@@ -148,6 +148,9 @@ impl ErrorCode {
     pub const STREAM_LIMIT: ErrorCode = ErrorCode(5);
     /// A group evicted this receiver as too slow (spec §14.7).
     pub const EVICTED: ErrorCode = ErrorCode(6);
+    /// The receiver's window stayed at zero for the sender's
+    /// `zero_window_timeout` (spec §7.3).
+    pub const WINDOW_TIMEOUT: ErrorCode = ErrorCode(7);
 }
 
 /// A whole parsed packet: header plus payload sections (spec §3.3).

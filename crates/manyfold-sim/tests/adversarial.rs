@@ -1,0 +1,293 @@
+//! Behaviour under hostile peers and off-path attackers (issue 10, spec
+//! §6.4–§6.6, §7.3): injected packets with guessed connection ids and
+//! sequence numbers, replayed packets, a spoofed-SYN flood while several
+//! clients connect, a peer that never reads, a host that opens too many
+//! connections, and answers to unvalidated addresses bounded at 3×.
+
+mod common;
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use common::*;
+use manyfold_proto::wire::{ErrorCode, Flags, HandshakeParams, Packet, PacketType};
+use manyfold_proto::{CloseReason, ConnHandle, EndpointConfig, State};
+use manyfold_sim::{LinkConfig, Sink, Source, Transfer, World};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+const MB: u64 = 1 << 20;
+
+fn emit(p: &Packet) -> Vec<u8> {
+    let mut v = vec![0u8; p.len()];
+    p.emit(&mut v);
+    v
+}
+
+/// A data segment as a blind attacker forges it: some id, some sequence
+/// number, bytes of stream 0 at some offset.
+fn forged_data(rng: &mut ChaCha8Rng, conn_id: u32) -> Vec<u8> {
+    use manyfold_proto::wire::chunk::{data_flags, Chunk, DataChunk};
+    let payload: Vec<u8> = (0..rng.gen_range(1..600)).map(|_| rng.gen()).collect();
+    let chunk = Chunk::Data(DataChunk {
+        stream: 0,
+        flags: if rng.gen_bool(0.1) { data_flags::FIN } else { 0 },
+        offset: rng.gen_range(0..4 * MB),
+        in_msg: 0,
+        data: &payload[..],
+        msg: 0,
+    });
+    let mut area = vec![0u8; chunk.encoded_len()];
+    chunk.emit(&mut area);
+    let mut p = Packet::bare(PacketType::Segment, Flags::ACK, conn_id, rng.gen(), rng.gen(), rng.gen());
+    p.data = &area;
+    emit(&p)
+}
+
+/// 10 ms each way at 20 Mbit/s: a 3 MB exchange lasts over a second.
+fn paced() -> LinkConfig {
+    LinkConfig::with_delay(Duration::from_millis(10)).rate(20_000_000, 256 << 10)
+}
+
+/// Runs `t` to its end (data verified, both sides closed) within `max`,
+/// calling `each_ms` once per millisecond of virtual time.
+fn run_with(w: &mut World, t: &mut Transfer, max: Duration, mut each_ms: impl FnMut(&mut World)) {
+    let seed = w.seed();
+    let deadline = w.elapsed() + max;
+    while !t.pump(w) {
+        assert!(w.elapsed() < deadline, "transfer unfinished: {:?} (seed {seed})", t.progress());
+        each_ms(w);
+        w.run_for(Duration::from_millis(1));
+    }
+    assert!(t.error().is_none(), "{:?} (seed {seed})", t.error());
+}
+
+#[test]
+fn injected_packets_with_guessed_ids_and_sequence_numbers_change_nothing() {
+    let seed = 191;
+    let mut w = pair(seed, paced(), EndpointConfig::default());
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let mut t = Transfer::start(&mut w, client(), server(), 2 * MB, MB);
+    let mut injected = 0u64;
+    // 10 forged segments per millisecond: half from the attacker's own
+    // address, half spoofing the client's, all with guessed ids.
+    run_with(&mut w, &mut t, Duration::from_secs(60), |w| {
+        for i in 0..10 {
+            let from = if i % 2 == 0 { addr(66) } else { client() };
+            let id = rng.gen::<u32>() | 1;
+            let forged = forged_data(&mut rng, id);
+            w.inject(from, server(), forged);
+            injected += 1;
+        }
+    });
+    w.run_for(Duration::from_millis(100));
+    let s = *w.endpoint(server()).stats();
+    // All but the few the client link's full queue dropped reached the
+    // server, and none reached a connection.
+    assert!(
+        s.unknown_connection <= injected && s.unknown_connection * 100 >= injected * 99,
+        "{injected} forged, {s:?} (seed {seed})"
+    );
+    // Answers to them are rate limited (1000 per second by default).
+    let secs = w.elapsed().as_secs_f64();
+    assert!((s.resets_sent as f64) <= 1000.0 * (secs + 1.0), "{s:?} over {secs:.1} s (seed {seed})");
+    let c = w.endpoint(client()).conn_stats(t.client_conn()).expect("client");
+    assert_eq!(c.stream_violations, 0, "seed {seed}");
+}
+
+#[test]
+fn replayed_packets_are_dropped_as_duplicates_and_change_nothing() {
+    let seed = 192;
+    let mut w = pair(seed, paced(), EndpointConfig::default());
+    w.set_capture(true);
+    let mut t = Transfer::start(&mut w, client(), server(), 2 * MB, MB);
+    let mut replay: Vec<(SocketAddr, SocketAddr, Vec<u8>)> = Vec::new();
+    let mut replayed = std::collections::HashSet::new();
+    let mut next = 0;
+    // Every datagram either side sent is sent again 50 ms after it was
+    // seen (the capture records it, and the replay too: each is sent once).
+    run_with(&mut w, &mut t, Duration::from_secs(60), |w| {
+        let captured = w.captured();
+        while let Some(c) = captured.get(next).filter(|c| c.at + Duration::from_millis(50) <= w.elapsed()) {
+            if replayed.insert(c.data.clone()) {
+                replay.push((c.from, c.to, c.data.clone()));
+            }
+            next += 1;
+        }
+        for (from, to, data) in replay.drain(..) {
+            w.inject(from, to, data);
+        }
+    });
+    let next = replayed.len();
+    assert!(next > 1000, "replayed {next} datagrams (seed {seed})");
+    let s = w.endpoint(server()).conn_stats(t.server_conn().expect("accepted")).expect("server");
+    assert!(s.duplicate_packets > 500, "{s:?} (seed {seed})");
+    assert_eq!(w.endpoint(server()).stats().connections_accepted, 1, "the replayed echo made no second connection");
+}
+
+#[test]
+fn legitimate_clients_all_connect_during_a_spoofed_syn_flood() {
+    let seed = 193;
+    let mut w = World::new(seed);
+    let server_cfg = EndpointConfig::default();
+    w.add_node(server(), server_cfg.clone());
+    let clients: Vec<SocketAddr> = (10..30).map(addr).collect();
+    for &c in &clients {
+        w.add_node(c, EndpointConfig::default());
+        w.set_link(c, server(), LinkConfig::with_delay(Duration::from_millis(5)));
+    }
+    w.endpoint_mut(server()).set_listening(true);
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let mut handles: Vec<(SocketAddr, ConnHandle)> = Vec::new();
+    // 50 spoofed SYNs per millisecond for 3 s; a client starts every 100 ms.
+    for ms in 0..3000u32 {
+        for _ in 0..50 {
+            let from = SocketAddr::from(([198, 19, rng.gen(), rng.gen()], rng.gen_range(1024..65535)));
+            let mut syn = Packet::bare(PacketType::Segment, Flags::SYN, 0, rng.gen(), 0, 65_535);
+            syn.params = Some(HandshakeParams { conn_id: rng.gen::<u32>() | 1, max_datagram: 1400 });
+            w.inject(from, server(), emit(&syn));
+        }
+        if ms % 100 == 0 && (ms / 100) < clients.len() as u32 {
+            let c = clients[(ms / 100) as usize];
+            handles.push((c, w.connect(c, server())));
+        }
+        w.run_for(Duration::from_millis(1));
+        while w.endpoint_mut(server()).accept().is_some() {}
+    }
+    w.run_for(Duration::from_secs(2));
+    for (c, h) in &handles {
+        assert_eq!(w.endpoint(*c).state(*h), Some(State::Established), "{c} (seed {seed})");
+    }
+    let s = *w.endpoint(server()).stats();
+    assert_eq!(s.connections_accepted, clients.len() as u64, "{s:?} (seed {seed})");
+}
+
+#[test]
+fn a_peer_that_never_reads_is_given_up_after_the_zero_window_timeout() {
+    let seed = 194;
+    let mut cfg = EndpointConfig::default();
+    cfg.connection.recv_buffer = 256 << 10;
+    cfg.connection.send_buffer = 1 << 20;
+    cfg.connection.zero_window_timeout = Some(Duration::from_secs(20));
+    let mut w = pair(seed, LinkConfig::with_delay(Duration::from_millis(10)), cfg.clone());
+    let (c, s) = establish(&mut w);
+    let mut source = Source::new(seed, 64 * MB);
+    let mut most_unacked = 0;
+    // The server's application never reads; the client keeps offering data.
+    let closed = w.run_until(
+        |w| {
+            let _ = w.act(client(), |ep, _| source.push(ep, c));
+            let st = w.endpoint(client()).conn_stats(c).expect("client");
+            most_unacked = most_unacked.max(st.unacked_bytes);
+            w.endpoint(client()).state(c) == Some(State::Closed)
+        },
+        Duration::from_secs(300),
+    );
+    assert!(closed, "still {:?} (seed {seed})", w.endpoint(client()).state(c));
+    let (at, why) = w.closed(client(), c).expect("closed");
+    assert_eq!(why, CloseReason::ZeroWindowTimeout, "seed {seed}");
+    // The window closed within a second or two; then 20 s, plus at most
+    // one persist-probe interval.
+    assert!(at < Duration::from_secs(90), "closed only at {at:?} (seed {seed})");
+    assert!(most_unacked <= cfg.connection.send_buffer as u64, "{most_unacked} buffered (seed {seed})");
+    w.run_for(Duration::from_secs(1));
+    assert_eq!(
+        w.closed(server(), s).map(|(_, r)| r),
+        Some(CloseReason::PeerReset(Some(ErrorCode::WINDOW_TIMEOUT))),
+        "the reader learns why (seed {seed})"
+    );
+}
+
+#[test]
+fn a_slow_reader_that_keeps_reading_is_not_timed_out() {
+    let seed = 195;
+    let mut cfg = EndpointConfig::default();
+    cfg.connection.recv_buffer = 64 << 10;
+    cfg.connection.zero_window_timeout = Some(Duration::from_secs(5));
+    let mut w = pair(seed, LinkConfig::with_delay(Duration::from_millis(10)), cfg);
+    let (c, s) = establish(&mut w);
+    let mut source = Source::new(seed, 4 * MB);
+    let mut sink = Sink::new(seed, 4 * MB);
+    // 64 KiB every 3 s: the window is shut most of the time, but opens
+    // again well before the timeout runs out.
+    let mut done = false;
+    for _ in 0..200 {
+        let _ = w.act(client(), |ep, _| source.push(ep, c));
+        w.act(server(), |ep, _| sink.pull(ep, s, 64 << 10)).expect("intact");
+        if sink.received() == 4 * MB {
+            done = true;
+            break;
+        }
+        for _ in 0..30 {
+            let _ = w.act(client(), |ep, _| source.push(ep, c));
+            w.run_for(Duration::from_millis(100));
+        }
+    }
+    assert!(done, "{} bytes read, client {:?} (seed {seed})", sink.received(), w.closed(client(), c));
+}
+
+#[test]
+fn one_address_cannot_hold_more_than_its_share_of_connections() {
+    let seed = 196;
+    let mut w = World::new(seed);
+    w.add_node(server(), EndpointConfig { max_connections_per_source: 5, ..Default::default() });
+    let crowd: Vec<SocketAddr> = (0..8).map(|i| SocketAddr::new(addr(40).ip(), 5000 + i)).collect();
+    for &c in crowd.iter().chain([addr(41)].iter()) {
+        w.add_node(c, EndpointConfig::default());
+        w.set_link(c, server(), LinkConfig::with_delay(Duration::from_millis(5)));
+    }
+    w.endpoint_mut(server()).set_listening(true);
+    let mut handles = HashMap::new();
+    for &c in &crowd {
+        handles.insert(c, w.connect(c, server()));
+        w.run_for(Duration::from_millis(50));
+    }
+    let other = w.connect(addr(41), server());
+    w.run_for(Duration::from_secs(1));
+    let established = crowd.iter().filter(|c| w.endpoint(**c).state(handles[*c]) == Some(State::Established)).count();
+    let refused =
+        crowd.iter().filter(|c| w.endpoint(**c).close_reason(handles[*c]) == Some(CloseReason::Refused)).count();
+    assert_eq!((established, refused), (5, 3), "seed {seed}");
+    assert_eq!(w.endpoint(addr(41)).state(other), Some(State::Established), "another host still gets in");
+    assert_eq!(w.endpoint(server()).stats().refused_per_source, 3, "seed {seed}");
+}
+
+#[test]
+fn answers_to_unvalidated_addresses_are_at_most_three_times_what_they_sent() {
+    let seed = 197;
+    let mut w = pair(seed, LinkConfig::default(), EndpointConfig::default());
+    w.endpoint_mut(server()).set_listening(true);
+    w.set_capture(true);
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let mut sent: HashMap<SocketAddr, usize> = HashMap::new();
+    // SYNs, forged echoes and data for unknown connections, from 200
+    // spoofed addresses, each as short as it can be.
+    for i in 0..2000u32 {
+        let from = SocketAddr::from(([198, 19, 1, (i % 200) as u8], 4000));
+        let d = match i % 3 {
+            0 => {
+                let mut syn = Packet::bare(PacketType::Segment, Flags::SYN, 0, rng.gen(), 0, 0);
+                syn.params = Some(HandshakeParams { conn_id: rng.gen::<u32>() | 1, max_datagram: 576 });
+                emit(&syn)
+            }
+            1 => emit(&Packet::bare(PacketType::Segment, Flags::ACK, rng.gen::<u32>() | 1, rng.gen(), rng.gen(), 0)),
+            _ => {
+                let id = rng.gen::<u32>() | 1;
+                forged_data(&mut rng, id)
+            }
+        };
+        *sent.entry(from).or_default() += d.len();
+        w.inject(from, server(), d);
+        w.run_for(Duration::from_millis(1));
+    }
+    let mut answered: HashMap<SocketAddr, usize> = HashMap::new();
+    for c in w.captured().iter().filter(|c| c.from == server()) {
+        *answered.entry(c.to).or_default() += c.data.len();
+    }
+    assert!(!answered.is_empty(), "seed {seed}");
+    for (to, bytes) in answered {
+        let got = sent.get(&to).copied().unwrap_or(0);
+        assert!(bytes <= 3 * got, "{to}: answered {bytes} bytes to {got} (seed {seed})");
+    }
+}
