@@ -22,6 +22,49 @@
 #include <sys/socket.h>
 
 /**
+ * `mf_message.kind`: a whole message, its bytes in the buffer.
+ */
+#define MF_MSG_DATA 1
+
+/**
+ * `mf_message.kind`: the sender gave up a message (partial reliability);
+ * nothing is in the buffer.
+ */
+#define MF_MSG_ABANDONED 2
+
+/**
+ * `mf_message.kind`: the sender finished the stream; nothing follows on it.
+ */
+#define MF_MSG_FINISHED 3
+
+/**
+ * `mf_message.kind`: the sender reset the stream with `reset_code`;
+ * nothing follows on it.
+ */
+#define MF_MSG_RESET 4
+
+/**
+ * Delivery mode: a message is delivered when every peer acknowledged it.
+ */
+#define MF_MODE_ALL 0
+
+/**
+ * Delivery mode: one acknowledgement suffices; the other copies are given up.
+ */
+#define MF_MODE_ANY 1
+
+/**
+ * Delivery mode: at least `p` peers acknowledge.
+ */
+#define MF_MODE_AT_LEAST 2
+
+/**
+ * Delivery mode: each message goes to the `k` least loaded peers and is
+ * delivered when `p` of them acknowledge (paper 00's CBAL).
+ */
+#define MF_MODE_BALANCED 3
+
+/**
  * The descriptor of the attributes new descriptors take (`mf_listen`,
  * `mf_connect`, `mf_group_connect` read them when they create one).
  */
@@ -132,49 +175,6 @@
 #define MF_EINTERNAL -14
 
 /**
- * Delivery mode: a message is delivered when every peer acknowledged it.
- */
-#define MF_MODE_ALL 0
-
-/**
- * Delivery mode: one acknowledgement suffices; the other copies are given up.
- */
-#define MF_MODE_ANY 1
-
-/**
- * Delivery mode: at least `p` peers acknowledge.
- */
-#define MF_MODE_AT_LEAST 2
-
-/**
- * Delivery mode: each message goes to the `k` least loaded peers and is
- * delivered when `p` of them acknowledge (paper 00's CBAL).
- */
-#define MF_MODE_BALANCED 3
-
-/**
- * `mf_message.kind`: a whole message, its bytes in the buffer.
- */
-#define MF_MSG_DATA 1
-
-/**
- * `mf_message.kind`: the sender gave up a message (partial reliability);
- * nothing is in the buffer.
- */
-#define MF_MSG_ABANDONED 2
-
-/**
- * `mf_message.kind`: the sender finished the stream; nothing follows on it.
- */
-#define MF_MSG_FINISHED 3
-
-/**
- * `mf_message.kind`: the sender reset the stream with `reset_code`;
- * nothing follows on it.
- */
-#define MF_MSG_RESET 4
-
-/**
  * What `mf_recv_message` / `mf_group_recv_message` received.
  */
 typedef struct mf_message {
@@ -205,154 +205,6 @@ typedef struct mf_message {
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
-
-/**
- * Sets attribute `attr` to the value at `value`, of `size` bytes
- * (librusp's `ruspSetAttr`): `MF_ATTR_DROP_RATE` takes a `double` in
- * [0, 1], `MF_ATTR_DEBUG` an `int` (0 or 1).
- *
- * Only `desc` = `MF_DEFAULTS` can be set: the values descriptors created
- * afterwards take, fixed for their lifetime (manyfold applies them when
- * it binds the socket). On an open descriptor it fails with `MF_ENOTSUP`.
- *
- * ```c
- * double drop = 0.05;
- * mf_set_attr(MF_DEFAULTS, MF_ATTR_DROP_RATE, &drop, sizeof drop);
- * ```
- *
- * Returns `MF_OK`, or `MF_EINVAL` for an unknown attribute, a wrong
- * `size`, a NULL `value` or a value out of range; `MF_EBADF` for a
- * descriptor that is not open.
- *
- * # Safety
- * `value` points to `size` readable bytes.
- */
-int mf_set_attr(int desc, int attr, const void *value, size_t size);
-
-/**
- * Reads attribute `attr` of `desc` into `value`, of `size` bytes
- * (librusp's `ruspGetAttr`): of `MF_DEFAULTS`, or of an open descriptor
- * (the values it was created with). `MF_ATTR_DROP_RATE` is a `double`,
- * `MF_ATTR_DEBUG` an `int`. Returns `MF_OK` or a negative code as
- * `mf_set_attr`.
- *
- * # Safety
- * `value` points to `size` writable bytes.
- */
-int mf_get_attr(int desc, int attr, void *value, size_t size);
-
-/**
- * The text of the last error on the calling thread: what failed and why,
- * naming the argument, descriptor or peer (e.g. "mf_connect to
- * 127.0.0.1:9: connection refused"). An empty string if no call on this
- * thread has failed. The pointer is valid until the next `mf_*` call on
- * this thread; copy the text to keep it. Never NULL.
- */
-const char *mf_last_error(void);
-
-/**
- * A fixed description of the code `code` (`MF_EINVAL`, ...), as
- * `strerror` does for errno; "unknown error code" for a code that is not
- * one of the library's. The string is static: never freed, never NULL.
- */
-const char *mf_strerror(int code);
-
-/**
- * Opens a group from a fresh socket to the `count` receivers named in
- * `addrs` ("ip:port" or "host:port" strings, each a listener), with every
- * handshake at once; returns when all answered or after 10 seconds with
- * those that did. `mode` is `MF_MODE_ALL`, `MF_MODE_ANY`,
- * `MF_MODE_AT_LEAST` (with `p`) or `MF_MODE_BALANCED` (with `k` and `p`);
- * `p` and `k` are ignored by the modes that do not use them. The group
- * takes its attributes from `MF_DEFAULTS` as they are now.
- *
- * If `status` is not NULL it receives `count` codes, one per address: 0
- * if that peer is in the group, else why not (`MF_ECONNREFUSED`,
- * `MF_ETIMEDOUT`, ...). The group is formed if at least as many peers
- * answered as the mode needs (1 for all and any, `p` for the others).
- *
- * Returns the group's descriptor (> 0), or a negative code:
- * `MF_EUNREACHABLE` if too few peers answered, `MF_EINVAL` for a bad
- * address, mode, `p` or `k`.
- *
- * # Safety
- * `addrs` points to `count` NUL-terminated strings; `status` is NULL or
- * points to `count` writable ints.
- */
-int mf_group_connect(const char *const *addrs, size_t count, int mode, int p, int k, int *status);
-
-/**
- * Sends `len` bytes at `buf` as one message to the group `group`, in its
- * mode; blocks while the shared send buffer (64 MiB) is full. The data is
- * held once in memory whatever the number of peers. Returns the message's
- * group sequence number (0, 1, 2, ...), or a negative code
- * (`MF_EUNREACHABLE` if no peer the mode needs is left).
- *
- * # Safety
- * `buf` points to `len` readable bytes (or is NULL with `len` 0).
- */
-int64_t mf_group_send(int group, const void *buf, size_t len);
-
-/**
- * Blocks until every message sent to the group `group` is delivered in
- * its mode's sense (paper 00's WaitForSend). Returns `MF_OK` or a
- * negative code.
- */
-int mf_group_wait(int group);
-
-/**
- * Blocks until the next message (or notice) that any peer of `group`
- * sends back arrives, as `mf_recv_message` does for a connection;
- * `info->peer` says which peer. Returns 1 when something was received, 0
- * once the group is closed and nothing is left, or a negative code
- * (`MF_ETOOBIG` keeps the message for the next call).
- *
- * # Safety
- * `info` points to a writable `mf_message`; `buf` to `cap` writable bytes
- * (or is NULL with `cap` 0).
- */
-int mf_group_recv_message(int group, struct mf_message *info, void *buf, size_t cap);
-
-/**
- * Closes the group `group`: blocks until every peer has acknowledged
- * everything sent, or is gone; the descriptor is invalid afterwards.
- * Returns `MF_OK` or a negative code (`MF_EBADF` if `group` is not a
- * group: then it stays open).
- */
-int mf_group_close(int group);
-
-/**
- * Sends `len` bytes at `buf` as one whole message on stream `stream` of
- * the connection `conn`, reliably and in that stream's order (opening the
- * stream if new). Blocks while the send buffer has no room for the whole
- * message. A message is received whole by `mf_recv_message`; messages on
- * different streams do not wait for each other's losses. Stream 0 is also
- * the byte stream of `mf_send`: do not mix the two on it.
- *
- * Returns `MF_OK`, or `MF_ETOOBIG` for a message over the connection's
- * maximum (16 MiB; nothing is sent), `MF_ELIMIT` when too many streams are
- * open, or another negative code.
- *
- * # Safety
- * `buf` points to `len` readable bytes (or is NULL with `len` 0).
- */
-int mf_send_message(int conn, uint16_t stream, const void *buf, size_t len);
-
-/**
- * Blocks until the next message (or notice) of any stream of `conn`
- * arrives, streams taking turns. Fills `*info` (which stream, what kind,
- * how long) and copies a message's bytes into `buf`.
- *
- * Returns 1 when something was received, 0 once the peer closed and
- * everything was read, or a negative code. `MF_ETOOBIG`: the message
- * (`info->len` bytes) does not fit in `cap`; nothing is lost, the next call
- * returns it (with a large enough buffer).
- *
- * # Safety
- * `info` points to a writable `mf_message`; `buf` to `cap` writable bytes
- * (or is NULL with `cap` 0).
- */
-int mf_recv_message(int conn, struct mf_message *info, void *buf, size_t cap);
 
 /**
  * Opens a listening endpoint bound to `ip` and `port` (librusp's
@@ -425,9 +277,13 @@ ptrdiff_t mf_receive(int conn, void *buf, size_t cap);
  * descriptor is invalid afterwards, whatever the result.
  *
  * - A connection: sends the end of our data and blocks until the peer
- *   has acknowledged everything we sent. Returns `MF_OK`, or an error if
- *   the connection died before that (the text says how many bytes were
- *   never acknowledged). Data the peer still sends us is discarded.
+ *   has acknowledged everything we sent; returns an error if the
+ *   connection died before that (the text says how many bytes were never
+ *   acknowledged). If the peer had not ended its side yet, then waits (at
+ *   most 5 seconds) for its end, discarding data it still sends, and for
+ *   a short TIME-WAIT (100 ms to 1 s, three of its retransmission
+ *   timeouts), so that the peer's close completes even if this process
+ *   exits right after. Returns `MF_OK` when our data was all delivered.
  * - A listener: stops accepting new peers; connections it accepted stay
  *   open. An `mf_accept` blocked on it returns `MF_ECLOSED`.
  * - A group: as `mf_group_close`.
@@ -478,6 +334,156 @@ int mf_local_addr(int desc, struct sockaddr_storage *addr);
  * `addr` points to a writable `struct sockaddr_storage`.
  */
 int mf_peer_addr(int conn, struct sockaddr_storage *addr);
+
+/**
+ * Sends `len` bytes at `buf` as one whole message on stream `stream` of
+ * the connection `conn`, reliably and in that stream's order (opening the
+ * stream if new). Blocks while the send buffer has no room for the whole
+ * message. A message is received whole by `mf_recv_message`; messages on
+ * different streams do not wait for each other's losses. Stream 0 is also
+ * the byte stream of `mf_send`: do not mix the two on it.
+ *
+ * Returns `MF_OK`, or `MF_ETOOBIG` for a message over the connection's
+ * maximum (16 MiB; nothing is sent), `MF_ELIMIT` when too many streams are
+ * open, or another negative code.
+ *
+ * # Safety
+ * `buf` points to `len` readable bytes (or is NULL with `len` 0).
+ */
+int mf_send_message(int conn, uint16_t stream, const void *buf, size_t len);
+
+/**
+ * Blocks until the next message (or notice) of any stream of `conn`
+ * arrives, streams taking turns. Fills `*info` (which stream, what kind,
+ * how long) and copies a message's bytes into `buf`.
+ *
+ * Returns 1 when something was received, 0 once the peer closed and
+ * everything was read, or a negative code. `MF_ETOOBIG`: the message
+ * (`info->len` bytes) does not fit in `cap`; nothing is lost, the next call
+ * returns it (with a large enough buffer).
+ *
+ * # Safety
+ * `info` points to a writable `mf_message`; `buf` to `cap` writable bytes
+ * (or is NULL with `cap` 0).
+ */
+int mf_recv_message(int conn, struct mf_message *info, void *buf, size_t cap);
+
+/**
+ * Opens a group from a fresh socket to the `count` receivers named in
+ * `addrs` ("ip:port" or "host:port" strings, each a listener), with every
+ * handshake at once; returns when all answered or after 10 seconds with
+ * those that did. `mode` is `MF_MODE_ALL`, `MF_MODE_ANY`,
+ * `MF_MODE_AT_LEAST` (with `p`) or `MF_MODE_BALANCED` (with `k` and `p`);
+ * `p` and `k` are ignored by the modes that do not use them. The group
+ * takes its attributes from `MF_DEFAULTS` as they are now.
+ *
+ * If `status` is not NULL it receives `count` codes, one per address: 0
+ * if that peer is in the group, else why not (`MF_ECONNREFUSED`,
+ * `MF_ETIMEDOUT`, ...). The group is formed if at least as many peers
+ * answered as the mode needs (1 for all and any, `p` for the others).
+ *
+ * Returns the group's descriptor (> 0), or a negative code:
+ * `MF_EUNREACHABLE` if too few peers answered, `MF_EINVAL` for a bad
+ * address, mode, `p` or `k`.
+ *
+ * # Safety
+ * `addrs` points to `count` NUL-terminated strings; `status` is NULL or
+ * points to `count` writable ints.
+ */
+int mf_group_connect(const char *const *addrs, size_t count, int mode, int p, int k, int *status);
+
+/**
+ * Sends `len` bytes at `buf` as one message to the group `group`, in its
+ * mode; blocks while the shared send buffer (64 MiB) is full. The data is
+ * held once in memory whatever the number of peers. Returns the message's
+ * group sequence number (0, 1, 2, ...), or a negative code
+ * (`MF_EUNREACHABLE` if no peer the mode needs is left).
+ *
+ * # Safety
+ * `buf` points to `len` readable bytes (or is NULL with `len` 0).
+ */
+int64_t mf_group_send(int group, const void *buf, size_t len);
+
+/**
+ * Blocks until every message sent to the group `group` is delivered in
+ * its mode's sense (paper 00's WaitForSend). Returns `MF_OK` or a
+ * negative code.
+ */
+int mf_group_wait(int group);
+
+/**
+ * Blocks until the next message (or notice) that any peer of `group`
+ * sends back arrives, as `mf_recv_message` does for a connection;
+ * `info->peer` says which peer. Returns 1 when something was received, 0
+ * once the group is closed and nothing is left, or a negative code
+ * (`MF_ETOOBIG` keeps the message for the next call).
+ *
+ * # Safety
+ * `info` points to a writable `mf_message`; `buf` to `cap` writable bytes
+ * (or is NULL with `cap` 0).
+ */
+int mf_group_recv_message(int group, struct mf_message *info, void *buf, size_t cap);
+
+/**
+ * Closes the group `group`: blocks until every peer has acknowledged
+ * everything sent, or is gone, and then (at most 5 seconds) until each
+ * has ended its side, followed by a short TIME-WAIT (as `mf_close` of a
+ * connection); the descriptor is invalid afterwards.
+ * Returns `MF_OK` or a negative code (`MF_EBADF` if `group` is not a
+ * group: then it stays open).
+ */
+int mf_group_close(int group);
+
+/**
+ * Sets attribute `attr` to the value at `value`, of `size` bytes
+ * (librusp's `ruspSetAttr`): `MF_ATTR_DROP_RATE` takes a `double` in
+ * [0, 1], `MF_ATTR_DEBUG` an `int` (0 or 1).
+ *
+ * Only `desc` = `MF_DEFAULTS` can be set: the values descriptors created
+ * afterwards take, fixed for their lifetime (manyfold applies them when
+ * it binds the socket). On an open descriptor it fails with `MF_ENOTSUP`.
+ *
+ * ```c
+ * double drop = 0.05;
+ * mf_set_attr(MF_DEFAULTS, MF_ATTR_DROP_RATE, &drop, sizeof drop);
+ * ```
+ *
+ * Returns `MF_OK`, or `MF_EINVAL` for an unknown attribute, a wrong
+ * `size`, a NULL `value` or a value out of range; `MF_EBADF` for a
+ * descriptor that is not open.
+ *
+ * # Safety
+ * `value` points to `size` readable bytes.
+ */
+int mf_set_attr(int desc, int attr, const void *value, size_t size);
+
+/**
+ * Reads attribute `attr` of `desc` into `value`, of `size` bytes
+ * (librusp's `ruspGetAttr`): of `MF_DEFAULTS`, or of an open descriptor
+ * (the values it was created with). `MF_ATTR_DROP_RATE` is a `double`,
+ * `MF_ATTR_DEBUG` an `int`. Returns `MF_OK` or a negative code as
+ * `mf_set_attr`.
+ *
+ * # Safety
+ * `value` points to `size` writable bytes.
+ */
+int mf_get_attr(int desc, int attr, void *value, size_t size);
+
+/**
+ * The text of the last error on the calling thread: what failed and why,
+ * naming the argument, descriptor or peer (e.g. "mf_connect to
+ * 127.0.0.1:9: connection refused"). An empty string if no call on this
+ * thread has failed. The pointer is valid until the next `mf_*` call on
+ * this thread; copy the text to keep it. Never NULL.
+ */
+const char *mf_last_error(void);
+
+/**
+ * A fixed description of the code `code` (`MF_EINVAL`, ...), as
+ * `strerror` does for errno; "unknown error code" for a code that is not
+ * one of the library's. The string is static: never freed, never NULL.
+ */
+const char *mf_strerror(int code);
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -9,6 +9,7 @@
 use std::ffi::{c_char, c_int, c_void};
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use crate::cabi;
 use crate::error::{entry, kind_code, Error, MF_EBADF, MF_ECONNREFUSED, MF_ETIMEDOUT, MF_OK};
@@ -213,8 +214,47 @@ pub unsafe extern "C" fn mf_group_recv_message(
     })
 }
 
+/// The group's close as `mf_close` of a connection does it (see
+/// `close_connection`): every peer has acknowledged everything, then each
+/// peer's own end is awaited (at most 5 seconds in all) and a short
+/// TIME-WAIT follows, so that receivers closing after the sender can
+/// complete their close even if the sender's process exits next.
+pub(crate) async fn close_group(group: &mf::Group) -> Result<(), mf::GroupError> {
+    use tokio::io::AsyncReadExt;
+    group.close().await?;
+    let peers = group.peers();
+    let mut waiting: Vec<mf::PeerId> =
+        peers.iter().filter(|(_, p)| p.state != mf::PeerState::Gone).map(|(id, _)| *id).collect();
+    let deadline = tokio::time::Instant::now() + crate::stream::PEER_END_WAIT;
+    let mut scratch = vec![0u8; 64 << 10];
+    while !waiting.is_empty() && tokio::time::Instant::now() < deadline {
+        let mut still = Vec::new();
+        for id in waiting {
+            let mut reader = group.reader(id, 0);
+            // A short wait per turn: the reader's wakeups come from group
+            // events, so poll again rather than trust one to come.
+            let ended = loop {
+                match tokio::time::timeout(Duration::from_millis(20), reader.read(&mut scratch)).await {
+                    Ok(Ok(0)) | Ok(Err(_)) => break true,
+                    Ok(Ok(_)) => continue, // data after our close is discarded
+                    Err(_) => break false,
+                }
+            };
+            if !ended {
+                still.push(id);
+            }
+        }
+        waiting = still;
+    }
+    let linger = peers.iter().filter_map(|(_, p)| p.conn.as_ref()).map(crate::stream::time_wait).max();
+    tokio::time::sleep(linger.unwrap_or(Duration::from_millis(100))).await;
+    Ok(())
+}
+
 /// Closes the group `group`: blocks until every peer has acknowledged
-/// everything sent, or is gone; the descriptor is invalid afterwards.
+/// everything sent, or is gone, and then (at most 5 seconds) until each
+/// has ended its side, followed by a short TIME-WAIT (as `mf_close` of a
+/// connection); the descriptor is invalid afterwards.
 /// Returns `MF_OK` or a negative code (`MF_EBADF` if `group` is not a
 /// group: then it stays open).
 #[no_mangle]

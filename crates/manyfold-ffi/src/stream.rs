@@ -230,7 +230,8 @@ pub(crate) fn close(desc: c_int) -> Result<c_int, Error> {
                 }
             }
             Handle::Group(g) => {
-                rt.block_on(g.group.close()).map_err(|e| Error::group(&format!("mf_close of group {desc}"), &e))?;
+                rt.block_on(crate::group::close_group(&g.group))
+                    .map_err(|e| Error::group(&format!("mf_close of group {desc}"), &e))?;
             }
         }
         Ok(MF_OK)
@@ -238,7 +239,7 @@ pub(crate) fn close(desc: c_int) -> Result<c_int, Error> {
 }
 
 /// The longest `mf_close` waits for the peer to end its side after ours.
-const PEER_END_WAIT: Duration = Duration::from_secs(5);
+pub(crate) const PEER_END_WAIT: Duration = Duration::from_secs(5);
 
 /// librusp's close "blocks until the shutdown handshake has been
 /// completed" (paper 04 §2.2): our FIN acknowledged, then (when we closed
@@ -262,12 +263,15 @@ async fn close_connection(s: &StreamEntry, conn: &mut mf::Connection) -> Result<
     })
     .await;
     if let Ok(Ok(())) = drained {
-        let st = conn.stats();
-        // About three of the peer's retransmission timeouts.
-        let linger = (3 * (st.srtt + 4 * st.rttvar)).clamp(Duration::from_millis(100), Duration::from_secs(1));
-        tokio::time::sleep(linger).await;
+        tokio::time::sleep(time_wait(&conn.stats())).await;
     }
     Ok(())
+}
+
+/// How long to stay for a peer's repeated FIN: about three of its
+/// retransmission timeouts, 100 ms to 1 s.
+pub(crate) fn time_wait(st: &mf::ConnStats) -> Duration {
+    (3 * (st.srtt + 4 * st.rttvar)).clamp(Duration::from_millis(100), Duration::from_secs(1))
 }
 
 /// Writes the local address of `desc` (a connection, listener or group)
