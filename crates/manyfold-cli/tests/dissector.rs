@@ -802,7 +802,7 @@ fn crafted() -> Vec<(Vec<u8>, &'static str, &'static str)> {
         v
     };
     let mut syn = Packet::bare(PacketType::Segment, Flags::SYN, 0, 7, 0, 65536);
-    syn.params = Some(HandshakeParams { conn_id: 0x1234, max_datagram: 1452 });
+    syn.params = Some(HandshakeParams::new(0x1234, 1452));
     let syn = encode(&syn);
 
     let chunks: Vec<Chunk<Bytes>> = vec![

@@ -152,6 +152,10 @@ pub struct EndpointConfig {
     /// beyond it new ones are dropped and counted in
     /// [`crate::EndpointStats::qlog_dropped`].
     pub max_qlog_events: usize,
+    /// Keys for protected connections (spec §19): with them, every
+    /// connection of this endpoint is encrypted and authenticated, and
+    /// plain peers are refused; without, the papers' plain protocol.
+    pub security: Option<crate::SecurityConfig>,
     /// Settings for every connection of this endpoint.
     pub connection: ConnectionConfig,
 }
@@ -166,6 +170,7 @@ impl Default for EndpointConfig {
             cookie_lifetime: Duration::from_secs(60),
             max_resets_per_sec: 1000,
             max_qlog_events: 1 << 16,
+            security: None,
             connection: ConnectionConfig::default(),
         }
     }

@@ -30,6 +30,7 @@ pub mod qlog;
 mod rangeset;
 pub mod recovery;
 mod ring;
+pub mod secure;
 pub mod wire;
 
 pub use config::{CongestionAlgorithm, ConnectionConfig, EndpointConfig};
@@ -42,6 +43,7 @@ pub use group::{
     PeerStats, Unreachable,
 };
 pub use qlog::{QlogData, QlogEvent};
+pub use secure::SecurityConfig;
 
 #[cfg(test)]
 mod tests;

@@ -128,12 +128,39 @@ pub struct PacketInfo {
 /// One chunk of the data area (spec §13.2).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Frame {
-    Stream { stream: u16, offset: u64, len: u32, begin: bool, end: bool, fin: bool, unordered: bool },
-    Reset { stream: u16, code: u16, final_size: u64 },
-    Stop { stream: u16, code: u16 },
-    Credit { stream: u16, unordered: bool, max: u64 },
-    Abandon { stream: u16, start: u64, end: u64 },
+    Stream {
+        stream: u16,
+        offset: u64,
+        len: u32,
+        begin: bool,
+        end: bool,
+        fin: bool,
+        unordered: bool,
+    },
+    Reset {
+        stream: u16,
+        code: u16,
+        final_size: u64,
+    },
+    Stop {
+        stream: u16,
+        code: u16,
+    },
+    Credit {
+        stream: u16,
+        unordered: bool,
+        max: u64,
+    },
+    Abandon {
+        stream: u16,
+        start: u64,
+        end: u64,
+    },
     Pad,
+    /// A Noise handshake message of `len` bytes (spec §19.2).
+    Handshake {
+        len: u16,
+    },
 }
 
 impl PacketInfo {
@@ -157,6 +184,7 @@ impl PacketInfo {
                 Chunk::Credit { stream, unordered, max } => Frame::Credit { stream, unordered, max },
                 Chunk::Abandon { stream, start, end, .. } => Frame::Abandon { stream, start, end },
                 Chunk::Pad => Frame::Pad,
+                Chunk::Handshake(m) => Frame::Handshake { len: m.len() as u16 },
             })
             .collect();
         PacketInfo {

@@ -145,7 +145,7 @@ fn legitimate_clients_all_connect_during_a_spoofed_syn_flood() {
         for _ in 0..50 {
             let from = SocketAddr::from(([198, 19, rng.gen(), rng.gen()], rng.gen_range(1024..65535)));
             let mut syn = Packet::bare(PacketType::Segment, Flags::SYN, 0, rng.gen(), 0, 65_535);
-            syn.params = Some(HandshakeParams { conn_id: rng.gen::<u32>() | 1, max_datagram: 1400 });
+            syn.params = Some(HandshakeParams::new(rng.gen::<u32>() | 1, 1400));
             w.inject(from, server(), emit(&syn));
         }
         if ms % 100 == 0 && (ms / 100) < clients.len() as u32 {
@@ -268,7 +268,7 @@ fn answers_to_unvalidated_addresses_are_at_most_three_times_what_they_sent() {
         let d = match i % 3 {
             0 => {
                 let mut syn = Packet::bare(PacketType::Segment, Flags::SYN, 0, rng.gen(), 0, 0);
-                syn.params = Some(HandshakeParams { conn_id: rng.gen::<u32>() | 1, max_datagram: 576 });
+                syn.params = Some(HandshakeParams::new(rng.gen::<u32>() | 1, 576));
                 emit(&syn)
             }
             1 => emit(&Packet::bare(PacketType::Segment, Flags::ACK, rng.gen::<u32>() | 1, rng.gen(), rng.gen(), 0)),

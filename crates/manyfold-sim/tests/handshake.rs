@@ -289,7 +289,7 @@ fn syn_flood_leaves_no_state_and_a_legitimate_client_still_connects() {
 fn forged_syn(client_id: u32, isn: u32) -> Vec<u8> {
     use manyfold_proto::wire::{Flags, HandshakeParams, Packet, PacketType};
     let mut p = Packet::bare(PacketType::Segment, Flags::SYN, 0, isn, 0, 65_535);
-    p.params = Some(HandshakeParams { conn_id: client_id.max(1), max_datagram: 1400 });
+    p.params = Some(HandshakeParams::new(client_id.max(1), 1400));
     let mut v = vec![0u8; p.len()];
     p.emit(&mut v);
     v
@@ -500,7 +500,7 @@ fn listener_drops_a_syn_with_client_id_0() {
     let mut w = pair(seed, LinkConfig::default(), EndpointConfig::default());
     w.endpoint_mut(server()).set_listening(true);
     let mut p = Packet::bare(PacketType::Segment, Flags::SYN, 0, 12_345, 0, 65_535);
-    p.params = Some(HandshakeParams { conn_id: 0, max_datagram: 1400 });
+    p.params = Some(HandshakeParams::new(0, 1400));
     let mut syn = vec![0u8; p.len()];
     p.emit(&mut syn);
     w.inject(client(), server(), syn);

@@ -278,6 +278,37 @@ impl ConnRef {
     fn stats(&self) -> ConnStats {
         self.shared.lock().engine.conn_stats(self.handle).unwrap_or_default()
     }
+
+    fn protection(&self) -> Protection {
+        let inner = self.shared.lock();
+        if inner.engine.is_protected(self.handle) {
+            Protection::Encrypted { peer_key: inner.engine.peer_key(self.handle) }
+        } else {
+            Protection::Plain
+        }
+    }
+}
+
+/// How a connection's packets travel (spec §19).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Protection {
+    /// The papers' plain protocol: readable and forgeable on the path.
+    Plain,
+    /// Noise XX handshake, then ChaCha20-Poly1305 on every packet; the
+    /// peer's static key as its handshake proved it.
+    Encrypted { peer_key: Option<[u8; 32]> },
+}
+
+impl std::fmt::Display for Protection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Protection::Plain => write!(f, "plain (not encrypted: no --key-file)"),
+            Protection::Encrypted { peer_key: Some(k) } => {
+                write!(f, "encrypted (Noise XX + ChaCha20-Poly1305), peer key {}", manyfold_proto::secure::hex(k))
+            }
+            Protection::Encrypted { peer_key: None } => write!(f, "encrypted (Noise XX + ChaCha20-Poly1305)"),
+        }
+    }
 }
 
 /// The error for a connection (`Some(reason)`) or endpoint (`None`) that is gone.
@@ -331,6 +362,11 @@ impl Connection {
 
     pub fn stats(&self) -> ConnStats {
         self.send.stats()
+    }
+
+    /// Whether and how this connection is encrypted (spec §19).
+    pub fn protection(&self) -> Protection {
+        self.send.conn.protection()
     }
 
     /// Finishes our side (FIN after the queued data) and waits until the peer
@@ -519,6 +555,11 @@ impl SendHalf {
         self.conn.stats()
     }
 
+    /// As [`Connection::protection`].
+    pub fn protection(&self) -> Protection {
+        self.conn.protection()
+    }
+
     /// As [`Connection::close`].
     pub async fn close(&mut self) -> Result<(), ConnectionError> {
         poll_fn(|cx| self.conn.poll_close(cx)).await
@@ -559,6 +600,11 @@ impl RecvHalf {
 
     pub fn stats(&self) -> ConnStats {
         self.conn.stats()
+    }
+
+    /// As [`Connection::protection`].
+    pub fn protection(&self) -> Protection {
+        self.conn.protection()
     }
 }
 

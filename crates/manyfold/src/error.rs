@@ -65,6 +65,7 @@ pub(crate) fn reason_kind(reason: CloseReason) -> io::ErrorKind {
         | CloseReason::ZeroWindowTimeout => io::ErrorKind::TimedOut,
         CloseReason::PeerReset(_) | CloseReason::ProtocolViolation => io::ErrorKind::ConnectionReset,
         CloseReason::Aborted(_) => io::ErrorKind::ConnectionAborted,
+        CloseReason::ProtectionMismatch | CloseReason::AuthenticationFailed => io::ErrorKind::PermissionDenied,
     }
 }
 

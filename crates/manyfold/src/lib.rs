@@ -41,12 +41,12 @@ mod socket;
 mod trace;
 
 pub use config::{Config, DriverStats, FaultConfig, FaultStats};
-pub use connection::{Connection, RecvHalf, SendHalf, StreamIo, Streams};
+pub use connection::{Connection, Protection, RecvHalf, SendHalf, StreamIo, Streams};
 pub use endpoint::{Endpoint, DEFAULT_SHUTDOWN_TIMEOUT};
 pub use error::ConnectionError;
 pub use group::{Group, GroupError, PeerReader};
 pub use manyfold_proto::{
     CloseReason, ConnStats, Destination, EndpointConfig, EndpointStats, Eviction, GroupConfig, GroupEvent, GroupStats,
-    Left, MessageOptions, Mode, PeerId, PeerState, PeerStats, StreamItem, Unreachable,
+    Left, MessageOptions, Mode, PeerId, PeerState, PeerStats, SecurityConfig, StreamItem, Unreachable,
 };
 pub use session::REQUEST_TOO_LARGE;

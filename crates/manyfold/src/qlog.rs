@@ -65,6 +65,7 @@ fn frames(p: &PacketInfo) -> Vec<Value> {
                 json!({ "frame_type": "abandon", "stream_id": stream, "start": start, "end": end })
             }
             Frame::Pad => json!({ "frame_type": "padding" }),
+            Frame::Handshake { len } => json!({ "frame_type": "handshake", "length": len }),
         });
     }
     out

@@ -116,6 +116,7 @@ fn chunks(datagram: &[u8]) -> String {
             }
             Chunk::Abandon { stream, start, end, .. } => write!(out, "abandon{stream}[{start},{end})"),
             Chunk::Pad => write!(out, "pad"),
+            Chunk::Handshake(m) => write!(out, "handshake+{}", m.len()),
         };
     }
     out

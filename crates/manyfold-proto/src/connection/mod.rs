@@ -5,12 +5,14 @@
 //! The packet-building half lives in `transmit.rs`, timers in `timer.rs`.
 
 mod recv;
+mod secure;
 mod send;
 mod streams;
 mod timer;
 mod transmit;
 mod types;
 
+pub(crate) use secure::{handshake_message, Security};
 pub use streams::{MessageOptions, StreamItem, INITIAL_STREAM_CREDIT};
 pub use types::{CloseReason, ConnStats, Event, RecvError, SendError, State};
 
@@ -124,6 +126,8 @@ pub(crate) struct Connection {
     stats: ConnStats,
     /// Trace events of the current call, when tracing (spec §18).
     qlog: Option<Box<Recorder>>,
+    /// Handshake and packet protection, for a protected connection (spec §19).
+    security: Option<Box<Security>>,
 }
 
 impl Connection {
@@ -172,6 +176,7 @@ impl Connection {
             released: false,
             stats: ConnStats::default(),
             qlog: config.qlog.then(|| Box::new(Recorder::new(now))),
+            security: None,
             config,
         };
         c.touch_idle(now);
@@ -238,9 +243,17 @@ impl Connection {
     }
 
     /// An active open: SYN-SENT; the SYN goes out on the next poll_transmit.
-    pub fn new_client(config: ConnectionConfig, now: Instant, remote: SocketAddr, local_id: u32, isn: u32) -> Self {
+    pub fn new_client(
+        config: ConnectionConfig,
+        now: Instant,
+        remote: SocketAddr,
+        local_id: u32,
+        isn: u32,
+        security: Option<Box<Security>>,
+    ) -> Self {
         let connect_timeout = config.connect_timeout;
         let mut c = Connection::new(config, now, remote, local_id, isn, State::SynSent);
+        c.security = security;
         c.timers.set(Timer::Connect, now + connect_timeout);
         c.start_qlog(now, true);
         tracing::debug!(target: "manyfold::state", conn = local_id, to = "SYN-SENT", %remote);
@@ -260,9 +273,16 @@ impl Connection {
         peer_isn: u32,
         max_datagram: u16,
         handshake_rtt: Duration,
+        security: Option<Box<Security>>,
     ) -> Self {
         let recv_buffer = config.recv_buffer;
+        let connect_timeout = config.connect_timeout;
         let mut c = Connection::new(config, now, remote, local_id, isn, State::Established);
+        if security.is_some() {
+            // spec §19.2: the peer must finish its handshake in time.
+            c.timers.set(Timer::Connect, now + connect_timeout);
+        }
+        c.security = security;
         // Our SYN-ACK (seq isn) was sent statelessly and is acked by the echo.
         c.sent = SentQueue::new(c.isn + 1);
         c.remote_id = Some(remote_id);
@@ -298,9 +318,15 @@ impl Connection {
         self.close_reason
     }
 
-    /// Largest datagram both sides accept.
-    pub fn max_datagram(&self) -> u16 {
+    /// Largest datagram both sides accept, as it goes on the wire.
+    pub fn wire_max_datagram(&self) -> u16 {
         self.config.max_datagram.min(self.peer_max_datagram).max(MIN_DATAGRAM)
+    }
+
+    /// Largest packet we build: the datagram less what protection adds
+    /// (spec §19.3).
+    pub fn max_datagram(&self) -> u16 {
+        self.wire_max_datagram() - self.protection_overhead() as u16
     }
 
     pub fn is_drained(&self) -> bool {
@@ -643,9 +669,14 @@ impl Connection {
 
     // ---- input -------------------------------------------------------------
 
-    pub fn handle_packet(&mut self, now: Instant, p: &Packet) {
+    /// Takes one packet; `protected` says it arrived protected (spec §19.3).
+    pub fn handle_packet(&mut self, now: Instant, p: &Packet, protected: bool) {
         let h = &p.header;
         let flags = h.flags;
+        if !protected && !self.plain_allowed(p) {
+            self.stats.dropped_unprotected += 1;
+            return;
+        }
         self.stats.packets_received += 1;
         if let Some(q) = self.qlog.as_mut() {
             q.record(now, QlogData::PacketReceived { packet: PacketInfo::of(p, p.len()) });
@@ -694,7 +725,7 @@ impl Connection {
             }
         }
         if is_sequenced(p) {
-            self.handle_sequenced(now, p);
+            self.handle_sequenced(now, p, protected);
         }
         if flags.contains(Flags::KLV) && !self.ack.reply_wait {
             self.ack.immediate = true;
@@ -716,17 +747,31 @@ impl Connection {
             if extend(h.ack, self.isn) != self.isn + 1 {
                 return false;
             }
+            // spec §19.2: no downgrade, either way.
+            if params.is_protected() != self.security.is_some() {
+                self.enter_closed(CloseReason::ProtectionMismatch);
+                return false;
+            }
             self.learn_peer(h.seq, params.conn_id, params.max_datagram, h.window);
             self.cookie = p.cookie;
             self.set_state(State::Established);
             self.timers.cancel(Timer::Connect);
-            self.events.push_back(Event::Connected);
+            if self.security.is_some() {
+                // Connected once the listener's handshake message proves it.
+                self.start_handshake();
+            } else {
+                self.events.push_back(Event::Connected);
+            }
             if self.fin_queued {
                 self.set_state(State::FinWait1);
             }
             self.ack.immediate = true;
             // Go on: the ACK part acknowledges our SYN (and samples the RTT).
             true
+        } else if self.security.is_some() {
+            // spec §19.2: a protected handshake has a client and a listener;
+            // simultaneous open is not offered.
+            false
         } else {
             // spec §4.3: simultaneous open. Answer with our SYN again, now with ACK.
             self.learn_peer(h.seq, params.conn_id, params.max_datagram, h.window);
@@ -761,6 +806,8 @@ impl Connection {
             return;
         }
         let reason = match (self.state, p.error) {
+            (_, Some(ErrorCode::PROTECTION_MISMATCH)) => CloseReason::ProtectionMismatch,
+            (_, Some(ErrorCode::AUTHENTICATION_FAILED)) => CloseReason::AuthenticationFailed,
             (State::SynSent, _) | (_, Some(ErrorCode::REFUSED)) => CloseReason::Refused,
             _ if refused_echo => CloseReason::Refused,
             (_, code) => CloseReason::PeerReset(code),
@@ -853,14 +900,23 @@ impl Connection {
         }
     }
 
-    fn handle_sequenced(&mut self, now: Instant, p: &Packet) {
+    fn handle_sequenced(&mut self, now: Instant, p: &Packet, protected: bool) {
         let Some(r) = self.recv.as_mut() else { return };
         let seq = extend(p.header.seq, r.next());
         let fin = p.header.flags.contains(Flags::FIN);
         let had_gaps = r.has_gaps();
         let (len, entries) = crate::wire::chunk::summary(p.data);
         let arrival = r.on_packet(seq, len, fin, self.streams.buffered(), (self.streams.pieces(), entries));
-        if matches!(arrival, Arrival::InOrder | Arrival::OutOfOrder) && !p.data.is_empty() {
+        let first_time = matches!(arrival, Arrival::InOrder | Arrival::OutOfOrder);
+        if first_time && self.security.is_some() {
+            if let Some(m) = secure::handshake_message(p) {
+                self.on_handshake_message(now, m);
+            }
+        }
+        let Some(r) = self.recv.as_mut() else { return };
+        // spec §19.2: a protected connection's streams take only protected data.
+        let streams_see_it = protected || self.security.is_none();
+        if first_time && streams_see_it && !p.data.is_empty() {
             // spec §13.4: the chunks go to their streams now, in order or not.
             let arrived = self.streams.on_chunks(p.data);
             r.autotune(now, arrived, self.rtt.srtt());

@@ -7,7 +7,7 @@ use std::time::Instant;
 use super::timer::Timer;
 use super::{advertised_window, data_room, AckState, CloseReason, Connection, State};
 use crate::qlog::{QlogData, SendTrigger};
-use crate::wire::chunk::{Chunks, DATA_HEADER_LEN};
+use crate::wire::chunk::{Chunk, Chunks, DATA_HEADER_LEN};
 use crate::wire::{ErrorCode, Flags, HandshakeParams, Packet, PacketType, COOKIE_LEN, HEADER_LEN, PARAMS_LEN};
 
 /// SACK ranges on a data packet (each costs 8 bytes of payload).
@@ -40,7 +40,7 @@ impl Connection {
         }
         match t {
             Timer::Connect => {
-                if matches!(self.state, State::SynSent | State::SynReceived) {
+                if matches!(self.state, State::SynSent | State::SynReceived) || self.handshake_unfinished() {
                     self.enter_closed(CloseReason::ConnectTimeout);
                 }
             }
@@ -110,8 +110,17 @@ impl Connection {
 
     /// Writes the next datagram into `buf` (at most `buf.len()` bytes) and
     /// returns its length, or `None` when nothing is due or what is due does
-    /// not fit (spec §2: the endpoint then ends its GSO batch).
+    /// not fit (spec §2: the endpoint then ends its GSO batch). A protected
+    /// connection builds the packet in the room protection leaves, then
+    /// protects it (spec §19.3).
     pub fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<usize> {
+        let room = buf.len().checked_sub(self.protection_overhead())?;
+        let n = self.build_next(now, &mut buf[..room])?;
+        Some(self.protect_written(buf, n))
+    }
+
+    /// The next packet, unprotected.
+    fn build_next(&mut self, now: Instant, buf: &mut [u8]) -> Option<usize> {
         if let Some(code) = self.rst_pending.take() {
             let mut p = Packet::bare(
                 PacketType::Segment,
@@ -129,6 +138,9 @@ impl Connection {
             self.stats.packets_sent += 1;
             let n = p.emit(buf);
             self.record_sent(now, &buf[..n]);
+            if let Some(s) = self.security.as_mut() {
+                s.last_was_handshake = false;
+            }
             return Some(n);
         }
         if self.state == State::Closed {
@@ -212,7 +224,14 @@ impl Connection {
             }
             return self.send_sequenced(now, buf, Flags::SYN, Chunks::default(), true, false);
         }
-        if self.state == State::SynReceived || self.fin_seq.is_some() {
+        if self.state == State::SynReceived {
+            return Sent::Blocked;
+        }
+        // spec §19.2: our next handshake message, alone in its packet.
+        if let Some(m) = self.security.as_mut().and_then(|s| s.outgoing.take()) {
+            return self.send_handshake(now, buf, m);
+        }
+        if self.fin_seq.is_some() || self.awaiting_keys() {
             return Sent::Blocked;
         }
         // spec §6.2: nothing beyond the cookie echo until it is acknowledged.
@@ -290,6 +309,27 @@ impl Connection {
             }
             if echo {
                 self.cookie_seq = Some(seq);
+            }
+        }
+        sent
+    }
+
+    /// Sends a handshake message in a sequenced packet of its own; the
+    /// initiator's first one is the cookie echo (spec §19.2).
+    fn send_handshake(&mut self, now: Instant, buf: &mut [u8], m: bytes::Bytes) -> Sent {
+        let echo = self.cookie.is_some() && self.cookie_seq.is_none();
+        let control = if echo { Flags::CKE } else { Flags::empty() };
+        let mut chunks = Chunks::default();
+        chunks.push(Chunk::Handshake(m.clone()));
+        let seq = self.sent.next_seq();
+        let sent = self.send_sequenced(now, buf, control, chunks, true, true);
+        match sent {
+            Sent::Yes(_) if echo => self.cookie_seq = Some(seq),
+            Sent::Yes(_) => {}
+            Sent::NoRoom | Sent::Blocked => {
+                if let Some(s) = self.security.as_mut() {
+                    s.outgoing = Some(m);
+                }
             }
         }
         sent
@@ -414,7 +454,9 @@ impl Connection {
         }
         let mut p = Packet::bare(PacketType::Segment, flags, self.remote_id.unwrap_or(0), seq as u32, ack, window);
         if flags.contains(Flags::SYN) {
-            p.params = Some(HandshakeParams { conn_id: self.local_id, max_datagram: self.config.max_datagram });
+            let features = if self.security.is_some() { HandshakeParams::PROTECTED } else { 0 };
+            p.params =
+                Some(HandshakeParams { conn_id: self.local_id, max_datagram: self.config.max_datagram, features });
         }
         if flags.contains(Flags::CKE) {
             p.cookie = self.cookie;
@@ -434,6 +476,9 @@ impl Connection {
                 c.emit(out);
             }
         });
+        if let Some(s) = self.security.as_mut() {
+            s.last_was_handshake = chunks.is_some_and(|c| c.iter().any(|c| matches!(c, Chunk::Handshake(_))));
+        }
         self.stats.packets_sent += 1;
         self.record_sent(now, &buf[..n]);
         if flags.contains(Flags::ACK) {

@@ -57,6 +57,12 @@ pub enum CloseReason {
     /// The peer's receive window stayed at zero for `zero_window_timeout`
     /// while we had data to send (spec §7.3).
     ZeroWindowTimeout,
+    /// One side protects its packets and the other does not (spec §19.2):
+    /// nothing is sent in the clear to a peer that asked for protection.
+    ProtectionMismatch,
+    /// The Noise handshake failed: another pre-shared key, or a static key
+    /// that is not among the known peers, on either side (spec §19.2).
+    AuthenticationFailed,
     /// The application aborted the connection.
     Aborted(ErrorCode),
     /// The peer broke the protocol; we reset the connection.
@@ -76,6 +82,14 @@ impl core::fmt::Display for CloseReason {
             CloseReason::ZeroWindowTimeout => {
                 write!(f, "peer stopped reading: its receive window stayed closed (zero-window timeout)")
             }
+            CloseReason::ProtectionMismatch => write!(
+                f,
+                "encryption mismatch: one side requires encrypted connections (--key-file) and the other does not"
+            ),
+            CloseReason::AuthenticationFailed => write!(
+                f,
+                "authentication failed: the pre-shared keys differ, or a static key is not in the other side's known peers"
+            ),
             CloseReason::Aborted(c) => write!(f, "aborted locally (error code {})", c.0),
             CloseReason::ProtocolViolation => write!(f, "peer violated the protocol"),
         }
@@ -170,4 +184,7 @@ pub struct ConnStats {
     pub abandoned_messages: u64,
     /// Stream chunks from the peer refused as protocol violations.
     pub stream_violations: u64,
+    /// Packets that came in the clear to a protected connection and were
+    /// dropped (spec §19.2).
+    pub dropped_unprotected: u64,
 }

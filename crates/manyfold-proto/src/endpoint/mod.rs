@@ -15,13 +15,15 @@ use rand::{RngCore, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 use crate::config::{ConnectionConfig, EndpointConfig};
+use crate::connection::{handshake_message, Security};
 use crate::connection::{
     CloseReason, ConnStats, Connection, Event, MessageOptions, RecvError, SendError, State, StreamItem,
 };
 use crate::group::{Group, GroupEvent, GroupHandle};
 use crate::handshake::{CookieBinding, ReplayCache, Secrets};
 use crate::qlog::QlogEvent;
-use crate::wire::{DecodeError, ErrorCode, Flags, HandshakeParams, Packet, PacketType};
+use crate::secure::{Handshake, Unprotect};
+use crate::wire::{DecodeError, ErrorCode, Flags, HandshakeParams, Header, Packet, PacketType};
 
 /// Names one connection of an endpoint. Stale handles (of a released
 /// connection whose slot was reused) are detected by the generation.
@@ -92,6 +94,13 @@ pub struct EndpointStats {
     /// Stateless answers not sent because they would exceed three times
     /// the datagram they answer (spec §6.6).
     pub amplification_refused: u64,
+    /// SYNs and echoes refused because one side protects its packets and
+    /// the other does not (spec §19.2).
+    pub refused_protection: u64,
+    /// Protected packets that failed authentication (spec §19.3).
+    pub dropped_unauthenticated: u64,
+    /// Protected packets whose packet number was seen before (spec §19.3).
+    pub dropped_replayed: u64,
     /// Trace events dropped because [`EndpointConfig::max_qlog_events`]
     /// were waiting for [`Endpoint::poll_qlog`] (spec §18).
     pub qlog_dropped: u64,
@@ -152,6 +161,8 @@ pub struct Endpoint {
     responses: VecDeque<(SocketAddr, Vec<u8>)>,
     replay: ReplayCache,
     events: VecDeque<(ConnHandle, Event)>,
+    /// Where a protected packet is opened (spec §19.3), kept to reuse its memory.
+    opened: Vec<u8>,
     /// Connections' trace events (spec §18), oldest first.
     qlog: VecDeque<(ConnHandle, QlogEvent)>,
     accept_queue: VecDeque<ConnHandle>,
@@ -190,6 +201,7 @@ impl Endpoint {
             replay: ReplayCache::new(REPLAY_CACHE_LIMIT),
             events: VecDeque::new(),
             qlog: VecDeque::new(),
+            opened: Vec::new(),
             accept_queue: VecDeque::new(),
             reset_refill_at: None,
             stats: EndpointStats::default(),
@@ -244,7 +256,8 @@ impl Endpoint {
         }
         let local_id = self.fresh_id();
         let isn = self.secrets.isn(now, remote, (local_id, 0));
-        let conn = Connection::new_client(config, now, remote, local_id, isn);
+        let security = self.security(true);
+        let conn = Connection::new_client(config, now, remote, local_id, isn, security);
         let h = self.insert(conn);
         self.syn_sent.insert(remote, h.index);
         self.touch(h.index, now);
@@ -260,6 +273,10 @@ impl Endpoint {
 
     fn route_datagram(&mut self, now: Instant, from: SocketAddr, datagram: &[u8]) {
         self.stats.datagrams_received += 1;
+        if datagram.first().is_some_and(|b| b & 0x0f == PacketType::Protected as u8) {
+            self.route_protected(now, from, datagram);
+            return;
+        }
         let packet = match Packet::parse(datagram) {
             Ok(p) => p,
             Err(e) => {
@@ -281,14 +298,14 @@ impl Endpoint {
                 // A CLOSED connection the application has not released yet
                 // answers like an unknown one (spec §6.5).
                 if self.slot_conn(idx).is_some_and(|c| c.remote() == from && c.state() != State::Closed) {
-                    self.deliver(idx, now, &packet);
+                    self.deliver(idx, now, &packet, false);
                     return;
                 }
             }
             if flags.contains(Flags::RST) {
                 // spec §6.5: a peer without state echoes the id we addressed it by.
                 if let Some(&idx) = self.by_peer.get(&(from, h.conn_id)) {
-                    self.deliver(idx, now, &packet);
+                    self.deliver(idx, now, &packet, false);
                 }
                 return;
             }
@@ -312,7 +329,7 @@ impl Endpoint {
         };
         // spec §4.3: simultaneous open, both sides in SYN-SENT.
         if let Some(&idx) = self.syn_sent.get(&from) {
-            self.deliver(idx, now, &packet);
+            self.deliver(idx, now, &packet, false);
             return;
         }
         let refusal = Requester(from, datagram.len());
@@ -331,7 +348,49 @@ impl Endpoint {
             self.send_reset(now, refusal, params.conn_id, h.seq.wrapping_add(1), Some(ErrorCode::REFUSED));
             return;
         }
+        // spec §19.2: no downgrade: protection on both sides or neither.
+        if params.is_protected() != self.config.security.is_some() {
+            self.stats.refused_protection += 1;
+            let code = Some(ErrorCode::PROTECTION_MISMATCH);
+            self.send_reset(now, refusal, params.conn_id, h.seq.wrapping_add(1), code);
+            return;
+        }
         self.send_syn_cookie(now, from, &packet, params);
+    }
+
+    /// spec §19.3: a protected packet is opened by its connection before
+    /// anything else looks at it; one that does not open changes nothing.
+    /// Unknown ones get no RST: a protected peer would not believe a plain one.
+    fn route_protected(&mut self, now: Instant, from: SocketAddr, datagram: &[u8]) {
+        let header = match Header::parse(datagram) {
+            Ok(h) => h,
+            Err(e) => {
+                self.count_decode_error(e);
+                return;
+            }
+        };
+        let Some(&idx) = self.by_id.get(&header.conn_id) else {
+            self.stats.unknown_connection += 1;
+            return;
+        };
+        let mut opened = std::mem::take(&mut self.opened);
+        let result = match self.slots[idx as usize].conn.as_mut() {
+            Some(c) if c.remote() == from && c.state() != State::Closed => c.unprotect(datagram, &mut opened),
+            _ => {
+                self.stats.unknown_connection += 1;
+                self.opened = opened;
+                return;
+            }
+        };
+        match result {
+            Ok(()) => match Packet::parse(&opened) {
+                Ok(p) => self.deliver(idx, now, &p, true),
+                Err(e) => self.count_decode_error(e),
+            },
+            Err(Unprotect::Replayed) => self.stats.dropped_replayed += 1,
+            Err(Unprotect::Forged | Unprotect::Malformed) => self.stats.dropped_unauthenticated += 1,
+        }
+        self.opened = opened;
     }
 
     /// spec §6.2: answer a SYN with a SYN-ACK carrying a cookie, keeping no state.
@@ -355,7 +414,8 @@ impl Endpoint {
             client_isn.wrapping_add(1),
             crate::connection::advertised_window(crate::connection::initial_window(self.config.connection.recv_buffer)),
         );
-        p.params = Some(HandshakeParams { conn_id: server_id, max_datagram });
+        let features = if self.config.security.is_some() { HandshakeParams::PROTECTED } else { 0 };
+        p.params = Some(HandshakeParams { conn_id: server_id, max_datagram, features });
         p.cookie = Some(cookie);
         self.stats.syn_cookies_sent += 1;
         self.queue_response(Requester(from, syn.len()), &p);
@@ -405,6 +465,16 @@ impl Endpoint {
             self.stats.cookies_replayed += 1;
             return;
         }
+        // spec §19.2: a protected listener takes only an echo that carries
+        // the client's first handshake message, and a plain one none.
+        let protected = self.config.security.is_some();
+        if protected != handshake_message(packet).is_some() {
+            self.stats.refused_protection += 1;
+            let code = Some(ErrorCode::PROTECTION_MISMATCH);
+            self.send_reset(now, refusal, cookie.client_id, h.seq.wrapping_add(1), code);
+            return;
+        }
+        let security = self.security(false);
         let max_datagram = self.config.connection.max_datagram.min(cookie.client_max_datagram);
         let conn = Connection::new_server(
             self.config.connection.clone(),
@@ -417,14 +487,22 @@ impl Endpoint {
             max_datagram,
             // The cookie's age is the SYN-ACK round trip (ms resolution).
             std::time::Duration::from_millis(u64::from(self.secrets.timestamp(now).wrapping_sub(cookie.timestamp))),
+            security,
         );
         let handle = self.insert(conn);
         self.stats.connections_accepted += 1;
-        self.accept_queue.push_back(handle);
-        self.events.push_back((handle, Event::Incoming));
+        if protected {
+            // spec §19.2: the engine holds it until its handshake proves
+            // the peer; then its Incoming event queues it for accept().
+            self.slots[handle.index as usize].released = true;
+        } else {
+            self.accept_queue.push_back(handle);
+            self.events.push_back((handle, Event::Incoming));
+        }
         // The echo itself is the client's first sequenced packet: let the
-        // connection process it like any other (it may carry data).
-        self.deliver(handle.index, now, packet);
+        // connection process it like any other (it may carry data, or the
+        // first handshake message).
+        self.deliver(handle.index, now, packet, false);
     }
 
     /// Takes the next connection a listener accepted, if any.
@@ -487,7 +565,7 @@ impl Endpoint {
             // last possibly shorter; the connection never writes more than the
             // room it is given, and declines what does not fit.
             let mut count = 0;
-            let mut segment = conn.max_datagram() as usize;
+            let mut segment = conn.wire_max_datagram() as usize;
             while count < max_datagrams.max(1) {
                 let start = buf.len();
                 buf.resize(start + segment, 0);
@@ -677,6 +755,16 @@ impl Endpoint {
     }
 
     /// Why the connection closed, once it has.
+    /// Whether the connection protects its packets (spec §19).
+    pub fn is_protected(&self, h: ConnHandle) -> bool {
+        self.conn(h).is_some_and(Connection::is_protected)
+    }
+
+    /// The static public key the peer proved in its handshake (spec §19.2).
+    pub fn peer_key(&self, h: ConnHandle) -> Option<[u8; 32]> {
+        self.conn(h).and_then(Connection::peer_key)
+    }
+
     pub fn close_reason(&self, h: ConnHandle) -> Option<CloseReason> {
         self.conn(h).and_then(|c| c.close_reason())
     }
@@ -706,6 +794,15 @@ impl Endpoint {
 
     fn handle_of(&self, idx: u32) -> ConnHandle {
         ConnHandle { index: idx, generation: self.slots[idx as usize].generation }
+    }
+
+    /// A connection's handshake state, if this endpoint protects its
+    /// connections (spec §19), seeded from the endpoint's RNG.
+    fn security(&mut self, initiator: bool) -> Option<Box<Security>> {
+        let config = self.config.security.as_ref()?;
+        let mut seed = [0u8; 32];
+        self.rng.fill_bytes(&mut seed);
+        Some(Security::new(Handshake::new(config, initiator, seed), initiator))
     }
 
     fn fresh_id(&mut self) -> u32 {
@@ -752,12 +849,12 @@ impl Endpoint {
         self.handle_of(idx)
     }
 
-    fn deliver(&mut self, idx: u32, now: Instant, packet: &Packet) {
+    fn deliver(&mut self, idx: u32, now: Instant, packet: &Packet, protected: bool) {
         let Some(conn) = self.slots[idx as usize].conn.as_mut() else {
             return;
         };
         let had_remote_id = conn.remote_id();
-        conn.handle_packet(now, packet);
+        conn.handle_packet(now, packet, protected);
         let remote = conn.remote();
         // A connection learns its peer's id from the peer's SYN or SYN-ACK.
         if had_remote_id.is_none() {
@@ -796,6 +893,11 @@ impl Endpoint {
             return;
         };
         while let Some(ev) = conn.poll_event() {
+            if ev == Event::Incoming {
+                // spec §19.2: a protected connection proved its peer.
+                slot.released = false;
+                self.accept_queue.push_back(handle);
+            }
             match self.member_of.get(&handle) {
                 Some(&g) => self.group_inbox.push_back((g, handle, ev)),
                 None => self.events.push_back((handle, ev)),

@@ -244,7 +244,7 @@ impl<'a> McPacket<'a> {
                 }
                 McPacket::Parity { session, block: h.seq, index, k, shard: p }
             }
-            PacketType::Segment => return Err(DecodeError::PacketType(0)),
+            PacketType::Segment | PacketType::Protected => return Err(DecodeError::PacketType(h.ptype as u8)),
         })
     }
 }

@@ -29,6 +29,9 @@ const KIND_STOP: u8 = 2;
 const KIND_CREDIT: u8 = 3;
 const KIND_ABANDON: u8 = 4;
 const KIND_PAD: u8 = 5;
+const KIND_HANDSHAKE: u8 = 6;
+/// Kind, zero, length (u16) before a handshake message.
+const HANDSHAKE_HEADER_LEN: usize = 4;
 
 /// Flags of a data chunk (spec §13.2).
 pub mod data_flags {
@@ -110,6 +113,8 @@ pub enum Chunk<D> {
     /// Nothing: keeps a retransmission whose chunks were all abandoned
     /// sequenced (one byte).
     Pad,
+    /// A Noise handshake message (spec §19.2), alone in its packet.
+    Handshake(D),
 }
 
 impl<D: AsRef<[u8]>> Chunk<D> {
@@ -120,7 +125,7 @@ impl<D: AsRef<[u8]>> Chunk<D> {
             | Chunk::Stop { stream, .. }
             | Chunk::Credit { stream, .. }
             | Chunk::Abandon { stream, .. } => *stream,
-            Chunk::Pad => 0,
+            Chunk::Pad | Chunk::Handshake(_) => 0,
         }
     }
 
@@ -140,6 +145,7 @@ impl<D: AsRef<[u8]>> Chunk<D> {
             Chunk::Credit { .. } => CREDIT_LEN,
             Chunk::Abandon { .. } => ABANDON_LEN,
             Chunk::Pad => 1,
+            Chunk::Handshake(m) => HANDSHAKE_HEADER_LEN + m.as_ref().len(),
         }
     }
 
@@ -151,6 +157,14 @@ impl<D: AsRef<[u8]>> Chunk<D> {
         if let Chunk::Pad = self {
             out[0] = KIND_PAD;
             return 1;
+        }
+        if let Chunk::Handshake(m) = self {
+            let m = m.as_ref();
+            out[0] = KIND_HANDSHAKE;
+            out[1] = 0;
+            out[2..4].copy_from_slice(&(m.len() as u16).to_be_bytes());
+            out[HANDSHAKE_HEADER_LEN..].copy_from_slice(m);
+            return n;
         }
         out[2..4].copy_from_slice(&self.stream().to_be_bytes());
         match self {
@@ -185,7 +199,7 @@ impl<D: AsRef<[u8]>> Chunk<D> {
                 put48(&mut out[4..10], *start);
                 put48(&mut out[10..16], *end);
             }
-            Chunk::Pad => {}
+            Chunk::Pad | Chunk::Handshake(_) => {}
         }
         n
     }
@@ -282,6 +296,15 @@ fn parse_one(b: &[u8]) -> Result<(Chunk<&[u8]>, usize), DecodeError> {
             Ok((Chunk::Abandon { stream: stream(h), unordered, start, end }, ABANDON_LEN))
         }
         KIND_PAD => Ok((Chunk::Pad, 1)),
+        KIND_HANDSHAKE => {
+            let h = fixed(HANDSHAKE_HEADER_LEN)?;
+            if h[1] != 0 {
+                return Err(bad);
+            }
+            let len = usize::from(u16::from_be_bytes([h[2], h[3]]));
+            let m = b.get(HANDSHAKE_HEADER_LEN..HANDSHAKE_HEADER_LEN + len).ok_or(bad)?;
+            Ok((Chunk::Handshake(m), HANDSHAKE_HEADER_LEN + len))
+        }
         _ => Err(bad),
     }
 }
@@ -379,6 +402,7 @@ mod tests {
                 Chunk::Abandon { stream: *stream, unordered: *unordered, start: *start, end: *end }
             }
             Chunk::Pad => Chunk::Pad,
+            Chunk::Handshake(m) => Chunk::Handshake(Bytes::copy_from_slice(m)),
         };
         assert_eq!(back, c);
     }
@@ -395,6 +419,7 @@ mod tests {
         });
         roundtrip(data);
         roundtrip(Chunk::Reset { stream: 3, code: 9, final_size: 1 << 40 });
+        roundtrip(Chunk::Handshake(Bytes::from_static(&[7; 48])));
         roundtrip(Chunk::Stop { stream: 4, code: 2 });
         roundtrip(Chunk::Credit { stream: 5, unordered: false, max: 123_456_789 });
         roundtrip(Chunk::Credit { stream: 5, unordered: true, max: 7 });

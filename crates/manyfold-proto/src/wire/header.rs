@@ -40,7 +40,8 @@ mod field {
 
 /// Packet type, the low nibble of byte 0 (spec §3.1). Connections (and the
 /// groups built of them) use [`PacketType::Segment`]; types 1–9 are the
-/// multicast session's (spec §16.2, §16.9); 10–15 are reserved.
+/// multicast session's (spec §16.2, §16.9); 10 is a protected segment
+/// (spec §19.3); 11–15 are reserved.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[repr(u8)]
 pub enum PacketType {
@@ -64,6 +65,8 @@ pub enum PacketType {
     McEnd = 8,
     /// Multicast: a Reed-Solomon parity shard of one FEC block.
     McParity = 9,
+    /// A segment whose payload is encrypted and authenticated (spec §19.3).
+    Protected = 10,
 }
 
 impl PacketType {
@@ -79,6 +82,7 @@ impl PacketType {
             7 => PacketType::McStatus,
             8 => PacketType::McEnd,
             9 => PacketType::McParity,
+            10 => PacketType::Protected,
             other => return Err(DecodeError::PacketType(other)),
         })
     }

@@ -83,17 +83,31 @@ pub struct HandshakeParams {
     pub conn_id: u32,
     /// Largest datagram the sender accepts.
     pub max_datagram: u16,
+    /// Feature bits (spec §3.3.2): [`HandshakeParams::PROTECTED`].
+    pub features: u16,
 }
 
 impl HandshakeParams {
+    /// The sender protects its packets (spec §19) and accepts nothing else.
+    pub const PROTECTED: u16 = 0x0001;
+
+    /// Plain parameters: no feature bits.
+    pub fn new(conn_id: u32, max_datagram: u16) -> Self {
+        HandshakeParams { conn_id, max_datagram, features: 0 }
+    }
+
+    pub fn is_protected(&self) -> bool {
+        self.features & Self::PROTECTED != 0
+    }
+
     fn parse(b: &[u8]) -> Result<Self, DecodeError> {
         let b = b.get(..PARAMS_LEN).ok_or(DecodeError::Malformed)?;
-        Ok(HandshakeParams { conn_id: be32(&b[..4]), max_datagram: be16(&b[4..6]) })
+        Ok(HandshakeParams { conn_id: be32(&b[..4]), max_datagram: be16(&b[4..6]), features: be16(&b[6..8]) })
     }
     fn emit(&self, out: &mut [u8]) {
         out[..4].copy_from_slice(&self.conn_id.to_be_bytes());
         out[4..6].copy_from_slice(&self.max_datagram.to_be_bytes());
-        out[6..8].copy_from_slice(&[0, 0]);
+        out[6..8].copy_from_slice(&self.features.to_be_bytes());
     }
 }
 
@@ -151,6 +165,11 @@ impl ErrorCode {
     /// The receiver's window stayed at zero for the sender's
     /// `zero_window_timeout` (spec §7.3).
     pub const WINDOW_TIMEOUT: ErrorCode = ErrorCode(7);
+    /// One side protects its packets and the other does not (spec §19.2).
+    pub const PROTECTION_MISMATCH: ErrorCode = ErrorCode(8);
+    /// The Noise handshake failed: another pre-shared key, or a static key
+    /// not among the known peers (spec §19.2).
+    pub const AUTHENTICATION_FAILED: ErrorCode = ErrorCode(9);
 }
 
 /// A whole parsed packet: header plus payload sections (spec §3.3).
@@ -306,7 +325,7 @@ mod tests {
         sack.push(20, 25);
         let mut p = Packet::bare(PacketType::Segment, Flags::ACK, 9, 100, 5, 4096);
         p.sack = Some(sack);
-        p.params = Some(HandshakeParams { conn_id: 0xdead_beef, max_datagram: 1452 });
+        p.params = Some(HandshakeParams::new(0xdead_beef, 1452));
         p.cookie = Some(Cookie { timestamp: 1, client_id: 2, client_max_datagram: 3, mac: 4 });
         p.error = Some(ErrorCode::REFUSED);
         p.data = &[5, 5, 5, 5, 5]; // five one-byte pad chunks (spec §13.2)
@@ -395,7 +414,7 @@ mod tests {
                 for (a, b) in &ranges { s.push(*a, *b); }
                 p.sack = Some(s);
             }
-            p.params = params.map(|(conn_id, max_datagram)| HandshakeParams { conn_id, max_datagram });
+            p.params = params.map(|(conn_id, max_datagram)| HandshakeParams::new(conn_id, max_datagram));
             p.cookie = cookie.map(|(timestamp, client_id, client_max_datagram, mac)| Cookie { timestamp, client_id, client_max_datagram, mac });
             p.error = error.map(ErrorCode);
             p.data = &data;

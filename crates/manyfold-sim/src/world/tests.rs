@@ -16,7 +16,7 @@ fn addr(last: u8) -> SocketAddr {
 /// A well-formed initial SYN, as a client would send it.
 fn syn(client_id: u32, isn: u32) -> Vec<u8> {
     let mut p = Packet::bare(PacketType::Segment, Flags::SYN, 0, isn, 0, 65_535);
-    p.params = Some(HandshakeParams { conn_id: client_id, max_datagram: 1400 });
+    p.params = Some(HandshakeParams::new(client_id, 1400));
     let mut v = vec![0u8; p.len()];
     p.emit(&mut v);
     v

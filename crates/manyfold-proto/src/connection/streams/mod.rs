@@ -824,7 +824,8 @@ impl Streams {
                 }
                 self.schedule(id);
             }
-            Chunk::Pad => {}
+            // The connection takes handshake messages before its streams see the packet.
+            Chunk::Pad | Chunk::Handshake(_) => {}
         }
     }
 
