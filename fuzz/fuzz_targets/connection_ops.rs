@@ -38,8 +38,6 @@ const SEND_BUFFER: usize = 256 << 10;
 const MAX_MESSAGE: usize = 16 << 10;
 const MAX_STREAMS: usize = 16;
 const STREAMS: u16 = 7;
-/// Avoid the known bug of op 7 (finish on a stream never sent on).
-const KNOWN_BUG_EMPTY_FINISH: bool = true;
 
 fn class(s: u16) -> Class {
     match s {
@@ -375,18 +373,9 @@ fuzz_target!(|data: &[u8]| {
             7 => {
                 let s = u16::from(r.u8()) % STREAMS;
                 let dir = usize::from(side);
-                // Known bug (artifacts-found/connection_ops/reopened-empty-
-                // finished-stream-loses-data): a stream finished before any
-                // data was queued on it is forgotten without a closed_tx
-                // mark, so a later send reopens it, is accepted, and the
-                // peer drops the bytes. Finish only streams with data sent
-                // until it is fixed; then drop this guard.
-                let f = &w.flows[dir];
-                let si = usize::from(s);
-                let empty = f.sent_bytes[si] == 0 && f.ordered[si].is_empty() && f.tagged_sent[si] == 0;
-                if KNOWN_BUG_EMPTY_FINISH && empty {
-                    continue;
-                }
+                // Streams never sent on too (a send after such a finish was
+                // once accepted and silently lost: artifacts-found/
+                // connection_ops/reopened-empty-finished-stream-loses-data).
                 if let (ep, Some(h)) = w.side(side) {
                     if ep.finish_stream(h, s).is_ok() {
                         w.flows[dir].finished[usize::from(s)] = true;

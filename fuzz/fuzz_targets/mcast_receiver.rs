@@ -24,8 +24,6 @@ const MAX_OPS: usize = 500;
 const MAX_PACKETS: u32 = 4096;
 /// The session of the seed corpus's sender (seed 7 in gen_corpus).
 const SESSION_SEED: u64 = 7;
-/// Avoid the known crash in `McastReceiver::send_status` (see op 4).
-const KNOWN_BUG_TINY_BLOCK_STATUS: bool = true;
 
 fuzz_target!(|data: &[u8]| {
     let mut r = Reader::new(data);
@@ -71,17 +69,10 @@ fuzz_target!(|data: &[u8]| {
                 }
             }
             4 => {
-                // Known bug (fuzz/artifacts-found/mcast_receiver/
-                // status-error-code-overflows-tiny-block): with an announced
-                // block under 2 bytes, `send_status` writes the 2-byte
-                // HASH_MISMATCH code past its capped buffer and panics.
-                // Reported a failed verdict only where that cannot happen,
-                // until the receiver is fixed; then drop this guard.
-                let tiny = rx.announcement().map_or(true, |a| a.block < 2);
-                let verified = op & 0x80 != 0;
-                if verified || !(KNOWN_BUG_TINY_BLOCK_STATUS && tiny) {
-                    rx.finish(verified);
-                }
+                // A failed verdict with any announced block, however small
+                // (a 1-byte block once overflowed the STATUS's error code:
+                // artifacts-found/mcast_receiver/status-error-code-overflows-tiny-block).
+                rx.finish(op & 0x80 != 0);
             }
             _ => {
                 let mut reads = 0usize;

@@ -1116,3 +1116,23 @@ proptest! {
         prop_assert!(r.is_ok(), "{} (seed {seed})", r.unwrap_err());
     }
 }
+
+#[test]
+fn a_stream_reset_before_it_sent_anything_stays_closed_after_it_is_forgotten() {
+    // Found by fuzzing: the client finishes stream 1 without sending on it
+    // and forgets it once the FIN is acknowledged; the server, before
+    // reading that end, resets its own side of stream 1, which brings the
+    // stream back at the client for its receiving side. A later send by the client on stream 1 used to be
+    // accepted on that fresh entry, while the server, which had seen the
+    // stream end, dropped the bytes unseen.
+    let seed = 1120;
+    let mut w = pair(seed, faulty(0.0), config(CongestionAlgorithm::NewReno));
+    let (c, s) = open(&mut w);
+    w.act(client(), |ep, _| ep.finish_stream(c, 1)).expect("finish an unused stream");
+    // The server has not read the stream's end yet: it still knows stream 1.
+    w.run_for(secs(1));
+    w.act(server(), |ep, _| ep.reset_stream(s, 1, 77));
+    w.run_for(secs(2));
+    let r = w.act(client(), |ep, _| ep.stream_send(c, 1, &[9u8; 3072]));
+    assert_eq!(r, Err(SendError::Finished), "seed {seed}");
+}

@@ -614,7 +614,9 @@ impl McastReceiver {
         let (client, network) = (self.client, self.cfg.network);
         // Nothing larger than the session's own DATA packets: a REPAIR
         // naming thousands of gaps sends the first that fit (spec §16.5).
-        let limit = self.info.as_ref().map_or(1452, |i| usize::from(i.block) + crate::wire::HEADER_LEN);
+        // Never below 576 bytes, whatever block a sender announces (a 1-byte
+        // block left no room for a STATUS's error code: found by fuzzing).
+        let limit = self.info.as_ref().map_or(1452, |i| usize::from(i.block) + crate::wire::HEADER_LEN).max(576);
         let cap = limit.min(buf.len());
         let buf = &mut buf[..cap];
         if let Some(copy) = self.feedback_copy.take() {

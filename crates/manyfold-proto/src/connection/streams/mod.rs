@@ -235,10 +235,14 @@ impl Streams {
 
     /// The stream for a local send, opened if new.
     fn tx_stream(&mut self, id: u16) -> Result<&mut Stream, StreamRefusal> {
+        // Checked first: the peer's chunks may have brought the stream back
+        // for its receiving side after ours was closed and forgotten; its
+        // fresh sending side must not reopen (the peer would drop what it
+        // got: found by fuzzing).
+        if self.closed_tx.contains(id) {
+            return Err(self.reset_codes.get(&id).map_or(StreamRefusal::Finished, |&c| StreamRefusal::Reset(c)));
+        }
         if !self.map.contains_key(&id) {
-            if self.closed_tx.contains(id) {
-                return Err(self.reset_codes.get(&id).map_or(StreamRefusal::Finished, |&c| StreamRefusal::Reset(c)));
-            }
             if self.map.len() >= self.limits.max_streams {
                 return Err(StreamRefusal::Limit(self.limits.max_streams));
             }
@@ -367,6 +371,10 @@ impl Streams {
             return;
         }
         let (released, final_size) = s.tx.reset(code);
+        // A reset ends our side even if it never sent: once forgotten, the
+        // stream must stay closed rather than reopen on the next send, whose
+        // bytes the peer would drop unseen (found by fuzzing).
+        s.tx.used = true;
         self.queued -= released;
         if !self.fin_sent {
             self.control.push_back(Chunk::Reset { stream: id, code, final_size });
