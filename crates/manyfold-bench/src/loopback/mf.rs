@@ -9,6 +9,11 @@
 //! --loss` uses), so every datagram in either direction is dropped once
 //! with that probability; `loss-table` uses it. The sender prints its
 //! connection's counters on stdout ([`STATS_PREFIX`]) for the caller.
+//!
+//! With `--encrypt` both sides hold the lab's pre-shared key ([`LAB_PSK`]):
+//! the connection runs Noise XXpsk3 in its handshake and then protects
+//! every packet with ChaCha20-Poly1305 (spec §19, issue 10); each side
+//! checks that its connection really is encrypted before it counts.
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -51,6 +56,33 @@ pub struct MfOpts {
     /// ConnectionConfig::connect_timeout in seconds (default: the library's).
     #[arg(long)]
     pub connect_timeout: Option<u64>,
+    /// Protect the connection (spec §19): Noise XXpsk3 with [`LAB_PSK`],
+    /// then ChaCha20-Poly1305 on every packet.
+    #[arg(long)]
+    pub encrypt: bool,
+}
+
+/// The pre-shared key of the lab's encrypted rows (both sides hold it; a
+/// fresh static key per connection, no list of known peers).
+pub const LAB_PSK: [u8; 32] = [0x6d; 32];
+
+/// `config` with protection on (spec §19): the lab's pre-shared key.
+pub(crate) fn encrypt(config: &mut manyfold::Config) {
+    config.endpoint.security = Some(manyfold::SecurityConfig { psk: Some(LAB_PSK), ..Default::default() });
+}
+
+/// Fails unless `conn`'s protection is what the row asked for: an
+/// "encrypted" figure from a plain connection would be a wrong number.
+pub(crate) fn check_protection(conn: &manyfold::Connection, want_encrypted: bool) -> Result<()> {
+    let encrypted = matches!(conn.protection(), manyfold::Protection::Encrypted { .. });
+    if encrypted != want_encrypted {
+        bail!(
+            "the connection is {} (asked for {})",
+            conn.protection(),
+            if want_encrypted { "encrypted" } else { "plain" }
+        );
+    }
+    Ok(())
 }
 
 /// The library's default configuration with congestion controller `cc`.
@@ -76,6 +108,9 @@ impl MfOpts {
         if let Some(s) = self.connect_timeout {
             conn.connect_timeout = Duration::from_secs(s);
         }
+        if self.encrypt {
+            encrypt(&mut config);
+        }
         if !(0.0..100.0).contains(&self.loss) {
             bail!("--loss is a percentage in [0, 100), got {}", self.loss);
         }
@@ -96,6 +131,7 @@ pub fn send(to: SocketAddr, opts: &MfOpts, pattern: &Pattern) -> Result<()> {
     crate::runtime()?.block_on(async {
         let endpoint = manyfold::Endpoint::bind("127.0.0.1:0".parse()?, opts.config()?).await?;
         let mut conn = endpoint.connect(to).await.context("connecting")?;
+        check_protection(&conn, opts.encrypt)?;
         let mut buf = vec![0u8; CHUNK];
         for i in 0..pattern.chunks() {
             let n = pattern.fill(i, &mut buf);
@@ -122,6 +158,7 @@ pub fn recv(listen: SocketAddr, opts: &MfOpts, len: u64, hash: &str) -> Result<(
         let endpoint = manyfold::Endpoint::bind(listen, opts.config()?).await?;
         endpoint.listen();
         let mut conn = endpoint.accept().await.context("endpoint closed")?;
+        check_protection(&conn, opts.encrypt)?;
         let mut check = Check::default();
         let mut buf = vec![0u8; CHUNK];
         loop {

@@ -9,6 +9,13 @@
 //! must grow linearly with size) and `--windows` its window comparison,
 //! as manyfold's send/receive buffer sizes.
 //!
+//! Encryption's cost (issue 10): the bulk rows include manyfold with the
+//! default controller encrypted (spec §19: a pre-shared key, then
+//! ChaCha20-Poly1305 on every packet) beside the same controller plain,
+//! and a second table sets them side by side, ratios taken within each
+//! repetition. `--encryption` runs only that pair with kernel TCP and
+//! quinn beside them, so that more repetitions fit in a run.
+//!
 //! Modules: [`data`] (the stream and its check), [`rows`] (running one row),
 //! [`report`] (tables), and one module per transport: [`mf`], [`tcp`],
 //! [`quic`], [`blast`].
@@ -54,15 +61,19 @@ pub struct LoopbackArgs {
     #[arg(long, default_value_t = 1)]
     scale: u64,
     /// manyfold with several send/receive buffer sizes instead.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "encryption")]
     windows: bool,
+    /// Only what encryption costs: manyfold plain and encrypted (the
+    /// default controller), kernel TCP cubic and quinn.
+    #[arg(long, conflicts_with = "sweep")]
+    encryption: bool,
     /// Also write every sample as JSON to this file.
     #[arg(long)]
     json: Option<PathBuf>,
     /// Also draw PNG charts into this directory (created if missing):
-    /// loopback-bulk-goodput.png and loopback-bulk-cpu.png, or with
-    /// --windows loopback-windows-goodput.png, or with --sweep
-    /// loopback-sweep-time.png.
+    /// loopback-bulk-goodput.png and loopback-bulk-cpu.png (with
+    /// --encryption loopback-encryption-*.png), or with --windows
+    /// loopback-windows-goodput.png, or with --sweep loopback-sweep-time.png.
     #[arg(long, value_name = "DIR")]
     plot: Option<PathBuf>,
 }
@@ -192,8 +203,14 @@ pub fn run(args: &LoopbackArgs) -> Result<()> {
         r.push(Row::Manyfold(MfRow::default()));
         r.push(Row::Tcp("cubic"));
         r
+    } else if args.encryption {
+        let encrypted = MfRow { encrypted: true, ..MfRow::default() };
+        vec![Row::Manyfold(MfRow::default()), Row::Manyfold(encrypted), Row::Tcp("cubic"), Row::Quic]
     } else {
         let mut r: Vec<Row> = mf::controllers().map(|cc| Row::Manyfold(MfRow { cc, ..MfRow::default() })).collect();
+        // The default controller once more, encrypted, right after the
+        // plain rows: what protection costs (issue 10).
+        r.insert(mf::controllers().count(), Row::Manyfold(MfRow { encrypted: true, ..MfRow::default() }));
         r.extend(tcp::CONTROLS.iter().map(|&cc| Row::Tcp(cc)));
         r.push(Row::Quic);
         r.push(Row::Blast);
@@ -211,7 +228,13 @@ pub fn run(args: &LoopbackArgs) -> Result<()> {
     }
     let anchor = rows.iter().position(|r| matches!(r, Row::Tcp("cubic")));
     let ceiling = rows.iter().position(|r| matches!(r, Row::Blast));
-    let title = if args.windows { "manyfold's buffer sizes (paper 00's window comparison)" } else { "bulk transfer" };
+    let title = if args.windows {
+        "manyfold's buffer sizes (paper 00's window comparison)"
+    } else if args.encryption {
+        "what encryption costs (issue 10)"
+    } else {
+        "bulk transfer"
+    };
     println!("### loopback: {title}, {} over 127.0.0.1, memory to memory", human(bytes));
     println!();
     println!(
@@ -226,6 +249,13 @@ pub fn run(args: &LoopbackArgs) -> Result<()> {
     println!();
     print!("{}", report::bulk_table(bytes, &samples, anchor, ceiling));
     println!();
+    let pairs = encryption_pairs(&rows);
+    if !pairs.is_empty() {
+        println!("Encryption's cost: each encrypted manyfold row against the same row plain, ratios within each repetition (encrypted ÷ plain), then their median (min–max):");
+        println!();
+        print!("{}", report::encryption_table(bytes, &samples, &pairs));
+        println!();
+    }
     println!(
         "Medians of {} repetitions, (min–max) beside them; rows alternate A B C … in each repetition, and ratios are taken within a repetition, then their median. \
          Time runs from the sender's start to its exit, which follows the receiver's \"ok\" after its BLAKE3 matched (the ceiling: to the last datagram's arrival). \
@@ -241,17 +271,51 @@ pub fn run(args: &LoopbackArgs) -> Result<()> {
             human(d.recv_buffer as u64)
         );
     }
-    report::write_json(args.json.as_deref(), if args.windows { "windows" } else { "bulk" }, args.seed, &log)?;
+    let mode = if args.windows {
+        "windows"
+    } else if args.encryption {
+        "encryption"
+    } else {
+        "bulk"
+    };
+    if !pairs.is_empty() {
+        println!(
+            "Encrypted rows: both processes hold one pre-shared key; the connection runs Noise XXpsk3 (X25519, BLAKE2s) in its handshake, then every packet is \
+             ChaCha20-Poly1305 (the pure-Rust `chacha20poly1305` crate) with its header and a 64-bit packet number as associated data, {} bytes more per packet (spec §19). \
+             Each side fails the run unless its connection reports itself encrypted.",
+            manyfold_proto::secure::PROTECTION_OVERHEAD
+        );
+    }
+    report::write_json(args.json.as_deref(), mode, args.seed, &log)?;
     if let Some(dir) = &args.plot {
         let what = format!("loopback, {} over 127.0.0.1", human(bytes));
         let files = if args.windows {
             vec![windows_chart(dir, &what, &rows, &samples)?]
         } else {
-            report::bulk_charts(dir, "loopback-bulk", &what, bytes, &samples)?
+            let prefix = if args.encryption { "loopback-encryption" } else { "loopback-bulk" };
+            report::bulk_charts(dir, prefix, &what, bytes, &samples)?
         };
         report::note_charts(&files);
     }
     Ok(())
+}
+
+/// Each encrypted manyfold row with the plain row configured alike:
+/// (encrypted, plain) indices into `rows`.
+fn encryption_pairs(rows: &[Row]) -> Vec<(usize, usize)> {
+    let mut pairs = Vec::new();
+    for (i, row) in rows.iter().enumerate() {
+        let Row::Manyfold(m) = row else { continue };
+        if !m.encrypted {
+            continue;
+        }
+        let plain = Row::Manyfold(MfRow { encrypted: false, ..m.clone() }).label();
+        let twin = rows.iter().position(|r| matches!(r, Row::Manyfold(_)) && r.label() == plain);
+        if let Some(j) = twin {
+            pairs.push((i, j));
+        }
+    }
+    pairs
 }
 
 /// `--windows --plot`: median goodput against the buffer size, with the

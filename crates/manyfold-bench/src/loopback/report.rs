@@ -93,6 +93,40 @@ pub fn bulk_table(bytes: u64, rows: &[(String, Vec<Sample>)], anchor: Option<usi
     t
 }
 
+/// Encryption's cost (issue 10): for each (encrypted, plain) pair of rows,
+/// the per-repetition ratios encrypted ÷ plain of goodput and of each
+/// side's CPU per GB, and the extra CPU seconds per GB both sides spend.
+pub fn encryption_table(bytes: u64, rows: &[(String, Vec<Sample>)], pairs: &[(usize, usize)]) -> String {
+    let gb = bytes as f64 / 1e9;
+    let mut t = String::new();
+    t += "| encrypted row | goodput MB/s plain → encrypted | × goodput | sender CPU s/GB plain → encrypted | × sender CPU | receiver CPU s/GB plain → encrypted | × receiver CPU | extra CPU s/GB, both sides |\n";
+    t += "|---|---|---|---|---|---|---|---|\n";
+    for &(e, p) in pairs {
+        let (enc, plain) = (&rows[e].1, &rows[p].1);
+        let med = |s: &[Sample], f: &dyn Fn(&Sample) -> f64| median(&s.iter().map(f).collect::<Vec<f64>>());
+        let ratio =
+            |f: &dyn Fn(&Sample) -> f64| -> Vec<f64> { enc.iter().zip(plain).map(|(a, b)| f(a) / f(b)).collect() };
+        let send = |x: &Sample| x.send_cpu / gb;
+        let recv = |x: &Sample| x.recv_cpu / gb;
+        let extra: Vec<f64> = enc.iter().zip(plain).map(|(a, b)| send(a) + recv(a) - send(b) - recv(b)).collect();
+        t += &format!(
+            "| {} | {:.0} → {:.0} | {} | {:.2} → {:.2} | {} | {:.2} → {:.2} | {} | {} |\n",
+            rows[e].0,
+            med(plain, &Sample::goodput),
+            med(enc, &Sample::goodput),
+            med_range(&ratio(&Sample::goodput), 2),
+            med(plain, &send),
+            med(enc, &send),
+            med_range(&ratio(&send), 2),
+            med(plain, &recv),
+            med(enc, &recv),
+            med_range(&ratio(&recv), 2),
+            med_range(&extra, 2),
+        );
+    }
+    t
+}
+
 /// A string as a JSON string literal (no serde in the lab: labels and
 /// error messages are the only strings).
 pub fn json_str(s: &str) -> String {

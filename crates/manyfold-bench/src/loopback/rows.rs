@@ -35,6 +35,8 @@ pub struct MfRow {
     pub fault_seed: u64,
     /// `ConnectionConfig::connect_timeout`, if not the library's.
     pub connect_timeout: Option<Duration>,
+    /// Protected connections (spec §19): the lab's pre-shared key.
+    pub encrypted: bool,
 }
 
 /// What one row moves and how.
@@ -63,6 +65,9 @@ impl Row {
                 }
                 if m.loss > 0.0 {
                     l += &format!(", loss {}%", m.loss);
+                }
+                if m.encrypted {
+                    l += ", encrypted";
                 }
                 l
             }
@@ -194,6 +199,9 @@ pub fn run(row: &Row, work: &Path, bytes: u64, seed: u64, hash: &str, limit: Dur
                 }
                 if let Some(t) = m.connect_timeout {
                     c.arg("--connect-timeout").arg(t.as_secs().max(1).to_string());
+                }
+                if m.encrypted {
+                    c.arg("--encrypt");
                 }
             }
             s.stdout(std::fs::File::create(&send_out)?);
@@ -353,7 +361,9 @@ mod tests {
         assert_eq!(Row::Manyfold(base.clone()).label(), "manyfold (newreno)");
         let m = MfRow { buffers: Some(64 << 10), ..base.clone() };
         assert_eq!(Row::Manyfold(m).label(), "manyfold (newreno), buffers 64 KiB");
-        let m = MfRow { recv_buffer: Some(5712), loss: 10.0, ..base };
+        let m = MfRow { recv_buffer: Some(5712), loss: 10.0, ..base.clone() };
         assert_eq!(Row::Manyfold(m).label(), "manyfold (newreno), receive buffer 5712 B, loss 10%");
+        let m = MfRow { encrypted: true, ..base };
+        assert_eq!(Row::Manyfold(m).label(), "manyfold (newreno), encrypted");
     }
 }

@@ -1,0 +1,163 @@
+//! The soak's point-to-point churn: one echo server and a pool of clients.
+//! A client connects, sends one frame of random size (0 to
+//! `--max-payload` bytes), finishes its side (FIN, acknowledged), reads the
+//! echo to its end and checks it; the server checks the frame as it
+//! arrives, sends it back and closes. Every client replaces its endpoint
+//! every `--conns-per-endpoint` connections. Each exchange has
+//! [`OP_LIMIT`]; the server's tasks are joined before it returns.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::task::JoinSet;
+
+use super::frame::{frame, FrameCheck, HEADER};
+use super::{bind, Plan, Tally, OP_LIMIT};
+use crate::loopback::mf::check_protection;
+
+/// How long the server waits for the acknowledgement of its FIN: the
+/// client's verdict does not depend on it (it has read the echo to its end).
+const CLOSE_LINGER: Duration = Duration::from_secs(10);
+
+/// How long a client endpoint stays up after its last connection, before
+/// it shuts down (see [`client`]).
+const TIME_WAIT_GRACE: Duration = Duration::from_millis(500);
+
+/// Read buffer of either side.
+const READ: usize = 64 << 10;
+
+/// Accepts until the endpoint is shut down, one task per connection, then
+/// joins them all.
+pub async fn serve(ep: manyfold::Endpoint, plan: Plan, tally: Arc<Tally>) {
+    let mut tasks = JoinSet::new();
+    while let Some(conn) = ep.accept().await {
+        Tally::add(&tally.conns_accepted, 1);
+        while let Some(done) = tasks.try_join_next() {
+            if let Err(e) = done {
+                tally.fail(format!("an echo task panicked: {e}"));
+            }
+        }
+        let (plan, tally) = (plan.clone(), tally.clone());
+        tasks.spawn(async move {
+            let peer = conn.peer_addr();
+            match tokio::time::timeout(OP_LIMIT, echo(conn, &plan, &tally)).await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => tally.fail(format!("echo server, connection from {peer}: {e:#}")),
+                Err(_) => tally.fail(format!("echo server, connection from {peer}: over {} s", OP_LIMIT.as_secs())),
+            }
+        });
+    }
+    while let Some(done) = tasks.join_next().await {
+        if let Err(e) = done {
+            tally.fail(format!("an echo task panicked: {e}"));
+        }
+    }
+}
+
+async fn echo(mut conn: manyfold::Connection, plan: &Plan, tally: &Tally) -> Result<()> {
+    check_protection(&conn, plan.encrypted)?;
+    let mut check = FrameCheck::new(None, plan.max_payload);
+    let mut buf = vec![0u8; READ];
+    loop {
+        let n = conn.read(&mut buf).await.context("reading the request")?;
+        if n == 0 {
+            break;
+        }
+        check.feed(&buf[..n]).map_err(anyhow::Error::msg)?;
+        Tally::add(&tally.pair_bytes_verified, n as u64);
+    }
+    let f = match (check.frames(), check.last()) {
+        (1, Some(f)) if check.at_boundary() => f,
+        (n, _) => bail!("the request ended after {n} whole frames (expected one, then the end)"),
+    };
+    conn.write_all(&frame(f.id, f.len)).await.context("sending the echo")?;
+    match tokio::time::timeout(CLOSE_LINGER, conn.close()).await {
+        Ok(Ok(())) => {}
+        _ => Tally::add(&tally.server_close_unconfirmed, 1),
+    }
+    Ok(())
+}
+
+/// Client `i`: connections one after another until the deadline.
+pub async fn client(i: usize, server: SocketAddr, plan: Plan, tally: Arc<Tally>) {
+    let mut rng = ChaCha8Rng::seed_from_u64(plan.seed ^ (0xC11E_0000 + i as u64));
+    let mut n: u64 = 0;
+    let mut endpoints: u64 = 0;
+    while plan.running() {
+        // Fault seeds: distinct per endpoint of the run.
+        let fault_seed = plan.seed.wrapping_add(((i as u64 + 1) << 32) + endpoints);
+        endpoints += 1;
+        let ep = match bind(plan.config(true, fault_seed)).await {
+            Ok(ep) => ep,
+            Err(e) => {
+                tally.fail(format!("client {i}: binding an endpoint: {e:#}"));
+                return;
+            }
+        };
+        Tally::add(&tally.client_endpoints, 1);
+        for _ in 0..plan.conns_per_endpoint {
+            if !plan.running() {
+                break;
+            }
+            // Ids: unique in the run (client in the top bits).
+            let id = ((i as u64) << 40) | n;
+            n += 1;
+            let len = rng.gen_range(0..=plan.max_payload);
+            Tally::add(&tally.conns_opened, 1);
+            match tokio::time::timeout(OP_LIMIT, exchange(&ep, server, id, len, &plan, &tally)).await {
+                Ok(Ok(())) => Tally::add(&tally.conns_completed, 1),
+                Ok(Err(e)) => tally.fail(format!("client {i}, connection {n} ({len} B): {e:#}")),
+                Err(_) => tally.fail(format!("client {i}, connection {n} ({len} B): over {} s", OP_LIMIT.as_secs())),
+            }
+            // A short pause: churn, not a flood.
+            tokio::time::sleep(Duration::from_millis(rng.gen_range(0..10))).await;
+        }
+        // `shutdown` counts TIME-WAIT as closed and stops the endpoint at
+        // once: had the ack of the server's FIN been lost, nobody would
+        // repeat it and the server's connection would linger until its idle
+        // timeout. TIME-WAIT's own job, for a moment: the server's
+        // retransmitted FIN (RTO tens of milliseconds here) is acked.
+        tokio::time::sleep(TIME_WAIT_GRACE).await;
+        if tokio::time::timeout(Duration::from_secs(10), ep.shutdown_within(Duration::from_secs(2))).await.is_err() {
+            tally.fail(format!("client {i}: its endpoint did not shut down within 10 s"));
+        }
+    }
+}
+
+async fn exchange(
+    ep: &manyfold::Endpoint,
+    server: SocketAddr,
+    id: u64,
+    len: u32,
+    plan: &Plan,
+    tally: &Tally,
+) -> Result<()> {
+    let mut conn = ep.connect(server).await.context("connecting")?;
+    check_protection(&conn, plan.encrypted)?;
+    conn.write_all(&frame(id, len)).await.context("sending")?;
+    conn.close().await.context("finishing the request")?;
+    let mut check = FrameCheck::new(Some(id), plan.max_payload);
+    let mut buf = vec![0u8; READ];
+    loop {
+        let n = conn.read(&mut buf).await.context("reading the echo")?;
+        if n == 0 {
+            break;
+        }
+        check.feed(&buf[..n]).map_err(|e| anyhow::anyhow!("the echo: {e}"))?;
+        Tally::add(&tally.pair_bytes_verified, n as u64);
+    }
+    match check.last() {
+        Some(f) if check.frames() == 1 && check.at_boundary() && f.len == len => Ok(()),
+        _ => bail!(
+            "the echo ended after {} whole frames and {} bytes of {} expected",
+            check.frames(),
+            if check.at_boundary() { "no" } else { "some" },
+            HEADER + len as usize
+        ),
+    }
+}
