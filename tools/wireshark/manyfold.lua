@@ -4,9 +4,12 @@
 --   * the 24-byte header and its CRC32C (spec §3.1, §3.2), verified;
 --   * a segment's payload sections: SACK block, handshake parameters,
 --     cookie, error code (spec §3.3), and the chunks of its data area:
---     DATA, RESET, STOP, CREDIT, ABANDON, PAD (spec §13.2). Connections,
---     groups (spec §14) and request/reply sessions (spec §15) are all
---     segments on the wire;
+--     DATA, RESET, STOP, CREDIT, ABANDON, PAD (spec §13.2) and HANDSHAKE
+--     (a Noise message, spec §19.2). Connections, groups (spec §14) and
+--     request/reply sessions (spec §15) are all segments on the wire;
+--   * protected segments, type 10 (spec §19.3): the header in the clear,
+--     the packet number, the encrypted payload and the Poly1305 tag (the
+--     payload cannot be decoded without the connection's keys);
 --   * the multicast session's packets, types 1-9: ANNOUNCE, REGISTER,
 --     REGISTER+ACK, DATA, ACK, NACK, REPAIR, STATUS, END, PARITY
 --     (spec §16.2, §16.9).
@@ -53,6 +56,11 @@ local MAX_SACK_RANGES = 16
 local PARAMS_LEN = 8
 local COOKIE_LEN = 20
 local DATA_HEADER_LEN = 16
+local HANDSHAKE_HEADER_LEN = 4
+local MAX_HANDSHAKE_MESSAGE = 256 -- secure.rs: longest Noise message accepted
+local PN_LEN = 8 -- protected packet: packet number (spec §19.3)
+local TAG_LEN = 16 -- protected packet: Poly1305 tag
+local FEATURE_PROTECTED = 0x0001 -- handshake parameters' feature bit (spec §3.3.2)
 local MAX_OFFSET = 281474976710655 -- 2^48 - 1, exact in a Lua double
 local ANNOUNCE_FIXED = 8 + 2 + 4 + 2 + 2 + 1 + 32 + 1
 local UNKNOWN_TOTAL = 4294967295
@@ -74,7 +82,9 @@ local packet_types = {
     [7] = "STATUS",
     [8] = "END",
     [9] = "PARITY",
+    [10] = "PROTECTED",
 }
+local MAX_TYPE = 10
 
 -- spec §8.3 (connections), mcast/mod.rs `codes` (spec §16.7), and the
 -- application codes manyfold itself sends in RESET/STOP chunks.
@@ -86,6 +96,8 @@ local error_codes = {
     [5] = "STREAM_LIMIT",
     [6] = "EVICTED",
     [7] = "WINDOW_TIMEOUT",
+    [8] = "PROTECTION_MISMATCH",
+    [9] = "AUTHENTICATION_FAILED",
     [20] = "HASH_MISMATCH",
     [21] = "INCOMPLETE",
     [22] = "UNRESPONSIVE",
@@ -107,6 +119,7 @@ local chunk_kinds = {
     [3] = "CREDIT",
     [4] = "ABANDON",
     [5] = "PAD",
+    [6] = "HANDSHAKE",
 }
 
 local phases = { [0] = "data", [1] = "repair", [2] = "ended" }
@@ -154,7 +167,12 @@ field("sack_end", ProtoField.uint32("manyfold.sack.end", "End", base.DEC))
 field("params", ProtoField.bytes("manyfold.params", "Handshake parameters"))
 field("params_conn_id", ProtoField.uint32("manyfold.params.conn_id", "Connection id", base.HEX))
 field("params_max_datagram", ProtoField.uint16("manyfold.params.max_datagram", "Max datagram", base.DEC))
-field("params_reserved", ProtoField.uint16("manyfold.params.reserved", "Reserved", base.HEX))
+field("params_features", ProtoField.uint16("manyfold.params.features", "Features", base.HEX))
+field(
+    "params_protected",
+    ProtoField.bool("manyfold.params.features.protected", "PROTECTED", 16, nil, FEATURE_PROTECTED,
+        "the sender encrypts its packets and accepts nothing else (spec §19)")
+)
 field("cookie", ProtoField.bytes("manyfold.cookie", "Cookie"))
 field("cookie_timestamp", ProtoField.uint32("manyfold.cookie.timestamp", "Timestamp (ms)", base.DEC))
 field("cookie_client_id", ProtoField.uint32("manyfold.cookie.client_id", "Client connection id", base.HEX))
@@ -184,6 +202,15 @@ field("chunk_final_size", ProtoField.uint64("manyfold.chunk.final_size", "Final 
 field("chunk_max", ProtoField.uint64("manyfold.chunk.max", "Max offset", base.DEC))
 field("chunk_start", ProtoField.uint64("manyfold.chunk.start", "Start", base.DEC))
 field("chunk_end_off", ProtoField.uint64("manyfold.chunk.end", "End", base.DEC))
+field("handshake_length", ProtoField.uint16("manyfold.handshake.length", "Noise message length", base.DEC))
+field("handshake_message", ProtoField.bytes("manyfold.handshake.message", "Noise message"))
+field("handshake_which", ProtoField.string("manyfold.handshake.which", "Which message"))
+
+-- Protected segment (spec §19.3)
+field("pn", ProtoField.uint64("manyfold.protected.pn", "Packet number", base.DEC))
+field("encrypted", ProtoField.bytes("manyfold.protected.payload", "Encrypted payload"))
+field("encrypted_len", ProtoField.uint16("manyfold.protected.payload_len", "Encrypted payload length", base.DEC))
+field("tag", ProtoField.bytes("manyfold.protected.tag", "Tag (Poly1305)"))
 
 -- Multicast session (spec §16.2, §16.9): the header's fields by meaning.
 field("mc_session", ProtoField.uint32("manyfold.mc.session", "Session id", base.HEX))
@@ -391,31 +418,47 @@ end
 -- Segments (spec §3.3, §13.2)
 ---------------------------------------------------------------------------
 
+-- Which Noise XX message a HANDSHAKE chunk holds (spec §19.2). The
+-- client's first rides on the cookie echo; the other two are told apart
+-- by length (the messages carry no payload): the listener's (e, ee, s, es)
+-- is 96 bytes, the client's second (s, se) 64.
+local function noise_message(len, cke)
+    if cke then
+        return "1 of 3 (client: e)"
+    elseif len == 96 then
+        return "2 of 3 (listener: e, ee, s, es)"
+    elseif len == 64 then
+        return "3 of 3 (client: s, se)"
+    end
+    return "unknown (not the length of a manyfold XX message)"
+end
+
 -- Parses the chunks of a data area; returns the summary strings, the
--- number of chunks, how many of them are DATA, and whether they were all
--- well formed.
-local function dissect_chunks(tvb, tree, at, stop)
+-- number of chunks, how many of them are DATA, whether they were all
+-- well formed, and how many are HANDSHAKE. `cke`: the packet is a cookie
+-- echo (for naming a Noise message).
+local function dissect_chunks(tvb, tree, at, stop, cke)
     local summary = {}
-    local count, ndata = 0, 0
+    local count, ndata, nhandshake = 0, 0, 0
     while at < stop do
         local left = stop - at
         local kind = tvb(at, 1):uint()
         local name = chunk_kinds[kind] or ("kind " .. kind)
         count = count + 1
-        local fixed = ({ [0] = DATA_HEADER_LEN, [1] = 12, [2] = 6, [3] = 10, [4] = 16, [5] = 1 })[kind]
+        local fixed = ({ [0] = DATA_HEADER_LEN, [1] = 12, [2] = 6, [3] = 10, [4] = 16, [5] = 1, [6] = HANDSHAKE_HEADER_LEN })[kind]
         if fixed == nil then
             local ct = tree:add(f.chunk, tvb(at, left))
             ct:set_text("Chunk of unknown kind " .. kind)
             ct:add(f.chunk_kind, tvb(at, 1))
             bad(ct, nil, "unknown chunk kind " .. kind)
-            return summary, count, ndata, false
+            return summary, count, ndata, false, nhandshake
         end
         if left < fixed then
             local ct = tree:add(f.chunk, tvb(at, left))
             ct:set_text(name .. " chunk, truncated")
             ct:add(f.chunk_kind, tvb(at, 1))
             bad(ct, nil, string.format("%s chunk needs %d bytes, %d left", name, fixed, left))
-            return summary, count, ndata, false
+            return summary, count, ndata, false, nhandshake
         end
         local size = fixed
         if kind == 0 then
@@ -427,7 +470,18 @@ local function dissect_chunks(tvb, tree, at, stop)
                 ct:add(f.chunk_kind, tvb(at, 1))
                 ct:add(f.chunk_length, tvb(at + 4, 2))
                 bad(ct, nil, string.format("DATA chunk of %d bytes runs past the payload (%d left)", size, left))
-                return summary, count, ndata, false
+                return summary, count, ndata, false, nhandshake
+            end
+        elseif kind == 6 then
+            nhandshake = nhandshake + 1
+            size = HANDSHAKE_HEADER_LEN + tvb(at + 2, 2):uint()
+            if left < size then
+                local ct = tree:add(f.chunk, tvb(at, left))
+                ct:set_text("HANDSHAKE chunk, truncated")
+                ct:add(f.chunk_kind, tvb(at, 1))
+                ct:add(f.handshake_length, tvb(at + 2, 2))
+                bad(ct, nil, string.format("HANDSHAKE chunk of %d bytes runs past the payload (%d left)", size, left))
+                return summary, count, ndata, false, nhandshake
             end
         end
         local ct = tree:add(f.chunk, tvb(at, size))
@@ -436,6 +490,26 @@ local function dissect_chunks(tvb, tree, at, stop)
         if kind == 5 then
             ct:set_text("PAD chunk")
             summary[#summary + 1] = "PAD"
+        elseif kind == 6 then
+            -- chunk.rs: [6][0][length u16][Noise message] (spec §19.2).
+            local len = size - HANDSHAKE_HEADER_LEN
+            local zi = ct:add(tvb(at + 1, 1), "Zero: " .. tvb(at + 1, 1):uint())
+            ct:add(f.handshake_length, tvb(at + 2, 2))
+            local which = noise_message(len, cke)
+            ct:add(f.handshake_which, which):set_generated()
+            if len > 0 then
+                ct:add(f.handshake_message, tvb(at + HANDSHAKE_HEADER_LEN, len))
+            end
+            ct:set_text(string.format("HANDSHAKE chunk: Noise message %s, %d bytes", which, len))
+            summary[#summary + 1] = string.format("HANDSHAKE(msg %s, %d bytes)", string.sub(which, 1, 1), len)
+            if tvb(at + 1, 1):uint() ~= 0 then
+                bad(zi, nil, "HANDSHAKE chunk's second byte must be 0")
+                ok = false
+            end
+            if len == 0 or len > MAX_HANDSHAKE_MESSAGE then
+                ct:add_proto_expert_info(ex.note, string.format(
+                    "a Noise message of %d bytes: manyfold accepts 1 to %d", len, MAX_HANDSHAKE_MESSAGE))
+            end
         else
             local cflags = tvb(at + 1, 1):uint()
             local fr = ct:add(f.chunk_flags, tvb(at + 1, 1))
@@ -513,17 +587,19 @@ local function dissect_chunks(tvb, tree, at, stop)
             end
         end
         if not ok then
-            return summary, count, ndata, false
+            return summary, count, ndata, false, nhandshake
         end
         at = at + size
     end
-    return summary, count, ndata, true
+    return summary, count, ndata, true, nhandshake
 end
 
--- The packet's role, as in spec §3.1's table.
-local function segment_role(flags, error_code, chunks, data_chunks)
+-- The packet's role, as in spec §3.1's table; HANDSHAKE: a plain packet
+-- carrying a Noise message of a protected connection (spec §19.2).
+local function segment_role(flags, error_code, chunks, data_chunks, handshakes)
     if has(flags, F_RST) then
-        if error_code == 3 then
+        if error_code == 3 or error_code == 8 then
+            -- REFUSED, PROTECTION_MISMATCH: the answer to a SYN or echo.
             return "REFUSAL"
         elseif error_code ~= nil then
             return "ABORT"
@@ -535,6 +611,8 @@ local function segment_role(flags, error_code, chunks, data_chunks)
         return "SYN"
     elseif has(flags, F_CKE) then
         return "COOKIE-ECHO"
+    elseif handshakes > 0 then
+        return "HANDSHAKE"
     elseif has(flags, F_FIN) then
         return "FIN"
     elseif data_chunks > 0 then
@@ -597,8 +675,19 @@ local function dissect_segment(tvb, pinfo, tree, ht, flags, stop)
         local pid = tvb(at, 4):uint()
         pt:add(f.params_conn_id, tvb(at, 4))
         pt:add(f.params_max_datagram, tvb(at + 4, 2))
-        pt:add(f.params_reserved, tvb(at + 6, 2))
-        pt:set_text(string.format("Handshake parameters: connection id %08x, max datagram %d", pid, tvb(at + 4, 2):uint()))
+        local features = tvb(at + 6, 2):uint()
+        local fi = pt:add(f.params_features, tvb(at + 6, 2))
+        fi:add(f.params_protected, tvb(at + 6, 2))
+        if has(features, FEATURE_PROTECTED) then
+            fi:append_text(" (PROTECTED)")
+        end
+        if band(features, 0xffff - FEATURE_PROTECTED) ~= 0 then
+            -- payload.rs keeps unknown bits without acting on them.
+            fi:add_proto_expert_info(ex.note, string.format("unknown feature bits 0x%04x",
+                band(features, 0xffff - FEATURE_PROTECTED)))
+        end
+        pt:set_text(string.format("Handshake parameters: connection id %08x, max datagram %d%s", pid,
+            tvb(at + 4, 2):uint(), has(features, FEATURE_PROTECTED) and ", PROTECTED" or ""))
         if pid == 0 then
             -- endpoint: a SYN whose parameters carry id 0 is malformed (spec §3.3.2).
             bad(pt, nil, "connection id 0 in the handshake parameters")
@@ -620,11 +709,11 @@ local function dissect_segment(tvb, pinfo, tree, ht, flags, stop)
         at = at + 2
     end
 
-    local summary, nchunks, ndata = {}, 0, 0
+    local summary, nchunks, ndata, nhandshake = {}, 0, 0, 0
     if ok and at < stop then
         local dt = tree:add(tvb(at, stop - at), "Data area")
         local chunks_ok
-        summary, nchunks, ndata, chunks_ok = dissect_chunks(tvb, dt, at, stop)
+        summary, nchunks, ndata, chunks_ok, nhandshake = dissect_chunks(tvb, dt, at, stop, has(flags, F_CKE))
         dt:set_text(string.format("Data area: %d chunk%s, %d bytes", nchunks, nchunks == 1 and "" or "s", stop - at))
         ok = ok and chunks_ok
     end
@@ -633,7 +722,7 @@ local function dissect_segment(tvb, pinfo, tree, ht, flags, stop)
         bad(tree, nil, "destination connection id 0 on a packet that is not an initial SYN")
     end
 
-    local role = segment_role(flags, error_code, nchunks, ndata)
+    local role = segment_role(flags, error_code, nchunks, ndata, nhandshake)
     tree:add(f.packet, role):set_generated()
     if has(flags, F_RST) then
         tree:add_proto_expert_info(ex.reset, role .. (error_code and (" with code " .. (error_codes[error_code] or error_code)) or ""))
@@ -647,6 +736,46 @@ local function dissect_segment(tvb, pinfo, tree, ht, flags, stop)
         info = info .. " " .. table.concat(summary, " ")
     end
     return info, role
+end
+
+-- A protected segment (spec §19.3): the header as a segment's, in the
+-- clear and authenticated; then the packet number (u64), the encrypted
+-- payload sections and the 16-byte Poly1305 tag. The header (bytes 0-19)
+-- and the packet number are the associated data.
+local function dissect_protected(tvb, pinfo, tree, ht, flags, stop)
+    local conn_id = tvb(4, 4):uint()
+    local seq, ackn, window = tvb(8, 4):uint(), tvb(12, 4):uint(), tvb(16, 4):uint()
+    ht:add(f.conn_id, tvb(4, 4))
+    ht:add(f.seq, tvb(8, 4))
+    ht:add(f.ack, tvb(12, 4))
+    ht:add(f.window, tvb(16, 4))
+    local role = "PROTECTED"
+    tree:add(f.packet, role):set_generated()
+    local head = string.format("%s [%s] conn=%08x seq=%u ack=%u win=%u", role, flag_names(flags), conn_id, seq, ackn,
+        window)
+    local plen = stop - HEADER_LEN
+    if plen < PN_LEN + TAG_LEN then
+        local pt = tree:add(tvb(HEADER_LEN, plen), "Protected payload, truncated")
+        bad(pt, nil, string.format("a protected packet needs %d bytes after the header (packet number and tag), has %d",
+            PN_LEN + TAG_LEN, plen))
+        return head .. " malformed", role
+    end
+    local pn = tostring(tvb(HEADER_LEN, PN_LEN):uint64())
+    tree:add(f.pn, tvb(HEADER_LEN, PN_LEN))
+    local elen = plen - PN_LEN - TAG_LEN
+    local et
+    if elen > 0 then
+        et = tree:add(f.encrypted, tvb(HEADER_LEN + PN_LEN, elen))
+    else
+        et = tree:add(tvb(HEADER_LEN + PN_LEN, 0), "Encrypted payload")
+    end
+    et:set_text(string.format("Encrypted payload (%d bytes): the segment's sections and chunks", elen))
+    tree:add(f.encrypted_len, elen):set_generated()
+    tree:add(f.tag, tvb(stop - TAG_LEN, TAG_LEN))
+    if conn_id == 0 then
+        bad(tree, nil, "destination connection id 0 on a protected packet")
+    end
+    return string.format("%s len=%d pn=%s encrypted=%d", head, stop, pn, elen), role
 end
 
 ---------------------------------------------------------------------------
@@ -900,7 +1029,7 @@ local function split_datagrams(tvb)
             return nil
         end
         local b0 = tvb(at, 1):uint()
-        if rshift(b0, 4) ~= VERSION or band(b0, 0x0f) > 9 then
+        if rshift(b0, 4) ~= VERSION or band(b0, 0x0f) > MAX_TYPE then
             return nil
         end
         local size = HEADER_LEN + tvb(at + 2, 2):uint()
@@ -977,7 +1106,7 @@ local function dissect_datagram(tvb, pinfo, root, tree)
         vi:add_proto_expert_info(ex.version, "version " .. version .. " (only 1 exists)")
         return string.format("manyfold version %d (not decoded)", version)
     end
-    if ptype > 9 then
+    if ptype > MAX_TYPE then
         ti:add_proto_expert_info(ex.ptype, "packet type " .. ptype .. " is reserved")
         return string.format("manyfold type %d (reserved)", ptype)
     end
@@ -985,6 +1114,8 @@ local function dissect_datagram(tvb, pinfo, root, tree)
     local info, role
     if ptype == 0 then
         info, role = dissect_segment(tvb, pinfo, tree, ht, flags, stop)
+    elseif ptype == 10 then
+        info, role = dissect_protected(tvb, pinfo, tree, ht, flags, stop)
     else
         info, role = dissect_mcast(tvb, pinfo, tree, ht, ptype, flags, stop)
     end

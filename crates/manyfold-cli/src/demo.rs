@@ -49,10 +49,39 @@ pub struct DemoArgs {
     /// Congestion controller of both endpoints: newreno, cubic or bbr.
     #[arg(long, value_name = "NAME", default_value = "newreno")]
     pub cc: manyfold_proto::CongestionAlgorithm,
+
+    /// Encrypt every connection with the keys in FILE (sender and
+    /// receivers alike; see `manyfold keygen`). Without it, plain.
+    #[arg(long, value_name = "FILE")]
+    pub key_file: Option<std::path::PathBuf>,
+
+    /// Accept only the public keys listed in FILE (needs --key-file with a
+    /// private-key line, whose own public key must be listed: every
+    /// endpoint of the demo holds that same key).
+    #[arg(long, value_name = "FILE")]
+    pub peers_file: Option<std::path::PathBuf>,
 }
 
 pub async fn run(args: DemoArgs) -> Result<()> {
     let started = Instant::now();
+    // The configurations first: a bad key file is reported before anything is written.
+    let loopback: std::net::SocketAddr = "127.0.0.1:0".parse().expect("literal address");
+    let max_datagram = manyfold_proto::ConnectionConfig::default().max_datagram;
+    let qlog = args.qlog.clone();
+    let clean = NetArgs {
+        loss: 0.0,
+        delay: 0,
+        trace: args.trace,
+        qlog: qlog.clone(),
+        cc: args.cc,
+        max_datagram,
+        key_file: args.key_file.clone(),
+        peers_file: args.peers_file.clone(),
+    };
+    let lossy = NetArgs { loss: args.loss, delay: args.delay, qlog, ..clean.clone() };
+    let clean_config = clean.config()?;
+    let lossy_config = lossy.config()?;
+    let security = crate::keys::endpoint_protection(lossy_config.endpoint.security.as_ref());
     let workdir =
         tempfile::Builder::new().prefix("manyfold-demo-").tempdir().context("cannot create a temporary directory")?;
     let source = workdir.path().join("sample.bin");
@@ -80,14 +109,9 @@ pub async fn run(args: DemoArgs) -> Result<()> {
         human_duration(t.elapsed())
     );
 
-    let loopback: std::net::SocketAddr = "127.0.0.1:0".parse().expect("literal address");
-    let max_datagram = manyfold_proto::ConnectionConfig::default().max_datagram;
-    let qlog = args.qlog.clone();
-    let clean = NetArgs { loss: 0.0, delay: 0, trace: args.trace, qlog: qlog.clone(), cc: args.cc, max_datagram };
-    let lossy = NetArgs { loss: args.loss, delay: args.delay, trace: args.trace, qlog, cc: args.cc, max_datagram };
     let mut receivers = Vec::new();
     for i in 0..RECEIVERS {
-        let endpoint = net::bind(loopback, clean.config()).await?;
+        let endpoint = net::bind(loopback, clean_config.clone()).await?;
         endpoint.listen();
         let addr = endpoint.local_addr().context("cannot read a receiver's address")?;
         let dir = workdir.path().join(format!("receiver-{}", i + 1));
@@ -95,9 +119,9 @@ pub async fn run(args: DemoArgs) -> Result<()> {
         println!("  receiver  {addr}, saving into {}", dir.display());
         receivers.push((endpoint, addr, dir));
     }
-    let sender = net::bind(loopback, lossy.config()).await?;
+    let sender = net::bind(loopback, lossy_config).await?;
     let sender_addr = sender.local_addr().context("cannot read the sender's address")?;
-    println!("  sender    {sender_addr} → all three, mode all\n");
+    println!("  sender    {sender_addr} → all three, mode all, {}\n", crate::keys::short(security));
 
     let multi = report::multi_progress();
     let mut receiving = tokio::task::JoinSet::new();
@@ -112,7 +136,7 @@ pub async fn run(args: DemoArgs) -> Result<()> {
     let addrs: Vec<std::net::SocketAddr> = receivers.iter().map(|r| r.1).collect();
     let src = transfer::Source::open(&source).await?;
     let config = manyfold::GroupConfig { min_peers: RECEIVERS, ..Default::default() };
-    let sent = transfer::send_to_group(&sender, &addrs, config, src, "sample.bin", &multi).await;
+    let sent = transfer::send_to_group(&sender, &addrs, config, src, "sample.bin", &multi, security).await;
     let mut received = Vec::new();
     while let Some(r) = receiving.join_next().await {
         received.push(r.map_err(|e| anyhow!("a receiver task failed: {e}"))?.context("receiving failed")?);

@@ -11,6 +11,7 @@ use clap::Args;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt};
 use tokio::task::JoinSet;
 
+use crate::keys;
 use crate::net::{self, Connection, NetArgs};
 use crate::size::human_duration;
 
@@ -44,10 +45,12 @@ pub struct EchoArgs {
 /// back. This continues until the calling user terminates the connection."
 pub async fn run_server(args: EchoServerArgs) -> Result<()> {
     let addr = net::resolve(&args.listen).await?;
-    let endpoint = Arc::new(net::bind(addr, args.net.config()).await?);
+    let config = args.net.config()?;
+    let mode = net::mode(&config);
+    let endpoint = Arc::new(net::bind(addr, config).await?);
     endpoint.listen();
     let local = endpoint.local_addr().context("cannot read the bound address")?;
-    println!("manyfold echo-server: listening on {local} (RFC 862; Ctrl-C to stop)");
+    println!("manyfold echo-server: listening on {local} ({mode}; RFC 862; Ctrl-C to stop)");
 
     let mut sessions = JoinSet::new();
     let ctrl_c = net::interrupted();
@@ -70,7 +73,7 @@ pub async fn run_server(args: EchoServerArgs) -> Result<()> {
 /// Echoes everything `conn` receives until the peer finishes its side.
 async fn echo_session(conn: Connection) {
     let peer = conn.peer_addr();
-    println!("{peer}: connected");
+    println!("{peer}: connected ({})", keys::short(conn.protection()));
     let (mut send, mut recv) = conn.split();
     match tokio::io::copy(&mut recv, &mut send).await {
         Ok(n) => {
@@ -84,9 +87,9 @@ async fn echo_session(conn: Connection) {
 /// Sends each line, waits for its echo, prints it; RTTs go to stderr.
 pub async fn run_client(args: EchoArgs) -> Result<()> {
     let peer = net::resolve(&args.addr).await?;
-    let (endpoint, mut conn) = net::connect(peer, args.net.config()).await?;
+    let (endpoint, mut conn) = net::connect(peer, args.net.config()?).await?;
     let local = endpoint.local_addr().context("cannot read the bound address")?;
-    eprintln!("connected to {peer} (local port {})", local.port());
+    eprintln!("connected to {peer} (local port {}; {})", local.port(), conn.protection());
 
     let mut rtts = Vec::new();
     let mut stdout = tokio::io::stdout();

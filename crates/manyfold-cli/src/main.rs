@@ -14,6 +14,7 @@ mod echo;
 mod fetch;
 mod fsutil;
 mod ftp;
+mod keys;
 mod mcast;
 mod net;
 mod report;
@@ -28,7 +29,10 @@ mod transfer;
 /// Every networking subcommand takes --loss P and --delay MS to emulate a
 /// bad network on this process's datagrams, --trace to print each packet
 /// and state transition, and --qlog DIR to write a qlog trace of every
-/// connection (read it with `manyfold trace`). Start with `manyfold demo`.
+/// connection (read it with `manyfold trace`). With --key-file (see
+/// `manyfold keygen`) every connection is encrypted and authenticated and
+/// plain peers are refused; without it the protocol runs in the clear.
+/// Start with `manyfold demo`.
 #[derive(Parser, Debug)]
 #[command(name = "manyfold", version, propagate_version = true)]
 struct Cli {
@@ -161,6 +165,29 @@ enum Command {
     /// of the script) failed.
     Ftp(ftp::FtpArgs),
 
+    /// Create a key file for --key-file: a new X25519 private key (and with
+    /// --psk a random pre-shared key), mode 0600.
+    ///
+    /// The file is written under a temporary name and linked into place, so
+    /// it never exists half-written; an existing FILE is kept unless
+    /// --force. The keys come from the operating system's random source.
+    /// Prints the public key: add that line to the --peers-file of every
+    /// peer that should accept this host.
+    ///
+    /// Key file format: one item per line, `#` starts a comment:
+    /// `private-key HEX` (this host's identity) and/or `psk HEX` (a key
+    /// every peer holds too), each 64 hex digits. A peers file lists one
+    /// public key (64 hex digits) per line, optionally followed by a name.
+    Keygen(keys::KeygenArgs),
+
+    /// Print the public key of a key file (64 hex digits on one line), as
+    /// peers list it in their --peers-file.
+    ///
+    /// `manyfold pubkey keys.txt >> peers.txt` appends it to a peers file.
+    /// Fails, saying so, if the file holds only a PSK (then it has no
+    /// public key: the PSK alone authenticates).
+    Pubkey(keys::PubkeyArgs),
+
     /// Summarize a qlog trace written with --qlog DIR, and draw it.
     ///
     /// Prints the connection's packets sent and received, retransmissions
@@ -195,7 +222,9 @@ fn run(cli: Cli) -> Result<()> {
         Command::RrClient(a) => a.net.trace,
         Command::FtpServer(a) => a.net.trace,
         Command::Ftp(a) => a.net.trace,
-        Command::Samplegen(_) | Command::Mcast(_) | Command::Trace(_) => false,
+        Command::Samplegen(_) | Command::Mcast(_) | Command::Trace(_) | Command::Keygen(_) | Command::Pubkey(_) => {
+            false
+        }
     };
     net::init_tracing(trace);
     if let Command::Samplegen(args) = &cli.command {
@@ -203,6 +232,12 @@ fn run(cli: Cli) -> Result<()> {
     }
     if let Command::Trace(args) = &cli.command {
         return trace::run(args);
+    }
+    if let Command::Keygen(args) = &cli.command {
+        return keys::run_keygen(args);
+    }
+    if let Command::Pubkey(args) = &cli.command {
+        return keys::run_pubkey(args);
     }
     if let Command::Mcast(cmd) = cli.command {
         return mcast::run(cmd);
@@ -221,7 +256,9 @@ fn run(cli: Cli) -> Result<()> {
             Command::RrClient(args) => rr::run_client(args).await,
             Command::FtpServer(args) => ftp::run_server(args).await,
             Command::Ftp(args) => ftp::run_client(args).await,
-            Command::Samplegen(_) | Command::Mcast(_) | Command::Trace(_) => unreachable!("handled above"),
+            Command::Samplegen(_) | Command::Mcast(_) | Command::Trace(_) | Command::Keygen(_) | Command::Pubkey(_) => {
+                unreachable!("handled above")
+            }
         }
     })
 }

@@ -9,6 +9,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
+use manyfold::Protection;
 use manyfold_proto::ConnStats;
 
 use crate::size::{human_bytes, human_duration, human_rate};
@@ -56,6 +57,8 @@ pub struct Report {
     pub elapsed: Duration,
     pub stats: ConnStats,
     pub hash: blake3::Hash,
+    /// Whether the connection was encrypted, and the peer's proven key.
+    pub security: Protection,
 }
 
 impl std::fmt::Display for Report {
@@ -80,6 +83,7 @@ impl std::fmt::Display for Report {
         let _ = writeln!(out, "  loss seen        {}", loss_seen(s.lost_packets, s.packets_sent));
         let _ = writeln!(out, "  packets          {} sent, {} received", s.packets_sent, s.packets_received);
         let _ = writeln!(out, "  rtt              srtt {}, min {}", human_duration(s.srtt), human_duration(s.min_rtt));
+        let _ = writeln!(out, "  security         {}", self.security);
         let _ = write!(out, "  blake3           {}", self.hash.to_hex());
         f.write_str(&out)
     }
@@ -115,6 +119,7 @@ mod tests {
                 ..ConnStats::default()
             },
             hash: blake3::hash(b""),
+            security: Protection::Encrypted { peer_key: Some([0xab; 32]) },
         };
         let text = report.to_string();
         for needle in [
@@ -123,6 +128,7 @@ mod tests {
             "retransmissions  52 (3 retransmission timeouts)",
             "loss seen        5.00% (50 of 1000 packets sent)",
             "srtt 310 µs, min 40 µs",
+            "security         encrypted (Noise XX + ChaCha20-Poly1305), peer key abab",
         ] {
             assert!(text.contains(needle), "missing {needle:?} in\n{text}");
         }

@@ -14,6 +14,7 @@ use anyhow::{bail, Context, Result};
 use clap::Args;
 use tokio::task::JoinSet;
 
+use crate::keys;
 use crate::net::{self, NetArgs};
 use crate::report;
 use crate::size::{human_bytes, human_duration, size_arg};
@@ -111,8 +112,9 @@ fn reply_to(req: &[u8], len: usize) -> Vec<u8> {
 
 pub async fn run_server(args: RrServerArgs) -> Result<()> {
     let addr = net::resolve(&args.listen).await?;
-    let mut config = args.net.config();
+    let mut config = args.net.config()?;
     config.endpoint.accept_backlog = args.backlog;
+    let mode = net::mode(&config);
     let sockets = args.sockets.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
     if sockets == 0 {
         bail!("--sockets must be at least 1");
@@ -122,7 +124,7 @@ pub async fn run_server(args: RrServerArgs) -> Result<()> {
         .with_context(|| format!("cannot listen on {addr}"))?;
     let local = endpoints[0].local_addr().context("cannot read the bound address")?;
     println!(
-        "manyfold rr-server: listening on {local} with {sockets} socket(s), backlog {} each (Ctrl-C to stop)",
+        "manyfold rr-server: listening on {local} ({mode}) with {sockets} socket(s), backlog {} each (Ctrl-C to stop)",
         args.backlog
     );
     let served = Arc::new(AtomicU64::new(0));
@@ -147,15 +149,19 @@ pub async fn run_server(args: RrServerArgs) -> Result<()> {
         _ = net::interrupted() => {}
         _ = serving.join_next() => {}
     }
-    let (mut refused, mut rejected, mut malformed) = (0, 0, 0);
+    let (mut refused, mut rejected, mut malformed, mut mismatched) = (0, 0, 0, 0);
     for e in &endpoints {
         let s = e.stats();
         refused += s.refused_backlog;
         rejected += s.cookies_rejected;
         malformed += s.dropped_malformed_total();
+        mismatched += s.refused_protection;
     }
+    let mismatched =
+        if mismatched > 0 { format!(", {mismatched} refused for an encryption mismatch") } else { String::new() };
     println!(
-        "served {} sessions; refused {refused} (backlog full), {rejected} cookies rejected, {malformed} malformed datagrams dropped",
+        "served {} sessions ({mode}); refused {refused} (backlog full){mismatched}, {rejected} cookies rejected, \
+         {malformed} malformed datagrams dropped",
         served.load(Ordering::Relaxed),
     );
     for e in &endpoints {
@@ -177,7 +183,8 @@ pub async fn run_client(args: RrClientArgs) -> Result<()> {
     let server = net::resolve(&args.addr).await?;
     let sockets = args.concurrency.div_ceil(SESSIONS_PER_SOCKET).max(1);
     let mut endpoints = Vec::with_capacity(sockets);
-    let mut config = args.net.config();
+    let mut config = args.net.config()?;
+    let security = keys::endpoint_protection(config.endpoint.security.as_ref());
     config.endpoint.connection.initial_rto = Duration::from_millis(args.initial_rto);
     for _ in 0..sockets {
         endpoints.push(Arc::new(net::bind(net::unspecified_for(server), config.clone()).await?));
@@ -241,7 +248,8 @@ pub async fn run_client(args: RrClientArgs) -> Result<()> {
     bar.finish_and_clear();
     let elapsed = start.elapsed();
     tasks.abort_all();
-    let summary = Summary::new(latencies, failures, elapsed, args.clients);
+    let mut summary = Summary::new(latencies, failures, elapsed, args.clients);
+    summary.security = Some(security);
     println!("{summary}");
     for ep in &endpoints {
         let _ = tokio::time::timeout(Duration::from_secs(1), ep.shutdown_within(Duration::from_millis(500))).await;
@@ -267,6 +275,8 @@ struct Summary {
     elapsed: Duration,
     /// Sorted latencies of the successful sessions.
     latencies: Vec<Duration>,
+    /// Whether the sessions were encrypted.
+    security: Option<manyfold::Protection>,
 }
 
 impl Summary {
@@ -280,6 +290,7 @@ impl Summary {
             first_failure: failures.into_iter().next(),
             elapsed,
             latencies,
+            security: None,
         }
     }
 
@@ -305,6 +316,9 @@ impl std::fmt::Display for Summary {
         write!(f, "  failures  {}", self.failures)?;
         if let Some(first) = &self.first_failure {
             write!(f, " (first: {first})")?;
+        }
+        if let Some(s) = self.security {
+            write!(f, "\n  security  {s}")?;
         }
         Ok(())
     }

@@ -1,7 +1,8 @@
 //! The Wireshark dissector `tools/wireshark/manyfold.lua` against real
-//! traffic: tshark captures manyfold transfers (a lossy send/recv, a group
-//! send, request/reply sessions on 127.0.0.1, and a multicast session with
-//! loss in network namespaces), then reads each capture back through the
+//! traffic: tshark captures manyfold transfers (a lossy send/recv, an
+//! encrypted one (spec §19), a group send, request/reply sessions on
+//! 127.0.0.1, and a multicast session with loss in network namespaces),
+//! then reads each capture back through the
 //! dissector. Every captured datagram must be decoded as manyfold with a
 //! good CRC32C, carry the fields of its packet type, raise no malformed
 //! packet and no expert warning or error, and (for connections) agree field
@@ -155,6 +156,11 @@ const FIELDS: &[&str] = &[
     "manyfold.sack.end",
     "manyfold.params.conn_id",
     "manyfold.params.max_datagram",
+    "manyfold.params.features.protected",
+    "manyfold.handshake.length",
+    "manyfold.protected.pn",
+    "manyfold.protected.payload_len",
+    "manyfold.protected.tag",
     "manyfold.cookie.mac",
     "manyfold.error",
     "manyfold.chunk.kind",
@@ -211,13 +217,14 @@ impl Frame {
         self.one("frame.number")
     }
 
-    /// Packet kinds of its datagrams; multicast ones prefixed "mc ".
+    /// Packet kinds of its datagrams; multicast ones (types 1-9) prefixed "mc ".
     fn kinds(&self) -> Vec<String> {
         let types = self.all("manyfold.type");
+        let mcast = |t: &String| t != "0" && t != "10";
         self.all("manyfold.packet")
             .iter()
             .enumerate()
-            .map(|(i, p)| if types.get(i).is_some_and(|t| t != "0") { format!("mc {p}") } else { p.clone() })
+            .map(|(i, p)| if types.get(i).is_some_and(mcast) { format!("mc {p}") } else { p.clone() })
             .collect()
     }
 }
@@ -266,6 +273,16 @@ fn required(kind: &str) -> &'static [&'static str] {
         "DATA" => &["manyfold.conn_id", "manyfold.chunk.kind", "manyfold.chunk.stream", "manyfold.chunk.offset"],
         "CONTROL" => &["manyfold.conn_id", "manyfold.chunk.kind"],
         "ABORT" | "REFUSAL" => &["manyfold.conn_id", "manyfold.error"],
+        "HANDSHAKE" => &["manyfold.conn_id", "manyfold.chunk.kind", "manyfold.handshake.length"],
+        "PROTECTED" => &[
+            "manyfold.conn_id",
+            "manyfold.seq",
+            "manyfold.ack",
+            "manyfold.window",
+            "manyfold.protected.pn",
+            "manyfold.protected.payload_len",
+            "manyfold.protected.tag",
+        ],
         "FIN" | "ACK" | "PROBE" | "RST" => SEGMENT,
         "mc ANNOUNCE" => &[
             "manyfold.mc.session",
@@ -324,8 +341,10 @@ fn check_all_dissected(frames: &[Frame]) -> BTreeMap<String, usize> {
             }
             *seen.entry(k.clone()).or_default() += 1;
         }
-        // A SACK block on any segment: its count and ranges.
-        let sacks = fr.all("manyfold.flags").iter().filter(|f| flags_value(f) & 0x40 != 0).count();
+        // A SACK block on any plain segment (a protected one's is encrypted).
+        let types = fr.all("manyfold.type");
+        let sacks =
+            fr.all("manyfold.flags").iter().zip(types).filter(|(f, t)| *t == "0" && flags_value(f) & 0x40 != 0).count();
         if sacks > 0 {
             *seen.entry("SACK".to_string()).or_default() += sacks;
             for f in ["manyfold.sack.count", "manyfold.sack.start", "manyfold.sack.end"] {
@@ -478,12 +497,13 @@ fn assert_seen(seen: &BTreeMap<String, usize>, kinds: &[&str]) {
     }
 }
 
-/// `manyfold recv --once` into a new directory under `root`; its address.
-fn receiver(root: &Path, name: &str) -> (Running, String) {
+/// `manyfold recv --once` into a new directory under `root` with `extra`
+/// flags; its address.
+fn receiver(root: &Path, name: &str, extra: &[&str]) -> (Running, String) {
     let dir = root.join(name);
     std::fs::create_dir(&dir).unwrap();
     let mut cmd = manyfold();
-    cmd.args(["recv", "--listen", "127.0.0.1:0", "--once", "--dir"]).arg(&dir);
+    cmd.args(["recv", "--listen", "127.0.0.1:0", "--once", "--dir"]).arg(&dir).args(extra);
     let mut r = Running::spawn(cmd);
     let addr = r.listening_addr().to_string();
     (r, addr)
@@ -498,19 +518,28 @@ fn port_filter(ports: &BTreeSet<String>) -> String {
     ports.join(" or ")
 }
 
+/// What [`capture_send`] captured.
+struct Sent {
+    frames: Vec<Frame>,
+    seen: BTreeMap<String, usize>,
+    pcap: Vec<u8>,
+    source: Vec<u8>,
+}
+
 /// Sends `size` from one sender to `n` receivers through `loss` % emulated
-/// loss while tshark captures; checks the capture; returns the kinds seen.
-fn capture_send(n: usize, size: &str, loss: &str) -> BTreeMap<String, usize> {
+/// loss while tshark captures, every process with `extra` flags; checks
+/// the capture; returns it with the kinds seen.
+fn capture_send(n: usize, size: &str, loss: &str, extra: &[&str]) -> Sent {
     let tmp = tempfile::tempdir().unwrap();
     let src = tmp.path().join("sample.bin");
     samplegen(&src, size, 9);
-    let rx: Vec<(Running, String)> = (0..n).map(|i| receiver(tmp.path(), &format!("inbox{i}"))).collect();
+    let rx: Vec<(Running, String)> = (0..n).map(|i| receiver(tmp.path(), &format!("inbox{i}"), extra)).collect();
     let ports: BTreeSet<String> = rx.iter().map(|r| port_of(&r.1)).collect();
     let pcap = tmp.path().join("send.pcap");
     let cap = Capture::start(None, "lo", &port_filter(&ports), &pcap);
     let to: Vec<&str> = rx.iter().map(|r| r.1.as_str()).collect();
     let mut cmd = manyfold();
-    cmd.arg("send").arg(&src).args(["--to", &to.join(","), "--loss", loss, "--trace"]);
+    cmd.arg("send").arg(&src).args(["--to", &to.join(","), "--loss", loss, "--trace"]).args(extra);
     let sent = Running::spawn(cmd).wait(LIMIT);
     for (r, _) in rx {
         r.wait(LIMIT).assert_success();
@@ -523,7 +552,7 @@ fn capture_send(n: usize, size: &str, loss: &str) -> BTreeMap<String, usize> {
     let seen = check_all_dissected(&frames);
     check_against_trace(&frames, &ports, &sent.stderr, dropped);
     eprintln!("packet kinds seen: {seen:?}");
-    seen
+    Sent { frames, seen, pcap: std::fs::read(&pcap).unwrap(), source: std::fs::read(&src).unwrap() }
 }
 
 #[test]
@@ -531,8 +560,43 @@ fn every_packet_of_a_lossy_transfer_is_dissected_as_the_sender_traced_it() {
     if !can_capture() {
         return;
     }
-    let seen = capture_send(1, "1MB", "5");
+    let seen = capture_send(1, "1MB", "5", &[]).seen;
     assert_seen(&seen, &["SYN", "SYN-ACK", "COOKIE-ECHO", "DATA", "ACK", "SACK", "FIN"]);
+    assert!(!seen.contains_key("PROTECTED") && !seen.contains_key("HANDSHAKE"), "plain: {seen:?}");
+}
+
+#[test]
+fn every_packet_of_an_encrypted_transfer_is_dissected_handshake_in_the_clear_then_protected() {
+    if !can_capture() {
+        return;
+    }
+    let keys = tempfile::tempdir().unwrap();
+    let key = keys.path().join("psk.key");
+    common::run_args(&["keygen", key.to_str().unwrap(), "--psk"], LIMIT).assert_success();
+    let sent = capture_send(1, "1MB", "5", &["--key-file", key.to_str().unwrap()]);
+    assert_seen(&sent.seen, &["SYN", "SYN-ACK", "COOKIE-ECHO", "HANDSHAKE", "PROTECTED"]);
+    let mut messages = BTreeSet::new();
+    for fr in &sent.frames {
+        let (n, kinds) = (fr.number(), fr.kinds());
+        // Each side announces protection in its handshake parameters.
+        if kinds.iter().any(|k| k == "SYN" || k == "SYN-ACK") {
+            assert_eq!(fr.all("manyfold.params.features.protected"), ["1"], "frame {n}: PROTECTED bit");
+        }
+        // In the clear only the handshake: no DATA, ACK, FIN or other chunks.
+        match kinds.as_slice() {
+            [k] if k == "PROTECTED" => {}
+            [k] if k == "SYN" || k == "SYN-ACK" => assert!(fr.all("manyfold.chunk.kind").is_empty(), "frame {n}"),
+            [k] if k == "COOKIE-ECHO" || k == "HANDSHAKE" => {
+                assert_eq!(fr.all("manyfold.chunk.kind"), ["6"], "frame {n}: one HANDSHAKE chunk, nothing else");
+                messages.insert(fr.one("manyfold.handshake.length").to_string());
+            }
+            other => panic!("frame {n}: {other:?} in the clear on an encrypted connection"),
+        }
+    }
+    // XXpsk3's three messages: the client's e (+ tag), the listener's, the client's s.
+    assert_eq!(messages, BTreeSet::from(["48".to_string(), "64".to_string(), "96".to_string()]));
+    let sample = &sent.source[100_000..100_032];
+    assert!(!sent.pcap.windows(sample.len()).any(|w| w == sample), "the file's bytes crossed the wire readable");
 }
 
 #[test]
@@ -540,7 +604,7 @@ fn every_packet_of_a_lossy_group_transfer_is_dissected_as_the_sender_traced_it()
     if !can_capture() {
         return;
     }
-    let seen = capture_send(3, "600kB", "3");
+    let seen = capture_send(3, "600kB", "3", &[]).seen;
     assert_seen(&seen, &["SYN", "SYN-ACK", "COOKIE-ECHO", "DATA", "ACK", "SACK", "FIN"]);
     assert!(seen["SYN"] >= 3, "one handshake per receiver: {seen:?}");
 }
@@ -873,6 +937,43 @@ fn crafted() -> Vec<(Vec<u8>, &'static str, &'static str)> {
     let mut gso = data.clone();
     gso.extend_from_slice(&data);
 
+    // spec §19: the PROTECTED feature bit, HANDSHAKE chunks, protected packets.
+    let mut psyn = Packet::bare(PacketType::Segment, Flags::SYN, 0, 7, 0, 65536);
+    psyn.params = Some(HandshakeParams { conn_id: 0x1234, max_datagram: 1452, features: HandshakeParams::PROTECTED });
+    let psyn = encode(&psyn);
+    let handshake = |flags, message: &[u8]| {
+        let c: Chunk<Bytes> = Chunk::Handshake(Bytes::copy_from_slice(message));
+        let mut area = vec![0u8; c.encoded_len()];
+        c.emit(&mut area);
+        let mut p = Packet::bare(PacketType::Segment, flags, 9, 100, 5, 4096);
+        if flags.contains(Flags::CKE) {
+            p.cookie = Some(Cookie { timestamp: 1, client_id: 2, client_max_datagram: 3, mac: 4 });
+        }
+        p.data = &area;
+        encode(&p)
+    };
+    let echo = handshake(Flags::ACK | Flags::CKE, &[0x11; 48]);
+    let second = handshake(Flags::ACK, &[0x22; 96]);
+    // A length running past the payload, and a non-zero second byte.
+    let past = resealed(handshake(Flags::ACK, &[0x33; 10]), &|v| v[26..28].copy_from_slice(&200u16.to_be_bytes()));
+    let nonzero = resealed(handshake(Flags::ACK, &[0x33; 10]), &|v| v[25] = 1);
+    // Type 10, packet number 5, then `payload - 8` bytes standing for the
+    // ciphertext and tag (cut to `payload` bytes in all).
+    let protected = |payload: usize| {
+        resealed(encode(&Packet::bare(PacketType::Segment, Flags::ACK, 9, 100, 5, 4096)), &|v| {
+            v[0] = 0x1a;
+            v.extend_from_slice(&5u64.to_be_bytes());
+            v.extend((0..payload).map(|i| i as u8));
+            v.truncate(24 + payload);
+            v[2..4].copy_from_slice(&(payload as u16).to_be_bytes());
+        })
+    };
+    let rst = |code| {
+        let mut p = Packet::bare(PacketType::Segment, Flags::RST, 9, 1, 0, 0);
+        p.error = Some(code);
+        encode(&p)
+    };
+
     vec![
         (syn.clone(), "SYN", ""),
         (full, "COOKIE-ECHO", ""),
@@ -912,6 +1013,15 @@ fn crafted() -> Vec<(Vec<u8>, &'static str, &'static str)> {
             "",
         ),
         (mc(PacketType::McParity, Flags::empty(), 2, 1, 0, &|_| 0), "PARITY", "empty parity shard"),
+        (psyn, "SYN", ""),
+        (echo, "COOKIE-ECHO", ""),
+        (second, "HANDSHAKE", ""),
+        (past, "HANDSHAKE", "HANDSHAKE chunk of 204 bytes runs past the payload (14 left)"),
+        (nonzero, "HANDSHAKE", "second byte must be 0"),
+        (protected(8 + 33 + 16), "PROTECTED", ""),
+        (protected(10), "PROTECTED", "needs 24 bytes after the header (packet number and tag), has 10"),
+        (rst(ErrorCode::PROTECTION_MISMATCH), "REFUSAL", ""),
+        (rst(ErrorCode::AUTHENTICATION_FAILED), "ABORT", ""),
     ]
 }
 
@@ -962,4 +1072,15 @@ fn crafted_datagrams_of_every_kind_are_decoded_and_broken_ones_flagged_without_l
     }
     assert_eq!(full.all("manyfold.chunk.kind"), ["1", "2", "3", "4", "5", "0"]);
     assert_eq!(frames[16].kinds(), ["mc DATA", "mc DATA"], "a GSO pair is two datagrams");
+    // spec §19: the feature bit, the Noise messages, the packet number.
+    assert_eq!(frames[24].all("manyfold.params.features.protected"), ["1"]);
+    assert_eq!(frames[0].all("manyfold.params.features.protected"), ["0"]);
+    assert_eq!((frames[25].one("manyfold.chunk.kind"), frames[25].one("manyfold.handshake.length")), ("6", "48"));
+    assert_eq!(frames[26].one("manyfold.handshake.length"), "96");
+    let p = &frames[29];
+    let got =
+        ["manyfold.protected.pn", "manyfold.protected.payload_len", "manyfold.seq", "manyfold.ack"].map(|f| p.one(f));
+    assert_eq!(got, ["5", "33", "100", "5"]);
+    assert_eq!(p.one("manyfold.protected.tag").len(), 32, "16 bytes of tag");
+    assert_eq!((frames[31].one("manyfold.error"), frames[32].one("manyfold.error")), ("8", "9"));
 }

@@ -23,12 +23,15 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
 use indicatif::{MultiProgress, ProgressBar};
-use manyfold::{Destination, Endpoint, Group, GroupConfig, GroupEvent, Left, PeerId, PeerState, StreamItem};
+use manyfold::{
+    Destination, Endpoint, Group, GroupConfig, GroupEvent, Left, PeerId, PeerState, Protection, StreamItem,
+};
 
 use super::agree::{agree, manifests};
 use super::journal::{self, Download, Start};
 use super::schedule::{Answer, Schedule, Tick};
 use super::wire::{check_name, Manifest, Reply, Request};
+use crate::keys;
 use crate::net::{self, NetArgs};
 use crate::report;
 use crate::size::{human_bytes, human_duration, human_rate};
@@ -76,8 +79,10 @@ pub async fn run(args: FetchArgs) -> Result<()> {
         }
         addrs.push(addr);
     }
-    let endpoint = net::bind(net::unspecified_for(addrs[0]), args.net.config()).await?;
-    let result = fetch(&endpoint, &addrs, &args.name, &out, args.overwrite).await;
+    let config = args.net.config()?;
+    let security = keys::endpoint_protection(config.endpoint.security.as_ref());
+    let endpoint = net::bind(net::unspecified_for(addrs[0]), config).await?;
+    let result = fetch(&endpoint, &addrs, &args.name, &out, args.overwrite, security).await;
     let bound = Duration::from_millis(500);
     let _ = tokio::time::timeout(bound + Duration::from_secs(1), endpoint.shutdown_within(bound)).await;
     result
@@ -145,6 +150,7 @@ struct FetchReport {
     elapsed: Duration,
     servers: Vec<ServerLine>,
     hash: Option<blake3::Hash>,
+    security: Protection,
 }
 
 impl std::fmt::Display for FetchReport {
@@ -169,6 +175,7 @@ impl std::fmt::Display for FetchReport {
             write!(f, "; {} segments were kept from an earlier fetch", self.resumed)?;
         }
         writeln!(f)?;
+        writeln!(f, "  security {}", self.security)?;
         for s in &self.servers {
             let mark = if s.failed.is_some() { "FAIL" } else { "ok  " };
             write!(f, "  {mark} {}", s.addr)?;
@@ -197,7 +204,14 @@ impl std::fmt::Display for FetchReport {
     }
 }
 
-async fn fetch(endpoint: &Endpoint, addrs: &[SocketAddr], name: &str, out: &Path, overwrite: bool) -> Result<()> {
+async fn fetch(
+    endpoint: &Endpoint,
+    addrs: &[SocketAddr],
+    name: &str,
+    out: &Path,
+    overwrite: bool,
+    security: Protection,
+) -> Result<()> {
     let start = Instant::now();
     let multi = report::multi_progress();
     let config = GroupConfig { min_peers: 1, ..GroupConfig::default() };
@@ -334,6 +348,7 @@ async fn fetch(endpoint: &Endpoint, addrs: &[SocketAddr], name: &str, out: &Path
         elapsed: start.elapsed(),
         servers: addrs.iter().filter_map(|a| lines.remove(a)).collect(),
         hash,
+        security,
     };
     println!("{report}");
     // The outcome is known: the servers get a bounded chance to see a

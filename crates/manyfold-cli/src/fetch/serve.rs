@@ -63,11 +63,13 @@ pub async fn run(args: ServeArgs) -> Result<()> {
     }
     let library = Arc::new(Library { dir, segment: args.segment as u32, cache: Mutex::default() });
     let addr = net::resolve(&args.listen).await?;
-    let endpoint = Arc::new(net::bind(addr, args.net.config()).await?);
+    let config = args.net.config()?;
+    let mode = net::mode(&config);
+    let endpoint = Arc::new(net::bind(addr, config).await?);
     endpoint.listen();
     let local = endpoint.local_addr().context("cannot read the bound address")?;
     println!(
-        "manyfold serve: listening on {local}, serving {} in segments of {} (Ctrl-C to stop)",
+        "manyfold serve: listening on {local} ({mode}), serving {} in segments of {} (Ctrl-C to stop)",
         args.dir.display(),
         human_bytes(args.segment)
     );
@@ -90,7 +92,7 @@ pub async fn run(args: ServeArgs) -> Result<()> {
                 let library = Arc::clone(&library);
                 tasks.spawn(async move {
                     let peer = conn.peer_addr();
-                    let mut session = Session::new(peer);
+                    let mut session = Session::new(peer, conn.protection());
                     let result = serve_one(conn, &library, &mut session).await;
                     (session.summary(result.err()), session.segments)
                 });
@@ -118,6 +120,7 @@ pub async fn run(args: ServeArgs) -> Result<()> {
 #[derive(Debug)]
 struct Session {
     peer: std::net::SocketAddr,
+    security: manyfold::Protection,
     start: Instant,
     names: Vec<String>,
     segments: u64,
@@ -126,17 +129,18 @@ struct Session {
 }
 
 impl Session {
-    fn new(peer: std::net::SocketAddr) -> Session {
-        Session { peer, start: Instant::now(), names: Vec::new(), segments: 0, bytes: 0, errors: Vec::new() }
+    fn new(peer: std::net::SocketAddr, security: manyfold::Protection) -> Session {
+        Session { peer, security, start: Instant::now(), names: Vec::new(), segments: 0, bytes: 0, errors: Vec::new() }
     }
 
-    /// `127.0.0.1:5000: served 7 segments (7.34 MB) of f.bin in 812 ms`,
-    /// then what went wrong, if anything.
+    /// `127.0.0.1:5000 (plain): served 7 segments (7.34 MB) of f.bin in
+    /// 812 ms`, then what went wrong, if anything.
     fn summary(&self, error: Option<anyhow::Error>) -> String {
         let of = if self.names.is_empty() { String::new() } else { format!(" of {}", self.names.join(", ")) };
         let mut line = format!(
-            "{}: served {} segment(s) ({}){of} in {}",
+            "{} ({}): served {} segment(s) ({}){of} in {}",
             self.peer,
+            crate::keys::short(self.security),
             self.segments,
             human_bytes(self.bytes),
             human_duration(self.start.elapsed())

@@ -38,6 +38,8 @@ pub struct Client {
     pub peer: SocketAddr,
     pub read_only: bool,
     pub max_file: u64,
+    /// Whether the connection is encrypted, and the server's proven key.
+    pub security: manyfold::Protection,
 }
 
 /// How far a transfer is: bytes done of the total (both known once the
@@ -95,6 +97,7 @@ impl Client {
     /// Connects and says hello (with the token, if any).
     pub async fn connect(addr: SocketAddr, token: Option<Vec<u8>>, config: Config) -> Result<Client> {
         let (endpoint, conn) = net::connect(addr, config).await?;
+        let security = conn.protection();
         let streams = conn.streams();
         streams.set_priority(CONTROL_STREAM, 64, 1);
         let pending: Pending = Arc::default();
@@ -112,11 +115,14 @@ impl Client {
             peer: addr,
             read_only: false,
             max_file: u64::MAX,
+            security,
         };
         match client.one(Request::Hello { version: VERSION, token: token.unwrap_or_default() }).await? {
             Reply::Welcome { read_only, max_file, .. } => {
                 client.read_only = read_only;
                 client.max_file = max_file;
+                // After an answer: the server's key is proven by now.
+                client.security = client.conn.lock().await.protection();
                 Ok(client)
             }
             other => bail!("unexpected answer to hello: {other:?}"),

@@ -92,7 +92,7 @@ pub async fn run_client(args: FtpArgs) -> Result<()> {
         _ => None,
     };
     let addr = net::resolve(&args.addr).await?;
-    let client = Arc::new(Client::connect(addr, token, args.net.config()).await?);
+    let client = Arc::new(Client::connect(addr, token, args.net.config()?).await?);
     let mode = if !args.command.is_empty() {
         Mode::OneShot
     } else if std::io::stdin().is_terminal() {
@@ -218,9 +218,10 @@ async fn interactive(client: &Arc<Client>) -> Result<()> {
     let mut s = Session::new(Arc::clone(client), notify);
     s.cwd = cwd;
     println!(
-        "connected to {}{}; `help` lists the commands",
+        "connected to {} ({}{}); `help` lists the commands",
         client.peer,
-        if client.read_only { " (read-only)" } else { "" }
+        crate::keys::short(client.security),
+        if client.read_only { ", read-only" } else { "" }
     );
     let mut warned = false;
     loop {

@@ -106,10 +106,12 @@ pub async fn run(args: ServerArgs) -> Result<()> {
         .with_context(|| format!("cannot serve {}", args.root.display()))?;
     let root = Arc::new(Service::new(root));
     let addr = net::resolve(&args.listen).await?;
-    let endpoint = Arc::new(net::bind(addr, args.net.config()).await?);
+    let config = args.net.config()?;
+    let mode = net::mode(&config);
+    let endpoint = Arc::new(net::bind(addr, config).await?);
     endpoint.listen();
     let local = endpoint.local_addr().context("cannot read the bound address")?;
-    let mut notes = Vec::new();
+    let mut notes = vec![mode];
     if args.read_only {
         notes.push("read-only".to_string());
     }
@@ -119,8 +121,11 @@ pub async fn run(args: ServerArgs) -> Result<()> {
     if let Some(m) = args.max_file_size {
         notes.push(format!("uploads up to {}", human_bytes(m)));
     }
-    let notes = if notes.is_empty() { String::new() } else { format!(" ({})", notes.join(", ")) };
-    println!("manyfold ftp-server: listening on {local}, serving {}{notes} (Ctrl-C to stop)", args.root.display());
+    println!(
+        "manyfold ftp-server: listening on {local} ({}), serving {} (Ctrl-C to stop)",
+        notes.join(", "),
+        args.root.display()
+    );
 
     let (mut conn_rx, acceptor) = net::spawn_acceptor(Arc::clone(&endpoint));
     let mut clients: JoinSet<String> = JoinSet::new();
@@ -153,6 +158,7 @@ pub async fn run(args: ServerArgs) -> Result<()> {
 
 struct Summary {
     peer: SocketAddr,
+    security: manyfold::Protection,
     start: Instant,
     requests: u64,
     bytes_in: u64,
@@ -166,8 +172,9 @@ impl Summary {
             Some(e) => format!("ended: {e:#}"),
         };
         format!(
-            "{}: {} request(s), {} in, {} out, {:.1} s, {end}",
+            "{} ({}): {} request(s), {} in, {} out, {:.1} s, {end}",
             self.peer,
+            crate::keys::short(self.security),
             self.requests,
             human_bytes(self.bytes_in),
             human_bytes(self.bytes_out),
@@ -193,7 +200,8 @@ async fn send(streams: &Streams, id: u32, reply: Reply) -> Result<()> {
 /// sums it up.
 pub(super) async fn serve(conn: Connection, root: &Arc<Service>, token: Option<&[u8]>) -> String {
     let peer = conn.peer_addr();
-    let mut s = Summary { peer, start: Instant::now(), requests: 0, bytes_in: 0, bytes_out: 0 };
+    let security = conn.protection();
+    let mut s = Summary { peer, security, start: Instant::now(), requests: 0, bytes_in: 0, bytes_out: 0 };
     let r = serve_client(conn, root, token, &mut s).await;
     s.line(r.err())
 }

@@ -1,7 +1,7 @@
 //! Where the CLI meets the manyfold library: the networking flags every
-//! networking subcommand shares (`--loss`, `--delay`, `--trace`, `--qlog`), the
-//! [`Config`] built from them, and binding/connecting with errors that say
-//! what went wrong.
+//! networking subcommand shares (`--loss`, `--delay`, `--trace`, `--qlog`,
+//! `--key-file`, `--peers-file`), the [`Config`] built from them, and
+//! binding/connecting with errors that say what went wrong.
 
 use std::io::IsTerminal;
 use std::net::SocketAddr;
@@ -50,14 +50,32 @@ pub struct NetArgs {
     /// frames: 8952). The two ends use the smaller of their two values.
     #[arg(long, value_name = "BYTES", default_value_t = 1452, value_parser = clap::value_parser!(u16).range(576..=65507))]
     pub max_datagram: u16,
+
+    /// Encrypt and authenticate every connection (spec §19: Noise XX, then
+    /// ChaCha20-Poly1305 on every packet) with the keys in FILE; peers
+    /// without encryption are refused, both ways. FILE holds a
+    /// `private-key HEX` line (64 hex digits; `manyfold keygen` writes
+    /// one), a `psk HEX` line (a key every peer holds too), or both; `#`
+    /// starts a comment. It must not be readable by others (chmod 600).
+    /// Without it: the papers' plain protocol, readable on the path.
+    #[arg(long, value_name = "FILE")]
+    pub key_file: Option<PathBuf>,
+
+    /// Accept only peers whose public key is listed in FILE: one key (64
+    /// hex digits, as `manyfold pubkey` prints it) per line, optionally
+    /// followed by a name; `#` comments. Needs --key-file with a
+    /// private-key line: the peers check this host's key the same way.
+    #[arg(long, value_name = "FILE")]
+    pub peers_file: Option<PathBuf>,
 }
 
 impl NetArgs {
     /// The library configuration these flags ask for. The endpoint seeds
     /// its secrets from the OS (seed 0); the fault injector gets a fresh
-    /// random seed per run.
-    pub fn config(&self) -> Config {
-        Config {
+    /// random seed per run. Fails if a key or peers file cannot be used.
+    pub fn config(&self) -> Result<Config> {
+        let security = crate::keys::security_config(self.key_file.as_deref(), self.peers_file.as_deref())?;
+        Ok(Config {
             faults: FaultConfig {
                 seed: random_u64(),
                 // manyfold applies `loss` to sent and to received datagrams alike.
@@ -73,10 +91,17 @@ impl NetArgs {
                     max_datagram: self.max_datagram,
                     ..Default::default()
                 },
+                security,
                 ..Default::default()
             },
-        }
+        })
     }
+}
+
+/// The mode of an endpoint built from `config`, as banners give it:
+/// `encrypted: PSK + 3 known peers` or `plain`.
+pub fn mode(config: &Config) -> String {
+    crate::keys::describe(config.endpoint.security.as_ref())
 }
 
 /// `clap` value parser for `--loss`: a percentage in [0, 100).
@@ -213,7 +238,8 @@ mod tests {
     #[test]
     fn flags_become_fault_config() {
         let args = NetArgs { loss: 5.0, delay: 20, trace: true, ..NetArgs::default() };
-        let config = args.config();
+        let config = args.config().unwrap();
+        assert!(config.endpoint.security.is_none());
         assert_eq!(config.faults.effective_send_loss(), 0.05);
         assert_eq!(config.faults.effective_recv_loss(), 0.05);
         assert_eq!(config.faults.delay, Duration::from_millis(20));

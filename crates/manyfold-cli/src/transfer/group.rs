@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use bytes::Bytes;
 use indicatif::{MultiProgress, ProgressBar};
-use manyfold::{Destination, Endpoint, Group, GroupConfig, Mode, PeerId, PeerStats};
+use manyfold::{Destination, Endpoint, Group, GroupConfig, Mode, PeerId, PeerStats, Protection};
 
 use super::send::Source;
 use super::wire::{BlockMsg, Reply, Request};
@@ -61,6 +61,8 @@ pub struct GroupReport {
     pub peers: Vec<PeerReport>,
     /// A spread file: its block count and how the group delivered them.
     pub spread: Option<(u64, manyfold::GroupStats)>,
+    /// Whether the group's connections were encrypted (all or none are).
+    pub security: Protection,
 }
 
 impl GroupReport {
@@ -102,6 +104,7 @@ impl std::fmt::Display for GroupReport {
             self.saved(),
             human_duration(self.elapsed)
         )?;
+        writeln!(f, "  security {}", self.security)?;
         if let Some((blocks, stats)) = self.spread {
             writeln!(
                 f,
@@ -134,7 +137,8 @@ impl std::fmt::Display for GroupReport {
     }
 }
 
-/// Sends `source` as `name` to every receiver of `addrs` in `mode`.
+/// Sends `source` as `name` to every receiver of `addrs` in `mode`;
+/// `security` is the endpoint's mode, for the report.
 pub async fn send_to_group(
     endpoint: &Endpoint,
     addrs: &[SocketAddr],
@@ -142,6 +146,7 @@ pub async fn send_to_group(
     mut source: Source,
     name: &str,
     multi: &MultiProgress,
+    security: Protection,
 ) -> Result<GroupReport> {
     let start = Instant::now();
     let mode = config.mode;
@@ -290,7 +295,16 @@ pub async fn send_to_group(
         .collect();
     let blocks = size.div_ceil(MESSAGE as u64);
     let spread = spread.then(|| (blocks, group.stats()));
-    Ok(GroupReport { name: name.to_string(), bytes: size, mode, elapsed: start.elapsed(), hash, peers, spread })
+    Ok(GroupReport {
+        name: name.to_string(),
+        bytes: size,
+        mode,
+        elapsed: start.elapsed(),
+        hash,
+        peers,
+        spread,
+        security,
+    })
 }
 
 fn text(o: &Outcome) -> &str {

@@ -62,11 +62,13 @@ pub async fn run(args: RecvArgs) -> Result<()> {
     }
     let options = Arc::new(RecvOptions { dir: args.dir.clone(), overwrite: args.overwrite });
     let addr = net::resolve(&args.listen).await?;
-    let endpoint = Arc::new(net::bind(addr, args.net.config()).await?);
+    let config = args.net.config()?;
+    let mode = net::mode(&config);
+    let endpoint = Arc::new(net::bind(addr, config).await?);
     endpoint.listen();
     let local = endpoint.local_addr().context("cannot read the bound address")?;
     println!(
-        "manyfold recv: listening on {local}, saving into {}{}",
+        "manyfold recv: listening on {local} ({mode}), saving into {}{}",
         args.dir.display(),
         if args.once { " (one transfer)" } else { " (Ctrl-C to stop)" }
     );
@@ -145,6 +147,8 @@ pub async fn run(args: RecvArgs) -> Result<()> {
 /// data under a temporary name, verifies it and moves it into place.
 pub async fn serve_one(mut conn: Connection, options: &RecvOptions, multi: &MultiProgress) -> Result<Report> {
     let peer = conn.peer_addr();
+    // Now: once closed, the connection no longer says how it was protected.
+    let security = conn.protection();
     let start = Instant::now();
     let request = match tokio::time::timeout(REQUEST_TIMEOUT, Request::read(&mut conn)).await {
         Err(_) => bail!("no request within {} s", REQUEST_TIMEOUT.as_secs()),
@@ -205,7 +209,16 @@ pub async fn serve_one(mut conn: Connection, options: &RecvOptions, multi: &Mult
                 let (elapsed, stats) = (start.elapsed(), conn.stats());
                 let _ = tokio::time::timeout(Duration::from_secs(5), conn.close()).await;
                 let bytes = stored.bytes;
-                Ok(Report { direction: Direction::Received, name, peer, bytes, elapsed, stats, hash: stored.hash })
+                Ok(Report {
+                    direction: Direction::Received,
+                    name,
+                    peer,
+                    bytes,
+                    elapsed,
+                    stats,
+                    hash: stored.hash,
+                    security,
+                })
             }
             Err(e) => Err(refuse(&mut conn, format!("{e:#}")).await),
         };
@@ -243,7 +256,16 @@ pub async fn serve_one(mut conn: Connection, options: &RecvOptions, multi: &Mult
             let _ = Reply::Ok(text).write(&mut conn).await;
             let stats = conn.stats();
             let _ = tokio::time::timeout(Duration::from_secs(5), conn.close()).await;
-            Ok(Report { direction: Direction::Received, name, peer, bytes: request.size, elapsed, stats, hash })
+            Ok(Report {
+                direction: Direction::Received,
+                name,
+                peer,
+                bytes: request.size,
+                elapsed,
+                stats,
+                hash,
+                security,
+            })
         }
         Err(why) => Err(refuse(&mut conn, why).await),
     }

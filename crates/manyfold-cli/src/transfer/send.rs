@@ -10,6 +10,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::wire::{Reply, Request, MAX_NAME};
 use super::CHUNK;
+use crate::keys;
 use crate::net::{self, Connection, NetArgs, SendHalf};
 use crate::report::{self, Direction, Report};
 
@@ -74,7 +75,7 @@ pub async fn run(args: SendArgs) -> Result<()> {
         return run_group(args, source, name).await;
     }
     let peer = net::resolve(&args.to[0]).await?;
-    let (endpoint, conn) = net::connect(peer, args.net.config()).await?;
+    let (endpoint, conn) = net::connect(peer, args.net.config()?).await?;
     let multi = report::multi_progress();
     let bar = report::transfer_bar(&multi, source.size, "sending");
     let result = send_file(conn, source, &name, &bar).await;
@@ -124,9 +125,11 @@ async fn run_group(args: SendArgs, source: Source, name: String) -> Result<()> {
         peer_timeout: Duration::from_secs_f64(args.peer_timeout),
         ..Default::default()
     };
-    let endpoint = net::bind(net::unspecified_for(addrs[0]), args.net.config()).await?;
+    let net_config = args.net.config()?;
+    let security = keys::endpoint_protection(net_config.endpoint.security.as_ref());
+    let endpoint = net::bind(net::unspecified_for(addrs[0]), net_config).await?;
     let multi = report::multi_progress();
-    let result = super::send_to_group(&endpoint, &addrs, config, source, &name, &multi).await;
+    let result = super::send_to_group(&endpoint, &addrs, config, source, &name, &multi, security).await;
     let _ = tokio::time::timeout(Duration::from_secs(5), endpoint.shutdown()).await;
     let report = result?;
     println!("{report}");
@@ -245,9 +248,20 @@ pub async fn send_file(conn: Connection, mut source: Source, name: &str, bar: &P
     bar.set_position(source.size);
     let elapsed = start.elapsed();
     let stats = tx.stats();
+    // Now, not at connect: the peer's key is proven by then for sure.
+    let security = tx.protection();
     // The receiver confirmed; a failing close no longer changes the outcome.
     let _ = tokio::time::timeout(Duration::from_secs(5), tx.close()).await;
-    Ok(Report { direction: Direction::Sent, name: name.to_string(), peer, bytes: source.size, elapsed, stats, hash })
+    Ok(Report {
+        direction: Direction::Sent,
+        name: name.to_string(),
+        peer,
+        bytes: source.size,
+        elapsed,
+        stats,
+        hash,
+        security,
+    })
 }
 
 /// Data bytes the receiver has acknowledged, given that `written` were
