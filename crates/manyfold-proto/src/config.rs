@@ -148,6 +148,12 @@ pub struct EndpointConfig {
     pub cookie_lifetime: Duration,
     /// Most RST and refusal packets sent per second (spec §6.5).
     pub max_resets_per_sec: u32,
+    /// Most bytes all connections together may hold: queued and
+    /// unacknowledged on the sending side, buffered on the receiving side
+    /// (spec §7.5). At the limit, sends are refused until memory frees up,
+    /// receive windows stop growing, and arriving data is dropped (and
+    /// recovered later) instead of stored.
+    pub max_buffered_bytes: u64,
     /// Most trace events (spec §18) held for [`crate::Endpoint::poll_qlog`];
     /// beyond it new ones are dropped and counted in
     /// [`crate::EndpointStats::qlog_dropped`].
@@ -169,6 +175,7 @@ impl Default for EndpointConfig {
             accept_backlog: 1024,
             cookie_lifetime: Duration::from_secs(60),
             max_resets_per_sec: 1000,
+            max_buffered_bytes: 2 << 30,
             max_qlog_events: 1 << 16,
             security: None,
             connection: ConnectionConfig::default(),

@@ -291,3 +291,59 @@ fn answers_to_unvalidated_addresses_are_at_most_three_times_what_they_sent() {
         assert!(bytes <= 3 * got, "{to}: answered {bytes} bytes to {got} (seed {seed})");
     }
 }
+
+#[test]
+fn an_endpoint_holds_no_more_than_its_memory_limit_and_every_transfer_still_completes() {
+    let seed = 198;
+    const LIMIT: u64 = 1 << 20;
+    let mut w = World::new(seed);
+    w.add_node(server(), EndpointConfig { max_buffered_bytes: LIMIT, ..Default::default() });
+    let clients: Vec<SocketAddr> = (50..54).map(addr).collect();
+    for &c in &clients {
+        // The senders are limited too, below what their connections would queue.
+        w.add_node(c, EndpointConfig { max_buffered_bytes: 256 << 10, ..Default::default() });
+        w.set_link(c, server(), LinkConfig::with_delay(Duration::from_millis(5)));
+    }
+    w.endpoint_mut(server()).set_listening(true);
+    let mut handles = Vec::new();
+    for &c in &clients {
+        let h = w.connect(c, server());
+        // One payload for all: whichever accepted connection is whose, the check holds.
+        handles.push((c, h, Source::new(seed, 4 * MB)));
+    }
+    let mut accepted: Vec<ConnHandle> = Vec::new();
+    let mut most_held = 0;
+    // The server does not read for 3 s: its memory fills to the limit and stays there.
+    for _ in 0..3000u32 {
+        for (c, h, src) in handles.iter_mut() {
+            let _ = w.act(*c, |ep, _| src.push(ep, *h));
+        }
+        while let Some(a) = w.endpoint_mut(server()).accept() {
+            accepted.push(a);
+        }
+        w.run_for(Duration::from_millis(1));
+        most_held = most_held.max(w.endpoint(server()).buffered_bytes());
+    }
+    // At most a packet per connection beyond the limit: the pressure is
+    // judged when a packet arrives.
+    assert!((LIMIT..=LIMIT + 4 * 1452).contains(&most_held), "held {most_held} (seed {seed})");
+    assert_eq!(accepted.len(), 4, "seed {seed}");
+    assert!(w.endpoint(server()).stats().sends_refused_memory == 0, "the server sends nothing");
+    assert!(w.endpoint(clients[0]).stats().sends_refused_memory > 0, "the senders hit their limit (seed {seed})");
+    // Then it reads everything: every byte arrives (what was dropped at
+    // the limit is sent again).
+    let mut sinks: Vec<Sink> = handles.iter().map(|_| Sink::new(seed, 4 * MB)).collect();
+    let done = w.run_until(
+        |w| {
+            for (c, h, src) in handles.iter_mut() {
+                let _ = w.act(*c, |ep, _| src.push(ep, *h));
+            }
+            for (sink, &a) in sinks.iter_mut().zip(&accepted) {
+                w.act(server(), |ep, _| sink.pull(ep, a, usize::MAX)).unwrap_or_else(|e| panic!("{e} (seed {seed})"));
+            }
+            sinks.iter().all(|s| s.received() == 4 * MB)
+        },
+        Duration::from_secs(120),
+    );
+    assert!(done, "{:?} (seed {seed})", sinks.iter().map(Sink::received).collect::<Vec<_>>());
+}

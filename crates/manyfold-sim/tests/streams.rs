@@ -110,7 +110,7 @@ impl Outbox {
     ) -> u32 {
         loop {
             let queued = self.next.get(&stream).copied().unwrap_or(0);
-            if queued >= total || w.endpoint(node).send_capacity(h) < len + leave {
+            if queued >= total || w.endpoint_mut(node).send_capacity(h) < len + leave {
                 return queued;
             }
             match self.try_send(w, node, h, stream, len, ORDERED) {

@@ -128,6 +128,9 @@ pub(crate) struct Connection {
     qlog: Option<Box<Recorder>>,
     /// Handshake and packet protection, for a protected connection (spec §19).
     security: Option<Box<Security>>,
+    /// The endpoint holds its `max_buffered_bytes`: new data is not stored
+    /// and windows do not grow (spec §7.5).
+    memory_pressure: bool,
 }
 
 impl Connection {
@@ -177,6 +180,7 @@ impl Connection {
             stats: ConnStats::default(),
             qlog: config.qlog.then(|| Box::new(Recorder::new(now))),
             security: None,
+            memory_pressure: false,
             config,
         };
         c.touch_idle(now);
@@ -344,6 +348,17 @@ impl Connection {
         s.abandoned_messages = self.streams.abandoned;
         s.stream_violations = self.streams.violations;
         s
+    }
+
+    /// Bytes this connection holds: queued and unacknowledged to send,
+    /// buffered received (spec §7.5).
+    pub(crate) fn memory(&self) -> u64 {
+        (self.streams.queued() + self.streams.buffered()) as u64 + self.sent.outstanding_data()
+    }
+
+    /// spec §7.5: the endpoint is at its memory limit (or no longer).
+    pub(crate) fn set_memory_pressure(&mut self, on: bool) {
+        self.memory_pressure = on;
     }
 
     fn set_state(&mut self, to: State) {
@@ -906,7 +921,10 @@ impl Connection {
         let fin = p.header.flags.contains(Flags::FIN);
         let had_gaps = r.has_gaps();
         let (len, entries) = crate::wire::chunk::summary(p.data);
-        let arrival = r.on_packet(seq, len, fin, self.streams.buffered(), (self.streams.pieces(), entries));
+        // spec §7.5: at the endpoint's memory limit new data is not stored;
+        // the sender repairs it later like a loss.
+        let buffered = if self.memory_pressure { usize::MAX } else { self.streams.buffered() };
+        let arrival = r.on_packet(seq, len, fin, buffered, (self.streams.pieces(), entries));
         let first_time = matches!(arrival, Arrival::InOrder | Arrival::OutOfOrder);
         if first_time && self.security.is_some() {
             if let Some(m) = secure::handshake_message(p) {
@@ -919,7 +937,9 @@ impl Connection {
         if first_time && streams_see_it && !p.data.is_empty() {
             // spec §13.4: the chunks go to their streams now, in order or not.
             let arrived = self.streams.on_chunks(p.data);
-            r.autotune(now, arrived, self.rtt.srtt());
+            if !self.memory_pressure {
+                r.autotune(now, arrived, self.rtt.srtt());
+            }
             self.stats.bytes_received += arrived as u64;
             self.readable_signalled = true;
         }

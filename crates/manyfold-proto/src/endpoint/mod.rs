@@ -101,6 +101,8 @@ pub struct EndpointStats {
     pub dropped_unauthenticated: u64,
     /// Protected packets whose packet number was seen before (spec §19.3).
     pub dropped_replayed: u64,
+    /// Sends refused because the endpoint held `max_buffered_bytes` (spec §7.5).
+    pub sends_refused_memory: u64,
     /// Trace events dropped because [`EndpointConfig::max_qlog_events`]
     /// were waiting for [`Endpoint::poll_qlog`] (spec §18).
     pub qlog_dropped: u64,
@@ -122,6 +124,8 @@ struct Slot {
     scheduled: Option<Instant>,
     queued_for_transmit: bool,
     released: bool,
+    /// The connection's memory as last counted in `buffered_total`.
+    buffered: u64,
 }
 
 /// A datagram's source and length, for the stateless answer to it.
@@ -163,6 +167,10 @@ pub struct Endpoint {
     events: VecDeque<(ConnHandle, Event)>,
     /// Where a protected packet is opened (spec §19.3), kept to reuse its memory.
     opened: Vec<u8>,
+    /// Bytes all connections hold (spec §7.5), and the connections whose
+    /// sends were refused for it, to be told when room comes back.
+    buffered_total: u64,
+    memory_waiters: Vec<ConnHandle>,
     /// Connections' trace events (spec §18), oldest first.
     qlog: VecDeque<(ConnHandle, QlogEvent)>,
     accept_queue: VecDeque<ConnHandle>,
@@ -202,6 +210,8 @@ impl Endpoint {
             events: VecDeque::new(),
             qlog: VecDeque::new(),
             opened: Vec::new(),
+            buffered_total: 0,
+            memory_waiters: Vec::new(),
             accept_queue: VecDeque::new(),
             reset_refill_at: None,
             stats: EndpointStats::default(),
@@ -234,6 +244,11 @@ impl Endpoint {
 
     pub fn stats(&self) -> &EndpointStats {
         &self.stats
+    }
+
+    /// Bytes all connections hold, to send or received (spec §7.5).
+    pub fn buffered_bytes(&self) -> u64 {
+        self.buffered_total
     }
 
     /// Starts an active open (spec §4.2): sends a SYN and enters SYN-SENT.
@@ -614,8 +629,23 @@ impl Endpoint {
     /// Runs `f` on connection `h` and marks it for output.
     fn with_conn<R>(&mut self, h: ConnHandle, f: impl FnOnce(&mut Connection) -> R) -> Option<R> {
         let r = f(self.conn_mut(h)?);
+        self.account(h.index);
         self.mark(h.index);
         Some(r)
+    }
+
+    /// spec §7.5: recounts a connection's memory in the endpoint's total,
+    /// and tells those who waited for room when there is some again.
+    fn account(&mut self, idx: u32) {
+        let slot = &mut self.slots[idx as usize];
+        let memory = slot.conn.as_ref().map_or(0, Connection::memory);
+        self.buffered_total = self.buffered_total - slot.buffered + memory;
+        slot.buffered = memory;
+        if !self.memory_waiters.is_empty() && self.buffered_total < self.config.max_buffered_bytes / 8 * 7 {
+            for w in self.memory_waiters.drain(..) {
+                self.events.push_back((w, Event::Writable));
+            }
+        }
     }
 
     /// Queues application data on stream 0, the connection's byte stream
@@ -631,9 +661,27 @@ impl Endpoint {
         self.stream_recv(h, 0, buf)
     }
 
-    /// Queues bytes on `stream`, opening it if new (spec §13).
+    /// Queues bytes on `stream`, opening it if new (spec §13). Takes
+    /// nothing (`Ok(0)`, `Writable` follows) while the endpoint is at its
+    /// memory limit (spec §7.5).
     pub fn stream_send(&mut self, h: ConnHandle, stream: u16, data: &[u8]) -> Result<usize, SendError> {
+        if self.refuse_for_memory(h) && !data.is_empty() {
+            return Ok(0);
+        }
         self.with_conn(h, |c| c.send(stream, data)).unwrap_or(Err(SendError::UnknownConnection))
+    }
+
+    /// spec §7.5: whether the endpoint is at its memory limit; if so, `h`
+    /// is told (`Writable`) when it no longer is.
+    fn refuse_for_memory(&mut self, h: ConnHandle) -> bool {
+        if self.buffered_total < self.config.max_buffered_bytes || self.conn(h).is_none() {
+            return false;
+        }
+        self.stats.sends_refused_memory += 1;
+        if !self.memory_waiters.contains(&h) && self.memory_waiters.len() < self.live {
+            self.memory_waiters.push(h);
+        }
+        true
     }
 
     /// Reads `stream`'s bytes in order, across message boundaries.
@@ -652,6 +700,9 @@ impl Endpoint {
         data: &[u8],
         opts: MessageOptions,
     ) -> Result<(), SendError> {
+        if self.refuse_for_memory(h) {
+            return Err(SendError::Blocked);
+        }
         self.with_conn(h, |c| c.send_message(now, stream, data, opts)).unwrap_or(Err(SendError::UnknownConnection))
     }
 
@@ -769,8 +820,12 @@ impl Endpoint {
         self.conn(h).and_then(|c| c.close_reason())
     }
 
-    /// Bytes `send` (stream 0) would take now.
-    pub fn send_capacity(&self, h: ConnHandle) -> usize {
+    /// Bytes `send` (stream 0) would take now: none while the endpoint is
+    /// at its memory limit (then `Writable` follows when it no longer is).
+    pub fn send_capacity(&mut self, h: ConnHandle) -> usize {
+        if self.refuse_for_memory(h) {
+            return 0;
+        }
         self.conn(h).map_or(0, |c| c.stream_capacity(0))
     }
 
@@ -833,6 +888,7 @@ impl Endpoint {
                     scheduled: None,
                     queued_for_transmit: false,
                     released: false,
+                    buffered: 0,
                 });
                 (self.slots.len() - 1) as u32
             }
@@ -854,6 +910,7 @@ impl Endpoint {
             return;
         };
         let had_remote_id = conn.remote_id();
+        conn.set_memory_pressure(self.buffered_total >= self.config.max_buffered_bytes);
         conn.handle_packet(now, packet, protected);
         let remote = conn.remote();
         // A connection learns its peer's id from the peer's SYN or SYN-ACK.
@@ -920,6 +977,7 @@ impl Endpoint {
                 self.timers.push(Reverse((t, idx, slot.generation)));
             }
         }
+        self.account(idx);
         self.reap(idx);
     }
 
@@ -932,6 +990,7 @@ impl Endpoint {
         }
         let conn = slot.conn.take().expect("checked above");
         slot.scheduled = None;
+        self.buffered_total -= std::mem::take(&mut slot.buffered);
         self.live -= 1;
         if let std::collections::hash_map::Entry::Occupied(mut e) = self.per_source.entry(conn.remote().ip()) {
             *e.get_mut() -= 1;
