@@ -171,8 +171,9 @@ enum Command {
     /// The file is written under a temporary name and linked into place, so
     /// it never exists half-written; an existing FILE is kept unless
     /// --force. The keys come from the operating system's random source.
-    /// Prints the public key: add that line to the --peers-file of every
-    /// peer that should accept this host.
+    /// Prints the public key: add it to the --peers-file of every peer that
+    /// should accept this host (`manyfold pubkey FILE >> peers.txt` on a
+    /// machine holding FILE does it).
     ///
     /// Key file format: one item per line, `#` starts a comment:
     /// `private-key HEX` (this host's identity) and/or `psk HEX` (a key
