@@ -26,8 +26,9 @@ fn loopback_file_scenario_runs_and_verifies() {
 }
 
 /// The memory-to-memory loopback scenario: every row (manyfold per
-/// controller, TCP cubic and bbr, quinn, the UDP ceiling) moves 2 MB once
-/// and its receiver checks the hash.
+/// controller, manyfold encrypted, TCP cubic and bbr, quinn, the UDP
+/// ceiling) moves 2 MB once and its receiver checks the hash; the
+/// encrypted row gets its cost table.
 #[test]
 fn loopback_scenario_runs_every_row() {
     let bench = env!("CARGO_BIN_EXE_manyfold-bench");
@@ -42,6 +43,7 @@ fn loopback_scenario_runs_every_row() {
     for row in [
         "| manyfold (newreno) |",
         "| manyfold (cubic) |",
+        "| manyfold (newreno), encrypted |",
         "| kernel TCP (cubic) |",
         "| kernel TCP (bbr) |",
         "| quinn (encrypts",
@@ -49,6 +51,7 @@ fn loopback_scenario_runs_every_row() {
     ] {
         assert!(stdout.contains(row), "no row {row:?} in\n{stdout}");
     }
+    assert!(stdout.contains("Encryption's cost") && stdout.contains("| × goodput |"), "{stdout}");
     let json = std::fs::read_to_string(json.path()).unwrap();
     assert!(json.contains("\"scenario\":\"loopback\"") && json.contains("\"row\":\"kernel TCP (bbr)\""), "{json}");
 }

@@ -97,8 +97,10 @@ async fn run_epoch(epoch: u64, plan: &Plan, tally: &Arc<Tally>, rng: &mut ChaCha
     let addrs: Vec<SocketAddr> = rx.iter().map(|r| r.addr).collect();
     let config = GroupConfig {
         mode: Mode::All,
-        // A receiver that dropped out holds the group back this long.
-        peer_timeout: Duration::from_secs(3),
+        // A receiver that dropped out holds the group back for
+        // `peer_timeout` (the library's 10 s): sends wait while the
+        // shared buffer is full. 3 s was tried: under a loaded machine a
+        // live receiver was once declared unresponsive.
         send_buffer: 4 << 20,
         ..GroupConfig::default()
     };

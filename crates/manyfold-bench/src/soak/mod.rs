@@ -128,6 +128,9 @@ pub(crate) struct Plan {
 /// takes well under a second; this is for a stuck one.
 pub(crate) const OP_LIMIT: Duration = Duration::from_secs(60);
 
+/// `ConnectionConfig::connect_timeout` of every endpoint (see [`Plan::config`]).
+const CONNECT_LIMIT: Duration = Duration::from_secs(30);
+
 impl Plan {
     /// The configuration of an endpoint: `lossy` ones (clients, the group
     /// sender) drop `loss` of what they send and of what they receive,
@@ -135,6 +138,11 @@ impl Plan {
     /// the receivers) has one chance of loss per direction.
     pub fn config(&self, lossy: bool, fault_seed: u64) -> manyfold::Config {
         let mut config = manyfold::Config::default();
+        // At 5% loss each way a handshake can need several SYNs; the
+        // library's 10 s once ran out on a loaded machine (RTO 1 s, then
+        // 2 s, 4 s). A connect that gives up is a failure here, so it is
+        // meant to mean more than bad luck.
+        config.endpoint.connection.connect_timeout = CONNECT_LIMIT;
         config.endpoint.seed = self.seed.wrapping_mul(0x1_0000_0001).wrapping_add(fault_seed).max(1);
         if lossy && self.loss > 0.0 {
             config.faults = manyfold::FaultConfig { seed: fault_seed, loss: self.loss / 100.0, ..Default::default() };
