@@ -158,6 +158,11 @@ pub struct EndpointConfig {
     /// beyond it new ones are dropped and counted in
     /// [`crate::EndpointStats::qlog_dropped`].
     pub max_qlog_events: usize,
+    /// Seeds the randomness of Noise handshakes (ephemeral keys, spec §19.1):
+    /// 256 bits, which a driver fills from the OS. All zeros derives it from
+    /// `seed`, which only simulations and tests may rely on: 64 bits are
+    /// too few for keys.
+    pub crypto_seed: [u8; 32],
     /// Keys for protected connections (spec §19): with them, every
     /// connection of this endpoint is encrypted and authenticated, and
     /// plain peers are refused; without, the papers' plain protocol.
@@ -177,6 +182,7 @@ impl Default for EndpointConfig {
             max_resets_per_sec: 1000,
             max_buffered_bytes: 2 << 30,
             max_qlog_events: 1 << 16,
+            crypto_seed: [0; 32],
             security: None,
             connection: ConnectionConfig::default(),
         }

@@ -209,9 +209,11 @@ impl Handshake {
         Ok(())
     }
 
-    /// The peer's static public key, once proven.
+    /// The peer's static public key, once proven and found among the known
+    /// peers. Without a list it identifies nobody (a PSK-only peer draws a
+    /// fresh one per connection), so it is not reported.
     pub(crate) fn peer_key(&self) -> Option<[u8; KEY_LEN]> {
-        self.peer_key
+        self.peer_key.filter(|_| !self.known_peers.is_empty())
     }
 
     /// The packet keys of a finished handshake.
@@ -395,7 +397,7 @@ mod tests {
         i.read(&r.write()?)?;
         r.read(&i.write()?)?;
         assert!(i.is_finished() && r.is_finished());
-        let (ik, rk) = (r.peer_key().expect("proved"), i.peer_key().expect("proved"));
+        let (ik, rk) = (r.peer_key.expect("proved"), i.peer_key.expect("proved"));
         Ok((i.keys(true), r.keys(false), ik, rk))
     }
 

@@ -67,12 +67,20 @@ fn run_with(w: &mut World, t: &mut Transfer, max: Duration, mut each_ms: impl Fn
 fn injected_packets_with_guessed_ids_and_sequence_numbers_change_nothing() {
     let seed = 191;
     let mut w = pair(seed, paced(), EndpointConfig::default());
+    w.set_capture(true);
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let mut t = Transfer::start(&mut w, client(), server(), 2 * MB, MB);
     let mut injected = 0u64;
+    let mut aimed = 0u64;
     // 10 forged segments per millisecond: half from the attacker's own
-    // address, half spoofing the client's, all with guessed ids.
+    // address, half spoofing the client's, with guessed ids; and, every
+    // fifth millisecond, one more spoofing the client with the server's
+    // real id (as if it had leaked) and a guessed sequence number. The
+    // plain protocol's defence against those is the in-window check (a
+    // ~2^-14 chance per guess); `--key-file` makes it cryptographic.
     run_with(&mut w, &mut t, Duration::from_secs(60), |w| {
+        let real_id =
+            w.captured().iter().rev().find(|c| c.from == client()).and_then(|c| header(&c.data)).map(|h| h.conn_id);
         for i in 0..10 {
             let from = if i % 2 == 0 { addr(66) } else { client() };
             let id = rng.gen::<u32>() | 1;
@@ -80,20 +88,31 @@ fn injected_packets_with_guessed_ids_and_sequence_numbers_change_nothing() {
             w.inject(from, server(), forged);
             injected += 1;
         }
+        if let Some(id) = real_id.filter(|&id| id != 0 && injected.is_multiple_of(50)) {
+            let forged = forged_data(&mut rng, id);
+            w.inject(client(), server(), forged);
+            aimed += 1;
+        }
     });
     w.run_for(Duration::from_millis(100));
+    assert!(aimed > 200, "{aimed} aimed forgeries (seed {seed})");
+    // The aimed ones reached the connection: out of window (dropped), or
+    // by chance inside it, where they are caught by the stream check (the
+    // transfer verified every byte either way).
+    let sc = w.endpoint(server()).conn_stats(t.server_conn().expect("accepted")).expect("server");
+    // About half the guesses land ahead of the window, half behind it (duplicates).
+    assert!(sc.out_of_window > aimed / 5, "{aimed}: {sc:?} (seed {seed})");
     let s = *w.endpoint(server()).stats();
     // All but the few the client link's full queue dropped reached the
-    // server, and none reached a connection.
+    // server, and none reached a connection (some aimed ones, arriving
+    // after the connection ended, count here too).
     assert!(
-        s.unknown_connection <= injected && s.unknown_connection * 100 >= injected * 99,
+        s.unknown_connection <= injected + aimed && s.unknown_connection * 100 >= injected * 99,
         "{injected} forged, {s:?} (seed {seed})"
     );
     // Answers to them are rate limited (1000 per second by default).
     let secs = w.elapsed().as_secs_f64();
     assert!((s.resets_sent as f64) <= 1000.0 * (secs + 1.0), "{s:?} over {secs:.1} s (seed {seed})");
-    let c = w.endpoint(client()).conn_stats(t.client_conn()).expect("client");
-    assert_eq!(c.stream_violations, 0, "seed {seed}");
 }
 
 #[test]
@@ -313,6 +332,7 @@ fn an_endpoint_holds_no_more_than_its_memory_limit_and_every_transfer_still_comp
     }
     let mut accepted: Vec<ConnHandle> = Vec::new();
     let mut most_held = 0;
+    let mut most_sending = 0;
     // The server does not read for 3 s: its memory fills to the limit and stays there.
     for _ in 0..3000u32 {
         for (c, h, src) in handles.iter_mut() {
@@ -323,13 +343,14 @@ fn an_endpoint_holds_no_more_than_its_memory_limit_and_every_transfer_still_comp
         }
         w.run_for(Duration::from_millis(1));
         most_held = most_held.max(w.endpoint(server()).buffered_bytes());
+        most_sending = most_sending.max(w.endpoint(clients[0]).buffered_bytes());
     }
     // At most a packet per connection beyond the limit: the pressure is
     // judged when a packet arrives.
     assert!((LIMIT..=LIMIT + 4 * 1452).contains(&most_held), "held {most_held} (seed {seed})");
     assert_eq!(accepted.len(), 4, "seed {seed}");
-    assert!(w.endpoint(server()).stats().sends_refused_memory == 0, "the server sends nothing");
-    assert!(w.endpoint(clients[0]).stats().sends_refused_memory > 0, "the senders hit their limit (seed {seed})");
+    // The senders filled their own limit and went no further.
+    assert!((200 << 10..=256 << 10).contains(&most_sending), "a sender held {most_sending} (seed {seed})");
     // Then it reads everything: every byte arrives (what was dropped at
     // the limit is sent again).
     let mut sinks: Vec<Sink> = handles.iter().map(|_| Sink::new(seed, 4 * MB)).collect();

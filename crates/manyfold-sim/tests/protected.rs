@@ -232,4 +232,91 @@ fn a_client_that_never_finishes_its_handshake_is_dropped_without_reaching_accept
     assert!(w.endpoint_mut(server()).accept().is_none(), "seed {seed}");
     w.run_for(Duration::from_secs(12));
     assert_eq!(w.endpoint(server()).connection_count(), 0, "connect_timeout freed it (seed {seed})");
+    assert!(w.events(server()).is_empty(), "the application heard of it: {:?} (seed {seed})", w.events(server()));
+}
+
+/// A plain packet with the header fields of a protected one (visible on the
+/// wire), the given flags, and optionally an empty HANDSHAKE chunk.
+fn plain_like(protected: &[u8], flags: manyfold_proto::wire::Flags, handshake: bool) -> Vec<u8> {
+    use manyfold_proto::wire::chunk::Chunk;
+    use manyfold_proto::wire::Packet;
+    let h = Header::parse(protected).expect("captured intact");
+    let mut area = Vec::new();
+    if handshake {
+        let c: Chunk<&[u8]> = Chunk::Handshake(&[]);
+        area = vec![0u8; c.encoded_len()];
+        c.emit(&mut area);
+    }
+    let mut p = Packet::bare(PacketType::Segment, flags, h.conn_id, h.seq, h.ack, h.window);
+    p.data = &area;
+    let mut v = vec![0u8; p.len()];
+    p.emit(&mut v);
+    v
+}
+
+#[test]
+fn plain_packets_with_the_real_ids_and_numbers_cannot_end_truncate_or_ack_a_protected_connection() {
+    use manyfold_proto::wire::Flags;
+    let seed = 310;
+    let mut w = world(seed, LinkConfig::with_delay(Duration::from_millis(10)), psk(6), psk(6));
+    w.set_capture(true);
+    let mut t = Transfer::start(&mut w, client(), server(), 2 * MB, MB / 4);
+    let c = t.client_conn();
+    let mut next = 0;
+    let deadline = Duration::from_secs(120);
+    // An on-path attacker copies each protected packet's clear header into
+    // plain packets: a RST, a FIN, an ack of everything, each also dressed
+    // as a handshake packet; all sent right behind the original.
+    while !t.pump(&mut w) {
+        assert!(w.elapsed() < deadline, "unfinished: {:?} (seed {seed})", t.progress());
+        let mut inject = Vec::new();
+        for cap in &w.captured()[next..] {
+            next += 1;
+            if !Header::parse(&cap.data).is_ok_and(|h| h.ptype == PacketType::Protected) {
+                continue;
+            }
+            for flags in [Flags::RST, Flags::ACK | Flags::FIN, Flags::ACK] {
+                for handshake in [false, true] {
+                    inject.push((cap.from, cap.to, plain_like(&cap.data, flags, handshake)));
+                }
+            }
+        }
+        for (from, to, d) in inject {
+            w.inject(from, to, d);
+        }
+        w.run_for(Duration::from_millis(1));
+    }
+    assert!(t.error().is_none(), "{:?} (seed {seed})", t.error());
+    let s = t.server_conn().expect("accepted");
+    let dropped = w.endpoint(server()).conn_stats(s).expect("server").dropped_unprotected
+        + w.endpoint(client()).conn_stats(c).expect("client").dropped_unprotected;
+    assert!(dropped > 5000, "{dropped} forgeries dropped (seed {seed})");
+    let r = t.run(&mut w, Duration::from_secs(60)).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!((r.client_close, r.server_close), (Some(CloseReason::Graceful), Some(CloseReason::Graceful)));
+}
+
+#[test]
+fn a_client_whose_handshake_never_completes_gives_up_after_connect_timeout() {
+    let seed = 311;
+    let mut w = world(seed, LinkConfig::with_delay(Duration::from_millis(10)), psk(3), psk(3));
+    w.endpoint_mut(server()).set_listening(true);
+    // Everything the listener sends after its SYN-ACK is lost: message 2 never arrives.
+    let mut syn_acks = 0;
+    w.set_drop_rule(move |from, _, d| {
+        if from != server() {
+            return false;
+        }
+        if is_syn_ack(d) && syn_acks == 0 {
+            syn_acks += 1;
+            return false;
+        }
+        true
+    });
+    let c = w.connect(client(), server());
+    let closed = w.run_until(|w| w.endpoint(client()).state(c) == Some(State::Closed), Duration::from_secs(30));
+    assert!(closed, "seed {seed}");
+    let (at, why) = w.closed(client(), c).expect("closed");
+    assert_eq!(why, CloseReason::ConnectTimeout, "seed {seed}");
+    assert!(at <= Duration::from_secs(11), "gave up only at {at:?} (seed {seed})");
+    assert!(w.saw(client(), c, manyfold_proto::Event::Connected).is_none(), "never connected (seed {seed})");
 }

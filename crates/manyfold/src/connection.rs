@@ -37,6 +37,10 @@ impl ConnRef {
         let mut guard = self.shared.lock();
         let inner = &mut *guard;
         let state = inner.engine.state(self.handle);
+        // A protected connection is ESTABLISHED at the SYN-ACK but connected
+        // only once its handshake proved the peer (spec §19.2): its
+        // `Connected` event says so.
+        let protected = inner.engine.is_protected(self.handle);
         let stopped = inner.phase == Phase::Stopped;
         let Some(c) = inner.conns.get_mut(&self.handle) else {
             return Poll::Ready(Err(ConnectionError::EndpointClosed));
@@ -44,7 +48,8 @@ impl ConnRef {
         if let Some(reason) = c.closed {
             return Poll::Ready(Err(ConnectionError::Closed(reason)));
         }
-        if c.connected || !matches!(state, Some(State::SynSent) | Some(State::Closed) | None) {
+        let past_syn = !matches!(state, Some(State::SynSent) | Some(State::Closed) | None);
+        if c.connected || (past_syn && !protected) {
             c.connected = true;
             return Poll::Ready(Ok(()));
         }

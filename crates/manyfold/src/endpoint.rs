@@ -62,6 +62,14 @@ impl Endpoint {
         if engine_config.seed == 0 {
             engine_config.seed = os_seed()?;
         }
+        if let Some(security) = &engine_config.security {
+            // spec §19.1: a configuration must authenticate the peer.
+            security.check().map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+        }
+        if engine_config.crypto_seed == [0; 32] {
+            getrandom::getrandom(&mut engine_config.crypto_seed)
+                .map_err(|e| io::Error::other(format!("cannot seed from the OS: {e}")))?;
+        }
         let qlog = match qlog_dir {
             Some(dir) => {
                 std::fs::create_dir_all(&dir).map_err(|e| {

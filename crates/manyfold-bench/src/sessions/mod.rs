@@ -103,6 +103,9 @@ impl Rto {
     /// The engine's settings with these timeouts.
     pub fn endpoint_config(self) -> manyfold::EndpointConfig {
         let mut c = manyfold::EndpointConfig::default();
+        // Every client of the lab is 127.0.0.1: one source address holds
+        // all the sessions, so its share is the whole table (spec §6.4).
+        c.max_connections_per_source = c.max_connections;
         c.connection.min_rto = Duration::from_millis(self.min_rto_ms);
         c.connection.initial_rto = Duration::from_millis(self.initial_rto_ms);
         c

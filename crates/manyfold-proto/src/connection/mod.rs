@@ -688,9 +688,19 @@ impl Connection {
     pub fn handle_packet(&mut self, now: Instant, p: &Packet, protected: bool) {
         let h = &p.header;
         let flags = h.flags;
-        if !protected && !self.plain_allowed(p) {
-            self.stats.dropped_unprotected += 1;
-            return;
+        if !protected {
+            match self.plain_verdict(p) {
+                secure::Plain::Take => {}
+                secure::Plain::Reack => {
+                    self.stats.packets_received += 1;
+                    self.ack.immediate = true;
+                    return;
+                }
+                secure::Plain::Drop => {
+                    self.stats.dropped_unprotected += 1;
+                    return;
+                }
+            }
         }
         self.stats.packets_received += 1;
         if let Some(q) = self.qlog.as_mut() {
@@ -770,11 +780,12 @@ impl Connection {
             self.learn_peer(h.seq, params.conn_id, params.max_datagram, h.window);
             self.cookie = p.cookie;
             self.set_state(State::Established);
-            self.timers.cancel(Timer::Connect);
             if self.security.is_some() {
-                // Connected once the listener's handshake message proves it.
+                // Connected once the listener's handshake message proves it,
+                // within connect_timeout still.
                 self.start_handshake();
             } else {
+                self.timers.cancel(Timer::Connect);
                 self.events.push_back(Event::Connected);
             }
             if self.fin_queued {
@@ -842,9 +853,6 @@ impl Connection {
         // spec §7.1: take the window only from an ack no older than what we hold.
         if cum >= base {
             self.peer_window = u64::from(h.window);
-            if self.peer_window > self.sent.outstanding_data() {
-                self.zero_window_since = None;
-            }
         }
         let sacks = p.sack.iter().flat_map(|s| s.ranges().iter()).map(|&(a, b)| (extend(a, base), extend(b, base)));
         let streams = &mut self.streams;
@@ -854,6 +862,11 @@ impl Connection {
         });
         if stream_idle {
             self.events.push_back(Event::StreamAcked);
+        }
+        // spec §7.3: a window with room for a datagram again ends the wait.
+        let room = self.peer_window.saturating_sub(self.sent.outstanding_data());
+        if room >= u64::from(self.max_datagram()) {
+            self.zero_window_since = None;
         }
         while let Some(msg) = self.streams.acked_tracked.pop_front() {
             self.events.push_back(Event::MessageAcked(msg));
@@ -972,6 +985,10 @@ impl Connection {
             Arrival::Dropped => {
                 self.stats.dropped_no_buffer += 1;
                 self.ack.immediate = true;
+            }
+            Arrival::OutOfWindow => {
+                self.stats.out_of_window += 1;
+                return;
             }
         }
         if self.ack.pending >= self.config.ack_frequency.max(1) {

@@ -34,6 +34,10 @@ pub(crate) enum Arrival {
     Duplicate,
     /// Beyond what we could ever have advertised, or no room: dropped.
     Dropped,
+    /// Farther ahead than any packet a sender could have in flight while we
+    /// can hold it: a blind forgery, most likely (spec §5.2). Dropped
+    /// silently.
+    OutOfWindow,
 }
 
 #[derive(Debug)]
@@ -138,6 +142,13 @@ impl Receiver {
     ) -> Arrival {
         if seq < self.next || self.held.contains_key(&seq) {
             return Arrival::Duplicate;
+        }
+        // spec §5.2: above the gap we hold at most `max_held_packets`, so a
+        // packet farther ahead than that could not be kept anyway; refusing
+        // it leaves a blind attacker who knows the connection id a chance
+        // of ~max_held_packets / 2^32 per guess instead of one in two.
+        if seq - self.next > self.max_held_packets as u64 {
+            return Arrival::OutOfWindow;
         }
         // spec §13.8: the streams' entries are bounded like the packets
         // above a gap; only tiny chunks can reach it.

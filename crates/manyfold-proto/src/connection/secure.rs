@@ -41,6 +41,26 @@ impl Security {
     }
 }
 
+/// What a protected connection does with a packet that came in the clear.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Plain {
+    Take,
+    /// Acknowledge it again, change nothing else.
+    Reack,
+    Drop,
+}
+
+/// spec §19.4: a handshake packet carries one HANDSHAKE chunk and nothing
+/// else, and no SYN, FIN, RST or ERR.
+fn is_handshake_packet(p: &Packet) -> bool {
+    let f = p.header.flags;
+    if [Flags::SYN, Flags::FIN, Flags::RST, Flags::ERR].iter().any(|&x| f.contains(x)) {
+        return false;
+    }
+    let mut chunks = parse_chunks(p.data);
+    matches!((chunks.next(), chunks.next()), (Some(Ok(Chunk::Handshake(_))), None))
+}
+
 /// The Noise message a packet carries, if any.
 pub(crate) fn handshake_message<'a>(p: &Packet<'a>) -> Option<&'a [u8]> {
     parse_chunks(p.data).map_while(Result::ok).find_map(|c| match c {
@@ -85,16 +105,29 @@ impl Connection {
         }
     }
 
-    /// spec §19.2: what a protected connection takes in the clear: the
-    /// SYN-ACK, packets carrying a handshake message, and RSTs until the
-    /// peer has shown it holds keys (so that a refusal of our handshake
-    /// still reaches us).
-    pub(super) fn plain_allowed(&self, p: &Packet) -> bool {
-        let Some(s) = self.security.as_ref() else { return true };
+    /// spec §19.2: what a protected connection does with a packet that came
+    /// in the clear. It takes the SYN-ACK, a handshake packet while its
+    /// handshake runs, and RSTs until the peer has shown it holds keys (so
+    /// that a refusal of our handshake still reaches us). A handshake
+    /// packet after that is a repeat: it only draws an ack. Anything else
+    /// is dropped: its header is not authenticated.
+    pub(super) fn plain_verdict(&self, p: &Packet) -> Plain {
+        let Some(s) = self.security.as_ref() else { return Plain::Take };
         let f = p.header.flags;
-        (f.contains(Flags::SYN) && self.state == State::SynSent)
-            || (f.contains(Flags::RST) && !s.peer_confirmed)
-            || handshake_message(p).is_some()
+        if f.contains(Flags::SYN) && self.state == State::SynSent {
+            return Plain::Take;
+        }
+        if f.contains(Flags::RST) {
+            return if s.peer_confirmed { Plain::Drop } else { Plain::Take };
+        }
+        if !is_handshake_packet(p) {
+            return Plain::Drop;
+        }
+        if s.handshake.is_finished() {
+            Plain::Reack
+        } else {
+            Plain::Take
+        }
     }
 
     /// Takes the peer's handshake message from a packet seen for the first
@@ -119,12 +152,14 @@ impl Connection {
         }
         if s.handshake.is_finished() {
             s.protection = Some(s.handshake.keys(s.initiator));
-            if s.initiator {
+            let initiator = s.initiator;
+            // Both ends: connect_timeout covered the handshake until now.
+            self.timers.cancel(Timer::Connect);
+            self.touch_idle(now);
+            if initiator {
                 self.events.push_back(Event::Connected);
             } else {
                 // spec §19.2: only an authenticated peer reaches accept().
-                self.timers.cancel(Timer::Connect);
-                self.touch_idle(now);
                 self.events.push_back(Event::Incoming);
             }
             tracing::debug!(target: "manyfold::state", conn = self.local_id, "handshake complete, packets protected");

@@ -259,7 +259,8 @@ impl Connection {
                 return Sent::Blocked;
             }
             if flow_room == 0 {
-                if queued > 0 {
+                if queued > 0 && outstanding == 0 {
+                    // spec §7.3: closed to us with nothing in flight.
                     self.zero_window_since.get_or_insert(now);
                 }
                 if queued > 0 && outstanding == 0 && !self.timers.is_set(Timer::Persist) {

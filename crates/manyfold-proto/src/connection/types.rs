@@ -187,4 +187,6 @@ pub struct ConnStats {
     /// Packets that came in the clear to a protected connection and were
     /// dropped (spec §19.2).
     pub dropped_unprotected: u64,
+    /// Sequenced packets too far ahead to be anything but forged (spec §5.2).
+    pub out_of_window: u64,
 }

@@ -126,6 +126,11 @@ struct Slot {
     released: bool,
     /// The connection's memory as last counted in `buffered_total`.
     buffered: u64,
+    /// A protected connection the engine holds until its handshake proves
+    /// the peer (spec §19.2): the application knows nothing of it.
+    held: bool,
+    /// Its sends were refused at the memory limit (spec §7.5).
+    waiting_for_memory: bool,
 }
 
 /// A datagram's source and length, for the stateless answer to it.
@@ -146,6 +151,8 @@ const REPLAY_CACHE_LIMIT: usize = 1 << 20;
 pub struct Endpoint {
     config: EndpointConfig,
     rng: ChaCha8Rng,
+    /// Noise handshakes' randomness (spec §19.1), from `crypto_seed`.
+    crypto_rng: rand_chacha::ChaCha20Rng,
     secrets: Secrets,
     listening: bool,
     slots: Vec<Slot>,
@@ -189,11 +196,17 @@ pub struct Endpoint {
 impl Endpoint {
     pub fn new(config: EndpointConfig, now: Instant) -> Self {
         let mut rng = ChaCha8Rng::seed_from_u64(config.seed);
+        let crypto_rng = if config.crypto_seed == [0; 32] {
+            rand_chacha::ChaCha20Rng::seed_from_u64(config.seed ^ 0x6e6f_6973_6521)
+        } else {
+            rand_chacha::ChaCha20Rng::from_seed(config.crypto_seed)
+        };
         let secrets = Secrets::new(&mut rng, now);
         Endpoint {
             reset_tokens: f64::from(config.max_resets_per_sec),
             config,
             rng,
+            crypto_rng,
             secrets,
             listening: false,
             slots: Vec::new(),
@@ -509,7 +522,10 @@ impl Endpoint {
         if protected {
             // spec §19.2: the engine holds it until its handshake proves
             // the peer; then its Incoming event queues it for accept().
-            self.slots[handle.index as usize].released = true;
+            // Closed before that, it is freed unseen (released).
+            let slot = &mut self.slots[handle.index as usize];
+            slot.held = true;
+            slot.released = true;
         } else {
             self.accept_queue.push_back(handle);
             self.events.push_back((handle, Event::Incoming));
@@ -642,8 +658,12 @@ impl Endpoint {
         self.buffered_total = self.buffered_total - slot.buffered + memory;
         slot.buffered = memory;
         if !self.memory_waiters.is_empty() && self.buffered_total < self.config.max_buffered_bytes / 8 * 7 {
-            for w in self.memory_waiters.drain(..) {
-                self.events.push_back((w, Event::Writable));
+            for w in std::mem::take(&mut self.memory_waiters) {
+                let Some(slot) = self.slots.get_mut(w.index as usize) else { continue };
+                if slot.generation == w.generation && slot.waiting_for_memory {
+                    slot.waiting_for_memory = false;
+                    self.events.push_back((w, Event::Writable));
+                }
             }
         }
     }
@@ -666,8 +686,12 @@ impl Endpoint {
     /// memory limit (spec §7.5).
     pub fn stream_send(&mut self, h: ConnHandle, stream: u16, data: &[u8]) -> Result<usize, SendError> {
         if self.refuse_for_memory(h) && !data.is_empty() {
+            self.stats.sends_refused_memory += 1;
             return Ok(0);
         }
+        // No further past the limit than what the limit leaves.
+        let room = self.config.max_buffered_bytes.saturating_sub(self.buffered_total);
+        let data = &data[..data.len().min(usize::try_from(room).unwrap_or(usize::MAX))];
         self.with_conn(h, |c| c.send(stream, data)).unwrap_or(Err(SendError::UnknownConnection))
     }
 
@@ -677,8 +701,9 @@ impl Endpoint {
         if self.buffered_total < self.config.max_buffered_bytes || self.conn(h).is_none() {
             return false;
         }
-        self.stats.sends_refused_memory += 1;
-        if !self.memory_waiters.contains(&h) && self.memory_waiters.len() < self.live {
+        let slot = &mut self.slots[h.index as usize];
+        if !slot.waiting_for_memory {
+            slot.waiting_for_memory = true;
             self.memory_waiters.push(h);
         }
         true
@@ -701,6 +726,7 @@ impl Endpoint {
         opts: MessageOptions,
     ) -> Result<(), SendError> {
         if self.refuse_for_memory(h) {
+            self.stats.sends_refused_memory += 1;
             return Err(SendError::Blocked);
         }
         self.with_conn(h, |c| c.send_message(now, stream, data, opts)).unwrap_or(Err(SendError::UnknownConnection))
@@ -856,7 +882,7 @@ impl Endpoint {
     fn security(&mut self, initiator: bool) -> Option<Box<Security>> {
         let config = self.config.security.as_ref()?;
         let mut seed = [0u8; 32];
-        self.rng.fill_bytes(&mut seed);
+        self.crypto_rng.fill_bytes(&mut seed);
         Some(Security::new(Handshake::new(config, initiator, seed), initiator))
     }
 
@@ -879,6 +905,8 @@ impl Endpoint {
                 slot.scheduled = None;
                 slot.queued_for_transmit = false;
                 slot.released = false;
+                slot.held = false;
+                slot.waiting_for_memory = false;
                 i
             }
             None => {
@@ -889,6 +917,8 @@ impl Endpoint {
                     queued_for_transmit: false,
                     released: false,
                     buffered: 0,
+                    held: false,
+                    waiting_for_memory: false,
                 });
                 (self.slots.len() - 1) as u32
             }
@@ -952,8 +982,12 @@ impl Endpoint {
         while let Some(ev) = conn.poll_event() {
             if ev == Event::Incoming {
                 // spec §19.2: a protected connection proved its peer.
+                slot.held = false;
                 slot.released = false;
                 self.accept_queue.push_back(handle);
+            } else if slot.held {
+                // Nothing of a held connection reaches the application.
+                continue;
             }
             match self.member_of.get(&handle) {
                 Some(&g) => self.group_inbox.push_back((g, handle, ev)),

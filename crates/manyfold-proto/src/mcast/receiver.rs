@@ -731,6 +731,9 @@ impl McastReceiver {
             // Repeated until the sender confirms, at the register pace.
             self.next_status = Some(now + self.cfg.register_retry);
         }
+        if code.is_some() && buf.len() < crate::wire::HEADER_LEN + 2 {
+            return None;
+        }
         let n = emit(buf, PacketType::McStatus, flags, session, held, self.cfg.network, self.client, |o| match code {
             Some(c) => {
                 o[..2].copy_from_slice(&c.to_be_bytes());
