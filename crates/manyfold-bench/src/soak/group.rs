@@ -102,6 +102,10 @@ async fn run_epoch(epoch: u64, plan: &Plan, tally: &Arc<Tally>, rng: &mut ChaCha
         // shared buffer is full. 3 s was tried: under a loaded machine a
         // live receiver was once declared unresponsive.
         send_buffer: 4 << 20,
+        // As connect_timeout (soak/mod.rs, CONNECT_LIMIT): at 5% loss each
+        // way the default 10 s leaves a receiver unreachable by chance
+        // with odds near 10⁻⁴.
+        overall_timeout: Duration::from_secs(60),
         ..GroupConfig::default()
     };
     let base = base_id(plan.seed, epoch);
