@@ -24,13 +24,14 @@ fn two_minutes_of_churn_verify_every_byte_with_flat_memory() {
     // A group lives 15 s here, not 60: memory rises within a group's life
     // and falls at its close, and the second minute should hold several
     // such periods. Over one minute that sawtooth and the allocator still
-    // tilt the fitted slope by a few MiB/min (3.0 measured), so the limit
-    // here is 8: CI catches gross growth; the 30-minute run, at 1 MiB/min,
-    // is the flatness figure.
-    let mut args: Vec<&std::ffi::OsStr> = ["soak", "--duration", "2m", "--epoch", "15s", "--max-growth", "8", "--json"]
-        .iter()
-        .map(|a| a.as_ref())
-        .collect();
+    // tilt the fitted slope by several MiB/min (−0.1, 3.0 and 5.5 measured
+    // in three runs), so the limit here is 15: CI catches gross growth; the
+    // 30-minute run, at 1 MiB/min, is the flatness figure.
+    let mut args: Vec<&std::ffi::OsStr> =
+        ["soak", "--duration", "2m", "--epoch", "15s", "--max-growth", "15", "--json"]
+            .iter()
+            .map(|a| a.as_ref())
+            .collect();
     args.push(json.path().as_os_str());
     let ran = run_bench(&args);
     let took = t.elapsed();
