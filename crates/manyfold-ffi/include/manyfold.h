@@ -292,7 +292,7 @@ int mf_close(int desc);
 
 /**
  * Writes the local address of `desc` (a connection, listener or group)
- * into `buf` as a NUL-terminated "ip:port" string ("[ip6]:port" for
+ * into `buf` as a NUL-terminated "ip:port" string (`"[ip6]:port"` for
  * IPv6) (librusp's `ruspLocal`). A socket bound to every address shows
  * "0.0.0.0". Returns the string's length, or `MF_ETOOBIG` if it does not
  * fit in `cap` bytes with its NUL (`MF_ADDRSTRLEN` always suffices).
