@@ -687,6 +687,7 @@ impl McastReceiver {
 
     fn send_register(&mut self, now: Instant, buf: &mut [u8], session: u32, sender: SocketAddr) -> Option<McTransmit> {
         if self.registered {
+            self.next_register = None;
             return None;
         }
         self.next_register = Some(now + self.cfg.register_retry);
@@ -695,7 +696,13 @@ impl McastReceiver {
     }
 
     fn send_repair(&mut self, now: Instant, buf: &mut [u8], session: u32, sender: SocketAddr) -> Option<McTransmit> {
-        let total = self.total?;
+        let Some(total) = self.total else {
+            // Nothing to ask for until the size is known; ask again later
+            // (a due timer left as it was kept the driver spinning: found
+            // by fuzzing).
+            self.next_repair = Some(now + self.repair_interval());
+            return None;
+        };
         if self.have.ones() >= u64::from(total) {
             // Nothing missing (a stream's description may still be on its way).
             self.next_repair = None;
