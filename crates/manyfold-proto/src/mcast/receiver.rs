@@ -587,6 +587,11 @@ impl McastReceiver {
             return None;
         }
         let lost = self.last_heard.filter(|_| self.registered).map(|t| t + self.cfg.sender_timeout);
+        if self.session.is_none() || self.sender.is_none() {
+            // Nothing can be sent without them: a due send timer would only
+            // make the driver spin (found by fuzzing).
+            return lost;
+        }
         [self.next_register, self.nack_at, self.ack.map(|a| a.1), self.next_repair, self.next_status, lost]
             .into_iter()
             .flatten()
