@@ -411,7 +411,7 @@ impl Endpoint {
             }
         };
         match result {
-            Ok(()) => match Packet::parse(&opened) {
+            Ok(()) => match Packet::parse_opened(&opened) {
                 Ok(p) => self.deliver(idx, now, &p, true),
                 Err(e) => self.count_decode_error(e),
             },

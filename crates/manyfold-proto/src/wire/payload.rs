@@ -186,7 +186,16 @@ pub struct Packet<'a> {
 impl<'a> Packet<'a> {
     /// Validates a datagram and parses every section its flags announce.
     pub fn parse(datagram: &'a [u8]) -> Result<Packet<'a>, DecodeError> {
-        let header = Header::parse(datagram)?;
+        Self::sections(Header::parse(datagram)?, datagram)
+    }
+
+    /// [`Packet::parse`] of a protected packet just opened (spec §19.3):
+    /// the AEAD proved it whole, so no CRC is checked.
+    pub(crate) fn parse_opened(datagram: &'a [u8]) -> Result<Packet<'a>, DecodeError> {
+        Self::sections(Header::parse_opened(datagram)?, datagram)
+    }
+
+    fn sections(header: Header, datagram: &'a [u8]) -> Result<Packet<'a>, DecodeError> {
         // Header::parse guarantees the datagram is exactly header + payload.
         let mut rest = &datagram[HEADER_LEN..];
         let flags = header.flags;
