@@ -468,6 +468,10 @@ async fn get(
     }
     io.write_all(hasher.finalize().as_bytes()).await.map_err(lost)?;
     io.shutdown().await.map_err(lost)?;
+    // Queued is not delivered: the stream stays this transfer's until the
+    // client has it all (a send buffer larger than the client's credit
+    // would otherwise free the stream while its bytes still wait).
+    streams.wait_for_send(stream).await.map_err(|e| lost(e.into()))?;
     Ok(src.size - from)
 }
 
