@@ -86,8 +86,8 @@ fuzz_target!(|data: &[u8]| {
                 }
             }
         }
-        if let Some(d) = fed {
-            if let Some(del) = rx.handle_datagram(now, from, &d) {
+        if let Some(mut d) = fed {
+            if let Some(del) = rx.handle_datagram(now, from, &mut d) {
                 assert!(
                     del.payload.start <= del.payload.end && del.payload.end <= d.len(),
                     "delivery outside the datagram"

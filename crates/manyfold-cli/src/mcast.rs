@@ -16,6 +16,7 @@ use manyfold::mcast::{
     codes, network_of, McastNet, McastSink, ReceiveOutcome, ReceiverOutcome, ReceiverView, SenderView, SourceGrowth,
 };
 use manyfold_proto::mcast::{Announcement, ReceiverConfig, SenderConfig, SenderEvent};
+use manyfold_proto::SecurityConfig;
 use tokio::sync::watch;
 
 use crate::fsutil::PartFile;
@@ -56,26 +57,24 @@ pub struct NetArgs {
     /// Multicast TTL: routers the data may cross.
     #[arg(long, default_value_t = 1)]
     ttl: u32,
-    /// Not supported for multicast yet: multicast sessions travel in the
-    /// clear (encryption, spec §19, covers `send`/`recv` connections and
-    /// groups). Given, the command fails rather than send unencrypted.
+    /// Encrypt the session (spec §19.7): the sender hands a fresh group key
+    /// to each receiver inside a Noise handshake, then seals every packet
+    /// with it. A `psk` line lets in whoever holds it; a private key (with
+    /// --peers-file) proves who we are. Both sides must give one; a
+    /// receiver with keys joins only encrypted sessions, one without only
+    /// plain ones.
     #[arg(long, value_name = "FILE")]
     key_file: Option<PathBuf>,
-    /// Not supported for multicast yet (see --key-file).
+    /// Public keys accepted: on the sender, the receivers let in; on a
+    /// receiver, the senders it trusts. Needs --key-file with a private key.
     #[arg(long, value_name = "FILE")]
     peers_file: Option<PathBuf>,
 }
 
 impl NetArgs {
-    /// Refuses keys: nothing here would encrypt with them.
-    fn check(&self) -> Result<()> {
-        if self.key_file.is_some() || self.peers_file.is_some() {
-            bail!(
-                "--key-file and --peers-file are not supported for multicast yet: `manyfold mcast` sends in the \
-                 clear; for an encrypted transfer to several receivers use `manyfold send --to A,B,C --key-file FILE`"
-            );
-        }
-        Ok(())
+    /// The keys --key-file and --peers-file give; `None`: a plain session.
+    fn security(&self) -> Result<Option<SecurityConfig>> {
+        crate::keys::security_config(self.key_file.as_deref(), self.peers_file.as_deref())
     }
 
     fn net(&self) -> McastNet {
@@ -185,10 +184,6 @@ pub struct RecvArgs {
 }
 
 pub fn run(cmd: McastCommand) -> Result<()> {
-    match &cmd {
-        McastCommand::Send(a) => a.net.check()?,
-        McastCommand::Recv(a) => a.net.check()?,
-    }
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     match cmd {
         McastCommand::Send(a) => rt.block_on(send(a)),
@@ -307,6 +302,8 @@ async fn send(a: SendArgs) -> Result<()> {
     if !(576..=65_507).contains(&a.max_datagram) {
         bail!("--max-datagram must be between 576 and 65507 bytes");
     }
+    let security = a.net.security()?;
+    let mode = crate::keys::describe(security.as_ref());
     let src = open_source(&a.file)?;
     let cfg = SenderConfig {
         seed: crate::net::random_u64(),
@@ -326,6 +323,7 @@ async fn send(a: SendArgs) -> Result<()> {
         loss_tolerance: a.loss_tolerance / 100.0,
         fec_k: a.fec,
         fec_proactive: a.fec_proactive,
+        security,
         ..SenderConfig::default()
     };
     let info = Announcement {
@@ -341,7 +339,7 @@ async fn send(a: SendArgs) -> Result<()> {
     let main = transfer_bar(&multi, src.size.unwrap_or(0), "sent");
     let bars: std::cell::RefCell<Vec<(SocketAddr, ProgressBar)>> = std::cell::RefCell::new(Vec::new());
     eprintln!(
-        "manyfold mcast: sending {name} ({}) to {} via {}; waiting up to {:.0}s for {} receiver(s)",
+        "manyfold mcast: sending {name} ({}) to {} via {} ({mode}); waiting up to {:.0}s for {} receiver(s)",
         src.size.map_or("length unknown".into(), human_bytes),
         a.net.group,
         a.net.iface.as_deref().unwrap_or("the default route"),
@@ -383,9 +381,10 @@ async fn send(a: SendArgs) -> Result<()> {
         .with_context(|| format!("multicast to {}", a.net.group))?;
     main.finish_and_clear();
     multi.clear().ok();
-    let ok = print_send_report(&view, &name);
+    let ok = print_send_report(&view, &name, &mode);
     if let Some(path) = &a.json {
-        std::fs::write(path, send_json(&view, &name)).with_context(|| format!("cannot write {}", path.display()))?;
+        std::fs::write(path, send_json(&view, &name, &mode))
+            .with_context(|| format!("cannot write {}", path.display()))?;
     }
     if let Some(e) = view.failed {
         bail!("{e}");
@@ -409,7 +408,7 @@ fn outcome_text(o: ReceiverOutcome) -> &'static str {
 }
 
 /// Prints the final report; returns whether every receiver completed.
-fn print_send_report(v: &SenderView, name: &str) -> bool {
+fn print_send_report(v: &SenderView, name: &str, mode: &str) -> bool {
     let st = &v.stats;
     let total = v.progress.1.unwrap_or(v.progress.0);
     let bytes = (u64::from(total) * u64::from(v.block)).max(1);
@@ -417,7 +416,7 @@ fn print_send_report(v: &SenderView, name: &str) -> bool {
     let windows = (st.windows_confirmed + st.windows_expired).max(1);
     let networks: std::collections::BTreeSet<u32> = v.receivers.iter().map(|r| r.network).collect();
     println!(
-        "{name}: {} in {} ({} per receiver) to {} receiver(s) on {} network(s), after {} announcing",
+        "{name}: {} in {} ({} per receiver) to {} receiver(s) on {} network(s), after {} announcing; {mode}",
         human_bytes(bytes),
         human_duration(v.transfer),
         human_rate(bytes, v.transfer),
@@ -447,8 +446,9 @@ fn print_send_report(v: &SenderView, name: &str) -> bool {
     let mut all = !v.receivers.is_empty();
     for r in &v.receivers {
         all &= r.outcome == ReceiverOutcome::Completed;
+        let key = r.peer_key.map_or(String::new(), |k| format!("; key {}…", &manyfold_proto::secure::hex(&k)[..16]));
         println!(
-            "  {:<21} {}; joined at packet {}, reported {} lost, {} repair request(s)",
+            "  {:<21} {}; joined at packet {}, reported {} lost, {} repair request(s){key}",
             r.addr.to_string(),
             outcome_text(r.outcome),
             r.joined_at,
@@ -459,13 +459,13 @@ fn print_send_report(v: &SenderView, name: &str) -> bool {
     all
 }
 
-fn send_json(v: &SenderView, name: &str) -> String {
+fn send_json(v: &SenderView, name: &str, mode: &str) -> String {
     use std::fmt::Write as _;
     let st = &v.stats;
     let mut s = String::new();
     let _ = write!(
         s,
-        "{{\"name\":{name:?},\"elapsed_s\":{},\"transfer_s\":{},\"packets\":{},\"block\":{},\"data_packets\":{},\"repair_multicast\":{},\"repair_unicast\":{},\"parity_packets\":{},\"acks\":{},\"nacks\":{},\"late_acks\":{},\"repair_requests\":{},\"status_reports\":{},\"windows_confirmed\":{},\"windows_expired\":{},\"artp_max_us\":{},\"receivers\":[",
+        "{{\"name\":{name:?},\"mode\":{mode:?},\"elapsed_s\":{},\"transfer_s\":{},\"packets\":{},\"block\":{},\"data_packets\":{},\"repair_multicast\":{},\"repair_unicast\":{},\"parity_packets\":{},\"acks\":{},\"nacks\":{},\"late_acks\":{},\"repair_requests\":{},\"status_reports\":{},\"windows_confirmed\":{},\"windows_expired\":{},\"artp_max_us\":{},\"receivers\":[",
         v.elapsed.as_secs_f64(),
         v.transfer.as_secs_f64(),
         v.progress.1.unwrap_or(v.progress.0),
@@ -642,19 +642,29 @@ async fn recv(a: RecvArgs) -> Result<()> {
         }
         None => default_network(&a.net)?,
     };
+    let security = a.net.security()?;
+    let mode = crate::keys::describe(security.as_ref());
     let cfg = ReceiverConfig {
         seed: crate::net::random_u64(),
         network,
         sender_timeout: secs(a.sender_timeout, "--sender-timeout")?,
+        security,
         ..ReceiverConfig::default()
     };
     let wait = a.wait.map(|w| secs(w, "--wait")).transpose()?;
     let mut sink = Sink { target, overwrite: a.overwrite, part: None, device: None, size: None, written: 0 };
     let multi = multi_progress();
     let bar = transfer_bar(&multi, 0, "received");
-    eprintln!("manyfold mcast: listening on {} for a session", a.net.group);
+    eprintln!("manyfold mcast: listening on {} for a session ({mode})", a.net.group);
     let mut announced = false;
+    let mut told_ignored = None;
     let on_tick = |v: &ReceiverView| {
+        if let Some((session, why)) = v.ignored.filter(|_| v.info.is_none()) {
+            if told_ignored != Some(session) {
+                told_ignored = Some(session);
+                multi.println(format!("heard session {session:08x} but not joining it: {why}")).ok();
+            }
+        }
         if let Some(info) = &v.info {
             if !announced {
                 announced = true;
@@ -714,7 +724,7 @@ async fn recv(a: RecvArgs) -> Result<()> {
                 }
             }
             eprintln!(
-                "{name}: {} received and verified (BLAKE3) in {} ({})",
+                "{name}: {} received and verified (BLAKE3) in {} ({}); {mode}",
                 human_bytes(size),
                 human_duration(view.elapsed),
                 human_rate(size, view.elapsed)
@@ -736,6 +746,12 @@ fn code_text(code: Option<u16>) -> String {
     match code {
         None => "before this receiver had the file".into(),
         Some(codes::REFUSED) => "refused (its receiver table is full)".into(),
+        Some(codes::PROTECTION_MISMATCH) => {
+            "refused: the session is encrypted and this receiver gave no --key-file".into()
+        }
+        Some(codes::AUTHENTICATION_FAILED) => {
+            "refused: our key is not one the sender accepts (another PSK, or not in its --peers-file)".into()
+        }
         Some(codes::INCOMPLETE) => "dropped: still missing data at its completion timeout".into(),
         Some(codes::UNRESPONSIVE) => "dropped: it heard nothing from this receiver".into(),
         Some(codes::TOO_MANY_PASSES) => "dropped: too many repair requests".into(),

@@ -82,6 +82,17 @@ impl SecurityConfig {
     }
 }
 
+/// The RNG of keys and Noise randomness (spec §19.1): seeded with
+/// `crypto_seed`, 256 bits from the OS; all zeros derives it from the
+/// 64-bit `seed`, for simulations only.
+pub(crate) fn crypto_rng(seed: u64, crypto_seed: [u8; 32]) -> ChaCha20Rng {
+    if crypto_seed == [0; 32] {
+        ChaCha20Rng::seed_from_u64(seed ^ 0x6e6f_6973_6521)
+    } else {
+        ChaCha20Rng::from_seed(crypto_seed)
+    }
+}
+
 /// The X25519 public key of `private`.
 pub fn public_key(private: &[u8; KEY_LEN]) -> [u8; KEY_LEN] {
     let mut dh = DefaultResolver.resolve_dh(&DHChoice::Curve25519).expect("curve25519 is built in");
@@ -149,10 +160,26 @@ impl std::fmt::Debug for Handshake {
 }
 
 impl Handshake {
-    /// A handshake as initiator (the connecting side) or responder, its
-    /// randomness drawn from `seed`.
+    /// A connection's handshake (XX, spec §19.2) as initiator (the
+    /// connecting side) or responder, its randomness drawn from `seed`.
     pub(crate) fn new(config: &SecurityConfig, initiator: bool, seed: [u8; 32]) -> Self {
-        let builder = snow::Builder::with_resolver(config.pattern(), Box::new(Resolver { seed }));
+        let psk = config.psk.map(|k| (3, k));
+        Self::build(config.pattern(), config, psk, None, &[], initiator, seed)
+    }
+
+    /// A handshake of `pattern`; `psk` at its position, the peer's static
+    /// key if the pattern needs it in advance, and a prologue both sides
+    /// must agree on (spec §19.7 binds the session id with it).
+    pub(crate) fn build(
+        pattern: NoiseParams,
+        config: &SecurityConfig,
+        psk: Option<(u8, [u8; KEY_LEN])>,
+        remote: Option<&[u8; KEY_LEN]>,
+        prologue: &[u8],
+        initiator: bool,
+        seed: [u8; 32],
+    ) -> Self {
+        let builder = snow::Builder::with_resolver(pattern, Box::new(Resolver { seed }));
         let private = match config.private_key {
             Some(k) => k,
             None => {
@@ -164,9 +191,12 @@ impl Handshake {
                 k
             }
         };
-        let mut builder = builder.local_private_key(&private).expect("a 32-byte key");
-        if let Some(psk) = config.psk.as_ref() {
-            builder = builder.psk(3, psk).expect("psk3 fits XX");
+        let mut builder = builder.local_private_key(&private).expect("a 32-byte key").prologue(prologue).expect("once");
+        if let Some((at, psk)) = psk.as_ref() {
+            builder = builder.psk(*at, psk).expect("the psk position fits the pattern");
+        }
+        if let Some(remote) = remote {
+            builder = builder.remote_public_key(remote).expect("a 32-byte key");
         }
         let state = if initiator { builder.build_initiator() } else { builder.build_responder() }
             .expect("the pattern and keys were checked");
@@ -183,8 +213,14 @@ impl Handshake {
 
     /// The next message we send.
     pub(crate) fn write(&mut self) -> Result<Vec<u8>, HandshakeFailure> {
-        let mut out = vec![0u8; MAX_HANDSHAKE_MESSAGE];
-        let n = self.state.write_message(&[], &mut out).map_err(|_| HandshakeFailure::Rejected)?;
+        self.write_with(&[])
+    }
+
+    /// The next message we send, carrying `payload` (encrypted once the
+    /// pattern has a key at this point).
+    pub(crate) fn write_with(&mut self, payload: &[u8]) -> Result<Vec<u8>, HandshakeFailure> {
+        let mut out = vec![0u8; MAX_HANDSHAKE_MESSAGE + payload.len()];
+        let n = self.state.write_message(payload, &mut out).map_err(|_| HandshakeFailure::Rejected)?;
         out.truncate(n);
         Ok(out)
     }
@@ -192,11 +228,18 @@ impl Handshake {
     /// Takes the peer's next message; checks its static key as soon as it
     /// is known.
     pub(crate) fn read(&mut self, message: &[u8]) -> Result<(), HandshakeFailure> {
-        let mut scratch = [0u8; MAX_HANDSHAKE_MESSAGE];
         if message.len() > MAX_HANDSHAKE_MESSAGE {
             return Err(HandshakeFailure::Rejected);
         }
-        self.state.read_message(message, &mut scratch).map_err(|_| HandshakeFailure::Rejected)?;
+        self.read_with(message).map(drop)
+    }
+
+    /// Like [`Handshake::read`], for a message of any length; returns the
+    /// payload it carried.
+    pub(crate) fn read_with(&mut self, message: &[u8]) -> Result<Vec<u8>, HandshakeFailure> {
+        let mut payload = vec![0u8; message.len()];
+        let n = self.state.read_message(message, &mut payload).map_err(|_| HandshakeFailure::Rejected)?;
+        payload.truncate(n);
         if self.peer_key.is_none() {
             if let Some(remote) = self.state.get_remote_static() {
                 let key: [u8; KEY_LEN] = remote.try_into().map_err(|_| HandshakeFailure::Rejected)?;
@@ -206,7 +249,7 @@ impl Handshake {
                 self.peer_key = Some(key);
             }
         }
-        Ok(())
+        Ok(payload)
     }
 
     /// The peer's static public key, once proven and found among the known
@@ -237,25 +280,64 @@ pub(crate) enum Unprotect {
 
 /// Packet protection of one connection (spec §19.3).
 pub(crate) struct Protection {
-    send: ChaCha20Poly1305,
-    recv: ChaCha20Poly1305,
+    send: PacketKey,
+    recv: PacketKey,
     next_pn: u64,
-    /// Highest packet number accepted, and which of the `REPLAY_WINDOW`
-    /// below it were (bit i: highest − i).
-    highest: Option<u64>,
-    seen: [u64; (REPLAY_WINDOW / 64) as usize],
+    replay: ReplayWindow,
 }
 
 impl std::fmt::Debug for Protection {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Protection").field("next_pn", &self.next_pn).field("highest", &self.highest).finish()
+        f.debug_struct("Protection").field("next_pn", &self.next_pn).field("highest", &self.replay.highest).finish()
     }
 }
 
-fn nonce(pn: u64) -> Nonce {
-    let mut n = [0u8; 12];
+/// The packet numbers seen from one sender: the highest, and which of the
+/// `REPLAY_WINDOW` below it (bit i: highest − i), as IPsec and WireGuard
+/// keep them (spec §19.3).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct ReplayWindow {
+    highest: Option<u64>,
+    seen: [u64; (REPLAY_WINDOW / 64) as usize],
+}
+
+/// A ChaCha20-Poly1305 key, the one AEAD every protected packet uses
+/// (spec §19.3, §19.7).
+pub(crate) struct PacketKey(ChaCha20Poly1305);
+
+/// The AEAD's nonce length.
+pub(crate) const NONCE_LEN: usize = 12;
+/// Poly1305's tag length.
+pub(crate) const AEAD_TAG_LEN: usize = TAG_LEN;
+
+impl PacketKey {
+    pub(crate) fn new(key: &[u8; KEY_LEN]) -> Self {
+        PacketKey(ChaCha20Poly1305::new(key.into()))
+    }
+
+    /// Encrypts `body` in place; returns its tag.
+    pub(crate) fn seal(&self, nonce: &[u8; NONCE_LEN], ad: &[u8], body: &mut [u8]) -> [u8; TAG_LEN] {
+        let tag = self.0.encrypt_in_place_detached(Nonce::from_slice(nonce), ad, body).expect("below the size limit");
+        tag.into()
+    }
+
+    /// Decrypts `body` in place if `tag` authenticates it with `ad`.
+    pub(crate) fn open(
+        &self,
+        nonce: &[u8; NONCE_LEN],
+        ad: &[u8],
+        body: &mut [u8],
+        tag: &[u8],
+    ) -> Result<(), Unprotect> {
+        let tag = Tag::from_slice(tag.get(..TAG_LEN).ok_or(Unprotect::Malformed)?);
+        self.0.decrypt_in_place_detached(Nonce::from_slice(nonce), ad, body, tag).map_err(|_| Unprotect::Forged)
+    }
+}
+
+fn nonce(pn: u64) -> [u8; NONCE_LEN] {
+    let mut n = [0u8; NONCE_LEN];
     n[4..].copy_from_slice(&pn.to_le_bytes());
-    Nonce::from(n)
+    n
 }
 
 /// Associated data: the header without its CRC, then the packet number.
@@ -269,11 +351,10 @@ fn associated_data(datagram: &[u8]) -> [u8; 20 + PN_LEN] {
 impl Protection {
     fn new(send: &[u8; KEY_LEN], recv: &[u8; KEY_LEN]) -> Self {
         Protection {
-            send: ChaCha20Poly1305::new(send.into()),
-            recv: ChaCha20Poly1305::new(recv.into()),
+            send: PacketKey::new(send),
+            recv: PacketKey::new(recv),
             next_pn: 0,
-            highest: None,
-            seen: [0; (REPLAY_WINDOW / 64) as usize],
+            replay: ReplayWindow::default(),
         }
     }
 
@@ -290,7 +371,7 @@ impl Protection {
         buf[2..4].copy_from_slice(&payload_len.to_be_bytes());
         let ad = associated_data(buf);
         let body = &mut buf[HEADER_LEN + PN_LEN..total - TAG_LEN];
-        let tag = self.send.encrypt_in_place_detached(&nonce(pn), &ad, body).expect("below the AEAD's size limit");
+        let tag = self.send.seal(&nonce(pn), &ad, body);
         buf[total - TAG_LEN..total].copy_from_slice(&tag);
         crate::wire::seal(&mut buf[..total]);
         total
@@ -307,7 +388,7 @@ impl Protection {
         let pn_bytes: [u8; PN_LEN] =
             datagram[HEADER_LEN..HEADER_LEN + PN_LEN].try_into().map_err(|_| Unprotect::Malformed)?;
         let pn = u64::from_be_bytes(pn_bytes);
-        if !self.fresh(pn) {
+        if !self.replay.fresh(pn) {
             return Err(Unprotect::Replayed);
         }
         let ad = associated_data(datagram);
@@ -315,19 +396,18 @@ impl Protection {
         out.clear();
         out.extend_from_slice(&datagram[..HEADER_LEN]);
         out.extend_from_slice(&datagram[HEADER_LEN + PN_LEN..tag_at]);
-        let tag = Tag::from_slice(&datagram[tag_at..]);
-        self.recv
-            .decrypt_in_place_detached(&nonce(pn), &ad, &mut out[HEADER_LEN..], tag)
-            .map_err(|_| Unprotect::Forged)?;
-        self.accept(pn);
+        self.recv.open(&nonce(pn), &ad, &mut out[HEADER_LEN..], &datagram[tag_at..])?;
+        self.replay.accept(pn);
         out[0] = (out[0] & 0xf0) | PacketType::Segment as u8;
         let payload_len = (out.len() - HEADER_LEN) as u16;
         out[2..4].copy_from_slice(&payload_len.to_be_bytes());
         Ok(())
     }
+}
 
+impl ReplayWindow {
     /// Whether `pn` is new: above the highest, or inside the window and unseen.
-    fn fresh(&self, pn: u64) -> bool {
+    pub(crate) fn fresh(&self, pn: u64) -> bool {
         match self.highest {
             None => true,
             Some(h) if pn > h => true,
@@ -339,7 +419,8 @@ impl Protection {
         }
     }
 
-    fn accept(&mut self, pn: u64) {
+    /// Records `pn` (checked `fresh`, and authenticated).
+    pub(crate) fn accept(&mut self, pn: u64) {
         match self.highest {
             Some(h) if pn <= h => {
                 let i = h - pn;

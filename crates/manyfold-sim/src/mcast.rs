@@ -61,6 +61,9 @@ pub struct McastWorld {
     /// A stream of unknown length (spec §16.6): bytes/s the source yields.
     stream_rate: Option<f64>,
     stream_done: bool,
+    /// Every datagram put on the wire (from, to, bytes), once, before any
+    /// loss, when set: what an eavesdropper on the group would see.
+    pub capture: Option<Vec<(SocketAddr, SocketAddr, Vec<u8>)>>,
 }
 
 impl McastWorld {
@@ -118,7 +121,16 @@ impl McastWorld {
             rng: rand::SeedableRng::seed_from_u64(seed ^ 0x5eed),
             stream_rate: None,
             stream_done: false,
+            capture: None,
         }
+    }
+
+    /// Puts `data` on the wire from `from` to `to` now, as an attacker
+    /// would (through the links like any datagram).
+    pub fn inject(&mut self, from: SocketAddr, to: SocketAddr, data: Vec<u8>) {
+        let mut arrivals = Vec::new();
+        let now = self.clock.now();
+        self.send(now, from, to, data, &mut arrivals);
     }
 
     /// The same session with the file given as a stream of unknown length
@@ -254,6 +266,9 @@ impl McastWorld {
     }
 
     fn send(&mut self, now: Instant, from: SocketAddr, to: SocketAddr, data: Vec<u8>, arrivals: &mut Vec<Arrival>) {
+        if let Some(c) = self.capture.as_mut() {
+            c.push((from, to, data.clone()));
+        }
         if to == self.group && from == self.sender_addr && self.upstream_loss > 0.0 {
             use rand::Rng;
             if self.rng.gen_bool(self.upstream_loss) {
@@ -307,12 +322,12 @@ impl McastWorld {
         let Some(t) = next else { return false };
         let t = t.max(self.clock.now());
         self.clock.advance_to(t);
-        while let Some((_, (from, to, data))) = self.queue.pop_due(t) {
+        while let Some((_, (from, to, mut data))) = self.queue.pop_due(t) {
             if to == self.sender_addr {
                 self.sender.handle_datagram(t, from, &data);
             } else if let Some(i) = self.receivers.iter().position(|r| r.addr == to && r.running) {
                 let r = &mut self.receivers[i];
-                if let Some(d) = r.engine.handle_datagram(t, from, &data) {
+                if let Some(d) = r.engine.handle_datagram(t, from, &mut data) {
                     write_at(&mut r.file, d.offset, &data[d.payload]);
                 }
                 // Blocks that parity made whole (spec §16.9).

@@ -7,7 +7,14 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use manyfold_proto::mcast::{ReceiverConfig, ReceiverEvent, ReceiverOutcome, SenderConfig, SenderEvent};
+use manyfold_proto::mcast::wire::emit;
+use manyfold_proto::mcast::{
+    codes, Ignored, ReceiverConfig, ReceiverEvent, ReceiverOutcome, SenderConfig, SenderError, SenderEvent,
+    SEAL_OVERHEAD,
+};
+use manyfold_proto::secure::public_key;
+use manyfold_proto::wire::{Flags, Header, PacketType};
+use manyfold_proto::SecurityConfig;
 use manyfold_sim::mcast::McastWorld;
 use manyfold_sim::LinkConfig;
 
@@ -468,4 +475,196 @@ fn a_receiver_still_missing_data_at_the_completion_timeout_is_dropped_as_incompl
     let stuck = w.sender.receivers().iter().find(|r| r.addr == receiver(1, 1)).expect("registered");
     assert_eq!(stuck.outcome, ReceiverOutcome::Incomplete, "seed {seed}");
     assert!(w.elapsed() - start < Duration::from_secs(4), "ended {:?} after the repairs began", w.elapsed() - start);
+}
+
+// ---- protected sessions (spec §19.7) ----------------------------------------
+
+fn keys(psk: Option<u8>, key: Option<u8>, peers: &[u8]) -> SecurityConfig {
+    SecurityConfig {
+        psk: psk.map(|b| [b; 32]),
+        private_key: key.map(|b| [b; 32]),
+        known_peers: peers.iter().map(|&b| public_key(&[b; 32])).collect(),
+    }
+}
+
+/// `receivers(…)` each with its own keys (one entry per receiver).
+fn keyed(seed: u64, nets: &[(u8, u8)], keys: &[Option<SecurityConfig>]) -> Vec<(SocketAddr, ReceiverConfig)> {
+    let mut v = receivers(seed, nets);
+    for ((_, cfg), k) in v.iter_mut().zip(keys) {
+        cfg.security = k.clone();
+    }
+    v
+}
+
+#[test]
+fn a_protected_session_delivers_the_exact_file_under_loss_and_nothing_readable_crosses_the_wire() {
+    let seed = 7401;
+    let psk = Some(keys(Some(5), None, &[]));
+    let cfg = SenderConfig { max_window: 64, min_receivers: 3, security: psk.clone(), ..SenderConfig::default() };
+    let rx = keyed(seed, &[(1, 2), (2, 1)], &[psk.clone(), psk.clone(), psk]);
+    let mut w = McastWorld::new(seed, cfg, 2 << 20, group(), sender(), rx);
+    w.set_default_link(lan().loss(0.05));
+    w.capture = Some(Vec::new());
+    assert!(w.run_to_end(Duration::from_secs(120)), "not done (seed {seed})");
+    assert_all_completed(&w, seed);
+    let st = w.sender.stats();
+    assert!(st.repair_unicast + st.repair_multicast > 0, "losses were repaired (seed {seed}): {st:?}");
+    let block = usize::from(w.sender.block());
+    assert_eq!(block, (1452 - 24 - SEAL_OVERHEAD) & !1, "sealed DATA keeps the datagram size");
+    let mut file = vec![0u8; 2 << 20];
+    manyfold_sim::transfer::pattern(seed, 0, &mut file);
+    let captured = w.capture.take().expect("captured");
+    let (mut sealed, mut clear) = (0, 0);
+    for (from, to, d) in &captured {
+        let h = Header::parse(d).expect("every datagram is well formed");
+        assert!(!d.windows(8).any(|x| x == b"file.bin"), "the file's name in the clear, {from} -> {to}");
+        if h.ptype == PacketType::McSealed {
+            sealed += 1;
+            // A DATA packet's header keeps its SN: its plaintext would be
+            // the file at SN × block.
+            let at = (h.seq as usize).saturating_mul(block);
+            if let Some(plain) = file.get(at..at + 32) {
+                assert!(!d.windows(32).any(|x| x == plain), "file bytes in the clear, {from} -> {to}");
+            }
+        } else {
+            // Only the key exchange goes in the clear: invitations and
+            // registrations (CKE), no data, no feedback.
+            clear += 1;
+            assert!(h.flags.contains(Flags::CKE), "a clear {:?} packet, {from} -> {to}", h.ptype);
+            assert!(matches!(h.ptype, PacketType::McAnnounce | PacketType::McRegister), "{:?}", h.ptype);
+        }
+    }
+    assert!(sealed > 1400 && clear >= 6, "{sealed} sealed, {clear} clear (seed {seed})");
+}
+
+#[test]
+fn the_group_key_goes_only_to_receivers_the_sender_accepts_and_strangers_are_told_so() {
+    let seed = 7402;
+    // Static keys both ways: the sender (key 1) knows receivers 2 and 3; a
+    // stranger (key 9) trusts the sender but is not on its list.
+    let sender_keys = keys(None, Some(1), &[2, 3]);
+    let cfg = SenderConfig { min_receivers: 2, security: Some(sender_keys), ..SenderConfig::default() };
+    let rx = keyed(
+        seed,
+        &[(1, 3)],
+        &[Some(keys(None, Some(2), &[1])), Some(keys(None, Some(3), &[1])), Some(keys(None, Some(9), &[1]))],
+    );
+    let mut w = McastWorld::new(seed, cfg, 1 << 20, group(), sender(), rx);
+    w.set_default_link(lan().loss(0.02));
+    assert!(w.run_to_end(Duration::from_secs(120)), "not done (seed {seed})");
+    for i in 0..2 {
+        assert_eq!(w.receivers[i].verified, Some(true), "receiver {i} (seed {seed})");
+    }
+    let stranger = &w.receivers[2];
+    assert_eq!(stranger.ended, Some(ReceiverEvent::Ended { error: Some(codes::AUTHENTICATION_FAILED) }), "seed {seed}");
+    assert!(stranger.file.iter().all(|&b| b == 0) && stranger.engine.progress().0 == 0, "it got no data");
+    assert!(stranger.engine.stats().dropped_no_key > 0, "it heard sealed data it could not open");
+    let st = w.sender.stats();
+    assert!(st.auth_failures >= 1, "{st:?}");
+    let proven: Vec<_> = w.sender.receivers().iter().map(|r| r.peer_key).collect();
+    assert_eq!(proven, [Some(public_key(&[2; 32])), Some(public_key(&[3; 32]))], "each receiver's proven key");
+    // Another PSK: refused the same way.
+    let seed = 7403;
+    let cfg = SenderConfig { min_receivers: 1, security: Some(keys(Some(4), None, &[])), ..SenderConfig::default() };
+    let rx = keyed(seed, &[(1, 2)], &[Some(keys(Some(4), None, &[])), Some(keys(Some(6), None, &[]))]);
+    let mut w = McastWorld::new(seed, cfg, 256 << 10, group(), sender(), rx);
+    w.set_default_link(lan());
+    assert!(w.run_to_end(Duration::from_secs(60)), "not done (seed {seed})");
+    assert_eq!(w.receivers[0].verified, Some(true), "seed {seed}");
+    assert_eq!(w.receivers[1].ended, Some(ReceiverEvent::Ended { error: Some(codes::AUTHENTICATION_FAILED) }));
+}
+
+#[test]
+fn plain_and_protected_sides_never_join_each_other_and_say_why() {
+    let seed = 7404;
+    // A protected receiver and a plain sender.
+    let rx = keyed(seed, &[(1, 1)], &[Some(keys(Some(4), None, &[]))]);
+    let cfg = SenderConfig { announce_wait: Duration::from_secs(2), ..SenderConfig::default() };
+    let mut w = McastWorld::new(seed, cfg, 64 << 10, group(), sender(), rx);
+    w.set_default_link(lan());
+    assert!(w.run_to_end(Duration::from_secs(30)), "seed {seed}");
+    assert!(w.sender_events.iter().any(|(_, e)| *e == SenderEvent::Failed(SenderError::NoReceivers)));
+    let r = &w.receivers[0].engine;
+    assert_eq!(r.ignored().map(|i| i.1), Some(Ignored::PlainSession), "seed {seed}");
+    assert!(!r.is_registered() && r.stats().dropped_unprotected > 0);
+    // A plain receiver and a protected sender.
+    let rx = receivers(seed, &[(1, 1)]);
+    let cfg = SenderConfig {
+        announce_wait: Duration::from_secs(2),
+        security: Some(keys(Some(4), None, &[])),
+        ..SenderConfig::default()
+    };
+    let mut w = McastWorld::new(seed, cfg, 64 << 10, group(), sender(), rx);
+    w.set_default_link(lan());
+    assert!(w.run_to_end(Duration::from_secs(30)), "seed {seed}");
+    assert!(w.sender_events.iter().any(|(_, e)| *e == SenderEvent::Failed(SenderError::NoReceivers)));
+    assert_eq!(w.receivers[0].engine.ignored().map(|i| i.1), Some(Ignored::ProtectedSession), "seed {seed}");
+    // A receiver whose peers list lacks the sender's key.
+    let rx = keyed(seed, &[(1, 1)], &[Some(keys(None, Some(2), &[7]))]);
+    let cfg = SenderConfig {
+        announce_wait: Duration::from_secs(2),
+        security: Some(keys(None, Some(1), &[2])),
+        ..SenderConfig::default()
+    };
+    let mut w = McastWorld::new(seed, cfg, 64 << 10, group(), sender(), rx);
+    w.set_default_link(lan());
+    assert!(w.run_to_end(Duration::from_secs(30)), "seed {seed}");
+    assert_eq!(w.receivers[0].engine.ignored().map(|i| i.1), Some(Ignored::UnknownSender), "seed {seed}");
+}
+
+#[test]
+fn forged_replayed_and_plain_packets_change_nothing_in_a_protected_session() {
+    let seed = 7405;
+    let psk = Some(keys(Some(5), None, &[]));
+    let cfg = SenderConfig { min_receivers: 2, security: psk.clone(), ..SenderConfig::default() };
+    let mut w = McastWorld::new(seed, cfg, 2 << 20, group(), sender(), keyed(seed, &[(1, 2)], &[psk.clone(), psk]));
+    w.set_default_link(lan().loss(0.02));
+    w.capture = Some(Vec::new());
+    let quarter = w.sender.progress().1.expect("size known") / 4;
+    assert!(w.run_until(|w| w.sender.progress().0 >= quarter, Duration::from_secs(60)), "seed {seed}");
+    let seen = w.capture.take().expect("captured");
+    let session = w.sender.session_id();
+    let attacker: SocketAddr = "198.18.9.9:5000".parse().expect("addr");
+    let mut forged = 0;
+    for (from, to, d) in seen.iter().filter(|(_, _, d)| d[0] & 0x0f == PacketType::McSealed as u8).take(300) {
+        // Replayed as they were, from where they came.
+        w.inject(*from, *to, d.clone());
+        // The same under a packet number not seen yet (else it is only a
+        // replay), with one bit of the ciphertext changed.
+        let mut bad = d.clone();
+        bad[28] ^= 0x40;
+        let i = bad.len() - 20;
+        bad[i] ^= 1;
+        manyfold_proto::wire::seal(&mut bad);
+        w.inject(*from, *to, bad);
+        forged += 1;
+    }
+    // Plain packets with the real session id: an END for everyone, DATA of
+    // garbage at real SNs, a plain ACK from a receiver's address.
+    let mut buf = vec![0u8; 1500];
+    let n = emit(&mut buf, PacketType::McEnd, Flags::ERR, session, 0, 0, 0, |o| {
+        o[..2].copy_from_slice(&25u16.to_be_bytes());
+        2
+    })
+    .expect("fits");
+    w.inject(attacker, group(), buf[..n].to_vec());
+    for sn in 0..50 {
+        let n = emit(&mut buf, PacketType::McData, Flags::empty(), session, sn, sn, 1, |o| {
+            o[..1000].fill(0xee);
+            1000
+        })
+        .expect("fits");
+        w.inject(sender(), group(), buf[..n].to_vec());
+    }
+    let (client, net) = (w.receivers[0].engine.client_id(), 1);
+    let n = emit(&mut buf, PacketType::McStatus, Flags::FIN, session, 1 << 30, net, client, |_| 0).expect("fits");
+    w.inject(receiver(1, 0), sender(), buf[..n].to_vec());
+    assert!(w.run_to_end(Duration::from_secs(120)), "not done (seed {seed})");
+    assert_all_completed(&w, seed);
+    let (rs, ss) = (w.receivers[0].engine.stats(), w.sender.stats());
+    let replayed = rs.dropped_replayed + w.receivers[1].engine.stats().dropped_replayed + ss.dropped_replayed;
+    let forgeries = rs.dropped_unauthenticated + w.receivers[1].engine.stats().dropped_unauthenticated;
+    assert!(replayed >= forged * 8 / 10, "{replayed} replays dropped of {forged} (seed {seed})");
+    assert!(forgeries + ss.dropped_unauthenticated >= forged * 8 / 10, "{forgeries} forgeries dropped (seed {seed})");
+    assert!(rs.dropped_unprotected >= 40 && ss.dropped_unprotected >= 1, "{rs:?} {ss:?} (seed {seed})");
 }

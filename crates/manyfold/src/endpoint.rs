@@ -62,14 +62,7 @@ impl Endpoint {
         if engine_config.seed == 0 {
             engine_config.seed = os_seed()?;
         }
-        if let Some(security) = &engine_config.security {
-            // spec §19.1: a configuration must authenticate the peer.
-            security.check().map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
-        }
-        if engine_config.crypto_seed == [0; 32] {
-            getrandom::getrandom(&mut engine_config.crypto_seed)
-                .map_err(|e| io::Error::other(format!("cannot seed from the OS: {e}")))?;
-        }
+        prepare_security(engine_config.security.as_ref(), &mut engine_config.crypto_seed)?;
         let qlog = match qlog_dir {
             Some(dir) => {
                 std::fs::create_dir_all(&dir).map_err(|e| {
@@ -230,6 +223,21 @@ impl Drop for Endpoint {
         }
         self.shared.wake_driver();
     }
+}
+
+/// spec §19.1: a security configuration must authenticate the peer, and
+/// keys are drawn from 256 bits of the OS's randomness (all zeros: not set).
+pub(crate) fn prepare_security(
+    security: Option<&manyfold_proto::SecurityConfig>,
+    crypto_seed: &mut [u8; 32],
+) -> io::Result<()> {
+    if let Some(security) = security {
+        security.check().map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+    }
+    if *crypto_seed == [0; 32] {
+        getrandom::getrandom(crypto_seed).map_err(|e| io::Error::other(format!("cannot seed from the OS: {e}")))?;
+    }
+    Ok(())
 }
 
 /// A seed for the engine's RNG and secrets from the OS.

@@ -139,14 +139,15 @@ impl RecvBatch {
         }
     }
 
-    /// The datagrams of the first `n` slots, with their sources.
-    fn datagrams(&self, n: usize) -> impl Iterator<Item = (SocketAddr, &[u8])> + '_ {
-        self.metas.iter().take(n).enumerate().flat_map(move |(i, meta)| {
-            let start = i * self.slot_len;
-            let buf = &self.buf[start..start + meta.len.min(self.slot_len)];
+    /// The datagrams of the first `n` slots, with their sources (mutable:
+    /// a protected session's are opened in place, spec §19.7).
+    fn datagrams(&mut self, n: usize) -> impl Iterator<Item = (SocketAddr, &mut [u8])> + '_ {
+        let slot_len = self.slot_len;
+        self.buf.chunks_mut(slot_len).zip(self.metas.iter()).take(n).flat_map(move |(slot, meta)| {
+            let buf = &mut slot[..meta.len.min(slot_len)];
             let stride = if meta.stride == 0 { buf.len().max(1) } else { meta.stride };
             let from = crate::socket::canonical(meta.addr);
-            buf.chunks(stride).map(move |d| (from, d))
+            buf.chunks_mut(stride).map(move |d| (from, d))
         })
     }
 }
@@ -174,8 +175,8 @@ impl Inbound {
         Ok(n)
     }
 
-    fn datagrams(&self, n: usize) -> impl Iterator<Item = (SocketAddr, &[u8])> + '_ {
-        if self.from_group { &self.group } else { &self.unicast }.datagrams(n)
+    fn datagrams(&mut self, n: usize) -> impl Iterator<Item = (SocketAddr, &mut [u8])> + '_ {
+        if self.from_group { &mut self.group } else { &mut self.unicast }.datagrams(n)
     }
 }
 
@@ -311,6 +312,8 @@ pub async fn send(
     mut on_tick: impl FnMut(&SenderView),
 ) -> io::Result<SenderView> {
     use std::os::unix::fs::FileExt;
+    let mut cfg = cfg;
+    crate::endpoint::prepare_security(cfg.security.as_ref(), &mut cfg.crypto_seed)?;
     let socks = open(net)?;
     let start = Instant::now();
     let group = SocketAddr::V4(net.group);
@@ -439,6 +442,8 @@ pub struct ReceiverView {
     pub total: Option<u32>,
     pub stats: ReceiverStats,
     pub elapsed: Duration,
+    /// The last session heard but not joined, and why (spec §19.7).
+    pub ignored: Option<(u32, manyfold_proto::mcast::Ignored)>,
 }
 
 /// Receives one session from the group into `sink`. Returns how it ended.
@@ -450,6 +455,8 @@ pub async fn receive(
     wait: Option<Duration>,
     mut on_tick: impl FnMut(&ReceiverView),
 ) -> io::Result<(ReceiveOutcome, ReceiverView)> {
+    let mut cfg = cfg;
+    crate::endpoint::prepare_security(cfg.security.as_ref(), &mut cfg.crypto_seed)?;
     let socks = open(net)?;
     let start = Instant::now();
     let mut r = McastReceiver::new(cfg, SocketAddr::V4(net.group));
@@ -468,6 +475,7 @@ pub async fn receive(
             total,
             stats: r.stats(),
             elapsed: start.elapsed(),
+            ignored: r.ignored(),
         }
     };
     loop {
@@ -499,11 +507,16 @@ pub async fn receive(
         if let Some(o) = outcome.take() {
             return Ok((o, view(&r)));
         }
-        if let (Some(w), None) = (wait, r.sender()) {
+        if let (Some(w), false) = (wait, r.is_registered()) {
             if start.elapsed() >= w {
+                // A session heard but not joined says why (spec §19.7).
+                let heard = match r.ignored() {
+                    Some((session, why)) => format!("; heard session {session:08x} but did not join: {why}"),
+                    None => String::new(),
+                };
                 return Err(io::Error::new(
                     io::ErrorKind::TimedOut,
-                    format!("no session announced on {} within {:.0?}", net.group, w),
+                    format!("no session joined on {} within {:.0?}{heard}", net.group, w),
                 ));
             }
         }

@@ -196,11 +196,7 @@ pub struct Endpoint {
 impl Endpoint {
     pub fn new(config: EndpointConfig, now: Instant) -> Self {
         let mut rng = ChaCha8Rng::seed_from_u64(config.seed);
-        let crypto_rng = if config.crypto_seed == [0; 32] {
-            rand_chacha::ChaCha20Rng::seed_from_u64(config.seed ^ 0x6e6f_6973_6521)
-        } else {
-            rand_chacha::ChaCha20Rng::from_seed(config.crypto_seed)
-        };
+        let crypto_rng = crate::secure::crypto_rng(config.seed, config.crypto_seed);
         let secrets = Secrets::new(&mut rng, now);
         Endpoint {
             reset_tokens: f64::from(config.max_resets_per_sec),

@@ -11,6 +11,7 @@
 mod bitmap;
 mod fec;
 mod receiver;
+mod secure;
 mod sender;
 pub mod wire;
 
@@ -18,6 +19,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 pub use receiver::{Delivery, McastReceiver, ReceiverConfig, ReceiverEvent, ReceiverStats};
+pub use secure::{Ignored, Pattern, SEAL_OVERHEAD};
 pub use sender::{
     McastSender, ReceiverOutcome, ReceiverReport, SenderConfig, SenderError, SenderEvent, SenderStats, WindowRecord,
 };
@@ -27,6 +29,12 @@ pub use wire::{Announcement, McPacket, Phase};
 pub mod codes {
     /// The receiver table is full.
     pub const REFUSED: u16 = 3;
+    /// A plain receiver registered with a protected session (spec §19.7;
+    /// the connection's code 8).
+    pub const PROTECTION_MISMATCH: u16 = 8;
+    /// The registration's handshake failed: another PSK, or a key not
+    /// among the sender's known peers (the connection's code 9).
+    pub const AUTHENTICATION_FAILED: u16 = 9;
     /// The receiver's whole-file hash did not match.
     pub const HASH_MISMATCH: u16 = 20;
     /// Dropped: still missing packets at the completion timeout.

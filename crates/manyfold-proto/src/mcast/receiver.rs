@@ -7,14 +7,16 @@ use std::ops::Range;
 use std::time::{Duration, Instant};
 
 use rand::{RngCore, SeedableRng};
-use rand_chacha::ChaCha8Rng;
+use rand_chacha::{ChaCha20Rng, ChaCha8Rng};
 
 use super::bitmap::Bitmap;
 use super::fec;
+use super::secure::{identity, Grant, GroupKeys, Ignored, Pattern, Unseal, MAX_SOURCES, SEAL_OVERHEAD};
 use super::sender::packets_for;
-use super::wire::{emit, emit_ranges, Announcement, McPacket, Phase};
+use super::wire::{emit, emit_ranges, parse_announcement, Announcement, McPacket, Phase};
 use super::{uniform, McTransmit};
-use crate::wire::{Flags, PacketType};
+use crate::secure::{Handshake, SecurityConfig, KEY_LEN};
+use crate::wire::{Flags, Header, PacketType};
 
 /// Most gap ranges a receiver keeps for its next NACK; beyond it the
 /// oldest merge (the report is a flow-control signal, the bitmap is truth).
@@ -42,6 +44,10 @@ pub struct ReceiverConfig {
     /// Give up when nothing comes from the sender for this long after
     /// registering.
     pub sender_timeout: Duration,
+    /// Join only protected sessions (spec §19.7), with these keys.
+    pub security: Option<SecurityConfig>,
+    /// The handshake's randomness (spec §19.1); all zeros derives it from `seed`.
+    pub crypto_seed: [u8; 32],
 }
 
 impl Default for ReceiverConfig {
@@ -54,6 +60,8 @@ impl Default for ReceiverConfig {
             status_interval: Duration::from_secs(1),
             max_packets: 1 << 26,
             sender_timeout: Duration::from_secs(30),
+            security: None,
+            crypto_seed: [0; 32],
         }
     }
 }
@@ -103,6 +111,34 @@ pub struct ReceiverStats {
     pub parity_received: u64,
     /// Packets rebuilt from parity.
     pub fec_recovered: u64,
+    /// Protected sessions (spec §19.7): plain packets a protected receiver
+    /// does not take; sealed packets it has no key for (yet); sealed
+    /// packets that failed authentication or came from the wrong source;
+    /// replays.
+    pub dropped_unprotected: u64,
+    pub dropped_no_key: u64,
+    pub dropped_unauthenticated: u64,
+    pub dropped_replayed: u64,
+}
+
+/// What an invitation offered: session, pattern, the sender's key.
+type Invitation = (u32, Pattern, [u8; KEY_LEN]);
+
+/// A protected receiver's keys (spec §19.7).
+struct ReceiverSecurity {
+    config: SecurityConfig,
+    rng: ChaCha20Rng,
+    /// The registration's handshake under way: what it runs with
+    /// (session, pattern, the sender's key), and its message 1, sent again
+    /// until answered.
+    handshake: Option<(Handshake, Invitation, Vec<u8>)>,
+    keys: Option<GroupKeys>,
+}
+
+impl std::fmt::Debug for ReceiverSecurity {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ReceiverSecurity").field("keys", &self.keys).finish()
+    }
 }
 
 #[derive(Debug)]
@@ -151,6 +187,11 @@ pub struct McastReceiver {
     nacked_window: Option<u32>,
     events: VecDeque<ReceiverEvent>,
     stats: ReceiverStats,
+    security: Option<Box<ReceiverSecurity>>,
+    /// The packet `poll_plain` just wrote goes out unsealed.
+    send_clear: bool,
+    /// The last session heard and not joined, and why.
+    ignored: Option<(u32, Ignored)>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -197,8 +238,34 @@ impl McastReceiver {
             nacked_window: None,
             events: VecDeque::new(),
             stats: ReceiverStats::default(),
+            security: cfg.security.clone().map(|config| {
+                Box::new(ReceiverSecurity {
+                    config,
+                    rng: crate::secure::crypto_rng(cfg.seed, cfg.crypto_seed),
+                    handshake: None,
+                    keys: None,
+                })
+            }),
+            send_clear: false,
+            ignored: None,
             cfg,
         }
+    }
+
+    /// Whether the sender confirmed our registration.
+    pub fn is_registered(&self) -> bool {
+        self.registered
+    }
+
+    /// Whether this receiver joins only protected sessions (spec §19.7).
+    pub fn is_protected(&self) -> bool {
+        self.security.is_some()
+    }
+
+    /// The last session heard but not joined, and why (spec §19.7): a
+    /// receiver that waits in vain can say what it heard.
+    pub fn ignored(&self) -> Option<(u32, Ignored)> {
+        self.ignored
     }
 
     pub fn client_id(&self) -> u32 {
@@ -247,8 +314,50 @@ impl McastReceiver {
 
     // ---- input ------------------------------------------------------------
 
-    pub fn handle_datagram(&mut self, now: Instant, from: SocketAddr, data: &[u8]) -> Option<Delivery> {
-        let p = match McPacket::parse(data) {
+    /// Takes a datagram; a sealed one is opened in place, so the returned
+    /// payload range is into `data` as it is afterwards.
+    pub fn handle_datagram(&mut self, now: Instant, from: SocketAddr, data: &mut [u8]) -> Option<Delivery> {
+        if data.first().is_none_or(|b| b & 0x0f != PacketType::McSealed as u8) {
+            return self.on_packet(now, from, data, 0, None);
+        }
+        let keys = self.security.as_mut().and_then(|s| s.keys.as_mut());
+        let (Some(keys), Ok(_)) = (keys, Header::parse(data)) else {
+            self.stats.dropped_no_key += 1;
+            return None;
+        };
+        match keys.open(data) {
+            Ok((source, plain)) => {
+                let at = plain.start;
+                self.on_packet(now, from, &data[plain], at, Some(source))
+            }
+            Err(Unseal::Ours) => None,
+            Err(Unseal::Replayed) => {
+                self.stats.dropped_replayed += 1;
+                None
+            }
+            Err(Unseal::Forged) => {
+                self.stats.dropped_unauthenticated += 1;
+                None
+            }
+            Err(Unseal::Malformed | Unseal::TooManySources) => {
+                self.stats.dropped_malformed += 1;
+                None
+            }
+        }
+    }
+
+    /// A packet, plain or opened from `source`; `at` is where `data`
+    /// starts in the caller's datagram.
+    fn on_packet(
+        &mut self,
+        now: Instant,
+        from: SocketAddr,
+        data: &[u8],
+        at: usize,
+        source: Option<u32>,
+    ) -> Option<Delivery> {
+        let parsed = if source.is_some() { McPacket::parse_opened(data) } else { McPacket::parse(data) };
+        let p = match parsed {
             Ok(p) => p,
             Err(_) => {
                 self.stats.dropped_malformed += 1;
@@ -257,6 +366,8 @@ impl McastReceiver {
         };
         let session = match &p {
             McPacket::Announce { session, .. }
+            | McPacket::Invite { session, .. }
+            | McPacket::RegisterKeys { session, .. }
             | McPacket::RegisterAck { session, .. }
             | McPacket::Data { session, .. }
             | McPacket::Ack { session, .. }
@@ -270,9 +381,17 @@ impl McastReceiver {
             self.stats.dropped_other_session += 1;
             return None;
         }
+        if !self.takes(&p, session, source) {
+            return None;
+        }
+        if let McPacket::Invite { pattern, key, .. } = p {
+            self.on_invite(now, from, session, pattern, key);
+            return None;
+        }
         let from_sender = matches!(
             p,
             McPacket::Announce { .. }
+                | McPacket::RegisterKeys { .. }
                 | McPacket::RegisterAck { .. }
                 | McPacket::Data { .. }
                 | McPacket::Status { .. }
@@ -303,20 +422,16 @@ impl McastReceiver {
                 None
             }
             McPacket::RegisterAck { client, from_sn, info, .. } if client == self.client => {
-                if let (None, Some(info)) = (&self.info, info) {
-                    self.learn(info, None);
-                }
-                if !self.registered {
-                    self.registered = true;
-                    self.next_register = None;
-                    self.next_status = Some(now + self.cfg.status_interval);
-                    self.events.push_back(ReceiverEvent::Registered { from_sn });
-                }
+                self.on_registered(now, from_sn, info);
+                None
+            }
+            McPacket::RegisterKeys { client, noise, .. } if client == self.client => {
+                self.on_register_keys(now, noise);
                 None
             }
             McPacket::Data { sn, lwsn, last, repair, payload, .. } => {
-                let at = data.len() - payload.len();
-                self.on_data(now, sn, lwsn, last, repair, at..data.len())
+                let start = at + data.len() - payload.len();
+                self.on_data(now, sn, lwsn, last, repair, start..at + data.len())
             }
             McPacket::Ack { network, lwsn, missing, .. } => {
                 if network == self.cfg.network {
@@ -368,6 +483,93 @@ impl McastReceiver {
                 None
             }
             _ => None,
+        }
+    }
+
+    /// spec §19.7: whether a packet may be taken. A protected receiver
+    /// takes in the clear only the key exchange (and, before it has keys, a
+    /// refusal), the sender's packets only from source 0 and feedback only
+    /// from a receiver's; a plain one notes protected sessions it hears.
+    fn takes(&mut self, p: &McPacket<'_>, session: u32, source: Option<u32>) -> bool {
+        let protected = self.security.is_some();
+        let ok = match (source, p) {
+            (None, McPacket::Invite { .. }) if !protected => {
+                self.ignored = Some((session, Ignored::ProtectedSession));
+                false
+            }
+            (None, _) if !protected => true,
+            (None, McPacket::Invite { .. } | McPacket::RegisterKeys { .. }) => true,
+            (None, McPacket::End { error: Some(_), client, .. }) => !self.registered && *client == self.client,
+            (None, other) => {
+                if matches!(other, McPacket::Announce { .. }) && !self.registered {
+                    self.ignored = Some((session, Ignored::PlainSession));
+                }
+                self.stats.dropped_unprotected += 1;
+                return false;
+            }
+            (Some(s), McPacket::Ack { .. } | McPacket::Nack { .. }) => s != 0,
+            (Some(s), _) => s == 0,
+        };
+        if !ok && source.is_some() {
+            self.stats.dropped_unauthenticated += 1;
+        }
+        ok
+    }
+
+    /// A protected session's invitation (spec §19.7): start the
+    /// registration's handshake, unless we cannot or are registered.
+    fn on_invite(&mut self, now: Instant, from: SocketAddr, session: u32, pattern: Pattern, key: [u8; KEY_LEN]) {
+        let Some(sec) = self.security.as_mut() else { return };
+        if self.registered {
+            return;
+        }
+        if let Some(why) = pattern.refusal(&sec.config, &key) {
+            self.ignored = Some((session, why));
+            return;
+        }
+        // Unauthenticated, like everything before the handshake: the
+        // latest invitation says where to register and how.
+        let params = (session, pattern, key);
+        if sec.handshake.as_ref().is_none_or(|h| h.1 != params) {
+            let mut seed = [0u8; 32];
+            sec.rng.fill_bytes(&mut seed);
+            let mut hs = pattern.handshake(&sec.config, session, &key, true, seed);
+            let Ok(m1) = hs.write_with(&identity(self.client, self.cfg.network)) else { return };
+            sec.handshake = Some((hs, params, m1));
+        }
+        self.session = Some(session);
+        self.sender = Some(from);
+        self.request_registration(now);
+    }
+
+    /// REGISTER+ACK of a protected session: Noise message 2, whose payload
+    /// grants the group key, our source number and the session description.
+    fn on_register_keys(&mut self, now: Instant, noise: &[u8]) {
+        if self.registered {
+            return;
+        }
+        let Some(sec) = self.security.as_mut() else { return };
+        let Some((hs, ..)) = sec.handshake.as_mut() else { return };
+        // A forgery fails and leaves the handshake as it was (snow restores
+        // its state), so the real answer still opens.
+        let Some(grant) = hs.read_with(noise).ok().and_then(|p| Grant::decode(&p)) else {
+            self.stats.dropped_unauthenticated += 1;
+            return;
+        };
+        sec.keys = Some(GroupKeys::new(&grant.key, grant.source, MAX_SOURCES));
+        sec.handshake = None;
+        self.on_registered(now, grant.from_sn, parse_announcement(&grant.info).ok());
+    }
+
+    fn on_registered(&mut self, now: Instant, from_sn: u32, info: Option<Announcement>) {
+        if let (None, Some(info)) = (&self.info, info) {
+            self.learn(info, None);
+        }
+        if !self.registered {
+            self.registered = true;
+            self.next_register = None;
+            self.next_status = Some(now + self.cfg.status_interval);
+            self.events.push_back(ReceiverEvent::Registered { from_sn });
         }
     }
 
@@ -611,6 +813,21 @@ impl McastReceiver {
     // ---- output -----------------------------------------------------------
 
     pub fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<McTransmit> {
+        if self.security.is_none() {
+            return self.poll_plain(now, buf);
+        }
+        // spec §19.7: every packet is sealed but REGISTER.
+        self.send_clear = false;
+        let room = buf.len().checked_sub(SEAL_OVERHEAD)?;
+        let t = self.poll_plain(now, &mut buf[..room])?;
+        if std::mem::take(&mut self.send_clear) {
+            return Some(t);
+        }
+        let keys = self.security.as_mut().and_then(|s| s.keys.as_mut())?;
+        Some(McTransmit { size: keys.seal(buf, t.size), ..t })
+    }
+
+    fn poll_plain(&mut self, now: Instant, buf: &mut [u8]) -> Option<McTransmit> {
         if self.is_finished() {
             return None;
         }
@@ -696,7 +913,21 @@ impl McastReceiver {
             return None;
         }
         self.next_register = Some(now + self.cfg.register_retry);
-        let n = emit(buf, PacketType::McRegister, Flags::empty(), session, 0, self.cfg.network, self.client, |_| 0)?;
+        let (network, client) = (self.cfg.network, self.client);
+        let n = match self.security.as_ref() {
+            None => emit(buf, PacketType::McRegister, Flags::empty(), session, 0, network, client, |_| 0)?,
+            Some(sec) => {
+                // Noise message 1, the same until answered (spec §19.7).
+                let (.., m1) = sec.handshake.as_ref()?;
+                let n = emit(buf, PacketType::McRegister, Flags::CKE, session, 0, network, client, |o| {
+                    let n = m1.len().min(o.len());
+                    o[..n].copy_from_slice(&m1[..n]);
+                    n
+                })?;
+                self.send_clear = true;
+                n
+            }
+        };
         Some(McTransmit { destination: sender, size: n })
     }
 

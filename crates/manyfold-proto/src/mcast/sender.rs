@@ -6,14 +6,16 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use rand::{RngCore, SeedableRng};
-use rand_chacha::ChaCha8Rng;
+use rand_chacha::{ChaCha20Rng, ChaCha8Rng};
 
 use super::bitmap::Bitmap;
 use super::fec;
-use super::wire::{emit, emit_announcement, Announcement, McPacket, Phase, UNKNOWN_TOTAL};
+use super::secure::{identity, Grant, GroupKeys, Pattern, Unseal, SEAL_OVERHEAD};
+use super::wire::{emit, emit_announcement, emit_invitation, Announcement, McPacket, Phase, UNKNOWN_TOTAL};
 use super::{codes, McTransmit};
 use crate::congestion::pacer::Pacer;
-use crate::wire::{Flags, PacketType, HEADER_LEN};
+use crate::secure::{public_key, SecurityConfig, KEY_LEN};
+use crate::wire::{Flags, Header, PacketType, HEADER_LEN};
 
 /// The sender's parameters (spec §16.3–§16.8).
 #[derive(Debug, Clone)]
@@ -73,6 +75,12 @@ pub struct SenderConfig {
     /// of it, so random loss on receivers' links does not throttle the
     /// session (timer expiries still do).
     pub loss_tolerance: f64,
+    /// Protect the session (spec §19.7): a group key handed to each
+    /// receiver in its registration's Noise handshake, every packet sealed.
+    pub security: Option<SecurityConfig>,
+    /// The group key's and the handshakes' randomness (spec §19.1): 256
+    /// bits from the OS; all zeros derives it from `seed` (simulations).
+    pub crypto_seed: [u8; 32],
 }
 
 impl Default for SenderConfig {
@@ -106,6 +114,8 @@ impl Default for SenderConfig {
             fec_k: 32,
             fec_proactive: 0,
             loss_tolerance: 0.05,
+            security: None,
+            crypto_seed: [0; 32],
         }
     }
 }
@@ -156,6 +166,14 @@ pub struct ReceiverReport {
     pub reported_lost: u64,
     pub repair_passes: u32,
     pub outcome: ReceiverOutcome,
+    /// The static key it proved, in a protected session whose sender
+    /// names its known peers (spec §19.7).
+    pub peer_key: Option<[u8; KEY_LEN]>,
+    /// Its source number under the group key (0: a plain session).
+    source: u32,
+    /// Its registration's Noise message 1 and our answer, sent again for
+    /// a repeated REGISTER.
+    registration: Option<Box<(Vec<u8>, Vec<u8>)>>,
     last_heard: Instant,
     /// Losses reported since the last window resolved.
     window_lost: u64,
@@ -235,6 +253,14 @@ pub struct SenderStats {
     pub dropped_other_session: u64,
     pub dropped_unknown_client: u64,
     pub refused: u64,
+    /// Protected sessions (spec §19.7): plain packets other than a
+    /// registration; sealed packets that failed authentication (or came
+    /// under another receiver's source); replays.
+    pub dropped_unprotected: u64,
+    pub dropped_unauthenticated: u64,
+    pub dropped_replayed: u64,
+    /// Registrations whose handshake failed (another PSK, an unknown key).
+    pub auth_failures: u64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -269,10 +295,40 @@ struct Window {
 /// Control packets waiting to go out, to one receiver.
 #[derive(Debug, Clone, Copy)]
 enum Control {
-    RegisterAck { idx: usize },
-    StatusAck { idx: usize },
-    EndOne { idx: usize, code: u16 },
-    Refuse { addr: SocketAddr, client: u32 },
+    RegisterAck {
+        idx: usize,
+    },
+    StatusAck {
+        idx: usize,
+    },
+    EndOne {
+        idx: usize,
+        code: u16,
+    },
+    /// In the clear: the receiver has no group key.
+    Refuse {
+        addr: SocketAddr,
+        client: u32,
+        code: u16,
+    },
+}
+
+/// A protected session's keys (spec §19.7).
+struct SenderSecurity {
+    config: SecurityConfig,
+    pattern: Pattern,
+    /// Our static public key, announced (zeros under NNpsk0).
+    public: [u8; KEY_LEN],
+    rng: ChaCha20Rng,
+    group_key: [u8; KEY_LEN],
+    keys: GroupKeys,
+    next_source: u32,
+}
+
+impl std::fmt::Debug for SenderSecurity {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SenderSecurity").field("pattern", &self.pattern).field("keys", &self.keys).finish()
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -331,6 +387,13 @@ pub struct McastSender {
     new_losses: u32,
     /// Smoothed time from a window's last packet to its first ACK.
     ack_time: Option<Duration>,
+    security: Option<Box<SenderSecurity>>,
+    /// The packet `poll_plain` just wrote goes out unsealed.
+    send_clear: bool,
+    /// A protected session's invitation follows its sealed ANNOUNCE.
+    invite_due: bool,
+    /// Scratch for opening sealed packets.
+    opened: Vec<u8>,
     events: VecDeque<SenderEvent>,
     stats: SenderStats,
 }
@@ -342,8 +405,25 @@ impl McastSender {
         cfg.fec_k = cfg.fec_k.min(fec::MAX_FEC_K);
         let mut rng = ChaCha8Rng::seed_from_u64(cfg.seed);
         let session = rng.next_u32().max(1);
+        let security = cfg.security.clone().map(|config| {
+            let mut rng = crate::secure::crypto_rng(cfg.seed, cfg.crypto_seed);
+            let mut group_key = [0u8; KEY_LEN];
+            rng.fill_bytes(&mut group_key);
+            Box::new(SenderSecurity {
+                pattern: Pattern::of_sender(&config),
+                public: config.private_key.map(|k| public_key(&k)).unwrap_or_default(),
+                keys: GroupKeys::new(&group_key, 0, cfg.max_receivers.saturating_mul(2) + 1),
+                config,
+                rng,
+                group_key,
+                next_source: 1,
+            })
+        });
+        // A sealed DATA packet keeps the datagram size (spec §19.7).
+        let overhead = if security.is_some() { SEAL_OVERHEAD } else { 0 };
         // Even: Reed-Solomon shards are whole 16-bit words (spec §16.9).
-        info.block = ((cfg.max_datagram.saturating_sub(HEADER_LEN)).clamp(64, u16::MAX as usize) & !1) as u16;
+        info.block =
+            ((cfg.max_datagram.saturating_sub(HEADER_LEN + overhead)).clamp(64, u16::MAX as usize) & !1) as u16;
         info.fec_k = cfg.fec_k;
         info.artp_max_us = cfg.artp_max.as_micros().min(u128::from(u32::MAX)) as u32;
         info.repair_interval_ms = 50;
@@ -385,10 +465,19 @@ impl McastSender {
             artp_acks_at: 0,
             new_losses: 0,
             ack_time: None,
+            security,
+            send_clear: false,
+            invite_due: false,
+            opened: Vec::new(),
             events: VecDeque::new(),
             stats: SenderStats::default(),
             cfg,
         }
+    }
+
+    /// Whether the session is protected (spec §19.7).
+    pub fn is_protected(&self) -> bool {
+        self.security.is_some()
     }
 
     pub fn session_id(&self) -> u32 {
@@ -467,7 +556,30 @@ impl McastSender {
     // ---- input ------------------------------------------------------------
 
     pub fn handle_datagram(&mut self, now: Instant, from: SocketAddr, data: &[u8]) {
-        let p = match McPacket::parse(data) {
+        if data.first().is_none_or(|b| b & 0x0f != PacketType::McSealed as u8) {
+            return self.on_packet(now, from, data, None);
+        }
+        let (Some(sec), Ok(_)) = (self.security.as_mut(), Header::parse(data)) else {
+            self.stats.dropped_malformed += 1;
+            return;
+        };
+        let mut buf = std::mem::take(&mut self.opened);
+        buf.clear();
+        buf.extend_from_slice(data);
+        match sec.keys.open(&mut buf) {
+            Ok((source, plain)) => self.on_packet(now, from, &buf[plain], Some(source)),
+            Err(Unseal::Ours) => {}
+            Err(Unseal::Replayed) => self.stats.dropped_replayed += 1,
+            Err(Unseal::Forged) => self.stats.dropped_unauthenticated += 1,
+            Err(Unseal::Malformed | Unseal::TooManySources) => self.stats.dropped_malformed += 1,
+        }
+        self.opened = buf;
+    }
+
+    /// A packet, plain or opened from `source` (spec §19.7).
+    fn on_packet(&mut self, now: Instant, from: SocketAddr, data: &[u8], source: Option<u32>) {
+        let parsed = if source.is_some() { McPacket::parse_opened(data) } else { McPacket::parse(data) };
+        let p = match parsed {
             Ok(p) => p,
             Err(_) => {
                 self.stats.dropped_malformed += 1;
@@ -487,14 +599,27 @@ impl McastSender {
             self.stats.dropped_other_session += 1;
             return;
         }
-        if let McPacket::Register { network, .. } = p {
-            self.on_register(now, from, client, network);
+        if let McPacket::Register { network, noise, .. } = p {
+            // Registrations go in the clear: the receiver has no key yet.
+            if source.is_none() {
+                self.on_register(now, from, client, network, noise);
+            }
+            return;
+        }
+        if self.security.is_some() && source.is_none() {
+            self.stats.dropped_unprotected += 1;
             return;
         }
         let Some(&idx) = self.by_client.get(&client) else {
             self.stats.dropped_unknown_client += 1;
             return;
         };
+        if source.is_some_and(|s| s != self.receivers[idx].source) {
+            // A member speaking for another: the group key is shared, the
+            // source number is each registration's own.
+            self.stats.dropped_unauthenticated += 1;
+            return;
+        }
         self.receivers[idx].last_heard = now;
         // A receiver on another network sends its ACKs and NACKs twice
         // (group and unicast, spec §16.4): take each once.
@@ -552,10 +677,21 @@ impl McastSender {
         self.check_loss(now, idx);
     }
 
-    fn on_register(&mut self, now: Instant, from: SocketAddr, client: u32, network: u32) {
+    fn on_register(&mut self, now: Instant, from: SocketAddr, client: u32, network: u32, noise: Option<&[u8]>) {
         if client == 0 {
             self.stats.dropped_malformed += 1;
             return;
+        }
+        match (self.security.is_some(), noise) {
+            (false, None) => {}
+            (true, Some(m1)) => return self.on_keyed_register(now, from, client, network, m1),
+            // No downgrade, either way (spec §19.7).
+            _ => {
+                self.stats.refused += 1;
+                let code = codes::PROTECTION_MISMATCH;
+                self.control.push_back(Control::Refuse { addr: from, client, code });
+                return;
+            }
         }
         if let Some(&idx) = self.by_client.get(&client) {
             let r = &mut self.receivers[idx];
@@ -564,13 +700,26 @@ impl McastSender {
             self.control.push_back(Control::RegisterAck { idx });
             return;
         }
-        if self.receivers.len() >= self.cfg.max_receivers || matches!(self.stage, Stage::Ending { .. } | Stage::Done) {
+        if let Some(idx) = self.admit(now, from, client, network) {
+            self.control.push_back(Control::RegisterAck { idx });
+        }
+    }
+
+    /// Whether a new receiver would be refused (spec §16.8).
+    fn full(&self) -> bool {
+        self.receivers.len() >= self.cfg.max_receivers || matches!(self.stage, Stage::Ending { .. } | Stage::Done)
+    }
+
+    /// Adds a receiver to the table; refuses it if the table is full or
+    /// the session ending.
+    fn admit(&mut self, now: Instant, from: SocketAddr, client: u32, network: u32) -> Option<usize> {
+        if self.full() {
             self.stats.refused += 1;
-            self.control.push_back(Control::Refuse { addr: from, client });
-            return;
+            self.control.push_back(Control::Refuse { addr: from, client, code: codes::REFUSED });
+            return None;
         }
         let idx = self.receivers.len();
-        let joined_at = if self.stage == Stage::Announcing { 0 } else { self.next_sn };
+        let joined_at = self.joining_sn();
         self.receivers.push(ReceiverReport {
             client,
             addr: from,
@@ -580,17 +729,95 @@ impl McastSender {
             reported_lost: 0,
             repair_passes: 0,
             outcome: ReceiverOutcome::Active,
+            peer_key: None,
+            source: 0,
+            registration: None,
             last_heard: now,
             window_lost: 0,
             last_feedback: None,
             next_pass_at: None,
         });
         self.by_client.insert(client, idx);
-        self.control.push_back(Control::RegisterAck { idx });
         self.events.push_back(SenderEvent::ReceiverJoined { client, addr: from, from_sn: joined_at });
         if self.stage == Stage::Announcing && self.live() >= self.cfg.min_receivers.max(1) {
             self.start(now);
         }
+        Some(idx)
+    }
+
+    /// The SN a receiver registering now receives from.
+    fn joining_sn(&self) -> u32 {
+        if self.stage == Stage::Announcing {
+            0
+        } else {
+            self.next_sn
+        }
+    }
+
+    /// spec §19.7: REGISTER carries Noise message 1; once it proves the
+    /// receiver, REGISTER+ACK carries message 2 with the group key, the
+    /// receiver's source number and the session description.
+    fn on_keyed_register(&mut self, now: Instant, from: SocketAddr, client: u32, network: u32, m1: &[u8]) {
+        let known = self.by_client.get(&client).copied();
+        if let Some(idx) = known {
+            let r = &mut self.receivers[idx];
+            if r.registration.as_ref().is_some_and(|reg| reg.0 == m1) {
+                // Our answer was lost: the same one again.
+                r.addr = from;
+                r.last_heard = now;
+                self.control.push_back(Control::RegisterAck { idx });
+                return;
+            }
+        }
+        if known.is_none() && self.full() {
+            self.stats.refused += 1;
+            self.control.push_back(Control::Refuse { addr: from, client, code: codes::REFUSED });
+            return;
+        }
+        let from_sn = known.map_or_else(|| self.joining_sn(), |idx| self.receivers[idx].joined_at);
+        let mut info = vec![0u8; 64 + 255];
+        let n = emit_announcement(&mut info, &self.info);
+        info.truncate(n);
+        let session = self.session;
+        let sec = self.security.as_mut().expect("a keyed registration is only taken when protected");
+        let mut seed = [0u8; 32];
+        sec.rng.fill_bytes(&mut seed);
+        let mut hs = sec.pattern.handshake(&sec.config, session, &sec.public, false, seed);
+        // The ids inside message 1 are authenticated; the header's must match.
+        let proven = hs.read_with(m1).is_ok_and(|id| id == identity(client, network));
+        let source = sec.next_source;
+        let grant = Grant { source, from_sn, key: sec.group_key, info };
+        let reply = match hs.write_with(&grant.encode()) {
+            Ok(reply) if proven && source < u32::MAX => reply,
+            _ => {
+                self.stats.auth_failures += 1;
+                let code = codes::AUTHENTICATION_FAILED;
+                self.control.push_back(Control::Refuse { addr: from, client, code });
+                return;
+            }
+        };
+        sec.next_source += 1;
+        let peer_key = hs.peer_key();
+        let idx = match known {
+            Some(idx) => {
+                // Registered again (it restarted its handshake): the old
+                // source number is retired.
+                let r = &mut self.receivers[idx];
+                sec.keys.forget(r.source);
+                r.addr = from;
+                r.last_heard = now;
+                idx
+            }
+            None => match self.admit(now, from, client, network) {
+                Some(idx) => idx,
+                None => return,
+            },
+        };
+        let r = &mut self.receivers[idx];
+        r.source = source;
+        r.peer_key = peer_key;
+        r.registration = Some(Box::new((m1.to_vec(), reply)));
+        self.control.push_back(Control::RegisterAck { idx });
     }
 
     /// spec §16.3: the window shrinks by one for each report that names a
@@ -1019,8 +1246,33 @@ impl McastSender {
         buf: &mut [u8],
         source: &mut dyn FnMut(u64, &mut [u8]) -> usize,
     ) -> Option<McTransmit> {
+        if self.security.is_none() {
+            return self.poll_plain(now, buf, source);
+        }
+        // spec §19.7: every packet is sealed but the key exchange's.
+        self.send_clear = false;
+        let room = buf.len().checked_sub(SEAL_OVERHEAD)?;
+        let t = self.poll_plain(now, &mut buf[..room], source)?;
+        if std::mem::take(&mut self.send_clear) {
+            return Some(t);
+        }
+        let sec = self.security.as_mut().expect("checked");
+        Some(McTransmit { size: sec.keys.seal(buf, t.size), ..t })
+    }
+
+    fn poll_plain(
+        &mut self,
+        now: Instant,
+        buf: &mut [u8],
+        source: &mut dyn FnMut(u64, &mut [u8]) -> usize,
+    ) -> Option<McTransmit> {
         if let Some(c) = self.control.pop_front() {
             return self.send_control(buf, c);
+        }
+        if std::mem::take(&mut self.invite_due) {
+            if let Some(t) = self.send_invitation(buf) {
+                return Some(t);
+            }
         }
         match self.stage {
             Stage::Done => return None,
@@ -1070,8 +1322,21 @@ impl McastSender {
         Some(sent)
     }
 
+    /// A protected session's invitation, in the clear (spec §19.7): how to
+    /// register, and nothing of the session itself.
+    fn send_invitation(&mut self, buf: &mut [u8]) -> Option<McTransmit> {
+        let sec = self.security.as_ref()?;
+        let (pattern, key) = (sec.pattern, sec.public);
+        let n = emit(buf, PacketType::McAnnounce, Flags::CKE, self.session, 0, 0, 0, |o| {
+            emit_invitation(o, pattern, &key)
+        })?;
+        self.send_clear = true;
+        Some(McTransmit { destination: self.group, size: n })
+    }
+
     fn send_announce(&mut self, buf: &mut [u8]) -> Option<McTransmit> {
         self.stats.announces += 1;
+        self.invite_due = self.security.is_some();
         let phase = match self.stage {
             Stage::Announcing | Stage::Data => Phase::Data,
             Stage::Repair => Phase::Repair,
@@ -1089,6 +1354,18 @@ impl McastSender {
     fn send_control(&mut self, buf: &mut [u8], c: Control) -> Option<McTransmit> {
         let s = self.session;
         let (dest, n) = match c {
+            Control::RegisterAck { idx } if self.security.is_some() => {
+                let r = &self.receivers[idx];
+                let reply = &r.registration.as_ref()?.1;
+                let flags = Flags::ACK | Flags::CKE;
+                let n = emit(buf, PacketType::McRegister, flags, s, 0, r.network, r.client, |o| {
+                    let n = reply.len().min(o.len());
+                    o[..n].copy_from_slice(&reply[..n]);
+                    n
+                })?;
+                self.send_clear = true;
+                (r.addr, n)
+            }
             Control::RegisterAck { idx } => {
                 let r = &self.receivers[idx];
                 let info = &self.info;
@@ -1105,8 +1382,9 @@ impl McastSender {
                 let r = &self.receivers[idx];
                 (r.addr, emit(buf, PacketType::McEnd, Flags::ERR, s, self.next_sn, 0, r.client, |o| put_code(o, code))?)
             }
-            Control::Refuse { addr, client } => {
-                (addr, emit(buf, PacketType::McEnd, Flags::ERR, s, 0, 0, client, |o| put_code(o, codes::REFUSED))?)
+            Control::Refuse { addr, client, code } => {
+                self.send_clear = true;
+                (addr, emit(buf, PacketType::McEnd, Flags::ERR, s, 0, 0, client, |o| put_code(o, code))?)
             }
         };
         Some(McTransmit { destination: dest, size: n })

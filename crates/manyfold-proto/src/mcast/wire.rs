@@ -3,6 +3,7 @@
 
 use std::ops::Range;
 
+pub use super::secure::Pattern;
 use crate::wire::{seal, DecodeError, Flags, Header, PacketType, HEADER_LEN};
 
 /// Bytes of a range-list entry: `[start, end)` as two `u32`.
@@ -104,10 +105,26 @@ pub enum McPacket<'a> {
         phase: Phase,
         info: Announcement,
     },
+    /// A protected session's invitation (ANNOUNCE with CKE, spec §19.7):
+    /// the registration's Noise pattern and the sender's static key.
+    Invite {
+        session: u32,
+        pattern: Pattern,
+        key: [u8; 32],
+    },
+    /// `noise`: Noise message 1 of a protected registration (CKE).
     Register {
         session: u32,
         client: u32,
         network: u32,
+        noise: Option<&'a [u8]>,
+    },
+    /// A protected registration's answer (REGISTER with ACK and CKE):
+    /// Noise message 2, whose payload holds the group key (spec §19.7).
+    RegisterKeys {
+        session: u32,
+        client: u32,
+        noise: &'a [u8],
     },
     /// Carries the session description, so that a receiver that heard
     /// only DATA can register at once (spec §16.6).
@@ -178,8 +195,16 @@ impl<'a> McPacket<'a> {
     /// Checks and parses a whole datagram; segments and malformed packets
     /// are errors (the caller drops and counts them, spec §3.5).
     pub fn parse(data: &'a [u8]) -> Result<McPacket<'a>, DecodeError> {
-        let h = Header::parse(data)?;
-        let p = &data[HEADER_LEN..];
+        Self::parse_header(Header::parse(data)?, &data[HEADER_LEN..])
+    }
+
+    /// Parses a datagram a group key just opened: the AEAD vouches for it,
+    /// its CRC field is stale (spec §19.7).
+    pub(crate) fn parse_opened(data: &'a [u8]) -> Result<McPacket<'a>, DecodeError> {
+        Self::parse_header(Header::parse_opened(data)?, &data[HEADER_LEN..])
+    }
+
+    fn parse_header(h: Header, p: &'a [u8]) -> Result<McPacket<'a>, DecodeError> {
         let session = h.conn_id;
         if session == 0 {
             return Err(DecodeError::Malformed);
@@ -191,7 +216,14 @@ impl<'a> McPacket<'a> {
             (None, p)
         };
         let (client, network) = (h.window, h.ack);
+        // CKE marks the clear packets of a protected session's key exchange.
+        let keyed = h.flags.contains(Flags::CKE);
         Ok(match h.ptype {
+            PacketType::McAnnounce if keyed => {
+                let (&pattern, key) = p.split_first().ok_or(DecodeError::Malformed)?;
+                let key = key.try_into().map_err(|_| DecodeError::Malformed)?;
+                McPacket::Invite { session, pattern: Pattern::from_u8(pattern)?, key }
+            }
             PacketType::McAnnounce => {
                 let phase = match h.window {
                     0 => Phase::Data,
@@ -202,11 +234,21 @@ impl<'a> McPacket<'a> {
                 let total = (h.ack != UNKNOWN_TOTAL).then_some(h.ack);
                 McPacket::Announce { session, next_sn: h.seq, total, phase, info: parse_announcement(p)? }
             }
+            PacketType::McRegister if keyed => {
+                if p.is_empty() {
+                    return Err(DecodeError::Malformed);
+                }
+                if h.flags.contains(Flags::ACK) {
+                    McPacket::RegisterKeys { session, client, noise: p }
+                } else {
+                    McPacket::Register { session, client, network, noise: Some(p) }
+                }
+            }
             PacketType::McRegister if h.flags.contains(Flags::ACK) => {
                 let info = if p.is_empty() { None } else { Some(parse_announcement(p)?) };
                 McPacket::RegisterAck { session, client, network, from_sn: h.seq, info }
             }
-            PacketType::McRegister => McPacket::Register { session, client, network },
+            PacketType::McRegister => McPacket::Register { session, client, network, noise: None },
             PacketType::McData => McPacket::Data {
                 session,
                 sn: h.seq,
@@ -244,12 +286,14 @@ impl<'a> McPacket<'a> {
                 }
                 McPacket::Parity { session, block: h.seq, index, k, shard: p }
             }
-            PacketType::Segment | PacketType::Protected => return Err(DecodeError::PacketType(h.ptype as u8)),
+            PacketType::Segment | PacketType::Protected | PacketType::McSealed => {
+                return Err(DecodeError::PacketType(h.ptype as u8))
+            }
         })
     }
 }
 
-fn parse_announcement(p: &[u8]) -> Result<Announcement, DecodeError> {
+pub(crate) fn parse_announcement(p: &[u8]) -> Result<Announcement, DecodeError> {
     let fixed = p.get(..ANNOUNCE_FIXED).ok_or(DecodeError::Malformed)?;
     let size = u64::from_be_bytes(fixed[..8].try_into().expect("8 bytes"));
     let block = u16::from_be_bytes([fixed[8], fixed[9]]);
@@ -318,6 +362,16 @@ pub fn emit_announcement(out: &mut [u8], a: &Announcement) -> usize {
     out[51] = name.len() as u8;
     out[ANNOUNCE_FIXED..n].copy_from_slice(name);
     n
+}
+
+/// Writes an invitation's payload (spec §19.7); returns its length.
+pub fn emit_invitation(out: &mut [u8], pattern: Pattern, key: &[u8; 32]) -> usize {
+    if out.len() < 33 {
+        return 0;
+    }
+    out[0] = pattern as u8;
+    out[1..33].copy_from_slice(key);
+    33
 }
 
 fn be32(b: &[u8]) -> u32 {

@@ -41,7 +41,8 @@ mod field {
 /// Packet type, the low nibble of byte 0 (spec §3.1). Connections (and the
 /// groups built of them) use [`PacketType::Segment`]; types 1–9 are the
 /// multicast session's (spec §16.2, §16.9); 10 is a protected segment
-/// (spec §19.3); 11–15 are reserved.
+/// (spec §19.3); 11 a sealed multicast packet (spec §19.7); 12–15 are
+/// reserved.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[repr(u8)]
 pub enum PacketType {
@@ -67,6 +68,9 @@ pub enum PacketType {
     McParity = 9,
     /// A segment whose payload is encrypted and authenticated (spec §19.3).
     Protected = 10,
+    /// Multicast: a packet of a protected session, sealed under its group
+    /// key (spec §19.7).
+    McSealed = 11,
 }
 
 impl PacketType {
@@ -83,6 +87,7 @@ impl PacketType {
             8 => PacketType::McEnd,
             9 => PacketType::McParity,
             10 => PacketType::Protected,
+            11 => PacketType::McSealed,
             other => return Err(DecodeError::PacketType(other)),
         })
     }
