@@ -12,7 +12,11 @@
 --     payload cannot be decoded without the connection's keys);
 --   * the multicast session's packets, types 1-9: ANNOUNCE, REGISTER,
 --     REGISTER+ACK, DATA, ACK, NACK, REPAIR, STATUS, END, PARITY
---     (spec §16.2, §16.9).
+--     (spec §16.2, §16.9);
+--   * protected multicast sessions (spec §19.7): the clear key exchange
+--     (INVITE, REGISTER+CKE with Noise message 1, REGISTER+ACK+CKE with
+--     message 2) and sealed packets, type 11 (source, packet number, the
+--     encrypted inner packet, the tag).
 -- The layouts follow the encoders in crates/manyfold-proto/src/wire/ and
 -- crates/manyfold-proto/src/mcast/wire.rs byte for byte.
 --
@@ -83,8 +87,11 @@ local packet_types = {
     [8] = "END",
     [9] = "PARITY",
     [10] = "PROTECTED",
+    [11] = "SEALED",
 }
-local MAX_TYPE = 10
+local MAX_TYPE = 11
+local SEAL_HEAD = 4 + 8 -- sealed multicast packet: source, packet number (spec §19.7)
+local patterns = { [1] = "IK", [2] = "IKpsk1", [3] = "NNpsk0" }
 
 -- spec §8.3 (connections), mcast/mod.rs `codes` (spec §16.7), and the
 -- application codes manyfold itself sends in RESET/STOP chunks.
@@ -249,6 +256,15 @@ field("mc_hash", ProtoField.bytes("manyfold.mc.hash", "Hash"))
 field("mc_name_len", ProtoField.uint8("manyfold.mc.name_len", "Name length", base.DEC))
 field("mc_name", ProtoField.string("manyfold.mc.name", "Name"))
 -- Range lists (spec §16.2)
+-- Protected multicast sessions (spec §19.7)
+field("mc_pattern", ProtoField.uint8("manyfold.mc.pattern", "Noise pattern", base.DEC, patterns))
+field("mc_sender_key", ProtoField.bytes("manyfold.mc.sender_key", "Sender's static public key"))
+field("mc_noise", ProtoField.bytes("manyfold.mc.noise", "Noise handshake message"))
+field("mc_source", ProtoField.uint32("manyfold.mc.source", "Source (0: the sender)", base.DEC))
+field("mc_seq", ProtoField.uint32("manyfold.mc.seq", "Sequence field (SN, LWSN, held, ... by the inner type)", base.DEC))
+field("mc_ack", ProtoField.uint32("manyfold.mc.ack", "Acknowledgement field (by the inner type)", base.DEC))
+field("mc_win", ProtoField.uint32("manyfold.mc.win", "Window field (window, client, ... by the inner type)", base.DEC))
+
 field("mc_ranges", ProtoField.bytes("manyfold.mc.ranges", "Missing SNs"))
 field("mc_range_count", ProtoField.uint16("manyfold.mc.ranges.count", "Ranges", base.DEC))
 field("mc_range_start", ProtoField.uint32("manyfold.mc.range.start", "Start", base.DEC))
@@ -891,6 +907,74 @@ local function dissect_announcement(tvb, tree, at, stop)
     return name
 end
 
+-- A sealed multicast packet (spec §19.7): the header in the clear and
+-- authenticated (the inner packet's flags and fields, type 11); the
+-- source and packet number; the encrypted inner type and payload; the tag.
+local function dissect_sealed(tvb, pinfo, tree, ht, flags, stop)
+    local session = tvb(4, 4):uint()
+    ht:add(f.mc_session, tvb(4, 4))
+    ht:add(f.mc_seq, tvb(8, 4))
+    ht:add(f.mc_ack, tvb(12, 4))
+    ht:add(f.mc_win, tvb(16, 4))
+    local role = "SEALED"
+    tree:add(f.packet, role):set_generated()
+    local head = string.format("%s [%s] session=%08x seq=%u", role, flag_names(flags), session, tvb(8, 4):uint())
+    local plen = stop - HEADER_LEN
+    if plen < SEAL_HEAD + 1 + TAG_LEN then
+        local pt = tree:add(tvb(HEADER_LEN, plen), "Sealed payload, truncated")
+        bad(pt, nil, string.format("a sealed packet needs %d bytes after the header (source, packet number, inner "
+            .. "type and tag), has %d", SEAL_HEAD + 1 + TAG_LEN, plen))
+        return head .. " malformed", role
+    end
+    local source = tvb(HEADER_LEN, 4):uint()
+    tree:add(f.mc_source, tvb(HEADER_LEN, 4))
+    local pn = tostring(tvb(HEADER_LEN + 4, PN_LEN):uint64())
+    tree:add(f.pn, tvb(HEADER_LEN + 4, PN_LEN))
+    local elen = plen - SEAL_HEAD - TAG_LEN
+    local et = tree:add(f.encrypted, tvb(HEADER_LEN + SEAL_HEAD, elen))
+    et:set_text(string.format("Encrypted (%d bytes): the inner packet type and payload", elen))
+    tree:add(f.encrypted_len, elen):set_generated()
+    tree:add(f.tag, tvb(stop - TAG_LEN, TAG_LEN))
+    if session == 0 then
+        bad(tree, nil, "session id 0")
+    end
+    local who = source == 0 and "sender" or ("source " .. source)
+    return string.format("%s from %s pn=%s encrypted=%d", head, who, pn, elen), role
+end
+
+-- The clear key exchange of a protected session (CKE set, spec §19.7):
+-- the invitation (ANNOUNCE), REGISTER with Noise message 1, REGISTER+ACK
+-- with message 2. Returns the packet's name and the Info text.
+local function dissect_key_exchange(tvb, tree, ht, ptype, flags, at, stop)
+    local window, ackn = tvb(16, 4):uint(), tvb(12, 4):uint()
+    local payload = stop - at
+    if ptype == 1 then
+        if payload ~= 33 then
+            bad(tree, nil, string.format("an invitation carries 33 bytes (pattern, key), not %d", payload))
+            return "INVITE", " malformed"
+        end
+        local pattern = tvb(at, 1):uint()
+        local pi = tree:add(f.mc_pattern, tvb(at, 1))
+        if patterns[pattern] == nil then
+            bad(pi, nil, "pattern " .. pattern .. " (1 IK, 2 IKpsk1, 3 NNpsk0)")
+        end
+        tree:add(f.mc_sender_key, tvb(at + 1, 32))
+        return "INVITE", string.format(" pattern=%s key=%s...", patterns[pattern] or tostring(pattern),
+            tvb(at + 1, 4):bytes():tohex():lower())
+    end
+    ht:add(f.mc_network, tvb(12, 4))
+    ht:add(f.mc_client, tvb(16, 4))
+    local name = has(flags, F_ACK) and "REGISTER+ACK+CKE" or "REGISTER+CKE"
+    if payload == 0 then
+        bad(tree, nil, "no Noise message")
+        return name, " malformed"
+    end
+    local nt = tree:add(f.mc_noise, tvb(at, payload))
+    nt:set_text(string.format("Noise message %d (%d bytes)%s", has(flags, F_ACK) and 2 or 1, payload,
+        has(flags, F_ACK) and ": its encrypted payload grants the group key" or ""))
+    return name, string.format(" client=%08x network=%06x noise=%d", window, ackn, payload)
+end
+
 local function dissect_mcast(tvb, pinfo, tree, ht, ptype, flags, stop)
     local session = tvb(4, 4):uint()
     local seq, ackn, window = tvb(8, 4):uint(), tvb(12, 4):uint(), tvb(16, 4):uint()
@@ -913,7 +997,9 @@ local function dissect_mcast(tvb, pinfo, tree, ht, ptype, flags, stop)
     local name = packet_types[ptype]
     local info = ""
     local payload = stop - at
-    if ptype == 1 then
+    if has(flags, F_CKE) and (ptype == 1 or ptype == 2) then
+        name, info = dissect_key_exchange(tvb, tree, ht, ptype, flags, at, stop)
+    elseif ptype == 1 then
         ht:add(f.mc_next_sn, r_seq)
         local ti = ht:add(f.mc_total, r_ack)
         if ackn == UNKNOWN_TOTAL then
@@ -1116,6 +1202,8 @@ local function dissect_datagram(tvb, pinfo, root, tree)
         info, role = dissect_segment(tvb, pinfo, tree, ht, flags, stop)
     elseif ptype == 10 then
         info, role = dissect_protected(tvb, pinfo, tree, ht, flags, stop)
+    elseif ptype == 11 then
+        info, role = dissect_sealed(tvb, pinfo, tree, ht, flags, stop)
     else
         info, role = dissect_mcast(tvb, pinfo, tree, ht, ptype, flags, stop)
     end

@@ -88,6 +88,73 @@ fn three_receivers_in_namespaces_store_the_file_with_two_percent_loss_at_one() {
     assert!(got[1].stderr.contains("repaired"), "{}", got[1]);
 }
 
+/// `manyfold keygen --psk` into `path`.
+fn psk_key(path: &Path) {
+    common::run_args(&["keygen", path.to_str().unwrap(), "--psk"], LIMIT).assert_success();
+}
+
+#[test]
+fn encrypted_multicast_reaches_every_receiver_and_refuses_the_others() {
+    if let Some(why) = skip_reason() {
+        eprintln!("skipped: {why}");
+        return;
+    }
+    let lab = Lab::new(5).expect("namespaces");
+    lab.random_loss(2, 2).expect("nftables rule");
+    let root = tempfile::tempdir().unwrap();
+    let file = root.path().join("secret.bin");
+    samplegen(&file, "4MiB", 78);
+    let (key, other) = (root.path().join("group.key"), root.path().join("other.key"));
+    psk_key(&key);
+    psk_key(&other);
+    let group = "239.77.0.2:7021";
+    let dirs: Vec<PathBuf> = (1..=4)
+        .map(|i| {
+            let d = root.path().join(format!("r{i}"));
+            std::fs::create_dir(&d).unwrap();
+            d
+        })
+        .collect();
+    // Receivers 1 and 2 hold the group's PSK, 3 another, 4 none.
+    let keys = [Some(&key), Some(&key), Some(&other), None];
+    let receivers: Vec<Running> = (1..=4)
+        .map(|i| {
+            let mut c = lab.exec(i);
+            c.args(["mcast", "recv", "--group", group, "--wait", "15", "--dir"]).arg(&dirs[i - 1]);
+            if let Some(k) = keys[i - 1] {
+                c.arg("--key-file").arg(k);
+            }
+            Running::spawn(c)
+        })
+        .collect();
+    let mut s = lab.exec(0);
+    s.args(["mcast", "send", "--group", group, "--receivers", "2", "--wait", "20", "--key-file"]).arg(&key).arg(&file);
+    let sent = Running::spawn(s).wait(LIMIT);
+    let got: Vec<_> = receivers.into_iter().map(|r| r.wait(LIMIT)).collect();
+    for (i, g) in got.iter().enumerate() {
+        eprintln!("receiver {}:\n{g}", i + 1);
+    }
+    eprintln!("sender:\n{sent}");
+    sent.assert_success();
+    assert!(sent.stderr.contains("(encrypted: PSK)"), "the banner names the mode\n{sent}");
+    assert!(sent.stdout.contains("announcing; encrypted: PSK"), "the report names the mode\n{sent}");
+    assert_eq!(sent.stdout.matches("completed, hash verified").count(), 2, "{sent}");
+    for i in 0..2 {
+        got[i].assert_success();
+        assert!(got[i].stderr.contains("verified (BLAKE3)") && got[i].stderr.contains("encrypted: PSK"), "{}", got[i]);
+        assert!(same(&dirs[i].join("secret.bin"), &file), "receiver {} stored a different file", i + 1);
+    }
+    // Another PSK: refused by the sender, told why, nothing stored.
+    got[2].assert_failure();
+    assert!(got[2].stderr.contains("our key is not one the sender accepts"), "{}", got[2]);
+    // No key: it hears an encrypted session and says so.
+    got[3].assert_failure();
+    assert!(got[3].stderr.contains("it is encrypted and this receiver has no key"), "{}", got[3]);
+    for d in &dirs[2..] {
+        assert!(std::fs::read_dir(d).unwrap().next().is_none(), "nothing kept in {}", d.display());
+    }
+}
+
 #[test]
 fn a_group_address_that_is_not_multicast_is_refused_by_name() {
     let root = tempfile::tempdir().unwrap();

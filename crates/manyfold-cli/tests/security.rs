@@ -236,12 +236,13 @@ fn key_files_others_can_read_or_that_are_malformed_are_refused_before_any_packet
     out.assert_failure();
     assert!(out.stderr.contains("needs --key-file"), "{out}");
 
+    // The same checks hold for multicast.
     let out = run_args(
         &["mcast", "recv", "--group", "239.1.2.3:7020", "--dir", s(tmp.path()), "--key-file", s(&lonely)],
         LIMIT,
     );
     out.assert_failure();
-    assert!(out.stderr.contains("not supported for multicast yet"), "{out}");
+    assert!(out.stderr.contains("pre-shared key or a list of known peers"), "{out}");
 }
 
 #[test]
