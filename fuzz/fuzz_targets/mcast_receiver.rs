@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use libfuzzer_sys::fuzz_target;
 use manyfold_fuzz::{address, fixup, origin, write_mc, Reader};
-use manyfold_proto::mcast::{McPacket, McastReceiver, ReceiverConfig};
+use manyfold_proto::mcast::{McastReceiver, ReceiverConfig};
 
 const MAX_OPS: usize = 500;
 const MAX_PACKETS: u32 = 4096;
@@ -36,6 +36,8 @@ fuzz_target!(|data: &[u8]| {
         session: (setup & 1 == 1).then(|| manyfold_fuzz::mcast_session(SESSION_SEED)),
         max_packets: MAX_PACKETS,
         sender_timeout: Duration::from_secs(5),
+        // Bit 1: a protected receiver (spec §19.7).
+        security: (setup & 2 != 0).then(|| manyfold_fuzz::mcast_keys(setup & 4 != 0)),
         ..Default::default()
     };
     let mut rx = McastReceiver::new(cfg, group);
@@ -104,7 +106,7 @@ fuzz_target!(|data: &[u8]| {
                 sent += 1;
                 assert!(sent <= 1_000, "unbounded output");
                 assert!(t.size <= out.len());
-                McPacket::parse(&out[..t.size]).expect("the receiver sent a datagram that does not parse");
+                manyfold_fuzz::check_sent_mc(&out[..t.size], "the receiver");
             }
             if rx.poll_timeout().is_none_or(|t| t > now) {
                 break;

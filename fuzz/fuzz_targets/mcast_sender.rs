@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use libfuzzer_sys::fuzz_target;
 use manyfold_fuzz::{address, fixup, origin, write_mc, Reader};
-use manyfold_proto::mcast::{Announcement, McPacket, McastSender, SenderConfig};
+use manyfold_proto::mcast::{Announcement, McastSender, SenderConfig};
 
 const MAX_OPS: usize = 500;
 const MAX_RECEIVERS: usize = 4;
@@ -45,6 +45,8 @@ fuzz_target!(|data: &[u8]| {
         completion_timeout: Duration::from_secs(10),
         receiver_timeout: Duration::from_secs(2),
         max_repair_passes: 8,
+        // Bit 6: a protected session (spec §19.7), IK with bit 7.
+        security: (setup & 0x40 != 0).then(|| manyfold_fuzz::mcast_keys(setup & 0x80 != 0)),
         ..Default::default()
     };
     let group: SocketAddr = "239.1.2.3:7001".parse().expect("address");
@@ -116,7 +118,7 @@ fuzz_target!(|data: &[u8]| {
                 assert!(sent <= 20_000, "unbounded output");
                 assert!(t.size <= MAX_DATAGRAM, "datagram of {} bytes over max_datagram", t.size);
                 assert!(t.destination == group || peers.contains(&t.destination), "to {}", t.destination);
-                McPacket::parse(&out[..t.size]).expect("the sender sent a datagram that does not parse");
+                manyfold_fuzz::check_sent_mc(&out[..t.size], "the sender");
             }
             if tx.poll_timeout().is_none_or(|t| t > now) {
                 break;

@@ -10,7 +10,8 @@ use std::net::SocketAddr;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use manyfold_proto::mcast::wire::{emit, emit_announcement, emit_ranges, McPacket, UNKNOWN_TOTAL};
+use manyfold_proto::mcast::wire::{emit, emit_announcement, emit_invitation, emit_ranges, McPacket, UNKNOWN_TOTAL};
+use manyfold_proto::mcast::{Pattern, SEAL_OVERHEAD};
 use manyfold_proto::wire::chunk::{parse_chunks, summary, validate_chunks, Chunk, MAX_OFFSET};
 use manyfold_proto::wire::{seal, Flags, Header, Packet, PacketType, COOKIE_LEN, HEADER_LEN, PARAMS_LEN};
 use manyfold_proto::{Endpoint, EndpointConfig};
@@ -140,8 +141,16 @@ pub fn emit_mc(p: &McPacket, out: &mut [u8]) -> Option<usize> {
             *phase as u32,
             |o| emit_announcement(o, info),
         ),
-        McPacket::Register { session, client, network } => {
-            emit(out, PacketType::McRegister, none, *session, 0, *network, *client, |_| 0)
+        McPacket::Invite { session, pattern, key } => {
+            emit(out, PacketType::McAnnounce, Flags::CKE, *session, 0, 0, 0, |o| emit_invitation(o, *pattern, key))
+        }
+        McPacket::Register { session, client, network, noise } => {
+            emit(out, PacketType::McRegister, on(noise.is_some(), Flags::CKE), *session, 0, *network, *client, |o| {
+                copy(o, noise.unwrap_or_default())
+            })
+        }
+        McPacket::RegisterKeys { session, client, noise } => {
+            emit(out, PacketType::McRegister, Flags::ACK | Flags::CKE, *session, 0, 0, *client, |o| copy(o, noise))
         }
         McPacket::RegisterAck { session, client, network, from_sn, info } => {
             emit(out, PacketType::McRegister, Flags::ACK, *session, *from_sn, *network, *client, |o| {
@@ -198,6 +207,12 @@ pub fn emit_mc(p: &McPacket, out: &mut [u8]) -> Option<usize> {
     }
 }
 
+fn copy(o: &mut [u8], bytes: &[u8]) -> usize {
+    let n = bytes.len().min(o.len());
+    o[..n].copy_from_slice(&bytes[..n]);
+    n
+}
+
 fn emit_error(o: &mut [u8], error: Option<u16>) -> usize {
     match error {
         Some(e) => {
@@ -225,6 +240,29 @@ pub fn check_mc(d: &[u8]) -> Option<McPacket<'_>> {
         }
     }
     Some(p)
+}
+
+/// Checks a datagram a multicast engine sent: a packet that parses, or a
+/// sealed one (spec §19.7) with a sound header and room for its seal.
+pub fn check_sent_mc(d: &[u8], what: &str) {
+    match Header::parse(d) {
+        Ok(h) if h.ptype == PacketType::McSealed => {
+            assert!(d.len() >= HEADER_LEN + SEAL_OVERHEAD, "{what} sent a sealed packet of {} bytes", d.len())
+        }
+        _ => {
+            McPacket::parse(d).unwrap_or_else(|e| panic!("{what} sent a datagram that does not parse: {e:?}"));
+        }
+    }
+}
+
+/// Keys for a protected multicast session (spec §19.7): a PSK, and a
+/// static key when `statics` (then the IK pattern).
+pub fn mcast_keys(statics: bool) -> manyfold_proto::SecurityConfig {
+    manyfold_proto::SecurityConfig {
+        psk: Some([5; 32]),
+        private_key: statics.then_some([6; 32]),
+        known_peers: Vec::new(),
+    }
 }
 
 /// Splits a transmit written by [`Endpoint::poll_transmit`] into datagrams.
@@ -460,7 +498,7 @@ pub fn write_mc(r: &mut Reader, out: &mut [u8], session: u32, client: u32) -> us
     let flags = Flags(r.u8() & !Flags::ERR.0);
     let (seq, ack, window) = (r.u32(), r.u32(), r.u32());
     let network = ack;
-    let n = match kind % 10 {
+    let n = match kind % 12 {
         0 => {
             let phase = u32::from(r.u8() % 3);
             let total = if r.bool() { ack } else { UNKNOWN_TOTAL };
@@ -502,8 +540,20 @@ pub fn write_mc(r: &mut Reader, out: &mut [u8], session: u32, client: u32) -> us
         7 | 8 => {
             let error = r.bool().then(|| r.u16());
             let flags = if error.is_some() { flags | Flags::ERR } else { flags };
-            let (ptype, ack) = if kind % 10 == 7 { (PacketType::McStatus, network) } else { (PacketType::McEnd, 0) };
+            let (ptype, ack) = if kind % 12 == 7 { (PacketType::McStatus, network) } else { (PacketType::McEnd, 0) };
             emit(out, ptype, flags, session, seq, ack, client, |o| emit_error(o, error))
+        }
+        // A protected session's key exchange (spec §19.7): an invitation,
+        // or a REGISTER (+ACK) carrying fuzzer bytes as its Noise message.
+        10 => {
+            let pattern = [Pattern::Ik, Pattern::IkPsk1, Pattern::NnPsk0][usize::from(r.u8() % 3)];
+            let key = [r.u8(); 32];
+            emit(out, PacketType::McAnnounce, Flags::CKE, session, 0, 0, 0, |o| emit_invitation(o, pattern, &key))
+        }
+        11 => {
+            let ack = if r.bool() { Flags::ACK } else { Flags::empty() };
+            let noise = r.bytes();
+            emit(out, PacketType::McRegister, ack | Flags::CKE, session, 0, network, client, |o| copy(o, noise))
         }
         _ => {
             let (index, k) = (u32::from(r.u8()), u32::from(r.u8() % 40));

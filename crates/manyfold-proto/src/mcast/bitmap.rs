@@ -69,8 +69,15 @@ impl Bitmap {
 
     /// The first index in `[from, end)` whose bit equals `set`.
     fn next(&self, from: u32, end: u32, set: bool) -> Option<u32> {
+        // Beyond the stored words every bit is clear: answered at once, not
+        // word by word (a session announcing 2^32 packets made each repair
+        // request scan 64 Mi empty words; found by fuzzing).
+        let stored = u32::try_from(self.words.len() * 64).unwrap_or(u32::MAX);
         let mut i = from;
         while i < end {
+            if i >= stored {
+                return (!set).then_some(i);
+            }
             let w = (i / 64) as usize;
             let word = self.words.get(w).copied().unwrap_or(0);
             let word = if set { word } else { !word };
@@ -101,6 +108,15 @@ mod tests {
         assert_eq!(b.count_clear(100..250), 31);
         assert_eq!(b.ones(), 229);
         assert!(b.get(59) && !b.get(60));
+    }
+
+    #[test]
+    fn gaps_past_the_stored_words_cost_nothing_however_far_they_reach() {
+        let mut b = Bitmap::new(1 << 26);
+        b.set(3);
+        // One word stored; the rest of 2^32 is one clear run, found at once.
+        assert_eq!(b.gaps(0..u32::MAX).collect::<Vec<_>>(), [0..3, 4..u32::MAX]);
+        assert_eq!(b.count_clear(0..u32::MAX), u64::from(u32::MAX) - 1);
     }
 
     #[test]
