@@ -13,10 +13,9 @@
 //! The engine stays deterministic: Noise's ephemeral keys come from a
 //! ChaCha20 RNG seeded from the endpoint's RNG (spec §2), never the OS.
 
-use chacha20poly1305::aead::AeadInPlace;
-use chacha20poly1305::{ChaCha20Poly1305, KeyInit, Nonce, Tag};
 use rand::{RngCore, SeedableRng};
 use rand_chacha::ChaCha20Rng;
+use ring::aead::{Aad, LessSafeKey, Nonce, Tag, UnboundKey, CHACHA20_POLY1305};
 use snow::params::{CipherChoice, DHChoice, HashChoice, NoiseParams};
 use snow::resolvers::{CryptoResolver, DefaultResolver};
 use snow::types::{Cipher, Dh, Hash, Random};
@@ -302,8 +301,9 @@ pub(crate) struct ReplayWindow {
 }
 
 /// A ChaCha20-Poly1305 key, the one AEAD every protected packet uses
-/// (spec §19.3, §19.7).
-pub(crate) struct PacketKey(ChaCha20Poly1305);
+/// (spec §19.3, §19.7): ring's, whose assembly is about three times as
+/// fast as the pure-Rust crates on full-size packets.
+pub(crate) struct PacketKey(LessSafeKey);
 
 /// The AEAD's nonce length.
 pub(crate) const NONCE_LEN: usize = 12;
@@ -312,13 +312,16 @@ pub(crate) const AEAD_TAG_LEN: usize = TAG_LEN;
 
 impl PacketKey {
     pub(crate) fn new(key: &[u8; KEY_LEN]) -> Self {
-        PacketKey(ChaCha20Poly1305::new(key.into()))
+        PacketKey(LessSafeKey::new(UnboundKey::new(&CHACHA20_POLY1305, key).expect("a 32-byte key")))
     }
 
     /// Encrypts `body` in place; returns its tag.
     pub(crate) fn seal(&self, nonce: &[u8; NONCE_LEN], ad: &[u8], body: &mut [u8]) -> [u8; TAG_LEN] {
-        let tag = self.0.encrypt_in_place_detached(Nonce::from_slice(nonce), ad, body).expect("below the size limit");
-        tag.into()
+        let nonce = Nonce::assume_unique_for_key(*nonce);
+        let tag = self.0.seal_in_place_separate_tag(nonce, Aad::from(ad), body).expect("below the size limit");
+        let mut out = [0u8; TAG_LEN];
+        out.copy_from_slice(tag.as_ref());
+        out
     }
 
     /// Decrypts `body` in place if `tag` authenticates it with `ad`.
@@ -329,8 +332,12 @@ impl PacketKey {
         body: &mut [u8],
         tag: &[u8],
     ) -> Result<(), Unprotect> {
-        let tag = Tag::from_slice(tag.get(..TAG_LEN).ok_or(Unprotect::Malformed)?);
-        self.0.decrypt_in_place_detached(Nonce::from_slice(nonce), ad, body, tag).map_err(|_| Unprotect::Forged)
+        let tag: [u8; TAG_LEN] = tag.get(..TAG_LEN).and_then(|t| t.try_into().ok()).ok_or(Unprotect::Malformed)?;
+        let nonce = Nonce::assume_unique_for_key(*nonce);
+        self.0
+            .open_in_place_separate_tag(nonce, Aad::from(ad), Tag::from(tag), body, 0..)
+            .map(drop)
+            .map_err(|_| Unprotect::Forged)
     }
 }
 

@@ -281,7 +281,7 @@ pub fn run(args: &LoopbackArgs) -> Result<()> {
     if !pairs.is_empty() {
         println!(
             "Encrypted rows: both processes hold one pre-shared key; the connection runs Noise XXpsk3 (X25519, BLAKE2s) in its handshake, then every packet is \
-             ChaCha20-Poly1305 (the pure-Rust `chacha20poly1305` crate) with its header and a 64-bit packet number as associated data, {} bytes more per packet (spec §19). \
+             ChaCha20-Poly1305 (ring's assembly implementation) with its header and a 64-bit packet number as associated data, {} bytes more per packet (spec §19). \
              Each side fails the run unless its connection reports itself encrypted.",
             manyfold_proto::secure::PROTECTION_OVERHEAD
         );

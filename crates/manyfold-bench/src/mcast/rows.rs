@@ -36,6 +36,8 @@ const UFTP_BLOCK: &str = "1400";
 pub enum Proto {
     /// `manyfold mcast` (window flow control, spec §16.3).
     Manyfold,
+    /// The same, encrypted (spec §19.7): every side holds one PSK.
+    ManyfoldEncrypted,
     /// uftp with TFMCC congestion control.
     UftpTfmcc,
     /// uftp at a fixed rate equal to the bottleneck.
@@ -48,6 +50,7 @@ impl Proto {
     pub fn label(self) -> &'static str {
         match self {
             Proto::Manyfold => "manyfold",
+            Proto::ManyfoldEncrypted => "manyfold, encrypted (PSK)",
             Proto::UftpTfmcc => "uftp (TFMCC)",
             Proto::UftpFixed => "uftp (fixed rate = bottleneck)",
             Proto::Udpcast => "udpcast (max-bitrate = bottleneck)",
@@ -57,16 +60,21 @@ impl Proto {
     pub fn key(self) -> &'static str {
         match self {
             Proto::Manyfold => "manyfold",
+            Proto::ManyfoldEncrypted => "manyfold-encrypted",
             Proto::UftpTfmcc => "uftp-tfmcc",
             Proto::UftpFixed => "uftp-fixed",
             Proto::Udpcast => "udpcast",
         }
     }
 
+    pub fn is_manyfold(self) -> bool {
+        matches!(self, Proto::Manyfold | Proto::ManyfoldEncrypted)
+    }
+
     /// The programs the row needs (manyfold's comes from the options).
     fn programs(self) -> &'static [&'static str] {
         match self {
-            Proto::Manyfold => &[],
+            Proto::Manyfold | Proto::ManyfoldEncrypted => &[],
             Proto::UftpTfmcc | Proto::UftpFixed => &["uftp", "uftpd"],
             Proto::Udpcast => &["udp-sender", "udp-receiver"],
         }
@@ -74,7 +82,7 @@ impl Proto {
 
     /// Why the row cannot run here, if it cannot.
     pub fn missing(self, manyfold: &Result<PathBuf, String>) -> Option<String> {
-        if self == Proto::Manyfold {
+        if self.is_manyfold() {
             return manyfold.as_ref().err().cloned();
         }
         let absent: Vec<&str> = self.programs().iter().copied().filter(|p| which(p).is_none()).collect();
@@ -183,6 +191,16 @@ pub fn run(proto: Proto, job: &Job) -> Result<Measured> {
     let mut sender: Option<Proc> = None;
     let mut outputs = Vec::with_capacity(topo.receivers.len());
     let result = (|| {
+        if proto == Proto::ManyfoldEncrypted {
+            let key = job.dir.join("group.key");
+            let made = Command::new(job.manyfold.context("no manyfold binary")?)
+                .arg("keygen")
+                .arg(&key)
+                .args(["--psk", "--force"])
+                .output()
+                .context("manyfold keygen")?;
+            anyhow::ensure!(made.status.success(), "manyfold keygen: {}", String::from_utf8_lossy(&made.stderr));
+        }
         for (i, r) in topo.receivers.iter().enumerate() {
             let out = job.dir.join(format!("r{i}"));
             std::fs::create_dir_all(&out)?;
@@ -218,7 +236,7 @@ pub fn run(proto: Proto, job: &Job) -> Result<Measured> {
         }
         m.counters = topo.counters()?.since(&before);
         verify_all(&outputs, job.hash, topo)?;
-        if proto == Proto::Manyfold {
+        if proto.is_manyfold() {
             let json = std::fs::read_to_string(job.dir.join("sender.json")).context("manyfold's --json report")?;
             m.mf = Some(super::report::MfReport::parse(&json).context("manyfold's --json report")?);
         }
@@ -311,7 +329,7 @@ fn verify(stored: &Path, hash: &str) -> Result<()> {
 
 fn port(proto: Proto) -> u16 {
     match proto {
-        Proto::Manyfold => MANYFOLD_PORT,
+        Proto::Manyfold | Proto::ManyfoldEncrypted => MANYFOLD_PORT,
         Proto::UftpTfmcc | Proto::UftpFixed => UFTP_PORT,
         Proto::Udpcast => UDPCAST_PORT,
     }
@@ -338,10 +356,11 @@ fn receiver(proto: Proto, job: &Job, i: usize, out: &Path) -> Result<(Command, P
     let ttl = topo.ttl().to_string();
     let stored = out.join(job.name);
     let cmd = match proto {
-        Proto::Manyfold => {
+        Proto::Manyfold | Proto::ManyfoldEncrypted => {
             let mut c = Topo::exec(&r.ns, job.manyfold.context("no manyfold binary")?);
             c.args(["mcast", "recv", "--group", &format!("{}:{MANYFOLD_PORT}", group(1)), "--iface", "eth0"]);
             c.args(["--ttl", &ttl, "--wait", &wait_secs(job), "--dir"]).arg(out);
+            key_flag(proto, job, &mut c);
             c
         }
         Proto::UftpTfmcc | Proto::UftpFixed => {
@@ -360,17 +379,25 @@ fn receiver(proto: Proto, job: &Job, i: usize, out: &Path) -> Result<(Command, P
     Ok((cmd, stored))
 }
 
+/// The encrypted row's `--key-file` (the key `run` made).
+fn key_flag(proto: Proto, job: &Job, c: &mut Command) {
+    if proto == Proto::ManyfoldEncrypted {
+        c.arg("--key-file").arg(job.dir.join("group.key"));
+    }
+}
+
 fn sender_cmd(proto: Proto, job: &Job) -> Result<Command> {
     let topo = job.topo;
     let n = topo.receivers.len().to_string();
     let ttl = topo.ttl().to_string();
     let kbps = (job.rate_bps / 1000).to_string();
     let cmd = match proto {
-        Proto::Manyfold => {
+        Proto::Manyfold | Proto::ManyfoldEncrypted => {
             let mut c = Topo::exec(&topo.sender, job.manyfold.context("no manyfold binary")?);
             c.args(["mcast", "send"]).arg(job.file);
             c.args(["--group", &format!("{}:{MANYFOLD_PORT}", group(1)), "--iface", "eth0", "--ttl", &ttl]);
             c.args(["--receivers", &n, "--wait", "30", "--json"]).arg(job.dir.join("sender.json"));
+            key_flag(proto, job, &mut c);
             c
         }
         Proto::UftpTfmcc | Proto::UftpFixed => {
