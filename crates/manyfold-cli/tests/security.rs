@@ -156,6 +156,31 @@ fn known_static_keys_both_ways_work_and_each_report_names_the_peers_key() {
 }
 
 #[test]
+fn a_group_send_with_static_keys_names_each_receivers_proven_key() {
+    let (tmp, src, _) = setup("200kB");
+    let sender = keygen(tmp.path(), "sender.key", false);
+    let keys: Vec<PathBuf> = (0..2).map(|i| keygen(tmp.path(), &format!("r{i}.key"), false)).collect();
+    let trusted = peers_file(tmp.path(), "receivers-trust", &[&sender]);
+    let key_refs: Vec<&Path> = keys.iter().map(|k| k.as_path()).collect();
+    let sender_peers = peers_file(tmp.path(), "sender-trusts", &key_refs);
+    let mut rx = Vec::new();
+    for (i, k) in keys.iter().enumerate() {
+        let dir = tmp.path().join(format!("inbox{i}"));
+        std::fs::create_dir(&dir).unwrap();
+        rx.push(recv_once(&dir, &["--key-file", s(k), "--peers-file", s(&trusted)]));
+    }
+    let to: Vec<&str> = rx.iter().map(|r| r.1.as_str()).collect();
+    let sent = send(&src, &to.join(","), &["--key-file", s(&sender), "--peers-file", s(&sender_peers)]);
+    sent.assert_success();
+    for k in &keys {
+        assert!(sent.stdout.contains(&format!("peer key {}", pubkey(k))), "each receiver's key\n{sent}");
+    }
+    for (r, _) in rx {
+        r.wait(LIMIT).assert_success();
+    }
+}
+
+#[test]
 fn a_client_missing_from_the_servers_peers_fails_with_authentication_failed() {
     let (tmp, src, inbox) = setup("10kB");
     let server = keygen(tmp.path(), "server.key", false);

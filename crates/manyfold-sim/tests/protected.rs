@@ -130,6 +130,8 @@ fn a_client_outside_the_servers_known_peers_is_refused_and_never_accepted() {
     assert!(w.endpoint_mut(server()).accept().is_none(), "an unknown peer reached accept() (seed {seed})");
     w.run_for(Duration::from_secs(15));
     assert_eq!(w.endpoint(server()).connection_count(), 0, "the refused attempt left no state (seed {seed})");
+    let st = w.endpoint(server()).stats();
+    assert_eq!((st.handshakes_failed, st.handshakes_abandoned), (1, 0), "the listener counts it (seed {seed})");
 }
 
 #[test]
@@ -148,6 +150,8 @@ fn different_pre_shared_keys_fail_authentication() {
     let (state, why) = try_connect(&mut w);
     assert_eq!((state, why), (State::Closed, Some(CloseReason::AuthenticationFailed)), "seed {seed}");
     assert!(w.endpoint_mut(server()).accept().is_none(), "seed {seed}");
+    w.run_for(Duration::from_secs(1));
+    assert_eq!(w.endpoint(server()).stats().handshakes_failed, 1, "seed {seed}");
 }
 
 #[test]
@@ -233,6 +237,8 @@ fn a_client_that_never_finishes_its_handshake_is_dropped_without_reaching_accept
     w.run_for(Duration::from_secs(12));
     assert_eq!(w.endpoint(server()).connection_count(), 0, "connect_timeout freed it (seed {seed})");
     assert!(w.events(server()).is_empty(), "the application heard of it: {:?} (seed {seed})", w.events(server()));
+    let st = w.endpoint(server()).stats();
+    assert_eq!((st.handshakes_failed, st.handshakes_abandoned), (0, 1), "counted as abandoned (seed {seed})");
 }
 
 /// A plain packet with the header fields of a protected one (visible on the

@@ -121,6 +121,9 @@ impl std::fmt::Display for GroupReport {
                 Outcome::Failed(t) => ("FAIL", t.as_str()),
             };
             writeln!(f, "  {mark} {}  {text}", p.addr)?;
+            if let Some(key) = p.stats.and_then(|s| s.peer_key) {
+                writeln!(f, "       peer key {}", manyfold_proto::secure::hex(&key))?;
+            }
             if let Some(conn) = p.stats.and_then(|s| s.conn) {
                 let acked = p.stats.map_or(0, |s| s.acked_bytes);
                 writeln!(

@@ -82,8 +82,8 @@ impl Endpoint {
     /// One peer's figures, its connection's included.
     pub fn group_peer_stats(&self, g: GroupHandle, peer: PeerId) -> Option<PeerStats> {
         let group = self.groups.get(&g.0)?;
-        let conn = group.peers.get(peer.0 as usize).and_then(|p| self.conn(p.conn)).map(|c| c.stats());
-        group.peer_stats(peer.0, conn)
+        let conn = group.peers.get(peer.0 as usize).and_then(|p| self.conn(p.conn));
+        group.peer_stats(peer.0, conn.map(|c| c.stats()), conn.and_then(|c| c.peer_key()))
     }
 
     /// The connection that serves `peer`, for calls on it alone.

@@ -101,6 +101,12 @@ pub struct EndpointStats {
     pub dropped_unauthenticated: u64,
     /// Protected packets whose packet number was seen before (spec §19.3).
     pub dropped_replayed: u64,
+    /// Protected connections a listener held whose handshake failed
+    /// authentication (another PSK, a key not among the known peers), and
+    /// those that ended otherwise before proving the peer (most often its
+    /// `connect_timeout`): neither reached `accept()` (spec §19.2).
+    pub handshakes_failed: u64,
+    pub handshakes_abandoned: u64,
     /// Sends refused because the endpoint held `max_buffered_bytes` (spec §7.5).
     pub sends_refused_memory: u64,
     /// Trace events dropped because [`EndpointConfig::max_qlog_events`]
@@ -982,7 +988,15 @@ impl Endpoint {
                 slot.released = false;
                 self.accept_queue.push_back(handle);
             } else if slot.held {
-                // Nothing of a held connection reaches the application.
+                // Nothing of a held connection reaches the application;
+                // how its handshake ended is counted (spec §19.2).
+                if let Event::Closed(reason) = ev {
+                    if reason == CloseReason::AuthenticationFailed {
+                        self.stats.handshakes_failed += 1;
+                    } else {
+                        self.stats.handshakes_abandoned += 1;
+                    }
+                }
                 continue;
             }
             match self.member_of.get(&handle) {

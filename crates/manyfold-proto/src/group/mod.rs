@@ -858,7 +858,12 @@ impl Group {
     }
 
     /// Peer index `i`'s figures, given its connection's.
-    pub(crate) fn peer_stats(&self, i: u32, conn: Option<crate::ConnStats>) -> Option<PeerStats> {
+    pub(crate) fn peer_stats(
+        &self,
+        i: u32,
+        conn: Option<crate::ConnStats>,
+        peer_key: Option<[u8; 32]>,
+    ) -> Option<PeerStats> {
         let p = self.peers.get(i as usize)?;
         Some(PeerStats {
             addr: p.addr,
@@ -868,6 +873,7 @@ impl Group {
             acked_bytes: p.acked_bytes,
             pending_bytes: p.pending,
             conn,
+            peer_key,
         })
     }
 

@@ -42,6 +42,10 @@ pub struct PeerStats {
     pub pending_bytes: u64,
     /// Its connection's figures (RTT, retransmissions, losses, window).
     pub conn: Option<ConnStats>,
+    /// The static key it proved, when the endpoint protects its
+    /// connections and names its known peers (spec §19.1): each peer of a
+    /// group has a session key of its own.
+    pub peer_key: Option<[u8; 32]>,
 }
 
 #[derive(Debug)]
