@@ -39,6 +39,17 @@ fn same(a: &Path, b: &Path) -> bool {
     std::fs::read(a).ok() == std::fs::read(b).ok()
 }
 
+/// Empty directories `r1` … `rN` under `root`, one per receiver.
+fn receiver_dirs(root: &Path, n: usize) -> Vec<PathBuf> {
+    (1..=n)
+        .map(|i| {
+            let d = root.join(format!("r{i}"));
+            std::fs::create_dir(&d).unwrap();
+            d
+        })
+        .collect()
+}
+
 #[test]
 fn three_receivers_in_namespaces_store_the_file_with_two_percent_loss_at_one() {
     if let Some(why) = skip_reason() {
@@ -51,13 +62,7 @@ fn three_receivers_in_namespaces_store_the_file_with_two_percent_loss_at_one() {
     let file = root.path().join("image.bin");
     samplegen(&file, "8MiB", 77);
     let group = "239.77.0.1:7020";
-    let dirs: Vec<PathBuf> = (1..=3)
-        .map(|i| {
-            let d = root.path().join(format!("r{i}"));
-            std::fs::create_dir(&d).unwrap();
-            d
-        })
-        .collect();
+    let dirs = receiver_dirs(root.path(), 3);
     let receivers: Vec<Running> = (1..=3)
         .map(|i| {
             let mut c = lab.exec(i);
@@ -108,13 +113,7 @@ fn encrypted_multicast_reaches_every_receiver_and_refuses_the_others() {
     psk_key(&key);
     psk_key(&other);
     let group = "239.77.0.2:7021";
-    let dirs: Vec<PathBuf> = (1..=4)
-        .map(|i| {
-            let d = root.path().join(format!("r{i}"));
-            std::fs::create_dir(&d).unwrap();
-            d
-        })
-        .collect();
+    let dirs = receiver_dirs(root.path(), 4);
     // Receivers 1 and 2 hold the group's PSK, 3 another, 4 none.
     let keys = [Some(&key), Some(&key), Some(&other), None];
     let receivers: Vec<Running> = (1..=4)

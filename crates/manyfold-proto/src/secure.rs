@@ -460,11 +460,13 @@ impl ReplayWindow {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::wire::{Flags, Header, Packet};
 
-    fn config(psk: Option<u8>, key: Option<u8>, peers: &[u8]) -> SecurityConfig {
+    /// Keys from single bytes: a PSK of `psk`s, a private key of `key`s,
+    /// the public keys of private keys made of each of `peers`.
+    pub(crate) fn config(psk: Option<u8>, key: Option<u8>, peers: &[u8]) -> SecurityConfig {
         SecurityConfig {
             psk: psk.map(|b| [b; 32]),
             private_key: key.map(|b| [b; 32]),

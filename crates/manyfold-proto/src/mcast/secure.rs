@@ -294,6 +294,7 @@ mod tests {
     use super::*;
     use crate::mcast::wire::{emit, McPacket};
     use crate::secure::public_key;
+    use crate::secure::tests::config;
     use crate::wire::{Flags, Header};
 
     fn plain() -> Vec<u8> {
@@ -360,14 +361,6 @@ mod tests {
         receiver.open(&mut sealed(&mut a, &plain())).expect("a");
         receiver.open(&mut sealed(&mut b, &plain())).expect("b");
         assert_eq!(receiver.open(&mut sealed(&mut c, &plain())), Err(Unseal::TooManySources));
-    }
-
-    fn config(psk: Option<u8>, key: Option<u8>, peers: &[u8]) -> SecurityConfig {
-        SecurityConfig {
-            psk: psk.map(|b| [b; 32]),
-            private_key: key.map(|b| [b; 32]),
-            known_peers: peers.iter().map(|&b| public_key(&[b; 32])).collect(),
-        }
     }
 
     /// Registers a receiver with a sender: Ok(grant) or the side that failed.
