@@ -413,6 +413,15 @@ impl Protection {
 }
 
 impl ReplayWindow {
+    /// A window that has seen every packet number below `next`: what a
+    /// sender sealed before we could open anything is refused as a replay.
+    pub(crate) fn below(next: u64) -> Self {
+        match next.checked_sub(1) {
+            None => ReplayWindow::default(),
+            Some(last) => ReplayWindow { highest: Some(last), seen: [u64::MAX; (REPLAY_WINDOW / 64) as usize] },
+        }
+    }
+
     /// Whether `pn` is new: above the highest, or inside the window and unseen.
     pub(crate) fn fresh(&self, pn: u64) -> bool {
         match self.highest {

@@ -7,9 +7,9 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use manyfold_proto::mcast::wire::emit;
+use manyfold_proto::mcast::wire::{emit, emit_invitation};
 use manyfold_proto::mcast::{
-    codes, Ignored, ReceiverConfig, ReceiverEvent, ReceiverOutcome, SenderConfig, SenderError, SenderEvent,
+    codes, Ignored, Pattern, ReceiverConfig, ReceiverEvent, ReceiverOutcome, SenderConfig, SenderError, SenderEvent,
     SEAL_OVERHEAD,
 };
 use manyfold_proto::secure::public_key;
@@ -667,4 +667,70 @@ fn forged_replayed_and_plain_packets_change_nothing_in_a_protected_session() {
     assert!(replayed >= forged * 8 / 10, "{replayed} replays dropped of {forged} (seed {seed})");
     assert!(forgeries + ss.dropped_unauthenticated >= forged * 8 / 10, "{forgeries} forgeries dropped (seed {seed})");
     assert!(rs.dropped_unprotected >= 40 && ss.dropped_unprotected >= 1, "{rs:?} {ss:?} (seed {seed})");
+}
+
+#[test]
+fn a_member_naming_another_receivers_client_id_is_ignored_and_a_replayed_register_moves_nothing() {
+    let seed = 7406;
+    let psk = Some(keys(Some(5), None, &[]));
+    let cfg = SenderConfig { min_receivers: 2, security: psk.clone(), ..SenderConfig::default() };
+    let mut rx = keyed(seed, &[(1, 2)], &[psk.clone(), psk.clone()]);
+    // An evil twin: another member (it holds the PSK) with receiver 0's
+    // client id and network, its own handshake randomness, another address.
+    let mut twin = rx[0].1.clone();
+    twin.crypto_seed = [9; 32];
+    rx.push((receiver(1, 7), twin));
+    let mut w = McastWorld::new(seed, cfg, 1 << 20, group(), sender(), rx);
+    w.set_default_link(lan());
+    w.capture = Some(Vec::new());
+    w.receivers[2].running = false;
+    assert!(w.run_until(|w| w.sender.progress().0 >= 100, Duration::from_secs(30)), "seed {seed}");
+    assert_eq!(w.receivers[2].engine.client_id(), w.receivers[0].engine.client_id());
+    w.receivers[2].running = true;
+    // Receiver 0's clear REGISTER, replayed from elsewhere.
+    let attacker: SocketAddr = "198.18.9.9:5000".parse().expect("addr");
+    let registers: Vec<Vec<u8>> = w
+        .capture
+        .take()
+        .expect("captured")
+        .into_iter()
+        .filter(|(from, _, d)| {
+            *from == receiver(1, 0) && Header::parse(d).is_ok_and(|h| h.ptype == PacketType::McRegister)
+        })
+        .map(|(_, _, d)| d)
+        .collect();
+    assert!(!registers.is_empty(), "seed {seed}");
+    for d in registers.iter().cycle().take(20) {
+        w.inject(attacker, sender(), d.clone());
+    }
+    assert!(w.run_to_end(Duration::from_secs(60)), "not done (seed {seed})");
+    for i in 0..2 {
+        assert_eq!(w.receivers[i].verified, Some(true), "receiver {i} (seed {seed})");
+    }
+    assert!(!w.receivers[2].engine.is_registered(), "the twin got no key (seed {seed})");
+    let table = w.sender.receivers();
+    assert_eq!(table.len(), 2, "seed {seed}");
+    assert_eq!(table[0].addr, receiver(1, 0), "the replay did not move receiver 0 (seed {seed})");
+    assert!(table.iter().all(|r| r.outcome == ReceiverOutcome::Completed), "seed {seed}");
+    assert!(w.sender.stats().registrations_ignored >= 20, "{:?} (seed {seed})", w.sender.stats());
+}
+
+#[test]
+fn a_forged_invitation_does_not_keep_a_receiver_from_the_real_session() {
+    let seed = 7407;
+    let psk = Some(keys(Some(5), None, &[]));
+    let cfg = SenderConfig { security: psk.clone(), ..SenderConfig::default() };
+    let mut w = McastWorld::new(seed, cfg, 512 << 10, group(), sender(), keyed(seed, &[(1, 1)], &[psk]));
+    w.set_default_link(lan());
+    // Before the sender's first invitation: another session, from elsewhere,
+    // whose pattern fits the receiver's keys. Nobody will answer its REGISTER.
+    let attacker: SocketAddr = "198.18.9.9:5000".parse().expect("addr");
+    let mut buf = vec![0u8; 200];
+    let n = emit(&mut buf, PacketType::McAnnounce, Flags::CKE, 0xdead, 0, 0, 0, |o| {
+        emit_invitation(o, Pattern::NnPsk0, &[0; 32])
+    })
+    .expect("fits");
+    w.inject(attacker, group(), buf[..n].to_vec());
+    assert!(w.run_to_end(Duration::from_secs(60)), "not done (seed {seed})");
+    assert_all_completed(&w, seed);
 }

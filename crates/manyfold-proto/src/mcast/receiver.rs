@@ -124,14 +124,30 @@ pub struct ReceiverStats {
 /// What an invitation offered: session, pattern, the sender's key.
 type Invitation = (u32, Pattern, [u8; KEY_LEN]);
 
+/// A registration under way in a protected session (spec §19.7).
+struct Pending {
+    handshake: Handshake,
+    /// What it runs with, and where the invitation came from (neither is
+    /// authenticated yet: the session is bound only once the grant opens).
+    invitation: Invitation,
+    from: SocketAddr,
+    /// Its message 1, sent again until answered.
+    m1: Vec<u8>,
+    /// When it began: another invitation replaces it only after
+    /// `PENDING_MIN_LIFE` register retries, so that forged invitations
+    /// cannot keep a receiver from registering (or burn its CPU).
+    since: Instant,
+}
+
+/// Register retries a pending registration lives before another
+/// invitation may replace it.
+const PENDING_MIN_LIFE: u32 = 3;
+
 /// A protected receiver's keys (spec §19.7).
 struct ReceiverSecurity {
     config: SecurityConfig,
     rng: ChaCha20Rng,
-    /// The registration's handshake under way: what it runs with
-    /// (session, pattern, the sender's key), and its message 1, sent again
-    /// until answered.
-    handshake: Option<(Handshake, Invitation, Vec<u8>)>,
+    pending: Option<Pending>,
     keys: Option<GroupKeys>,
 }
 
@@ -242,7 +258,7 @@ impl McastReceiver {
                 Box::new(ReceiverSecurity {
                     config,
                     rng: crate::secure::crypto_rng(cfg.seed, cfg.crypto_seed),
-                    handshake: None,
+                    pending: None,
                     keys: None,
                 })
             }),
@@ -388,10 +404,15 @@ impl McastReceiver {
             self.on_invite(now, from, session, pattern, key);
             return None;
         }
+        if let McPacket::RegisterKeys { client, noise, .. } = p {
+            if client == self.client {
+                self.on_register_keys(now, session, noise);
+            }
+            return None;
+        }
         let from_sender = matches!(
             p,
             McPacket::Announce { .. }
-                | McPacket::RegisterKeys { .. }
                 | McPacket::RegisterAck { .. }
                 | McPacket::Data { .. }
                 | McPacket::Status { .. }
@@ -402,6 +423,8 @@ impl McastReceiver {
             if self.session.is_none() {
                 match p {
                     McPacket::Announce { .. } => {}
+                    // The refusal of a protected registration under way.
+                    McPacket::End { .. } if self.target().is_some_and(|t| t.0 == session) => {}
                     McPacket::Data { .. } => {
                         // A session under way: register now; REGISTER+ACK
                         // describes it (spec §16.6). Data before that is
@@ -414,7 +437,11 @@ impl McastReceiver {
                     _ => return None,
                 }
             }
-            self.last_heard = Some(now);
+            // A protected receiver hears the sender only in sealed packets
+            // (source 0): a clear one proves nothing (spec §19.7).
+            if source.is_some() || self.security.is_none() {
+                self.last_heard = Some(now);
+            }
         }
         match p {
             McPacket::Announce { session, total, phase, info, .. } => {
@@ -423,10 +450,6 @@ impl McastReceiver {
             }
             McPacket::RegisterAck { client, from_sn, info, .. } if client == self.client => {
                 self.on_registered(now, from_sn, info);
-                None
-            }
-            McPacket::RegisterKeys { client, noise, .. } if client == self.client => {
-                self.on_register_keys(now, noise);
                 None
             }
             McPacket::Data { sn, lwsn, last, repair, payload, .. } => {
@@ -498,7 +521,8 @@ impl McastReceiver {
                 false
             }
             (None, _) if !protected => true,
-            (None, McPacket::Invite { .. } | McPacket::RegisterKeys { .. }) => true,
+            // The key exchange, until it is done.
+            (None, McPacket::Invite { .. } | McPacket::RegisterKeys { .. }) if !self.registered => true,
             (None, McPacket::End { error: Some(_), client, .. }) => !self.registered && *client == self.client,
             (None, other) => {
                 if matches!(other, McPacket::Announce { .. }) && !self.registered {
@@ -517,7 +541,10 @@ impl McastReceiver {
     }
 
     /// A protected session's invitation (spec §19.7): start the
-    /// registration's handshake, unless we cannot or are registered.
+    /// registration's handshake, unless we cannot or are registered. The
+    /// invitation is not authenticated: it binds nothing until the grant
+    /// opens, and replaces a pending registration only once that has had
+    /// its chance.
     fn on_invite(&mut self, now: Instant, from: SocketAddr, session: u32, pattern: Pattern, key: [u8; KEY_LEN]) {
         let Some(sec) = self.security.as_mut() else { return };
         if self.registered {
@@ -527,38 +554,56 @@ impl McastReceiver {
             self.ignored = Some((session, why));
             return;
         }
-        // Unauthenticated, like everything before the handshake: the
-        // latest invitation says where to register and how.
-        let params = (session, pattern, key);
-        if sec.handshake.as_ref().is_none_or(|h| h.1 != params) {
-            let mut seed = [0u8; 32];
-            sec.rng.fill_bytes(&mut seed);
-            let mut hs = pattern.handshake(&sec.config, session, &key, true, seed);
-            let Ok(m1) = hs.write_with(&identity(self.client, self.cfg.network)) else { return };
-            sec.handshake = Some((hs, params, m1));
+        let invitation = (session, pattern, key);
+        let young = now < sec.pending.as_ref().map_or(now, |p| p.since + self.cfg.register_retry * PENDING_MIN_LIFE);
+        if sec.pending.as_ref().is_some_and(|p| p.invitation == invitation) || young {
+            return;
         }
-        self.session = Some(session);
-        self.sender = Some(from);
+        let mut seed = [0u8; 32];
+        sec.rng.fill_bytes(&mut seed);
+        let mut handshake = pattern.handshake(&sec.config, session, &key, true, seed);
+        let Ok(m1) = handshake.write_with(&identity(self.client, self.cfg.network)) else { return };
+        sec.pending = Some(Pending { handshake, invitation, from, m1, since: now });
+        self.next_register = None;
         self.request_registration(now);
     }
 
     /// REGISTER+ACK of a protected session: Noise message 2, whose payload
     /// grants the group key, our source number and the session description.
-    fn on_register_keys(&mut self, now: Instant, noise: &[u8]) {
+    fn on_register_keys(&mut self, now: Instant, session: u32, noise: &[u8]) {
         if self.registered {
             return;
         }
         let Some(sec) = self.security.as_mut() else { return };
-        let Some((hs, ..)) = sec.handshake.as_mut() else { return };
+        let Some(p) = sec.pending.as_mut().filter(|p| p.invitation.0 == session) else { return };
         // A forgery fails and leaves the handshake as it was (snow restores
         // its state), so the real answer still opens.
-        let Some(grant) = hs.read_with(noise).ok().and_then(|p| Grant::decode(&p)) else {
+        let Some(grant) = p.handshake.read_with(noise).ok().and_then(|p| Grant::decode(&p)) else {
             self.stats.dropped_unauthenticated += 1;
             return;
         };
-        sec.keys = Some(GroupKeys::new(&grant.key, grant.source, MAX_SOURCES));
-        sec.handshake = None;
+        let mut keys = GroupKeys::new(&grant.key, grant.source, MAX_SOURCES);
+        // The sender's packets sealed before the grant are old news: a
+        // replay of them is refused from the start.
+        keys.start_source(0, grant.pn);
+        sec.keys = Some(keys);
+        let from = p.from;
+        sec.pending = None;
+        // Only now is the session bound (spec §19.7).
+        self.session = Some(session);
+        self.sender = Some(from);
+        self.last_heard = Some(now);
         self.on_registered(now, grant.from_sn, parse_announcement(&grant.info).ok());
+    }
+
+    /// The session and sender packets go to: the registered (or plain)
+    /// one, else a protected registration's pending invitation.
+    fn target(&self) -> Option<(u32, SocketAddr)> {
+        if let (Some(session), Some(sender)) = (self.session, self.sender) {
+            return Some((session, sender));
+        }
+        let p = self.security.as_ref()?.pending.as_ref()?;
+        Some((p.invitation.0, p.from))
     }
 
     fn on_registered(&mut self, now: Instant, from_sn: u32, info: Option<Announcement>) {
@@ -789,7 +834,7 @@ impl McastReceiver {
             return None;
         }
         let lost = self.last_heard.filter(|_| self.registered).map(|t| t + self.cfg.sender_timeout);
-        if self.session.is_none() || self.sender.is_none() {
+        if self.target().is_none() {
             // Nothing can be sent without them: a due send timer would only
             // make the driver spin (found by fuzzing).
             return lost;
@@ -831,8 +876,7 @@ impl McastReceiver {
         if self.is_finished() {
             return None;
         }
-        let session = self.session?;
-        let sender = self.sender?;
+        let (session, sender) = self.target()?;
         let (client, network) = (self.client, self.cfg.network);
         // Nothing larger than the session's own DATA packets: a REPAIR
         // naming thousands of gaps sends the first that fit (spec §16.5).
@@ -918,7 +962,7 @@ impl McastReceiver {
             None => emit(buf, PacketType::McRegister, Flags::empty(), session, 0, network, client, |_| 0)?,
             Some(sec) => {
                 // Noise message 1, the same until answered (spec §19.7).
-                let (.., m1) = sec.handshake.as_ref()?;
+                let m1 = &sec.pending.as_ref()?.m1;
                 let n = emit(buf, PacketType::McRegister, Flags::CKE, session, 0, network, client, |o| {
                     let n = m1.len().min(o.len());
                     o[..n].copy_from_slice(&m1[..n]);

@@ -185,11 +185,21 @@ impl GroupKeys {
         GroupKeys { key: PacketKey::new(key), source, next_pn: 0, seen: HashMap::new(), max_sources }
     }
 
-    /// Forgets a source's replay window (a receiver that registered again
-    /// under a new source: packets of the old one are refused by the
-    /// caller, which checks the source of each client).
-    pub(crate) fn forget(&mut self, source: u32) {
-        self.seen.remove(&source);
+    /// Packets this source sealed so far (the next packet number).
+    pub(crate) fn sealed(&self) -> u64 {
+        self.next_pn
+    }
+
+    /// Starts `source`'s replay window with everything below `next` seen
+    /// (spec §19.7: a receiver refuses the sender's packets sealed before
+    /// its grant); its place in the table is kept whatever else fills it.
+    pub(crate) fn start_source(&mut self, source: u32, next: u64) {
+        self.seen.insert(source, ReplayWindow::below(next));
+    }
+
+    /// The source a sealed datagram claims, if it is long enough to be one.
+    pub(crate) fn source_of(data: &[u8]) -> Option<u32> {
+        Some(u32::from_be_bytes(data.get(SOURCE_AT..PN_AT)?.try_into().ok()?))
     }
 
     /// Seals the plain multicast datagram in `buf[..len]` in place; `buf`
@@ -252,11 +262,16 @@ impl GroupKeys {
     }
 }
 
+/// A grant's bytes before the session description.
+const GRANT_FIXED: usize = 4 + 4 + 8 + KEY_LEN;
+
 /// What REGISTER+ACK's Noise payload carries to a protected receiver.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Grant {
     pub source: u32,
     pub from_sn: u32,
+    /// The sender's next packet number: older ones are refused.
+    pub pn: u64,
     pub key: [u8; KEY_LEN],
     /// The session description, an ANNOUNCE payload.
     pub info: Vec<u8>,
@@ -264,9 +279,10 @@ pub(crate) struct Grant {
 
 impl Grant {
     pub(crate) fn encode(&self) -> Vec<u8> {
-        let mut v = Vec::with_capacity(8 + KEY_LEN + self.info.len());
+        let mut v = Vec::with_capacity(GRANT_FIXED + self.info.len());
         v.extend_from_slice(&self.source.to_be_bytes());
         v.extend_from_slice(&self.from_sn.to_be_bytes());
+        v.extend_from_slice(&self.pn.to_be_bytes());
         v.extend_from_slice(&self.key);
         v.extend_from_slice(&self.info);
         v
@@ -275,8 +291,9 @@ impl Grant {
     pub(crate) fn decode(p: &[u8]) -> Option<Grant> {
         let source = u32::from_be_bytes(p.get(..4)?.try_into().ok()?);
         let from_sn = u32::from_be_bytes(p.get(4..8)?.try_into().ok()?);
-        let key = p.get(8..8 + KEY_LEN)?.try_into().ok()?;
-        (source != 0).then(|| Grant { source, from_sn, key, info: p[8 + KEY_LEN..].to_vec() })
+        let pn = u64::from_be_bytes(p.get(8..16)?.try_into().ok()?);
+        let key = p.get(16..GRANT_FIXED)?.try_into().ok()?;
+        (source != 0).then(|| Grant { source, from_sn, pn, key, info: p[GRANT_FIXED..].to_vec() })
     }
 }
 
@@ -375,11 +392,27 @@ mod tests {
         let m1 = i.write_with(&identity(4, 5)).map_err(|_| "write 1")?;
         let id = r.read_with(&m1).map_err(|_| "sender refuses")?;
         assert_eq!(id, identity(4, 5));
-        let grant = Grant { source: 3, from_sn: 10, key: [9; 32], info: b"desc".to_vec() };
+        let grant = Grant { source: 3, from_sn: 10, pn: 77, key: [9; 32], info: b"desc".to_vec() };
         let m2 = r.write_with(&grant.encode()).map_err(|_| "write 2")?;
         let got = i.read_with(&m2).map_err(|_| "receiver refuses")?;
         assert!(i.is_finished() && r.is_finished());
         Ok(Grant::decode(&got).expect("decodes"))
+    }
+
+    #[test]
+    fn a_source_started_at_a_packet_number_refuses_older_ones_and_keeps_its_place() {
+        let key = [1u8; 32];
+        let mut sender = GroupKeys::new(&key, 0, 8);
+        let early: Vec<Vec<u8>> = (0..5).map(|_| sealed(&mut sender, &plain())).collect();
+        let mut receiver = GroupKeys::new(&key, 9, 1);
+        receiver.start_source(0, sender.sealed());
+        for mut d in early {
+            assert_eq!(receiver.open(&mut d), Err(Unseal::Replayed), "sealed before the grant");
+        }
+        // The table (of one) is full with source 0, which still opens.
+        receiver.open(&mut sealed(&mut sender, &plain())).expect("after the grant");
+        let mut other = GroupKeys::new(&key, 3, 8);
+        assert_eq!(receiver.open(&mut sealed(&mut other, &plain())), Err(Unseal::TooManySources));
     }
 
     #[test]

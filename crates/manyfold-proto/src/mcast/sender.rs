@@ -81,6 +81,10 @@ pub struct SenderConfig {
     /// The group key's and the handshakes' randomness (spec §19.1): 256
     /// bits from the OS; all zeros derives it from `seed` (simulations).
     pub crypto_seed: [u8; 32],
+    /// Most registration handshakes a protected sender runs per second
+    /// (a burst of as many): each costs a few X25519 operations, and
+    /// REGISTERs come unauthenticated (spec §19.7).
+    pub max_handshakes_per_sec: u32,
 }
 
 impl Default for SenderConfig {
@@ -116,6 +120,7 @@ impl Default for SenderConfig {
             loss_tolerance: 0.05,
             security: None,
             crypto_seed: [0; 32],
+            max_handshakes_per_sec: 500,
         }
     }
 }
@@ -174,6 +179,8 @@ pub struct ReceiverReport {
     /// Its registration's Noise message 1 and our answer, sent again for
     /// a repeated REGISTER.
     registration: Option<Box<(Vec<u8>, Vec<u8>)>>,
+    /// When that answer last went out.
+    answered_at: Option<Instant>,
     last_heard: Instant,
     /// Losses reported since the last window resolved.
     window_lost: u64,
@@ -261,6 +268,10 @@ pub struct SenderStats {
     pub dropped_replayed: u64,
     /// Registrations whose handshake failed (another PSK, an unknown key).
     pub auth_failures: u64,
+    /// REGISTERs not answered: over `max_handshakes_per_sec`, a repeat
+    /// sooner than `REANSWER_GAP`, or a second handshake for a registered
+    /// client id (spec §19.7).
+    pub registrations_ignored: u64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -323,7 +334,15 @@ struct SenderSecurity {
     group_key: [u8; KEY_LEN],
     keys: GroupKeys,
     next_source: u32,
+    /// Source numbers granted, and to which receiver.
+    granted: HashMap<u32, usize>,
+    /// Handshakes left in this second's budget, and when it refills.
+    tokens: f64,
+    refilled: Instant,
 }
+
+/// A repeated REGISTER is answered again at most this often.
+const REANSWER_GAP: Duration = Duration::from_millis(100);
 
 impl std::fmt::Debug for SenderSecurity {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -417,6 +436,9 @@ impl McastSender {
                 rng,
                 group_key,
                 next_source: 1,
+                granted: HashMap::new(),
+                tokens: f64::from(cfg.max_handshakes_per_sec),
+                refilled: now,
             })
         });
         // A sealed DATA packet keeps the datagram size (spec §19.7).
@@ -563,6 +585,16 @@ impl McastSender {
             self.stats.dropped_malformed += 1;
             return;
         };
+        // Only sources we granted (and our own, looped back) are opened at
+        // all: made-up ones would fill the replay table (spec §19.7).
+        match GroupKeys::source_of(data) {
+            Some(0) => return,
+            Some(s) if sec.granted.contains_key(&s) => {}
+            _ => {
+                self.stats.dropped_unauthenticated += 1;
+                return;
+            }
+        }
         let mut buf = std::mem::take(&mut self.opened);
         buf.clear();
         buf.extend_from_slice(data);
@@ -636,9 +668,12 @@ impl McastSender {
             }
             self.receivers[idx].last_feedback = key;
         }
-        if let McPacket::Ack { network, lwsn, .. } = p {
-            // A window ack counts for its network whatever this receiver's state.
+        if let McPacket::Ack { lwsn, .. } = p {
+            // A window ack counts for its network whatever this receiver's
+            // state: the network it registered from (authenticated in a
+            // protected session), not the one the header names.
             self.stats.acks += 1;
+            let network = self.receivers[idx].network;
             self.on_window_ack(now, network, lwsn);
         }
         if self.receivers[idx].outcome != ReceiverOutcome::Active {
@@ -732,6 +767,7 @@ impl McastSender {
             peer_key: None,
             source: 0,
             registration: None,
+            answered_at: None,
             last_heard: now,
             window_lost: 0,
             last_feedback: None,
@@ -760,63 +796,68 @@ impl McastSender {
     fn on_keyed_register(&mut self, now: Instant, from: SocketAddr, client: u32, network: u32, m1: &[u8]) {
         let known = self.by_client.get(&client).copied();
         if let Some(idx) = known {
+            // Its registration stands: only the same message 1 (our answer
+            // was lost) is answered again, to the address it registered
+            // from, and at most every REANSWER_GAP. A replayed REGISTER
+            // moves nothing and keeps nobody alive; a second handshake for
+            // a registered client id (another member naming it) is refused.
             let r = &mut self.receivers[idx];
-            if r.registration.as_ref().is_some_and(|reg| reg.0 == m1) {
-                // Our answer was lost: the same one again.
-                r.addr = from;
-                r.last_heard = now;
+            let same = r.registration.as_ref().is_some_and(|reg| reg.0 == m1);
+            if same && r.answered_at.is_none_or(|t| now >= t + REANSWER_GAP) {
+                r.answered_at = Some(now);
                 self.control.push_back(Control::RegisterAck { idx });
-                return;
+            } else {
+                self.stats.registrations_ignored += 1;
             }
+            return;
         }
-        if known.is_none() && self.full() {
+        if self.full() {
             self.stats.refused += 1;
             self.control.push_back(Control::Refuse { addr: from, client, code: codes::REFUSED });
             return;
         }
-        let from_sn = known.map_or_else(|| self.joining_sn(), |idx| self.receivers[idx].joined_at);
+        let from_sn = self.joining_sn();
         let mut info = vec![0u8; 64 + 255];
         let n = emit_announcement(&mut info, &self.info);
         info.truncate(n);
-        let session = self.session;
         let sec = self.security.as_mut().expect("a keyed registration is only taken when protected");
+        // Each handshake costs a few X25519 operations, for a packet anyone
+        // can send: a budget per second, as for resets (spec §6.5).
+        let rate = f64::from(self.cfg.max_handshakes_per_sec);
+        sec.tokens = (sec.tokens + now.saturating_duration_since(sec.refilled).as_secs_f64() * rate).min(rate);
+        sec.refilled = now;
+        if sec.tokens < 1.0 {
+            self.stats.registrations_ignored += 1;
+            return;
+        }
+        sec.tokens -= 1.0;
         let mut seed = [0u8; 32];
         sec.rng.fill_bytes(&mut seed);
-        let mut hs = sec.pattern.handshake(&sec.config, session, &sec.public, false, seed);
+        let mut hs = sec.pattern.handshake(&sec.config, self.session, &sec.public, false, seed);
         // The ids inside message 1 are authenticated; the header's must match.
         let proven = hs.read_with(m1).is_ok_and(|id| id == identity(client, network));
+        if !proven || sec.next_source == u32::MAX {
+            self.stats.auth_failures += 1;
+            let code = codes::AUTHENTICATION_FAILED;
+            self.control.push_back(Control::Refuse { addr: from, client, code });
+            return;
+        }
         let source = sec.next_source;
-        let grant = Grant { source, from_sn, key: sec.group_key, info };
-        let reply = match hs.write_with(&grant.encode()) {
-            Ok(reply) if proven && source < u32::MAX => reply,
-            _ => {
-                self.stats.auth_failures += 1;
-                let code = codes::AUTHENTICATION_FAILED;
-                self.control.push_back(Control::Refuse { addr: from, client, code });
-                return;
-            }
+        let grant = Grant { source, from_sn, pn: sec.keys.sealed(), key: sec.group_key, info };
+        let Ok(reply) = hs.write_with(&grant.encode()) else {
+            self.stats.auth_failures += 1;
+            return;
         };
         sec.next_source += 1;
         let peer_key = hs.peer_key();
-        let idx = match known {
-            Some(idx) => {
-                // Registered again (it restarted its handshake): the old
-                // source number is retired.
-                let r = &mut self.receivers[idx];
-                sec.keys.forget(r.source);
-                r.addr = from;
-                r.last_heard = now;
-                idx
-            }
-            None => match self.admit(now, from, client, network) {
-                Some(idx) => idx,
-                None => return,
-            },
-        };
+        let Some(idx) = self.admit(now, from, client, network) else { return };
+        let sec = self.security.as_mut().expect("checked");
+        sec.granted.insert(source, idx);
         let r = &mut self.receivers[idx];
         r.source = source;
         r.peer_key = peer_key;
         r.registration = Some(Box::new((m1.to_vec(), reply)));
+        r.answered_at = Some(now);
         self.control.push_back(Control::RegisterAck { idx });
     }
 
