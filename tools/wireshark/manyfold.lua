@@ -255,7 +255,7 @@ field("mc_hash_algo", ProtoField.uint8("manyfold.mc.hash_algo", "Hash algorithm"
 field("mc_hash", ProtoField.bytes("manyfold.mc.hash", "Hash"))
 field("mc_name_len", ProtoField.uint8("manyfold.mc.name_len", "Name length", base.DEC))
 field("mc_name", ProtoField.string("manyfold.mc.name", "Name"))
--- Range lists (spec §16.2)
+
 -- Protected multicast sessions (spec §19.7)
 field("mc_pattern", ProtoField.uint8("manyfold.mc.pattern", "Noise pattern", base.DEC, patterns))
 field("mc_sender_key", ProtoField.bytes("manyfold.mc.sender_key", "Sender's static public key"))
@@ -265,6 +265,7 @@ field("mc_seq", ProtoField.uint32("manyfold.mc.seq", "Sequence field (SN, LWSN, 
 field("mc_ack", ProtoField.uint32("manyfold.mc.ack", "Acknowledgement field (by the inner type)", base.DEC))
 field("mc_win", ProtoField.uint32("manyfold.mc.win", "Window field (window, client, ... by the inner type)", base.DEC))
 
+-- Range lists (spec §16.2)
 field("mc_ranges", ProtoField.bytes("manyfold.mc.ranges", "Missing SNs"))
 field("mc_range_count", ProtoField.uint16("manyfold.mc.ranges.count", "Ranges", base.DEC))
 field("mc_range_start", ProtoField.uint32("manyfold.mc.range.start", "Start", base.DEC))
