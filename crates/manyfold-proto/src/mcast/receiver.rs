@@ -670,9 +670,6 @@ impl McastReceiver {
         payload: Range<usize>,
     ) -> Option<Delivery> {
         let block = self.info.as_ref()?.block;
-        if last {
-            self.total = Some(sn + 1);
-        }
         let fresh = match self.have.set(sn) {
             None => {
                 self.stats.dropped_beyond_limit += 1;
@@ -680,6 +677,11 @@ impl McastReceiver {
             }
             Some(f) => f,
         };
+        // Below `max_packets` now, so `sn + 1` cannot overflow (a FIN on SN
+        // 2^32 − 1 did, before the check: found by CI's fuzz smoke).
+        if last {
+            self.total = Some(sn + 1);
+        }
         if repair {
             self.stats.repairs_received += 1;
         } else {
@@ -1064,6 +1066,37 @@ fn remove_range(v: &mut Vec<Range<u32>>, r: Range<u32>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_last_packet_at_the_highest_sequence_number_is_dropped_beyond_the_limit_not_overflowed() {
+        let group: SocketAddr = "239.1.2.3:7000".parse().expect("addr");
+        let sender: SocketAddr = "198.18.0.1:7000".parse().expect("addr");
+        let mut r = McastReceiver::new(ReceiverConfig { max_packets: 64, ..ReceiverConfig::default() }, group);
+        let now = Instant::now();
+        let info = Announcement {
+            size: None,
+            block: 1000,
+            artp_max_us: 600,
+            repair_interval_ms: 50,
+            fec_k: 0,
+            hash: None,
+            name: "f".into(),
+        };
+        let mut buf = vec![0u8; 2000];
+        let n = emit(&mut buf, PacketType::McAnnounce, Flags::empty(), 5, 0, u32::MAX, 0, |o| {
+            super::super::wire::emit_announcement(o, &info)
+        })
+        .expect("fits");
+        r.handle_datagram(now, sender, &mut buf[..n]);
+        let n = emit(&mut buf, PacketType::McData, Flags::FIN, 5, u32::MAX, u32::MAX, 1, |o| {
+            o[..10].fill(1);
+            10
+        })
+        .expect("fits");
+        assert_eq!(r.handle_datagram(now, sender, &mut buf[..n]), None);
+        assert_eq!(r.stats().dropped_beyond_limit, 1);
+        assert_eq!(r.progress(), (0, None), "no total from a packet beyond the limit");
+    }
 
     #[test]
     fn pending_ranges_merge_split_and_stay_bounded() {
