@@ -10,7 +10,7 @@ use std::net::SocketAddr;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use manyfold_proto::mcast::wire::{emit, emit_announcement, emit_invitation, emit_ranges, McPacket, UNKNOWN_TOTAL};
+use manyfold_proto::mcast::wire::{emit, emit_announcement, emit_bytes, emit_invitation, emit_ranges, McPacket, UNKNOWN_TOTAL};
 use manyfold_proto::mcast::{Pattern, SEAL_OVERHEAD};
 use manyfold_proto::wire::chunk::{parse_chunks, summary, validate_chunks, Chunk, MAX_OFFSET};
 use manyfold_proto::wire::{seal, Flags, Header, Packet, PacketType, COOKIE_LEN, HEADER_LEN, PARAMS_LEN};
@@ -146,11 +146,11 @@ pub fn emit_mc(p: &McPacket, out: &mut [u8]) -> Option<usize> {
         }
         McPacket::Register { session, client, network, noise } => {
             emit(out, PacketType::McRegister, on(noise.is_some(), Flags::CKE), *session, 0, *network, *client, |o| {
-                copy(o, noise.unwrap_or_default())
+                emit_bytes(o, noise.unwrap_or_default())
             })
         }
         McPacket::RegisterKeys { session, client, noise } => {
-            emit(out, PacketType::McRegister, Flags::ACK | Flags::CKE, *session, 0, 0, *client, |o| copy(o, noise))
+            emit(out, PacketType::McRegister, Flags::ACK | Flags::CKE, *session, 0, 0, *client, |o| emit_bytes(o, noise))
         }
         McPacket::RegisterAck { session, client, network, from_sn, info } => {
             emit(out, PacketType::McRegister, Flags::ACK, *session, *from_sn, *network, *client, |o| {
@@ -205,12 +205,6 @@ pub fn emit_mc(p: &McPacket, out: &mut [u8]) -> Option<usize> {
             })
         }
     }
-}
-
-fn copy(o: &mut [u8], bytes: &[u8]) -> usize {
-    let n = bytes.len().min(o.len());
-    o[..n].copy_from_slice(&bytes[..n]);
-    n
 }
 
 fn emit_error(o: &mut [u8], error: Option<u16>) -> usize {
@@ -514,11 +508,7 @@ pub fn write_mc(r: &mut Reader, out: &mut [u8], session: u32, client: u32) -> us
         }
         3 => {
             let payload = r.bytes();
-            emit(out, PacketType::McData, flags, session, seq, ack, window, |o| {
-                let n = payload.len().min(o.len());
-                o[..n].copy_from_slice(&payload[..n]);
-                n
-            })
+            emit(out, PacketType::McData, flags, session, seq, ack, window, |o| emit_bytes(o, payload))
         }
         k @ 4..=6 => {
             let count = usize::from(r.u8() % 17);
@@ -553,16 +543,12 @@ pub fn write_mc(r: &mut Reader, out: &mut [u8], session: u32, client: u32) -> us
         11 => {
             let ack = if r.bool() { Flags::ACK } else { Flags::empty() };
             let noise = r.bytes();
-            emit(out, PacketType::McRegister, ack | Flags::CKE, session, 0, network, client, |o| copy(o, noise))
+            emit(out, PacketType::McRegister, ack | Flags::CKE, session, 0, network, client, |o| emit_bytes(o, noise))
         }
         _ => {
             let (index, k) = (u32::from(r.u8()), u32::from(r.u8() % 40));
             let shard = r.bytes();
-            emit(out, PacketType::McParity, flags, session, seq, index, k, |o| {
-                let n = shard.len().min(o.len());
-                o[..n].copy_from_slice(&shard[..n]);
-                n
-            })
+            emit(out, PacketType::McParity, flags, session, seq, index, k, |o| emit_bytes(o, shard))
         }
     };
     n.unwrap_or(0)

@@ -13,7 +13,7 @@ use super::bitmap::Bitmap;
 use super::fec;
 use super::secure::{identity, Grant, GroupKeys, Ignored, Pattern, Unseal, MAX_SOURCES, SEAL_OVERHEAD};
 use super::sender::packets_for;
-use super::wire::{emit, emit_ranges, parse_announcement, Announcement, McPacket, Phase};
+use super::wire::{emit, emit_bytes, emit_ranges, parse_announcement, Announcement, McPacket, Phase};
 use super::{uniform, McTransmit};
 use crate::secure::{Handshake, SecurityConfig, KEY_LEN};
 use crate::wire::{Flags, Header, PacketType};
@@ -965,11 +965,8 @@ impl McastReceiver {
             Some(sec) => {
                 // Noise message 1, the same until answered (spec §19.7).
                 let m1 = &sec.pending.as_ref()?.m1;
-                let n = emit(buf, PacketType::McRegister, Flags::CKE, session, 0, network, client, |o| {
-                    let n = m1.len().min(o.len());
-                    o[..n].copy_from_slice(&m1[..n]);
-                    n
-                })?;
+                let n =
+                    emit(buf, PacketType::McRegister, Flags::CKE, session, 0, network, client, |o| emit_bytes(o, m1))?;
                 self.send_clear = true;
                 n
             }

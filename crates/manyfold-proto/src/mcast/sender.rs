@@ -11,7 +11,7 @@ use rand_chacha::{ChaCha20Rng, ChaCha8Rng};
 use super::bitmap::Bitmap;
 use super::fec;
 use super::secure::{identity, Grant, GroupKeys, Pattern, Unseal, SEAL_OVERHEAD};
-use super::wire::{emit, emit_announcement, emit_invitation, Announcement, McPacket, Phase, UNKNOWN_TOTAL};
+use super::wire::{emit, emit_announcement, emit_bytes, emit_invitation, Announcement, McPacket, Phase, UNKNOWN_TOTAL};
 use super::{codes, McTransmit};
 use crate::congestion::pacer::Pacer;
 use crate::secure::{public_key, SecurityConfig, KEY_LEN};
@@ -1267,11 +1267,7 @@ impl McastSender {
             block,
             u32::from(index),
             u32::from(k),
-            |o| {
-                let n = shard.len().min(o.len());
-                o[..n].copy_from_slice(&shard[..n]);
-                n
-            },
+            |o| emit_bytes(o, &shard),
         )?;
         self.stats.parity_packets += 1;
         Some(McTransmit { destination: self.group, size: n })
@@ -1399,11 +1395,7 @@ impl McastSender {
                 let r = &self.receivers[idx];
                 let reply = &r.registration.as_ref()?.1;
                 let flags = Flags::ACK | Flags::CKE;
-                let n = emit(buf, PacketType::McRegister, flags, s, 0, r.network, r.client, |o| {
-                    let n = reply.len().min(o.len());
-                    o[..n].copy_from_slice(&reply[..n]);
-                    n
-                })?;
+                let n = emit(buf, PacketType::McRegister, flags, s, 0, r.network, r.client, |o| emit_bytes(o, reply))?;
                 self.send_clear = true;
                 (r.addr, n)
             }

@@ -364,6 +364,13 @@ pub fn emit_announcement(out: &mut [u8], a: &Announcement) -> usize {
     n
 }
 
+/// Writes as much of `bytes` as fits into a payload; returns its length.
+pub fn emit_bytes(out: &mut [u8], bytes: &[u8]) -> usize {
+    let n = bytes.len().min(out.len());
+    out[..n].copy_from_slice(&bytes[..n]);
+    n
+}
+
 /// Writes an invitation's payload (spec §19.7); returns its length.
 pub fn emit_invitation(out: &mut [u8], pattern: Pattern, key: &[u8; 32]) -> usize {
     if out.len() < 33 {
