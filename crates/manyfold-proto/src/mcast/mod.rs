@@ -35,6 +35,9 @@ pub mod codes {
     /// The registration's handshake failed: another PSK, or a key not
     /// among the sender's known peers (the connection's code 9).
     pub const AUTHENTICATION_FAILED: u16 = 9;
+    /// The sender's or receiver's process was interrupted (SIGINT or
+    /// SIGTERM; the connection's code 10).
+    pub const INTERRUPTED: u16 = 10;
     /// The receiver's whole-file hash did not match.
     pub const HASH_MISMATCH: u16 = 20;
     /// Dropped: still missing packets at the completion timeout.

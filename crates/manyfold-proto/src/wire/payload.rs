@@ -170,6 +170,9 @@ impl ErrorCode {
     /// The Noise handshake failed: another pre-shared key, or a static key
     /// not among the known peers (spec §19.2).
     pub const AUTHENTICATION_FAILED: ErrorCode = ErrorCode(9);
+    /// The peer's process was interrupted (SIGINT or SIGTERM) and aborted
+    /// its connections on the way out (spec §8.3).
+    pub const INTERRUPTED: ErrorCode = ErrorCode(10);
 }
 
 /// A whole parsed packet: header plus payload sections (spec §3.3).
