@@ -5,9 +5,11 @@
 #![forbid(unsafe_code)]
 
 use std::process::ExitCode;
+use std::time::Duration;
 
-use anyhow::Result;
+use anyhow::{anyhow, Result};
 use clap::{Parser, Subcommand};
+use net::{lifecycle, Role};
 
 mod demo;
 mod echo;
@@ -201,12 +203,26 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    match run(cli) {
+    let result = run(cli);
+    // Interrupted: the status a shell expects (130 for SIGINT, 143 for
+    // SIGTERM) when the command failed; a server stopped as asked exits 0.
+    let failure = net::lifecycle::signal().map_or(ExitCode::FAILURE, |s| ExitCode::from(s.exit_code()));
+    match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e:#}");
-            ExitCode::FAILURE
+            failure
         }
+    }
+}
+
+/// Who the peer of each networking command is, for its messages.
+fn peer_role(command: &Command) -> Role {
+    match command {
+        Command::Recv(_) => Role::Sender,
+        Command::Send(_) | Command::Demo(_) => Role::Receiver,
+        Command::EchoServer(_) | Command::Serve(_) | Command::RrServer(_) | Command::FtpServer(_) => Role::Client,
+        _ => Role::Server,
     }
 }
 
@@ -244,24 +260,61 @@ fn run(cli: Cli) -> Result<()> {
         return mcast::run(cmd);
     }
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
-    runtime.block_on(async move {
-        match cli.command {
-            Command::Demo(args) => demo::run(args).await,
-            Command::Recv(args) => transfer::run_recv(args).await,
-            Command::Send(args) => transfer::run_send(args).await,
-            Command::EchoServer(args) => echo::run_server(args).await,
-            Command::Echo(args) => echo::run_client(args).await,
-            Command::Serve(args) => fetch::run_serve(args).await,
-            Command::Fetch(args) => fetch::run_fetch(args).await,
-            Command::RrServer(args) => rr::run_server(args).await,
-            Command::RrClient(args) => rr::run_client(args).await,
-            Command::FtpServer(args) => ftp::run_server(args).await,
-            Command::Ftp(args) => ftp::run_client(args).await,
-            Command::Samplegen(_) | Command::Mcast(_) | Command::Trace(_) | Command::Keygen(_) | Command::Pubkey(_) => {
-                unreachable!("handled above")
+    let role = peer_role(&cli.command);
+    if let Command::Ftp(args) = &cli.command {
+        lifecycle::set_local_interrupt(ftp::is_interactive(args));
+    }
+    let result = runtime.block_on(async move {
+        lifecycle::install();
+        let command = run_command(cli.command);
+        tokio::pin!(command);
+        let result = tokio::select! {
+            result = &mut command => result,
+            signal = lifecycle::interrupted() => {
+                // The peers were told; the command cleans up and says what it kept.
+                match tokio::time::timeout(lifecycle::CLEANUP_GRACE, &mut command).await {
+                    Ok(result) => result,
+                    Err(_) => Err(anyhow!("interrupted by {}; the cleanup did not finish in time", signal.name())),
+                }
             }
+        };
+        let result = match (result, lifecycle::signal()) {
+            // The command's errors after a signal are the echo of its own
+            // reset connections, unless it gave an account of what it kept.
+            (Err(e), Some(signal)) if !lifecycle::is_account(&e) => {
+                Err(anyhow!("interrupted by {}; the {role} was told", signal.name()))
+            }
+            (Err(e), _) => Err(net::explain(e, role)),
+            (ok, _) => ok,
+        };
+        if lifecycle::signal().is_none() {
+            lifecycle::wait_idle_all().await;
         }
-    })
+        result
+    });
+    // Not waiting for blocking work that nobody awaits any more (a read of
+    // stdin, say): the process is about to exit.
+    runtime.shutdown_timeout(Duration::from_millis(500));
+    result
+}
+
+async fn run_command(command: Command) -> Result<()> {
+    match command {
+        Command::Demo(args) => demo::run(args).await,
+        Command::Recv(args) => transfer::run_recv(args).await,
+        Command::Send(args) => transfer::run_send(args).await,
+        Command::EchoServer(args) => echo::run_server(args).await,
+        Command::Echo(args) => echo::run_client(args).await,
+        Command::Serve(args) => fetch::run_serve(args).await,
+        Command::Fetch(args) => fetch::run_fetch(args).await,
+        Command::RrServer(args) => rr::run_server(args).await,
+        Command::RrClient(args) => rr::run_client(args).await,
+        Command::FtpServer(args) => ftp::run_server(args).await,
+        Command::Ftp(args) => ftp::run_client(args).await,
+        Command::Samplegen(_) | Command::Mcast(_) | Command::Trace(_) | Command::Keygen(_) | Command::Pubkey(_) => {
+            unreachable!("handled before the runtime starts")
+        }
+    }
 }
 
 #[cfg(test)]

@@ -12,6 +12,7 @@ use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 use manyfold::Protection;
 use manyfold_proto::ConnStats;
 
+use crate::net::Role;
 use crate::size::{human_bytes, human_duration, human_rate};
 
 /// Where progress bars are drawn: stderr when it is a terminal, nowhere
@@ -28,16 +29,58 @@ pub fn multi_progress() -> MultiProgress {
 /// A byte-counting bar of `total` bytes labelled `label`.
 pub fn transfer_bar(multi: &MultiProgress, total: u64, label: &str) -> ProgressBar {
     let bar = multi.add(ProgressBar::new(total));
-    bar.set_style(
-        ProgressStyle::with_template(
-            "{prefix:>10.bold} [{bar:32.cyan/blue}] {decimal_bytes:>9}/{decimal_total_bytes:<9} \
-             {decimal_bytes_per_sec:>11} eta {eta}",
-        )
-        .expect("static template")
-        .progress_chars("=> "),
-    );
+    bar.set_style(moving_style());
     bar.set_prefix(label.to_string());
     bar
+}
+
+fn moving_style() -> ProgressStyle {
+    ProgressStyle::with_template(
+        "{prefix:>10.bold} [{bar:32.cyan/blue}] {decimal_bytes:>9}/{decimal_total_bytes:<9} \
+         {decimal_bytes_per_sec:>11} eta {eta}",
+    )
+    .expect("static template")
+    .progress_chars("=> ")
+}
+
+/// The same bar while the peer is silent: the rate and ETA of a stalled
+/// transfer mean nothing, the silence does.
+fn stalled_style() -> ProgressStyle {
+    ProgressStyle::with_template(
+        "{prefix:>10.bold} [{bar:32.yellow/blue}] {decimal_bytes:>9}/{decimal_total_bytes:<9} {msg:.yellow}",
+    )
+    .expect("static template")
+    .progress_chars("=> ")
+}
+
+/// A peer silent for less than this is only a slow round trip.
+const STALL_SHOWN_AFTER: Duration = Duration::from_secs(1);
+
+/// Moves a sending bar to `position` and, while the connection has had
+/// data outstanding without any answer for a second or more
+/// (`ConnStats::stalled_since`), says "no answer from the receiver for
+/// N s" instead of a frozen rate and ETA (issue 19 item 4).
+pub fn show_sending(bar: &ProgressBar, position: u64, stats: &ConnStats, peer: Role) {
+    bar.set_position(position);
+    match stalled_for(stats) {
+        Some(silent) => {
+            bar.set_style(stalled_style());
+            bar.set_message(format!("no answer from the {peer} for {} s", silent.as_secs()));
+        }
+        None => {
+            if !bar.message().is_empty() {
+                bar.set_style(moving_style());
+                bar.set_message("");
+            }
+        }
+    }
+}
+
+/// How long the peer has been silent with data outstanding, once that is
+/// worth showing.
+pub fn stalled_for(stats: &ConnStats) -> Option<Duration> {
+    let silent = stats.stalled_since?.elapsed();
+    (silent >= STALL_SHOWN_AFTER).then_some(silent)
 }
 
 /// Which end of a transfer a report describes.

@@ -122,6 +122,9 @@ pub async fn run_server(args: RrServerArgs) -> Result<()> {
     let endpoints = manyfold::Endpoint::bind_reuseport(addr, config, sockets)
         .await
         .with_context(|| format!("cannot listen on {addr}"))?;
+    for endpoint in &endpoints {
+        net::lifecycle::register(endpoint);
+    }
     let local = endpoints[0].local_addr().context("cannot read the bound address")?;
     println!(
         "manyfold rr-server: listening on {local} ({mode}) with {sockets} socket(s), backlog {} each (Ctrl-C to stop)",

@@ -11,7 +11,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
-use anyhow::{anyhow, bail, Context, Result};
+use anyhow::{bail, Context, Result};
 use clap::Args;
 use manyfold::StreamItem;
 use tokio::task::JoinSet;
@@ -77,6 +77,7 @@ pub async fn run(args: ServeArgs) -> Result<()> {
     let (mut conn_rx, acceptor) = net::spawn_acceptor(Arc::clone(&endpoint));
     let mut tasks: JoinSet<(String, u64)> = JoinSet::new();
     let (mut sessions, mut segments) = (0u64, 0u64);
+    let mut accepting = true;
     let ctrl_c = net::interrupted();
     tokio::pin!(ctrl_c);
     let outcome = loop {
@@ -85,9 +86,12 @@ pub async fn run(args: ServeArgs) -> Result<()> {
                 tasks.shutdown().await;
                 break Ok(());
             }
-            conn = conn_rx.recv() => {
+            conn = conn_rx.recv(), if accepting => {
                 let Some(conn) = conn else {
-                    break Err(anyhow!("the endpoint stopped accepting connections"));
+                    match net::accepting_ended(&mut accepting) {
+                        Ok(()) => continue,
+                        Err(e) => break Err(e),
+                    }
                 };
                 let library = Arc::clone(&library);
                 tasks.spawn(async move {
@@ -149,7 +153,7 @@ impl Session {
             line.push_str(&format!("; answered: {e}"));
         }
         if let Some(e) = error {
-            line.push_str(&format!("; ended: {e:#}"));
+            line.push_str(&format!("; ended: {:#}", net::explain(e, net::Role::Client)));
         }
         line
     }

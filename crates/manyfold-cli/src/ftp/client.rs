@@ -297,7 +297,7 @@ impl Client {
                 Ok(n) => n,
                 Err(e) => {
                     let _ = file.sync_data().await;
-                    let why = self.failure_or(&mut call, e.to_string()).await;
+                    let why = self.failure_or(&mut call, server_failure(e)).await;
                     bail!("{why}; {}", kept(size - left));
                 }
             };
@@ -390,7 +390,7 @@ impl Client {
             }
             hasher.update(&buf[..n]);
             if let Err(e) = io.write_all(&buf[..n]).await {
-                let why = self.failure_or(&mut call, e.to_string()).await;
+                let why = self.failure_or(&mut call, server_failure(e)).await;
                 bail!("{why}");
             }
             left -= n as u64;
@@ -430,7 +430,7 @@ async fn read_replies(streams: Streams, pending: Pending, ended: Arc<Mutex<Optio
             },
             Ok(None) | Ok(Some(StreamItem::Finished)) => break "the server closed it".to_string(),
             Ok(Some(other)) => break format!("control stream: {other:?}"),
-            Err(e) => break e.to_string(),
+            Err(e) => break server_failure(e),
         }
     };
     let mut pending = pending.lock().expect("not poisoned");
@@ -449,4 +449,10 @@ pub fn local_target(remote: &str, local: Option<&str>) -> Result<PathBuf> {
         Some(l) if Path::new(l).is_dir() => Path::new(l).join(base),
         Some(l) => PathBuf::from(l),
     })
+}
+
+/// A broken connection said as the client sees it: "the server was
+/// interrupted (...)", "the server is gone (port unreachable)", ...
+fn server_failure(e: impl Into<anyhow::Error>) -> String {
+    format!("{:#}", net::explain(e.into(), net::Role::Server))
 }

@@ -95,7 +95,7 @@ pub async fn run_client(args: FtpArgs) -> Result<()> {
     let client = Arc::new(Client::connect(addr, token, args.net.config()?).await?);
     let mode = if !args.command.is_empty() {
         Mode::OneShot
-    } else if std::io::stdin().is_terminal() {
+    } else if is_interactive(&args) {
         Mode::Interactive
     } else {
         Mode::Script
@@ -107,6 +107,13 @@ pub async fn run_client(args: FtpArgs) -> Result<()> {
     };
     client.close().await;
     result
+}
+
+/// Whether `ftp` runs its interactive shell, where Ctrl-C cancels the
+/// transfer in the foreground and the prompt comes back (SIGTERM still
+/// ends the session, telling the server).
+pub fn is_interactive(args: &FtpArgs) -> bool {
+    args.command.is_empty() && std::io::stdin().is_terminal()
 }
 
 fn print_notice() -> Notify {

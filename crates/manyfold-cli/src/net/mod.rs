@@ -3,6 +3,11 @@
 //! `--key-file`, `--peers-file`), the [`Config`] built from them, and
 //! binding/connecting with errors that say what went wrong.
 
+mod failure;
+pub mod lifecycle;
+
+pub use failure::{explain, is_own_interruption, left, Role};
+
 use std::io::IsTerminal;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -14,7 +19,7 @@ use clap::Args;
 pub use manyfold::{Config, Connection, Endpoint, FaultConfig, SendHalf};
 
 /// Flags shared by the networking subcommands.
-#[derive(Args, Debug, Clone, Default)]
+#[derive(Args, Debug, Clone)]
 pub struct NetArgs {
     /// Emulated packet loss in percent (0 ≤ P < 100), applied independently
     /// to every datagram this process sends and to every one it receives.
@@ -67,6 +72,14 @@ pub struct NetArgs {
     /// private-key line: the peers check this host's key the same way.
     #[arg(long, value_name = "FILE")]
     pub peers_file: Option<PathBuf>,
+
+    /// Give up on a peer that acknowledges nothing for this long while
+    /// data is outstanding ("the receiver stopped answering after N s");
+    /// until then the progress bar counts the seconds without an answer.
+    /// With several receivers, one that sends nothing for this long while
+    /// it owes acknowledgements is dropped.
+    #[arg(long, value_name = "SECONDS", default_value_t = 15.0, value_parser = seconds_arg, allow_negative_numbers = true)]
+    pub peer_timeout: f64,
 }
 
 impl NetArgs {
@@ -74,6 +87,8 @@ impl NetArgs {
     /// its secrets from the OS (seed 0); the fault injector gets a fresh
     /// random seed per run. Fails if a key or peers file cannot be used.
     pub fn config(&self) -> Result<Config> {
+        let stall_timeout = self.stall_timeout();
+        failure::set_stall_timeout(stall_timeout);
         let security = crate::keys::security_config(self.key_file.as_deref(), self.peers_file.as_deref())?;
         Ok(Config {
             faults: FaultConfig {
@@ -89,12 +104,46 @@ impl NetArgs {
                 connection: manyfold_proto::ConnectionConfig {
                     congestion: self.cc,
                     max_datagram: self.max_datagram,
+                    stall_timeout: Some(stall_timeout),
                     ..Default::default()
                 },
                 security,
                 ..Default::default()
             },
         })
+    }
+}
+
+impl Default for NetArgs {
+    /// What the flags give when none is on the command line.
+    fn default() -> Self {
+        NetArgs {
+            loss: 0.0,
+            delay: 0,
+            trace: false,
+            qlog: None,
+            cc: manyfold_proto::CongestionAlgorithm::default(),
+            max_datagram: 1452,
+            key_file: None,
+            peers_file: None,
+            peer_timeout: 15.0,
+        }
+    }
+}
+
+impl NetArgs {
+    /// `--peer-timeout` as a duration.
+    pub fn stall_timeout(&self) -> Duration {
+        Duration::from_secs_f64(self.peer_timeout)
+    }
+}
+
+/// `clap` value parser for durations in seconds: more than 0, at most a day.
+pub fn seconds_arg(text: &str) -> Result<f64, String> {
+    match text.trim_end_matches('s').parse::<f64>() {
+        Ok(s) if s > 0.0 && s <= 86_400.0 => Ok(s),
+        Ok(s) => Err(format!("{s} s is out of range (more than 0, at most a day)")),
+        Err(_) => Err(format!("{text:?} is not a number of seconds")),
     }
 }
 
@@ -140,7 +189,10 @@ pub fn init_tracing(trace: bool) {
 /// address not available, ...).
 pub async fn bind(addr: SocketAddr, config: Config) -> Result<Endpoint> {
     match Endpoint::bind(addr, config).await {
-        Ok(endpoint) => Ok(endpoint),
+        Ok(endpoint) => {
+            lifecycle::register(&endpoint);
+            Ok(endpoint)
+        }
         // The library's message may already name the address.
         Err(e) if e.to_string().contains(&addr.to_string()) => Err(e.into()),
         Err(e) => Err(e).with_context(|| format!("cannot bind a UDP socket to {addr}")),
@@ -181,6 +233,17 @@ pub fn spawn_acceptor(
     (rx, task)
 }
 
+/// The acceptor's channel closed: either our own interruption aborted the
+/// endpoint (stop accepting and let the interruption's branch end the
+/// loop) or the endpoint failed.
+pub fn accepting_ended(accepting: &mut bool) -> Result<()> {
+    *accepting = false;
+    match lifecycle::signal() {
+        Some(_) => Ok(()),
+        None => Err(anyhow::anyhow!("the endpoint stopped accepting connections")),
+    }
+}
+
 /// Resolves `host:port` (names allowed) to one socket address.
 pub async fn resolve(text: &str) -> Result<SocketAddr> {
     if let Ok(addr) = text.parse() {
@@ -192,20 +255,10 @@ pub async fn resolve(text: &str) -> Result<SocketAddr> {
 }
 
 /// Resolves when the user interrupts (Ctrl-C) or the system asks the
-/// process to stop (SIGTERM), so servers can clean up before exiting.
-pub async fn interrupted() {
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{signal, SignalKind};
-        if let Ok(mut term) = signal(SignalKind::terminate()) {
-            tokio::select! {
-                _ = tokio::signal::ctrl_c() => {}
-                _ = term.recv() => {}
-            }
-            return;
-        }
-    }
-    let _ = tokio::signal::ctrl_c().await;
+/// process to stop (SIGTERM), once every connection was aborted and the
+/// peers told ([`lifecycle`]), so commands can clean up before exiting.
+pub async fn interrupted() -> lifecycle::Signal {
+    lifecycle::interrupted().await
 }
 
 /// 64 random bits from the operating system.
@@ -237,12 +290,13 @@ mod tests {
 
     #[test]
     fn flags_become_fault_config() {
-        let args = NetArgs { loss: 5.0, delay: 20, trace: true, ..NetArgs::default() };
+        let args = NetArgs { loss: 5.0, delay: 20, trace: true, peer_timeout: 3.0, ..NetArgs::default() };
         let config = args.config().unwrap();
         assert!(config.endpoint.security.is_none());
         assert_eq!(config.faults.effective_send_loss(), 0.05);
         assert_eq!(config.faults.effective_recv_loss(), 0.05);
         assert_eq!(config.faults.delay, Duration::from_millis(20));
         assert!(config.trace);
+        assert_eq!(config.endpoint.connection.stall_timeout, Some(Duration::from_secs(3)));
     }
 }

@@ -22,6 +22,7 @@ use manyfold::{Destination, Endpoint, Group, GroupConfig, Mode, PeerId, PeerStat
 
 use super::send::Source;
 use super::wire::{BlockMsg, Reply, Request};
+use crate::net::{self, Role};
 use crate::report::{self, loss_seen};
 use crate::size::{human_bytes, human_duration, human_rate};
 
@@ -280,7 +281,7 @@ pub async fn send_to_group(
         let outcome = match (verdict, left.get(&addr)) {
             (Ok(Reply::Ok(text)), _) => Outcome::Saved(text),
             (Ok(Reply::Error(why)), _) => Outcome::Failed(format!("receiver did not save the file: {why}")),
-            (Err(_), Some(why)) => Outcome::Failed(format!("left the group: {why}")),
+            (Err(_), Some(why)) => Outcome::Failed(format!("left the group: {}", net::left(*why, Role::Receiver))),
             (Err(e), None) => Outcome::Failed(format!("{e:#}")),
         };
         outcomes.insert(addr, (outcome, at.duration_since(start)));

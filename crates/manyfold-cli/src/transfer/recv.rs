@@ -15,7 +15,7 @@ use tokio::task::JoinSet;
 use super::wire::{check_name, Reply, Request, RequestError, HASH_LEN};
 use super::CHUNK;
 use crate::fsutil::{available_space, PartFile};
-use crate::net::{self, Connection, NetArgs};
+use crate::net::{self, Connection, NetArgs, Role};
 use crate::report::{self, Direction, Report};
 use crate::size::human_bytes;
 
@@ -77,27 +77,40 @@ pub async fn run(args: RecvArgs) -> Result<()> {
 
     let multi = report::multi_progress();
     let mut tasks: JoinSet<Result<Report>> = JoinSet::new();
-    let (mut succeeded, mut failed) = (0u64, 0u64);
+    let mut tally = Tally::default();
     let mut accepting = true;
-    let mut interrupted = false;
     let ctrl_c = net::interrupted();
     tokio::pin!(ctrl_c);
     let outcome = loop {
         tokio::select! {
-            _ = &mut ctrl_c => {
-                interrupted = true;
-                let active = tasks.len();
-                tasks.shutdown().await; // drops each transfer's temporary file
+            signal = &mut ctrl_c => {
+                // The connections are already reset (the senders know).
+                // Transfers that ended before the signal count as what they
+                // were; the others are stopped and their partial files deleted.
+                while let Some(joined) = tasks.try_join_next() {
+                    let _ = tally.record(joined, &multi, args.once);
+                }
+                let active = tasks.len() + tally.interrupted;
+                tasks.shutdown().await;
+                let saved = if tally.saved > 0 { format!("{} transfer(s) saved; ", tally.saved) } else { String::new() };
                 if active > 0 {
-                    break Err(anyhow!(
-                        "interrupted with {active} transfer(s) in progress; their partial files were deleted"
-                    ));
+                    break Err(net::lifecycle::account(format!(
+                        "interrupted by {} with {active} transfer(s) in progress ({saved}their partial files were \
+                         deleted)",
+                        signal.name()
+                    )));
+                }
+                if args.once && tally.saved == 0 {
+                    break Err(net::lifecycle::account(format!("interrupted by {} before any transfer", signal.name())));
                 }
                 break Ok(());
             }
             conn = conn_rx.recv(), if accepting => {
                 let Some(conn) = conn else {
-                    break Err(anyhow!("the endpoint stopped accepting connections"));
+                    match net::accepting_ended(&mut accepting) {
+                        Ok(()) => continue,
+                        Err(e) => break Err(e),
+                    }
                 };
                 if args.once {
                     accepting = false;
@@ -112,35 +125,65 @@ pub async fn run(args: RecvArgs) -> Result<()> {
                 });
             }
             Some(joined) = tasks.join_next() => {
-                let result = joined.unwrap_or_else(|e| Err(anyhow!("transfer task failed: {e}")));
-                match &result {
-                    Ok(report) => {
-                        succeeded += 1;
-                        multi.suspend(|| println!("{report}"));
-                    }
-                    Err(e) => {
-                        failed += 1;
-                        // With --once the error is the command's own, reported by main.
-                        if !args.once {
-                            multi.suspend(|| eprintln!("error: {e:#}"));
-                        }
-                    }
-                }
-                if args.once {
-                    break result.map(|_| ());
+                let result = tally.record(joined, &multi, args.once);
+                // A transfer our own interruption ended is accounted for
+                // in the interruption's branch, which comes next.
+                if args.once && net::lifecycle::signal().is_none() {
+                    break result;
                 }
             }
         }
     };
     acceptor.abort();
     if !args.once {
-        multi.suspend(|| println!("manyfold recv: {succeeded} transfer(s) saved, {failed} failed"));
+        multi.suspend(|| println!("manyfold recv: {} transfer(s) saved, {} failed", tally.saved, tally.failed));
     }
-    // Interrupted: peers get half a second to close before they are reset;
-    // otherwise the usual bounded graceful shutdown.
-    let bound = if interrupted { Duration::from_millis(500) } else { Duration::from_secs(5) };
-    let _ = tokio::time::timeout(bound + Duration::from_secs(1), endpoint.shutdown_within(bound)).await;
+    // The connections still open close gracefully; an interrupted process
+    // already reset them all.
+    let _ = tokio::time::timeout(Duration::from_secs(6), endpoint.shutdown_within(Duration::from_secs(5))).await;
     outcome
+}
+
+/// How the transfers of one `recv` went.
+#[derive(Debug, Default)]
+struct Tally {
+    saved: u64,
+    failed: u64,
+    /// Ended by our own interruption (their connections reset by us).
+    interrupted: usize,
+}
+
+impl Tally {
+    /// Counts a finished transfer and prints its report or error (with
+    /// --once the error is the command's own, reported by main).
+    fn record(
+        &mut self,
+        joined: Result<Result<Report>, tokio::task::JoinError>,
+        multi: &MultiProgress,
+        once: bool,
+    ) -> Result<()> {
+        match joined.unwrap_or_else(|e| Err(anyhow!("transfer task failed: {e}"))) {
+            Ok(report) => {
+                self.saved += 1;
+                multi.suspend(|| println!("{report}"));
+                Ok(())
+            }
+            Err(e) if net::is_own_interruption(&e) => {
+                self.interrupted += 1;
+                Err(e)
+            }
+            Err(e) if once => {
+                self.failed += 1;
+                Err(e)
+            }
+            Err(e) => {
+                self.failed += 1;
+                let e = net::explain(e, Role::Sender);
+                multi.suspend(|| eprintln!("error: {e:#}"));
+                Err(e)
+            }
+        }
+    }
 }
 
 /// Serves one transfer on `conn`: reads the request, answers, stores the

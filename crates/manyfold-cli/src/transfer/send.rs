@@ -11,7 +11,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use super::wire::{Reply, Request, MAX_NAME};
 use super::CHUNK;
 use crate::keys;
-use crate::net::{self, Connection, NetArgs, SendHalf};
+use crate::net::{self, Connection, NetArgs, Role, SendHalf};
 use crate::report::{self, Direction, Report};
 
 #[derive(Args, Debug)]
@@ -47,13 +47,8 @@ pub struct SendArgs {
     pub evict_below: Option<f64>,
 
     /// How long a receiver may stay below --evict-below before it is dropped.
-    #[arg(long, value_name = "SECONDS", default_value_t = 10.0, value_parser = seconds_arg)]
+    #[arg(long, value_name = "SECONDS", default_value_t = 10.0, value_parser = net::seconds_arg)]
     pub evict_after: f64,
-
-    /// With several receivers: drop a receiver that sends nothing at all
-    /// for this long while it owes acknowledgements (a dead host).
-    #[arg(long, value_name = "SECONDS", default_value_t = 10.0, value_parser = seconds_arg)]
-    pub peer_timeout: f64,
 
     /// Name to store the file under on the receiver [default: FILE's base
     /// name]. The receiver refuses anything but a plain base name.
@@ -122,7 +117,7 @@ async fn run_group(args: SendArgs, source: Source, name: String) -> Result<()> {
         mode: args.mode,
         min_peers: min,
         eviction,
-        peer_timeout: Duration::from_secs_f64(args.peer_timeout),
+        peer_timeout: args.net.stall_timeout(),
         ..Default::default()
     };
     let net_config = args.net.config()?;
@@ -147,14 +142,6 @@ fn fraction_arg(text: &str) -> Result<f64, String> {
         Ok(f) if f > 0.0 && f < 1.0 => Ok(f),
         Ok(f) => Err(format!("{f} is not a fraction between 0 and 1 (exclusive)")),
         Err(_) => Err(format!("{text:?} is not a number")),
-    }
-}
-
-fn seconds_arg(text: &str) -> Result<f64, String> {
-    match text.trim_end_matches('s').parse::<f64>() {
-        Ok(s) if s > 0.0 && s <= 86_400.0 => Ok(s),
-        Ok(s) => Err(format!("{s} s is out of range (more than 0, at most a day)")),
-        Err(_) => Err(format!("{text:?} is not a number of seconds")),
     }
 }
 
@@ -233,11 +220,11 @@ pub async fn send_file(conn: Connection, mut source: Source, name: &str, bar: &P
     let reply = {
         let read = Reply::read(&mut rx);
         tokio::pin!(read);
-        let mut tick = tokio::time::interval(Duration::from_millis(100));
+        let mut tick = tokio::time::interval(BAR_TICK);
         loop {
             tokio::select! {
                 reply = &mut read => break reply,
-                _ = tick.tick() => bar.set_position(acked_of(source.size, &tx)),
+                _ = tick.tick() => show_acked(bar, source.size, &tx),
             }
         }
     };
@@ -264,10 +251,15 @@ pub async fn send_file(conn: Connection, mut source: Source, name: &str, bar: &P
     })
 }
 
-/// Data bytes the receiver has acknowledged, given that `written` were
-/// handed to the connection (the request and trailer are noise here).
-fn acked_of(written: u64, tx: &SendHalf) -> u64 {
-    written.saturating_sub(tx.stats().unacked_bytes)
+/// How often the bar is brought up to date while waiting on the receiver.
+const BAR_TICK: Duration = Duration::from_millis(100);
+
+/// Shows on `bar` the data bytes the receiver has acknowledged, given that
+/// `written` were handed to the connection (the request and trailer are
+/// noise here), or how long it has not answered.
+fn show_acked(bar: &ProgressBar, written: u64, tx: &SendHalf) {
+    let stats = tx.stats();
+    report::show_sending(bar, written.saturating_sub(stats.unacked_bytes), &stats, Role::Receiver);
 }
 
 /// Copies exactly `source.size` bytes to `out`, hashing as it goes.
@@ -291,9 +283,20 @@ async fn stream_data(source: &mut Source, out: &mut SendHalf, bar: &ProgressBar)
             );
         }
         hasher.update(&buf[..n]);
-        out.write_all(&buf[..n]).await.context("connection lost while sending data")?;
+        // Written piecewise with a deadline, so that the bar keeps telling
+        // while the receiver is silent and the window is full (a write
+        // still pending has written nothing: dropping it is safe).
+        let mut done = 0;
+        while done < n {
+            if let Ok(written) = tokio::time::timeout(BAR_TICK, out.write(&buf[done..n])).await {
+                match written.context("connection lost while sending data")? {
+                    0 => bail!("connection lost while sending data: the connection accepts no more"),
+                    w => done += w,
+                }
+            }
+            show_acked(bar, source.size - left + done as u64, out);
+        }
         left -= n as u64;
-        bar.set_position(acked_of(source.size - left, out));
     }
     Ok(hasher.finalize())
 }
