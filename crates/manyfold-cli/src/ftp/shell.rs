@@ -190,7 +190,7 @@ pub fn ls_line(e: &Entry) -> String {
         Kind::Symlink => "@",
         _ => "",
     };
-    format!("{t}{perms} {size:>10}  {}  {}{suffix}", utc(e.mtime), e.name)
+    format!("{t}{perms} {size:>10}  {}  {}{suffix}", utc(e.mtime), super::wire::printable(&e.name))
 }
 
 /// Whether the session is a person at a terminal, a script, or one command.

@@ -60,6 +60,12 @@ pub async fn run(args: RecvArgs) -> Result<()> {
     if !meta.is_dir() {
         bail!("{} is not a directory", args.dir.display());
     }
+    // Now, not when the first transfer arrives: a directory this process
+    // cannot write into is refused before anyone is told to send.
+    tempfile::Builder::new()
+        .prefix(".manyfold-probe-")
+        .tempfile_in(&args.dir)
+        .with_context(|| format!("cannot write into {}", args.dir.display()))?;
     let options = Arc::new(RecvOptions { dir: args.dir.clone(), overwrite: args.overwrite });
     let addr = net::resolve(&args.listen).await?;
     let config = args.net.config()?;
@@ -79,6 +85,7 @@ pub async fn run(args: RecvArgs) -> Result<()> {
     let mut tasks: JoinSet<Result<Report>> = JoinSet::new();
     let mut tally = Tally::default();
     let mut accepting = true;
+    let mut refusals = JoinSet::new();
     let ctrl_c = net::interrupted();
     tokio::pin!(ctrl_c);
     let outcome = loop {
@@ -112,8 +119,11 @@ pub async fn run(args: RecvArgs) -> Result<()> {
                         Err(e) => break Err(e),
                     }
                 };
-                if args.once {
-                    accepting = false;
+                if args.once && !tasks.is_empty() {
+                    // One transfer at a time with --once: a second sender is
+                    // told at once instead of waiting for nothing.
+                    refusals.spawn(refuse_busy(conn, multi.clone()));
+                    continue;
                 }
                 let options = Arc::clone(&options);
                 let multi = multi.clone();
@@ -135,6 +145,8 @@ pub async fn run(args: RecvArgs) -> Result<()> {
         }
     };
     acceptor.abort();
+    // The refused senders get their answer before the endpoint goes.
+    let _ = tokio::time::timeout(Duration::from_secs(2), async { while refusals.join_next().await.is_some() {} }).await;
     if !args.once {
         multi.suspend(|| println!("manyfold recv: {} transfer(s) saved, {} failed", tally.saved, tally.failed));
     }
@@ -142,6 +154,17 @@ pub async fn run(args: RecvArgs) -> Result<()> {
     // already reset them all.
     let _ = tokio::time::timeout(Duration::from_secs(6), endpoint.shutdown_within(Duration::from_secs(5))).await;
     outcome
+}
+
+/// Refuses a sender that arrived while the one transfer of `--once` runs,
+/// and logs it.
+async fn refuse_busy(mut conn: Connection, multi: MultiProgress) {
+    let peer = conn.peer_addr();
+    let why = "busy: this receiver takes one transfer (--once) and is receiving another";
+    // The sender expects the answer after its request.
+    let _ = tokio::time::timeout(Duration::from_secs(2), Request::read(&mut conn)).await;
+    let _ = refuse(&mut conn, why.to_string()).await;
+    multi.suspend(|| eprintln!("refused a second sender {peer}: {why}"));
 }
 
 /// How the transfers of one `recv` went.
