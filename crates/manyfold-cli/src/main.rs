@@ -19,6 +19,7 @@ mod ftp;
 mod keys;
 mod mcast;
 mod net;
+mod pace;
 mod report;
 mod rr;
 mod samplegen;
@@ -38,6 +39,17 @@ mod transfer;
 #[derive(Parser, Debug)]
 #[command(name = "manyfold", version, propagate_version = true)]
 struct Cli {
+    /// Errors only: no progress bars, banners or reports (the exit status
+    /// says how it went).
+    #[arg(short, long, global = true)]
+    quiet: bool,
+
+    /// Log on stderr: -v each connection's state changes and the library's
+    /// notices (ICMP errors, stalls, shutdowns); -vv every packet too (as
+    /// --trace). RUST_LOG=manyfold=debug (and any tracing filter) works too.
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    verbose: u8,
+
     #[command(subcommand)]
     command: Command,
 }
@@ -227,23 +239,26 @@ fn peer_role(command: &Command) -> Role {
 }
 
 fn run(cli: Cli) -> Result<()> {
-    let trace = match &cli.command {
-        Command::Demo(a) => a.trace,
-        Command::Recv(a) => a.net.trace,
-        Command::Send(a) => a.net.trace,
-        Command::EchoServer(a) => a.net.trace,
-        Command::Echo(a) => a.net.trace,
-        Command::Serve(a) => a.net.trace,
-        Command::Fetch(a) => a.net.trace,
-        Command::RrServer(a) => a.net.trace,
-        Command::RrClient(a) => a.net.trace,
-        Command::FtpServer(a) => a.net.trace,
-        Command::Ftp(a) => a.net.trace,
-        Command::Samplegen(_) | Command::Mcast(_) | Command::Trace(_) | Command::Keygen(_) | Command::Pubkey(_) => {
-            false
-        }
+    let net = match &cli.command {
+        Command::Recv(a) => Some(&a.net),
+        Command::Send(a) => Some(&a.net),
+        Command::EchoServer(a) => Some(&a.net),
+        Command::Echo(a) => Some(&a.net),
+        Command::Serve(a) => Some(&a.net),
+        Command::Fetch(a) => Some(&a.net),
+        Command::RrServer(a) => Some(&a.net),
+        Command::RrClient(a) => Some(&a.net),
+        Command::FtpServer(a) => Some(&a.net),
+        Command::Ftp(a) => Some(&a.net),
+        _ => None,
     };
-    net::init_tracing(trace);
+    let trace = matches!(&cli.command, Command::Demo(a) if a.trace) || net.is_some_and(|n| n.trace);
+    report::set_output(match (cli.quiet, net.is_some_and(|n| n.json)) {
+        (true, _) => report::Output::Quiet,
+        (false, true) => report::Output::Json,
+        (false, false) => report::Output::Text,
+    });
+    net::init_tracing(trace, cli.verbose);
     if let Command::Samplegen(args) = &cli.command {
         return samplegen::run(args);
     }

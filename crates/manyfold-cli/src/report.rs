@@ -6,6 +6,7 @@
 use std::fmt::Write as _;
 use std::io::IsTerminal;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::Duration;
 
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
@@ -15,10 +16,52 @@ use manyfold_proto::ConnStats;
 use crate::net::Role;
 use crate::size::{human_bytes, human_duration, human_rate};
 
-/// Where progress bars are drawn: stderr when it is a terminal, nowhere
-/// otherwise (so logs and pipes get only the reports).
+/// How results are printed on stdout: text reports (the default), one
+/// JSON object per transfer (`--json`), or nothing but errors (`-q`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Output {
+    Text,
+    Json,
+    Quiet,
+}
+
+static OUTPUT: AtomicU8 = AtomicU8::new(0);
+
+/// Sets the output of this process (from the global flags).
+pub fn set_output(output: Output) {
+    OUTPUT.store(output as u8, Ordering::Relaxed);
+}
+
+pub fn output() -> Output {
+    match OUTPUT.load(Ordering::Relaxed) {
+        1 => Output::Json,
+        2 => Output::Quiet,
+        _ => Output::Text,
+    }
+}
+
+/// Prints a result: `text` in text mode, `json()` as one line with
+/// `--json`, nothing with `-q`.
+pub fn emit(text: &dyn std::fmt::Display, json: impl FnOnce() -> serde_json::Value) {
+    match output() {
+        Output::Text => println!("{text}"),
+        Output::Json => println!("{}", json()),
+        Output::Quiet => {}
+    }
+}
+
+/// Prints a line about what is going on (banners, "receiving ..."): in
+/// text mode only, so that `--json` output stays one object per line.
+pub fn say(text: &dyn std::fmt::Display) {
+    if output() == Output::Text {
+        println!("{text}");
+    }
+}
+
+/// Where progress bars are drawn: stderr when it is a terminal and not
+/// `-q`, nowhere otherwise (so logs and pipes get only the reports).
 pub fn multi_progress() -> MultiProgress {
-    let target = if std::io::stderr().is_terminal() {
+    let target = if std::io::stderr().is_terminal() && output() != Output::Quiet {
         ProgressDrawTarget::stderr_with_hz(10)
     } else {
         ProgressDrawTarget::hidden()
@@ -130,6 +173,41 @@ impl std::fmt::Display for Report {
         let _ = write!(out, "  blake3           {}", self.hash.to_hex());
         f.write_str(&out)
     }
+}
+
+impl Report {
+    /// The report as JSON (`--json`): every figure of the text report,
+    /// in plain units (bytes, seconds, bytes per second).
+    pub fn to_json(&self) -> serde_json::Value {
+        let s = &self.stats;
+        let secs = self.elapsed.as_secs_f64();
+        let (encrypted, peer_key) = match self.security {
+            Protection::Encrypted { peer_key } => (true, peer_key.map(hex)),
+            _ => (false, None),
+        };
+        serde_json::json!({
+            "direction": match self.direction { Direction::Sent => "sent", Direction::Received => "received" },
+            "name": self.name,
+            "peer": self.peer.to_string(),
+            "bytes": self.bytes,
+            "seconds": secs,
+            "goodput_bytes_per_second": if secs > 0.0 { self.bytes as f64 / secs } else { 0.0 },
+            "retransmissions": s.retransmissions,
+            "retransmission_timeouts": s.rto_expiries,
+            "lost_packets": s.lost_packets,
+            "packets_sent": s.packets_sent,
+            "packets_received": s.packets_received,
+            "srtt_seconds": s.srtt.as_secs_f64(),
+            "min_rtt_seconds": s.min_rtt.as_secs_f64(),
+            "encrypted": encrypted,
+            "peer_key": peer_key,
+            "blake3": self.hash.to_hex().to_string(),
+        })
+    }
+}
+
+fn hex(key: [u8; 32]) -> String {
+    key.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// `4.91% (812 of 16543 packets sent)`.

@@ -73,6 +73,11 @@ pub struct NetArgs {
     #[arg(long, value_name = "FILE")]
     pub peers_file: Option<PathBuf>,
 
+    /// Print one JSON object per transfer (or session) on stdout instead
+    /// of the text report, and nothing else there (fields in the README).
+    #[arg(long)]
+    pub json: bool,
+
     /// Give up on a peer that acknowledges nothing for this long while
     /// data is outstanding ("the receiver stopped answering after N s");
     /// until then the progress bar counts the seconds without an answer.
@@ -98,7 +103,7 @@ impl NetArgs {
                 delay: Duration::from_millis(self.delay),
                 ..FaultConfig::default()
             },
-            trace: self.trace,
+            trace: self.trace || VERBOSE.load(std::sync::atomic::Ordering::Relaxed) >= 2,
             qlog_dir: self.qlog.clone(),
             endpoint: manyfold_proto::EndpointConfig {
                 connection: manyfold_proto::ConnectionConfig {
@@ -127,6 +132,7 @@ impl Default for NetArgs {
             key_file: None,
             peers_file: None,
             peer_timeout: 15.0,
+            json: false,
         }
     }
 }
@@ -166,12 +172,20 @@ pub fn loss_arg(text: &str) -> Result<f64, String> {
     Ok(p)
 }
 
-/// Installs the `--trace` subscriber: packets and state transitions of the
-/// library on stderr. Without `--trace`, `RUST_LOG` still works.
-pub fn init_tracing(trace: bool) {
+/// `-v` given how many times: at 2, the library traces every packet.
+static VERBOSE: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
+
+/// Installs the log on stderr: `--trace` or `-vv`, every packet and state
+/// transition of the library; `-v`, state transitions and what the library
+/// reports at info level (ICMP errors, migrations, shutdowns); otherwise
+/// `RUST_LOG` (e.g. `RUST_LOG=manyfold=debug`) if set, else nothing.
+pub fn init_tracing(trace: bool, verbose: u8) {
     use tracing_subscriber::EnvFilter;
-    let filter = if trace {
-        EnvFilter::new("manyfold::packet=debug,manyfold::state=debug")
+    VERBOSE.store(verbose, std::sync::atomic::Ordering::Relaxed);
+    let filter = if trace || verbose >= 2 {
+        EnvFilter::new("manyfold=debug,manyfold::packet=debug,manyfold::state=debug")
+    } else if verbose == 1 {
+        EnvFilter::new("manyfold=info,manyfold::state=debug")
     } else {
         match EnvFilter::try_from_default_env() {
             Ok(filter) => filter,

@@ -91,6 +91,42 @@ fn failed_in_transfer(p: &PeerReport) -> bool {
     matches!(&p.outcome, Outcome::Failed(t) if !t.starts_with("not reached"))
 }
 
+impl GroupReport {
+    /// The report as JSON (`--json`): the file, and per receiver its
+    /// outcome (`saved`, `refused`, `failed`), what it said and when.
+    pub fn to_json(&self) -> serde_json::Value {
+        let receivers: Vec<serde_json::Value> = self
+            .peers
+            .iter()
+            .map(|p| {
+                let (outcome, detail) = match &p.outcome {
+                    Outcome::Saved(t) => ("saved", t),
+                    Outcome::Refused(t) => ("refused", t),
+                    Outcome::Failed(t) => ("failed", t),
+                };
+                serde_json::json!({
+                    "addr": p.addr.to_string(),
+                    "outcome": outcome,
+                    "detail": detail,
+                    "seconds": p.elapsed.as_secs_f64(),
+                    "acked_bytes": p.stats.map(|s| s.acked_bytes),
+                })
+            })
+            .collect();
+        serde_json::json!({
+            "direction": "sent",
+            "name": self.name,
+            "bytes": self.bytes,
+            "mode": self.mode.to_string(),
+            "seconds": self.elapsed.as_secs_f64(),
+            "saved": self.saved(),
+            "encrypted": matches!(self.security, Protection::Encrypted { .. }),
+            "blake3": self.hash.to_hex().to_string(),
+            "receivers": receivers,
+        })
+    }
+}
+
 impl std::fmt::Display for GroupReport {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let verb = if self.spread.is_some() { "spread" } else { "sent" };

@@ -73,11 +73,13 @@ pub async fn run(args: RecvArgs) -> Result<()> {
     let endpoint = Arc::new(net::bind(addr, config).await?);
     endpoint.listen();
     let local = endpoint.local_addr().context("cannot read the bound address")?;
-    println!(
+    let banner = format!(
         "manyfold recv: listening on {local} ({mode}), saving into {}{}",
         args.dir.display(),
         if args.once { " (one transfer)" } else { " (Ctrl-C to stop)" }
     );
+    // With --json too: a script needs the address (port 0 picks one).
+    report::emit(&banner, || serde_json::json!({ "listening": local.to_string(), "dir": args.dir }));
 
     let (mut conn_rx, acceptor) = net::spawn_acceptor(Arc::clone(&endpoint));
 
@@ -148,7 +150,9 @@ pub async fn run(args: RecvArgs) -> Result<()> {
     // The refused senders get their answer before the endpoint goes.
     let _ = tokio::time::timeout(Duration::from_secs(2), async { while refusals.join_next().await.is_some() {} }).await;
     if !args.once {
-        multi.suspend(|| println!("manyfold recv: {} transfer(s) saved, {} failed", tally.saved, tally.failed));
+        multi.suspend(|| {
+            report::say(&format_args!("manyfold recv: {} transfer(s) saved, {} failed", tally.saved, tally.failed))
+        });
     }
     // The connections still open close gracefully; an interrupted process
     // already reset them all.
@@ -188,7 +192,7 @@ impl Tally {
         match joined.unwrap_or_else(|e| Err(anyhow!("transfer task failed: {e}"))) {
             Ok(report) => {
                 self.saved += 1;
-                multi.suspend(|| println!("{report}"));
+                multi.suspend(|| report::emit(&report, || report.to_json()));
                 Ok(())
             }
             Err(e) if net::is_own_interruption(&e) => {
@@ -262,7 +266,7 @@ pub async fn serve_one(mut conn: Connection, options: &RecvOptions, multi: &Mult
     Reply::Ok("go ahead".into()).write(&mut conn).await.context("connection lost while answering the request")?;
 
     multi.suspend(|| {
-        println!("receiving {name} ({}) from {peer}", human_bytes(request.size));
+        report::say(&format_args!("receiving {name} ({}) from {peer}", human_bytes(request.size)));
     });
     let bar = report::transfer_bar(multi, request.size, &short_label(&name));
     if request.block.is_some() {
@@ -271,7 +275,7 @@ pub async fn serve_one(mut conn: Connection, options: &RecvOptions, multi: &Mult
         return match stored {
             Ok(stored) => {
                 let _ = Reply::Ok(stored.summary.clone()).write(&mut conn).await;
-                multi.suspend(|| println!("{}", stored.summary));
+                multi.suspend(|| report::say(&stored.summary));
                 let (elapsed, stats) = (start.elapsed(), conn.stats());
                 let _ = tokio::time::timeout(Duration::from_secs(5), conn.close()).await;
                 let bytes = stored.bytes;

@@ -12,6 +12,7 @@ use super::wire::{Reply, Request, MAX_NAME};
 use super::CHUNK;
 use crate::keys;
 use crate::net::{self, Connection, NetArgs, Role, SendHalf};
+use crate::pace::Pacer;
 use crate::report::{self, Direction, Report};
 
 #[derive(Args, Debug)]
@@ -50,6 +51,12 @@ pub struct SendArgs {
     #[arg(long, value_name = "SECONDS", default_value_t = 10.0, value_parser = net::seconds_arg)]
     pub evict_after: f64,
 
+    /// Cap the sending rate: bytes per second (10MB, 1.5MiB/s, 500k) or
+    /// bits per second (80Mbit, 1Gbit/s). Without it, as fast as the
+    /// network and the receivers take it.
+    #[arg(long, value_name = "RATE", value_parser = crate::size::rate_arg)]
+    pub rate: Option<u64>,
+
     /// Name to store the file under on the receiver [default: FILE's base
     /// name]. The receiver refuses anything but a plain base name.
     #[arg(long, value_name = "NAME")]
@@ -61,7 +68,7 @@ pub struct SendArgs {
 
 pub async fn run(args: SendArgs) -> Result<()> {
     // The file first: a missing file is reported without touching the network.
-    let source = Source::open(&args.file).await?;
+    let source = Source::open(&args.file).await?.paced(args.rate);
     let name = match &args.name {
         Some(name) => name.clone(),
         None => default_name(&args.file)?,
@@ -77,7 +84,7 @@ pub async fn run(args: SendArgs) -> Result<()> {
     bar.finish_and_clear();
     let outcome = match result {
         Ok(report) => {
-            println!("{report}");
+            report::emit(&report, || report.to_json());
             Ok(())
         }
         Err(e) => Err(e),
@@ -127,7 +134,7 @@ async fn run_group(args: SendArgs, source: Source, name: String) -> Result<()> {
     let result = super::send_to_group(&endpoint, &addrs, config, source, &name, &multi, security).await;
     let _ = tokio::time::timeout(Duration::from_secs(5), endpoint.shutdown()).await;
     let report = result?;
-    println!("{report}");
+    report::emit(&report, || report.to_json());
     if !report.succeeded() {
         match report.spread {
             None => bail!("{name} reached {} of {} receivers", report.saved(), addrs.len()),
@@ -151,6 +158,8 @@ pub struct Source {
     path: PathBuf,
     file: tokio::fs::File,
     size: u64,
+    /// Reads are paced to `--rate`.
+    pacer: Pacer,
 }
 
 impl Source {
@@ -160,7 +169,12 @@ impl Source {
         if !meta.is_file() {
             bail!("{} is not a regular file", path.display());
         }
-        Ok(Source { path: path.to_path_buf(), file, size: meta.len() })
+        Ok(Source { path: path.to_path_buf(), file, size: meta.len(), pacer: Pacer::new(None) })
+    }
+
+    /// The same source read no faster than `rate` bytes per second.
+    pub fn paced(self, rate: Option<u64>) -> Source {
+        Source { pacer: Pacer::new(rate), ..self }
     }
 
     pub fn size(&self) -> u64 {
@@ -172,8 +186,9 @@ impl Source {
         self.file
             .read_exact(buf)
             .await
-            .map(|_| ())
-            .with_context(|| format!("cannot read {} (did it shrink while being sent?)", self.path.display()))
+            .with_context(|| format!("cannot read {} (did it shrink while being sent?)", self.path.display()))?;
+        self.pacer.wait(buf.len()).await;
+        Ok(())
     }
 }
 
@@ -268,7 +283,7 @@ async fn stream_data(source: &mut Source, out: &mut SendHalf, bar: &ProgressBar)
     let mut buf = vec![0u8; CHUNK];
     let mut left = source.size;
     while left > 0 {
-        let want = left.min(CHUNK as u64) as usize;
+        let want = left.min(source.pacer.piece(CHUNK) as u64) as usize;
         let n = source
             .file
             .read(&mut buf[..want])
@@ -283,6 +298,7 @@ async fn stream_data(source: &mut Source, out: &mut SendHalf, bar: &ProgressBar)
             );
         }
         hasher.update(&buf[..n]);
+        source.pacer.wait(n).await;
         // Written piecewise with a deadline, so that the bar keeps telling
         // while the receiver is silent and the window is full (a write
         // still pending has written nothing: dropping it is safe).
