@@ -6,7 +6,26 @@
 
 use std::time::Duration;
 
+use clap::Args;
 use tokio::time::Instant;
+
+/// `--rate`, as `send`, `serve` and `ftp` take it.
+#[derive(Args, Debug, Clone, Default)]
+pub struct RateArgs {
+    /// Cap the rate: bytes per second (10MB, 1.5MiB/s, 500k) or bits per
+    /// second (80Mbit, 1Gbit/s). Without it, as fast as the network and
+    /// the peers take it.
+    #[arg(long, value_name = "RATE", value_parser = crate::size::rate_arg)]
+    pub rate: Option<u64>,
+}
+
+/// A [`Pacer`] shared by the transfers of one process (the cap is on
+/// their sum).
+pub type SharedPacer = std::sync::Arc<tokio::sync::Mutex<Pacer>>;
+
+pub fn shared(rate: Option<u64>) -> SharedPacer {
+    std::sync::Arc::new(tokio::sync::Mutex::new(Pacer::new(rate)))
+}
 
 /// Paces a stream of bytes to a rate, or lets everything through.
 #[derive(Debug)]

@@ -156,3 +156,46 @@ fn a_rate_without_a_number_is_refused_naming_the_forms() {
     out.assert_failure();
     assert!(out.stderr.contains("bits per second"), "{out}");
 }
+
+/// Runs `cmd` and returns its wall time, checking it succeeded.
+fn timed(cmd: std::process::Command) -> Duration {
+    let start = std::time::Instant::now();
+    common::run(cmd, LIMIT).assert_success();
+    start.elapsed()
+}
+
+fn within_ten_percent_of_five_seconds(took: Duration, what: &str) {
+    eprintln!("{what}: {took:?} (5 s expected)");
+    assert!((took.as_secs_f64() / 5.0 - 1.0).abs() <= 0.10, "{what} took {took:?}, not 5 s ± 10%");
+}
+
+#[test]
+fn serve_rate_caps_a_fetch_within_ten_percent_over_five_seconds() {
+    // 20 MB at 32 Mbit/s (4 MB/s): 5 s, in 1 MiB segments.
+    let (tmp, src, inbox) = setup("20MB");
+    let served = tmp.path().join("served");
+    std::fs::create_dir(&served).unwrap();
+    std::fs::hard_link(&src, served.join("f.bin")).unwrap();
+    let mut cmd = manyfold();
+    cmd.args(["serve", "--listen", "127.0.0.1:0", "--rate", "32Mbit", "--dir"]).arg(&served);
+    let mut server = Running::spawn(cmd);
+    let addr = server.listening_addr().to_string();
+    let mut fetch = manyfold();
+    fetch.args(["fetch", "f.bin", "--from", &addr, "--out"]).arg(inbox.join("f.bin"));
+    within_ten_percent_of_five_seconds(timed(fetch), "fetch from serve --rate 32Mbit");
+    assert!(std::fs::read(&src).unwrap() == std::fs::read(inbox.join("f.bin")).unwrap());
+}
+
+#[test]
+fn ftp_rate_caps_a_get_within_ten_percent_over_five_seconds() {
+    // 10 MB at 2 MB/s: 5 s, the client reading no faster.
+    let (tmp, _src, local) = setup("10MB");
+    let mut cmd = manyfold();
+    cmd.args(["ftp-server", "--listen", "127.0.0.1:0", "--root"]).arg(tmp.path());
+    let mut server = Running::spawn(cmd);
+    let addr = server.listening_addr().to_string();
+    let mut get = manyfold();
+    get.current_dir(&local).args(["ftp", "--rate", "2MB/s", &addr, "get", "f.bin"]);
+    within_ten_percent_of_five_seconds(timed(get), "ftp --rate 2MB/s get");
+    assert!(std::fs::read(tmp.path().join("f.bin")).unwrap() == std::fs::read(local.join("f.bin")).unwrap());
+}

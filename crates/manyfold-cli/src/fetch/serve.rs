@@ -43,6 +43,10 @@ pub struct ServeArgs {
     #[arg(long, value_name = "SIZE", default_value = "1MiB", value_parser = size_arg)]
     pub segment: u64,
 
+    /// The cap is on all clients together.
+    #[command(flatten)]
+    pub rate: crate::pace::RateArgs,
+
     #[command(flatten)]
     pub net: NetArgs,
 }
@@ -61,7 +65,12 @@ pub async fn run(args: ServeArgs) -> Result<()> {
     if !dir.is_dir() {
         bail!("{} is not a directory", args.dir.display());
     }
-    let library = Arc::new(Library { dir, segment: args.segment as u32, cache: Mutex::default() });
+    let library = Arc::new(Library {
+        dir,
+        segment: args.segment as u32,
+        cache: Mutex::default(),
+        pacer: crate::pace::shared(args.rate.rate),
+    });
     let addr = net::resolve(&args.listen).await?;
     let config = args.net.config()?;
     let mode = net::mode(&config);
@@ -208,6 +217,7 @@ async fn serve_one(conn: Connection, library: &Arc<Library>, session: &mut Sessi
                         .unwrap_or_else(|e| Err(format!("read task failed: {e}")));
                     match read {
                         Ok(message) => {
+                            library.pacer.lock().await.wait(message.len()).await;
                             session.segments += 1;
                             session.bytes += (message.len() - SEGMENT_HEADER) as u64;
                             message
@@ -247,6 +257,8 @@ struct Library {
     dir: PathBuf,
     segment: u32,
     cache: Mutex<HashMap<String, Cached>>,
+    /// `--rate`: segments go out no faster, all clients together.
+    pacer: crate::pace::SharedPacer,
 }
 
 impl Library {
@@ -351,7 +363,12 @@ mod tests {
     use std::path::Path;
 
     fn library(dir: &Path, segment: u32) -> Library {
-        Library { dir: std::fs::canonicalize(dir).unwrap(), segment, cache: Mutex::default() }
+        Library {
+            dir: std::fs::canonicalize(dir).unwrap(),
+            segment,
+            cache: Mutex::default(),
+            pacer: crate::pace::shared(None),
+        }
     }
 
     #[test]

@@ -40,6 +40,8 @@ pub struct Client {
     pub max_file: u64,
     /// Whether the connection is encrypted, and the server's proven key.
     pub security: manyfold::Protection,
+    /// `--rate`: downloads are read and uploads written no faster, together.
+    pub pacer: crate::pace::SharedPacer,
 }
 
 /// How far a transfer is: bytes done of the total (both known once the
@@ -116,6 +118,7 @@ impl Client {
             read_only: false,
             max_file: u64::MAX,
             security,
+            pacer: crate::pace::shared(None),
         };
         match client.one(Request::Hello { version: VERSION, token: token.unwrap_or_default() }).await? {
             Reply::Welcome { read_only, max_file, .. } => {
@@ -307,6 +310,8 @@ impl Client {
                 bail!("{why}; {}", kept(size - left));
             }
             hasher.update(&buf[..n]);
+            // Read slower, the stream's window holds the server back.
+            self.pacer.lock().await.wait(n).await;
             file.write_all(&buf[..n]).await?;
             left -= n as u64;
             progress(size - left, size);
@@ -389,6 +394,7 @@ impl Client {
                 bail!("{} shrank while being sent", local.display());
             }
             hasher.update(&buf[..n]);
+            self.pacer.lock().await.wait(n).await;
             if let Err(e) = io.write_all(&buf[..n]).await {
                 let why = self.failure_or(&mut call, server_failure(e)).await;
                 bail!("{why}");

@@ -83,6 +83,10 @@ pub struct FtpArgs {
 
     #[command(flatten)]
     pub net: NetArgs,
+
+    /// The cap is on downloads and uploads together.
+    #[command(flatten)]
+    pub rate: crate::pace::RateArgs,
 }
 
 pub async fn run_client(args: FtpArgs) -> Result<()> {
@@ -92,7 +96,9 @@ pub async fn run_client(args: FtpArgs) -> Result<()> {
         _ => None,
     };
     let addr = net::resolve(&args.addr).await?;
-    let client = Arc::new(Client::connect(addr, token, args.net.config()?).await?);
+    let mut client = Client::connect(addr, token, args.net.config()?).await?;
+    client.pacer = crate::pace::shared(args.rate.rate);
+    let client = Arc::new(client);
     let mode = if !args.command.is_empty() {
         Mode::OneShot
     } else if is_interactive(&args) {

@@ -51,11 +51,8 @@ pub struct SendArgs {
     #[arg(long, value_name = "SECONDS", default_value_t = 10.0, value_parser = net::seconds_arg)]
     pub evict_after: f64,
 
-    /// Cap the sending rate: bytes per second (10MB, 1.5MiB/s, 500k) or
-    /// bits per second (80Mbit, 1Gbit/s). Without it, as fast as the
-    /// network and the receivers take it.
-    #[arg(long, value_name = "RATE", value_parser = crate::size::rate_arg)]
-    pub rate: Option<u64>,
+    #[command(flatten)]
+    pub rate: crate::pace::RateArgs,
 
     /// Name to store the file under on the receiver [default: FILE's base
     /// name]. The receiver refuses anything but a plain base name.
@@ -68,7 +65,7 @@ pub struct SendArgs {
 
 pub async fn run(args: SendArgs) -> Result<()> {
     // The file first: a missing file is reported without touching the network.
-    let source = Source::open(&args.file).await?.paced(args.rate);
+    let source = Source::open(&args.file).await?.paced(args.rate.rate);
     let name = match &args.name {
         Some(name) => name.clone(),
         None => default_name(&args.file)?,
