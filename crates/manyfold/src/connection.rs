@@ -234,6 +234,11 @@ impl ConnRef {
         self.shared.wake_driver();
     }
 
+    /// The engine's current address of the peer (it moves on migration).
+    fn peer_addr(&self) -> SocketAddr {
+        self.shared.lock().engine.remote_addr(self.handle).unwrap_or(self.peer)
+    }
+
     /// Queues FIN after the data written so far (once), without waiting.
     fn finish(&self) -> Result<(), ConnectionError> {
         let mut guard = self.shared.lock();
@@ -355,6 +360,12 @@ impl Drop for ConnRef {
 /// A reliable, ordered byte stream to one peer. Reads return 0 at the end of
 /// the peer's stream; `poll_shutdown` (and [`Connection::close`]) is the
 /// graceful close, complete when the peer acknowledged everything.
+///
+/// Dropping it (both halves, and every [`Streams`] handle) closes it
+/// gracefully in the background: FIN after what is queued, data arriving
+/// afterwards acknowledged and discarded. That happens only while the
+/// endpoint's runtime runs; await [`Connection::close`] and then
+/// [`crate::Endpoint::wait_idle`] before a process exits.
 #[derive(Debug)]
 pub struct Connection {
     send: SendHalf,
@@ -372,8 +383,10 @@ impl Connection {
         (self.send, self.recv)
     }
 
+    /// The peer's address: where it was reached, or where it moved to
+    /// after a validated address change (spec §6.8).
     pub fn peer_addr(&self) -> SocketAddr {
-        self.send.conn.peer
+        self.send.conn.peer_addr()
     }
 
     pub fn local_addr(&self) -> io::Result<SocketAddr> {
@@ -578,8 +591,9 @@ pub struct SendHalf {
 }
 
 impl SendHalf {
+    /// As [`Connection::peer_addr`].
     pub fn peer_addr(&self) -> SocketAddr {
-        self.conn.peer
+        self.conn.peer_addr()
     }
 
     pub fn stats(&self) -> ConnStats {
@@ -630,8 +644,9 @@ pub struct RecvHalf {
 }
 
 impl RecvHalf {
+    /// As [`Connection::peer_addr`].
     pub fn peer_addr(&self) -> SocketAddr {
-        self.conn.peer
+        self.conn.peer_addr()
     }
 
     pub fn stats(&self) -> ConnStats {
