@@ -29,12 +29,16 @@ mod transfer;
 
 /// manyfold: reliable transport over UDP, to one peer or many.
 ///
-/// Every networking subcommand takes --loss P and --delay MS to emulate a
+/// The networking commands (all but mcast, which has its own) share the
+/// "Network options" of their help: --loss P and --delay MS to emulate a
 /// bad network on this process's datagrams, --trace to print each packet
-/// and state transition, and --qlog DIR to write a qlog trace of every
-/// connection (read it with `manyfold trace`). With --key-file (see
-/// `manyfold keygen`) every connection is encrypted and authenticated and
-/// plain peers are refused; without it the protocol runs in the clear.
+/// and state transition, --qlog DIR for a qlog trace of every connection
+/// (read it with `manyfold trace`), --peer-timeout, --json. With
+/// --key-file (see `manyfold keygen`) every connection is encrypted and
+/// authenticated and plain peers are refused; without it the protocol
+/// runs in the clear. Sizes and rates are shown in decimal units (1 MB =
+/// 1,000,000 bytes); they are accepted in either (10MB, 1MiB).
+/// Exit status: 0 success, 1 failure, 130/143 interrupted by SIGINT/SIGTERM.
 /// Start with `manyfold demo`.
 #[derive(Parser, Debug)]
 #[command(name = "manyfold", version, propagate_version = true)]

@@ -153,3 +153,38 @@ fn trace_into_a_closed_pipe_ends_quietly_and_still_draws() {
     assert!(!stderr.contains("panicked"), "{stderr}");
     assert!(std::fs::metadata(&png).is_ok_and(|m| m.len() > 0), "the plot is drawn all the same");
 }
+
+#[test]
+fn bad_flag_values_are_named_for_what_they_are() {
+    let delay = run_args(&["send", "x", "--to", "127.0.0.1:9", "--delay", "-5"], LIMIT);
+    delay.assert_failure();
+    assert!(delay.stderr.contains("-5 ms is out of range"), "{delay}");
+
+    let tmp = tempfile::tempdir().unwrap();
+    let segment = run_args(&["serve", "--dir", tmp.path().to_str().unwrap(), "--segment", "1KiB"], LIMIT);
+    segment.assert_failure();
+    assert!(segment.stderr.contains("--segment 1.02 kB (1024 bytes) is out of range"), "{segment}");
+    assert!(!segment.stderr.contains("MB bytes"), "{segment}");
+
+    // A well-formed HOST:PORT whose name does not resolve (.invalid never does).
+    let file = tmp.path().join("x");
+    std::fs::write(&file, b"x").unwrap();
+    let dns = run_args(&["send", file.to_str().unwrap(), "--to", "no-such-host.invalid:7008"], LIMIT);
+    dns.assert_failure();
+    assert!(dns.stderr.contains("cannot resolve the host name"), "{dns}");
+    assert!(!dns.stderr.contains("expected HOST:PORT"), "{dns}");
+    let garbage = run_args(&["send", file.to_str().unwrap(), "--to", "just-a-name"], LIMIT);
+    garbage.assert_failure();
+    assert!(garbage.stderr.contains("expected HOST:PORT"), "{garbage}");
+}
+
+#[test]
+fn help_groups_the_network_options_once_under_their_heading() {
+    let help = run_args(&["send", "--help"], LIMIT);
+    help.assert_success();
+    let (own, network) = help.stdout.split_once("Network options").expect("a Network options heading");
+    assert!(own.contains("--rate") && own.contains("--to"), "{help}");
+    for flag in ["--loss", "--delay", "--trace", "--qlog", "--key-file", "--peer-timeout", "--json"] {
+        assert!(network.contains(flag) && !own.contains(&format!("  {flag}")), "{flag}\n{help}");
+    }
+}

@@ -54,10 +54,13 @@ pub struct ServeArgs {
 pub async fn run(args: ServeArgs) -> Result<()> {
     if !(u64::from(MIN_SEGMENT)..=u64::from(MAX_SEGMENT)).contains(&args.segment) {
         bail!(
-            "--segment {} is out of range: from {} to {} bytes",
+            "--segment {} ({} bytes) is out of range: from {} ({} bytes) to {} ({} bytes)",
+            human_bytes(args.segment),
             args.segment,
             human_bytes(MIN_SEGMENT.into()),
-            human_bytes(MAX_SEGMENT.into())
+            MIN_SEGMENT,
+            human_bytes(MAX_SEGMENT.into()),
+            MAX_SEGMENT
         );
     }
     let dir = std::fs::canonicalize(&args.dir)

@@ -20,6 +20,7 @@ pub use manyfold::{Config, Connection, Endpoint, FaultConfig, SendHalf};
 
 /// Flags shared by the networking subcommands.
 #[derive(Args, Debug, Clone)]
+#[command(next_help_heading = "Network options (every networking command)")]
 pub struct NetArgs {
     /// Emulated packet loss in percent (0 ≤ P < 100), applied independently
     /// to every datagram this process sends and to every one it receives.
@@ -28,7 +29,7 @@ pub struct NetArgs {
 
     /// Emulated one-way delay in milliseconds added to every datagram this
     /// process sends.
-    #[arg(long, value_name = "MS", default_value_t = 0)]
+    #[arg(long, value_name = "MS", default_value_t = 0, value_parser = delay_arg, allow_negative_numbers = true)]
     pub delay: u64,
 
     /// Print every packet sent and received (time, flags, seq, ack, length)
@@ -141,6 +142,15 @@ impl NetArgs {
     /// `--peer-timeout` as a duration.
     pub fn stall_timeout(&self) -> Duration {
         Duration::from_secs_f64(self.peer_timeout)
+    }
+}
+
+/// `clap` value parser for `--delay`: whole milliseconds, at most a minute.
+pub fn delay_arg(text: &str) -> Result<u64, String> {
+    match text.trim().parse::<i64>() {
+        Ok(ms) if (0..=60_000).contains(&ms) => Ok(ms as u64),
+        Ok(ms) => Err(format!("{ms} ms is out of range: the delay is 0 to 60000 milliseconds")),
+        Err(_) => Err(format!("{text:?} is not a whole number of milliseconds, e.g. --delay 20")),
     }
 }
 
@@ -263,8 +273,16 @@ pub async fn resolve(text: &str) -> Result<SocketAddr> {
     if let Ok(addr) = text.parse() {
         return Ok(addr);
     }
-    let mut addrs =
-        tokio::net::lookup_host(text).await.with_context(|| format!("cannot resolve {text:?} (expected HOST:PORT)"))?;
+    // A HOST:PORT that does not resolve is a name problem; anything else is
+    // not an address at all.
+    let well_formed = text.rsplit_once(':').is_some_and(|(host, port)| !host.is_empty() && port.parse::<u16>().is_ok());
+    let mut addrs = tokio::net::lookup_host(text).await.with_context(|| {
+        if well_formed {
+            format!("cannot resolve the host name in {text:?}")
+        } else {
+            format!("{text:?} is not an address: expected HOST:PORT, e.g. 127.0.0.1:7008")
+        }
+    })?;
     addrs.next().with_context(|| format!("{text:?} resolved to no address"))
 }
 
@@ -300,6 +318,13 @@ mod tests {
         assert!(loss_arg("-1").unwrap_err().contains("at least 0"));
         assert!(loss_arg("NaN").is_err());
         assert!(loss_arg("five").unwrap_err().contains("not a number"));
+    }
+
+    #[test]
+    fn delay_is_whole_milliseconds_up_to_a_minute() {
+        assert_eq!(delay_arg("20").unwrap(), 20);
+        assert!(delay_arg("-5").unwrap_err().contains("out of range"));
+        assert!(delay_arg("soon").unwrap_err().contains("milliseconds"));
     }
 
     #[test]
