@@ -185,10 +185,22 @@ pub struct RecvArgs {
 
 pub fn run(cmd: McastCommand) -> Result<()> {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-    match cmd {
-        McastCommand::Send(a) => rt.block_on(send(a)),
-        McastCommand::Recv(a) => rt.block_on(recv(a)),
-    }
+    rt.block_on(async {
+        crate::net::lifecycle::install();
+        let (work, what): (std::pin::Pin<Box<dyn std::future::Future<Output = Result<()>>>>, _) = match cmd {
+            McastCommand::Send(a) => (Box::pin(send(a)), "the receivers hear nothing more and give up"),
+            McastCommand::Recv(a) => (Box::pin(recv(a)), "the partial file was deleted"),
+        };
+        // The session's state (and a receiver's partial file) is dropped
+        // with the command. Telling the receivers at once needs an END
+        // with a code from the multicast engine, not there yet.
+        tokio::select! {
+            result = work => result,
+            signal = crate::net::lifecycle::interrupted() => {
+                Err(crate::net::lifecycle::account(format!("interrupted by {}; {what}", signal.name())))
+            }
+        }
+    })
 }
 
 fn secs(s: f64, what: &str) -> Result<Duration> {
