@@ -666,7 +666,7 @@ async fn recv(a: RecvArgs) -> Result<()> {
     let wait = a.wait.map(|w| secs(w, "--wait")).transpose()?;
     let mut sink = Sink { target, overwrite: a.overwrite, part: None, device: None, size: None, written: 0 };
     let multi = multi_progress();
-    let bar = transfer_bar(&multi, 0, "received");
+    let bar = crate::report::waiting_bar(&multi, "received", "waiting for a sender's session");
     eprintln!("manyfold mcast: listening on {} for a session ({mode})", a.net.group);
     let mut announced = false;
     let mut told_ignored = None;
@@ -691,7 +691,7 @@ async fn recv(a: RecvArgs) -> Result<()> {
             }
             let block = u64::from(info.block);
             if let Some(t) = v.total {
-                bar.set_length((u64::from(t) * block).min(info.size.unwrap_or(u64::MAX)));
+                crate::report::show_known(&bar, (u64::from(t) * block).min(info.size.unwrap_or(u64::MAX)));
             }
             bar.set_position(v.held * block);
         }

@@ -78,12 +78,62 @@ pub fn transfer_bar(multi: &MultiProgress, total: u64, label: &str) -> ProgressB
 }
 
 fn moving_style() -> ProgressStyle {
-    ProgressStyle::with_template(
-        "{prefix:>10.bold} [{bar:32.cyan/blue}] {decimal_bytes:>9}/{decimal_total_bytes:<9} \
-         {decimal_bytes_per_sec:>11} eta {eta}",
+    with_keys(
+        ProgressStyle::with_template(
+            "{prefix:>10.bold} [{bar:32.cyan/blue}] {decimal_bytes:>9}/{decimal_total_bytes:<9} \
+             {decimal_bytes_per_sec:>11} {eta_known}",
+        )
+        .expect("static template"),
     )
-    .expect("static template")
     .progress_chars("=> ")
+}
+
+/// The keys every bar of the CLI may use besides indicatif's own:
+/// `{eta_known}`, "eta 12s" once something moved ("eta ?" before, not a
+/// made-up "eta 0s"), and `{rate_whole}`, a count per second without
+/// fractions ("1050/s", not "1,049.8597/s").
+pub fn with_keys(style: ProgressStyle) -> ProgressStyle {
+    style
+        .with_key("eta_known", |state: &indicatif::ProgressState, w: &mut dyn std::fmt::Write| {
+            let _ = if state.pos() == 0 || state.per_sec() <= 0.0 {
+                write!(w, "eta ?")
+            } else {
+                write!(w, "eta {}", human_duration_short(state.eta()))
+            };
+        })
+        .with_key("rate_whole", |state: &indicatif::ProgressState, w: &mut dyn std::fmt::Write| {
+            let _ = write!(w, "{:.0}/s", state.per_sec());
+        })
+}
+
+/// `7s`, `3m05s`, `1h02m`: an ETA at a glance.
+fn human_duration_short(d: Duration) -> String {
+    let s = d.as_secs();
+    match s {
+        0..=59 => format!("{s}s"),
+        60..=3599 => format!("{}m{:02}s", s / 60, s % 60),
+        _ => format!("{}h{:02}m", s / 3600, s / 60 % 60),
+    }
+}
+
+/// A bar whose size is not known yet (a multicast receiver before any
+/// session): it says what it waits for instead of a full "0 B/0 B" bar;
+/// [`show_known`] turns it into a byte bar.
+pub fn waiting_bar(multi: &MultiProgress, label: &str, waiting_for: &str) -> ProgressBar {
+    let bar = multi.add(ProgressBar::new(0));
+    bar.set_style(ProgressStyle::with_template("{prefix:>10.bold} {msg}").expect("static template"));
+    bar.set_prefix(label.to_string());
+    bar.set_message(waiting_for.to_string());
+    bar
+}
+
+/// A [`waiting_bar`] whose size became known: `total` bytes from now on.
+pub fn show_known(bar: &ProgressBar, total: u64) {
+    if bar.length() == Some(0) && total > 0 {
+        bar.set_style(moving_style());
+        bar.set_message("");
+    }
+    bar.set_length(total);
 }
 
 /// The same bar while the peer is silent: the rate and ETA of a stalled
@@ -221,6 +271,13 @@ pub fn loss_seen(lost: u64, sent: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn etas_read_at_a_glance() {
+        assert_eq!(human_duration_short(Duration::from_secs(7)), "7s");
+        assert_eq!(human_duration_short(Duration::from_secs(185)), "3m05s");
+        assert_eq!(human_duration_short(Duration::from_secs(3720)), "1h02m");
+    }
 
     #[test]
     fn report_names_every_figure() {

@@ -201,10 +201,12 @@ pub async fn run_client(args: RrClientArgs) -> Result<()> {
     let multi = report::multi_progress();
     let bar = multi.add(indicatif::ProgressBar::new(args.clients));
     bar.set_style(
-        indicatif::ProgressStyle::with_template(
-            "{prefix:>10.bold} [{bar:32.cyan/blue}] {pos}/{len} {per_sec} eta {eta}",
+        crate::report::with_keys(
+            indicatif::ProgressStyle::with_template(
+                "{prefix:>10.bold} [{bar:32.cyan/blue}] {pos}/{len} {rate_whole} {eta_known}",
+            )
+            .expect("static template"),
         )
-        .expect("static template")
         .progress_chars("=> "),
     );
     bar.set_prefix("sessions");
