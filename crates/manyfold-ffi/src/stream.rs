@@ -10,11 +10,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::sync::watch;
 
 use crate::cabi;
 use crate::error::{entry, Error, MF_EBADF, MF_ECLOSED, MF_OK};
-use crate::table::{self, in_runtime, Handle, ListenerEntry, StreamEntry};
+use crate::table::{self, in_runtime, Closing, Handle, ListenerEntry, StreamEntry};
 
 /// Opens a listening endpoint bound to `ip` and `port` (librusp's
 /// `ruspListen`). `ip` is a literal IPv4 or IPv6 address or a host name;
@@ -39,14 +38,12 @@ pub unsafe extern "C" fn mf_listen(ip: *const c_char, port: c_int) -> c_int {
         };
         let addr = cabi::resolve(host, port, "mf_listen")?[0];
         let attrs = *table::defaults();
-        crate::developer::enable_debug_log(attrs.debug);
         in_runtime(|rt| {
             let endpoint = rt
-                .block_on(mf::Endpoint::bind(addr, attrs.config(table::next_seed())))
+                .block_on(mf::Endpoint::bind(addr, attrs.config(table::next_endpoint())))
                 .map_err(|e| Error::io(&format!("mf_listen on {addr}"), &e))?;
             endpoint.listen();
-            let (closed, _) = watch::channel(false);
-            table::insert(Handle::Listener(Arc::new(ListenerEntry { endpoint, attrs, closed })))
+            table::insert(Handle::Listener(Arc::new(ListenerEntry { endpoint, attrs, closing: Closing::default() })))
         })
     })
 }
@@ -54,7 +51,9 @@ pub unsafe extern "C" fn mf_listen(ip: *const c_char, port: c_int) -> c_int {
 /// Waits for the next peer to complete its handshake with the listener
 /// `listener` (librusp's `ruspAccept`) and returns the new connection's
 /// descriptor (> 0). Blocks until one arrives; `mf_close` of the listener
-/// from another thread makes it return `MF_ECLOSED`.
+/// from another thread makes it return `MF_ECLOSED`, and from then on no
+/// connection is handed out: one whose handshake completed meanwhile is
+/// ended at once, so that its peer is not left connected to nothing.
 ///
 /// The connection has the listener's attributes.
 #[no_mangle]
@@ -62,21 +61,23 @@ pub extern "C" fn mf_accept(listener: c_int) -> c_int {
     entry("mf_accept", || {
         let l = table::listener(listener, "mf_accept")?;
         in_runtime(|rt| {
-            let mut closed = l.closed.subscribe();
-            let conn = rt.block_on(async {
-                tokio::select! {
-                    conn = l.endpoint.accept() => conn,
-                    _ = closed.wait_for(|c| *c) => None,
-                }
-            });
-            let conn =
-                conn.ok_or_else(|| Error::new(MF_ECLOSED, format!("mf_accept: listener {listener} is closed")))?;
+            let what = || format!("mf_accept on listener {listener}");
+            let conn = l.closing.block_on(rt, what, async {
+                l.endpoint.accept().await.ok_or_else(|| Error::new(MF_ECLOSED, format!("{}: endpoint stopped", what())))
+            })?;
+            if l.closing.is_closed() {
+                // Closed while this connection was being handed over: it
+                // would have no owner. Dropping it ends it at once.
+                drop(conn);
+                return Err(Error::new(MF_ECLOSED, format!("{}: closed by mf_close on another thread", what())));
+            }
             let entry = StreamEntry {
                 streams: conn.streams(),
                 local: conn.local_addr().unwrap_or_else(|_| l.endpoint.local_addr().unwrap_or(unspecified(false))),
                 peer: conn.peer_addr(),
                 conn: Mutex::new(Some(conn)),
-                _endpoint: None,
+                endpoint: Mutex::new(None),
+                closing: Closing::default(),
                 attrs: l.attrs,
                 pending: Mutex::new(None),
                 peer_ended: AtomicBool::new(false),
@@ -112,17 +113,23 @@ pub unsafe extern "C" fn mf_connect(ip: *const c_char, port: c_int) -> c_int {
         // SAFETY: NUL-terminated (or null, which `text` refuses) by the contract above.
         let host = unsafe { cabi::text(ip, "mf_connect: ip") }?;
         let attrs = *table::defaults();
-        crate::developer::enable_debug_log(attrs.debug);
         let mut last = None;
         for addr in cabi::resolve(host, port, "mf_connect")? {
             let attempt = in_runtime(|rt| {
                 rt.block_on(async {
                     let what = format!("mf_connect to {addr}");
-                    let endpoint = mf::Endpoint::bind(unspecified(addr.is_ipv6()), attrs.config(table::next_seed()))
-                        .await
-                        .map_err(|e| Error::io(&what, &e))?;
-                    let conn = endpoint.connect(addr).await.map_err(|e| Error::conn(&what, &e))?;
-                    Ok((endpoint, conn))
+                    let endpoint =
+                        mf::Endpoint::bind(unspecified(addr.is_ipv6()), attrs.config(table::next_endpoint()))
+                            .await
+                            .map_err(|e| Error::io(&what, &e))?;
+                    match endpoint.connect(addr).await {
+                        Ok(conn) => Ok((endpoint, conn)),
+                        Err(e) => {
+                            // Release the socket now, not when the driver notices.
+                            endpoint.shutdown_within(Duration::ZERO).await;
+                            Err(Error::conn(&what, &e))
+                        }
+                    }
                 })
             });
             match attempt {
@@ -132,7 +139,8 @@ pub unsafe extern "C" fn mf_connect(ip: *const c_char, port: c_int) -> c_int {
                         local: endpoint.local_addr().unwrap_or(unspecified(addr.is_ipv6())),
                         peer: conn.peer_addr(),
                         conn: Mutex::new(Some(conn)),
-                        _endpoint: Some(endpoint),
+                        endpoint: Mutex::new(Some(endpoint)),
+                        closing: Closing::default(),
                         attrs,
                         pending: Mutex::new(None),
                         peer_ended: AtomicBool::new(false),
@@ -148,8 +156,10 @@ pub unsafe extern "C" fn mf_connect(ip: *const c_char, port: c_int) -> c_int {
 
 /// Sends all `len` bytes at `buf` on the connection `conn` (librusp's
 /// `ruspSend`), blocking while its send buffer is full. Returns `len`, or
-/// a negative code: `MF_ECLOSED` after `mf_close`, `MF_ERESET` or
-/// `MF_ETIMEDOUT` if the connection died.
+/// a negative code: `MF_ERESET`, `MF_ETIMEDOUT` or `MF_EHOSTUNREACH` if the
+/// connection died, `MF_ECLOSED` if another thread closed `conn` while
+/// this call was blocked (part of the data may have been sent),
+/// `MF_EBADF` if `conn` is not an open connection (also after `mf_close`).
 ///
 /// One thread may send while another receives on the same connection.
 ///
@@ -162,8 +172,9 @@ pub unsafe extern "C" fn mf_send(conn: c_int, buf: *const c_void, len: usize) ->
         // SAFETY: `len` readable bytes at `buf` by the contract above.
         let data = unsafe { cabi::data(buf, len, "mf_send: buf") }?;
         in_runtime(|rt| {
-            rt.block_on(s.streams.io(0).write_all(data))
-                .map_err(|e| Error::io(&format!("mf_send on connection {conn}"), &e))
+            let what = || format!("mf_send on connection {conn}");
+            s.closing
+                .block_on(rt, what, async { s.streams.io(0).write_all(data).await.map_err(|e| Error::io(&what(), &e)) })
         })?;
         Ok(data.len() as isize)
     })
@@ -172,7 +183,11 @@ pub unsafe extern "C" fn mf_send(conn: c_int, buf: *const c_void, len: usize) ->
 /// Receives up to `cap` bytes from the connection `conn` into `buf`
 /// (librusp's `ruspReceive`), blocking until at least one byte arrives.
 /// Returns the number of bytes received, 0 at the end of the peer's data
-/// (it closed), or a negative code (`MF_EINVAL` if `cap` is 0).
+/// (it closed), or a negative code: `MF_ERESET`, `MF_ETIMEDOUT` or
+/// `MF_EHOSTUNREACH` if the connection died, `MF_ECLOSED` if another
+/// thread closed `conn` while this call was blocked, `MF_EBADF` if `conn`
+/// is not an open connection (also after `mf_close`), `MF_EINVAL` if
+/// `cap` is 0.
 ///
 /// # Safety
 /// `buf` points to `cap` writable bytes.
@@ -186,8 +201,8 @@ pub unsafe extern "C" fn mf_receive(conn: c_int, buf: *mut c_void, cap: usize) -
         // SAFETY: `cap` writable bytes at `buf` by the contract above.
         let out = unsafe { cabi::buffer(buf, cap, "mf_receive: buf") }?;
         let n = in_runtime(|rt| {
-            rt.block_on(s.streams.io(0).read(out))
-                .map_err(|e| Error::io(&format!("mf_receive on connection {conn}"), &e))
+            let what = || format!("mf_receive on connection {conn}");
+            s.closing.block_on(rt, what, async { s.streams.io(0).read(out).await.map_err(|e| Error::io(&what(), &e)) })
         })?;
         if n == 0 {
             s.peer_ended.store(true, Ordering::Release);
@@ -197,7 +212,9 @@ pub unsafe extern "C" fn mf_receive(conn: c_int, buf: *mut c_void, cap: usize) -
 }
 
 /// Closes the descriptor `desc`, of any kind (librusp's `ruspClose`); the
-/// descriptor is invalid afterwards, whatever the result.
+/// descriptor is invalid afterwards, whatever the result: later calls on
+/// it fail with `MF_EBADF`. Every call blocked on `desc` in another thread
+/// (`mf_receive`, `mf_send`, `mf_accept`, ...) returns `MF_ECLOSED` first.
 ///
 /// - A connection: sends the end of our data and blocks until the peer
 ///   has acknowledged everything we sent; returns an error if the
@@ -206,9 +223,13 @@ pub unsafe extern "C" fn mf_receive(conn: c_int, buf: *mut c_void, cap: usize) -
 ///   most 5 seconds) for its end, discarding data it still sends, and for
 ///   a short TIME-WAIT (100 ms to 1 s, three of its retransmission
 ///   timeouts), so that the peer's close completes even if this process
-///   exits right after. Returns `MF_OK` when our data was all delivered.
-/// - A listener: stops accepting new peers; connections it accepted stay
-///   open. An `mf_accept` blocked on it returns `MF_ECLOSED`.
+///   exits right after. The socket of a connection made by `mf_connect` is
+///   released before `mf_close` returns. Returns `MF_OK` when our data was
+///   all delivered.
+/// - A listener: stops accepting new peers at once (their handshakes are
+///   refused, and one that completed but was not yet accepted is ended);
+///   connections it accepted stay open. An `mf_accept` blocked on it
+///   returns `MF_ECLOSED`.
 /// - A group: as `mf_group_close`.
 #[no_mangle]
 pub extern "C" fn mf_close(desc: c_int) -> c_int {
@@ -220,18 +241,30 @@ pub(crate) fn close(desc: c_int) -> Result<c_int, Error> {
     in_runtime(|rt| {
         match handle {
             Handle::Listener(l) => {
-                l.closed.send_replace(true);
+                // Blocked accepts return and drop their references; the
+                // last reference to the endpoint stops its listening and
+                // ends the connections nobody accepted (`Endpoint::drop`).
+                l.closing.close();
             }
             Handle::Stream(s) => {
+                s.closing.close();
                 let conn = s.conn.lock().unwrap_or_else(|p| p.into_inner()).take();
-                if let Some(mut conn) = conn {
-                    rt.block_on(close_connection(&s, &mut conn))
-                        .map_err(|e| Error::conn(&format!("mf_close of connection {desc}"), &e))?;
+                let closed = match conn {
+                    Some(mut conn) => rt.block_on(close_connection(&s, &mut conn)),
+                    None => Ok(()),
+                };
+                let endpoint = s.endpoint.lock().unwrap_or_else(|p| p.into_inner()).take();
+                if let Some(endpoint) = endpoint {
+                    // The connection has ended (or failed): free the socket now.
+                    rt.block_on(endpoint.shutdown_within(Duration::ZERO));
                 }
+                closed.map_err(|e| Error::conn(&format!("mf_close of connection {desc}"), &e))?;
             }
             Handle::Group(g) => {
-                rt.block_on(crate::group::close_group(&g.group))
-                    .map_err(|e| Error::group(&format!("mf_close of group {desc}"), &e))?;
+                g.closing.close();
+                let closed = rt.block_on(crate::group::close_group(&g.group));
+                rt.block_on(g.endpoint.shutdown_within(Duration::ZERO));
+                closed.map_err(|e| Error::group(&format!("mf_close of group {desc}"), &e))?;
             }
         }
         Ok(MF_OK)

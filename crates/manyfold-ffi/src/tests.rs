@@ -118,8 +118,21 @@ fn a_listener_is_not_a_connection_nor_a_group() {
     assert_eq!(mf_close(l), MF_EBADF, "a closed descriptor stays closed");
 }
 
+fn set_int(d: c_int, attr: c_int, v: c_int) -> c_int {
+    // SAFETY: an int's readable bytes.
+    unsafe { mf_set_attr(d, attr, (&v as *const c_int).cast(), std::mem::size_of::<c_int>()) }
+}
+
+fn get_int(d: c_int, attr: c_int) -> c_int {
+    let mut v: c_int = -7;
+    // SAFETY: an int's writable bytes.
+    let rc = unsafe { mf_get_attr(d, attr, (&mut v as *mut c_int).cast(), std::mem::size_of::<c_int>()) };
+    assert_eq!(rc, MF_OK, "{}", last_error());
+    v
+}
+
 #[test]
-fn attributes_are_set_on_the_defaults_and_fixed_in_each_descriptor() {
+fn drop_rate_and_seed_are_set_on_the_defaults_and_fixed_in_each_descriptor() {
     let _s = serial();
     assert_eq!(set_drop(MF_DEFAULTS, 0.25), MF_OK, "{}", last_error());
     assert_eq!(get_drop(MF_DEFAULTS), 0.25);
@@ -127,7 +140,12 @@ fn attributes_are_set_on_the_defaults_and_fixed_in_each_descriptor() {
     assert_eq!(set_drop(MF_DEFAULTS, 0.0), MF_OK);
     assert_eq!(get_drop(l), 0.25, "the listener keeps the rate it was made with");
     assert_eq!(set_drop(l, 0.5), MF_ENOTSUP);
-    assert!(last_error().contains("fixed when it was created"), "{}", last_error());
+    assert!(last_error().contains("fixed when a descriptor is created"), "{}", last_error());
+    assert_eq!(set_drop(l, 0.25), MF_OK, "setting the value it has is no change");
+    assert_eq!(set_drop(MF_ALL, 0.1), MF_ENOTSUP, "MF_ALL cannot change the open listener");
+    assert!(last_error().contains(&format!("the first {l}")), "{}", last_error());
+    assert_eq!(get_drop(MF_DEFAULTS), 0.1, "MF_ALL set the defaults all the same");
+    assert_eq!(get_drop(l), 0.25);
     assert_eq!(set_drop(MF_DEFAULTS, 1.5), MF_EINVAL);
     assert!(last_error().contains("not in [0, 1]"), "{}", last_error());
     assert_eq!(set_drop(MF_DEFAULTS, f64::NAN), MF_EINVAL);
@@ -135,15 +153,39 @@ fn attributes_are_set_on_the_defaults_and_fixed_in_each_descriptor() {
     // SAFETY: 4 readable bytes: the size check refuses them.
     let rc = unsafe { mf_set_attr(MF_DEFAULTS, MF_ATTR_DROP_RATE, (&rate as *const f32).cast(), 4) };
     assert_eq!(rc, MF_EINVAL);
-    assert!(last_error().contains("double of 8 bytes, not 4"), "{}", last_error());
-    let two: c_int = 2;
-    // SAFETY: an int's readable bytes.
-    unsafe {
-        assert_eq!(mf_set_attr(MF_DEFAULTS, MF_ATTR_DEBUG, (&two as *const c_int).cast(), 4), MF_EINVAL);
-        assert_eq!(mf_set_attr(MF_DEFAULTS, 99, (&two as *const c_int).cast(), 4), MF_EINVAL);
-    }
+    assert!(last_error().contains("a double of 8 bytes, not 4"), "{}", last_error());
+    assert_eq!(set_int(MF_DEFAULTS, MF_ATTR_DEBUG, 2), MF_EINVAL);
+    assert_eq!(set_int(MF_DEFAULTS, 99, 1), MF_EINVAL);
     assert!(last_error().contains("unknown attribute 99"), "{}", last_error());
-    assert_eq!(get_drop(MF_DEFAULTS), 0.0, "failed calls changed nothing");
+    assert_eq!(set_int(MF_DEFAULTS, MF_ATTR_DEBUG, 0), MF_OK);
+    assert_eq!(last_error(), "", "a successful call clears the last error");
+    assert_eq!(set_drop(MF_DEFAULTS, 0.0), MF_OK);
+
+    let seed = 42u64;
+    // SAFETY: 8 readable bytes.
+    let rc = unsafe { mf_set_attr(MF_DEFAULTS, MF_ATTR_SEED, (&seed as *const u64).cast(), 8) };
+    assert_eq!(rc, MF_OK, "{}", last_error());
+    let mut got = 0u64;
+    // SAFETY: 8 writable bytes.
+    let rc = unsafe { mf_get_attr(l, MF_ATTR_SEED, (&mut got as *mut u64).cast(), 8) };
+    assert_eq!((rc, got), (MF_OK, 0), "the listener was made with the random seed");
+    let zero = 0u64;
+    // SAFETY: 8 readable bytes.
+    assert_eq!(unsafe { mf_set_attr(MF_DEFAULTS, MF_ATTR_SEED, (&zero as *const u64).cast(), 8) }, MF_OK);
+    assert_eq!(mf_close(l), MF_OK);
+    assert_eq!(set_drop(l, 0.5), MF_EBADF, "a closed descriptor has no attributes");
+}
+
+#[test]
+fn debug_is_switched_on_and_off_on_a_live_descriptor_for_the_whole_process() {
+    let _s = serial();
+    let (l, _) = listen();
+    assert_eq!(get_int(l, MF_ATTR_DEBUG), 0);
+    assert_eq!(set_int(l, MF_ATTR_DEBUG, 1), MF_OK, "{}", last_error());
+    assert_eq!((get_int(l, MF_ATTR_DEBUG), get_int(MF_DEFAULTS, MF_ATTR_DEBUG)), (1, 1));
+    assert_eq!(set_int(MF_ALL, MF_ATTR_DEBUG, 0), MF_OK, "{}", last_error());
+    assert_eq!((get_int(l, MF_ATTR_DEBUG), get_int(MF_DEFAULTS, MF_ATTR_DEBUG)), (0, 0));
+    assert_eq!(set_int(-5, MF_ATTR_DEBUG, 1), MF_EBADF);
     assert_eq!(mf_close(l), MF_OK);
 }
 
@@ -282,7 +324,7 @@ fn closing_a_listener_wakes_an_accept_blocked_on_it() {
     assert_eq!(mf_close(l), MF_OK);
     let (rc, text) = rx.recv_timeout(Duration::from_secs(5)).expect("mf_accept returned");
     assert_eq!(rc, MF_ECLOSED);
-    assert!(text.contains(&format!("listener {l} is closed")), "{text}");
+    assert!(text.contains(&format!("mf_accept on listener {l}: closed by mf_close on another thread")), "{text}");
 }
 
 #[test]
@@ -299,8 +341,8 @@ fn every_code_has_its_own_description_and_others_are_unknown() {
         // SAFETY: mf_strerror returns a static NUL-terminated string.
         unsafe { CStr::from_ptr(mf_strerror(c)) }.to_str().unwrap()
     };
-    let codes: Vec<c_int> = (MF_EINTERNAL..=MF_OK).collect();
-    assert_eq!(codes.len(), 15);
+    let codes: Vec<c_int> = (MF_EFORK..=MF_OK).collect();
+    assert_eq!(codes.len(), 17);
     let texts: std::collections::HashSet<&str> = codes.iter().map(|&c| text(c)).collect();
     assert_eq!(texts.len(), codes.len(), "two codes share a description");
     assert!(!texts.contains("unknown error code"));
