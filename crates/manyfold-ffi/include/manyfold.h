@@ -328,8 +328,9 @@ ptrdiff_t mf_receive(int conn, void *buf, size_t cap);
  *   a short TIME-WAIT (100 ms to 1 s, three of its retransmission
  *   timeouts), so that the peer's close completes even if this process
  *   exits right after. The socket of a connection made by `mf_connect` is
- *   released before `mf_close` returns. Returns `MF_OK` when our data was
- *   all delivered.
+ *   released before `mf_close` returns, or, if the peer had not ended its
+ *   side within the 5 seconds, as soon as it does (a reset after 60 s).
+ *   Returns `MF_OK` when our data was all delivered.
  * - A listener: stops accepting new peers at once (their handshakes are
  *   refused, and one that completed but was not yet accepted is ended);
  *   connections it accepted stay open. An `mf_accept` blocked on it

@@ -224,8 +224,9 @@ pub unsafe extern "C" fn mf_receive(conn: c_int, buf: *mut c_void, cap: usize) -
 ///   a short TIME-WAIT (100 ms to 1 s, three of its retransmission
 ///   timeouts), so that the peer's close completes even if this process
 ///   exits right after. The socket of a connection made by `mf_connect` is
-///   released before `mf_close` returns. Returns `MF_OK` when our data was
-///   all delivered.
+///   released before `mf_close` returns, or, if the peer had not ended its
+///   side within the 5 seconds, as soon as it does (a reset after 60 s).
+///   Returns `MF_OK` when our data was all delivered.
 /// - A listener: stops accepting new peers at once (their handshakes are
 ///   refused, and one that completed but was not yet accepted is ended);
 ///   connections it accepted stay open. An `mf_accept` blocked on it
@@ -251,12 +252,20 @@ pub(crate) fn close(desc: c_int) -> Result<c_int, Error> {
                 let conn = s.conn.lock().unwrap_or_else(|p| p.into_inner()).take();
                 let closed = match conn {
                     Some(mut conn) => rt.block_on(close_connection(&s, &mut conn)),
-                    None => Ok(()),
+                    None => Ok(Ended::Both),
                 };
                 let endpoint = s.endpoint.lock().unwrap_or_else(|p| p.into_inner()).take();
                 if let Some(endpoint) = endpoint {
-                    // The connection has ended (or failed): free the socket now.
-                    rt.block_on(endpoint.shutdown_within(Duration::ZERO));
+                    match closed {
+                        // The connection has ended: free the socket now.
+                        Ok(Ended::Both) | Err(_) => rt.block_on(endpoint.shutdown_within(Duration::ZERO)),
+                        // The peer has not ended its side yet: the socket
+                        // stays for it, and goes as soon as it has (or
+                        // with a reset after LATE_END_WAIT).
+                        Ok(Ended::Ours) => {
+                            rt.spawn(async move { endpoint.shutdown_within(LATE_END_WAIT).await });
+                        }
+                    }
                 }
                 closed.map_err(|e| Error::conn(&format!("mf_close of connection {desc}"), &e))?;
             }
@@ -274,6 +283,21 @@ pub(crate) fn close(desc: c_int) -> Result<c_int, Error> {
 /// The longest `mf_close` waits for the peer to end its side after ours.
 pub(crate) const PEER_END_WAIT: Duration = Duration::from_secs(5);
 
+/// How long, after `mf_close` returned, the socket of a connection whose
+/// peer has not ended its side stays to let it (the connection's idle
+/// timeout): then the connection is reset and the socket released.
+const LATE_END_WAIT: Duration = Duration::from_secs(60);
+
+/// How far a close got.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Ended {
+    /// Both sides ended (and a short TIME-WAIT passed when we ended first).
+    Both,
+    /// Ours was acknowledged; the peer had not ended its side in
+    /// `PEER_END_WAIT`.
+    Ours,
+}
+
 /// librusp's close "blocks until the shutdown handshake has been
 /// completed" (paper 04 §2.2): our FIN acknowledged, then (when we closed
 /// first) the peer's FIN received, then a short TIME-WAIT in which a FIN
@@ -282,10 +306,10 @@ pub(crate) const PEER_END_WAIT: Duration = Duration::from_secs(5);
 /// `mf_close`, taking the connection's TIME-WAIT with it; without the
 /// linger a lost last ACK would leave the peer in LAST-ACK, resending its
 /// FIN to a closed port until its retransmission limit.
-async fn close_connection(s: &StreamEntry, conn: &mut mf::Connection) -> Result<(), mf::ConnectionError> {
+async fn close_connection(s: &StreamEntry, conn: &mut mf::Connection) -> Result<Ended, mf::ConnectionError> {
     conn.close().await?;
     if s.peer_ended.load(Ordering::Acquire) {
-        return Ok(()); // passive close: the peer's FIN came first
+        return Ok(Ended::Both); // passive close: the peer's FIN came first
     }
     let mut scratch = vec![0u8; 64 << 10];
     let mut io = s.streams.io(0);
@@ -295,10 +319,15 @@ async fn close_connection(s: &StreamEntry, conn: &mut mf::Connection) -> Result<
         std::io::Result::Ok(())
     })
     .await;
-    if let Ok(Ok(())) = drained {
-        tokio::time::sleep(time_wait(&conn.stats())).await;
+    match drained {
+        Ok(Ok(())) => {
+            tokio::time::sleep(time_wait(&conn.stats())).await;
+            Ok(Ended::Both)
+        }
+        // Reset or timed out while we waited: it has ended all the same.
+        Ok(Err(_)) => Ok(Ended::Both),
+        Err(_) => Ok(Ended::Ours),
     }
-    Ok(())
 }
 
 /// How long to stay for a peer's repeated FIN: about three of its

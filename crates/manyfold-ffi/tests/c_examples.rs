@@ -20,6 +20,10 @@ use std::time::{Duration, Instant};
 /// How long any one example may run.
 const DEADLINE: Duration = Duration::from_secs(60);
 
+/// The C tests of the C API's behaviour (tests/c/NAME.c); each checks
+/// itself, prints an "ok ..." line per behaviour and exits 0.
+const C_TESTS: [&str; 4] = ["close_wakes", "fork_child", "socket_release", "listener_close"];
+
 /// The examples, built once for every test of this file.
 struct Examples {
     _dir: tempfile::TempDir,
@@ -72,8 +76,9 @@ fn build_libraries() -> PathBuf {
     dir
 }
 
+/// Compiles `source` (relative to the crate) into `out`.
 fn gcc(out: &Path, source: &str, link: &[&str]) {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/c");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR"));
     let include = Path::new(env!("CARGO_MANIFEST_DIR")).join("include");
     let mut cmd = Command::new("gcc");
     cmd.args(["-std=c11", "-D_GNU_SOURCE", "-O2", "-Wall", "-Wextra", "-Werror", "-I"])
@@ -99,12 +104,15 @@ fn examples() -> Option<&'static Examples> {
         let rpath = format!("-Wl,-rpath,{libdir}");
         let shared = ["-L", &libdir, "-lmanyfold", &rpath, "-lpthread"];
         for name in ["echo_server", "echo_client", "group_send", "group_recv"] {
-            gcc(&bin.join(name), &format!("{name}.c"), &shared);
+            gcc(&bin.join(name), &format!("examples/c/{name}.c"), &shared);
+        }
+        for name in C_TESTS {
+            gcc(&bin.join(name), &format!("tests/c/{name}.c"), &shared);
         }
         // The static library needs the system libraries the Rust standard
         // library uses (`rustc --print native-static-libs`).
         let archive = lib.join("libmanyfold.a").display().to_string();
-        gcc(&bin.join("echo_server_static"), "echo_server.c", &[&archive, "-lpthread", "-ldl", "-lm"]);
+        gcc(&bin.join("echo_server_static"), "examples/c/echo_server.c", &[&archive, "-lpthread", "-ldl", "-lm"]);
         Examples { _dir: dir, bin }
     }))
 }
@@ -282,4 +290,34 @@ fn group_send_reaches_three_receivers_whole_through_5_percent_loss() {
         assert!(out.status.success(), "receiver {i} failed ({}):\n{}", out.status, out.stderr);
         assert_eq!(out.stdout.trim().strip_prefix("received "), Some(sent), "receiver {i}");
     }
+}
+
+/// Runs the C test `name` (each has its own watchdog too); passes if it
+/// exits 0, and shows its "ok" lines.
+fn c_test(name: &str, limit: Duration) {
+    let Some(ex) = examples() else { return };
+    let out = Proc::example(ex, name, &[]).finish(limit);
+    print!("{}", out.stdout);
+    assert!(out.status.success(), "{name} failed ({}):\n{}{}", out.status, out.stdout, out.stderr);
+    assert!(out.stdout.contains("ok "), "{name} checked nothing:\n{}", out.stdout);
+}
+
+#[test]
+fn mf_close_wakes_every_call_blocked_on_the_descriptor_with_eclosed() {
+    c_test("close_wakes", Duration::from_secs(40));
+}
+
+#[test]
+fn a_call_in_a_child_after_fork_fails_at_once_with_efork() {
+    c_test("fork_child", Duration::from_secs(40));
+}
+
+#[test]
+fn sockets_of_closed_connections_are_released_when_mf_close_returns() {
+    c_test("socket_release", Duration::from_secs(130));
+}
+
+#[test]
+fn a_listener_closed_mid_handshake_leaves_no_client_connected_to_nothing() {
+    c_test("listener_close", Duration::from_secs(310));
 }
