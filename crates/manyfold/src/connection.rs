@@ -11,6 +11,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
+use manyfold_proto::wire::ErrorCode;
 use manyfold_proto::{CloseReason, ConnHandle, ConnStats, MessageOptions, RecvError, SendError, State, StreamItem};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
@@ -219,6 +220,20 @@ impl ConnRef {
         r
     }
 
+    /// Abortive close (spec §4.6): a RST with `code` goes to the peer, whose
+    /// reads and writes then fail with `PeerReset(Some(code))`; everything
+    /// queued or unread here is discarded. Does nothing once closed.
+    fn abort(&self, code: ErrorCode) {
+        let mut guard = self.shared.lock();
+        let inner = &mut *guard;
+        inner.engine.abort(self.handle, now(), code);
+        if let Some(c) = inner.conns.get_mut(&self.handle) {
+            c.close_requested = true;
+        }
+        drop(guard);
+        self.shared.wake_driver();
+    }
+
     /// Queues FIN after the data written so far (once), without waiting.
     fn finish(&self) -> Result<(), ConnectionError> {
         let mut guard = self.shared.lock();
@@ -379,6 +394,17 @@ impl Connection {
     /// says how many bytes were never acknowledged.
     pub async fn close(&mut self) -> Result<(), ConnectionError> {
         self.send.close().await
+    }
+
+    /// Ends the connection at once (spec §4.6): the peer gets a RST with
+    /// `code` and its reads and writes fail with
+    /// [`CloseReason::PeerReset`]`(Some(code))` within one trip across the
+    /// network; whatever is queued or unread here is discarded, and our own
+    /// calls fail with [`CloseReason::Aborted`]. Use it when giving up
+    /// (an interrupted program aborts with [`ErrorCode::INTERRUPTED`]);
+    /// [`Connection::close`] is the graceful end. Does nothing once closed.
+    pub fn abort(&self, code: ErrorCode) {
+        self.send.conn.abort(code);
     }
 
     /// A handle on the connection's streams, to share between tasks.
@@ -570,6 +596,11 @@ impl SendHalf {
         poll_fn(|cx| self.conn.poll_close(cx)).await
     }
 
+    /// As [`Connection::abort`].
+    pub fn abort(&self, code: ErrorCode) {
+        self.conn.abort(code);
+    }
+
     /// Finishes our side (FIN after the data written so far) without
     /// waiting for the acknowledgement, so that the close handshake overlaps
     /// whatever comes next (reading the peer's answer, say); a later
@@ -610,6 +641,11 @@ impl RecvHalf {
     /// As [`Connection::protection`].
     pub fn protection(&self) -> Protection {
         self.conn.protection()
+    }
+
+    /// As [`Connection::abort`].
+    pub fn abort(&self, code: ErrorCode) {
+        self.conn.abort(code);
     }
 }
 

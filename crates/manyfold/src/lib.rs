@@ -33,6 +33,7 @@ mod endpoint;
 mod error;
 mod fault;
 mod group;
+mod icmp;
 pub mod mcast;
 pub mod qlog;
 mod session;
@@ -45,8 +46,10 @@ pub use connection::{Connection, Protection, RecvHalf, SendHalf, StreamIo, Strea
 pub use endpoint::{Endpoint, DEFAULT_SHUTDOWN_TIMEOUT};
 pub use error::ConnectionError;
 pub use group::{Group, GroupError, PeerReader};
+pub use manyfold_proto::wire::ErrorCode;
 pub use manyfold_proto::{
     CloseReason, ConnStats, Destination, EndpointConfig, EndpointStats, Eviction, GroupConfig, GroupEvent, GroupStats,
     Left, MessageOptions, Mode, PeerId, PeerState, PeerStats, SecurityConfig, StreamItem, Unreachable,
 };
+pub use manyfold_proto::{CongestionAlgorithm, ConnectionConfig};
 pub use session::REQUEST_TOO_LARGE;

@@ -25,9 +25,11 @@ pub(crate) enum Timer {
     Idle,
     /// End of TIME-WAIT.
     TimeWait,
+    /// Give up: data outstanding and no ack for `stall_timeout` (spec §4.7).
+    Stall,
 }
 
-const COUNT: usize = 10;
+const COUNT: usize = 11;
 
 impl Timer {
     pub const ALL: [Timer; COUNT] = [
@@ -41,6 +43,7 @@ impl Timer {
         Timer::KeepAlive,
         Timer::Idle,
         Timer::TimeWait,
+        Timer::Stall,
     ];
 }
 

@@ -272,6 +272,20 @@ impl Endpoint {
         });
     }
 
+    /// Ends the group at once: every member connection is aborted with
+    /// `code` (a RST carrying it, spec §4.6), nothing more is delivered,
+    /// and [`GroupEvent::Closed`] follows as the members close.
+    pub fn group_abort(&mut self, g: GroupHandle, now: Instant, code: ErrorCode) {
+        let _ = self.with_group(g, now, |ep, group| {
+            let (close, abort) = group.start_close(now);
+            for h in close.into_iter().chain(abort) {
+                ep.abort(h, now, code);
+            }
+            group.check_closed();
+            Ok(())
+        });
+    }
+
     /// Forgets the group; its connections are freed once closed.
     pub fn group_release(&mut self, g: GroupHandle) {
         let Some(group) = self.groups.remove(&g.0) else { return };

@@ -17,13 +17,13 @@ use rand_chacha::ChaCha8Rng;
 use crate::config::{ConnectionConfig, EndpointConfig};
 use crate::connection::{handshake_message, Security};
 use crate::connection::{
-    CloseReason, ConnStats, Connection, Event, MessageOptions, RecvError, SendError, State, StreamItem,
+    CloseReason, ConnStats, Connection, Event, MessageOptions, RecvError, SendError, State, StreamItem, UnreachableKind,
 };
 use crate::group::{Group, GroupEvent, GroupHandle};
 use crate::handshake::{CookieBinding, ReplayCache, Secrets};
 use crate::qlog::QlogEvent;
 use crate::secure::{Handshake, Unprotect};
-use crate::wire::{DecodeError, ErrorCode, Flags, HandshakeParams, Header, Packet, PacketType};
+use crate::wire::{DecodeError, ErrorCode, Flags, HandshakeParams, Header, Packet, PacketType, HEADER_LEN};
 
 /// Names one connection of an endpoint. Stale handles (of a released
 /// connection whose slot was reused) are detected by the generation.
@@ -112,6 +112,11 @@ pub struct EndpointStats {
     /// Trace events dropped because [`EndpointConfig::max_qlog_events`]
     /// were waiting for [`Endpoint::poll_qlog`] (spec §18).
     pub qlog_dropped: u64,
+    /// ICMP errors the driver passed in (spec §6.7), and of those the ones
+    /// that named no connection of ours by their quote (short quotes,
+    /// unknown ids, sequence numbers we never sent): ignored.
+    pub icmp_received: u64,
+    pub icmp_ignored: u64,
 }
 
 impl EndpointStats {
@@ -292,6 +297,50 @@ impl Endpoint {
         self.syn_sent.insert(remote, h.index);
         self.touch(h.index, now);
         Ok(h)
+    }
+
+    /// Feeds an ICMP error about a datagram we sent (spec §6.7), as the
+    /// driver read it from the socket's error queue: `destination` is where
+    /// that datagram went and `quote` what the error quotes of it, our
+    /// header first. It reaches a connection only if the quote names it by
+    /// its ids and a sequence number it sent; anything else is counted in
+    /// `icmp_ignored` and changes nothing.
+    pub fn handle_icmp(&mut self, now: Instant, destination: SocketAddr, kind: UnreachableKind, quote: &[u8]) {
+        self.stats.icmp_received += 1;
+        let matched = self.icmp_target(destination, quote).filter(|&(idx, seq)| {
+            self.slots[idx as usize].conn.as_mut().is_some_and(|c| c.handle_icmp(now, kind, seq))
+        });
+        match matched {
+            Some((idx, _)) => {
+                self.touch(idx, now);
+                self.run_groups(now);
+            }
+            None => self.stats.icmp_ignored += 1,
+        }
+    }
+
+    /// The connection an ICMP quote names, and the quoted sequence number.
+    fn icmp_target(&self, destination: SocketAddr, quote: &[u8]) -> Option<(u32, u32)> {
+        let h = Header::peek(quote)?;
+        if !matches!(h.ptype, PacketType::Segment | PacketType::Protected) || h.flags.contains(Flags::RST) {
+            return None;
+        }
+        if h.conn_id != 0 {
+            return self.by_peer.get(&(destination, h.conn_id)).map(|&idx| (idx, h.seq));
+        }
+        // An initial SYN: its parameters carry the id we chose (spec §3.3.2).
+        let idx = *self.syn_sent.get(&destination)?;
+        let ours = quote.get(HEADER_LEN..HEADER_LEN + 4)?;
+        let c = self.slot_conn(idx)?;
+        (h.flags.contains(Flags::SYN) && ours == c.local_id().to_be_bytes()).then_some((idx, h.seq))
+    }
+
+    /// Whether the process may exit without stranding a peer (spec §4.8):
+    /// every connection is closed with its RST sent, or lingered in
+    /// TIME-WAIT long enough to answer a peer whose last ack was lost, and
+    /// no stateless answer waits. Drivers poll it before exiting.
+    pub fn is_idle(&self, now: Instant) -> bool {
+        self.responses.is_empty() && self.slots.iter().filter_map(|s| s.conn.as_ref()).all(|c| c.is_finished(now))
     }
 
     /// Feeds one received datagram (spec §6.1). Malformed datagrams are
