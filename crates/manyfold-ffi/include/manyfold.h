@@ -134,8 +134,9 @@
 #define MF_ECONNREFUSED -3
 
 /**
- * The peer did not answer: the handshake, the connection's idle timer or
- * its retransmissions timed out.
+ * The peer did not answer: the handshake, the connection's idle timer,
+ * its stall timer (data unacknowledged for 15 s) or its retransmissions
+ * timed out.
  */
 #define MF_ETIMEDOUT -4
 
@@ -148,7 +149,9 @@
 #define MF_ECLOSED -5
 
 /**
- * The peer reset the connection or the stream, or it was aborted.
+ * The peer reset the connection or the stream, or it was aborted; or the
+ * peer is gone: its host answered ICMP port unreachable to an established
+ * connection.
  */
 #define MF_ERESET -6
 
@@ -325,9 +328,9 @@ ptrdiff_t mf_receive(int conn, void *buf, size_t cap);
  *   connection died before that (the text says how many bytes were never
  *   acknowledged). If the peer had not ended its side yet, then waits (at
  *   most 5 seconds) for its end, discarding data it still sends, and for
- *   a short TIME-WAIT (100 ms to 1 s, three of its retransmission
- *   timeouts), so that the peer's close completes even if this process
- *   exits right after. The socket of a connection made by `mf_connect` is
+ *   a short TIME-WAIT (four retransmission timeouts, 250 ms to 1 s), so
+ *   that the peer's close completes even if this process exits right
+ *   after. The socket of a connection made by `mf_connect` is
  *   released before `mf_close` returns, or, if the peer had not ended its
  *   side within the 5 seconds, as soon as it does (a reset after 60 s).
  *   Returns `MF_OK` when our data was all delivered.

@@ -28,15 +28,18 @@ pub const MF_EBADF: c_int = -2;
 /// The peer refused the connection (nothing listening there, or its
 /// backlog is full).
 pub const MF_ECONNREFUSED: c_int = -3;
-/// The peer did not answer: the handshake, the connection's idle timer or
-/// its retransmissions timed out.
+/// The peer did not answer: the handshake, the connection's idle timer,
+/// its stall timer (data unacknowledged for 15 s) or its retransmissions
+/// timed out.
 pub const MF_ETIMEDOUT: c_int = -4;
 /// Closed while in use: a call blocked on a descriptor (receiving,
 /// sending, accepting, waiting) when another thread called `mf_close` on
 /// it returns this; so does writing after our side was closed. A call
 /// made on a descriptor after `mf_close` returned gets `MF_EBADF`.
 pub const MF_ECLOSED: c_int = -5;
-/// The peer reset the connection or the stream, or it was aborted.
+/// The peer reset the connection or the stream, or it was aborted; or the
+/// peer is gone: its host answered ICMP port unreachable to an established
+/// connection.
 pub const MF_ERESET: c_int = -6;
 /// Too big: a message larger than the connection's maximum (nothing was
 /// sent), or a result larger than the buffer given for it (nothing was
@@ -92,7 +95,14 @@ impl Error {
             mf::ConnectionError::StreamLimit(_) => MF_ELIMIT,
             mf::ConnectionError::StreamReset(_) => MF_ERESET,
             mf::ConnectionError::EndpointClosed | mf::ConnectionError::Finished => MF_ECLOSED,
-            other => kind_code(other.kind()),
+            // spec §6.7: ICMP port unreachable in SYN-SENT is Refused; later
+            // it means the peer is gone (as a reset); host unreachable is its own.
+            other => match other.close_reason() {
+                Some(mf::CloseReason::Refused) => MF_ECONNREFUSED,
+                Some(mf::CloseReason::Unreachable(manyfold_proto::UnreachableKind::Host)) => MF_EHOSTUNREACH,
+                Some(mf::CloseReason::Unreachable(manyfold_proto::UnreachableKind::Port)) => MF_ERESET,
+                _ => kind_code(other.kind()),
+            },
         };
         Error::new(code, format!("{what}: {e}"))
     }

@@ -226,9 +226,9 @@ pub unsafe extern "C" fn mf_group_recv_message(
 
 /// The group's close as `mf_close` of a connection does it (see
 /// `close_connection`): every peer has acknowledged everything, then each
-/// peer's own end is awaited (at most 5 seconds in all) and a short
-/// TIME-WAIT follows, so that receivers closing after the sender can
-/// complete their close even if the sender's process exits next.
+/// peer's own end is awaited (at most 5 seconds in all); the endpoint's
+/// shutdown then lingers in TIME-WAIT, so that receivers closing after the
+/// sender can complete their close even if the sender's process exits next.
 pub(crate) async fn close_group(group: &mf::Group) -> Result<(), mf::GroupError> {
     use tokio::io::AsyncReadExt;
     group.close().await?;
@@ -256,8 +256,7 @@ pub(crate) async fn close_group(group: &mf::Group) -> Result<(), mf::GroupError>
         }
         waiting = still;
     }
-    let linger = peers.iter().filter_map(|(_, p)| p.conn.as_ref()).map(crate::stream::time_wait).max();
-    tokio::time::sleep(linger.unwrap_or(Duration::from_millis(100))).await;
+    // The TIME-WAIT linger is the endpoint's shutdown's (`stream::close`).
     Ok(())
 }
 

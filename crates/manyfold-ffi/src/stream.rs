@@ -67,8 +67,8 @@ pub extern "C" fn mf_accept(listener: c_int) -> c_int {
             })?;
             if l.closing.is_closed() {
                 // Closed while this connection was being handed over: it
-                // would have no owner. Dropping it ends it at once.
-                drop(conn);
+                // would have no owner. Reset it, so that the peer knows at once.
+                conn.abort(mf::ErrorCode::REFUSED);
                 return Err(Error::new(MF_ECLOSED, format!("{}: closed by mf_close on another thread", what())));
             }
             let entry = StreamEntry {
@@ -221,9 +221,9 @@ pub unsafe extern "C" fn mf_receive(conn: c_int, buf: *mut c_void, cap: usize) -
 ///   connection died before that (the text says how many bytes were never
 ///   acknowledged). If the peer had not ended its side yet, then waits (at
 ///   most 5 seconds) for its end, discarding data it still sends, and for
-///   a short TIME-WAIT (100 ms to 1 s, three of its retransmission
-///   timeouts), so that the peer's close completes even if this process
-///   exits right after. The socket of a connection made by `mf_connect` is
+///   a short TIME-WAIT (four retransmission timeouts, 250 ms to 1 s), so
+///   that the peer's close completes even if this process exits right
+///   after. The socket of a connection made by `mf_connect` is
 ///   released before `mf_close` returns, or, if the peer had not ended its
 ///   side within the 5 seconds, as soon as it does (a reset after 60 s).
 ///   Returns `MF_OK` when our data was all delivered.
@@ -250,15 +250,17 @@ pub(crate) fn close(desc: c_int) -> Result<c_int, Error> {
             Handle::Stream(s) => {
                 s.closing.close();
                 let conn = s.conn.lock().unwrap_or_else(|p| p.into_inner()).take();
+                let endpoint = s.endpoint.lock().unwrap_or_else(|p| p.into_inner()).take();
                 let closed = match conn {
-                    Some(mut conn) => rt.block_on(close_connection(&s, &mut conn)),
+                    Some(mut conn) => rt.block_on(close_connection(&s, &mut conn, endpoint.is_none())),
                     None => Ok(Ended::Both),
                 };
-                let endpoint = s.endpoint.lock().unwrap_or_else(|p| p.into_inner()).take();
                 if let Some(endpoint) = endpoint {
                     match closed {
-                        // The connection has ended: free the socket now.
-                        Ok(Ended::Both) | Err(_) => rt.block_on(endpoint.shutdown_within(Duration::ZERO)),
+                        // The connection has ended: free the socket once
+                        // its TIME-WAIT has lingered (spec §4.8).
+                        Ok(Ended::Both) => rt.block_on(endpoint.shutdown_within(LINGER_BOUND)),
+                        Err(_) => rt.block_on(endpoint.shutdown_within(Duration::ZERO)),
                         // The peer has not ended its side yet: the socket
                         // stays for it, and goes as soon as it has (or
                         // with a reset after LATE_END_WAIT).
@@ -272,7 +274,8 @@ pub(crate) fn close(desc: c_int) -> Result<c_int, Error> {
             Handle::Group(g) => {
                 g.closing.close();
                 let closed = rt.block_on(crate::group::close_group(&g.group));
-                rt.block_on(g.endpoint.shutdown_within(Duration::ZERO));
+                let bound = if closed.is_ok() { LINGER_BOUND } else { Duration::ZERO };
+                rt.block_on(g.endpoint.shutdown_within(bound));
                 closed.map_err(|e| Error::group(&format!("mf_close of group {desc}"), &e))?;
             }
         }
@@ -282,6 +285,10 @@ pub(crate) fn close(desc: c_int) -> Result<c_int, Error> {
 
 /// The longest `mf_close` waits for the peer to end its side after ours.
 pub(crate) const PEER_END_WAIT: Duration = Duration::from_secs(5);
+
+/// The longest the shutdown of a closed connection's socket waits for its
+/// TIME-WAIT to linger (four RTOs, at least 250 ms: spec §4.8).
+pub(crate) const LINGER_BOUND: Duration = Duration::from_secs(2);
 
 /// How long, after `mf_close` returned, the socket of a connection whose
 /// peer has not ended its side stays to let it (the connection's idle
@@ -306,7 +313,14 @@ enum Ended {
 /// `mf_close`, taking the connection's TIME-WAIT with it; without the
 /// linger a lost last ACK would leave the peer in LAST-ACK, resending its
 /// FIN to a closed port until its retransmission limit.
-async fn close_connection(s: &StreamEntry, conn: &mut mf::Connection) -> Result<Ended, mf::ConnectionError> {
+///
+/// `linger`: stay in TIME-WAIT here. Not needed when the connection has
+/// its own socket: the endpoint's shutdown lingers then.
+async fn close_connection(
+    s: &StreamEntry,
+    conn: &mut mf::Connection,
+    linger: bool,
+) -> Result<Ended, mf::ConnectionError> {
     conn.close().await?;
     if s.peer_ended.load(Ordering::Acquire) {
         return Ok(Ended::Both); // passive close: the peer's FIN came first
@@ -321,7 +335,9 @@ async fn close_connection(s: &StreamEntry, conn: &mut mf::Connection) -> Result<
     .await;
     match drained {
         Ok(Ok(())) => {
-            tokio::time::sleep(time_wait(&conn.stats())).await;
+            if linger {
+                tokio::time::sleep(time_wait(&conn.stats())).await;
+            }
             Ok(Ended::Both)
         }
         // Reset or timed out while we waited: it has ended all the same.
@@ -330,10 +346,11 @@ async fn close_connection(s: &StreamEntry, conn: &mut mf::Connection) -> Result<
     }
 }
 
-/// How long to stay for a peer's repeated FIN: about three of its
-/// retransmission timeouts, 100 ms to 1 s.
+/// How long to stay for a peer's repeated FIN, as the engine's TIME-WAIT
+/// lingers before an endpoint counts as idle (spec §4.8): four
+/// retransmission timeouts, at least 250 ms (and here at most 1 s).
 pub(crate) fn time_wait(st: &mf::ConnStats) -> Duration {
-    (3 * (st.srtt + 4 * st.rttvar)).clamp(Duration::from_millis(100), Duration::from_secs(1))
+    (4 * (st.srtt + 4 * st.rttvar)).clamp(Duration::from_millis(250), Duration::from_secs(1))
 }
 
 /// Writes the local address of `desc` (a connection, listener or group)

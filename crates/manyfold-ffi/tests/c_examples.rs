@@ -22,7 +22,7 @@ const DEADLINE: Duration = Duration::from_secs(60);
 
 /// The C tests of the C API's behaviour (tests/c/NAME.c); each checks
 /// itself, prints an "ok ..." line per behaviour and exits 0.
-const C_TESTS: [&str; 4] = ["close_wakes", "fork_child", "socket_release", "listener_close"];
+const C_TESTS: [&str; 5] = ["close_wakes", "fork_child", "socket_release", "listener_close", "refused"];
 
 /// The examples, built once for every test of this file.
 struct Examples {
@@ -320,4 +320,9 @@ fn sockets_of_closed_connections_are_released_when_mf_close_returns() {
 #[test]
 fn a_listener_closed_mid_handshake_leaves_no_client_connected_to_nothing() {
     c_test("listener_close", Duration::from_secs(310));
+}
+
+#[test]
+fn a_connect_to_a_closed_port_is_refused_within_50_ms() {
+    c_test("refused", Duration::from_secs(40));
 }
