@@ -355,6 +355,12 @@ impl Drop for ConnRef {
 /// A reliable, ordered byte stream to one peer. Reads return 0 at the end of
 /// the peer's stream; `poll_shutdown` (and [`Connection::close`]) is the
 /// graceful close, complete when the peer acknowledged everything.
+///
+/// Dropping it (both halves, and every [`Streams`] handle) closes it
+/// gracefully in the background: FIN after what is queued, data arriving
+/// afterwards acknowledged and discarded. That happens only while the
+/// endpoint's runtime runs; await [`Connection::close`] and then
+/// [`crate::Endpoint::wait_idle`] before a process exits.
 #[derive(Debug)]
 pub struct Connection {
     send: SendHalf,

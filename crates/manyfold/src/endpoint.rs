@@ -26,6 +26,12 @@ pub const DEFAULT_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(5);
 /// A bound UDP socket driving any number of connections. Cloning is cheap
 /// (an `Arc`); the endpoint stops accepting when the last clone is dropped,
 /// and its driver ends once every connection is closed and released.
+///
+/// Dropping it ends nothing at once: connections still open close
+/// gracefully in the background, but only while the tokio runtime runs.
+/// Before a process exits, call [`Endpoint::wait_idle`] (after closing
+/// your connections) or [`Endpoint::shutdown`] (which closes them), or
+/// [`Endpoint::abort_all`] to give up and tell every peer why.
 #[derive(Debug)]
 pub struct Endpoint {
     shared: Arc<Shared>,
