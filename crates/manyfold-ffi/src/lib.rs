@@ -14,7 +14,8 @@
 //! Layout: `stream` (librusp's calls), `message` (messages on streams),
 //! `group`, `developer` (attributes and error text); behind them `table`
 //! (descriptors, attributes, the runtime), `error` (codes, the panic guard
-//! at every entry point) and `cabi` (pointer checks).
+//! at every entry point), `cabi` (pointer checks) and `exit` (connections
+//! left open when the process exits are reset, so that no peer waits).
 //!
 //! Do not `fork()` after the first call: the library runs its connections
 //! on two internal threads, which a child process does not have; every
@@ -44,6 +45,7 @@ mod developer;
 
 mod cabi;
 mod error;
+mod exit;
 mod table;
 
 pub use developer::*;

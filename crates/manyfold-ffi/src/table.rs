@@ -54,6 +54,7 @@ pub(crate) fn runtime() -> Result<&'static Runtime, Error> {
     RUNTIME
         .get_or_init(|| {
             OWNER.get_or_init(std::process::id);
+            crate::exit::register();
             tokio::runtime::Builder::new_multi_thread()
                 .worker_threads(2)
                 .thread_name("manyfold-ffi")
@@ -329,4 +330,9 @@ pub(crate) fn next_endpoint() -> u64 {
 /// Every open descriptor and its object, in no particular order.
 pub(crate) fn open() -> Vec<(c_int, Handle)> {
     table().open.iter().map(|(&d, h)| (d, h.clone())).collect()
+}
+
+/// Takes every descriptor out of the table (the process is exiting).
+pub(crate) fn take_all() -> Vec<Handle> {
+    table().open.drain().map(|(_, h)| h).collect()
 }

@@ -22,7 +22,8 @@ const DEADLINE: Duration = Duration::from_secs(60);
 
 /// The C tests of the C API's behaviour (tests/c/NAME.c); each checks
 /// itself, prints an "ok ..." line per behaviour and exits 0.
-const C_TESTS: [&str; 6] = ["close_wakes", "fork_child", "socket_release", "listener_close", "refused", "rusp_api"];
+const C_TESTS: [&str; 7] =
+    ["close_wakes", "fork_child", "socket_release", "listener_close", "refused", "rusp_api", "exit_resets"];
 
 /// Paper 04's echo and upload programs (examples/rusp), built unchanged
 /// against include/rusp.h.
@@ -350,6 +351,11 @@ fn sockets_of_closed_connections_are_released_when_mf_close_returns() {
 #[test]
 fn a_listener_closed_mid_handshake_leaves_no_client_connected_to_nothing() {
     c_test("listener_close", Duration::from_secs(310));
+}
+
+#[test]
+fn an_exit_without_mf_close_resets_the_peer_at_once() {
+    c_test("exit_resets", Duration::from_secs(40));
 }
 
 #[test]
