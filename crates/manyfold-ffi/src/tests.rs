@@ -349,3 +349,53 @@ fn every_code_has_its_own_description_and_others_are_unknown() {
     assert_eq!(text(-999), "unknown error code");
     assert_eq!(text(1), "unknown error code");
 }
+
+#[test]
+fn the_drop_rate_drops_received_datagrams_only_at_about_its_rate() {
+    let _s = serial();
+    assert_eq!(set_drop(MF_DEFAULTS, 0.1), MF_OK, "{}", last_error());
+    let (l, addr) = listen();
+    let server = std::thread::spawn(move || {
+        let c = mf_accept(l);
+        assert!(c > 0, "mf_accept: {}", last_error());
+        let mut buf = [0u8; 65536];
+        let mut got = 0usize;
+        loop {
+            let n = receive(c, &mut buf);
+            assert!(n >= 0, "mf_receive: {}", last_error());
+            if n == 0 {
+                break;
+            }
+            got += n as usize;
+        }
+        assert_eq!(mf_close(c), MF_OK, "{}", last_error());
+        got
+    });
+    let c = connect(addr);
+    assert!(c > 0, "mf_connect: {}", last_error());
+    assert_eq!(set_drop(MF_DEFAULTS, 0.0), MF_OK);
+    let data = vec![7u8; 4 << 20];
+    assert_eq!(send(c, &data), data.len() as isize, "{}", last_error());
+    assert_eq!(mf_close(c), MF_OK, "{}", last_error());
+    assert_eq!(server.join().unwrap(), data.len());
+    let endpoint = crate::table::listener(l, "test").unwrap().endpoint.clone();
+    let (faults, driver) = (endpoint.fault_stats(), endpoint.driver_stats());
+    drop(endpoint);
+    assert_eq!(faults.send_dropped, 0, "librusp drops on receive only");
+    let rate = faults.recv_dropped as f64 / driver.datagrams_received as f64;
+    assert!((0.07..0.13).contains(&rate), "{faults:?} of {} received: {rate}", driver.datagrams_received);
+    assert_eq!(mf_close(l), MF_OK);
+}
+
+#[test]
+fn a_seed_gives_each_endpoint_the_same_drops_every_run_and_no_seed_new_ones() {
+    use crate::table::Attrs;
+    let seeded = Attrs { drop_rate: 0.1, seed: 42 };
+    assert_eq!(seeded.config(3).faults, seeded.config(3).faults, "the 3rd endpoint of every run");
+    assert_ne!(seeded.config(3).faults.seed, seeded.config(4).faults.seed, "endpoints differ from each other");
+    assert_ne!(seeded.config(3).faults.seed, Attrs { seed: 43, ..seeded }.config(3).faults.seed);
+    let unseeded = Attrs { drop_rate: 0.1, seed: 0 };
+    assert_ne!(unseeded.config(3).faults.seed, unseeded.config(3).faults.seed, "a new seed each time");
+    let f = seeded.config(1).faults;
+    assert_eq!((f.effective_send_loss(), f.effective_recv_loss()), (0.0, 0.1));
+}
