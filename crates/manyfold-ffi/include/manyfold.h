@@ -248,7 +248,7 @@ extern "C" {
  * `ruspListen`). `ip` is a literal IPv4 or IPv6 address or a host name;
  * NULL means every IPv4 address ("0.0.0.0"). `port` 0 picks a free port:
  * `mf_local` tells which. The listener takes its attributes (drop rate,
- * debug) from `MF_DEFAULTS` as they are now.
+ * seed) from `MF_DEFAULTS` as they are now.
  *
  * Returns the listener's descriptor (> 0), or a negative `MF_E*` code:
  * `MF_EINVAL` for an address that does not resolve or a port outside
@@ -278,8 +278,10 @@ int mf_accept(int listener);
  * address or a host name; each address it resolves to is tried in turn.
  * The connection takes its attributes from `MF_DEFAULTS` as they are now.
  *
- * Fails with `MF_ECONNREFUSED` if a manyfold endpoint there is not
- * listening, `MF_ETIMEDOUT` if nothing answers within 10 seconds,
+ * Fails with `MF_ECONNREFUSED` at once if a manyfold endpoint there is
+ * not listening or nothing listens on that port (the host answers ICMP
+ * port unreachable), `MF_EHOSTUNREACH` if the network answers host
+ * unreachable, `MF_ETIMEDOUT` if nothing answers within 10 seconds,
  * `MF_EINVAL` for an address that does not resolve.
  *
  * # Safety
@@ -346,8 +348,9 @@ int mf_close(int desc);
  * Writes the local address of `desc` (a connection, listener or group)
  * into `buf` as a NUL-terminated "ip:port" string (`"[ip6]:port"` for
  * IPv6) (librusp's `ruspLocal`). A socket bound to every address shows
- * "0.0.0.0". Returns the string's length, or `MF_ETOOBIG` if it does not
- * fit in `cap` bytes with its NUL (`MF_ADDRSTRLEN` always suffices).
+ * "0.0.0.0". Returns the string's length, `MF_EBADF` if `desc` is not
+ * open, or `MF_ETOOBIG` if it does not fit in `cap` bytes with its NUL
+ * (`MF_ADDRSTRLEN` always suffices).
  *
  * # Safety
  * `buf` points to `cap` writable bytes.
@@ -369,7 +372,9 @@ int mf_peer(int conn, char *buf, size_t cap);
  * The local address of `desc` as a `struct sockaddr_in` or
  * `sockaddr_in6` written into `*addr`, as librusp's `ruspLocal` gives it.
  * Returns the length of the address written (for `bind`-style calls), or
- * a negative code.
+ * a negative code (`MF_EBADF` if `desc` is not open, `MF_EINVAL` for a
+ * NULL `addr`). rusp.h's `ruspLocal` returns 0 instead of the length, as
+ * librusp's.
  *
  * # Safety
  * `addr` points to a writable `struct sockaddr_storage`.
@@ -380,7 +385,8 @@ int mf_local_addr(int desc, struct sockaddr_storage *addr);
  * The peer's address of the connection `conn` as a `struct sockaddr_in`
  * or `sockaddr_in6` written into `*addr` (librusp's `ruspPeer`). Returns
  * the length of the address written, or a negative code (`MF_EBADF` for
- * a listener or group).
+ * a listener or group, or a descriptor not open). rusp.h's `ruspPeer`
+ * returns 0 instead of the length, as librusp's.
  *
  * # Safety
  * `addr` points to a writable `struct sockaddr_storage`.

@@ -31,9 +31,12 @@
 #include <netinet/in.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/types.h>
+#include <unistd.h> /* librusp's rusp.h brings these in; its programs count on them */
 
 #include "manyfold.h"
 
