@@ -35,7 +35,7 @@ pub mod wire;
 
 pub use config::{CongestionAlgorithm, ConnectionConfig, EndpointConfig};
 pub use connection::{
-    CloseReason, ConnStats, Event, MessageOptions, RecvError, SendError, State, StreamItem, UnreachableKind,
+    CloseReason, ConnStats, Event, MessageOptions, PathStats, RecvError, SendError, State, StreamItem, UnreachableKind,
     INITIAL_STREAM_CREDIT,
 };
 pub use endpoint::{ConnHandle, ConnectError, Endpoint, EndpointStats, Transmit};

@@ -234,6 +234,11 @@ impl ConnRef {
         self.shared.wake_driver();
     }
 
+    /// The engine's current address of the peer (it moves on migration).
+    fn peer_addr(&self) -> SocketAddr {
+        self.shared.lock().engine.remote_addr(self.handle).unwrap_or(self.peer)
+    }
+
     /// Queues FIN after the data written so far (once), without waiting.
     fn finish(&self) -> Result<(), ConnectionError> {
         let mut guard = self.shared.lock();
@@ -378,8 +383,10 @@ impl Connection {
         (self.send, self.recv)
     }
 
+    /// The peer's address: where it was reached, or where it moved to
+    /// after a validated address change (spec §6.8).
     pub fn peer_addr(&self) -> SocketAddr {
-        self.send.conn.peer
+        self.send.conn.peer_addr()
     }
 
     pub fn local_addr(&self) -> io::Result<SocketAddr> {
@@ -584,8 +591,9 @@ pub struct SendHalf {
 }
 
 impl SendHalf {
+    /// As [`Connection::peer_addr`].
     pub fn peer_addr(&self) -> SocketAddr {
-        self.conn.peer
+        self.conn.peer_addr()
     }
 
     pub fn stats(&self) -> ConnStats {
@@ -636,8 +644,9 @@ pub struct RecvHalf {
 }
 
 impl RecvHalf {
+    /// As [`Connection::peer_addr`].
     pub fn peer_addr(&self) -> SocketAddr {
-        self.conn.peer
+        self.conn.peer_addr()
     }
 
     pub fn stats(&self) -> ConnStats {

@@ -4,6 +4,7 @@
 //!
 //! The packet-building half lives in `transmit.rs`, timers in `timer.rs`.
 
+mod path;
 mod recv;
 mod secure;
 mod send;
@@ -12,6 +13,7 @@ mod timer;
 mod transmit;
 mod types;
 
+pub use path::PathStats;
 pub(crate) use secure::{handshake_message, Security};
 pub use streams::{MessageOptions, StreamItem, INITIAL_STREAM_CREDIT};
 pub use types::{CloseReason, ConnStats, Event, RecvError, SendError, State, UnreachableKind};
@@ -137,6 +139,8 @@ pub(crate) struct Connection {
     /// since then (spec §6.7).
     last_heard: Instant,
     unreachables: u32,
+    /// Path validation after the peer's address changed (spec §6.8).
+    paths: path::Paths,
 }
 
 impl Connection {
@@ -190,6 +194,7 @@ impl Connection {
             stalled_since: None,
             last_heard: now,
             unreachables: 0,
+            paths: path::Paths::default(),
             config,
         };
         c.touch_idle(now);
@@ -698,7 +703,11 @@ impl Connection {
     /// A sequenced packet went out: if nothing was waiting for an ack
     /// before, a run of unanswered data starts now (spec §4.7).
     fn arm_stall(&mut self, now: Instant) {
-        if self.stalled_since.is_some() || matches!(self.state, State::SynSent | State::SynReceived) {
+        // The handshake (the echo included) is connect_timeout's to bound.
+        if self.stalled_since.is_some()
+            || matches!(self.state, State::SynSent | State::SynReceived)
+            || self.awaiting_echo_ack()
+        {
             return;
         }
         self.stalled_since = Some(now);

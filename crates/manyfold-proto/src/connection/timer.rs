@@ -27,9 +27,11 @@ pub(crate) enum Timer {
     TimeWait,
     /// Give up: data outstanding and no ack for `stall_timeout` (spec §4.7).
     Stall,
+    /// The next path challenge may go (spec §6.8).
+    Path,
 }
 
-const COUNT: usize = 11;
+const COUNT: usize = 12;
 
 impl Timer {
     pub const ALL: [Timer; COUNT] = [
@@ -44,6 +46,7 @@ impl Timer {
         Timer::Idle,
         Timer::TimeWait,
         Timer::Stall,
+        Timer::Path,
     ];
 }
 

@@ -83,6 +83,8 @@ impl Connection {
             Timer::Idle => self.enter_closed(CloseReason::IdleTimeout),
             Timer::TimeWait => self.enter_closed(CloseReason::Graceful),
             Timer::Stall => self.on_stall(),
+            // Nothing to do: the endpoint polls us for the challenge.
+            Timer::Path => {}
         }
     }
 

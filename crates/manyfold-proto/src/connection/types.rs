@@ -220,4 +220,6 @@ pub struct ConnStats {
     pub stalled_since: Option<std::time::Instant>,
     /// ICMP errors matched to this connection (spec §6.7).
     pub icmp_errors: u64,
+    /// Path validation and migration (spec §6.8).
+    pub path: super::PathStats,
 }

@@ -14,6 +14,23 @@ fn take_from_a(p: &mut Pair) -> Vec<u8> {
     p.wire.remove(i).expect("present").2
 }
 
+/// A first exchange, so that the handshake is over (the cookie echo
+/// acknowledged) and the RTT known.
+fn exchange(p: &mut Pair, ca: crate::ConnHandle, cb: crate::ConnHandle) {
+    p.a.send(ca, &[7u8; 3000]).unwrap();
+    let mut buf = [0u8; 4000];
+    let mut got = 0;
+    p.run_until(|p| {
+        while let Ok(Some(n)) = p.b.recv(cb, &mut buf) {
+            if n == 0 {
+                break;
+            }
+            got += n;
+        }
+        got == 3000 && p.wire.is_empty()
+    });
+}
+
 #[test]
 fn port_unreachable_for_a_syn_refuses_the_connect_at_once() {
     let mut p = Pair::new();
@@ -67,19 +84,7 @@ fn an_established_connection_ends_on_repeated_unreachables_after_an_rto_of_silen
     let ca = p.a.connect(p.now, p.b_addr).unwrap();
     p.run_until(|p| p.a.state(ca) == Some(State::Established) && !p.events_b.is_empty());
     let cb = p.b.accept().unwrap();
-    // A first exchange, so that the handshake is over and the RTT known.
-    p.a.send(ca, &[7u8; 3000]).unwrap();
-    let mut buf = [0u8; 4000];
-    let mut got = 0;
-    p.run_until(|p| {
-        while let Ok(Some(n)) = p.b.recv(cb, &mut buf) {
-            if n == 0 {
-                break;
-            }
-            got += n;
-        }
-        got == 3000 && p.wire.is_empty()
-    });
+    exchange(&mut p, ca, cb);
     p.a.send(ca, &[8u8; 1000]).unwrap();
     let data = take_from_a(&mut p);
     // A forged error: the right ids, a sequence number never sent.
@@ -120,7 +125,9 @@ fn last_ack_ends_gracefully_when_the_peer_is_gone_with_only_our_fin_unacked() {
 fn a_sender_whose_peer_falls_silent_gives_up_after_the_stall_timeout() {
     let mut p = Pair::new();
     let ca = p.a.connect(p.now, p.b_addr).unwrap();
-    p.run_until(|p| p.a.state(ca) == Some(State::Established) && p.b.accept().is_some());
+    p.run_until(|p| p.a.state(ca) == Some(State::Established) && !p.events_b.is_empty());
+    let cb = p.b.accept().unwrap();
+    exchange(&mut p, ca, cb);
     // From now on nothing arrives either way, and no ICMP tells why.
     p.loss_percent = 100;
     let silent_from = p.now;
