@@ -91,7 +91,11 @@ int main(void) {
     printf("ok %d connect/close cycles (%d threads, the client closing first) in %.1f s: at most %d client "
            "socket(s) open at once, %d at the end\n",
            CYCLES, THREADS, took, most, after);
-    CHECK(most <= THREADS, "%d client sockets were open with %d connections at most", most, THREADS);
+    /* One per thread's open connection; the driver task of a connection
+     * just closed drops its socket a moment after mf_close returns (it
+     * signals its stop first), so another thread's count may see one or
+     * two of those still there. Before, every socket stayed for 15 s. */
+    CHECK(most <= THREADS + 2, "%d client sockets were open with %d connections at most", most, THREADS);
     CHECK(after == 0, "%d client sockets open at the end", after);
     CHECK(mf_close(l) == MF_OK, "mf_close of the listener");
     return 0;
