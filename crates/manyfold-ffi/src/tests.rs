@@ -399,3 +399,36 @@ fn a_seed_gives_each_endpoint_the_same_drops_every_run_and_no_seed_new_ones() {
     let f = seeded.config(1).faults;
     assert_eq!((f.effective_send_loss(), f.effective_recv_loss()), (0.0, 0.1));
 }
+
+#[test]
+fn closing_a_group_wakes_a_receive_blocked_on_it_with_eclosed() {
+    let _s = serial();
+    let (l, addr) = listen();
+    let receiver = std::thread::spawn(move || {
+        let c = mf_accept(l);
+        assert!(c > 0, "mf_accept: {}", last_error());
+        let mut buf = [0u8; 64];
+        while receive(c, &mut buf) > 0 {}
+        assert_eq!(mf_close(c), MF_OK, "{}", last_error());
+    });
+    let name = std::ffi::CString::new(addr.to_string()).unwrap();
+    let ptrs = [name.as_ptr()];
+    // SAFETY: one NUL-terminated string; no status array.
+    let g = unsafe { mf_group_connect(ptrs.as_ptr(), 1, MF_MODE_ALL, 0, 0, null_mut()) };
+    assert!(g > 0, "mf_group_connect: {}", last_error());
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut info = MfMessage::default();
+        let mut buf = [0u8; 64];
+        // SAFETY: a writable record and 64 writable bytes.
+        let rc = unsafe { mf_group_recv_message(g, &mut info, buf.as_mut_ptr().cast(), buf.len()) };
+        tx.send((rc, last_error())).unwrap();
+    });
+    std::thread::sleep(Duration::from_millis(100));
+    assert_eq!(mf_close(g), MF_OK, "{}", last_error());
+    let (rc, text) = rx.recv_timeout(Duration::from_secs(5)).expect("mf_group_recv_message returned");
+    assert_eq!(rc, MF_ECLOSED, "{text}");
+    assert!(text.contains(&format!("mf_group_recv_message on group {g}: closed by mf_close")), "{text}");
+    receiver.join().unwrap();
+    assert_eq!(mf_close(l), MF_OK);
+}
