@@ -116,7 +116,12 @@ pub unsafe extern "C" fn mf_group_connect(
                 let endpoint = mf::Endpoint::bind(local, attrs.config(table::next_endpoint()))
                     .await
                     .map_err(|e| Err(Error::io("mf_group_connect: bind", &e)))?;
-                match endpoint.group(&peers, config).await {
+                let formed = endpoint.group(&peers, config).await;
+                if formed.is_err() {
+                    // No group: release the socket now, ending any half-made peer.
+                    endpoint.shutdown_within(Duration::ZERO).await;
+                }
+                match formed {
                     Ok((group, unreachable)) => Ok((endpoint, group, unreachable)),
                     Err(mf::GroupError::Unreachable(unreachable)) => {
                         let e = Error::group("mf_group_connect", &mf::GroupError::Unreachable(unreachable.clone()));
