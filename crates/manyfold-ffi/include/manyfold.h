@@ -335,12 +335,17 @@ ptrdiff_t mf_receive(int conn, void *buf, size_t cap);
  *   after. The socket of a connection made by `mf_connect` is
  *   released before `mf_close` returns, or, if the peer had not ended its
  *   side within the 5 seconds, as soon as it does (a reset after 60 s).
- *   Returns `MF_OK` when our data was all delivered.
+ *   Returns `MF_OK` when our data was all delivered; else the code of
+ *   why the connection died first (`MF_ERESET`: the peer reset it or is
+ *   gone; `MF_ETIMEDOUT`: it stopped answering; `MF_EHOSTUNREACH`), the
+ *   text saying how many bytes the peer never acknowledged.
  * - A listener: stops accepting new peers at once (their handshakes are
- *   refused, and one that completed but was not yet accepted is ended);
+ *   refused, and one that completed but was not yet accepted is reset);
  *   connections it accepted stay open. An `mf_accept` blocked on it
- *   returns `MF_ECLOSED`.
+ *   returns `MF_ECLOSED`. Returns `MF_OK`.
  * - A group: as `mf_group_close`.
+ *
+ * `MF_EBADF` if `desc` is not open (never opened, or closed already).
  */
 int mf_close(int desc);
 
