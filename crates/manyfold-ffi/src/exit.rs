@@ -27,6 +27,11 @@ pub(crate) fn register() {
 }
 
 extern "C" fn at_exit() {
+    // In a child after fork() nothing here belongs to this process: start
+    // no thread there.
+    if table::check_process("exit").is_err() {
+        return;
+    }
     // On a thread of its own: exit() has already destroyed the calling
     // thread's thread-locals (glibc runs their destructors before the
     // atexit handlers), tokio's runtime context among them. The join
@@ -37,10 +42,6 @@ extern "C" fn at_exit() {
 }
 
 fn reset_open() {
-    // In a child after fork() nothing here belongs to this process.
-    if table::check_process("exit").is_err() {
-        return;
-    }
     let Ok(rt) = table::runtime() else { return };
     let open = table::take_all();
     if open.is_empty() {
