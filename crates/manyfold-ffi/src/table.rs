@@ -164,15 +164,20 @@ impl Closing {
         work: impl std::future::Future<Output = Result<T, Error>>,
     ) -> Result<T, Error> {
         let mut closed = self.0.subscribe();
-        rt.block_on(async {
+        let woken = rt.block_on(async {
             tokio::select! {
                 biased;
-                _ = closed.wait_for(|c| *c) => {
-                    Err(Error::new(MF_ECLOSED, format!("{}: closed by mf_close on another thread", what())))
-                }
-                r = work => r,
+                _ = closed.wait_for(|c| *c) => None,
+                r = work => Some(r),
             }
-        })
+        });
+        match woken {
+            Some(Ok(v)) => Ok(v),
+            Some(Err(e)) if !self.is_closed() => Err(e),
+            // Closed; or failed because of the close while `work` was being
+            // polled (the connection's sending side finished, say).
+            _ => Err(Error::new(MF_ECLOSED, format!("{}: closed by mf_close on another thread", what()))),
+        }
     }
 }
 

@@ -432,3 +432,37 @@ fn closing_a_group_wakes_a_receive_blocked_on_it_with_eclosed() {
     receiver.join().unwrap();
     assert_eq!(mf_close(l), MF_OK);
 }
+
+#[test]
+fn closing_a_connection_wakes_a_send_blocked_on_flow_control_with_eclosed() {
+    let _s = serial();
+    let (l, addr) = listen();
+    let receiver = std::thread::spawn(move || {
+        let c = mf_accept(l);
+        assert!(c > 0, "mf_accept: {}", last_error());
+        // Not reading yet: the sender fills the window and blocks.
+        std::thread::sleep(Duration::from_millis(600));
+        let mut buf = [0u8; 65536];
+        while receive(c, &mut buf) > 0 {}
+        assert_eq!(mf_close(c), MF_OK, "{}", last_error());
+    });
+    let c = connect(addr);
+    assert!(c > 0, "mf_connect: {}", last_error());
+    let (tx, rx) = std::sync::mpsc::channel();
+    // More than the send buffer and the peer's window together.
+    let data = vec![1u8; 256 << 20];
+    std::thread::spawn(move || {
+        let rc = send(c, &data);
+        tx.send((rc, last_error(), std::time::Instant::now())).unwrap();
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    let closing = std::time::Instant::now();
+    let rc = mf_close(c);
+    let (sent, text, at) = rx.recv_timeout(Duration::from_secs(10)).expect("mf_send returned");
+    assert_eq!(sent, MF_ECLOSED as isize, "{text}");
+    assert!(text.contains(&format!("mf_send on connection {c}: closed by mf_close")), "{text}");
+    assert!(at.duration_since(closing) < Duration::from_millis(300), "woken after {:?}", at.duration_since(closing));
+    assert_eq!(rc, MF_OK, "what was queued before the close is delivered: {}", last_error());
+    receiver.join().unwrap();
+    assert_eq!(mf_close(l), MF_OK);
+}
