@@ -81,6 +81,9 @@ impl Endpoint {
         };
         let max_datagram = usize::from(engine_config.connection.max_datagram).max(1);
         let io = UdpIo::new(socket::bind(addr, reuse_port)?)?;
+        // spec §6.7: ICMP errors for our datagrams, read by the driver. (The
+        // multicast sockets leave them off: spec §16 ignores ICMP.)
+        crate::icmp::enable(&io.socket, addr.is_ipv6());
         let local_addr = io.socket.local_addr()?;
         let start = now();
         let engine = manyfold_proto::Endpoint::new(engine_config, start);
