@@ -16,6 +16,7 @@ use super::sender::packets_for;
 use super::wire::{emit, emit_bytes, emit_ranges, parse_announcement, Announcement, McPacket, Phase};
 use super::{uniform, McTransmit};
 use crate::secure::{Handshake, SecurityConfig, KEY_LEN};
+use crate::timer::{TimerKind, Timers};
 use crate::wire::{Flags, Header, PacketType};
 
 /// Most gap ranges a receiver keeps for its next NACK; beyond it the
@@ -169,22 +170,19 @@ pub struct McastReceiver {
     phase: Phase,
     total: Option<u32>,
     registered: bool,
-    next_register: Option<Instant>,
     have: Bitmap,
     /// Next SN expected in order; gaps below it are known.
     expected: Option<u32>,
     /// Gaps seen and not yet reported, ascending.
     pending: Vec<Range<u32>>,
-    nack_at: Option<Instant>,
-    ack: Option<(u32, Instant)>,
-    next_repair: Option<Instant>,
+    /// The window the pending ACK (`ReceiverTimer::Ack`) confirms.
+    ack_lwsn: u32,
     repair_round: u32,
-    next_status: Option<Instant>,
+    timers: Timers<ReceiverTimer>,
     complete_told: bool,
     verdict: Option<bool>,
     confirmed: bool,
     ended: bool,
-    last_heard: Option<Instant>,
     /// Parity shards of FEC blocks with missing packets (spec §16.9):
     /// block → (k, shards); `parity_bytes` bounds them.
     parity: BTreeMap<u32, (u16, Vec<Shard>)>,
@@ -210,6 +208,39 @@ pub struct McastReceiver {
     ignored: Option<(u32, Ignored)>,
 }
 
+/// Everything that can wake the receiver (spec §16.4–§16.7); the send
+/// timers in the order `poll_transmit` serves them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ReceiverTimer {
+    /// Send REGISTER (again, every `register_retry` until answered).
+    Register,
+    /// The window ACK, after its backoff (spec §16.4).
+    Ack,
+    /// The NACK of the window's first gaps, after its backoff.
+    Nack,
+    /// The next REPAIR request (every repair interval while missing).
+    Repair,
+    /// The next STATUS.
+    Status,
+    /// Nothing from the sender for `sender_timeout`.
+    SenderLost,
+}
+
+impl TimerKind for ReceiverTimer {
+    type Slots = [Option<Instant>; 6];
+    const ALL: &'static [ReceiverTimer] = &[
+        ReceiverTimer::Register,
+        ReceiverTimer::Ack,
+        ReceiverTimer::Nack,
+        ReceiverTimer::Repair,
+        ReceiverTimer::Status,
+        ReceiverTimer::SenderLost,
+    ];
+    fn index(self) -> usize {
+        self as usize
+    }
+}
+
 #[derive(Debug, Clone, Copy)]
 enum Urgent {
     Register,
@@ -230,20 +261,16 @@ impl McastReceiver {
             phase: Phase::Data,
             total: None,
             registered: false,
-            next_register: None,
             have: Bitmap::new(cfg.max_packets),
             expected: None,
             pending: Vec::new(),
-            nack_at: None,
-            ack: None,
-            next_repair: None,
+            ack_lwsn: 0,
+            timers: Timers::default(),
             repair_round: 0,
-            next_status: None,
             complete_told: false,
             verdict: None,
             confirmed: false,
             ended: false,
-            last_heard: None,
             parity: BTreeMap::new(),
             parity_bytes: 0,
             decodable: BTreeSet::new(),
@@ -440,7 +467,7 @@ impl McastReceiver {
             // A protected receiver hears the sender only in sealed packets
             // (source 0): a clear one proves nothing (spec §19.7).
             if source.is_some() || self.security.is_none() {
-                self.last_heard = Some(now);
+                self.heard_sender(now);
             }
         }
         match p {
@@ -458,8 +485,8 @@ impl McastReceiver {
             }
             McPacket::Ack { network, lwsn, missing, .. } => {
                 if network == self.cfg.network {
-                    if self.ack.is_some_and(|(l, _)| l == lwsn) {
-                        self.ack = None;
+                    if self.timers.is_set(ReceiverTimer::Ack) && self.ack_lwsn == lwsn {
+                        self.timers.cancel(ReceiverTimer::Ack);
                         self.stats.acks_suppressed += 1;
                     }
                     self.forget_reported(missing.iter());
@@ -472,7 +499,7 @@ impl McastReceiver {
                     // One NACK per window per network (spec §16.4): what
                     // this receiver still misses rides on an ACK, or on the
                     // network's NACK of a later window.
-                    if self.nack_at.take().is_some() {
+                    if self.timers.take(ReceiverTimer::Nack).is_some() {
                         self.stats.nacks_suppressed += 1;
                     }
                     self.nacked_window = self.latest_lwsn;
@@ -564,7 +591,7 @@ impl McastReceiver {
         let mut handshake = pattern.handshake(&sec.config, session, &key, true, seed);
         let Ok(m1) = handshake.write_with(&identity(self.client, self.cfg.network)) else { return };
         sec.pending = Some(Pending { handshake, invitation, from, m1, since: now });
-        self.next_register = None;
+        self.timers.cancel(ReceiverTimer::Register);
         self.request_registration(now);
     }
 
@@ -592,7 +619,7 @@ impl McastReceiver {
         // Only now is the session bound (spec §19.7).
         self.session = Some(session);
         self.sender = Some(from);
-        self.last_heard = Some(now);
+        self.heard_sender(now);
         self.on_registered(now, grant.from_sn, parse_announcement(&grant.info).ok());
     }
 
@@ -612,8 +639,8 @@ impl McastReceiver {
         }
         if !self.registered {
             self.registered = true;
-            self.next_register = None;
-            self.next_status = Some(now + self.cfg.status_interval);
+            self.timers.cancel(ReceiverTimer::Register);
+            self.timers.set(ReceiverTimer::Status, now + self.cfg.status_interval);
             self.events.push_back(ReceiverEvent::Registered { from_sn });
         }
     }
@@ -635,7 +662,8 @@ impl McastReceiver {
         self.request_registration(now);
         if phase == Phase::Repair && self.phase == Phase::Data {
             // Spread the first requests over a feedback interval.
-            self.next_repair = Some(now + self.backoff());
+            let at = now + self.backoff();
+            self.timers.set(ReceiverTimer::Repair, at);
         }
         self.phase = phase;
         self.check_complete();
@@ -654,8 +682,8 @@ impl McastReceiver {
     }
 
     fn request_registration(&mut self, now: Instant) {
-        if !self.registered && self.next_register.is_none() {
-            self.next_register = Some(now);
+        if !self.registered && !self.timers.is_set(ReceiverTimer::Register) {
+            self.timers.set(ReceiverTimer::Register, now);
             self.urgent.push_back(Urgent::Register);
         }
     }
@@ -703,8 +731,9 @@ impl McastReceiver {
                     // which is about to come (spec §16.4).
                     let size = lwsn.wrapping_add(1).wrapping_sub(self.window_first);
                     let early = lwsn.wrapping_sub(sn).saturating_mul(2) >= size;
-                    if early && self.nack_at.is_none() && self.nacked_window != Some(lwsn) {
-                        self.nack_at = Some(now + self.backoff());
+                    if early && !self.timers.is_set(ReceiverTimer::Nack) && self.nacked_window != Some(lwsn) {
+                        let at = now + self.backoff();
+                        self.timers.set(ReceiverTimer::Nack, at);
                     }
                     self.expected = Some(sn + 1);
                 }
@@ -712,11 +741,13 @@ impl McastReceiver {
                 _ => self.expected = Some(sn + 1),
             }
             if self.pending.is_empty() {
-                self.nack_at = None;
+                self.timers.cancel(ReceiverTimer::Nack);
             }
             self.latest_lwsn = Some(lwsn);
             if sn == lwsn {
-                self.ack = Some((lwsn, now + self.backoff()));
+                self.ack_lwsn = lwsn;
+                let at = now + self.backoff();
+                self.timers.set(ReceiverTimer::Ack, at);
             }
         }
         if let Some(k) = self.fec_k() {
@@ -810,7 +841,7 @@ impl McastReceiver {
     fn check_complete(&mut self) {
         if !self.complete_told && self.is_complete() {
             self.complete_told = true;
-            self.next_repair = None;
+            self.timers.cancel(ReceiverTimer::Repair);
             self.events.push_back(ReceiverEvent::Complete);
         }
     }
@@ -835,26 +866,44 @@ impl McastReceiver {
         if self.is_finished() {
             return None;
         }
-        let lost = self.last_heard.filter(|_| self.registered).map(|t| t + self.cfg.sender_timeout);
-        if self.target().is_none() {
-            // Nothing can be sent without them: a due send timer would only
-            // make the driver spin (found by fuzzing).
-            return lost;
-        }
-        [self.next_register, self.nack_at, self.ack.map(|a| a.1), self.next_repair, self.next_status, lost]
-            .into_iter()
-            .flatten()
-            .min()
+        // Nothing can be sent without a target: a due send timer would
+        // only make the driver spin (found by fuzzing).
+        let can_send = self.target().is_some();
+        self.timers.next_of(|t| match t {
+            ReceiverTimer::SenderLost => self.registered,
+            _ => can_send,
+        })
     }
 
     pub fn handle_timeout(&mut self, now: Instant) {
-        if self.is_finished() {
-            return;
+        for &t in ReceiverTimer::ALL {
+            if !self.is_finished() && self.timers.expired(t, now) {
+                self.on_timer(t);
+            }
         }
-        if self.registered && self.last_heard.is_some_and(|t| now >= t + self.cfg.sender_timeout) {
-            self.ended = true;
-            self.events.push_back(ReceiverEvent::SenderLost);
+    }
+
+    /// Timer `t` expired.
+    fn on_timer(&mut self, t: ReceiverTimer) {
+        match t {
+            ReceiverTimer::SenderLost => {
+                if self.registered {
+                    self.ended = true;
+                    self.events.push_back(ReceiverEvent::SenderLost);
+                }
+            }
+            // What they time is sent by `poll_transmit`.
+            ReceiverTimer::Register
+            | ReceiverTimer::Ack
+            | ReceiverTimer::Nack
+            | ReceiverTimer::Repair
+            | ReceiverTimer::Status => {}
         }
+    }
+
+    /// A packet from the sender arrived: it is alive for `sender_timeout` more.
+    fn heard_sender(&mut self, now: Instant) {
+        self.timers.set(ReceiverTimer::SenderLost, now + self.cfg.sender_timeout);
     }
 
     // ---- output -----------------------------------------------------------
@@ -897,42 +946,40 @@ impl McastReceiver {
                 Urgent::Status => self.send_status(now, buf, session, sender),
             };
         }
-        if self.next_register.is_some_and(|t| now >= t) {
-            return self.send_register(now, buf, session, sender);
-        }
-        if let Some((lwsn, at)) = self.ack {
-            if now >= at {
-                self.ack = None;
+        // The first send timer due, in `ReceiverTimer::ALL`'s order.
+        let due =
+            ReceiverTimer::ALL.iter().find(|&&t| t != ReceiverTimer::SenderLost && self.timers.expired(t, now))?;
+        match due {
+            ReceiverTimer::Register => self.send_register(now, buf, session, sender),
+            ReceiverTimer::Ack => {
+                self.timers.cancel(ReceiverTimer::Ack);
                 self.stats.acks_sent += 1;
                 // The ACK carries the gaps not yet reported: no NACK needed.
                 let ranges = std::mem::take(&mut self.pending);
-                self.nack_at = None;
+                self.timers.cancel(ReceiverTimer::Nack);
+                let lwsn = self.ack_lwsn;
                 let n = emit(buf, PacketType::McAck, Flags::empty(), session, lwsn, network, client, |o| {
                     emit_ranges(o, ranges.iter().cloned()).0
                 })?;
                 self.copy_to_remote_sender(sender, &buf[..n]);
-                return Some(McTransmit { destination: self.group, size: n });
+                Some(McTransmit { destination: self.group, size: n })
             }
+            ReceiverTimer::Nack => {
+                self.timers.cancel(ReceiverTimer::Nack);
+                self.nacked_window = self.latest_lwsn;
+                self.stats.nacks_sent += 1;
+                let ranges = std::mem::take(&mut self.pending);
+                let highest = self.expected.unwrap_or(0).saturating_sub(1);
+                let n = emit(buf, PacketType::McNack, Flags::empty(), session, highest, network, client, |o| {
+                    emit_ranges(o, ranges.iter().cloned()).0
+                })?;
+                self.copy_to_remote_sender(sender, &buf[..n]);
+                Some(McTransmit { destination: self.group, size: n })
+            }
+            ReceiverTimer::Repair => self.send_repair(now, buf, session, sender),
+            ReceiverTimer::Status => self.send_status(now, buf, session, sender),
+            ReceiverTimer::SenderLost => None,
         }
-        if self.nack_at.is_some_and(|t| now >= t) {
-            self.nack_at = None;
-            self.nacked_window = self.latest_lwsn;
-            self.stats.nacks_sent += 1;
-            let ranges = std::mem::take(&mut self.pending);
-            let highest = self.expected.unwrap_or(0).saturating_sub(1);
-            let n = emit(buf, PacketType::McNack, Flags::empty(), session, highest, network, client, |o| {
-                emit_ranges(o, ranges.iter().cloned()).0
-            })?;
-            self.copy_to_remote_sender(sender, &buf[..n]);
-            return Some(McTransmit { destination: self.group, size: n });
-        }
-        if self.next_repair.is_some_and(|t| now >= t) {
-            return self.send_repair(now, buf, session, sender);
-        }
-        if self.next_status.is_some_and(|t| now >= t) {
-            return self.send_status(now, buf, session, sender);
-        }
-        None
     }
 
     /// Gaps another receiver of this network reported (in its ACK or
@@ -955,10 +1002,10 @@ impl McastReceiver {
 
     fn send_register(&mut self, now: Instant, buf: &mut [u8], session: u32, sender: SocketAddr) -> Option<McTransmit> {
         if self.registered {
-            self.next_register = None;
+            self.timers.cancel(ReceiverTimer::Register);
             return None;
         }
-        self.next_register = Some(now + self.cfg.register_retry);
+        self.timers.set(ReceiverTimer::Register, now + self.cfg.register_retry);
         let (network, client) = (self.cfg.network, self.client);
         let n = match self.security.as_ref() {
             None => emit(buf, PacketType::McRegister, Flags::empty(), session, 0, network, client, |_| 0)?,
@@ -979,15 +1026,15 @@ impl McastReceiver {
             // Nothing to ask for until the size is known; ask again later
             // (a due timer left as it was kept the driver spinning: found
             // by fuzzing).
-            self.next_repair = Some(now + self.repair_interval());
+            self.timers.set(ReceiverTimer::Repair, now + self.repair_interval());
             return None;
         };
         if self.have.ones() >= u64::from(total) {
             // Nothing missing (a stream's description may still be on its way).
-            self.next_repair = None;
+            self.timers.cancel(ReceiverTimer::Repair);
             return None;
         }
-        self.next_repair = Some(now + self.repair_interval());
+        self.timers.set(ReceiverTimer::Repair, now + self.repair_interval());
         self.repair_round += 1;
         self.stats.repair_requests += 1;
         let have = &self.have;
@@ -1005,7 +1052,7 @@ impl McastReceiver {
     }
 
     fn send_status(&mut self, now: Instant, buf: &mut [u8], session: u32, sender: SocketAddr) -> Option<McTransmit> {
-        self.next_status = Some(now + self.cfg.status_interval);
+        self.timers.set(ReceiverTimer::Status, now + self.cfg.status_interval);
         self.stats.status_sent += 1;
         let held = self.have.ones().min(u64::from(u32::MAX)) as u32;
         let (flags, code) = match self.verdict {
@@ -1015,7 +1062,7 @@ impl McastReceiver {
         };
         if self.verdict.is_some() {
             // Repeated until the sender confirms, at the register pace.
-            self.next_status = Some(now + self.cfg.register_retry);
+            self.timers.set(ReceiverTimer::Status, now + self.cfg.register_retry);
         }
         if code.is_some() && buf.len() < crate::wire::HEADER_LEN + 2 {
             return None;

@@ -15,6 +15,7 @@ use super::wire::{emit, emit_announcement, emit_bytes, emit_invitation, Announce
 use super::{codes, McTransmit};
 use crate::congestion::pacer::Pacer;
 use crate::secure::{public_key, SecurityConfig, KEY_LEN};
+use crate::timer::{TimerKind, Timers};
 use crate::wire::{Flags, Header, PacketType, HEADER_LEN};
 
 /// The sender's parameters (spec §16.3–§16.8).
@@ -289,10 +290,7 @@ struct Window {
     lwsn: u32,
     next: u32,
     started: Option<Instant>,
-    deadline: Option<Instant>,
-    /// When to send the window's last packet again if no network has
-    /// acked yet (a lost LWSN packet), once (spec §16.3).
-    probe_at: Option<Instant>,
+    /// Its last packet is due again (`SenderTimer::Probe` expired).
     probe_due: bool,
     /// Its last packet had to be sent again: a loss, taken as congestion.
     probed: bool,
@@ -341,6 +339,63 @@ struct SenderSecurity {
     refilled: Instant,
 }
 
+/// Everything that can wake the sender (spec §16.3–§16.8), in the order
+/// `handle_timeout` takes their expiries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum SenderTimer {
+    /// The announce phase ends (`announce_wait`).
+    AnnounceWait,
+    /// The pacer lets the next packet go (spec §9.3).
+    Pace,
+    /// The open window's timer (spec §16.3): it expired unconfirmed.
+    WindowEnd,
+    /// Send the window's last packet again if no network acked yet.
+    Probe,
+    /// Gathered repair requests go out (spec §16.5).
+    Gather,
+    /// Look for receivers silent for `receiver_timeout`.
+    Sweep,
+    /// Receivers still missing packets are dropped (`completion_timeout`).
+    Completion,
+    /// The next ANNOUNCE.
+    Announce,
+    /// The next END of an ending session.
+    End,
+}
+
+impl TimerKind for SenderTimer {
+    type Slots = [Option<Instant>; 9];
+    const ALL: &'static [SenderTimer] = &[
+        SenderTimer::AnnounceWait,
+        SenderTimer::Pace,
+        SenderTimer::WindowEnd,
+        SenderTimer::Probe,
+        SenderTimer::Gather,
+        SenderTimer::Sweep,
+        SenderTimer::Completion,
+        SenderTimer::Announce,
+        SenderTimer::End,
+    ];
+    fn index(self) -> usize {
+        self as usize
+    }
+}
+
+impl SenderTimer {
+    /// The timers of a sender created at `now`.
+    fn initial(now: Instant, cfg: &SenderConfig) -> Timers<SenderTimer> {
+        let mut t = Timers::default();
+        t.set(SenderTimer::AnnounceWait, now + cfg.announce_wait);
+        t.set(SenderTimer::Announce, now);
+        t.set(SenderTimer::Sweep, now + SWEEP_INTERVAL);
+        t.set(SenderTimer::End, now);
+        t
+    }
+}
+
+/// How often silent receivers are looked for.
+const SWEEP_INTERVAL: Duration = Duration::from_millis(500);
+
 /// A repeated REGISTER is answered again at most this often.
 const REANSWER_GAP: Duration = Duration::from_millis(100);
 
@@ -381,7 +436,6 @@ pub struct McastSender {
     by_client: HashMap<u32, usize>,
     control: VecDeque<Control>,
     gather: BTreeMap<u32, Vec<usize>>,
-    gather_deadline: Option<Instant>,
     gathered: usize,
     repairs: VecDeque<(u32, RepairDest)>,
     /// Parity to make: (block, first index, count).
@@ -390,14 +444,10 @@ pub struct McastSender {
     parity_ready: VecDeque<(u32, u16, u16, Vec<u8>)>,
     /// Next parity index per FEC block.
     parity_next: BTreeMap<u32, u16>,
-    repair_started: Option<Instant>,
-    next_announce: Instant,
-    next_sweep: Instant,
-    next_end: Instant,
+    timers: Timers<SenderTimer>,
     /// Recently confirmed windows' delivery rate, bytes/s.
     rate: Option<f64>,
     pacer: Pacer,
-    pace_until: Option<Instant>,
     /// ARTP adaptation: windows, awaited networks summed, ACKs at the start.
     artp_windows: u32,
     artp_networks: u64,
@@ -469,19 +519,14 @@ impl McastSender {
             by_client: HashMap::new(),
             control: VecDeque::new(),
             gather: BTreeMap::new(),
-            gather_deadline: None,
             gathered: 0,
             repairs: VecDeque::new(),
             parity_jobs: VecDeque::new(),
             parity_ready: VecDeque::new(),
             parity_next: BTreeMap::new(),
-            repair_started: None,
-            next_announce: now,
-            next_sweep: now + Duration::from_millis(500),
-            next_end: now,
+            timers: SenderTimer::initial(now, &cfg),
             rate: None,
             pacer: Pacer::default(),
-            pace_until: None,
             artp_windows: 0,
             artp_networks: 0,
             artp_acks_at: 0,
@@ -546,7 +591,7 @@ impl McastSender {
         self.info.hash = Some(hash);
         self.total = Some(packets_for(size, self.info.block));
         // Tell the receivers now: they cannot verify before.
-        self.next_announce = self.started;
+        self.timers.set(SenderTimer::Announce, self.started);
     }
 
     /// Ends the announce phase now, with whoever registered.
@@ -557,7 +602,7 @@ impl McastSender {
             } else {
                 self.stage = Stage::Data;
                 self.events.push_back(SenderEvent::DataStarted);
-                self.next_announce = now;
+                self.timers.set(SenderTimer::Announce, now);
             }
         }
     }
@@ -901,7 +946,7 @@ impl McastSender {
             return;
         };
         w.feedback += 1;
-        if w.lwsn != lwsn || w.deadline.is_none() {
+        if w.lwsn != lwsn || w.sent_at.is_none() {
             self.stats.late_acks += 1;
             return;
         }
@@ -947,8 +992,8 @@ impl McastSender {
                 }
             }
         }
-        if !self.gather.is_empty() && self.gather_deadline.is_none() {
-            self.gather_deadline = Some(now + self.cfg.repair_gather);
+        if !self.gather.is_empty() && !self.timers.is_set(SenderTimer::Gather) {
+            self.timers.set(SenderTimer::Gather, now + self.cfg.repair_gather);
         }
         // The next pass may start once everything queued now has gone out
         // at the recent rate, plus a round trip's margin.
@@ -981,7 +1026,7 @@ impl McastSender {
         let still = self.receivers.iter().any(|r| r.network == network && r.outcome == ReceiverOutcome::Active);
         if let (Some(w), false) = (self.window.as_mut(), still) {
             w.awaited.retain(|&n| n != network);
-            if w.deadline.is_some() && w.awaited.iter().all(|n| w.acked.contains(n)) {
+            if w.sent_at.is_some() && w.awaited.iter().all(|n| w.acked.contains(n)) {
                 self.resolve_window(now, true);
             }
         }
@@ -997,71 +1042,73 @@ impl McastSender {
     // ---- timers -----------------------------------------------------------
 
     pub fn poll_timeout(&self) -> Option<Instant> {
-        let mut t = [Some(self.next_sweep), self.gather_deadline, self.pace_until].into_iter().flatten().min()?;
-        let mut consider = |x: Option<Instant>| {
-            if let Some(x) = x {
-                t = t.min(x);
-            }
-        };
-        match self.stage {
-            Stage::Announcing => {
-                consider(Some(self.next_announce));
-                consider(Some(self.started + self.cfg.announce_wait));
-            }
-            Stage::Data | Stage::Repair => {
-                consider(Some(self.next_announce));
-                consider(self.window.as_ref().and_then(|w| w.deadline));
-                consider(self.window.as_ref().and_then(|w| w.probe_at));
-                consider(self.repair_started.map(|s| s + self.cfg.completion_timeout));
-            }
-            Stage::Ending { .. } => consider(Some(self.next_end)),
-            Stage::Done => return None,
+        self.timers.next_of(|t| self.wakes(t))
+    }
+
+    /// Whether timer `t` may wake the engine in this stage: another
+    /// stage's timers stay set but are moot.
+    fn wakes(&self, t: SenderTimer) -> bool {
+        use SenderTimer::*;
+        match (t, self.stage) {
+            (_, Stage::Done) => false,
+            (Sweep | Gather | Pace, _) => true,
+            (AnnounceWait, Stage::Announcing) => true,
+            (Announce, Stage::Announcing | Stage::Data | Stage::Repair) => true,
+            (WindowEnd | Probe | Completion, Stage::Data | Stage::Repair) => true,
+            (End, Stage::Ending { .. }) => true,
+            _ => false,
         }
-        Some(t)
     }
 
     pub fn handle_timeout(&mut self, now: Instant) {
-        if self.stage == Stage::Announcing && now >= self.started + self.cfg.announce_wait {
-            self.start(now);
-        }
-        if self.pace_until.is_some_and(|t| now >= t) {
-            self.pace_until = None;
-        }
-        if let Some(deadline) = self.window.as_ref().and_then(|w| w.deadline) {
-            if now >= deadline {
-                self.resolve_window(now, false);
-            }
-        }
-        if let Some(w) = self.window.as_mut() {
-            if w.probe_at.is_some_and(|t| now >= t) {
-                w.probe_at = None;
-                if w.acked.is_empty() {
-                    w.probe_due = true;
-                }
-            }
-        }
-        if self.gather_deadline.is_some_and(|t| now >= t) {
-            self.release_repairs();
-        }
-        if now >= self.next_sweep {
-            self.next_sweep = now + Duration::from_millis(500);
-            for idx in 0..self.receivers.len() {
-                let r = &self.receivers[idx];
-                if r.outcome == ReceiverOutcome::Active
-                    && now.saturating_duration_since(r.last_heard) > self.cfg.receiver_timeout
-                {
-                    self.drop_receiver(now, idx, ReceiverOutcome::Unresponsive);
-                }
-            }
-        }
-        if self.stage == Stage::Repair && self.repair_started.is_some_and(|s| now >= s + self.cfg.completion_timeout) {
-            for idx in 0..self.receivers.len() {
-                if self.receivers[idx].outcome == ReceiverOutcome::Active {
-                    self.drop_receiver(now, idx, ReceiverOutcome::Incomplete);
-                }
+        for &t in SenderTimer::ALL {
+            if self.timers.expired(t, now) {
+                self.on_timer(now, t);
             }
         }
         self.check_end();
+    }
+
+    /// Timer `t` expired at `now`.
+    fn on_timer(&mut self, now: Instant, t: SenderTimer) {
+        match t {
+            SenderTimer::AnnounceWait => {
+                if self.stage == Stage::Announcing {
+                    self.start(now);
+                }
+            }
+            SenderTimer::Pace => self.timers.cancel(SenderTimer::Pace),
+            SenderTimer::WindowEnd => self.resolve_window(now, false),
+            SenderTimer::Probe => {
+                self.timers.cancel(SenderTimer::Probe);
+                if let Some(w) = self.window.as_mut().filter(|w| w.acked.is_empty()) {
+                    w.probe_due = true;
+                }
+            }
+            SenderTimer::Gather => self.release_repairs(),
+            SenderTimer::Sweep => {
+                self.timers.set(SenderTimer::Sweep, now + SWEEP_INTERVAL);
+                for idx in 0..self.receivers.len() {
+                    let r = &self.receivers[idx];
+                    if r.outcome == ReceiverOutcome::Active
+                        && now.saturating_duration_since(r.last_heard) > self.cfg.receiver_timeout
+                    {
+                        self.drop_receiver(now, idx, ReceiverOutcome::Unresponsive);
+                    }
+                }
+            }
+            SenderTimer::Completion => {
+                if self.stage == Stage::Repair {
+                    for idx in 0..self.receivers.len() {
+                        if self.receivers[idx].outcome == ReceiverOutcome::Active {
+                            self.drop_receiver(now, idx, ReceiverOutcome::Incomplete);
+                        }
+                    }
+                }
+            }
+            // Sent by `poll_transmit`.
+            SenderTimer::Announce | SenderTimer::End => {}
+        }
     }
 
     fn check_end(&mut self) {
@@ -1080,6 +1127,8 @@ impl McastSender {
     /// its timer expired.
     fn resolve_window(&mut self, now: Instant, confirmed: bool) {
         let Some(w) = self.window.take() else { return };
+        self.timers.cancel(SenderTimer::WindowEnd);
+        self.timers.cancel(SenderTimer::Probe);
         let sent = w.sent_at.unwrap_or(now);
         // A window confirmed only thanks to a probe lost its last packet
         // everywhere: the flow control reacts as to an expiry (the paper's
@@ -1168,7 +1217,7 @@ impl McastSender {
         };
         if next != current {
             self.info.artp_max_us = next.as_micros().min(u128::from(u32::MAX)) as u32;
-            self.next_announce = now;
+            self.timers.set(SenderTimer::Announce, now);
         }
         self.artp_windows = 0;
         self.artp_networks = 0;
@@ -1183,8 +1232,8 @@ impl McastSender {
     fn enter_repair(&mut self, now: Instant) {
         if self.stage == Stage::Data {
             self.stage = Stage::Repair;
-            self.repair_started = Some(now);
-            self.next_announce = now;
+            self.timers.set(SenderTimer::Completion, now + self.cfg.completion_timeout);
+            self.timers.set(SenderTimer::Announce, now);
             self.events.push_back(SenderEvent::RepairStarted);
         }
     }
@@ -1194,7 +1243,7 @@ impl McastSender {
     /// which enough receivers miss packets (not necessarily the same ones)
     /// gets as many new parity shards as the worst of them misses instead.
     fn release_repairs(&mut self) {
-        self.gather_deadline = None;
+        self.timers.cancel(SenderTimer::Gather);
         self.gathered = 0;
         let gathered = std::mem::take(&mut self.gather);
         let min = self.cfg.repair_multicast_min.max(1);
@@ -1314,7 +1363,7 @@ impl McastSender {
         match self.stage {
             Stage::Done => return None,
             Stage::Ending { sent } => {
-                if now < self.next_end {
+                if !self.timers.expired(SenderTimer::End, now) {
                     return None;
                 }
                 if sent >= 3 {
@@ -1325,18 +1374,18 @@ impl McastSender {
                     return None;
                 }
                 self.stage = Stage::Ending { sent: sent + 1 };
-                self.next_end = now + self.cfg.announce_interval;
+                self.timers.set(SenderTimer::End, now + self.cfg.announce_interval);
                 let total = self.total.unwrap_or(self.next_sn);
                 let n = emit(buf, PacketType::McEnd, Flags::FIN, self.session, total, 0, 0, |_| 0)?;
                 return Some(McTransmit { destination: self.group, size: n });
             }
             _ => {}
         }
-        if now >= self.next_announce {
-            self.next_announce = now + self.cfg.announce_interval;
+        if self.timers.expired(SenderTimer::Announce, now) {
+            self.timers.set(SenderTimer::Announce, now + self.cfg.announce_interval);
             return self.send_announce(buf);
         }
-        if self.pace_until.is_some_and(|t| now < t) {
+        if self.timers.get(SenderTimer::Pace).is_some_and(|t| now < t) {
             return None;
         }
         let parity = if self.parity_ready.is_empty() && self.parity_jobs.is_empty() {
@@ -1353,7 +1402,8 @@ impl McastSender {
         if self.cfg.pace || self.stage == Stage::Repair {
             if let Some(rate) = self.rate {
                 self.pacer.on_sent(sent.size as u64);
-                self.pace_until = self.pacer.delay(now, rate * 1.25, self.cfg.max_datagram as u64, sent.size as u64);
+                let until = self.pacer.delay(now, rate * 1.25, self.cfg.max_datagram as u64, sent.size as u64);
+                self.timers.set_or_cancel(SenderTimer::Pace, until);
             }
         }
         Some(sent)
@@ -1453,8 +1503,6 @@ impl McastSender {
                 lwsn,
                 next: first,
                 started: None,
-                deadline: None,
-                probe_at: None,
                 probe_due: false,
                 probed: false,
                 sent_at: None,
@@ -1493,9 +1541,11 @@ impl McastSender {
         w.next += 1;
         if w.next > w.lwsn {
             w.sent_at = Some(now);
-            w.deadline = Some(now + timeout);
+            self.timers.set(SenderTimer::WindowEnd, now + timeout);
             if probe < timeout {
-                w.probe_at = Some(now + probe.max(Duration::from_millis(1)));
+                // spec §16.3: the window's last packet goes again, once, if
+                // no network has acked by then (a lost LWSN packet).
+                self.timers.set(SenderTimer::Probe, now + probe.max(Duration::from_millis(1)));
             }
             if w.awaited.is_empty() {
                 // Nobody to wait for (every receiver dropped): settle at once.
