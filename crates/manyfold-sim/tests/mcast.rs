@@ -7,13 +7,13 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use manyfold_proto::mcast::wire::{emit, emit_invitation};
 use manyfold_proto::mcast::{
-    codes, Ignored, Pattern, ReceiverConfig, ReceiverEvent, ReceiverOutcome, SenderConfig, SenderError, SenderEvent,
+    Ignored, Pattern, ReceiverConfig, ReceiverEvent, ReceiverOutcome, SenderConfig, SenderError, SenderEvent,
     SEAL_OVERHEAD,
 };
 use manyfold_proto::secure::public_key;
-use manyfold_proto::wire::{Flags, Header, PacketType};
+use manyfold_proto::wire::mcast::{emit, emit_invitation};
+use manyfold_proto::wire::{ErrorCode, Flags, Header, PacketType};
 use manyfold_proto::SecurityConfig;
 use manyfold_sim::mcast::McastWorld;
 use manyfold_sim::LinkConfig;
@@ -342,7 +342,7 @@ fn a_receiver_losing_more_than_max_loss_is_dropped_and_the_rest_complete() {
     let lossy = w.sender.receivers().iter().find(|r| r.addr == receiver(2, 0)).expect("registered");
     assert_eq!(lossy.outcome, ReceiverOutcome::TooLossy, "seed {seed}");
     assert!(
-        matches!(w.receivers[2].ended, Some(ReceiverEvent::Ended { error: Some(code) }) if code == manyfold_proto::mcast::codes::TOO_LOSSY),
+        matches!(w.receivers[2].ended, Some(ReceiverEvent::Ended { error: Some(code) }) if code == ErrorCode::TOO_LOSSY),
         "the receiver is told why: {:?} (seed {seed})",
         w.receivers[2].ended
     );
@@ -556,7 +556,11 @@ fn the_group_key_goes_only_to_receivers_the_sender_accepts_and_strangers_are_tol
         assert_eq!(w.receivers[i].verified, Some(true), "receiver {i} (seed {seed})");
     }
     let stranger = &w.receivers[2];
-    assert_eq!(stranger.ended, Some(ReceiverEvent::Ended { error: Some(codes::AUTHENTICATION_FAILED) }), "seed {seed}");
+    assert_eq!(
+        stranger.ended,
+        Some(ReceiverEvent::Ended { error: Some(ErrorCode::AUTHENTICATION_FAILED) }),
+        "seed {seed}"
+    );
     assert!(stranger.file.iter().all(|&b| b == 0) && stranger.engine.progress().0 == 0, "it got no data");
     assert!(stranger.engine.stats().dropped_no_key > 0, "it heard sealed data it could not open");
     let st = w.sender.stats();
@@ -571,7 +575,7 @@ fn the_group_key_goes_only_to_receivers_the_sender_accepts_and_strangers_are_tol
     w.set_default_link(lan());
     assert!(w.run_to_end(Duration::from_secs(60)), "not done (seed {seed})");
     assert_eq!(w.receivers[0].verified, Some(true), "seed {seed}");
-    assert_eq!(w.receivers[1].ended, Some(ReceiverEvent::Ended { error: Some(codes::AUTHENTICATION_FAILED) }));
+    assert_eq!(w.receivers[1].ended, Some(ReceiverEvent::Ended { error: Some(ErrorCode::AUTHENTICATION_FAILED) }));
 }
 
 #[test]

@@ -23,7 +23,25 @@ use tokio::sync::watch;
 
 use crate::socket::UdpIo;
 
-pub use manyfold_proto::mcast::{codes, network_of, ReceiverOutcome, ReceiverReport, SenderError, WindowRecord};
+pub use manyfold_proto::mcast::{network_of, ReceiverOutcome, ReceiverReport, SenderError, WindowRecord};
+pub use manyfold_proto::wire::ErrorCode;
+
+/// The codes of [`ReceiveOutcome::Ended`] as numbers: [`ErrorCode`]'s
+/// (spec §8.3, §16.7), for `match` arms.
+pub mod codes {
+    use manyfold_proto::wire::ErrorCode;
+
+    pub const REFUSED: u16 = ErrorCode::REFUSED.0;
+    pub const PROTECTION_MISMATCH: u16 = ErrorCode::PROTECTION_MISMATCH.0;
+    pub const AUTHENTICATION_FAILED: u16 = ErrorCode::AUTHENTICATION_FAILED.0;
+    pub const INTERRUPTED: u16 = ErrorCode::INTERRUPTED.0;
+    pub const HASH_MISMATCH: u16 = ErrorCode::HASH_MISMATCH.0;
+    pub const INCOMPLETE: u16 = ErrorCode::INCOMPLETE.0;
+    pub const UNRESPONSIVE: u16 = ErrorCode::UNRESPONSIVE.0;
+    pub const TOO_MANY_PASSES: u16 = ErrorCode::TOO_MANY_PASSES.0;
+    pub const TOO_LOSSY: u16 = ErrorCode::TOO_LOSSY.0;
+    pub const ABORTED: u16 = ErrorCode::ABORTED.0;
+}
 
 /// Where the session runs.
 #[derive(Debug, Clone)]
@@ -495,7 +513,7 @@ pub async fn receive(
                         ReceiveOutcome::HashMismatch
                     });
                 }
-                ReceiverEvent::Ended { error } => outcome = Some(ReceiveOutcome::Ended { code: error }),
+                ReceiverEvent::Ended { error } => outcome = Some(ReceiveOutcome::Ended { code: error.map(|c| c.0) }),
                 ReceiverEvent::SenderLost => outcome = Some(ReceiveOutcome::SenderLost),
                 ReceiverEvent::Registered { .. } => {}
             }

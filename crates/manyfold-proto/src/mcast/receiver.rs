@@ -13,11 +13,11 @@ use super::bitmap::Bitmap;
 use super::fec;
 use super::secure::{identity, Grant, GroupKeys, Ignored, Pattern, Unseal, MAX_SOURCES, SEAL_OVERHEAD};
 use super::sender::packets_for;
-use super::wire::{emit, emit_bytes, emit_ranges, parse_announcement, Announcement, McPacket, Phase};
 use super::{uniform, McTransmit};
 use crate::secure::{Handshake, SecurityConfig, KEY_LEN};
 use crate::timer::{TimerKind, Timers};
-use crate::wire::{Flags, Header, PacketType};
+use crate::wire::mcast::{emit, emit_bytes, emit_code, emit_ranges, parse_announcement, Announcement, McPacket, Phase};
+use crate::wire::{ErrorCode, Flags, Header, PacketType};
 
 /// Most gap ranges a receiver keeps for its next NACK; beyond it the
 /// oldest merge (the report is a flow-control signal, the bitmap is truth).
@@ -89,7 +89,7 @@ pub enum ReceiverEvent {
     Confirmed,
     /// The session ended (for everyone, or for us with an error code).
     Ended {
-        error: Option<u16>,
+        error: Option<ErrorCode>,
     },
     /// Nothing from the sender for `sender_timeout`.
     SenderLost,
@@ -1057,7 +1057,7 @@ impl McastReceiver {
         let held = self.have.ones().min(u64::from(u32::MAX)) as u32;
         let (flags, code) = match self.verdict {
             Some(true) => (Flags::FIN, None),
-            Some(false) => (Flags::ERR, Some(super::codes::HASH_MISMATCH)),
+            Some(false) => (Flags::ERR, Some(ErrorCode::HASH_MISMATCH)),
             None => (Flags::empty(), None),
         };
         if self.verdict.is_some() {
@@ -1068,10 +1068,7 @@ impl McastReceiver {
             return None;
         }
         let n = emit(buf, PacketType::McStatus, flags, session, held, self.cfg.network, self.client, |o| match code {
-            Some(c) => {
-                o[..2].copy_from_slice(&c.to_be_bytes());
-                2
-            }
+            Some(c) => emit_code(o, c),
             None => 0,
         })?;
         Some(McTransmit { destination: sender, size: n })
@@ -1128,7 +1125,7 @@ mod tests {
         };
         let mut buf = vec![0u8; 2000];
         let n = emit(&mut buf, PacketType::McAnnounce, Flags::empty(), 5, 0, u32::MAX, 0, |o| {
-            super::super::wire::emit_announcement(o, &info)
+            crate::wire::mcast::emit_announcement(o, &info)
         })
         .expect("fits");
         r.handle_datagram(now, sender, &mut buf[..n]);

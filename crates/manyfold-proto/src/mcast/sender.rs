@@ -11,12 +11,14 @@ use rand_chacha::{ChaCha20Rng, ChaCha8Rng};
 use super::bitmap::Bitmap;
 use super::fec;
 use super::secure::{identity, Grant, GroupKeys, Pattern, Unseal, SEAL_OVERHEAD};
-use super::wire::{emit, emit_announcement, emit_bytes, emit_invitation, Announcement, McPacket, Phase, UNKNOWN_TOTAL};
-use super::{codes, McTransmit};
+use super::McTransmit;
 use crate::congestion::pacer::Pacer;
 use crate::secure::{public_key, SecurityConfig, KEY_LEN};
 use crate::timer::{TimerKind, Timers};
-use crate::wire::{Flags, Header, PacketType, HEADER_LEN};
+use crate::wire::mcast::{
+    emit, emit_announcement, emit_bytes, emit_code, emit_invitation, Announcement, McPacket, Phase, UNKNOWN_TOTAL,
+};
+use crate::wire::{ErrorCode, Flags, Header, PacketType, HEADER_LEN};
 
 /// The sender's parameters (spec §16.3–§16.8).
 #[derive(Debug, Clone)]
@@ -146,14 +148,14 @@ pub enum ReceiverOutcome {
 }
 
 impl ReceiverOutcome {
-    fn code(self) -> Option<u16> {
+    fn code(self) -> Option<ErrorCode> {
         match self {
             ReceiverOutcome::Active | ReceiverOutcome::Completed => None,
-            ReceiverOutcome::HashMismatch => Some(codes::HASH_MISMATCH),
-            ReceiverOutcome::Incomplete => Some(codes::INCOMPLETE),
-            ReceiverOutcome::Unresponsive => Some(codes::UNRESPONSIVE),
-            ReceiverOutcome::TooManyPasses => Some(codes::TOO_MANY_PASSES),
-            ReceiverOutcome::TooLossy => Some(codes::TOO_LOSSY),
+            ReceiverOutcome::HashMismatch => Some(ErrorCode::HASH_MISMATCH),
+            ReceiverOutcome::Incomplete => Some(ErrorCode::INCOMPLETE),
+            ReceiverOutcome::Unresponsive => Some(ErrorCode::UNRESPONSIVE),
+            ReceiverOutcome::TooManyPasses => Some(ErrorCode::TOO_MANY_PASSES),
+            ReceiverOutcome::TooLossy => Some(ErrorCode::TOO_LOSSY),
         }
     }
 }
@@ -312,13 +314,13 @@ enum Control {
     },
     EndOne {
         idx: usize,
-        code: u16,
+        code: ErrorCode,
     },
     /// In the clear: the receiver has no group key.
     Refuse {
         addr: SocketAddr,
         client: u32,
-        code: u16,
+        code: ErrorCode,
     },
 }
 
@@ -768,7 +770,7 @@ impl McastSender {
             // No downgrade, either way (spec §19.7).
             _ => {
                 self.stats.refused += 1;
-                let code = codes::PROTECTION_MISMATCH;
+                let code = ErrorCode::PROTECTION_MISMATCH;
                 self.control.push_back(Control::Refuse { addr: from, client, code });
                 return;
             }
@@ -795,7 +797,7 @@ impl McastSender {
     fn admit(&mut self, now: Instant, from: SocketAddr, client: u32, network: u32) -> Option<usize> {
         if self.full() {
             self.stats.refused += 1;
-            self.control.push_back(Control::Refuse { addr: from, client, code: codes::REFUSED });
+            self.control.push_back(Control::Refuse { addr: from, client, code: ErrorCode::REFUSED });
             return None;
         }
         let idx = self.receivers.len();
@@ -858,7 +860,7 @@ impl McastSender {
         }
         if self.full() {
             self.stats.refused += 1;
-            self.control.push_back(Control::Refuse { addr: from, client, code: codes::REFUSED });
+            self.control.push_back(Control::Refuse { addr: from, client, code: ErrorCode::REFUSED });
             return;
         }
         let from_sn = self.joining_sn();
@@ -883,7 +885,7 @@ impl McastSender {
         let proven = hs.read_with(m1).is_ok_and(|id| id == identity(client, network));
         if !proven || sec.next_source == u32::MAX {
             self.stats.auth_failures += 1;
-            let code = codes::AUTHENTICATION_FAILED;
+            let code = ErrorCode::AUTHENTICATION_FAILED;
             self.control.push_back(Control::Refuse { addr: from, client, code });
             return;
         }
@@ -1463,11 +1465,14 @@ impl McastSender {
             }
             Control::EndOne { idx, code } => {
                 let r = &self.receivers[idx];
-                (r.addr, emit(buf, PacketType::McEnd, Flags::ERR, s, self.next_sn, 0, r.client, |o| put_code(o, code))?)
+                (
+                    r.addr,
+                    emit(buf, PacketType::McEnd, Flags::ERR, s, self.next_sn, 0, r.client, |o| emit_code(o, code))?,
+                )
             }
             Control::Refuse { addr, client, code } => {
                 self.send_clear = true;
-                (addr, emit(buf, PacketType::McEnd, Flags::ERR, s, 0, 0, client, |o| put_code(o, code))?)
+                (addr, emit(buf, PacketType::McEnd, Flags::ERR, s, 0, 0, client, |o| emit_code(o, code))?)
             }
         };
         Some(McTransmit { destination: dest, size: n })
@@ -1611,11 +1616,6 @@ impl McastSender {
         v.dedup();
         v
     }
-}
-
-fn put_code(o: &mut [u8], code: u16) -> usize {
-    o[..2].copy_from_slice(&code.to_be_bytes());
-    2
 }
 
 /// Packets a file of `size` bytes takes (an empty file is one empty packet).

@@ -10,6 +10,7 @@
 
 pub mod chunk;
 mod header;
+pub mod mcast;
 mod payload;
 
 pub use header::{seal, Flags, Header, PacketType, HEADER_LEN, VERSION};
