@@ -325,10 +325,30 @@ pub async fn send(
     cfg: SenderConfig,
     info: Announcement,
     file: File,
+    growth: Option<watch::Receiver<SourceGrowth>>,
+    on_event: impl FnMut(&SenderEvent),
+    on_tick: impl FnMut(&SenderView),
+) -> io::Result<SenderView> {
+    send_until(net, cfg, info, file, growth, std::future::pending(), on_event, on_tick).await
+}
+
+/// [`send`], ended early when `abort` resolves with a code (spec §16.7):
+/// e.g. a SIGINT handler's future yielding [`ErrorCode::INTERRUPTED`].
+/// The session's END with that code goes to every receiver at once, and
+/// the view comes back with `failed: Some(SenderError::Aborted(code))`.
+#[allow(clippy::too_many_arguments)]
+pub async fn send_until(
+    net: &McastNet,
+    cfg: SenderConfig,
+    info: Announcement,
+    file: File,
     mut growth: Option<watch::Receiver<SourceGrowth>>,
+    abort: impl std::future::Future<Output = ErrorCode>,
     mut on_event: impl FnMut(&SenderEvent),
     mut on_tick: impl FnMut(&SenderView),
 ) -> io::Result<SenderView> {
+    tokio::pin!(abort);
+    let mut aborted = false;
     use std::os::unix::fs::FileExt;
     let mut cfg = cfg;
     crate::endpoint::prepare_security(cfg.security.as_ref(), &mut cfg.crypto_seed)?;
@@ -414,6 +434,11 @@ pub async fn send(
                 }
             }
             _ = tokio::time::sleep_until(deadline.into()) => s.handle_timeout(Instant::now()),
+            code = &mut abort, if !aborted => {
+                // Its ENDs go out at the top of the loop, then `is_done`.
+                aborted = true;
+                s.abort(Instant::now(), code);
+            }
             r = async { growth.as_mut().expect("guarded").changed().await }, if growth.is_some() => {
                 match r {
                     Ok(()) => match *growth.as_ref().expect("guarded").borrow() {
@@ -471,8 +496,26 @@ pub async fn receive(
     cfg: ReceiverConfig,
     sink: &mut dyn McastSink,
     wait: Option<Duration>,
+    on_tick: impl FnMut(&ReceiverView),
+) -> io::Result<(ReceiveOutcome, ReceiverView)> {
+    receive_until(net, cfg, sink, wait, std::future::pending(), on_tick).await
+}
+
+/// [`receive`], left early when `abort` resolves with a code (spec §16.7):
+/// e.g. a SIGINT handler's future yielding [`ErrorCode::INTERRUPTED`]. The
+/// sender is told at once (this receiver's registration ends with that
+/// code, so it stops awaiting it and reports why), what arrived is
+/// flushed to `sink`, and the call fails with `ErrorKind::Interrupted`.
+pub async fn receive_until(
+    net: &McastNet,
+    cfg: ReceiverConfig,
+    sink: &mut dyn McastSink,
+    wait: Option<Duration>,
+    abort: impl std::future::Future<Output = ErrorCode>,
     mut on_tick: impl FnMut(&ReceiverView),
 ) -> io::Result<(ReceiveOutcome, ReceiverView)> {
+    tokio::pin!(abort);
+    let mut aborted: Option<ErrorCode> = None;
     let mut cfg = cfg;
     crate::endpoint::prepare_security(cfg.security.as_ref(), &mut cfg.crypto_seed)?;
     let socks = open(net)?;
@@ -522,6 +565,12 @@ pub async fn receive(
         while let Some(t) = r.poll_transmit(now, &mut buf) {
             send_io(&socks.unicast, t.destination, &buf[..t.size], None).await?;
         }
+        if let Some(code) = aborted {
+            return Err(io::Error::new(
+                io::ErrorKind::Interrupted,
+                format!("left the session (error code {}); the sender was told", code.0),
+            ));
+        }
         if let Some(o) = outcome.take() {
             return Ok((o, view(&r)));
         }
@@ -550,6 +599,11 @@ pub async fn receive(
                 }
             }
             _ = tokio::time::sleep_until(deadline.into()) => r.handle_timeout(Instant::now()),
+            code = &mut abort, if aborted.is_none() => {
+                // Its STATUS goes out at the top of the loop.
+                aborted = Some(code);
+                r.abort(Instant::now(), code);
+            }
             _ = tick.tick() => on_tick(&view(&r)),
         }
         // Stored before anything reads it back (parity, the final hash).

@@ -206,7 +206,12 @@ pub struct McastReceiver {
     send_clear: bool,
     /// The last session heard and not joined, and why.
     ignored: Option<(u32, Ignored)>,
+    /// `abort`'s code and the copies of its STATUS still to send.
+    leaving: Option<(ErrorCode, u8)>,
 }
+
+/// Copies of the STATUS with which an aborting receiver leaves (spec §16.7).
+const LEAVE_COPIES: u8 = 3;
 
 /// Everything that can wake the receiver (spec §16.4–§16.7); the send
 /// timers in the order `poll_transmit` serves them.
@@ -291,6 +296,7 @@ impl McastReceiver {
             }),
             send_clear: false,
             ignored: None,
+            leaving: None,
             cfg,
         }
     }
@@ -352,6 +358,24 @@ impl McastReceiver {
         if self.verdict.is_none() {
             self.verdict = Some(verified);
             self.urgent.push_back(Urgent::Status);
+        }
+    }
+
+    /// Leaves the session at once with `code` (spec §16.7), e.g.
+    /// [`ErrorCode::INTERRUPTED`] when the process is interrupted: a
+    /// STATUS with ERR and that code goes to the sender `LEAVE_COPIES`
+    /// times (with the next `poll_transmit` calls), so that it stops
+    /// awaiting this receiver and reports why. The receiver is finished at
+    /// once and takes nothing more.
+    pub fn abort(&mut self, _now: Instant, code: ErrorCode) {
+        if self.is_finished() {
+            return;
+        }
+        self.ended = true;
+        // Only a registration has anything to end (a protected one can
+        // seal only once it has the group key).
+        if self.registered {
+            self.leaving = Some((code, LEAVE_COPIES));
         }
     }
 
@@ -924,6 +948,10 @@ impl McastReceiver {
     }
 
     fn poll_plain(&mut self, now: Instant, buf: &mut [u8]) -> Option<McTransmit> {
+        if let Some((code, left)) = self.leaving {
+            self.leaving = left.checked_sub(1).filter(|&n| n > 0).map(|n| (code, n));
+            return self.send_leave(buf, code);
+        }
         if self.is_finished() {
             return None;
         }
@@ -1048,6 +1076,17 @@ impl McastReceiver {
             self.client,
             |o| emit_ranges(o, have.gaps(0..total)).0,
         )?;
+        Some(McTransmit { destination: sender, size: n })
+    }
+
+    /// spec §16.7: the STATUS with which `abort` leaves, its code in ERR.
+    fn send_leave(&mut self, buf: &mut [u8], code: ErrorCode) -> Option<McTransmit> {
+        let (session, sender) = self.target()?;
+        let held = self.have.ones().min(u64::from(u32::MAX)) as u32;
+        self.stats.status_sent += 1;
+        let n = emit(buf, PacketType::McStatus, Flags::ERR, session, held, self.cfg.network, self.client, |o| {
+            emit_code(o, code)
+        })?;
         Some(McTransmit { destination: sender, size: n })
     }
 

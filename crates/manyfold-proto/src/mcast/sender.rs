@@ -174,6 +174,10 @@ pub struct ReceiverReport {
     pub reported_lost: u64,
     pub repair_passes: u32,
     pub outcome: ReceiverOutcome,
+    /// The code it left the session with, if it ended its part itself
+    /// (its outcome is then `Incomplete`): `INTERRUPTED` when its process
+    /// was interrupted (spec §16.7).
+    pub left: Option<ErrorCode>,
     /// The static key it proved, in a protected session whose sender
     /// names its known peers (spec §19.7).
     pub peer_key: Option<[u8; KEY_LEN]>,
@@ -226,6 +230,13 @@ pub enum SenderEvent {
         client: u32,
         outcome: ReceiverOutcome,
     },
+    /// A receiver ended its part itself with `code` (its STATUS with ERR),
+    /// e.g. `INTERRUPTED`: its outcome is `Incomplete`, `left` says why.
+    ReceiverLeft {
+        client: u32,
+        addr: SocketAddr,
+        code: ErrorCode,
+    },
     /// The session is over; every receiver's outcome is in `receivers()`.
     Finished,
     /// The session ended without a transfer.
@@ -238,6 +249,9 @@ pub enum SenderError {
     NoReceivers,
     #[error("every receiver was dropped")]
     AllDropped,
+    /// `McastSender::abort` ended the session with this code.
+    #[error("aborted with error code {}{}", .0 .0, if *.0 == ErrorCode::INTERRUPTED { " (interrupted)" } else { "" })]
+    Aborted(ErrorCode),
 }
 
 /// Counters (spec §16.4's feedback figures among them).
@@ -314,6 +328,10 @@ enum Control {
     },
     EndOne {
         idx: usize,
+        code: ErrorCode,
+    },
+    /// The whole session aborted with `code`, to the group.
+    EndAll {
         code: ErrorCode,
     },
     /// In the clear: the receiver has no group key.
@@ -394,6 +412,9 @@ impl SenderTimer {
         t
     }
 }
+
+/// ENDs an aborted session sends to the group (spec §16.7).
+const ABORT_ENDS: usize = 3;
 
 /// How often silent receivers are looked for.
 const SWEEP_INTERVAL: Duration = Duration::from_millis(500);
@@ -617,6 +638,37 @@ impl McastSender {
         self.receivers.iter().filter(|r| r.outcome == ReceiverOutcome::Active).count()
     }
 
+    /// Ends the session at once, for every receiver, with `code` (spec
+    /// §16.7): e.g. [`ErrorCode::INTERRUPTED`] when the process is
+    /// interrupted. END with that code goes to the group `ABORT_ENDS`
+    /// times (multicast is unreliable) and once by unicast to every live
+    /// receiver; the next `poll_transmit` calls write them, and nothing
+    /// else follows. `is_done` is true at once; the event is
+    /// `Failed(SenderError::Aborted(code))`.
+    pub fn abort(&mut self, _now: Instant, code: ErrorCode) {
+        if self.stage == Stage::Done {
+            return;
+        }
+        self.control.clear();
+        self.control.push_back(Control::EndAll { code });
+        for idx in 0..self.receivers.len() {
+            if self.receivers[idx].outcome == ReceiverOutcome::Active {
+                self.control.push_back(Control::EndOne { idx, code });
+            }
+        }
+        for _ in 1..ABORT_ENDS {
+            self.control.push_back(Control::EndAll { code });
+        }
+        self.window = None;
+        self.repairs.clear();
+        self.parity_jobs.clear();
+        self.parity_ready.clear();
+        self.invite_due = false;
+        self.timers.clear_all();
+        self.stage = Stage::Done;
+        self.events.push_back(SenderEvent::Failed(SenderError::Aborted(code)));
+    }
+
     fn fail(&mut self, e: SenderError) {
         self.stage = Stage::Ending { sent: 0 };
         self.events.push_back(SenderEvent::Failed(e));
@@ -747,10 +799,14 @@ impl McastSender {
             McPacket::Status { held, complete, error, .. } => {
                 self.stats.status_reports += 1;
                 self.receivers[idx].held = held;
+                match error {
+                    None if complete => self.finish_receiver(now, idx, ReceiverOutcome::Completed),
+                    None => {}
+                    Some(ErrorCode::HASH_MISMATCH) => self.finish_receiver(now, idx, ReceiverOutcome::HashMismatch),
+                    // spec §16.7: the receiver left (interrupted, say): known at once.
+                    Some(code) => self.receiver_left(now, idx, code),
+                }
                 if complete || error.is_some() {
-                    let outcome =
-                        if error.is_some() { ReceiverOutcome::HashMismatch } else { ReceiverOutcome::Completed };
-                    self.finish_receiver(now, idx, outcome);
                     self.control.push_back(Control::StatusAck { idx });
                 }
             }
@@ -811,6 +867,7 @@ impl McastSender {
             reported_lost: 0,
             repair_passes: 0,
             outcome: ReceiverOutcome::Active,
+            left: None,
             peer_key: None,
             source: 0,
             registration: None,
@@ -1032,6 +1089,15 @@ impl McastSender {
                 self.resolve_window(now, true);
             }
         }
+    }
+
+    /// A receiver ended its part with `code`: it is no longer awaited.
+    fn receiver_left(&mut self, now: Instant, idx: usize, code: ErrorCode) {
+        let r = &mut self.receivers[idx];
+        r.left = Some(code);
+        let (client, addr) = (r.client, r.addr);
+        self.events.push_back(SenderEvent::ReceiverLeft { client, addr, code });
+        self.finish_receiver(now, idx, ReceiverOutcome::Incomplete);
     }
 
     fn drop_receiver(&mut self, now: Instant, idx: usize, outcome: ReceiverOutcome) {
@@ -1462,6 +1528,10 @@ impl McastSender {
             Control::StatusAck { idx } => {
                 let r = &self.receivers[idx];
                 (r.addr, emit(buf, PacketType::McStatus, Flags::ACK, s, r.held, r.network, r.client, |_| 0)?)
+            }
+            Control::EndAll { code } => {
+                let total = self.total.unwrap_or(self.next_sn);
+                (self.group, emit(buf, PacketType::McEnd, Flags::ERR, s, total, 0, 0, |o| emit_code(o, code))?)
             }
             Control::EndOne { idx, code } => {
                 let r = &self.receivers[idx];
