@@ -9,12 +9,15 @@
 //! - `window.rs`: windows and paper 03's flow control (§16.3–§16.4);
 //! - `members.rs`: the receiver table, liveness and limits (§16.6–§16.8);
 //! - `repair.rs`: repair requests, the repair queue, parity (§16.5, §16.9);
-//! - `keys.rs`: a protected session's registrations (§19.7).
+//! - `keys.rs`: a protected session's registrations (§19.7);
+//! - `tests.rs`: unit tests of the parts, without the simulator.
 
 mod config;
 mod keys;
 mod members;
 mod repair;
+#[cfg(test)]
+mod tests;
 mod window;
 
 pub use config::{SenderConfig, SenderError, SenderEvent, SenderStats, WindowRecord};
