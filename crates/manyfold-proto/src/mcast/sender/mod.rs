@@ -6,6 +6,7 @@
 //! [`SenderTimer`] table. Its parts, by spec section:
 //!
 //! - `config.rs`: parameters, events, errors, counters;
+//! - `control.rs`: packets to one receiver (confirmations, ENDs, refusals);
 //! - `window.rs`: windows and paper 03's flow control (§16.3–§16.4);
 //! - `members.rs`: the receiver table, liveness and limits (§16.6–§16.8);
 //! - `repair.rs`: repair requests, the repair queue, parity (§16.5, §16.9);
@@ -13,6 +14,7 @@
 //! - `tests.rs`: unit tests of the parts, without the simulator.
 
 mod config;
+mod control;
 mod keys;
 mod members;
 mod repair;
@@ -30,10 +32,9 @@ use crate::mcast::fec;
 use crate::mcast::secure::SEAL_OVERHEAD;
 use crate::mcast::McTransmit;
 use crate::timer::{TimerKind, Timers};
-use crate::wire::mcast::{
-    emit, emit_announcement, emit_bytes, emit_code, Announcement, McPacket, Phase, UNKNOWN_TOTAL,
-};
+use crate::wire::mcast::{emit, emit_announcement, Announcement, McPacket, Phase, UNKNOWN_TOTAL};
 use crate::wire::{ErrorCode, Flags, PacketType, HEADER_LEN};
+use control::Control;
 use keys::SenderSecurity;
 use rand::{RngCore, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -50,31 +51,6 @@ enum Stage {
     Repair,
     Ending { sent: u8 },
     Done,
-}
-
-/// Control packets waiting to go out, to one receiver.
-#[derive(Debug, Clone, Copy)]
-enum Control {
-    RegisterAck {
-        idx: usize,
-    },
-    StatusAck {
-        idx: usize,
-    },
-    EndOne {
-        idx: usize,
-        code: ErrorCode,
-    },
-    /// The whole session aborted with `code`, to the group.
-    EndAll {
-        code: ErrorCode,
-    },
-    /// In the clear: the receiver has no group key.
-    Refuse {
-        addr: SocketAddr,
-        client: u32,
-        code: ErrorCode,
-    },
 }
 
 /// Everything that can wake the sender (spec §16.3–§16.8), in the order
@@ -658,47 +634,5 @@ impl McastSender {
                 emit_announcement(o, info)
             })?;
         Some(McTransmit { destination: self.group, size: n })
-    }
-
-    fn send_control(&mut self, buf: &mut [u8], c: Control) -> Option<McTransmit> {
-        let s = self.session;
-        let (dest, n) = match c {
-            Control::RegisterAck { idx } if self.security.is_some() => {
-                let r = &self.receivers[idx];
-                let reply = &r.registration.as_ref()?.1;
-                let flags = Flags::ACK | Flags::CKE;
-                let n = emit(buf, PacketType::McRegister, flags, s, 0, r.network, r.client, |o| emit_bytes(o, reply))?;
-                self.send_clear = true;
-                (r.addr, n)
-            }
-            Control::RegisterAck { idx } => {
-                let r = &self.receivers[idx];
-                let info = &self.info;
-                let n = emit(buf, PacketType::McRegister, Flags::ACK, s, r.joined_at, r.network, r.client, |o| {
-                    emit_announcement(o, info)
-                })?;
-                (r.addr, n)
-            }
-            Control::StatusAck { idx } => {
-                let r = &self.receivers[idx];
-                (r.addr, emit(buf, PacketType::McStatus, Flags::ACK, s, r.held, r.network, r.client, |_| 0)?)
-            }
-            Control::EndAll { code } => {
-                let total = self.total.unwrap_or(self.next_sn);
-                (self.group, emit(buf, PacketType::McEnd, Flags::ERR, s, total, 0, 0, |o| emit_code(o, code))?)
-            }
-            Control::EndOne { idx, code } => {
-                let r = &self.receivers[idx];
-                (
-                    r.addr,
-                    emit(buf, PacketType::McEnd, Flags::ERR, s, self.next_sn, 0, r.client, |o| emit_code(o, code))?,
-                )
-            }
-            Control::Refuse { addr, client, code } => {
-                self.send_clear = true;
-                (addr, emit(buf, PacketType::McEnd, Flags::ERR, s, 0, 0, client, |o| emit_code(o, code))?)
-            }
-        };
-        Some(McTransmit { destination: dest, size: n })
     }
 }
