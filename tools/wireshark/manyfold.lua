@@ -88,8 +88,9 @@ local packet_types = {
     [9] = "PARITY",
     [10] = "PROTECTED",
     [11] = "SEALED",
+    [12] = "PATH",
 }
-local MAX_TYPE = 11
+local MAX_TYPE = 12
 local SEAL_HEAD = 4 + 8 -- sealed multicast packet: source, packet number (spec §19.7)
 local patterns = { [1] = "IK", [2] = "IKpsk1", [3] = "NNpsk0" }
 
@@ -213,6 +214,10 @@ field("chunk_end_off", ProtoField.uint64("manyfold.chunk.end", "End", base.DEC))
 field("handshake_length", ProtoField.uint16("manyfold.handshake.length", "Noise message length", base.DEC))
 field("handshake_message", ProtoField.bytes("manyfold.handshake.message", "Noise message"))
 field("handshake_which", ProtoField.string("manyfold.handshake.which", "Which message"))
+
+-- PATH packet (spec §6.8)
+field("path_kind", ProtoField.uint8("manyfold.path.kind", "Kind", base.DEC, { [1] = "CHALLENGE", [2] = "RESPONSE" }))
+field("path_token", ProtoField.bytes("manyfold.path.token", "Token"))
 
 -- Protected segment (spec §19.3)
 field("pn", ProtoField.uint64("manyfold.protected.pn", "Packet number", base.DEC))
@@ -796,6 +801,28 @@ local function dissect_protected(tvb, pinfo, tree, ht, flags, stop)
     return string.format("%s len=%d pn=%s encrypted=%d", head, stop, pn, elen), role
 end
 
+-- A path challenge or response (spec §6.8): header, kind, 8-byte token.
+local function dissect_path(tvb, pinfo, tree, ht, flags, stop)
+    local conn_id = tvb(4, 4):uint()
+    ht:add(f.conn_id, tvb(4, 4))
+    ht:add(f.seq, tvb(8, 4))
+    ht:add(f.ack, tvb(12, 4))
+    if stop ~= HEADER_LEN + 9 then
+        bad(tree, nil, string.format("a PATH packet is %d bytes, this one %d", HEADER_LEN + 9, stop))
+        return string.format("PATH conn=%08x malformed", conn_id), "PATH"
+    end
+    local kind = tvb(HEADER_LEN, 1):uint()
+    local names = { [1] = "CHALLENGE", [2] = "RESPONSE" }
+    local role = "PATH " .. (names[kind] or "?")
+    local kt = tree:add(f.path_kind, tvb(HEADER_LEN, 1))
+    if names[kind] == nil then
+        bad(kt, nil, "kind " .. kind .. " is neither 1 (challenge) nor 2 (response)")
+    end
+    tree:add(f.path_token, tvb(HEADER_LEN + 1, 8))
+    tree:add(f.packet, role):set_generated()
+    return string.format("%s conn=%08x token=%s", role, conn_id, tostring(tvb(HEADER_LEN + 1, 8):bytes())), role
+end
+
 ---------------------------------------------------------------------------
 -- Multicast session (spec §16.2, §16.9; mcast/wire.rs)
 ---------------------------------------------------------------------------
@@ -1206,6 +1233,8 @@ local function dissect_datagram(tvb, pinfo, root, tree)
         info, role = dissect_protected(tvb, pinfo, tree, ht, flags, stop)
     elseif ptype == 11 then
         info, role = dissect_sealed(tvb, pinfo, tree, ht, flags, stop)
+    elseif ptype == 12 then
+        info, role = dissect_path(tvb, pinfo, tree, ht, flags, stop)
     else
         info, role = dissect_mcast(tvb, pinfo, tree, ht, ptype, flags, stop)
     end

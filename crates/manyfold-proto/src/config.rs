@@ -71,6 +71,11 @@ pub struct ConnectionConfig {
     /// connection closes with `ZeroWindowTimeout` and the peer gets a RST
     /// with code 7 (spec §7.3). `None` waits forever, as TCP does.
     pub zero_window_timeout: Option<Duration>,
+    /// Give up when data has been outstanding this long without any ack
+    /// from the peer: the connection closes with `StallTimeout` (spec §4.7)
+    /// instead of retransmitting for minutes into silence. `None` leaves it
+    /// to `max_retransmissions` and `idle_timeout`.
+    pub stall_timeout: Option<Duration>,
     /// Send a keep-alive after this long without sending anything.
     pub keepalive_interval: Option<Duration>,
     /// Length of TIME-WAIT on the side that closes first (spec §4.4).
@@ -114,6 +119,7 @@ impl Default for ConnectionConfig {
             connect_timeout: Duration::from_secs(10),
             idle_timeout: Some(Duration::from_secs(60)),
             zero_window_timeout: Some(Duration::from_secs(120)),
+            stall_timeout: Some(Duration::from_secs(15)),
             keepalive_interval: Some(Duration::from_secs(15)),
             time_wait: Duration::from_secs(15),
             ack_frequency: 2,

@@ -36,7 +36,8 @@ pub mod wire;
 
 pub use config::{CongestionAlgorithm, ConnectionConfig, EndpointConfig};
 pub use connection::{
-    CloseReason, ConnStats, Event, MessageOptions, RecvError, SendError, State, StreamItem, INITIAL_STREAM_CREDIT,
+    CloseReason, ConnStats, Event, MessageOptions, PathStats, RecvError, SendError, State, StreamItem, UnreachableKind,
+    INITIAL_STREAM_CREDIT,
 };
 pub use endpoint::{ConnHandle, ConnectError, Endpoint, EndpointStats, Transmit};
 pub use group::{

@@ -73,6 +73,9 @@ pub struct NodeStats {
 #[derive(Debug)]
 struct Node {
     addr: SocketAddr,
+    /// The source address its datagrams carry: `addr` until a NAT
+    /// rebinding ([`World::rebind`]) gives it another.
+    wire_addr: SocketAddr,
     endpoint: Endpoint,
     log: Vec<LoggedEvent>,
     group_log: Vec<LoggedGroupEvent>,
@@ -185,6 +188,8 @@ pub struct World {
     steps_at_instant: u64,
     max_steps_per_instant: u64,
     unroutable: u64,
+    /// Addresses a NAT no longer maps (their node was rebound).
+    unbound: std::collections::HashSet<SocketAddr>,
 }
 
 impl World {
@@ -211,6 +216,7 @@ impl World {
             steps_at_instant: 0,
             max_steps_per_instant: DEFAULT_MAX_STEPS_PER_INSTANT,
             unroutable: 0,
+            unbound: std::collections::HashSet::new(),
         }
     }
 
@@ -263,6 +269,7 @@ impl World {
         self.by_addr.insert(addr, self.nodes.len());
         self.nodes.push(Node {
             addr,
+            wire_addr: addr,
             endpoint,
             log: Vec::new(),
             group_log: Vec::new(),
@@ -290,6 +297,18 @@ impl World {
             n.dirty = true;
         }
         Some(node.endpoint)
+    }
+
+    /// A NAT in front of the node at `addr` rebinds it to `to` (spec §6.8):
+    /// its datagrams carry `to` as their source from now on, datagrams to
+    /// `to` reach it, and datagrams to its old wire address go nowhere. The
+    /// node is still named `addr` in this API.
+    pub fn rebind(&mut self, addr: SocketAddr, to: SocketAddr) {
+        let i = self.index(addr);
+        let old = std::mem::replace(&mut self.nodes[i].wire_addr, to);
+        self.unbound.insert(old);
+        self.unbound.remove(&to);
+        self.by_addr.insert(to, i);
     }
 
     pub fn addresses(&self) -> impl Iterator<Item = SocketAddr> + '_ {
@@ -471,7 +490,7 @@ impl World {
             assert!(segment > 0 || t.size == 0, "GSO batch with segment size 0 (seed {})", self.seed);
             for datagram in self.buf[..t.size].chunks(segment.max(1)) {
                 node.stats.datagrams_sent += 1;
-                self.wire.send(now, elapsed, node.addr, t.destination, datagram.to_vec());
+                self.wire.send(now, elapsed, node.wire_addr, t.destination, datagram.to_vec());
             }
         }
         while let Some((conn, event)) = node.endpoint.poll_event() {
@@ -526,7 +545,7 @@ impl World {
                 h = fnv(h, to.to_string().as_bytes());
                 h = fnv(h, &(data.len() as u64).to_le_bytes());
                 self.wire.trace = fnv(h, &data[..data.len().min(32)]);
-                let Some(&i) = self.by_addr.get(&to) else {
+                let Some(&i) = self.by_addr.get(&to).filter(|_| !self.unbound.contains(&to)) else {
                     self.unroutable += 1;
                     return true;
                 };

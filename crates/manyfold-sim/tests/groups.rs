@@ -688,3 +688,70 @@ fn closing_with_a_dead_peer_completes_after_the_peer_timeout() {
     });
     assert_eq!(why, Some(Left::Unresponsive), "seed {seed}");
 }
+
+// ---- churn (spec §14.7) ---------------------------------------------------------------------
+
+/// The churning receivers' applications take each connection and drop it
+/// at once: it closes as soon as the sender's side does.
+fn release_accepted(w: &mut World) {
+    for p in (1..4).map(peer) {
+        let ep = w.endpoint_mut(p);
+        while let Some(h) = ep.accept() {
+            ep.release(h);
+        }
+    }
+}
+
+/// Joins and leaves over a long life: a joiner takes the slot of a peer
+/// that has gone, so the group and the endpoint hold the peers present,
+/// not every peer ever added. `MANYFOLD_CHURN_CYCLES` sizes it (the lab
+/// ran 100,000; CI runs 1,500).
+#[test]
+fn a_group_with_churn_holds_only_the_peers_present() {
+    let seed = 5301;
+    let cycles: u64 = std::env::var("MANYFOLD_CHURN_CYCLES").ok().and_then(|v| v.parse().ok()).unwrap_or(1_500);
+    let mut w = world(seed, &vec![LinkConfig::with_delay(ms(2)); 4]);
+    let g = open(&mut w, &[peer(0)], GroupConfig::default());
+    let mut last_id = None;
+    let mut prev_id = None;
+    for i in 0..cycles {
+        let joiner = peer(1 + (i % 3) as u16);
+        let d = w.act(sender(), |ep, now| ep.group_add_destination(g, now, joiner)).expect("a slot is free");
+        assert_ne!(Some(d.peer), last_id, "a reused slot gets a new id (seed {seed}, cycle {i})");
+        last_id = Some(d.peer);
+        let joined = w.run_until(
+            |w| {
+                release_accepted(w);
+                group_events(w).iter().any(|e| matches!(e, GroupEvent::PeerJoined { peer, .. } if *peer == d.peer))
+            },
+            Duration::from_secs(10),
+        );
+        assert!(joined, "cycle {i}: the joiner never joined (seed {seed})");
+        // The id of the peer whose slot it took names nobody any more.
+        if let Some(prev) = prev_id {
+            assert!(w.endpoint(sender()).group_peer_stats(g, prev).is_none(), "cycle {i} (seed {seed})");
+        }
+        prev_id = Some(d.peer);
+        w.act(sender(), |ep, now| ep.group_fully_remove_destination(g, now, d.peer)).expect("present");
+        let left = w.run_until(
+            |w| {
+                release_accepted(w);
+                let n = group_events(w).iter().filter(|e| matches!(e, GroupEvent::PeerLeft { .. })).count();
+                n as u64 > i
+            },
+            // The sender closes last or first: TIME-WAIT (15 s) may come before the end.
+            Duration::from_secs(20),
+        );
+        assert!(left, "cycle {i}: the peer never left (seed {seed})");
+        let stats = w.endpoint(sender()).group(g).expect("the group").stats();
+        assert!(stats.peer_slots <= 3, "cycle {i}: {} slots for 2 peers present (seed {seed})", stats.peer_slots);
+        assert!(
+            w.endpoint(sender()).connection_count() <= 4,
+            "cycle {i}: the sender holds {} connections (seed {seed})",
+            w.endpoint(sender()).connection_count()
+        );
+    }
+    let stats = w.endpoint(sender()).group(g).expect("the group").stats();
+    assert!(stats.slots_reused + 3 >= cycles, "{} reuses in {cycles} cycles (seed {seed})", stats.slots_reused);
+    assert_eq!(stats.peers_up, 1, "peer 0 stayed throughout (seed {seed})");
+}

@@ -61,7 +61,7 @@ impl Listener {
     /// Blocks until a peer completes the handshake.
     pub fn accept(&self) -> io::Result<Stream> {
         match runtime().block_on(self.endpoint.accept()) {
-            Some(conn) => Ok(Stream { conn, _endpoint: self.endpoint.clone() }),
+            Some(conn) => Ok(Stream { conn, _endpoint: self.endpoint.clone(), owns_endpoint: false }),
             None => Err(io::Error::new(io::ErrorKind::NotConnected, "the listener is closed")),
         }
     }
@@ -86,6 +86,8 @@ pub struct Stream {
     /// Keeps the socket of a connecting stream alive (and counts the
     /// listener's clients); its driver ends after the connection does.
     _endpoint: Endpoint,
+    /// The endpoint is this stream's alone (a connecting stream).
+    owns_endpoint: bool,
 }
 
 impl Stream {
@@ -103,7 +105,7 @@ impl Stream {
             let attempt = runtime().block_on(async {
                 let endpoint = Endpoint::bind(local, config.clone()).await?;
                 let conn = endpoint.connect(addr).await?;
-                io::Result::Ok(Stream { conn, _endpoint: endpoint })
+                io::Result::Ok(Stream { conn, _endpoint: endpoint, owns_endpoint: true })
             });
             match attempt {
                 Ok(s) => return Ok(s),
@@ -126,9 +128,26 @@ impl Stream {
         runtime().block_on(self.conn.read(buf))
     }
 
-    /// Sends FIN and blocks until the peer acknowledged everything.
+    /// Sends FIN and blocks until the peer acknowledged everything. A
+    /// stream from [`Stream::connect`] owns its socket, and then also
+    /// waits until the connection has finished with its peer
+    /// ([`Endpoint::wait_idle`], spec §4.8): the process may exit right
+    /// after without stranding the peer.
     pub fn close(&mut self) -> io::Result<()> {
-        runtime().block_on(self.conn.close()).map_err(io::Error::from)
+        runtime().block_on(self.conn.close()).map_err(io::Error::from)?;
+        if self.owns_endpoint {
+            runtime().block_on(self._endpoint.wait_idle());
+        }
+        Ok(())
+    }
+
+    /// Ends the connection at once (spec §4.6): the peer gets a RST with
+    /// `code` and its calls fail with `PeerReset(Some(code))`.
+    pub fn abort(&mut self, code: crate::ErrorCode) {
+        self.conn.abort(code);
+        if self.owns_endpoint {
+            runtime().block_on(self._endpoint.wait_idle());
+        }
     }
 
     /// Our address.

@@ -144,6 +144,10 @@ pub struct DriverStats {
     pub send_would_block: u64,
     /// Sends that failed with another error (the datagrams are lost).
     pub send_errors: u64,
-    /// Receive calls that failed with an error other than would-block.
+    /// Receive calls that failed with an error other than would-block
+    /// (an ICMP error's echo as the socket's pending error not counted).
     pub recv_errors: u64,
+    /// Entries of the socket's error queue that were not an unreachable
+    /// for one of our datagrams (spec §6.7); the engine counts the rest.
+    pub other_socket_errors: u64,
 }

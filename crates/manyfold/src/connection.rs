@@ -11,6 +11,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
+use manyfold_proto::wire::ErrorCode;
 use manyfold_proto::{CloseReason, ConnHandle, ConnStats, MessageOptions, RecvError, SendError, State, StreamItem};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
@@ -219,6 +220,25 @@ impl ConnRef {
         r
     }
 
+    /// Abortive close (spec §4.6): a RST with `code` goes to the peer, whose
+    /// reads and writes then fail with `PeerReset(Some(code))`; everything
+    /// queued or unread here is discarded. Does nothing once closed.
+    fn abort(&self, code: ErrorCode) {
+        let mut guard = self.shared.lock();
+        let inner = &mut *guard;
+        inner.engine.abort(self.handle, now(), code);
+        if let Some(c) = inner.conns.get_mut(&self.handle) {
+            c.close_requested = true;
+        }
+        drop(guard);
+        self.shared.wake_driver();
+    }
+
+    /// The engine's current address of the peer (it moves on migration).
+    fn peer_addr(&self) -> SocketAddr {
+        self.shared.lock().engine.remote_addr(self.handle).unwrap_or(self.peer)
+    }
+
     /// Queues FIN after the data written so far (once), without waiting.
     fn finish(&self) -> Result<(), ConnectionError> {
         let mut guard = self.shared.lock();
@@ -340,6 +360,12 @@ impl Drop for ConnRef {
 /// A reliable, ordered byte stream to one peer. Reads return 0 at the end of
 /// the peer's stream; `poll_shutdown` (and [`Connection::close`]) is the
 /// graceful close, complete when the peer acknowledged everything.
+///
+/// Dropping it (both halves, and every [`Streams`] handle) closes it
+/// gracefully in the background: FIN after what is queued, data arriving
+/// afterwards acknowledged and discarded. That happens only while the
+/// endpoint's runtime runs; await [`Connection::close`] and then
+/// [`crate::Endpoint::wait_idle`] before a process exits.
 #[derive(Debug)]
 pub struct Connection {
     send: SendHalf,
@@ -357,8 +383,10 @@ impl Connection {
         (self.send, self.recv)
     }
 
+    /// The peer's address: where it was reached, or where it moved to
+    /// after a validated address change (spec §6.8).
     pub fn peer_addr(&self) -> SocketAddr {
-        self.send.conn.peer
+        self.send.conn.peer_addr()
     }
 
     pub fn local_addr(&self) -> io::Result<SocketAddr> {
@@ -379,6 +407,17 @@ impl Connection {
     /// says how many bytes were never acknowledged.
     pub async fn close(&mut self) -> Result<(), ConnectionError> {
         self.send.close().await
+    }
+
+    /// Ends the connection at once (spec §4.6): the peer gets a RST with
+    /// `code` and its reads and writes fail with
+    /// [`CloseReason::PeerReset`]`(Some(code))` within one trip across the
+    /// network; whatever is queued or unread here is discarded, and our own
+    /// calls fail with [`CloseReason::Aborted`]. Use it when giving up
+    /// (an interrupted program aborts with [`ErrorCode::INTERRUPTED`]);
+    /// [`Connection::close`] is the graceful end. Does nothing once closed.
+    pub fn abort(&self, code: ErrorCode) {
+        self.send.conn.abort(code);
     }
 
     /// A handle on the connection's streams, to share between tasks.
@@ -552,8 +591,9 @@ pub struct SendHalf {
 }
 
 impl SendHalf {
+    /// As [`Connection::peer_addr`].
     pub fn peer_addr(&self) -> SocketAddr {
-        self.conn.peer
+        self.conn.peer_addr()
     }
 
     pub fn stats(&self) -> ConnStats {
@@ -568,6 +608,11 @@ impl SendHalf {
     /// As [`Connection::close`].
     pub async fn close(&mut self) -> Result<(), ConnectionError> {
         poll_fn(|cx| self.conn.poll_close(cx)).await
+    }
+
+    /// As [`Connection::abort`].
+    pub fn abort(&self, code: ErrorCode) {
+        self.conn.abort(code);
     }
 
     /// Finishes our side (FIN after the data written so far) without
@@ -599,8 +644,9 @@ pub struct RecvHalf {
 }
 
 impl RecvHalf {
+    /// As [`Connection::peer_addr`].
     pub fn peer_addr(&self) -> SocketAddr {
-        self.conn.peer
+        self.conn.peer_addr()
     }
 
     pub fn stats(&self) -> ConnStats {
@@ -610,6 +656,11 @@ impl RecvHalf {
     /// As [`Connection::protection`].
     pub fn protection(&self) -> Protection {
         self.conn.protection()
+    }
+
+    /// As [`Connection::abort`].
+    pub fn abort(&self, code: ErrorCode) {
+        self.conn.abort(code);
     }
 }
 

@@ -22,7 +22,9 @@ use std::time::{Duration, Instant};
 
 use manyfold_proto::Transmit;
 use quinn_udp::{RecvMeta, BATCH_SIZE};
+use tokio::io::Interest;
 
+use crate::icmp;
 use crate::qlog::QlogWriter;
 use crate::shared::{Inner, Phase, Shared};
 use crate::socket::{canonical, UdpIo};
@@ -35,6 +37,9 @@ const RECV_ROUNDS: usize = 8;
 /// and yields: at most ~1 MiB sent per lock hold, so application calls wait
 /// well under a millisecond.
 const TRANSMIT_BUDGET: usize = 16;
+
+/// How often a closing endpoint looks whether its connections have finished.
+pub(crate) const IDLE_POLL: Duration = Duration::from_millis(10);
 
 /// The clock of the driver (tokio's, so that paused-time tests work too).
 pub(crate) fn now() -> Instant {
@@ -66,6 +71,9 @@ pub(crate) struct Driver {
     trace: PacketTrace,
     /// Writes the connections' qlog traces (spec §18), when asked for.
     qlog: Option<QlogWriter>,
+    /// Where ICMP errors' quotes of our datagrams are read (spec §6.7).
+    icmp_buf: Box<[u8]>,
+    icmp_control: Vec<u8>,
 }
 
 impl Driver {
@@ -90,6 +98,8 @@ impl Driver {
             max_datagram,
             trace,
             qlog,
+            icmp_buf: vec![0u8; 2048].into_boxed_slice(),
+            icmp_control: icmp::control_buffer(),
             io,
         }
     }
@@ -105,6 +115,9 @@ impl Driver {
                 match self.recv_batch() {
                     Ok(n) => self.handle_batch(n),
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                    // An ICMP error surfaces once as the socket's pending
+                    // error; the error queue holds the whole of it.
+                    Err(e) if is_icmp_error(&e) => continue,
                     Err(e) => {
                         shared.lock().driver_stats.recv_errors += 1;
                         tracing::debug!(error = %e, "UDP receive failed");
@@ -113,6 +126,7 @@ impl Driver {
                 }
                 more_input = round + 1 == RECV_ROUNDS;
             }
+            self.drain_icmp();
 
             let step = {
                 let mut inner = shared.lock();
@@ -131,9 +145,26 @@ impl Driver {
             tokio::select! {
                 _ = shared.notified() => {}
                 _ = self.io.socket.readable() => {}
+                _ = self.io.socket.ready(Interest::ERROR) => {}
                 _ = self.io.socket.writable(), if step.blocked => {}
                 _ = &mut sleep, if step.deadline.is_some() => {}
             }
+        }
+    }
+
+    /// Feeds the ICMP errors the kernel queued for our datagrams to the
+    /// engine (spec §6.7). Reads only when the socket reports an error.
+    fn drain_icmp(&mut self) {
+        let Driver { shared, io, icmp_buf, icmp_control, .. } = self;
+        let mut inner = shared.lock();
+        let now = now();
+        let read = io.socket.try_io(Interest::ERROR, || {
+            icmp::drain(&io.socket, icmp_buf, icmp_control, |to, kind, quote| {
+                inner.engine.handle_icmp(now, canonical(to), kind, quote);
+            })
+        });
+        if let Ok((_, other)) = read {
+            inner.driver_stats.other_socket_errors += other as u64;
         }
     }
 
@@ -226,7 +257,7 @@ impl Driver {
         let mut deadline = inner.engine.poll_timeout();
         match inner.phase {
             Phase::ShuttingDown { deadline: limit } => {
-                if inner.all_closed() || now >= limit {
+                if inner.all_closed(now) || now >= limit {
                     inner.abort_all(now);
                     // Best effort: let the RSTs and last acks out before the socket closes.
                     while let Some(t) = inner.engine.poll_transmit(now, 1, &mut self.tx_buf) {
@@ -235,7 +266,8 @@ impl Driver {
                     self.write_qlog(inner);
                     return None;
                 }
-                deadline = min_deadline(deadline, Some(limit));
+                // TIME-WAIT lingering ends on no timer of the engine's: look again soon.
+                deadline = min_deadline(deadline, Some(limit.min(now + IDLE_POLL)));
             }
             Phase::Stopped => return None,
             Phase::Running => {}
@@ -367,6 +399,15 @@ impl Driver {
         }
         false
     }
+}
+
+/// The errors a receive call returns for an ICMP error (IP_RECVERR sets
+/// the socket's pending error as well as queueing it).
+fn is_icmp_error(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::ConnectionRefused | io::ErrorKind::HostUnreachable | io::ErrorKind::NetworkUnreachable
+    )
 }
 
 fn min_deadline(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {

@@ -26,6 +26,12 @@ pub const DEFAULT_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(5);
 /// A bound UDP socket driving any number of connections. Cloning is cheap
 /// (an `Arc`); the endpoint stops accepting when the last clone is dropped,
 /// and its driver ends once every connection is closed and released.
+///
+/// Dropping it ends nothing at once: connections still open close
+/// gracefully in the background, but only while the tokio runtime runs.
+/// Before a process exits, call [`Endpoint::wait_idle`] (after closing
+/// your connections) or [`Endpoint::shutdown`] (which closes them), or
+/// [`Endpoint::abort_all`] to give up and tell every peer why.
 #[derive(Debug)]
 pub struct Endpoint {
     shared: Arc<Shared>,
@@ -185,6 +191,52 @@ impl Endpoint {
             let t = now();
             inner.begin_shutdown(t, t + limit);
         }
+        self.wait_stopped().await;
+    }
+
+    /// Ends everything at once: every connection and group member of this
+    /// endpoint is aborted with `code` (a RST carrying it, spec §4.6), the
+    /// RSTs are sent, and the driver stops. The peers learn it within one
+    /// trip across the network and report
+    /// [`CloseReason::PeerReset`](crate::CloseReason::PeerReset)`(Some(code))`
+    /// instead of waiting for a timeout. What an interrupted program
+    /// calls on its way out, with [`ErrorCode::INTERRUPTED`](crate::ErrorCode::INTERRUPTED).
+    pub async fn abort_all(&self, code: crate::ErrorCode) {
+        self.shared.lock().begin_abort(now(), code);
+        self.wait_stopped().await;
+    }
+
+    /// Waits until every connection of this endpoint has finished with its
+    /// peer (spec §4.8): closed, or in TIME-WAIT long enough to answer a
+    /// peer whose last ack was lost (four RTOs, at least 250 ms, a fraction
+    /// of a second on most paths). Bounded by twice `time_wait` (30 s at
+    /// the defaults) in case a peer never finishes.
+    ///
+    /// Call it after closing (or dropping) your connections and before the
+    /// process exits: the endpoint's socket dies with the process, and a
+    /// peer whose last ack was lost would otherwise retransmit its FIN into
+    /// nothing (it learns of it from ICMP or its stall timeout, not at once).
+    /// It closes nothing itself, so open connections keep it waiting until
+    /// the bound. Returns at once if the driver has stopped.
+    pub async fn wait_idle(&self) {
+        let limit = self.shared.lock().engine.config().connection.time_wait * 2;
+        let deadline = tokio::time::Instant::now() + limit;
+        loop {
+            {
+                let inner = self.shared.lock();
+                if inner.phase == Phase::Stopped || inner.engine.is_idle(now()) {
+                    return;
+                }
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return;
+            }
+            tokio::time::sleep(crate::driver::IDLE_POLL).await;
+        }
+    }
+
+    /// Wakes the driver and waits until it has stopped.
+    async fn wait_stopped(&self) {
         self.shared.wake_driver();
         poll_fn(|cx| {
             let mut inner = self.shared.lock();

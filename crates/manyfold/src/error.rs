@@ -3,7 +3,7 @@
 
 use std::io;
 
-use manyfold_proto::{CloseReason, ConnectError, SendError};
+use manyfold_proto::{CloseReason, ConnectError, SendError, UnreachableKind};
 
 /// Why a connection operation failed.
 #[derive(Debug, thiserror::Error)]
@@ -62,7 +62,10 @@ pub(crate) fn reason_kind(reason: CloseReason) -> io::ErrorKind {
         CloseReason::ConnectTimeout
         | CloseReason::IdleTimeout
         | CloseReason::RetransmitTimeout
-        | CloseReason::ZeroWindowTimeout => io::ErrorKind::TimedOut,
+        | CloseReason::ZeroWindowTimeout
+        | CloseReason::StallTimeout => io::ErrorKind::TimedOut,
+        CloseReason::Unreachable(UnreachableKind::Port) => io::ErrorKind::ConnectionReset,
+        CloseReason::Unreachable(UnreachableKind::Host) => io::ErrorKind::HostUnreachable,
         CloseReason::PeerReset(_) | CloseReason::ProtocolViolation => io::ErrorKind::ConnectionReset,
         CloseReason::Aborted(_) => io::ErrorKind::ConnectionAborted,
         CloseReason::ProtectionMismatch | CloseReason::AuthenticationFailed => io::ErrorKind::PermissionDenied,
@@ -83,6 +86,13 @@ impl ConnectionError {
             ConnectionError::StreamReset(_) => io::ErrorKind::ConnectionReset,
             ConnectionError::StreamLimit(_) => io::ErrorKind::QuotaExceeded,
         }
+    }
+
+    /// Why the connection closed, if `e` (from a read, a write or a
+    /// connect) says so: the `ConnectionError` inside it, as the
+    /// `AsyncRead`/`AsyncWrite` impls wrap it.
+    pub fn close_reason_of(e: &io::Error) -> Option<CloseReason> {
+        e.get_ref()?.downcast_ref::<ConnectionError>()?.close_reason()
     }
 
     /// Why the connection closed, if that is what this error says.

@@ -304,6 +304,13 @@ impl Group {
         PeerReader { shared: self.shared.clone(), group: self.handle, peer, stream }
     }
 
+    /// Ends the group at once: every peer gets a RST with `code` (spec
+    /// §4.6) and nothing more is delivered. Later sends fail.
+    pub fn abort(&self, code: manyfold_proto::wire::ErrorCode) {
+        self.shared.lock().engine.group_abort(self.handle, now(), code);
+        self.shared.wake_driver();
+    }
+
     /// Closes the group gracefully and waits until every peer has
     /// acknowledged all it was sent and the end of its stream, or is gone.
     pub async fn close(&self) -> Result<(), GroupError> {

@@ -223,11 +223,38 @@ impl Inner {
         }
     }
 
-    /// Whether every connection has finished its part of the close: closed,
-    /// or in TIME-WAIT (which only protects the peer from stray segments).
-    pub(crate) fn all_closed(&self) -> bool {
-        self.conns.keys().all(|&h| matches!(self.engine.state(h), None | Some(State::Closed) | Some(State::TimeWait)))
-            && self.groups.keys().all(|&g| self.engine.group(g).is_none_or(|g| g.is_closed()))
+    /// Aborts everything at once with `code` (an interrupted program's
+    /// exit): every connection and group member gets a RST with it, and
+    /// the driver stops as soon as they are sent.
+    pub(crate) fn begin_abort(&mut self, now: Instant, code: ErrorCode) {
+        if self.phase == Phase::Stopped {
+            return;
+        }
+        self.phase = Phase::ShuttingDown { deadline: now };
+        self.engine.set_listening(false);
+        while let Some(h) = self.engine.accept() {
+            self.engine.abort(h, now, code);
+            self.conns.remove(&h);
+            self.engine.release(h);
+        }
+        let handles: Vec<ConnHandle> = self.conns.keys().copied().collect();
+        for h in handles {
+            self.engine.abort(h, now, code);
+        }
+        let groups: Vec<_> = self.groups.keys().copied().collect();
+        for g in groups {
+            self.engine.group_abort(g, now, code);
+        }
+        for w in self.accept_waiters.drain(..) {
+            w.wake();
+        }
+    }
+
+    /// Whether every connection has finished with its peer (spec §4.8):
+    /// closed, or lingered in TIME-WAIT long enough to repeat a lost last
+    /// ack; and every group has closed.
+    pub(crate) fn all_closed(&self, now: Instant) -> bool {
+        self.engine.is_idle(now) && self.groups.keys().all(|&g| self.engine.group(g).is_none_or(|g| g.is_closed()))
     }
 
     /// Aborts whatever is still open (shutdown deadline reached).

@@ -4,6 +4,7 @@
 //!
 //! The packet-building half lives in `transmit.rs`, timers in `timer.rs`.
 
+mod path;
 mod recv;
 mod secure;
 mod send;
@@ -12,9 +13,10 @@ mod timer;
 mod transmit;
 mod types;
 
+pub use path::PathStats;
 pub(crate) use secure::{handshake_message, Security};
 pub use streams::{MessageOptions, StreamItem, INITIAL_STREAM_CREDIT};
-pub use types::{CloseReason, ConnStats, Event, RecvError, SendError, State};
+pub use types::{CloseReason, ConnStats, Event, RecvError, SendError, State, UnreachableKind};
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
@@ -131,6 +133,14 @@ pub(crate) struct Connection {
     /// The endpoint holds its `max_buffered_bytes`: new data is not stored
     /// and windows do not grow (spec §7.5).
     memory_pressure: bool,
+    /// Since when data has been outstanding without an ack (spec §4.7).
+    stalled_since: Option<Instant>,
+    /// When the peer last sent us anything, and ICMP unreachables matched
+    /// since then (spec §6.7).
+    last_heard: Instant,
+    unreachables: u32,
+    /// Path validation after the peer's address changed (spec §6.8).
+    paths: path::Paths,
 }
 
 impl Connection {
@@ -181,6 +191,10 @@ impl Connection {
             qlog: config.qlog.then(|| Box::new(Recorder::new(now))),
             security: None,
             memory_pressure: false,
+            stalled_since: None,
+            last_heard: now,
+            unreachables: 0,
+            paths: path::Paths::default(),
             config,
         };
         c.touch_idle(now);
@@ -347,6 +361,7 @@ impl Connection {
         s.open_streams = self.streams.open_count();
         s.abandoned_messages = self.streams.abandoned;
         s.stream_violations = self.streams.violations;
+        s.stalled_since = self.stalled_since;
         s
     }
 
@@ -382,6 +397,7 @@ impl Connection {
         }
         self.close_reason = Some(reason);
         self.timers.clear_all();
+        self.stalled_since = None;
         self.ack = AckState::default();
         self.probe_pending = false;
         if reason != CloseReason::Graceful {
@@ -682,6 +698,103 @@ impl Connection {
         self.enter_closed(CloseReason::Aborted(code));
     }
 
+    // ---- liveness (spec §4.7, §6.7) -------------------------------------------
+
+    /// A sequenced packet went out: if nothing was waiting for an ack
+    /// before, a run of unanswered data starts now (spec §4.7).
+    fn arm_stall(&mut self, now: Instant) {
+        // The handshake (the echo included) is connect_timeout's to bound.
+        if self.stalled_since.is_some()
+            || matches!(self.state, State::SynSent | State::SynReceived)
+            || self.awaiting_echo_ack()
+        {
+            return;
+        }
+        self.stalled_since = Some(now);
+        if let Some(limit) = self.config.stall_timeout {
+            self.timers.set(Timer::Stall, now + limit);
+        }
+    }
+
+    /// An ack from the peer, new or not, proves it alive (spec §4.7).
+    fn on_peer_answer(&mut self, now: Instant) {
+        self.stalled_since = None;
+        self.timers.cancel(Timer::Stall);
+        if !self.sent.is_empty() {
+            self.arm_stall(now);
+        }
+    }
+
+    /// spec §4.7: data outstanding for `stall_timeout` and no ack at all.
+    fn on_stall(&mut self) {
+        if self.stalled_since.is_none() || self.sent.is_empty() {
+            return;
+        }
+        // In case only our direction of the path failed, tell the peer.
+        if self.remote_id.is_some() {
+            self.rst_pending = Some(ErrorCode::IDLE_TIMEOUT);
+        }
+        self.enter_closed(CloseReason::StallTimeout);
+    }
+
+    /// An ICMP error quoting a packet of this connection (spec §6.7): the
+    /// endpoint matched the quote's ids; `seq` is its sequence number.
+    /// Returns false when the quote cannot be a packet we sent.
+    pub fn handle_icmp(&mut self, now: Instant, kind: UnreachableKind, seq: u32) -> bool {
+        let s = extend(seq, self.sent.next_seq());
+        if s < self.isn || s > self.sent.next_seq() {
+            return false;
+        }
+        self.stats.icmp_errors += 1;
+        let refusal = match kind {
+            UnreachableKind::Port => CloseReason::Refused,
+            UnreachableKind::Host => CloseReason::Unreachable(UnreachableKind::Host),
+        };
+        let all_acked = self.sent.outstanding_data() == 0 && self.streams.all_acked();
+        match self.state {
+            State::Closed | State::TimeWait => {}
+            // Our SYN or cookie echo met no listener: refused at once, as
+            // TCP's connect fails on a RST.
+            State::SynSent | State::SynReceived => self.enter_closed(refusal),
+            _ if self.awaiting_echo_ack() => self.enter_closed(refusal),
+            // Only our FIN is unacknowledged, after the peer's own FIN: the
+            // peer finished and exited before our FIN's ack (its last)
+            // reached us. Nothing of ours is lost.
+            State::LastAck | State::Closing if all_acked && kind == UnreachableKind::Port => {
+                self.enter_closed(CloseReason::Graceful)
+            }
+            _ => {
+                // One error may be a stray; repeated ones with nothing heard
+                // for an RTO mean the peer is gone.
+                self.unreachables += 1;
+                if self.unreachables >= 2 && now >= self.last_heard + self.rtt.rto(0) {
+                    self.enter_closed(CloseReason::Unreachable(kind));
+                }
+            }
+        }
+        true
+    }
+
+    /// Whether a process may exit without stranding the peer (spec §4.8):
+    /// CLOSED with nothing left to send, in FIN-WAIT-2 (everything of ours
+    /// acknowledged; the peer's later FIN meets ICMP and ends gracefully),
+    /// or in TIME-WAIT and quiet for
+    /// `linger` (four RTOs, at least 250 ms, at most `time_wait`) since the
+    /// last repeated FIN, so that a peer whose last ack was lost has had
+    /// time to ask again.
+    pub fn is_finished(&self, now: Instant) -> bool {
+        match self.state {
+            State::Closed => self.rst_pending.is_none(),
+            State::FinWait2 => true,
+            State::TimeWait => {
+                let Some(end) = self.timers.get(Timer::TimeWait) else { return true };
+                let linger = (self.rtt.rto(0) * 4).max(Duration::from_millis(250)).min(self.config.time_wait);
+                now + self.config.time_wait >= end + linger
+            }
+            _ => false,
+        }
+    }
+
     // ---- input -------------------------------------------------------------
 
     /// Takes one packet; `protected` says it arrived protected (spec §19.3).
@@ -703,6 +816,8 @@ impl Connection {
             }
         }
         self.stats.packets_received += 1;
+        self.last_heard = now;
+        self.unreachables = 0;
         if let Some(q) = self.qlog.as_mut() {
             q.record(now, QlogData::PacketReceived { packet: PacketInfo::of(p, p.len()) });
         }
@@ -850,6 +965,7 @@ impl Connection {
             self.ack.immediate = true;
             return;
         }
+        self.on_peer_answer(now);
         // spec §7.1: take the window only from an ack no older than what we hold.
         if cum >= base {
             self.peer_window = u64::from(h.window);
@@ -1028,6 +1144,7 @@ impl Connection {
     fn enter_time_wait(&mut self, now: Instant) {
         self.set_state(State::TimeWait);
         self.timers.clear_all();
+        self.stalled_since = None;
         self.timers.set(Timer::TimeWait, now + self.config.time_wait);
     }
 }

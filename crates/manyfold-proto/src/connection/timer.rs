@@ -27,9 +27,13 @@ pub(crate) enum Timer {
     Idle,
     /// End of TIME-WAIT.
     TimeWait,
+    /// Give up: data outstanding and no ack for `stall_timeout` (spec §4.7).
+    Stall,
+    /// The next path challenge may go (spec §6.8).
+    Path,
 }
 
-const COUNT: usize = 10;
+const COUNT: usize = 12;
 
 impl Timer {
     pub const ALL: [Timer; COUNT] = [
@@ -43,6 +47,8 @@ impl Timer {
         Timer::KeepAlive,
         Timer::Idle,
         Timer::TimeWait,
+        Timer::Stall,
+        Timer::Path,
     ];
 }
 

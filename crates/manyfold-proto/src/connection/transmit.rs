@@ -82,6 +82,9 @@ impl Connection {
             }
             Timer::Idle => self.enter_closed(CloseReason::IdleTimeout),
             Timer::TimeWait => self.enter_closed(CloseReason::Graceful),
+            Timer::Stall => self.on_stall(),
+            // Nothing to do: the endpoint polls us for the challenge.
+            Timer::Path => {}
         }
     }
 
@@ -378,6 +381,7 @@ impl Connection {
     }
 
     fn arm_rto(&mut self, now: Instant) {
+        self.arm_stall(now);
         if !self.timers.is_set(Timer::Rto) {
             self.timers.set(Timer::Rto, now + self.rtt.rto(self.rto_backoff));
         }

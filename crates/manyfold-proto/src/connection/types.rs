@@ -63,6 +63,13 @@ pub enum CloseReason {
     /// The Noise handshake failed: another pre-shared key, or a static key
     /// that is not among the known peers, on either side (spec §19.2).
     AuthenticationFailed,
+    /// Data was outstanding for `stall_timeout` without any ack from the
+    /// peer (spec §4.7): it stopped answering (its process or host is gone,
+    /// or the path fails); a RST with code 4 is sent in case it is alive.
+    StallTimeout,
+    /// The peer's host answered with ICMP port or host unreachable (spec
+    /// §6.7): nothing listens there any more, or the network cannot reach it.
+    Unreachable(UnreachableKind),
     /// The application aborted the connection.
     Aborted(ErrorCode),
     /// The peer broke the protocol; we reset the connection.
@@ -73,6 +80,7 @@ impl core::fmt::Display for CloseReason {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         match self {
             CloseReason::Graceful => write!(f, "closed gracefully"),
+            CloseReason::PeerReset(Some(ErrorCode::INTERRUPTED)) => write!(f, "the peer was interrupted"),
             CloseReason::PeerReset(Some(c)) => write!(f, "reset by peer (error code {})", c.0),
             CloseReason::PeerReset(None) => write!(f, "reset by peer"),
             CloseReason::Refused => write!(f, "connection refused by peer"),
@@ -90,10 +98,27 @@ impl core::fmt::Display for CloseReason {
                 f,
                 "authentication failed: the pre-shared keys differ, or a static key is not in the other side's known peers"
             ),
+            CloseReason::StallTimeout => write!(f, "peer stopped answering: no acknowledgement within the stall timeout"),
+            CloseReason::Unreachable(UnreachableKind::Port) => {
+                write!(f, "peer is gone: its host answered port unreachable (nothing listens there any more)")
+            }
+            CloseReason::Unreachable(UnreachableKind::Host) => {
+                write!(f, "peer is unreachable: the network answered host or network unreachable")
+            }
+            CloseReason::Aborted(ErrorCode::INTERRUPTED) => write!(f, "interrupted"),
             CloseReason::Aborted(c) => write!(f, "aborted locally (error code {})", c.0),
             CloseReason::ProtocolViolation => write!(f, "peer violated the protocol"),
         }
     }
+}
+
+/// What an ICMP error said about the peer (spec §6.7).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum UnreachableKind {
+    /// Port unreachable: the host is up and nothing listens on the port.
+    Port,
+    /// Host, network or protocol unreachable, or administratively prohibited.
+    Host,
 }
 
 /// Something the application may want to react to. Readable and Writable are
@@ -189,4 +214,12 @@ pub struct ConnStats {
     pub dropped_unprotected: u64,
     /// Sequenced packets too far ahead to be anything but forged (spec §5.2).
     pub out_of_window: u64,
+    /// Since when data has been outstanding without any ack from the peer
+    /// (spec §4.7); `None` while the peer keeps answering or nothing is
+    /// outstanding. A progress display says "no answer for N s" from it.
+    pub stalled_since: Option<std::time::Instant>,
+    /// ICMP errors matched to this connection (spec §6.7).
+    pub icmp_errors: u64,
+    /// Path validation and migration (spec §6.8).
+    pub path: super::PathStats,
 }

@@ -10,9 +10,9 @@ use std::time::Instant;
 use bytes::Bytes;
 
 use super::{ConnHandle, ConnectError, Endpoint};
-use crate::connection::{Event, MessageOptions, SendError, StreamItem};
+use crate::connection::{Event, MessageOptions, SendError, State, StreamItem};
 use crate::group::{
-    Destination, Group, GroupConfig, GroupError, GroupEvent, GroupHandle, PeerId, PeerState, PeerStats,
+    Destination, Group, GroupConfig, GroupError, GroupEvent, GroupHandle, PeerId, PeerState, PeerStats, SLOT_BITS,
 };
 use crate::wire::ErrorCode;
 
@@ -82,13 +82,15 @@ impl Endpoint {
     /// One peer's figures, its connection's included.
     pub fn group_peer_stats(&self, g: GroupHandle, peer: PeerId) -> Option<PeerStats> {
         let group = self.groups.get(&g.0)?;
-        let conn = group.peers.get(peer.0 as usize).and_then(|p| self.conn(p.conn));
-        group.peer_stats(peer.0, conn.map(|c| c.stats()), conn.and_then(|c| c.peer_key()))
+        let idx = group.slot_of(peer)?;
+        let conn = group.peers.get(idx as usize).and_then(|p| self.conn(p.conn));
+        group.peer_stats(idx, conn.map(|c| c.stats()), conn.and_then(|c| c.peer_key()))
     }
 
     /// The connection that serves `peer`, for calls on it alone.
     pub fn group_peer_conn(&self, g: GroupHandle, peer: PeerId) -> Option<ConnHandle> {
-        Some(self.groups.get(&g.0)?.peers.get(peer.0 as usize)?.conn)
+        let group = self.groups.get(&g.0)?;
+        Some(group.peers.get(group.slot_of(peer)? as usize)?.conn)
     }
 
     /// Every member connection of the group, gone ones included.
@@ -185,9 +187,10 @@ impl Endpoint {
         let n = group.peers.len();
         let start = group.rotate();
         let conns: Vec<ConnHandle> = (0..n).map(|i| group.peers[(start + i) % n].conn).collect();
+        let ids: Vec<PeerId> = (0..n).map(|i| group.id(((start + i) % n) as u32)).collect();
         for (i, h) in conns.into_iter().enumerate() {
             if let Ok(Some((stream, item))) = self.recv_message(h) {
-                let peer = PeerId(((start + i) % n) as u32);
+                let peer = ids[i];
                 return Some((Destination { peer, stream }, item));
             }
         }
@@ -207,11 +210,22 @@ impl Endpoint {
             if let Some(i) = group.find_peer(addr) {
                 return Ok(group.add_stream(i));
             }
-            if group.peers.len() >= group.config.max_peers {
+            // spec §14.7: a slot of a peer that has gone is taken first,
+            // so a group with churn holds only the peers present.
+            let reusable = group.reusable_slot(|h| matches!(ep.state(h), None | Some(State::Closed)));
+            if reusable.is_none() && group.peers.len() >= group.config.max_peers.min(1 << SLOT_BITS) {
                 return Err(GroupError::TooManyPeers(group.config.max_peers));
             }
             let h = ep.connect_member(now, &group.config, addr)?;
-            let peer = group.add_peer(addr, h);
+            let peer = match reusable {
+                Some(idx) => {
+                    let (peer, old) = group.reuse_slot(idx, addr, h);
+                    ep.member_of.remove(&old);
+                    ep.release(old);
+                    peer
+                }
+                None => group.add_peer(addr, h),
+            };
             ep.member_of.insert(h, g.0);
             Ok(Destination { peer, stream: 0 })
         })
@@ -241,9 +255,10 @@ impl Endpoint {
         peer: PeerId,
     ) -> Result<(), GroupError> {
         self.with_group(g, now, |ep, group| {
-            let p = group.peers.get(peer.0 as usize).ok_or(GroupError::UnknownPeer)?;
+            let idx = group.slot_of(peer).ok_or(GroupError::UnknownPeer)?;
+            let p = &group.peers[idx as usize];
             let (h, was) = (p.conn, p.state);
-            let give_up = group.start_leaving(peer.0);
+            let give_up = group.start_leaving(idx);
             ep.give_up(group, give_up);
             if was == PeerState::Connecting {
                 ep.abort(h, now, ErrorCode::APPLICATION);
@@ -266,6 +281,20 @@ impl Endpoint {
             }
             for h in abort {
                 ep.abort(h, now, ErrorCode::APPLICATION);
+            }
+            group.check_closed();
+            Ok(())
+        });
+    }
+
+    /// Ends the group at once: every member connection is aborted with
+    /// `code` (a RST carrying it, spec §4.6), nothing more is delivered,
+    /// and [`GroupEvent::Closed`] follows as the members close.
+    pub fn group_abort(&mut self, g: GroupHandle, now: Instant, code: ErrorCode) {
+        let _ = self.with_group(g, now, |ep, group| {
+            let (close, abort) = group.start_close(now);
+            for h in close.into_iter().chain(abort) {
+                ep.abort(h, now, code);
             }
             group.check_closed();
             Ok(())

@@ -17,13 +17,15 @@ use rand_chacha::ChaCha8Rng;
 use crate::config::{ConnectionConfig, EndpointConfig};
 use crate::connection::{handshake_message, Security};
 use crate::connection::{
-    CloseReason, ConnStats, Connection, Event, MessageOptions, RecvError, SendError, State, StreamItem,
+    CloseReason, ConnStats, Connection, Event, MessageOptions, RecvError, SendError, State, StreamItem, UnreachableKind,
 };
 use crate::group::{Group, GroupEvent, GroupHandle};
 use crate::handshake::{CookieBinding, ReplayCache, Secrets};
 use crate::qlog::QlogEvent;
 use crate::secure::{Handshake, Unprotect};
-use crate::wire::{DecodeError, ErrorCode, Flags, HandshakeParams, Header, Packet, PacketType};
+use crate::wire::{
+    DecodeError, ErrorCode, Flags, HandshakeParams, Header, Packet, PacketType, PathPacket, HEADER_LEN, PATH_PACKET_LEN,
+};
 
 /// Names one connection of an endpoint. Stale handles (of a released
 /// connection whose slot was reused) are detected by the generation.
@@ -112,6 +114,15 @@ pub struct EndpointStats {
     /// Trace events dropped because [`EndpointConfig::max_qlog_events`]
     /// were waiting for [`Endpoint::poll_qlog`] (spec §18).
     pub qlog_dropped: u64,
+    /// ICMP errors the driver passed in (spec §6.7), and of those the ones
+    /// that named no connection of ours by their quote (short quotes,
+    /// unknown ids, sequence numbers we never sent): ignored.
+    pub icmp_received: u64,
+    pub icmp_ignored: u64,
+    /// Packets of a known connection from a new address dropped because
+    /// they could not start a path challenge: an old sequence number, or
+    /// a connection not synchronized (spec §6.8).
+    pub dropped_stale_path: u64,
 }
 
 impl EndpointStats {
@@ -294,6 +305,99 @@ impl Endpoint {
         Ok(h)
     }
 
+    /// A packet of connection `idx` from `from`, not its peer's address
+    /// (spec §6.8): the connection decides whether it starts (or feeds) a
+    /// path challenge and is processed.
+    fn packet_on_new_path(&mut self, idx: u32, now: Instant, from: SocketAddr, p: &Packet, len: usize) -> bool {
+        let token = self.rng.next_u64().to_le_bytes();
+        let Some(c) = self.slots[idx as usize].conn.as_mut() else { return false };
+        let take = c.on_new_path(now, from, p, len, token);
+        if !take {
+            self.stats.dropped_stale_path += 1;
+        }
+        self.touch(idx, now);
+        take
+    }
+
+    /// A PATH packet (spec §6.8): a challenge to answer, or the answer to
+    /// ours that moves the connection. Unknown ids are dropped unanswered.
+    fn route_path(&mut self, now: Instant, from: SocketAddr, datagram: &[u8]) {
+        let p = match PathPacket::parse(datagram) {
+            Ok(p) => p,
+            Err(e) => {
+                self.count_decode_error(e);
+                return;
+            }
+        };
+        let Some(&idx) = self.by_id.get(&p.header.conn_id) else {
+            self.stats.unknown_connection += 1;
+            return;
+        };
+        let Some(c) = self.slots[idx as usize].conn.as_mut() else { return };
+        c.on_path_packet(now, from, &p);
+        if let Some(old) = c.take_moved_from() {
+            let (new, rid) = (c.remote(), c.remote_id());
+            if let Some(rid) = rid {
+                if self.by_peer.get(&(old, rid)) == Some(&idx) {
+                    self.by_peer.remove(&(old, rid));
+                }
+                self.by_peer.insert((new, rid), idx);
+            }
+            if let std::collections::hash_map::Entry::Occupied(mut e) = self.per_source.entry(old.ip()) {
+                *e.get_mut() -= 1;
+                if *e.get() == 0 {
+                    e.remove();
+                }
+            }
+            *self.per_source.entry(new.ip()).or_insert(0) += 1;
+        }
+        self.touch(idx, now);
+    }
+
+    /// Feeds an ICMP error about a datagram we sent (spec §6.7), as the
+    /// driver read it from the socket's error queue: `destination` is where
+    /// that datagram went and `quote` what the error quotes of it, our
+    /// header first. It reaches a connection only if the quote names it by
+    /// its ids and a sequence number it sent; anything else is counted in
+    /// `icmp_ignored` and changes nothing.
+    pub fn handle_icmp(&mut self, now: Instant, destination: SocketAddr, kind: UnreachableKind, quote: &[u8]) {
+        self.stats.icmp_received += 1;
+        let matched = self.icmp_target(destination, quote).filter(|&(idx, seq)| {
+            self.slots[idx as usize].conn.as_mut().is_some_and(|c| c.handle_icmp(now, kind, seq))
+        });
+        match matched {
+            Some((idx, _)) => {
+                self.touch(idx, now);
+                self.run_groups(now);
+            }
+            None => self.stats.icmp_ignored += 1,
+        }
+    }
+
+    /// The connection an ICMP quote names, and the quoted sequence number.
+    fn icmp_target(&self, destination: SocketAddr, quote: &[u8]) -> Option<(u32, u32)> {
+        let h = Header::peek(quote)?;
+        if !matches!(h.ptype, PacketType::Segment | PacketType::Protected) || h.flags.contains(Flags::RST) {
+            return None;
+        }
+        if h.conn_id != 0 {
+            return self.by_peer.get(&(destination, h.conn_id)).map(|&idx| (idx, h.seq));
+        }
+        // An initial SYN: its parameters carry the id we chose (spec §3.3.2).
+        let idx = *self.syn_sent.get(&destination)?;
+        let ours = quote.get(HEADER_LEN..HEADER_LEN + 4)?;
+        let c = self.slot_conn(idx)?;
+        (h.flags.contains(Flags::SYN) && ours == c.local_id().to_be_bytes()).then_some((idx, h.seq))
+    }
+
+    /// Whether the process may exit without stranding a peer (spec §4.8):
+    /// every connection is closed with its RST sent, or lingered in
+    /// TIME-WAIT long enough to answer a peer whose last ack was lost, and
+    /// no stateless answer waits. Drivers poll it before exiting.
+    pub fn is_idle(&self, now: Instant) -> bool {
+        self.responses.is_empty() && self.slots.iter().filter_map(|s| s.conn.as_ref()).all(|c| c.is_finished(now))
+    }
+
     /// Feeds one received datagram (spec §6.1). Malformed datagrams are
     /// dropped and counted; nothing here panics on any input.
     pub fn handle_datagram(&mut self, now: Instant, from: SocketAddr, datagram: &[u8]) {
@@ -305,6 +409,10 @@ impl Endpoint {
         self.stats.datagrams_received += 1;
         if datagram.first().is_some_and(|b| b & 0x0f == PacketType::Protected as u8) {
             self.route_protected(now, from, datagram);
+            return;
+        }
+        if datagram.first().is_some_and(|b| b & 0x0f == PacketType::Path as u8) {
+            self.route_path(now, from, datagram);
             return;
         }
         let packet = match Packet::parse(datagram) {
@@ -327,9 +435,26 @@ impl Endpoint {
             if let Some(&idx) = self.by_id.get(&h.conn_id) {
                 // A CLOSED connection the application has not released yet
                 // answers like an unknown one (spec §6.5).
-                if self.slot_conn(idx).is_some_and(|c| c.remote() == from && c.state() != State::Closed) {
-                    self.deliver(idx, now, &packet, false);
-                    return;
+                match self.slot_conn(idx) {
+                    Some(c) if c.state() != State::Closed && c.remote() == from => {
+                        self.deliver(idx, now, &packet, false);
+                        return;
+                    }
+                    // spec §6.8: the peer's address changed. A protected
+                    // connection moves only on protected packets; RSTs and
+                    // SYNs never move anything.
+                    Some(c)
+                        if c.state() != State::Closed
+                            && !c.is_protected()
+                            && !flags.contains(Flags::RST)
+                            && !flags.contains(Flags::SYN) =>
+                    {
+                        if self.packet_on_new_path(idx, now, from, &packet, datagram.len()) {
+                            self.deliver(idx, now, &packet, false);
+                        }
+                        return;
+                    }
+                    _ => {}
                 }
             }
             if flags.contains(Flags::RST) {
@@ -404,8 +529,12 @@ impl Endpoint {
             return;
         };
         let mut opened = std::mem::take(&mut self.opened);
+        let moved;
         let result = match self.slots[idx as usize].conn.as_mut() {
-            Some(c) if c.remote() == from && c.state() != State::Closed => c.unprotect(datagram, &mut opened),
+            Some(c) if c.state() != State::Closed => {
+                moved = c.remote() != from;
+                c.unprotect(datagram, &mut opened)
+            }
             _ => {
                 self.stats.unknown_connection += 1;
                 self.opened = opened;
@@ -414,6 +543,11 @@ impl Endpoint {
         };
         match result {
             Ok(()) => match Packet::parse_opened(&opened) {
+                Ok(p) if moved => {
+                    if self.packet_on_new_path(idx, now, from, &p, datagram.len()) {
+                        self.deliver(idx, now, &p, true);
+                    }
+                }
                 Ok(p) => self.deliver(idx, now, &p, true),
                 Err(e) => self.count_decode_error(e),
             },
@@ -594,6 +728,17 @@ impl Endpoint {
             let Some(conn) = self.slots[idx as usize].conn.as_mut() else {
                 continue;
             };
+            // spec §6.8: a path challenge or response goes alone, to its own address.
+            if conn.path_due(now) {
+                buf.resize(PATH_PACKET_LEN, 0);
+                if let Some((destination, size)) = conn.poll_path(now, buf) {
+                    buf.truncate(size);
+                    self.mark(idx);
+                    self.touch_timers_and_events(idx, now);
+                    return Some(Transmit { destination, size, segment_size: None });
+                }
+                buf.clear();
+            }
             // spec §2: a batch is datagrams of one size (the first one's), the
             // last possibly shorter; the connection never writes more than the
             // room it is given, and declines what does not fit.

@@ -13,6 +13,7 @@
 
 mod peer;
 
+pub(crate) use peer::SLOT_BITS;
 pub use peer::{PeerId, PeerState, PeerStats};
 
 use std::collections::{HashMap, VecDeque};
@@ -280,6 +281,10 @@ pub struct GroupStats {
     /// Bytes of messages not yet delivered (the shared buffer's use).
     pub outstanding_bytes: u64,
     pub peers_up: usize,
+    /// Slots of gone peers taken by joiners (spec §14.7).
+    pub slots_reused: u64,
+    /// Peer slots held: the most peers present at once, not all ever added.
+    pub peer_slots: usize,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -371,7 +376,39 @@ impl Group {
         let id = self.peers.len() as u32;
         self.peers.push(Peer::new(addr, conn));
         self.by_conn.insert(conn, id);
-        PeerId(id)
+        self.id(id)
+    }
+
+    /// spec §14.7: a peer that has gone, owes nothing and whose connection
+    /// `closed` says is over, frees its slot for a joiner; returns the slot.
+    pub(crate) fn reusable_slot(&self, closed: impl Fn(ConnHandle) -> bool) -> Option<u32> {
+        let free = |p: &Peer| p.state == PeerState::Gone && p.pending == 0 && closed(p.conn);
+        self.peers.iter().position(free).map(|i| i as u32)
+    }
+
+    /// A joiner takes slot `idx` of a gone peer, under a new id. Returns
+    /// the old peer's connection, to be released.
+    pub(crate) fn reuse_slot(&mut self, idx: u32, addr: SocketAddr, conn: ConnHandle) -> (PeerId, ConnHandle) {
+        let old = &mut self.peers[idx as usize];
+        let generation = old.generation.wrapping_add(1);
+        let old_conn = old.conn;
+        *old = Peer::new(addr, conn);
+        old.generation = generation;
+        self.by_conn.remove(&old_conn);
+        self.by_conn.insert(conn, idx);
+        self.stats.slots_reused += 1;
+        (self.id(idx), old_conn)
+    }
+
+    /// The id of the peer in slot `idx`.
+    pub(crate) fn id(&self, idx: u32) -> PeerId {
+        PeerId::new(idx, self.peers.get(idx as usize).map_or(0, |p| p.generation))
+    }
+
+    /// The slot of peer `id`, if it still names the peer there.
+    pub(crate) fn slot_of(&self, id: PeerId) -> Option<u32> {
+        let idx = id.slot();
+        (self.peers.get(idx as usize).is_some_and(|p| PeerId::new(idx, p.generation) == id)).then_some(idx)
     }
 
     pub(crate) fn peer_of(&self, conn: ConnHandle) -> Option<u32> {
@@ -399,6 +436,7 @@ impl Group {
     pub fn stats(&self) -> GroupStats {
         let mut s = self.stats;
         s.peers_up = self.peers.iter().filter(|p| p.state == PeerState::Up).count();
+        s.peer_slots = self.peers.len();
         s
     }
 
@@ -408,7 +446,7 @@ impl Group {
 
     /// Peers in the order added, with their current state.
     pub fn peer_ids(&self) -> impl Iterator<Item = PeerId> + '_ {
-        (0..self.peers.len() as u32).map(PeerId)
+        (0..self.peers.len() as u32).map(|i| self.id(i))
     }
 
     // ---- handshake (spec §14.3) --------------------------------------------
@@ -426,6 +464,7 @@ impl Group {
             }
         }
         let first = self.next_seq();
+        let peer = self.id(idx);
         let p = &mut self.peers[idx as usize];
         if p.state != PeerState::Connecting {
             return;
@@ -433,7 +472,7 @@ impl Group {
         p.state = PeerState::Up;
         p.first_msg = first;
         if self.phase == Phase::Established {
-            self.events.push_back(GroupEvent::PeerJoined { peer: PeerId(idx), addr: p.addr, first_msg: first });
+            self.events.push_back(GroupEvent::PeerJoined { peer, addr: p.addr, first_msg: first });
         }
     }
 
@@ -472,6 +511,7 @@ impl Group {
     /// A member's connection ended. Returns copies to give up (messages
     /// now delivered without this peer).
     pub(crate) fn on_closed(&mut self, idx: u32, reason: CloseReason) -> Vec<(u32, u64)> {
+        let peer = self.id(idx);
         let p = &mut self.peers[idx as usize];
         let was = p.state;
         p.state = PeerState::Gone;
@@ -485,7 +525,7 @@ impl Group {
                 if matches!(self.phase, Phase::Connecting { .. }) {
                     self.unreachable.push((p.addr, why));
                 } else {
-                    self.events.push_back(GroupEvent::PeerUnreachable { peer: PeerId(idx), addr: p.addr, why });
+                    self.events.push_back(GroupEvent::PeerUnreachable { peer, addr: p.addr, why });
                 }
             }
             PeerState::Up => {
@@ -495,10 +535,10 @@ impl Group {
                     CloseReason::Graceful if self.phase == Phase::Closed => Left::Closed,
                     r => Left::Lost(r),
                 };
-                self.events.push_back(GroupEvent::PeerLeft { peer: PeerId(idx), addr: p.addr, why });
+                self.events.push_back(GroupEvent::PeerLeft { peer, addr: p.addr, why });
             }
             PeerState::Leaving => {
-                self.events.push_back(GroupEvent::PeerLeft { peer: PeerId(idx), addr: p.addr, why: Left::Removed })
+                self.events.push_back(GroupEvent::PeerLeft { peer, addr: p.addr, why: Left::Removed })
             }
             PeerState::Gone => {}
         }
@@ -738,16 +778,18 @@ impl Group {
 
     /// Adds one more destination (stream) to a peer already present.
     pub(crate) fn add_stream(&mut self, idx: u32) -> Destination {
+        let peer = self.id(idx);
         let p = &mut self.peers[idx as usize];
         let stream = p.next_stream;
         p.next_stream = p.next_stream.wrapping_add(1).max(1);
         p.streams.push(stream);
-        Destination { peer: PeerId(idx), stream }
+        Destination { peer, stream }
     }
 
     /// Removes one destination; returns whether the peer has none left.
     pub(crate) fn remove_stream(&mut self, d: Destination) -> Result<bool, GroupError> {
-        let p = self.peers.get_mut(d.peer.0 as usize).ok_or(GroupError::UnknownPeer)?;
+        let idx = self.slot_of(d.peer).ok_or(GroupError::UnknownPeer)?;
+        let p = &mut self.peers[idx as usize];
         let at = p.streams.iter().position(|&s| s == d.stream).ok_or(GroupError::UnknownPeer)?;
         p.streams.remove(at);
         Ok(p.streams.is_empty())

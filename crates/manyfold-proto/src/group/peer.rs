@@ -10,9 +10,26 @@ use std::time::{Duration, Instant};
 use crate::connection::ConnStats;
 use crate::endpoint::ConnHandle;
 
-/// Names one peer of a group; never reused within the group.
+/// Names one peer of a group. The low 20 bits are its slot, the high 12 a
+/// generation: the slot of a peer that has gone is taken by a later
+/// joiner (spec §14.7), and its old id then names nobody (until the slot
+/// has been reused 4,096 times).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct PeerId(pub u32);
+
+/// Bits of a [`PeerId`] that number the slot; `max_peers` is at most 2^20.
+pub(crate) const SLOT_BITS: u32 = 20;
+
+impl PeerId {
+    pub(crate) fn new(slot: u32, generation: u32) -> Self {
+        PeerId(((generation & 0xfff) << SLOT_BITS) | slot)
+    }
+
+    /// The slot this id names (whether or not it still holds this peer).
+    pub(crate) fn slot(self) -> u32 {
+        self.0 & ((1 << SLOT_BITS) - 1)
+    }
+}
 
 /// Where a peer stands (spec §14.2).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -74,6 +91,8 @@ pub(crate) struct Peer {
     last_rx: u64,
     /// After the group closed: everything it was sent, and the FIN, is acknowledged.
     pub drained: bool,
+    /// How many peers held this slot before it (spec §14.7).
+    pub generation: u32,
 }
 
 impl Peer {
@@ -95,6 +114,7 @@ impl Peer {
             quiet_since: None,
             last_rx: 0,
             drained: false,
+            generation: 0,
         }
     }
 

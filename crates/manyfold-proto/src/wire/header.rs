@@ -71,6 +71,8 @@ pub enum PacketType {
     /// Multicast: a packet of a protected session, sealed under its group
     /// key (spec §19.7).
     McSealed = 11,
+    /// A path challenge or response (spec §6.8): the peer's address changed.
+    Path = 12,
 }
 
 impl PacketType {
@@ -88,6 +90,7 @@ impl PacketType {
             9 => PacketType::McParity,
             10 => PacketType::Protected,
             11 => PacketType::McSealed,
+            12 => PacketType::Path,
             other => return Err(DecodeError::PacketType(other)),
         })
     }

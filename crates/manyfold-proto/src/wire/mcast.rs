@@ -376,7 +376,7 @@ impl<'a> McPacket<'a> {
                 }
                 McPacket::Parity { session, block: h.seq, index, k, shard: p }
             }
-            PacketType::Segment | PacketType::Protected | PacketType::McSealed => {
+            PacketType::Segment | PacketType::Protected | PacketType::Path | PacketType::McSealed => {
                 return Err(DecodeError::PacketType(h.ptype as u8))
             }
         })

@@ -11,9 +11,11 @@
 pub mod chunk;
 mod header;
 pub mod mcast;
+mod path;
 mod payload;
 
 pub use header::{seal, Flags, Header, PacketType, HEADER_LEN, VERSION};
+pub use path::{PathKind, PathPacket, PATH_PACKET_LEN};
 pub use payload::{Cookie, ErrorCode, HandshakeParams, Packet, SackBlock, COOKIE_LEN, MAX_SACK_RANGES, PARAMS_LEN};
 
 /// Why a datagram was rejected. Every variant is a silent drop plus a counter

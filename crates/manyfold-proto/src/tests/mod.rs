@@ -7,7 +7,9 @@ use std::time::{Duration, Instant};
 
 use crate::{ConnHandle, Endpoint, EndpointConfig, Event, State};
 
-struct Pair {
+mod lifecycle;
+
+pub(super) struct Pair {
     now: Instant,
     a: Endpoint,
     b: Endpoint,
@@ -24,7 +26,7 @@ struct Pair {
 }
 
 impl Pair {
-    fn new() -> Self {
+    pub(super) fn new() -> Self {
         let now = Instant::now();
         let mut b = Endpoint::new(EndpointConfig { seed: 2, ..Default::default() }, now);
         b.set_listening(true);
@@ -43,7 +45,7 @@ impl Pair {
         }
     }
 
-    fn drain(&mut self) {
+    pub(super) fn drain(&mut self) {
         let mut buf = Vec::new();
         for to_b in [true, false] {
             let ep = if to_b { &mut self.a } else { &mut self.b };
@@ -65,7 +67,7 @@ impl Pair {
     }
 
     /// Advances to the next arrival or timer.
-    fn step(&mut self) -> bool {
+    pub(super) fn step(&mut self) -> bool {
         self.drain();
         let next_wire = self.wire.front().map(|w| w.0);
         let next_timer = [self.a.poll_timeout(), self.b.poll_timeout()].into_iter().flatten().min();
@@ -87,7 +89,7 @@ impl Pair {
         true
     }
 
-    fn run_until(&mut self, mut f: impl FnMut(&mut Pair) -> bool) {
+    pub(super) fn run_until(&mut self, mut f: impl FnMut(&mut Pair) -> bool) {
         for _ in 0..1_000_000 {
             if f(self) {
                 return;
@@ -100,7 +102,7 @@ impl Pair {
 
 /// Connects, sends `len` bytes a -> b, checks them, closes both sides
 /// (a first: a ends in TIME-WAIT, b in CLOSED). Returns (a's, b's) handles.
-fn transfer(p: &mut Pair, len: u32) -> (ConnHandle, ConnHandle) {
+pub(super) fn transfer(p: &mut Pair, len: u32) -> (ConnHandle, ConnHandle) {
     let ca = p.a.connect(p.now, p.b_addr).unwrap();
     p.run_until(|p| p.a.state(ca) == Some(State::Established) && p.events_b.iter().any(|e| e.1 == Event::Incoming));
     let cb = p.b.accept().expect("accepted");

@@ -1,0 +1,163 @@
+//! Failure signals in the engine (spec §4.7, §4.8, §6.7): ICMP errors
+//! matched by their quote (and forged ones ignored), the stall timeout,
+//! and TIME-WAIT lingering before the endpoint may exit.
+
+use std::time::Duration;
+
+use super::{transfer, Pair};
+use crate::{CloseReason, Event, State, UnreachableKind};
+
+/// The first datagram `a` has put on the wire, taken off it (lost).
+fn take_from_a(p: &mut Pair) -> Vec<u8> {
+    p.drain();
+    let i = p.wire.iter().position(|w| w.1).expect("a sent something");
+    p.wire.remove(i).expect("present").2
+}
+
+/// A first exchange, so that the handshake is over (the cookie echo
+/// acknowledged) and the RTT known.
+fn exchange(p: &mut Pair, ca: crate::ConnHandle, cb: crate::ConnHandle) {
+    p.a.send(ca, &[7u8; 3000]).unwrap();
+    let mut buf = [0u8; 4000];
+    let mut got = 0;
+    p.run_until(|p| {
+        while let Ok(Some(n)) = p.b.recv(cb, &mut buf) {
+            if n == 0 {
+                break;
+            }
+            got += n;
+        }
+        got == 3000 && p.wire.is_empty()
+    });
+}
+
+#[test]
+fn port_unreachable_for_a_syn_refuses_the_connect_at_once() {
+    let mut p = Pair::new();
+    let nobody = "127.0.0.1:3000".parse().unwrap();
+    let ca = p.a.connect(p.now, nobody).unwrap();
+    p.drain();
+    let syn = p.wire.pop_front().expect("the SYN").2;
+    p.a.handle_icmp(p.now, nobody, UnreachableKind::Port, &syn);
+    assert_eq!(p.a.close_reason(ca), Some(CloseReason::Refused));
+    assert_eq!(p.a.stats().icmp_received, 1);
+    assert_eq!(p.a.stats().icmp_ignored, 0);
+}
+
+#[test]
+fn host_unreachable_for_a_syn_says_unreachable() {
+    let mut p = Pair::new();
+    let nobody = "127.0.0.1:3000".parse().unwrap();
+    let ca = p.a.connect(p.now, nobody).unwrap();
+    p.drain();
+    let syn = p.wire.pop_front().expect("the SYN").2;
+    p.a.handle_icmp(p.now, nobody, UnreachableKind::Host, &syn);
+    assert_eq!(p.a.close_reason(ca), Some(CloseReason::Unreachable(UnreachableKind::Host)));
+}
+
+#[test]
+fn icmp_that_does_not_quote_our_ids_changes_nothing() {
+    let mut p = Pair::new();
+    let nobody = "127.0.0.1:3000".parse().unwrap();
+    let ca = p.a.connect(p.now, nobody).unwrap();
+    p.drain();
+    let syn = p.wire.pop_front().expect("the SYN").2;
+    // Another destination, a SYN with another connection id, a quote too
+    // short to name anything, a quote of a RST: none names our connection.
+    let mut other_id = syn.clone();
+    other_id[24] ^= 0x55;
+    p.a.handle_icmp(p.now, "127.0.0.1:3001".parse().unwrap(), UnreachableKind::Port, &syn);
+    p.a.handle_icmp(p.now, nobody, UnreachableKind::Port, &other_id);
+    p.a.handle_icmp(p.now, nobody, UnreachableKind::Port, &syn[..20]);
+    p.a.handle_icmp(p.now, nobody, UnreachableKind::Port, &[]);
+    let mut rst = syn.clone();
+    rst[1] = 0x08;
+    p.a.handle_icmp(p.now, nobody, UnreachableKind::Port, &rst);
+    assert_eq!(p.a.state(ca), Some(State::SynSent));
+    assert_eq!(p.a.stats().icmp_received, 5);
+    assert_eq!(p.a.stats().icmp_ignored, 5);
+}
+
+#[test]
+fn an_established_connection_ends_on_repeated_unreachables_after_an_rto_of_silence() {
+    let mut p = Pair::new();
+    let ca = p.a.connect(p.now, p.b_addr).unwrap();
+    p.run_until(|p| p.a.state(ca) == Some(State::Established) && !p.events_b.is_empty());
+    let cb = p.b.accept().unwrap();
+    exchange(&mut p, ca, cb);
+    p.a.send(ca, &[8u8; 1000]).unwrap();
+    let data = take_from_a(&mut p);
+    // A forged error: the right ids, a sequence number never sent.
+    let mut forged = data.clone();
+    forged[8..12].copy_from_slice(&(u32::from_be_bytes(data[8..12].try_into().unwrap()) ^ 0x4000_0000).to_be_bytes());
+    for _ in 0..5 {
+        p.a.handle_icmp(p.now, p.b_addr, UnreachableKind::Port, &forged);
+    }
+    assert_eq!(p.a.state(ca), Some(State::Established), "a forged sequence number is ignored");
+    assert_eq!(p.a.stats().icmp_ignored, 5);
+    // One real error right after the peer was heard: maybe a stray.
+    p.a.handle_icmp(p.now, p.b_addr, UnreachableKind::Port, &data);
+    p.a.handle_icmp(p.now, p.b_addr, UnreachableKind::Port, &data);
+    assert_eq!(p.a.state(ca), Some(State::Established), "the peer was heard less than an RTO ago");
+    p.now += Duration::from_secs(2);
+    p.a.handle_icmp(p.now, p.b_addr, UnreachableKind::Port, &data);
+    assert_eq!(p.a.close_reason(ca), Some(CloseReason::Unreachable(UnreachableKind::Port)));
+    assert_eq!(p.a.conn_stats(ca).unwrap().icmp_errors, 3);
+}
+
+#[test]
+fn last_ack_ends_gracefully_when_the_peer_is_gone_with_only_our_fin_unacked() {
+    let mut p = Pair::new();
+    let ca = p.a.connect(p.now, p.b_addr).unwrap();
+    p.run_until(|p| p.a.state(ca) == Some(State::Established) && !p.events_b.is_empty());
+    let cb = p.b.accept().unwrap();
+    p.b.close(cb);
+    p.run_until(|p| p.a.state(ca) == Some(State::CloseWait) && p.b.state(cb) == Some(State::FinWait2));
+    p.a.close(ca);
+    // a's FIN goes out; b's process is gone before it arrives.
+    let fin = take_from_a(&mut p);
+    assert_eq!(p.a.state(ca), Some(State::LastAck));
+    p.a.handle_icmp(p.now, p.b_addr, UnreachableKind::Port, &fin);
+    assert_eq!(p.a.close_reason(ca), Some(CloseReason::Graceful));
+}
+
+#[test]
+fn a_sender_whose_peer_falls_silent_gives_up_after_the_stall_timeout() {
+    let mut p = Pair::new();
+    let ca = p.a.connect(p.now, p.b_addr).unwrap();
+    p.run_until(|p| p.a.state(ca) == Some(State::Established) && !p.events_b.is_empty());
+    let cb = p.b.accept().unwrap();
+    exchange(&mut p, ca, cb);
+    // From now on nothing arrives either way, and no ICMP tells why.
+    p.loss_percent = 100;
+    let silent_from = p.now;
+    p.a.send(ca, &[1u8; 50_000]).unwrap();
+    p.drain();
+    assert!(p.a.conn_stats(ca).unwrap().stalled_since.is_some());
+    p.run_until(|p| p.a.state(ca) == Some(State::Closed));
+    assert_eq!(p.a.close_reason(ca), Some(CloseReason::StallTimeout));
+    let took = p.now - silent_from;
+    assert!(took >= Duration::from_secs(15) && took < Duration::from_secs(16), "{took:?}");
+    assert!(p.events_a.iter().any(|e| e.1 == Event::Closed(CloseReason::StallTimeout)));
+}
+
+#[test]
+fn stalled_since_clears_while_the_peer_keeps_acking() {
+    let mut p = Pair::new();
+    p.loss_percent = 10;
+    let (ca, _) = transfer(&mut p, 500_000);
+    assert_eq!(p.a.conn_stats(ca).unwrap().stalled_since, None);
+    assert_eq!(p.a.close_reason(ca), None);
+}
+
+#[test]
+fn time_wait_lingers_before_the_endpoint_may_exit() {
+    let mut p = Pair::new();
+    let (ca, _) = transfer(&mut p, 10_000);
+    assert_eq!(p.a.state(ca), Some(State::TimeWait));
+    assert!(!p.a.is_idle(p.now), "a peer whose last ack was lost could still ask");
+    assert!(p.b.is_idle(p.now), "the passive closer is done");
+    p.now += Duration::from_millis(260);
+    assert!(p.a.is_idle(p.now), "four RTOs on a 10 ms path are under the 250 ms floor");
+    assert_eq!(p.a.state(ca), Some(State::TimeWait), "TIME-WAIT itself lasts on");
+}
