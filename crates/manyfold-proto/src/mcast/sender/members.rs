@@ -205,6 +205,9 @@ impl McastSender {
         let (client, addr) = (r.client, r.addr);
         self.events.push_back(SenderEvent::ReceiverLeft { client, addr, code });
         self.finish_receiver(now, idx, ReceiverOutcome::Incomplete);
+        // The last one gone: the session ends now, not at the next timer
+        // (data would go on to nobody until then).
+        self.check_end();
     }
 
     /// spec §16.7: receivers silent for `receiver_timeout` are dropped.

@@ -193,6 +193,12 @@ fn a_receiver_that_leaves_with_a_code_is_reported_and_no_longer_awaited() {
     assert_eq!((r.outcome, r.left), (ReceiverOutcome::Incomplete, Some(ErrorCode::INTERRUPTED)));
     let events: Vec<_> = std::iter::from_fn(|| s.poll_event()).collect();
     assert!(events.contains(&SenderEvent::ReceiverLeft { client: 8, addr: addr(8), code: ErrorCode::INTERRUPTED }));
+    // The only receiver leaving ends the session at once.
+    let mut s = sender(SenderConfig::default(), 50, &[(7, 1)], t0);
+    feed(&mut s, t0, 7, PacketType::McStatus, Flags::ERR, 0, 1, |o| emit_code(o, ErrorCode::INTERRUPTED));
+    let events: Vec<_> = std::iter::from_fn(|| s.poll_event()).collect();
+    assert!(events.contains(&SenderEvent::Failed(super::SenderError::AllDropped)), "{events:?}");
+    assert!(drain(&mut s, t0).iter().all(|x| x.1 != PacketType::McData), "no data to nobody");
     // A hash mismatch is still a hash mismatch.
     let mut s = sender(SenderConfig::default(), 50, &[(7, 1)], t0);
     feed(&mut s, t0, 7, PacketType::McStatus, Flags::ERR, 0, 1, |o| emit_code(o, ErrorCode::HASH_MISMATCH));
