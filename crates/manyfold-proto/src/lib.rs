@@ -31,6 +31,7 @@ mod rangeset;
 pub mod recovery;
 mod ring;
 pub mod secure;
+mod timer;
 pub mod wire;
 
 pub use config::{CongestionAlgorithm, ConnectionConfig, EndpointConfig};

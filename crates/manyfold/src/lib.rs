@@ -76,7 +76,8 @@ pub use group::{Group, GroupError, PeerReader};
 pub use manyfold_proto::wire::ErrorCode;
 pub use manyfold_proto::{
     CloseReason, ConnStats, Destination, EndpointConfig, EndpointStats, Eviction, GroupConfig, GroupEvent, GroupStats,
-    Left, MessageOptions, Mode, PeerId, PeerState, PeerStats, SecurityConfig, StreamItem, Unreachable,
+    Left, MessageOptions, Mode, PathStats, PeerId, PeerState, PeerStats, SecurityConfig, StreamItem, Unreachable,
+    UnreachableKind,
 };
 pub use manyfold_proto::{CongestionAlgorithm, ConnectionConfig};
 pub use session::REQUEST_TOO_LARGE;

@@ -10,6 +10,7 @@
 
 pub mod chunk;
 mod header;
+pub mod mcast;
 mod path;
 mod payload;
 
