@@ -785,16 +785,16 @@ impl Connection {
     }
 
     /// Whether a process may exit without stranding the peer (spec §4.8):
-    /// CLOSED with nothing left to send, in FIN-WAIT-2 (everything of ours
-    /// acknowledged; the peer's later FIN meets ICMP and ends gracefully),
-    /// or in TIME-WAIT and quiet for
+    /// CLOSED with nothing left to send, in FIN-WAIT-2 if `half_closed`
+    /// (everything of ours acknowledged; the peer's later FIN meets ICMP and
+    /// ends gracefully), or in TIME-WAIT and quiet for
     /// `linger` (four RTOs, at least 250 ms, at most `time_wait`) since the
     /// last repeated FIN, so that a peer whose last ack was lost has had
     /// time to ask again.
-    pub fn is_finished(&self, now: Instant) -> bool {
+    pub fn is_finished(&self, now: Instant, half_closed: bool) -> bool {
         match self.state {
             State::Closed => self.rst_pending.is_none(),
-            State::FinWait2 => true,
+            State::FinWait2 => half_closed,
             State::TimeWait => {
                 let Some(end) = self.timers.get(Timer::TimeWait) else { return true };
                 let linger = (self.rtt.rto(0) * 4).max(Duration::from_millis(250)).min(self.config.time_wait);
