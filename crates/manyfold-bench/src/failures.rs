@@ -234,7 +234,10 @@ async fn abort_reaches_peer(runs: usize) -> Result<Row> {
             {
                 row.samples.push(t.elapsed())
             }
-            _ => row.failures += 1,
+            other => {
+                eprintln!("failures: abort run: the peer saw {other:?}");
+                row.failures += 1;
+            }
         }
     }
     Ok(row)

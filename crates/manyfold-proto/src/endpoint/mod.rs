@@ -465,6 +465,9 @@ impl Endpoint {
                         }
                         return;
                     }
+                    // spec §4.6: it aborted and its RST, with the code that
+                    // says why, is about to go: no codeless reset before it.
+                    Some(c) if c.state() == State::Closed && !c.is_drained() && c.remote() == from => return,
                     _ => {}
                 }
             }
