@@ -72,7 +72,7 @@ pub use config::{Config, DriverStats, FaultConfig, FaultStats};
 pub use connection::{Connection, Protection, RecvHalf, SendHalf, StreamIo, Streams};
 pub use endpoint::{Endpoint, DEFAULT_SHUTDOWN_TIMEOUT};
 pub use error::ConnectionError;
-pub use group::{Group, GroupError, PeerReader};
+pub use group::{Group, GroupError, Joined, PeerReader};
 pub use manyfold_proto::wire::ErrorCode;
 pub use manyfold_proto::{
     CloseReason, ConnStats, Destination, EndpointConfig, EndpointStats, Eviction, GroupConfig, GroupEvent, GroupStats,

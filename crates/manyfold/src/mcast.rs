@@ -12,10 +12,7 @@ use std::io;
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::time::{Duration, Instant};
 
-use manyfold_proto::mcast::{
-    Announcement, McastReceiver, McastSender, ReceiverConfig, ReceiverEvent, ReceiverStats, SenderConfig, SenderEvent,
-    SenderStats,
-};
+use manyfold_proto::mcast::{McastReceiver, McastSender, ReceiverEvent};
 use quinn_udp::{RecvMeta, BATCH_SIZE};
 use socket2::{Domain, Protocol, Socket, Type};
 use std::io::IoSliceMut;
@@ -24,6 +21,9 @@ use tokio::sync::watch;
 use crate::socket::UdpIo;
 
 pub use manyfold_proto::mcast::{codes, network_of, ReceiverOutcome, ReceiverReport, SenderError, WindowRecord};
+/// The session's settings and announcement, so that `manyfold::mcast` is all a
+/// program needs.
+pub use manyfold_proto::mcast::{Announcement, ReceiverConfig, ReceiverStats, SenderConfig, SenderEvent, SenderStats};
 
 /// Where the session runs.
 #[derive(Debug, Clone)]

@@ -8,7 +8,6 @@
 //! ```no_run
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
 //! let server = manyfold::Endpoint::bind("127.0.0.1:4000".parse()?, Default::default()).await?;
-//! server.listen();
 //! tokio::spawn(async move {
 //!     server.serve(1 << 20, |_peer, request: Vec<u8>| async move { request.into_iter().rev().collect() }).await
 //! });
@@ -81,11 +80,21 @@ impl Endpoint {
     /// `max_request` bytes; a larger one resets the connection), calls
     /// `handler` with the peer and the request, writes its reply and
     /// closes. Sessions run concurrently, each in a task of its own.
+    ///
+    /// It starts listening itself ([`Endpoint::listen`]), so the endpoint
+    /// needs nothing else first; other connections the endpoint accepts
+    /// are served as sessions too, so give a server its own endpoint.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future stops accepting new sessions; those under way
+    /// finish in their tasks. The endpoint keeps listening.
     pub async fn serve<F, Fut>(&self, max_request: usize, handler: F)
     where
         F: Fn(SocketAddr, Vec<u8>) -> Fut + Clone + Send + Sync + 'static,
         Fut: Future<Output = Vec<u8>> + Send + 'static,
     {
+        self.listen();
         while let Some(conn) = self.accept().await {
             let handler = handler.clone();
             tokio::spawn(async move {
