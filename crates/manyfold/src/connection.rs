@@ -327,7 +327,7 @@ pub enum Protection {
 impl std::fmt::Display for Protection {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Protection::Plain => write!(f, "plain (not encrypted: no --key-file)"),
+            Protection::Plain => write!(f, "plain (not encrypted: the endpoint has no security configured)"),
             Protection::Encrypted { peer_key: Some(k) } => {
                 write!(f, "encrypted (Noise XX + ChaCha20-Poly1305), peer key {}", manyfold_proto::secure::hex(k))
             }
@@ -376,6 +376,16 @@ impl Connection {
     pub(crate) fn new(conn: ConnRef) -> Self {
         let conn = Arc::new(conn);
         Connection { send: SendHalf { conn: conn.clone() }, recv: RecvHalf { conn } }
+    }
+
+    /// As [`SendHalf::finish`]: FIN after the data written so far, without
+    /// waiting for its acknowledgement; reading goes on to the peer's FIN.
+    ///
+    /// # Errors
+    ///
+    /// The connection's end if it is already closed.
+    pub fn finish(&mut self) -> Result<(), ConnectionError> {
+        self.send.finish()
     }
 
     /// Separates the sending and receiving sides, to use them from different tasks.
