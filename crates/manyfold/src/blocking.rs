@@ -403,14 +403,17 @@ impl Group {
         runtime().block_on(self.group.recv_message())
     }
 
+    /// Adds a destination (spec §14.7); its join is reported by [`Group::try_event`]. See [`crate::Group::add_destination`] and [`crate::Group::join`], which waits for it.
     pub fn add_destination(&self, addr: SocketAddr) -> Result<crate::Destination, crate::GroupError> {
         self.group.add_destination(addr)
     }
 
+    /// Removes one destination: its stream ends after what was sent on it.
     pub fn remove_destination(&self, dest: crate::Destination) -> Result<(), crate::GroupError> {
         self.group.remove_destination(dest)
     }
 
+    /// Removes a peer and every stream to it; it still gets what it was sent.
     pub fn fully_remove_destination(&self, peer: crate::PeerId) -> Result<(), crate::GroupError> {
         self.group.fully_remove_destination(peer)
     }
@@ -420,10 +423,12 @@ impl Group {
         self.group.try_event()
     }
 
+    /// Group-wide counters.
     pub fn stats(&self) -> crate::GroupStats {
         self.group.stats()
     }
 
+    /// Every peer's figures, in the order they were added.
     pub fn peers(&self) -> Vec<(crate::PeerId, crate::PeerStats)> {
         self.group.peers()
     }

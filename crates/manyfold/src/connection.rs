@@ -321,7 +321,10 @@ pub enum Protection {
     Plain,
     /// Noise XX handshake, then ChaCha20-Poly1305 on every packet; the
     /// peer's static key as its handshake proved it.
-    Encrypted { peer_key: Option<[u8; 32]> },
+    Encrypted {
+        /// The peer's static public key, when the handshake proved one.
+        peer_key: Option<[u8; 32]>,
+    },
 }
 
 impl std::fmt::Display for Protection {
@@ -399,10 +402,12 @@ impl Connection {
         self.send.conn.peer_addr()
     }
 
+    /// The address of the endpoint's socket (with the port the OS chose).
     pub fn local_addr(&self) -> io::Result<SocketAddr> {
         Ok(self.send.conn.shared.local_addr)
     }
 
+    /// The connection's counters now (RTT, window, bytes, retransmissions; spec §9).
     pub fn stats(&self) -> ConnStats {
         self.send.stats()
     }
@@ -549,6 +554,7 @@ pub struct StreamIo {
 }
 
 impl StreamIo {
+    /// The stream's number.
     pub fn id(&self) -> u16 {
         self.stream
     }
@@ -606,6 +612,7 @@ impl SendHalf {
         self.conn.peer_addr()
     }
 
+    /// As [`Connection::stats`].
     pub fn stats(&self) -> ConnStats {
         self.conn.stats()
     }
@@ -659,6 +666,7 @@ impl RecvHalf {
         self.conn.peer_addr()
     }
 
+    /// As [`Connection::stats`].
     pub fn stats(&self) -> ConnStats {
         self.conn.stats()
     }

@@ -51,6 +51,7 @@
 //! `endpoint` / `connection` (async API), [`blocking`].
 
 #![forbid(unsafe_code)]
+#![warn(missing_docs)]
 
 pub mod blocking;
 pub mod config;
@@ -78,5 +79,5 @@ pub use manyfold_proto::{
     CloseReason, ConnStats, Destination, EndpointConfig, EndpointStats, Eviction, GroupConfig, GroupEvent, GroupStats,
     Left, MessageOptions, Mode, PeerId, PeerState, PeerStats, SecurityConfig, StreamItem, Unreachable,
 };
-pub use manyfold_proto::{CongestionAlgorithm, ConnectionConfig};
+pub use manyfold_proto::{CongestionAlgorithm, ConnectError, ConnectionConfig, PathStats, UnreachableKind};
 pub use session::REQUEST_TOO_LARGE;
