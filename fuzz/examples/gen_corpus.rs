@@ -133,7 +133,8 @@ fn mcast_datagrams() -> Vec<(bool, Vec<u8>)> {
             for (i, r) in rx.iter_mut().enumerate() {
                 lcg = lcg.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
                 if (dest == group || dest == addrs[i]) && !(i == 1 && (lcg >> 33) % 3 == 0) {
-                    r.handle_datagram(now, sender_addr, &d);
+                    // Opened in place when sealed: each receiver gets its own copy.
+                    r.handle_datagram(now, sender_addr, &mut d.clone());
                 }
             }
         }

@@ -5,7 +5,8 @@
 //!
 //! Input: operations read by `manyfold_fuzz::Reader`: 0 a built packet,
 //! 1 raw bytes (bit 0 of the mode: fix the header), 2 advance the clock,
-//! 3 jump to the next deadline, 4 `finish`, 5 `decode`.
+//! 3 jump to the next deadline, 4 `finish` (with bit 6 of the op: `abort`
+//! with a fuzzed code), 5 `decode`.
 //!
 //! Invariants: no panic; a delivery's range lies inside the datagram and
 //! its offset inside `max_packets` blocks; what the receiver sends parses
@@ -19,6 +20,7 @@ use std::time::Duration;
 use libfuzzer_sys::fuzz_target;
 use manyfold_fuzz::{address, fixup, origin, write_mc, Reader};
 use manyfold_proto::mcast::{McastReceiver, ReceiverConfig};
+use manyfold_proto::wire::ErrorCode;
 
 const MAX_OPS: usize = 500;
 const MAX_PACKETS: u32 = 4096;
@@ -69,6 +71,11 @@ fuzz_target!(|data: &[u8]| {
                 if let Some(t) = rx.poll_timeout() {
                     now = now.max(t);
                 }
+            }
+            4 if op & 0x40 != 0 => {
+                // spec §16.7: leaving at once; nothing more is due.
+                rx.abort(now, ErrorCode(r.u16()));
+                assert!(rx.is_finished() && rx.poll_timeout().is_none(), "an aborted receiver stays awake");
             }
             4 => {
                 // A failed verdict with any announced block, however small

@@ -7,7 +7,8 @@
 //! Input: a setup byte (FEC on or off, file or stream, size), then
 //! operations read by `manyfold_fuzz::Reader`: 0 a built packet from one
 //! of 256 addresses, 1 raw bytes, 2 advance the clock, 3 jump to the next
-//! deadline, 4 `start`, 5 `extend` / `finish_source`.
+//! deadline, 4 `start` (with bit 6 of the op: `abort` with a fuzzed code),
+//! 5 `extend` / `finish_source`.
 //!
 //! Invariants: no panic; the receiver table stays within `max_receivers`;
 //! what the sender sends parses, goes to the group or to an address that
@@ -22,6 +23,7 @@ use std::time::Duration;
 use libfuzzer_sys::fuzz_target;
 use manyfold_fuzz::{address, fixup, origin, write_mc, Reader};
 use manyfold_proto::mcast::{Announcement, McastSender, SenderConfig};
+use manyfold_proto::wire::ErrorCode;
 
 const MAX_OPS: usize = 500;
 const MAX_RECEIVERS: usize = 4;
@@ -93,6 +95,11 @@ fuzz_target!(|data: &[u8]| {
                 if let Some(t) = tx.poll_timeout() {
                     now = now.max(t);
                 }
+            }
+            4 if op & 0x40 != 0 => {
+                // spec §16.7: the session ends at once; nothing more is due.
+                tx.abort(now, ErrorCode(r.u16()));
+                assert!(tx.is_done() && tx.poll_timeout().is_none(), "an aborted sender stays awake");
             }
             4 => tx.start(now),
             _ => {

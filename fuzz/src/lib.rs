@@ -10,10 +10,12 @@ use std::net::SocketAddr;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use manyfold_proto::mcast::wire::{emit, emit_announcement, emit_bytes, emit_invitation, emit_ranges, McPacket, UNKNOWN_TOTAL};
+use manyfold_proto::wire::mcast::{
+    emit, emit_announcement, emit_bytes, emit_code, emit_invitation, emit_ranges, McPacket, UNKNOWN_TOTAL,
+};
 use manyfold_proto::mcast::{Pattern, SEAL_OVERHEAD};
 use manyfold_proto::wire::chunk::{parse_chunks, summary, validate_chunks, Chunk, MAX_OFFSET};
-use manyfold_proto::wire::{seal, Flags, Header, Packet, PacketType, COOKIE_LEN, HEADER_LEN, PARAMS_LEN};
+use manyfold_proto::wire::{seal, ErrorCode, Flags, Header, Packet, PacketType, COOKIE_LEN, HEADER_LEN, PARAMS_LEN};
 use manyfold_proto::{Endpoint, EndpointConfig};
 
 /// The virtual clock's origin: one `Instant` captured once per process, so
@@ -207,14 +209,8 @@ pub fn emit_mc(p: &McPacket, out: &mut [u8]) -> Option<usize> {
     }
 }
 
-fn emit_error(o: &mut [u8], error: Option<u16>) -> usize {
-    match error {
-        Some(e) => {
-            o[..2].copy_from_slice(&e.to_be_bytes());
-            2
-        }
-        None => 0,
-    }
+fn emit_error(o: &mut [u8], error: Option<ErrorCode>) -> usize {
+    error.map_or(0, |e| emit_code(o, e))
 }
 
 /// Parses a multicast datagram and, when it parses, checks that
@@ -528,7 +524,7 @@ pub fn write_mc(r: &mut Reader, out: &mut [u8], session: u32, client: u32) -> us
             emit(out, ptype, flags, session, seq, network, client, |o| emit_ranges(o, ranges).0)
         }
         7 | 8 => {
-            let error = r.bool().then(|| r.u16());
+            let error = r.bool().then(|| ErrorCode(r.u16()));
             let flags = if error.is_some() { flags | Flags::ERR } else { flags };
             let (ptype, ack) = if kind % 12 == 7 { (PacketType::McStatus, network) } else { (PacketType::McEnd, 0) };
             emit(out, ptype, flags, session, seq, ack, client, |o| emit_error(o, error))

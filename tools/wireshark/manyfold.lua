@@ -94,7 +94,7 @@ local MAX_TYPE = 12
 local SEAL_HEAD = 4 + 8 -- sealed multicast packet: source, packet number (spec §19.7)
 local patterns = { [1] = "IK", [2] = "IKpsk1", [3] = "NNpsk0" }
 
--- spec §8.3 (connections), mcast/mod.rs `codes` (spec §16.7), and the
+-- wire::ErrorCode (spec §8.3 for connections, §16.7 for multicast), and the
 -- application codes manyfold itself sends in RESET/STOP chunks.
 local error_codes = {
     [1] = "APPLICATION",
@@ -106,6 +106,7 @@ local error_codes = {
     [7] = "WINDOW_TIMEOUT",
     [8] = "PROTECTION_MISMATCH",
     [9] = "AUTHENTICATION_FAILED",
+    [10] = "INTERRUPTED",
     [20] = "HASH_MISMATCH",
     [21] = "INCOMPLETE",
     [22] = "UNRESPONSIVE",

@@ -4,6 +4,7 @@
 //! date, machine and medians with their spread.
 
 mod child;
+mod failures;
 mod fairness;
 mod fanout;
 mod handshake;
@@ -112,6 +113,10 @@ enum Scenario {
     /// resident set sampled throughout, its second-half slope must be flat.
     /// Exits non-zero on any failure or on memory growth.
     Soak(soak::Args),
+    /// How long each failure takes to be known on the other side (issue
+    /// 19): a connect to a closed port, a killed receiver, an abort, a
+    /// process exiting at 30% loss, a hung receiver (`--stall`).
+    Failures(failures::Args),
     /// (internal) TCP receiver of the file-copy anchor.
     #[command(hide = true)]
     TcpRecv { listen: SocketAddr, out: PathBuf, hash: String },
@@ -141,6 +146,7 @@ fn main() -> Result<()> {
         Scenario::Sessions(args) => sessions::run(args),
         Scenario::Mcast(opts) => mcast::run(opts),
         Scenario::Soak(args) => soak::run(args),
+        Scenario::Failures(args) => failures::run(args),
         Scenario::TcpRecv { listen, out, hash } => tcp::recv(listen, &out, &hash),
         Scenario::TcpSend { file, to } => tcp::send(&file, to),
     }

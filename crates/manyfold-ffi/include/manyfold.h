@@ -71,18 +71,36 @@
 #define MF_DEFAULTS 0
 
 /**
- * Attribute: the probability, a `double` in [0, 1], that a datagram is
- * dropped on purpose, applied to datagrams sent and again to datagrams
- * received (librusp's `RUSP_ATTR_DROP`). Default 0.
+ * For `mf_set_attr`: `MF_DEFAULTS` and every open descriptor at once, as
+ * librusp's `ruspSetAttr` (which has no descriptor argument) sets them.
+ */
+#define MF_ALL -1
+
+/**
+ * Attribute: the probability, a `double` in [0, 1], that a received
+ * datagram is dropped on purpose (librusp's `RUSP_ATTR_DROPR`), as
+ * librusp drops: on receive only, so a rate set at both ends is that
+ * rate of loss each way. Default 0. Fixed when a descriptor is created.
  */
 #define MF_ATTR_DROP_RATE 1
 
 /**
  * Attribute: debug mode, an `int`, 0 or 1 (librusp's `RUSP_ATTR_DEBUG`):
  * every datagram sent, received or dropped is logged on stderr with its
- * header and chunks, and connection state changes too. Default 0.
+ * header and chunks, and connection state changes too. Process-wide, as
+ * in librusp: set on any descriptor, `MF_DEFAULTS` or `MF_ALL`, at any
+ * time, it switches the log of every endpoint. Default 0.
  */
 #define MF_ATTR_DEBUG 2
+
+/**
+ * Attribute: the seed of the drop generator, a `uint64_t`. 0 (the
+ * default) draws a new seed for every endpoint, so that each run drops
+ * other datagrams; any other value makes every run drop the same ones for
+ * the same traffic (the n-th endpoint the process creates derives its
+ * seed from this value and n). Fixed when a descriptor is created.
+ */
+#define MF_ATTR_SEED 3
 
 /**
  * Room for any "ip:port" string `mf_local` and `mf_peer` write, NUL
@@ -103,8 +121,9 @@
 #define MF_EINVAL -1
 
 /**
- * The descriptor is not open, or is of the wrong kind for the call (a
- * listener given to `mf_send`, say).
+ * The descriptor is not open (never opened, or already closed by
+ * `mf_close`), or is of the wrong kind for the call (a listener given to
+ * `mf_send`, say).
  */
 #define MF_EBADF -2
 
@@ -115,19 +134,24 @@
 #define MF_ECONNREFUSED -3
 
 /**
- * The peer did not answer: the handshake, the connection's idle timer or
- * its retransmissions timed out.
+ * The peer did not answer: the handshake, the connection's idle timer,
+ * its stall timer (data unacknowledged for 15 s) or its retransmissions
+ * timed out.
  */
 #define MF_ETIMEDOUT -4
 
 /**
- * The connection, listener or group is closed: writing after our side was
- * closed, or using an endpoint that was shut down.
+ * Closed while in use: a call blocked on a descriptor (receiving,
+ * sending, accepting, waiting) when another thread called `mf_close` on
+ * it returns this; so does writing after our side was closed. A call
+ * made on a descriptor after `mf_close` returned gets `MF_EBADF`.
  */
 #define MF_ECLOSED -5
 
 /**
- * The peer reset the connection or the stream, or it was aborted.
+ * The peer reset the connection or the stream, or it was aborted; or the
+ * peer is gone: its host answered ICMP port unreachable to an established
+ * connection.
  */
 #define MF_ERESET -6
 
@@ -149,8 +173,7 @@
 #define MF_EADDRNOTAVAIL -9
 
 /**
- * The operation is not supported here: setting an attribute of a live
- * descriptor (attributes are fixed when the descriptor is created).
+ * The operation is not supported here; the text says which and why.
  */
 #define MF_ENOTSUP -10
 
@@ -173,6 +196,20 @@
  * A bug inside the library (a caught panic); the text says where.
  */
 #define MF_EINTERNAL -14
+
+/**
+ * The peer's host, or the network to it, is unreachable (an ICMP host or
+ * network unreachable answered our datagrams).
+ */
+#define MF_EHOSTUNREACH -15
+
+/**
+ * Called in a child process after `fork()`: the library's connections and
+ * threads belong to the parent, and the child has neither. Every call in
+ * the child fails at once with this code (before touching any state);
+ * a process that forks before its first call is not affected.
+ */
+#define MF_EFORK -16
 
 /**
  * What `mf_recv_message` / `mf_group_recv_message` received.
@@ -211,7 +248,7 @@ extern "C" {
  * `ruspListen`). `ip` is a literal IPv4 or IPv6 address or a host name;
  * NULL means every IPv4 address ("0.0.0.0"). `port` 0 picks a free port:
  * `mf_local` tells which. The listener takes its attributes (drop rate,
- * debug) from `MF_DEFAULTS` as they are now.
+ * seed) from `MF_DEFAULTS` as they are now.
  *
  * Returns the listener's descriptor (> 0), or a negative `MF_E*` code:
  * `MF_EINVAL` for an address that does not resolve or a port outside
@@ -226,7 +263,9 @@ int mf_listen(const char *ip, int port);
  * Waits for the next peer to complete its handshake with the listener
  * `listener` (librusp's `ruspAccept`) and returns the new connection's
  * descriptor (> 0). Blocks until one arrives; `mf_close` of the listener
- * from another thread makes it return `MF_ECLOSED`.
+ * from another thread makes it return `MF_ECLOSED`, and from then on no
+ * connection is handed out: one whose handshake completed meanwhile is
+ * ended at once, so that its peer is not left connected to nothing.
  *
  * The connection has the listener's attributes.
  */
@@ -239,8 +278,10 @@ int mf_accept(int listener);
  * address or a host name; each address it resolves to is tried in turn.
  * The connection takes its attributes from `MF_DEFAULTS` as they are now.
  *
- * Fails with `MF_ECONNREFUSED` if a manyfold endpoint there is not
- * listening, `MF_ETIMEDOUT` if nothing answers within 10 seconds,
+ * Fails with `MF_ECONNREFUSED` at once if a manyfold endpoint there is
+ * not listening or nothing listens on that port (the host answers ICMP
+ * port unreachable), `MF_EHOSTUNREACH` if the network answers host
+ * unreachable, `MF_ETIMEDOUT` if nothing answers within 10 seconds,
  * `MF_EINVAL` for an address that does not resolve.
  *
  * # Safety
@@ -251,8 +292,10 @@ int mf_connect(const char *ip, int port);
 /**
  * Sends all `len` bytes at `buf` on the connection `conn` (librusp's
  * `ruspSend`), blocking while its send buffer is full. Returns `len`, or
- * a negative code: `MF_ECLOSED` after `mf_close`, `MF_ERESET` or
- * `MF_ETIMEDOUT` if the connection died.
+ * a negative code: `MF_ERESET`, `MF_ETIMEDOUT` or `MF_EHOSTUNREACH` if the
+ * connection died, `MF_ECLOSED` if another thread closed `conn` while
+ * this call was blocked (part of the data may have been sent),
+ * `MF_EBADF` if `conn` is not an open connection (also after `mf_close`).
  *
  * One thread may send while another receives on the same connection.
  *
@@ -265,7 +308,11 @@ ptrdiff_t mf_send(int conn, const void *buf, size_t len);
  * Receives up to `cap` bytes from the connection `conn` into `buf`
  * (librusp's `ruspReceive`), blocking until at least one byte arrives.
  * Returns the number of bytes received, 0 at the end of the peer's data
- * (it closed), or a negative code (`MF_EINVAL` if `cap` is 0).
+ * (it closed), or a negative code: `MF_ERESET`, `MF_ETIMEDOUT` or
+ * `MF_EHOSTUNREACH` if the connection died, `MF_ECLOSED` if another
+ * thread closed `conn` while this call was blocked, `MF_EBADF` if `conn`
+ * is not an open connection (also after `mf_close`), `MF_EINVAL` if
+ * `cap` is 0.
  *
  * # Safety
  * `buf` points to `cap` writable bytes.
@@ -274,19 +321,31 @@ ptrdiff_t mf_receive(int conn, void *buf, size_t cap);
 
 /**
  * Closes the descriptor `desc`, of any kind (librusp's `ruspClose`); the
- * descriptor is invalid afterwards, whatever the result.
+ * descriptor is invalid afterwards, whatever the result: later calls on
+ * it fail with `MF_EBADF`. Every call blocked on `desc` in another thread
+ * (`mf_receive`, `mf_send`, `mf_accept`, ...) returns `MF_ECLOSED` first.
  *
  * - A connection: sends the end of our data and blocks until the peer
  *   has acknowledged everything we sent; returns an error if the
  *   connection died before that (the text says how many bytes were never
  *   acknowledged). If the peer had not ended its side yet, then waits (at
  *   most 5 seconds) for its end, discarding data it still sends, and for
- *   a short TIME-WAIT (100 ms to 1 s, three of its retransmission
- *   timeouts), so that the peer's close completes even if this process
- *   exits right after. Returns `MF_OK` when our data was all delivered.
- * - A listener: stops accepting new peers; connections it accepted stay
- *   open. An `mf_accept` blocked on it returns `MF_ECLOSED`.
+ *   a short TIME-WAIT (four retransmission timeouts, 250 ms to 1 s), so
+ *   that the peer's close completes even if this process exits right
+ *   after. The socket of a connection made by `mf_connect` is
+ *   released before `mf_close` returns, or, if the peer had not ended its
+ *   side within the 5 seconds, as soon as it does (a reset after 60 s).
+ *   Returns `MF_OK` when our data was all delivered; else the code of
+ *   why the connection died first (`MF_ERESET`: the peer reset it or is
+ *   gone; `MF_ETIMEDOUT`: it stopped answering; `MF_EHOSTUNREACH`), the
+ *   text saying how many bytes the peer never acknowledged.
+ * - A listener: stops accepting new peers at once (their handshakes are
+ *   refused, and one that completed but was not yet accepted is reset);
+ *   connections it accepted stay open. An `mf_accept` blocked on it
+ *   returns `MF_ECLOSED`. Returns `MF_OK`.
  * - A group: as `mf_group_close`.
+ *
+ * `MF_EBADF` if `desc` is not open (never opened, or closed already).
  */
 int mf_close(int desc);
 
@@ -294,8 +353,9 @@ int mf_close(int desc);
  * Writes the local address of `desc` (a connection, listener or group)
  * into `buf` as a NUL-terminated "ip:port" string (`"[ip6]:port"` for
  * IPv6) (librusp's `ruspLocal`). A socket bound to every address shows
- * "0.0.0.0". Returns the string's length, or `MF_ETOOBIG` if it does not
- * fit in `cap` bytes with its NUL (`MF_ADDRSTRLEN` always suffices).
+ * "0.0.0.0". Returns the string's length, `MF_EBADF` if `desc` is not
+ * open, or `MF_ETOOBIG` if it does not fit in `cap` bytes with its NUL
+ * (`MF_ADDRSTRLEN` always suffices).
  *
  * # Safety
  * `buf` points to `cap` writable bytes.
@@ -317,7 +377,9 @@ int mf_peer(int conn, char *buf, size_t cap);
  * The local address of `desc` as a `struct sockaddr_in` or
  * `sockaddr_in6` written into `*addr`, as librusp's `ruspLocal` gives it.
  * Returns the length of the address written (for `bind`-style calls), or
- * a negative code.
+ * a negative code (`MF_EBADF` if `desc` is not open, `MF_EINVAL` for a
+ * NULL `addr`). rusp.h's `ruspLocal` returns 0 instead of the length, as
+ * librusp's.
  *
  * # Safety
  * `addr` points to a writable `struct sockaddr_storage`.
@@ -328,7 +390,8 @@ int mf_local_addr(int desc, struct sockaddr_storage *addr);
  * The peer's address of the connection `conn` as a `struct sockaddr_in`
  * or `sockaddr_in6` written into `*addr` (librusp's `ruspPeer`). Returns
  * the length of the address written, or a negative code (`MF_EBADF` for
- * a listener or group).
+ * a listener or group, or a descriptor not open). rusp.h's `ruspPeer`
+ * returns 0 instead of the length, as librusp's.
  *
  * # Safety
  * `addr` points to a writable `struct sockaddr_storage`.
@@ -345,7 +408,9 @@ int mf_peer_addr(int conn, struct sockaddr_storage *addr);
  *
  * Returns `MF_OK`, or `MF_ETOOBIG` for a message over the connection's
  * maximum (16 MiB; nothing is sent), `MF_ELIMIT` when too many streams are
- * open, or another negative code.
+ * open, `MF_ECLOSED` if another thread closed `conn` while this call was
+ * blocked, `MF_EBADF` if `conn` is not an open connection (also after
+ * `mf_close`), or the connection's error as `mf_send` gives it.
  *
  * # Safety
  * `buf` points to `len` readable bytes (or is NULL with `len` 0).
@@ -360,7 +425,10 @@ int mf_send_message(int conn, uint16_t stream, const void *buf, size_t len);
  * Returns 1 when something was received, 0 once the peer closed and
  * everything was read, or a negative code. `MF_ETOOBIG`: the message
  * (`info->len` bytes) does not fit in `cap`; nothing is lost, the next call
- * returns it (with a large enough buffer).
+ * returns it (with a large enough buffer). `MF_ECLOSED` if another thread
+ * closed `conn` while this call was blocked, `MF_EBADF` if `conn` is not
+ * an open connection (also after `mf_close`), or the connection's error
+ * as `mf_receive` gives it.
  *
  * # Safety
  * `info` points to a writable `mf_message`; `buf` to `cap` writable bytes
@@ -397,7 +465,9 @@ int mf_group_connect(const char *const *addrs, size_t count, int mode, int p, in
  * mode; blocks while the shared send buffer (64 MiB) is full. The data is
  * held once in memory whatever the number of peers. Returns the message's
  * group sequence number (0, 1, 2, ...), or a negative code
- * (`MF_EUNREACHABLE` if no peer the mode needs is left).
+ * (`MF_EUNREACHABLE` if no peer the mode needs is left, `MF_ECLOSED` if
+ * another thread closed `group` while this call was blocked, `MF_EBADF`
+ * if `group` is not an open group).
  *
  * # Safety
  * `buf` points to `len` readable bytes (or is NULL with `len` 0).
@@ -407,7 +477,8 @@ int64_t mf_group_send(int group, const void *buf, size_t len);
 /**
  * Blocks until every message sent to the group `group` is delivered in
  * its mode's sense (paper 00's WaitForSend). Returns `MF_OK` or a
- * negative code.
+ * negative code (`MF_ECLOSED` if another thread closed `group` while this
+ * call was blocked, `MF_EBADF` if `group` is not an open group).
  */
 int mf_group_wait(int group);
 
@@ -416,7 +487,8 @@ int mf_group_wait(int group);
  * sends back arrives, as `mf_recv_message` does for a connection;
  * `info->peer` says which peer. Returns 1 when something was received, 0
  * once the group is closed and nothing is left, or a negative code
- * (`MF_ETOOBIG` keeps the message for the next call).
+ * (`MF_ETOOBIG` keeps the message for the next call; `MF_ECLOSED` if
+ * another thread closed `group` while this call was blocked).
  *
  * # Safety
  * `info` points to a writable `mf_message`; `buf` to `cap` writable bytes
@@ -435,13 +507,19 @@ int mf_group_recv_message(int group, struct mf_message *info, void *buf, size_t 
 int mf_group_close(int group);
 
 /**
- * Sets attribute `attr` to the value at `value`, of `size` bytes
- * (librusp's `ruspSetAttr`): `MF_ATTR_DROP_RATE` takes a `double` in
- * [0, 1], `MF_ATTR_DEBUG` an `int` (0 or 1).
+ * Sets attribute `attr` of `desc` to the value at `value`, of `size`
+ * bytes (librusp's `ruspSetAttr`): `MF_ATTR_DROP_RATE` takes a `double`
+ * in [0, 1], `MF_ATTR_DEBUG` an `int` (0 or 1), `MF_ATTR_SEED` a
+ * `uint64_t`.
  *
- * Only `desc` = `MF_DEFAULTS` can be set: the values descriptors created
- * afterwards take, fixed for their lifetime (manyfold applies them when
- * it binds the socket). On an open descriptor it fails with `MF_ENOTSUP`.
+ * `desc` is `MF_DEFAULTS` (what descriptors created afterwards take),
+ * `MF_ALL` (the defaults and every open descriptor, as librusp's
+ * attributes), or an open descriptor. Debug is process-wide and takes
+ * effect at once whatever `desc` is. Drop rate and seed are fixed in a
+ * descriptor when it is created (manyfold applies them when it binds the
+ * socket): setting a different value on an open descriptor fails with
+ * `MF_ENOTSUP` and changes nothing; with `MF_ALL` the defaults are set
+ * first, and `MF_ENOTSUP` says that open descriptors keep their value.
  *
  * ```c
  * double drop = 0.05;
@@ -450,7 +528,7 @@ int mf_group_close(int group);
  *
  * Returns `MF_OK`, or `MF_EINVAL` for an unknown attribute, a wrong
  * `size`, a NULL `value` or a value out of range; `MF_EBADF` for a
- * descriptor that is not open.
+ * descriptor that is not open; `MF_ENOTSUP` as said above.
  *
  * # Safety
  * `value` points to `size` readable bytes.
@@ -459,10 +537,11 @@ int mf_set_attr(int desc, int attr, const void *value, size_t size);
 
 /**
  * Reads attribute `attr` of `desc` into `value`, of `size` bytes
- * (librusp's `ruspGetAttr`): of `MF_DEFAULTS`, or of an open descriptor
- * (the values it was created with). `MF_ATTR_DROP_RATE` is a `double`,
- * `MF_ATTR_DEBUG` an `int`. Returns `MF_OK` or a negative code as
- * `mf_set_attr`.
+ * (librusp's `ruspGetAttr`): of `MF_DEFAULTS` (or `MF_ALL`, the same), or
+ * of an open descriptor (the values it was created with; debug is the
+ * process's). `MF_ATTR_DROP_RATE` is a `double`, `MF_ATTR_DEBUG` an
+ * `int`, `MF_ATTR_SEED` a `uint64_t`. Returns `MF_OK` or a negative code
+ * as `mf_set_attr`.
  *
  * # Safety
  * `value` points to `size` writable bytes.

@@ -1,14 +1,15 @@
-//! librusp's developer utilities (paper 04 §2.2): the attributes drop rate
-//! and debug (`mf_set_attr`, `mf_get_attr`), and the text of errors
+//! librusp's developer utilities (paper 04 §2.2): the attributes drop rate,
+//! seed and debug (`mf_set_attr`, `mf_get_attr`), and the text of errors
 //! (`mf_last_error`, `mf_strerror`).
 //!
-//! Both attributes become the endpoint's configuration when it is bound
-//! (`manyfold::Config::faults.loss` and `Config::trace`); the driver offers
-//! no way to change them on a live endpoint, so a descriptor keeps the
-//! values `MF_DEFAULTS` had when it was created, and setting them on it
-//! fails with `MF_ENOTSUP`.
+//! Drop rate and seed become the endpoint's fault configuration when it is
+//! bound (`manyfold::Config::faults`: drops on receive only, where librusp
+//! drops). Debug is process-wide, as librusp's: every endpoint feeds the
+//! packet log (`Config::trace`), and one switch shows it on stderr or not,
+//! at any time.
 
 use std::ffi::{c_char, c_int, c_void};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Once;
 
 use crate::error::{describe, entry, last_error_ptr, Error, MF_ENOTSUP, MF_OK};
@@ -17,69 +18,139 @@ use crate::table::{self, Attrs};
 /// The descriptor of the attributes new descriptors take (`mf_listen`,
 /// `mf_connect`, `mf_group_connect` read them when they create one).
 pub const MF_DEFAULTS: c_int = 0;
+/// For `mf_set_attr`: `MF_DEFAULTS` and every open descriptor at once, as
+/// librusp's `ruspSetAttr` (which has no descriptor argument) sets them.
+pub const MF_ALL: c_int = -1;
 
-/// Attribute: the probability, a `double` in [0, 1], that a datagram is
-/// dropped on purpose, applied to datagrams sent and again to datagrams
-/// received (librusp's `RUSP_ATTR_DROP`). Default 0.
+/// Attribute: the probability, a `double` in [0, 1], that a received
+/// datagram is dropped on purpose (librusp's `RUSP_ATTR_DROPR`), as
+/// librusp drops: on receive only, so a rate set at both ends is that
+/// rate of loss each way. Default 0. Fixed when a descriptor is created.
 pub const MF_ATTR_DROP_RATE: c_int = 1;
 /// Attribute: debug mode, an `int`, 0 or 1 (librusp's `RUSP_ATTR_DEBUG`):
 /// every datagram sent, received or dropped is logged on stderr with its
-/// header and chunks, and connection state changes too. Default 0.
+/// header and chunks, and connection state changes too. Process-wide, as
+/// in librusp: set on any descriptor, `MF_DEFAULTS` or `MF_ALL`, at any
+/// time, it switches the log of every endpoint. Default 0.
 pub const MF_ATTR_DEBUG: c_int = 2;
+/// Attribute: the seed of the drop generator, a `uint64_t`. 0 (the
+/// default) draws a new seed for every endpoint, so that each run drops
+/// other datagrams; any other value makes every run drop the same ones for
+/// the same traffic (the n-th endpoint the process creates derives its
+/// seed from this value and n). Fixed when a descriptor is created.
+pub const MF_ATTR_SEED: c_int = 3;
 
 /// Room for any "ip:port" string `mf_local` and `mf_peer` write, NUL
 /// included.
 pub const MF_ADDRSTRLEN: usize = 64;
 
-/// Installs a stderr log of the packet trace (target `manyfold::packet`)
-/// and of state changes (`manyfold::state`) at DEBUG, once, unless the
-/// process already has a tracing subscriber. `RUST_LOG` overrides the
-/// filter.
-pub(crate) fn enable_debug_log(debug: bool) {
+/// The process-wide debug switch.
+static DEBUG: AtomicBool = AtomicBool::new(false);
+
+/// Switches the stderr log of the packet trace (target `manyfold::packet`)
+/// and of state changes (`manyfold::state`) on or off. The log is
+/// installed on first use, at DEBUG (`RUST_LOG` overrides the filter),
+/// unless the process already has a tracing subscriber.
+pub(crate) fn set_debug(on: bool) {
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    use tracing_subscriber::{filter, Layer};
     static INSTALL: Once = Once::new();
-    if !debug {
+    DEBUG.store(on, Ordering::Relaxed);
+    if !on {
         return;
     }
     INSTALL.call_once(|| {
         if tracing::dispatcher::has_been_set() {
             return;
         }
-        let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        let targets = tracing_subscriber::EnvFilter::try_from_default_env()
             .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("manyfold::packet=debug,manyfold::state=debug"));
-        let _ =
-            tracing_subscriber::fmt().with_writer(std::io::stderr).with_ansi(false).with_env_filter(filter).try_init();
+        // Asked on every event, so that the switch works at any time.
+        let switch = filter::dynamic_filter_fn(|_, _| DEBUG.load(Ordering::Relaxed));
+        let log = tracing_subscriber::fmt::layer()
+            .with_writer(std::io::stderr)
+            .with_ansi(false)
+            .with_filter(filter::FilterExt::and(targets, switch));
+        let _ = tracing_subscriber::registry().with(log).try_init();
     });
+}
+
+fn debug() -> bool {
+    DEBUG.load(Ordering::Relaxed)
 }
 
 fn attr_name(attr: c_int) -> Result<&'static str, Error> {
     match attr {
         MF_ATTR_DROP_RATE => Ok("MF_ATTR_DROP_RATE"),
         MF_ATTR_DEBUG => Ok("MF_ATTR_DEBUG"),
-        _ => Err(Error::invalid(format!("unknown attribute {attr} (known: MF_ATTR_DROP_RATE, MF_ATTR_DEBUG)"))),
+        MF_ATTR_SEED => Ok("MF_ATTR_SEED"),
+        _ => Err(Error::invalid(format!(
+            "unknown attribute {attr} (known: MF_ATTR_DROP_RATE, MF_ATTR_DEBUG, MF_ATTR_SEED)"
+        ))),
     }
 }
 
 fn check_size(call: &str, attr: c_int, size: usize) -> Result<(), Error> {
     let (want, ty) = match attr {
-        MF_ATTR_DROP_RATE => (std::mem::size_of::<f64>(), "double"),
-        _ => (std::mem::size_of::<c_int>(), "int"),
+        MF_ATTR_DROP_RATE => (std::mem::size_of::<f64>(), "a double"),
+        MF_ATTR_SEED => (std::mem::size_of::<u64>(), "a uint64_t"),
+        _ => (std::mem::size_of::<c_int>(), "an int"),
     };
     if size != want {
-        return Err(Error::invalid(format!(
-            "{call}: {} is an {ty} of {want} bytes, not {size} bytes",
-            attr_name(attr)?
-        )));
+        return Err(Error::invalid(format!("{call}: {} is {ty} of {want} bytes, not {size} bytes", attr_name(attr)?)));
     }
     Ok(())
 }
 
-/// Sets attribute `attr` to the value at `value`, of `size` bytes
-/// (librusp's `ruspSetAttr`): `MF_ATTR_DROP_RATE` takes a `double` in
-/// [0, 1], `MF_ATTR_DEBUG` an `int` (0 or 1).
+/// A value read from the caller, checked.
+enum Value {
+    DropRate(f64),
+    Debug(bool),
+    Seed(u64),
+}
+
+/// # Safety
+/// `value` is non-null with the attribute's size (checked by the caller).
+unsafe fn read_value(attr: c_int, value: *const c_void) -> Result<Value, Error> {
+    match attr {
+        MF_ATTR_DROP_RATE => {
+            // SAFETY: 8 readable bytes by the contract; read unaligned to
+            // ask nothing more of the caller's pointer.
+            let rate = unsafe { value.cast::<f64>().read_unaligned() };
+            if !(0.0..=1.0).contains(&rate) {
+                return Err(Error::invalid(format!("mf_set_attr: drop rate {rate} is not in [0, 1]")));
+            }
+            Ok(Value::DropRate(rate))
+        }
+        MF_ATTR_SEED => {
+            // SAFETY: as above, for a uint64_t.
+            Ok(Value::Seed(unsafe { value.cast::<u64>().read_unaligned() }))
+        }
+        _ => {
+            // SAFETY: as above, for an int.
+            let on = unsafe { value.cast::<c_int>().read_unaligned() };
+            if !matches!(on, 0 | 1) {
+                return Err(Error::invalid(format!("mf_set_attr: debug is {on}, not 0 or 1")));
+            }
+            Ok(Value::Debug(on == 1))
+        }
+    }
+}
+
+/// Sets attribute `attr` of `desc` to the value at `value`, of `size`
+/// bytes (librusp's `ruspSetAttr`): `MF_ATTR_DROP_RATE` takes a `double`
+/// in [0, 1], `MF_ATTR_DEBUG` an `int` (0 or 1), `MF_ATTR_SEED` a
+/// `uint64_t`.
 ///
-/// Only `desc` = `MF_DEFAULTS` can be set: the values descriptors created
-/// afterwards take, fixed for their lifetime (manyfold applies them when
-/// it binds the socket). On an open descriptor it fails with `MF_ENOTSUP`.
+/// `desc` is `MF_DEFAULTS` (what descriptors created afterwards take),
+/// `MF_ALL` (the defaults and every open descriptor, as librusp's
+/// attributes), or an open descriptor. Debug is process-wide and takes
+/// effect at once whatever `desc` is. Drop rate and seed are fixed in a
+/// descriptor when it is created (manyfold applies them when it binds the
+/// socket): setting a different value on an open descriptor fails with
+/// `MF_ENOTSUP` and changes nothing; with `MF_ALL` the defaults are set
+/// first, and `MF_ENOTSUP` says that open descriptors keep their value.
 ///
 /// ```c
 /// double drop = 0.05;
@@ -88,7 +159,7 @@ fn check_size(call: &str, attr: c_int, size: usize) -> Result<(), Error> {
 ///
 /// Returns `MF_OK`, or `MF_EINVAL` for an unknown attribute, a wrong
 /// `size`, a NULL `value` or a value out of range; `MF_EBADF` for a
-/// descriptor that is not open.
+/// descriptor that is not open; `MF_ENOTSUP` as said above.
 ///
 /// # Safety
 /// `value` points to `size` readable bytes.
@@ -96,50 +167,62 @@ fn check_size(call: &str, attr: c_int, size: usize) -> Result<(), Error> {
 pub unsafe extern "C" fn mf_set_attr(desc: c_int, attr: c_int, value: *const c_void, size: usize) -> c_int {
     entry("mf_set_attr", || {
         let name = attr_name(attr)?;
-        if desc != MF_DEFAULTS {
+        if desc != MF_DEFAULTS && desc != MF_ALL {
             table::get(desc)?;
-            return Err(Error::new(
-                MF_ENOTSUP,
-                format!(
-                    "mf_set_attr: {name} of descriptor {desc} was fixed when it was created; \
-                     set it on MF_DEFAULTS before mf_listen, mf_connect or mf_group_connect"
-                ),
-            ));
         }
         check_size("mf_set_attr", attr, size)?;
         if value.is_null() {
             return Err(Error::invalid("mf_set_attr: value is NULL"));
         }
-        let mut attrs = table::defaults();
-        match attr {
-            MF_ATTR_DROP_RATE => {
-                // SAFETY: non-null with `size` = 8 readable bytes (checked
-                // above) by the contract; read unaligned to ask nothing more.
-                let rate = unsafe { value.cast::<f64>().read_unaligned() };
-                if !(0.0..=1.0).contains(&rate) {
-                    return Err(Error::invalid(format!("mf_set_attr: drop rate {rate} is not in [0, 1]")));
-                }
-                attrs.drop_rate = rate;
+        // SAFETY: non-null with the attribute's size (checked above).
+        let value = unsafe { read_value(attr, value) }?;
+        if let Value::Debug(on) = value {
+            set_debug(on);
+            return Ok(MF_OK);
+        }
+        if matches!(desc, MF_DEFAULTS | MF_ALL) {
+            let mut attrs = table::defaults();
+            match value {
+                Value::DropRate(rate) => attrs.drop_rate = rate,
+                Value::Seed(seed) => attrs.seed = seed,
+                Value::Debug(_) => {}
             }
-            _ => {
-                // SAFETY: as above, for an int.
-                let on = unsafe { value.cast::<c_int>().read_unaligned() };
-                if !matches!(on, 0 | 1) {
-                    return Err(Error::invalid(format!("mf_set_attr: debug is {on}, not 0 or 1")));
-                }
-                attrs.debug = on == 1;
-                enable_debug_log(attrs.debug);
-            }
+        }
+        let fixed = |a: Attrs| match value {
+            Value::DropRate(rate) => a.drop_rate != rate,
+            Value::Seed(seed) => a.seed != seed,
+            Value::Debug(_) => false,
+        };
+        let live: Vec<c_int> = match desc {
+            MF_DEFAULTS => Vec::new(),
+            MF_ALL => table::open().into_iter().filter(|(_, h)| fixed(h.attrs())).map(|(d, _)| d).collect(),
+            d => [d].into_iter().filter(|&d| table::get(d).is_ok_and(|h| fixed(h.attrs()))).collect(),
+        };
+        if let Some(first) = live.first() {
+            let whose = if desc == MF_ALL {
+                format!("the defaults are set, but {} open descriptor(s) (the first {first}) keep theirs", live.len())
+            } else {
+                format!("descriptor {first} keeps its value")
+            };
+            return Err(Error::new(
+                MF_ENOTSUP,
+                format!(
+                    "mf_set_attr: {name} is fixed when a descriptor is created (manyfold applies it when it \
+                     binds the socket): {whose}; set it on MF_DEFAULTS before mf_listen, mf_connect or \
+                     mf_group_connect"
+                ),
+            ));
         }
         Ok(MF_OK)
     })
 }
 
 /// Reads attribute `attr` of `desc` into `value`, of `size` bytes
-/// (librusp's `ruspGetAttr`): of `MF_DEFAULTS`, or of an open descriptor
-/// (the values it was created with). `MF_ATTR_DROP_RATE` is a `double`,
-/// `MF_ATTR_DEBUG` an `int`. Returns `MF_OK` or a negative code as
-/// `mf_set_attr`.
+/// (librusp's `ruspGetAttr`): of `MF_DEFAULTS` (or `MF_ALL`, the same), or
+/// of an open descriptor (the values it was created with; debug is the
+/// process's). `MF_ATTR_DROP_RATE` is a `double`, `MF_ATTR_DEBUG` an
+/// `int`, `MF_ATTR_SEED` a `uint64_t`. Returns `MF_OK` or a negative code
+/// as `mf_set_attr`.
 ///
 /// # Safety
 /// `value` points to `size` writable bytes.
@@ -151,13 +234,16 @@ pub unsafe extern "C" fn mf_get_attr(desc: c_int, attr: c_int, value: *mut c_voi
         if value.is_null() {
             return Err(Error::invalid("mf_get_attr: value is NULL"));
         }
-        let attrs: Attrs = if desc == MF_DEFAULTS { *table::defaults() } else { table::get(desc)?.attrs() };
+        let attrs: Attrs =
+            if matches!(desc, MF_DEFAULTS | MF_ALL) { *table::defaults() } else { table::get(desc)?.attrs() };
         match attr {
             // SAFETY: non-null with `size` = 8 writable bytes (checked
             // above) by the contract; written unaligned to ask nothing more.
             MF_ATTR_DROP_RATE => unsafe { value.cast::<f64>().write_unaligned(attrs.drop_rate) },
+            // SAFETY: as above, for a uint64_t.
+            MF_ATTR_SEED => unsafe { value.cast::<u64>().write_unaligned(attrs.seed) },
             // SAFETY: as above, for an int.
-            _ => unsafe { value.cast::<c_int>().write_unaligned(c_int::from(attrs.debug)) },
+            _ => unsafe { value.cast::<c_int>().write_unaligned(c_int::from(debug())) },
         }
         Ok(MF_OK)
     })

@@ -21,19 +21,25 @@ pub const MF_OK: c_int = 0;
 /// address that does not parse, an unknown attribute or mode, a value out
 /// of range.
 pub const MF_EINVAL: c_int = -1;
-/// The descriptor is not open, or is of the wrong kind for the call (a
-/// listener given to `mf_send`, say).
+/// The descriptor is not open (never opened, or already closed by
+/// `mf_close`), or is of the wrong kind for the call (a listener given to
+/// `mf_send`, say).
 pub const MF_EBADF: c_int = -2;
 /// The peer refused the connection (nothing listening there, or its
 /// backlog is full).
 pub const MF_ECONNREFUSED: c_int = -3;
-/// The peer did not answer: the handshake, the connection's idle timer or
-/// its retransmissions timed out.
+/// The peer did not answer: the handshake, the connection's idle timer,
+/// its stall timer (data unacknowledged for 15 s) or its retransmissions
+/// timed out.
 pub const MF_ETIMEDOUT: c_int = -4;
-/// The connection, listener or group is closed: writing after our side was
-/// closed, or using an endpoint that was shut down.
+/// Closed while in use: a call blocked on a descriptor (receiving,
+/// sending, accepting, waiting) when another thread called `mf_close` on
+/// it returns this; so does writing after our side was closed. A call
+/// made on a descriptor after `mf_close` returned gets `MF_EBADF`.
 pub const MF_ECLOSED: c_int = -5;
-/// The peer reset the connection or the stream, or it was aborted.
+/// The peer reset the connection or the stream, or it was aborted; or the
+/// peer is gone: its host answered ICMP port unreachable to an established
+/// connection.
 pub const MF_ERESET: c_int = -6;
 /// Too big: a message larger than the connection's maximum (nothing was
 /// sent), or a result larger than the buffer given for it (nothing was
@@ -43,8 +49,7 @@ pub const MF_ETOOBIG: c_int = -7;
 pub const MF_EADDRINUSE: c_int = -8;
 /// The local address is not available on this host.
 pub const MF_EADDRNOTAVAIL: c_int = -9;
-/// The operation is not supported here: setting an attribute of a live
-/// descriptor (attributes are fixed when the descriptor is created).
+/// The operation is not supported here; the text says which and why.
 pub const MF_ENOTSUP: c_int = -10;
 /// A group could not be formed: fewer peers answered than it needs.
 pub const MF_EUNREACHABLE: c_int = -11;
@@ -54,6 +59,14 @@ pub const MF_ELIMIT: c_int = -12;
 pub const MF_EIO: c_int = -13;
 /// A bug inside the library (a caught panic); the text says where.
 pub const MF_EINTERNAL: c_int = -14;
+/// The peer's host, or the network to it, is unreachable (an ICMP host or
+/// network unreachable answered our datagrams).
+pub const MF_EHOSTUNREACH: c_int = -15;
+/// Called in a child process after `fork()`: the library's connections and
+/// threads belong to the parent, and the child has neither. Every call in
+/// the child fails at once with this code (before touching any state);
+/// a process that forks before its first call is not affected.
+pub const MF_EFORK: c_int = -16;
 
 /// A failed call: the code it returns and the text `mf_last_error` gives.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -82,7 +95,14 @@ impl Error {
             mf::ConnectionError::StreamLimit(_) => MF_ELIMIT,
             mf::ConnectionError::StreamReset(_) => MF_ERESET,
             mf::ConnectionError::EndpointClosed | mf::ConnectionError::Finished => MF_ECLOSED,
-            other => kind_code(other.kind()),
+            // spec §6.7: ICMP port unreachable in SYN-SENT is Refused; later
+            // it means the peer is gone (as a reset); host unreachable is its own.
+            other => match other.close_reason() {
+                Some(mf::CloseReason::Refused) => MF_ECONNREFUSED,
+                Some(mf::CloseReason::Unreachable(manyfold_proto::UnreachableKind::Host)) => MF_EHOSTUNREACH,
+                Some(mf::CloseReason::Unreachable(manyfold_proto::UnreachableKind::Port)) => MF_ERESET,
+                _ => kind_code(other.kind()),
+            },
         };
         Error::new(code, format!("{what}: {e}"))
     }
@@ -115,6 +135,7 @@ pub(crate) fn kind_code(kind: io::ErrorKind) -> c_int {
         K::TimedOut => MF_ETIMEDOUT,
         K::ConnectionReset | K::ConnectionAborted => MF_ERESET,
         K::BrokenPipe | K::NotConnected => MF_ECLOSED,
+        K::HostUnreachable | K::NetworkUnreachable => MF_EHOSTUNREACH,
         K::AddrInUse => MF_EADDRINUSE,
         K::AddrNotAvailable => MF_EADDRNOTAVAIL,
         K::QuotaExceeded => MF_ELIMIT,
@@ -141,6 +162,8 @@ pub(crate) fn describe(code: c_int) -> &'static CStr {
         MF_ELIMIT => c"limit reached",
         MF_EIO => c"I/O error",
         MF_EINTERNAL => c"internal error in libmanyfold",
+        MF_EHOSTUNREACH => c"host unreachable",
+        MF_EFORK => c"called in a child process after fork(): the library belongs to the parent",
         _ => c"unknown error code",
     }
 }
@@ -149,6 +172,17 @@ thread_local! {
     /// The text of this thread's last error; its buffer is what
     /// `mf_last_error` points into, replaced on the next failure.
     static LAST_ERROR: RefCell<CString> = RefCell::new(CString::default());
+}
+
+/// Empties this thread's last error (a successful call). Allocates
+/// nothing when it is already empty.
+pub(crate) fn clear_last_error() {
+    LAST_ERROR.with(|e| {
+        let mut e = e.borrow_mut();
+        if !e.as_bytes().is_empty() {
+            *e = CString::default();
+        }
+    });
 }
 
 pub(crate) fn set_last_error(text: &str) {
@@ -187,11 +221,19 @@ impl Code for i64 {
 }
 
 /// Runs the body of an exported function: its error becomes its code and
-/// this thread's last error; a panic is caught here, never unwinding into
-/// C, and becomes `MF_EINTERNAL`.
+/// this thread's last error, success empties the last error; a panic is
+/// caught here, never unwinding into C, and becomes `MF_EINTERNAL`. In a
+/// child process after `fork()` the body does not run: `MF_EFORK`.
 pub(crate) fn entry<T: Code>(name: &str, body: impl FnOnce() -> Result<T, Error>) -> T {
+    if let Err(e) = crate::table::check_process(name) {
+        set_last_error(&e.text);
+        return T::from_code(e.code);
+    }
     match catch_unwind(AssertUnwindSafe(body)) {
-        Ok(Ok(v)) => v,
+        Ok(Ok(v)) => {
+            clear_last_error();
+            v
+        }
         Ok(Err(e)) => {
             set_last_error(&e.text);
             T::from_code(e.code)

@@ -109,15 +109,19 @@ pub unsafe extern "C" fn mf_group_connect(
         };
         let config = mf::GroupConfig { mode, min_peers, ..mf::GroupConfig::default() };
         let attrs = *table::defaults();
-        crate::developer::enable_debug_log(attrs.debug);
         let v6 = peers[0].is_ipv6();
         let local: SocketAddr = if v6 { ([0u16; 8], 0).into() } else { ([0, 0, 0, 0], 0).into() };
         in_runtime(|rt| {
             let formed = rt.block_on(async {
-                let endpoint = mf::Endpoint::bind(local, attrs.config(table::next_seed()))
+                let endpoint = mf::Endpoint::bind(local, attrs.config(table::next_endpoint()))
                     .await
                     .map_err(|e| Err(Error::io("mf_group_connect: bind", &e)))?;
-                match endpoint.group(&peers, config).await {
+                let formed = endpoint.group(&peers, config).await;
+                if formed.is_err() {
+                    // No group: release the socket now, ending any half-made peer.
+                    endpoint.shutdown_within(Duration::ZERO).await;
+                }
+                match formed {
                     Ok((group, unreachable)) => Ok((endpoint, group, unreachable)),
                     Err(mf::GroupError::Unreachable(unreachable)) => {
                         let e = Error::group("mf_group_connect", &mf::GroupError::Unreachable(unreachable.clone()));
@@ -137,7 +141,8 @@ pub unsafe extern "C" fn mf_group_connect(
             match formed {
                 Ok((endpoint, group, unreachable)) => {
                     fill(status, &unreachable);
-                    let entry = GroupEntry { group, endpoint, attrs, pending: Mutex::new(None) };
+                    let entry =
+                        GroupEntry { group, endpoint, attrs, pending: Mutex::new(None), closing: Default::default() };
                     table::insert(Handle::Group(Arc::new(entry)))
                 }
                 Err(Ok((e, unreachable))) => {
@@ -154,7 +159,9 @@ pub unsafe extern "C" fn mf_group_connect(
 /// mode; blocks while the shared send buffer (64 MiB) is full. The data is
 /// held once in memory whatever the number of peers. Returns the message's
 /// group sequence number (0, 1, 2, ...), or a negative code
-/// (`MF_EUNREACHABLE` if no peer the mode needs is left).
+/// (`MF_EUNREACHABLE` if no peer the mode needs is left, `MF_ECLOSED` if
+/// another thread closed `group` while this call was blocked, `MF_EBADF`
+/// if `group` is not an open group).
 ///
 /// # Safety
 /// `buf` points to `len` readable bytes (or is NULL with `len` 0).
@@ -165,8 +172,9 @@ pub unsafe extern "C" fn mf_group_send(group: c_int, buf: *const c_void, len: us
         // SAFETY: `len` readable bytes at `buf` by the contract above.
         let data = unsafe { cabi::data(buf, len, "mf_group_send: buf") }?;
         let seq = in_runtime(|rt| {
-            rt.block_on(g.group.send(data.to_vec()))
-                .map_err(|e| Error::group(&format!("mf_group_send on group {group}"), &e))
+            let what = || format!("mf_group_send on group {group}");
+            g.closing
+                .block_on(rt, what, async { g.group.send(data.to_vec()).await.map_err(|e| Error::group(&what(), &e)) })
         })?;
         Ok(i64::try_from(seq).unwrap_or(i64::MAX))
     })
@@ -174,14 +182,15 @@ pub unsafe extern "C" fn mf_group_send(group: c_int, buf: *const c_void, len: us
 
 /// Blocks until every message sent to the group `group` is delivered in
 /// its mode's sense (paper 00's WaitForSend). Returns `MF_OK` or a
-/// negative code.
+/// negative code (`MF_ECLOSED` if another thread closed `group` while this
+/// call was blocked, `MF_EBADF` if `group` is not an open group).
 #[no_mangle]
 pub extern "C" fn mf_group_wait(group: c_int) -> c_int {
     entry("mf_group_wait", || {
         let g = table::group(group, "mf_group_wait")?;
         in_runtime(|rt| {
-            rt.block_on(g.group.wait_for_send())
-                .map_err(|e| Error::group(&format!("mf_group_wait on group {group}"), &e))
+            let what = || format!("mf_group_wait on group {group}");
+            g.closing.block_on(rt, what, async { g.group.wait_for_send().await.map_err(|e| Error::group(&what(), &e)) })
         })?;
         Ok(MF_OK)
     })
@@ -191,7 +200,8 @@ pub extern "C" fn mf_group_wait(group: c_int) -> c_int {
 /// sends back arrives, as `mf_recv_message` does for a connection;
 /// `info->peer` says which peer. Returns 1 when something was received, 0
 /// once the group is closed and nothing is left, or a negative code
-/// (`MF_ETOOBIG` keeps the message for the next call).
+/// (`MF_ETOOBIG` keeps the message for the next call; `MF_ECLOSED` if
+/// another thread closed `group` while this call was blocked).
 ///
 /// # Safety
 /// `info` points to a writable `mf_message`; `buf` to `cap` writable bytes
@@ -209,16 +219,21 @@ pub unsafe extern "C" fn mf_group_recv_message(
         let info = unsafe { cabi::out(info) }.ok_or_else(|| Error::invalid("mf_group_recv_message: info is NULL"))?;
         // SAFETY: `cap` writable bytes at `buf` by the contract above.
         let buf = unsafe { cabi::buffer(buf, cap, "mf_group_recv_message: buf") }?;
-        let next = || in_runtime(|rt| Ok(rt.block_on(g.group.recv_message())));
+        let next = || {
+            in_runtime(|rt| {
+                let what = || format!("mf_group_recv_message on group {group}");
+                g.closing.block_on(rt, what, async { Ok(g.group.recv_message().await) })
+            })
+        };
         receive(&g.pending, next, |d: mf::Destination| (d.stream, d.peer.0), info, buf, "mf_group_recv_message")
     })
 }
 
 /// The group's close as `mf_close` of a connection does it (see
 /// `close_connection`): every peer has acknowledged everything, then each
-/// peer's own end is awaited (at most 5 seconds in all) and a short
-/// TIME-WAIT follows, so that receivers closing after the sender can
-/// complete their close even if the sender's process exits next.
+/// peer's own end is awaited (at most 5 seconds in all); the endpoint's
+/// shutdown then lingers in TIME-WAIT, so that receivers closing after the
+/// sender can complete their close even if the sender's process exits next.
 pub(crate) async fn close_group(group: &mf::Group) -> Result<(), mf::GroupError> {
     use tokio::io::AsyncReadExt;
     group.close().await?;
@@ -246,8 +261,7 @@ pub(crate) async fn close_group(group: &mf::Group) -> Result<(), mf::GroupError>
         }
         waiting = still;
     }
-    let linger = peers.iter().filter_map(|(_, p)| p.conn.as_ref()).map(crate::stream::time_wait).max();
-    tokio::time::sleep(linger.unwrap_or(Duration::from_millis(100))).await;
+    // The TIME-WAIT linger is the endpoint's shutdown's (`stream::close`).
     Ok(())
 }
 

@@ -14,12 +14,18 @@
 //! Layout: `stream` (librusp's calls), `message` (messages on streams),
 //! `group`, `developer` (attributes and error text); behind them `table`
 //! (descriptors, attributes, the runtime), `error` (codes, the panic guard
-//! at every entry point) and `cabi` (pointer checks).
+//! at every entry point), `cabi` (pointer checks) and `exit` (connections
+//! left open when the process exits are reset, so that no peer waits).
 //!
 //! Do not `fork()` after the first call: the library runs its connections
-//! on two internal threads, which a child process does not have. The
-//! concurrent echo server of paper 04 §3.1 forks per client; the example
-//! here uses a thread per client instead.
+//! on two internal threads, which a child process does not have; every
+//! call in such a child fails at once with `MF_EFORK`. The concurrent echo
+//! server of paper 04 §3.1 forks per client; the examples here (and
+//! librusp's own samples) use a thread per client instead.
+//!
+//! `include/rusp.h` (not generated) gives librusp's own names, argument
+//! order and return conventions on top of these calls, so that librusp
+//! programs build unchanged.
 
 // This crate is a C ABI: its exported functions need `#[no_mangle]` and
 // raw pointers, which the workspace's `unsafe_code = "deny"` forbids.
@@ -39,12 +45,13 @@ mod developer;
 
 mod cabi;
 mod error;
+mod exit;
 mod table;
 
 pub use developer::*;
 pub use error::{
-    MF_EADDRINUSE, MF_EADDRNOTAVAIL, MF_EBADF, MF_ECLOSED, MF_ECONNREFUSED, MF_EINTERNAL, MF_EINVAL, MF_EIO, MF_ELIMIT,
-    MF_ENOTSUP, MF_ERESET, MF_ETIMEDOUT, MF_ETOOBIG, MF_EUNREACHABLE, MF_OK,
+    MF_EADDRINUSE, MF_EADDRNOTAVAIL, MF_EBADF, MF_ECLOSED, MF_ECONNREFUSED, MF_EFORK, MF_EHOSTUNREACH, MF_EINTERNAL,
+    MF_EINVAL, MF_EIO, MF_ELIMIT, MF_ENOTSUP, MF_ERESET, MF_ETIMEDOUT, MF_ETOOBIG, MF_EUNREACHABLE, MF_OK,
 };
 pub use group::*;
 pub use message::*;

@@ -119,7 +119,9 @@ pub(crate) fn receive<K: Copy>(
 ///
 /// Returns `MF_OK`, or `MF_ETOOBIG` for a message over the connection's
 /// maximum (16 MiB; nothing is sent), `MF_ELIMIT` when too many streams are
-/// open, or another negative code.
+/// open, `MF_ECLOSED` if another thread closed `conn` while this call was
+/// blocked, `MF_EBADF` if `conn` is not an open connection (also after
+/// `mf_close`), or the connection's error as `mf_send` gives it.
 ///
 /// # Safety
 /// `buf` points to `len` readable bytes (or is NULL with `len` 0).
@@ -130,8 +132,10 @@ pub unsafe extern "C" fn mf_send_message(conn: c_int, stream: u16, buf: *const c
         // SAFETY: `len` readable bytes at `buf` by the contract above.
         let data = unsafe { cabi::data(buf, len, "mf_send_message: buf") }?;
         in_runtime(|rt| {
-            rt.block_on(s.streams.send_message(stream, data))
-                .map_err(|e| Error::conn(&format!("mf_send_message on connection {conn} stream {stream}"), &e))
+            let what = || format!("mf_send_message on connection {conn} stream {stream}");
+            s.closing.block_on(rt, what, async {
+                s.streams.send_message(stream, data).await.map_err(|e| Error::conn(&what(), &e))
+            })
         })?;
         Ok(MF_OK)
     })
@@ -144,7 +148,10 @@ pub unsafe extern "C" fn mf_send_message(conn: c_int, stream: u16, buf: *const c
 /// Returns 1 when something was received, 0 once the peer closed and
 /// everything was read, or a negative code. `MF_ETOOBIG`: the message
 /// (`info->len` bytes) does not fit in `cap`; nothing is lost, the next call
-/// returns it (with a large enough buffer).
+/// returns it (with a large enough buffer). `MF_ECLOSED` if another thread
+/// closed `conn` while this call was blocked, `MF_EBADF` if `conn` is not
+/// an open connection (also after `mf_close`), or the connection's error
+/// as `mf_receive` gives it.
 ///
 /// # Safety
 /// `info` points to a writable `mf_message`; `buf` to `cap` writable bytes
@@ -159,8 +166,9 @@ pub unsafe extern "C" fn mf_recv_message(conn: c_int, info: *mut MfMessage, buf:
         let buf = unsafe { cabi::buffer(buf, cap, "mf_recv_message: buf") }?;
         let next = || {
             in_runtime(|rt| {
-                rt.block_on(s.streams.recv_message())
-                    .map_err(|e| Error::conn(&format!("mf_recv_message on connection {conn}"), &e))
+                let what = || format!("mf_recv_message on connection {conn}");
+                s.closing
+                    .block_on(rt, what, async { s.streams.recv_message().await.map_err(|e| Error::conn(&what(), &e)) })
             })
         };
         let got = receive(&s.pending, next, |stream| (stream, 0), info, buf, "mf_recv_message")?;

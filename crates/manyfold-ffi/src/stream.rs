@@ -10,17 +10,16 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::sync::watch;
 
 use crate::cabi;
 use crate::error::{entry, Error, MF_EBADF, MF_ECLOSED, MF_OK};
-use crate::table::{self, in_runtime, Handle, ListenerEntry, StreamEntry};
+use crate::table::{self, in_runtime, Closing, Handle, ListenerEntry, StreamEntry};
 
 /// Opens a listening endpoint bound to `ip` and `port` (librusp's
 /// `ruspListen`). `ip` is a literal IPv4 or IPv6 address or a host name;
 /// NULL means every IPv4 address ("0.0.0.0"). `port` 0 picks a free port:
 /// `mf_local` tells which. The listener takes its attributes (drop rate,
-/// debug) from `MF_DEFAULTS` as they are now.
+/// seed) from `MF_DEFAULTS` as they are now.
 ///
 /// Returns the listener's descriptor (> 0), or a negative `MF_E*` code:
 /// `MF_EINVAL` for an address that does not resolve or a port outside
@@ -39,14 +38,12 @@ pub unsafe extern "C" fn mf_listen(ip: *const c_char, port: c_int) -> c_int {
         };
         let addr = cabi::resolve(host, port, "mf_listen")?[0];
         let attrs = *table::defaults();
-        crate::developer::enable_debug_log(attrs.debug);
         in_runtime(|rt| {
             let endpoint = rt
-                .block_on(mf::Endpoint::bind(addr, attrs.config(table::next_seed())))
+                .block_on(mf::Endpoint::bind(addr, attrs.config(table::next_endpoint())))
                 .map_err(|e| Error::io(&format!("mf_listen on {addr}"), &e))?;
             endpoint.listen();
-            let (closed, _) = watch::channel(false);
-            table::insert(Handle::Listener(Arc::new(ListenerEntry { endpoint, attrs, closed })))
+            table::insert(Handle::Listener(Arc::new(ListenerEntry { endpoint, attrs, closing: Closing::default() })))
         })
     })
 }
@@ -54,7 +51,9 @@ pub unsafe extern "C" fn mf_listen(ip: *const c_char, port: c_int) -> c_int {
 /// Waits for the next peer to complete its handshake with the listener
 /// `listener` (librusp's `ruspAccept`) and returns the new connection's
 /// descriptor (> 0). Blocks until one arrives; `mf_close` of the listener
-/// from another thread makes it return `MF_ECLOSED`.
+/// from another thread makes it return `MF_ECLOSED`, and from then on no
+/// connection is handed out: one whose handshake completed meanwhile is
+/// ended at once, so that its peer is not left connected to nothing.
 ///
 /// The connection has the listener's attributes.
 #[no_mangle]
@@ -62,21 +61,23 @@ pub extern "C" fn mf_accept(listener: c_int) -> c_int {
     entry("mf_accept", || {
         let l = table::listener(listener, "mf_accept")?;
         in_runtime(|rt| {
-            let mut closed = l.closed.subscribe();
-            let conn = rt.block_on(async {
-                tokio::select! {
-                    conn = l.endpoint.accept() => conn,
-                    _ = closed.wait_for(|c| *c) => None,
-                }
-            });
-            let conn =
-                conn.ok_or_else(|| Error::new(MF_ECLOSED, format!("mf_accept: listener {listener} is closed")))?;
+            let what = || format!("mf_accept on listener {listener}");
+            let conn = l.closing.block_on(rt, what, async {
+                l.endpoint.accept().await.ok_or_else(|| Error::new(MF_ECLOSED, format!("{}: endpoint stopped", what())))
+            })?;
+            if l.closing.is_closed() {
+                // Closed while this connection was being handed over: it
+                // would have no owner. Reset it, so that the peer knows at once.
+                conn.abort(mf::ErrorCode::REFUSED);
+                return Err(Error::new(MF_ECLOSED, format!("{}: closed by mf_close on another thread", what())));
+            }
             let entry = StreamEntry {
                 streams: conn.streams(),
                 local: conn.local_addr().unwrap_or_else(|_| l.endpoint.local_addr().unwrap_or(unspecified(false))),
                 peer: conn.peer_addr(),
                 conn: Mutex::new(Some(conn)),
-                _endpoint: None,
+                endpoint: Mutex::new(None),
+                closing: Closing::default(),
                 attrs: l.attrs,
                 pending: Mutex::new(None),
                 peer_ended: AtomicBool::new(false),
@@ -100,8 +101,10 @@ fn unspecified(v6: bool) -> SocketAddr {
 /// address or a host name; each address it resolves to is tried in turn.
 /// The connection takes its attributes from `MF_DEFAULTS` as they are now.
 ///
-/// Fails with `MF_ECONNREFUSED` if a manyfold endpoint there is not
-/// listening, `MF_ETIMEDOUT` if nothing answers within 10 seconds,
+/// Fails with `MF_ECONNREFUSED` at once if a manyfold endpoint there is
+/// not listening or nothing listens on that port (the host answers ICMP
+/// port unreachable), `MF_EHOSTUNREACH` if the network answers host
+/// unreachable, `MF_ETIMEDOUT` if nothing answers within 10 seconds,
 /// `MF_EINVAL` for an address that does not resolve.
 ///
 /// # Safety
@@ -112,17 +115,23 @@ pub unsafe extern "C" fn mf_connect(ip: *const c_char, port: c_int) -> c_int {
         // SAFETY: NUL-terminated (or null, which `text` refuses) by the contract above.
         let host = unsafe { cabi::text(ip, "mf_connect: ip") }?;
         let attrs = *table::defaults();
-        crate::developer::enable_debug_log(attrs.debug);
         let mut last = None;
         for addr in cabi::resolve(host, port, "mf_connect")? {
             let attempt = in_runtime(|rt| {
                 rt.block_on(async {
                     let what = format!("mf_connect to {addr}");
-                    let endpoint = mf::Endpoint::bind(unspecified(addr.is_ipv6()), attrs.config(table::next_seed()))
-                        .await
-                        .map_err(|e| Error::io(&what, &e))?;
-                    let conn = endpoint.connect(addr).await.map_err(|e| Error::conn(&what, &e))?;
-                    Ok((endpoint, conn))
+                    let endpoint =
+                        mf::Endpoint::bind(unspecified(addr.is_ipv6()), attrs.config(table::next_endpoint()))
+                            .await
+                            .map_err(|e| Error::io(&what, &e))?;
+                    match endpoint.connect(addr).await {
+                        Ok(conn) => Ok((endpoint, conn)),
+                        Err(e) => {
+                            // Release the socket now, not when the driver notices.
+                            endpoint.shutdown_within(Duration::ZERO).await;
+                            Err(Error::conn(&what, &e))
+                        }
+                    }
                 })
             });
             match attempt {
@@ -132,7 +141,8 @@ pub unsafe extern "C" fn mf_connect(ip: *const c_char, port: c_int) -> c_int {
                         local: endpoint.local_addr().unwrap_or(unspecified(addr.is_ipv6())),
                         peer: conn.peer_addr(),
                         conn: Mutex::new(Some(conn)),
-                        _endpoint: Some(endpoint),
+                        endpoint: Mutex::new(Some(endpoint)),
+                        closing: Closing::default(),
                         attrs,
                         pending: Mutex::new(None),
                         peer_ended: AtomicBool::new(false),
@@ -148,8 +158,10 @@ pub unsafe extern "C" fn mf_connect(ip: *const c_char, port: c_int) -> c_int {
 
 /// Sends all `len` bytes at `buf` on the connection `conn` (librusp's
 /// `ruspSend`), blocking while its send buffer is full. Returns `len`, or
-/// a negative code: `MF_ECLOSED` after `mf_close`, `MF_ERESET` or
-/// `MF_ETIMEDOUT` if the connection died.
+/// a negative code: `MF_ERESET`, `MF_ETIMEDOUT` or `MF_EHOSTUNREACH` if the
+/// connection died, `MF_ECLOSED` if another thread closed `conn` while
+/// this call was blocked (part of the data may have been sent),
+/// `MF_EBADF` if `conn` is not an open connection (also after `mf_close`).
 ///
 /// One thread may send while another receives on the same connection.
 ///
@@ -162,8 +174,9 @@ pub unsafe extern "C" fn mf_send(conn: c_int, buf: *const c_void, len: usize) ->
         // SAFETY: `len` readable bytes at `buf` by the contract above.
         let data = unsafe { cabi::data(buf, len, "mf_send: buf") }?;
         in_runtime(|rt| {
-            rt.block_on(s.streams.io(0).write_all(data))
-                .map_err(|e| Error::io(&format!("mf_send on connection {conn}"), &e))
+            let what = || format!("mf_send on connection {conn}");
+            s.closing
+                .block_on(rt, what, async { s.streams.io(0).write_all(data).await.map_err(|e| Error::io(&what(), &e)) })
         })?;
         Ok(data.len() as isize)
     })
@@ -172,7 +185,11 @@ pub unsafe extern "C" fn mf_send(conn: c_int, buf: *const c_void, len: usize) ->
 /// Receives up to `cap` bytes from the connection `conn` into `buf`
 /// (librusp's `ruspReceive`), blocking until at least one byte arrives.
 /// Returns the number of bytes received, 0 at the end of the peer's data
-/// (it closed), or a negative code (`MF_EINVAL` if `cap` is 0).
+/// (it closed), or a negative code: `MF_ERESET`, `MF_ETIMEDOUT` or
+/// `MF_EHOSTUNREACH` if the connection died, `MF_ECLOSED` if another
+/// thread closed `conn` while this call was blocked, `MF_EBADF` if `conn`
+/// is not an open connection (also after `mf_close`), `MF_EINVAL` if
+/// `cap` is 0.
 ///
 /// # Safety
 /// `buf` points to `cap` writable bytes.
@@ -186,8 +203,8 @@ pub unsafe extern "C" fn mf_receive(conn: c_int, buf: *mut c_void, cap: usize) -
         // SAFETY: `cap` writable bytes at `buf` by the contract above.
         let out = unsafe { cabi::buffer(buf, cap, "mf_receive: buf") }?;
         let n = in_runtime(|rt| {
-            rt.block_on(s.streams.io(0).read(out))
-                .map_err(|e| Error::io(&format!("mf_receive on connection {conn}"), &e))
+            let what = || format!("mf_receive on connection {conn}");
+            s.closing.block_on(rt, what, async { s.streams.io(0).read(out).await.map_err(|e| Error::io(&what(), &e)) })
         })?;
         if n == 0 {
             s.peer_ended.store(true, Ordering::Release);
@@ -197,19 +214,31 @@ pub unsafe extern "C" fn mf_receive(conn: c_int, buf: *mut c_void, cap: usize) -
 }
 
 /// Closes the descriptor `desc`, of any kind (librusp's `ruspClose`); the
-/// descriptor is invalid afterwards, whatever the result.
+/// descriptor is invalid afterwards, whatever the result: later calls on
+/// it fail with `MF_EBADF`. Every call blocked on `desc` in another thread
+/// (`mf_receive`, `mf_send`, `mf_accept`, ...) returns `MF_ECLOSED` first.
 ///
 /// - A connection: sends the end of our data and blocks until the peer
 ///   has acknowledged everything we sent; returns an error if the
 ///   connection died before that (the text says how many bytes were never
 ///   acknowledged). If the peer had not ended its side yet, then waits (at
 ///   most 5 seconds) for its end, discarding data it still sends, and for
-///   a short TIME-WAIT (100 ms to 1 s, three of its retransmission
-///   timeouts), so that the peer's close completes even if this process
-///   exits right after. Returns `MF_OK` when our data was all delivered.
-/// - A listener: stops accepting new peers; connections it accepted stay
-///   open. An `mf_accept` blocked on it returns `MF_ECLOSED`.
+///   a short TIME-WAIT (four retransmission timeouts, 250 ms to 1 s), so
+///   that the peer's close completes even if this process exits right
+///   after. The socket of a connection made by `mf_connect` is
+///   released before `mf_close` returns, or, if the peer had not ended its
+///   side within the 5 seconds, as soon as it does (a reset after 60 s).
+///   Returns `MF_OK` when our data was all delivered; else the code of
+///   why the connection died first (`MF_ERESET`: the peer reset it or is
+///   gone; `MF_ETIMEDOUT`: it stopped answering; `MF_EHOSTUNREACH`), the
+///   text saying how many bytes the peer never acknowledged.
+/// - A listener: stops accepting new peers at once (their handshakes are
+///   refused, and one that completed but was not yet accepted is reset);
+///   connections it accepted stay open. An `mf_accept` blocked on it
+///   returns `MF_ECLOSED`. Returns `MF_OK`.
 /// - A group: as `mf_group_close`.
+///
+/// `MF_EBADF` if `desc` is not open (never opened, or closed already).
 #[no_mangle]
 pub extern "C" fn mf_close(desc: c_int) -> c_int {
     entry("mf_close", || close(desc))
@@ -220,18 +249,41 @@ pub(crate) fn close(desc: c_int) -> Result<c_int, Error> {
     in_runtime(|rt| {
         match handle {
             Handle::Listener(l) => {
-                l.closed.send_replace(true);
+                // Blocked accepts return and drop their references; the
+                // last reference to the endpoint stops its listening and
+                // ends the connections nobody accepted (`Endpoint::drop`).
+                l.closing.close();
             }
             Handle::Stream(s) => {
+                s.closing.close();
                 let conn = s.conn.lock().unwrap_or_else(|p| p.into_inner()).take();
-                if let Some(mut conn) = conn {
-                    rt.block_on(close_connection(&s, &mut conn))
-                        .map_err(|e| Error::conn(&format!("mf_close of connection {desc}"), &e))?;
+                let endpoint = s.endpoint.lock().unwrap_or_else(|p| p.into_inner()).take();
+                let closed = match conn {
+                    Some(mut conn) => rt.block_on(close_connection(&s, &mut conn, endpoint.is_none())),
+                    None => Ok(Ended::Both),
+                };
+                if let Some(endpoint) = endpoint {
+                    match closed {
+                        // The connection has ended: free the socket once
+                        // its TIME-WAIT has lingered (spec §4.8).
+                        Ok(Ended::Both) => rt.block_on(endpoint.shutdown_within(LINGER_BOUND)),
+                        Err(_) => rt.block_on(endpoint.shutdown_within(Duration::ZERO)),
+                        // The peer has not ended its side yet: the socket
+                        // stays for it, and goes as soon as it has (or
+                        // with a reset after LATE_END_WAIT).
+                        Ok(Ended::Ours) => {
+                            rt.spawn(async move { endpoint.shutdown_within(LATE_END_WAIT).await });
+                        }
+                    }
                 }
+                closed.map_err(|e| Error::conn(&format!("mf_close of connection {desc}"), &e))?;
             }
             Handle::Group(g) => {
-                rt.block_on(crate::group::close_group(&g.group))
-                    .map_err(|e| Error::group(&format!("mf_close of group {desc}"), &e))?;
+                g.closing.close();
+                let closed = rt.block_on(crate::group::close_group(&g.group));
+                let bound = if closed.is_ok() { LINGER_BOUND } else { Duration::ZERO };
+                rt.block_on(g.endpoint.shutdown_within(bound));
+                closed.map_err(|e| Error::group(&format!("mf_close of group {desc}"), &e))?;
             }
         }
         Ok(MF_OK)
@@ -241,6 +293,25 @@ pub(crate) fn close(desc: c_int) -> Result<c_int, Error> {
 /// The longest `mf_close` waits for the peer to end its side after ours.
 pub(crate) const PEER_END_WAIT: Duration = Duration::from_secs(5);
 
+/// The longest the shutdown of a closed connection's socket waits for its
+/// TIME-WAIT to linger (four RTOs, at least 250 ms: spec §4.8).
+pub(crate) const LINGER_BOUND: Duration = Duration::from_secs(2);
+
+/// How long, after `mf_close` returned, the socket of a connection whose
+/// peer has not ended its side stays to let it (the connection's idle
+/// timeout): then the connection is reset and the socket released.
+const LATE_END_WAIT: Duration = Duration::from_secs(60);
+
+/// How far a close got.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Ended {
+    /// Both sides ended (and a short TIME-WAIT passed when we ended first).
+    Both,
+    /// Ours was acknowledged; the peer had not ended its side in
+    /// `PEER_END_WAIT`.
+    Ours,
+}
+
 /// librusp's close "blocks until the shutdown handshake has been
 /// completed" (paper 04 §2.2): our FIN acknowledged, then (when we closed
 /// first) the peer's FIN received, then a short TIME-WAIT in which a FIN
@@ -249,10 +320,17 @@ pub(crate) const PEER_END_WAIT: Duration = Duration::from_secs(5);
 /// `mf_close`, taking the connection's TIME-WAIT with it; without the
 /// linger a lost last ACK would leave the peer in LAST-ACK, resending its
 /// FIN to a closed port until its retransmission limit.
-async fn close_connection(s: &StreamEntry, conn: &mut mf::Connection) -> Result<(), mf::ConnectionError> {
+///
+/// `linger`: stay in TIME-WAIT here. Not needed when the connection has
+/// its own socket: the endpoint's shutdown lingers then.
+async fn close_connection(
+    s: &StreamEntry,
+    conn: &mut mf::Connection,
+    linger: bool,
+) -> Result<Ended, mf::ConnectionError> {
     conn.close().await?;
     if s.peer_ended.load(Ordering::Acquire) {
-        return Ok(()); // passive close: the peer's FIN came first
+        return Ok(Ended::Both); // passive close: the peer's FIN came first
     }
     let mut scratch = vec![0u8; 64 << 10];
     let mut io = s.streams.io(0);
@@ -262,23 +340,32 @@ async fn close_connection(s: &StreamEntry, conn: &mut mf::Connection) -> Result<
         std::io::Result::Ok(())
     })
     .await;
-    if let Ok(Ok(())) = drained {
-        tokio::time::sleep(time_wait(&conn.stats())).await;
+    match drained {
+        Ok(Ok(())) => {
+            if linger {
+                tokio::time::sleep(time_wait(&conn.stats())).await;
+            }
+            Ok(Ended::Both)
+        }
+        // Reset or timed out while we waited: it has ended all the same.
+        Ok(Err(_)) => Ok(Ended::Both),
+        Err(_) => Ok(Ended::Ours),
     }
-    Ok(())
 }
 
-/// How long to stay for a peer's repeated FIN: about three of its
-/// retransmission timeouts, 100 ms to 1 s.
+/// How long to stay for a peer's repeated FIN, as the engine's TIME-WAIT
+/// lingers before an endpoint counts as idle (spec §4.8): four
+/// retransmission timeouts, at least 250 ms (and here at most 1 s).
 pub(crate) fn time_wait(st: &mf::ConnStats) -> Duration {
-    (3 * (st.srtt + 4 * st.rttvar)).clamp(Duration::from_millis(100), Duration::from_secs(1))
+    (4 * (st.srtt + 4 * st.rttvar)).clamp(Duration::from_millis(250), Duration::from_secs(1))
 }
 
 /// Writes the local address of `desc` (a connection, listener or group)
 /// into `buf` as a NUL-terminated "ip:port" string (`"[ip6]:port"` for
 /// IPv6) (librusp's `ruspLocal`). A socket bound to every address shows
-/// "0.0.0.0". Returns the string's length, or `MF_ETOOBIG` if it does not
-/// fit in `cap` bytes with its NUL (`MF_ADDRSTRLEN` always suffices).
+/// "0.0.0.0". Returns the string's length, `MF_EBADF` if `desc` is not
+/// open, or `MF_ETOOBIG` if it does not fit in `cap` bytes with its NUL
+/// (`MF_ADDRSTRLEN` always suffices).
 ///
 /// # Safety
 /// `buf` points to `cap` writable bytes.
@@ -312,7 +399,9 @@ pub unsafe extern "C" fn mf_peer(conn: c_int, buf: *mut c_char, cap: usize) -> c
 /// The local address of `desc` as a `struct sockaddr_in` or
 /// `sockaddr_in6` written into `*addr`, as librusp's `ruspLocal` gives it.
 /// Returns the length of the address written (for `bind`-style calls), or
-/// a negative code.
+/// a negative code (`MF_EBADF` if `desc` is not open, `MF_EINVAL` for a
+/// NULL `addr`). rusp.h's `ruspLocal` returns 0 instead of the length, as
+/// librusp's.
 ///
 /// # Safety
 /// `addr` points to a writable `struct sockaddr_storage`.
@@ -328,7 +417,8 @@ pub unsafe extern "C" fn mf_local_addr(desc: c_int, addr: *mut libc::sockaddr_st
 /// The peer's address of the connection `conn` as a `struct sockaddr_in`
 /// or `sockaddr_in6` written into `*addr` (librusp's `ruspPeer`). Returns
 /// the length of the address written, or a negative code (`MF_EBADF` for
-/// a listener or group).
+/// a listener or group, or a descriptor not open). rusp.h's `ruspPeer`
+/// returns 0 instead of the length, as librusp's.
 ///
 /// # Safety
 /// `addr` points to a writable `struct sockaddr_storage`.

@@ -5,8 +5,11 @@
 //! `MF_EBADF`. Descriptors are not reused until the counter wraps at
 //! `INT_MAX`, so a stale one is very unlikely to name a newer object.
 //!
-//! Also here: the attributes (drop rate, debug) that new descriptors take
-//! from `MF_DEFAULTS`, and the tokio runtime every blocking call runs on.
+//! Also here: the attributes (drop rate, seed) that new descriptors take
+//! from `MF_DEFAULTS`; the tokio runtime every blocking call runs on and
+//! the process it belongs to (a child after `fork()` has neither its
+//! threads nor its sockets); and `Closing`, with which `mf_close` wakes
+//! every call blocked on a descriptor.
 
 #![forbid(unsafe_code)]
 
@@ -19,7 +22,29 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use tokio::runtime::Runtime;
 use tokio::sync::watch;
 
-use crate::error::{Error, MF_EBADF, MF_EINTERNAL, MF_ELIMIT};
+use crate::error::{Error, MF_EBADF, MF_ECLOSED, MF_EFORK, MF_EINTERNAL, MF_ELIMIT};
+
+/// The process that started the runtime: the only one whose calls may use it.
+static OWNER: OnceLock<u32> = OnceLock::new();
+
+/// Fails with `MF_EFORK` in a child process forked after the runtime
+/// started: the runtime's threads do not exist in the child, its locks may
+/// have been held by them at the fork, and its sockets are shared with the
+/// parent. Checked before anything else by every call (`error::entry`).
+pub(crate) fn check_process(call: &str) -> Result<(), Error> {
+    match OWNER.get() {
+        Some(&owner) if owner != std::process::id() => Err(Error::new(
+            MF_EFORK,
+            format!(
+                "{call}: called in process {} after fork(); libmanyfold's connections and threads belong to \
+                 process {owner}, which made the first call. Make the calls in that process (a thread per \
+                 client instead of a process), or fork before the first call",
+                std::process::id()
+            ),
+        )),
+        _ => Ok(()),
+    }
+}
 
 /// The runtime that drives every endpoint of the library, built on first
 /// use. Its threads keep connections going (acknowledging, retransmitting)
@@ -28,6 +53,8 @@ pub(crate) fn runtime() -> Result<&'static Runtime, Error> {
     static RUNTIME: OnceLock<Result<Runtime, String>> = OnceLock::new();
     RUNTIME
         .get_or_init(|| {
+            OWNER.get_or_init(std::process::id);
+            crate::exit::register();
             tokio::runtime::Builder::new_multi_thread()
                 .worker_threads(2)
                 .thread_name("manyfold-ffi")
@@ -47,32 +74,111 @@ pub(crate) fn in_runtime<T>(f: impl FnOnce(&'static Runtime) -> Result<T, Error>
     f(rt)
 }
 
-/// The attributes of paper 04 §2.2's `ruspSetAttr`.
+/// The per-descriptor attributes of paper 04 §2.2's `ruspSetAttr` (debug
+/// is process-wide: `developer::debug`).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) struct Attrs {
-    /// Probability in [0, 1] that a datagram is dropped, on sending and
-    /// again on receiving (`FaultConfig::loss`).
+    /// Probability in [0, 1] that a received datagram is dropped, where
+    /// librusp drops (on receive only: a rate set at both ends is that
+    /// rate of loss each way, not twice it).
     pub(crate) drop_rate: f64,
-    /// Log every datagram (`Config::trace`).
-    pub(crate) debug: bool,
+    /// Seeds the drop generator: 0 draws a new seed for every endpoint
+    /// (different drops every run); another value gives every run the same
+    /// drops for the same traffic.
+    pub(crate) seed: u64,
 }
 
 impl Attrs {
-    /// The endpoint configuration these attributes give; `seed` makes the
-    /// fault pattern of each endpoint its own and repeatable.
-    pub(crate) fn config(&self, seed: u64) -> mf::Config {
+    /// The endpoint configuration these attributes give to the `n`th
+    /// endpoint the process creates (`next_endpoint`).
+    pub(crate) fn config(&self, n: u64) -> mf::Config {
+        let seed = if self.seed == 0 { random_seed() } else { splitmix64(self.seed ^ splitmix64(n)) };
         mf::Config {
-            faults: mf::FaultConfig { seed, loss: self.drop_rate, ..mf::FaultConfig::default() },
-            trace: self.debug,
+            faults: mf::FaultConfig {
+                seed,
+                loss: 0.0,
+                send_loss: Some(0.0),
+                recv_loss: Some(self.drop_rate),
+                ..mf::FaultConfig::default()
+            },
+            // The packet log is switched on and off for the whole process
+            // (`developer::set_debug`); every endpoint feeds it.
+            trace: true,
             ..mf::Config::default()
         }
     }
 }
 
+/// splitmix64's finaliser: distinct inputs, well-spread distinct outputs.
+fn splitmix64(x: u64) -> u64 {
+    let mut z = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// A seed that differs from run to run: std's per-process random hash keys
+/// (from the OS), mixed with the time.
+fn random_seed() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    h.write_u128(t.as_nanos());
+    h.write_u64(next_endpoint());
+    h.finish().max(1)
+}
+
 /// What new descriptors take (descriptor `MF_DEFAULTS`).
 pub(crate) fn defaults() -> MutexGuard<'static, Attrs> {
-    static DEFAULTS: Mutex<Attrs> = Mutex::new(Attrs { drop_rate: 0.0, debug: false });
+    static DEFAULTS: Mutex<Attrs> = Mutex::new(Attrs { drop_rate: 0.0, seed: 0 });
     DEFAULTS.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Set by `mf_close`: wakes every call blocked on the descriptor, which
+/// then returns `MF_ECLOSED`.
+#[derive(Debug)]
+pub(crate) struct Closing(watch::Sender<bool>);
+
+impl Default for Closing {
+    fn default() -> Self {
+        Closing(watch::channel(false).0)
+    }
+}
+
+impl Closing {
+    pub(crate) fn close(&self) {
+        self.0.send_replace(true);
+    }
+
+    pub(crate) fn is_closed(&self) -> bool {
+        *self.0.borrow()
+    }
+
+    /// Blocks the calling thread on `work` until it completes or the
+    /// descriptor is closed, whichever comes first (a close already made
+    /// wins: nothing of `work` runs). `what` names the call for the error.
+    pub(crate) fn block_on<T>(
+        &self,
+        rt: &Runtime,
+        what: impl FnOnce() -> String,
+        work: impl std::future::Future<Output = Result<T, Error>>,
+    ) -> Result<T, Error> {
+        let mut closed = self.0.subscribe();
+        let woken = rt.block_on(async {
+            tokio::select! {
+                biased;
+                _ = closed.wait_for(|c| *c) => None,
+                r = work => Some(r),
+            }
+        });
+        match woken {
+            Some(Ok(v)) => Ok(v),
+            Some(Err(e)) if !self.is_closed() => Err(e),
+            // Closed; or failed because of the close while `work` was being
+            // polled (the connection's sending side finished, say).
+            _ => Err(Error::new(MF_ECLOSED, format!("{}: closed by mf_close on another thread", what()))),
+        }
+    }
 }
 
 /// A listening endpoint (`mf_listen`).
@@ -81,7 +187,7 @@ pub(crate) struct ListenerEntry {
     pub(crate) endpoint: mf::Endpoint,
     pub(crate) attrs: Attrs,
     /// Set by `mf_close`: wakes an `mf_accept` blocked on another thread.
-    pub(crate) closed: watch::Sender<bool>,
+    pub(crate) closing: Closing,
 }
 
 /// One connection (`mf_accept`, `mf_connect`).
@@ -92,9 +198,12 @@ pub(crate) struct StreamEntry {
     pub(crate) streams: mf::Streams,
     /// Taken by `mf_close` for the graceful close.
     pub(crate) conn: Mutex<Option<mf::Connection>>,
-    /// The socket of a connecting stream (an accepted one shares the
-    /// listener's, and must not keep the listener listening).
-    pub(crate) _endpoint: Option<mf::Endpoint>,
+    /// The socket of a connecting stream, shut down (released) by
+    /// `mf_close` once the connection has ended. An accepted one shares
+    /// the listener's, and must not keep the listener listening.
+    pub(crate) endpoint: Mutex<Option<mf::Endpoint>>,
+    /// Set by `mf_close` first: wakes the calls blocked on this descriptor.
+    pub(crate) closing: Closing,
     pub(crate) local: SocketAddr,
     pub(crate) peer: SocketAddr,
     pub(crate) attrs: Attrs,
@@ -112,6 +221,8 @@ pub(crate) struct GroupEntry {
     pub(crate) endpoint: mf::Endpoint,
     pub(crate) attrs: Attrs,
     pub(crate) pending: Mutex<Option<(mf::Destination, mf::StreamItem)>>,
+    /// Set by `mf_close` first: wakes the calls blocked on this descriptor.
+    pub(crate) closing: Closing,
 }
 
 #[derive(Debug, Clone)]
@@ -213,10 +324,20 @@ pub(crate) fn group(d: c_int, call: &str) -> Result<Arc<GroupEntry>, Error> {
     }
 }
 
-/// A seed for the next endpoint's fault injection: endpoints of one
-/// process drop different datagrams, the same ones from run to run.
-pub(crate) fn next_seed() -> u64 {
+/// The number of the next endpoint the process creates (1, 2, ...): with
+/// a seed attribute, the `n`th endpoint drops the same datagrams every run.
+pub(crate) fn next_endpoint() -> u64 {
     use std::sync::atomic::{AtomicU64, Ordering};
     static SEED: AtomicU64 = AtomicU64::new(1);
     SEED.fetch_add(1, Ordering::Relaxed)
+}
+
+/// Every open descriptor and its object, in no particular order.
+pub(crate) fn open() -> Vec<(c_int, Handle)> {
+    table().open.iter().map(|(&d, h)| (d, h.clone())).collect()
+}
+
+/// Takes every descriptor out of the table (the process is exiting).
+pub(crate) fn take_all() -> Vec<Handle> {
+    table().open.drain().map(|(_, h)| h).collect()
 }

@@ -118,8 +118,21 @@ fn a_listener_is_not_a_connection_nor_a_group() {
     assert_eq!(mf_close(l), MF_EBADF, "a closed descriptor stays closed");
 }
 
+fn set_int(d: c_int, attr: c_int, v: c_int) -> c_int {
+    // SAFETY: an int's readable bytes.
+    unsafe { mf_set_attr(d, attr, (&v as *const c_int).cast(), std::mem::size_of::<c_int>()) }
+}
+
+fn get_int(d: c_int, attr: c_int) -> c_int {
+    let mut v: c_int = -7;
+    // SAFETY: an int's writable bytes.
+    let rc = unsafe { mf_get_attr(d, attr, (&mut v as *mut c_int).cast(), std::mem::size_of::<c_int>()) };
+    assert_eq!(rc, MF_OK, "{}", last_error());
+    v
+}
+
 #[test]
-fn attributes_are_set_on_the_defaults_and_fixed_in_each_descriptor() {
+fn drop_rate_and_seed_are_set_on_the_defaults_and_fixed_in_each_descriptor() {
     let _s = serial();
     assert_eq!(set_drop(MF_DEFAULTS, 0.25), MF_OK, "{}", last_error());
     assert_eq!(get_drop(MF_DEFAULTS), 0.25);
@@ -127,7 +140,12 @@ fn attributes_are_set_on_the_defaults_and_fixed_in_each_descriptor() {
     assert_eq!(set_drop(MF_DEFAULTS, 0.0), MF_OK);
     assert_eq!(get_drop(l), 0.25, "the listener keeps the rate it was made with");
     assert_eq!(set_drop(l, 0.5), MF_ENOTSUP);
-    assert!(last_error().contains("fixed when it was created"), "{}", last_error());
+    assert!(last_error().contains("fixed when a descriptor is created"), "{}", last_error());
+    assert_eq!(set_drop(l, 0.25), MF_OK, "setting the value it has is no change");
+    assert_eq!(set_drop(MF_ALL, 0.1), MF_ENOTSUP, "MF_ALL cannot change the open listener");
+    assert!(last_error().contains(&format!("the first {l}")), "{}", last_error());
+    assert_eq!(get_drop(MF_DEFAULTS), 0.1, "MF_ALL set the defaults all the same");
+    assert_eq!(get_drop(l), 0.25);
     assert_eq!(set_drop(MF_DEFAULTS, 1.5), MF_EINVAL);
     assert!(last_error().contains("not in [0, 1]"), "{}", last_error());
     assert_eq!(set_drop(MF_DEFAULTS, f64::NAN), MF_EINVAL);
@@ -135,15 +153,39 @@ fn attributes_are_set_on_the_defaults_and_fixed_in_each_descriptor() {
     // SAFETY: 4 readable bytes: the size check refuses them.
     let rc = unsafe { mf_set_attr(MF_DEFAULTS, MF_ATTR_DROP_RATE, (&rate as *const f32).cast(), 4) };
     assert_eq!(rc, MF_EINVAL);
-    assert!(last_error().contains("double of 8 bytes, not 4"), "{}", last_error());
-    let two: c_int = 2;
-    // SAFETY: an int's readable bytes.
-    unsafe {
-        assert_eq!(mf_set_attr(MF_DEFAULTS, MF_ATTR_DEBUG, (&two as *const c_int).cast(), 4), MF_EINVAL);
-        assert_eq!(mf_set_attr(MF_DEFAULTS, 99, (&two as *const c_int).cast(), 4), MF_EINVAL);
-    }
+    assert!(last_error().contains("a double of 8 bytes, not 4"), "{}", last_error());
+    assert_eq!(set_int(MF_DEFAULTS, MF_ATTR_DEBUG, 2), MF_EINVAL);
+    assert_eq!(set_int(MF_DEFAULTS, 99, 1), MF_EINVAL);
     assert!(last_error().contains("unknown attribute 99"), "{}", last_error());
-    assert_eq!(get_drop(MF_DEFAULTS), 0.0, "failed calls changed nothing");
+    assert_eq!(set_int(MF_DEFAULTS, MF_ATTR_DEBUG, 0), MF_OK);
+    assert_eq!(last_error(), "", "a successful call clears the last error");
+    assert_eq!(set_drop(MF_DEFAULTS, 0.0), MF_OK);
+
+    let seed = 42u64;
+    // SAFETY: 8 readable bytes.
+    let rc = unsafe { mf_set_attr(MF_DEFAULTS, MF_ATTR_SEED, (&seed as *const u64).cast(), 8) };
+    assert_eq!(rc, MF_OK, "{}", last_error());
+    let mut got = 0u64;
+    // SAFETY: 8 writable bytes.
+    let rc = unsafe { mf_get_attr(l, MF_ATTR_SEED, (&mut got as *mut u64).cast(), 8) };
+    assert_eq!((rc, got), (MF_OK, 0), "the listener was made with the random seed");
+    let zero = 0u64;
+    // SAFETY: 8 readable bytes.
+    assert_eq!(unsafe { mf_set_attr(MF_DEFAULTS, MF_ATTR_SEED, (&zero as *const u64).cast(), 8) }, MF_OK);
+    assert_eq!(mf_close(l), MF_OK);
+    assert_eq!(set_drop(l, 0.5), MF_EBADF, "a closed descriptor has no attributes");
+}
+
+#[test]
+fn debug_is_switched_on_and_off_on_a_live_descriptor_for_the_whole_process() {
+    let _s = serial();
+    let (l, _) = listen();
+    assert_eq!(get_int(l, MF_ATTR_DEBUG), 0);
+    assert_eq!(set_int(l, MF_ATTR_DEBUG, 1), MF_OK, "{}", last_error());
+    assert_eq!((get_int(l, MF_ATTR_DEBUG), get_int(MF_DEFAULTS, MF_ATTR_DEBUG)), (1, 1));
+    assert_eq!(set_int(MF_ALL, MF_ATTR_DEBUG, 0), MF_OK, "{}", last_error());
+    assert_eq!((get_int(l, MF_ATTR_DEBUG), get_int(MF_DEFAULTS, MF_ATTR_DEBUG)), (0, 0));
+    assert_eq!(set_int(-5, MF_ATTR_DEBUG, 1), MF_EBADF);
     assert_eq!(mf_close(l), MF_OK);
 }
 
@@ -282,7 +324,7 @@ fn closing_a_listener_wakes_an_accept_blocked_on_it() {
     assert_eq!(mf_close(l), MF_OK);
     let (rc, text) = rx.recv_timeout(Duration::from_secs(5)).expect("mf_accept returned");
     assert_eq!(rc, MF_ECLOSED);
-    assert!(text.contains(&format!("listener {l} is closed")), "{text}");
+    assert!(text.contains(&format!("mf_accept on listener {l}: closed by mf_close on another thread")), "{text}");
 }
 
 #[test]
@@ -299,11 +341,128 @@ fn every_code_has_its_own_description_and_others_are_unknown() {
         // SAFETY: mf_strerror returns a static NUL-terminated string.
         unsafe { CStr::from_ptr(mf_strerror(c)) }.to_str().unwrap()
     };
-    let codes: Vec<c_int> = (MF_EINTERNAL..=MF_OK).collect();
-    assert_eq!(codes.len(), 15);
+    let codes: Vec<c_int> = (MF_EFORK..=MF_OK).collect();
+    assert_eq!(codes.len(), 17);
     let texts: std::collections::HashSet<&str> = codes.iter().map(|&c| text(c)).collect();
     assert_eq!(texts.len(), codes.len(), "two codes share a description");
     assert!(!texts.contains("unknown error code"));
     assert_eq!(text(-999), "unknown error code");
     assert_eq!(text(1), "unknown error code");
+}
+
+#[test]
+fn the_drop_rate_drops_received_datagrams_only_at_about_its_rate() {
+    let _s = serial();
+    assert_eq!(set_drop(MF_DEFAULTS, 0.1), MF_OK, "{}", last_error());
+    let (l, addr) = listen();
+    let server = std::thread::spawn(move || {
+        let c = mf_accept(l);
+        assert!(c > 0, "mf_accept: {}", last_error());
+        let mut buf = [0u8; 65536];
+        let mut got = 0usize;
+        loop {
+            let n = receive(c, &mut buf);
+            assert!(n >= 0, "mf_receive: {}", last_error());
+            if n == 0 {
+                break;
+            }
+            got += n as usize;
+        }
+        assert_eq!(mf_close(c), MF_OK, "{}", last_error());
+        got
+    });
+    let c = connect(addr);
+    assert!(c > 0, "mf_connect: {}", last_error());
+    assert_eq!(set_drop(MF_DEFAULTS, 0.0), MF_OK);
+    let data = vec![7u8; 4 << 20];
+    assert_eq!(send(c, &data), data.len() as isize, "{}", last_error());
+    assert_eq!(mf_close(c), MF_OK, "{}", last_error());
+    assert_eq!(server.join().unwrap(), data.len());
+    let endpoint = crate::table::listener(l, "test").unwrap().endpoint.clone();
+    let (faults, driver) = (endpoint.fault_stats(), endpoint.driver_stats());
+    drop(endpoint);
+    assert_eq!(faults.send_dropped, 0, "librusp drops on receive only");
+    let rate = faults.recv_dropped as f64 / driver.datagrams_received as f64;
+    assert!((0.07..0.13).contains(&rate), "{faults:?} of {} received: {rate}", driver.datagrams_received);
+    assert_eq!(mf_close(l), MF_OK);
+}
+
+#[test]
+fn a_seed_gives_each_endpoint_the_same_drops_every_run_and_no_seed_new_ones() {
+    use crate::table::Attrs;
+    let seeded = Attrs { drop_rate: 0.1, seed: 42 };
+    assert_eq!(seeded.config(3).faults, seeded.config(3).faults, "the 3rd endpoint of every run");
+    assert_ne!(seeded.config(3).faults.seed, seeded.config(4).faults.seed, "endpoints differ from each other");
+    assert_ne!(seeded.config(3).faults.seed, Attrs { seed: 43, ..seeded }.config(3).faults.seed);
+    let unseeded = Attrs { drop_rate: 0.1, seed: 0 };
+    assert_ne!(unseeded.config(3).faults.seed, unseeded.config(3).faults.seed, "a new seed each time");
+    let f = seeded.config(1).faults;
+    assert_eq!((f.effective_send_loss(), f.effective_recv_loss()), (0.0, 0.1));
+}
+
+#[test]
+fn closing_a_group_wakes_a_receive_blocked_on_it_with_eclosed() {
+    let _s = serial();
+    let (l, addr) = listen();
+    let receiver = std::thread::spawn(move || {
+        let c = mf_accept(l);
+        assert!(c > 0, "mf_accept: {}", last_error());
+        let mut buf = [0u8; 64];
+        while receive(c, &mut buf) > 0 {}
+        assert_eq!(mf_close(c), MF_OK, "{}", last_error());
+    });
+    let name = std::ffi::CString::new(addr.to_string()).unwrap();
+    let ptrs = [name.as_ptr()];
+    // SAFETY: one NUL-terminated string; no status array.
+    let g = unsafe { mf_group_connect(ptrs.as_ptr(), 1, MF_MODE_ALL, 0, 0, null_mut()) };
+    assert!(g > 0, "mf_group_connect: {}", last_error());
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut info = MfMessage::default();
+        let mut buf = [0u8; 64];
+        // SAFETY: a writable record and 64 writable bytes.
+        let rc = unsafe { mf_group_recv_message(g, &mut info, buf.as_mut_ptr().cast(), buf.len()) };
+        tx.send((rc, last_error())).unwrap();
+    });
+    std::thread::sleep(Duration::from_millis(100));
+    assert_eq!(mf_close(g), MF_OK, "{}", last_error());
+    let (rc, text) = rx.recv_timeout(Duration::from_secs(5)).expect("mf_group_recv_message returned");
+    assert_eq!(rc, MF_ECLOSED, "{text}");
+    assert!(text.contains(&format!("mf_group_recv_message on group {g}: closed by mf_close")), "{text}");
+    receiver.join().unwrap();
+    assert_eq!(mf_close(l), MF_OK);
+}
+
+#[test]
+fn closing_a_connection_wakes_a_send_blocked_on_flow_control_with_eclosed() {
+    let _s = serial();
+    let (l, addr) = listen();
+    let receiver = std::thread::spawn(move || {
+        let c = mf_accept(l);
+        assert!(c > 0, "mf_accept: {}", last_error());
+        // Not reading yet: the sender fills the window and blocks.
+        std::thread::sleep(Duration::from_millis(600));
+        let mut buf = [0u8; 65536];
+        while receive(c, &mut buf) > 0 {}
+        assert_eq!(mf_close(c), MF_OK, "{}", last_error());
+    });
+    let c = connect(addr);
+    assert!(c > 0, "mf_connect: {}", last_error());
+    let (tx, rx) = std::sync::mpsc::channel();
+    // More than the send buffer and the peer's window together.
+    let data = vec![1u8; 256 << 20];
+    std::thread::spawn(move || {
+        let rc = send(c, &data);
+        tx.send((rc, last_error(), std::time::Instant::now())).unwrap();
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    let closing = std::time::Instant::now();
+    let rc = mf_close(c);
+    let (sent, text, at) = rx.recv_timeout(Duration::from_secs(10)).expect("mf_send returned");
+    assert_eq!(sent, MF_ECLOSED as isize, "{text}");
+    assert!(text.contains(&format!("mf_send on connection {c}: closed by mf_close")), "{text}");
+    assert!(at.duration_since(closing) < Duration::from_millis(300), "woken after {:?}", at.duration_since(closing));
+    assert_eq!(rc, MF_OK, "what was queued before the close is delivered: {}", last_error());
+    receiver.join().unwrap();
+    assert_eq!(mf_close(l), MF_OK);
 }

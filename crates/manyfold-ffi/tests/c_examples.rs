@@ -20,6 +20,15 @@ use std::time::{Duration, Instant};
 /// How long any one example may run.
 const DEADLINE: Duration = Duration::from_secs(60);
 
+/// The C tests of the C API's behaviour (tests/c/NAME.c); each checks
+/// itself, prints an "ok ..." line per behaviour and exits 0.
+const C_TESTS: [&str; 7] =
+    ["close_wakes", "fork_child", "socket_release", "listener_close", "refused", "rusp_api", "exit_resets"];
+
+/// Paper 04's echo and upload programs (examples/rusp), built unchanged
+/// against include/rusp.h.
+const RUSP_EXAMPLES: [&str; 4] = ["echos", "echoc", "ups", "upc"];
+
 /// The examples, built once for every test of this file.
 struct Examples {
     _dir: tempfile::TempDir,
@@ -72,8 +81,9 @@ fn build_libraries() -> PathBuf {
     dir
 }
 
+/// Compiles `source` (relative to the crate) into `out`.
 fn gcc(out: &Path, source: &str, link: &[&str]) {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/c");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR"));
     let include = Path::new(env!("CARGO_MANIFEST_DIR")).join("include");
     let mut cmd = Command::new("gcc");
     cmd.args(["-std=c11", "-D_GNU_SOURCE", "-O2", "-Wall", "-Wextra", "-Werror", "-I"])
@@ -99,12 +109,19 @@ fn examples() -> Option<&'static Examples> {
         let rpath = format!("-Wl,-rpath,{libdir}");
         let shared = ["-L", &libdir, "-lmanyfold", &rpath, "-lpthread"];
         for name in ["echo_server", "echo_client", "group_send", "group_recv"] {
-            gcc(&bin.join(name), &format!("{name}.c"), &shared);
+            gcc(&bin.join(name), &format!("examples/c/{name}.c"), &shared);
+        }
+        for name in C_TESTS {
+            gcc(&bin.join(name), &format!("tests/c/{name}.c"), &shared);
+        }
+        // Paper 04's programs, written against librusp's API alone (rusp.h).
+        for name in RUSP_EXAMPLES {
+            gcc(&bin.join(name), &format!("examples/rusp/{name}.c"), &shared);
         }
         // The static library needs the system libraries the Rust standard
         // library uses (`rustc --print native-static-libs`).
         let archive = lib.join("libmanyfold.a").display().to_string();
-        gcc(&bin.join("echo_server_static"), "echo_server.c", &[&archive, "-lpthread", "-ldl", "-lm"]);
+        gcc(&bin.join("echo_server_static"), "examples/c/echo_server.c", &[&archive, "-lpthread", "-ldl", "-lm"]);
         Examples { _dir: dir, bin }
     }))
 }
@@ -127,8 +144,12 @@ struct Output {
 
 impl Proc {
     fn spawn(name: &str, cmd: &mut Command) -> Proc {
+        Proc::spawn_with_stdin(name, cmd, Stdio::null())
+    }
+
+    fn spawn_with_stdin(name: &str, cmd: &mut Command, stdin: Stdio) -> Proc {
         let mut child = cmd
-            .stdin(Stdio::null())
+            .stdin(stdin)
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
@@ -156,6 +177,24 @@ impl Proc {
 
     fn example(ex: &Examples, name: &str, args: &[&str]) -> Proc {
         Proc::spawn(name, Command::new(ex.path(name)).args(args))
+    }
+
+    /// `name` with its stdin read from the file `input`.
+    fn example_with_input(ex: &Examples, name: &str, args: &[&str], input: &Path) -> Proc {
+        let file = std::fs::File::open(input).unwrap_or_else(|e| panic!("open {}: {e}", input.display()));
+        Proc::spawn_with_stdin(name, Command::new(ex.path(name)).args(args), Stdio::from(file))
+    }
+
+    /// The first line of stdout that starts with `prefix` (earlier ones
+    /// are skipped), waiting at most `limit` in all.
+    fn line_starting(&mut self, prefix: &str, limit: Duration) -> String {
+        let deadline = Instant::now() + limit;
+        loop {
+            let line = self.line(deadline.saturating_duration_since(Instant::now()));
+            if let Some(rest) = line.strip_prefix(prefix) {
+                return rest.to_string();
+            }
+        }
     }
 
     /// The next line of stdout, waiting at most `limit`.
@@ -282,4 +321,122 @@ fn group_send_reaches_three_receivers_whole_through_5_percent_loss() {
         assert!(out.status.success(), "receiver {i} failed ({}):\n{}", out.status, out.stderr);
         assert_eq!(out.stdout.trim().strip_prefix("received "), Some(sent), "receiver {i}");
     }
+}
+
+/// Runs the C test `name` (each has its own watchdog too); passes if it
+/// exits 0, and shows its "ok" lines.
+fn c_test(name: &str, limit: Duration) {
+    let Some(ex) = examples() else { return };
+    let out = Proc::example(ex, name, &[]).finish(limit);
+    print!("{}", out.stdout);
+    assert!(out.status.success(), "{name} failed ({}):\n{}{}", out.status, out.stdout, out.stderr);
+    assert!(out.stdout.contains("ok "), "{name} checked nothing:\n{}", out.stdout);
+}
+
+#[test]
+fn mf_close_wakes_every_call_blocked_on_the_descriptor_with_eclosed() {
+    c_test("close_wakes", Duration::from_secs(40));
+}
+
+#[test]
+fn a_call_in_a_child_after_fork_fails_at_once_with_efork() {
+    c_test("fork_child", Duration::from_secs(40));
+}
+
+#[test]
+fn sockets_of_closed_connections_are_released_when_mf_close_returns() {
+    c_test("socket_release", Duration::from_secs(130));
+}
+
+#[test]
+fn a_listener_closed_mid_handshake_leaves_no_client_connected_to_nothing() {
+    c_test("listener_close", Duration::from_secs(310));
+}
+
+#[test]
+fn an_exit_without_mf_close_resets_the_peer_at_once() {
+    c_test("exit_resets", Duration::from_secs(40));
+}
+
+#[test]
+fn a_connect_to_a_closed_port_is_refused_within_50_ms() {
+    c_test("refused", Duration::from_secs(40));
+}
+
+#[test]
+fn rusp_h_returns_minus_one_with_errno_and_switches_debug_on_mid_connection() {
+    let Some(ex) = examples() else { return };
+    let out = Proc::example(ex, "rusp_api", &[]).finish(Duration::from_secs(40));
+    print!("{}", out.stdout);
+    assert!(out.status.success(), "rusp_api failed ({}):\n{}{}", out.status, out.stdout, out.stderr);
+    let packets = |part: &str| part.lines().filter(|l| l.contains("manyfold::packet")).count();
+    let (before, rest) = out.stderr.split_once("-- debug on --").expect("the debug-on marker");
+    let (during, after) = rest.split_once("-- debug off --").expect("the debug-off marker");
+    assert_eq!(packets(before), 0, "logged before debug was switched on:\n{before}");
+    assert!(
+        during.lines().any(|l| l.contains("manyfold::packet") && l.contains(" -> ")),
+        "nothing sent logged:\n{during}"
+    );
+    assert!(during.lines().any(|l| l.contains("manyfold::packet") && l.contains(" <- ")), "nothing received logged");
+    assert_eq!(packets(after), 0, "logged after debug was switched off:\n{after}");
+}
+
+/// Lines of text for the echo programs: `n` of them, of varied lengths.
+fn echo_lines(n: usize) -> Vec<String> {
+    (0..n).map(|i| format!("line {i}: {}", "abcdefghij".repeat(i % 90))).collect()
+}
+
+#[test]
+fn paper_echo_programs_built_against_rusp_h_echo_every_line_through_10_percent_drop() {
+    let Some(ex) = examples() else { return };
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let lines = echo_lines(300);
+    let input = dir.path().join("input");
+    std::fs::write(&input, lines.join("\n") + "\n").expect("write the input");
+    let mut server = Proc::example(ex, "echos", &["-p", "0", "-l", "0.1", "-n", "2"]);
+    let addr = server.line_starting("Running on ", Duration::from_secs(20));
+    let port = port_of(&addr).to_string();
+    assert!(addr.starts_with("0.0.0.0:"), "ruspListen binds every address: {addr}");
+    // Two clients at once: the server serves each on its own thread.
+    let clients: Vec<Proc> = (0..2)
+        .map(|_| Proc::example_with_input(ex, "echoc", &["127.0.0.1", "-p", &port, "-l", "0.1"], &input))
+        .collect();
+    for (i, c) in clients.into_iter().enumerate() {
+        let out = c.finish(DEADLINE);
+        assert!(out.status.success(), "echoc {i} failed ({}):\n{}", out.status, out.stderr);
+        let echoed: Vec<&str> = out.stdout.lines().filter_map(|l| l.strip_prefix("[RCV] ")).collect();
+        assert!(echoed == lines, "echoc {i}: {} lines echoed of {}:\n{}", echoed.len(), lines.len(), out.stdout);
+        assert!(out.stdout.contains(&format!("Connected to 127.0.0.1:{port}")), "echoc {i} said:\n{}", out.stdout);
+    }
+    let out = server.finish(DEADLINE);
+    assert!(out.status.success(), "echos failed ({}):\n{}", out.status, out.stderr);
+    let bytes: usize = lines.iter().map(String::len).sum();
+    let served = out.stdout.matches(&format!("Echoed {bytes} bytes to 127.0.0.1:")).count();
+    assert_eq!(served, 2, "echos said:\n{}", out.stdout);
+}
+
+#[test]
+fn paper_upload_programs_built_against_rusp_h_deliver_a_file_byte_exact_through_10_percent_drop() {
+    let Some(ex) = examples() else { return };
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let file = dir.path().join("2MB");
+    let data: Vec<u8> = (0..2_000_000u64).map(|i| (i.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 56) as u8).collect();
+    std::fs::write(&file, &data).expect("write the file");
+    let store = dir.path().join("store");
+    std::fs::create_dir(&store).expect("create the store");
+    let store_arg = store.display().to_string();
+    let mut server = Proc::example(ex, "ups", &["-p", "0", "-l", "0.1", "-n", "1", "-o", &store_arg]);
+    let port = port_of(&server.line_starting("Running on ", Duration::from_secs(20))).to_string();
+    let file_arg = file.display().to_string();
+    let client = Proc::example(ex, "upc", &["127.0.0.1", &file_arg, "-p", &port, "-l", "0.1"]).finish(DEADLINE);
+    assert!(client.status.success(), "upc failed ({}):\n{}{}", client.status, client.stdout, client.stderr);
+    assert!(client.stdout.contains("Sending File (size: 2000000)"), "upc said:\n{}", client.stdout);
+    let report = client.stdout.lines().find(|l| l.starts_with("Sent: ")).expect("upc's report");
+    assert!(report.starts_with("Sent: 2000.000000KB Droprate: 10.000000% Time: "), "upc reported {report:?}");
+    println!("upc: {report}");
+    let out = server.finish(DEADLINE);
+    assert!(out.status.success(), "ups failed ({}):\n{}", out.status, out.stderr);
+    assert!(out.stdout.contains("Received 2000000 bytes from 127.0.0.1:"), "ups said:\n{}", out.stdout);
+    let got = std::fs::read(store.join("upload-1")).expect("the uploaded file");
+    assert!(got == data, "the upload differs: {} bytes of {}", got.len(), data.len());
 }

@@ -7,13 +7,13 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use manyfold_proto::mcast::wire::{emit, emit_invitation};
 use manyfold_proto::mcast::{
-    codes, Ignored, Pattern, ReceiverConfig, ReceiverEvent, ReceiverOutcome, SenderConfig, SenderError, SenderEvent,
+    Ignored, Pattern, ReceiverConfig, ReceiverEvent, ReceiverOutcome, SenderConfig, SenderError, SenderEvent,
     SEAL_OVERHEAD,
 };
 use manyfold_proto::secure::public_key;
-use manyfold_proto::wire::{Flags, Header, PacketType};
+use manyfold_proto::wire::mcast::{emit, emit_invitation};
+use manyfold_proto::wire::{ErrorCode, Flags, Header, PacketType};
 use manyfold_proto::SecurityConfig;
 use manyfold_sim::mcast::McastWorld;
 use manyfold_sim::LinkConfig;
@@ -342,7 +342,7 @@ fn a_receiver_losing_more_than_max_loss_is_dropped_and_the_rest_complete() {
     let lossy = w.sender.receivers().iter().find(|r| r.addr == receiver(2, 0)).expect("registered");
     assert_eq!(lossy.outcome, ReceiverOutcome::TooLossy, "seed {seed}");
     assert!(
-        matches!(w.receivers[2].ended, Some(ReceiverEvent::Ended { error: Some(code) }) if code == manyfold_proto::mcast::codes::TOO_LOSSY),
+        matches!(w.receivers[2].ended, Some(ReceiverEvent::Ended { error: Some(code) }) if code == ErrorCode::TOO_LOSSY),
         "the receiver is told why: {:?} (seed {seed})",
         w.receivers[2].ended
     );
@@ -556,7 +556,11 @@ fn the_group_key_goes_only_to_receivers_the_sender_accepts_and_strangers_are_tol
         assert_eq!(w.receivers[i].verified, Some(true), "receiver {i} (seed {seed})");
     }
     let stranger = &w.receivers[2];
-    assert_eq!(stranger.ended, Some(ReceiverEvent::Ended { error: Some(codes::AUTHENTICATION_FAILED) }), "seed {seed}");
+    assert_eq!(
+        stranger.ended,
+        Some(ReceiverEvent::Ended { error: Some(ErrorCode::AUTHENTICATION_FAILED) }),
+        "seed {seed}"
+    );
     assert!(stranger.file.iter().all(|&b| b == 0) && stranger.engine.progress().0 == 0, "it got no data");
     assert!(stranger.engine.stats().dropped_no_key > 0, "it heard sealed data it could not open");
     let st = w.sender.stats();
@@ -571,7 +575,7 @@ fn the_group_key_goes_only_to_receivers_the_sender_accepts_and_strangers_are_tol
     w.set_default_link(lan());
     assert!(w.run_to_end(Duration::from_secs(60)), "not done (seed {seed})");
     assert_eq!(w.receivers[0].verified, Some(true), "seed {seed}");
-    assert_eq!(w.receivers[1].ended, Some(ReceiverEvent::Ended { error: Some(codes::AUTHENTICATION_FAILED) }));
+    assert_eq!(w.receivers[1].ended, Some(ReceiverEvent::Ended { error: Some(ErrorCode::AUTHENTICATION_FAILED) }));
 }
 
 #[test]
@@ -733,4 +737,72 @@ fn a_forged_invitation_does_not_keep_a_receiver_from_the_real_session() {
     w.inject(attacker, group(), buf[..n].to_vec());
     assert!(w.run_to_end(Duration::from_secs(60)), "not done (seed {seed})");
     assert_all_completed(&w, seed);
+}
+
+// ---- interruption (spec §16.7) ------------------------------------------------
+
+#[test]
+fn an_interrupted_sender_tells_every_receiver_at_once_under_loss() {
+    for seed in [7601u64, 7602, 7603] {
+        let nets = receivers(seed, &[(1, 4), (2, 4)]);
+        let mut w = McastWorld::new(seed, SenderConfig::default(), 4 << 20, group(), sender(), nets);
+        w.set_default_link(lan().loss(0.10));
+        let quarter = (1u32 << 20) / u32::from(w.sender.block());
+        assert!(w.run_until(|w| w.sender.progress().0 >= quarter, Duration::from_secs(60)), "seed {seed}");
+        let (at, sent) = (w.elapsed(), w.sent_by_sender);
+        let now = w.now();
+        w.sender.abort(now, ErrorCode::INTERRUPTED);
+        assert!(w.sender.is_done(), "seed {seed}");
+        assert!(
+            w.run_until(|w| w.receivers.iter().all(|r| r.ended.is_some()), Duration::from_secs(1)),
+            "every receiver ended (seed {seed}): {:?}",
+            w.receivers.iter().map(|r| &r.ended).collect::<Vec<_>>()
+        );
+        // Links of 200 µs: the first surviving copy arrives at once, not
+        // after a sender timeout (30 s).
+        assert!(w.elapsed() - at < Duration::from_millis(20), "took {:?} (seed {seed})", w.elapsed() - at);
+        for (i, r) in w.receivers.iter().enumerate() {
+            let want = Some(ReceiverEvent::Ended { error: Some(ErrorCode::INTERRUPTED) });
+            assert_eq!(r.ended, want, "receiver {i} is told the sender was interrupted (seed {seed})");
+        }
+        // Three ENDs to the group and one to each receiver, then nothing.
+        assert_eq!(w.sent_by_sender - sent, 3 + 8, "seed {seed}");
+        let aborted = SenderEvent::Failed(SenderError::Aborted(ErrorCode::INTERRUPTED));
+        assert!(w.sender_events.iter().any(|(_, e)| *e == aborted), "seed {seed}");
+    }
+}
+
+#[test]
+fn an_interrupted_receiver_is_reported_by_the_sender_at_once_and_the_others_complete() {
+    for seed in [7611u64, 7612, 7613] {
+        // Receiver 3 is the only one of network 2: while the sender awaits
+        // it, no window of the others is confirmed.
+        let nets = receivers(seed, &[(1, 3), (2, 1)]);
+        let mut w = McastWorld::new(seed, SenderConfig::default(), 2 << 20, group(), sender(), nets);
+        w.set_default_link(lan().loss(0.10));
+        let quarter = (512u32 << 10) / u32::from(w.sender.block());
+        assert!(w.run_until(|w| w.sender.progress().0 >= quarter, Duration::from_secs(60)), "seed {seed}");
+        let at = w.elapsed();
+        let now = w.now();
+        w.receivers[3].engine.abort(now, ErrorCode::INTERRUPTED);
+        assert!(w.receivers[3].engine.is_finished(), "stops at once (seed {seed})");
+        let left = |w: &mut McastWorld| {
+            w.sender_events.iter().find_map(|(t, e)| match e {
+                SenderEvent::ReceiverLeft { addr, code, .. } => Some((*t, *addr, *code)),
+                _ => None,
+            })
+        };
+        assert!(w.run_until(|w| left(w).is_some(), Duration::from_secs(1)), "the sender heard (seed {seed})");
+        let (t, addr, code) = left(&mut w).expect("found");
+        assert_eq!((addr, code), (receiver(2, 0), ErrorCode::INTERRUPTED), "seed {seed}");
+        assert!(t - at < Duration::from_millis(20), "known after {:?}, not a receiver timeout (seed {seed})", t - at);
+        assert!(w.run_to_end(Duration::from_secs(120)), "seed {seed}");
+        for i in 0..3 {
+            assert_eq!(w.receivers[i].verified, Some(true), "receiver {i} (seed {seed})");
+            assert!(matches!(w.receivers[i].ended, Some(ReceiverEvent::Confirmed)), "receiver {i} (seed {seed})");
+        }
+        let report = w.sender.receivers().iter().find(|r| r.addr == receiver(2, 0)).expect("registered");
+        assert_eq!((report.outcome, report.left), (ReceiverOutcome::Incomplete, Some(ErrorCode::INTERRUPTED)));
+        assert!(w.receivers[3].verified.is_none(), "it took nothing more (seed {seed})");
+    }
 }

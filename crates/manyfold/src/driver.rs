@@ -150,6 +150,9 @@ impl Driver {
                 _ = &mut sleep, if step.deadline.is_some() => {}
             }
         }
+        // The socket closes before the stop guard wakes `shutdown`'s
+        // waiters: once it returns, the port is free.
+        drop(self);
     }
 
     /// Feeds the ICMP errors the kernel queued for our datagrams to the

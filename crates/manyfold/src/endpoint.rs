@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use manyfold_proto::EndpointStats;
 
-use crate::config::{Config, DriverStats, FaultStats};
+use crate::config::{Config, DriverStats, FaultConfig, FaultStats};
 use crate::connection::{ConnRef, Connection};
 use crate::driver::{now, Driver};
 use crate::error::ConnectionError;
@@ -81,6 +81,9 @@ impl Endpoint {
         };
         let max_datagram = usize::from(engine_config.connection.max_datagram).max(1);
         let io = UdpIo::new(socket::bind(addr, reuse_port)?)?;
+        // spec §6.7: ICMP errors for our datagrams, read by the driver. (The
+        // multicast sockets leave them off: spec §16 ignores ICMP.)
+        crate::icmp::enable(&io.socket, addr.is_ipv6());
         let local_addr = io.socket.local_addr()?;
         let start = now();
         let engine = manyfold_proto::Endpoint::new(engine_config, start);
@@ -165,6 +168,21 @@ impl Endpoint {
     /// What fault injection did so far (all zero without faults).
     pub fn fault_stats(&self) -> FaultStats {
         self.shared.lock().faults.as_ref().map(|f| f.stats).unwrap_or_default()
+    }
+
+    /// Changes the fault injection of this running endpoint (a drop rate
+    /// switched on mid-connection, say): it applies to every datagram
+    /// from now on; datagrams already held keep their times. An inactive
+    /// config switches injection off once nothing is held.
+    pub fn set_faults(&self, faults: FaultConfig) {
+        let mut inner = self.shared.lock();
+        match inner.faults.as_mut() {
+            Some(f) => f.reconfigure(faults),
+            None if faults.is_active() => inner.faults = Some(Faults::new(faults)),
+            None => {}
+        }
+        drop(inner);
+        self.shared.wake_driver();
     }
 
     /// The driver's own counters (datagrams, GSO/GRO batches, socket errors).

@@ -88,6 +88,16 @@ impl Faults {
         }
     }
 
+    /// Replaces the fault model of a running endpoint: datagrams already
+    /// held keep their release times; the RNG is re-seeded only if the
+    /// seed changed, so a run stays reproducible.
+    pub(crate) fn reconfigure(&mut self, config: FaultConfig) {
+        if config.seed != self.config.seed {
+            self.rng = ChaCha8Rng::seed_from_u64(config.seed);
+        }
+        self.config = config;
+    }
+
     fn chance(&mut self, p: f64) -> bool {
         p > 0.0 && self.rng.gen::<f64>() < p
     }

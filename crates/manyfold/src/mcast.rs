@@ -20,10 +20,38 @@ use tokio::sync::watch;
 
 use crate::socket::UdpIo;
 
-pub use manyfold_proto::mcast::{codes, network_of, ReceiverOutcome, ReceiverReport, SenderError, WindowRecord};
+pub use manyfold_proto::mcast::{network_of, ReceiverOutcome, ReceiverReport, SenderError, WindowRecord};
 /// The session's settings and announcement, so that `manyfold::mcast` is all a
 /// program needs.
 pub use manyfold_proto::mcast::{Announcement, ReceiverConfig, ReceiverStats, SenderConfig, SenderEvent, SenderStats};
+pub use manyfold_proto::wire::ErrorCode;
+
+/// The codes of [`ReceiveOutcome::Ended`] as numbers: [`ErrorCode`]'s
+/// (spec §8.3, §16.7), for `match` arms.
+pub mod codes {
+    use manyfold_proto::wire::ErrorCode;
+
+    /// The sender refused this receiver (its table of receivers is full).
+    pub const REFUSED: u16 = ErrorCode::REFUSED.0;
+    /// One side protects its packets and the other does not (spec §19.7).
+    pub const PROTECTION_MISMATCH: u16 = ErrorCode::PROTECTION_MISMATCH.0;
+    /// The receiver's key was not accepted (spec §19.7).
+    pub const AUTHENTICATION_FAILED: u16 = ErrorCode::AUTHENTICATION_FAILED.0;
+    /// The sender was interrupted (a signal) and ended the session.
+    pub const INTERRUPTED: u16 = ErrorCode::INTERRUPTED.0;
+    /// The receiver's whole-file hash did not match.
+    pub const HASH_MISMATCH: u16 = ErrorCode::HASH_MISMATCH.0;
+    /// Dropped: still missing packets at the completion timeout.
+    pub const INCOMPLETE: u16 = ErrorCode::INCOMPLETE.0;
+    /// Dropped: nothing heard from it for `receiver_timeout`.
+    pub const UNRESPONSIVE: u16 = ErrorCode::UNRESPONSIVE.0;
+    /// Dropped: more repair passes than `max_repair_passes`.
+    pub const TOO_MANY_PASSES: u16 = ErrorCode::TOO_MANY_PASSES.0;
+    /// Dropped: reported loss above `max_loss`.
+    pub const TOO_LOSSY: u16 = ErrorCode::TOO_LOSSY.0;
+    /// The sender gave up the whole session.
+    pub const ABORTED: u16 = ErrorCode::ABORTED.0;
+}
 
 /// Where the session runs.
 #[derive(Debug, Clone)]
@@ -78,11 +106,13 @@ struct Sockets {
 /// be shorter), waiting for room in the socket. A batch the kernel refuses
 /// goes again one datagram at a time.
 async fn send_io(io: &UdpIo, dest: SocketAddr, contents: &[u8], seg: Option<usize>) -> io::Result<()> {
+    let mut icmp_errors = 0;
     loop {
         io.socket.writable().await?;
         match io.send(dest, contents, seg) {
             Ok(()) => return Ok(()),
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+            Err(e) if is_icmp_error(&e) && icmp_errors < 16 => icmp_errors += 1,
             Err(e) => match seg {
                 Some(seg) if io.gso_disabled() => {
                     for d in contents.chunks(seg) {
@@ -243,7 +273,27 @@ fn open(net: &McastNet) -> io::Result<Sockets> {
         .map_err(|e| ctx(&format!("cannot join {} (is there a multicast route?)", net.group.ip()), e))?;
     grp.set_nonblocking(true)?;
     let grp: std::net::UdpSocket = grp.into();
-    Ok(Sockets { unicast: UdpIo::new(uni)?, group: UdpIo::new(grp)? })
+    let socks = Sockets { unicast: UdpIo::new(uni)?, group: UdpIo::new(grp)? };
+    // spec §16.7: a session learns of departures from its own packets; an
+    // ICMP error (a receiver's port closed) queued by IP_RECVERR would
+    // only fail the next send of the whole session.
+    #[cfg(target_os = "linux")]
+    for io in [&socks.unicast, &socks.group] {
+        use nix::sys::socket::{setsockopt, sockopt};
+        if let Err(e) = setsockopt(&io.socket, sockopt::Ipv4RecvErr, &false) {
+            tracing::debug!(error = %e, "cannot turn IP_RECVERR off on a multicast socket");
+        }
+    }
+    Ok(socks)
+}
+
+/// An error a send reports for an earlier datagram's ICMP error (a
+/// receiver that went away): that datagram is gone, this one may go.
+fn is_icmp_error(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::ConnectionRefused | io::ErrorKind::HostUnreachable | io::ErrorKind::NetworkUnreachable
+    )
 }
 
 /// How a stream source grows (standard input spooled to a file).
@@ -320,10 +370,30 @@ pub async fn send(
     cfg: SenderConfig,
     info: Announcement,
     file: File,
+    growth: Option<watch::Receiver<SourceGrowth>>,
+    on_event: impl FnMut(&SenderEvent),
+    on_tick: impl FnMut(&SenderView),
+) -> io::Result<SenderView> {
+    send_until(net, cfg, info, file, growth, std::future::pending(), on_event, on_tick).await
+}
+
+/// [`send`], ended early when `abort` resolves with a code (spec §16.7):
+/// e.g. a SIGINT handler's future yielding [`ErrorCode::INTERRUPTED`].
+/// The session's END with that code goes to every receiver at once, and
+/// the view comes back with `failed: Some(SenderError::Aborted(code))`.
+#[allow(clippy::too_many_arguments)]
+pub async fn send_until(
+    net: &McastNet,
+    cfg: SenderConfig,
+    info: Announcement,
+    file: File,
     mut growth: Option<watch::Receiver<SourceGrowth>>,
+    abort: impl std::future::Future<Output = ErrorCode>,
     mut on_event: impl FnMut(&SenderEvent),
     mut on_tick: impl FnMut(&SenderView),
 ) -> io::Result<SenderView> {
+    tokio::pin!(abort);
+    let mut aborted = false;
     use std::os::unix::fs::FileExt;
     let mut cfg = cfg;
     crate::endpoint::prepare_security(cfg.security.as_ref(), &mut cfg.crypto_seed)?;
@@ -409,6 +479,11 @@ pub async fn send(
                 }
             }
             _ = tokio::time::sleep_until(deadline.into()) => s.handle_timeout(Instant::now()),
+            code = &mut abort, if !aborted => {
+                // Its ENDs go out at the top of the loop, then `is_done`.
+                aborted = true;
+                s.abort(Instant::now(), code);
+            }
             r = async { growth.as_mut().expect("guarded").changed().await }, if growth.is_some() => {
                 match r {
                     Ok(()) => match *growth.as_ref().expect("guarded").borrow() {
@@ -477,8 +552,26 @@ pub async fn receive(
     cfg: ReceiverConfig,
     sink: &mut dyn McastSink,
     wait: Option<Duration>,
+    on_tick: impl FnMut(&ReceiverView),
+) -> io::Result<(ReceiveOutcome, ReceiverView)> {
+    receive_until(net, cfg, sink, wait, std::future::pending(), on_tick).await
+}
+
+/// [`receive`], left early when `abort` resolves with a code (spec §16.7):
+/// e.g. a SIGINT handler's future yielding [`ErrorCode::INTERRUPTED`]. The
+/// sender is told at once (this receiver's registration ends with that
+/// code, so it stops awaiting it and reports why), what arrived is
+/// flushed to `sink`, and the call fails with `ErrorKind::Interrupted`.
+pub async fn receive_until(
+    net: &McastNet,
+    cfg: ReceiverConfig,
+    sink: &mut dyn McastSink,
+    wait: Option<Duration>,
+    abort: impl std::future::Future<Output = ErrorCode>,
     mut on_tick: impl FnMut(&ReceiverView),
 ) -> io::Result<(ReceiveOutcome, ReceiverView)> {
+    tokio::pin!(abort);
+    let mut aborted: Option<ErrorCode> = None;
     let mut cfg = cfg;
     crate::endpoint::prepare_security(cfg.security.as_ref(), &mut cfg.crypto_seed)?;
     let socks = open(net)?;
@@ -519,7 +612,7 @@ pub async fn receive(
                         ReceiveOutcome::HashMismatch
                     });
                 }
-                ReceiverEvent::Ended { error } => outcome = Some(ReceiveOutcome::Ended { code: error }),
+                ReceiverEvent::Ended { error } => outcome = Some(ReceiveOutcome::Ended { code: error.map(|c| c.0) }),
                 ReceiverEvent::SenderLost => outcome = Some(ReceiveOutcome::SenderLost),
                 ReceiverEvent::Registered { .. } => {}
             }
@@ -527,6 +620,12 @@ pub async fn receive(
         let now = Instant::now();
         while let Some(t) = r.poll_transmit(now, &mut buf) {
             send_io(&socks.unicast, t.destination, &buf[..t.size], None).await?;
+        }
+        if let Some(code) = aborted {
+            return Err(io::Error::new(
+                io::ErrorKind::Interrupted,
+                format!("left the session (error code {}); the sender was told", code.0),
+            ));
         }
         if let Some(o) = outcome.take() {
             return Ok((o, view(&r)));
@@ -556,6 +655,11 @@ pub async fn receive(
                 }
             }
             _ = tokio::time::sleep_until(deadline.into()) => r.handle_timeout(Instant::now()),
+            code = &mut abort, if aborted.is_none() => {
+                // Its STATUS goes out at the top of the loop.
+                aborted = Some(code);
+                r.abort(Instant::now(), code);
+            }
             _ = tick.tick() => on_tick(&view(&r)),
         }
         // Stored before anything reads it back (parity, the final hash).

@@ -147,6 +147,13 @@ impl Inner {
     /// Turns one engine event into waker calls.
     pub(crate) fn dispatch(&mut self, h: ConnHandle, ev: Event) {
         if ev == Event::Incoming {
+            if self.endpoint_refs == 0 || self.phase != Phase::Running {
+                // Nobody can accept it any more (a protected handshake that
+                // finished after the last handle went): refuse it now.
+                self.engine.abort(h, crate::driver::now(), ErrorCode::REFUSED);
+                self.engine.release(h);
+                return;
+            }
             self.conns.entry(h).or_insert_with(|| ConnState { connected: true, ..ConnState::default() });
             for w in self.accept_waiters.drain(..) {
                 w.wake();

@@ -64,7 +64,6 @@ impl UdpIo {
         let ipv6 = socket.local_addr()?.is_ipv6();
         let socket = tokio::net::UdpSocket::from_std(socket)?;
         let state = UdpSocketState::new((&socket).into())?;
-        crate::icmp::enable(&socket, ipv6);
         Ok(UdpIo { socket, state, ipv6 })
     }
 

@@ -24,10 +24,6 @@ use crate::loopback::mf::check_protection;
 /// client's verdict does not depend on it (it has read the echo to its end).
 const CLOSE_LINGER: Duration = Duration::from_secs(10);
 
-/// How long a client endpoint stays up after its last connection, before
-/// it shuts down (see [`client`]).
-const TIME_WAIT_GRACE: Duration = Duration::from_millis(500);
-
 /// Read buffer of either side.
 const READ: usize = 64 << 10;
 
@@ -117,12 +113,10 @@ pub async fn client(i: usize, server: SocketAddr, plan: Plan, tally: Arc<Tally>)
             // A short pause: churn, not a flood.
             tokio::time::sleep(Duration::from_millis(rng.gen_range(0..10))).await;
         }
-        // `shutdown` counts TIME-WAIT as closed and stops the endpoint at
-        // once: had the ack of the server's FIN been lost, nobody would
-        // repeat it and the server's connection would linger until its idle
-        // timeout. TIME-WAIT's own job, for a moment: the server's
-        // retransmitted FIN (RTO tens of milliseconds here) is acked.
-        tokio::time::sleep(TIME_WAIT_GRACE).await;
+        // `shutdown` lets TIME-WAIT linger four RTOs (spec §4.8) before the
+        // endpoint stops, so that a server whose last ack was lost gets it
+        // repeated; one that still misses it learns from ICMP that the
+        // socket is gone and ends gracefully (spec §6.7).
         if tokio::time::timeout(Duration::from_secs(10), ep.shutdown_within(Duration::from_secs(2))).await.is_err() {
             tally.fail(format!("client {i}: its endpoint did not shut down within 10 s"));
         }

@@ -3,6 +3,8 @@
 
 use std::time::Instant;
 
+use crate::timer::TimerKind;
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Timer {
     /// The handshake's overall deadline (`connect_timeout`).
@@ -50,28 +52,13 @@ impl Timer {
     ];
 }
 
-#[derive(Debug, Default, Clone)]
-pub(crate) struct Timers {
-    at: [Option<Instant>; COUNT],
+impl TimerKind for Timer {
+    type Slots = [Option<Instant>; COUNT];
+    const ALL: &'static [Timer] = &Timer::ALL;
+    fn index(self) -> usize {
+        self as usize
+    }
 }
 
-impl Timers {
-    pub fn set(&mut self, t: Timer, when: Instant) {
-        self.at[t as usize] = Some(when);
-    }
-    pub fn cancel(&mut self, t: Timer) {
-        self.at[t as usize] = None;
-    }
-    pub fn get(&self, t: Timer) -> Option<Instant> {
-        self.at[t as usize]
-    }
-    pub fn is_set(&self, t: Timer) -> bool {
-        self.at[t as usize].is_some()
-    }
-    pub fn clear_all(&mut self) {
-        self.at = [None; COUNT];
-    }
-    pub fn next(&self) -> Option<Instant> {
-        self.at.iter().flatten().min().copied()
-    }
-}
+/// The connection's table (the generic one of [`crate::timer`]).
+pub(crate) type Timers = crate::timer::Timers<Timer>;

@@ -16,7 +16,7 @@ use std::ops::Range;
 use snow::params::NoiseParams;
 
 use crate::secure::{Handshake, PacketKey, ReplayWindow, SecurityConfig, KEY_LEN, NONCE_LEN};
-use crate::wire::{seal as seal_crc, DecodeError, PacketType, HEADER_LEN};
+use crate::wire::{seal as seal_crc, PacketType, HEADER_LEN};
 
 /// Where a sealed packet's source, packet number and ciphertext start.
 const SOURCE_AT: usize = HEADER_LEN;
@@ -30,29 +30,10 @@ pub const SEAL_OVERHEAD: usize = 4 + 8 + 1 + TAG_LEN;
 /// receivers' feedback); packets of further sources are dropped.
 pub(crate) const MAX_SOURCES: usize = 4096;
 
-/// The Noise pattern of a protected session's registrations, announced in
-/// its invitation (spec §19.7).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Pattern {
-    /// The receiver knows the sender's static key (from the invitation,
-    /// checked against its known peers) and proves its own in message 1.
-    Ik = 1,
-    /// IK with the PSK mixed in at message 1.
-    IkPsk1 = 2,
-    /// Only the PSK authenticates, both ways; no static keys.
-    NnPsk0 = 3,
-}
+pub use crate::wire::mcast::Pattern;
 
+/// What a pattern takes of the keys (declared with the wire, spec §16.2).
 impl Pattern {
-    pub(crate) fn from_u8(v: u8) -> Result<Pattern, DecodeError> {
-        match v {
-            1 => Ok(Pattern::Ik),
-            2 => Ok(Pattern::IkPsk1),
-            3 => Ok(Pattern::NnPsk0),
-            _ => Err(DecodeError::Malformed),
-        }
-    }
-
     /// The pattern a sender with `config` runs: IK when it has a static
     /// key to prove, else the PSK alone.
     pub(crate) fn of_sender(config: &SecurityConfig) -> Pattern {

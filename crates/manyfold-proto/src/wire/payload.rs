@@ -178,6 +178,21 @@ impl ErrorCode {
     /// The peer's process was interrupted (SIGINT or SIGTERM) and aborted
     /// its connections on the way out (spec §8.3).
     pub const INTERRUPTED: ErrorCode = ErrorCode(10);
+
+    // The multicast session's own codes (spec §16.7), in END and STATUS.
+
+    /// The receiver's whole-file hash did not match.
+    pub const HASH_MISMATCH: ErrorCode = ErrorCode(20);
+    /// Dropped: still missing packets at the completion timeout.
+    pub const INCOMPLETE: ErrorCode = ErrorCode(21);
+    /// Dropped: nothing heard for `receiver_timeout`.
+    pub const UNRESPONSIVE: ErrorCode = ErrorCode(22);
+    /// Dropped: more repair passes than `max_repair_passes`.
+    pub const TOO_MANY_PASSES: ErrorCode = ErrorCode(23);
+    /// Dropped: reported loss above `max_loss`.
+    pub const TOO_LOSSY: ErrorCode = ErrorCode(24);
+    /// The sender gave up the whole session.
+    pub const ABORTED: ErrorCode = ErrorCode(25);
 }
 
 /// A whole parsed packet: header plus payload sections (spec §3.3).

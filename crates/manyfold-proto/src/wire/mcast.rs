@@ -1,15 +1,100 @@
-//! The multicast session's packets (spec §16.2): the connection's 24-byte
-//! header and CRC with the fields reused per type, and the payloads.
+//! The multicast session's packets (spec §16.2, §16.9, §19.7): the
+//! connection's 24-byte header and CRC (spec §3.1–§3.2) with its fields
+//! reused per packet type, and the payloads.
+//!
+//! The header's fields by type (spec §16.2's table; [`McPacket`] names them):
+//!
+//! ```text
+//! type          conn id   seq              ack                window
+//! ANNOUNCE      session   next SN          total (2^32-1: ?)  phase
+//! REGISTER      session   SN received from network id         client id
+//! DATA          session   SN               LWSN               W
+//! ACK           session   LWSN             network id         client id
+//! NACK          session   highest SN held  network id         client id
+//! REPAIR        session   request round    network id         client id
+//! STATUS        session   packets held     network id         client id
+//! END           session   total packets    0                  client id (0: all)
+//! PARITY        session   FEC block        parity index       packets in block
+//! ```
+//!
+//! The payloads' fields are byte ranges (`field`), checked once up front
+//! as in the unicast wire; with ERR set, a 2-byte [`ErrorCode`] comes first.
 
 use std::ops::Range;
 
-pub use super::secure::Pattern;
-use crate::wire::{seal, DecodeError, Flags, Header, PacketType, HEADER_LEN};
+use crate::wire::{seal, DecodeError, ErrorCode, Flags, Header, PacketType, HEADER_LEN};
+
+// Payload field byte ranges, smoltcp style.
+mod field {
+    use core::ops::Range;
+
+    /// The error code before any other payload when ERR is set.
+    pub const CODE: Range<usize> = 0..2;
+
+    /// ANNOUNCE's (and REGISTER+ACK's) session description.
+    pub mod announce {
+        use core::ops::Range;
+        pub const SIZE: Range<usize> = 0..8;
+        pub const BLOCK: Range<usize> = 8..10;
+        pub const ARTP_MAX: Range<usize> = 10..14;
+        pub const REPAIR_INTERVAL: Range<usize> = 14..16;
+        pub const FEC_K: Range<usize> = 16..18;
+        pub const HASH_ALGO: usize = 18;
+        pub const HASH: Range<usize> = 19..51;
+        pub const NAME_LEN: usize = 51;
+        /// The name follows, `NAME_LEN` bytes.
+        pub const NAME: usize = 52;
+    }
+
+    /// A range list: a count, then that many `[start, end)` entries.
+    pub mod ranges {
+        use core::ops::Range;
+        pub const COUNT: Range<usize> = 0..2;
+        pub const ENTRIES: usize = 2;
+        /// Within one entry.
+        pub const START: Range<usize> = 0..4;
+        pub const END: Range<usize> = 4..8;
+        pub const ENTRY_LEN: usize = END.end;
+    }
+
+    /// A protected session's invitation (spec §19.7).
+    pub mod invite {
+        use core::ops::Range;
+        pub const PATTERN: usize = 0;
+        pub const KEY: Range<usize> = 1..33;
+    }
+}
 
 /// Bytes of a range-list entry: `[start, end)` as two `u32`.
-const RANGE_LEN: usize = 8;
+const RANGE_LEN: usize = field::ranges::ENTRY_LEN;
 /// Bytes of the fixed part of an ANNOUNCE payload, before the name.
-const ANNOUNCE_FIXED: usize = 8 + 2 + 4 + 2 + 2 + 1 + 32 + 1;
+const ANNOUNCE_FIXED: usize = field::announce::NAME;
+/// Bytes of an invitation's payload.
+const INVITE_LEN: usize = field::invite::KEY.end;
+
+/// The Noise pattern of a protected session's registrations, announced in
+/// its invitation (spec §19.7).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pattern {
+    /// The receiver knows the sender's static key (from the invitation,
+    /// checked against its known peers) and proves its own in message 1.
+    Ik = 1,
+    /// IK with the PSK mixed in at message 1.
+    IkPsk1 = 2,
+    /// Only the PSK authenticates, both ways; no static keys.
+    NnPsk0 = 3,
+}
+
+impl Pattern {
+    pub(crate) fn from_u8(v: u8) -> Result<Pattern, DecodeError> {
+        match v {
+            1 => Ok(Pattern::Ik),
+            2 => Ok(Pattern::IkPsk1),
+            3 => Ok(Pattern::NnPsk0),
+            _ => Err(DecodeError::Malformed),
+        }
+    }
+}
 /// Hash algorithm number of BLAKE3 in ANNOUNCE.
 pub const HASH_BLAKE3: u8 = 1;
 /// ANNOUNCE's total-packets value while the length is unknown.
@@ -50,8 +135,9 @@ pub struct RangeList<'a> {
 
 impl<'a> RangeList<'a> {
     fn parse(p: &'a [u8]) -> Result<(RangeList<'a>, &'a [u8]), DecodeError> {
-        let n = p.get(..2).map(|b| u16::from_be_bytes([b[0], b[1]]) as usize).ok_or(DecodeError::Malformed)?;
-        let raw = p.get(2..2 + n * RANGE_LEN).ok_or(DecodeError::Malformed)?;
+        use field::ranges::{COUNT, ENTRIES};
+        let n = p.get(COUNT).map(be16).ok_or(DecodeError::Malformed)? as usize;
+        let raw = p.get(ENTRIES..ENTRIES + n * RANGE_LEN).ok_or(DecodeError::Malformed)?;
         let list = RangeList { raw };
         let mut prev_end: Option<u32> = None;
         for r in list.iter() {
@@ -60,11 +146,12 @@ impl<'a> RangeList<'a> {
             }
             prev_end = Some(r.end);
         }
-        Ok((list, &p[2 + raw.len()..]))
+        Ok((list, &p[ENTRIES + raw.len()..]))
     }
 
     pub fn iter(&self) -> impl Iterator<Item = Range<u32>> + 'a {
-        self.raw.chunks_exact(RANGE_LEN).map(|c| be32(&c[..4])..be32(&c[4..]))
+        use field::ranges::{END, START};
+        self.raw.chunks_exact(RANGE_LEN).map(|c| be32(&c[START])..be32(&c[END]))
     }
 
     pub fn is_empty(&self) -> bool {
@@ -80,19 +167,19 @@ impl<'a> RangeList<'a> {
 /// Writes a range list into `out` from `ranges` (ascending, disjoint),
 /// as many as fit; returns bytes written and ranges taken.
 pub fn emit_ranges(out: &mut [u8], ranges: impl IntoIterator<Item = Range<u32>>) -> (usize, usize) {
-    if out.len() < 2 {
+    use field::ranges::{COUNT, END, ENTRIES, START};
+    if out.len() < ENTRIES {
         return (0, 0);
     }
-    let room = (out.len() - 2) / RANGE_LEN;
     let mut n = 0;
-    for r in ranges.into_iter().take(room.min(u16::MAX as usize)) {
-        let at = 2 + n * RANGE_LEN;
-        out[at..at + 4].copy_from_slice(&r.start.to_be_bytes());
-        out[at + 4..at + 8].copy_from_slice(&r.end.to_be_bytes());
+    // Entries first, so that no range is drawn beyond the room.
+    for (entry, r) in out[ENTRIES..].chunks_exact_mut(RANGE_LEN).take(u16::MAX as usize).zip(ranges) {
+        entry[START].copy_from_slice(&r.start.to_be_bytes());
+        entry[END].copy_from_slice(&r.end.to_be_bytes());
         n += 1;
     }
-    out[..2].copy_from_slice(&(n as u16).to_be_bytes());
-    (2 + n * RANGE_LEN, n)
+    out[COUNT].copy_from_slice(&(n as u16).to_be_bytes());
+    (ENTRIES + n * RANGE_LEN, n)
 }
 
 /// One parsed multicast packet. Fields follow spec §16.2's table.
@@ -171,14 +258,14 @@ pub enum McPacket<'a> {
         network: u32,
         held: u32,
         complete: bool,
-        error: Option<u16>,
+        error: Option<ErrorCode>,
         confirm: bool,
     },
     End {
         session: u32,
         client: u32,
         total: u32,
-        error: Option<u16>,
+        error: Option<ErrorCode>,
     },
     /// Parity shard `index` of FEC block `block`, whose first `k` packets
     /// (fewer in the last block) it protects (spec §16.9).
@@ -210,8 +297,8 @@ impl<'a> McPacket<'a> {
             return Err(DecodeError::Malformed);
         }
         let (error, p) = if h.flags.contains(Flags::ERR) {
-            let b = p.get(..2).ok_or(DecodeError::Malformed)?;
-            (Some(u16::from_be_bytes([b[0], b[1]])), &p[2..])
+            let code = p.get(field::CODE).map(be16).ok_or(DecodeError::Malformed)?;
+            (Some(ErrorCode(code)), &p[field::CODE.end..])
         } else {
             (None, p)
         };
@@ -220,9 +307,12 @@ impl<'a> McPacket<'a> {
         let keyed = h.flags.contains(Flags::CKE);
         Ok(match h.ptype {
             PacketType::McAnnounce if keyed => {
-                let (&pattern, key) = p.split_first().ok_or(DecodeError::Malformed)?;
-                let key = key.try_into().map_err(|_| DecodeError::Malformed)?;
-                McPacket::Invite { session, pattern: Pattern::from_u8(pattern)?, key }
+                if p.len() != INVITE_LEN {
+                    return Err(DecodeError::Malformed);
+                }
+                let mut key = [0u8; 32];
+                key.copy_from_slice(&p[field::invite::KEY]);
+                McPacket::Invite { session, pattern: Pattern::from_u8(p[field::invite::PATTERN])?, key }
             }
             PacketType::McAnnounce => {
                 let phase = match h.window {
@@ -294,15 +384,18 @@ impl<'a> McPacket<'a> {
 }
 
 pub(crate) fn parse_announcement(p: &[u8]) -> Result<Announcement, DecodeError> {
+    use field::announce::*;
+    // Checked once: every fixed field is in range below.
     let fixed = p.get(..ANNOUNCE_FIXED).ok_or(DecodeError::Malformed)?;
-    let size = u64::from_be_bytes(fixed[..8].try_into().expect("8 bytes"));
-    let block = u16::from_be_bytes([fixed[8], fixed[9]]);
-    let artp_max_us = be32(&fixed[10..14]);
-    let repair_interval_ms = u16::from_be_bytes([fixed[14], fixed[15]]);
-    let fec_k = u16::from_be_bytes([fixed[16], fixed[17]]);
-    let algo = fixed[18];
-    let hash: [u8; 32] = fixed[19..51].try_into().expect("32 bytes");
-    let name_len = fixed[51] as usize;
+    let size = be64(&fixed[SIZE]);
+    let block = be16(&fixed[BLOCK]);
+    let artp_max_us = be32(&fixed[ARTP_MAX]);
+    let repair_interval_ms = be16(&fixed[REPAIR_INTERVAL]);
+    let fec_k = be16(&fixed[FEC_K]);
+    let algo = fixed[HASH_ALGO];
+    let mut hash = [0u8; 32];
+    hash.copy_from_slice(&fixed[HASH]);
+    let name_len = usize::from(fixed[NAME_LEN]);
     let name = p.get(ANNOUNCE_FIXED..ANNOUNCE_FIXED + name_len).ok_or(DecodeError::Malformed)?;
     let name = std::str::from_utf8(name).map_err(|_| DecodeError::Malformed)?;
     if block == 0 || algo != HASH_BLAKE3 || name.contains('/') || p.len() != ANNOUNCE_FIXED + name_len {
@@ -352,15 +445,16 @@ pub fn emit_announcement(out: &mut [u8], a: &Announcement) -> usize {
     if out.len() < n {
         return 0;
     }
-    out[..8].copy_from_slice(&a.size.unwrap_or(u64::MAX).to_be_bytes());
-    out[8..10].copy_from_slice(&a.block.to_be_bytes());
-    out[10..14].copy_from_slice(&a.artp_max_us.to_be_bytes());
-    out[14..16].copy_from_slice(&a.repair_interval_ms.to_be_bytes());
-    out[16..18].copy_from_slice(&a.fec_k.to_be_bytes());
-    out[18] = HASH_BLAKE3;
-    out[19..51].copy_from_slice(&a.hash.unwrap_or([0; 32]));
-    out[51] = name.len() as u8;
-    out[ANNOUNCE_FIXED..n].copy_from_slice(name);
+    use field::announce::*;
+    out[SIZE].copy_from_slice(&a.size.unwrap_or(u64::MAX).to_be_bytes());
+    out[BLOCK].copy_from_slice(&a.block.to_be_bytes());
+    out[ARTP_MAX].copy_from_slice(&a.artp_max_us.to_be_bytes());
+    out[REPAIR_INTERVAL].copy_from_slice(&a.repair_interval_ms.to_be_bytes());
+    out[FEC_K].copy_from_slice(&a.fec_k.to_be_bytes());
+    out[HASH_ALGO] = HASH_BLAKE3;
+    out[HASH].copy_from_slice(&a.hash.unwrap_or([0; 32]));
+    out[NAME_LEN] = name.len() as u8;
+    out[NAME..n].copy_from_slice(name);
     n
 }
 
@@ -373,16 +467,39 @@ pub fn emit_bytes(out: &mut [u8], bytes: &[u8]) -> usize {
 
 /// Writes an invitation's payload (spec §19.7); returns its length.
 pub fn emit_invitation(out: &mut [u8], pattern: Pattern, key: &[u8; 32]) -> usize {
-    if out.len() < 33 {
+    if out.len() < INVITE_LEN {
         return 0;
     }
-    out[0] = pattern as u8;
-    out[1..33].copy_from_slice(key);
-    33
+    out[field::invite::PATTERN] = pattern as u8;
+    out[field::invite::KEY].copy_from_slice(key);
+    INVITE_LEN
+}
+
+/// Writes an ERR packet's error code, first in its payload; returns its
+/// length (0 if `out` is too short).
+pub fn emit_code(out: &mut [u8], code: ErrorCode) -> usize {
+    match out.get_mut(field::CODE) {
+        Some(o) => {
+            o.copy_from_slice(&code.0.to_be_bytes());
+            field::CODE.end
+        }
+        None => 0,
+    }
+}
+
+// Callers pass slices of exactly the width named.
+fn be16(b: &[u8]) -> u16 {
+    u16::from_be_bytes([b[0], b[1]])
 }
 
 fn be32(b: &[u8]) -> u32 {
     u32::from_be_bytes([b[0], b[1], b[2], b[3]])
+}
+
+fn be64(b: &[u8]) -> u64 {
+    let mut a = [0u8; 8];
+    a.copy_from_slice(b);
+    u64::from_be_bytes(a)
 }
 
 #[cfg(test)]
@@ -420,14 +537,11 @@ mod tests {
             other => panic!("{other:?}"),
         }
 
-        let n = emit(&mut buf, PacketType::McStatus, Flags::ERR, 9, 10, 3, 4, |o| {
-            o[..2].copy_from_slice(&5u16.to_be_bytes());
-            2
-        })
-        .expect("fits");
+        let n = emit(&mut buf, PacketType::McStatus, Flags::ERR, 9, 10, 3, 4, |o| emit_code(o, ErrorCode(5)))
+            .expect("fits");
         assert!(matches!(
             McPacket::parse(&buf[..n]),
-            Ok(McPacket::Status { held: 10, complete: false, error: Some(5), confirm: false, .. })
+            Ok(McPacket::Status { held: 10, complete: false, error: Some(ErrorCode(5)), confirm: false, .. })
         ));
 
         let n = emit(&mut buf, PacketType::McData, Flags::FIN | Flags::KLV, 9, 41, 41, 12, |o| {
@@ -456,6 +570,130 @@ mod tests {
         assert_eq!(McPacket::parse(&buf[..n]), Err(DecodeError::Malformed));
         let n = emit(&mut buf, PacketType::McEnd, Flags::empty(), 0, 0, 0, 0, |_| 0).expect("fits");
         assert_eq!(McPacket::parse(&buf[..n]), Err(DecodeError::Malformed), "session 0");
+    }
+
+    /// One datagram of every kind whose payload has a structure.
+    fn structured() -> Vec<(&'static str, Vec<u8>)> {
+        let mut out = Vec::new();
+        let mut buf = [0u8; 1500];
+        let a = announce();
+        let mut add = |name, n: Option<usize>, buf: &[u8]| out.push((name, buf[..n.expect("fits")].to_vec()));
+        let n = emit(&mut buf, PacketType::McAnnounce, Flags::empty(), 9, 5, 8, 1, |o| emit_announcement(o, &a));
+        add("announce", n, &buf);
+        let n = emit(&mut buf, PacketType::McRegister, Flags::ACK, 9, 5, 3, 4, |o| emit_announcement(o, &a));
+        add("register+ack", n, &buf);
+        let n = emit(&mut buf, PacketType::McAnnounce, Flags::CKE, 9, 0, 0, 0, |o| {
+            emit_invitation(o, Pattern::IkPsk1, &[3; 32])
+        });
+        add("invite", n, &buf);
+        for ptype in [PacketType::McAck, PacketType::McNack, PacketType::McRepair] {
+            let n = emit(&mut buf, ptype, Flags::empty(), 9, 99, 3, 4, |o| emit_ranges(o, [2..5, 7..8]).0);
+            add("ranges", n, &buf);
+        }
+        let n =
+            emit(&mut buf, PacketType::McStatus, Flags::ERR, 9, 10, 3, 4, |o| emit_code(o, ErrorCode::HASH_MISMATCH));
+        add("status+err", n, &buf);
+        let n = emit(&mut buf, PacketType::McEnd, Flags::ERR, 9, 7, 0, 4, |o| emit_code(o, ErrorCode::INTERRUPTED));
+        add("end+err", n, &buf);
+        let n = emit(&mut buf, PacketType::McParity, Flags::empty(), 9, 2, 1, 32, |o| emit_bytes(o, &[5; 4]));
+        add("parity", n, &buf);
+        out
+    }
+
+    #[test]
+    fn announce_emits_literal_bytes() {
+        let mut buf = [0u8; 200];
+        let n =
+            emit(&mut buf, PacketType::McAnnounce, Flags::empty(), 9, 5, 8, 1, |o| emit_announcement(o, &announce()))
+                .expect("fits");
+        let mut want = vec![
+            0x11, 0x00, 0x00, 0x3c, // version 1, type 1 (ANNOUNCE), no flags, payload 60
+            0x00, 0x00, 0x00, 0x09, // session
+            0x00, 0x00, 0x00, 0x05, // seq: next SN
+            0x00, 0x00, 0x00, 0x08, // ack: total packets
+            0x00, 0x00, 0x00, 0x01, // window: phase 1 (repair)
+            0x00, 0x00, 0x00, 0x00, // CRC, checked below
+            0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x27, 0x10, // size 10,000
+            0x05, 0x94, // block 1428
+            0x00, 0x00, 0x02, 0x58, // ARTP_max 600 µs
+            0x00, 0x32, // repair interval 50 ms
+            0x00, 0x20, // fec_k 32
+            0x01, // BLAKE3
+        ];
+        want.extend_from_slice(&[7; 32]);
+        want.push(8);
+        want.extend_from_slice(b"disk.img");
+        let mut zeroed = buf[..n].to_vec();
+        zeroed[20..24].fill(0);
+        assert_eq!(zeroed, want);
+        assert_eq!(u32::from_be_bytes(buf[20..24].try_into().expect("4")), crc32c::crc32c(&zeroed));
+    }
+
+    #[test]
+    fn range_lists_error_codes_and_invitations_emit_literal_bytes() {
+        let mut out = [0u8; 64];
+        let n = emit_ranges(&mut out, [2..5, 7..8]).0;
+        assert_eq!(out[..n], [0, 2, 0, 0, 0, 2, 0, 0, 0, 5, 0, 0, 0, 7, 0, 0, 0, 8]);
+        assert_eq!(emit_code(&mut out, ErrorCode::INTERRUPTED), 2);
+        assert_eq!(out[..2], [0, 10]);
+        assert_eq!(emit_code(&mut out[..1], ErrorCode::INTERRUPTED), 0, "no room");
+        let n = emit_invitation(&mut out, Pattern::NnPsk0, &[0xab; 32]);
+        assert_eq!(n, 33);
+        assert_eq!(out[0], 3);
+        assert!(out[1..33].iter().all(|&b| b == 0xab));
+        let mut buf = [0u8; 64];
+        let n = emit(&mut buf, PacketType::McEnd, Flags::ERR, 0x0102_0304, 7, 0, 4, |o| emit_code(o, ErrorCode(25)))
+            .expect("fits");
+        assert_eq!(buf[..20], [0x18, 0x20, 0, 2, 1, 2, 3, 4, 0, 0, 0, 7, 0, 0, 0, 0, 0, 0, 0, 4]);
+        assert_eq!(buf[24..n], [0, 25]);
+    }
+
+    #[test]
+    fn the_other_kinds_round_trip() {
+        let parsed: Vec<_> =
+            structured().into_iter().map(|(name, d)| (name, McPacket::parse(&d).map(|p| format!("{p:?}")))).collect();
+        let get = |i: usize| parsed[i].1.clone().unwrap_or_else(|e| panic!("{}: {e:?}", parsed[i].0));
+        let a = announce();
+        let want = McPacket::RegisterAck { session: 9, client: 4, network: 3, from_sn: 5, info: Some(a) };
+        assert_eq!(get(1), format!("{want:?}"));
+        let want = McPacket::Invite { session: 9, pattern: Pattern::IkPsk1, key: [3; 32] };
+        assert_eq!(get(2), format!("{want:?}"));
+        let s = McPacket::Status {
+            session: 9,
+            client: 4,
+            network: 3,
+            held: 10,
+            complete: false,
+            error: Some(ErrorCode::HASH_MISMATCH),
+            confirm: false,
+        };
+        assert_eq!(get(6), format!("{s:?}"));
+        let end = McPacket::End { session: 9, client: 4, total: 7, error: Some(ErrorCode::INTERRUPTED) };
+        assert_eq!(get(7), format!("{end:?}"));
+        let parity = McPacket::Parity { session: 9, block: 2, index: 1, k: 32, shard: &[5; 4] };
+        assert_eq!(get(8), format!("{parity:?}"));
+    }
+
+    #[test]
+    fn every_truncated_prefix_is_rejected() {
+        for (name, d) in structured() {
+            for n in 0..d.len() {
+                assert!(McPacket::parse(&d[..n]).is_err(), "{name}: datagram prefix {n}");
+            }
+            // The payload cut short under a header that says so (and a
+            // valid CRC): the fields' own lengths reject it.
+            let payload = &d[HEADER_LEN..];
+            // REGISTER+ACK without a payload is a valid bare confirmation.
+            let from = usize::from(name == "register+ack");
+            for n in from..payload.len() {
+                let mut cut = d[..HEADER_LEN + n].to_vec();
+                cut[2..4].copy_from_slice(&(n as u16).to_be_bytes());
+                seal(&mut cut);
+                let got = McPacket::parse(&cut);
+                let ok = name == "parity" && n > 0;
+                assert_eq!(got.is_ok(), ok, "{name}: payload prefix {n}: {got:?}");
+            }
+        }
     }
 
     #[test]

@@ -1,0 +1,102 @@
+/* The socket of a connection made by mf_connect is released when mf_close
+ * returns, its TIME-WAIT lingered (issue 19: after 200 connect/close
+ * cycles, 150 UDP sockets stayed open for about 15 s, the length of the
+ * engine's TIME-WAIT). */
+#include <dirent.h>
+#include <pthread.h>
+
+#include "check.h"
+
+#define CYCLES 200
+#define THREADS 8
+
+/* Open file descriptors of this process that are sockets. */
+static int sockets(void) {
+    DIR *d = opendir("/proc/self/fd");
+    CHECK(d != NULL, "opendir /proc/self/fd");
+    int n = 0;
+    struct dirent *e;
+    char path[300], target[64];
+    while ((e = readdir(d)) != NULL) {
+        if (e->d_name[0] == '.') continue;
+        snprintf(path, sizeof path, "/proc/self/fd/%s", e->d_name);
+        ssize_t len = readlink(path, target, sizeof target - 1);
+        if (len > 0) {
+            target[len] = '\0';
+            n += strncmp(target, "socket:", 7) == 0;
+        }
+    }
+    closedir(d);
+    return n;
+}
+
+/* The server reads each connection to its end, then closes it: each
+ * client closes first, so its connection goes through TIME-WAIT (15 s in
+ * the engine: what kept the sockets open). */
+static void *serve_one(void *arg) {
+    int c = (int)(long)arg;
+    char buf[64];
+    while (mf_receive(c, buf, sizeof buf) > 0) {}
+    CHECK(mf_close(c) == MF_OK, "server's mf_close");
+    return NULL;
+}
+
+static void *serve(void *arg) {
+    int l = *(int *)arg;
+    for (int i = 0; i < CYCLES; i++) {
+        int c = mf_accept(l);
+        CHECK(c > 0, "mf_accept %d", i);
+        pthread_t t;
+        pthread_create(&t, NULL, serve_one, (void *)(long)c);
+        pthread_detach(t);
+    }
+    return NULL;
+}
+
+static int port, before, most;
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* CYCLES / THREADS connect/close cycles, one after another. */
+static void *cycles(void *arg) {
+    (void)arg;
+    for (int i = 0; i < CYCLES / THREADS; i++) {
+        int c = mf_connect("127.0.0.1", port);
+        CHECK(c > 0, "mf_connect returned %d", c);
+        CHECK(mf_send(c, "x", 1) == 1, "mf_send");
+        CHECK(mf_close(c) == MF_OK, "mf_close");
+        pthread_mutex_lock(&lock);
+        int now = sockets() - before;
+        if (now > most) most = now;
+        pthread_mutex_unlock(&lock);
+    }
+    return NULL;
+}
+
+int main(void) {
+    watchdog(120);
+    int l = listen_loopback(&port);
+    before = sockets();
+    pthread_t server, t[THREADS];
+    pthread_create(&server, NULL, serve, &l);
+    double start = now_s();
+    for (int i = 0; i < THREADS; i++) pthread_create(&t[i], NULL, cycles, NULL);
+    for (int i = 0; i < THREADS; i++) pthread_join(t[i], NULL);
+    double took = now_s() - start;
+    pthread_join(server, NULL);
+    int after = sockets() - before;
+    for (int i = 0; i < 50 && after > 0; i++) { /* the last driver task may be finishing */
+        usleep(10 * 1000);
+        after = sockets() - before;
+    }
+    printf("ok %d connect/close cycles (%d threads, the client closing first) in %.1f s: at most %d client "
+           "socket(s) open at once, %d at the end\n",
+           CYCLES, THREADS, took, most, after);
+    /* One per thread's open connection; the driver task of a connection
+     * just closed drops its socket a moment after mf_close returns (it
+     * signals its stop first), so another thread's count may see one or
+     * two of those still there. Before, every socket stayed for 15 s. */
+    CHECK(most <= THREADS + 2, "%d client sockets were open with %d connections at most", most, THREADS);
+    CHECK(after == 0, "%d client sockets open at the end", after);
+    CHECK(mf_close(l) == MF_OK, "mf_close of the listener");
+    return 0;
+}

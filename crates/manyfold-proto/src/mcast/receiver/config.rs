@@ -1,0 +1,102 @@
+//! The multicast receiver's parameters (spec §16.4–§16.8, §19.7), what
+//! it delivers, the events it reports and its counters.
+
+use crate::secure::SecurityConfig;
+use crate::wire::mcast::Announcement;
+use crate::wire::ErrorCode;
+use std::ops::Range;
+use std::time::Duration;
+
+#[derive(Debug, Clone)]
+pub struct ReceiverConfig {
+    /// Seeds the client id and the feedback delays.
+    pub seed: u64,
+    /// The network id (spec §16.4): receivers with the same id suppress
+    /// each other's feedback. [`crate::mcast::network_of`] derives one from an
+    /// address.
+    pub network: u32,
+    /// Accept only this session, if set.
+    pub session: Option<u32>,
+    pub register_retry: Duration,
+    pub status_interval: Duration,
+    /// Largest file in packets (spec §16.8).
+    pub max_packets: u32,
+    /// Give up when nothing comes from the sender for this long after
+    /// registering.
+    pub sender_timeout: Duration,
+    /// Join only protected sessions (spec §19.7), with these keys.
+    pub security: Option<SecurityConfig>,
+    /// The handshake's randomness (spec §19.1); all zeros derives it from `seed`.
+    pub crypto_seed: [u8; 32],
+}
+
+impl Default for ReceiverConfig {
+    fn default() -> Self {
+        ReceiverConfig {
+            seed: 0,
+            network: 0,
+            session: None,
+            register_retry: Duration::from_millis(200),
+            status_interval: Duration::from_secs(1),
+            max_packets: 1 << 26,
+            sender_timeout: Duration::from_secs(30),
+            security: None,
+            crypto_seed: [0; 32],
+        }
+    }
+}
+
+/// Where a DATA packet's new bytes go: `payload` is the range of the
+/// datagram passed to `handle_datagram` to write at `offset`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Delivery {
+    pub offset: u64,
+    pub payload: Range<usize>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ReceiverEvent {
+    /// A session was heard (first ANNOUNCE, or its size and hash became known).
+    Announced(Announcement),
+    Registered {
+        from_sn: u32,
+    },
+    /// Every packet is held: verify the file, then call `finish`.
+    Complete,
+    /// The sender confirmed our report (or ended the session cleanly after
+    /// it, the confirmation having been lost): done.
+    Confirmed,
+    /// The session ended (for everyone, or for us with an error code).
+    Ended {
+        error: Option<ErrorCode>,
+    },
+    /// Nothing from the sender for `sender_timeout`.
+    SenderLost,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ReceiverStats {
+    pub data_packets: u64,
+    pub duplicates: u64,
+    pub repairs_received: u64,
+    pub acks_sent: u64,
+    pub acks_suppressed: u64,
+    pub nacks_sent: u64,
+    pub nacks_suppressed: u64,
+    pub repair_requests: u64,
+    pub status_sent: u64,
+    pub dropped_malformed: u64,
+    pub dropped_other_session: u64,
+    pub dropped_beyond_limit: u64,
+    pub parity_received: u64,
+    /// Packets rebuilt from parity.
+    pub fec_recovered: u64,
+    /// Protected sessions (spec §19.7): plain packets a protected receiver
+    /// does not take; sealed packets it has no key for (yet); sealed
+    /// packets that failed authentication or came from the wrong source;
+    /// replays.
+    pub dropped_unprotected: u64,
+    pub dropped_no_key: u64,
+    pub dropped_unauthenticated: u64,
+    pub dropped_replayed: u64,
+}

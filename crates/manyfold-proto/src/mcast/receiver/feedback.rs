@@ -1,0 +1,190 @@
+//! The receiver's feedback (spec §16.4–§16.5, §16.7): ACK and NACK after
+//! a backoff in `[0, ARTP_max]`, suppressed by its network's, copied to a
+//! sender on another network; REPAIR every repair interval; STATUS, and
+//! the STATUS with which an aborting receiver leaves.
+
+use super::{McastReceiver, ReceiverTimer};
+use crate::mcast::{network_of, uniform, McTransmit};
+use crate::wire::mcast::{emit, emit_code, emit_ranges};
+use crate::wire::{ErrorCode, Flags, PacketType};
+use std::net::SocketAddr;
+use std::ops::Range;
+use std::time::{Duration, Instant};
+
+impl McastReceiver {
+    /// spec §16.4: a NACK after a backoff for a gap early in its window
+    /// (once per window), none while nothing is missing; the ACK after a
+    /// backoff once the window's last packet came.
+    pub(super) fn schedule_feedback(&mut self, now: Instant, sn: u32, lwsn: u32, early_gap: bool) {
+        if early_gap && !self.timers.is_set(ReceiverTimer::Nack) && self.nacked_window != Some(lwsn) {
+            let at = now + self.backoff();
+            self.timers.set(ReceiverTimer::Nack, at);
+        }
+        if self.gaps.nothing_pending() {
+            self.timers.cancel(ReceiverTimer::Nack);
+        }
+        if sn == lwsn {
+            self.ack_lwsn = lwsn;
+            let at = now + self.backoff();
+            self.timers.set(ReceiverTimer::Ack, at);
+        }
+    }
+
+    /// A feedback delay drawn uniformly in `[0, ARTP_max]` (spec §16.4).
+    pub(super) fn backoff(&mut self) -> Duration {
+        let max = self.artp_max();
+        uniform(&mut self.rng, max)
+    }
+
+    pub(super) fn artp_max(&self) -> Duration {
+        Duration::from_micros(self.info.as_ref().map_or(600, |i| u64::from(i.artp_max_us)))
+    }
+
+    pub(super) fn repair_interval(&self) -> Duration {
+        Duration::from_millis(self.info.as_ref().map_or(50, |i| u64::from(i.repair_interval_ms)).max(1))
+    }
+
+    /// spec §16.4: an ACK heard from this network suppresses ours for the
+    /// same window; the gaps it names are reported.
+    pub(super) fn on_heard_ack(&mut self, lwsn: u32, missing: impl Iterator<Item = Range<u32>>) {
+        if self.timers.is_set(ReceiverTimer::Ack) && self.ack_lwsn == lwsn {
+            self.timers.cancel(ReceiverTimer::Ack);
+            self.stats.acks_suppressed += 1;
+        }
+        self.forget_reported(missing);
+    }
+
+    /// spec §16.4: one NACK per window per network: what this receiver
+    /// still misses rides on an ACK, or on the network's NACK of a later
+    /// window.
+    pub(super) fn on_heard_nack(&mut self, missing: impl Iterator<Item = Range<u32>>) {
+        self.forget_reported(missing);
+        if self.timers.take(ReceiverTimer::Nack).is_some() {
+            self.stats.nacks_suppressed += 1;
+        }
+        self.nacked_window = self.gaps.latest_lwsn();
+    }
+
+    /// Gaps another receiver of this network reported (in its ACK or
+    /// NACK) are known to the sender: not reported again.
+    pub(super) fn forget_reported(&mut self, ranges: impl Iterator<Item = Range<u32>>) {
+        for r in ranges {
+            self.gaps.forget(r);
+        }
+    }
+
+    /// spec §16.4: feedback goes to the group, where this network's other
+    /// receivers hear it; a sender on another network may not (multicast
+    /// routing is often one way, sender to receivers), so it also gets a
+    /// unicast copy, which it counts once.
+    pub(super) fn copy_to_remote_sender(&mut self, sender: SocketAddr, datagram: &[u8]) {
+        if network_of(sender) != self.cfg.network {
+            self.feedback_copy = Some(datagram.to_vec());
+        }
+    }
+
+    /// spec §16.4: the window's ACK, to the group, with the gaps not yet
+    /// reported (so no NACK is needed).
+    pub(super) fn send_ack(&mut self, buf: &mut [u8], session: u32, sender: SocketAddr) -> Option<McTransmit> {
+        self.timers.cancel(ReceiverTimer::Ack);
+        self.stats.acks_sent += 1;
+        let ranges = self.gaps.take_pending();
+        self.timers.cancel(ReceiverTimer::Nack);
+        let (lwsn, network, client) = (self.ack_lwsn, self.cfg.network, self.client);
+        let n = emit(buf, PacketType::McAck, Flags::empty(), session, lwsn, network, client, |o| {
+            emit_ranges(o, ranges.iter()).0
+        })?;
+        self.copy_to_remote_sender(sender, &buf[..n]);
+        Some(McTransmit { destination: self.group, size: n })
+    }
+
+    /// spec §16.4: the NACK of the gaps seen, to the group.
+    pub(super) fn send_nack(&mut self, buf: &mut [u8], session: u32, sender: SocketAddr) -> Option<McTransmit> {
+        self.timers.cancel(ReceiverTimer::Nack);
+        self.nacked_window = self.gaps.latest_lwsn();
+        self.stats.nacks_sent += 1;
+        let ranges = self.gaps.take_pending();
+        let (highest, network, client) = (self.gaps.highest(), self.cfg.network, self.client);
+        let n = emit(buf, PacketType::McNack, Flags::empty(), session, highest, network, client, |o| {
+            emit_ranges(o, ranges.iter()).0
+        })?;
+        self.copy_to_remote_sender(sender, &buf[..n]);
+        Some(McTransmit { destination: self.group, size: n })
+    }
+
+    pub(super) fn send_repair(
+        &mut self,
+        now: Instant,
+        buf: &mut [u8],
+        session: u32,
+        sender: SocketAddr,
+    ) -> Option<McTransmit> {
+        let Some(total) = self.total else {
+            // Nothing to ask for until the size is known; ask again later
+            // (a due timer left as it was kept the driver spinning: found
+            // by fuzzing).
+            self.timers.set(ReceiverTimer::Repair, now + self.repair_interval());
+            return None;
+        };
+        if self.have.ones() >= u64::from(total) {
+            // Nothing missing (a stream's description may still be on its way).
+            self.timers.cancel(ReceiverTimer::Repair);
+            return None;
+        }
+        self.timers.set(ReceiverTimer::Repair, now + self.repair_interval());
+        self.repair_round += 1;
+        self.stats.repair_requests += 1;
+        let have = &self.have;
+        let n = emit(
+            buf,
+            PacketType::McRepair,
+            Flags::empty(),
+            session,
+            self.repair_round,
+            self.cfg.network,
+            self.client,
+            |o| emit_ranges(o, have.gaps(0..total)).0,
+        )?;
+        Some(McTransmit { destination: sender, size: n })
+    }
+
+    /// spec §16.7: the STATUS with which `abort` leaves, its code in ERR.
+    pub(super) fn send_leave(&mut self, buf: &mut [u8], code: ErrorCode) -> Option<McTransmit> {
+        let (session, sender) = self.target()?;
+        let held = self.have.ones().min(u64::from(u32::MAX)) as u32;
+        self.stats.status_sent += 1;
+        let n = emit(buf, PacketType::McStatus, Flags::ERR, session, held, self.cfg.network, self.client, |o| {
+            emit_code(o, code)
+        })?;
+        Some(McTransmit { destination: sender, size: n })
+    }
+
+    pub(super) fn send_status(
+        &mut self,
+        now: Instant,
+        buf: &mut [u8],
+        session: u32,
+        sender: SocketAddr,
+    ) -> Option<McTransmit> {
+        self.timers.set(ReceiverTimer::Status, now + self.cfg.status_interval);
+        self.stats.status_sent += 1;
+        let held = self.have.ones().min(u64::from(u32::MAX)) as u32;
+        let (flags, code) = match self.verdict {
+            Some(true) => (Flags::FIN, None),
+            Some(false) => (Flags::ERR, Some(ErrorCode::HASH_MISMATCH)),
+            None => (Flags::empty(), None),
+        };
+        if self.verdict.is_some() {
+            // Repeated until the sender confirms, at the register pace.
+            self.timers.set(ReceiverTimer::Status, now + self.cfg.register_retry);
+        }
+        if code.is_some() && buf.len() < crate::wire::HEADER_LEN + 2 {
+            return None;
+        }
+        let n = emit(buf, PacketType::McStatus, flags, session, held, self.cfg.network, self.client, |o| match code {
+            Some(c) => emit_code(o, c),
+            None => 0,
+        })?;
+        Some(McTransmit { destination: sender, size: n })
+    }
+}

@@ -1,0 +1,133 @@
+//! Unit tests of the receiver without the simulator: the engine driven by
+//! hand with datagrams built by `wire::mcast` (spec §16.4, §16.7, §16.8).
+
+use super::*;
+use crate::wire::mcast::{emit_announcement, emit_ranges};
+use crate::wire::Header;
+use std::time::Duration;
+
+fn group() -> SocketAddr {
+    "239.1.2.3:7000".parse().expect("addr")
+}
+
+fn sender() -> SocketAddr {
+    "198.18.0.1:7000".parse().expect("addr")
+}
+
+/// A receiver of network 1 registered with session 5, whose file is 20
+/// packets of 1000 bytes.
+fn registered(now: Instant) -> McastReceiver {
+    let cfg = ReceiverConfig { network: 1, seed: 3, ..ReceiverConfig::default() };
+    let mut r = McastReceiver::new(cfg, group());
+    let info = Announcement {
+        size: Some(20_000),
+        block: 1000,
+        artp_max_us: 600,
+        repair_interval_ms: 50,
+        fec_k: 0,
+        hash: Some([1; 32]),
+        name: "f".into(),
+    };
+    let client = r.client_id();
+    feed(&mut r, now, PacketType::McAnnounce, Flags::empty(), 0, 20, 0, |o| emit_announcement(o, &info));
+    feed(&mut r, now, PacketType::McRegister, Flags::ACK, 0, 1, client, |o| emit_announcement(o, &info));
+    assert!(r.is_registered());
+    r
+}
+
+#[allow(clippy::too_many_arguments)]
+fn feed(
+    r: &mut McastReceiver,
+    now: Instant,
+    ptype: PacketType,
+    flags: Flags,
+    seq: u32,
+    ack: u32,
+    window: u32,
+    body: impl FnOnce(&mut [u8]) -> usize,
+) -> Option<Delivery> {
+    let mut buf = vec![0u8; 2000];
+    let n = emit(&mut buf, ptype, flags, 5, seq, ack, window, body).expect("fits");
+    r.handle_datagram(now, sender(), &mut buf[..n])
+}
+
+/// What the receiver sends at `now`: (destination, type, seq, error).
+fn drain(r: &mut McastReceiver, now: Instant) -> Vec<(SocketAddr, PacketType, u32, Option<ErrorCode>)> {
+    let mut out = Vec::new();
+    let mut buf = vec![0u8; 1500];
+    while let Some(t) = r.poll_transmit(now, &mut buf) {
+        let h = Header::parse(&buf[..t.size]).expect("header");
+        let error = match McPacket::parse(&buf[..t.size]).expect("parses") {
+            McPacket::Status { error, .. } => error,
+            _ => None,
+        };
+        out.push((t.destination, h.ptype, h.seq, error));
+        assert!(out.len() < 100);
+    }
+    out
+}
+
+#[test]
+fn an_ack_heard_from_our_network_suppresses_ours_and_one_from_another_does_not() {
+    for (network, suppressed) in [(1, true), (2, false)] {
+        let t0 = Instant::now();
+        let mut r = registered(t0);
+        drain(&mut r, t0);
+        for sn in 0..4 {
+            assert!(feed(&mut r, t0, PacketType::McData, Flags::empty(), sn, 3, 4, |o| o[..1000].len()).is_some());
+        }
+        feed(&mut r, t0, PacketType::McAck, Flags::empty(), 3, network, 99, |o| emit_ranges(o, []).0);
+        let later = t0 + Duration::from_millis(1);
+        // (A sender on another network also gets a unicast copy, spec §16.4.)
+        let acks = drain(&mut r, later).iter().filter(|x| x.1 == PacketType::McAck && x.0 == group()).count();
+        assert_eq!((acks, r.stats().acks_suppressed), if suppressed { (0, 1) } else { (1, 0) }, "network {network}");
+    }
+}
+
+#[test]
+fn an_aborted_receiver_tells_the_sender_its_code_three_times_and_takes_nothing_more() {
+    let t0 = Instant::now();
+    let mut r = registered(t0);
+    drain(&mut r, t0);
+    r.abort(t0, ErrorCode::INTERRUPTED);
+    assert!(r.is_finished() && r.poll_timeout().is_none());
+    let sent = drain(&mut r, t0);
+    assert_eq!(sent, vec![(sender(), PacketType::McStatus, 0, Some(ErrorCode::INTERRUPTED)); 3]);
+    assert_eq!(feed(&mut r, t0, PacketType::McData, Flags::empty(), 0, 3, 4, |o| o[..10].len()), None);
+    assert!(drain(&mut r, t0 + Duration::from_secs(5)).is_empty());
+    // Not registered: nothing to end, nothing sent.
+    let mut r = McastReceiver::new(ReceiverConfig::default(), group());
+    r.abort(t0, ErrorCode::INTERRUPTED);
+    assert!(r.is_finished() && drain(&mut r, t0).is_empty());
+}
+
+#[test]
+fn a_last_packet_at_the_highest_sequence_number_is_dropped_beyond_the_limit_not_overflowed() {
+    let group: SocketAddr = "239.1.2.3:7000".parse().expect("addr");
+    let sender: SocketAddr = "198.18.0.1:7000".parse().expect("addr");
+    let mut r = McastReceiver::new(ReceiverConfig { max_packets: 64, ..ReceiverConfig::default() }, group);
+    let now = Instant::now();
+    let info = Announcement {
+        size: None,
+        block: 1000,
+        artp_max_us: 600,
+        repair_interval_ms: 50,
+        fec_k: 0,
+        hash: None,
+        name: "f".into(),
+    };
+    let mut buf = vec![0u8; 2000];
+    let n = emit(&mut buf, PacketType::McAnnounce, Flags::empty(), 5, 0, u32::MAX, 0, |o| {
+        crate::wire::mcast::emit_announcement(o, &info)
+    })
+    .expect("fits");
+    r.handle_datagram(now, sender, &mut buf[..n]);
+    let n = emit(&mut buf, PacketType::McData, Flags::FIN, 5, u32::MAX, u32::MAX, 1, |o| {
+        o[..10].fill(1);
+        10
+    })
+    .expect("fits");
+    assert_eq!(r.handle_datagram(now, sender, &mut buf[..n]), None);
+    assert_eq!(r.stats().dropped_beyond_limit, 1);
+    assert_eq!(r.progress(), (0, None), "no total from a packet beyond the limit");
+}

@@ -1,0 +1,210 @@
+//! The multicast sender's parameters (spec §16.3–§16.8, §16.9, §19.7), the
+//! events it reports, its errors and its counters.
+
+use super::members::ReceiverOutcome;
+use crate::secure::SecurityConfig;
+use crate::wire::ErrorCode;
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+/// The sender's parameters (spec §16.3–§16.8).
+#[derive(Debug, Clone)]
+pub struct SenderConfig {
+    /// Seeds the session id.
+    pub seed: u64,
+    /// Largest datagram, header included; DATA carries `max_datagram − 24`.
+    pub max_datagram: usize,
+    pub announce_interval: Duration,
+    /// Longest the data phase waits for `min_receivers`.
+    pub announce_wait: Duration,
+    /// Receivers to wait for before the data phase (at least 1).
+    pub min_receivers: usize,
+    /// The feedback backoff bound receivers use (`ARTP_max`), and its
+    /// floor when adapted.
+    pub artp_max: Duration,
+    /// Raise `ARTP_max` (up to `artp_cap`) while windows draw more than 1.5
+    /// ACKs per network, lower it back towards `artp_max` below 1.15
+    /// (spec §16.4).
+    pub adapt_artp: bool,
+    pub artp_cap: Duration,
+    /// Timer growth on expiry (α > 1).
+    pub alpha: f64,
+    /// Timer shrink on a confirmed window (β > α).
+    pub beta: f64,
+    /// The timer's floor, `dflt_Tout`.
+    pub default_timeout: Duration,
+    pub max_timeout: Duration,
+    pub initial_window: u32,
+    pub max_window: u32,
+    /// Double the window on each confirmed window until the first sign of
+    /// congestion (a shrink or an expiry), then grow it by one as the
+    /// paper does (spec §16.3). Off: the paper's growth from the start.
+    pub slow_start: bool,
+    /// Repair requests gathered this long before the repairs go out.
+    pub repair_gather: Duration,
+    /// Receivers asking for one packet in a round for it to go by multicast.
+    pub repair_multicast_min: usize,
+    pub completion_timeout: Duration,
+    pub max_repair_passes: u32,
+    pub receiver_timeout: Duration,
+    /// Drop a receiver whose reported loss exceeds this fraction.
+    pub max_loss: Option<f64>,
+    pub max_receivers: usize,
+    pub max_repair_queue: usize,
+    pub max_packets: u32,
+    /// Pace each window's packets at the rate of recently confirmed windows
+    /// (the paper sends them back to back).
+    pub pace: bool,
+    /// Packets per FEC block (spec §16.9); 0 turns parity off.
+    pub fec_k: u16,
+    /// Parity shards multicast after each block in the data phase.
+    pub fec_proactive: u16,
+    /// 0: paper 03's rule, every NACK that names a new loss shrinks the
+    /// window by one. Above 0: a window shrinks by one only when one
+    /// receiver reported more losses while it was open than this fraction
+    /// of it, so random loss on receivers' links does not throttle the
+    /// session (timer expiries still do).
+    pub loss_tolerance: f64,
+    /// Protect the session (spec §19.7): a group key handed to each
+    /// receiver in its registration's Noise handshake, every packet sealed.
+    pub security: Option<SecurityConfig>,
+    /// The group key's and the handshakes' randomness (spec §19.1): 256
+    /// bits from the OS; all zeros derives it from `seed` (simulations).
+    pub crypto_seed: [u8; 32],
+    /// Most registration handshakes a protected sender runs per second
+    /// (a burst of as many): each costs a few X25519 operations, and
+    /// REGISTERs come unauthenticated (spec §19.7).
+    pub max_handshakes_per_sec: u32,
+}
+
+impl Default for SenderConfig {
+    fn default() -> Self {
+        SenderConfig {
+            seed: 0,
+            max_datagram: 1452,
+            announce_interval: Duration::from_millis(200),
+            announce_wait: Duration::from_secs(3),
+            min_receivers: 1,
+            artp_max: Duration::from_micros(600),
+            adapt_artp: true,
+            artp_cap: Duration::from_millis(20),
+            alpha: 1.5,
+            beta: 2.0,
+            default_timeout: Duration::from_millis(100),
+            max_timeout: Duration::from_secs(2),
+            initial_window: 1,
+            max_window: 256,
+            slow_start: true,
+            repair_gather: Duration::from_millis(5),
+            repair_multicast_min: 2,
+            completion_timeout: Duration::from_secs(60),
+            max_repair_passes: 100,
+            receiver_timeout: Duration::from_secs(5),
+            max_loss: None,
+            max_receivers: 1024,
+            max_repair_queue: 65_536,
+            max_packets: 1 << 26,
+            pace: false,
+            fec_k: 32,
+            fec_proactive: 0,
+            loss_tolerance: 0.05,
+            security: None,
+            crypto_seed: [0; 32],
+            max_handshakes_per_sec: 500,
+        }
+    }
+}
+
+/// One window's fate, for traces and the model checks (spec §16.3).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct WindowRecord {
+    pub first: u32,
+    pub lwsn: u32,
+    pub size: u32,
+    /// Sent (last packet) at.
+    pub sent: Instant,
+    /// Confirmed by every awaited network, or expired.
+    pub confirmed: bool,
+    pub resolved: Instant,
+    /// Timer in force for this window.
+    pub timeout: Duration,
+    /// ACK and NACK packets that arrived while it was open.
+    pub feedback: u32,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum SenderEvent {
+    ReceiverJoined {
+        client: u32,
+        addr: SocketAddr,
+        from_sn: u32,
+    },
+    /// The data phase began.
+    DataStarted,
+    Window(WindowRecord),
+    /// Every packet has gone out once; repairs follow.
+    RepairStarted,
+    ReceiverDone {
+        client: u32,
+        outcome: ReceiverOutcome,
+    },
+    /// A receiver ended its part itself with `code` (its STATUS with ERR),
+    /// e.g. `INTERRUPTED`: its outcome is `Incomplete`, `left` says why.
+    ReceiverLeft {
+        client: u32,
+        addr: SocketAddr,
+        code: ErrorCode,
+    },
+    /// The session is over; every receiver's outcome is in `receivers()`.
+    Finished,
+    /// The session ended without a transfer.
+    Failed(SenderError),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum SenderError {
+    #[error("no receiver registered within the announce wait")]
+    NoReceivers,
+    #[error("every receiver was dropped")]
+    AllDropped,
+    /// `McastSender::abort` ended the session with this code.
+    #[error("aborted with error code {}{}", .0 .0, if *.0 == ErrorCode::INTERRUPTED { " (interrupted)" } else { "" })]
+    Aborted(ErrorCode),
+}
+
+/// Counters (spec §16.4's feedback figures among them).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SenderStats {
+    pub data_packets: u64,
+    pub data_bytes: u64,
+    pub repair_multicast: u64,
+    pub repair_unicast: u64,
+    /// Parity shards multicast (proactive and repair).
+    pub parity_packets: u64,
+    pub announces: u64,
+    pub acks: u64,
+    pub late_acks: u64,
+    pub nacks: u64,
+    pub repair_requests: u64,
+    pub status_reports: u64,
+    pub windows_confirmed: u64,
+    pub windows_expired: u64,
+    /// Last packets of a window sent again because no ACK came (a lost LWSN).
+    pub probes: u64,
+    pub dropped_malformed: u64,
+    pub dropped_other_session: u64,
+    pub dropped_unknown_client: u64,
+    pub refused: u64,
+    /// Protected sessions (spec §19.7): plain packets other than a
+    /// registration; sealed packets that failed authentication (or came
+    /// under another receiver's source); replays.
+    pub dropped_unprotected: u64,
+    pub dropped_unauthenticated: u64,
+    pub dropped_replayed: u64,
+    /// Registrations whose handshake failed (another PSK, an unknown key).
+    pub auth_failures: u64,
+    /// REGISTERs not answered: over `max_handshakes_per_sec`, a repeat
+    /// sooner than `REANSWER_GAP`, or a second handshake for a registered
+    /// client id (spec §19.7).
+    pub registrations_ignored: u64,
+}

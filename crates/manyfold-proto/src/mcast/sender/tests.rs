@@ -1,0 +1,270 @@
+//! Unit tests of the sender's parts without the simulator: the engine is
+//! driven by hand with datagrams built by `wire::mcast` (spec §16.3–§16.9).
+
+// A range list of one range is what most reports carry.
+#![allow(clippy::single_range_in_vec_init)]
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use super::window::loss_allowance;
+use super::{McastSender, ReceiverOutcome, SenderConfig, SenderEvent};
+use crate::wire::mcast::{emit, emit_code, emit_ranges, Announcement, McPacket};
+use crate::wire::{ErrorCode, Flags, PacketType};
+
+const BLOCK: u64 = 1428;
+
+fn group() -> SocketAddr {
+    "239.1.2.3:5000".parse().expect("addr")
+}
+
+fn addr(client: u32) -> SocketAddr {
+    SocketAddr::from(([198, 18, 0, client as u8], 5000))
+}
+
+/// A sender of a `packets`-packet file, already past the announce phase
+/// once `receivers` (client id, network) registered.
+fn sender(cfg: SenderConfig, packets: u64, receivers: &[(u32, u32)], now: Instant) -> McastSender {
+    let info = Announcement {
+        size: Some(packets * BLOCK),
+        block: 0,
+        artp_max_us: 0,
+        repair_interval_ms: 0,
+        fec_k: 0,
+        hash: Some([1; 32]),
+        name: "f".into(),
+    };
+    let cfg = SenderConfig { min_receivers: receivers.len().max(1), adapt_artp: false, ..cfg };
+    let mut s = McastSender::new(cfg, group(), info, now);
+    assert_eq!(u64::from(s.block()), BLOCK);
+    for &(client, network) in receivers {
+        feed(&mut s, now, client, PacketType::McRegister, Flags::empty(), 0, network, |_| 0);
+    }
+    s
+}
+
+/// A packet from receiver `client`: `seq`, `ack` as the header carries them.
+#[allow(clippy::too_many_arguments)]
+fn feed(
+    s: &mut McastSender,
+    now: Instant,
+    client: u32,
+    ptype: PacketType,
+    flags: Flags,
+    seq: u32,
+    ack: u32,
+    body: impl FnOnce(&mut [u8]) -> usize,
+) {
+    let mut buf = [0u8; 1500];
+    let n = emit(&mut buf, ptype, flags, s.session_id(), seq, ack, client, body).expect("fits");
+    s.handle_datagram(now, addr(client), &buf[..n]);
+}
+
+fn ack(s: &mut McastSender, now: Instant, client: u32, network: u32, lwsn: u32) {
+    feed(s, now, client, PacketType::McAck, Flags::empty(), lwsn, network, |o| emit_ranges(o, []).0);
+}
+
+/// What went out: (destination, type, seq, flags, error code).
+type Sent = (SocketAddr, PacketType, u32, Flags, Option<ErrorCode>);
+
+fn drain(s: &mut McastSender, now: Instant) -> Vec<Sent> {
+    let mut out = Vec::new();
+    let mut buf = [0u8; 1500];
+    while let Some(t) = s.poll_transmit(now, &mut buf, &mut |_, o: &mut [u8]| o.len()) {
+        let p = McPacket::parse(&buf[..t.size]).expect("parses");
+        let h = crate::wire::Header::parse(&buf[..t.size]).expect("header");
+        let error = match p {
+            McPacket::End { error, .. } | McPacket::Status { error, .. } => error,
+            _ => None,
+        };
+        out.push((t.destination, h.ptype, h.seq, h.flags, error));
+        assert!(out.len() < 10_000, "poll_transmit must run dry");
+    }
+    out
+}
+
+fn data_sns(sent: &[Sent]) -> Vec<u32> {
+    sent.iter().filter(|x| x.1 == PacketType::McData).map(|x| x.2).collect()
+}
+
+// ---- window.rs: paper 03's flow control (spec §16.3) ----------------------
+
+#[test]
+fn a_confirmed_window_doubles_in_slow_start_and_an_expired_one_shrinks_and_stretches_the_timer() {
+    let t0 = Instant::now();
+    let mut s = sender(SenderConfig::default(), 50, &[(7, 1)], t0);
+    assert_eq!(data_sns(&drain(&mut s, t0)), [0]);
+    ack(&mut s, t0, 7, 1, 0);
+    assert_eq!(s.window(), (2, Duration::from_millis(100)));
+    assert_eq!(data_sns(&drain(&mut s, t0)), [1, 2]);
+    ack(&mut s, t0, 7, 1, 2);
+    assert_eq!(s.window().0, 4);
+    assert_eq!(data_sns(&drain(&mut s, t0)), [3, 4, 5, 6]);
+    // No ACK: the window's timer expires (its probe is overtaken).
+    let expiry = s.poll_timeout().expect("timer");
+    assert!(expiry <= t0 + Duration::from_millis(100));
+    s.handle_timeout(t0 + Duration::from_millis(100));
+    assert_eq!(s.window(), (3, Duration::from_millis(150)), "W − 1, Tout · α");
+    assert_eq!(s.stats().windows_expired, 1);
+    // Slow start is over: a confirmed window now grows by one.
+    let t1 = t0 + Duration::from_millis(100);
+    assert_eq!(data_sns(&drain(&mut s, t1)), [7, 8, 9]);
+    ack(&mut s, t1, 7, 1, 9);
+    assert_eq!(s.window(), (4, Duration::from_millis(100)), "W + 1, Tout / β floored at dflt_Tout");
+}
+
+#[test]
+fn a_window_waits_for_every_awaited_network_and_a_late_ack_is_counted_and_ignored() {
+    let t0 = Instant::now();
+    let mut s = sender(SenderConfig::default(), 50, &[(7, 1), (8, 2), (9, 2)], t0);
+    assert_eq!(data_sns(&drain(&mut s, t0)), [0]);
+    ack(&mut s, t0, 7, 1, 0);
+    assert_eq!(s.window().0, 1, "network 2 has not acked");
+    ack(&mut s, t0, 9, 2, 0);
+    assert_eq!(s.window().0, 2, "one ACK per network confirms it");
+    ack(&mut s, t0, 8, 2, 0);
+    assert_eq!(s.stats().late_acks, 1);
+    assert_eq!(s.window().0, 2);
+}
+
+#[test]
+fn with_the_papers_rule_every_newly_reported_loss_shrinks_the_window() {
+    let t0 = Instant::now();
+    let cfg = SenderConfig { loss_tolerance: 0.0, initial_window: 8, ..SenderConfig::default() };
+    let mut s = sender(cfg, 50, &[(7, 1)], t0);
+    assert_eq!(data_sns(&drain(&mut s, t0)).len(), 8);
+    let nack = |s: &mut McastSender, highest: u32, ranges: &[std::ops::Range<u32>]| {
+        feed(s, t0, 7, PacketType::McNack, Flags::empty(), highest, 1, |o| emit_ranges(o, ranges.iter().cloned()).0);
+    };
+    nack(&mut s, 5, &[1..2]);
+    assert_eq!(s.window().0, 7);
+    nack(&mut s, 6, &[1..3]);
+    assert_eq!(s.window().0, 6, "only SN 2 was new");
+    // The same NACK again (its unicast copy, spec §16.4) is taken once.
+    nack(&mut s, 6, &[1..3]);
+    assert_eq!(s.stats().nacks, 2);
+    nack(&mut s, 7, &[1..2, 2..3]);
+    assert_eq!(s.window().0, 6, "nothing new");
+    assert_eq!(s.receivers()[0].reported_lost, 1 + 2 + 2);
+}
+
+#[test]
+fn the_loss_allowance_is_the_tolerated_share_plus_two_standard_deviations() {
+    // spec §16.3: 4 losses of a 23-packet window trip 5%, 3 do not; 20 of 256.
+    let a = loss_allowance(0.05, 23.0);
+    assert!((3.0..4.0).contains(&a), "{a}");
+    let a = loss_allowance(0.05, 256.0);
+    assert!((19.0..20.0).contains(&a), "{a}");
+    assert_eq!(loss_allowance(0.05, 1.0), 1.0, "at least one");
+}
+
+// ---- members.rs: the receiver table (spec §16.7–§16.8) ---------------------
+
+#[test]
+fn a_full_table_refuses_and_a_silent_receiver_is_dropped_as_unresponsive() {
+    let t0 = Instant::now();
+    let cfg = SenderConfig { max_receivers: 1, ..SenderConfig::default() };
+    let mut s = sender(cfg, 50, &[(7, 1)], t0);
+    feed(&mut s, t0, 8, PacketType::McRegister, Flags::empty(), 0, 1, |_| 0);
+    let sent = drain(&mut s, t0);
+    assert!(sent.contains(&(addr(8), PacketType::McEnd, 0, Flags::ERR, Some(ErrorCode::REFUSED))), "{sent:?}");
+    assert_eq!(s.stats().refused, 1);
+    // Nothing from receiver 7 for longer than receiver_timeout (5 s).
+    let later = t0 + Duration::from_secs(6);
+    s.handle_timeout(later);
+    assert_eq!(s.receivers()[0].outcome, ReceiverOutcome::Unresponsive);
+    let sent = drain(&mut s, later);
+    assert!(
+        sent.iter().any(|x| x.0 == addr(7) && x.1 == PacketType::McEnd && x.4 == Some(ErrorCode::UNRESPONSIVE)),
+        "it is told why: {sent:?}"
+    );
+}
+
+#[test]
+fn a_receiver_that_leaves_with_a_code_is_reported_and_no_longer_awaited() {
+    let t0 = Instant::now();
+    let mut s = sender(SenderConfig::default(), 50, &[(7, 1), (8, 2)], t0);
+    assert_eq!(data_sns(&drain(&mut s, t0)), [0]);
+    ack(&mut s, t0, 7, 1, 0);
+    assert_eq!(s.window().0, 1, "network 2 still awaited");
+    feed(&mut s, t0, 8, PacketType::McStatus, Flags::ERR, 0, 2, |o| emit_code(o, ErrorCode::INTERRUPTED));
+    assert_eq!(s.window().0, 2, "its leaving confirmed the window");
+    let r = &s.receivers()[1];
+    assert_eq!((r.outcome, r.left), (ReceiverOutcome::Incomplete, Some(ErrorCode::INTERRUPTED)));
+    let events: Vec<_> = std::iter::from_fn(|| s.poll_event()).collect();
+    assert!(events.contains(&SenderEvent::ReceiverLeft { client: 8, addr: addr(8), code: ErrorCode::INTERRUPTED }));
+    // The only receiver leaving ends the session at once.
+    let mut s = sender(SenderConfig::default(), 50, &[(7, 1)], t0);
+    feed(&mut s, t0, 7, PacketType::McStatus, Flags::ERR, 0, 1, |o| emit_code(o, ErrorCode::INTERRUPTED));
+    let events: Vec<_> = std::iter::from_fn(|| s.poll_event()).collect();
+    assert!(events.contains(&SenderEvent::Failed(super::SenderError::AllDropped)), "{events:?}");
+    assert!(drain(&mut s, t0).iter().all(|x| x.1 != PacketType::McData), "no data to nobody");
+    // A hash mismatch is still a hash mismatch.
+    let mut s = sender(SenderConfig::default(), 50, &[(7, 1)], t0);
+    feed(&mut s, t0, 7, PacketType::McStatus, Flags::ERR, 0, 1, |o| emit_code(o, ErrorCode::HASH_MISMATCH));
+    assert_eq!((s.receivers()[0].outcome, s.receivers()[0].left), (ReceiverOutcome::HashMismatch, None));
+}
+
+// ---- repair.rs: gathering and sending repairs (spec §16.5, §16.9) ----------
+
+/// A sender whose 4-packet file went out in one window, confirmed: in the
+/// repair phase.
+fn repairing(cfg: SenderConfig, t0: Instant) -> McastSender {
+    let cfg = SenderConfig { initial_window: 8, ..cfg };
+    let mut s = sender(cfg, 4, &[(7, 1), (8, 1)], t0);
+    assert_eq!(data_sns(&drain(&mut s, t0)), [0, 1, 2, 3]);
+    ack(&mut s, t0, 7, 1, 3);
+    assert!(std::iter::from_fn(|| s.poll_event()).any(|e| e == SenderEvent::RepairStarted));
+    s
+}
+
+fn repair(s: &mut McastSender, now: Instant, client: u32, ranges: &[std::ops::Range<u32>]) {
+    feed(s, now, client, PacketType::McRepair, Flags::empty(), 1, 1, |o| emit_ranges(o, ranges.iter().cloned()).0);
+}
+
+#[test]
+fn a_packet_several_receivers_ask_for_goes_by_multicast_and_one_only_one_asked_for_by_unicast() {
+    let t0 = Instant::now();
+    let mut s = repairing(SenderConfig { fec_k: 0, ..SenderConfig::default() }, t0);
+    drain(&mut s, t0);
+    repair(&mut s, t0, 7, &[0..2]);
+    repair(&mut s, t0, 8, &[1..2]);
+    assert!(drain(&mut s, t0).iter().all(|x| x.1 != PacketType::McData), "gathered first");
+    let t1 = t0 + Duration::from_millis(5);
+    s.handle_timeout(t1);
+    let mut sent = drain(&mut s, t1);
+    sent.extend(drain(&mut s, t1 + Duration::from_secs(1)));
+    let repairs: Vec<_> = sent.iter().filter(|x| x.1 == PacketType::McData).map(|x| (x.0, x.2, x.3)).collect();
+    assert_eq!(repairs, [(addr(7), 0, Flags::KLV), (group(), 1, Flags::KLV)]);
+    assert_eq!((s.stats().repair_unicast, s.stats().repair_multicast), (1, 1));
+    assert_eq!(s.receivers()[0].repair_passes, 1);
+}
+
+#[test]
+fn receivers_missing_different_packets_of_one_block_get_one_parity_shard() {
+    let t0 = Instant::now();
+    let mut s = repairing(SenderConfig { fec_k: 4, ..SenderConfig::default() }, t0);
+    drain(&mut s, t0);
+    repair(&mut s, t0, 7, &[0..1]);
+    repair(&mut s, t0, 8, &[2..3]);
+    let t1 = t0 + Duration::from_millis(5);
+    s.handle_timeout(t1);
+    let sent = drain(&mut s, t1);
+    let kinds: Vec<_> = sent.iter().filter(|x| x.1 != PacketType::McAnnounce).map(|x| (x.0, x.1, x.2)).collect();
+    assert_eq!(kinds, [(group(), PacketType::McParity, 0)], "one shard of block 0 repairs both");
+    assert_eq!(s.stats().parity_packets, 1);
+}
+
+#[test]
+fn a_repeated_request_before_the_last_pass_went_out_is_not_a_new_pass() {
+    let t0 = Instant::now();
+    let cfg = SenderConfig { fec_k: 0, max_repair_passes: 1, ..SenderConfig::default() };
+    let mut s = repairing(cfg, t0);
+    repair(&mut s, t0, 7, &[0..1]);
+    repair(&mut s, t0 + Duration::from_millis(1), 7, &[0..1]);
+    assert_eq!(s.receivers()[0].repair_passes, 1);
+    assert_eq!(s.receivers()[0].outcome, ReceiverOutcome::Active);
+    // Much later, a second pass is one too many.
+    repair(&mut s, t0 + Duration::from_secs(2), 7, &[0..1]);
+    assert_eq!(s.receivers()[0].outcome, ReceiverOutcome::TooManyPasses);
+}

@@ -1,0 +1,327 @@
+//! Windows and paper 03's flow control (spec §16.3–§16.4): sending a
+//! window, its ACKs per awaited network, the timer's growth and shrink,
+//! slow start, the loss rule and its tolerance, probing a lost window end,
+//! the delivery rate, and ARTP_max's adaptation.
+
+use super::config::{SenderEvent, WindowRecord};
+use super::{McastSender, SenderTimer};
+use crate::mcast::fec;
+use crate::mcast::McTransmit;
+use crate::wire::mcast::emit;
+use crate::wire::{Flags, PacketType};
+use std::time::{Duration, Instant};
+
+#[derive(Debug)]
+pub(super) struct Window {
+    pub(super) first: u32,
+    pub(super) lwsn: u32,
+    pub(super) next: u32,
+    pub(super) started: Option<Instant>,
+    /// Its last packet is due again (`SenderTimer::Probe` expired).
+    pub(super) probe_due: bool,
+    /// Its last packet had to be sent again: a loss, taken as congestion.
+    pub(super) probed: bool,
+    pub(super) sent_at: Option<Instant>,
+    pub(super) awaited: Vec<u32>,
+    pub(super) acked: Vec<u32>,
+    pub(super) feedback: u32,
+    pub(super) timeout: Duration,
+}
+
+/// Packets a file of `size` bytes takes (an empty file is one empty packet).
+pub(crate) fn packets_for(size: u64, block: u16) -> u32 {
+    size.div_ceil(u64::from(block)).max(1).min(u64::from(u32::MAX - 1)) as u32
+}
+
+/// Whole packets that can go now: all of them once the total is known,
+/// else the full blocks available so far.
+pub(super) fn packets_available(available: u64, block: u16, total: Option<u32>) -> u32 {
+    match total {
+        Some(t) => t,
+        None => (available / u64::from(block)).min(u64::from(u32::MAX - 1)) as u32,
+    }
+}
+
+/// spec §16.3: the losses one receiver may report while a window of
+/// `size` packets is open without the window shrinking: the tolerated
+/// fraction plus two standard deviations of what independent loss at that
+/// rate gives, so that random loss (whose reports may also fall into the
+/// next window) is not read as congestion, while a bottleneck's burst is.
+pub(super) fn loss_allowance(tolerance: f64, size: f64) -> f64 {
+    let mean = tolerance * size;
+    (mean + 2.0 * (mean * (1.0 - tolerance)).sqrt()).max(1.0)
+}
+
+impl McastSender {
+    /// spec §16.3: the window shrinks by one for each report that names a
+    /// loss not reported before. Returns how many SNs the report names.
+    /// Also returns how many of them were sent since the previous window
+    /// began: the losses that speak of the path now (a receiver whose
+    /// reports were suppressed may report older ones late).
+    pub(super) fn count_losses(&mut self, ranges: impl Iterator<Item = std::ops::Range<u32>>) -> (u64, u64) {
+        let mut named = 0u64;
+        let mut recent = 0u64;
+        let mut new = 0u32;
+        for r in ranges {
+            let r = r.start..r.end.min(self.next_sn);
+            named += u64::from(r.end.saturating_sub(r.start));
+            recent += u64::from(r.end.saturating_sub(r.start.max(self.recent_from)));
+            for sn in r {
+                new += u32::from(self.nacked.set(sn) == Some(true));
+            }
+        }
+        if new > 0 && self.cfg.loss_tolerance <= 0.0 {
+            self.w = self.w.saturating_sub(1).max(1);
+            self.slow_start = false;
+        }
+        (named, recent)
+    }
+
+    /// A receiver reported `lost` packets: its total, and the most any one
+    /// receiver reported since the last window resolved (the loss
+    /// tolerance's measure: one receiver's rate, not the sum of all).
+    pub(super) fn note_losses(&mut self, idx: usize, (lost, recent): (u64, u64)) {
+        let r = &mut self.receivers[idx];
+        r.reported_lost += lost;
+        r.window_lost += recent;
+        self.new_losses = self.new_losses.max(r.window_lost.min(u64::from(u32::MAX)) as u32);
+    }
+
+    pub(super) fn on_window_ack(&mut self, now: Instant, network: u32, lwsn: u32) {
+        let Some(w) = self.window.as_mut() else {
+            self.stats.late_acks += 1;
+            return;
+        };
+        w.feedback += 1;
+        if w.lwsn != lwsn || w.sent_at.is_none() {
+            self.stats.late_acks += 1;
+            return;
+        }
+        if w.awaited.contains(&network) && !w.acked.contains(&network) {
+            if w.acked.is_empty() {
+                if let Some(sent) = w.sent_at {
+                    let sample = now.saturating_duration_since(sent);
+                    self.ack_time = Some(self.ack_time.map_or(sample, |t| (t * 7 + sample) / 8));
+                }
+            }
+            w.acked.push(network);
+        }
+        if w.acked.len() >= w.awaited.len() {
+            self.resolve_window(now, true);
+        }
+    }
+
+    /// spec §16.3: a window is confirmed (every awaited network acked) or
+    /// its timer expired.
+    pub(super) fn resolve_window(&mut self, now: Instant, confirmed: bool) {
+        let Some(w) = self.window.take() else { return };
+        self.timers.cancel(SenderTimer::WindowEnd);
+        self.timers.cancel(SenderTimer::Probe);
+        let sent = w.sent_at.unwrap_or(now);
+        // A window confirmed only thanks to a probe lost its last packet
+        // everywhere: the flow control reacts as to an expiry (the paper's
+        // congestion signal), though the window was saved in time.
+        if confirmed && !w.probed {
+            self.stats.windows_confirmed += 1;
+            self.timeout = self.timeout.div_f64(self.cfg.beta).max(self.cfg.default_timeout);
+            // With a loss tolerance, losses shrink the window only above
+            // that fraction of what went out (spec §16.3).
+            let size = f64::from(w.lwsn + 1 - w.first);
+            if self.cfg.loss_tolerance > 0.0
+                && f64::from(self.new_losses) > loss_allowance(self.cfg.loss_tolerance, size)
+            {
+                // Shrink in proportion to the loss (a receiver losing half
+                // a window behind its own bottleneck halves it in two
+                // windows), by one at least.
+                let f = (f64::from(self.new_losses) / size).min(1.0);
+                let scaled = (f64::from(self.w) * (1.0 - f / 2.0)) as u32;
+                self.w = scaled.min(self.w.saturating_sub(1)).max(1);
+                self.slow_start = false;
+            } else if self.slow_start {
+                self.w = self.w.saturating_mul(2).min(self.cfg.max_window.max(1));
+            } else {
+                self.w = (self.w + 1).min(self.cfg.max_window.max(1));
+            }
+            if let Some(start) = w.started {
+                let took = now.saturating_duration_since(start).as_secs_f64().max(1e-6);
+                let bytes = f64::from(w.lwsn + 1 - w.first) * f64::from(self.info.block);
+                let sample = bytes / took;
+                self.rate = Some(self.rate.map_or(sample, |r| 0.75 * r + 0.25 * sample));
+            }
+        } else {
+            if confirmed {
+                self.stats.windows_confirmed += 1;
+            } else {
+                self.stats.windows_expired += 1;
+            }
+            self.timeout = self.timeout.mul_f64(self.cfg.alpha).min(self.cfg.max_timeout);
+            self.w = self.w.saturating_sub(1).max(1);
+            self.slow_start = false;
+        }
+        self.new_losses = 0;
+        self.recent_from = w.first;
+        for r in &mut self.receivers {
+            r.window_lost = 0;
+        }
+        self.adapt_artp(now, w.awaited.len());
+        self.events.push_back(SenderEvent::Window(WindowRecord {
+            first: w.first,
+            lwsn: w.lwsn,
+            size: w.lwsn + 1 - w.first,
+            sent,
+            confirmed,
+            resolved: now,
+            timeout: w.timeout,
+            feedback: w.feedback,
+        }));
+        if self.total.is_some_and(|t| self.next_sn >= t) {
+            self.enter_repair(now);
+        }
+    }
+
+    /// spec §16.4: suppression works when the backoff spread is wide
+    /// against the delay between receivers; every 4 windows the ACKs per
+    /// window per network steer `ARTP_max`, announced at once.
+    pub(super) fn adapt_artp(&mut self, now: Instant, networks: usize) {
+        if !self.cfg.adapt_artp {
+            return;
+        }
+        self.artp_windows += 1;
+        self.artp_networks += networks as u64;
+        // While the window doubles, windows are few: adapt after each.
+        if self.artp_windows < if self.slow_start { 1 } else { 4 } {
+            return;
+        }
+        let per = (self.stats.acks - self.artp_acks_at) as f64 / self.artp_networks.max(1) as f64;
+        let current = Duration::from_micros(u64::from(self.info.artp_max_us));
+        // With n receivers a delay d apart, a window draws about
+        // 1 + (n − 1)·d / ARTP_max ACKs: scale towards 1.3 per network
+        // (room for a NACK within the target of 2 feedback packets), by at
+        // most ×4 up and ×0.9 down per step.
+        let next = if !(1.15..=1.5).contains(&per) {
+            current.mul_f64(((per - 1.0) / 0.3).clamp(0.9, 4.0)).clamp(self.cfg.artp_max, self.cfg.artp_cap)
+        } else {
+            current
+        };
+        if next != current {
+            self.info.artp_max_us = next.as_micros().min(u128::from(u32::MAX)) as u32;
+            self.timers.set(SenderTimer::Announce, now);
+        }
+        self.artp_windows = 0;
+        self.artp_networks = 0;
+        self.artp_acks_at = self.stats.acks;
+    }
+
+    /// The feedback backoff bound in force (spec §16.4).
+    pub fn artp_max(&self) -> Duration {
+        Duration::from_micros(u64::from(self.info.artp_max_us))
+    }
+
+    pub(super) fn send_data(
+        &mut self,
+        now: Instant,
+        buf: &mut [u8],
+        source: &mut dyn FnMut(u64, &mut [u8]) -> usize,
+    ) -> Option<McTransmit> {
+        if let Some(w) = self.window.as_mut().filter(|w| w.probe_due) {
+            w.probe_due = false;
+            w.probed = true;
+            let lwsn = w.lwsn;
+            self.stats.probes += 1;
+            let (n, _) = self.write_data(buf, lwsn, lwsn, false, source)?;
+            return Some(McTransmit { destination: self.group, size: n });
+        }
+        if self.window.is_none() {
+            let available = packets_available(self.available, self.info.block, self.total);
+            let first = self.next_sn;
+            if first >= available {
+                if self.total.is_some_and(|t| first >= t) {
+                    self.enter_repair(now);
+                }
+                return None;
+            }
+            let lwsn = (first + self.w - 1).min(available - 1);
+            let awaited = self.awaited_networks();
+            self.window = Some(Window {
+                first,
+                lwsn,
+                next: first,
+                started: None,
+                probe_due: false,
+                probed: false,
+                sent_at: None,
+                awaited,
+                acked: Vec::new(),
+                feedback: 0,
+                timeout: self.timeout,
+            });
+        }
+        let (sn, lwsn) = self.window.as_ref().filter(|w| w.next <= w.lwsn).map(|w| (w.next, w.lwsn))?;
+        let n = self.write_data(buf, sn, lwsn, false, source)?;
+        self.stats.data_packets += 1;
+        self.stats.data_bytes += n.1 as u64;
+        self.next_sn = self.next_sn.max(sn + 1);
+        let k = u32::from(self.cfg.fec_k);
+        let block_done = k > 0 && ((sn + 1) % k == 0 || self.total.is_some_and(|t| sn + 1 == t));
+        if block_done && self.cfg.fec_proactive > 0 {
+            // spec §16.9: parity follows each block in the data phase.
+            let p = self.cfg.fec_proactive.min(fec::PARITY_SHARDS / 2);
+            self.parity_jobs.push_back((sn / k, 0, p));
+            self.parity_next.insert(sn / k, p);
+        }
+        let timeout = self.timeout;
+        // A lost last packet leaves every receiver waiting for the window's
+        // end: probe with it well before the timer, at twice the usual time
+        // to the first ACK (at least 4 ARTP_max).
+        let probe = self.ack_time.map_or(timeout / 2, |t| (t * 2).max(self.artp_max() * 4));
+        // Whether that was the window's last packet, and nobody awaited.
+        let ended = self.window.as_mut().and_then(|w| {
+            w.started.get_or_insert(now);
+            w.next += 1;
+            (w.next > w.lwsn).then(|| {
+                w.sent_at = Some(now);
+                w.awaited.is_empty()
+            })
+        });
+        if let Some(nobody) = ended {
+            self.timers.set(SenderTimer::WindowEnd, now + timeout);
+            if probe < timeout {
+                // spec §16.3: the window's last packet goes again, once, if
+                // no network has acked by then (a lost LWSN packet).
+                self.timers.set(SenderTimer::Probe, now + probe.max(Duration::from_millis(1)));
+            }
+            if nobody {
+                // Nobody to wait for (every receiver dropped): settle at once.
+                self.resolve_window(now, true);
+            }
+        }
+        Some(McTransmit { destination: self.group, size: n.0 })
+    }
+
+    /// A DATA packet for `sn`: (datagram length, payload length).
+    pub(super) fn write_data(
+        &mut self,
+        buf: &mut [u8],
+        sn: u32,
+        lwsn: u32,
+        repair: bool,
+        source: &mut dyn FnMut(u64, &mut [u8]) -> usize,
+    ) -> Option<(usize, usize)> {
+        let block = usize::from(self.info.block);
+        let offset = u64::from(sn) * block as u64;
+        let want = (self.available.saturating_sub(offset)).min(block as u64) as usize;
+        let last = self.total.is_some_and(|t| sn + 1 == t);
+        let mut flags = if last { Flags::FIN } else { Flags::empty() };
+        if repair {
+            flags.insert(Flags::KLV);
+        }
+        let mut got = 0;
+        let n = emit(buf, PacketType::McData, flags, self.session, sn, lwsn, self.w, |o| {
+            let len = want.min(o.len());
+            let o = &mut o[..len];
+            got = source(offset, o).min(o.len());
+            got
+        })?;
+        Some((n, got))
+    }
+}

@@ -1,0 +1,220 @@
+//! Interrupting a multicast session on real sockets (spec §16.7), root
+//! only: sender and receiver in a network namespace the test creates and
+//! always deletes, multicast group 239.78.0.1 on its loopback device
+//! (127.0.0.1 only). An interrupted sender's receiver learns it at once,
+//! with the sender's code; an interrupted receiver's sender reports which
+//! receiver left and why, at once — both well before any timeout.
+
+use std::io;
+use std::net::{Ipv4Addr, SocketAddrV4};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use manyfold::mcast::{
+    receive_until, send_until, ErrorCode, McastNet, McastSink, ReceiveOutcome, SenderError, SenderView,
+};
+use manyfold_proto::mcast::{Announcement, ReceiverConfig, SenderConfig};
+
+fn sh(args: &[&str]) -> Result<(), String> {
+    let out = Command::new(args[0])
+        .args(&args[1..])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .output()
+        .map_err(|e| format!("{}: {e}", args.join(" ")))?;
+    if !out.status.success() {
+        return Err(format!("{}: {}", args.join(" "), String::from_utf8_lossy(&out.stderr).trim()));
+    }
+    Ok(())
+}
+
+/// The namespace, deleted on drop (also when the test fails).
+struct Netns(String);
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        let _ = sh(&["ip", "netns", "del", &self.0]);
+    }
+}
+
+/// Why the test cannot run here, if it cannot.
+fn unavailable() -> Option<&'static str> {
+    let root = std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| s.lines().find(|l| l.starts_with("Uid:")).map(|l| l.split_whitespace().nth(2) == Some("0")))
+        .unwrap_or(false);
+    if !root {
+        return Some("needs root (network namespaces)");
+    }
+    if Command::new("ip").arg("-V").output().is_err() {
+        return Some("needs ip (iproute2)");
+    }
+    None
+}
+
+/// Runs `test` on a thread inside a fresh namespace whose loopback carries
+/// multicast; `tag` names the namespace.
+fn in_namespace<T: Send + 'static>(tag: &str, test: impl FnOnce() -> T + Send + 'static) -> Option<T> {
+    if let Some(why) = unavailable() {
+        eprintln!("skipped: {why}");
+        return None;
+    }
+    let ns = Netns(format!("mfmc{tag}{}", std::process::id()));
+    sh(&["ip", "netns", "add", &ns.0]).expect("ip netns add");
+    sh(&["ip", "-n", &ns.0, "link", "set", "lo", "multicast", "on", "up"]).expect("lo up");
+    sh(&["ip", "-n", &ns.0, "route", "add", "239.78.0.0/16", "dev", "lo"]).expect("multicast route");
+    let path = format!("/var/run/netns/{}", ns.0);
+    let out = std::thread::spawn(move || {
+        let file = std::fs::File::open(path).expect("the namespace");
+        nix::sched::setns(file, nix::sched::CloneFlags::CLONE_NEWNET).expect("setns");
+        test()
+    })
+    .join();
+    drop(ns);
+    Some(out.expect("the test thread"))
+}
+
+/// Keeps nothing: the session is interrupted long before the end.
+struct Discard;
+
+impl McastSink for Discard {
+    fn announced(&mut self, _: &Announcement) -> io::Result<()> {
+        Ok(())
+    }
+    fn write_at(&mut self, _: u64, _: &[u8]) -> io::Result<()> {
+        Ok(())
+    }
+    fn read_at(&mut self, _: u64, out: &mut [u8]) -> io::Result<usize> {
+        out.fill(0);
+        Ok(out.len())
+    }
+    fn verify(&mut self, _: &Announcement) -> io::Result<bool> {
+        Ok(true)
+    }
+}
+
+fn net(port: u16) -> McastNet {
+    let mut net = McastNet::new(SocketAddrV4::new(Ipv4Addr::new(239, 78, 0, 1), port));
+    net.iface = Some("lo".into());
+    net
+}
+
+/// A sparse 4 GiB source (zeros): the transfer outlasts the test.
+fn source(tag: &str) -> (std::fs::File, std::path::PathBuf) {
+    let path = std::env::temp_dir().join(format!("mf-mcast-{tag}-{}", std::process::id()));
+    let file = std::fs::OpenOptions::new().read(true).write(true).create(true).truncate(true).open(&path).unwrap();
+    file.set_len(4 << 30).expect("set_len");
+    (file, path)
+}
+
+fn info() -> Announcement {
+    Announcement {
+        size: Some(4 << 30),
+        block: 0,
+        artp_max_us: 0,
+        repair_interval_ms: 0,
+        fec_k: 0,
+        hash: Some([9; 32]),
+        name: "big.bin".into(),
+    }
+}
+
+fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime")
+}
+
+#[test]
+fn an_interrupted_sender_ends_its_receiver_at_once_with_its_code() {
+    let got = in_namespace("s", || {
+        let (file, path) = source("s");
+        let out = rt().block_on(async move {
+            let net = net(7031);
+            let rx_net = net.clone();
+            let receiver = async move {
+                let cfg = ReceiverConfig { network: 1, ..ReceiverConfig::default() };
+                receive_until(&rx_net, cfg, &mut Discard, Some(Duration::from_secs(20)), std::future::pending(), |_| {})
+                    .await
+                    .map(|(o, _)| (o, Instant::now()))
+            };
+            // Interrupted 300 ms into the data phase.
+            let (started, mut started_rx) = tokio::sync::watch::channel(false);
+            let abort = async move {
+                let _ = started_rx.wait_for(|s| *s).await;
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                ErrorCode::INTERRUPTED
+            };
+            let cfg = SenderConfig { min_receivers: 1, ..SenderConfig::default() };
+            let on_event = |e: &manyfold_proto::mcast::SenderEvent| {
+                if *e == manyfold_proto::mcast::SenderEvent::DataStarted {
+                    let _ = started.send(true);
+                }
+            };
+            let sender = async move {
+                let view: SenderView = send_until(&net, cfg, info(), file, None, abort, on_event, |_| {}).await?;
+                Ok::<_, io::Error>((view, Instant::now()))
+            };
+            let both = async { tokio::join!(sender, receiver) };
+            let (sent, received) = tokio::time::timeout(Duration::from_secs(30), both)
+                .await
+                .map_err(|_| io::Error::other("the session never ended"))?;
+            let ((view, aborted_at), (outcome, ended_at)) = (sent?, received?);
+            Ok::<_, io::Error>((view, outcome, ended_at.saturating_duration_since(aborted_at)))
+        });
+        let _ = std::fs::remove_file(path);
+        out
+    });
+    let Some(got) = got else { return };
+    let (view, outcome, after) = got.expect("the session");
+    assert_eq!(view.failed, Some(SenderError::Aborted(ErrorCode::INTERRUPTED)));
+    assert_eq!(outcome, ReceiveOutcome::Ended { code: Some(ErrorCode::INTERRUPTED.0) }, "the sender's code");
+    assert!(after < Duration::from_secs(1), "the receiver knew after {after:?}, not a 30 s sender timeout");
+}
+
+#[test]
+fn an_interrupted_receiver_is_reported_by_its_sender_at_once() {
+    let got = in_namespace("r", || {
+        let (file, path) = source("r");
+        let out = rt().block_on(async move {
+            let net = net(7032);
+            let rx_net = net.clone();
+            let (registered, mut registered_rx) = tokio::sync::watch::channel(false);
+            let receiver = async move {
+                let cfg = ReceiverConfig { network: 1, ..ReceiverConfig::default() };
+                // Interrupted 300 ms after it started receiving data.
+                let abort = async move {
+                    let _ = registered_rx.wait_for(|s| *s).await;
+                    tokio::time::sleep(Duration::from_millis(300)).await;
+                    ErrorCode::INTERRUPTED
+                };
+                let r = receive_until(&rx_net, cfg, &mut Discard, Some(Duration::from_secs(20)), abort, |_| {}).await;
+                (r.map(|_| ()), Instant::now())
+            };
+            let cfg = SenderConfig { min_receivers: 1, ..SenderConfig::default() };
+            let on_event = |e: &manyfold_proto::mcast::SenderEvent| {
+                if *e == manyfold_proto::mcast::SenderEvent::DataStarted {
+                    let _ = registered.send(true);
+                }
+            };
+            let sender = async move {
+                let view = send_until(&net, cfg, info(), file, None, std::future::pending(), on_event, |_| {}).await?;
+                Ok::<_, io::Error>((view, Instant::now()))
+            };
+            let both = async { tokio::join!(sender, receiver) };
+            let (sent, (left, left_at)) = tokio::time::timeout(Duration::from_secs(30), both)
+                .await
+                .map_err(|_| io::Error::other("the session never ended"))?;
+            let (view, sender_done) = sent?;
+            Ok::<_, io::Error>((view, left, sender_done.saturating_duration_since(left_at)))
+        });
+        let _ = std::fs::remove_file(path);
+        out
+    });
+    let Some(got) = got else { return };
+    let (view, left, after) = got.expect("the session");
+    let e = left.expect_err("an interrupted receive fails");
+    assert_eq!(e.kind(), io::ErrorKind::Interrupted, "{e}");
+    assert_eq!(view.receivers.len(), 1);
+    assert_eq!(view.receivers[0].left, Some(ErrorCode::INTERRUPTED), "the sender says why it left");
+    assert_eq!(view.failed, Some(SenderError::AllDropped), "its only receiver left");
+    assert!(after < Duration::from_secs(1), "the sender knew after {after:?}, not a 5 s receiver timeout");
+}
