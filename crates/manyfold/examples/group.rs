@@ -77,7 +77,7 @@ pub async fn fan_out(receivers: &[SocketAddr], late: SocketAddr) -> Result<u64, 
 /// returns its messages, to the end of the stream.
 pub async fn receive(endpoint: &Endpoint) -> Result<Vec<Vec<u8>>, Error> {
     endpoint.listen();
-    let conn = endpoint.accept().await.ok_or("the endpoint is closed")?;
+    let mut conn = endpoint.accept().await.ok_or("the endpoint is closed")?;
     let mut messages = Vec::new();
     while let Some((_stream, item)) = conn.recv_message().await? {
         match item {
@@ -86,6 +86,7 @@ pub async fn receive(endpoint: &Endpoint) -> Result<Vec<Vec<u8>>, Error> {
             other => return Err(format!("unexpected {other:?}").into()),
         }
     }
+    conn.close().await?; // our FIN: the sender's connection to us can finish
     endpoint.wait_idle().await;
     Ok(messages)
 }
