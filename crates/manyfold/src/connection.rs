@@ -418,8 +418,20 @@ impl Connection {
     }
 
     /// Finishes our side (FIN after the queued data) and waits until the peer
-    /// has acknowledged everything. If the connection dies first, the error
-    /// says how many bytes were never acknowledged.
+    /// has acknowledged everything. Reading goes on until the peer's FIN.
+    ///
+    /// # Errors
+    ///
+    /// [`ConnectionError::Unacked`] saying how many bytes were never
+    /// acknowledged and why, when the connection dies first;
+    /// [`ConnectionError::Closed`] when it had already ended otherwise than
+    /// gracefully; [`ConnectionError::EndpointClosed`] when the endpoint
+    /// stopped.
+    ///
+    /// # Cancel safety
+    ///
+    /// The FIN is queued on the first poll and stays queued: dropping the
+    /// future only stops the waiting; a later `close` waits again.
     pub async fn close(&mut self) -> Result<(), ConnectionError> {
         self.send.close().await
     }
@@ -481,6 +493,20 @@ impl Streams {
     /// room for the whole message; a message larger than the configured
     /// maximum is refused with [`ConnectionError::MessageTooLarge`] and
     /// nothing is sent.
+    ///
+    /// # Errors
+    ///
+    /// [`ConnectionError::MessageTooLarge`]; [`ConnectionError::Finished`]
+    /// after our side of the stream or connection was finished;
+    /// [`ConnectionError::StreamReset`] when the stream was reset or the
+    /// peer asked us to stop; [`ConnectionError::StreamLimit`] when a new
+    /// stream would pass the limit; [`ConnectionError::Closed`] once the
+    /// connection ended.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: the message is queued whole or not at all, so a
+    /// future dropped while it waits for room has sent nothing.
     pub async fn send_message(&self, stream: u16, data: &[u8]) -> Result<(), ConnectionError> {
         self.send_message_with(stream, data, MessageOptions::default()).await
     }
@@ -500,6 +526,16 @@ impl Streams {
     /// The next whole message, abandoned-message notice, end or reset of
     /// any stream, streams taking turns. `None` once the connection has
     /// closed gracefully and everything was read.
+    ///
+    /// # Errors
+    ///
+    /// [`ConnectionError::Closed`] when the connection ended otherwise than
+    /// gracefully, [`ConnectionError::EndpointClosed`] when the endpoint
+    /// stopped.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: an item is taken only when the future returns it.
     pub async fn recv_message(&self) -> Result<Option<(u16, StreamItem)>, ConnectionError> {
         poll_fn(|cx| self.conn.poll_recv_message(cx, None)).await
     }

@@ -179,6 +179,16 @@ impl Group {
     /// Sends one message to the group, waiting while the shared send
     /// buffer (or a peer the mode needs) has no room. The data is held
     /// once whatever the number of peers. Returns its group sequence number.
+    ///
+    /// # Errors
+    ///
+    /// [`GroupError::Engine`] when no peer can take it (none left, or fewer
+    /// than the mode needs), it is larger than the maximum, or the group is
+    /// closed; [`GroupError::EndpointClosed`] when the endpoint stopped.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: the message is taken whole or not at all.
     pub async fn send(&self, data: impl Into<Bytes>) -> Result<u64, GroupError> {
         self.send_with(data, MessageOptions::default()).await
     }

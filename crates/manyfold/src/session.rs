@@ -52,8 +52,22 @@ impl Endpoint {
     /// One request, one reply (spec §15): opens a connection to `addr`,
     /// sends `request` and our FIN (on the handshake's last packet when
     /// they fit in it), and reads the reply to its end, at most
-    /// `max_reply` bytes. Fails if the server refuses (`Closed(Refused)`),
-    /// does not answer, or resets.
+    /// `max_reply` bytes.
+    ///
+    /// # Errors
+    ///
+    /// [`ConnectionError::Io`] wrapping the connection's end when the
+    /// server refuses (its [`ConnectionError::close_reason_of`] is
+    /// `Refused`), does not answer, or resets
+    /// ([`ConnectionError::kind`] maps each to an `io::ErrorKind`);
+    /// `InvalidData` for a reply over `max_reply`;
+    /// [`ConnectionError::EndpointClosed`] or [`ConnectionError::Connect`]
+    /// when the connection cannot start.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future drops the connection, which then closes in the
+    /// background; the request may have reached the server.
     pub async fn request(
         &self,
         addr: SocketAddr,
