@@ -65,7 +65,6 @@ pub struct DemoArgs {
 pub async fn run(args: DemoArgs) -> Result<()> {
     let started = Instant::now();
     // The configurations first: a bad key file is reported before anything is written.
-    let loopback: std::net::SocketAddr = "127.0.0.1:0".parse().expect("literal address");
     let max_datagram = manyfold_proto::ConnectionConfig::default().max_datagram;
     let qlog = args.qlog.clone();
     let clean = NetArgs {
@@ -77,6 +76,7 @@ pub async fn run(args: DemoArgs) -> Result<()> {
         max_datagram,
         key_file: args.key_file.clone(),
         peers_file: args.peers_file.clone(),
+        ..NetArgs::default()
     };
     let lossy = NetArgs { loss: args.loss, delay: args.delay, qlog, ..clean.clone() };
     let clean_config = clean.config()?;
@@ -95,9 +95,37 @@ pub async fn run(args: DemoArgs) -> Result<()> {
             "without emulated loss".to_string()
         }
     );
+    let dir = workdir.path().display().to_string();
+    let result = demo(&args, workdir.path(), &source, clean_config, lossy_config, security).await;
+    // Interrupted or not, the scratch data goes (a second Ctrl-C exits at
+    // once and leaves it: that one asks for no cleanup).
+    let removed = workdir.close().with_context(|| format!("cannot remove {dir}"));
+    if let Some(signal) = net::lifecycle::signal() {
+        removed?;
+        return Err(net::lifecycle::account(format!(
+            "interrupted by {}; the receivers were told, and {dir} was removed",
+            signal.name()
+        )));
+    }
+    result?;
+    removed?;
+    println!("cleaned up {dir}; demo took {}", human_duration(started.elapsed()));
+    Ok(())
+}
+
+/// The demo itself, in `workdir`: generate, send to three receivers, verify.
+async fn demo(
+    args: &DemoArgs,
+    workdir: &Path,
+    source: &Path,
+    clean_config: net::Config,
+    lossy_config: net::Config,
+    security: manyfold::Protection,
+) -> Result<()> {
+    let loopback: std::net::SocketAddr = "127.0.0.1:0".parse().expect("literal address");
     let t = Instant::now();
     {
-        let (source, size, seed) = (source.clone(), args.size, args.seed);
+        let (source, size, seed) = (source.to_path_buf(), args.size, args.seed);
         tokio::task::spawn_blocking(move || samplegen::generate(&source, size, seed))
             .await
             .map_err(|e| anyhow!("sample generation failed: {e}"))??;
@@ -114,7 +142,7 @@ pub async fn run(args: DemoArgs) -> Result<()> {
         let endpoint = net::bind(loopback, clean_config.clone()).await?;
         endpoint.listen();
         let addr = endpoint.local_addr().context("cannot read a receiver's address")?;
-        let dir = workdir.path().join(format!("receiver-{}", i + 1));
+        let dir = workdir.join(format!("receiver-{}", i + 1));
         std::fs::create_dir(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
         println!("  receiver  {addr}, saving into {}", dir.display());
         receivers.push((endpoint, addr, dir));
@@ -134,7 +162,7 @@ pub async fn run(args: DemoArgs) -> Result<()> {
         });
     }
     let addrs: Vec<std::net::SocketAddr> = receivers.iter().map(|r| r.1).collect();
-    let src = transfer::Source::open(&source).await?;
+    let src = transfer::Source::open(source).await?;
     let config = manyfold::GroupConfig { min_peers: RECEIVERS, ..Default::default() };
     let sent = transfer::send_to_group(&sender, &addrs, config, src, "sample.bin", &multi, security).await;
     let mut received = Vec::new();
@@ -151,7 +179,7 @@ pub async fn run(args: DemoArgs) -> Result<()> {
         bail!("not every receiver saved the file");
     }
 
-    let original = hash_file(&source)?;
+    let original = hash_file(source)?;
     for (_, _, dir) in &receivers {
         let copy = hash_file(&dir.join("sample.bin"))?;
         if original != copy || copy != sent.hash {
@@ -163,9 +191,6 @@ pub async fn run(args: DemoArgs) -> Result<()> {
     for endpoint in std::iter::once(&sender).chain(receivers.iter().map(|r| &r.0)) {
         let _ = tokio::time::timeout(Duration::from_secs(2), endpoint.shutdown()).await;
     }
-    let dir = workdir.path().display().to_string();
-    workdir.close().with_context(|| format!("cannot remove {dir}"))?;
-    println!("cleaned up {dir}; demo took {}", human_duration(started.elapsed()));
     Ok(())
 }
 

@@ -80,7 +80,7 @@ async fn echo_session(conn: Connection) {
             let _ = send.shutdown().await;
             println!("{peer}: closed after echoing {n} bytes");
         }
-        Err(e) => println!("{peer}: connection failed: {e}"),
+        Err(e) => println!("{peer}: connection failed: {:#}", net::explain(e.into(), net::Role::Client)),
     }
 }
 

@@ -26,7 +26,7 @@ impl PartFile {
         let name = base_name(final_path)?;
         // create_new: never reuse or clobber another writer's temporary file.
         for _ in 0..8 {
-            let tmp = dir.join(format!(".{name}.manyfold-part-{:016x}", crate::net::random_u64()));
+            let tmp = dir.join(hidden_name(&name, &format!(".manyfold-part-{:016x}", crate::net::random_u64())));
             match OpenOptions::new().read(true).write(true).create_new(true).open(&tmp) {
                 Ok(file) => return Ok(PartFile { file, tmp, final_path: final_path.to_path_buf(), committed: false }),
                 Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
@@ -137,7 +137,30 @@ pub const PARTIAL_SUFFIX: &str = ".manyfold-partial";
 
 /// The partial file's name for a destination named `name`.
 pub fn partial_name(name: &str) -> String {
-    format!(".{name}{PARTIAL_SUFFIX}")
+    hidden_name(name, PARTIAL_SUFFIX)
+}
+
+/// The longest file name the usual file systems take (NAME_MAX).
+const NAME_MAX: usize = 255;
+
+/// `.NAME<suffix>`, the hidden name of a temporary file beside NAME. When
+/// that would pass NAME_MAX, a prefix of NAME and a hash of the whole
+/// (`.PREFIX~HASH<suffix>`) keep it within the limit, still the same for
+/// the same NAME (a resume finds it): a legal NAME never fails because of
+/// its temporary file's name.
+pub fn hidden_name(name: &str, suffix: &str) -> String {
+    let full = format!(".{name}{suffix}");
+    if full.len() <= NAME_MAX {
+        return full;
+    }
+    let hash = blake3::hash(name.as_bytes()).to_hex();
+    let tag = &hash.as_str()[..16];
+    // '.' + PREFIX + '~' + 16 hex digits + suffix.
+    let mut cut = NAME_MAX.saturating_sub(2 + tag.len() + suffix.len()).min(name.len());
+    while !name.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    format!(".{}~{tag}{suffix}", &name[..cut])
 }
 
 impl ResumeFile {
@@ -236,6 +259,17 @@ mod tests {
         assert!(part.path().file_name().unwrap().to_string_lossy().starts_with(".x.manyfold-part-"));
         drop(part);
         assert!(entries(dir.path()).is_empty());
+    }
+
+    #[test]
+    fn hidden_names_of_long_names_stay_within_name_max_and_distinct() {
+        let long = "é".repeat(127); // 254 bytes
+        let other = format!("{}x", "é".repeat(126));
+        let a = hidden_name(&long, PARTIAL_SUFFIX);
+        assert!(a.len() <= 255 && a.starts_with(".é") && a.ends_with(PARTIAL_SUFFIX), "{a}");
+        assert_eq!(a, partial_name(&long), "the same name gives the same partial file");
+        assert_ne!(a, hidden_name(&other, PARTIAL_SUFFIX));
+        assert_eq!(hidden_name("x", PARTIAL_SUFFIX), ".x.manyfold-partial");
     }
 
     #[test]

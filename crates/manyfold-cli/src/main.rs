@@ -5,9 +5,11 @@
 #![forbid(unsafe_code)]
 
 use std::process::ExitCode;
+use std::time::Duration;
 
-use anyhow::Result;
+use anyhow::{anyhow, Result};
 use clap::{Parser, Subcommand};
+use net::{lifecycle, Role};
 
 mod demo;
 mod echo;
@@ -17,6 +19,7 @@ mod ftp;
 mod keys;
 mod mcast;
 mod net;
+mod pace;
 mod report;
 mod rr;
 mod samplegen;
@@ -26,16 +29,31 @@ mod transfer;
 
 /// manyfold: reliable transport over UDP, to one peer or many.
 ///
-/// Every networking subcommand takes --loss P and --delay MS to emulate a
+/// The networking commands (all but mcast, which has its own) share the
+/// "Network options" of their help: --loss P and --delay MS to emulate a
 /// bad network on this process's datagrams, --trace to print each packet
-/// and state transition, and --qlog DIR to write a qlog trace of every
-/// connection (read it with `manyfold trace`). With --key-file (see
-/// `manyfold keygen`) every connection is encrypted and authenticated and
-/// plain peers are refused; without it the protocol runs in the clear.
+/// and state transition, --qlog DIR for a qlog trace of every connection
+/// (read it with `manyfold trace`), --peer-timeout, --json. With
+/// --key-file (see `manyfold keygen`) every connection is encrypted and
+/// authenticated and plain peers are refused; without it the protocol
+/// runs in the clear. Sizes and rates are shown in decimal units (1 MB =
+/// 1,000,000 bytes); they are accepted in either (10MB, 1MiB).
+/// Exit status: 0 success, 1 failure, 130/143 interrupted by SIGINT/SIGTERM.
 /// Start with `manyfold demo`.
 #[derive(Parser, Debug)]
 #[command(name = "manyfold", version, propagate_version = true)]
 struct Cli {
+    /// Errors only: no progress bars, banners or reports (the exit status
+    /// says how it went).
+    #[arg(short, long, global = true)]
+    quiet: bool,
+
+    /// Log on stderr: -v each connection's state changes and the library's
+    /// notices (ICMP errors, stalls, shutdowns); -vv every packet too (as
+    /// --trace). RUST_LOG=manyfold=debug (and any tracing filter) works too.
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    verbose: u8,
+
     #[command(subcommand)]
     command: Command,
 }
@@ -201,33 +219,50 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    match run(cli) {
+    let result = run(cli);
+    // Interrupted: the status a shell expects (130 for SIGINT, 143 for
+    // SIGTERM) when the command failed; a server stopped as asked exits 0.
+    let failure = net::lifecycle::signal().map_or(ExitCode::FAILURE, |s| ExitCode::from(s.exit_code()));
+    match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e:#}");
-            ExitCode::FAILURE
+            failure
         }
     }
 }
 
+/// Who the peer of each networking command is, for its messages.
+fn peer_role(command: &Command) -> Role {
+    match command {
+        Command::Recv(_) => Role::Sender,
+        Command::Send(_) | Command::Demo(_) => Role::Receiver,
+        Command::EchoServer(_) | Command::Serve(_) | Command::RrServer(_) | Command::FtpServer(_) => Role::Client,
+        _ => Role::Server,
+    }
+}
+
 fn run(cli: Cli) -> Result<()> {
-    let trace = match &cli.command {
-        Command::Demo(a) => a.trace,
-        Command::Recv(a) => a.net.trace,
-        Command::Send(a) => a.net.trace,
-        Command::EchoServer(a) => a.net.trace,
-        Command::Echo(a) => a.net.trace,
-        Command::Serve(a) => a.net.trace,
-        Command::Fetch(a) => a.net.trace,
-        Command::RrServer(a) => a.net.trace,
-        Command::RrClient(a) => a.net.trace,
-        Command::FtpServer(a) => a.net.trace,
-        Command::Ftp(a) => a.net.trace,
-        Command::Samplegen(_) | Command::Mcast(_) | Command::Trace(_) | Command::Keygen(_) | Command::Pubkey(_) => {
-            false
-        }
+    let net = match &cli.command {
+        Command::Recv(a) => Some(&a.net),
+        Command::Send(a) => Some(&a.net),
+        Command::EchoServer(a) => Some(&a.net),
+        Command::Echo(a) => Some(&a.net),
+        Command::Serve(a) => Some(&a.net),
+        Command::Fetch(a) => Some(&a.net),
+        Command::RrServer(a) => Some(&a.net),
+        Command::RrClient(a) => Some(&a.net),
+        Command::FtpServer(a) => Some(&a.net),
+        Command::Ftp(a) => Some(&a.net),
+        _ => None,
     };
-    net::init_tracing(trace);
+    let trace = matches!(&cli.command, Command::Demo(a) if a.trace) || net.is_some_and(|n| n.trace);
+    report::set_output(match (cli.quiet, net.is_some_and(|n| n.json)) {
+        (true, _) => report::Output::Quiet,
+        (false, true) => report::Output::Json,
+        (false, false) => report::Output::Text,
+    });
+    net::init_tracing(trace, cli.verbose);
     if let Command::Samplegen(args) = &cli.command {
         return samplegen::run(args);
     }
@@ -244,24 +279,61 @@ fn run(cli: Cli) -> Result<()> {
         return mcast::run(cmd);
     }
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
-    runtime.block_on(async move {
-        match cli.command {
-            Command::Demo(args) => demo::run(args).await,
-            Command::Recv(args) => transfer::run_recv(args).await,
-            Command::Send(args) => transfer::run_send(args).await,
-            Command::EchoServer(args) => echo::run_server(args).await,
-            Command::Echo(args) => echo::run_client(args).await,
-            Command::Serve(args) => fetch::run_serve(args).await,
-            Command::Fetch(args) => fetch::run_fetch(args).await,
-            Command::RrServer(args) => rr::run_server(args).await,
-            Command::RrClient(args) => rr::run_client(args).await,
-            Command::FtpServer(args) => ftp::run_server(args).await,
-            Command::Ftp(args) => ftp::run_client(args).await,
-            Command::Samplegen(_) | Command::Mcast(_) | Command::Trace(_) | Command::Keygen(_) | Command::Pubkey(_) => {
-                unreachable!("handled above")
+    let role = peer_role(&cli.command);
+    if let Command::Ftp(args) = &cli.command {
+        lifecycle::set_local_interrupt(ftp::is_interactive(args));
+    }
+    let result = runtime.block_on(async move {
+        lifecycle::install();
+        let command = run_command(cli.command);
+        tokio::pin!(command);
+        let result = tokio::select! {
+            result = &mut command => result,
+            signal = lifecycle::interrupted() => {
+                // The peers were told; the command cleans up and says what it kept.
+                match tokio::time::timeout(lifecycle::CLEANUP_GRACE, &mut command).await {
+                    Ok(result) => result,
+                    Err(_) => Err(anyhow!("interrupted by {}; the cleanup did not finish in time", signal.name())),
+                }
             }
+        };
+        let result = match (result, lifecycle::signal()) {
+            // The command's errors after a signal are the echo of its own
+            // reset connections, unless it gave an account of what it kept.
+            (Err(e), Some(signal)) if !lifecycle::is_account(&e) => {
+                Err(anyhow!("interrupted by {}; the {role} was told", signal.name()))
+            }
+            (Err(e), _) => Err(net::explain(e, role)),
+            (ok, _) => ok,
+        };
+        if lifecycle::signal().is_none() {
+            lifecycle::wait_idle_all().await;
         }
-    })
+        result
+    });
+    // Not waiting for blocking work that nobody awaits any more (a read of
+    // stdin, say): the process is about to exit.
+    runtime.shutdown_timeout(Duration::from_millis(500));
+    result
+}
+
+async fn run_command(command: Command) -> Result<()> {
+    match command {
+        Command::Demo(args) => demo::run(args).await,
+        Command::Recv(args) => transfer::run_recv(args).await,
+        Command::Send(args) => transfer::run_send(args).await,
+        Command::EchoServer(args) => echo::run_server(args).await,
+        Command::Echo(args) => echo::run_client(args).await,
+        Command::Serve(args) => fetch::run_serve(args).await,
+        Command::Fetch(args) => fetch::run_fetch(args).await,
+        Command::RrServer(args) => rr::run_server(args).await,
+        Command::RrClient(args) => rr::run_client(args).await,
+        Command::FtpServer(args) => ftp::run_server(args).await,
+        Command::Ftp(args) => ftp::run_client(args).await,
+        Command::Samplegen(_) | Command::Mcast(_) | Command::Trace(_) | Command::Keygen(_) | Command::Pubkey(_) => {
+            unreachable!("handled before the runtime starts")
+        }
+    }
 }
 
 #[cfg(test)]

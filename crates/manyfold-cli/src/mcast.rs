@@ -185,10 +185,22 @@ pub struct RecvArgs {
 
 pub fn run(cmd: McastCommand) -> Result<()> {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-    match cmd {
-        McastCommand::Send(a) => rt.block_on(send(a)),
-        McastCommand::Recv(a) => rt.block_on(recv(a)),
-    }
+    rt.block_on(async {
+        crate::net::lifecycle::install();
+        let (work, what): (std::pin::Pin<Box<dyn std::future::Future<Output = Result<()>>>>, _) = match cmd {
+            McastCommand::Send(a) => (Box::pin(send(a)), "the receivers hear nothing more and give up"),
+            McastCommand::Recv(a) => (Box::pin(recv(a)), "the partial file was deleted"),
+        };
+        // The session's state (and a receiver's partial file) is dropped
+        // with the command. Telling the receivers at once needs an END
+        // with a code from the multicast engine, not there yet.
+        tokio::select! {
+            result = work => result,
+            signal = crate::net::lifecycle::interrupted() => {
+                Err(crate::net::lifecycle::account(format!("interrupted by {}; {what}", signal.name())))
+            }
+        }
+    })
 }
 
 fn secs(s: f64, what: &str) -> Result<Duration> {
@@ -654,7 +666,7 @@ async fn recv(a: RecvArgs) -> Result<()> {
     let wait = a.wait.map(|w| secs(w, "--wait")).transpose()?;
     let mut sink = Sink { target, overwrite: a.overwrite, part: None, device: None, size: None, written: 0 };
     let multi = multi_progress();
-    let bar = transfer_bar(&multi, 0, "received");
+    let bar = crate::report::waiting_bar(&multi, "received", "waiting for a sender's session");
     eprintln!("manyfold mcast: listening on {} for a session ({mode})", a.net.group);
     let mut announced = false;
     let mut told_ignored = None;
@@ -679,7 +691,7 @@ async fn recv(a: RecvArgs) -> Result<()> {
             }
             let block = u64::from(info.block);
             if let Some(t) = v.total {
-                bar.set_length((u64::from(t) * block).min(info.size.unwrap_or(u64::MAX)));
+                crate::report::show_known(&bar, (u64::from(t) * block).min(info.size.unwrap_or(u64::MAX)));
             }
             bar.set_position(v.held * block);
         }

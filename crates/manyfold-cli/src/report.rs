@@ -6,18 +6,62 @@
 use std::fmt::Write as _;
 use std::io::IsTerminal;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::Duration;
 
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 use manyfold::Protection;
 use manyfold_proto::ConnStats;
 
+use crate::net::Role;
 use crate::size::{human_bytes, human_duration, human_rate};
 
-/// Where progress bars are drawn: stderr when it is a terminal, nowhere
-/// otherwise (so logs and pipes get only the reports).
+/// How results are printed on stdout: text reports (the default), one
+/// JSON object per transfer (`--json`), or nothing but errors (`-q`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Output {
+    Text,
+    Json,
+    Quiet,
+}
+
+static OUTPUT: AtomicU8 = AtomicU8::new(0);
+
+/// Sets the output of this process (from the global flags).
+pub fn set_output(output: Output) {
+    OUTPUT.store(output as u8, Ordering::Relaxed);
+}
+
+pub fn output() -> Output {
+    match OUTPUT.load(Ordering::Relaxed) {
+        1 => Output::Json,
+        2 => Output::Quiet,
+        _ => Output::Text,
+    }
+}
+
+/// Prints a result: `text` in text mode, `json()` as one line with
+/// `--json`, nothing with `-q`.
+pub fn emit(text: &dyn std::fmt::Display, json: impl FnOnce() -> serde_json::Value) {
+    match output() {
+        Output::Text => println!("{text}"),
+        Output::Json => println!("{}", json()),
+        Output::Quiet => {}
+    }
+}
+
+/// Prints a line about what is going on (banners, "receiving ..."): in
+/// text mode only, so that `--json` output stays one object per line.
+pub fn say(text: &dyn std::fmt::Display) {
+    if output() == Output::Text {
+        println!("{text}");
+    }
+}
+
+/// Where progress bars are drawn: stderr when it is a terminal and not
+/// `-q`, nowhere otherwise (so logs and pipes get only the reports).
 pub fn multi_progress() -> MultiProgress {
-    let target = if std::io::stderr().is_terminal() {
+    let target = if std::io::stderr().is_terminal() && output() != Output::Quiet {
         ProgressDrawTarget::stderr_with_hz(10)
     } else {
         ProgressDrawTarget::hidden()
@@ -28,16 +72,108 @@ pub fn multi_progress() -> MultiProgress {
 /// A byte-counting bar of `total` bytes labelled `label`.
 pub fn transfer_bar(multi: &MultiProgress, total: u64, label: &str) -> ProgressBar {
     let bar = multi.add(ProgressBar::new(total));
-    bar.set_style(
-        ProgressStyle::with_template(
-            "{prefix:>10.bold} [{bar:32.cyan/blue}] {decimal_bytes:>9}/{decimal_total_bytes:<9} \
-             {decimal_bytes_per_sec:>11} eta {eta}",
-        )
-        .expect("static template")
-        .progress_chars("=> "),
-    );
+    bar.set_style(moving_style());
     bar.set_prefix(label.to_string());
     bar
+}
+
+fn moving_style() -> ProgressStyle {
+    with_keys(
+        ProgressStyle::with_template(
+            "{prefix:>10.bold} [{bar:32.cyan/blue}] {decimal_bytes:>9}/{decimal_total_bytes:<9} \
+             {decimal_bytes_per_sec:>11} {eta_known}",
+        )
+        .expect("static template"),
+    )
+    .progress_chars("=> ")
+}
+
+/// The keys every bar of the CLI may use besides indicatif's own:
+/// `{eta_known}`, "eta 12s" once something moved ("eta ?" before, not a
+/// made-up "eta 0s"), and `{rate_whole}`, a count per second without
+/// fractions ("1050/s", not "1,049.8597/s").
+pub fn with_keys(style: ProgressStyle) -> ProgressStyle {
+    style
+        .with_key("eta_known", |state: &indicatif::ProgressState, w: &mut dyn std::fmt::Write| {
+            let _ = if state.pos() == 0 || state.per_sec() <= 0.0 {
+                write!(w, "eta ?")
+            } else {
+                write!(w, "eta {}", human_duration_short(state.eta()))
+            };
+        })
+        .with_key("rate_whole", |state: &indicatif::ProgressState, w: &mut dyn std::fmt::Write| {
+            let _ = write!(w, "{:.0}/s", state.per_sec());
+        })
+}
+
+/// `7s`, `3m05s`, `1h02m`: an ETA at a glance.
+fn human_duration_short(d: Duration) -> String {
+    let s = d.as_secs();
+    match s {
+        0..=59 => format!("{s}s"),
+        60..=3599 => format!("{}m{:02}s", s / 60, s % 60),
+        _ => format!("{}h{:02}m", s / 3600, s / 60 % 60),
+    }
+}
+
+/// A bar whose size is not known yet (a multicast receiver before any
+/// session): it says what it waits for instead of a full "0 B/0 B" bar;
+/// [`show_known`] turns it into a byte bar.
+pub fn waiting_bar(multi: &MultiProgress, label: &str, waiting_for: &str) -> ProgressBar {
+    let bar = multi.add(ProgressBar::new(0));
+    bar.set_style(ProgressStyle::with_template("{prefix:>10.bold} {msg}").expect("static template"));
+    bar.set_prefix(label.to_string());
+    bar.set_message(waiting_for.to_string());
+    bar
+}
+
+/// A [`waiting_bar`] whose size became known: `total` bytes from now on.
+pub fn show_known(bar: &ProgressBar, total: u64) {
+    if bar.length() == Some(0) && total > 0 {
+        bar.set_style(moving_style());
+        bar.set_message("");
+    }
+    bar.set_length(total);
+}
+
+/// The same bar while the peer is silent: the rate and ETA of a stalled
+/// transfer mean nothing, the silence does.
+fn stalled_style() -> ProgressStyle {
+    ProgressStyle::with_template(
+        "{prefix:>10.bold} [{bar:32.yellow/blue}] {decimal_bytes:>9}/{decimal_total_bytes:<9} {msg:.yellow}",
+    )
+    .expect("static template")
+    .progress_chars("=> ")
+}
+
+/// A peer silent for less than this is only a slow round trip.
+const STALL_SHOWN_AFTER: Duration = Duration::from_secs(1);
+
+/// Moves a sending bar to `position` and, while the connection has had
+/// data outstanding without any answer for a second or more
+/// (`ConnStats::stalled_since`), says "no answer from the receiver for
+/// N s" instead of a frozen rate and ETA (issue 19 item 4).
+pub fn show_sending(bar: &ProgressBar, position: u64, stats: &ConnStats, peer: Role) {
+    bar.set_position(position);
+    match stalled_for(stats) {
+        Some(silent) => {
+            bar.set_style(stalled_style());
+            bar.set_message(format!("no answer from the {peer} for {} s", silent.as_secs()));
+        }
+        None => {
+            if !bar.message().is_empty() {
+                bar.set_style(moving_style());
+                bar.set_message("");
+            }
+        }
+    }
+}
+
+/// How long the peer has been silent with data outstanding, once that is
+/// worth showing.
+pub fn stalled_for(stats: &ConnStats) -> Option<Duration> {
+    let silent = stats.stalled_since?.elapsed();
+    (silent >= STALL_SHOWN_AFTER).then_some(silent)
 }
 
 /// Which end of a transfer a report describes.
@@ -89,6 +225,41 @@ impl std::fmt::Display for Report {
     }
 }
 
+impl Report {
+    /// The report as JSON (`--json`): every figure of the text report,
+    /// in plain units (bytes, seconds, bytes per second).
+    pub fn to_json(&self) -> serde_json::Value {
+        let s = &self.stats;
+        let secs = self.elapsed.as_secs_f64();
+        let (encrypted, peer_key) = match self.security {
+            Protection::Encrypted { peer_key } => (true, peer_key.map(hex)),
+            _ => (false, None),
+        };
+        serde_json::json!({
+            "direction": match self.direction { Direction::Sent => "sent", Direction::Received => "received" },
+            "name": self.name,
+            "peer": self.peer.to_string(),
+            "bytes": self.bytes,
+            "seconds": secs,
+            "goodput_bytes_per_second": if secs > 0.0 { self.bytes as f64 / secs } else { 0.0 },
+            "retransmissions": s.retransmissions,
+            "retransmission_timeouts": s.rto_expiries,
+            "lost_packets": s.lost_packets,
+            "packets_sent": s.packets_sent,
+            "packets_received": s.packets_received,
+            "srtt_seconds": s.srtt.as_secs_f64(),
+            "min_rtt_seconds": s.min_rtt.as_secs_f64(),
+            "encrypted": encrypted,
+            "peer_key": peer_key,
+            "blake3": self.hash.to_hex().to_string(),
+        })
+    }
+}
+
+fn hex(key: [u8; 32]) -> String {
+    key.iter().map(|b| format!("{b:02x}")).collect()
+}
+
 /// `4.91% (812 of 16543 packets sent)`.
 pub fn loss_seen(lost: u64, sent: u64) -> String {
     if sent == 0 {
@@ -100,6 +271,13 @@ pub fn loss_seen(lost: u64, sent: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn etas_read_at_a_glance() {
+        assert_eq!(human_duration_short(Duration::from_secs(7)), "7s");
+        assert_eq!(human_duration_short(Duration::from_secs(185)), "3m05s");
+        assert_eq!(human_duration_short(Duration::from_secs(3720)), "1h02m");
+    }
 
     #[test]
     fn report_names_every_figure() {

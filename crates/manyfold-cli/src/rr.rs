@@ -122,6 +122,9 @@ pub async fn run_server(args: RrServerArgs) -> Result<()> {
     let endpoints = manyfold::Endpoint::bind_reuseport(addr, config, sockets)
         .await
         .with_context(|| format!("cannot listen on {addr}"))?;
+    for endpoint in &endpoints {
+        net::lifecycle::register(endpoint);
+    }
     let local = endpoints[0].local_addr().context("cannot read the bound address")?;
     println!(
         "manyfold rr-server: listening on {local} ({mode}) with {sockets} socket(s), backlog {} each (Ctrl-C to stop)",
@@ -198,10 +201,12 @@ pub async fn run_client(args: RrClientArgs) -> Result<()> {
     let multi = report::multi_progress();
     let bar = multi.add(indicatif::ProgressBar::new(args.clients));
     bar.set_style(
-        indicatif::ProgressStyle::with_template(
-            "{prefix:>10.bold} [{bar:32.cyan/blue}] {pos}/{len} {per_sec} eta {eta}",
+        crate::report::with_keys(
+            indicatif::ProgressStyle::with_template(
+                "{prefix:>10.bold} [{bar:32.cyan/blue}] {pos}/{len} {rate_whole} {eta_known}",
+            )
+            .expect("static template"),
         )
-        .expect("static template")
         .progress_chars("=> "),
     );
     bar.set_prefix("sessions");

@@ -95,6 +95,11 @@ fn write_stream(file: &mut File, size: u64, seed: u64) -> std::io::Result<()> {
             })
             .collect();
         for i in 0..blocks {
+            // `demo` generates inside the CLI's runtime: a signal stops it
+            // (the generators stop when their channels close).
+            if crate::net::lifecycle::signal().is_some() {
+                return Err(std::io::Error::new(std::io::ErrorKind::Interrupted, "interrupted"));
+            }
             let block = receivers[(i % threads) as usize].recv().expect("generator thread ended early");
             file.write_all(&block)?;
         }

@@ -68,6 +68,34 @@ pub fn size_arg(text: &str) -> Result<u64, String> {
     parse_size(text).map_err(|e| e.to_string())
 }
 
+/// Parses a rate for `--rate` into bytes per second: a size per second
+/// (`10MB`, `1.5MiB/s`, `500k`) or, with a bit unit, bits per second
+/// (`80Mbit`, `1Gbit/s`, `500kbps`: divided by 8).
+pub fn parse_rate(text: &str) -> Result<u64> {
+    let s = text.trim();
+    let s = s.strip_suffix("/s").or_else(|| s.strip_suffix("/S")).unwrap_or(s);
+    let lower = s.to_ascii_lowercase();
+    let bits = ["bit", "bits", "bps"].iter().find_map(|u| lower.strip_suffix(u).map(|p| p.len()));
+    let rate = match bits {
+        Some(len) => parse_size(&s[..len]).map(|b| b / 8),
+        None => parse_size(s),
+    }
+    .map_err(|_| {
+        anyhow::anyhow!(
+            "invalid rate {text:?}: give bytes per second (10MB, 1.5MiB/s, 500k) or bits per second (80Mbit, 1Gbit/s)"
+        )
+    })?;
+    if rate == 0 {
+        bail!("invalid rate {text:?}: the rate must be above 0");
+    }
+    Ok(rate)
+}
+
+/// `clap` value parser for rates.
+pub fn rate_arg(text: &str) -> Result<u64, String> {
+    parse_rate(text).map_err(|e| e.to_string())
+}
+
 /// `20.00 MB`, `512 B`, `1.07 GB`: decimal units, three significant digits or so.
 pub fn human_bytes(bytes: u64) -> String {
     const STEPS: &[&str] = &["B", "kB", "MB", "GB", "TB", "PB"];
@@ -106,6 +134,18 @@ pub fn human_rate(bytes: u64, elapsed: Duration) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn rates_take_byte_and_bit_units() {
+        assert_eq!(parse_rate("10MB").unwrap(), 10_000_000);
+        assert_eq!(parse_rate("1.5MiB/s").unwrap(), 1_572_864);
+        assert_eq!(parse_rate("80Mbit").unwrap(), 10_000_000);
+        assert_eq!(parse_rate("1Gbit/s").unwrap(), 125_000_000);
+        assert_eq!(parse_rate("500kbps").unwrap(), 62_500);
+        assert_eq!(parse_rate("4096").unwrap(), 4096);
+        assert!(parse_rate("0").unwrap_err().to_string().contains("above 0"));
+        assert!(parse_rate("fast").unwrap_err().to_string().contains("bits per second"));
+    }
 
     #[test]
     fn parses_plain_bytes_and_units() {

@@ -29,16 +29,25 @@ pub fn run(args: &TraceArgs) -> Result<()> {
         bail!("{} holds a qlog header but no event", args.file.display());
     }
     let summary = trace.summary();
-    print!("{summary}");
+    stdout_text(&summary.to_string());
     if let Some(out) = &args.plot {
         if out.extension().is_none_or(|e| !e.eq_ignore_ascii_case("png")) {
             bail!("--plot writes a PNG image: give a file name ending in .png, not {}", out.display());
         }
         let title = format!("manyfold connection {} ({}) with {}", summary.local_id, summary.role, summary.remote);
         manyfold_plot::panels(out, &title, "time since the connection began, s", &panels(&trace))?;
-        println!("plot written to {}", out.display());
+        stdout_text(&format!("plot written to {}\n", out.display()));
     }
     Ok(())
+}
+
+/// Writes `text` to standard output. A reader that went away (`| head -1`)
+/// is no failure: the work goes on (the plot is still drawn) and the
+/// command ends quietly instead of panicking on the broken pipe.
+fn stdout_text(text: &str) {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    let _ = out.write_all(text.as_bytes()).and_then(|()| out.flush());
 }
 
 /// The series drawn: x is seconds since the connection began.

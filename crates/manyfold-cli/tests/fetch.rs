@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::{entries, manyfold, run_args, samplegen, Output, Running};
+use common::{entries, interrupt, manyfold, run_args, samplegen, Output, Running};
 
 const LIMIT: Duration = Duration::from_secs(90);
 
@@ -70,12 +70,6 @@ fn setup(size: &str, seed: u64) -> (tempfile::TempDir, PathBuf, PathBuf) {
 
 fn assert_same(a: &Path, b: &Path) {
     assert!(std::fs::read(a).unwrap() == std::fs::read(b).unwrap(), "{} differs from {}", a.display(), b.display());
-}
-
-/// Sends SIGINT, as Ctrl-C does.
-fn interrupt(p: &Running) {
-    let status = Command::new("kill").args(["-INT", &p.id().to_string()]).status().expect("run kill");
-    assert!(status.success());
 }
 
 #[test]

@@ -251,3 +251,39 @@ fn a_block_device_is_replicated_onto_another_block_device() {
     drop(dst);
     assert!(same(&dst_img, &src_img), "the device's contents were replicated");
 }
+
+/// Issue 19 item 3, the receiver's half: SIGINT during `mcast recv` ends
+/// it at once (status 130, saying so) and deletes its partial file.
+/// (Telling the receivers when the sender is interrupted needs an END with
+/// a code from the multicast engine.)
+#[test]
+fn an_interrupted_mcast_receiver_deletes_its_partial_file() {
+    if let Some(why) = skip_reason() {
+        eprintln!("skipped: {why}");
+        return;
+    }
+    let lab = Lab::new(2).expect("namespaces");
+    let root = tempfile::tempdir().unwrap();
+    let file = root.path().join("image.bin");
+    samplegen(&file, "200MiB", 5);
+    let group = "239.77.0.3:7024";
+    let dir = receiver_dirs(root.path(), 1).remove(0);
+    let mut r = lab.exec(1);
+    r.args(["mcast", "recv", "--group", group, "--wait", "60", "--dir"]).arg(&dir);
+    let receiver = Running::spawn(r);
+    let mut s = lab.exec(0);
+    s.args(["mcast", "send", "--group", group, "--receivers", "1", "--wait", "20"]).arg(&file);
+    let _sender = Running::spawn(s);
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let has_data = || std::fs::read_dir(&dir).unwrap().flatten().any(|e| e.metadata().is_ok_and(|m| m.len() > 0));
+    while !has_data() {
+        assert!(std::time::Instant::now() < deadline, "the receiver never wrote anything");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    common::interrupt(&receiver);
+    let out = receiver.wait(Duration::from_secs(10));
+    assert_eq!(out.status.code(), Some(130), "{out}");
+    assert!(out.stderr.contains("interrupted by SIGINT; the partial file was deleted"), "{out}");
+    let left: Vec<_> = std::fs::read_dir(&dir).unwrap().flatten().map(|e| e.file_name()).collect();
+    assert!(left.is_empty(), "left behind: {left:?}");
+}

@@ -12,6 +12,7 @@ use anyhow::{bail, Result};
 use manyfold::{Group, GroupEvent, PeerId, StreamItem};
 
 use super::wire::{Manifest, Reply};
+use crate::net;
 use crate::size::human_duration;
 
 /// How long the servers may take to give their manifests (a server hashes
@@ -44,7 +45,7 @@ pub async fn manifests(group: &Group, up: &[(PeerId, SocketAddr)], name: &str) -
             ev = group.next_event(), if events => match ev {
                 Some(GroupEvent::PeerLeft { peer, why, .. }) => {
                     if let Some(&i) = index.get(&peer) {
-                        answers[i].get_or_insert(Err(format!("connection lost: {why}")));
+                        answers[i].get_or_insert(Err(format!("connection lost: {}", net::left(why, net::Role::Server))));
                     }
                 }
                 Some(_) => {}

@@ -32,7 +32,7 @@ use super::journal::{self, Download, Start};
 use super::schedule::{Answer, Schedule, Tick};
 use super::wire::{check_name, Manifest, Reply, Request};
 use crate::keys;
-use crate::net::{self, NetArgs};
+use crate::net::{self, NetArgs, Role};
 use crate::report;
 use crate::size::{human_bytes, human_duration, human_rate};
 
@@ -301,8 +301,10 @@ async fn fetch(
                 ),
                 Err(e) => format!("the journal could not be saved ({e:#}); a new fetch starts over"),
             };
-            let why = if end == Outcome::Interrupted {
-                "interrupted".to_string()
+            let interrupted = end == Outcome::Interrupted;
+            let why = if interrupted {
+                let by = net::lifecycle::signal().map_or("Ctrl-C", |s| s.name());
+                format!("interrupted by {by}")
             } else {
                 let failures: Vec<String> = run
                     .sched
@@ -313,7 +315,8 @@ async fn fetch(
                     .collect();
                 format!("every server failed ({})", failures.join("; "))
             };
-            (false, None, Some(anyhow!("{name} was not completed: {why}; {kept}")))
+            let text = format!("{name} was not completed: {why}; {kept}");
+            (false, None, Some(if interrupted { net::lifecycle::account(text) } else { anyhow!(text) }))
         }
         Err(e) => {
             // A local failure (the disk): keep what is verified.
@@ -444,7 +447,7 @@ impl<'a> Run<'a> {
                 return Ok(Outcome::Complete);
             }
             if self.sched.live() == 0 {
-                return Ok(Outcome::AllFailed);
+                return Ok(all_failed());
             }
             for (s, index) in self.sched.requests(Instant::now()) {
                 let request = Request::Segment { index }.encode();
@@ -456,16 +459,20 @@ impl<'a> Run<'a> {
             tokio::select! {
                 _ = &mut ctrl_c => return Ok(Outcome::Interrupted),
                 ev = self.group.next_event(), if events => match ev {
+                    // Our own interruption reset every server: not their failure.
+                    Some(GroupEvent::PeerLeft { .. }) if net::lifecycle::signal().is_some() => {
+                        return Ok(Outcome::Interrupted);
+                    }
                     Some(GroupEvent::PeerLeft { peer, why, .. }) if why != Left::Removed => {
                         if let Some(&s) = self.by_peer.get(&peer) {
-                            self.drop_server(s, format!("connection lost: {why}"), None);
+                            self.drop_server(s, format!("connection lost: {}", net::left(why, Role::Server)), None);
                         }
                     }
                     Some(_) => {}
                     None => events = false,
                 },
                 msg = self.group.recv_message() => {
-                    let Some((dest, item)) = msg else { return Ok(Outcome::AllFailed) };
+                    let Some((dest, item)) = msg else { return Ok(all_failed()) };
                     let Some(&s) = self.by_peer.get(&dest.peer) else { continue };
                     if self.sched.servers()[s].failed.is_none() {
                         self.sched.heard(s, Instant::now());
@@ -575,6 +582,16 @@ impl<'a> Run<'a> {
         for b in &self.bars {
             b.finish_and_clear();
         }
+    }
+}
+
+/// Every server failed — or our own interruption reset them all, which
+/// is an interruption (the data and journal are kept for a resume).
+fn all_failed() -> Outcome {
+    if net::lifecycle::signal().is_some() {
+        Outcome::Interrupted
+    } else {
+        Outcome::AllFailed
     }
 }
 

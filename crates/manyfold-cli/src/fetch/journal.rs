@@ -134,7 +134,7 @@ pub enum Start {
 /// `.NAME.suffix` beside `out`.
 fn beside(out: &Path, suffix: &str) -> Result<PathBuf> {
     let name = out.file_name().with_context(|| format!("{} has no file name", out.display()))?;
-    Ok(out.with_file_name(format!(".{}.{suffix}", name.to_string_lossy())))
+    Ok(out.with_file_name(crate::fsutil::hidden_name(&name.to_string_lossy(), &format!(".{suffix}"))))
 }
 
 /// The data file and journal names for `out`.

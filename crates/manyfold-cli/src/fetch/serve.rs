@@ -11,7 +11,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
-use anyhow::{anyhow, bail, Context, Result};
+use anyhow::{bail, Context, Result};
 use clap::Args;
 use manyfold::StreamItem;
 use tokio::task::JoinSet;
@@ -43,6 +43,10 @@ pub struct ServeArgs {
     #[arg(long, value_name = "SIZE", default_value = "1MiB", value_parser = size_arg)]
     pub segment: u64,
 
+    /// The cap is on all clients together.
+    #[command(flatten)]
+    pub rate: crate::pace::RateArgs,
+
     #[command(flatten)]
     pub net: NetArgs,
 }
@@ -50,10 +54,13 @@ pub struct ServeArgs {
 pub async fn run(args: ServeArgs) -> Result<()> {
     if !(u64::from(MIN_SEGMENT)..=u64::from(MAX_SEGMENT)).contains(&args.segment) {
         bail!(
-            "--segment {} is out of range: from {} to {} bytes",
+            "--segment {} ({} bytes) is out of range: from {} ({} bytes) to {} ({} bytes)",
+            human_bytes(args.segment),
             args.segment,
             human_bytes(MIN_SEGMENT.into()),
-            human_bytes(MAX_SEGMENT.into())
+            MIN_SEGMENT,
+            human_bytes(MAX_SEGMENT.into()),
+            MAX_SEGMENT
         );
     }
     let dir = std::fs::canonicalize(&args.dir)
@@ -61,7 +68,12 @@ pub async fn run(args: ServeArgs) -> Result<()> {
     if !dir.is_dir() {
         bail!("{} is not a directory", args.dir.display());
     }
-    let library = Arc::new(Library { dir, segment: args.segment as u32, cache: Mutex::default() });
+    let library = Arc::new(Library {
+        dir,
+        segment: args.segment as u32,
+        cache: Mutex::default(),
+        pacer: crate::pace::shared(args.rate.rate),
+    });
     let addr = net::resolve(&args.listen).await?;
     let config = args.net.config()?;
     let mode = net::mode(&config);
@@ -77,6 +89,7 @@ pub async fn run(args: ServeArgs) -> Result<()> {
     let (mut conn_rx, acceptor) = net::spawn_acceptor(Arc::clone(&endpoint));
     let mut tasks: JoinSet<(String, u64)> = JoinSet::new();
     let (mut sessions, mut segments) = (0u64, 0u64);
+    let mut accepting = true;
     let ctrl_c = net::interrupted();
     tokio::pin!(ctrl_c);
     let outcome = loop {
@@ -85,9 +98,12 @@ pub async fn run(args: ServeArgs) -> Result<()> {
                 tasks.shutdown().await;
                 break Ok(());
             }
-            conn = conn_rx.recv() => {
+            conn = conn_rx.recv(), if accepting => {
                 let Some(conn) = conn else {
-                    break Err(anyhow!("the endpoint stopped accepting connections"));
+                    match net::accepting_ended(&mut accepting) {
+                        Ok(()) => continue,
+                        Err(e) => break Err(e),
+                    }
                 };
                 let library = Arc::clone(&library);
                 tasks.spawn(async move {
@@ -149,7 +165,7 @@ impl Session {
             line.push_str(&format!("; answered: {e}"));
         }
         if let Some(e) = error {
-            line.push_str(&format!("; ended: {e:#}"));
+            line.push_str(&format!("; ended: {:#}", net::explain(e, net::Role::Client)));
         }
         line
     }
@@ -204,6 +220,7 @@ async fn serve_one(conn: Connection, library: &Arc<Library>, session: &mut Sessi
                         .unwrap_or_else(|e| Err(format!("read task failed: {e}")));
                     match read {
                         Ok(message) => {
+                            library.pacer.lock().await.wait(message.len()).await;
                             session.segments += 1;
                             session.bytes += (message.len() - SEGMENT_HEADER) as u64;
                             message
@@ -243,6 +260,8 @@ struct Library {
     dir: PathBuf,
     segment: u32,
     cache: Mutex<HashMap<String, Cached>>,
+    /// `--rate`: segments go out no faster, all clients together.
+    pacer: crate::pace::SharedPacer,
 }
 
 impl Library {
@@ -347,7 +366,12 @@ mod tests {
     use std::path::Path;
 
     fn library(dir: &Path, segment: u32) -> Library {
-        Library { dir: std::fs::canonicalize(dir).unwrap(), segment, cache: Mutex::default() }
+        Library {
+            dir: std::fs::canonicalize(dir).unwrap(),
+            segment,
+            cache: Mutex::default(),
+            pacer: crate::pace::shared(None),
+        }
     }
 
     #[test]

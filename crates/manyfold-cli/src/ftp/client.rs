@@ -40,6 +40,8 @@ pub struct Client {
     pub max_file: u64,
     /// Whether the connection is encrypted, and the server's proven key.
     pub security: manyfold::Protection,
+    /// `--rate`: downloads are read and uploads written no faster, together.
+    pub pacer: crate::pace::SharedPacer,
 }
 
 /// How far a transfer is: bytes done of the total (both known once the
@@ -116,6 +118,7 @@ impl Client {
             read_only: false,
             max_file: u64::MAX,
             security,
+            pacer: crate::pace::shared(None),
         };
         match client.one(Request::Hello { version: VERSION, token: token.unwrap_or_default() }).await? {
             Reply::Welcome { read_only, max_file, .. } => {
@@ -297,7 +300,7 @@ impl Client {
                 Ok(n) => n,
                 Err(e) => {
                     let _ = file.sync_data().await;
-                    let why = self.failure_or(&mut call, e.to_string()).await;
+                    let why = self.failure_or(&mut call, server_failure(e)).await;
                     bail!("{why}; {}", kept(size - left));
                 }
             };
@@ -307,6 +310,8 @@ impl Client {
                 bail!("{why}; {}", kept(size - left));
             }
             hasher.update(&buf[..n]);
+            // Read slower, the stream's window holds the server back.
+            self.pacer.lock().await.wait(n).await;
             file.write_all(&buf[..n]).await?;
             left -= n as u64;
             progress(size - left, size);
@@ -389,8 +394,9 @@ impl Client {
                 bail!("{} shrank while being sent", local.display());
             }
             hasher.update(&buf[..n]);
+            self.pacer.lock().await.wait(n).await;
             if let Err(e) = io.write_all(&buf[..n]).await {
-                let why = self.failure_or(&mut call, e.to_string()).await;
+                let why = self.failure_or(&mut call, server_failure(e)).await;
                 bail!("{why}");
             }
             left -= n as u64;
@@ -430,7 +436,7 @@ async fn read_replies(streams: Streams, pending: Pending, ended: Arc<Mutex<Optio
             },
             Ok(None) | Ok(Some(StreamItem::Finished)) => break "the server closed it".to_string(),
             Ok(Some(other)) => break format!("control stream: {other:?}"),
-            Err(e) => break e.to_string(),
+            Err(e) => break server_failure(e),
         }
     };
     let mut pending = pending.lock().expect("not poisoned");
@@ -449,4 +455,10 @@ pub fn local_target(remote: &str, local: Option<&str>) -> Result<PathBuf> {
         Some(l) if Path::new(l).is_dir() => Path::new(l).join(base),
         Some(l) => PathBuf::from(l),
     })
+}
+
+/// A broken connection said as the client sees it: "the server was
+/// interrupted (...)", "the server is gone (port unreachable)", ...
+fn server_failure(e: impl Into<anyhow::Error>) -> String {
+    format!("{:#}", net::explain(e.into(), net::Role::Server))
 }

@@ -83,6 +83,10 @@ pub struct FtpArgs {
 
     #[command(flatten)]
     pub net: NetArgs,
+
+    /// The cap is on downloads and uploads together.
+    #[command(flatten)]
+    pub rate: crate::pace::RateArgs,
 }
 
 pub async fn run_client(args: FtpArgs) -> Result<()> {
@@ -92,10 +96,12 @@ pub async fn run_client(args: FtpArgs) -> Result<()> {
         _ => None,
     };
     let addr = net::resolve(&args.addr).await?;
-    let client = Arc::new(Client::connect(addr, token, args.net.config()?).await?);
+    let mut client = Client::connect(addr, token, args.net.config()?).await?;
+    client.pacer = crate::pace::shared(args.rate.rate);
+    let client = Arc::new(client);
     let mode = if !args.command.is_empty() {
         Mode::OneShot
-    } else if std::io::stdin().is_terminal() {
+    } else if is_interactive(&args) {
         Mode::Interactive
     } else {
         Mode::Script
@@ -107,6 +113,13 @@ pub async fn run_client(args: FtpArgs) -> Result<()> {
     };
     client.close().await;
     result
+}
+
+/// Whether `ftp` runs its interactive shell, where Ctrl-C cancels the
+/// transfer in the foreground and the prompt comes back (SIGTERM still
+/// ends the session, telling the server).
+pub fn is_interactive(args: &FtpArgs) -> bool {
+    args.command.is_empty() && std::io::stdin().is_terminal()
 }
 
 fn print_notice() -> Notify {

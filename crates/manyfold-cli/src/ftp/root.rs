@@ -36,6 +36,11 @@ pub fn components(path: &str) -> FsResult<Vec<&str>> {
     if path.contains('\0') {
         return Err(Failure::new(Code::BadRequest, "a path contains a NUL byte"));
     }
+    // Newlines and terminal escapes in names would be written raw onto
+    // other users' terminals by listings: refused in every path.
+    if path.chars().any(char::is_control) {
+        return Err(Failure::new(Code::BadRequest, format!("{} contains a control character", shown(path))));
+    }
     let mut out = Vec::new();
     for c in path.split('/') {
         match c {
@@ -354,7 +359,7 @@ impl Root {
             Ok(dst) if kind_of(&dst) == Kind::Dir => return Err(Failure::new(Code::IsADirectory, shown(&to))),
             _ => {}
         }
-        let tmp = format!(".{dname}.{:016x}{PARTIAL_SUFFIX}", crate::net::random_u64());
+        let tmp = crate::fsutil::hidden_name(dname, &format!(".{:016x}{PARTIAL_SUFFIX}", crate::net::random_u64()));
         match kind_of(&st) {
             Kind::Dir if !recursive => Err(Failure::new(Code::IsADirectory, format!("{} (use cp -r)", shown(from)))),
             Kind::Dir => {

@@ -129,13 +129,19 @@ pub async fn run(args: ServerArgs) -> Result<()> {
 
     let (mut conn_rx, acceptor) = net::spawn_acceptor(Arc::clone(&endpoint));
     let mut clients: JoinSet<String> = JoinSet::new();
+    let mut accepting = true;
     let ctrl_c = net::interrupted();
     tokio::pin!(ctrl_c);
     let outcome = loop {
         tokio::select! {
             _ = &mut ctrl_c => break Ok(()),
-            conn = conn_rx.recv() => {
-                let Some(conn) = conn else { break Err(anyhow!("the endpoint stopped accepting connections")) };
+            conn = conn_rx.recv(), if accepting => {
+                let Some(conn) = conn else {
+                    match net::accepting_ended(&mut accepting) {
+                        Ok(()) => continue,
+                        Err(e) => break Err(e),
+                    }
+                };
                 if clients.len() >= args.max_clients {
                     clients.spawn(refuse_busy(conn));
                     continue;
@@ -169,7 +175,7 @@ impl Summary {
     fn line(&self, error: Option<anyhow::Error>) -> String {
         let end = match error {
             None => "closed".to_string(),
-            Some(e) => format!("ended: {e:#}"),
+            Some(e) => format!("ended: {:#}", net::explain(e, net::Role::Client)),
         };
         format!(
             "{} ({}): {} request(s), {} in, {} out, {:.1} s, {end}",

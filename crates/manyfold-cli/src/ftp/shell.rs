@@ -190,7 +190,7 @@ pub fn ls_line(e: &Entry) -> String {
         Kind::Symlink => "@",
         _ => "",
     };
-    format!("{t}{perms} {size:>10}  {}  {}{suffix}", utc(e.mtime), e.name)
+    format!("{t}{perms} {size:>10}  {}  {}{suffix}", utc(e.mtime), super::wire::printable(&e.name))
 }
 
 /// Whether the session is a person at a terminal, a script, or one command.
@@ -530,10 +530,25 @@ impl Session {
             return Ok(());
         }
         let multi = multi_progress();
-        let summary = run_all(&self.client, list, force, Some(&multi), None, tokio::signal::ctrl_c()).await?;
+        let summary =
+            run_all(&self.client, list, force, Some(&multi), None, crate::net::lifecycle::foreground_interrupt())
+                .await?;
         println!("{summary}");
         Ok(())
     }
+}
+
+/// Every transfer stopped (their partial files kept) and the bars gone
+/// before the prompt comes back.
+async fn stop_interrupted<T: 'static>(
+    set: &mut tokio::task::JoinSet<T>,
+    multi: Option<&indicatif::MultiProgress>,
+) -> anyhow::Error {
+    set.shutdown().await;
+    if let Some(m) = multi {
+        let _ = m.clear();
+    }
+    crate::net::lifecycle::account("interrupted; what arrived is kept, and the same command resumes".into())
 }
 
 /// One transfer of a command.
@@ -608,17 +623,14 @@ async fn run_all(
         }
         let joined = tokio::select! {
             j = set.join_next() => j,
-            _ = &mut interrupt => {
-                // Every transfer stopped (their partial files kept) and the
-                // bars gone before the prompt comes back.
-                set.shutdown().await;
-                if let Some(m) = multi {
-                    let _ = m.clear();
-                }
-                bail!("interrupted; what arrived is kept, and the same command resumes");
-            }
+            _ = &mut interrupt => return Err(stop_interrupted(&mut set, multi).await),
         };
         let Some(joined) = joined else { break };
+        // Our own interruption resets the connection first: a transfer
+        // failing from it is the interruption, not a failure of its own.
+        if matches!(joined, Ok(Err(_))) && crate::net::lifecycle::signal().is_some() {
+            return Err(stop_interrupted(&mut set, multi).await);
+        }
         match joined {
             Ok(Ok((_, t))) => {
                 bytes += t.size - t.resumed;

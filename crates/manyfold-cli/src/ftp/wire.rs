@@ -27,7 +27,21 @@ pub const STREAM_ABANDONED: u16 = 0x4654;
 /// How a path (relative to the root, as on the wire) is shown to a
 /// person: from the root, as `/a/b`.
 pub fn shown(path: &str) -> String {
-    format!("/{}", path.trim_start_matches('/'))
+    format!("/{}", printable(path.trim_start_matches('/')))
+}
+
+/// `name` safe to print on a terminal: control characters (newlines,
+/// escape sequences) written as `\n`, `\u{1b}`; the rest as is.
+pub fn printable(name: &str) -> String {
+    let mut out = String::with_capacity(name.len());
+    for c in name.chars() {
+        if c.is_control() {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }
 
 /// Why a request failed: each a distinct code on the wire.

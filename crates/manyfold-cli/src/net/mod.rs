@@ -3,6 +3,11 @@
 //! `--key-file`, `--peers-file`), the [`Config`] built from them, and
 //! binding/connecting with errors that say what went wrong.
 
+mod failure;
+pub mod lifecycle;
+
+pub use failure::{explain, is_own_interruption, left, Role};
+
 use std::io::IsTerminal;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -14,7 +19,8 @@ use clap::Args;
 pub use manyfold::{Config, Connection, Endpoint, FaultConfig, SendHalf};
 
 /// Flags shared by the networking subcommands.
-#[derive(Args, Debug, Clone, Default)]
+#[derive(Args, Debug, Clone)]
+#[command(next_help_heading = "Network options (every networking command)")]
 pub struct NetArgs {
     /// Emulated packet loss in percent (0 ≤ P < 100), applied independently
     /// to every datagram this process sends and to every one it receives.
@@ -23,7 +29,7 @@ pub struct NetArgs {
 
     /// Emulated one-way delay in milliseconds added to every datagram this
     /// process sends.
-    #[arg(long, value_name = "MS", default_value_t = 0)]
+    #[arg(long, value_name = "MS", default_value_t = 0, value_parser = delay_arg, allow_negative_numbers = true)]
     pub delay: u64,
 
     /// Print every packet sent and received (time, flags, seq, ack, length)
@@ -67,6 +73,19 @@ pub struct NetArgs {
     /// private-key line: the peers check this host's key the same way.
     #[arg(long, value_name = "FILE")]
     pub peers_file: Option<PathBuf>,
+
+    /// Print one JSON object per transfer (or session) on stdout instead
+    /// of the text report, and nothing else there (fields in the README).
+    #[arg(long)]
+    pub json: bool,
+
+    /// Give up on a peer that acknowledges nothing for this long while
+    /// data is outstanding ("the receiver stopped answering after N s");
+    /// until then the progress bar counts the seconds without an answer.
+    /// With several receivers, one that sends nothing for this long while
+    /// it owes acknowledgements is dropped.
+    #[arg(long, value_name = "SECONDS", default_value_t = 15.0, value_parser = seconds_arg, allow_negative_numbers = true)]
+    pub peer_timeout: f64,
 }
 
 impl NetArgs {
@@ -74,6 +93,8 @@ impl NetArgs {
     /// its secrets from the OS (seed 0); the fault injector gets a fresh
     /// random seed per run. Fails if a key or peers file cannot be used.
     pub fn config(&self) -> Result<Config> {
+        let stall_timeout = self.stall_timeout();
+        failure::set_stall_timeout(stall_timeout);
         let security = crate::keys::security_config(self.key_file.as_deref(), self.peers_file.as_deref())?;
         Ok(Config {
             faults: FaultConfig {
@@ -83,18 +104,62 @@ impl NetArgs {
                 delay: Duration::from_millis(self.delay),
                 ..FaultConfig::default()
             },
-            trace: self.trace,
+            trace: self.trace || VERBOSE.load(std::sync::atomic::Ordering::Relaxed) >= 2,
             qlog_dir: self.qlog.clone(),
             endpoint: manyfold_proto::EndpointConfig {
                 connection: manyfold_proto::ConnectionConfig {
                     congestion: self.cc,
                     max_datagram: self.max_datagram,
+                    stall_timeout: Some(stall_timeout),
                     ..Default::default()
                 },
                 security,
                 ..Default::default()
             },
         })
+    }
+}
+
+impl Default for NetArgs {
+    /// What the flags give when none is on the command line.
+    fn default() -> Self {
+        NetArgs {
+            loss: 0.0,
+            delay: 0,
+            trace: false,
+            qlog: None,
+            cc: manyfold_proto::CongestionAlgorithm::default(),
+            max_datagram: 1452,
+            key_file: None,
+            peers_file: None,
+            peer_timeout: 15.0,
+            json: false,
+        }
+    }
+}
+
+impl NetArgs {
+    /// `--peer-timeout` as a duration.
+    pub fn stall_timeout(&self) -> Duration {
+        Duration::from_secs_f64(self.peer_timeout)
+    }
+}
+
+/// `clap` value parser for `--delay`: whole milliseconds, at most a minute.
+pub fn delay_arg(text: &str) -> Result<u64, String> {
+    match text.trim().parse::<i64>() {
+        Ok(ms) if (0..=60_000).contains(&ms) => Ok(ms as u64),
+        Ok(ms) => Err(format!("{ms} ms is out of range: the delay is 0 to 60000 milliseconds")),
+        Err(_) => Err(format!("{text:?} is not a whole number of milliseconds, e.g. --delay 20")),
+    }
+}
+
+/// `clap` value parser for durations in seconds: more than 0, at most a day.
+pub fn seconds_arg(text: &str) -> Result<f64, String> {
+    match text.trim_end_matches('s').parse::<f64>() {
+        Ok(s) if s > 0.0 && s <= 86_400.0 => Ok(s),
+        Ok(s) => Err(format!("{s} s is out of range (more than 0, at most a day)")),
+        Err(_) => Err(format!("{text:?} is not a number of seconds")),
     }
 }
 
@@ -117,12 +182,20 @@ pub fn loss_arg(text: &str) -> Result<f64, String> {
     Ok(p)
 }
 
-/// Installs the `--trace` subscriber: packets and state transitions of the
-/// library on stderr. Without `--trace`, `RUST_LOG` still works.
-pub fn init_tracing(trace: bool) {
+/// `-v` given how many times: at 2, the library traces every packet.
+static VERBOSE: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
+
+/// Installs the log on stderr: `--trace` or `-vv`, every packet and state
+/// transition of the library; `-v`, state transitions and what the library
+/// reports at info level (ICMP errors, migrations, shutdowns); otherwise
+/// `RUST_LOG` (e.g. `RUST_LOG=manyfold=debug`) if set, else nothing.
+pub fn init_tracing(trace: bool, verbose: u8) {
     use tracing_subscriber::EnvFilter;
-    let filter = if trace {
-        EnvFilter::new("manyfold::packet=debug,manyfold::state=debug")
+    VERBOSE.store(verbose, std::sync::atomic::Ordering::Relaxed);
+    let filter = if trace || verbose >= 2 {
+        EnvFilter::new("manyfold=debug,manyfold::packet=debug,manyfold::state=debug")
+    } else if verbose == 1 {
+        EnvFilter::new("manyfold=info,manyfold::state=debug")
     } else {
         match EnvFilter::try_from_default_env() {
             Ok(filter) => filter,
@@ -140,7 +213,10 @@ pub fn init_tracing(trace: bool) {
 /// address not available, ...).
 pub async fn bind(addr: SocketAddr, config: Config) -> Result<Endpoint> {
     match Endpoint::bind(addr, config).await {
-        Ok(endpoint) => Ok(endpoint),
+        Ok(endpoint) => {
+            lifecycle::register(&endpoint);
+            Ok(endpoint)
+        }
         // The library's message may already name the address.
         Err(e) if e.to_string().contains(&addr.to_string()) => Err(e.into()),
         Err(e) => Err(e).with_context(|| format!("cannot bind a UDP socket to {addr}")),
@@ -181,31 +257,40 @@ pub fn spawn_acceptor(
     (rx, task)
 }
 
+/// The acceptor's channel closed: either our own interruption aborted the
+/// endpoint (stop accepting and let the interruption's branch end the
+/// loop) or the endpoint failed.
+pub fn accepting_ended(accepting: &mut bool) -> Result<()> {
+    *accepting = false;
+    match lifecycle::signal() {
+        Some(_) => Ok(()),
+        None => Err(anyhow::anyhow!("the endpoint stopped accepting connections")),
+    }
+}
+
 /// Resolves `host:port` (names allowed) to one socket address.
 pub async fn resolve(text: &str) -> Result<SocketAddr> {
     if let Ok(addr) = text.parse() {
         return Ok(addr);
     }
-    let mut addrs =
-        tokio::net::lookup_host(text).await.with_context(|| format!("cannot resolve {text:?} (expected HOST:PORT)"))?;
+    // A HOST:PORT that does not resolve is a name problem; anything else is
+    // not an address at all.
+    let well_formed = text.rsplit_once(':').is_some_and(|(host, port)| !host.is_empty() && port.parse::<u16>().is_ok());
+    let mut addrs = tokio::net::lookup_host(text).await.with_context(|| {
+        if well_formed {
+            format!("cannot resolve the host name in {text:?}")
+        } else {
+            format!("{text:?} is not an address: expected HOST:PORT, e.g. 127.0.0.1:7008")
+        }
+    })?;
     addrs.next().with_context(|| format!("{text:?} resolved to no address"))
 }
 
 /// Resolves when the user interrupts (Ctrl-C) or the system asks the
-/// process to stop (SIGTERM), so servers can clean up before exiting.
-pub async fn interrupted() {
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{signal, SignalKind};
-        if let Ok(mut term) = signal(SignalKind::terminate()) {
-            tokio::select! {
-                _ = tokio::signal::ctrl_c() => {}
-                _ = term.recv() => {}
-            }
-            return;
-        }
-    }
-    let _ = tokio::signal::ctrl_c().await;
+/// process to stop (SIGTERM), once every connection was aborted and the
+/// peers told ([`lifecycle`]), so commands can clean up before exiting.
+pub async fn interrupted() -> lifecycle::Signal {
+    lifecycle::interrupted().await
 }
 
 /// 64 random bits from the operating system.
@@ -236,13 +321,21 @@ mod tests {
     }
 
     #[test]
+    fn delay_is_whole_milliseconds_up_to_a_minute() {
+        assert_eq!(delay_arg("20").unwrap(), 20);
+        assert!(delay_arg("-5").unwrap_err().contains("out of range"));
+        assert!(delay_arg("soon").unwrap_err().contains("milliseconds"));
+    }
+
+    #[test]
     fn flags_become_fault_config() {
-        let args = NetArgs { loss: 5.0, delay: 20, trace: true, ..NetArgs::default() };
+        let args = NetArgs { loss: 5.0, delay: 20, trace: true, peer_timeout: 3.0, ..NetArgs::default() };
         let config = args.config().unwrap();
         assert!(config.endpoint.security.is_none());
         assert_eq!(config.faults.effective_send_loss(), 0.05);
         assert_eq!(config.faults.effective_recv_loss(), 0.05);
         assert_eq!(config.faults.delay, Duration::from_millis(20));
         assert!(config.trace);
+        assert_eq!(config.endpoint.connection.stall_timeout, Some(Duration::from_secs(3)));
     }
 }

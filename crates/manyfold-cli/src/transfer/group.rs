@@ -22,6 +22,7 @@ use manyfold::{Destination, Endpoint, Group, GroupConfig, Mode, PeerId, PeerStat
 
 use super::send::Source;
 use super::wire::{BlockMsg, Reply, Request};
+use crate::net::{self, Role};
 use crate::report::{self, loss_seen};
 use crate::size::{human_bytes, human_duration, human_rate};
 
@@ -88,6 +89,42 @@ impl GroupReport {
 /// A receiver that took part and then failed (not merely unreachable).
 fn failed_in_transfer(p: &PeerReport) -> bool {
     matches!(&p.outcome, Outcome::Failed(t) if !t.starts_with("not reached"))
+}
+
+impl GroupReport {
+    /// The report as JSON (`--json`): the file, and per receiver its
+    /// outcome (`saved`, `refused`, `failed`), what it said and when.
+    pub fn to_json(&self) -> serde_json::Value {
+        let receivers: Vec<serde_json::Value> = self
+            .peers
+            .iter()
+            .map(|p| {
+                let (outcome, detail) = match &p.outcome {
+                    Outcome::Saved(t) => ("saved", t),
+                    Outcome::Refused(t) => ("refused", t),
+                    Outcome::Failed(t) => ("failed", t),
+                };
+                serde_json::json!({
+                    "addr": p.addr.to_string(),
+                    "outcome": outcome,
+                    "detail": detail,
+                    "seconds": p.elapsed.as_secs_f64(),
+                    "acked_bytes": p.stats.map(|s| s.acked_bytes),
+                })
+            })
+            .collect();
+        serde_json::json!({
+            "direction": "sent",
+            "name": self.name,
+            "bytes": self.bytes,
+            "mode": self.mode.to_string(),
+            "seconds": self.elapsed.as_secs_f64(),
+            "saved": self.saved(),
+            "encrypted": matches!(self.security, Protection::Encrypted { .. }),
+            "blake3": self.hash.to_hex().to_string(),
+            "receivers": receivers,
+        })
+    }
 }
 
 impl std::fmt::Display for GroupReport {
@@ -280,7 +317,7 @@ pub async fn send_to_group(
         let outcome = match (verdict, left.get(&addr)) {
             (Ok(Reply::Ok(text)), _) => Outcome::Saved(text),
             (Ok(Reply::Error(why)), _) => Outcome::Failed(format!("receiver did not save the file: {why}")),
-            (Err(_), Some(why)) => Outcome::Failed(format!("left the group: {why}")),
+            (Err(_), Some(why)) => Outcome::Failed(format!("left the group: {}", net::left(*why, Role::Receiver))),
             (Err(e), None) => Outcome::Failed(format!("{e:#}")),
         };
         outcomes.insert(addr, (outcome, at.duration_since(start)));

@@ -15,7 +15,7 @@ use tokio::task::JoinSet;
 use super::wire::{check_name, Reply, Request, RequestError, HASH_LEN};
 use super::CHUNK;
 use crate::fsutil::{available_space, PartFile};
-use crate::net::{self, Connection, NetArgs};
+use crate::net::{self, Connection, NetArgs, Role};
 use crate::report::{self, Direction, Report};
 use crate::size::human_bytes;
 
@@ -60,6 +60,12 @@ pub async fn run(args: RecvArgs) -> Result<()> {
     if !meta.is_dir() {
         bail!("{} is not a directory", args.dir.display());
     }
+    // Now, not when the first transfer arrives: a directory this process
+    // cannot write into is refused before anyone is told to send.
+    tempfile::Builder::new()
+        .prefix(".manyfold-probe-")
+        .tempfile_in(&args.dir)
+        .with_context(|| format!("cannot write into {}", args.dir.display()))?;
     let options = Arc::new(RecvOptions { dir: args.dir.clone(), overwrite: args.overwrite });
     let addr = net::resolve(&args.listen).await?;
     let config = args.net.config()?;
@@ -67,40 +73,59 @@ pub async fn run(args: RecvArgs) -> Result<()> {
     let endpoint = Arc::new(net::bind(addr, config).await?);
     endpoint.listen();
     let local = endpoint.local_addr().context("cannot read the bound address")?;
-    println!(
+    let banner = format!(
         "manyfold recv: listening on {local} ({mode}), saving into {}{}",
         args.dir.display(),
         if args.once { " (one transfer)" } else { " (Ctrl-C to stop)" }
     );
+    // With --json too: a script needs the address (port 0 picks one).
+    report::emit(&banner, || serde_json::json!({ "listening": local.to_string(), "dir": args.dir }));
 
     let (mut conn_rx, acceptor) = net::spawn_acceptor(Arc::clone(&endpoint));
 
     let multi = report::multi_progress();
     let mut tasks: JoinSet<Result<Report>> = JoinSet::new();
-    let (mut succeeded, mut failed) = (0u64, 0u64);
+    let mut tally = Tally::default();
     let mut accepting = true;
-    let mut interrupted = false;
+    let mut refusals = JoinSet::new();
     let ctrl_c = net::interrupted();
     tokio::pin!(ctrl_c);
     let outcome = loop {
         tokio::select! {
-            _ = &mut ctrl_c => {
-                interrupted = true;
-                let active = tasks.len();
-                tasks.shutdown().await; // drops each transfer's temporary file
+            signal = &mut ctrl_c => {
+                // The connections are already reset (the senders know).
+                // Transfers that ended before the signal count as what they
+                // were; the others are stopped and their partial files deleted.
+                while let Some(joined) = tasks.try_join_next() {
+                    let _ = tally.record(joined, &multi, args.once);
+                }
+                let active = tasks.len() + tally.interrupted;
+                tasks.shutdown().await;
+                let saved = if tally.saved > 0 { format!("{} transfer(s) saved; ", tally.saved) } else { String::new() };
                 if active > 0 {
-                    break Err(anyhow!(
-                        "interrupted with {active} transfer(s) in progress; their partial files were deleted"
-                    ));
+                    break Err(net::lifecycle::account(format!(
+                        "interrupted by {} with {active} transfer(s) in progress ({saved}their partial files were \
+                         deleted)",
+                        signal.name()
+                    )));
+                }
+                if args.once && tally.saved == 0 {
+                    break Err(net::lifecycle::account(format!("interrupted by {} before any transfer", signal.name())));
                 }
                 break Ok(());
             }
             conn = conn_rx.recv(), if accepting => {
                 let Some(conn) = conn else {
-                    break Err(anyhow!("the endpoint stopped accepting connections"));
+                    match net::accepting_ended(&mut accepting) {
+                        Ok(()) => continue,
+                        Err(e) => break Err(e),
+                    }
                 };
-                if args.once {
-                    accepting = false;
+                if args.once && !tasks.is_empty() {
+                    // One transfer at a time with --once: a second sender is
+                    // told at once instead of waiting for nothing.
+                    refusals.spawn(refuse_busy(conn, multi.clone()));
+                    continue;
                 }
                 let options = Arc::clone(&options);
                 let multi = multi.clone();
@@ -112,35 +137,80 @@ pub async fn run(args: RecvArgs) -> Result<()> {
                 });
             }
             Some(joined) = tasks.join_next() => {
-                let result = joined.unwrap_or_else(|e| Err(anyhow!("transfer task failed: {e}")));
-                match &result {
-                    Ok(report) => {
-                        succeeded += 1;
-                        multi.suspend(|| println!("{report}"));
-                    }
-                    Err(e) => {
-                        failed += 1;
-                        // With --once the error is the command's own, reported by main.
-                        if !args.once {
-                            multi.suspend(|| eprintln!("error: {e:#}"));
-                        }
-                    }
-                }
-                if args.once {
-                    break result.map(|_| ());
+                let result = tally.record(joined, &multi, args.once);
+                // A transfer our own interruption ended is accounted for
+                // in the interruption's branch, which comes next.
+                if args.once && net::lifecycle::signal().is_none() {
+                    break result;
                 }
             }
         }
     };
     acceptor.abort();
+    // The refused senders get their answer before the endpoint goes.
+    let _ = tokio::time::timeout(Duration::from_secs(2), async { while refusals.join_next().await.is_some() {} }).await;
     if !args.once {
-        multi.suspend(|| println!("manyfold recv: {succeeded} transfer(s) saved, {failed} failed"));
+        multi.suspend(|| {
+            report::say(&format_args!("manyfold recv: {} transfer(s) saved, {} failed", tally.saved, tally.failed))
+        });
     }
-    // Interrupted: peers get half a second to close before they are reset;
-    // otherwise the usual bounded graceful shutdown.
-    let bound = if interrupted { Duration::from_millis(500) } else { Duration::from_secs(5) };
-    let _ = tokio::time::timeout(bound + Duration::from_secs(1), endpoint.shutdown_within(bound)).await;
+    // The connections still open close gracefully; an interrupted process
+    // already reset them all.
+    let _ = tokio::time::timeout(Duration::from_secs(6), endpoint.shutdown_within(Duration::from_secs(5))).await;
     outcome
+}
+
+/// Refuses a sender that arrived while the one transfer of `--once` runs,
+/// and logs it.
+async fn refuse_busy(mut conn: Connection, multi: MultiProgress) {
+    let peer = conn.peer_addr();
+    let why = "busy: this receiver takes one transfer (--once) and is receiving another";
+    // The sender expects the answer after its request.
+    let _ = tokio::time::timeout(Duration::from_secs(2), Request::read(&mut conn)).await;
+    let _ = refuse(&mut conn, why.to_string()).await;
+    multi.suspend(|| eprintln!("refused a second sender {peer}: {why}"));
+}
+
+/// How the transfers of one `recv` went.
+#[derive(Debug, Default)]
+struct Tally {
+    saved: u64,
+    failed: u64,
+    /// Ended by our own interruption (their connections reset by us).
+    interrupted: usize,
+}
+
+impl Tally {
+    /// Counts a finished transfer and prints its report or error (with
+    /// --once the error is the command's own, reported by main).
+    fn record(
+        &mut self,
+        joined: Result<Result<Report>, tokio::task::JoinError>,
+        multi: &MultiProgress,
+        once: bool,
+    ) -> Result<()> {
+        match joined.unwrap_or_else(|e| Err(anyhow!("transfer task failed: {e}"))) {
+            Ok(report) => {
+                self.saved += 1;
+                multi.suspend(|| report::emit(&report, || report.to_json()));
+                Ok(())
+            }
+            Err(e) if net::is_own_interruption(&e) => {
+                self.interrupted += 1;
+                Err(e)
+            }
+            Err(e) if once => {
+                self.failed += 1;
+                Err(e)
+            }
+            Err(e) => {
+                self.failed += 1;
+                let e = net::explain(e, Role::Sender);
+                multi.suspend(|| eprintln!("error: {e:#}"));
+                Err(e)
+            }
+        }
+    }
 }
 
 /// Serves one transfer on `conn`: reads the request, answers, stores the
@@ -196,7 +266,7 @@ pub async fn serve_one(mut conn: Connection, options: &RecvOptions, multi: &Mult
     Reply::Ok("go ahead".into()).write(&mut conn).await.context("connection lost while answering the request")?;
 
     multi.suspend(|| {
-        println!("receiving {name} ({}) from {peer}", human_bytes(request.size));
+        report::say(&format_args!("receiving {name} ({}) from {peer}", human_bytes(request.size)));
     });
     let bar = report::transfer_bar(multi, request.size, &short_label(&name));
     if request.block.is_some() {
@@ -205,7 +275,7 @@ pub async fn serve_one(mut conn: Connection, options: &RecvOptions, multi: &Mult
         return match stored {
             Ok(stored) => {
                 let _ = Reply::Ok(stored.summary.clone()).write(&mut conn).await;
-                multi.suspend(|| println!("{}", stored.summary));
+                multi.suspend(|| report::say(&stored.summary));
                 let (elapsed, stats) = (start.elapsed(), conn.stats());
                 let _ = tokio::time::timeout(Duration::from_secs(5), conn.close()).await;
                 let bytes = stored.bytes;

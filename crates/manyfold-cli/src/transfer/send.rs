@@ -11,7 +11,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use super::wire::{Reply, Request, MAX_NAME};
 use super::CHUNK;
 use crate::keys;
-use crate::net::{self, Connection, NetArgs, SendHalf};
+use crate::net::{self, Connection, NetArgs, Role, SendHalf};
+use crate::pace::Pacer;
 use crate::report::{self, Direction, Report};
 
 #[derive(Args, Debug)]
@@ -47,13 +48,11 @@ pub struct SendArgs {
     pub evict_below: Option<f64>,
 
     /// How long a receiver may stay below --evict-below before it is dropped.
-    #[arg(long, value_name = "SECONDS", default_value_t = 10.0, value_parser = seconds_arg)]
+    #[arg(long, value_name = "SECONDS", default_value_t = 10.0, value_parser = net::seconds_arg)]
     pub evict_after: f64,
 
-    /// With several receivers: drop a receiver that sends nothing at all
-    /// for this long while it owes acknowledgements (a dead host).
-    #[arg(long, value_name = "SECONDS", default_value_t = 10.0, value_parser = seconds_arg)]
-    pub peer_timeout: f64,
+    #[command(flatten)]
+    pub rate: crate::pace::RateArgs,
 
     /// Name to store the file under on the receiver [default: FILE's base
     /// name]. The receiver refuses anything but a plain base name.
@@ -66,7 +65,7 @@ pub struct SendArgs {
 
 pub async fn run(args: SendArgs) -> Result<()> {
     // The file first: a missing file is reported without touching the network.
-    let source = Source::open(&args.file).await?;
+    let source = Source::open(&args.file).await?.paced(args.rate.rate);
     let name = match &args.name {
         Some(name) => name.clone(),
         None => default_name(&args.file)?,
@@ -82,7 +81,7 @@ pub async fn run(args: SendArgs) -> Result<()> {
     bar.finish_and_clear();
     let outcome = match result {
         Ok(report) => {
-            println!("{report}");
+            report::emit(&report, || report.to_json());
             Ok(())
         }
         Err(e) => Err(e),
@@ -122,7 +121,7 @@ async fn run_group(args: SendArgs, source: Source, name: String) -> Result<()> {
         mode: args.mode,
         min_peers: min,
         eviction,
-        peer_timeout: Duration::from_secs_f64(args.peer_timeout),
+        peer_timeout: args.net.stall_timeout(),
         ..Default::default()
     };
     let net_config = args.net.config()?;
@@ -132,7 +131,7 @@ async fn run_group(args: SendArgs, source: Source, name: String) -> Result<()> {
     let result = super::send_to_group(&endpoint, &addrs, config, source, &name, &multi, security).await;
     let _ = tokio::time::timeout(Duration::from_secs(5), endpoint.shutdown()).await;
     let report = result?;
-    println!("{report}");
+    report::emit(&report, || report.to_json());
     if !report.succeeded() {
         match report.spread {
             None => bail!("{name} reached {} of {} receivers", report.saved(), addrs.len()),
@@ -150,20 +149,14 @@ fn fraction_arg(text: &str) -> Result<f64, String> {
     }
 }
 
-fn seconds_arg(text: &str) -> Result<f64, String> {
-    match text.trim_end_matches('s').parse::<f64>() {
-        Ok(s) if s > 0.0 && s <= 86_400.0 => Ok(s),
-        Ok(s) => Err(format!("{s} s is out of range (more than 0, at most a day)")),
-        Err(_) => Err(format!("{text:?} is not a number of seconds")),
-    }
-}
-
 /// A file opened for sending, with its size taken at open time.
 #[derive(Debug)]
 pub struct Source {
     path: PathBuf,
     file: tokio::fs::File,
     size: u64,
+    /// Reads are paced to `--rate`.
+    pacer: Pacer,
 }
 
 impl Source {
@@ -173,7 +166,12 @@ impl Source {
         if !meta.is_file() {
             bail!("{} is not a regular file", path.display());
         }
-        Ok(Source { path: path.to_path_buf(), file, size: meta.len() })
+        Ok(Source { path: path.to_path_buf(), file, size: meta.len(), pacer: Pacer::new(None) })
+    }
+
+    /// The same source read no faster than `rate` bytes per second.
+    pub fn paced(self, rate: Option<u64>) -> Source {
+        Source { pacer: Pacer::new(rate), ..self }
     }
 
     pub fn size(&self) -> u64 {
@@ -185,8 +183,9 @@ impl Source {
         self.file
             .read_exact(buf)
             .await
-            .map(|_| ())
-            .with_context(|| format!("cannot read {} (did it shrink while being sent?)", self.path.display()))
+            .with_context(|| format!("cannot read {} (did it shrink while being sent?)", self.path.display()))?;
+        self.pacer.wait(buf.len()).await;
+        Ok(())
     }
 }
 
@@ -233,11 +232,11 @@ pub async fn send_file(conn: Connection, mut source: Source, name: &str, bar: &P
     let reply = {
         let read = Reply::read(&mut rx);
         tokio::pin!(read);
-        let mut tick = tokio::time::interval(Duration::from_millis(100));
+        let mut tick = tokio::time::interval(BAR_TICK);
         loop {
             tokio::select! {
                 reply = &mut read => break reply,
-                _ = tick.tick() => bar.set_position(acked_of(source.size, &tx)),
+                _ = tick.tick() => show_acked(bar, source.size, &tx),
             }
         }
     };
@@ -264,10 +263,15 @@ pub async fn send_file(conn: Connection, mut source: Source, name: &str, bar: &P
     })
 }
 
-/// Data bytes the receiver has acknowledged, given that `written` were
-/// handed to the connection (the request and trailer are noise here).
-fn acked_of(written: u64, tx: &SendHalf) -> u64 {
-    written.saturating_sub(tx.stats().unacked_bytes)
+/// How often the bar is brought up to date while waiting on the receiver.
+const BAR_TICK: Duration = Duration::from_millis(100);
+
+/// Shows on `bar` the data bytes the receiver has acknowledged, given that
+/// `written` were handed to the connection (the request and trailer are
+/// noise here), or how long it has not answered.
+fn show_acked(bar: &ProgressBar, written: u64, tx: &SendHalf) {
+    let stats = tx.stats();
+    report::show_sending(bar, written.saturating_sub(stats.unacked_bytes), &stats, Role::Receiver);
 }
 
 /// Copies exactly `source.size` bytes to `out`, hashing as it goes.
@@ -276,7 +280,7 @@ async fn stream_data(source: &mut Source, out: &mut SendHalf, bar: &ProgressBar)
     let mut buf = vec![0u8; CHUNK];
     let mut left = source.size;
     while left > 0 {
-        let want = left.min(CHUNK as u64) as usize;
+        let want = left.min(source.pacer.piece(CHUNK) as u64) as usize;
         let n = source
             .file
             .read(&mut buf[..want])
@@ -291,9 +295,21 @@ async fn stream_data(source: &mut Source, out: &mut SendHalf, bar: &ProgressBar)
             );
         }
         hasher.update(&buf[..n]);
-        out.write_all(&buf[..n]).await.context("connection lost while sending data")?;
+        source.pacer.wait(n).await;
+        // Written piecewise with a deadline, so that the bar keeps telling
+        // while the receiver is silent and the window is full (a write
+        // still pending has written nothing: dropping it is safe).
+        let mut done = 0;
+        while done < n {
+            if let Ok(written) = tokio::time::timeout(BAR_TICK, out.write(&buf[done..n])).await {
+                match written.context("connection lost while sending data")? {
+                    0 => bail!("connection lost while sending data: the connection accepts no more"),
+                    w => done += w,
+                }
+            }
+            show_acked(bar, source.size - left + done as u64, out);
+        }
         left -= n as u64;
-        bar.set_position(acked_of(source.size - left, out));
     }
     Ok(hasher.finalize())
 }

@@ -102,6 +102,20 @@ impl Running {
         }
     }
 
+    /// Waits for a stdout line containing `needle`; `None` after `limit`
+    /// (the process keeps running: kill it to see what it printed).
+    pub fn try_wait_for_line(&mut self, needle: &str, limit: Duration) -> Option<String> {
+        let deadline = Instant::now() + limit;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(line) if line.contains(needle) => return Some(line),
+                Ok(_) => continue,
+                Err(_) => return None,
+            }
+        }
+    }
+
     /// Waits for the "listening on ADDR" line and returns ADDR.
     pub fn listening_addr(&mut self) -> SocketAddr {
         let line = self.wait_for_line("listening on ", Duration::from_secs(10));
@@ -150,6 +164,26 @@ impl Drop for Running {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// Sends `signal` (`INT`, `TERM`, `KILL`, `STOP`, `CONT`) to the process.
+pub fn signal(p: &Running, signal: &str) {
+    let status = Command::new("kill").args([&format!("-{signal}"), &p.id().to_string()]).status().expect("run kill");
+    assert!(status.success(), "kill -{signal} failed");
+}
+
+/// Sends SIGINT, as Ctrl-C does.
+pub fn interrupt(p: &Running) {
+    signal(p, "INT");
+}
+
+/// Waits for `p` in a thread of its own: the output and when it ended, so
+/// that several processes can be timed at once.
+pub fn wait_in_thread(p: Running, limit: Duration) -> thread::JoinHandle<(Output, Instant)> {
+    thread::spawn(move || {
+        let out = p.wait(limit);
+        (out, Instant::now())
+    })
 }
 
 /// Runs `cmd` to completion within `limit`.

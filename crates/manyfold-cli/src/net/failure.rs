@@ -1,0 +1,146 @@
+//! What a lost connection means to a person (issue 19): the close reason
+//! buried in an error (or a group's "peer left" event) said as a headline
+//! naming the peer by its role — "the sender was interrupted", "the
+//! receiver is gone (port unreachable)", "the server stopped answering
+//! after 15 s" — in front of the technical chain.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use manyfold::Left;
+use manyfold::{CloseReason, ConnectionError, ErrorCode};
+use manyfold_proto::UnreachableKind;
+
+/// Who the peer is to this command.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    Sender,
+    Receiver,
+    Server,
+    Client,
+}
+
+impl std::fmt::Display for Role {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Role::Sender => "sender",
+            Role::Receiver => "receiver",
+            Role::Server => "server",
+            Role::Client => "client",
+        })
+    }
+}
+
+/// The stall timeout the connections were given, in milliseconds, for
+/// "stopped answering after N s" (the close reason does not carry it).
+static STALL_TIMEOUT_MS: AtomicU64 = AtomicU64::new(15_000);
+
+pub fn set_stall_timeout(timeout: Duration) {
+    STALL_TIMEOUT_MS.store(timeout.as_millis() as u64, Ordering::Relaxed);
+}
+
+fn stall_timeout() -> Duration {
+    Duration::from_millis(STALL_TIMEOUT_MS.load(Ordering::Relaxed))
+}
+
+/// The close reason an error carries, however deep in its chain (the
+/// library's errors travel inside `io::Error` through the stream API).
+pub fn close_reason(e: &anyhow::Error) -> Option<CloseReason> {
+    e.chain().find_map(|cause| {
+        let conn = cause.downcast_ref::<ConnectionError>().or_else(|| {
+            cause.downcast_ref::<std::io::Error>().and_then(|io| io.get_ref()).and_then(|inner| inner.downcast_ref())
+        });
+        conn.and_then(ConnectionError::close_reason)
+    })
+}
+
+/// What `reason` says about the peer `role`, when it says more than the
+/// library's own words; `None` for our own doing (we aborted) and for
+/// reasons the chain already puts plainly.
+pub fn headline(reason: CloseReason, role: Role) -> Option<String> {
+    Some(match reason {
+        CloseReason::PeerReset(Some(ErrorCode::INTERRUPTED)) => {
+            format!("the {role} was interrupted (Ctrl-C or SIGTERM on its side)")
+        }
+        CloseReason::Unreachable(UnreachableKind::Port) => format!("the {role} is gone (port unreachable)"),
+        CloseReason::Unreachable(_) => format!("the {role} cannot be reached (host unreachable)"),
+        CloseReason::StallTimeout => {
+            format!("the {role} stopped answering after {} s", stall_timeout().as_secs_f64().round())
+        }
+        CloseReason::IdleTimeout => format!("the {role} went silent (idle timeout)"),
+        CloseReason::Refused => format!("the {role} refused the connection (nothing listening there?)"),
+        CloseReason::PeerReset(_) => format!("the {role} reset the connection"),
+        _ => return None,
+    })
+}
+
+/// Why a peer left a group, said by its role: the headline of its close
+/// reason when it has one ("the receiver was interrupted"), else the
+/// library's words.
+pub fn left(why: Left, role: Role) -> String {
+    match why {
+        Left::Lost(reason) => headline(reason, role).unwrap_or_else(|| why.to_string()),
+        other => other.to_string(),
+    }
+}
+
+/// `e` with the headline of its close reason in front, if it has one.
+pub fn explain(e: anyhow::Error, role: Role) -> anyhow::Error {
+    match close_reason(&e).and_then(|r| headline(r, role)) {
+        Some(line) => e.context(line),
+        None => e,
+    }
+}
+
+/// Whether `e` is only the echo of our own interruption (our connections
+/// aborted with INTERRUPTED), which says nothing new.
+pub fn is_own_interruption(e: &anyhow::Error) -> bool {
+    matches!(close_reason(e), Some(CloseReason::Aborted(ErrorCode::INTERRUPTED)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use anyhow::Context;
+
+    fn buried(reason: CloseReason) -> anyhow::Error {
+        let io: std::io::Error = ConnectionError::Closed(reason).into();
+        Err::<(), _>(io).context("connection lost while receiving data").unwrap_err()
+    }
+
+    #[test]
+    fn an_interrupted_peer_is_named_by_its_role() {
+        let e = explain(buried(CloseReason::PeerReset(Some(ErrorCode::INTERRUPTED))), Role::Sender);
+        let text = format!("{e:#}");
+        assert!(text.starts_with("the sender was interrupted"), "{text}");
+        assert!(text.contains("connection lost while receiving data"), "{text}");
+    }
+
+    #[test]
+    fn a_killed_peer_is_gone_with_port_unreachable() {
+        let e = explain(buried(CloseReason::Unreachable(UnreachableKind::Port)), Role::Receiver);
+        assert!(format!("{e:#}").starts_with("the receiver is gone (port unreachable)"));
+    }
+
+    #[test]
+    fn a_stalled_peer_is_named_with_the_timeout() {
+        set_stall_timeout(Duration::from_secs(15));
+        let e = explain(buried(CloseReason::StallTimeout), Role::Server);
+        assert!(format!("{e:#}").starts_with("the server stopped answering after 15 s"));
+    }
+
+    #[test]
+    fn a_group_peer_that_left_is_named_by_its_role() {
+        let why = Left::Lost(CloseReason::PeerReset(Some(ErrorCode::INTERRUPTED)));
+        assert!(left(why, Role::Receiver).starts_with("the receiver was interrupted"));
+        assert_eq!(left(Left::Evicted, Role::Receiver), "evicted as too slow");
+    }
+
+    #[test]
+    fn our_own_abort_gets_no_headline() {
+        let e = buried(CloseReason::Aborted(ErrorCode::INTERRUPTED));
+        assert!(is_own_interruption(&e));
+        let text = format!("{:#}", explain(e, Role::Client));
+        assert!(text.starts_with("connection lost"), "{text}");
+    }
+}

@@ -1,0 +1,79 @@
+//! The progress bars as a person sees them, in a terminal driven through
+//! tmux (keys in, screen out): `send`'s bar says "eta ?" before anything
+//! moved (not "eta 0s"), and "no answer from the receiver for N s" in
+//! place of a frozen rate and ETA while the receiver is silent (issue 19
+//! item 4, issue 23 item 4).
+
+mod common;
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use common::{manyfold, samplegen, signal, Running};
+
+/// A tmux session running one command; killed on drop.
+struct Tmux(String);
+
+impl Tmux {
+    fn run(name: &str, command: &str) -> Tmux {
+        let ok = Command::new("tmux")
+            .args(["new-session", "-d", "-s", name, "-x", "150", "-y", "10", &format!("{command}; sleep 30")])
+            .status()
+            .unwrap();
+        assert!(ok.success(), "tmux new-session failed");
+        Tmux(name.to_string())
+    }
+
+    fn screen(&self) -> String {
+        let out = Command::new("tmux").args(["capture-pane", "-p", "-t", &self.0]).output().unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    fn wait_for(&self, text: &str, limit: Duration) -> String {
+        let deadline = Instant::now() + limit;
+        loop {
+            let screen = self.screen();
+            if screen.contains(text) {
+                return screen;
+            }
+            assert!(Instant::now() < deadline, "{text:?} never appeared; the screen:\n{screen}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for Tmux {
+    fn drop(&mut self) {
+        let _ = Command::new("tmux").args(["kill-session", "-t", &self.0]).status();
+    }
+}
+
+#[test]
+fn the_send_bar_counts_the_receivers_silence_instead_of_freezing() {
+    if Command::new("tmux").arg("-V").output().is_err() {
+        eprintln!("skipped: tmux is not installed");
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let src = tmp.path().join("s.bin");
+    samplegen(&src, "100MB", 4);
+    let inbox = tmp.path().join("inbox");
+    std::fs::create_dir(&inbox).unwrap();
+    let mut cmd = manyfold();
+    cmd.args(["recv", "--listen", "127.0.0.1:0", "--once", "--dir"]).arg(&inbox);
+    let mut receiver = Running::spawn(cmd);
+    let addr = receiver.listening_addr().to_string();
+    // A 600 ms round trip: the bar is seen before the first ack.
+    let send =
+        format!("{} send {} --to {addr} --delay 300 --peer-timeout 30", env!("CARGO_BIN_EXE_manyfold"), src.display());
+    let t = Tmux::run(&format!("manyfold-bars-{}", std::process::id()), &send);
+    let first = t.wait_for("sending", Duration::from_secs(20));
+    assert!(!first.contains("eta 0s"), "no made-up ETA before anything moved:\n{first}");
+    receiver.wait_for_line("receiving s.bin", Duration::from_secs(20));
+    t.wait_for("eta ", Duration::from_secs(20));
+    // Stopped, the receiver answers nothing (its socket stays open: no ICMP).
+    signal(&receiver, "STOP");
+    let screen = t.wait_for("no answer from the receiver for 2 s", Duration::from_secs(20));
+    assert!(!screen.contains("B/s eta"), "the rate and ETA make way for the silence:\n{screen}");
+    signal(&receiver, "CONT");
+}

@@ -1,0 +1,365 @@
+//! Issue 19 items 1, 3 and 4 on real sockets (127.0.0.1): SIGINT or
+//! SIGTERM on one side of send/recv, group send, fetch/serve, ftp and demo
+//! is reported by the other side at once ("the sender was interrupted"),
+//! which cleans up as for any failure and exits non-zero; a silent
+//! receiver is given up after --peer-timeout; a receiver killed with
+//! SIGKILL is named gone at once; a sender is never left waiting after a
+//! `--once` receiver exits, even at 30% loss each way.
+//!
+//! The transfers are kept slow with `--delay 200` on the side that is not
+//! interrupted (its datagrams wait 200 ms; the interrupted side's RST does
+//! not), so the signal always lands mid-transfer. The issue's target is
+//! ≤ 1 s; the tests allow more for a loaded machine, always far below the
+//! 15 s stall and 60 s idle timeouts the report would otherwise wait for,
+//! and print the time measured.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use common::{entries, interrupt, manyfold, samplegen, signal, wait_in_thread, Output, Running};
+
+const LIMIT: Duration = Duration::from_secs(60);
+
+/// Well under every timeout that could explain the report instead.
+const REPORTED_WITHIN: Duration = Duration::from_secs(4);
+
+const SLOW: [&str; 2] = ["--delay", "200"];
+
+fn setup(size: &str) -> (tempfile::TempDir, PathBuf, PathBuf) {
+    let tmp = tempfile::tempdir().unwrap();
+    let src = tmp.path().join("sample.bin");
+    samplegen(&src, size, 3);
+    let inbox = tmp.path().join("inbox");
+    std::fs::create_dir(&inbox).unwrap();
+    (tmp, src, inbox)
+}
+
+fn recv(dir: &Path, flags: &[&str]) -> (Running, String) {
+    let mut cmd = manyfold();
+    cmd.args(["recv", "--listen", "127.0.0.1:0", "--once", "--dir"]).arg(dir).args(flags);
+    let mut p = Running::spawn(cmd);
+    let addr = p.listening_addr().to_string();
+    (p, addr)
+}
+
+fn send(file: &Path, to: &str, flags: &[&str]) -> Running {
+    let mut cmd = manyfold();
+    cmd.args(["send"]).arg(file).args(["--to", to]).args(flags);
+    Running::spawn(cmd)
+}
+
+/// Waits for `p`, timing it from `since`; checks it failed saying `needle`.
+fn reported(p: Running, since: Instant, needle: &str, who: &str) -> Output {
+    let out = p.wait(LIMIT);
+    let took = since.elapsed();
+    eprintln!("{who} reported it after {took:?}");
+    out.assert_failure();
+    assert!(out.stderr.contains(needle) || out.stdout.contains(needle), "{who} must say {needle:?}\n{out}");
+    assert!(took < REPORTED_WITHIN, "{who} took {took:?} to report it\n{out}");
+    out
+}
+
+/// The interrupted side's own account: exit status 130 (SIGINT) or 143
+/// (SIGTERM) and a message naming the signal.
+fn interrupted_itself(p: Running, name: &str, code: i32) -> Output {
+    let out = p.wait(LIMIT);
+    assert_eq!(out.status.code(), Some(code), "{out}");
+    assert!(out.stderr.contains(&format!("interrupted by {name}")), "{out}");
+    out
+}
+
+#[test]
+fn an_interrupted_sender_is_reported_by_the_receiver_which_deletes_its_partial_file() {
+    let (_tmp, src, inbox) = setup("40MB");
+    let (mut receiver, addr) = recv(&inbox, &SLOW);
+    let sender = send(&src, &addr, &[]);
+    receiver.wait_for_line("receiving sample.bin", LIMIT);
+    std::thread::sleep(Duration::from_millis(500));
+    let t = Instant::now();
+    interrupt(&sender);
+    reported(receiver, t, "the sender was interrupted", "the receiver");
+    interrupted_itself(sender, "SIGINT", 130);
+    assert!(entries(&inbox).is_empty(), "the partial file is deleted: {:?}", entries(&inbox));
+}
+
+#[test]
+fn an_interrupted_receiver_is_reported_by_the_sender() {
+    let (_tmp, src, inbox) = setup("40MB");
+    let (mut receiver, addr) = recv(&inbox, &[]);
+    let sender = send(&src, &addr, &SLOW);
+    receiver.wait_for_line("receiving sample.bin", LIMIT);
+    std::thread::sleep(Duration::from_millis(500));
+    let t = Instant::now();
+    interrupt(&receiver);
+    reported(sender, t, "the receiver was interrupted", "the sender");
+    let out = interrupted_itself(receiver, "SIGINT", 130);
+    assert!(out.stderr.contains("1 transfer(s) in progress"), "{out}");
+    assert!(entries(&inbox).is_empty(), "the partial file is deleted: {:?}", entries(&inbox));
+}
+
+#[test]
+fn a_terminated_receiver_is_reported_by_the_sender() {
+    let (_tmp, src, inbox) = setup("40MB");
+    let (mut receiver, addr) = recv(&inbox, &[]);
+    let sender = send(&src, &addr, &SLOW);
+    receiver.wait_for_line("receiving sample.bin", LIMIT);
+    let t = Instant::now();
+    signal(&receiver, "TERM");
+    reported(sender, t, "the receiver was interrupted", "the sender");
+    interrupted_itself(receiver, "SIGTERM", 143);
+}
+
+#[test]
+fn an_interrupted_group_sender_is_reported_by_every_receiver() {
+    let (_tmp, src, inbox) = setup("40MB");
+    let (a_dir, b_dir) = (inbox.join("a"), inbox.join("b"));
+    std::fs::create_dir(&a_dir).unwrap();
+    std::fs::create_dir(&b_dir).unwrap();
+    let (mut a, a_addr) = recv(&a_dir, &SLOW);
+    let (mut b, b_addr) = recv(&b_dir, &SLOW);
+    let sender = send(&src, &format!("{a_addr},{b_addr}"), &[]);
+    a.wait_for_line("receiving sample.bin", LIMIT);
+    b.wait_for_line("receiving sample.bin", LIMIT);
+    std::thread::sleep(Duration::from_millis(500));
+    let t = Instant::now();
+    interrupt(&sender);
+    let (a, b) = (wait_in_thread(a, LIMIT), wait_in_thread(b, LIMIT));
+    for (who, waited) in [("receiver a", a), ("receiver b", b)] {
+        let (out, ended) = waited.join().unwrap();
+        eprintln!("{who} reported it after {:?}", ended - t);
+        out.assert_failure();
+        assert!(out.stderr.contains("the sender was interrupted"), "{who}\n{out}");
+        assert!(ended - t < REPORTED_WITHIN, "{who} took {:?}\n{out}", ended - t);
+    }
+    interrupted_itself(sender, "SIGINT", 130);
+    assert!(entries(&a_dir).is_empty() && entries(&b_dir).is_empty(), "no partial file is left");
+}
+
+#[test]
+fn an_interrupted_group_receiver_is_named_in_the_senders_report() {
+    let (_tmp, src, inbox) = setup("40MB");
+    let (a_dir, b_dir) = (inbox.join("a"), inbox.join("b"));
+    std::fs::create_dir(&a_dir).unwrap();
+    std::fs::create_dir(&b_dir).unwrap();
+    let (mut a, a_addr) = recv(&a_dir, &[]);
+    let (mut b, b_addr) = recv(&b_dir, &[]);
+    let sender = send(&src, &format!("{a_addr},{b_addr}"), &SLOW);
+    a.wait_for_line("receiving sample.bin", LIMIT);
+    b.wait_for_line("receiving sample.bin", LIMIT);
+    interrupt(&a);
+    interrupted_itself(a, "SIGINT", 130);
+    let out = sender.wait(LIMIT);
+    out.assert_failure();
+    let line = out.stdout.lines().find(|l| l.contains(&a_addr)).unwrap_or_else(|| panic!("no line for a\n{out}"));
+    assert!(line.contains("the receiver was interrupted"), "{line}\n{out}");
+    b.wait(LIMIT).assert_success();
+}
+
+/// The line a server prints when a client's session ends, timed from
+/// `since`; on a timeout, everything the server printed.
+fn server_line(mut server: Running, since: Instant, needle: &str) -> String {
+    match server.try_wait_for_line(needle, REPORTED_WITHIN) {
+        Some(line) => {
+            eprintln!("the server reported it after {:?}", since.elapsed());
+            line
+        }
+        None => panic!("no {needle:?} line from the server within {REPORTED_WITHIN:?}\n{}", server.kill()),
+    }
+}
+
+fn serve(dir: &Path, flags: &[&str]) -> (Running, String) {
+    let mut cmd = manyfold();
+    cmd.args(["serve", "--listen", "127.0.0.1:0", "--dir"]).arg(dir).args(flags);
+    let mut p = Running::spawn(cmd);
+    let addr = p.listening_addr().to_string();
+    (p, addr)
+}
+
+fn fetch(name: &str, from: &str, out: &Path, flags: &[&str]) -> Running {
+    let mut cmd = manyfold();
+    cmd.args(["fetch", name, "--from", from, "--out"]).arg(out).args(flags);
+    Running::spawn(cmd)
+}
+
+#[test]
+fn an_interrupted_server_is_reported_by_fetch_which_keeps_what_it_got() {
+    let (tmp, src, inbox) = setup("40MB");
+    let served = tmp.path().join("served");
+    std::fs::create_dir(&served).unwrap();
+    std::fs::hard_link(&src, served.join("f.bin")).unwrap();
+    let (server, addr) = serve(&served, &[]);
+    let mut client = fetch("f.bin", &addr, &inbox.join("f.bin"), &SLOW);
+    client.wait_for_line("fetching f.bin", LIMIT);
+    wait_for_data(&inbox.join(".f.bin.manyfold-fetch"));
+    let t = Instant::now();
+    interrupt(&server);
+    let out = reported(client, t, "the server was interrupted", "fetch");
+    assert!(out.stderr.contains("run the same command again"), "{out}");
+    assert!(entries(&inbox).contains(&".f.bin.manyfold-fetch-part".to_string()), "kept for a resume");
+    // A server stopped by Ctrl-C has done what it was asked: status 0.
+    server.wait(LIMIT).assert_success();
+}
+
+#[test]
+fn an_interrupted_fetch_is_reported_by_the_server() {
+    let (tmp, src, inbox) = setup("40MB");
+    let served = tmp.path().join("served");
+    std::fs::create_dir(&served).unwrap();
+    std::fs::hard_link(&src, served.join("f.bin")).unwrap();
+    let (server, addr) = serve(&served, &SLOW);
+    let mut client = fetch("f.bin", &addr, &inbox.join("f.bin"), &[]);
+    client.wait_for_line("fetching f.bin", LIMIT);
+    wait_for_data(&inbox.join(".f.bin.manyfold-fetch"));
+    let t = Instant::now();
+    interrupt(&client);
+    let line = server_line(server, t, "ended:");
+    assert!(line.contains("the client was interrupted"), "{line}");
+    let out = interrupted_itself(client, "SIGINT", 130);
+    assert!(out.stderr.contains("run the same command again"), "{out}");
+    assert!(entries(&inbox).contains(&".f.bin.manyfold-fetch".to_string()), "the journal is kept");
+}
+
+fn ftp_server(root: &Path, flags: &[&str]) -> (Running, String) {
+    let mut cmd = manyfold();
+    cmd.args(["ftp-server", "--listen", "127.0.0.1:0", "--root"]).arg(root).args(flags);
+    let mut p = Running::spawn(cmd);
+    let addr = p.listening_addr().to_string();
+    (p, addr)
+}
+
+fn ftp_get(addr: &str, cwd: &Path, flags: &[&str]) -> Running {
+    let mut cmd = manyfold();
+    cmd.current_dir(cwd).arg("ftp").args(flags).args([addr, "get", "sample.bin"]);
+    Running::spawn(cmd)
+}
+
+/// Waits until `path` exists with some data in it.
+fn wait_for_data(path: &Path) {
+    let deadline = Instant::now() + LIMIT;
+    while std::fs::metadata(path).map(|m| m.len()).unwrap_or(0) == 0 {
+        assert!(Instant::now() < deadline, "{} never got data", path.display());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn an_interrupted_ftp_get_is_reported_by_the_server() {
+    let (tmp, _src, local) = setup("40MB");
+    let (server, addr) = ftp_server(tmp.path(), &SLOW);
+    let client = ftp_get(&addr, &local, &[]);
+    wait_for_data(&local.join(".sample.bin.manyfold-partial"));
+    let t = Instant::now();
+    interrupt(&client);
+    let line = server_line(server, t, "ended:");
+    assert!(line.contains("the client was interrupted"), "{line}");
+    let out = client.wait(LIMIT);
+    out.assert_failure();
+    assert!(out.stderr.contains("what arrived is kept"), "{out}");
+}
+
+#[test]
+fn an_interrupted_ftp_server_is_reported_by_the_client() {
+    let (tmp, _src, local) = setup("40MB");
+    let (server, addr) = ftp_server(tmp.path(), &[]);
+    let client = ftp_get(&addr, &local, &SLOW);
+    wait_for_data(&local.join(".sample.bin.manyfold-partial"));
+    let t = Instant::now();
+    interrupt(&server);
+    reported(client, t, "the server was interrupted", "the ftp client");
+    server.wait(LIMIT).assert_success();
+    assert!(local.join(".sample.bin.manyfold-partial").exists(), "the partial download is kept for a resume");
+}
+
+#[test]
+fn an_interrupted_demo_removes_its_scratch_data() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut cmd = manyfold();
+    cmd.env("TMPDIR", tmp.path()).args(["demo", "--size", "200MB", "--loss", "20"]);
+    let mut demo = Running::spawn(cmd);
+    demo.wait_for_line("sender ", LIMIT);
+    interrupt(&demo);
+    let out = interrupted_itself(demo, "SIGINT", 130);
+    assert!(out.stderr.contains("was removed"), "{out}");
+    assert!(entries(tmp.path()).is_empty(), "scratch data left: {:?}", entries(tmp.path()));
+}
+
+#[test]
+fn a_silent_receiver_is_given_up_after_the_peer_timeout() {
+    // Large enough to be still sending when the receiver stops.
+    let (_tmp, src, inbox) = setup("200MB");
+    let (mut receiver, addr) = recv(&inbox, &[]);
+    let sender = send(&src, &addr, &["--peer-timeout", "2", "--delay", "50"]);
+    receiver.wait_for_line("receiving sample.bin", LIMIT);
+    // Stopped, the receiver's socket stays open: no ICMP, just silence.
+    signal(&receiver, "STOP");
+    let t = Instant::now();
+    let out = sender.wait(LIMIT);
+    let took = t.elapsed();
+    signal(&receiver, "CONT");
+    out.assert_failure();
+    assert!(out.stderr.contains("the receiver stopped answering after 2 s"), "{out}");
+    assert!(took >= Duration::from_millis(1500) && took < Duration::from_secs(8), "gave up after {took:?}\n{out}");
+}
+
+#[test]
+fn a_killed_receiver_is_named_gone_at_once() {
+    let (_tmp, src, inbox) = setup("40MB");
+    let (mut receiver, addr) = recv(&inbox, &[]);
+    let sender = send(&src, &addr, &["--delay", "100"]);
+    receiver.wait_for_line("receiving sample.bin", LIMIT);
+    let t = Instant::now();
+    signal(&receiver, "KILL");
+    reported(sender, t, "the receiver is gone (port unreachable)", "the sender");
+    receiver.kill();
+}
+
+/// Issue 19 item 1: a `--once` receiver waits for its last acks before it
+/// exits, so at 30% loss each way a sender whose final ack was lost is
+/// answered, not left retransmitting into a closed port. (The issue's
+/// figure is over 200 runs; this bounded test runs a few.)
+#[test]
+fn no_sender_waits_long_after_a_once_receiver_exits_at_30_percent_loss() {
+    const RUNS: usize = 6;
+    let (_tmp, src, inbox) = setup("20k");
+    let mut worst = Duration::ZERO;
+    let (mut done, mut attempts) = (0, 0);
+    while done < RUNS {
+        attempts += 1;
+        assert!(attempts <= 3 * RUNS, "only {done} of {attempts} transfers got through their handshake");
+        let dir = inbox.join(attempts.to_string());
+        std::fs::create_dir(&dir).unwrap();
+        let (receiver, addr) = recv(&dir, &["--loss", "30"]);
+        let pid = receiver.id().to_string();
+        let receiving = wait_in_thread(receiver, LIMIT);
+        let s_out = send(&src, &addr, &["--loss", "30"]).wait(LIMIT);
+        let s_end = Instant::now();
+        if !s_out.status.success() {
+            // At this loss the handshake or the request can be lost for
+            // longer than the connect and request timeouts (the --once
+            // receiver then waits for another sender): not the exchange
+            // this test is about.
+            eprintln!("attempt {attempts}: the sender failed: {}", s_out.stderr.trim());
+            let _ = std::process::Command::new("kill").args(["-KILL", &pid]).status();
+            let _ = receiving.join();
+            continue;
+        }
+        let (r_out, r_end) = receiving.join().unwrap();
+        r_out.assert_success();
+        s_out.assert_success();
+        let after = s_end.saturating_duration_since(r_end);
+        eprintln!("run {done}: the sender ended {after:?} after the receiver");
+        worst = worst.max(after);
+        assert!(after <= Duration::from_secs(2), "run {done}: the sender waited {after:?}\n{s_out}");
+        done += 1;
+    }
+    eprintln!("worst of {RUNS} runs: {worst:?}");
+}
+
+#[test]
+fn peer_timeout_rejects_nonsense() {
+    let out = common::run_args(&["send", "x", "--to", "127.0.0.1:1", "--peer-timeout", "-3"], LIMIT);
+    out.assert_failure();
+    assert!(out.stderr.contains("-3 s is out of range"), "{out}");
+}
