@@ -187,20 +187,24 @@ pub fn run(cmd: McastCommand) -> Result<()> {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     rt.block_on(async {
         crate::net::lifecycle::install();
-        let (work, what): (std::pin::Pin<Box<dyn std::future::Future<Output = Result<()>>>>, _) = match cmd {
-            McastCommand::Send(a) => (Box::pin(send(a)), "the receivers hear nothing more and give up"),
-            McastCommand::Recv(a) => (Box::pin(recv(a)), "the partial file was deleted"),
-        };
-        // The session's state (and a receiver's partial file) is dropped
-        // with the command. Telling the receivers at once needs an END
-        // with a code from the multicast engine, not there yet.
-        tokio::select! {
-            result = work => result,
-            signal = crate::net::lifecycle::interrupted() => {
-                Err(crate::net::lifecycle::account(format!("interrupted by {}; {what}", signal.name())))
-            }
+        match cmd {
+            McastCommand::Send(a) => send(a).await,
+            McastCommand::Recv(a) => recv(a).await,
         }
     })
+}
+
+/// Resolves with INTERRUPTED on the first SIGINT or SIGTERM: the session
+/// then ends with that code, told to the other side at once (spec §16.7).
+async fn on_signal() -> manyfold::ErrorCode {
+    crate::net::lifecycle::interrupted().await;
+    manyfold::ErrorCode::INTERRUPTED
+}
+
+/// The account of an interrupted session, once the other side was told.
+fn interrupted(what: &str) -> Result<()> {
+    let by = crate::net::lifecycle::signal().map_or("a signal", |s| s.name());
+    Err(crate::net::lifecycle::account(format!("interrupted by {by}; {what}")))
 }
 
 fn secs(s: f64, what: &str) -> Result<Duration> {
@@ -388,15 +392,19 @@ async fn send(a: SendArgs) -> Result<()> {
             }
         }
     };
-    let view = manyfold::mcast::send(&a.net.net(), cfg, info, src.file, src.growth, on_event, on_tick)
-        .await
-        .with_context(|| format!("multicast to {}", a.net.group))?;
+    let view =
+        manyfold::mcast::send_until(&a.net.net(), cfg, info, src.file, src.growth, on_signal(), on_event, on_tick)
+            .await
+            .with_context(|| format!("multicast to {}", a.net.group))?;
     main.finish_and_clear();
     multi.clear().ok();
     let ok = print_send_report(&view, &name, &mode);
     if let Some(path) = &a.json {
         std::fs::write(path, send_json(&view, &name, &mode))
             .with_context(|| format!("cannot write {}", path.display()))?;
+    }
+    if crate::net::lifecycle::signal().is_some() {
+        return interrupted("every receiver was told (END with code 10, interrupted)");
     }
     if let Some(e) = view.failed {
         bail!("{e}");
@@ -696,9 +704,13 @@ async fn recv(a: RecvArgs) -> Result<()> {
             bar.set_position(v.held * block);
         }
     };
-    let (outcome, view) = manyfold::mcast::receive(&a.net.net(), cfg, &mut sink, wait, on_tick)
-        .await
-        .with_context(|| format!("receiving from {}", a.net.group))?;
+    let received = manyfold::mcast::receive_until(&a.net.net(), cfg, &mut sink, wait, on_signal(), on_tick).await;
+    if crate::net::lifecycle::signal().is_some() {
+        // The sink (and its partial file) goes with this function.
+        bar.finish_and_clear();
+        return interrupted("the sender was told, and the partial file was deleted");
+    }
+    let (outcome, view) = received.with_context(|| format!("receiving from {}", a.net.group))?;
     bar.finish_and_clear();
     let info = view.info.clone();
     let name = info.as_ref().map_or("?".to_string(), |i| i.name.clone());
@@ -757,6 +769,7 @@ async fn recv(a: RecvArgs) -> Result<()> {
 fn code_text(code: Option<u16>) -> String {
     match code {
         None => "before this receiver had the file".into(),
+        Some(codes::INTERRUPTED) => "the sender was interrupted (Ctrl-C or SIGTERM on its side)".into(),
         Some(codes::REFUSED) => "refused (its receiver table is full)".into(),
         Some(codes::PROTECTION_MISMATCH) => {
             "refused: the session is encrypted and this receiver gave no --key-file".into()

@@ -997,7 +997,7 @@ fn crafted() -> Vec<(Vec<u8>, &'static str, &'static str)> {
         (trailing, "SYN", "1 bytes after 24 + payload length"),
         (syn[..10].to_vec(), "", "shorter than the 24-byte header"),
         (resealed(syn.clone(), &|v| v[0] = 0x20), "", "version 2"),
-        (resealed(syn.clone(), &|v| v[0] = 0x1c), "", "packet type 12 is reserved"),
+        (resealed(syn.clone(), &|v| v[0] = 0x1d), "", "packet type 13 is reserved"),
         (resealed(syn.clone(), &|v| v[1] |= 0x40), "SYN", "SACK count 0"),
         (resealed(syn.clone(), &|v| v[24..28].copy_from_slice(&[0; 4])), "SYN", "connection id 0"),
         (mc(PacketType::McAnnounce, Flags::empty(), 5, 8, 1, &|o| emit_announcement(o, &info)), "ANNOUNCE", ""),

@@ -253,9 +253,8 @@ fn a_block_device_is_replicated_onto_another_block_device() {
 }
 
 /// Issue 19 item 3, the receiver's half: SIGINT during `mcast recv` ends
-/// it at once (status 130, saying so) and deletes its partial file.
-/// (Telling the receivers when the sender is interrupted needs an END with
-/// a code from the multicast engine.)
+/// it at once (status 130, saying so), tells the sender and deletes its
+/// partial file.
 #[test]
 fn an_interrupted_mcast_receiver_deletes_its_partial_file() {
     if let Some(why) = skip_reason() {
@@ -283,7 +282,50 @@ fn an_interrupted_mcast_receiver_deletes_its_partial_file() {
     common::interrupt(&receiver);
     let out = receiver.wait(Duration::from_secs(10));
     assert_eq!(out.status.code(), Some(130), "{out}");
-    assert!(out.stderr.contains("interrupted by SIGINT; the partial file was deleted"), "{out}");
+    assert!(
+        out.stderr.contains("interrupted by SIGINT; the sender was told, and the partial file was deleted"),
+        "{out}"
+    );
     let left: Vec<_> = std::fs::read_dir(&dir).unwrap().flatten().map(|e| e.file_name()).collect();
     assert!(left.is_empty(), "left behind: {left:?}");
+}
+
+/// Issue 19 item 3, the sender's half: SIGINT during `mcast send` ends the
+/// session with an END carrying "interrupted", and the receiver says so
+/// at once instead of waiting out its sender timeout.
+#[test]
+fn an_interrupted_mcast_sender_is_reported_by_its_receiver_at_once() {
+    if let Some(why) = skip_reason() {
+        eprintln!("skipped: {why}");
+        return;
+    }
+    let lab = Lab::new(2).expect("namespaces");
+    let root = tempfile::tempdir().unwrap();
+    let file = root.path().join("image.bin");
+    samplegen(&file, "200MiB", 6);
+    let group = "239.77.0.4:7026";
+    let dir = receiver_dirs(root.path(), 1).remove(0);
+    let mut r = lab.exec(1);
+    r.args(["mcast", "recv", "--group", group, "--wait", "60", "--dir"]).arg(&dir);
+    let receiver = Running::spawn(r);
+    let mut s = lab.exec(0);
+    s.args(["mcast", "send", "--group", group, "--receivers", "1", "--wait", "20"]).arg(&file);
+    let sender = Running::spawn(s);
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let has_data = || std::fs::read_dir(&dir).unwrap().flatten().any(|e| e.metadata().is_ok_and(|m| m.len() > 0));
+    while !has_data() {
+        assert!(std::time::Instant::now() < deadline, "the receiver never wrote anything");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let t = std::time::Instant::now();
+    common::interrupt(&sender);
+    let out = receiver.wait(Duration::from_secs(10));
+    let took = t.elapsed();
+    eprintln!("the receiver reported it after {took:?}");
+    out.assert_failure();
+    assert!(out.stderr.contains("the sender was interrupted"), "{out}");
+    assert!(took < Duration::from_secs(4), "{took:?}\n{out}");
+    let sent = sender.wait(Duration::from_secs(10));
+    assert_eq!(sent.status.code(), Some(130), "{sent}");
+    assert!(sent.stderr.contains("interrupted by SIGINT; every receiver was told"), "{sent}");
 }

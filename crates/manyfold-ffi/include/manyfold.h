@@ -80,7 +80,9 @@
  * Attribute: the probability, a `double` in [0, 1], that a received
  * datagram is dropped on purpose (librusp's `RUSP_ATTR_DROPR`), as
  * librusp drops: on receive only, so a rate set at both ends is that
- * rate of loss each way. Default 0. Fixed when a descriptor is created.
+ * rate of loss each way. Default 0. It belongs to the descriptor's
+ * socket and can be changed while it runs, mid-connection (see
+ * `mf_set_attr`).
  */
 #define MF_ATTR_DROP_RATE 1
 
@@ -98,7 +100,8 @@
  * default) draws a new seed for every endpoint, so that each run drops
  * other datagrams; any other value makes every run drop the same ones for
  * the same traffic (the n-th endpoint the process creates derives its
- * seed from this value and n). Fixed when a descriptor is created.
+ * seed from this value and n). Set on an open descriptor, it re-seeds
+ * its socket's drop generator at once (0: with a new random seed).
  */
 #define MF_ATTR_SEED 3
 
@@ -267,7 +270,8 @@ int mf_listen(const char *ip, int port);
  * connection is handed out: one whose handshake completed meanwhile is
  * ended at once, so that its peer is not left connected to nothing.
  *
- * The connection has the listener's attributes.
+ * The connection shares the listener's socket, and with it the drop rate
+ * and seed: setting them on either changes both (see `mf_set_attr`).
  */
 int mf_accept(int listener);
 
@@ -515,15 +519,27 @@ int mf_group_close(int group);
  * `desc` is `MF_DEFAULTS` (what descriptors created afterwards take),
  * `MF_ALL` (the defaults and every open descriptor, as librusp's
  * attributes), or an open descriptor. Debug is process-wide and takes
- * effect at once whatever `desc` is. Drop rate and seed are fixed in a
- * descriptor when it is created (manyfold applies them when it binds the
- * socket): setting a different value on an open descriptor fails with
- * `MF_ENOTSUP` and changes nothing; with `MF_ALL` the defaults are set
- * first, and `MF_ENOTSUP` says that open descriptors keep their value.
+ * effect at once whatever `desc` is.
+ *
+ * Drop rate and seed belong to a descriptor's socket and change at once
+ * while it runs, mid-connection too, as in librusp: every datagram the
+ * socket receives from then on is dropped at the new rate (0 stops the
+ * drops); a new seed re-seeds its drop generator. A connection made by
+ * `mf_connect` and a group each have a socket of their own. A listener's
+ * socket is shared by every connection it accepted: setting either
+ * attribute on the listener or on any one of those connections changes
+ * it for the listener and all of them (and `mf_get_attr` on any of them
+ * tells the new value). Once the listener is closed, its socket can no
+ * longer be reached: setting a different value on a connection it had
+ * accepted fails with `MF_ENOTSUP` and changes nothing. `MF_ALL` sets the
+ * defaults and every socket, those of descriptors still being made (an
+ * `mf_connect` in its handshake) included; it returns `MF_ENOTSUP` if
+ * connections of a closed listener kept their value, having set the rest.
  *
  * ```c
  * double drop = 0.05;
- * mf_set_attr(MF_DEFAULTS, MF_ATTR_DROP_RATE, &drop, sizeof drop);
+ * mf_set_attr(MF_DEFAULTS, MF_ATTR_DROP_RATE, &drop, sizeof drop); // the next descriptors
+ * mf_set_attr(conn, MF_ATTR_DROP_RATE, &drop, sizeof drop);        // conn's socket, now
  * ```
  *
  * Returns `MF_OK`, or `MF_EINVAL` for an unknown attribute, a wrong
@@ -538,10 +554,11 @@ int mf_set_attr(int desc, int attr, const void *value, size_t size);
 /**
  * Reads attribute `attr` of `desc` into `value`, of `size` bytes
  * (librusp's `ruspGetAttr`): of `MF_DEFAULTS` (or `MF_ALL`, the same), or
- * of an open descriptor (the values it was created with; debug is the
- * process's). `MF_ATTR_DROP_RATE` is a `double`, `MF_ATTR_DEBUG` an
- * `int`, `MF_ATTR_SEED` a `uint64_t`. Returns `MF_OK` or a negative code
- * as `mf_set_attr`.
+ * of an open descriptor (its socket's values now, shared by a listener
+ * and the connections it accepted; debug is the process's).
+ * `MF_ATTR_DROP_RATE` is a `double`, `MF_ATTR_DEBUG` an `int`,
+ * `MF_ATTR_SEED` a `uint64_t`. Returns `MF_OK` or a negative code as
+ * `mf_set_attr`.
  *
  * # Safety
  * `value` points to `size` writable bytes.

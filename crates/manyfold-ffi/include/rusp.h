@@ -12,10 +12,14 @@
  *
  * What differs from librusp, and why:
  *   - ruspSetAttr has no descriptor: as librusp's, it sets the attribute
- *     of the whole process (manyfold's MF_ALL). Debug takes effect at once
- *     on every connection. The drop rate and seed are fixed in a connection
- *     when it is made; setting a different one while connections are open
- *     sets it for the next ones and fails with -1 / ENOTSUP.
+ *     of the whole process (manyfold's MF_ALL), at once on every open
+ *     connection too, mid-connection as in librusp: debug, the drop rate
+ *     (datagrams received from then on are dropped at the new rate) and
+ *     the seed (every connection's drop generator is re-seeded). One
+ *     exception: a connection accepted by a listening connection that was
+ *     since closed shares that listener's socket, which can then no longer
+ *     be changed, so it keeps its drop rate and seed; ruspSetAttr sets
+ *     everything else and fails with -1 / ENOTSUP.
  *   - RUSP_ATTR_DROPR drops received segments only, as librusp does.
  *     RUSP_ATTR_SEED (a uint64_t, manyfold's) fixes the drop generator's
  *     seed; 0 (the default) draws a new one every run.
@@ -195,7 +199,9 @@ static inline int rusp_attr(int attr) {
 
 /* Sets attribute `attr` of the process to the value at `value` (an int
  * for RUSP_ATTR_DEBUG, a double for RUSP_ATTR_DROPR, a uint64_t for
- * RUSP_ATTR_SEED). 0, or -1. */
+ * RUSP_ATTR_SEED), for the connections made next and at once for the open
+ * ones. 0, or -1 (ENOTSUP: connections accepted by a closed listening
+ * connection kept their drop rate or seed; the rest is set). */
 static inline int ruspSetAttr(const int attr, const void *value) {
     size_t size = rusp_attr_size(attr);
     if (size == 0) {

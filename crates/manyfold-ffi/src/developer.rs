@@ -2,18 +2,21 @@
 //! seed and debug (`mf_set_attr`, `mf_get_attr`), and the text of errors
 //! (`mf_last_error`, `mf_strerror`).
 //!
-//! Drop rate and seed become the endpoint's fault configuration when it is
-//! bound (`manyfold::Config::faults`: drops on receive only, where librusp
-//! drops). Debug is process-wide, as librusp's: every endpoint feeds the
-//! packet log (`Config::trace`), and one switch shows it on stderr or not,
-//! at any time.
+//! Drop rate and seed are the fault configuration of a descriptor's
+//! endpoint (`manyfold::Config::faults`: drops on receive only, where
+//! librusp drops), set when it is bound and changed while it runs
+//! (`manyfold::Endpoint::set_faults`, through `attrs`), as librusp's
+//! `ruspSetAttr` changes them mid-connection. Debug is process-wide, as
+//! librusp's: every endpoint feeds the packet log (`Config::trace`), and
+//! one switch shows it on stderr or not, at any time.
 
 use std::ffi::{c_char, c_int, c_void};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Once;
 
+use crate::attrs::{self, Attrs};
 use crate::error::{describe, entry, last_error_ptr, Error, MF_ENOTSUP, MF_OK};
-use crate::table::{self, Attrs};
+use crate::table;
 
 /// The descriptor of the attributes new descriptors take (`mf_listen`,
 /// `mf_connect`, `mf_group_connect` read them when they create one).
@@ -25,7 +28,9 @@ pub const MF_ALL: c_int = -1;
 /// Attribute: the probability, a `double` in [0, 1], that a received
 /// datagram is dropped on purpose (librusp's `RUSP_ATTR_DROPR`), as
 /// librusp drops: on receive only, so a rate set at both ends is that
-/// rate of loss each way. Default 0. Fixed when a descriptor is created.
+/// rate of loss each way. Default 0. It belongs to the descriptor's
+/// socket and can be changed while it runs, mid-connection (see
+/// `mf_set_attr`).
 pub const MF_ATTR_DROP_RATE: c_int = 1;
 /// Attribute: debug mode, an `int`, 0 or 1 (librusp's `RUSP_ATTR_DEBUG`):
 /// every datagram sent, received or dropped is logged on stderr with its
@@ -37,7 +42,8 @@ pub const MF_ATTR_DEBUG: c_int = 2;
 /// default) draws a new seed for every endpoint, so that each run drops
 /// other datagrams; any other value makes every run drop the same ones for
 /// the same traffic (the n-th endpoint the process creates derives its
-/// seed from this value and n). Fixed when a descriptor is created.
+/// seed from this value and n). Set on an open descriptor, it re-seeds
+/// its socket's drop generator at once (0: with a new random seed).
 pub const MF_ATTR_SEED: c_int = 3;
 
 /// Room for any "ip:port" string `mf_local` and `mf_peer` write, NUL
@@ -104,6 +110,7 @@ fn check_size(call: &str, attr: c_int, size: usize) -> Result<(), Error> {
 }
 
 /// A value read from the caller, checked.
+#[derive(Clone, Copy)]
 enum Value {
     DropRate(f64),
     Debug(bool),
@@ -146,15 +153,27 @@ unsafe fn read_value(attr: c_int, value: *const c_void) -> Result<Value, Error> 
 /// `desc` is `MF_DEFAULTS` (what descriptors created afterwards take),
 /// `MF_ALL` (the defaults and every open descriptor, as librusp's
 /// attributes), or an open descriptor. Debug is process-wide and takes
-/// effect at once whatever `desc` is. Drop rate and seed are fixed in a
-/// descriptor when it is created (manyfold applies them when it binds the
-/// socket): setting a different value on an open descriptor fails with
-/// `MF_ENOTSUP` and changes nothing; with `MF_ALL` the defaults are set
-/// first, and `MF_ENOTSUP` says that open descriptors keep their value.
+/// effect at once whatever `desc` is.
+///
+/// Drop rate and seed belong to a descriptor's socket and change at once
+/// while it runs, mid-connection too, as in librusp: every datagram the
+/// socket receives from then on is dropped at the new rate (0 stops the
+/// drops); a new seed re-seeds its drop generator. A connection made by
+/// `mf_connect` and a group each have a socket of their own. A listener's
+/// socket is shared by every connection it accepted: setting either
+/// attribute on the listener or on any one of those connections changes
+/// it for the listener and all of them (and `mf_get_attr` on any of them
+/// tells the new value). Once the listener is closed, its socket can no
+/// longer be reached: setting a different value on a connection it had
+/// accepted fails with `MF_ENOTSUP` and changes nothing. `MF_ALL` sets the
+/// defaults and every socket, those of descriptors still being made (an
+/// `mf_connect` in its handshake) included; it returns `MF_ENOTSUP` if
+/// connections of a closed listener kept their value, having set the rest.
 ///
 /// ```c
 /// double drop = 0.05;
-/// mf_set_attr(MF_DEFAULTS, MF_ATTR_DROP_RATE, &drop, sizeof drop);
+/// mf_set_attr(MF_DEFAULTS, MF_ATTR_DROP_RATE, &drop, sizeof drop); // the next descriptors
+/// mf_set_attr(conn, MF_ATTR_DROP_RATE, &drop, sizeof drop);        // conn's socket, now
 /// ```
 ///
 /// Returns `MF_OK`, or `MF_EINVAL` for an unknown attribute, a wrong
@@ -176,42 +195,51 @@ pub unsafe extern "C" fn mf_set_attr(desc: c_int, attr: c_int, value: *const c_v
         }
         // SAFETY: non-null with the attribute's size (checked above).
         let value = unsafe { read_value(attr, value) }?;
-        if let Value::Debug(on) = value {
-            set_debug(on);
-            return Ok(MF_OK);
-        }
-        if matches!(desc, MF_DEFAULTS | MF_ALL) {
-            let mut attrs = table::defaults();
-            match value {
-                Value::DropRate(rate) => attrs.drop_rate = rate,
-                Value::Seed(seed) => attrs.seed = seed,
-                Value::Debug(_) => {}
+        let change = |a: &mut Attrs| match value {
+            Value::DropRate(rate) => a.drop_rate = rate,
+            Value::Seed(seed) => a.seed = seed,
+            Value::Debug(_) => {}
+        };
+        let kept = |a: Attrs| {
+            let mut set = a;
+            change(&mut set);
+            set != a
+        };
+        match (desc, value) {
+            (_, Value::Debug(on)) => set_debug(on),
+            (MF_DEFAULTS, _) => change(&mut attrs::defaults()),
+            (MF_ALL, _) => {
+                attrs::set_all(change);
+                let mut left: Vec<c_int> =
+                    table::open().into_iter().filter(|(_, h)| kept(h.attrs())).map(|(d, _)| d).collect();
+                left.sort_unstable();
+                if let Some(first) = left.first() {
+                    return Err(Error::new(
+                        MF_ENOTSUP,
+                        format!(
+                            "mf_set_attr: {name} is set on the defaults and every socket, but {} connection(s) \
+                             (the first {first}) accepted by a listener since closed keep theirs: that \
+                             listener's socket, which they share, can no longer be changed",
+                            left.len()
+                        ),
+                    ));
+                }
             }
-        }
-        let fixed = |a: Attrs| match value {
-            Value::DropRate(rate) => a.drop_rate != rate,
-            Value::Seed(seed) => a.seed != seed,
-            Value::Debug(_) => false,
-        };
-        let live: Vec<c_int> = match desc {
-            MF_DEFAULTS => Vec::new(),
-            MF_ALL => table::open().into_iter().filter(|(_, h)| fixed(h.attrs())).map(|(d, _)| d).collect(),
-            d => [d].into_iter().filter(|&d| table::get(d).is_ok_and(|h| fixed(h.attrs()))).collect(),
-        };
-        if let Some(first) = live.first() {
-            let whose = if desc == MF_ALL {
-                format!("the defaults are set, but {} open descriptor(s) (the first {first}) keep theirs", live.len())
-            } else {
-                format!("descriptor {first} keeps its value")
-            };
-            return Err(Error::new(
-                MF_ENOTSUP,
-                format!(
-                    "mf_set_attr: {name} is fixed when a descriptor is created (manyfold applies it when it \
-                     binds the socket): {whose}; set it on MF_DEFAULTS before mf_listen, mf_connect or \
-                     mf_group_connect"
-                ),
-            ));
+            (d, _) => {
+                let h = table::get(d)?;
+                if !h.socket_attrs().set(change) {
+                    // Gone: closed meanwhile, or accepted by a closed listener.
+                    table::get(d)?;
+                    return Err(Error::new(
+                        MF_ENOTSUP,
+                        format!(
+                            "mf_set_attr: {name} of connection {d} cannot change: it was accepted by a \
+                             listener since closed, whose socket it shares and which can no longer be \
+                             changed; it keeps its value"
+                        ),
+                    ));
+                }
+            }
         }
         Ok(MF_OK)
     })
@@ -219,10 +247,11 @@ pub unsafe extern "C" fn mf_set_attr(desc: c_int, attr: c_int, value: *const c_v
 
 /// Reads attribute `attr` of `desc` into `value`, of `size` bytes
 /// (librusp's `ruspGetAttr`): of `MF_DEFAULTS` (or `MF_ALL`, the same), or
-/// of an open descriptor (the values it was created with; debug is the
-/// process's). `MF_ATTR_DROP_RATE` is a `double`, `MF_ATTR_DEBUG` an
-/// `int`, `MF_ATTR_SEED` a `uint64_t`. Returns `MF_OK` or a negative code
-/// as `mf_set_attr`.
+/// of an open descriptor (its socket's values now, shared by a listener
+/// and the connections it accepted; debug is the process's).
+/// `MF_ATTR_DROP_RATE` is a `double`, `MF_ATTR_DEBUG` an `int`,
+/// `MF_ATTR_SEED` a `uint64_t`. Returns `MF_OK` or a negative code as
+/// `mf_set_attr`.
 ///
 /// # Safety
 /// `value` points to `size` writable bytes.
@@ -235,7 +264,7 @@ pub unsafe extern "C" fn mf_get_attr(desc: c_int, attr: c_int, value: *mut c_voi
             return Err(Error::invalid("mf_get_attr: value is NULL"));
         }
         let attrs: Attrs =
-            if matches!(desc, MF_DEFAULTS | MF_ALL) { *table::defaults() } else { table::get(desc)?.attrs() };
+            if matches!(desc, MF_DEFAULTS | MF_ALL) { *attrs::defaults() } else { table::get(desc)?.attrs() };
         match attr {
             // SAFETY: non-null with `size` = 8 writable bytes (checked
             // above) by the contract; written unaligned to ask nothing more.

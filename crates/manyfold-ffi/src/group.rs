@@ -11,6 +11,7 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::attrs::SocketAttrs;
 use crate::cabi;
 use crate::error::{entry, kind_code, Error, MF_EBADF, MF_ECONNREFUSED, MF_ETIMEDOUT, MF_OK};
 use crate::message::{receive, MfMessage};
@@ -108,21 +109,24 @@ pub unsafe extern "C" fn mf_group_connect(
             mf::Mode::AtLeast(p) | mf::Mode::Subset { p, .. } => usize::from(p).max(1),
         };
         let config = mf::GroupConfig { mode, min_peers, ..mf::GroupConfig::default() };
-        let attrs = *table::defaults();
         let v6 = peers[0].is_ipv6();
         let local: SocketAddr = if v6 { ([0u16; 8], 0).into() } else { ([0, 0, 0, 0], 0).into() };
         in_runtime(|rt| {
             let formed = rt.block_on(async {
-                let endpoint = mf::Endpoint::bind(local, attrs.config(table::next_endpoint()))
+                // Entered before the handshakes: `MF_ALL` reaches it meanwhile.
+                let (attrs, bind_config) = SocketAttrs::from_defaults();
+                let endpoint = mf::Endpoint::bind(local, bind_config.clone())
                     .await
                     .map_err(|e| Err(Error::io("mf_group_connect: bind", &e)))?;
+                attrs.attach(&endpoint, &bind_config);
                 let formed = endpoint.group(&peers, config).await;
                 if formed.is_err() {
                     // No group: release the socket now, ending any half-made peer.
+                    attrs.detach();
                     endpoint.shutdown_within(Duration::ZERO).await;
                 }
                 match formed {
-                    Ok((group, unreachable)) => Ok((endpoint, group, unreachable)),
+                    Ok((group, unreachable)) => Ok((endpoint, group, unreachable, attrs)),
                     Err(mf::GroupError::Unreachable(unreachable)) => {
                         let e = Error::group("mf_group_connect", &mf::GroupError::Unreachable(unreachable.clone()));
                         Err(Ok((e, unreachable)))
@@ -139,7 +143,7 @@ pub unsafe extern "C" fn mf_group_connect(
                 }
             };
             match formed {
-                Ok((endpoint, group, unreachable)) => {
+                Ok((endpoint, group, unreachable, attrs)) => {
                     fill(status, &unreachable);
                     let entry =
                         GroupEntry { group, endpoint, attrs, pending: Mutex::new(None), closing: Default::default() };

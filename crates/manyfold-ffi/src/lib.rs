@@ -13,7 +13,8 @@
 //!
 //! Layout: `stream` (librusp's calls), `message` (messages on streams),
 //! `group`, `developer` (attributes and error text); behind them `table`
-//! (descriptors, attributes, the runtime), `error` (codes, the panic guard
+//! (descriptors, the runtime), `attrs` (the defaults and each socket's
+//! drop rate and seed, changed while it runs), `error` (codes, the panic guard
 //! at every entry point), `cabi` (pointer checks) and `exit` (connections
 //! left open when the process exits are reset, so that no peer waits).
 //!
@@ -43,6 +44,7 @@ mod group;
 
 mod developer;
 
+mod attrs;
 mod cabi;
 mod error;
 mod exit;

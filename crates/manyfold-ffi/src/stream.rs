@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
+use crate::attrs::SocketAttrs;
 use crate::cabi;
 use crate::error::{entry, Error, MF_EBADF, MF_ECLOSED, MF_OK};
 use crate::table::{self, in_runtime, Closing, Handle, ListenerEntry, StreamEntry};
@@ -37,11 +38,12 @@ pub unsafe extern "C" fn mf_listen(ip: *const c_char, port: c_int) -> c_int {
             unsafe { cabi::text(ip, "mf_listen: ip") }?
         };
         let addr = cabi::resolve(host, port, "mf_listen")?[0];
-        let attrs = *table::defaults();
         in_runtime(|rt| {
+            let (attrs, config) = SocketAttrs::from_defaults();
             let endpoint = rt
-                .block_on(mf::Endpoint::bind(addr, attrs.config(table::next_endpoint())))
+                .block_on(mf::Endpoint::bind(addr, config.clone()))
                 .map_err(|e| Error::io(&format!("mf_listen on {addr}"), &e))?;
+            attrs.attach(&endpoint, &config);
             endpoint.listen();
             table::insert(Handle::Listener(Arc::new(ListenerEntry { endpoint, attrs, closing: Closing::default() })))
         })
@@ -55,7 +57,8 @@ pub unsafe extern "C" fn mf_listen(ip: *const c_char, port: c_int) -> c_int {
 /// connection is handed out: one whose handshake completed meanwhile is
 /// ended at once, so that its peer is not left connected to nothing.
 ///
-/// The connection has the listener's attributes.
+/// The connection shares the listener's socket, and with it the drop rate
+/// and seed: setting them on either changes both (see `mf_set_attr`).
 #[no_mangle]
 pub extern "C" fn mf_accept(listener: c_int) -> c_int {
     entry("mf_accept", || {
@@ -78,7 +81,7 @@ pub extern "C" fn mf_accept(listener: c_int) -> c_int {
                 conn: Mutex::new(Some(conn)),
                 endpoint: Mutex::new(None),
                 closing: Closing::default(),
-                attrs: l.attrs,
+                attrs: l.attrs.clone(),
                 pending: Mutex::new(None),
                 peer_ended: AtomicBool::new(false),
             };
@@ -114,20 +117,22 @@ pub unsafe extern "C" fn mf_connect(ip: *const c_char, port: c_int) -> c_int {
     entry("mf_connect", || {
         // SAFETY: NUL-terminated (or null, which `text` refuses) by the contract above.
         let host = unsafe { cabi::text(ip, "mf_connect: ip") }?;
-        let attrs = *table::defaults();
         let mut last = None;
         for addr in cabi::resolve(host, port, "mf_connect")? {
             let attempt = in_runtime(|rt| {
                 rt.block_on(async {
                     let what = format!("mf_connect to {addr}");
-                    let endpoint =
-                        mf::Endpoint::bind(unspecified(addr.is_ipv6()), attrs.config(table::next_endpoint()))
-                            .await
-                            .map_err(|e| Error::io(&what, &e))?;
+                    // Entered before the handshake: `MF_ALL` reaches it meanwhile.
+                    let (attrs, config) = SocketAttrs::from_defaults();
+                    let endpoint = mf::Endpoint::bind(unspecified(addr.is_ipv6()), config.clone())
+                        .await
+                        .map_err(|e| Error::io(&what, &e))?;
+                    attrs.attach(&endpoint, &config);
                     match endpoint.connect(addr).await {
-                        Ok(conn) => Ok((endpoint, conn)),
+                        Ok(conn) => Ok((endpoint, conn, attrs)),
                         Err(e) => {
                             // Release the socket now, not when the driver notices.
+                            attrs.detach();
                             endpoint.shutdown_within(Duration::ZERO).await;
                             Err(Error::conn(&what, &e))
                         }
@@ -135,7 +140,7 @@ pub unsafe extern "C" fn mf_connect(ip: *const c_char, port: c_int) -> c_int {
                 })
             });
             match attempt {
-                Ok((endpoint, conn)) => {
+                Ok((endpoint, conn, attrs)) => {
                     let entry = StreamEntry {
                         streams: conn.streams(),
                         local: endpoint.local_addr().unwrap_or(unspecified(addr.is_ipv6())),
@@ -252,12 +257,18 @@ pub(crate) fn close(desc: c_int) -> Result<c_int, Error> {
                 // Blocked accepts return and drop their references; the
                 // last reference to the endpoint stops its listening and
                 // ends the connections nobody accepted (`Endpoint::drop`).
+                // The attributes, which the accepted connections share,
+                // must not be one.
                 l.closing.close();
+                l.attrs.detach();
             }
             Handle::Stream(s) => {
                 s.closing.close();
                 let conn = s.conn.lock().unwrap_or_else(|p| p.into_inner()).take();
                 let endpoint = s.endpoint.lock().unwrap_or_else(|p| p.into_inner()).take();
+                if endpoint.is_some() {
+                    s.attrs.detach();
+                }
                 let closed = match conn {
                     Some(mut conn) => rt.block_on(close_connection(&s, &mut conn, endpoint.is_none())),
                     None => Ok(Ended::Both),
@@ -280,6 +291,7 @@ pub(crate) fn close(desc: c_int) -> Result<c_int, Error> {
             }
             Handle::Group(g) => {
                 g.closing.close();
+                g.attrs.detach();
                 let closed = rt.block_on(crate::group::close_group(&g.group));
                 let bound = if closed.is_ok() { LINGER_BOUND } else { Duration::ZERO };
                 rt.block_on(g.endpoint.shutdown_within(bound));

@@ -5,8 +5,7 @@
 //! `MF_EBADF`. Descriptors are not reused until the counter wraps at
 //! `INT_MAX`, so a stale one is very unlikely to name a newer object.
 //!
-//! Also here: the attributes (drop rate, seed) that new descriptors take
-//! from `MF_DEFAULTS`; the tokio runtime every blocking call runs on and
+//! Also here: the tokio runtime every blocking call runs on and
 //! the process it belongs to (a child after `fork()` has neither its
 //! threads nor its sockets); and `Closing`, with which `mf_close` wakes
 //! every call blocked on a descriptor.
@@ -22,6 +21,7 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use tokio::runtime::Runtime;
 use tokio::sync::watch;
 
+use crate::attrs::{Attrs, SocketAttrs};
 use crate::error::{Error, MF_EBADF, MF_ECLOSED, MF_EFORK, MF_EINTERNAL, MF_ELIMIT};
 
 /// The process that started the runtime: the only one whose calls may use it.
@@ -72,66 +72,6 @@ pub(crate) fn in_runtime<T>(f: impl FnOnce(&'static Runtime) -> Result<T, Error>
     let rt = runtime()?;
     let _guard = rt.enter();
     f(rt)
-}
-
-/// The per-descriptor attributes of paper 04 §2.2's `ruspSetAttr` (debug
-/// is process-wide: `developer::debug`).
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub(crate) struct Attrs {
-    /// Probability in [0, 1] that a received datagram is dropped, where
-    /// librusp drops (on receive only: a rate set at both ends is that
-    /// rate of loss each way, not twice it).
-    pub(crate) drop_rate: f64,
-    /// Seeds the drop generator: 0 draws a new seed for every endpoint
-    /// (different drops every run); another value gives every run the same
-    /// drops for the same traffic.
-    pub(crate) seed: u64,
-}
-
-impl Attrs {
-    /// The endpoint configuration these attributes give to the `n`th
-    /// endpoint the process creates (`next_endpoint`).
-    pub(crate) fn config(&self, n: u64) -> mf::Config {
-        let seed = if self.seed == 0 { random_seed() } else { splitmix64(self.seed ^ splitmix64(n)) };
-        mf::Config {
-            faults: mf::FaultConfig {
-                seed,
-                loss: 0.0,
-                send_loss: Some(0.0),
-                recv_loss: Some(self.drop_rate),
-                ..mf::FaultConfig::default()
-            },
-            // The packet log is switched on and off for the whole process
-            // (`developer::set_debug`); every endpoint feeds it.
-            trace: true,
-            ..mf::Config::default()
-        }
-    }
-}
-
-/// splitmix64's finaliser: distinct inputs, well-spread distinct outputs.
-fn splitmix64(x: u64) -> u64 {
-    let mut z = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
-}
-
-/// A seed that differs from run to run: std's per-process random hash keys
-/// (from the OS), mixed with the time.
-fn random_seed() -> u64 {
-    use std::hash::{BuildHasher, Hasher};
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
-    h.write_u128(t.as_nanos());
-    h.write_u64(next_endpoint());
-    h.finish().max(1)
-}
-
-/// What new descriptors take (descriptor `MF_DEFAULTS`).
-pub(crate) fn defaults() -> MutexGuard<'static, Attrs> {
-    static DEFAULTS: Mutex<Attrs> = Mutex::new(Attrs { drop_rate: 0.0, seed: 0 });
-    DEFAULTS.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// Set by `mf_close`: wakes every call blocked on the descriptor, which
@@ -185,7 +125,9 @@ impl Closing {
 #[derive(Debug)]
 pub(crate) struct ListenerEntry {
     pub(crate) endpoint: mf::Endpoint,
-    pub(crate) attrs: Attrs,
+    /// Its socket's drop rate and seed, shared with the connections it
+    /// accepted.
+    pub(crate) attrs: Arc<SocketAttrs>,
     /// Set by `mf_close`: wakes an `mf_accept` blocked on another thread.
     pub(crate) closing: Closing,
 }
@@ -206,7 +148,9 @@ pub(crate) struct StreamEntry {
     pub(crate) closing: Closing,
     pub(crate) local: SocketAddr,
     pub(crate) peer: SocketAddr,
-    pub(crate) attrs: Attrs,
+    /// Its socket's drop rate and seed: its own (`mf_connect`), or its
+    /// listener's, whose socket it shares (`mf_accept`).
+    pub(crate) attrs: Arc<SocketAttrs>,
     /// A message that did not fit the caller's buffer, kept for the next call.
     pub(crate) pending: Mutex<Option<(u16, mf::StreamItem)>>,
     /// The caller has read the end of the peer's data (so `mf_close` is
@@ -219,7 +163,7 @@ pub(crate) struct StreamEntry {
 pub(crate) struct GroupEntry {
     pub(crate) group: mf::Group,
     pub(crate) endpoint: mf::Endpoint,
-    pub(crate) attrs: Attrs,
+    pub(crate) attrs: Arc<SocketAttrs>,
     pub(crate) pending: Mutex<Option<(mf::Destination, mf::StreamItem)>>,
     /// Set by `mf_close` first: wakes the calls blocked on this descriptor.
     pub(crate) closing: Closing,
@@ -241,12 +185,17 @@ impl Handle {
         }
     }
 
-    pub(crate) fn attrs(&self) -> Attrs {
+    /// The drop rate and seed of the socket this descriptor is on.
+    pub(crate) fn socket_attrs(&self) -> &SocketAttrs {
         match self {
-            Handle::Listener(l) => l.attrs,
-            Handle::Stream(s) => s.attrs,
-            Handle::Group(g) => g.attrs,
+            Handle::Listener(l) => &l.attrs,
+            Handle::Stream(s) => &s.attrs,
+            Handle::Group(g) => &g.attrs,
         }
+    }
+
+    pub(crate) fn attrs(&self) -> Attrs {
+        self.socket_attrs().get()
     }
 
     pub(crate) fn local(&self) -> SocketAddr {
@@ -322,14 +271,6 @@ pub(crate) fn group(d: c_int, call: &str) -> Result<Arc<GroupEntry>, Error> {
         Handle::Group(g) => Ok(g),
         h => Err(wrong_kind(d, &h, call, "a group")),
     }
-}
-
-/// The number of the next endpoint the process creates (1, 2, ...): with
-/// a seed attribute, the `n`th endpoint drops the same datagrams every run.
-pub(crate) fn next_endpoint() -> u64 {
-    use std::sync::atomic::{AtomicU64, Ordering};
-    static SEED: AtomicU64 = AtomicU64::new(1);
-    SEED.fetch_add(1, Ordering::Relaxed)
 }
 
 /// Every open descriptor and its object, in no particular order.

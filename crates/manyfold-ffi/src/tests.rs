@@ -132,20 +132,17 @@ fn get_int(d: c_int, attr: c_int) -> c_int {
 }
 
 #[test]
-fn drop_rate_and_seed_are_set_on_the_defaults_and_fixed_in_each_descriptor() {
+fn drop_rate_and_seed_set_on_the_defaults_go_to_new_descriptors_and_on_an_open_one_to_it_alone() {
     let _s = serial();
     assert_eq!(set_drop(MF_DEFAULTS, 0.25), MF_OK, "{}", last_error());
     assert_eq!(get_drop(MF_DEFAULTS), 0.25);
     let (l, _) = listen();
     assert_eq!(set_drop(MF_DEFAULTS, 0.0), MF_OK);
     assert_eq!(get_drop(l), 0.25, "the listener keeps the rate it was made with");
-    assert_eq!(set_drop(l, 0.5), MF_ENOTSUP);
-    assert!(last_error().contains("fixed when a descriptor is created"), "{}", last_error());
-    assert_eq!(set_drop(l, 0.25), MF_OK, "setting the value it has is no change");
-    assert_eq!(set_drop(MF_ALL, 0.1), MF_ENOTSUP, "MF_ALL cannot change the open listener");
-    assert!(last_error().contains(&format!("the first {l}")), "{}", last_error());
-    assert_eq!(get_drop(MF_DEFAULTS), 0.1, "MF_ALL set the defaults all the same");
-    assert_eq!(get_drop(l), 0.25);
+    assert_eq!(set_drop(l, 0.5), MF_OK, "a live descriptor's rate changes: {}", last_error());
+    assert_eq!((get_drop(l), get_drop(MF_DEFAULTS)), (0.5, 0.0), "on that descriptor alone");
+    assert_eq!(set_drop(MF_ALL, 0.1), MF_OK, "{}", last_error());
+    assert_eq!((get_drop(l), get_drop(MF_DEFAULTS)), (0.1, 0.1), "MF_ALL sets the defaults and the listener");
     assert_eq!(set_drop(MF_DEFAULTS, 1.5), MF_EINVAL);
     assert!(last_error().contains("not in [0, 1]"), "{}", last_error());
     assert_eq!(set_drop(MF_DEFAULTS, f64::NAN), MF_EINVAL);
@@ -169,6 +166,12 @@ fn drop_rate_and_seed_are_set_on_the_defaults_and_fixed_in_each_descriptor() {
     // SAFETY: 8 writable bytes.
     let rc = unsafe { mf_get_attr(l, MF_ATTR_SEED, (&mut got as *mut u64).cast(), 8) };
     assert_eq!((rc, got), (MF_OK, 0), "the listener was made with the random seed");
+    let seven = 7u64;
+    // SAFETY: 8 readable bytes.
+    assert_eq!(unsafe { mf_set_attr(l, MF_ATTR_SEED, (&seven as *const u64).cast(), 8) }, MF_OK);
+    // SAFETY: 8 writable bytes.
+    let rc = unsafe { mf_get_attr(l, MF_ATTR_SEED, (&mut got as *mut u64).cast(), 8) };
+    assert_eq!((rc, got), (MF_OK, 7), "a live descriptor's seed changes too");
     let zero = 0u64;
     // SAFETY: 8 readable bytes.
     assert_eq!(unsafe { mf_set_attr(MF_DEFAULTS, MF_ATTR_SEED, (&zero as *const u64).cast(), 8) }, MF_OK);
@@ -387,16 +390,91 @@ fn the_drop_rate_drops_received_datagrams_only_at_about_its_rate() {
     assert_eq!(mf_close(l), MF_OK);
 }
 
+/// The listener's datagrams received and dropped so far.
+fn listener_counts(l: c_int) -> (u64, u64) {
+    let endpoint = crate::table::listener(l, "test").unwrap().endpoint.clone();
+    let counts = (endpoint.driver_stats().datagrams_received, endpoint.fault_stats().recv_dropped);
+    drop(endpoint);
+    counts
+}
+
+#[test]
+fn a_drop_rate_switched_on_mid_connection_drops_received_datagrams_until_switched_off() {
+    let _s = serial();
+    const PHASE: usize = 1 << 20;
+    let pattern = |phase: usize| -> Vec<u8> { (0..PHASE).map(|i| ((i * 31 + phase * 7) % 251) as u8).collect() };
+    let (l, addr) = listen();
+    let (accepted_tx, accepted) = std::sync::mpsc::channel();
+    let (done_tx, done) = std::sync::mpsc::channel();
+    let server = std::thread::spawn(move || {
+        let s = mf_accept(l);
+        assert!(s > 0, "mf_accept: {}", last_error());
+        accepted_tx.send(s).unwrap();
+        let mut buf = vec![0u8; 65536];
+        for phase in 0..3 {
+            let mut got = Vec::with_capacity(PHASE);
+            while got.len() < PHASE {
+                let n = receive(s, &mut buf[..(PHASE - got.len()).min(65536)]);
+                assert!(n > 0, "mf_receive in phase {phase}: {n} {}", last_error());
+                got.extend_from_slice(&buf[..n as usize]);
+            }
+            assert!(got == pattern(phase), "phase {phase}: the data arrived changed");
+            done_tx.send(phase).unwrap();
+        }
+        assert_eq!(receive(s, &mut buf), 0, "the client's end");
+        assert_eq!(mf_close(s), MF_OK, "{}", last_error());
+    });
+    let c = connect(addr);
+    assert!(c > 0, "mf_connect: {}", last_error());
+    let s = accepted.recv_timeout(Duration::from_secs(10)).expect("accepted");
+    let phase = |n: usize| {
+        let before = listener_counts(l);
+        assert_eq!(send(c, &pattern(n)), PHASE as isize, "{}", last_error());
+        assert_eq!(done.recv_timeout(Duration::from_secs(60)), Ok(n), "phase {n} did not arrive in time");
+        let after = listener_counts(l);
+        (after.0 - before.0, after.1 - before.1)
+    };
+    let (received, dropped) = phase(0);
+    assert_eq!(dropped, 0, "dropped before the rate was set, of {received}");
+
+    // On the accepted connection: the listener's socket, which it shares.
+    assert_eq!(set_drop(s, 0.2), MF_OK, "{}", last_error());
+    assert_eq!((get_drop(s), get_drop(l), get_drop(c), get_drop(MF_DEFAULTS)), (0.2, 0.2, 0.0, 0.0));
+    let (received, dropped) = phase(1);
+    let rate = dropped as f64 / received as f64;
+    println!("{dropped} of {received} datagrams received dropped: {rate:.3}");
+    assert!((0.13..0.27).contains(&rate), "{dropped} of {received} received dropped: {rate}");
+
+    assert_eq!(set_drop(s, 0.0), MF_OK, "{}", last_error());
+    let (received, dropped) = phase(2);
+    assert_eq!(dropped, 0, "dropped after the rate was switched off, of {received}");
+    assert!(received > 0);
+
+    // The listener closed, its socket can no longer be reached: the
+    // connection it accepted keeps its rate, and says so.
+    assert_eq!(mf_close(l), MF_OK);
+    assert_eq!(set_drop(s, 0.3), MF_ENOTSUP);
+    assert!(last_error().contains("accepted by a listener since closed"), "{}", last_error());
+    assert_eq!(set_drop(s, 0.0), MF_OK, "setting the value it has is no change");
+    assert_eq!(set_drop(MF_ALL, 0.3), MF_ENOTSUP);
+    assert!(last_error().contains(&format!("1 connection(s) (the first {s})")), "{}", last_error());
+    assert_eq!((get_drop(s), get_drop(c), get_drop(MF_DEFAULTS)), (0.0, 0.3, 0.3), "MF_ALL set the rest");
+    assert_eq!(set_drop(MF_ALL, 0.0), MF_OK, "{}", last_error());
+
+    assert_eq!(mf_close(c), MF_OK, "{}", last_error());
+    server.join().unwrap();
+}
+
 #[test]
 fn a_seed_gives_each_endpoint_the_same_drops_every_run_and_no_seed_new_ones() {
-    use crate::table::Attrs;
+    use crate::attrs::Attrs;
     let seeded = Attrs { drop_rate: 0.1, seed: 42 };
-    assert_eq!(seeded.config(3).faults, seeded.config(3).faults, "the 3rd endpoint of every run");
-    assert_ne!(seeded.config(3).faults.seed, seeded.config(4).faults.seed, "endpoints differ from each other");
-    assert_ne!(seeded.config(3).faults.seed, Attrs { seed: 43, ..seeded }.config(3).faults.seed);
+    assert_eq!(seeded.faults(3), seeded.faults(3), "the 3rd endpoint of every run");
+    assert_ne!(seeded.faults(3).seed, seeded.faults(4).seed, "endpoints differ from each other");
+    assert_ne!(seeded.faults(3).seed, Attrs { seed: 43, ..seeded }.faults(3).seed);
     let unseeded = Attrs { drop_rate: 0.1, seed: 0 };
-    assert_ne!(unseeded.config(3).faults.seed, unseeded.config(3).faults.seed, "a new seed each time");
-    let f = seeded.config(1).faults;
+    assert_ne!(unseeded.faults(3).seed, unseeded.faults(3).seed, "a new seed each time");
+    let f = seeded.faults(1);
     assert_eq!((f.effective_send_loss(), f.effective_recv_loss()), (0.0, 0.1));
 }
 

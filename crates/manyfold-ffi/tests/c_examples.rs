@@ -22,8 +22,16 @@ const DEADLINE: Duration = Duration::from_secs(60);
 
 /// The C tests of the C API's behaviour (tests/c/NAME.c); each checks
 /// itself, prints an "ok ..." line per behaviour and exits 0.
-const C_TESTS: [&str; 7] =
-    ["close_wakes", "fork_child", "socket_release", "listener_close", "refused", "rusp_api", "exit_resets"];
+const C_TESTS: [&str; 8] = [
+    "close_wakes",
+    "fork_child",
+    "socket_release",
+    "listener_close",
+    "refused",
+    "rusp_api",
+    "exit_resets",
+    "live_drop",
+];
 
 /// Paper 04's echo and upload programs (examples/rusp), built unchanged
 /// against include/rusp.h.
@@ -379,6 +387,31 @@ fn rusp_h_returns_minus_one_with_errno_and_switches_debug_on_mid_connection() {
     );
     assert!(during.lines().any(|l| l.contains("manyfold::packet") && l.contains(" <- ")), "nothing received logged");
     assert_eq!(packets(after), 0, "logged after debug was switched off:\n{after}");
+}
+
+#[test]
+fn a_drop_rate_set_on_a_live_connection_drops_its_received_datagrams_until_switched_off() {
+    let Some(ex) = examples() else { return };
+    let out = Proc::example(ex, "live_drop", &[]).finish(Duration::from_secs(100));
+    print!("{}", out.stdout);
+    assert!(out.status.success(), "live_drop failed ({}):\n{}{}", out.status, out.stdout, out.stderr);
+    let client = out.stdout.lines().find_map(|l| l.strip_prefix("client ")).expect("the client's address");
+    // Datagrams the server's socket received from the client, and dropped.
+    let count = |part: &str, arrow: &str| {
+        let mark = format!(" {arrow} {client} ");
+        part.lines().filter(|l| l.contains("manyfold::packet") && l.contains(&mark)).count()
+    };
+    let (before, rest) = out.stderr.split_once("-- drop on --").expect("the drop-on marker");
+    let (during, after) = rest.split_once("-- drop off --").expect("the drop-off marker");
+    assert!(count(before, "<-") > 0, "no packet log before the drops:\n{before}");
+    assert_eq!(count(before, "x-"), 0, "dropped before the rate was set");
+    let (received, dropped) = (count(during, "<-"), count(during, "x-"));
+    let rate = dropped as f64 / (received + dropped) as f64;
+    println!("{dropped} of {} datagrams from the client dropped: {rate:.3}", received + dropped);
+    assert!((0.15..0.35).contains(&rate), "{dropped} dropped, {received} received at a rate of 0.25: {rate}");
+    assert_eq!(count(after, "x-"), 0, "dropped after the rate was switched off");
+    assert!(count(after, "<-") > 0, "nothing received after the rate was switched off");
+    assert!(!out.stderr.lines().any(|l| l.contains(" -x ")), "dropped on send: librusp drops on receive only");
 }
 
 /// Lines of text for the echo programs: `n` of them, of varied lengths.

@@ -377,16 +377,17 @@ fn idle_timer_closes_a_simultaneous_open_whose_peer_vanished() {
 
 #[test]
 fn data_to_a_closed_but_unreleased_connection_is_reset() {
-    // spec §4.5, §6.5: the server aborted (its RST was lost) and still holds
-    // the handle; the client's next packet is answered like one for an
-    // unknown connection, so the client learns at once.
+    // spec §4.5, §6.5: the server aborted (both copies of its RST were
+    // lost, spec §4.6) and still holds the handle; the client's next packet
+    // is answered like one for an unknown connection, so the client learns
+    // at once.
     let seed = 317;
     let mut w = pair(seed, LinkConfig::default(), quick());
     let (c, s) = establish(&mut w);
-    w.set_drop_rule(drop_first(1, server(), client(), is_rst));
+    w.set_drop_rule(drop_first(2, server(), client(), is_rst));
     w.act(server(), |ep, now| ep.abort(s, now, ErrorCode::APPLICATION));
     w.run_for(Duration::from_millis(100));
-    assert_eq!(w.dropped_by_rule(), 1, "seed {seed}");
+    assert_eq!(w.dropped_by_rule(), 2, "seed {seed}");
     assert_eq!(w.endpoint(client()).state(c), Some(State::Established), "seed {seed}");
     let sent = w.elapsed();
     w.act(client(), |ep, _| ep.send(c, b"still there?")).unwrap();

@@ -106,13 +106,11 @@ struct Sockets {
 /// be shorter), waiting for room in the socket. A batch the kernel refuses
 /// goes again one datagram at a time.
 async fn send_io(io: &UdpIo, dest: SocketAddr, contents: &[u8], seg: Option<usize>) -> io::Result<()> {
-    let mut icmp_errors = 0;
     loop {
         io.socket.writable().await?;
         match io.send(dest, contents, seg) {
             Ok(()) => return Ok(()),
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
-            Err(e) if is_icmp_error(&e) && icmp_errors < 16 => icmp_errors += 1,
             Err(e) => match seg {
                 Some(seg) if io.gso_disabled() => {
                     for d in contents.chunks(seg) {
@@ -273,27 +271,9 @@ fn open(net: &McastNet) -> io::Result<Sockets> {
         .map_err(|e| ctx(&format!("cannot join {} (is there a multicast route?)", net.group.ip()), e))?;
     grp.set_nonblocking(true)?;
     let grp: std::net::UdpSocket = grp.into();
-    let socks = Sockets { unicast: UdpIo::new(uni)?, group: UdpIo::new(grp)? };
-    // spec §16.7: a session learns of departures from its own packets; an
-    // ICMP error (a receiver's port closed) queued by IP_RECVERR would
-    // only fail the next send of the whole session.
-    #[cfg(target_os = "linux")]
-    for io in [&socks.unicast, &socks.group] {
-        use nix::sys::socket::{setsockopt, sockopt};
-        if let Err(e) = setsockopt(&io.socket, sockopt::Ipv4RecvErr, &false) {
-            tracing::debug!(error = %e, "cannot turn IP_RECVERR off on a multicast socket");
-        }
-    }
-    Ok(socks)
-}
-
-/// An error a send reports for an earlier datagram's ICMP error (a
-/// receiver that went away): that datagram is gone, this one may go.
-fn is_icmp_error(e: &io::Error) -> bool {
-    matches!(
-        e.kind(),
-        io::ErrorKind::ConnectionRefused | io::ErrorKind::HostUnreachable | io::ErrorKind::NetworkUnreachable
-    )
+    // No IP_RECVERR here (only connection endpoints enable it): a
+    // session learns of departures from its own packets (spec §16.7).
+    Ok(Sockets { unicast: UdpIo::new(uni)?, group: UdpIo::new(grp)? })
 }
 
 /// How a stream source grows (standard input spooled to a file).

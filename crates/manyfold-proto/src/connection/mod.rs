@@ -43,6 +43,9 @@ const STREAM_RESERVE: usize = 1 << 20;
 /// Extended sequence numbers start here so that `isn - 1` never underflows.
 const SEQ_BASE: u64 = 1 << 32;
 
+/// Longest wait between repeats of a lone FIN (spec §5.4).
+const LONE_FIN_MAX_RTO: Duration = Duration::from_secs(1);
+
 /// RSTs are accepted only with a sequence number this close to what we expect
 /// (spec §6.5; blind injection must also guess the 32-bit connection id).
 const RST_WINDOW: u64 = 1 << 16;
@@ -119,6 +122,10 @@ pub(crate) struct Connection {
     ack: AckState,
     probe_pending: bool,
     rst_pending: Option<ErrorCode>,
+    /// Copies of an abort's RST still to send after the pending one (spec
+    /// §4.6: sent twice, so that one loss does not leave the peer with a
+    /// codeless reset from a later packet, or none at all).
+    rst_repeats: u8,
     events: VecDeque<Event>,
     readable_signalled: bool,
     want_writable: bool,
@@ -181,6 +188,7 @@ impl Connection {
             ack: AckState::default(),
             probe_pending: false,
             rst_pending: None,
+            rst_repeats: 0,
             events: VecDeque::new(),
             readable_signalled: false,
             want_writable: false,
@@ -546,7 +554,7 @@ impl Connection {
     pub fn resend_syn(&mut self, now: Instant) {
         if self.state == State::SynSent && !self.sent.is_empty() {
             self.sent.on_rto();
-            self.timers.set(Timer::Rto, now + self.rtt.rto(self.rto_backoff));
+            self.timers.set(Timer::Rto, now + self.backed_off_rto());
         }
     }
 
@@ -694,6 +702,7 @@ impl Connection {
         }
         if self.remote_id.is_some() {
             self.rst_pending = Some(code);
+            self.rst_repeats = 1;
         }
         self.enter_closed(CloseReason::Aborted(code));
     }
@@ -776,16 +785,16 @@ impl Connection {
     }
 
     /// Whether a process may exit without stranding the peer (spec §4.8):
-    /// CLOSED with nothing left to send, in FIN-WAIT-2 (everything of ours
-    /// acknowledged; the peer's later FIN meets ICMP and ends gracefully),
-    /// or in TIME-WAIT and quiet for
+    /// CLOSED with nothing left to send, in FIN-WAIT-2 if `half_closed`
+    /// (everything of ours acknowledged; the peer's later FIN meets ICMP and
+    /// ends gracefully), or in TIME-WAIT and quiet for
     /// `linger` (four RTOs, at least 250 ms, at most `time_wait`) since the
     /// last repeated FIN, so that a peer whose last ack was lost has had
     /// time to ask again.
-    pub fn is_finished(&self, now: Instant) -> bool {
+    pub fn is_finished(&self, now: Instant, half_closed: bool) -> bool {
         match self.state {
             State::Closed => self.rst_pending.is_none(),
-            State::FinWait2 => true,
+            State::FinWait2 => half_closed,
             State::TimeWait => {
                 let Some(end) = self.timers.get(Timer::TimeWait) else { return true };
                 let linger = (self.rtt.rto(0) * 4).max(Duration::from_millis(250)).min(self.config.time_wait);

@@ -2,10 +2,10 @@
 //! connection sends next, in priority order: a pending RST, a
 //! retransmission, new data (or SYN, cookie echo, FIN), a probe, an ack.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use super::timer::Timer;
-use super::{advertised_window, data_room, AckState, CloseReason, Connection, State};
+use super::{advertised_window, data_room, AckState, CloseReason, Connection, State, LONE_FIN_MAX_RTO};
 use crate::qlog::{QlogData, SendTrigger};
 use crate::wire::chunk::{Chunk, Chunks, DATA_HEADER_LEN};
 use crate::wire::{ErrorCode, Flags, HandshakeParams, Packet, PacketType, COOKIE_LEN, HEADER_LEN, PARAMS_LEN};
@@ -143,6 +143,10 @@ impl Connection {
             self.record_sent(now, &buf[..n]);
             if let Some(s) = self.security.as_mut() {
                 s.last_was_handshake = false;
+            }
+            if self.rst_repeats > 0 {
+                self.rst_repeats -= 1;
+                self.rst_pending = Some(code);
             }
             return Some(n);
         }
@@ -380,10 +384,25 @@ impl Connection {
         }
     }
 
+    /// The RTO with its backoff (RFC 6298 (5.5)), except for a lone FIN
+    /// after everything else was acknowledged (LAST-ACK, CLOSING): its
+    /// repeats stay at most 1 s apart (spec §5.4). A FIN is 24 bytes, and a
+    /// peer that has exited answers the next one with ICMP port
+    /// unreachable (spec §6.7): it must come soon, not minutes later.
+    pub(super) fn backed_off_rto(&self) -> Duration {
+        let rto = self.rtt.rto(self.rto_backoff);
+        let lone_fin = matches!(self.state, State::LastAck | State::Closing) && self.sent.outstanding_data() == 0;
+        if lone_fin {
+            rto.min(self.rtt.rto(0).max(LONE_FIN_MAX_RTO))
+        } else {
+            rto
+        }
+    }
+
     fn arm_rto(&mut self, now: Instant) {
         self.arm_stall(now);
         if !self.timers.is_set(Timer::Rto) {
-            self.timers.set(Timer::Rto, now + self.rtt.rto(self.rto_backoff));
+            self.timers.set(Timer::Rto, now + self.backed_off_rto());
         }
         if !self.timers.is_set(Timer::Tlp) {
             self.arm_tlp(now);
@@ -422,7 +441,7 @@ impl Connection {
         self.tlp_count += 1;
         self.arm_tlp(now);
         // RFC 8985 §7.3: give the probe a whole RTO to be answered.
-        self.timers.set(Timer::Rto, now + self.rtt.rto(self.rto_backoff));
+        self.timers.set(Timer::Rto, now + self.backed_off_rto());
         Some(n)
     }
 

@@ -416,7 +416,18 @@ impl Endpoint {
     /// TIME-WAIT long enough to answer a peer whose last ack was lost, and
     /// no stateless answer waits. Drivers poll it before exiting.
     pub fn is_idle(&self, now: Instant) -> bool {
-        self.responses.is_empty() && self.slots.iter().filter_map(|s| s.conn.as_ref()).all(|c| c.is_finished(now))
+        self.all_finished(now, true)
+    }
+
+    /// [`Endpoint::is_idle`] without counting FIN-WAIT-2 as finished: a
+    /// shutdown that closed everything waits for the peers' FINs too.
+    pub fn is_closed_down(&self, now: Instant) -> bool {
+        self.all_finished(now, false)
+    }
+
+    fn all_finished(&self, now: Instant, half_closed: bool) -> bool {
+        self.responses.is_empty()
+            && self.slots.iter().filter_map(|s| s.conn.as_ref()).all(|c| c.is_finished(now, half_closed))
     }
 
     /// Feeds one received datagram (spec §6.1). Malformed datagrams are
