@@ -261,7 +261,8 @@ impl Inner {
     /// closed, or lingered in TIME-WAIT long enough to repeat a lost last
     /// ack; and every group has closed.
     pub(crate) fn all_closed(&self, now: Instant) -> bool {
-        self.engine.is_closed_down(now) && self.groups.keys().all(|&g| self.engine.group(g).is_none_or(|g| g.is_closed()))
+        self.engine.is_closed_down(now)
+            && self.groups.keys().all(|&g| self.engine.group(g).is_none_or(|g| g.is_closed()))
     }
 
     /// Aborts whatever is still open (shutdown deadline reached).
