@@ -21,6 +21,7 @@ impl CongestionAlgorithm {
     pub const ALL: [CongestionAlgorithm; 3] =
         [CongestionAlgorithm::NewReno, CongestionAlgorithm::Cubic, CongestionAlgorithm::Bbr];
 
+    /// The controller's name as the CLI and traces spell it (`newreno`, `cubic`, `bbr`).
     pub fn name(self) -> &'static str {
         match self {
             CongestionAlgorithm::NewReno => "newreno",

@@ -18,6 +18,7 @@
 //! after every batch of steps 1–2.
 
 #![forbid(unsafe_code)]
+#![warn(missing_docs)]
 
 pub mod config;
 pub mod congestion;
@@ -25,6 +26,9 @@ mod connection;
 mod endpoint;
 pub mod group;
 mod handshake;
+// The multicast engine's items are not all documented yet: allowed
+// here so that the lint guards the rest of the crate.
+#[allow(missing_docs)]
 pub mod mcast;
 pub mod qlog;
 mod rangeset;

@@ -20,7 +20,9 @@ use crate::wire::{Flags, Packet, PacketType};
 /// One event and when it happened, counted from the connection's creation.
 #[derive(Debug, Clone, PartialEq)]
 pub struct QlogEvent {
+    /// Since the connection was created.
     pub at: Duration,
+    /// What happened.
     pub data: QlogData,
 }
 
@@ -31,41 +33,55 @@ pub enum QlogData {
     Started {
         /// We initiated it (a client) or accepted it (a server).
         client: bool,
+        /// Our connection id.
         local_id: u32,
+        /// The peer's address.
         remote: SocketAddr,
         /// The state it starts in (SYN-SENT, or ESTABLISHED for an accepted one).
         state: State,
         /// Congestion controller's name.
         congestion: &'static str,
     },
+    /// A datagram was sent.
     PacketSent {
+        /// Its header and contents.
         packet: PacketInfo,
         /// Why a packet is sent again; `None` for a first transmission, an
         /// ack, a probe of the window or a keep-alive.
         trigger: Option<SendTrigger>,
     },
+    /// A datagram was received (and accepted).
     PacketReceived {
+        /// Its header and contents.
         packet: PacketInfo,
     },
     /// A sequenced packet was declared lost (spec §5.4).
     PacketLost {
+        /// Its sequence number.
         seq: u32,
+        /// Its size in bytes.
         size: u32,
+        /// What declared it lost.
         trigger: LossTrigger,
     },
     /// The retransmission timer expired (spec §5.4).
     RtoExpired {
+        /// How many times the RTO has doubled.
         backoff: u32,
     },
     /// Recovery and congestion state after a change (at most one per
     /// engine call, and only when something changed).
     Metrics(Metrics),
+    /// The connection changed state (spec §4).
     StateUpdated {
+        /// The state it left.
         from: State,
+        /// The state it entered.
         to: State,
     },
     /// The connection entered CLOSED for this reason (after its `StateUpdated`).
     Closed {
+        /// How it ended.
         reason: CloseReason,
     },
 }
@@ -80,6 +96,7 @@ pub enum SendTrigger {
 }
 
 impl SendTrigger {
+    /// The trigger's name as qlog spells it.
     pub fn name(self) -> &'static str {
         match self {
             SendTrigger::Retransmit => "retransmit",
@@ -100,6 +117,7 @@ pub enum LossTrigger {
 }
 
 impl LossTrigger {
+    /// The trigger's name as qlog spells it.
     pub fn name(self) -> &'static str {
         match self {
             LossTrigger::Reordering => "reordering_threshold",
@@ -112,53 +130,85 @@ impl LossTrigger {
 /// The header and contents of one datagram, as the trace shows them.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PacketInfo {
+    /// The packet type.
     pub ptype: PacketType,
+    /// The header's flags.
     pub flags: Flags,
+    /// The connection id.
     pub conn_id: u32,
+    /// The sequence number.
     pub seq: u32,
+    /// The cumulative acknowledgement.
     pub ack: u32,
+    /// The advertised window.
     pub window: u32,
     /// Datagram length in bytes, header included.
     pub size: u32,
     /// SACK ranges `[start, end)` of sequence numbers (spec §3.3.1).
     pub sack: Vec<(u32, u32)>,
+    /// The chunks of the data area, in order.
     pub frames: Vec<Frame>,
 }
 
 /// One chunk of the data area (spec §13.2).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Frame {
+    /// Stream data (spec §13.2).
     Stream {
+        /// The stream.
         stream: u16,
+        /// Stream offset of the first byte.
         offset: u64,
+        /// Bytes carried.
         len: u32,
+        /// The first chunk of a message.
         begin: bool,
+        /// The last chunk of a message.
         end: bool,
+        /// The stream's last byte (stream FIN).
         fin: bool,
+        /// Of the unordered offset space.
         unordered: bool,
     },
+    /// RESET_STREAM: the sender abandons its side.
     Reset {
+        /// The stream.
         stream: u16,
+        /// The application's error code.
         code: u16,
+        /// Where the stream ended.
         final_size: u64,
     },
+    /// STOP: asks the sender to stop.
     Stop {
+        /// The stream.
         stream: u16,
+        /// The application's error code.
         code: u16,
     },
+    /// CREDIT: flow-control credit.
     Credit {
+        /// The stream.
         stream: u16,
+        /// Of the unordered offset space.
         unordered: bool,
+        /// Offsets below this may be sent.
         max: u64,
     },
+    /// ABANDON: a message given up.
     Abandon {
+        /// The stream.
         stream: u16,
+        /// Its first offset.
         start: u64,
+        /// Its end offset.
         end: u64,
     },
+    /// One byte of padding.
     Pad,
     /// A Noise handshake message of `len` bytes (spec §19.2).
     Handshake {
+        /// Its length in bytes.
         len: u16,
     },
 }
@@ -211,10 +261,15 @@ impl PacketInfo {
 pub struct Metrics {
     /// Congestion window in bytes.
     pub cwnd: u64,
+    /// Bytes sent and neither acknowledged nor declared lost.
     pub bytes_in_flight: u64,
+    /// Smoothed RTT (RFC 6298).
     pub smoothed_rtt: Duration,
+    /// The latest sample.
     pub latest_rtt: Duration,
+    /// The smallest sample.
     pub min_rtt: Duration,
+    /// RTT variation (RFC 6298).
     pub rtt_variance: Duration,
     /// RTT samples taken so far: a new value means `latest_rtt` is a new sample.
     pub rtt_samples: u64,

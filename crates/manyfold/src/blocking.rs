@@ -8,9 +8,11 @@
 //! Do not call these from inside a tokio runtime (tokio refuses to block
 //! a runtime thread); use the async API there.
 
+use std::future::Future;
 use std::io::{self, Read, Write};
-use std::net::{SocketAddr, ToSocketAddrs};
+use std::net::{Shutdown, SocketAddr, ToSocketAddrs};
 use std::sync::OnceLock;
+use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::runtime::Runtime;
@@ -61,7 +63,7 @@ impl Listener {
     /// Blocks until a peer completes the handshake.
     pub fn accept(&self) -> io::Result<Stream> {
         match runtime().block_on(self.endpoint.accept()) {
-            Some(conn) => Ok(Stream { conn, _endpoint: self.endpoint.clone(), owns_endpoint: false }),
+            Some(conn) => Ok(Stream::new(conn, self.endpoint.clone(), false)),
             None => Err(io::Error::new(io::ErrorKind::NotConnected, "the listener is closed")),
         }
     }
@@ -88,6 +90,33 @@ pub struct Stream {
     _endpoint: Endpoint,
     /// The endpoint is this stream's alone (a connecting stream).
     owns_endpoint: bool,
+    /// Longest a read (`receive`, `Read::read`) blocks; `None`: no limit.
+    read_timeout: Option<Duration>,
+    /// Longest a write (`send`, `Write::write`) blocks; `None`: no limit.
+    write_timeout: Option<Duration>,
+    /// After `shutdown(Read)`: reads return 0.
+    read_shut: bool,
+}
+
+/// Runs `f` on the blocking runtime, giving up after `limit` with
+/// `WouldBlock` as `std::net::TcpStream` does on Unix.
+fn block_within<T>(limit: Option<Duration>, f: impl Future<Output = io::Result<T>>) -> io::Result<T> {
+    match limit {
+        None => runtime().block_on(f),
+        Some(limit) => runtime().block_on(async {
+            tokio::time::timeout(limit, f)
+                .await
+                .unwrap_or_else(|_| Err(io::Error::new(io::ErrorKind::WouldBlock, "timed out")))
+        }),
+    }
+}
+
+/// A zero timeout, which std refuses too.
+fn check_timeout(limit: Option<Duration>) -> io::Result<()> {
+    if limit == Some(Duration::ZERO) {
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, "cannot set a 0 duration timeout"));
+    }
+    Ok(())
 }
 
 impl Stream {
@@ -105,7 +134,7 @@ impl Stream {
             let attempt = runtime().block_on(async {
                 let endpoint = Endpoint::bind(local, config.clone()).await?;
                 let conn = endpoint.connect(addr).await?;
-                io::Result::Ok(Stream { conn, _endpoint: endpoint, owns_endpoint: true })
+                io::Result::Ok(Stream::new(conn, endpoint, true))
             });
             match attempt {
                 Ok(s) => return Ok(s),
@@ -115,17 +144,93 @@ impl Stream {
         Err(last.unwrap_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "no address to connect to")))
     }
 
+    fn new(conn: Connection, endpoint: Endpoint, owns_endpoint: bool) -> Stream {
+        Stream { conn, _endpoint: endpoint, owns_endpoint, read_timeout: None, write_timeout: None, read_shut: false }
+    }
+
     /// Sends all of `data`, blocking while the send buffer is full. Returns
     /// `data.len()`.
+    ///
+    /// # Errors
+    ///
+    /// The connection's end (`ConnectionError` inside the `io::Error`),
+    /// or `WouldBlock` when a write timeout passed first; part of `data`
+    /// may then be queued.
     pub fn send(&mut self, data: &[u8]) -> io::Result<usize> {
-        runtime().block_on(self.conn.write_all(data))?;
+        block_within(self.write_timeout, self.conn.write_all(data))?;
         Ok(data.len())
     }
 
     /// Receives into `buf`, blocking until something arrives. Returns 0 at
     /// the end of the peer's stream.
+    ///
+    /// # Errors
+    ///
+    /// The connection's end other than graceful, or `WouldBlock` when a
+    /// read timeout passed with nothing to read.
     pub fn receive(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        runtime().block_on(self.conn.read(buf))
+        if self.read_shut {
+            return Ok(0);
+        }
+        block_within(self.read_timeout, self.conn.read(buf))
+    }
+
+    /// Sets how long a read blocks before failing with `WouldBlock`
+    /// (`None`: for ever), as [`std::net::TcpStream::set_read_timeout`].
+    ///
+    /// # Errors
+    ///
+    /// `InvalidInput` for a zero duration.
+    pub fn set_read_timeout(&mut self, limit: Option<Duration>) -> io::Result<()> {
+        check_timeout(limit)?;
+        self.read_timeout = limit;
+        Ok(())
+    }
+
+    /// Sets how long a write blocks before failing with `WouldBlock`
+    /// (`None`: for ever), as [`std::net::TcpStream::set_write_timeout`].
+    ///
+    /// # Errors
+    ///
+    /// `InvalidInput` for a zero duration.
+    pub fn set_write_timeout(&mut self, limit: Option<Duration>) -> io::Result<()> {
+        check_timeout(limit)?;
+        self.write_timeout = limit;
+        Ok(())
+    }
+
+    /// The read timeout ([`Stream::set_read_timeout`]).
+    pub fn read_timeout(&self) -> Option<Duration> {
+        self.read_timeout
+    }
+
+    /// The write timeout ([`Stream::set_write_timeout`]).
+    pub fn write_timeout(&self) -> Option<Duration> {
+        self.write_timeout
+    }
+
+    /// Shuts down a direction as [`std::net::TcpStream::shutdown`] does:
+    /// `Write` sends our FIN after the queued data (spec §4.4) without
+    /// waiting, and reads go on to the peer's FIN; `Read` makes later
+    /// reads return 0 (what arrives is still acknowledged, and the peer is
+    /// not told); `Both` does both. [`Stream::close`] instead waits for
+    /// the peer's acknowledgement.
+    ///
+    /// # Errors
+    ///
+    /// `Write` on a connection already closed other than gracefully fails
+    /// with its end; a second `Write` does nothing.
+    pub fn shutdown(&mut self, how: Shutdown) -> io::Result<()> {
+        if matches!(how, Shutdown::Read | Shutdown::Both) {
+            self.read_shut = true;
+        }
+        if matches!(how, Shutdown::Write | Shutdown::Both) {
+            match self.conn.finish() {
+                Ok(()) | Err(ConnectionError::Closed(crate::CloseReason::Graceful)) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(())
     }
 
     /// Sends FIN and blocks until the peer acknowledged everything. A
@@ -235,7 +340,7 @@ impl Read for Stream {
 
 impl Write for Stream {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        runtime().block_on(self.conn.write(buf))
+        block_within(self.write_timeout, self.conn.write(buf))
     }
     fn flush(&mut self) -> io::Result<()> {
         Ok(())
@@ -298,14 +403,17 @@ impl Group {
         runtime().block_on(self.group.recv_message())
     }
 
+    /// Adds a destination (spec §14.7); its join is reported by [`Group::try_event`]. See [`crate::Group::add_destination`] and [`crate::Group::join`], which waits for it.
     pub fn add_destination(&self, addr: SocketAddr) -> Result<crate::Destination, crate::GroupError> {
         self.group.add_destination(addr)
     }
 
+    /// Removes one destination: its stream ends after what was sent on it.
     pub fn remove_destination(&self, dest: crate::Destination) -> Result<(), crate::GroupError> {
         self.group.remove_destination(dest)
     }
 
+    /// Removes a peer and every stream to it; it still gets what it was sent.
     pub fn fully_remove_destination(&self, peer: crate::PeerId) -> Result<(), crate::GroupError> {
         self.group.fully_remove_destination(peer)
     }
@@ -315,10 +423,12 @@ impl Group {
         self.group.try_event()
     }
 
+    /// Group-wide counters.
     pub fn stats(&self) -> crate::GroupStats {
         self.group.stats()
     }
 
+    /// Every peer's figures, in the order they were added.
     pub fn peers(&self) -> Vec<(crate::PeerId, crate::PeerStats)> {
         self.group.peers()
     }

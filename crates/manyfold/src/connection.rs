@@ -321,13 +321,16 @@ pub enum Protection {
     Plain,
     /// Noise XX handshake, then ChaCha20-Poly1305 on every packet; the
     /// peer's static key as its handshake proved it.
-    Encrypted { peer_key: Option<[u8; 32]> },
+    Encrypted {
+        /// The peer's static public key, when the handshake proved one.
+        peer_key: Option<[u8; 32]>,
+    },
 }
 
 impl std::fmt::Display for Protection {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Protection::Plain => write!(f, "plain (not encrypted: no --key-file)"),
+            Protection::Plain => write!(f, "plain (not encrypted: the endpoint has no security configured)"),
             Protection::Encrypted { peer_key: Some(k) } => {
                 write!(f, "encrypted (Noise XX + ChaCha20-Poly1305), peer key {}", manyfold_proto::secure::hex(k))
             }
@@ -378,6 +381,16 @@ impl Connection {
         Connection { send: SendHalf { conn: conn.clone() }, recv: RecvHalf { conn } }
     }
 
+    /// As [`SendHalf::finish`]: FIN after the data written so far, without
+    /// waiting for its acknowledgement; reading goes on to the peer's FIN.
+    ///
+    /// # Errors
+    ///
+    /// The connection's end if it is already closed.
+    pub fn finish(&mut self) -> Result<(), ConnectionError> {
+        self.send.finish()
+    }
+
     /// Separates the sending and receiving sides, to use them from different tasks.
     pub fn split(self) -> (SendHalf, RecvHalf) {
         (self.send, self.recv)
@@ -389,10 +402,12 @@ impl Connection {
         self.send.conn.peer_addr()
     }
 
+    /// The address of the endpoint's socket (with the port the OS chose).
     pub fn local_addr(&self) -> io::Result<SocketAddr> {
         Ok(self.send.conn.shared.local_addr)
     }
 
+    /// The connection's counters now (RTT, window, bytes, retransmissions; spec §9).
     pub fn stats(&self) -> ConnStats {
         self.send.stats()
     }
@@ -403,8 +418,20 @@ impl Connection {
     }
 
     /// Finishes our side (FIN after the queued data) and waits until the peer
-    /// has acknowledged everything. If the connection dies first, the error
-    /// says how many bytes were never acknowledged.
+    /// has acknowledged everything. Reading goes on until the peer's FIN.
+    ///
+    /// # Errors
+    ///
+    /// [`ConnectionError::Unacked`] saying how many bytes were never
+    /// acknowledged and why, when the connection dies first;
+    /// [`ConnectionError::Closed`] when it had already ended otherwise than
+    /// gracefully; [`ConnectionError::EndpointClosed`] when the endpoint
+    /// stopped.
+    ///
+    /// # Cancel safety
+    ///
+    /// The FIN is queued on the first poll and stays queued: dropping the
+    /// future only stops the waiting; a later `close` waits again.
     pub async fn close(&mut self) -> Result<(), ConnectionError> {
         self.send.close().await
     }
@@ -466,6 +493,20 @@ impl Streams {
     /// room for the whole message; a message larger than the configured
     /// maximum is refused with [`ConnectionError::MessageTooLarge`] and
     /// nothing is sent.
+    ///
+    /// # Errors
+    ///
+    /// [`ConnectionError::MessageTooLarge`]; [`ConnectionError::Finished`]
+    /// after our side of the stream or connection was finished;
+    /// [`ConnectionError::StreamReset`] when the stream was reset or the
+    /// peer asked us to stop; [`ConnectionError::StreamLimit`] when a new
+    /// stream would pass the limit; [`ConnectionError::Closed`] once the
+    /// connection ended.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: the message is queued whole or not at all, so a
+    /// future dropped while it waits for room has sent nothing.
     pub async fn send_message(&self, stream: u16, data: &[u8]) -> Result<(), ConnectionError> {
         self.send_message_with(stream, data, MessageOptions::default()).await
     }
@@ -485,6 +526,16 @@ impl Streams {
     /// The next whole message, abandoned-message notice, end or reset of
     /// any stream, streams taking turns. `None` once the connection has
     /// closed gracefully and everything was read.
+    ///
+    /// # Errors
+    ///
+    /// [`ConnectionError::Closed`] when the connection ended otherwise than
+    /// gracefully, [`ConnectionError::EndpointClosed`] when the endpoint
+    /// stopped.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: an item is taken only when the future returns it.
     pub async fn recv_message(&self) -> Result<Option<(u16, StreamItem)>, ConnectionError> {
         poll_fn(|cx| self.conn.poll_recv_message(cx, None)).await
     }
@@ -539,6 +590,7 @@ pub struct StreamIo {
 }
 
 impl StreamIo {
+    /// The stream's number.
     pub fn id(&self) -> u16 {
         self.stream
     }
@@ -596,6 +648,7 @@ impl SendHalf {
         self.conn.peer_addr()
     }
 
+    /// As [`Connection::stats`].
     pub fn stats(&self) -> ConnStats {
         self.conn.stats()
     }
@@ -649,6 +702,7 @@ impl RecvHalf {
         self.conn.peer_addr()
     }
 
+    /// As [`Connection::stats`].
     pub fn stats(&self) -> ConnStats {
         self.conn.stats()
     }

@@ -106,9 +106,22 @@ impl Endpoint {
         }
     }
 
-    /// Opens a connection to `addr` and waits for the handshake. Fails with
-    /// [`ConnectionError::Closed`] if the peer refuses or does not answer
-    /// within `connect_timeout`.
+    /// Opens a connection to `addr` and waits for the handshake (spec §4.2).
+    ///
+    /// # Errors
+    ///
+    /// [`ConnectionError::Closed`] with [`crate::CloseReason::Refused`] when
+    /// nothing listens there (at once where ICMP says so) or the listener
+    /// refuses, [`crate::CloseReason::ConnectTimeout`] when nothing answers within
+    /// `connect_timeout`; [`ConnectionError::Connect`] when the endpoint
+    /// holds its maximum of connections or `addr` is unspecified;
+    /// [`ConnectionError::Io`] for an IPv6 address from an IPv4 socket;
+    /// [`ConnectionError::EndpointClosed`] after a shutdown.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future abandons the attempt: the half-open connection
+    /// is aborted and released.
     pub async fn connect(&self, addr: SocketAddr) -> Result<Connection, ConnectionError> {
         if self.shared.local_addr.is_ipv4() && addr.is_ipv6() {
             // The SYN could never leave; say so now rather than after connect_timeout.
@@ -134,7 +147,14 @@ impl Endpoint {
     }
 
     /// Waits for the next incoming connection. `None` once the endpoint is
-    /// shut down (or its driver stopped).
+    /// shut down (or its driver stopped). Only an endpoint that called
+    /// [`Endpoint::listen`] receives any.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: a connection is taken from the queue only when the
+    /// future returns it; one that arrives after the drop waits for the
+    /// next call.
     pub async fn accept(&self) -> Option<Connection> {
         poll_fn(|cx| {
             let mut inner = self.shared.lock();

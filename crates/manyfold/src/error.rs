@@ -14,7 +14,12 @@ pub enum ConnectionError {
     Closed(CloseReason),
     /// The connection ended before everything we sent was acknowledged.
     #[error("{bytes} bytes were never acknowledged: {reason}")]
-    Unacked { bytes: u64, reason: CloseReason },
+    Unacked {
+        /// Bytes sent and never acknowledged.
+        bytes: u64,
+        /// How the connection ended.
+        reason: CloseReason,
+    },
     /// The socket failed.
     #[error("I/O error: {0}")]
     Io(#[from] io::Error),
@@ -30,7 +35,12 @@ pub enum ConnectionError {
     Finished,
     /// A message larger than the configured maximum; nothing was sent.
     #[error("message of {size} bytes is larger than the maximum of {max} bytes; nothing was sent")]
-    MessageTooLarge { size: usize, max: usize },
+    MessageTooLarge {
+        /// The message's size.
+        size: usize,
+        /// The largest message the connection takes (`max_message`).
+        max: usize,
+    },
     /// The stream was reset (by us, or by the peer asking us to stop), with this code.
     #[error("the stream was reset (error code {0})")]
     StreamReset(u16),

@@ -27,8 +27,8 @@ use std::task::{Context, Poll, Waker};
 
 use bytes::Bytes;
 use manyfold_proto::{
-    CloseReason, Destination, GroupConfig, GroupEvent, GroupHandle, GroupStats, MessageOptions, PeerId, PeerStats,
-    RecvError, StreamItem, Unreachable,
+    CloseReason, Destination, GroupConfig, GroupEvent, GroupHandle, GroupStats, MessageOptions, PeerId, PeerState,
+    PeerStats, RecvError, StreamItem, Unreachable,
 };
 
 use crate::driver::now;
@@ -179,6 +179,16 @@ impl Group {
     /// Sends one message to the group, waiting while the shared send
     /// buffer (or a peer the mode needs) has no room. The data is held
     /// once whatever the number of peers. Returns its group sequence number.
+    ///
+    /// # Errors
+    ///
+    /// [`GroupError::Engine`] when no peer can take it (none left, or fewer
+    /// than the mode needs), it is larger than the maximum, or the group is
+    /// closed; [`GroupError::EndpointClosed`] when the endpoint stopped.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: the message is taken whole or not at all.
     pub async fn send(&self, data: impl Into<Bytes>) -> Result<u64, GroupError> {
         self.send_with(data, MessageOptions::default()).await
     }
@@ -272,6 +282,48 @@ impl Group {
         Ok(r?)
     }
 
+    /// Adds a peer and waits for its handshake (spec §14.7): returns where
+    /// it joined once [`GroupEvent::PeerJoined`] is due, so that the caller
+    /// knows which messages it will receive (those from
+    /// [`Joined::first_msg`] on). The event itself stays queued for
+    /// [`Group::next_event`]. An address already in the group returns at
+    /// once (one more stream to it).
+    ///
+    /// # Errors
+    ///
+    /// [`GroupError::Unreachable`] naming the address and why, when its
+    /// handshake fails or it does not answer within `connect_timeout`;
+    /// what [`Group::add_destination`] fails with otherwise.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future does not remove the peer: its handshake goes on
+    /// and its join is reported by event.
+    pub async fn join(&self, addr: SocketAddr) -> Result<Joined, GroupError> {
+        let dest = self.add_destination(addr)?;
+        poll_fn(|cx| {
+            self.poll_with(cx, |inner, s| {
+                let Some(p) = inner.engine.group_peer_stats(self.handle, dest.peer) else {
+                    return Some(Err(GroupError::Engine(manyfold_proto::GroupError::UnknownPeer)));
+                };
+                match p.state {
+                    PeerState::Connecting => stopped(inner).map(Err),
+                    PeerState::Up | PeerState::Leaving => {
+                        Some(Ok(Joined { destination: dest, first_msg: p.first_msg }))
+                    }
+                    PeerState::Gone => {
+                        let why = s.events.iter().find_map(|ev| match ev {
+                            GroupEvent::PeerUnreachable { peer, why, .. } if *peer == dest.peer => Some(*why),
+                            _ => None,
+                        });
+                        Some(Err(GroupError::Unreachable(vec![(addr, why.unwrap_or(Unreachable::NoAnswer))])))
+                    }
+                }
+            })
+        })
+        .await
+    }
+
     /// Removes one destination (its stream ends after what was sent on it).
     pub fn remove_destination(&self, dest: Destination) -> Result<(), GroupError> {
         let r = self.shared.lock().engine.group_remove_destination(self.handle, now(), dest);
@@ -313,7 +365,31 @@ impl Group {
 
     /// Closes the group gracefully and waits until every peer has
     /// acknowledged all it was sent and the end of its stream, or is gone.
+    ///
+    /// A peer still joining (added by [`Group::add_destination`], its
+    /// handshake under way) is waited for first, at most its
+    /// `connect_timeout`: it then receives what it is owed and the end of
+    /// its stream rather than being dropped unannounced.
+    ///
+    /// # Errors
+    ///
+    /// [`GroupError::EndpointClosed`] if the endpoint stopped first.
     pub async fn close(&self) -> Result<(), GroupError> {
+        poll_fn(|cx| {
+            self.poll_with(cx, |inner, _| {
+                let joining = inner.engine.group(self.handle).is_some_and(|g| {
+                    g.peer_ids().any(|p| {
+                        inner.engine.group_peer_stats(self.handle, p).is_some_and(|s| s.state == PeerState::Connecting)
+                    })
+                });
+                if joining {
+                    stopped(inner).map(Err)
+                } else {
+                    Some(Ok(()))
+                }
+            })
+        })
+        .await?;
         self.shared.lock().engine.group_close(self.handle, now());
         self.shared.wake_driver();
         poll_fn(|cx| self.poll_with(cx, |inner, s| if s.closed { Some(Ok(())) } else { stopped(inner).map(Err) })).await
@@ -332,6 +408,17 @@ impl Drop for Group {
         }
         self.shared.wake_driver();
     }
+}
+
+/// Where a peer added by [`Group::join`] came in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Joined {
+    /// The peer and the stream to it.
+    pub destination: Destination,
+    /// The first group message it receives: every message sent from
+    /// this sequence number on.
+    pub first_msg: u64,
 }
 
 /// The bytes one peer of a group sends on one stream ([`Group::reader`]).

@@ -1,7 +1,58 @@
-//! manyfold: a reliable transport over UDP. This crate is the I/O driver on
-//! tokio around the sans-IO engine in `manyfold-proto`, and the public APIs:
-//! async ([`Endpoint`], [`Connection`]) and blocking ([`blocking`], in the
-//! shape of librusp, paper 04 §2.2).
+//! manyfold: a reliable transport over UDP, to one peer or to many.
+//!
+//! It gives an application what TCP gives, over UDP datagrams: ordered,
+//! reliable, flow- and congestion-controlled byte streams between two
+//! endpoints, opened by a three-way handshake with a stateless cookie and
+//! closed gracefully. On top of that a connection carries up to 65,536
+//! independent streams of bytes or whole messages; a *group* sends one
+//! message to many receivers at once; a *session* is one request and one
+//! reply on a connection of its own; and *multicast replication* pushes a
+//! file to every host of an IP multicast group. This crate is the I/O
+//! driver (tokio) around the sans-IO engine of `manyfold-proto`, with an
+//! async API and a blocking one ([`blocking`], in the shape of librusp).
+//!
+//! # The model
+//!
+//! - An [`Endpoint`] is one UDP socket and the task that drives every
+//!   connection on it. It connects ([`Endpoint::connect`]), and accepts
+//!   once [`Endpoint::listen`] was called ([`Endpoint::accept`]). One
+//!   endpoint serves any number of connections, in both roles.
+//! - A [`Connection`] is one peer: `AsyncRead + AsyncWrite` on its byte
+//!   stream (stream 0), [`Connection::split`] into halves for two tasks,
+//!   [`Connection::close`] to finish gracefully, [`Connection::abort`] to
+//!   end it at once with an [`ErrorCode`]. [`Connection::stats`] has its
+//!   RTT, window and retransmissions.
+//! - [`Streams`] ([`Connection::streams`]) are the connection's numbered
+//!   streams 1–65,535: each a byte stream ([`Streams::io`]) or a sequence
+//!   of whole messages ([`Streams::send_message`],
+//!   [`Streams::recv_message`]); a loss on one stream does not delay the
+//!   others, and a message can be unordered or given up after a lifetime
+//!   ([`MessageOptions`]).
+//! - A [`Group`] ([`Endpoint::group`]) is one sender's connections to many
+//!   receivers, opened by one parallel handshake: a message is held once
+//!   and delivered to all of them, any one, at least P, or K chosen by
+//!   load ([`Mode`]); peers join ([`Group::join`]) and leave while it runs
+//!   ([`GroupEvent`]). Receivers are ordinary endpoints that accept.
+//! - A session ([`Endpoint::request`], [`Endpoint::serve`]) is one request
+//!   and one reply: the request rides on the handshake, so an exchange
+//!   costs two round trips and the server keeps nothing afterwards.
+//! - [`mcast`] sends one file over IP multicast to every receiver that
+//!   joined the group, repairing what each lost.
+//!
+//! # Which to use when
+//!
+//! | you have | use |
+//! |---|---|
+//! | one peer, a byte stream (a file, a pipe, a protocol of your own) | [`Connection`] as `AsyncRead + AsyncWrite` |
+//! | one peer, several independent flows, or records | [`Streams`]: one stream per flow, messages for records |
+//! | many short exchanges with servers (RPC, queries) | [`Endpoint::request`] / [`Endpoint::serve`] |
+//! | the same data to several peers over unicast, or work spread over them | [`Group`] |
+//! | one file to many hosts of one network that routes multicast | [`mcast`] |
+//! | a thread-per-connection program, or C-style code | [`blocking`] |
+//!
+//! Settings are in [`Config`] (the endpoint's [`EndpointConfig`], with
+//! each connection's [`ConnectionConfig`]: timeouts, windows, the
+//! [`CongestionAlgorithm`]); [`SecurityConfig`] turns on encryption.
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
@@ -15,8 +66,16 @@
 //! let mut incoming = server.accept().await.expect("endpoint open");
 //! let mut got = Vec::new();
 //! incoming.read_to_end(&mut got).await?;
+//! client.wait_idle().await; // nothing left to finish: the process may exit
 //! # Ok(()) }
 //! ```
+//!
+//! Whole programs, run by the crate's tests, are in `crates/manyfold/examples`:
+//! `echo`, `file`, `streams`, `group`, `request_reply`, `mcast`.
+//!
+//! References of the form "spec §N" name sections of the protocol's
+//! specification, shipped as the [`spec`] page; "paper NN" names the
+//! papers each design comes from, listed in its §1.
 //!
 //! # Ending cleanly
 //!
@@ -45,12 +104,11 @@
 //! and data unacknowledged for `stall_timeout` (15 s) ends with
 //! [`CloseReason::StallTimeout`] (spec §4.7, §6.7).
 //!
-//! Layout: [`config`] (settings, fault model), `driver` (the task that owns
-//! the socket), `shared` (state behind the lock, waker dispatch), `socket`
-//! (quinn-udp batching), `fault` (injection), `trace` (packet log), [`qlog`] (trace files),
-//! `endpoint` / `connection` (async API), [`blocking`].
+//! Public modules: [`config`] (settings, fault model), [`blocking`],
+//! [`mcast`], [`qlog`] (trace files), [`spec`].
 
 #![forbid(unsafe_code)]
+#![warn(missing_docs)]
 
 pub mod blocking;
 pub mod config;
@@ -63,6 +121,15 @@ mod group;
 mod icmp;
 pub mod mcast;
 pub mod qlog;
+/// The protocol's specification, docs/spec.md, as shipped: the wire
+/// format and state machines in the numbered sections (§N) that the rest
+/// of this documentation cites.
+///
+// Plain Markdown written for readers of the repository too: its bracketed
+// flag names ([FIN], [SCK]) are notation, not links.
+#[allow(rustdoc::broken_intra_doc_links)]
+#[doc = include_str!("../../../docs/spec.md")]
+pub mod spec {}
 mod session;
 mod shared;
 mod socket;
@@ -72,12 +139,12 @@ pub use config::{Config, DriverStats, FaultConfig, FaultStats};
 pub use connection::{Connection, Protection, RecvHalf, SendHalf, StreamIo, Streams};
 pub use endpoint::{Endpoint, DEFAULT_SHUTDOWN_TIMEOUT};
 pub use error::ConnectionError;
-pub use group::{Group, GroupError, PeerReader};
+pub use group::{Group, GroupError, Joined, PeerReader};
 pub use manyfold_proto::wire::ErrorCode;
 pub use manyfold_proto::{
     CloseReason, ConnStats, Destination, EndpointConfig, EndpointStats, Eviction, GroupConfig, GroupEvent, GroupStats,
     Left, MessageOptions, Mode, PathStats, PeerId, PeerState, PeerStats, SecurityConfig, StreamItem, Unreachable,
     UnreachableKind,
 };
-pub use manyfold_proto::{CongestionAlgorithm, ConnectionConfig};
+pub use manyfold_proto::{CongestionAlgorithm, ConnectError, ConnectionConfig};
 pub use session::REQUEST_TOO_LARGE;

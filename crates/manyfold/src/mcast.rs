@@ -12,10 +12,7 @@ use std::io;
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::time::{Duration, Instant};
 
-use manyfold_proto::mcast::{
-    Announcement, McastReceiver, McastSender, ReceiverConfig, ReceiverEvent, ReceiverStats, SenderConfig, SenderEvent,
-    SenderStats,
-};
+use manyfold_proto::mcast::{McastReceiver, McastSender, ReceiverEvent};
 use quinn_udp::{RecvMeta, BATCH_SIZE};
 use socket2::{Domain, Protocol, Socket, Type};
 use std::io::IoSliceMut;
@@ -24,6 +21,9 @@ use tokio::sync::watch;
 use crate::socket::UdpIo;
 
 pub use manyfold_proto::mcast::{network_of, ReceiverOutcome, ReceiverReport, SenderError, WindowRecord};
+/// The session's settings and announcement, so that `manyfold::mcast` is all a
+/// program needs.
+pub use manyfold_proto::mcast::{Announcement, ReceiverConfig, ReceiverStats, SenderConfig, SenderEvent, SenderStats};
 pub use manyfold_proto::wire::ErrorCode;
 
 /// The codes of [`ReceiveOutcome::Ended`] as numbers: [`ErrorCode`]'s
@@ -31,15 +31,25 @@ pub use manyfold_proto::wire::ErrorCode;
 pub mod codes {
     use manyfold_proto::wire::ErrorCode;
 
+    /// The sender refused this receiver (its table of receivers is full).
     pub const REFUSED: u16 = ErrorCode::REFUSED.0;
+    /// One side protects its packets and the other does not (spec §19.7).
     pub const PROTECTION_MISMATCH: u16 = ErrorCode::PROTECTION_MISMATCH.0;
+    /// The receiver's key was not accepted (spec §19.7).
     pub const AUTHENTICATION_FAILED: u16 = ErrorCode::AUTHENTICATION_FAILED.0;
+    /// The sender was interrupted (a signal) and ended the session.
     pub const INTERRUPTED: u16 = ErrorCode::INTERRUPTED.0;
+    /// The receiver's whole-file hash did not match.
     pub const HASH_MISMATCH: u16 = ErrorCode::HASH_MISMATCH.0;
+    /// Dropped: still missing packets at the completion timeout.
     pub const INCOMPLETE: u16 = ErrorCode::INCOMPLETE.0;
+    /// Dropped: nothing heard from it for `receiver_timeout`.
     pub const UNRESPONSIVE: u16 = ErrorCode::UNRESPONSIVE.0;
+    /// Dropped: more repair passes than `max_repair_passes`.
     pub const TOO_MANY_PASSES: u16 = ErrorCode::TOO_MANY_PASSES.0;
+    /// Dropped: reported loss above `max_loss`.
     pub const TOO_LOSSY: u16 = ErrorCode::TOO_LOSSY.0;
+    /// The sender gave up the whole session.
     pub const ABORTED: u16 = ErrorCode::ABORTED.0;
 }
 
@@ -58,6 +68,7 @@ pub struct McastNet {
 }
 
 impl McastNet {
+    /// The group with the defaults: the routing table's interface, TTL 1 (this network only), any local address.
     pub fn new(group: SocketAddrV4) -> Self {
         McastNet { group, iface: None, ttl: 1, bind: SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0) }
     }
@@ -271,19 +282,30 @@ pub enum SourceGrowth {
     /// This many bytes can be read so far.
     Available(u64),
     /// The source ended at this size with this BLAKE3.
-    Finished { size: u64, hash: [u8; 32] },
+    Finished {
+        /// The source's final size, bytes.
+        size: u64,
+        /// BLAKE3 of the whole source.
+        hash: [u8; 32],
+    },
 }
 
 /// What the sender reports while it runs and at the end.
 #[derive(Debug, Clone)]
 pub struct SenderView {
+    /// The sender's counters (packets, repairs, feedback).
     pub stats: SenderStats,
+    /// Every receiver that registered, with what it last reported and how it ended.
     pub receivers: Vec<ReceiverReport>,
     /// Packets sent once, and the total when known.
     pub progress: (u32, Option<u32>),
+    /// Payload bytes per DATA packet.
     pub block: u16,
+    /// The window now, in packets (spec §16.3).
     pub window: u32,
+    /// The window's timer now.
     pub timeout: Duration,
+    /// The feedback backoff bound receivers use now (`ARTP_max`, spec §16.4).
     pub artp_max: Duration,
     /// Since the sender started (announce phase included).
     pub elapsed: Duration,
@@ -291,6 +313,7 @@ pub struct SenderView {
     pub transfer: Duration,
     /// Windows so far (only the last `MAX_WINDOW_LOG` are kept).
     pub windows: Vec<WindowRecord>,
+    /// Why the session failed, if it did (no receiver, all gone...).
     pub failed: Option<SenderError>,
 }
 
@@ -459,6 +482,7 @@ pub async fn send_until(
 pub trait McastSink {
     /// The session was described (again, if its size or hash became known).
     fn announced(&mut self, info: &Announcement) -> io::Result<()>;
+    /// Stores `data` at `offset` of the file.
     fn write_at(&mut self, offset: u64, data: &[u8]) -> io::Result<()>;
     /// Reads back stored bytes (FEC decoding needs a block's survivors).
     fn read_at(&mut self, offset: u64, out: &mut [u8]) -> io::Result<usize>;
@@ -474,18 +498,28 @@ pub enum ReceiveOutcome {
     /// Every packet came but the hash did not match.
     HashMismatch,
     /// The sender ended the session for us or for everyone, with this code.
-    Ended { code: Option<u16> },
+    Ended {
+        /// The sender's error code ([`codes`]), if it gave one.
+        code: Option<u16>,
+    },
     /// Nothing from the sender for the receiver's `sender_timeout`.
     SenderLost,
 }
 
 #[derive(Debug, Clone)]
+/// What a receiver reports while it runs and at the end.
 pub struct ReceiverView {
+    /// The session's announcement, once heard.
     pub info: Option<Announcement>,
+    /// The sender's unicast address, once heard.
     pub sender: Option<SocketAddr>,
+    /// Packets held so far.
     pub held: u64,
+    /// Packets in the file, when known.
     pub total: Option<u32>,
+    /// The receiver's counters (first-hand, repaired, rebuilt, feedback).
     pub stats: ReceiverStats,
+    /// Since the receiver started.
     pub elapsed: Duration,
     /// The last session heard but not joined, and why (spec §19.7).
     pub ignored: Option<(u32, manyfold_proto::mcast::Ignored)>,

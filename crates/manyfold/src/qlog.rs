@@ -216,14 +216,18 @@ impl QlogWriter {
 pub struct Record {
     /// Milliseconds since the connection was created.
     pub time: f64,
+    /// The event's name (`transport:packet_sent`, ...).
     pub name: String,
+    /// The event's fields as written.
     pub data: Value,
 }
 
 /// A trace file read back.
 #[derive(Debug, Clone)]
 pub struct Trace {
+    /// The file's first record: qlog version, title, vantage point.
     pub header: Value,
+    /// The events, in file order.
     pub events: Vec<Record>,
     /// Records that were not valid JSON events (a file cut short by a
     /// killed process ends with one), skipped.
@@ -269,43 +273,66 @@ pub fn parse(bytes: &[u8]) -> Result<Trace, String> {
 /// prints, comparable with the connection's [`manyfold_proto::ConnStats`].
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Summary {
+    /// `client` or `server`.
     pub role: String,
+    /// Our connection id, as written in the trace.
     pub local_id: String,
+    /// The peer's address.
     pub remote: String,
+    /// The congestion controller's name.
     pub congestion: String,
     /// Time of the last event, milliseconds.
     pub duration_ms: f64,
+    /// Datagrams sent.
     pub packets_sent: u64,
+    /// Datagrams received.
     pub packets_received: u64,
     /// Datagram bytes, headers included.
     pub bytes_sent: u64,
+    /// Datagram bytes received, headers included.
     pub bytes_received: u64,
     /// Stream bytes in first transmissions (ConnStats::bytes_sent).
     pub stream_bytes_sent: u64,
     /// Packets sent again: retransmissions plus tail-loss probes
     /// (ConnStats::retransmissions).
     pub retransmissions: u64,
+    /// Tail-loss probes sent.
     pub probes: u64,
+    /// Packets declared lost.
     pub packets_lost: u64,
-    /// Losses by what declared them: reordering, time, RTO.
+    /// Losses declared by reordering (packet threshold).
     pub lost_by_reordering: u64,
+    /// Losses declared by time (RACK's reordering window).
     pub lost_by_time: u64,
+    /// Losses declared by a retransmission timeout.
     pub lost_by_rto: u64,
+    /// Retransmission timeouts that fired.
     pub rto_expiries: u64,
-    /// Received packets acknowledging something, and their SACK ranges.
+    /// Received packets acknowledging something.
     pub acks_received: u64,
+    /// SACK ranges in those packets.
     pub sack_ranges_received: u64,
+    /// RTT samples taken.
     pub rtt_samples: u64,
+    /// Smallest RTT sample, milliseconds.
     pub min_rtt_ms: f64,
+    /// Mean of the RTT samples, milliseconds.
     pub mean_rtt_ms: f64,
+    /// Largest RTT sample, milliseconds.
     pub max_rtt_ms: f64,
+    /// The smoothed RTT at the end, milliseconds.
     pub final_srtt_ms: f64,
+    /// Largest congestion window, bytes.
     pub max_cwnd: u64,
+    /// Congestion window at the end, bytes.
     pub final_cwnd: u64,
+    /// Most bytes in flight at once.
     pub max_bytes_in_flight: u64,
     /// States in order of entry, the first included.
     pub states: Vec<String>,
+    /// Why the connection closed, when the trace says.
     pub close_reason: Option<String>,
+    /// Records of the file that were not valid events.
     pub skipped_records: usize,
 }
 
@@ -320,6 +347,7 @@ fn s(v: &Value, key: &str) -> String {
 }
 
 impl Trace {
+    /// Folds the events into the figures of a [`Summary`].
     pub fn summary(&self) -> Summary {
         let mut out = Summary { skipped_records: self.skipped, ..Summary::default() };
         let mut last_samples = 0;

@@ -8,7 +8,6 @@
 //! ```no_run
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
 //! let server = manyfold::Endpoint::bind("127.0.0.1:4000".parse()?, Default::default()).await?;
-//! server.listen();
 //! tokio::spawn(async move {
 //!     server.serve(1 << 20, |_peer, request: Vec<u8>| async move { request.into_iter().rev().collect() }).await
 //! });
@@ -53,8 +52,22 @@ impl Endpoint {
     /// One request, one reply (spec §15): opens a connection to `addr`,
     /// sends `request` and our FIN (on the handshake's last packet when
     /// they fit in it), and reads the reply to its end, at most
-    /// `max_reply` bytes. Fails if the server refuses (`Closed(Refused)`),
-    /// does not answer, or resets.
+    /// `max_reply` bytes.
+    ///
+    /// # Errors
+    ///
+    /// [`ConnectionError::Io`] wrapping the connection's end when the
+    /// server refuses (its [`ConnectionError::close_reason_of`] is
+    /// `Refused`), does not answer, or resets
+    /// ([`ConnectionError::kind`] maps each to an `io::ErrorKind`);
+    /// `InvalidData` for a reply over `max_reply`;
+    /// [`ConnectionError::EndpointClosed`] or [`ConnectionError::Connect`]
+    /// when the connection cannot start.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future drops the connection, which then closes in the
+    /// background; the request may have reached the server.
     pub async fn request(
         &self,
         addr: SocketAddr,
@@ -81,11 +94,21 @@ impl Endpoint {
     /// `max_request` bytes; a larger one resets the connection), calls
     /// `handler` with the peer and the request, writes its reply and
     /// closes. Sessions run concurrently, each in a task of its own.
+    ///
+    /// It starts listening itself ([`Endpoint::listen`]), so the endpoint
+    /// needs nothing else first; other connections the endpoint accepts
+    /// are served as sessions too, so give a server its own endpoint.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future stops accepting new sessions; those under way
+    /// finish in their tasks. The endpoint keeps listening.
     pub async fn serve<F, Fut>(&self, max_request: usize, handler: F)
     where
         F: Fn(SocketAddr, Vec<u8>) -> Fut + Clone + Send + Sync + 'static,
         Fut: Future<Output = Vec<u8>> + Send + 'static,
     {
+        self.listen();
         while let Some(conn) = self.accept().await {
             let handler = handler.clone();
             tokio::spawn(async move {

@@ -51,6 +51,7 @@ enum Mode {
 }
 
 #[derive(Debug, Clone)]
+/// BBR: a model-based controller that paces at the measured bottleneck bandwidth and does not back off for random loss.
 pub struct Bbr {
     mss: u64,
     mode: Mode,
@@ -78,6 +79,7 @@ pub struct Bbr {
 }
 
 impl Bbr {
+    /// A controller for packets of `mss` bytes starting at `initial_window_packets`.
     pub fn new(mss: u64, initial_window_packets: u32) -> Self {
         let cwnd = mss * u64::from(initial_window_packets.max(1));
         Bbr {

@@ -16,6 +16,7 @@ const BETA: f64 = 0.7;
 const ALPHA: f64 = 3.0 * (1.0 - BETA) / (1.0 + BETA);
 
 #[derive(Debug, Clone)]
+/// CUBIC (RFC 9438): window growth as a cubic function of the time since the last reduction.
 pub struct Cubic {
     mss: u64,
     cwnd: u64,
@@ -36,6 +37,7 @@ pub struct Cubic {
 }
 
 impl Cubic {
+    /// A controller for packets of `mss` bytes starting at `initial_window_packets`.
     pub fn new(mss: u64, initial_window_packets: u32) -> Self {
         Cubic {
             mss,

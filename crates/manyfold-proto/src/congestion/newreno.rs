@@ -7,6 +7,7 @@ use super::Controller;
 use crate::recovery::RttEstimator;
 
 #[derive(Debug, Clone)]
+/// NewReno (RFC 5681, RFC 6582): slow start, then one packet per RTT; half the window on a loss.
 pub struct NewReno {
     mss: u64,
     cwnd: u64,
@@ -21,6 +22,7 @@ pub struct NewReno {
 }
 
 impl NewReno {
+    /// A controller for packets of `mss` bytes starting at `initial_window_packets`.
     pub fn new(mss: u64, initial_window_packets: u32) -> Self {
         NewReno {
             mss,

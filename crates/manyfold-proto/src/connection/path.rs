@@ -48,6 +48,7 @@ pub(crate) struct Paths {
 pub struct PathStats {
     /// New addresses challenged, and of those validated (the connection moved).
     pub challenges: u64,
+    /// Of those, validated: the connection moved.
     pub migrations: u64,
     /// Packets from a new address dropped as stale (an old sequence number).
     pub stale: u64,

@@ -9,15 +9,25 @@ use crate::wire::ErrorCode;
 /// ([`crate::Endpoint::set_listening`]): a listener holds no per-peer state.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum State {
+    /// Our SYN is sent; waiting for the SYN-ACK (spec §4.1).
     SynSent,
+    /// A listener's half-open connection, the cookie echo received (spec §4.1).
     SynReceived,
+    /// Open both ways.
     Established,
+    /// Our FIN is sent, not yet acknowledged (spec §4.4).
     FinWait1,
+    /// Our FIN is acknowledged; the peer's has not come.
     FinWait2,
+    /// Both FINs crossed; ours is not yet acknowledged.
     Closing,
+    /// Both sides finished; we linger to repeat a lost last ack (spec §4.4).
     TimeWait,
+    /// The peer's FIN came; we may still send.
     CloseWait,
+    /// The peer finished first and our FIN is not yet acknowledged.
     LastAck,
+    /// Over; `close_reason` says how.
     Closed,
 }
 
@@ -137,7 +147,7 @@ pub enum Event {
     SendAcked,
     /// Some stream has nothing unacknowledged left (`wait_for_send`, spec §13.5).
     StreamAcked,
-    /// A tracked message ([`crate::Endpoint::send_tracked`]) is wholly acknowledged.
+    /// A tracked message (a group message, spec §14.4) is wholly acknowledged.
     MessageAcked(u64),
     /// The connection ended; the handle stays valid until released.
     Closed(CloseReason),
@@ -148,18 +158,30 @@ pub enum Event {
 #[non_exhaustive]
 pub enum SendError {
     #[error("the sending side was already closed")]
+    /// The sending side was already closed.
     Finished,
     #[error("message of {size} bytes is larger than the maximum of {max} bytes; nothing was sent")]
-    MessageTooLarge { size: usize, max: usize },
+    /// A message larger than the connection's maximum; nothing was sent.
+    MessageTooLarge {
+        /// The message's size.
+        size: usize,
+        /// The largest message taken.
+        max: usize,
+    },
     #[error("the send buffer has no room for the whole message now")]
+    /// The send buffer has no room for the whole message now; retry once writable.
     Blocked,
     #[error("the stream was reset (error code {0})")]
+    /// The stream was reset, with this code.
     StreamReset(u16),
     #[error("too many open streams (the limit is {0})")]
+    /// Opening the stream would pass the limit on open streams.
     StreamLimit(usize),
     #[error("connection ended: {0}")]
+    /// The connection ended, for this reason.
     Closed(CloseReason),
     #[error("no such connection")]
+    /// The handle names no connection.
     UnknownConnection,
 }
 
@@ -168,10 +190,13 @@ pub enum SendError {
 #[non_exhaustive]
 pub enum RecvError {
     #[error("connection ended: {0}")]
+    /// The connection ended, for this reason.
     Closed(CloseReason),
     #[error("the peer reset the stream (error code {0})")]
+    /// The peer reset the stream, with this code.
     StreamReset(u16),
     #[error("no such connection")]
+    /// The handle names no connection.
     UnknownConnection,
 }
 
@@ -182,7 +207,9 @@ pub struct ConnStats {
     pub bytes_sent: u64,
     /// Application bytes delivered in order to the application's buffer.
     pub bytes_received: u64,
+    /// Datagrams sent.
     pub packets_sent: u64,
+    /// Datagrams received.
     pub packets_received: u64,
     /// Packets sent again because they were declared lost.
     pub retransmissions: u64,
@@ -195,9 +222,13 @@ pub struct ConnStats {
     pub duplicate_packets: u64,
     /// Received data dropped for lack of buffer space (stays 0 with a compliant peer).
     pub dropped_no_buffer: u64,
+    /// Retransmission timeouts that fired.
     pub rto_expiries: u64,
+    /// Smoothed RTT (RFC 6298).
     pub srtt: Duration,
+    /// RTT variation (RFC 6298).
     pub rttvar: Duration,
+    /// Smallest RTT sample.
     pub min_rtt: Duration,
     /// Congestion window in bytes.
     pub cwnd: u64,

@@ -52,8 +52,11 @@ impl ConnHandle {
 /// datagrams of that size (the last may be shorter): one GSO send.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Transmit {
+    /// Where the datagrams go.
     pub destination: SocketAddr,
+    /// Bytes written into the buffer.
     pub size: usize,
+    /// Size of each datagram when there are several (GSO); `None`: one datagram.
     pub segment_size: Option<usize>,
 }
 
@@ -62,33 +65,45 @@ pub struct Transmit {
 #[non_exhaustive]
 pub enum ConnectError {
     #[error("endpoint holds its maximum number of connections ({0})")]
+    /// The endpoint holds its `max_connections`.
     TooManyConnections(usize),
     #[error("cannot connect to an unspecified address or port 0: {0}")]
+    /// The address is unspecified or its port 0.
     InvalidAddress(SocketAddr),
 }
 
 /// Endpoint-wide counters (spec §3.5, §6).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct EndpointStats {
+    /// Datagrams passed to `handle_datagram`.
     pub datagrams_received: u64,
     /// Datagrams dropped because they failed to decode, by cause.
     pub dropped_truncated: u64,
+    /// Dropped: bad checksum.
     pub dropped_checksum: u64,
+    /// Dropped: unknown version.
     pub dropped_version: u64,
+    /// Dropped: malformed.
     pub dropped_malformed: u64,
     /// Well-formed packets for no connection we know (answered by RST).
     pub unknown_connection: u64,
+    /// SYN-ACKs sent with a cookie (spec §6.2).
     pub syn_cookies_sent: u64,
+    /// Cookie echoes refused (bad MAC, expired, or malformed).
     pub cookies_rejected: u64,
     /// Echoes of a cookie that already created a connection (spec §6.2).
     pub cookies_replayed: u64,
+    /// RSTs sent.
     pub resets_sent: u64,
     /// RSTs or refusals we did not send because of the rate limit.
     pub resets_suppressed: u64,
     /// SYN-ACKs or RSTs dropped because the response queue was full.
     pub responses_dropped: u64,
+    /// SYNs refused because the accept backlog was full.
     pub refused_backlog: u64,
+    /// SYNs refused because the endpoint was not listening.
     pub refused_not_listening: u64,
+    /// Connections that reached `accept`.
     pub connections_accepted: u64,
     /// SYNs and echoes refused because their source address already held
     /// `max_connections_per_source` connections (spec §6.4).
@@ -108,6 +123,7 @@ pub struct EndpointStats {
     /// those that ended otherwise before proving the peer (most often its
     /// `connect_timeout`): neither reached `accept()` (spec §19.2).
     pub handshakes_failed: u64,
+    /// Handshakes given up before they completed (no answer within `connect_timeout`).
     pub handshakes_abandoned: u64,
     /// Sends refused because the endpoint held `max_buffered_bytes` (spec §7.5).
     pub sends_refused_memory: u64,
@@ -118,6 +134,7 @@ pub struct EndpointStats {
     /// that named no connection of ours by their quote (short quotes,
     /// unknown ids, sequence numbers we never sent): ignored.
     pub icmp_received: u64,
+    /// ICMP errors ignored (no connection of ours quoted).
     pub icmp_ignored: u64,
     /// Packets of a known connection from a new address dropped because
     /// they could not start a path challenge: an old sequence number, or
@@ -211,6 +228,7 @@ pub struct Endpoint {
 }
 
 impl Endpoint {
+    /// An endpoint with `config`, created at `now`.
     pub fn new(config: EndpointConfig, now: Instant) -> Self {
         let mut rng = ChaCha8Rng::seed_from_u64(config.seed);
         let crypto_rng = crate::secure::crypto_rng(config.seed, config.crypto_seed);
@@ -249,6 +267,7 @@ impl Endpoint {
         }
     }
 
+    /// The endpoint's settings.
     pub fn config(&self) -> &EndpointConfig {
         &self.config
     }
@@ -258,6 +277,7 @@ impl Endpoint {
         self.listening = on;
     }
 
+    /// Whether it accepts connections (the LISTEN state, spec §4.1).
     pub fn is_listening(&self) -> bool {
         self.listening
     }
@@ -268,6 +288,7 @@ impl Endpoint {
         self.live
     }
 
+    /// Endpoint-wide counters.
     pub fn stats(&self) -> &EndpointStats {
         &self.stats
     }
@@ -980,14 +1001,17 @@ impl Endpoint {
         self.reap(h.index);
     }
 
+    /// The connection's state (spec §4), `None` for an unknown handle.
     pub fn state(&self, h: ConnHandle) -> Option<State> {
         self.conn(h).map(|c| c.state())
     }
 
+    /// The peer's address now (it follows a migration, spec §6.8).
     pub fn remote_addr(&self, h: ConnHandle) -> Option<SocketAddr> {
         self.conn(h).map(|c| c.remote())
     }
 
+    /// The connection's counters.
     pub fn conn_stats(&self, h: ConnHandle) -> Option<ConnStats> {
         self.conn(h).map(|c| c.stats())
     }
@@ -1003,6 +1027,7 @@ impl Endpoint {
         self.conn(h).and_then(Connection::peer_key)
     }
 
+    /// How the connection ended, once it has.
     pub fn close_reason(&self, h: ConnHandle) -> Option<CloseReason> {
         self.conn(h).and_then(|c| c.close_reason())
     }

@@ -31,7 +31,9 @@ pub struct GroupHandle(pub(crate) u32);
 /// One stream to one peer: what paper 00 calls a destination (§14.7).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Destination {
+    /// The peer.
     pub peer: PeerId,
+    /// The stream to it (0 for the group's own).
     pub stream: u16,
 }
 
@@ -46,7 +48,12 @@ pub enum Mode {
     AtLeast(u16),
     /// Each message goes to `k` peers chosen by load (paper 00's CBAL)
     /// and is delivered once `p` of them acknowledge.
-    Subset { k: u16, p: u16 },
+    Subset {
+        /// Peers each message goes to.
+        k: u16,
+        /// Acknowledgements that deliver it.
+        p: u16,
+    },
 }
 
 impl Mode {
@@ -116,6 +123,7 @@ pub struct Eviction {
 /// Settings of a group (spec §14.9).
 #[derive(Debug, Clone)]
 pub struct GroupConfig {
+    /// When a message counts as delivered.
     pub mode: Mode,
     /// Fewest peers that must answer the handshake for the group to be established.
     pub min_peers: usize,
@@ -131,6 +139,7 @@ pub struct GroupConfig {
     /// Most messages not yet delivered, whatever their size: bounds the
     /// group's bookkeeping when messages are tiny.
     pub max_messages: usize,
+    /// Evict a peer that stays too slow (spec §14.7); `None`: never.
     pub eviction: Option<Eviction>,
     /// A peer that owes acknowledgements and gives none for this long is
     /// dropped (spec §14.7), so that a dead receiver holds the group back
@@ -210,28 +219,40 @@ pub enum GroupEvent {
     /// The handshake ended with at least `min_peers` peers; the others
     /// are named (paper 01's partial establishment with a warning).
     Established {
+        /// The peers not in the group, and why.
         unreachable: Vec<(SocketAddr, Unreachable)>,
     },
     /// Too few peers answered; the group is closed.
     Failed {
+        /// The peers that did not answer, and why.
         unreachable: Vec<(SocketAddr, Unreachable)>,
     },
     /// A peer added later completed its handshake; it receives the group's
     /// messages from `first_msg` on.
     PeerJoined {
+        /// The new peer.
         peer: PeerId,
+        /// Its address.
         addr: SocketAddr,
+        /// The first group message it receives.
         first_msg: u64,
     },
     /// A peer added later could not be reached.
     PeerUnreachable {
+        /// The peer.
         peer: PeerId,
+        /// Its address.
         addr: SocketAddr,
+        /// Why.
         why: Unreachable,
     },
+    /// A peer left the group (spec §14.7).
     PeerLeft {
+        /// The peer.
         peer: PeerId,
+        /// Its address.
         addr: SocketAddr,
+        /// Why it left.
         why: Left,
     },
     /// The shared send buffer has room again.
@@ -250,29 +271,45 @@ pub enum GroupEvent {
 #[non_exhaustive]
 pub enum GroupError {
     #[error("the group handshake has not completed")]
+    /// The group's handshake has not completed.
     NotEstablished,
     #[error("the group is closed")]
+    /// The group is closed.
     Closed,
     #[error("no peer can take the message (the group has no live peer, or fewer than the mode needs)")]
+    /// No peer can take the message (none live, or fewer than the mode needs).
     NoPeers,
     #[error("the shared send buffer, or a peer's, has no room for the whole message now")]
+    /// The shared send buffer, or a peer's, has no room for the whole message now.
     Blocked,
     #[error("message of {size} bytes is larger than the maximum of {max} bytes")]
-    MessageTooLarge { size: usize, max: usize },
+    /// A message larger than the group's maximum.
+    MessageTooLarge {
+        /// The message's size.
+        size: usize,
+        /// The largest message taken.
+        max: usize,
+    },
     #[error("no such group")]
+    /// The handle names no group.
     UnknownGroup,
     #[error("no such peer or destination")]
+    /// No such peer or destination.
     UnknownPeer,
     #[error("the group holds its maximum number of peers ({0})")]
+    /// The group holds its `max_peers`.
     TooManyPeers(usize),
     #[error("cannot connect to {0}")]
+    /// The address cannot be connected to.
     InvalidAddress(SocketAddr),
 }
 
 /// Group-wide counters (spec §14.8).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct GroupStats {
+    /// Group messages sent.
     pub messages_sent: u64,
+    /// Bytes of group messages sent (each counted once, whatever the number of peers).
     pub bytes_sent: u64,
     /// Messages delivered in the mode's sense.
     pub messages_delivered: u64,
@@ -280,6 +317,7 @@ pub struct GroupStats {
     pub messages_undeliverable: u64,
     /// Bytes of messages not yet delivered (the shared buffer's use).
     pub outstanding_bytes: u64,
+    /// Peers up now.
     pub peers_up: usize,
     /// Slots of gone peers taken by joiners (spec §14.7).
     pub slots_reused: u64,
@@ -425,14 +463,17 @@ impl Group {
         self.base + self.msgs.len() as u64
     }
 
+    /// When a message counts as delivered.
     pub fn mode(&self) -> Mode {
         self.config.mode
     }
 
+    /// Whether the handshake ended with enough peers.
     pub fn is_established(&self) -> bool {
         self.phase == Phase::Established
     }
 
+    /// Group-wide counters.
     pub fn stats(&self) -> GroupStats {
         let mut s = self.stats;
         s.peers_up = self.peers.iter().filter(|p| p.state == PeerState::Up).count();

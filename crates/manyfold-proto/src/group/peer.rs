@@ -48,12 +48,15 @@ pub enum PeerState {
 /// One peer's figures (spec §14.8).
 #[derive(Debug, Clone, Copy)]
 pub struct PeerStats {
+    /// Its address.
     pub addr: SocketAddr,
+    /// Where it is in its life.
     pub state: PeerState,
     /// The first group message it was offered (its join point).
     pub first_msg: u64,
     /// Group messages and bytes it acknowledged.
     pub acked_messages: u64,
+    /// Group message bytes it acknowledged.
     pub acked_bytes: u64,
     /// Bytes sent to it and not yet acknowledged.
     pub pending_bytes: u64,

@@ -22,6 +22,7 @@ pub struct RttEstimator {
 }
 
 impl RttEstimator {
+    /// An estimator before any sample: the RTO starts at `initial_rto` and stays within `min_rto`..`max_rto`; `ack_delay` is the peer's delayed-ack allowance added to it.
     pub fn new(initial_rto: Duration, min_rto: Duration, max_rto: Duration, ack_delay: Duration) -> Self {
         RttEstimator {
             srtt: None,
@@ -57,6 +58,7 @@ impl RttEstimator {
         }
     }
 
+    /// Whether any sample was taken.
     pub fn has_sample(&self) -> bool {
         self.srtt.is_some()
     }
@@ -67,14 +69,17 @@ impl RttEstimator {
         self.srtt.unwrap_or(self.initial_rto / 3)
     }
 
+    /// RTT variation (RFC 6298).
     pub fn rttvar(&self) -> Duration {
         self.rttvar
     }
 
+    /// The latest sample.
     pub fn latest(&self) -> Duration {
         self.latest
     }
 
+    /// The smallest sample.
     pub fn min(&self) -> Duration {
         self.min
     }

@@ -17,6 +17,7 @@ use super::DecodeError;
 /// Largest stream offset (48 bits on the wire).
 pub const MAX_OFFSET: u64 = (1 << 48) - 1;
 
+/// Bytes of a DATA chunk before its payload (spec §13.2).
 pub const DATA_HEADER_LEN: usize = 16;
 const RESET_LEN: usize = 12;
 const STOP_LEN: usize = 6;
@@ -43,18 +44,23 @@ pub mod data_flags {
     pub const UNORDERED: u8 = 0x04;
     /// The stream's last byte is this chunk's last (stream FIN).
     pub const FIN: u8 = 0x08;
+    /// Every flag defined; others are malformed.
     pub const ALL: u8 = BEGIN | END | UNORDERED | FIN;
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
+/// A DATA chunk: bytes of one stream at one offset (spec §13.2).
 pub struct DataChunk<D> {
+    /// The stream.
     pub stream: u16,
+    /// Its BEGIN, END, UNORDERED and FIN bits.
     pub flags: u8,
     /// Stream offset of the first byte.
     pub offset: u64,
     /// Offset of the first byte within its message (unordered messages
     /// only; 0 otherwise).
     pub in_msg: u32,
+    /// The payload.
     pub data: D,
     /// The sender's record of the message under partial reliability (never
     /// on the wire; 0 for none).
@@ -83,31 +89,45 @@ impl<D: AsRef<[u8]>> DataChunk<D> {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
+/// One chunk of a packet's data area (spec §13.2).
 pub enum Chunk<D> {
+    /// Stream data.
     Data(DataChunk<D>),
     /// The sender abandons its side of the stream; `final_size` is where it ended.
     Reset {
+        /// The stream.
         stream: u16,
+        /// The application's error code.
         code: u16,
+        /// The stream's final size.
         final_size: u64,
     },
     /// The receiver asks the sender to stop sending on the stream.
     Stop {
+        /// The stream.
         stream: u16,
+        /// The application's error code.
         code: u16,
     },
     /// The receiver allows stream offsets below `max` (flow control
     /// credit), of the unordered offset space if `unordered`.
     Credit {
+        /// The stream.
         stream: u16,
+        /// Of the unordered offset space.
         unordered: bool,
+        /// Offsets below this may be sent.
         max: u64,
     },
     /// The sender abandoned the message occupying `[start, end)` of the stream.
     Abandon {
+        /// The stream.
         stream: u16,
+        /// Of the unordered offset space.
         unordered: bool,
+        /// The message's first offset.
         start: u64,
+        /// Its end offset.
         end: u64,
     },
     /// Nothing: keeps a retransmission whose chunks were all abandoned
@@ -118,6 +138,7 @@ pub enum Chunk<D> {
 }
 
 impl<D: AsRef<[u8]>> Chunk<D> {
+    /// The stream it concerns (0 for padding and handshake chunks).
     pub fn stream(&self) -> u16 {
         match self {
             Chunk::Data(d) => d.stream,
@@ -137,6 +158,7 @@ impl<D: AsRef<[u8]>> Chunk<D> {
         }
     }
 
+    /// Bytes it takes on the wire.
     pub fn encoded_len(&self) -> usize {
         match self {
             Chunk::Data(d) => DATA_HEADER_LEN + d.data.as_ref().len(),
@@ -328,6 +350,7 @@ pub struct Chunks {
 }
 
 impl Chunks {
+    /// Appends a chunk.
     pub fn push(&mut self, c: Chunk<Bytes>) {
         if self.first.is_none() {
             self.first = Some(c);
@@ -336,18 +359,22 @@ impl Chunks {
         }
     }
 
+    /// Whether there is no chunk.
     pub fn is_empty(&self) -> bool {
         self.first.is_none()
     }
 
+    /// The chunks in order.
     pub fn iter(&self) -> impl Iterator<Item = &Chunk<Bytes>> {
         self.first.iter().chain(self.rest.iter())
     }
 
+    /// Application bytes they carry.
     pub fn data_len(&self) -> usize {
         self.iter().map(Chunk::data_len).sum()
     }
 
+    /// Bytes they take on the wire.
     pub fn encoded_len(&self) -> usize {
         self.iter().map(Chunk::encoded_len).sum()
     }

@@ -102,9 +102,13 @@ impl PacketType {
 pub struct Flags(pub u8);
 
 impl Flags {
+    /// Opens a connection (spec §3.2).
     pub const SYN: Flags = Flags(0x01);
+    /// The ack field is valid.
     pub const ACK: Flags = Flags(0x02);
+    /// The sender has finished sending.
     pub const FIN: Flags = Flags(0x04);
+    /// Reset: the connection is over.
     pub const RST: Flags = Flags(0x08);
     /// Keep-alive / window probe: elicits an immediate ack, consumes no sequence number.
     pub const KLV: Flags = Flags(0x10);
@@ -115,15 +119,19 @@ impl Flags {
     /// A cookie section is present (spec §3.3.3).
     pub const CKE: Flags = Flags(0x80);
 
+    /// No flag.
     pub const fn empty() -> Flags {
         Flags(0)
     }
+    /// Whether every flag of `other` is set.
     pub const fn contains(self, other: Flags) -> bool {
         self.0 & other.0 == other.0
     }
+    /// The flags of both.
     pub const fn union(self, other: Flags) -> Flags {
         Flags(self.0 | other.0)
     }
+    /// Sets the flags of `other`.
     pub fn insert(&mut self, other: Flags) {
         self.0 |= other.0;
     }
@@ -174,7 +182,9 @@ impl core::fmt::Display for Flags {
 /// The parsed meaning of a header (smoltcp's `Repr`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Header {
+    /// The packet type.
     pub ptype: PacketType,
+    /// The flags.
     pub flags: Flags,
     /// Length of everything after the header.
     pub payload_len: u16,

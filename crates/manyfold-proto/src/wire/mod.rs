@@ -10,6 +10,8 @@
 
 pub mod chunk;
 mod header;
+// The multicast packets' items are not all documented yet (see lib.rs).
+#[allow(missing_docs)]
 pub mod mcast;
 mod path;
 mod payload;
@@ -24,15 +26,21 @@ pub use payload::{Cookie, ErrorCode, HandshakeParams, Packet, SackBlock, COOKIE_
 #[non_exhaustive]
 pub enum DecodeError {
     #[error("datagram shorter than the header or than its payload length")]
+    /// Shorter than the header or than its payload length.
     Truncated,
     #[error("datagram longer than header plus payload length")]
+    /// Longer than header plus payload length.
     TrailingBytes,
     #[error("unsupported protocol version {0}")]
+    /// An unsupported protocol version.
     Version(u8),
     #[error("unknown packet type {0}")]
+    /// An unknown packet type.
     PacketType(u8),
     #[error("CRC32C mismatch")]
+    /// The CRC32C does not match.
     Checksum,
     #[error("malformed payload section")]
+    /// A malformed payload section.
     Malformed,
 }

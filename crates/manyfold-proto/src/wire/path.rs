@@ -31,8 +31,11 @@ pub enum PathKind {
 /// A parsed PATH packet.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PathPacket {
+    /// The common header.
     pub header: Header,
+    /// Challenge or response.
     pub kind: PathKind,
+    /// The token a response echoes.
     pub token: [u8; 8],
 }
 

@@ -21,6 +21,7 @@ pub struct SackBlock {
 }
 
 impl SackBlock {
+    /// No range.
     pub const fn new() -> Self {
         SackBlock { len: 0, ranges: [(0, 0); MAX_SACK_RANGES] }
     }
@@ -33,12 +34,15 @@ impl SackBlock {
         self.len += 1;
         true
     }
+    /// The ranges `[start, end)`.
     pub fn ranges(&self) -> &[(u32, u32)] {
         &self.ranges[..self.len as usize]
     }
+    /// Whether it holds no range.
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
+    /// Bytes it takes on the wire.
     pub fn encoded_len(&self) -> usize {
         1 + 8 * self.len as usize
     }
@@ -96,6 +100,7 @@ impl HandshakeParams {
         HandshakeParams { conn_id, max_datagram, features: 0 }
     }
 
+    /// Whether the `PROTECTED` feature bit is set (spec §19.2).
     pub fn is_protected(&self) -> bool {
         self.features & Self::PROTECTED != 0
     }
@@ -193,11 +198,17 @@ impl ErrorCode {
 /// A whole parsed packet: header plus payload sections (spec §3.3).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Packet<'a> {
+    /// The common header.
     pub header: Header,
+    /// The SACK block, when the SACK flag says there is one.
     pub sack: Option<SackBlock>,
+    /// The handshake parameters (SYN, SYN-ACK).
     pub params: Option<HandshakeParams>,
+    /// The cookie (SYN-ACK, cookie echo).
     pub cookie: Option<Cookie>,
+    /// The error code (RST).
     pub error: Option<ErrorCode>,
+    /// The data area.
     pub data: &'a [u8],
 }
 

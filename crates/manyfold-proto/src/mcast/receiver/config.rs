@@ -12,7 +12,7 @@ pub struct ReceiverConfig {
     /// Seeds the client id and the feedback delays.
     pub seed: u64,
     /// The network id (spec §16.4): receivers with the same id suppress
-    /// each other's feedback. [`super::network_of`] derives one from an
+    /// each other's feedback. [`crate::mcast::network_of`] derives one from an
     /// address.
     pub network: u32,
     /// Accept only this session, if set.
