@@ -7,71 +7,28 @@
 
 use std::io;
 use std::net::{Ipv4Addr, SocketAddrV4};
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+mod common;
+
+use common::netns;
 use manyfold::mcast::{
     receive_until, send_until, ErrorCode, McastNet, McastSink, ReceiveOutcome, SenderError, SenderView,
 };
 use manyfold_proto::mcast::{Announcement, ReceiverConfig, SenderConfig};
 
-fn sh(args: &[&str]) -> Result<(), String> {
-    let out = Command::new(args[0])
-        .args(&args[1..])
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .output()
-        .map_err(|e| format!("{}: {e}", args.join(" ")))?;
-    if !out.status.success() {
-        return Err(format!("{}: {}", args.join(" "), String::from_utf8_lossy(&out.stderr).trim()));
-    }
-    Ok(())
-}
-
-/// The namespace, deleted on drop (also when the test fails).
-struct Netns(String);
-
-impl Drop for Netns {
-    fn drop(&mut self) {
-        let _ = sh(&["ip", "netns", "del", &self.0]);
-    }
-}
-
-/// Why the test cannot run here, if it cannot.
-fn unavailable() -> Option<&'static str> {
-    let root = std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| s.lines().find(|l| l.starts_with("Uid:")).map(|l| l.split_whitespace().nth(2) == Some("0")))
-        .unwrap_or(false);
-    if !root {
-        return Some("needs root (network namespaces)");
-    }
-    if Command::new("ip").arg("-V").output().is_err() {
-        return Some("needs ip (iproute2)");
-    }
-    None
-}
-
 /// Runs `test` on a thread inside a fresh namespace whose loopback carries
 /// multicast; `tag` names the namespace.
 fn in_namespace<T: Send + 'static>(tag: &str, test: impl FnOnce() -> T + Send + 'static) -> Option<T> {
-    if let Some(why) = unavailable() {
+    if let Some(why) = netns::unavailable(&["ip"]) {
         eprintln!("skipped: {why}");
         return None;
     }
-    let ns = Netns(format!("mfmc{tag}{}", std::process::id()));
-    sh(&["ip", "netns", "add", &ns.0]).expect("ip netns add");
-    sh(&["ip", "-n", &ns.0, "link", "set", "lo", "multicast", "on", "up"]).expect("lo up");
-    sh(&["ip", "-n", &ns.0, "route", "add", "239.78.0.0/16", "dev", "lo"]).expect("multicast route");
-    let path = format!("/var/run/netns/{}", ns.0);
-    let out = std::thread::spawn(move || {
-        let file = std::fs::File::open(path).expect("the namespace");
-        nix::sched::setns(file, nix::sched::CloneFlags::CLONE_NEWNET).expect("setns");
-        test()
-    })
-    .join();
-    drop(ns);
-    Some(out.expect("the test thread"))
+    let setup = |ns: &str| {
+        netns::sh(&["ip", "-n", ns, "link", "set", "lo", "multicast", "on", "up"], None)?;
+        netns::sh(&["ip", "-n", ns, "route", "add", "239.78.0.0/16", "dev", "lo"], None)
+    };
+    Some(netns::in_namespace(format!("mfmc{tag}{}", std::process::id()), setup, |_| test()))
 }
 
 /// Keeps nothing: the session is interrupted long before the end.

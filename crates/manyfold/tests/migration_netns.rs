@@ -7,52 +7,12 @@
 
 mod common;
 
-use std::process::{Command, Stdio};
 use std::time::Duration;
 
+use common::netns::{self, sh};
 use common::*;
 use manyfold::Endpoint;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-
-/// Runs a command; its stderr is the error.
-fn sh(args: &[&str], input: Option<&str>) -> Result<(), String> {
-    let mut cmd = Command::new(args[0]);
-    cmd.args(&args[1..]).stdin(Stdio::piped()).stdout(Stdio::null()).stderr(Stdio::piped());
-    let mut child = cmd.spawn().map_err(|e| format!("{}: {e}", args.join(" ")))?;
-    if let (Some(text), Some(mut stdin)) = (input, child.stdin.take()) {
-        use std::io::Write;
-        stdin.write_all(text.as_bytes()).map_err(|e| e.to_string())?;
-    }
-    let out = child.wait_with_output().map_err(|e| e.to_string())?;
-    if !out.status.success() {
-        return Err(format!("{}: {}", args.join(" "), String::from_utf8_lossy(&out.stderr).trim()));
-    }
-    Ok(())
-}
-
-/// The namespace, deleted on drop.
-struct Netns(String);
-
-impl Drop for Netns {
-    fn drop(&mut self) {
-        let _ = sh(&["ip", "netns", "del", &self.0], None);
-    }
-}
-
-/// Why the test cannot run here, if it cannot.
-fn unavailable() -> Option<&'static str> {
-    let root = std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| s.lines().find(|l| l.starts_with("Uid:")).map(|l| l.split_whitespace().nth(2) == Some("0")))
-        .unwrap_or(false);
-    if !root {
-        return Some("needs root (network namespaces)");
-    }
-    if Command::new("nft").arg("--version").output().is_err() {
-        return Some("needs nft (nftables)");
-    }
-    None
-}
 
 /// The NAT's mapping: the client's port `client` appears as `mapped` to the
 /// server, and the server's answers to `mapped` reach the client. Nothing
@@ -72,25 +32,18 @@ fn nat_rules(client: u16, server: u16, mapped: u16) -> String {
 
 #[test]
 fn a_file_arrives_intact_when_a_nat_rebinds_the_client_mid_transfer() {
-    if let Some(why) = unavailable() {
+    if let Some(why) = netns::unavailable(&["ip", "nft"]) {
         eprintln!("skipped: {why}");
         return;
     }
-    let name = format!("mfmig{}", std::process::id());
-    sh(&["ip", "netns", "add", &name], None).expect("ip netns add");
-    let ns = Netns(name);
-    sh(&["ip", "-n", &ns.0, "link", "set", "lo", "up"], None).expect("lo up");
-    let ns_name = ns.0.clone();
-    // Every socket of the test is made by this thread, inside the namespace.
-    let outcome = std::thread::spawn(move || {
-        let file = std::fs::File::open(format!("/var/run/netns/{ns_name}")).expect("the namespace");
-        nix::sched::setns(file, nix::sched::CloneFlags::CLONE_NEWNET).expect("setns");
-        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-        rt.block_on(transfer_through_rebinding(&ns_name))
-    })
-    .join()
-    .expect("the test thread");
-    drop(ns);
+    let outcome = netns::in_namespace(
+        format!("mfmig{}", std::process::id()),
+        |_| Ok(()),
+        |ns| {
+            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+            rt.block_on(transfer_through_rebinding(ns))
+        },
+    );
     outcome.expect("the transfer");
 }
 

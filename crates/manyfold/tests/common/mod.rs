@@ -2,6 +2,8 @@
 //! deterministic payloads, and pumps that write or hash a stream.
 #![allow(dead_code)]
 
+pub mod netns;
+
 use std::net::SocketAddr;
 use std::time::Duration;
 
