@@ -173,6 +173,12 @@ async fn generate(load: &Load) -> Result<String> {
         all.merge(t.context("a client task panicked")?);
     }
     let wall = start.elapsed().as_secs_f64();
+    // spec §4.8: the last sessions' final acks go out (and TIME-WAIT
+    // lingers) before this process exits; otherwise the server learns of
+    // the exit from ICMP with its reply unacknowledged.
+    for e in &eps {
+        e.wait_idle().await;
+    }
     let mut lat = std::mem::take(&mut all.latencies);
     lat.sort_by(|a, b| a.total_cmp(b));
     let ms = |q: f64| quantile(&lat, q) * 1e3;
