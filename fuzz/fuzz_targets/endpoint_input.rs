@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 
 use libfuzzer_sys::fuzz_target;
 use manyfold_fuzz::{address, datagrams, fixup, origin, Reader};
-use manyfold_proto::wire::{seal, ErrorCode, Flags, Packet, PacketType, HEADER_LEN};
+use manyfold_proto::wire::{seal, ErrorCode, Flags, Packet, PacketType, PathPacket, HEADER_LEN};
 use manyfold_proto::{ConnHandle, ConnectionConfig, Endpoint, EndpointConfig};
 
 const OP_TO_SERVER: u8 = 0;
@@ -144,6 +144,11 @@ impl World {
                     count += 1;
                     assert!(count <= MAX_TRANSMITS_PER_OP, "unbounded output");
                     assert!(d.len() <= max, "datagram over max_datagram");
+                    // spec §6.8: a path challenge or response, to a new address of the peer.
+                    if d.first().is_some_and(|b| b & 0x0f == PacketType::Path as u8) {
+                        PathPacket::parse(d).expect("an endpoint sent a PATH packet that does not parse");
+                        continue;
+                    }
                     let p = Packet::parse(d).expect("an endpoint sent a datagram that does not parse");
                     assert_eq!(p.header.ptype, PacketType::Segment);
                     if from_server {

@@ -10,11 +10,11 @@ use std::net::SocketAddr;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
+use manyfold_proto::mcast::{Pattern, SEAL_OVERHEAD};
+use manyfold_proto::wire::chunk::{parse_chunks, summary, validate_chunks, Chunk, MAX_OFFSET};
 use manyfold_proto::wire::mcast::{
     emit, emit_announcement, emit_bytes, emit_code, emit_invitation, emit_ranges, McPacket, UNKNOWN_TOTAL,
 };
-use manyfold_proto::mcast::{Pattern, SEAL_OVERHEAD};
-use manyfold_proto::wire::chunk::{parse_chunks, summary, validate_chunks, Chunk, MAX_OFFSET};
 use manyfold_proto::wire::{seal, ErrorCode, Flags, Header, Packet, PacketType, COOKIE_LEN, HEADER_LEN, PARAMS_LEN};
 use manyfold_proto::{Endpoint, EndpointConfig};
 
@@ -152,7 +152,9 @@ pub fn emit_mc(p: &McPacket, out: &mut [u8]) -> Option<usize> {
             })
         }
         McPacket::RegisterKeys { session, client, noise } => {
-            emit(out, PacketType::McRegister, Flags::ACK | Flags::CKE, *session, 0, 0, *client, |o| emit_bytes(o, noise))
+            emit(out, PacketType::McRegister, Flags::ACK | Flags::CKE, *session, 0, 0, *client, |o| {
+                emit_bytes(o, noise)
+            })
         }
         McPacket::RegisterAck { session, client, network, from_sn, info } => {
             emit(out, PacketType::McRegister, Flags::ACK, *session, *from_sn, *network, *client, |o| {
