@@ -42,6 +42,21 @@ struct Row {
     failures: usize,
 }
 
+impl Row {
+    fn new(what: &'static str, target: &'static str) -> Row {
+        Row { what, target, samples: Vec::new(), failures: 0 }
+    }
+
+    /// A run that began at `started`: a sample if it `ok`, else a failure.
+    fn note(&mut self, started: Instant, ok: bool) {
+        if ok {
+            self.samples.push(started.elapsed());
+        } else {
+            self.failures += 1;
+        }
+    }
+}
+
 fn localhost() -> SocketAddr {
     SocketAddr::from(([127, 0, 0, 1], 0))
 }
@@ -119,44 +134,35 @@ fn config() -> Config {
 }
 
 async fn connect_refused_async(runs: usize) -> Result<Row> {
-    let mut row =
-        Row { what: "connect to a closed port, async API", target: "≤ 50 ms", samples: vec![], failures: 0 };
+    let mut row = Row::new("connect to a closed port, async API", "≤ 50 ms");
     let client = Endpoint::bind(localhost(), config()).await?;
     for _ in 0..runs {
         let to = closed_port()?;
         let t = Instant::now();
-        match client.connect(to).await {
-            Err(ConnectionError::Closed(CloseReason::Refused)) => row.samples.push(t.elapsed()),
-            _ => row.failures += 1,
-        }
+        let refused = matches!(client.connect(to).await, Err(ConnectionError::Closed(CloseReason::Refused)));
+        row.note(t, refused);
     }
     Ok(row)
 }
 
 fn connect_refused_blocking(runs: usize) -> Result<Row> {
-    let mut row =
-        Row { what: "connect to a closed port, blocking API", target: "≤ 50 ms", samples: vec![], failures: 0 };
+    let mut row = Row::new("connect to a closed port, blocking API", "≤ 50 ms");
     for _ in 0..runs {
         let to = closed_port()?;
         let t = Instant::now();
-        match manyfold::blocking::Stream::connect_with(to, config()) {
-            Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => row.samples.push(t.elapsed()),
-            _ => row.failures += 1,
-        }
+        let result = manyfold::blocking::Stream::connect_with(to, config());
+        row.note(t, result.is_err_and(|e| e.kind() == std::io::ErrorKind::ConnectionRefused));
     }
     Ok(row)
 }
 
 fn connect_refused_tcp(runs: usize) -> Result<Row> {
-    let mut row =
-        Row { what: "kernel TCP: connect to a closed port", target: "(anchor)", samples: vec![], failures: 0 };
+    let mut row = Row::new("kernel TCP: connect to a closed port", "(anchor)");
     for _ in 0..runs {
         let to = std::net::TcpListener::bind(localhost())?.local_addr()?;
         let t = Instant::now();
-        match std::net::TcpStream::connect(to) {
-            Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => row.samples.push(t.elapsed()),
-            _ => row.failures += 1,
-        }
+        let result = std::net::TcpStream::connect(to);
+        row.note(t, result.is_err_and(|e| e.kind() == std::io::ErrorKind::ConnectionRefused));
     }
     Ok(row)
 }
@@ -183,8 +189,7 @@ fn doomed_receiver(first: usize) -> (std::sync::mpsc::Receiver<SocketAddr>, std:
 }
 
 async fn killed_receiver(runs: usize) -> Result<Row> {
-    let mut row =
-        Row { what: "receiver killed mid-transfer: sender's error", target: "≤ 1 s", samples: vec![], failures: 0 };
+    let mut row = Row::new("receiver killed mid-transfer: sender's error", "≤ 1 s");
     let data = vec![7u8; 1 << 20];
     for _ in 0..runs {
         let (addr, receiver) = doomed_receiver(200_000);
@@ -203,21 +208,13 @@ async fn killed_receiver(runs: usize) -> Result<Row> {
                 Err(_) => break None,
             }
         };
-        match reason {
-            Some(CloseReason::Unreachable(_)) => row.samples.push(t.elapsed()),
-            _ => row.failures += 1,
-        }
+        row.note(t, matches!(reason, Some(CloseReason::Unreachable(_))));
     }
     Ok(row)
 }
 
 async fn abort_reaches_peer(runs: usize) -> Result<Row> {
-    let mut row = Row {
-        what: "peer aborts (interrupted): our read fails",
-        target: "≤ 1 s (1 RTT)",
-        samples: vec![],
-        failures: 0,
-    };
+    let mut row = Row::new("peer aborts (interrupted): our read fails", "≤ 1 s (1 RTT)");
     let server = Endpoint::bind(localhost(), config()).await?;
     server.listen();
     for _ in 0..runs {
@@ -246,12 +243,7 @@ async fn abort_reaches_peer(runs: usize) -> Result<Row> {
 /// The active closer exits after `wait_idle` at 30% loss each way; how
 /// long the passive closer's close still takes after that exit.
 async fn lossy_close(runs: usize) -> Result<Row> {
-    let mut row = Row {
-        what: "30% loss each way, closer exits after wait_idle: peer still waiting",
-        target: "≤ 2 s",
-        samples: vec![],
-        failures: 0,
-    };
+    let mut row = Row::new("30% loss each way, closer exits after wait_idle: peer still waiting", "≤ 2 s");
     let lossy = |seed| {
         let mut c = config();
         c.endpoint.connection.connect_timeout = Duration::from_secs(60);
@@ -314,12 +306,7 @@ async fn lossy_close_once(run: u64, lossy: &dyn Fn(u64) -> Config) -> Result<Opt
 /// SIGSTOP): its socket stays open, so no ICMP comes, and nothing answers.
 /// The sender's stall timeout ends it.
 async fn silent_peer(runs: usize) -> Result<Row> {
-    let mut row = Row {
-        what: "receiver hangs (no answer, no ICMP): sender gives up",
-        target: "≤ stall_timeout (15 s) + 1 s",
-        samples: vec![],
-        failures: 0,
-    };
+    let mut row = Row::new("receiver hangs (no answer, no ICMP): sender gives up", "≤ stall_timeout (15 s) + 1 s");
     let data = vec![4u8; 1 << 20];
     for _ in 0..runs {
         let (tx, rx) = std::sync::mpsc::channel();
@@ -353,10 +340,7 @@ async fn silent_peer(runs: usize) -> Result<Row> {
                 Err(_) => break None,
             }
         };
-        match reason {
-            Some(CloseReason::StallTimeout) => row.samples.push(t.elapsed()),
-            _ => row.failures += 1,
-        }
+        row.note(t, reason == Some(CloseReason::StallTimeout));
         tokio::task::spawn_blocking(move || receiver.join())
             .await?
             .map_err(|_| anyhow::anyhow!("receiver panicked"))??;

@@ -364,12 +364,7 @@ impl Endpoint {
                 }
                 self.by_peer.insert((new, rid), idx);
             }
-            if let std::collections::hash_map::Entry::Occupied(mut e) = self.per_source.entry(old.ip()) {
-                *e.get_mut() -= 1;
-                if *e.get() == 0 {
-                    e.remove();
-                }
-            }
+            self.forget_source(old.ip());
             *self.per_source.entry(new.ip()).or_insert(0) += 1;
         }
         self.touch(idx, now);
@@ -1220,12 +1215,7 @@ impl Endpoint {
         slot.scheduled = None;
         self.buffered_total -= std::mem::take(&mut slot.buffered);
         self.live -= 1;
-        if let std::collections::hash_map::Entry::Occupied(mut e) = self.per_source.entry(conn.remote().ip()) {
-            *e.get_mut() -= 1;
-            if *e.get() == 0 {
-                e.remove();
-            }
-        }
+        self.forget_source(conn.remote().ip());
         self.by_id.remove(&conn.local_id());
         if let Some(rid) = conn.remote_id() {
             if self.by_peer.get(&(conn.remote(), rid)) == Some(&idx) {
@@ -1238,6 +1228,16 @@ impl Endpoint {
         // The index may still sit in the transmit queue; a reused slot is
         // simply polled once more, which is harmless.
         self.free.push(idx);
+    }
+
+    /// One connection fewer with a peer at `ip` (spec §6.4).
+    fn forget_source(&mut self, ip: IpAddr) {
+        if let std::collections::hash_map::Entry::Occupied(mut e) = self.per_source.entry(ip) {
+            *e.get_mut() -= 1;
+            if *e.get() == 0 {
+                e.remove();
+            }
+        }
     }
 
     fn count_decode_error(&mut self, e: DecodeError) {
