@@ -96,8 +96,21 @@ impl Capture {
                 }
             }
         }
-        // dumpcap has the interface open; give the filter a moment to apply.
-        thread::sleep(Duration::from_millis(300));
+        // tshark says "Capturing on" as it starts dumpcap, before dumpcap
+        // has the interface open (200 ms later here, seconds under load).
+        // dumpcap writes the file's header once its filter is attached:
+        // until then packets pass uncaptured.
+        loop {
+            if std::fs::metadata(path).is_ok_and(|m| m.len() > 0) {
+                break;
+            }
+            if Instant::now() >= deadline {
+                let err = cap.finish();
+                panic!("tshark said it was capturing on {iface} but wrote no file header in 30 s:\n{err}");
+            }
+            thread::sleep(Duration::from_millis(20));
+        }
+        thread::sleep(Duration::from_millis(100));
         cap
     }
 
