@@ -43,8 +43,9 @@ const STREAM_RESERVE: usize = 1 << 20;
 /// Extended sequence numbers start here so that `isn - 1` never underflows.
 const SEQ_BASE: u64 = 1 << 32;
 
-/// Longest wait between repeats of a lone FIN (spec §5.4).
-const LONE_FIN_MAX_RTO: Duration = Duration::from_secs(1);
+/// Longest wait between repeats of a lone FIN, unless the RTO itself is
+/// longer (spec §5.4).
+const LONE_FIN_MAX_RTO: Duration = Duration::from_millis(250);
 
 /// RSTs are accepted only with a sequence number this close to what we expect
 /// (spec §6.5; blind injection must also guess the 32-bit connection id).

@@ -96,7 +96,9 @@ impl Connection {
         self.stats.rto_expiries += 1;
         self.rto_backoff += 1;
         self.record(now, QlogData::RtoExpired { backoff: self.rto_backoff });
-        if self.rto_backoff > self.config.max_retransmissions {
+        // A lone FIN's repeats are bounded by the stall timeout instead
+        // (spec §5.4): they come every 250 ms, and twelve would be 3 s.
+        if self.rto_backoff > self.config.max_retransmissions && !self.lone_fin() {
             let reason = match self.state {
                 State::SynSent | State::SynReceived => CloseReason::ConnectTimeout,
                 _ => CloseReason::RetransmitTimeout,
@@ -384,19 +386,25 @@ impl Connection {
         }
     }
 
-    /// The RTO with its backoff (RFC 6298 (5.5)), except for a lone FIN
-    /// after everything else was acknowledged (LAST-ACK, CLOSING): its
-    /// repeats stay at most 1 s apart (spec §5.4). A FIN is 24 bytes, and a
-    /// peer that has exited answers the next one with ICMP port
-    /// unreachable (spec §6.7): it must come soon, not minutes later.
+    /// The RTO with its backoff (RFC 6298 (5.5)), except for a lone FIN:
+    /// its repeats stay at most 250 ms apart, or one RTO if that is longer
+    /// (spec §5.4). A FIN is 24 bytes, and a peer that has exited answers
+    /// the next one with ICMP port unreachable (spec §6.7): with loss on
+    /// the path it takes a few repeats, and they must come soon, not
+    /// seconds later.
     pub(super) fn backed_off_rto(&self) -> Duration {
         let rto = self.rtt.rto(self.rto_backoff);
-        let lone_fin = matches!(self.state, State::LastAck | State::Closing) && self.sent.outstanding_data() == 0;
-        if lone_fin {
+        if self.lone_fin() {
             rto.min(self.rtt.rto(0).max(LONE_FIN_MAX_RTO))
         } else {
             rto
         }
+    }
+
+    /// LAST-ACK or CLOSING with every byte of data acknowledged: only our
+    /// FIN waits for the peer's last ack.
+    fn lone_fin(&self) -> bool {
+        matches!(self.state, State::LastAck | State::Closing) && self.sent.outstanding_data() == 0
     }
 
     fn arm_rto(&mut self, now: Instant) {

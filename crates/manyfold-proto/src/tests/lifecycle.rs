@@ -122,6 +122,32 @@ fn last_ack_ends_gracefully_when_the_peer_is_gone_with_only_our_fin_unacked() {
 }
 
 #[test]
+fn a_lone_fin_is_repeated_every_250_ms_until_the_stall_timeout() {
+    let mut p = Pair::new();
+    let ca = p.a.connect(p.now, p.b_addr).unwrap();
+    p.run_until(|p| p.a.state(ca) == Some(State::Established) && !p.events_b.is_empty());
+    let cb = p.b.accept().unwrap();
+    exchange(&mut p, ca, cb);
+    p.b.close(cb);
+    p.run_until(|p| p.a.state(ca) == Some(State::CloseWait) && p.b.state(cb) == Some(State::FinWait2));
+    // b falls silent (no ack, no ICMP) before a's FIN arrives.
+    p.loss_percent = 100;
+    let (silent_from, sent_before) = (p.now, p.a.conn_stats(ca).unwrap().packets_sent);
+    p.a.close(ca);
+    p.drain();
+    assert_eq!(p.a.state(ca), Some(State::LastAck));
+    p.run_until(|p| p.a.state(ca) == Some(State::Closed));
+    // Not max_retransmissions (12 repeats, 3 s): the stall timeout ends it.
+    assert_eq!(p.a.close_reason(ca), Some(CloseReason::StallTimeout));
+    let took = p.now - silent_from;
+    assert!(took >= Duration::from_secs(15) && took < Duration::from_secs(16), "{took:?}");
+    // Repeats at most 250 ms apart: 60 in 15 s, the first few sooner
+    // (RTO·2^k below 250 ms), then the closing RST.
+    let sent = p.a.conn_stats(ca).unwrap().packets_sent - sent_before;
+    assert!((58..=70).contains(&sent), "{sent} packets in {took:?}");
+}
+
+#[test]
 fn a_sender_whose_peer_falls_silent_gives_up_after_the_stall_timeout() {
     let mut p = Pair::new();
     let ca = p.a.connect(p.now, p.b_addr).unwrap();
