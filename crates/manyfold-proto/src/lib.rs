@@ -22,6 +22,7 @@
 
 pub mod config;
 pub mod congestion;
+mod conn_handle;
 mod connection;
 mod endpoint;
 pub mod group;
@@ -39,11 +40,12 @@ mod timer;
 pub mod wire;
 
 pub use config::{CongestionAlgorithm, ConnectionConfig, EndpointConfig};
+pub use conn_handle::ConnHandle;
 pub use connection::{
     CloseReason, ConnStats, Event, MessageOptions, PathStats, RecvError, SendError, State, StreamItem, UnreachableKind,
     INITIAL_STREAM_CREDIT,
 };
-pub use endpoint::{ConnHandle, ConnectError, Endpoint, EndpointStats, Transmit};
+pub use endpoint::{ConnectError, Endpoint, EndpointStats, Transmit};
 pub use group::{
     Destination, Eviction, GroupConfig, GroupError, GroupEvent, GroupHandle, GroupStats, Left, Mode, PeerId, PeerState,
     PeerStats, Unreachable,

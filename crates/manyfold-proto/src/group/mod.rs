@@ -9,8 +9,11 @@
 //! the parallel handshake (§14.3), live membership and eviction (§14.7).
 //!
 //! The group never touches a socket: the [`crate::Endpoint`] it belongs to
-//! hands it its members' events and timer expiries (endpoint/groups.rs).
+//! hosts it (host.rs), handing it its members' events and timer expiries
+//! and lending it its member connections through the narrow
+//! `host::Members` trait. One peer's state is in peer.rs.
 
+pub(crate) mod host;
 mod peer;
 
 pub(crate) use peer::SLOT_BITS;
@@ -20,8 +23,8 @@ use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
+use crate::conn_handle::ConnHandle;
 use crate::connection::CloseReason;
-use crate::endpoint::ConnHandle;
 use peer::Peer;
 
 /// Names a group of an endpoint.
@@ -364,8 +367,8 @@ struct GroupMsg {
 /// Period of the load and rate measurements.
 pub(crate) const TICK: Duration = Duration::from_millis(100);
 
-/// The group state machine. Its methods that act take the
-/// [`crate::Endpoint`] its members live in; see endpoint/groups.rs.
+/// The group state machine. It acts on its member connections only
+/// through its host (host.rs), which runs it.
 #[derive(Debug)]
 pub struct Group {
     pub(crate) config: GroupConfig,

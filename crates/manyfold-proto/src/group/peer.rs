@@ -7,8 +7,8 @@ use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
+use crate::conn_handle::ConnHandle;
 use crate::connection::ConnStats;
-use crate::endpoint::ConnHandle;
 
 /// Names one peer of a group. The low 20 bits are its slot, the high 12 a
 /// generation: the slot of a peer that has gone is taken by a later

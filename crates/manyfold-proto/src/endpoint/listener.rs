@@ -1,0 +1,289 @@
+//! The listener (spec §6.2–§6.6): the stateless cookie handshake that
+//! creates a connection only when a client echoes a valid cookie, the
+//! secrets behind cookies and initial sequence numbers (§6.3), the limits
+//! on what a listener takes (§6.4), RSTs for unknown connections with
+//! their rate limit (§6.5), and the anti-amplification bound on every
+//! stateless answer (§6.6).
+
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use rand_chacha::ChaCha8Rng;
+
+use super::{Endpoint, EndpointStats};
+use crate::config::EndpointConfig;
+use crate::conn_handle::ConnHandle;
+use crate::connection::{handshake_message, Connection, Event};
+use crate::handshake::{CookieBinding, ReplayCache, Secrets};
+use crate::wire::{ErrorCode, Flags, HandshakeParams, Packet, PacketType};
+
+/// Most bytes a stateless answer may have per byte of the datagram it
+/// answers (spec §6.6; QUIC's anti-amplification factor, RFC 9000 §8).
+const AMPLIFICATION: usize = 3;
+/// Most endpoint-generated packets (SYN-ACKs, RSTs) waiting to be sent.
+const MAX_RESPONSES: usize = 4096;
+/// Most cookies remembered against replay (~32 bytes each).
+const REPLAY_CACHE_LIMIT: usize = 1 << 20;
+
+/// A datagram's source and length, for the stateless answer to it.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Requester(pub SocketAddr, pub usize);
+
+/// The listener's state: everything it keeps is bounded, and nothing of
+/// it belongs to one client until a cookie echo creates the connection.
+#[derive(Debug)]
+pub(super) struct Listener {
+    listening: bool,
+    /// Cookie and ISN secrets (spec §6.2, §6.3).
+    pub secrets: Secrets,
+    replay: ReplayCache,
+    /// Stateless answers (SYN-ACKs, RSTs) waiting to be sent.
+    responses: VecDeque<(SocketAddr, Vec<u8>)>,
+    /// The RST token bucket (spec §6.5).
+    reset_rate: f64,
+    reset_tokens: f64,
+    reset_refill_at: Option<Instant>,
+    /// Connections accepted and not yet taken by the application.
+    pub accept_queue: VecDeque<ConnHandle>,
+}
+
+impl Listener {
+    pub fn new(config: &EndpointConfig, rng: &mut ChaCha8Rng, now: Instant) -> Self {
+        Listener {
+            listening: false,
+            secrets: Secrets::new(rng, now),
+            replay: ReplayCache::new(REPLAY_CACHE_LIMIT),
+            responses: VecDeque::new(),
+            reset_rate: f64::from(config.max_resets_per_sec),
+            reset_tokens: f64::from(config.max_resets_per_sec),
+            reset_refill_at: None,
+            accept_queue: VecDeque::new(),
+        }
+    }
+
+    pub fn set_listening(&mut self, on: bool) {
+        self.listening = on;
+    }
+
+    pub fn is_listening(&self) -> bool {
+        self.listening
+    }
+
+    /// Whether no stateless answer waits.
+    pub fn is_quiet(&self) -> bool {
+        self.responses.is_empty()
+    }
+
+    /// The next stateless answer to send.
+    pub fn poll_response(&mut self) -> Option<(SocketAddr, Vec<u8>)> {
+        self.responses.pop_front()
+    }
+
+    /// spec §6.5: RST (optionally with a refusal code) to a peer we hold no
+    /// state for, rate-limited by a token bucket.
+    pub fn send_reset(
+        &mut self,
+        now: Instant,
+        to: Requester,
+        (conn_id, seq): (u32, u32),
+        code: Option<ErrorCode>,
+        stats: &mut EndpointStats,
+    ) {
+        let rate = self.reset_rate;
+        if let Some(last) = self.reset_refill_at {
+            let dt = now.saturating_duration_since(last).as_secs_f64();
+            self.reset_tokens = (self.reset_tokens + dt * rate).min(rate.max(1.0));
+        }
+        self.reset_refill_at = Some(now);
+        if self.reset_tokens < 1.0 {
+            stats.resets_suppressed += 1;
+            return;
+        }
+        self.reset_tokens -= 1.0;
+        let mut p = Packet::bare(PacketType::Segment, Flags::RST, conn_id, seq, 0, 0);
+        p.error = code;
+        stats.resets_sent += 1;
+        self.queue_response(to, &p, stats);
+    }
+
+    /// Queues a stateless answer to a datagram of `to.1` bytes from `to.0`:
+    /// at most [`AMPLIFICATION`] times its size, since that address is not
+    /// validated (spec §6.6).
+    fn queue_response(&mut self, to: Requester, p: &Packet, stats: &mut EndpointStats) {
+        if p.len() > AMPLIFICATION * to.1 {
+            stats.amplification_refused += 1;
+            return;
+        }
+        if self.responses.len() >= MAX_RESPONSES {
+            stats.responses_dropped += 1;
+            return;
+        }
+        let mut v = vec![0u8; p.len()];
+        p.emit(&mut v);
+        self.responses.push_back((to.0, v));
+    }
+}
+
+impl Endpoint {
+    /// A datagram with connection id 0: only an initial SYN may carry it.
+    pub(super) fn handle_initial_syn(&mut self, now: Instant, from: SocketAddr, packet: &Packet, len: usize) {
+        let h = &packet.header;
+        let flags = h.flags;
+        if !flags.contains(Flags::SYN) || flags.contains(Flags::ACK) || flags.contains(Flags::RST) {
+            self.stats.dropped_malformed += 1;
+            return;
+        }
+        let Some(params) = packet.params.filter(|p| p.conn_id != 0) else {
+            self.stats.dropped_malformed += 1;
+            return;
+        };
+        // spec §4.3: simultaneous open, both sides in SYN-SENT.
+        if let Some(idx) = self.table.syn_sent(from) {
+            self.deliver(idx, now, packet, false);
+            return;
+        }
+        let refusal = Requester(from, len);
+        let answer = (params.conn_id, h.seq.wrapping_add(1));
+        if self.refused(now, refusal, answer) {
+            return;
+        }
+        // spec §19.2: no downgrade: protection on both sides or neither.
+        if params.is_protected() != self.config.security.is_some() {
+            self.stats.refused_protection += 1;
+            let code = Some(ErrorCode::PROTECTION_MISMATCH);
+            self.listener.send_reset(now, refusal, answer, code, &mut self.stats);
+            return;
+        }
+        self.send_syn_cookie(now, from, packet, params);
+    }
+
+    /// spec §6.4: a SYN or cookie echo the listener may not take now is
+    /// refused with a RST carrying REFUSED (`answer`: its id and sequence
+    /// number). Returns whether it was.
+    fn refused(&mut self, now: Instant, to: Requester, answer: (u32, u32)) -> bool {
+        let stats = &mut self.stats;
+        if !self.listener.is_listening() {
+            stats.refused_not_listening += 1;
+        } else if self.listener.accept_queue.len() >= self.config.accept_backlog
+            || self.table.live() >= self.config.max_connections
+        {
+            stats.refused_backlog += 1;
+        } else if self.table.conns_from(to.0) >= self.config.max_connections_per_source {
+            stats.refused_per_source += 1;
+        } else {
+            return false;
+        }
+        self.listener.send_reset(now, to, answer, Some(ErrorCode::REFUSED), stats);
+        true
+    }
+
+    /// spec §6.2: answer a SYN with a SYN-ACK carrying a cookie, keeping no state.
+    fn send_syn_cookie(&mut self, now: Instant, from: SocketAddr, syn: &Packet, params: HandshakeParams) {
+        let server_id = self.table.fresh_id(&mut self.rng);
+        let client_isn = syn.header.seq;
+        let secrets = &self.listener.secrets;
+        let server_isn = secrets.isn(now, from, (params.conn_id, server_id));
+        let max_datagram =
+            self.config.connection.max_datagram.min(params.max_datagram.max(crate::connection::MIN_DATAGRAM));
+        let binding = CookieBinding { peer: from, client_isn, server_isn, server_id };
+        let cookie = secrets.make_cookie(now, params.conn_id, params.max_datagram, binding);
+        let mut p = Packet::bare(
+            PacketType::Segment,
+            Flags::SYN | Flags::ACK,
+            params.conn_id,
+            server_isn,
+            client_isn.wrapping_add(1),
+            crate::connection::advertised_window(crate::connection::initial_window(self.config.connection.recv_buffer)),
+        );
+        let features = if self.config.security.is_some() { HandshakeParams::PROTECTED } else { 0 };
+        p.params = Some(HandshakeParams { conn_id: server_id, max_datagram, features });
+        p.cookie = Some(cookie);
+        self.stats.syn_cookies_sent += 1;
+        self.listener.queue_response(Requester(from, syn.len()), &p, &mut self.stats);
+    }
+
+    /// spec §6.2: a valid cookie echo creates the connection, ESTABLISHED.
+    pub(super) fn handle_cookie_echo(&mut self, now: Instant, from: SocketAddr, packet: &Packet) {
+        let Some(cookie) = packet.cookie else { return };
+        let h = &packet.header;
+        let binding = CookieBinding {
+            peer: from,
+            client_isn: h.seq.wrapping_sub(1),
+            server_isn: h.ack.wrapping_sub(1),
+            server_id: h.conn_id,
+        };
+        if !h.flags.contains(Flags::ACK)
+            || !self.listener.secrets.check_cookie(now, self.config.cookie_lifetime, &cookie, &binding)
+        {
+            self.stats.cookies_rejected += 1;
+            return;
+        }
+        let refusal = Requester(from, packet.len());
+        let answer = (cookie.client_id, h.seq.wrapping_add(1));
+        if self.refused(now, refusal, answer) {
+            return;
+        }
+        if self.table.by_id(h.conn_id).is_some() || h.conn_id == 0 || cookie.client_id == 0 {
+            // Our id collides with a live connection of another peer (a
+            // 2^-32 event): drop; the client's echo retransmissions fail
+            // alike until it gives up with RetransmitTimeout.
+            self.stats.cookies_rejected += 1;
+            return;
+        }
+        // spec §6.2: each cookie creates at most one connection.
+        let timestamp = self.listener.secrets.timestamp(now);
+        if !self.listener.replay.admit(now, &cookie, self.config.cookie_lifetime, timestamp) {
+            self.stats.cookies_replayed += 1;
+            return;
+        }
+        // spec §19.2: a protected listener takes only an echo that carries
+        // the client's first handshake message, and a plain one none.
+        let protected = self.config.security.is_some();
+        if protected != handshake_message(packet).is_some() {
+            self.stats.refused_protection += 1;
+            let code = Some(ErrorCode::PROTECTION_MISMATCH);
+            self.listener.send_reset(now, refusal, answer, code, &mut self.stats);
+            return;
+        }
+        let security = self.security(false);
+        let max_datagram = self.config.connection.max_datagram.min(cookie.client_max_datagram);
+        // The cookie's age is the SYN-ACK round trip (ms resolution).
+        let rtt = Duration::from_millis(u64::from(timestamp.wrapping_sub(cookie.timestamp)));
+        let conn = Connection::new_server(
+            self.config.connection.clone(),
+            now,
+            from,
+            h.conn_id,
+            cookie.client_id,
+            binding.server_isn,
+            binding.client_isn,
+            max_datagram,
+            rtt,
+            security,
+        );
+        self.accept_new(now, conn, protected, packet);
+    }
+
+    /// A connection a cookie echo created: queued for `accept`, or held
+    /// until its handshake proves the peer.
+    fn accept_new(&mut self, now: Instant, conn: Connection, protected: bool, echo: &Packet) {
+        let handle = self.table.insert(conn);
+        self.stats.connections_accepted += 1;
+        if protected {
+            // spec §19.2: the engine holds it until its handshake proves
+            // the peer; then its Incoming event queues it for accept().
+            // Closed before that, it is freed unseen (released).
+            let slot = self.table.slot_mut(handle.index());
+            slot.held = true;
+            slot.released = true;
+        } else {
+            self.listener.accept_queue.push_back(handle);
+            self.events.push_back((handle, Event::Incoming));
+        }
+        // The echo itself is the client's first sequenced packet: let the
+        // connection process it like any other (it may carry data, or the
+        // first handshake message).
+        self.deliver(handle.index(), now, echo, false);
+    }
+}

@@ -1,0 +1,117 @@
+//! Scheduling (spec §2): which connection the endpoint looks at next. A
+//! heap of timer deadlines and a queue of connections that may have
+//! something to send keep the cost of each call independent of the number
+//! of connections; a transmit is one connection's datagrams batched for
+//! GSO.
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, VecDeque};
+use std::time::Instant;
+
+use super::table::{Slot, Table};
+use crate::connection::Connection;
+
+/// The timer heap and the transmit queue.
+#[derive(Debug, Default)]
+pub(super) struct Schedule {
+    /// (deadline, slot, generation): an entry is live only while it is
+    /// its slot's `scheduled` deadline in that generation.
+    timers: BinaryHeap<Reverse<(Instant, u32, u32)>>,
+    transmit_queue: VecDeque<u32>,
+}
+
+impl Schedule {
+    /// Marks slot `idx` as possibly having something to send.
+    pub fn mark(&mut self, idx: u32, slot: &mut Slot) {
+        if slot.conn.is_some() && !slot.queued_for_transmit {
+            slot.queued_for_transmit = true;
+            self.transmit_queue.push_back(idx);
+        }
+    }
+
+    /// Slot `idx`'s connection now wants to wake at `deadline`.
+    ///
+    /// A heap entry is pushed only when the deadline moves earlier: a
+    /// later deadline leaves the old entry, which fires early, finds
+    /// nothing due and reschedules. The heap thus stays near one entry
+    /// per connection although the keep-alive moves with every packet.
+    pub fn arm(&mut self, idx: u32, slot: &mut Slot, deadline: Instant) {
+        if slot.scheduled.is_none_or(|s| deadline < s) {
+            slot.scheduled = Some(deadline);
+            self.timers.push(Reverse((deadline, idx, slot.generation)));
+        }
+    }
+
+    /// The next slot whose live timer entry is due at `now`, its entry
+    /// consumed; stale entries on the way are dropped.
+    pub fn pop_due(&mut self, now: Instant, table: &mut Table) -> Option<u32> {
+        while let Some(&Reverse((t, idx, gen))) = self.timers.peek() {
+            if t > now {
+                return None;
+            }
+            self.timers.pop();
+            let slot = table.slot_mut(idx);
+            if slot.generation != gen || slot.scheduled != Some(t) {
+                continue; // stale entry
+            }
+            slot.scheduled = None;
+            return Some(idx);
+        }
+        None
+    }
+
+    /// The earliest live deadline; stale entries in front are dropped.
+    pub fn next_deadline(&mut self, table: &Table) -> Option<Instant> {
+        while let Some(&Reverse((t, idx, gen))) = self.timers.peek() {
+            let slot = table.slot(idx);
+            if slot.generation == gen && slot.scheduled == Some(t) {
+                return Some(t);
+            }
+            self.timers.pop();
+        }
+        None
+    }
+
+    /// The next slot queued for transmit, its mark cleared.
+    pub fn next_to_transmit(&mut self, table: &mut Table) -> Option<u32> {
+        let idx = self.transmit_queue.pop_front()?;
+        table.slot_mut(idx).queued_for_transmit = false;
+        Some(idx)
+    }
+}
+
+/// Writes up to `max_datagrams` of `conn`'s datagrams into `buf` behind
+/// what it holds. Returns how many, and the size of each but the last.
+///
+/// spec §2: a batch is datagrams of one size (the first one's), the last
+/// possibly shorter; the connection never writes more than the room it is
+/// given, and declines what does not fit.
+pub(super) fn fill_batch(
+    conn: &mut Connection,
+    now: Instant,
+    max_datagrams: usize,
+    buf: &mut Vec<u8>,
+) -> (usize, usize) {
+    let mut count = 0;
+    let mut segment = conn.wire_max_datagram() as usize;
+    while count < max_datagrams.max(1) {
+        let start = buf.len();
+        buf.resize(start + segment, 0);
+        match conn.poll_transmit(now, &mut buf[start..]) {
+            Some(n) => {
+                buf.truncate(start + n);
+                count += 1;
+                if count == 1 {
+                    segment = n;
+                } else if n < segment {
+                    break;
+                }
+            }
+            None => {
+                buf.truncate(start);
+                break;
+            }
+        }
+    }
+    (count, segment)
+}
