@@ -137,7 +137,7 @@ impl World {
         for (i, ep) in [&self.net.a, &self.net.b].into_iter().enumerate() {
             assert!(ep.connection_count() <= 2, "connections pile up");
             if let Some(h) = self.conn[i] {
-                if let Some(st) = ep.conn_stats(h) {
+                if let Some(st) = ep.conn(h).stats() {
                     assert!(
                         st.unacked_bytes as usize <= SEND_BUFFER,
                         "unacked bytes {} over the send buffer",
@@ -154,7 +154,7 @@ impl World {
         let off = self.flows[dir].sent_bytes[usize::from(s)];
         let data: Vec<u8> = (0..len as u64).map(|i| byte_at(dir, s, off + i)).collect();
         let (ep, Some(h)) = self.side(b) else { return };
-        if let Ok(n) = ep.stream_send(h, s, &data) {
+        if let Ok(n) = ep.conn_mut(h).stream_send(s, &data) {
             self.flows[dir].sent_bytes[usize::from(s)] += n as u64;
         }
     }
@@ -168,7 +168,7 @@ impl World {
             _ => tagged_msg(dir, s, self.flows[dir].tagged_sent[si], len),
         };
         let (ep, Some(h)) = self.side(b) else { return };
-        if ep.send_message(h, now, s, &msg, opts).is_ok() {
+        if ep.conn_mut(h).send_message(now, s, &msg, opts).is_ok() {
             match class(s) {
                 Class::Ordered => self.flows[dir].ordered[si].push(len),
                 _ => self.flows[dir].tagged_sent[si] += 1,
@@ -252,7 +252,7 @@ impl World {
         let mut buf = std::mem::take(&mut self.buf);
         buf.resize(max.max(1), 0);
         let (ep, Some(h)) = self.side(b) else { return };
-        let got = ep.stream_recv(h, s, &mut buf);
+        let got = ep.conn_mut(h).stream_recv(s, &mut buf);
         match got {
             Ok(Some(0)) => self.got_end(dir, s),
             Ok(Some(n)) => self.got_bytes(dir, s, &buf[..n]),
@@ -266,8 +266,8 @@ impl World {
         let dir = usize::from(!b);
         let (ep, Some(h)) = self.side(b) else { return };
         let got = match s {
-            Some(s) => ep.recv_message_on(h, s).map(|o| o.map(|i| (s, i))),
-            None => ep.recv_message(h),
+            Some(s) => ep.conn_mut(h).recv_message_on(s).map(|o| o.map(|i| (s, i))),
+            None => ep.conn_mut(h).recv_message(),
         };
         if let Ok(Some((s, item))) = got {
             self.got_item(dir, s, item);
@@ -377,7 +377,7 @@ fuzz_target!(|data: &[u8]| {
                 // once accepted and silently lost: artifacts-found/
                 // connection_ops/reopened-empty-finished-stream-loses-data).
                 if let (ep, Some(h)) = w.side(side) {
-                    if ep.finish_stream(h, s).is_ok() {
+                    if ep.conn_mut(h).finish_stream(s).is_ok() {
                         w.flows[dir].finished[usize::from(s)] = true;
                     }
                 }
@@ -387,7 +387,7 @@ fuzz_target!(|data: &[u8]| {
                 let code = r.u16();
                 w.flows[usize::from(side)].cut[usize::from(s)] = true;
                 if let (ep, Some(h)) = w.side(side) {
-                    ep.reset_stream(h, s, code);
+                    ep.conn_mut(h).reset_stream(s, code);
                 }
             }
             9 => {
@@ -395,20 +395,20 @@ fuzz_target!(|data: &[u8]| {
                 let code = r.u16();
                 w.flows[usize::from(!side)].cut[usize::from(s)] = true;
                 if let (ep, Some(h)) = w.side(side) {
-                    ep.stop_stream(h, s, code);
+                    ep.conn_mut(h).stop_stream(s, code);
                 }
             }
             10 => {
                 let s = u16::from(r.u8()) % STREAMS;
                 let (p, wt) = (r.u8(), r.u16());
                 if let (ep, Some(h)) = w.side(side) {
-                    ep.set_stream_priority(h, s, p, wt);
+                    ep.conn_mut(h).set_stream_priority(s, p, wt);
                 }
             }
             11 => {
                 let dir = usize::from(side);
                 if let (ep, Some(h)) = w.side(side) {
-                    ep.close(h);
+                    ep.conn_mut(h).close();
                     w.flows[dir].finished = [true; STREAMS as usize];
                 }
             }
@@ -416,14 +416,14 @@ fuzz_target!(|data: &[u8]| {
                 let code = r.u16();
                 let now = w.net.now;
                 if let (ep, Some(h)) = w.side(side) {
-                    ep.abort(h, now, ErrorCode(code));
+                    ep.conn_mut(h).abort(now, ErrorCode(code));
                 }
             }
             13 => {
                 if op & 0x40 != 0 {
                     if let (ep, Some(h)) = w.side(side) {
                         // Releasing a connection closes it (a FIN follows the data).
-                        ep.release(h);
+                        ep.conn_mut(h).release();
                         w.conn[usize::from(side)] = None;
                         w.flows[usize::from(side)].finished = [true; STREAMS as usize];
                     }

@@ -301,16 +301,16 @@ impl World {
         match what % 8 {
             0 => {
                 let data = vec![what; usize::from(arg) * 4];
-                let _ = ep.stream_send(h, stream, &data);
+                let _ = ep.conn_mut(h).stream_send(stream, &data);
             }
             1 => {
                 let mut buf = vec![0u8; 65_536];
-                while let Ok(Some(n)) = ep.stream_recv(h, stream, &mut buf) {
+                while let Ok(Some(n)) = ep.conn_mut(h).stream_recv(stream, &mut buf) {
                     if n == 0 {
                         break;
                     }
                 }
-                while let Ok(Some(_)) = ep.recv_message(h) {}
+                while let Ok(Some(_)) = ep.conn_mut(h).recv_message() {}
             }
             2 => {
                 let opts = manyfold_proto::MessageOptions {
@@ -318,18 +318,18 @@ impl World {
                     lifetime: (arg & 2 == 2).then_some(Duration::from_millis(u64::from(arg >> 4))),
                     max_retransmissions: (arg & 4 == 4).then_some(u32::from(arg >> 12)),
                 };
-                let _ = ep.send_message(h, now, stream, &vec![1u8; usize::from(arg) % 3000], opts);
+                let _ = ep.conn_mut(h).send_message(now, stream, &vec![1u8; usize::from(arg) % 3000], opts);
             }
-            3 => ep.close(h),
-            4 => ep.abort(h, now, ErrorCode(arg)),
+            3 => ep.conn_mut(h).close(),
+            4 => ep.conn_mut(h).abort(now, ErrorCode(arg)),
             5 => {
-                ep.release(h);
+                ep.conn_mut(h).release();
                 conns.retain(|&c| c != h);
             }
             6 => {
-                let _ = ep.finish_stream(h, stream);
-                ep.reset_stream(h, (stream + 1) % 10, arg);
-                ep.stop_stream(h, (stream + 2) % 10, arg);
+                let _ = ep.conn_mut(h).finish_stream(stream);
+                ep.conn_mut(h).reset_stream((stream + 1) % 10, arg);
+                ep.conn_mut(h).stop_stream((stream + 2) % 10, arg);
             }
             _ => {
                 if server {

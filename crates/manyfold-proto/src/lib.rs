@@ -8,8 +8,9 @@
 //! 1. input: [`Endpoint::handle_datagram`] for each received datagram and
 //!    [`Endpoint::handle_timeout`] once `now` has reached
 //!    [`Endpoint::poll_timeout`];
-//! 2. application commands: [`Endpoint::connect`], [`Endpoint::send`],
-//!    [`Endpoint::recv`], [`Endpoint::close`], [`Endpoint::abort`], ...;
+//! 2. application commands: [`Endpoint::connect`], and on a connection
+//!    ([`Endpoint::conn_mut`]) [`ConnMut::send`], [`ConnMut::recv`],
+//!    [`ConnMut::close`], [`ConnMut::abort`], ...;
 //! 3. output: [`Endpoint::poll_transmit`] until it returns `None`, then
 //!    [`Endpoint::poll_event`] until `None`, then [`Endpoint::poll_timeout`]
 //!    for the next deadline to sleep until.
@@ -45,7 +46,7 @@ pub use connection::{
     CloseReason, ConnStats, Event, MessageOptions, PathStats, RecvError, SendError, State, StreamItem, UnreachableKind,
     INITIAL_STREAM_CREDIT,
 };
-pub use endpoint::{ConnectError, Endpoint, EndpointStats, Transmit};
+pub use endpoint::{ConnMut, ConnRef, ConnectError, Endpoint, EndpointStats, Transmit};
 pub use group::{
     Destination, Eviction, GroupConfig, GroupError, GroupEvent, GroupHandle, GroupStats, Left, Mode, PeerId, PeerState,
     PeerStats, Unreachable,

@@ -68,13 +68,13 @@ impl Source {
     pub fn push(&mut self, ep: &mut Endpoint, h: ConnHandle) -> Result<u64, String> {
         let mut taken = 0;
         while self.sent < self.total {
-            let room = ep.send_capacity(h).min(CHUNK);
+            let room = ep.conn_mut(h).send_capacity().min(CHUNK);
             let n = room.min(usize::try_from(self.total - self.sent).unwrap_or(usize::MAX));
             if n == 0 {
                 break;
             }
             pattern(self.seed, self.sent, &mut self.buf[..n]);
-            let k = ep.send(h, &self.buf[..n]).map_err(|e| format!("send at offset {}: {e}", self.sent))?;
+            let k = ep.conn_mut(h).send(&self.buf[..n]).map_err(|e| format!("send at offset {}: {e}", self.sent))?;
             self.sent += k as u64;
             taken += k as u64;
             if k < n {
@@ -139,7 +139,7 @@ impl Sink {
         while !self.eof && total < limit as u64 {
             let n = (limit - total as usize).min(CHUNK);
             let mut buf = std::mem::take(&mut self.buf);
-            let r = ep.recv(h, &mut buf[..n]);
+            let r = ep.conn_mut(h).recv(&mut buf[..n]);
             let step = match r {
                 Ok(None) => None,
                 Ok(Some(0)) => {
@@ -181,7 +181,7 @@ struct Side {
 impl Side {
     fn pump(&mut self, ep: &mut Endpoint) -> Result<(), String> {
         let Some(h) = self.conn else { return Ok(()) };
-        if matches!(ep.state(h), Some(State::SynSent | State::SynReceived)) {
+        if matches!(ep.conn(h).state(), Some(State::SynSent | State::SynReceived)) {
             return Ok(());
         }
         if !self.out.is_done() {
@@ -192,7 +192,7 @@ impl Side {
         }
         if !self.closed_send && self.out.is_done() && (self.closes_first || self.out.total > 0 || self.input.is_done())
         {
-            ep.close(h);
+            ep.conn_mut(h).close();
             self.closed_send = true;
         }
         Ok(())
@@ -200,7 +200,9 @@ impl Side {
 
     fn finished(&self, ep: &Endpoint) -> bool {
         let Some(h) = self.conn else { return false };
-        self.input.is_done() && self.closed_send && matches!(ep.state(h), None | Some(State::Closed | State::TimeWait))
+        self.input.is_done()
+            && self.closed_send
+            && matches!(ep.conn(h).state(), None | Some(State::Closed | State::TimeWait))
     }
 }
 
@@ -286,10 +288,10 @@ impl Transfer {
             let client_addr = self.client.addr;
             let ep = w.endpoint_mut(self.server.addr);
             if let Some(h) = ep.accept() {
-                if ep.remote_addr(h) == Some(client_addr) {
+                if ep.conn(h).remote_addr() == Some(client_addr) {
                     self.server.conn = Some(h);
                 } else {
-                    self.error = Some(format!("server accepted a connection from {:?}", ep.remote_addr(h)));
+                    self.error = Some(format!("server accepted a connection from {:?}", ep.conn(h).remote_addr()));
                     return true;
                 }
             }
@@ -303,8 +305,8 @@ impl Transfer {
             }
         }
         if let Some(h) = self.client.conn {
-            if w.endpoint(self.client.addr).state(h) == Some(State::Closed) && !self.client.input.is_done() {
-                let why = w.endpoint(self.client.addr).close_reason(h);
+            if w.endpoint(self.client.addr).conn(h).state() == Some(State::Closed) && !self.client.input.is_done() {
+                let why = w.endpoint(self.client.addr).conn(h).close_reason();
                 self.error = Some(format!("client connection closed early: {why:?}"));
                 return true;
             }
@@ -334,26 +336,26 @@ impl Transfer {
                 self.seed,
                 self.client.out.total,
                 self.server.out.total,
-                w.endpoint(self.client.addr).state(self.client_conn()),
-                self.server.conn.and_then(|h| w.endpoint(self.server.addr).state(h)),
+                w.endpoint(self.client.addr).conn(self.client_conn()).state(),
+                self.server.conn.and_then(|h| w.endpoint(self.server.addr).conn(h).state()),
             ));
         }
         let mut report = self.report(w);
         let (c, s) = (self.client_conn(), self.server.conn.expect("finished"));
         let closed = |w: &World| {
-            w.endpoint(self.client.addr).state(c) == Some(State::Closed)
-                && w.endpoint(self.server.addr).state(s) == Some(State::Closed)
+            w.endpoint(self.client.addr).conn(c).state() == Some(State::Closed)
+                && w.endpoint(self.server.addr).conn(s).state() == Some(State::Closed)
         };
         if !w.run_until(|w| closed(w), deadline.saturating_sub(w.elapsed())) {
             return Err(format!(
                 "data done but not closed after {max:?} (seed {}): client {:?}, server {:?}",
                 self.seed,
-                w.endpoint(self.client.addr).state(c),
-                w.endpoint(self.server.addr).state(s)
+                w.endpoint(self.client.addr).conn(c).state(),
+                w.endpoint(self.server.addr).conn(s).state()
             ));
         }
-        report.client_close = w.endpoint(self.client.addr).close_reason(c);
-        report.server_close = w.endpoint(self.server.addr).close_reason(s);
+        report.client_close = w.endpoint(self.client.addr).conn(c).close_reason();
+        report.server_close = w.endpoint(self.server.addr).conn(s).close_reason();
         Ok(report)
     }
 
@@ -364,10 +366,10 @@ impl Transfer {
         let h = self.client_conn();
         TransferReport {
             duration: w.elapsed() - self.started,
-            client: c.conn_stats(h).unwrap_or_default(),
-            server: self.server.conn.and_then(|h| s.conn_stats(h)).unwrap_or_default(),
-            client_close: c.close_reason(h),
-            server_close: self.server.conn.and_then(|h| s.close_reason(h)),
+            client: c.conn(h).stats().unwrap_or_default(),
+            server: self.server.conn.and_then(|h| s.conn(h).stats()).unwrap_or_default(),
+            client_close: c.conn(h).close_reason(),
+            server_close: self.server.conn.and_then(|h| s.conn(h).close_reason()),
         }
     }
 }

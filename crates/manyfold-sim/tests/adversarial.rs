@@ -99,7 +99,7 @@ fn injected_packets_with_guessed_ids_and_sequence_numbers_change_nothing() {
     // The aimed ones reached the connection: out of window (dropped), or
     // by chance inside it, where they are caught by the stream check (the
     // transfer verified every byte either way).
-    let sc = w.endpoint(server()).conn_stats(t.server_conn().expect("accepted")).expect("server");
+    let sc = w.endpoint(server()).conn(t.server_conn().expect("accepted")).stats().expect("server");
     // About half the guesses land ahead of the window, half behind it (duplicates).
     assert!(sc.out_of_window > aimed / 5, "{aimed}: {sc:?} (seed {seed})");
     let s = *w.endpoint(server()).stats();
@@ -140,7 +140,7 @@ fn replayed_packets_are_dropped_as_duplicates_and_change_nothing() {
     });
     let next = replayed.len();
     assert!(next > 1000, "replayed {next} datagrams (seed {seed})");
-    let s = w.endpoint(server()).conn_stats(t.server_conn().expect("accepted")).expect("server");
+    let s = w.endpoint(server()).conn(t.server_conn().expect("accepted")).stats().expect("server");
     assert!(s.duplicate_packets > 500, "{s:?} (seed {seed})");
     assert_eq!(w.endpoint(server()).stats().connections_accepted, 1, "the replayed echo made no second connection");
 }
@@ -176,7 +176,7 @@ fn legitimate_clients_all_connect_during_a_spoofed_syn_flood() {
     }
     w.run_for(Duration::from_secs(2));
     for (c, h) in &handles {
-        assert_eq!(w.endpoint(*c).state(*h), Some(State::Established), "{c} (seed {seed})");
+        assert_eq!(w.endpoint(*c).conn(*h).state(), Some(State::Established), "{c} (seed {seed})");
     }
     let s = *w.endpoint(server()).stats();
     assert_eq!(s.connections_accepted, clients.len() as u64, "{s:?} (seed {seed})");
@@ -197,13 +197,13 @@ fn a_peer_that_never_reads_is_given_up_after_the_zero_window_timeout() {
     let closed = w.run_until(
         |w| {
             let _ = w.act(client(), |ep, _| source.push(ep, c));
-            let st = w.endpoint(client()).conn_stats(c).expect("client");
+            let st = w.endpoint(client()).conn(c).stats().expect("client");
             most_unacked = most_unacked.max(st.unacked_bytes);
-            w.endpoint(client()).state(c) == Some(State::Closed)
+            w.endpoint(client()).conn(c).state() == Some(State::Closed)
         },
         Duration::from_secs(300),
     );
-    assert!(closed, "still {:?} (seed {seed})", w.endpoint(client()).state(c));
+    assert!(closed, "still {:?} (seed {seed})", w.endpoint(client()).conn(c).state());
     let (at, why) = w.closed(client(), c).expect("closed");
     assert_eq!(why, CloseReason::ZeroWindowTimeout, "seed {seed}");
     // The window closed within a second or two; then 20 s, plus at most
@@ -264,11 +264,12 @@ fn one_address_cannot_hold_more_than_its_share_of_connections() {
     }
     let other = w.connect(addr(41), server());
     w.run_for(Duration::from_secs(1));
-    let established = crowd.iter().filter(|c| w.endpoint(**c).state(handles[*c]) == Some(State::Established)).count();
+    let established =
+        crowd.iter().filter(|c| w.endpoint(**c).conn(handles[*c]).state() == Some(State::Established)).count();
     let refused =
-        crowd.iter().filter(|c| w.endpoint(**c).close_reason(handles[*c]) == Some(CloseReason::Refused)).count();
+        crowd.iter().filter(|c| w.endpoint(**c).conn(handles[*c]).close_reason() == Some(CloseReason::Refused)).count();
     assert_eq!((established, refused), (5, 3), "seed {seed}");
-    assert_eq!(w.endpoint(addr(41)).state(other), Some(State::Established), "another host still gets in");
+    assert_eq!(w.endpoint(addr(41)).conn(other).state(), Some(State::Established), "another host still gets in");
     assert_eq!(w.endpoint(server()).stats().refused_per_source, 3, "seed {seed}");
 }
 

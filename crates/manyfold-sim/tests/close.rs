@@ -29,7 +29,7 @@ fn half_close_keeps_receiving() {
     let mut request = Source::new(1, 100_000);
     let mut request_in = Sink::new(1, 100_000);
     w.act(client(), |ep, _| request.push(ep, c)).unwrap();
-    w.act(client(), |ep, _| ep.close(c));
+    w.act(client(), |ep, _| ep.conn_mut(c).close());
     assert!(
         w.run_until(
             |w| w.act(server(), |ep, _| request_in.pull(ep, s, usize::MAX)).is_ok() && request_in.is_done(),
@@ -37,11 +37,11 @@ fn half_close_keeps_receiving() {
         ),
         "server never read the request and its end (seed {seed})"
     );
-    assert_eq!(w.endpoint(server()).state(s), Some(State::CloseWait), "seed {seed}");
+    assert_eq!(w.endpoint(server()).conn(s).state(), Some(State::CloseWait), "seed {seed}");
     assert!(
         wait_state(&mut w, client(), c, State::FinWait2, Duration::from_secs(10)),
         "{:?} (seed {seed})",
-        w.endpoint(client()).state(c)
+        w.endpoint(client()).conn(c).state()
     );
 
     // Only now does the server answer, with much more than the request.
@@ -51,7 +51,7 @@ fn half_close_keeps_receiving() {
         |w| {
             w.act(server(), |ep, _| response.push(ep, s)).unwrap();
             if response.is_done() {
-                w.act(server(), |ep, _| ep.close(s));
+                w.act(server(), |ep, _| ep.conn_mut(s).close());
             }
             let r = w.act(client(), |ep, _| response_in.pull(ep, c, usize::MAX));
             assert!(r.is_ok(), "{r:?} (seed {seed})");
@@ -70,8 +70,8 @@ fn send_after_close_is_refused() {
     let seed = 302;
     let mut w = pair(seed, LinkConfig::default(), quick());
     let (c, _) = establish(&mut w);
-    w.act(client(), |ep, _| ep.close(c));
-    let r = w.act(client(), |ep, _| ep.send(c, b"late"));
+    w.act(client(), |ep, _| ep.conn_mut(c).close());
+    let r = w.act(client(), |ep, _| ep.conn_mut(c).send(b"late"));
     assert!(r.is_err(), "send after close accepted: {r:?} (seed {seed})");
 }
 
@@ -80,18 +80,18 @@ fn active_closer_waits_in_time_wait_then_frees_its_state() {
     let seed = 303;
     let mut w = pair(seed, faulty(0.0), quick());
     let (c, s) = establish(&mut w);
-    w.act(client(), |ep, _| ep.close(c));
+    w.act(client(), |ep, _| ep.conn_mut(c).close());
     // The server reads the end of stream and closes too.
     let mut sink = Sink::new(0, 0);
     assert!(w.run_until(
         |w| w.act(server(), |ep, _| sink.pull(ep, s, usize::MAX)).is_ok() && sink.is_done(),
         Duration::from_secs(10)
     ));
-    w.act(server(), |ep, _| ep.close(s));
+    w.act(server(), |ep, _| ep.conn_mut(s).close());
     assert!(wait_state(&mut w, client(), c, State::TimeWait, Duration::from_secs(10)), "seed {seed}");
     let entered = w.elapsed();
-    w.act(client(), |ep, _| ep.release(c));
-    w.act(server(), |ep, _| ep.release(s));
+    w.act(client(), |ep, _| ep.conn_mut(c).release());
+    w.act(server(), |ep, _| ep.conn_mut(s).release());
     assert!(
         w.run_until(|w| w.endpoint(server()).connection_count() == 0, Duration::from_secs(5)),
         "passive closer kept its state (seed {seed})"
@@ -117,14 +117,14 @@ fn unreleased_connection_stays_counted_after_close() {
     let seed = 304;
     let mut w = pair(seed, LinkConfig::default(), quick());
     let (c, s) = establish(&mut w);
-    w.act(client(), |ep, _| ep.close(c));
-    w.act(server(), |ep, _| ep.close(s));
+    w.act(client(), |ep, _| ep.conn_mut(c).close());
+    w.act(server(), |ep, _| ep.conn_mut(s).close());
     w.run_for(Duration::from_secs(20));
-    assert_eq!(w.endpoint(client()).state(c), Some(State::Closed), "seed {seed}");
+    assert_eq!(w.endpoint(client()).conn(c).state(), Some(State::Closed), "seed {seed}");
     assert_eq!(w.endpoint(client()).connection_count(), 1, "the handle is still held (seed {seed})");
-    w.act(client(), |ep, _| ep.release(c));
+    w.act(client(), |ep, _| ep.conn_mut(c).release());
     assert_eq!(w.endpoint(client()).connection_count(), 0, "seed {seed}");
-    assert_eq!(w.endpoint(client()).state(c), None, "stale handle (seed {seed})");
+    assert_eq!(w.endpoint(client()).conn(c).state(), None, "stale handle (seed {seed})");
 }
 
 #[test]
@@ -132,16 +132,16 @@ fn lost_final_ack_is_repeated_from_time_wait() {
     let seed = 305;
     let mut w = pair(seed, LinkConfig::default(), quick());
     let (c, s) = establish(&mut w);
-    w.act(client(), |ep, _| ep.close(c));
+    w.act(client(), |ep, _| ep.conn_mut(c).close());
     assert!(wait_state(&mut w, client(), c, State::FinWait2, Duration::from_secs(5)), "seed {seed}");
     // The client's ack of the server's FIN is lost once.
     w.set_drop_rule(drop_first(1, client(), server(), is_pure_ack));
-    w.act(server(), |ep, _| ep.close(s));
+    w.act(server(), |ep, _| ep.conn_mut(s).close());
     assert!(wait_state(&mut w, client(), c, State::TimeWait, Duration::from_secs(5)), "seed {seed}");
     assert!(
         w.run_until(|w| w.closed(server(), s).is_some(), Duration::from_secs(5)),
         "server stuck in {:?} (seed {seed})",
-        w.endpoint(server()).state(s)
+        w.endpoint(server()).conn(s).state()
     );
     assert_eq!(w.dropped_by_rule(), 1, "seed {seed}");
     assert_eq!(w.closed(server(), s).unwrap().1, CloseReason::Graceful, "seed {seed}");
@@ -154,13 +154,13 @@ fn simultaneous_close_goes_through_closing_to_time_wait_and_closed() {
     let (c, s) = establish(&mut w);
     w.run_for(Duration::from_secs(1));
     // Both close at the same instant: the FINs cross.
-    w.endpoint_mut(client()).close(c);
-    w.endpoint_mut(server()).close(s);
+    w.endpoint_mut(client()).conn_mut(c).close();
+    w.endpoint_mut(server()).conn_mut(s).close();
     let mut seen = (Vec::new(), Vec::new());
     let ok = w.run_until(
         |w| {
-            let a = w.endpoint(client()).state(c).unwrap();
-            let b = w.endpoint(server()).state(s).unwrap();
+            let a = w.endpoint(client()).conn(c).state().unwrap();
+            let b = w.endpoint(server()).conn(s).state().unwrap();
             if seen.0.last() != Some(&a) {
                 seen.0.push(a);
             }
@@ -189,8 +189,8 @@ fn simultaneous_close_with_data_in_flight_delivers_everything() {
     let (mut up_in, mut down_in) = (Sink::new(1, 300_000), Sink::new(2, 300_000));
     w.act(client(), |ep, _| up.push(ep, c)).unwrap();
     w.act(server(), |ep, _| down.push(ep, s)).unwrap();
-    w.endpoint_mut(client()).close(c);
-    w.endpoint_mut(server()).close(s);
+    w.endpoint_mut(client()).conn_mut(c).close();
+    w.endpoint_mut(server()).conn_mut(s).close();
     let ok = w.run_until(
         |w| {
             w.act(server(), |ep, _| up_in.pull(ep, s, usize::MAX)).unwrap();
@@ -204,8 +204,8 @@ fn simultaneous_close_with_data_in_flight_delivers_everything() {
         "{} / {} bytes, {:?} / {:?} (seed {seed})",
         up_in.received(),
         down_in.received(),
-        w.endpoint(client()).state(c),
-        w.endpoint(server()).state(s)
+        w.endpoint(client()).conn(c).state(),
+        w.endpoint(server()).conn(s).state()
     );
 }
 
@@ -218,13 +218,13 @@ fn data_to_a_peer_that_lost_its_state_is_reset() {
     w.remove_node(server());
     w.add_node(server(), quick());
     w.endpoint_mut(server()).set_listening(true);
-    w.act(client(), |ep, _| ep.send(c, b"anyone there?")).unwrap();
+    w.act(client(), |ep, _| ep.conn_mut(c).send(b"anyone there?")).unwrap();
     assert!(w.run_until(|w| w.closed(client(), c).is_some(), Duration::from_secs(10)), "no reset (seed {seed})");
     let (_, why) = w.closed(client(), c).unwrap();
     assert!(matches!(why, CloseReason::PeerReset(_)), "closed with {why:?} (seed {seed})");
     assert!(w.endpoint(server()).stats().resets_sent >= 1, "seed {seed}");
     assert_eq!(w.endpoint(server()).connection_count(), 0, "seed {seed}");
-    let r = w.act(client(), |ep, _| ep.send(c, b"again"));
+    let r = w.act(client(), |ep, _| ep.conn_mut(c).send(b"again"));
     assert!(r.is_err(), "send on a reset connection: {r:?} (seed {seed})");
 }
 
@@ -233,12 +233,12 @@ fn abort_resets_the_peer_with_its_code() {
     let seed = 309;
     let mut w = pair(seed, LinkConfig::default(), quick());
     let (c, s) = establish(&mut w);
-    w.act(server(), |ep, now| ep.abort(s, now, ErrorCode::APPLICATION));
-    assert_eq!(w.endpoint(server()).close_reason(s), Some(CloseReason::Aborted(ErrorCode::APPLICATION)));
+    w.act(server(), |ep, now| ep.conn_mut(s).abort(now, ErrorCode::APPLICATION));
+    assert_eq!(w.endpoint(server()).conn(s).close_reason(), Some(CloseReason::Aborted(ErrorCode::APPLICATION)));
     assert!(w.run_until(|w| w.closed(client(), c).is_some(), Duration::from_secs(5)), "seed {seed}");
     assert_eq!(w.closed(client(), c).unwrap().1, CloseReason::PeerReset(Some(ErrorCode::APPLICATION)), "seed {seed}");
     let mut buf = [0u8; 16];
-    let r = w.act(client(), |ep, _| ep.recv(c, &mut buf));
+    let r = w.act(client(), |ep, _| ep.conn_mut(c).recv(&mut buf));
     assert!(r.is_err(), "recv on a reset connection: {r:?} (seed {seed})");
 }
 
@@ -250,7 +250,7 @@ fn blind_rst_with_a_wrong_sequence_number_is_ignored() {
     let (c, s) = establish(&mut w);
     // The attacker knows the addresses but not the connection id or sequence.
     w.set_capture(true);
-    w.act(server(), |ep, _| ep.send(s, b"x")).unwrap();
+    w.act(server(), |ep, _| ep.conn_mut(s).send(b"x")).unwrap();
     w.run_for(Duration::from_millis(100));
     let conn_id = w.captured().iter().find(|p| p.from == server()).and_then(|p| header(&p.data)).unwrap().conn_id;
     for k in 0..100u32 {
@@ -260,7 +260,7 @@ fn blind_rst_with_a_wrong_sequence_number_is_ignored() {
         w.inject(server(), client(), v);
     }
     w.run_for(Duration::from_secs(1));
-    assert_eq!(w.endpoint(client()).state(c), Some(State::Established), "seed {seed}");
+    assert_eq!(w.endpoint(client()).conn(c).state(), Some(State::Established), "seed {seed}");
 }
 
 #[test]
@@ -270,7 +270,7 @@ fn idle_connection_closes_after_idle_timeout_when_the_peer_vanishes() {
     let (c, s) = establish(&mut w);
     w.run_for(Duration::from_secs(30));
     assert_eq!(
-        w.endpoint(client()).state(c),
+        w.endpoint(client()).conn(c).state(),
         Some(State::Established),
         "keep-alives failed to keep it open (seed {seed})"
     );
@@ -315,8 +315,8 @@ fn keepalives_hold_an_idle_connection_open() {
     let mut w = pair(seed, faulty(0.05), quick());
     let (c, s) = establish(&mut w);
     w.run_for(Duration::from_secs(120));
-    assert_eq!(w.endpoint(client()).state(c), Some(State::Established), "seed {seed}");
-    assert_eq!(w.endpoint(server()).state(s), Some(State::Established), "seed {seed}");
+    assert_eq!(w.endpoint(client()).conn(c).state(), Some(State::Established), "seed {seed}");
+    assert_eq!(w.endpoint(server()).conn(s).state(), Some(State::Established), "seed {seed}");
     assert!(w.closed(client(), c).is_none() && w.closed(server(), s).is_none());
 }
 
@@ -340,8 +340,8 @@ fn closed_event_is_reported_exactly_once() {
     let seed = 315;
     let mut w = pair(seed, faulty(0.1), quick());
     let (c, s) = establish(&mut w);
-    w.endpoint_mut(client()).close(c);
-    w.endpoint_mut(server()).close(s);
+    w.endpoint_mut(client()).conn_mut(c).close();
+    w.endpoint_mut(server()).conn_mut(s).close();
     w.run_for(Duration::from_secs(60));
     for (node, h) in [(client(), c), (server(), s)] {
         let closes = w.conn_events(node, h).iter().filter(|e| matches!(e.event, Event::Closed(_))).count();
@@ -385,16 +385,16 @@ fn data_to_a_closed_but_unreleased_connection_is_reset() {
     let mut w = pair(seed, LinkConfig::default(), quick());
     let (c, s) = establish(&mut w);
     w.set_drop_rule(drop_first(2, server(), client(), is_rst));
-    w.act(server(), |ep, now| ep.abort(s, now, ErrorCode::APPLICATION));
+    w.act(server(), |ep, now| ep.conn_mut(s).abort(now, ErrorCode::APPLICATION));
     w.run_for(Duration::from_millis(100));
     assert_eq!(w.dropped_by_rule(), 2, "seed {seed}");
-    assert_eq!(w.endpoint(client()).state(c), Some(State::Established), "seed {seed}");
+    assert_eq!(w.endpoint(client()).conn(c).state(), Some(State::Established), "seed {seed}");
     let sent = w.elapsed();
-    w.act(client(), |ep, _| ep.send(c, b"still there?")).unwrap();
+    w.act(client(), |ep, _| ep.conn_mut(c).send(b"still there?")).unwrap();
     assert!(w.run_until(|w| w.closed(client(), c).is_some(), Duration::from_secs(5)), "no reset (seed {seed})");
     let (at, why) = w.closed(client(), c).unwrap();
     assert_eq!(why, CloseReason::PeerReset(None), "seed {seed}");
     assert_eq!(at - sent, Duration::from_millis(20), "reset after one round trip (seed {seed})");
     assert_eq!(w.endpoint(server()).stats().unknown_connection, 1, "seed {seed}");
-    assert_eq!(w.endpoint(server()).state(s), Some(State::Closed), "still held (seed {seed})");
+    assert_eq!(w.endpoint(server()).conn(s).state(), Some(State::Closed), "still held (seed {seed})");
 }

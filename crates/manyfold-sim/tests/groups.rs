@@ -91,10 +91,10 @@ impl Receivers {
             }
             for &h in self.conns.get(&p).map(Vec::as_slice).unwrap_or(&[]) {
                 // A receiver application closes its side once the sender's ended.
-                if ep.messages_done(h) && ep.state(h) != Some(manyfold_proto::State::Closed) {
-                    ep.close(h);
+                if ep.conn(h).messages_done() && ep.conn(h).state() != Some(manyfold_proto::State::Closed) {
+                    ep.conn_mut(h).close();
                 }
-                while let Ok(Some((stream, item))) = ep.recv_message(h) {
+                while let Ok(Some((stream, item))) = ep.conn_mut(h).recv_message() {
                     match item {
                         StreamItem::Message(m) => {
                             let seq = check(seed, &m);
@@ -697,7 +697,7 @@ fn release_accepted(w: &mut World) {
     for p in (1..4).map(peer) {
         let ep = w.endpoint_mut(p);
         while let Some(h) = ep.accept() {
-            ep.release(h);
+            ep.conn_mut(h).release();
         }
     }
 }

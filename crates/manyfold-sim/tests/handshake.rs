@@ -68,7 +68,7 @@ fn lost_bare_cookie_echo_is_resent_until_the_server_accepts() {
     );
     assert!(ok, "server never accepted after a lost cookie echo (seed {seed})");
     assert_eq!(w.dropped_by_rule(), 1, "seed {seed}");
-    assert_eq!(w.endpoint(server()).state(accepted.unwrap()), Some(State::Established), "seed {seed}");
+    assert_eq!(w.endpoint(server()).conn(accepted.unwrap()).state(), Some(State::Established), "seed {seed}");
 }
 
 #[test]
@@ -93,16 +93,16 @@ fn simultaneous_open_establishes_both_sides() {
     let b = w.endpoint_mut(server()).connect(now, client()).unwrap();
     let ok = w.run_until(
         |w| {
-            w.endpoint(client()).state(a) == Some(State::Established)
-                && w.endpoint(server()).state(b) == Some(State::Established)
+            w.endpoint(client()).conn(a).state() == Some(State::Established)
+                && w.endpoint(server()).conn(b).state() == Some(State::Established)
         },
         Duration::from_secs(30),
     );
     assert!(
         ok,
         "simultaneous open did not establish: {:?} / {:?} (seed {seed})",
-        w.endpoint(client()).state(a),
-        w.endpoint(server()).state(b)
+        w.endpoint(client()).conn(a).state(),
+        w.endpoint(server()).conn(b).state()
     );
     assert!(w.saw(client(), a, Event::Connected).is_some(), "seed {seed}");
     assert!(w.saw(server(), b, Event::Connected).is_some(), "seed {seed}");
@@ -111,16 +111,16 @@ fn simultaneous_open_establishes_both_sides() {
     assert_eq!(w.endpoint(server()).stats().refused_not_listening, 0, "seed {seed}");
 
     // Data flows both ways on the connection they share.
-    w.act(client(), |ep, _| ep.send(a, b"from a").unwrap());
-    w.act(server(), |ep, _| ep.send(b, b"from b").unwrap());
+    w.act(client(), |ep, _| ep.conn_mut(a).send(b"from a").unwrap());
+    w.act(server(), |ep, _| ep.conn_mut(b).send(b"from b").unwrap());
     let mut got = (Vec::new(), Vec::new());
     let ok = w.run_until(
         |w| {
             let mut buf = [0u8; 64];
-            if let Ok(Some(n)) = w.endpoint_mut(server()).recv(b, &mut buf) {
+            if let Ok(Some(n)) = w.endpoint_mut(server()).conn_mut(b).recv(&mut buf) {
                 got.0.extend_from_slice(&buf[..n]);
             }
-            if let Ok(Some(n)) = w.endpoint_mut(client()).recv(a, &mut buf) {
+            if let Ok(Some(n)) = w.endpoint_mut(client()).conn_mut(a).recv(&mut buf) {
                 got.1.extend_from_slice(&buf[..n]);
             }
             got.0 == b"from a" && got.1 == b"from b"
@@ -140,12 +140,17 @@ fn simultaneous_open_survives_a_lost_syn() {
     let b = w.endpoint_mut(server()).connect(now, client()).unwrap();
     let ok = w.run_until(
         |w| {
-            w.endpoint(client()).state(a) == Some(State::Established)
-                && w.endpoint(server()).state(b) == Some(State::Established)
+            w.endpoint(client()).conn(a).state() == Some(State::Established)
+                && w.endpoint(server()).conn(b).state() == Some(State::Established)
         },
         Duration::from_secs(30),
     );
-    assert!(ok, "{:?} / {:?} (seed {seed})", w.endpoint(client()).state(a), w.endpoint(server()).state(b));
+    assert!(
+        ok,
+        "{:?} / {:?} (seed {seed})",
+        w.endpoint(client()).conn(a).state(),
+        w.endpoint(server()).conn(b).state()
+    );
 }
 
 #[test]
@@ -158,9 +163,9 @@ fn connect_to_a_non_listening_endpoint_is_refused() {
     let (at, why) = w.closed(client(), h).unwrap();
     assert_eq!(why, CloseReason::Refused, "seed {seed}");
     assert_eq!(at, Duration::from_millis(20), "refused after one round trip (seed {seed})");
-    assert_eq!(w.endpoint(client()).state(h), Some(State::Closed));
+    assert_eq!(w.endpoint(client()).conn(h).state(), Some(State::Closed));
     assert_eq!(w.endpoint(server()).connection_count(), 0);
-    w.act(client(), |ep, _| ep.release(h));
+    w.act(client(), |ep, _| ep.conn_mut(h).release());
     assert_eq!(w.endpoint(client()).connection_count(), 0, "seed {seed}");
 }
 
@@ -387,10 +392,13 @@ fn simultaneous_open_losing_a_syn_and_syn_acks(seed: u64, syn_acks_lost: u32) ->
     let ha = w.endpoint_mut(a).connect(now, b).unwrap();
     let hb = w.endpoint_mut(b).connect(now, a).unwrap();
     let ok = w.run_until(
-        |w| w.endpoint(a).state(ha) == Some(State::Established) && w.endpoint(b).state(hb) == Some(State::Established),
+        |w| {
+            w.endpoint(a).conn(ha).state() == Some(State::Established)
+                && w.endpoint(b).conn(hb).state() == Some(State::Established)
+        },
         Duration::from_secs(30),
     );
-    assert!(ok, "{:?} / {:?} (seed {seed})", w.endpoint(a).state(ha), w.endpoint(b).state(hb));
+    assert!(ok, "{:?} / {:?} (seed {seed})", w.endpoint(a).conn(ha).state(), w.endpoint(b).conn(hb).state());
     assert_eq!(w.dropped_by_rule(), 1 + u64::from(syn_acks_lost), "seed {seed}");
     for node in [a, b] {
         let st = w.endpoint(node).stats();
@@ -400,9 +408,12 @@ fn simultaneous_open_losing_a_syn_and_syn_acks(seed: u64, syn_acks_lost: u32) ->
     }
     let resent_syn = w.captured().iter().filter(|p| p.from == b && is_syn(&p.data)).nth(1);
     assert!(resent_syn.is_some_and(|p| p.at == Duration::from_secs(1)), "B resends its SYN at 1 s (seed {seed})");
-    w.act(a, |ep, _| ep.send(ha, b"ping")).unwrap();
+    w.act(a, |ep, _| ep.conn_mut(ha).send(b"ping")).unwrap();
     let mut buf = [0u8; 16];
-    let ok = w.run_until(|w| w.endpoint_mut(b).recv(hb, &mut buf).is_ok_and(|n| n == Some(4)), Duration::from_secs(5));
+    let ok = w.run_until(
+        |w| w.endpoint_mut(b).conn_mut(hb).recv(&mut buf).is_ok_and(|n| n == Some(4)),
+        Duration::from_secs(5),
+    );
     assert!(ok && &buf[..4] == b"ping", "no data after the open (seed {seed})");
     w.saw(b, hb, Event::Connected).expect("B connected")
 }
@@ -435,8 +446,8 @@ fn replayed_cookie_echo_creates_no_second_connection_and_its_request_arrives_onc
     let c = w.connect(client(), server());
     // Queued before the SYN-ACK arrives: the request and the FIN ride on the echo.
     w.act(client(), |ep, _| {
-        ep.send(c, request).unwrap();
-        ep.close(c);
+        ep.conn_mut(c).send(request).unwrap();
+        ep.conn_mut(c).close();
     });
     let mut s = None;
     let mut got = Vec::new();
@@ -447,7 +458,7 @@ fn replayed_cookie_echo_creates_no_second_connection_and_its_request_arrives_onc
             let Some(s) = s else { return false };
             let mut buf = [0u8; 64];
             loop {
-                match ep.recv(s, &mut buf) {
+                match ep.conn_mut(s).recv(&mut buf) {
                     Ok(Some(0)) => return true,
                     Ok(Some(n)) => got.extend_from_slice(&buf[..n]),
                     _ => return false,
@@ -460,10 +471,10 @@ fn replayed_cookie_echo_creates_no_second_connection_and_its_request_arrives_onc
     assert_eq!(got, request, "seed {seed}");
     let s = s.unwrap();
     w.act(server(), |ep, _| {
-        ep.close(s);
-        ep.release(s);
+        ep.conn_mut(s).close();
+        ep.conn_mut(s).release();
     });
-    w.act(client(), |ep, _| ep.release(c));
+    w.act(client(), |ep, _| ep.conn_mut(c).release());
     let freed = w.run_until(|w| w.endpoint(server()).connection_count() == 0, Duration::from_secs(5));
     assert!(freed, "server kept the connection (seed {seed})");
 

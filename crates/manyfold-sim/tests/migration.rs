@@ -45,12 +45,12 @@ fn a_transfer_survives_a_nat_rebinding_of_the_client_at_five_percent_loss() {
         assert!(done && t.error().is_none(), "{:?} (seed {seed}, {cc:?})", t.error());
         assert!(rebound_at.is_some(), "the rebinding happened mid-transfer (seed {seed})");
         let h = t.server_conn().expect("accepted");
-        let stats = w.endpoint(server()).conn_stats(h);
+        let stats = w.endpoint(server()).conn(h).stats();
         // The server's connection may be freed once closed; its figures
         // then come from the trace of events. While held, it moved.
         if let Some(s) = stats {
             assert_eq!(s.path.migrations, 1, "seed {seed}, {cc:?}");
-            assert_eq!(w.endpoint(server()).remote_addr(h), Some(rebound()), "seed {seed}");
+            assert_eq!(w.endpoint(server()).conn(h).remote_addr(), Some(rebound()), "seed {seed}");
         }
     }
 }
@@ -62,8 +62,8 @@ fn a_spoofed_source_that_never_answers_the_challenge_moves_nothing() {
     let spoofed = addr(99); // no node there: the challenge goes nowhere
     w.set_capture(true);
     let (c, s) = establish(&mut w);
-    w.act(client(), |ep, _| ep.send(c, &[5u8; 2000])).unwrap();
-    w.act(server(), |ep, _| ep.send(s, &[4u8; 2000])).unwrap();
+    w.act(client(), |ep, _| ep.conn_mut(c).send(&[5u8; 2000])).unwrap();
+    w.act(server(), |ep, _| ep.conn_mut(s).send(&[4u8; 2000])).unwrap();
     w.run_for(Duration::from_millis(200));
     // The attacker copies the client's newest packet and sends it on from
     // another address (an on-path attacker; a blind one lacks the ids).
@@ -79,19 +79,19 @@ fn a_spoofed_source_that_never_answers_the_challenge_moves_nothing() {
         w.run_for(Duration::from_millis(300));
     }
     w.run_for(Duration::from_secs(5));
-    assert_eq!(w.endpoint(server()).remote_addr(s), Some(client()), "seed {seed}");
-    let stats = w.endpoint(server()).conn_stats(s).expect("open");
+    assert_eq!(w.endpoint(server()).conn(s).remote_addr(), Some(client()), "seed {seed}");
+    let stats = w.endpoint(server()).conn(s).stats().expect("open");
     assert_eq!(stats.path.migrations, 0, "seed {seed}");
     assert!(stats.path.challenges >= 1, "seed {seed}");
     assert_eq!(stats.path.failed, 1, "three challenges unanswered: given up (seed {seed})");
-    assert_eq!(w.endpoint(server()).state(s), Some(State::Established), "seed {seed}");
+    assert_eq!(w.endpoint(server()).conn(s).state(), Some(State::Established), "seed {seed}");
     // The connection still works both ways on the old path.
-    w.act(server(), |ep, _| ep.send(s, &[6u8; 1000])).unwrap();
+    w.act(server(), |ep, _| ep.conn_mut(s).send(&[6u8; 1000])).unwrap();
     let mut buf = [0u8; 4000];
     let mut got = 0;
     let ok = w.run_until(
         |w| {
-            while let Ok(Some(n)) = w.endpoint_mut(client()).recv(c, &mut buf) {
+            while let Ok(Some(n)) = w.endpoint_mut(client()).conn_mut(c).recv(&mut buf) {
                 if n == 0 {
                     break;
                 }
@@ -110,7 +110,7 @@ fn a_replayed_old_packet_from_a_new_address_starts_no_challenge() {
     let mut w = world(seed, 0.0, CongestionAlgorithm::NewReno);
     w.set_capture(true);
     let (c, s) = establish(&mut w);
-    w.act(client(), |ep, _| ep.send(c, &[5u8; 1000])).unwrap();
+    w.act(client(), |ep, _| ep.conn_mut(c).send(&[5u8; 1000])).unwrap();
     w.run_for(Duration::from_millis(200));
     let mut old = w
         .captured()
@@ -125,8 +125,8 @@ fn a_replayed_old_packet_from_a_new_address_starts_no_challenge() {
     manyfold_proto::wire::seal(&mut old);
     w.inject(addr(98), server(), old);
     w.run_for(Duration::from_secs(2));
-    let stats = w.endpoint(server()).conn_stats(s).expect("open");
+    let stats = w.endpoint(server()).conn(s).stats().expect("open");
     assert_eq!((stats.path.challenges, stats.path.stale), (0, 1), "seed {seed}");
     assert_eq!(w.endpoint(server()).stats().dropped_stale_path, 1, "seed {seed}");
-    assert_eq!(w.endpoint(server()).remote_addr(s), Some(client()));
+    assert_eq!(w.endpoint(server()).conn(s).remote_addr(), Some(client()));
 }

@@ -44,10 +44,10 @@ fn world(seed: u64, link: LinkConfig, client_cfg: EndpointConfig, server_cfg: En
 fn try_connect(w: &mut World) -> (State, Option<CloseReason>) {
     w.endpoint_mut(server()).set_listening(true);
     let c = w.connect(client(), server());
-    w.run_until(|w| w.endpoint(client()).state(c) == Some(State::Closed), Duration::from_secs(15));
+    w.run_until(|w| w.endpoint(client()).conn(c).state() == Some(State::Closed), Duration::from_secs(15));
     w.run_for(Duration::from_millis(200));
     let ep = w.endpoint(client());
-    (ep.state(c).expect("unreleased"), ep.close_reason(c))
+    (ep.conn(c).state().expect("unreleased"), ep.conn(c).close_reason())
 }
 
 #[test]
@@ -60,7 +60,7 @@ fn a_transfer_between_psk_endpoints_arrives_intact_under_loss_and_nothing_readab
     let r = t.run(&mut w, Duration::from_secs(600)).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(r.client_close, Some(CloseReason::Graceful), "seed {seed}");
     assert!(r.client.retransmissions > 0, "loss exercised (seed {seed})");
-    assert!(w.endpoint(client()).is_protected(c), "seed {seed}");
+    assert!(w.endpoint(client()).conn(c).is_protected(), "seed {seed}");
 
     // Past the handshake, every datagram is protected; no plain one carries data.
     let mut protected = 0;
@@ -117,8 +117,8 @@ fn known_static_keys_authenticate_both_ways_and_each_side_learns_the_others_key(
     let mut t = t;
     assert!(w.run_until(|w| t.pump(w), Duration::from_secs(60)), "seed {seed}");
     let s = t.server_conn().expect("accepted");
-    assert_eq!(w.endpoint(client()).peer_key(c), Some(public_key(&[2; 32])), "seed {seed}");
-    assert_eq!(w.endpoint(server()).peer_key(s), Some(public_key(&[1; 32])), "seed {seed}");
+    assert_eq!(w.endpoint(client()).conn(c).peer_key(), Some(public_key(&[2; 32])), "seed {seed}");
+    assert_eq!(w.endpoint(server()).conn(s).peer_key(), Some(public_key(&[1; 32])), "seed {seed}");
 }
 
 #[test]
@@ -208,7 +208,7 @@ fn forged_replayed_and_plain_packets_change_nothing() {
     assert!(s.dropped_replayed > 500, "{s:?} (seed {seed})");
     assert!(s.dropped_unauthenticated > 500, "{s:?} (seed {seed})");
     // The plain copies either failed to parse or were refused in the clear.
-    let conn = w.endpoint(server()).conn_stats(t.server_conn().expect("accepted")).expect("server");
+    let conn = w.endpoint(server()).conn(t.server_conn().expect("accepted")).stats().expect("server");
     assert!(conn.dropped_unprotected + s.dropped_malformed_total() > 500, "{conn:?} {s:?} (seed {seed})");
 }
 
@@ -294,8 +294,8 @@ fn plain_packets_with_the_real_ids_and_numbers_cannot_end_truncate_or_ack_a_prot
     }
     assert!(t.error().is_none(), "{:?} (seed {seed})", t.error());
     let s = t.server_conn().expect("accepted");
-    let dropped = w.endpoint(server()).conn_stats(s).expect("server").dropped_unprotected
-        + w.endpoint(client()).conn_stats(c).expect("client").dropped_unprotected;
+    let dropped = w.endpoint(server()).conn(s).stats().expect("server").dropped_unprotected
+        + w.endpoint(client()).conn(c).stats().expect("client").dropped_unprotected;
     assert!(dropped > 5000, "{dropped} forgeries dropped (seed {seed})");
     let r = t.run(&mut w, Duration::from_secs(60)).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!((r.client_close, r.server_close), (Some(CloseReason::Graceful), Some(CloseReason::Graceful)));
@@ -319,7 +319,7 @@ fn a_client_whose_handshake_never_completes_gives_up_after_connect_timeout() {
         true
     });
     let c = w.connect(client(), server());
-    let closed = w.run_until(|w| w.endpoint(client()).state(c) == Some(State::Closed), Duration::from_secs(30));
+    let closed = w.run_until(|w| w.endpoint(client()).conn(c).state() == Some(State::Closed), Duration::from_secs(30));
     assert!(closed, "seed {seed}");
     let (at, why) = w.closed(client(), c).expect("closed");
     assert_eq!(why, CloseReason::ConnectTimeout, "seed {seed}");

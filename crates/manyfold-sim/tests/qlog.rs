@@ -53,12 +53,13 @@ fn a_lossy_transfers_trace_summary_matches_the_connection_stats() {
         assert!(t.error().is_none(), "{:?} (seed {seed})", t.error());
         let s = t.server_conn().expect("accepted");
         let closed = |w: &World| {
-            w.endpoint(client()).state(c) == Some(State::Closed) && w.endpoint(server()).state(s) == Some(State::Closed)
+            w.endpoint(client()).conn(c).state() == Some(State::Closed)
+                && w.endpoint(server()).conn(s).state() == Some(State::Closed)
         };
         assert!(w.run_until(|w| closed(w), Duration::from_secs(120)), "not closed (seed {seed})");
 
-        let client_stats = w.endpoint(client()).conn_stats(c).expect("not released");
-        let server_stats = w.endpoint(server()).conn_stats(s).expect("not released");
+        let client_stats = w.endpoint(client()).conn(c).stats().expect("not released");
+        let server_stats = w.endpoint(server()).conn(s).stats().expect("not released");
         assert!(client_stats.lost_packets > 0 && server_stats.lost_packets > 0, "loss exercised (seed {seed})");
         let client_trace = w.qlog(client(), c);
         let server_trace = w.qlog(server(), s);

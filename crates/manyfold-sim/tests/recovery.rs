@@ -93,7 +93,7 @@ fn retransmission_that_fills_the_last_gap_is_acked_at_once() {
         assert!(deliver(&mut w, conns, &mut source, &mut sink, Duration::from_secs(10)), "{cc:?} seed {seed}");
         let c = conns.0;
         let acked =
-            w.run_until(|w| w.endpoint(client()).conn_stats(c).unwrap().unacked_bytes == 0, Duration::from_secs(5));
+            w.run_until(|w| w.endpoint(client()).conn(c).stats().unwrap().unacked_bytes == 0, Duration::from_secs(5));
         assert!(acked, "{cc:?} seed {seed}");
         assert_eq!(w.dropped_by_rule(), 1, "{cc:?} seed {seed}");
         let lost = first.get().expect("data was sent").wrapping_add(1);
@@ -107,7 +107,7 @@ fn retransmission_that_fills_the_last_gap_is_acked_at_once() {
             .find(|p| p.from == server() && header(&p.data).is_some_and(|h| h.ack == lost.wrapping_add(2)))
             .unwrap_or_else(|| panic!("no ack of the whole burst ({cc:?} seed {seed})"));
         assert_eq!(ack.at, arrived, "gap filled at {arrived:?} but acked at {:?} ({cc:?} seed {seed})", ack.at);
-        let st = w.endpoint(client()).conn_stats(conns.0).unwrap();
+        let st = w.endpoint(client()).conn(conns.0).stats().unwrap();
         assert_eq!(st.rto_expiries, 0, "{cc:?} seed {seed}");
     }
 }
@@ -127,7 +127,7 @@ fn burst_ends_with_a_klv_packet_that_is_acked_at_once() {
         assert!(deliver(&mut w, conns, &mut source, &mut sink, Duration::from_secs(10)), "{cc:?} seed {seed}");
         let c = conns.0;
         let acked =
-            w.run_until(|w| w.endpoint(client()).conn_stats(c).unwrap().unacked_bytes == 0, Duration::from_secs(5));
+            w.run_until(|w| w.endpoint(client()).conn(c).stats().unwrap().unacked_bytes == 0, Duration::from_secs(5));
         assert!(acked, "{cc:?} seed {seed}");
         let data: Vec<_> = w.captured().iter().filter(|p| p.from == client() && is_data(&p.data)).collect();
         assert_eq!(data.len(), 3, "{cc:?} seed {seed}");
@@ -175,7 +175,7 @@ fn lost_tail(seed: u64, cc: CongestionAlgorithm, n: u32, lost: u32) -> LostTail 
     let (mut source, mut sink) = (Source::new(seed, 300_000), Sink::new(seed, 300_000));
     assert!(deliver(&mut w, conns, &mut source, &mut sink, Duration::from_secs(10)), "{cc:?} seed {seed}");
     w.run_for(Duration::from_millis(100));
-    let before = w.endpoint(client()).conn_stats(conns.0).unwrap();
+    let before = w.endpoint(client()).conn(conns.0).stats().unwrap();
 
     let first = Rc::new(Cell::new(None));
     w.set_drop_rule(drop_data(n - lost, lost, first.clone()));
@@ -187,9 +187,9 @@ fn lost_tail(seed: u64, cc: CongestionAlgorithm, n: u32, lost: u32) -> LostTail 
     let repaired = w.elapsed();
     let c = conns.0;
     let acked =
-        w.run_until(|w| w.endpoint(client()).conn_stats(c).unwrap().unacked_bytes == 0, Duration::from_secs(10));
+        w.run_until(|w| w.endpoint(client()).conn(c).stats().unwrap().unacked_bytes == 0, Duration::from_secs(10));
     assert!(acked, "burst never fully acknowledged ({cc:?} seed {seed})");
-    let after = w.endpoint(client()).conn_stats(c).unwrap();
+    let after = w.endpoint(client()).conn(c).stats().unwrap();
 
     assert_eq!(w.dropped_by_rule(), u64::from(lost), "{cc:?} seed {seed}");
     let seqs: HashSet<u32> = w
@@ -347,10 +347,10 @@ fn clean_path_sees_no_probe_or_retransmission_whatever_the_sending_pattern() {
         for round in 0..40u64 {
             let (up, down) = ((round % 5) * FULL + round * 37 % 1000 + 1, round * 53 % 3000 + 1);
             let mut got = (0, 0);
-            w.act(client(), |ep, _| ep.send(c, &buf[..up as usize])).unwrap();
+            w.act(client(), |ep, _| ep.conn_mut(c).send(&buf[..up as usize])).unwrap();
             let ok = w.run_until(
                 |w| {
-                    while let Ok(Some(n)) = w.endpoint_mut(server()).recv(s, &mut buf) {
+                    while let Ok(Some(n)) = w.endpoint_mut(server()).conn_mut(s).recv(&mut buf) {
                         got.0 += n as u64;
                     }
                     got.0 == up
@@ -358,10 +358,10 @@ fn clean_path_sees_no_probe_or_retransmission_whatever_the_sending_pattern() {
                 Duration::from_secs(5),
             );
             assert!(ok, "round {round}: request stalled ({cc:?} seed {seed})");
-            w.act(server(), |ep, _| ep.send(s, &buf[..down as usize])).unwrap();
+            w.act(server(), |ep, _| ep.conn_mut(s).send(&buf[..down as usize])).unwrap();
             let ok = w.run_until(
                 |w| {
-                    while let Ok(Some(n)) = w.endpoint_mut(client()).recv(c, &mut buf) {
+                    while let Ok(Some(n)) = w.endpoint_mut(client()).conn_mut(c).recv(&mut buf) {
                         got.1 += n as u64;
                     }
                     got.1 == down
@@ -373,7 +373,7 @@ fn clean_path_sees_no_probe_or_retransmission_whatever_the_sending_pattern() {
             w.run_for(Duration::from_millis(137 * (round % 3)));
         }
         for (node, h) in [(client(), c), (server(), s)] {
-            let st = w.endpoint(node).conn_stats(h).unwrap();
+            let st = w.endpoint(node).conn(h).stats().unwrap();
             assert_eq!((st.retransmissions, st.rto_expiries), (0, 0), "rounds: {node} {st:?} ({cc:?} seed {seed})");
         }
         assert_eq!(resent_on_the_wire(&w), [], "rounds ({cc:?} seed {seed})");

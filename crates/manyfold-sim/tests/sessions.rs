@@ -49,12 +49,12 @@ impl Server {
         let mut buf = vec![0u8; 64 * 1024];
         let mut done = Vec::new();
         for (&h, req) in self.open.iter_mut() {
-            while let Ok(Some(n)) = ep.recv(h, &mut buf) {
+            while let Ok(Some(n)) = ep.conn_mut(h).recv(&mut buf) {
                 if n == 0 {
                     let reply = reply_to(req);
-                    assert_eq!(ep.send(h, &reply), Ok(reply.len()), "the reply fits the send buffer");
-                    ep.close(h);
-                    ep.release(h);
+                    assert_eq!(ep.conn_mut(h).send(&reply), Ok(reply.len()), "the reply fits the send buffer");
+                    ep.conn_mut(h).close();
+                    ep.conn_mut(h).release();
                     done.push(h);
                     break;
                 }
@@ -80,8 +80,8 @@ impl Clients {
         let h = ep.connect(now, server()).expect("connect");
         let req = request_of(i, len);
         // Queued before the handshake completes, with the FIN right after.
-        assert_eq!(ep.send(h, &req), Ok(req.len()));
-        ep.close(h);
+        assert_eq!(ep.conn_mut(h).send(&req), Ok(req.len()));
+        ep.conn_mut(h).close();
         self.open.insert(h, (req, Vec::new()));
     }
 
@@ -89,10 +89,10 @@ impl Clients {
         let mut buf = vec![0u8; 64 * 1024];
         let mut done = Vec::new();
         for (&h, (req, reply)) in self.open.iter_mut() {
-            while let Ok(Some(n)) = ep.recv(h, &mut buf) {
+            while let Ok(Some(n)) = ep.conn_mut(h).recv(&mut buf) {
                 if n == 0 {
                     assert!(*reply == reply_to(req), "a wrong reply (seed {seed})");
-                    ep.release(h);
+                    ep.conn_mut(h).release();
                     done.push(h);
                     break;
                 }

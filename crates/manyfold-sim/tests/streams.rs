@@ -88,7 +88,7 @@ impl Outbox {
     ) -> Result<u32, SendError> {
         let index = self.next.get(&stream).copied().unwrap_or(0);
         let data = message(stream, index, len);
-        w.act(node, |ep, now| ep.send_message(h, now, stream, &data, opts))?;
+        w.act(node, |ep, now| ep.conn_mut(h).send_message(now, stream, &data, opts))?;
         self.next.insert(stream, index + 1);
         self.sent.push(Sent { stream, index, len, unordered: opts.unordered, at: w.elapsed() });
         Ok(index)
@@ -110,7 +110,7 @@ impl Outbox {
     ) -> u32 {
         loop {
             let queued = self.next.get(&stream).copied().unwrap_or(0);
-            if queued >= total || w.endpoint_mut(node).send_capacity(h) < len + leave {
+            if queued >= total || w.endpoint_mut(node).conn_mut(h).send_capacity() < len + leave {
                 return queued;
             }
             match self.try_send(w, node, h, stream, len, ORDERED) {
@@ -145,7 +145,7 @@ impl Inbox {
     fn take(&mut self, w: &mut World, node: SocketAddr, h: ConnHandle) {
         let (seed, at) = (w.seed(), w.elapsed());
         loop {
-            let r = w.act(node, |ep, _| ep.recv_message(h));
+            let r = w.act(node, |ep, _| ep.conn_mut(h).recv_message());
             match r.unwrap_or_else(|e| panic!("recv_message at {at:?}: {e} (seed {seed})")) {
                 Some((stream, item)) => self.got.push(Got { at, stream, item }),
                 None => return,
@@ -311,7 +311,7 @@ fn lost_packet_delays_only_its_own_stream() {
         assert!(a0 <= t0 + ms(300), "lost message repaired only at {a0:?} ({cc:?} seed {seed})");
         // Within stream 1, the later message waited for the lost one.
         assert!(a1 >= a0, "stream 1's messages out of order ({cc:?} seed {seed})");
-        let st = w.endpoint(client()).conn_stats(c).unwrap();
+        let st = w.endpoint(client()).conn(c).stats().unwrap();
         assert!(st.retransmissions >= 1, "{st:?} ({cc:?} seed {seed})");
     }
 }
@@ -431,10 +431,10 @@ fn partial_reliability(seed: u64, ack_loss: f64, opts: MessageOptions) -> Outcom
     inbox.verify(&out).unwrap_or_else(|e| panic!("{e} ({opts:?} seed {seed})"));
     assert_eq!((inbox.messages(), inbox.abandoned()), (read + 1, reported), "{opts:?} seed {seed}");
     for (node, h) in [(client(), c), (server(), s)] {
-        assert_eq!(w.endpoint(node).state(h), Some(State::Established), "seed {seed}");
-        assert_eq!(w.endpoint(node).conn_stats(h).unwrap().stream_violations, 0, "seed {seed}");
+        assert_eq!(w.endpoint(node).conn(h).state(), Some(State::Established), "seed {seed}");
+        assert_eq!(w.endpoint(node).conn(h).stats().unwrap().stream_violations, 0, "seed {seed}");
     }
-    let abandoned = w.endpoint(client()).conn_stats(c).unwrap().abandoned_messages;
+    let abandoned = w.endpoint(client()).conn(c).stats().unwrap().abandoned_messages;
     let o = Outcome { sent, read, reported, abandoned };
     eprintln!("{opts:?}, {:.0}% ack loss: {o:?}", ack_loss * 100.0);
     o
@@ -504,18 +504,18 @@ fn stream_pending_clears_only_once_everything_on_the_stream_is_acknowledged() {
         for _ in 0..20 {
             out.send(&mut w, client(), c, 1, 5000, ORDERED);
         }
-        w.act(client(), |ep, _| ep.finish_stream(c, 1)).unwrap_or_else(|e| panic!("{e} (seed {seed})"));
+        w.act(client(), |ep, _| ep.conn_mut(c).finish_stream(1)).unwrap_or_else(|e| panic!("{e} (seed {seed})"));
         for _ in 0..100 {
             out.send(&mut w, client(), c, 2, 20_000, ORDERED);
         }
-        assert!(w.endpoint(client()).stream_pending(c, 1), "seed {seed}");
-        assert!(!w.endpoint(client()).stream_pending(c, 3), "an unused stream has nothing pending (seed {seed})");
+        assert!(w.endpoint(client()).conn(c).stream_pending(1), "seed {seed}");
+        assert!(!w.endpoint(client()).conn(c).stream_pending(3), "an unused stream has nothing pending (seed {seed})");
         let mut cleared: [Option<Duration>; 3] = [None; 3];
         let ok = w.run_until(
             |w| {
                 inbox.take(w, server(), s);
                 for id in [1u16, 2] {
-                    let pending = w.endpoint(client()).stream_pending(c, id);
+                    let pending = w.endpoint(client()).conn(c).stream_pending(id);
                     match cleared[usize::from(id)] {
                         None if !pending => cleared[usize::from(id)] = Some(w.elapsed()),
                         Some(at) => {
@@ -545,7 +545,7 @@ fn stream_pending_clears_only_once_everything_on_the_stream_is_acknowledged() {
             );
         }
         assert!(cleared[1] < cleared[2], "the small stream waited for the large one: {cleared:?} ({cc:?} seed {seed})");
-        let st = w.endpoint(client()).conn_stats(c).unwrap();
+        let st = w.endpoint(client()).conn(c).stats().unwrap();
         assert!(st.retransmissions > 0, "no loss exercised ({cc:?} seed {seed})");
     }
 }
@@ -568,8 +568,8 @@ fn finished_stream_delivers_all_its_messages_then_finished_in_each_direction() {
         for _ in 0..20 {
             out.send(&mut w, from, fh, 3, 5000, ORDERED);
         }
-        w.act(from, |ep, _| ep.finish_stream(fh, 3)).unwrap_or_else(|e| panic!("{e} (seed {seed})"));
-        let r = w.act(from, |ep, now| ep.send_message(fh, now, 3, b"late", ORDERED));
+        w.act(from, |ep, _| ep.conn_mut(fh).finish_stream(3)).unwrap_or_else(|e| panic!("{e} (seed {seed})"));
+        let r = w.act(from, |ep, now| ep.conn_mut(fh).send_message(now, 3, b"late", ORDERED));
         assert_eq!(r, Err(SendError::Finished), "send after finish_stream ({from} seed {seed})");
         let ok = w.run_until(
             |w| {
@@ -586,9 +586,9 @@ fn finished_stream_delivers_all_its_messages_then_finished_in_each_direction() {
         // Nothing after the end; the stream is then forgotten on both sides.
         run_reading(&mut w, &mut inbox, to, th, secs(2));
         assert_eq!(inbox.on(3).count(), 21, "{from} seed {seed}");
-        assert!(!w.endpoint(from).stream_pending(fh, 3), "{from} seed {seed}");
-        assert_eq!(w.endpoint(from).conn_stats(fh).unwrap().open_streams, 1, "{from} seed {seed}");
-        assert_eq!(w.endpoint(to).conn_stats(th).unwrap().open_streams, 1, "{from} seed {seed}");
+        assert!(!w.endpoint(from).conn(fh).stream_pending(3), "{from} seed {seed}");
+        assert_eq!(w.endpoint(from).conn(fh).stats().unwrap().open_streams, 1, "{from} seed {seed}");
+        assert_eq!(w.endpoint(to).conn(th).stats().unwrap().open_streams, 1, "{from} seed {seed}");
     }
 }
 
@@ -602,22 +602,22 @@ fn a_stream_whose_end_is_taken_by_recv_message_on_is_forgotten() {
     let mut w = pair(seed, faulty(0.10), config(CongestionAlgorithm::NewReno));
     let (c, s) = open(&mut w);
     for (stream, reset) in [(3u16, false), (4, true)] {
-        w.act(client(), |ep, _| ep.stream_send(c, stream, &[7u8; 20_000])).unwrap();
+        w.act(client(), |ep, _| ep.conn_mut(c).stream_send(stream, &[7u8; 20_000])).unwrap();
         if reset {
-            w.act(client(), |ep, _| ep.reset_stream(c, stream, 9));
+            w.act(client(), |ep, _| ep.conn_mut(c).reset_stream(stream, 9));
         } else {
-            w.act(client(), |ep, _| ep.finish_stream(c, stream)).unwrap();
+            w.act(client(), |ep, _| ep.conn_mut(c).finish_stream(stream)).unwrap();
         }
         let mut end = None;
         let ok = w.run_until(
             |w| {
                 let mut buf = [0u8; 4096];
-                while let Ok(Some(n)) = w.act(server(), |ep, _| ep.stream_recv(s, stream, &mut buf)) {
+                while let Ok(Some(n)) = w.act(server(), |ep, _| ep.conn_mut(s).stream_recv(stream, &mut buf)) {
                     if n == 0 {
                         break;
                     }
                 }
-                if let Ok(Some(item)) = w.act(server(), |ep, _| ep.recv_message_on(s, stream)) {
+                if let Ok(Some(item)) = w.act(server(), |ep, _| ep.conn_mut(s).recv_message_on(stream)) {
                     end = Some(item);
                 }
                 end.is_some()
@@ -628,10 +628,10 @@ fn a_stream_whose_end_is_taken_by_recv_message_on_is_forgotten() {
         let want = if reset { StreamItem::Reset(9) } else { StreamItem::Finished };
         assert_eq!(end, Some(want), "stream {stream} (seed {seed})");
         w.run_for(secs(2));
-        assert_eq!(w.endpoint(server()).conn_stats(s).unwrap().open_streams, 1, "stream {stream} (seed {seed})");
-        assert_eq!(w.endpoint(client()).conn_stats(c).unwrap().open_streams, 1, "stream {stream} (seed {seed})");
+        assert_eq!(w.endpoint(server()).conn(s).stats().unwrap().open_streams, 1, "stream {stream} (seed {seed})");
+        assert_eq!(w.endpoint(client()).conn(c).stats().unwrap().open_streams, 1, "stream {stream} (seed {seed})");
         // Nothing stale is left for `recv_message` either.
-        assert_eq!(w.act(server(), |ep, _| ep.recv_message(s)), Ok(None), "stream {stream} (seed {seed})");
+        assert_eq!(w.act(server(), |ep, _| ep.conn_mut(s).recv_message()), Ok(None), "stream {stream} (seed {seed})");
     }
 }
 
@@ -656,10 +656,13 @@ fn reset_stream_reaches_the_peer_with_its_code_in_each_direction() {
         for _ in 0..50 {
             out.send(&mut w, from, fh, 5, 10_000, ORDERED);
         }
-        w.act(from, |ep, _| ep.reset_stream(fh, 5, code));
-        let r = w.act(from, |ep, now| ep.send_message(fh, now, 5, b"late", ORDERED));
+        w.act(from, |ep, _| ep.conn_mut(fh).reset_stream(5, code));
+        let r = w.act(from, |ep, now| ep.conn_mut(fh).send_message(now, 5, b"late", ORDERED));
         assert_eq!(r, Err(SendError::StreamReset(code)), "send right after reset_stream ({from} seed {seed})");
-        assert!(!w.endpoint(from).stream_pending(fh, 5), "a reset stream has nothing pending ({from} seed {seed})");
+        assert!(
+            !w.endpoint(from).conn(fh).stream_pending(5),
+            "a reset stream has nothing pending ({from} seed {seed})"
+        );
         let ok = w.run_until(
             |w| {
                 inbox.take(w, to, th);
@@ -677,7 +680,7 @@ fn reset_stream_reaches_the_peer_with_its_code_in_each_direction() {
         assert!(read < 51, "the reset cut the queued messages short: {read} read ({from} seed {seed})");
         // Later sends on the stream keep failing with the code.
         run_reading(&mut w, &mut inbox, to, th, secs(2));
-        let r = w.act(from, |ep, now| ep.send_message(fh, now, 5, b"later", ORDERED));
+        let r = w.act(from, |ep, now| ep.conn_mut(fh).send_message(now, 5, b"later", ORDERED));
         assert_eq!(r, Err(SendError::StreamReset(code)), "send 2 s after reset_stream ({from} seed {seed})");
         assert_eq!(inbox.on(5).count(), read, "nothing after the reset ({from} seed {seed})");
     }
@@ -703,7 +706,7 @@ fn stop_stream_resets_the_senders_side_with_its_code_in_each_direction() {
         );
         assert!(ok, "{from} seed {seed}");
         // The receiver has had enough.
-        w.act(to, |ep, _| ep.stop_stream(th, 6, code));
+        w.act(to, |ep, _| ep.conn_mut(th).stop_stream(6, code));
         let ok = w.run_until(
             |w| {
                 inbox.take(w, to, th);
@@ -712,18 +715,18 @@ fn stop_stream_resets_the_senders_side_with_its_code_in_each_direction() {
             secs(30),
         );
         assert!(ok, "the receiver never read Reset({code}): {:?} ({from} seed {seed})", inbox.on(6).last());
-        let r = w.act(from, |ep, now| ep.send_message(fh, now, 6, b"more", ORDERED));
+        let r = w.act(from, |ep, now| ep.conn_mut(fh).send_message(now, 6, b"more", ORDERED));
         assert_eq!(r, Err(SendError::StreamReset(code)), "send once stopped ({from} seed {seed})");
-        assert!(!w.endpoint(from).stream_pending(fh, 6), "{from} seed {seed}");
+        assert!(!w.endpoint(from).conn(fh).stream_pending(6), "{from} seed {seed}");
         let ids = inbox.verify(&out).unwrap_or_else(|e| panic!("{e} ({from} seed {seed})"));
         assert!(ids.iter().enumerate().all(|(i, &id)| id == (6, i as u32)), "{ids:?} ({from} seed {seed})");
         assert!(inbox.on(6).count() < 51, "{from} seed {seed}");
         run_reading(&mut w, &mut inbox, to, th, secs(2));
-        let r = w.act(from, |ep, now| ep.send_message(fh, now, 6, b"later", ORDERED));
+        let r = w.act(from, |ep, now| ep.conn_mut(fh).send_message(now, 6, b"later", ORDERED));
         assert_eq!(r, Err(SendError::StreamReset(code)), "send 2 s after the stop ({from} seed {seed})");
         assert_eq!(inbox.on(6).last().map(|g| &g.item), Some(&StreamItem::Reset(code)), "{from} seed {seed}");
         for (node, h) in [(client(), c), (server(), s)] {
-            assert_eq!(w.endpoint(node).state(h), Some(State::Established), "seed {seed}");
+            assert_eq!(w.endpoint(node).conn(h).state(), Some(State::Established), "seed {seed}");
         }
     }
 }
@@ -763,7 +766,7 @@ fn bulk_stream_does_not_starve_small_messages() {
                 small.push(out.send(&mut w, client(), c, 2, 200, ORDERED));
             }
         }
-        let bulk_queued = w.endpoint(client()).conn_stats(c).unwrap().unacked_bytes;
+        let bulk_queued = w.endpoint(client()).conn(c).stats().unwrap().unacked_bytes;
         assert!(bulk_queued > 2 << 20, "bulk data no longer queued: {bulk_queued} ({cc:?} seed {seed})");
         let ok = w.run_until(
             |w| {
@@ -775,7 +778,7 @@ fn bulk_stream_does_not_starve_small_messages() {
         );
         assert!(ok, "{} of {} read ({cc:?} seed {seed})", inbox.messages(), out.sent.len());
         inbox.verify(&out).unwrap_or_else(|e| panic!("{e} ({cc:?} seed {seed})"));
-        let rtt = w.endpoint(client()).conn_stats(c).unwrap().min_rtt;
+        let rtt = w.endpoint(client()).conn(c).stats().unwrap().min_rtt;
         let waits: Vec<Duration> =
             small.iter().map(|&i| inbox.when(2, i).expect("read") - out.get(2, i).expect("sent").at).collect();
         let worst = *waits.iter().max().expect("some");
@@ -805,14 +808,16 @@ fn stream_with_the_lower_priority_value_is_drained_first() {
             for i in 0..32u32 {
                 let data = message(stream, i, 16 * 1024);
                 let ep = w.endpoint_mut(client());
-                ep.send_message(c, now, stream, &data, ORDERED).unwrap_or_else(|e| panic!("{e} (seed {seed})"));
+                ep.conn_mut(c)
+                    .send_message(now, stream, &data, ORDERED)
+                    .unwrap_or_else(|e| panic!("{e} (seed {seed})"));
                 out.next.insert(stream, i + 1);
                 out.sent.push(Sent { stream, index: i, len: data.len(), unordered: false, at: w.elapsed() });
             }
         }
         w.act(client(), |ep, _| {
-            ep.set_stream_priority(c, 1, prio_1, 1);
-            ep.set_stream_priority(c, 2, prio_2, 1);
+            ep.conn_mut(c).set_stream_priority(1, prio_1, 1);
+            ep.conn_mut(c).set_stream_priority(2, prio_2, 1);
         });
         let ok = read_messages(&mut w, &mut inbox, s, 64, secs(60));
         assert!(ok, "{} of 64 read (seed {seed})", inbox.messages());
@@ -850,14 +855,14 @@ fn message_larger_than_max_message_is_refused_and_nothing_is_sent() {
     let (c, s) = open(&mut w);
     w.set_capture(true);
     let big = message(3, 0, 100_001);
-    let r = w.act(client(), |ep, now| ep.send_message(c, now, 3, &big, ORDERED));
+    let r = w.act(client(), |ep, now| ep.conn_mut(c).send_message(now, 3, &big, ORDERED));
     assert_eq!(r, Err(SendError::MessageTooLarge { size: 100_001, max: 100_000 }), "seed {seed}");
     let mut inbox = Inbox::default();
     run_reading(&mut w, &mut inbox, server(), s, secs(1));
     assert!(inbox.got.is_empty(), "the peer read {:?} (seed {seed})", inbox.got);
     assert!(!w.captured().iter().any(|p| carries_stream(&p.data, 3)), "stream 3 data went out (seed {seed})");
-    assert_eq!(w.endpoint(client()).conn_stats(c).unwrap().bytes_sent, 0, "seed {seed}");
-    assert!(!w.endpoint(client()).stream_pending(c, 3), "seed {seed}");
+    assert_eq!(w.endpoint(client()).conn(c).stats().unwrap().bytes_sent, 0, "seed {seed}");
+    assert!(!w.endpoint(client()).conn(c).stream_pending(3), "seed {seed}");
     // One byte less is a message like any other.
     let mut out = Outbox::default();
     out.send(&mut w, client(), c, 3, 100_000, ORDERED);
@@ -879,25 +884,25 @@ fn opening_more_streams_than_max_streams_is_refused_locally() {
     }
     let r = out.try_send(&mut w, client(), c, 4, 100, ORDERED);
     assert_eq!(r, Err(SendError::StreamLimit(4)), "seed {seed}");
-    let r = w.act(client(), |ep, _| ep.stream_send(c, 4, b"bytes"));
+    let r = w.act(client(), |ep, _| ep.conn_mut(c).stream_send(4, b"bytes"));
     assert_eq!(r, Err(SendError::StreamLimit(4)), "seed {seed}");
-    let r = w.act(client(), |ep, _| ep.finish_stream(c, 4));
+    let r = w.act(client(), |ep, _| ep.conn_mut(c).finish_stream(4));
     assert_eq!(r, Err(SendError::StreamLimit(4)), "seed {seed}");
-    assert_eq!(w.endpoint(client()).conn_stats(c).unwrap().open_streams, 4, "seed {seed}");
+    assert_eq!(w.endpoint(client()).conn(c).stats().unwrap().open_streams, 4, "seed {seed}");
     let mut inbox = Inbox::default();
     let ok = read_messages(&mut w, &mut inbox, s, 3, secs(10));
     assert!(ok, "seed {seed}");
     inbox.verify(&out).unwrap_or_else(|e| panic!("{e} (seed {seed})"));
     // Once a stream is finished on both sides, its slot is free again.
-    w.act(client(), |ep, _| ep.finish_stream(c, 1)).unwrap();
+    w.act(client(), |ep, _| ep.conn_mut(c).finish_stream(1)).unwrap();
     let ok = w.run_until(
         |w| {
             inbox.take(w, server(), s);
-            w.endpoint(client()).conn_stats(c).unwrap().open_streams == 3
+            w.endpoint(client()).conn(c).stats().unwrap().open_streams == 3
         },
         secs(10),
     );
-    assert!(ok, "stream 1 never closed: {:?} (seed {seed})", w.endpoint(client()).conn_stats(c));
+    assert!(ok, "stream 1 never closed: {:?} (seed {seed})", w.endpoint(client()).conn(c).stats());
     out.send(&mut w, client(), c, 4, 100, ORDERED);
     let ok = read_messages(&mut w, &mut inbox, s, 4, secs(10));
     assert!(ok, "seed {seed}");
@@ -930,14 +935,14 @@ fn streams_beyond_the_peers_limit_are_reset_with_stream_limit_and_the_connection
     let refused = w.run_until(
         |w| {
             (4..=10).all(|id| {
-                let r = w.act(client(), |ep, now| ep.send_message(c, now, id, b"x", ORDERED));
+                let r = w.act(client(), |ep, now| ep.conn_mut(c).send_message(now, id, b"x", ORDERED));
                 r == Err(SendError::StreamReset(code))
             })
         },
         secs(10),
     );
     let sends: Vec<_> =
-        (4..=10).map(|id| w.act(client(), |ep, now| ep.send_message(c, now, id, b"x", ORDERED))).collect();
+        (4..=10).map(|id| w.act(client(), |ep, now| ep.conn_mut(c).send_message(now, id, b"x", ORDERED))).collect();
     assert!(refused, "sends on refused streams: {sends:?} (seed {seed})");
     run_reading(&mut w, &mut inbox, server(), s, secs(2));
     inbox.verify(&out).unwrap_or_else(|e| panic!("{e} (seed {seed})"));
@@ -953,10 +958,10 @@ fn streams_beyond_the_peers_limit_are_reset_with_stream_limit_and_the_connection
     );
     assert!(ok, "seed {seed}");
     for (node, h) in [(client(), c), (server(), s)] {
-        assert_eq!(w.endpoint(node).state(h), Some(State::Established), "seed {seed}");
-        assert_eq!(w.endpoint(node).conn_stats(h).unwrap().stream_violations, 0, "seed {seed}");
+        assert_eq!(w.endpoint(node).conn(h).state(), Some(State::Established), "seed {seed}");
+        assert_eq!(w.endpoint(node).conn(h).stats().unwrap().stream_violations, 0, "seed {seed}");
     }
-    assert!(w.endpoint(server()).conn_stats(s).unwrap().open_streams <= 4, "seed {seed}");
+    assert!(w.endpoint(server()).conn(s).stats().unwrap().open_streams <= 4, "seed {seed}");
 }
 
 #[test]
@@ -988,7 +993,7 @@ fn unread_streams_never_hold_more_than_the_receive_buffer() {
         }
     };
     let check = |w: &World, consumed: u64| {
-        let st = w.endpoint(server()).conn_stats(s).unwrap();
+        let st = w.endpoint(server()).conn(s).stats().unwrap();
         let held = st.bytes_received - consumed;
         assert!(
             held <= recv_buffer as u64,
@@ -1027,7 +1032,7 @@ fn unread_streams_never_hold_more_than_the_receive_buffer() {
     );
     assert!(ok, "{} of {total} read (seed {seed})", inbox.messages());
     inbox.verify(&out).unwrap_or_else(|e| panic!("{e} (seed {seed})"));
-    let st = w.endpoint(server()).conn_stats(s).unwrap();
+    let st = w.endpoint(server()).conn(s).stats().unwrap();
     assert_eq!(st.stream_violations, 0, "seed {seed}");
     assert_eq!(st.dropped_no_buffer, 0, "a compliant sender overran the buffer: {st:?} (seed {seed})");
 }
@@ -1128,11 +1133,11 @@ fn a_stream_reset_before_it_sent_anything_stays_closed_after_it_is_forgotten() {
     let seed = 1120;
     let mut w = pair(seed, faulty(0.0), config(CongestionAlgorithm::NewReno));
     let (c, s) = open(&mut w);
-    w.act(client(), |ep, _| ep.finish_stream(c, 1)).expect("finish an unused stream");
+    w.act(client(), |ep, _| ep.conn_mut(c).finish_stream(1)).expect("finish an unused stream");
     // The server has not read the stream's end yet: it still knows stream 1.
     w.run_for(secs(1));
-    w.act(server(), |ep, _| ep.reset_stream(s, 1, 77));
+    w.act(server(), |ep, _| ep.conn_mut(s).reset_stream(1, 77));
     w.run_for(secs(2));
-    let r = w.act(client(), |ep, _| ep.stream_send(c, 1, &[9u8; 3072]));
+    let r = w.act(client(), |ep, _| ep.conn_mut(c).stream_send(1, &[9u8; 3072]));
     assert_eq!(r, Err(SendError::Finished), "seed {seed}");
 }

@@ -185,14 +185,14 @@ fn slow_reader_throttles_the_sender_without_drops() {
         while !sink.is_done() {
             w.act(client(), |ep, _| source.push(ep, c)).unwrap();
             if source.is_done() {
-                w.act(client(), |ep, _| ep.close(c));
+                w.act(client(), |ep, _| ep.conn_mut(c).close());
             }
             w.run_for(read_every);
             let n =
                 w.act(server(), |ep, _| sink.pull(ep, s, read_size)).unwrap_or_else(|e| panic!("{e} (seed {seed})"));
             reads += u64::from(n > 0);
             // The sender never has more in the receiver's hands than its buffer.
-            let sent = w.endpoint(client()).conn_stats(c).unwrap().bytes_sent;
+            let sent = w.endpoint(client()).conn(c).stats().unwrap().bytes_sent;
             assert!(
                 sent <= sink.received() + recv_buffer as u64 + 1500,
                 "sender overran the window: {sent} sent, {} read, buffer {recv_buffer} ({cc:?} seed {seed})",
@@ -208,7 +208,7 @@ fn slow_reader_throttles_the_sender_without_drops() {
         let reading_time = read_every * u32::try_from((total - recv_buffer as u64) / read_size as u64).unwrap();
         assert!(took >= reading_time, "finished in {took:?}, faster than the reader reads ({cc:?} seed {seed})");
         assert!(reads > 200, "{reads} reads ({cc:?} seed {seed})");
-        let st = w.endpoint(server()).conn_stats(s).unwrap();
+        let st = w.endpoint(server()).conn(s).stats().unwrap();
         assert_eq!(st.dropped_no_buffer, 0, "receiver dropped data for lack of buffer: {st:?} ({cc:?} seed {seed})");
         assert_eq!(st.bytes_received, total, "{cc:?} seed {seed}");
     }
@@ -228,7 +228,7 @@ fn reader_that_pauses_for_a_long_time_resumes_the_transfer() {
         let mut sink = Sink::new(seed, 256 * 1024);
         w.act(client(), |ep, _| source.push(ep, c)).unwrap();
         w.run_for(Duration::from_secs(30));
-        assert_eq!(w.endpoint(client()).state(c), Some(State::Established), "{cc:?} seed {seed}");
+        assert_eq!(w.endpoint(client()).conn(c).state(), Some(State::Established), "{cc:?} seed {seed}");
         let ok = w.run_until(
             |w| {
                 w.act(client(), |ep, _| source.push(ep, c)).unwrap();
@@ -238,7 +238,7 @@ fn reader_that_pauses_for_a_long_time_resumes_the_transfer() {
             Duration::from_secs(120),
         );
         assert!(ok, "only {} bytes after the reader resumed ({cc:?} seed {seed})", sink.received());
-        assert_eq!(w.endpoint(server()).conn_stats(s).unwrap().dropped_no_buffer, 0, "{cc:?} seed {seed}");
+        assert_eq!(w.endpoint(server()).conn(s).stats().unwrap().dropped_no_buffer, 0, "{cc:?} seed {seed}");
     }
 }
 

@@ -37,11 +37,11 @@ impl ConnRef {
     pub(crate) fn poll_connected(&self, cx: &Context<'_>) -> Poll<Result<(), ConnectionError>> {
         let mut guard = self.shared.lock();
         let inner = &mut *guard;
-        let state = inner.engine.state(self.handle);
+        let state = inner.engine.conn(self.handle).state();
         // A protected connection is ESTABLISHED at the SYN-ACK but connected
         // only once its handshake proved the peer (spec §19.2): its
         // `Connected` event says so.
-        let protected = inner.engine.is_protected(self.handle);
+        let protected = inner.engine.conn(self.handle).is_protected();
         let stopped = inner.phase == Phase::Stopped;
         let Some(c) = inner.conns.get_mut(&self.handle) else {
             return Poll::Ready(Err(ConnectionError::EndpointClosed));
@@ -88,7 +88,7 @@ impl ConnRef {
         }
         let mut guard = self.shared.lock();
         let inner = &mut *guard;
-        match inner.engine.stream_recv(self.handle, stream, buf.initialize_unfilled()) {
+        match inner.engine.conn_mut(self.handle).stream_recv(stream, buf.initialize_unfilled()) {
             Ok(Some(n)) => {
                 buf.advance(n);
                 drop(guard);
@@ -115,7 +115,7 @@ impl ConnRef {
         }
         let mut guard = self.shared.lock();
         let inner = &mut *guard;
-        match inner.engine.stream_send(self.handle, stream, data) {
+        match inner.engine.conn_mut(self.handle).stream_send(stream, data) {
             Ok(0) => match self.park(inner, cx, |c| &mut c.write) {
                 Ok(()) => Poll::Pending,
                 Err(Some(reason)) => Poll::Ready(Err(ConnectionError::Closed(reason).into())),
@@ -140,7 +140,7 @@ impl ConnRef {
     ) -> Poll<Result<(), ConnectionError>> {
         let mut guard = self.shared.lock();
         let inner = &mut *guard;
-        match inner.engine.send_message(self.handle, now(), stream, data, opts) {
+        match inner.engine.conn_mut(self.handle).send_message(now(), stream, data, opts) {
             Ok(()) => {
                 drop(guard);
                 self.shared.wake_driver();
@@ -164,8 +164,8 @@ impl ConnRef {
         let mut guard = self.shared.lock();
         let inner = &mut *guard;
         let got = match only {
-            Some(id) => inner.engine.recv_message_on(self.handle, id).map(|o| o.map(|item| (id, item))),
-            None => inner.engine.recv_message(self.handle),
+            Some(id) => inner.engine.conn_mut(self.handle).recv_message_on(id).map(|o| o.map(|item| (id, item))),
+            None => inner.engine.conn_mut(self.handle).recv_message(),
         };
         match got {
             Ok(Some(item)) => {
@@ -175,8 +175,8 @@ impl ConnRef {
             }
             Ok(None)
                 if match only {
-                    None => inner.engine.messages_done(self.handle),
-                    Some(id) => inner.engine.stream_done(self.handle, id),
+                    None => inner.engine.conn(self.handle).messages_done(),
+                    Some(id) => inner.engine.conn(self.handle).stream_done(id),
                 } =>
             {
                 Poll::Ready(Ok(None))
@@ -196,11 +196,11 @@ impl ConnRef {
     fn poll_wait_for_send(&self, cx: &Context<'_>, stream: u16) -> Poll<Result<(), ConnectionError>> {
         let mut guard = self.shared.lock();
         let inner = &mut *guard;
-        if !inner.engine.stream_pending(self.handle, stream) {
+        if !inner.engine.conn(self.handle).stream_pending(stream) {
             // Not pending because it is all acknowledged, or because the
             // connection died first.
-            let unacked = inner.engine.conn_stats(self.handle).map_or(0, |s| s.unacked_bytes);
-            return match inner.engine.close_reason(self.handle) {
+            let unacked = inner.engine.conn(self.handle).stats().map_or(0, |s| s.unacked_bytes);
+            return match inner.engine.conn(self.handle).close_reason() {
                 Some(reason) if reason != CloseReason::Graceful && unacked > 0 => {
                     Poll::Ready(Err(ConnectionError::Unacked { bytes: unacked, reason }))
                 }
@@ -226,7 +226,7 @@ impl ConnRef {
     fn abort(&self, code: ErrorCode) {
         let mut guard = self.shared.lock();
         let inner = &mut *guard;
-        inner.engine.abort(self.handle, now(), code);
+        inner.engine.conn_mut(self.handle).abort(now(), code);
         if let Some(c) = inner.conns.get_mut(&self.handle) {
             c.close_requested = true;
         }
@@ -236,7 +236,7 @@ impl ConnRef {
 
     /// The engine's current address of the peer (it moves on migration).
     fn peer_addr(&self) -> SocketAddr {
-        self.shared.lock().engine.remote_addr(self.handle).unwrap_or(self.peer)
+        self.shared.lock().engine.conn(self.handle).remote_addr().unwrap_or(self.peer)
     }
 
     /// Queues FIN after the data written so far (once), without waiting.
@@ -252,7 +252,7 @@ impl ConnRef {
         if c.close_requested {
             return Ok(());
         }
-        inner.engine.close(self.handle);
+        inner.engine.conn_mut(self.handle).close();
         c.close_requested = true;
         drop(guard);
         self.shared.wake_driver();
@@ -270,16 +270,16 @@ impl ConnRef {
         };
         let mut requested_now = false;
         if c.closed.is_none() && !c.close_requested {
-            inner.engine.close(self.handle);
+            inner.engine.conn_mut(self.handle).close();
             c.close_requested = true;
             requested_now = true;
         }
-        let result = match inner.engine.state(self.handle) {
+        let result = match inner.engine.conn(self.handle).state() {
             // Our FIN is acknowledged in these states (spec §4.4).
             Some(State::FinWait2) | Some(State::TimeWait) => Poll::Ready(Ok(())),
             Some(State::Closed) | None => {
-                let reason = inner.engine.close_reason(self.handle).or(c.closed);
-                let unacked = inner.engine.conn_stats(self.handle).map_or(0, |s| s.unacked_bytes);
+                let reason = inner.engine.conn(self.handle).close_reason().or(c.closed);
+                let unacked = inner.engine.conn(self.handle).stats().map_or(0, |s| s.unacked_bytes);
                 Poll::Ready(match reason {
                     Some(CloseReason::Graceful) => Ok(()),
                     Some(reason) if unacked > 0 => Err(ConnectionError::Unacked { bytes: unacked, reason }),
@@ -301,13 +301,13 @@ impl ConnRef {
     }
 
     fn stats(&self) -> ConnStats {
-        self.shared.lock().engine.conn_stats(self.handle).unwrap_or_default()
+        self.shared.lock().engine.conn(self.handle).stats().unwrap_or_default()
     }
 
     fn protection(&self) -> Protection {
         let inner = self.shared.lock();
-        if inner.engine.is_protected(self.handle) {
-            Protection::Encrypted { peer_key: inner.engine.peer_key(self.handle) }
+        if inner.engine.conn(self.handle).is_protected() {
+            Protection::Encrypted { peer_key: inner.engine.conn(self.handle).peer_key() }
         } else {
             Protection::Plain
         }
@@ -555,24 +555,24 @@ impl Streams {
     /// Ends our side of `stream` after what is queued on it; the peer reads
     /// [`StreamItem::Finished`] (or end of file) after the data.
     pub fn finish_stream(&self, stream: u16) -> Result<(), ConnectionError> {
-        self.conn.command(|e, h| e.finish_stream(h, stream)).map_err(ConnectionError::from)
+        self.conn.command(|e, h| e.conn_mut(h).finish_stream(stream)).map_err(ConnectionError::from)
     }
 
     /// Abandons our side of `stream`: queued data is dropped and the peer
     /// reads [`StreamItem::Reset`] with `code`.
     pub fn reset_stream(&self, stream: u16, code: u16) {
-        self.conn.command(|e, h| e.reset_stream(h, stream, code));
+        self.conn.command(|e, h| e.conn_mut(h).reset_stream(stream, code));
     }
 
     /// Asks the peer to stop sending on `stream`; it resets its side with `code`.
     pub fn stop_stream(&self, stream: u16, code: u16) {
-        self.conn.command(|e, h| e.stop_stream(h, stream, code));
+        self.conn.command(|e, h| e.conn_mut(h).stop_stream(stream, code));
     }
 
     /// Scheduling of `stream`: lower `priority` is sent first; streams of
     /// equal priority take turns, `weight` packets each (default 128 and 1).
     pub fn set_priority(&self, stream: u16, priority: u8, weight: u16) {
-        self.conn.command(|e, h| e.set_stream_priority(h, stream, priority, weight));
+        self.conn.command(|e, h| e.conn_mut(h).set_stream_priority(stream, priority, weight));
     }
 
     /// `stream` as a byte stream: `AsyncRead` + `AsyncWrite`.
@@ -610,7 +610,7 @@ impl AsyncWrite for StreamIo {
         Poll::Ready(Ok(()))
     }
     fn poll_shutdown(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        let r = self.conn.command(|e, h| e.finish_stream(h, self.stream));
+        let r = self.conn.command(|e, h| e.conn_mut(h).finish_stream(self.stream));
         Poll::Ready(match r {
             Ok(()) | Err(SendError::Finished) => Ok(()),
             Err(e) => Err(ConnectionError::from(e).into()),

@@ -163,7 +163,7 @@ impl Endpoint {
             }
             if let Some(h) = inner.engine.accept() {
                 inner.conns.entry(h).or_insert_with(|| ConnState { connected: true, ..ConnState::default() });
-                let peer = inner.engine.remote_addr(h).unwrap_or(self.shared.local_addr);
+                let peer = inner.engine.conn(h).remote_addr().unwrap_or(self.shared.local_addr);
                 return Poll::Ready(Some((h, peer)));
             }
             if !inner.accept_waiters.iter().any(|w| w.will_wake(cx.waker())) {

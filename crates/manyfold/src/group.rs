@@ -444,12 +444,12 @@ impl tokio::io::AsyncRead for PeerReader {
             CloseReason::Graceful => Ok(()),
             other => Err(ConnectionError::Closed(other).into()),
         };
-        let r = match inner.engine.stream_recv(h, self.stream, buf.initialize_unfilled()) {
+        let r = match inner.engine.conn_mut(h).stream_recv(self.stream, buf.initialize_unfilled()) {
             Ok(Some(n)) => {
                 buf.advance(n);
                 Poll::Ready(Ok(()))
             }
-            Ok(None) => match inner.engine.close_reason(h) {
+            Ok(None) => match inner.engine.conn(h).close_reason() {
                 Some(reason) => Poll::Ready(closed(reason)),
                 None if inner.phase == Phase::Stopped => Poll::Ready(Err(ConnectionError::EndpointClosed.into())),
                 None => {

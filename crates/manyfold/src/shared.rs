@@ -150,8 +150,8 @@ impl Inner {
             if self.endpoint_refs == 0 || self.phase != Phase::Running {
                 // Nobody can accept it any more (a protected handshake that
                 // finished after the last handle went): refuse it now.
-                self.engine.abort(h, crate::driver::now(), ErrorCode::REFUSED);
-                self.engine.release(h);
+                self.engine.conn_mut(h).abort(crate::driver::now(), ErrorCode::REFUSED);
+                self.engine.conn_mut(h).release();
                 return;
             }
             self.conns.entry(h).or_insert_with(|| ConnState { connected: true, ..ConnState::default() });
@@ -193,21 +193,21 @@ impl Inner {
         if let Some(c) = self.conns.get_mut(&h) {
             close_once(&mut self.engine, h, c, now);
             c.released = true;
-            let closed = c.closed.is_some() || matches!(self.engine.state(h), None | Some(State::Closed));
+            let closed = c.closed.is_some() || matches!(self.engine.conn(h).state(), None | Some(State::Closed));
             if closed {
                 self.conns.remove(&h);
             }
         }
-        self.engine.release(h);
+        self.engine.conn_mut(h).release();
     }
 
     /// Refuses connections nobody will accept any more: those accepted by
     /// the engine but never taken by the application are aborted.
     pub(crate) fn abort_unaccepted(&mut self, now: Instant) {
         while let Some(h) = self.engine.accept() {
-            self.engine.abort(h, now, ErrorCode::APPLICATION);
+            self.engine.conn_mut(h).abort(now, ErrorCode::APPLICATION);
             self.conns.remove(&h);
-            self.engine.release(h);
+            self.engine.conn_mut(h).release();
         }
     }
 
@@ -240,13 +240,13 @@ impl Inner {
         self.phase = Phase::ShuttingDown { deadline: now };
         self.engine.set_listening(false);
         while let Some(h) = self.engine.accept() {
-            self.engine.abort(h, now, code);
+            self.engine.conn_mut(h).abort(now, code);
             self.conns.remove(&h);
-            self.engine.release(h);
+            self.engine.conn_mut(h).release();
         }
         let handles: Vec<ConnHandle> = self.conns.keys().copied().collect();
         for h in handles {
-            self.engine.abort(h, now, code);
+            self.engine.conn_mut(h).abort(now, code);
         }
         let groups: Vec<_> = self.groups.keys().copied().collect();
         for g in groups {
@@ -273,10 +273,10 @@ impl Inner {
             .keys()
             .copied()
             .chain(members)
-            .filter(|&h| !matches!(self.engine.state(h), None | Some(State::Closed) | Some(State::TimeWait)))
+            .filter(|&h| !matches!(self.engine.conn(h).state(), None | Some(State::Closed) | Some(State::TimeWait)))
             .collect();
         for h in open {
-            self.engine.abort(h, now, ErrorCode::APPLICATION);
+            self.engine.conn_mut(h).abort(now, ErrorCode::APPLICATION);
         }
     }
 
@@ -297,10 +297,10 @@ impl Inner {
 /// the handshake has not finished (nothing was sent that could be lost).
 fn close_once(engine: &mut manyfold_proto::Endpoint, h: ConnHandle, c: &mut ConnState, now: Instant) {
     if c.closed.is_none() && !c.close_requested {
-        if engine.state(h) == Some(State::SynSent) {
-            engine.abort(h, now, ErrorCode::APPLICATION);
+        if engine.conn(h).state() == Some(State::SynSent) {
+            engine.conn_mut(h).abort(now, ErrorCode::APPLICATION);
         } else {
-            engine.close(h);
+            engine.conn_mut(h).close();
         }
         c.close_requested = true;
     }

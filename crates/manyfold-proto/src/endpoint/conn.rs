@@ -1,8 +1,11 @@
-//! The application's calls on one connection (spec §4, §7, §13): data
-//! on streams and messages, closing, and what it may ask about a
-//! connection. Each finds the connection by its handle and forwards to it
-//! once; the endpoint adds only the memory limit (spec §7.5) and marks
-//! the connection for output.
+//! The application's view of one connection (spec §4, §7, §13):
+//! [`Endpoint::conn`] answers questions about it ([`ConnRef`]) and
+//! [`Endpoint::conn_mut`] acts on it ([`ConnMut`]): data on streams and
+//! messages, closing, releasing. Each call finds the connection by its
+//! handle once and forwards to it; the endpoint adds only the memory limit
+//! (spec §7.5) and marks the connection for output. A handle that names
+//! no connection (never did, or released) answers `None`, `false`, 0 or
+//! `UnknownConnection`, and changes nothing.
 
 use std::net::SocketAddr;
 use std::time::Instant;
@@ -13,175 +16,204 @@ use crate::connection::{CloseReason, ConnStats, Connection, MessageOptions, Recv
 use crate::wire::ErrorCode;
 
 impl Endpoint {
+    /// What the application may ask about connection `h`.
+    pub fn conn(&self, h: ConnHandle) -> ConnRef<'_> {
+        ConnRef { conn: self.table.get(h) }
+    }
+
+    /// The application's calls on connection `h`.
+    pub fn conn_mut(&mut self, h: ConnHandle) -> ConnMut<'_> {
+        ConnMut { ep: self, h }
+    }
+}
+
+/// A read-only view of one connection ([`Endpoint::conn`]).
+#[derive(Debug, Clone, Copy)]
+pub struct ConnRef<'a> {
+    conn: Option<&'a Connection>,
+}
+
+impl ConnRef<'_> {
+    /// The connection's state (spec §4), `None` for an unknown handle.
+    pub fn state(self) -> Option<State> {
+        self.conn.map(|c| c.state())
+    }
+
+    /// The peer's address now (it follows a migration, spec §6.8).
+    pub fn remote_addr(self) -> Option<SocketAddr> {
+        self.conn.map(|c| c.remote())
+    }
+
+    /// The connection's counters.
+    pub fn stats(self) -> Option<ConnStats> {
+        self.conn.map(|c| c.stats())
+    }
+
+    /// Whether the connection protects its packets (spec §19).
+    pub fn is_protected(self) -> bool {
+        self.conn.is_some_and(Connection::is_protected)
+    }
+
+    /// The static public key the peer proved in its handshake (spec §19.2).
+    pub fn peer_key(self) -> Option<[u8; 32]> {
+        self.conn.and_then(Connection::peer_key)
+    }
+
+    /// How the connection ended, once it has.
+    pub fn close_reason(self) -> Option<CloseReason> {
+        self.conn.and_then(|c| c.close_reason())
+    }
+
+    /// Whether the peer has finished the connection and every message and
+    /// stream event was taken (the end for [`ConnMut::recv_message`]).
+    pub fn messages_done(self) -> bool {
+        self.conn.is_some_and(|c| c.messages_done())
+    }
+
+    /// Whether `stream` has delivered its end or reset (the end for
+    /// [`ConnMut::recv_message_on`]).
+    pub fn stream_done(self, stream: u16) -> bool {
+        self.conn.is_some_and(|c| c.stream_done(stream))
+    }
+
+    /// Whether anything queued on `stream` is not yet acknowledged
+    /// (`wait_for_send`, paper 00 §4.2.7). False once the connection closed.
+    pub fn stream_pending(self, stream: u16) -> bool {
+        self.conn.is_some_and(|c| c.stream_pending(stream))
+    }
+}
+
+/// The application's calls on one connection ([`Endpoint::conn_mut`]).
+#[derive(Debug)]
+pub struct ConnMut<'a> {
+    ep: &'a mut Endpoint,
+    h: ConnHandle,
+}
+
+impl ConnMut<'_> {
     /// Queues application data on stream 0, the connection's byte stream
     /// (spec §7). Returns how many bytes were taken: fewer than offered
     /// when the send buffer is full, 0 when it has no room.
-    pub fn send(&mut self, h: ConnHandle, data: &[u8]) -> Result<usize, SendError> {
-        self.stream_send(h, 0, data)
+    pub fn send(&mut self, data: &[u8]) -> Result<usize, SendError> {
+        self.stream_send(0, data)
     }
 
     /// Reads stream 0 in order. `Ok(Some(0))` is the end of the peer's
     /// stream (its FIN, after all data); `Ok(None)` means nothing yet.
-    pub fn recv(&mut self, h: ConnHandle, buf: &mut [u8]) -> Result<Option<usize>, RecvError> {
-        self.stream_recv(h, 0, buf)
+    pub fn recv(&mut self, buf: &mut [u8]) -> Result<Option<usize>, RecvError> {
+        self.stream_recv(0, buf)
     }
 
     /// Queues bytes on `stream`, opening it if new (spec §13). Takes
     /// nothing (`Ok(0)`, `Writable` follows) while the endpoint is at its
     /// memory limit (spec §7.5).
-    pub fn stream_send(&mut self, h: ConnHandle, stream: u16, data: &[u8]) -> Result<usize, SendError> {
-        if self.memory.refuse(h, &mut self.table) && !data.is_empty() {
-            self.stats.sends_refused_memory += 1;
+    pub fn stream_send(&mut self, stream: u16, data: &[u8]) -> Result<usize, SendError> {
+        let ep = &mut *self.ep;
+        if ep.memory.refuse(self.h, &mut ep.table) && !data.is_empty() {
+            ep.stats.sends_refused_memory += 1;
             return Ok(0);
         }
         // No further past the limit than what the limit leaves.
-        let data = &data[..data.len().min(self.memory.room())];
-        self.with_conn(h, |c| c.send(stream, data)).unwrap_or(Err(SendError::UnknownConnection))
+        let data = &data[..data.len().min(ep.memory.room())];
+        ep.with_conn(self.h, |c| c.send(stream, data)).unwrap_or(Err(SendError::UnknownConnection))
     }
 
     /// Reads `stream`'s bytes in order, across message boundaries.
-    pub fn stream_recv(&mut self, h: ConnHandle, stream: u16, buf: &mut [u8]) -> Result<Option<usize>, RecvError> {
-        self.with_conn(h, |c| c.recv(stream, buf)).unwrap_or(Err(RecvError::UnknownConnection))
+    pub fn stream_recv(&mut self, stream: u16, buf: &mut [u8]) -> Result<Option<usize>, RecvError> {
+        self.ep.with_conn(self.h, |c| c.recv(stream, buf)).unwrap_or(Err(RecvError::UnknownConnection))
     }
 
     /// Queues one whole message on `stream` (spec §13.5): all of it, or
     /// nothing and an error ([`SendError::Blocked`] when the send buffer
-    /// has no room for it yet).
+    /// has no room for it yet, or the endpoint is at its memory limit).
     pub fn send_message(
         &mut self,
-        h: ConnHandle,
         now: Instant,
         stream: u16,
         data: &[u8],
         opts: MessageOptions,
     ) -> Result<(), SendError> {
-        if self.memory.refuse(h, &mut self.table) {
-            self.stats.sends_refused_memory += 1;
+        let ep = &mut *self.ep;
+        if ep.memory.refuse(self.h, &mut ep.table) {
+            ep.stats.sends_refused_memory += 1;
             return Err(SendError::Blocked);
         }
-        self.with_conn(h, |c| c.send_message(now, stream, data, opts)).unwrap_or(Err(SendError::UnknownConnection))
+        ep.with_conn(self.h, |c| c.send_message(now, stream, data, opts)).unwrap_or(Err(SendError::UnknownConnection))
     }
 
     /// The next whole message, abandoned-message notice or end of any
     /// stream, streams taking turns (spec §13.5); `Ok(None)`: nothing yet.
-    pub fn recv_message(&mut self, h: ConnHandle) -> Result<Option<(u16, StreamItem)>, RecvError> {
-        self.with_conn(h, |c| c.recv_message(None)).unwrap_or(Err(RecvError::UnknownConnection))
+    pub fn recv_message(&mut self) -> Result<Option<(u16, StreamItem)>, RecvError> {
+        self.ep.with_conn(self.h, |c| c.recv_message(None)).unwrap_or(Err(RecvError::UnknownConnection))
     }
 
-    /// Whether the peer has finished the connection and every message and
-    /// stream event was taken (the end for [`Endpoint::recv_message`]).
-    pub fn messages_done(&self, h: ConnHandle) -> bool {
-        self.table.get(h).is_some_and(|c| c.messages_done())
-    }
-
-    /// Whether `stream` has delivered its end or reset (the end for
-    /// [`Endpoint::recv_message_on`]).
-    pub fn stream_done(&self, h: ConnHandle, stream: u16) -> bool {
-        self.table.get(h).is_some_and(|c| c.stream_done(stream))
-    }
-
-    /// Like [`Endpoint::recv_message`], for one stream.
-    pub fn recv_message_on(&mut self, h: ConnHandle, stream: u16) -> Result<Option<StreamItem>, RecvError> {
-        let r = self.with_conn(h, |c| c.recv_message(Some(stream))).unwrap_or(Err(RecvError::UnknownConnection));
-        r.map(|o| o.map(|(_, item)| item))
+    /// Like [`ConnMut::recv_message`], for one stream.
+    pub fn recv_message_on(&mut self, stream: u16) -> Result<Option<StreamItem>, RecvError> {
+        let r = self.ep.with_conn(self.h, |c| c.recv_message(Some(stream)));
+        r.unwrap_or(Err(RecvError::UnknownConnection)).map(|o| o.map(|(_, item)| item))
     }
 
     /// Ends our side of `stream` after what is queued on it (stream FIN).
-    pub fn finish_stream(&mut self, h: ConnHandle, stream: u16) -> Result<(), SendError> {
-        self.with_conn(h, |c| c.finish_stream(stream)).unwrap_or(Err(SendError::UnknownConnection))
+    pub fn finish_stream(&mut self, stream: u16) -> Result<(), SendError> {
+        self.ep.with_conn(self.h, |c| c.finish_stream(stream)).unwrap_or(Err(SendError::UnknownConnection))
     }
 
     /// Abandons our side of `stream`: queued data is dropped and the peer
     /// reads [`StreamItem::Reset`] with `code` (spec §13.9).
-    pub fn reset_stream(&mut self, h: ConnHandle, stream: u16, code: u16) {
-        self.with_conn(h, |c| c.reset_stream(stream, code));
+    pub fn reset_stream(&mut self, stream: u16, code: u16) {
+        self.ep.with_conn(self.h, |c| c.reset_stream(stream, code));
     }
 
     /// Asks the peer to stop sending on `stream`; it resets its side with `code`.
-    pub fn stop_stream(&mut self, h: ConnHandle, stream: u16, code: u16) {
-        self.with_conn(h, |c| c.stop_stream(stream, code));
+    pub fn stop_stream(&mut self, stream: u16, code: u16) {
+        self.ep.with_conn(self.h, |c| c.stop_stream(stream, code));
     }
 
     /// Scheduling of `stream` (spec §13.10): lower `priority` goes first;
     /// among equals, `weight` chunks per round-robin turn.
-    pub fn set_stream_priority(&mut self, h: ConnHandle, stream: u16, priority: u8, weight: u16) {
-        self.with_conn(h, |c| c.set_stream_priority(stream, priority, weight));
+    pub fn set_stream_priority(&mut self, stream: u16, priority: u8, weight: u16) {
+        self.ep.with_conn(self.h, |c| c.set_stream_priority(stream, priority, weight));
     }
 
-    /// Whether anything queued on `stream` is not yet acknowledged
-    /// (`wait_for_send`, paper 00 §4.2.7). False once the connection closed.
-    pub fn stream_pending(&self, h: ConnHandle, stream: u16) -> bool {
-        self.table.get(h).is_some_and(|c| c.stream_pending(stream))
+    /// Bytes `send` (stream 0) would take now: none while the endpoint is
+    /// at its memory limit (then `Writable` follows when it no longer is).
+    pub fn send_capacity(&mut self) -> usize {
+        let ep = &mut *self.ep;
+        if ep.memory.refuse(self.h, &mut ep.table) {
+            return 0;
+        }
+        ep.table.get(self.h).map_or(0, |c| c.stream_capacity(0))
     }
 
     /// Graceful close of our sending side (spec §4.4): a FIN follows the data
     /// already queued; we keep receiving until the peer finishes too (half-close).
-    pub fn close(&mut self, h: ConnHandle) {
-        if let Some(c) = self.table.get_mut(h) {
+    pub fn close(&mut self) {
+        if let Some(c) = self.ep.table.get_mut(self.h) {
             c.close();
-            self.mark(h.index());
+            self.ep.mark(self.h.index());
         }
     }
 
     /// Abortive close: sends RST with `code` and discards everything.
-    pub fn abort(&mut self, h: ConnHandle, now: Instant, code: ErrorCode) {
-        if let Some(c) = self.table.get_mut(h) {
+    pub fn abort(&mut self, now: Instant, code: ErrorCode) {
+        if let Some(c) = self.ep.table.get_mut(self.h) {
             c.abort(code);
-            self.mark(h.index());
-            self.touch(h.index(), now);
+            self.ep.mark(self.h.index());
+            self.ep.touch(self.h.index(), now);
         }
     }
 
-    /// The application no longer holds `h`. Its state is freed once the
-    /// connection is CLOSED (immediately if it already is).
-    pub fn release(&mut self, h: ConnHandle) {
-        let Some(slot) = self.table.slot_of_mut(h).filter(|s| s.conn.is_some()) else {
+    /// The application no longer holds the connection. Its state is freed
+    /// once it is CLOSED (immediately if it already is).
+    pub fn release(&mut self) {
+        let Some(slot) = self.ep.table.slot_of_mut(self.h).filter(|s| s.conn.is_some()) else {
             return;
         };
         slot.released = true;
         if let Some(c) = slot.conn.as_mut() {
             c.on_released();
         }
-        self.mark(h.index());
-        self.reap(h.index());
-    }
-
-    /// The connection's state (spec §4), `None` for an unknown handle.
-    pub fn state(&self, h: ConnHandle) -> Option<State> {
-        self.table.get(h).map(|c| c.state())
-    }
-
-    /// The peer's address now (it follows a migration, spec §6.8).
-    pub fn remote_addr(&self, h: ConnHandle) -> Option<SocketAddr> {
-        self.table.get(h).map(|c| c.remote())
-    }
-
-    /// The connection's counters.
-    pub fn conn_stats(&self, h: ConnHandle) -> Option<ConnStats> {
-        self.table.get(h).map(|c| c.stats())
-    }
-
-    /// Whether the connection protects its packets (spec §19).
-    pub fn is_protected(&self, h: ConnHandle) -> bool {
-        self.table.get(h).is_some_and(Connection::is_protected)
-    }
-
-    /// The static public key the peer proved in its handshake (spec §19.2).
-    pub fn peer_key(&self, h: ConnHandle) -> Option<[u8; 32]> {
-        self.table.get(h).and_then(Connection::peer_key)
-    }
-
-    /// How the connection ended, once it has.
-    pub fn close_reason(&self, h: ConnHandle) -> Option<CloseReason> {
-        self.table.get(h).and_then(|c| c.close_reason())
-    }
-
-    /// Bytes `send` (stream 0) would take now: none while the endpoint is
-    /// at its memory limit (then `Writable` follows when it no longer is).
-    pub fn send_capacity(&mut self, h: ConnHandle) -> usize {
-        if self.memory.refuse(h, &mut self.table) {
-            return 0;
-        }
-        self.table.get(h).map_or(0, |c| c.stream_capacity(0))
+        self.ep.mark(self.h.index());
+        self.ep.reap(self.h.index());
     }
 }

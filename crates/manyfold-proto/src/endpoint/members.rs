@@ -68,23 +68,23 @@ impl Members for Endpoint {
     }
 
     fn recv_message(&mut self, h: ConnHandle) -> Result<Option<(u16, StreamItem)>, RecvError> {
-        Endpoint::recv_message(self, h)
+        self.conn_mut(h).recv_message()
     }
 
     fn finish_stream(&mut self, h: ConnHandle, stream: u16) -> Result<(), SendError> {
-        Endpoint::finish_stream(self, h, stream)
+        self.conn_mut(h).finish_stream(stream)
     }
 
     fn close(&mut self, h: ConnHandle) {
-        Endpoint::close(self, h)
+        self.conn_mut(h).close()
     }
 
     fn abort(&mut self, h: ConnHandle, now: Instant, code: ErrorCode) {
-        Endpoint::abort(self, h, now, code)
+        self.conn_mut(h).abort(now, code)
     }
 
     fn release(&mut self, h: ConnHandle) {
-        Endpoint::release(self, h)
+        self.conn_mut(h).release()
     }
 }
 
@@ -153,7 +153,7 @@ impl Endpoint {
         opts: MessageOptions,
     ) -> Result<(), SendError> {
         let h = self.group_peer_conn(g, dest.peer).ok_or(SendError::UnknownConnection)?;
-        self.send_message(h, now, dest.stream, data, opts)
+        self.conn_mut(h).send_message(now, dest.stream, data, opts)
     }
 
     /// The next message, notice or stream end from any peer, peers taking turns.
@@ -212,7 +212,10 @@ impl Endpoint {
         host::release(self, g);
     }
 
-    /// Hands member connections' events to their groups.
+    /// Hands member connections' events to their groups (group/host.rs
+    /// runs them). Called once an input is fully routed (`handle_datagram`,
+    /// `handle_icmp`, `handle_timeout`) and after each connection's output
+    /// in `poll_transmit`, whose events (acks, room) a group acts on at once.
     pub(super) fn run_groups(&mut self, now: Instant) {
         host::settle(self, now);
     }

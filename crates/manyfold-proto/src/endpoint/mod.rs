@@ -11,7 +11,8 @@
 //! - schedule.rs: the timer heap and the transmit queue that keep the cost
 //!   per call independent of the number of connections (spec §2);
 //! - memory.rs: the endpoint-wide memory limit (spec §7.5);
-//! - conn.rs: the application's calls on one connection;
+//! - conn.rs: the application's view of one connection ([`ConnRef`],
+//!   [`ConnMut`]): each call forwards to it once;
 //! - members.rs: the endpoint as host of its groups (spec §14), which run
 //!   in group/host.rs.
 
@@ -22,6 +23,8 @@ mod memory;
 mod route;
 mod schedule;
 mod table;
+
+pub use conn::{ConnMut, ConnRef};
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
@@ -326,16 +329,15 @@ impl Endpoint {
             }
             let (count, segment) = schedule::fill_batch(conn, now, max_datagrams, buf);
             let destination = conn.remote();
-            if count == 0 {
-                self.touch_timers_and_events(idx, now);
-                self.run_groups(now);
-                continue;
+            if count > 0 {
+                // It may have more: back of the queue, round-robin between connections.
+                self.mark(idx);
             }
-            // It may have more: back of the queue, round-robin between connections.
-            self.mark(idx);
             self.touch_timers_and_events(idx, now);
             self.run_groups(now);
-            return Some(Transmit { destination, size: buf.len(), segment_size: (count > 1).then_some(segment) });
+            if count > 0 {
+                return Some(Transmit { destination, size: buf.len(), segment_size: (count > 1).then_some(segment) });
+            }
         }
         None
     }

@@ -96,13 +96,7 @@ impl Endpoint {
     /// anything else looks at it; one that does not open changes nothing.
     /// Unknown ones get no RST: a protected peer would not believe a plain one.
     fn route_protected(&mut self, now: Instant, from: SocketAddr, datagram: &[u8]) {
-        let header = match Header::parse(datagram) {
-            Ok(h) => h,
-            Err(e) => {
-                self.count_decode_error(e);
-                return;
-            }
-        };
+        let Some(header) = self.decoded(Header::parse(datagram)) else { return };
         let Some(idx) = self.table.by_id(header.conn_id) else {
             self.stats.unknown_connection += 1;
             return;
@@ -153,13 +147,7 @@ impl Endpoint {
     /// A PATH packet (spec §6.8): a challenge to answer, or the answer to
     /// ours that moves the connection. Unknown ids are dropped unanswered.
     fn route_path(&mut self, now: Instant, from: SocketAddr, datagram: &[u8]) {
-        let p = match PathPacket::parse(datagram) {
-            Ok(p) => p,
-            Err(e) => {
-                self.count_decode_error(e);
-                return;
-            }
-        };
+        let Some(p) = self.decoded(PathPacket::parse(datagram)) else { return };
         let Some(idx) = self.table.by_id(p.header.conn_id) else {
             self.stats.unknown_connection += 1;
             return;
@@ -219,6 +207,11 @@ impl Endpoint {
         conn.handle_packet(now, packet, protected);
         self.table.after_packet(idx, had_remote_id);
         self.touch(idx, now);
+    }
+
+    /// What was decoded; a decode error is counted (spec §3.5) and dropped.
+    fn decoded<T>(&mut self, r: Result<T, DecodeError>) -> Option<T> {
+        r.map_err(|e| self.count_decode_error(e)).ok()
     }
 
     fn count_decode_error(&mut self, e: DecodeError) {

@@ -17,11 +17,11 @@ fn take_from_a(p: &mut Pair) -> Vec<u8> {
 /// A first exchange, so that the handshake is over (the cookie echo
 /// acknowledged) and the RTT known.
 fn exchange(p: &mut Pair, ca: crate::ConnHandle, cb: crate::ConnHandle) {
-    p.a.send(ca, &[7u8; 3000]).unwrap();
+    p.a.conn_mut(ca).send(&[7u8; 3000]).unwrap();
     let mut buf = [0u8; 4000];
     let mut got = 0;
     p.run_until(|p| {
-        while let Ok(Some(n)) = p.b.recv(cb, &mut buf) {
+        while let Ok(Some(n)) = p.b.conn_mut(cb).recv(&mut buf) {
             if n == 0 {
                 break;
             }
@@ -39,7 +39,7 @@ fn port_unreachable_for_a_syn_refuses_the_connect_at_once() {
     p.drain();
     let syn = p.wire.pop_front().expect("the SYN").2;
     p.a.handle_icmp(p.now, nobody, UnreachableKind::Port, &syn);
-    assert_eq!(p.a.close_reason(ca), Some(CloseReason::Refused));
+    assert_eq!(p.a.conn(ca).close_reason(), Some(CloseReason::Refused));
     assert_eq!(p.a.stats().icmp_received, 1);
     assert_eq!(p.a.stats().icmp_ignored, 0);
 }
@@ -52,7 +52,7 @@ fn host_unreachable_for_a_syn_says_unreachable() {
     p.drain();
     let syn = p.wire.pop_front().expect("the SYN").2;
     p.a.handle_icmp(p.now, nobody, UnreachableKind::Host, &syn);
-    assert_eq!(p.a.close_reason(ca), Some(CloseReason::Unreachable(UnreachableKind::Host)));
+    assert_eq!(p.a.conn(ca).close_reason(), Some(CloseReason::Unreachable(UnreachableKind::Host)));
 }
 
 #[test]
@@ -73,7 +73,7 @@ fn icmp_that_does_not_quote_our_ids_changes_nothing() {
     let mut rst = syn.clone();
     rst[1] = 0x08;
     p.a.handle_icmp(p.now, nobody, UnreachableKind::Port, &rst);
-    assert_eq!(p.a.state(ca), Some(State::SynSent));
+    assert_eq!(p.a.conn(ca).state(), Some(State::SynSent));
     assert_eq!(p.a.stats().icmp_received, 5);
     assert_eq!(p.a.stats().icmp_ignored, 5);
 }
@@ -82,10 +82,10 @@ fn icmp_that_does_not_quote_our_ids_changes_nothing() {
 fn an_established_connection_ends_on_repeated_unreachables_after_an_rto_of_silence() {
     let mut p = Pair::new();
     let ca = p.a.connect(p.now, p.b_addr).unwrap();
-    p.run_until(|p| p.a.state(ca) == Some(State::Established) && !p.events_b.is_empty());
+    p.run_until(|p| p.a.conn(ca).state() == Some(State::Established) && !p.events_b.is_empty());
     let cb = p.b.accept().unwrap();
     exchange(&mut p, ca, cb);
-    p.a.send(ca, &[8u8; 1000]).unwrap();
+    p.a.conn_mut(ca).send(&[8u8; 1000]).unwrap();
     let data = take_from_a(&mut p);
     // A forged error: the right ids, a sequence number never sent.
     let mut forged = data.clone();
@@ -93,57 +93,57 @@ fn an_established_connection_ends_on_repeated_unreachables_after_an_rto_of_silen
     for _ in 0..5 {
         p.a.handle_icmp(p.now, p.b_addr, UnreachableKind::Port, &forged);
     }
-    assert_eq!(p.a.state(ca), Some(State::Established), "a forged sequence number is ignored");
+    assert_eq!(p.a.conn(ca).state(), Some(State::Established), "a forged sequence number is ignored");
     assert_eq!(p.a.stats().icmp_ignored, 5);
     // One real error right after the peer was heard: maybe a stray.
     p.a.handle_icmp(p.now, p.b_addr, UnreachableKind::Port, &data);
     p.a.handle_icmp(p.now, p.b_addr, UnreachableKind::Port, &data);
-    assert_eq!(p.a.state(ca), Some(State::Established), "the peer was heard less than an RTO ago");
+    assert_eq!(p.a.conn(ca).state(), Some(State::Established), "the peer was heard less than an RTO ago");
     p.now += Duration::from_secs(2);
     p.a.handle_icmp(p.now, p.b_addr, UnreachableKind::Port, &data);
-    assert_eq!(p.a.close_reason(ca), Some(CloseReason::Unreachable(UnreachableKind::Port)));
-    assert_eq!(p.a.conn_stats(ca).unwrap().icmp_errors, 3);
+    assert_eq!(p.a.conn(ca).close_reason(), Some(CloseReason::Unreachable(UnreachableKind::Port)));
+    assert_eq!(p.a.conn(ca).stats().unwrap().icmp_errors, 3);
 }
 
 #[test]
 fn last_ack_ends_gracefully_when_the_peer_is_gone_with_only_our_fin_unacked() {
     let mut p = Pair::new();
     let ca = p.a.connect(p.now, p.b_addr).unwrap();
-    p.run_until(|p| p.a.state(ca) == Some(State::Established) && !p.events_b.is_empty());
+    p.run_until(|p| p.a.conn(ca).state() == Some(State::Established) && !p.events_b.is_empty());
     let cb = p.b.accept().unwrap();
-    p.b.close(cb);
-    p.run_until(|p| p.a.state(ca) == Some(State::CloseWait) && p.b.state(cb) == Some(State::FinWait2));
-    p.a.close(ca);
+    p.b.conn_mut(cb).close();
+    p.run_until(|p| p.a.conn(ca).state() == Some(State::CloseWait) && p.b.conn(cb).state() == Some(State::FinWait2));
+    p.a.conn_mut(ca).close();
     // a's FIN goes out; b's process is gone before it arrives.
     let fin = take_from_a(&mut p);
-    assert_eq!(p.a.state(ca), Some(State::LastAck));
+    assert_eq!(p.a.conn(ca).state(), Some(State::LastAck));
     p.a.handle_icmp(p.now, p.b_addr, UnreachableKind::Port, &fin);
-    assert_eq!(p.a.close_reason(ca), Some(CloseReason::Graceful));
+    assert_eq!(p.a.conn(ca).close_reason(), Some(CloseReason::Graceful));
 }
 
 #[test]
 fn a_lone_fin_is_repeated_every_250_ms_until_the_stall_timeout() {
     let mut p = Pair::new();
     let ca = p.a.connect(p.now, p.b_addr).unwrap();
-    p.run_until(|p| p.a.state(ca) == Some(State::Established) && !p.events_b.is_empty());
+    p.run_until(|p| p.a.conn(ca).state() == Some(State::Established) && !p.events_b.is_empty());
     let cb = p.b.accept().unwrap();
     exchange(&mut p, ca, cb);
-    p.b.close(cb);
-    p.run_until(|p| p.a.state(ca) == Some(State::CloseWait) && p.b.state(cb) == Some(State::FinWait2));
+    p.b.conn_mut(cb).close();
+    p.run_until(|p| p.a.conn(ca).state() == Some(State::CloseWait) && p.b.conn(cb).state() == Some(State::FinWait2));
     // b falls silent (no ack, no ICMP) before a's FIN arrives.
     p.loss_percent = 100;
-    let (silent_from, sent_before) = (p.now, p.a.conn_stats(ca).unwrap().packets_sent);
-    p.a.close(ca);
+    let (silent_from, sent_before) = (p.now, p.a.conn(ca).stats().unwrap().packets_sent);
+    p.a.conn_mut(ca).close();
     p.drain();
-    assert_eq!(p.a.state(ca), Some(State::LastAck));
-    p.run_until(|p| p.a.state(ca) == Some(State::Closed));
+    assert_eq!(p.a.conn(ca).state(), Some(State::LastAck));
+    p.run_until(|p| p.a.conn(ca).state() == Some(State::Closed));
     // Not max_retransmissions (12 repeats, 3 s): the stall timeout ends it.
-    assert_eq!(p.a.close_reason(ca), Some(CloseReason::StallTimeout));
+    assert_eq!(p.a.conn(ca).close_reason(), Some(CloseReason::StallTimeout));
     let took = p.now - silent_from;
     assert!(took >= Duration::from_secs(15) && took < Duration::from_secs(16), "{took:?}");
     // Repeats at most 250 ms apart: 60 in 15 s, the first few sooner
     // (RTO·2^k below 250 ms), then the closing RST.
-    let sent = p.a.conn_stats(ca).unwrap().packets_sent - sent_before;
+    let sent = p.a.conn(ca).stats().unwrap().packets_sent - sent_before;
     assert!((58..=70).contains(&sent), "{sent} packets in {took:?}");
 }
 
@@ -151,17 +151,17 @@ fn a_lone_fin_is_repeated_every_250_ms_until_the_stall_timeout() {
 fn a_sender_whose_peer_falls_silent_gives_up_after_the_stall_timeout() {
     let mut p = Pair::new();
     let ca = p.a.connect(p.now, p.b_addr).unwrap();
-    p.run_until(|p| p.a.state(ca) == Some(State::Established) && !p.events_b.is_empty());
+    p.run_until(|p| p.a.conn(ca).state() == Some(State::Established) && !p.events_b.is_empty());
     let cb = p.b.accept().unwrap();
     exchange(&mut p, ca, cb);
     // From now on nothing arrives either way, and no ICMP tells why.
     p.loss_percent = 100;
     let silent_from = p.now;
-    p.a.send(ca, &[1u8; 50_000]).unwrap();
+    p.a.conn_mut(ca).send(&[1u8; 50_000]).unwrap();
     p.drain();
-    assert!(p.a.conn_stats(ca).unwrap().stalled_since.is_some());
-    p.run_until(|p| p.a.state(ca) == Some(State::Closed));
-    assert_eq!(p.a.close_reason(ca), Some(CloseReason::StallTimeout));
+    assert!(p.a.conn(ca).stats().unwrap().stalled_since.is_some());
+    p.run_until(|p| p.a.conn(ca).state() == Some(State::Closed));
+    assert_eq!(p.a.conn(ca).close_reason(), Some(CloseReason::StallTimeout));
     let took = p.now - silent_from;
     assert!(took >= Duration::from_secs(15) && took < Duration::from_secs(16), "{took:?}");
     assert!(p.events_a.iter().any(|e| e.1 == Event::Closed(CloseReason::StallTimeout)));
@@ -172,18 +172,18 @@ fn stalled_since_clears_while_the_peer_keeps_acking() {
     let mut p = Pair::new();
     p.loss_percent = 10;
     let (ca, _) = transfer(&mut p, 500_000);
-    assert_eq!(p.a.conn_stats(ca).unwrap().stalled_since, None);
-    assert_eq!(p.a.close_reason(ca), None);
+    assert_eq!(p.a.conn(ca).stats().unwrap().stalled_since, None);
+    assert_eq!(p.a.conn(ca).close_reason(), None);
 }
 
 #[test]
 fn time_wait_lingers_before_the_endpoint_may_exit() {
     let mut p = Pair::new();
     let (ca, _) = transfer(&mut p, 10_000);
-    assert_eq!(p.a.state(ca), Some(State::TimeWait));
+    assert_eq!(p.a.conn(ca).state(), Some(State::TimeWait));
     assert!(!p.a.is_idle(p.now), "a peer whose last ack was lost could still ask");
     assert!(p.b.is_idle(p.now), "the passive closer is done");
     p.now += Duration::from_millis(260);
     assert!(p.a.is_idle(p.now), "four RTOs on a 10 ms path are under the 250 ms floor");
-    assert_eq!(p.a.state(ca), Some(State::TimeWait), "TIME-WAIT itself lasts on");
+    assert_eq!(p.a.conn(ca).state(), Some(State::TimeWait), "TIME-WAIT itself lasts on");
 }

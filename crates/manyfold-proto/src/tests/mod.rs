@@ -104,7 +104,9 @@ impl Pair {
 /// (a first: a ends in TIME-WAIT, b in CLOSED). Returns (a's, b's) handles.
 pub(super) fn transfer(p: &mut Pair, len: u32) -> (ConnHandle, ConnHandle) {
     let ca = p.a.connect(p.now, p.b_addr).unwrap();
-    p.run_until(|p| p.a.state(ca) == Some(State::Established) && p.events_b.iter().any(|e| e.1 == Event::Incoming));
+    p.run_until(|p| {
+        p.a.conn(ca).state() == Some(State::Established) && p.events_b.iter().any(|e| e.1 == Event::Incoming)
+    });
     let cb = p.b.accept().expect("accepted");
     let data: Vec<u8> = (0..len).map(|i| (i * 7 % 251) as u8).collect();
     let mut sent = 0;
@@ -112,12 +114,12 @@ pub(super) fn transfer(p: &mut Pair, len: u32) -> (ConnHandle, ConnHandle) {
     let mut buf = vec![0u8; 65536];
     p.run_until(|p| {
         if sent < data.len() {
-            sent += p.a.send(ca, &data[sent..]).unwrap();
+            sent += p.a.conn_mut(ca).send(&data[sent..]).unwrap();
             if sent == data.len() {
-                p.a.close(ca);
+                p.a.conn_mut(ca).close();
             }
         }
-        while let Ok(Some(n)) = p.b.recv(cb, &mut buf) {
+        while let Ok(Some(n)) = p.b.conn_mut(cb).recv(&mut buf) {
             if n == 0 {
                 return true;
             }
@@ -126,9 +128,9 @@ pub(super) fn transfer(p: &mut Pair, len: u32) -> (ConnHandle, ConnHandle) {
         false
     });
     assert!(got == data, "data differs: got {} of {} bytes", got.len(), data.len());
-    assert_eq!(p.b.state(cb), Some(State::CloseWait), "b saw a's FIN");
-    p.b.close(cb);
-    p.run_until(|p| p.b.state(cb) == Some(State::Closed) && p.a.state(ca) == Some(State::TimeWait));
+    assert_eq!(p.b.conn(cb).state(), Some(State::CloseWait), "b saw a's FIN");
+    p.b.conn_mut(cb).close();
+    p.run_until(|p| p.b.conn(cb).state() == Some(State::Closed) && p.a.conn(ca).state() == Some(State::TimeWait));
     (ca, cb)
 }
 
@@ -144,12 +146,12 @@ fn handshake_transfer_and_graceful_close() {
     let mut p = Pair::new();
     let (ca, cb) = transfer(&mut p, 300_000);
     assert!(p.events_a.iter().any(|e| e.1 == Event::SendAcked));
-    p.run_until(|p| p.a.state(ca) == Some(State::Closed));
-    p.a.release(ca);
-    p.b.release(cb);
+    p.run_until(|p| p.a.conn(ca).state() == Some(State::Closed));
+    p.a.conn_mut(ca).release();
+    p.b.conn_mut(cb).release();
     assert_eq!(p.a.connection_count(), 0);
     assert_eq!(p.b.connection_count(), 0);
-    let s = p.a.conn_stats(ca);
+    let s = p.a.conn(ca).stats();
     assert!(s.is_none());
 }
 
@@ -158,8 +160,8 @@ fn connect_to_a_non_listener_is_refused() {
     let mut p = Pair::new();
     p.b.set_listening(false);
     let ca = p.a.connect(p.now, p.b_addr).unwrap();
-    p.run_until(|p| p.a.state(ca) == Some(State::Closed));
-    assert_eq!(p.a.close_reason(ca), Some(crate::CloseReason::Refused));
+    p.run_until(|p| p.a.conn(ca).state() == Some(State::Closed));
+    assert_eq!(p.a.conn(ca).close_reason(), Some(crate::CloseReason::Refused));
 }
 
 #[test]
@@ -177,16 +179,18 @@ fn a_reply_after_a_pause_is_sent_once() {
     let mut p = Pair::new();
     p.delay = Duration::from_micros(100);
     let ca = p.a.connect(p.now, p.b_addr).unwrap();
-    p.run_until(|p| p.a.state(ca) == Some(State::Established) && p.events_b.iter().any(|e| e.1 == Event::Incoming));
+    p.run_until(|p| {
+        p.a.conn(ca).state() == Some(State::Established) && p.events_b.iter().any(|e| e.1 == Event::Incoming)
+    });
     let cb = p.b.accept().unwrap();
-    p.a.send(ca, b"header").unwrap();
+    p.a.conn_mut(ca).send(b"header").unwrap();
     let mut buf = [0u8; 64];
-    p.run_until(|p| p.b.recv(cb, &mut buf).ok().flatten().is_some());
+    p.run_until(|p| p.b.conn_mut(cb).recv(&mut buf).ok().flatten().is_some());
     // The server thinks for 8 ms, then replies.
     let until = p.now + Duration::from_millis(8);
     p.run_until(|p| p.now >= until || p.wire.is_empty() && p.b.poll_timeout().is_none_or(|t| t > until));
     p.now = until;
-    p.b.send(cb, b"ready").unwrap();
+    p.b.conn_mut(cb).send(b"ready").unwrap();
     let mut seqs = vec![];
     let mut out = Vec::new();
     while let Some(t) = p.b.poll_transmit(p.now, 10, &mut out) {
@@ -214,10 +218,12 @@ fn a_reply_after_a_pause_is_sent_once() {
 fn a_packet_filling_the_last_gap_is_acked_at_once_without_klv() {
     let mut p = Pair::new();
     let ca = p.a.connect(p.now, p.b_addr).unwrap();
-    p.run_until(|p| p.a.state(ca) == Some(State::Established) && p.events_b.iter().any(|e| e.1 == Event::Incoming));
+    p.run_until(|p| {
+        p.a.conn(ca).state() == Some(State::Established) && p.events_b.iter().any(|e| e.1 == Event::Incoming)
+    });
     p.b.accept().expect("accepted");
     p.run_until(|p| p.wire.is_empty());
-    p.a.send(ca, &[7u8; 3000]).unwrap();
+    p.a.conn_mut(ca).send(&[7u8; 3000]).unwrap();
     let mut out = Vec::new();
     let mut data = Vec::new();
     while let Some(t) = p.a.poll_transmit(p.now, 10, &mut out) {
@@ -255,7 +261,7 @@ fn spec_example() -> Vec<(bool, Vec<u8>)> {
     let mut s = Endpoint::new(EndpointConfig { seed: 2, ..Default::default() }, t0);
     s.set_listening(true);
     let h = c.connect(t0, sa).unwrap();
-    c.send(h, b"GET /\n").unwrap();
+    c.conn_mut(h).send(b"GET /\n").unwrap();
     let mut log = Vec::new();
     let mut now = t0;
     let mut buf = Vec::new();
@@ -281,8 +287,8 @@ fn spec_example() -> Vec<(bool, Vec<u8>)> {
             accepted = s.accept();
             if let Some(a) = accepted {
                 let mut got = [0u8; 16];
-                assert_eq!(s.recv(a, &mut got).unwrap(), Some(6));
-                s.send(a, b"hello").unwrap();
+                assert_eq!(s.conn_mut(a).recv(&mut got).unwrap(), Some(6));
+                s.conn_mut(a).send(b"hello").unwrap();
             }
         }
     }
@@ -311,30 +317,31 @@ fn a_bulk_writer_filling_the_send_buffer_leaves_room_for_other_streams_messages(
     // spec §13.5: one stream may hold all of the send buffer but a reserve.
     let mut p = Pair::new();
     let ca = p.a.connect(p.now, p.b_addr).unwrap();
-    p.run_until(|p| p.a.state(ca) == Some(State::Established));
+    p.run_until(|p| p.a.conn(ca).state() == Some(State::Established));
     let bulk = vec![7u8; 64 << 20];
     let mut queued = 0;
     loop {
-        let n = p.a.stream_send(ca, 1, &bulk).unwrap();
+        let n = p.a.conn_mut(ca).stream_send(1, &bulk).unwrap();
         if n == 0 {
             break;
         }
         queued += n;
     }
     assert!(queued >= 16 << 20, "the bulk stream took only {queued} bytes");
-    let left = p.a.send_capacity(ca);
+    let left = p.a.conn_mut(ca).send_capacity();
     assert!(left > 64 << 10 && left <= 1 << 20, "stream 0 may use the reserve: {left} bytes");
     let msg = vec![1u8; 64 << 10];
-    p.a.send_message(ca, p.now, 2, &msg, crate::MessageOptions::default()).expect("room for a message");
+    p.a.conn_mut(ca).send_message(p.now, 2, &msg, crate::MessageOptions::default()).expect("room for a message");
     // A message the size of the largest one fits an idle connection whole.
     let other = p.a.connect(p.now, p.b_addr).unwrap();
-    p.run_until(|p| p.a.state(other) == Some(State::Established));
+    p.run_until(|p| p.a.conn(other).state() == Some(State::Established));
     let largest = vec![2u8; crate::ConnectionConfig::default().max_message];
-    p.a.send_message(other, p.now, 3, &largest, crate::MessageOptions::default())
+    p.a.conn_mut(other)
+        .send_message(p.now, 3, &largest, crate::MessageOptions::default())
         .expect("room for the largest message");
     let too_big = vec![2u8; largest.len() + 1];
     assert_eq!(
-        p.a.send_message(other, p.now, 4, &too_big, crate::MessageOptions::default()),
+        p.a.conn_mut(other).send_message(p.now, 4, &too_big, crate::MessageOptions::default()),
         Err(crate::SendError::MessageTooLarge { size: too_big.len(), max: largest.len() })
     );
 }
@@ -375,11 +382,11 @@ mod hostile_chunks {
         ) {
             let mut p = Pair::new();
             let ca = p.a.connect(p.now, p.b_addr).unwrap();
-            p.run_until(|p| p.a.state(ca) == Some(State::Established) && p.events_b.iter().any(|e| e.1 == Event::Incoming));
+            p.run_until(|p| p.a.conn(ca).state() == Some(State::Established) && p.events_b.iter().any(|e| e.1 == Event::Incoming));
             let cb = p.b.accept().expect("accepted");
             // Learn the client's next sequence number and the server's id
             // from a real data packet.
-            p.a.send(ca, b"x").unwrap();
+            p.a.conn_mut(ca).send(b"x").unwrap();
             let mut first = None;
             for _ in 0..1000 {
                 p.drain();
@@ -404,9 +411,9 @@ mod hostile_chunks {
                 p.b.handle_datagram(p.now, p.a_addr, &out);
                 // The application reads whatever it can, by message and by byte.
                 let mut buf = [0u8; 256];
-                while let Ok(Some(_)) = p.b.recv_message(cb) {}
+                while let Ok(Some(_)) = p.b.conn_mut(cb).recv_message() {}
                 for s in 0..6 {
-                    while let Ok(Some(n)) = p.b.stream_recv(cb, s, &mut buf) {
+                    while let Ok(Some(n)) = p.b.conn_mut(cb).stream_recv(s, &mut buf) {
                         if n == 0 {
                             break;
                         }
@@ -414,7 +421,7 @@ mod hostile_chunks {
                 }
                 p.step();
             }
-            let st = p.b.conn_stats(cb).expect("connection still there");
+            let st = p.b.conn(cb).stats().expect("connection still there");
             prop_assert!(st.open_streams <= 1024);
             prop_assert!(st.bytes_received <= 64 << 20);
         }

@@ -145,7 +145,7 @@ fn connection_establishes_on_a_clean_link() {
     w.add_node(addr(2), EndpointConfig::default());
     w.endpoint_mut(addr(2)).set_listening(true);
     let h = w.connect(addr(1), addr(2));
-    assert!(w.run_until(|w| w.endpoint(addr(1)).state(h) == Some(State::Established), Duration::from_secs(5)));
+    assert!(w.run_until(|w| w.endpoint(addr(1)).conn(h).state() == Some(State::Established), Duration::from_secs(5)));
     assert!(w.saw(addr(1), h, Event::Connected).is_some());
     // One round trip: 2 x 10 ms.
     assert_eq!(w.elapsed(), Duration::from_millis(20));

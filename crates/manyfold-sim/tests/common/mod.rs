@@ -59,7 +59,7 @@ pub fn faulty(loss: f64) -> LinkConfig {
 
 /// Runs until the connection reaches `state`, for at most `max`.
 pub fn wait_state(w: &mut World, at: SocketAddr, h: ConnHandle, state: State, max: Duration) -> bool {
-    w.run_until(|w| w.endpoint(at).state(h) == Some(state), max)
+    w.run_until(|w| w.endpoint(at).conn(h).state() == Some(state), max)
 }
 
 /// Establishes a connection client -> server on a listening server; returns
@@ -74,7 +74,7 @@ pub fn establish(w: &mut World) -> (ConnHandle, ConnHandle) {
             if s.is_none() {
                 s = w.endpoint_mut(server()).accept();
             }
-            s.is_some() && w.endpoint(client()).state(c) == Some(State::Established)
+            s.is_some() && w.endpoint(client()).conn(c).state() == Some(State::Established)
         },
         Duration::from_secs(30),
     );
