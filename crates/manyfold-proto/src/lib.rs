@@ -30,7 +30,6 @@ mod handshake;
 // here so that the lint guards the rest of the crate.
 #[allow(missing_docs)]
 pub mod mcast;
-pub mod qlog;
 mod rangeset;
 pub mod recovery;
 mod ring;
@@ -39,6 +38,7 @@ mod timer;
 pub mod wire;
 
 pub use config::{CongestionAlgorithm, ConnectionConfig, EndpointConfig};
+pub use connection::qlog;
 pub use connection::{
     CloseReason, ConnStats, Event, MessageOptions, PathStats, RecvError, SendError, State, StreamItem, UnreachableKind,
     INITIAL_STREAM_CREDIT,
