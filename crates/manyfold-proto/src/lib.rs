@@ -32,7 +32,6 @@ mod handshake;
 // here so that the lint guards the rest of the crate.
 #[allow(missing_docs)]
 pub mod mcast;
-pub mod qlog;
 mod rangeset;
 pub mod recovery;
 mod ring;
@@ -42,6 +41,7 @@ pub mod wire;
 
 pub use config::{CongestionAlgorithm, ConnectionConfig, EndpointConfig};
 pub use conn_handle::ConnHandle;
+pub use connection::qlog;
 pub use connection::{
     CloseReason, ConnStats, Event, MessageOptions, PathStats, RecvError, SendError, State, StreamItem, UnreachableKind,
     INITIAL_STREAM_CREDIT,

@@ -2,9 +2,12 @@
 //! with acknowledgement and retransmission (spec §5), flow control (spec §7),
 //! timers, and the events the application sees.
 //!
-//! The packet-building half lives in `transmit.rs`, timers in `timer.rs`.
+//! The packet-building half lives in `transmit.rs`, timers in `timer.rs`,
+//! the feeding of the congestion controller from loss recovery in `loss.rs`.
 
+mod loss;
 mod path;
+pub mod qlog;
 mod recv;
 mod secure;
 mod send;
@@ -27,9 +30,9 @@ use bytes::Bytes;
 use crate::config::ConnectionConfig;
 use crate::congestion::pacer::Pacer;
 use crate::congestion::{self, Controller};
-use crate::qlog::{Metrics, PacketInfo, QlogData, QlogEvent, Recorder, SendTrigger};
 use crate::recovery::{RttEstimator, SentQueue};
 use crate::wire::{Cookie, ErrorCode, Flags, Packet, HEADER_LEN};
+use qlog::{Metrics, PacketInfo, QlogData, QlogEvent, Recorder, SendTrigger};
 use recv::{Arrival, Receiver};
 use streams::{Limits, StreamRefusal, Streams};
 use timer::{Timer, Timers};
@@ -983,9 +986,11 @@ impl Connection {
         let sacks = p.sack.iter().flat_map(|s| s.ranges().iter()).map(|&(a, b)| (extend(a, base), extend(b, base)));
         let streams = &mut self.streams;
         let mut stream_idle = false;
-        let out = self.sent.on_ack(now, cum, sacks, &mut self.rtt, self.cc.as_mut(), |p| {
+        let min_rtt = self.rtt.has_sample().then(|| self.rtt.min());
+        let out = self.sent.on_ack(now, cum, sacks, min_rtt, |p| {
             stream_idle |= streams.on_acked(&p.payload);
         });
+        let newly_lost = self.after_ack(now, &out);
         if stream_idle {
             self.events.push_back(Event::StreamAcked);
         }
@@ -997,7 +1002,7 @@ impl Connection {
         while let Some(msg) = self.streams.acked_tracked.pop_front() {
             self.events.push_back(Event::MessageAcked(msg));
         }
-        self.stats.lost_packets += out.newly_lost;
+        self.stats.lost_packets += newly_lost;
         self.stats.spurious_losses += out.spurious;
         if out.newly_acked > 0 {
             self.rto_backoff = 0;

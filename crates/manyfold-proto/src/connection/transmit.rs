@@ -4,9 +4,9 @@
 
 use std::time::{Duration, Instant};
 
+use super::qlog::{QlogData, SendTrigger};
 use super::timer::Timer;
 use super::{advertised_window, data_room, AckState, CloseReason, Connection, State, LONE_FIN_MAX_RTO};
-use crate::qlog::{QlogData, SendTrigger};
 use crate::wire::chunk::{Chunk, Chunks, DATA_HEADER_LEN};
 use crate::wire::{ErrorCode, Flags, HandshakeParams, Packet, PacketType, COOKIE_LEN, HEADER_LEN, PARAMS_LEN};
 
@@ -51,7 +51,7 @@ impl Connection {
                 self.tlp_due = self.sent.newest_in_flight();
             }
             Timer::Loss => {
-                let lost = self.sent.detect_lost(now, &self.rtt, self.cc.as_mut());
+                let lost = self.detect_lost(now);
                 self.stats.lost_packets += lost;
                 if let Some(t) = self.sent.loss_time() {
                     self.timers.set(Timer::Loss, t);
