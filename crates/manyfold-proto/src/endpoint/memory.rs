@@ -76,3 +76,50 @@ impl Memory {
         true
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Instant;
+
+    use super::*;
+    use crate::endpoint::table::tests::client;
+
+    #[test]
+    fn a_refused_connection_is_told_writable_once_below_seven_eighths() {
+        let now = Instant::now();
+        let mut table = Table::default();
+        let h = table.insert(client(now, 1, 7));
+        let mut events = VecDeque::new();
+        let limit = 1 << 20;
+        let mut memory = Memory::new(limit);
+        assert!(!memory.refuse(h, &mut table), "room");
+        memory.total = limit;
+        assert!(memory.at_limit() && memory.room() == 0);
+        assert!(memory.refuse(h, &mut table));
+        assert!(memory.refuse(h, &mut table));
+        assert_eq!(memory.waiters, [h], "waits once");
+        memory.total = limit / 8 * 7;
+        memory.account(h.index(), &mut table, &mut events);
+        assert!(events.is_empty(), "not below seven eighths: {}", memory.total);
+        let held = memory.total;
+        memory.total = held - limit / 8;
+        memory.account(h.index(), &mut table, &mut events);
+        assert_eq!(events.iter().collect::<Vec<_>>(), [&(h, Event::Writable)]);
+        assert!(memory.waiters.is_empty() && !table.slot(h.index()).waiting_for_memory);
+    }
+
+    #[test]
+    fn the_total_follows_each_connections_recount_and_release() {
+        let now = Instant::now();
+        let mut table = Table::default();
+        let h = table.insert(client(now, 1, 7));
+        let mut memory = Memory::new(1 << 20);
+        memory.account(h.index(), &mut table, &mut VecDeque::new());
+        let held = table.get(h).map_or(0, Connection::memory);
+        assert_eq!((memory.total(), table.slot(h.index()).buffered), (held, held));
+        memory.account(h.index(), &mut table, &mut VecDeque::new());
+        assert_eq!(memory.total(), held, "a recount does not add twice");
+        memory.forget(held);
+        assert_eq!(memory.total(), 0);
+    }
+}

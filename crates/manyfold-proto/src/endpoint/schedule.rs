@@ -115,3 +115,55 @@ pub(super) fn fill_batch(
     }
     (count, segment)
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::endpoint::table::tests::client;
+
+    #[test]
+    fn a_later_deadline_keeps_the_earlier_entry_and_stale_entries_never_fire() {
+        let now = Instant::now();
+        let ms = Duration::from_millis;
+        let (mut table, mut schedule) = (Table::default(), Schedule::default());
+        let idx = table.insert(client(now, 1, 7)).index();
+        schedule.arm(idx, table.slot_mut(idx), now + ms(10));
+        schedule.arm(idx, table.slot_mut(idx), now + ms(20));
+        assert_eq!(table.slot(idx).scheduled, Some(now + ms(10)), "a later deadline pushes nothing");
+        schedule.arm(idx, table.slot_mut(idx), now + ms(5));
+        assert_eq!(schedule.next_deadline(&table), Some(now + ms(5)));
+        assert_eq!(schedule.pop_due(now + ms(4), &mut table), None, "not due yet");
+        assert_eq!(schedule.pop_due(now + ms(5), &mut table), Some(idx));
+        assert_eq!(table.slot(idx).scheduled, None);
+        assert_eq!(schedule.pop_due(now + ms(100), &mut table), None, "the 10 ms entry is stale");
+        assert_eq!(schedule.next_deadline(&table), None);
+    }
+
+    #[test]
+    fn a_marked_connection_is_queued_once_until_it_is_polled() {
+        let now = Instant::now();
+        let (mut table, mut schedule) = (Table::default(), Schedule::default());
+        let idx = table.insert(client(now, 1, 7)).index();
+        schedule.mark(idx, table.slot_mut(idx));
+        schedule.mark(idx, table.slot_mut(idx));
+        assert_eq!(schedule.next_to_transmit(&mut table), Some(idx));
+        assert_eq!(schedule.next_to_transmit(&mut table), None);
+        schedule.mark(idx, table.slot_mut(idx));
+        assert_eq!(schedule.next_to_transmit(&mut table), Some(idx), "polled, it may be marked again");
+    }
+
+    #[test]
+    fn a_batch_is_datagrams_of_the_first_ones_size_within_the_count() {
+        let now = Instant::now();
+        let mut conn = client(now, 1, 7);
+        let mut buf = Vec::new();
+        // A client in SYN-SENT has one SYN to send, then nothing.
+        let (count, segment) = fill_batch(&mut conn, now, 8, &mut buf);
+        assert_eq!(count, 1);
+        assert!(segment > 0 && segment == buf.len(), "one SYN of {segment} bytes, {} written", buf.len());
+        assert_eq!(fill_batch(&mut conn, now, 8, &mut buf).0, 0, "nothing more");
+        assert_eq!(buf.len(), segment, "a declined datagram leaves the buffer as it was");
+    }
+}

@@ -250,3 +250,69 @@ impl Table {
         }
     }
 }
+
+#[cfg(test)]
+pub(super) mod tests {
+    use super::*;
+    use crate::config::ConnectionConfig;
+    use crate::wire::ErrorCode;
+
+    /// A client connection in SYN-SENT to 198.18.0.1:`port`, with our id `id`.
+    pub(in crate::endpoint) fn client(now: Instant, port: u16, id: u32) -> Connection {
+        let remote = SocketAddr::from(([198, 18, 0, 1], port));
+        Connection::new_client(ConnectionConfig::default(), now, remote, id, 1000, None)
+    }
+
+    /// Aborts `h`'s connection, sends its RST and releases it: reapable.
+    fn finish(table: &mut Table, h: ConnHandle, now: Instant) {
+        let c = table.get_mut(h).expect("live");
+        c.abort(ErrorCode::APPLICATION);
+        let mut buf = vec![0u8; 2048];
+        while c.poll_transmit(now, &mut buf).is_some() {}
+        table.slot_mut(h.index()).released = true;
+    }
+
+    #[test]
+    fn connections_are_found_by_id_and_counted_per_source_address() {
+        let now = Instant::now();
+        let mut table = Table::default();
+        let a = table.insert(client(now, 1, 7));
+        let b = table.insert(client(now, 2, 8));
+        assert_eq!((table.by_id(7), table.by_id(8), table.by_id(9)), (Some(a.index()), Some(b.index()), None));
+        assert_eq!(table.live(), 2);
+        assert_eq!(table.conns_from(SocketAddr::from(([198, 18, 0, 1], 3))), 2, "per IP, any port (spec §6.4)");
+        assert_eq!(table.conns_from(SocketAddr::from(([198, 18, 0, 2], 1))), 0);
+    }
+
+    #[test]
+    fn a_slot_is_freed_only_when_released_and_drained_and_reused_under_a_new_generation() {
+        let now = Instant::now();
+        let mut table = Table::default();
+        let old = table.insert(client(now, 1, 7));
+        table.note_syn_sent(SocketAddr::from(([198, 18, 0, 1], 1)), old.index());
+        table.slot_mut(old.index()).released = true;
+        assert_eq!(table.reap(old.index()), None, "released but still in SYN-SENT");
+        finish(&mut table, old, now);
+        assert_eq!(table.reap(old.index()), Some(0));
+        assert_eq!((table.live(), table.by_id(7)), (0, None));
+        assert_eq!(table.syn_sent(SocketAddr::from(([198, 18, 0, 1], 1))), None);
+        assert_eq!(table.conns_from(SocketAddr::from(([198, 18, 0, 1], 1))), 0);
+        let new = table.insert(client(now, 2, 8));
+        assert_eq!(new.index(), old.index(), "the free slot is taken");
+        assert_ne!(new, old);
+        assert!(table.get(old).is_none(), "the stale handle names nothing");
+        assert!(table.get(new).is_some());
+    }
+
+    #[test]
+    fn fresh_ids_are_never_zero_nor_in_use() {
+        use rand::SeedableRng;
+        let now = Instant::now();
+        let mut table = Table::default();
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(1);
+        let taken = table.fresh_id(&mut rand_chacha::ChaCha8Rng::seed_from_u64(1));
+        table.insert(client(now, 1, taken));
+        let id = table.fresh_id(&mut rng);
+        assert!(id != 0 && id != taken, "the seed's first id is taken: the next one is drawn");
+    }
+}
