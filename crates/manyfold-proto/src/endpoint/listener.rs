@@ -287,3 +287,54 @@ impl Endpoint {
         self.deliver(handle.index(), now, echo, false);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use rand::SeedableRng;
+
+    use super::*;
+    use crate::wire::HEADER_LEN;
+
+    fn listener(resets_per_sec: u32, now: Instant) -> Listener {
+        let config = EndpointConfig { max_resets_per_sec: resets_per_sec, ..EndpointConfig::default() };
+        Listener::new(&config, &mut ChaCha8Rng::seed_from_u64(1), now)
+    }
+
+    fn from() -> SocketAddr {
+        SocketAddr::from(([198, 18, 0, 9], 4433))
+    }
+
+    #[test]
+    fn resets_are_limited_by_a_token_bucket_that_refills_with_time() {
+        let now = Instant::now();
+        let mut l = listener(2, now);
+        let mut stats = EndpointStats::default();
+        for _ in 0..3 {
+            l.send_reset(now, Requester(from(), 1500), (7, 1), None, &mut stats);
+        }
+        assert_eq!((stats.resets_sent, stats.resets_suppressed), (2, 1), "a burst of the rate, then none");
+        l.send_reset(now + Duration::from_millis(500), Requester(from(), 1500), (7, 1), None, &mut stats);
+        assert_eq!((stats.resets_sent, stats.resets_suppressed), (3, 1), "half a second refills one token");
+        let mut sent = 0;
+        while let Some((to, bytes)) = l.poll_response() {
+            let p = Packet::parse(&bytes).expect("a valid RST");
+            assert!(to == from() && p.header.flags.contains(Flags::RST) && p.header.conn_id == 7);
+            sent += 1;
+        }
+        assert_eq!(sent, 3);
+        assert!(l.is_quiet());
+    }
+
+    #[test]
+    fn no_stateless_answer_is_larger_than_three_times_what_it_answers() {
+        let now = Instant::now();
+        let mut l = listener(1000, now);
+        let mut stats = EndpointStats::default();
+        // spec §6.6: a bare RST is a header; it may answer a third of that, not less.
+        let least = HEADER_LEN.div_ceil(AMPLIFICATION);
+        l.send_reset(now, Requester(from(), least - 1), (7, 1), None, &mut stats);
+        assert_eq!((stats.amplification_refused, l.is_quiet()), (1, true));
+        l.send_reset(now, Requester(from(), least), (7, 1), None, &mut stats);
+        assert_eq!((stats.amplification_refused, l.is_quiet()), (1, false));
+    }
+}
