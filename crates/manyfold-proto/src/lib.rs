@@ -34,6 +34,7 @@ mod rangeset;
 pub mod recovery;
 mod ring;
 pub mod secure;
+mod seq;
 mod timer;
 pub mod wire;
 
