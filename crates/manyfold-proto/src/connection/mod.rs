@@ -44,8 +44,7 @@ pub(crate) const MIN_DATAGRAM: u16 = 576;
 /// Send buffer kept free of any one stream for the others (spec §13.5).
 const STREAM_RESERVE: usize = 1 << 20;
 
-/// Longest wait between repeats of a lone FIN, unless the RTO itself is
-/// longer (spec §5.4).
+/// Longest wait between repeats of a lone FIN (spec §5.4).
 const LONE_FIN_MAX_RTO: Duration = Duration::from_millis(250);
 
 /// RSTs are accepted only with a sequence number this close to what we expect

@@ -388,15 +388,17 @@ impl Connection {
     }
 
     /// The RTO with its backoff (RFC 6298 (5.5)), except for a lone FIN:
-    /// its repeats stay at most 250 ms apart, or one RTO if that is longer
-    /// (spec §5.4). A FIN is 24 bytes, and a peer that has exited answers
-    /// the next one with ICMP port unreachable (spec §6.7): with loss on
-    /// the path it takes a few repeats, and they must come soon, not
-    /// seconds later.
+    /// its repeats stay at most 250 ms apart, whatever the RTO (spec §5.4).
+    /// A FIN is 24 bytes, and a peer that has exited answers the next one
+    /// with ICMP port unreachable (spec §6.7): with loss on the path it
+    /// takes a few repeats, and they must come within the peer's linger
+    /// or soon after its exit. The RTO is no guide here: a connection that
+    /// sent nothing but its FIN has only the handshake's RTT sample, which
+    /// a retransmitted cookie echo inflates to seconds.
     pub(super) fn backed_off_rto(&self) -> Duration {
         let rto = self.rtt.rto(self.rto_backoff);
         if self.lone_fin() {
-            rto.min(self.rtt.rto(0).max(LONE_FIN_MAX_RTO))
+            rto.min(LONE_FIN_MAX_RTO)
         } else {
             rto
         }
