@@ -47,6 +47,9 @@ const STREAM_RESERVE: usize = 1 << 20;
 /// Longest wait between repeats of a lone FIN (spec §5.4).
 const LONE_FIN_MAX_RTO: Duration = Duration::from_millis(250);
 
+/// Times the final ack is sent again in TIME-WAIT (spec §4.8).
+const FINAL_ACK_REPEATS: u8 = 2;
+
 /// RSTs are accepted only with a sequence number this close to what we expect
 /// (spec §6.5; blind injection must also guess the 32-bit connection id).
 const RST_WINDOW: u64 = 1 << 16;
@@ -103,6 +106,10 @@ pub(crate) struct Connection {
     zero_window_since: Option<Instant>,
     /// A tail-loss probe is due (the sequence number to resend).
     tlp_due: Option<Seq>,
+    /// The process means to exit: repeat the final ack (spec §4.8).
+    exiting: bool,
+    /// Repeats of the final ack still to send in TIME-WAIT (spec §4.8).
+    reacks_left: u8,
     /// Probes sent since an ack last made progress (spec §5.4: at most
     /// `MAX_TLPS` per flight, each after twice the previous wait).
     tlp_count: u32,
@@ -171,6 +178,8 @@ impl Connection {
             persist_backoff: 0,
             zero_window_since: None,
             tlp_due: None,
+            exiting: false,
+            reacks_left: 0,
             tlp_count: 0,
             timers: Timers::default(),
             ack: AckState::default(),
@@ -1149,6 +1158,28 @@ impl Connection {
         self.timers.clear_all();
         self.stalled_since = None;
         self.timers.set(Timer::TimeWait, now + self.config.time_wait);
+        if self.exiting {
+            self.repeat_final_ack(now);
+        }
+    }
+
+    /// The process means to exit (spec §4.8): from TIME-WAIT, now or when
+    /// it is entered, the final ack is sent again, unasked.
+    pub fn prepare_exit(&mut self, now: Instant) {
+        if !self.exiting {
+            self.exiting = true;
+            if self.state == State::TimeWait {
+                self.repeat_final_ack(now);
+            }
+        }
+    }
+
+    /// spec §4.8: the final ack goes again a quarter RTT later (not in the
+    /// same burst as the first) and a third time an RTO after that.
+    fn repeat_final_ack(&mut self, now: Instant) {
+        self.reacks_left = FINAL_ACK_REPEATS;
+        let gap = (self.rtt.srtt() / 4).max(Duration::from_millis(1));
+        self.timers.set(Timer::Reack, now + gap);
     }
 }
 
