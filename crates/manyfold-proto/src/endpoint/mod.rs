@@ -268,6 +268,18 @@ impl Endpoint {
         self.all_finished(now, false)
     }
 
+    /// The process means to exit once [`Endpoint::is_idle`] says so (spec
+    /// §4.8): connections in TIME-WAIT, and those that enter it from now
+    /// on, send their final ack twice more, unasked.
+    pub fn prepare_exit(&mut self, now: Instant) {
+        for idx in 0..self.table.slot_count() {
+            if let Some(c) = self.table.at_mut(idx) {
+                c.prepare_exit(now);
+                self.touch(idx, now);
+            }
+        }
+    }
+
     fn all_finished(&self, now: Instant, half_closed: bool) -> bool {
         self.listener.is_quiet() && self.table.conns().all(|c| c.is_finished(now, half_closed))
     }

@@ -83,6 +83,11 @@ impl Table {
         self.live
     }
 
+    /// Slots held, free ones included: every index below is a slot.
+    pub fn slot_count(&self) -> u32 {
+        self.slots.len() as u32
+    }
+
     pub fn slot(&self, idx: u32) -> &Slot {
         &self.slots[idx as usize]
     }
