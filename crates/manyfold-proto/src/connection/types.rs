@@ -153,7 +153,7 @@ pub enum Event {
     Closed(CloseReason),
 }
 
-/// Why [`crate::Endpoint::send`] refused.
+/// Why [`crate::ConnMut::send`] refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum SendError {
@@ -185,7 +185,7 @@ pub enum SendError {
     UnknownConnection,
 }
 
-/// Why [`crate::Endpoint::recv`] refused.
+/// Why [`crate::ConnMut::recv`] refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum RecvError {

@@ -4,7 +4,7 @@
 //! and the scheduler that shares each packet among the streams with data.
 //!
 //! Stream 0 always exists: it is the connection's byte stream
-//! ([`crate::Endpoint::send`] and [`crate::Endpoint::recv`]).
+//! ([`crate::ConnMut::send`] and [`crate::ConnMut::recv`]).
 
 mod rx;
 mod tx;
