@@ -33,9 +33,10 @@ use clap::Args as ClapArgs;
 use manyfold_proto::{CongestionAlgorithm, ConnectionConfig};
 
 use crate::loopback::data::{Pattern, MISMATCH};
-use crate::loopback::report::{self, json_fields, json_str, med_range, median};
+use crate::loopback::report::{self, json_fields, json_str};
 use crate::loopback::rows::{self, Failed, MfRow, Row, TimedOut};
 use crate::loopback::{human, parse_size, Sample};
+use crate::stats::{med_range, median};
 
 /// Paper 04, Fig. 22 ("RUSP Speed Test (tabular)"): the loss percentages
 /// of its columns, and per window size in packets the rate at each one.

@@ -13,6 +13,7 @@ use super::runner::Plan;
 use super::stream::{json_f64, json_u64};
 use crate::child::Usage;
 use crate::loopback::report::json_str;
+use crate::stats::med_range;
 
 /// One flow's reports.
 #[derive(Debug, Clone)]
@@ -199,30 +200,6 @@ fn num(x: f64) -> String {
     } else {
         "null".into()
     }
-}
-
-fn median(v: &[f64]) -> f64 {
-    let mut v: Vec<f64> = v.iter().copied().filter(|x| x.is_finite()).collect();
-    v.sort_by(|a, b| a.total_cmp(b));
-    match v.len() {
-        0 => f64::NAN,
-        n if n % 2 == 1 => v[n / 2],
-        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
-    }
-}
-
-/// `medium (min–max)` of the finite values.
-fn med_range(v: &[f64], digits: usize) -> String {
-    let finite: Vec<f64> = v.iter().copied().filter(|x| x.is_finite()).collect();
-    if finite.is_empty() {
-        return "–".into();
-    }
-    let lo = finite.iter().copied().fold(f64::INFINITY, f64::min);
-    let hi = finite.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-    if finite.len() == 1 {
-        return format!("{:.*}", digits, finite[0]);
-    }
-    format!("{:.*} ({:.*}–{:.*})", digits, median(&finite), digits, lo, digits, hi)
 }
 
 /// `rep1-manyfold-cubic-kernel-tcp-cubic`: a file name for a run.

@@ -13,7 +13,8 @@ use super::{Kind, Plan};
 use crate::child::{Finished, Usage};
 use crate::fanout::runs::{Figures, Runs};
 use crate::loopback::human;
-use crate::loopback::report::{header, json_str, med_range, median};
+use crate::loopback::report::{header, json_str};
+use crate::stats::{self, med_range, median};
 use crate::wan::probe::field;
 
 /// What one run measured.
@@ -115,11 +116,9 @@ impl Report {
 
     /// manyfold's time ÷ TCP's, run by run within each repetition.
     fn time_ratios(&self, bytes: u64, n: usize) -> Vec<f64> {
-        let tcp = self.ok(bytes, n, Kind::Tcp);
-        self.ok(bytes, n, Kind::Manyfold)
-            .iter()
-            .filter_map(|m| Some(m.time_to_all / tcp.iter().find(|t| t.rep == m.rep)?.time_to_all))
-            .collect()
+        let time = |r: &&RunResult| (r.rep, r.time_to_all);
+        let tcp: Vec<(usize, f64)> = self.ok(bytes, n, Kind::Tcp).iter().map(time).collect();
+        stats::ratios_by_rep(self.ok(bytes, n, Kind::Manyfold).iter().map(time), &tcp)
     }
 
     fn median_of(&self, bytes: u64, n: usize, kind: Kind, f: impl Fn(&RunResult) -> f64) -> f64 {

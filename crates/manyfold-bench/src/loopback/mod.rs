@@ -22,6 +22,7 @@
 
 mod blast;
 pub(crate) mod data;
+pub(crate) mod file;
 pub(crate) mod mf;
 pub(crate) mod quic;
 pub(crate) mod report;
@@ -35,6 +36,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Result};
 use clap::{Args, Subcommand};
 
+use crate::stats;
 use data::Pattern;
 pub(crate) use rows::Sample;
 use rows::{MfRow, Row};
@@ -326,7 +328,7 @@ fn windows_chart(
     rows: &[Row],
     samples: &[(String, Vec<Sample>)],
 ) -> Result<PathBuf> {
-    let goodput = |s: &[Sample]| report::median(&s.iter().map(Sample::goodput).collect::<Vec<f64>>());
+    let goodput = |s: &[Sample]| stats::median(&s.iter().map(Sample::goodput).collect::<Vec<f64>>());
     let kib = |b: usize| b as f64 / 1024.0;
     let (lo, hi) = (kib(WINDOWS[0]), kib(WINDOWS[WINDOWS.len() - 1]));
     let mut fixed = Vec::new();
@@ -409,13 +411,13 @@ fn sweep(args: &LoopbackArgs, work: &std::path::Path, limit: Duration, load_befo
     );
     println!("|---|---|---|---|---|---|---|");
     for (si, &(_, t1, t2, t3)) in PAPER.iter().enumerate() {
-        let ratio: Vec<f64> = times[0][si].iter().zip(&times[1][si]).map(|(a, b)| a / b).collect();
+        let ratio = stats::ratios(&times[0][si], &times[1][si]);
         println!(
             "| {} | {} | {} | {} | {t1} | {t2} | {t3} |",
             mbs[si],
-            report::med_range(&times[0][si], 3),
-            report::med_range(&times[1][si], 3),
-            report::med_range(&ratio, 2)
+            stats::med_range(&times[0][si], 3),
+            stats::med_range(&times[1][si], 3),
+            stats::med_range(&ratio, 2)
         );
     }
     println!();
@@ -428,7 +430,7 @@ fn sweep(args: &LoopbackArgs, work: &std::path::Path, limit: Duration, load_befo
     let mut fits: Vec<(String, &[f64], Vec<f64>)> = names
         .iter()
         .enumerate()
-        .map(|(ri, n)| (n.clone(), &xs[..], times[ri].iter().map(|t| report::median(t)).collect()))
+        .map(|(ri, n)| (n.clone(), &xs[..], times[ri].iter().map(|t| stats::median(t)).collect()))
         .collect();
     let tables = [
         "paper 00, Table 1 (1,024 B payload, window 32)",
@@ -440,7 +442,7 @@ fn sweep(args: &LoopbackArgs, work: &std::path::Path, limit: Duration, load_befo
         fits.push((name.to_string(), &paper_xs, ys));
     }
     for (name, xs, ys) in fits {
-        let (a, b, r2) = report::linear_fit(xs, &ys);
+        let (a, b, r2) = stats::linear_fit(xs, &ys);
         let rate = 1.0 / b;
         let digits = if rate < 10.0 { 2 } else { 0 };
         println!("| {name} | {:.3} | {rate:.digits$} | {:.1} | {r2:.5} |", b * 1e3, a * 1e3);
@@ -458,7 +460,7 @@ fn sweep(args: &LoopbackArgs, work: &std::path::Path, limit: Duration, load_befo
             .iter()
             .enumerate()
             .map(|(ri, n)| {
-                (n.clone(), mbs.iter().zip(&times[ri]).map(|(&mb, t)| (mb as f64, report::median(t))).collect())
+                (n.clone(), mbs.iter().zip(&times[ri]).map(|(&mb, t)| (mb as f64, stats::median(t))).collect())
             })
             .collect();
         let path = dir.join("loopback-sweep-time.png");
@@ -532,11 +534,5 @@ mod tests {
         assert!(parse_size("3 parsecs").is_err());
         assert_eq!(human(256 << 10), "256 KiB");
         assert_eq!(human(2_000_000), "2 MB");
-    }
-
-    #[test]
-    fn fit_of_a_line_is_exact() {
-        let (a, b, r2) = report::linear_fit(&[1.0, 2.0, 4.0], &[3.0, 5.0, 9.0]);
-        assert!((a - 1.0).abs() < 1e-9 && (b - 2.0).abs() < 1e-9 && (r2 - 1.0).abs() < 1e-9);
     }
 }

@@ -13,7 +13,8 @@ use anyhow::{bail, Context, Result};
 use super::runner::Plan;
 use super::Options;
 use crate::child::{Finished, Usage};
-use crate::loopback::report::{header, json_str, med_range, median};
+use crate::loopback::report::{header, json_str};
+use crate::stats::{self, med_range, median};
 use crate::wan::netns::RelayStats;
 use crate::wan::probe::field;
 
@@ -70,11 +71,7 @@ pub struct RunResult {
 /// sorted `delivered` arrived: infinite where the rank falls on a message
 /// that never did.
 pub fn percentile(delivered: &[f64], n: usize, q: f64) -> f64 {
-    if n == 0 {
-        return f64::NAN;
-    }
-    let rank = ((q / 100.0 * n as f64).ceil() as usize).clamp(1, n);
-    delivered.get(rank - 1).copied().unwrap_or(f64::INFINITY)
+    stats::rank(n, q).map_or(f64::NAN, |rank| delivered.get(rank - 1).copied().unwrap_or(f64::INFINITY))
 }
 
 impl RunResult {
@@ -238,9 +235,8 @@ impl Report {
     /// Per repetition, `row`'s p99 over TCP's p99 in the same repetition.
     fn p99_vs_tcp(&self, row: &str) -> Vec<f64> {
         let Some(tcp) = self.tcp_row() else { return vec![] };
-        self.runs_of(row)
-            .filter_map(|r| self.runs_of(tcp).find(|t| t.rep == r.rep).map(|t| r.p(99.0) / t.p(99.0)))
-            .collect()
+        let p99 = |r: &RunResult| (r.rep, r.p(99.0));
+        stats::ratios_by_rep(self.runs_of(row).map(p99), &self.runs_of(tcp).map(p99).collect::<Vec<_>>())
     }
 
     fn measured_rtt(&self) -> Option<f64> {

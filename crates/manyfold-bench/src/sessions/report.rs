@@ -13,7 +13,8 @@ use super::{Kind, Plan, Rto, Spec};
 use crate::child::{Finished, Usage};
 use crate::fanout::runs::{Figures, Runs};
 use crate::loopback::human;
-use crate::loopback::report::{header, json_str, med_range, median};
+use crate::loopback::report::{header, json_str};
+use crate::stats::{self, med_range, median};
 use crate::wan::probe::field;
 
 /// The scenario's parts.
@@ -275,11 +276,9 @@ impl Report {
     /// manyfold's requests/s ÷ TCP's, run by run within each repetition;
     /// `tcp` selects the anchor for the manyfold runs `sel` selects.
     fn ratios(&self, sel: Select, tcp: Select) -> Vec<f64> {
-        let anchors = self.ok(tcp);
-        self.ok(sel)
-            .iter()
-            .filter_map(|m| Some(m.get("rps") / anchors.iter().find(|t| t.rep == m.rep)?.get("rps")))
-            .collect()
+        let rps = |r: &&RunResult| (r.rep, r.get("rps"));
+        let anchors: Vec<(usize, f64)> = self.ok(tcp).iter().map(rps).collect();
+        stats::ratios_by_rep(self.ok(sel).iter().map(rps), &anchors)
     }
 
     /// The figures of one table line (after its leading cells): runs,

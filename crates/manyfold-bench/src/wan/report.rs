@@ -10,6 +10,7 @@ use anyhow::Result;
 use super::grid::Cell;
 use super::netns::RelayStats;
 use super::{rate_label, Options};
+use crate::stats;
 
 /// One hash-verified transfer.
 #[derive(Debug, Clone, Copy)]
@@ -66,12 +67,6 @@ pub struct Report {
     pub notes: Vec<String>,
 }
 
-fn median(v: &[f64]) -> Option<f64> {
-    let mut v = v.to_vec();
-    v.sort_by(|a, b| a.total_cmp(b));
-    v.get(v.len() / 2).copied()
-}
-
 impl Report {
     pub fn new(opts: &Options, reps: usize) -> Self {
         let args: Vec<String> = std::env::args().skip(1).collect();
@@ -94,11 +89,9 @@ impl Report {
         println!("### wan: bulk transfers over an emulated link");
         println!();
         println!(
-            "`{}` · {} · nproc {} · kernel {} · seed {} · queue {} BDP (≥ 100 packets) · jitter {} ms · reordering {}% · up to {} reps per row",
+            "`{}` · {} · seed {} · queue {} BDP (≥ 100 packets) · jitter {} ms · reordering {}% · up to {} reps per row",
             self.command,
-            crate::sh("date", &["-u", "+%Y-%m-%d %H:%M UTC"]),
-            std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
-            crate::sh("uname", &["-r"]),
+            crate::loopback::report::machine(),
             o.seed,
             o.queue_bdp,
             o.jitter,
@@ -141,7 +134,7 @@ impl Report {
         for c in &self.cells {
             let mut first = true;
             let bbr =
-                c.rows.iter().find(|r| r.name == "kernel TCP bbr").and_then(|r| median(&Self::goodputs(c.bytes, r)));
+                c.rows.iter().find(|r| r.name == "kernel TCP bbr").map(|r| stats::median(&Self::goodputs(c.bytes, r)));
             for r in &c.rows {
                 let g = Self::goodputs(c.bytes, r);
                 let gb = c.bytes as f64 / 1e9;
@@ -150,8 +143,8 @@ impl Report {
                 } else {
                     format!(
                         "{:.0} / {:.0}",
-                        median(&r.transfers.iter().map(|t| t.send_rss_mib).collect::<Vec<_>>()).unwrap_or(0.0),
-                        median(&r.transfers.iter().map(|t| t.recv_rss_mib).collect::<Vec<_>>()).unwrap_or(0.0)
+                        stats::median(&r.transfers.iter().map(|t| t.send_rss_mib).collect::<Vec<_>>()),
+                        stats::median(&r.transfers.iter().map(|t| t.recv_rss_mib).collect::<Vec<_>>())
                     )
                 };
                 let relay = if std::mem::take(&mut first) {
@@ -159,21 +152,20 @@ impl Report {
                 } else {
                     String::new()
                 };
-                let (gp, frac, ratio, cpu_s, cpu_r) = match median(&g) {
-                    Some(m) => {
-                        let min = g.iter().cloned().fold(f64::MAX, f64::min);
-                        let max = g.iter().cloned().fold(f64::MIN, f64::max);
+                let (gp, frac, ratio, cpu_s, cpu_r) = match stats::min_max(&g) {
+                    Some((min, max)) => {
+                        let m = stats::median(&g);
                         (
                             format!("{m:.1} ({min:.1}–{max:.1})"),
                             format!("{:.0}%", m * 1e6 / c.cell.rate_bps as f64 * 100.0),
-                            bbr.map_or("–".into(), |b| format!("{:.2}", m / b)),
+                            bbr.filter(|b| !b.is_nan()).map_or("–".into(), |b| format!("{:.2}", m / b)),
                             format!(
                                 "{:.2}",
-                                median(&r.transfers.iter().map(|t| t.send_cpu / gb).collect::<Vec<_>>()).unwrap_or(0.0)
+                                stats::median(&r.transfers.iter().map(|t| t.send_cpu / gb).collect::<Vec<_>>())
                             ),
                             format!(
                                 "{:.2}",
-                                median(&r.transfers.iter().map(|t| t.recv_cpu / gb).collect::<Vec<_>>()).unwrap_or(0.0)
+                                stats::median(&r.transfers.iter().map(|t| t.recv_cpu / gb).collect::<Vec<_>>())
                             ),
                         )
                     }
@@ -228,7 +220,9 @@ impl Report {
 
     /// The median goodput of `r` in `c` as a fraction of the link rate.
     fn fraction(c: &CellResult, r: &RowResult) -> Option<f64> {
-        median(&Self::goodputs(c.bytes, r)).map(|m| m * 1e6 / c.cell.rate_bps as f64)
+        Some(stats::median(&Self::goodputs(c.bytes, r)))
+            .filter(|m| !m.is_nan())
+            .map(|m| m * 1e6 / c.cell.rate_bps as f64)
     }
 
     /// `--plot`: one PNG per rate and RTT in `dir`, goodput (fraction of
