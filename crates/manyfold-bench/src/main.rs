@@ -12,6 +12,7 @@ mod loopback;
 mod losstable;
 mod mcast;
 mod messages;
+mod report;
 mod sessions;
 mod soak;
 mod stats;

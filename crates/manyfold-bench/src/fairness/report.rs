@@ -12,7 +12,7 @@ use anyhow::Result;
 use super::runner::Plan;
 use super::stream::{json_f64, json_u64};
 use crate::child::Usage;
-use crate::loopback::report::json_str;
+use crate::report::json_str;
 use crate::stats::med_range;
 
 /// One flow's reports.
@@ -228,7 +228,7 @@ impl Report {
             date: crate::sh("date", &["-u", "+%Y-%m-%d %H:%M UTC"]),
             kernel: crate::sh("uname", &["-r"]),
             nproc: std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
-            load_before: crate::loopback::rows::load(),
+            load_before: crate::report::load(),
             load_after: String::new(),
             runs: Vec::new(),
         }
@@ -236,7 +236,7 @@ impl Report {
 
     /// Records the state of the machine after the runs.
     pub fn finish(&mut self) {
-        self.load_after = crate::loopback::rows::load();
+        self.load_after = crate::report::load();
     }
 
     /// Each failed run as `pair, rep N: why`.

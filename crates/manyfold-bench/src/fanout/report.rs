@@ -11,9 +11,9 @@ use anyhow::{bail, Context, Result};
 use super::ends::GROUP_PREFIX;
 use super::{Kind, Plan};
 use crate::child::{Finished, Usage};
-use crate::fanout::runs::{Figures, Runs};
 use crate::loopback::human;
-use crate::loopback::report::{header, json_str};
+use crate::report::{header, json_str};
+use crate::report::{Figures, Runs};
 use crate::stats::{self, med_range, median};
 use crate::wan::probe::field;
 

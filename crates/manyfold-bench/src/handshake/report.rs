@@ -10,8 +10,8 @@ use anyhow::{bail, Context, Result};
 
 use super::ends::row_name;
 use super::{Link, Plan, Row};
-use crate::fanout::runs::{Figures, Runs};
-use crate::loopback::report::{header, json_str};
+use crate::report::{header, json_str};
+use crate::report::{Figures, Runs};
 use crate::stats::{self, median};
 use crate::wan::probe::field;
 

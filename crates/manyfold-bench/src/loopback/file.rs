@@ -11,11 +11,16 @@ use std::time::Duration;
 
 use anyhow::{bail, Result};
 
-use super::report::{self, json_sample, json_str};
+use super::report::{bulk_charts, json_sample};
 use super::rows::{Sample, Transfer};
+use crate::report::{json_str, machine, Outputs};
 use crate::stats::{median, min_max};
 
 #[derive(clap::Args, Debug)]
+#[command(mut_arg("json", |a| a.help("Also write every sample as JSON to this file")))]
+#[command(mut_arg("plot", |a| a.help(
+    "Also draw PNG charts into this directory (created if missing): loopback-file-goodput.png and loopback-file-cpu.png"
+)))]
 pub struct FileArgs {
     /// File size, e.g. 1GiB, 100MB, 4096.
     #[arg(long, default_value = "1GiB")]
@@ -32,13 +37,8 @@ pub struct FileArgs {
     /// Per-transfer time limit in seconds.
     #[arg(long, default_value_t = 600)]
     timeout: u64,
-    /// Also write every sample as JSON to this file.
-    #[arg(long)]
-    json: Option<PathBuf>,
-    /// Also draw PNG charts into this directory (created if missing):
-    /// loopback-file-goodput.png and loopback-file-cpu.png.
-    #[arg(long, value_name = "DIR")]
-    plot: Option<PathBuf>,
+    #[command(flatten)]
+    out: Outputs,
 }
 
 /// The two rows: manyfold's CLI, then the kernel TCP copy.
@@ -80,21 +80,18 @@ pub fn run(args: &FileArgs) -> Result<()> {
         }
     }
     print_table(args, bytes, &rows);
-    if let Some(path) = &args.json {
-        let body = format!(
+    args.out.write_json(|| {
+        format!(
             "{{\"scenario\":\"loopback-file\",\"size\":{},\"bytes\":{bytes},\"loss_percent\":{},\"sample_seed\":1,\"samples\":[\n{}\n]}}\n",
             json_str(&args.size),
             args.loss,
             log.join(",\n")
-        );
-        report::write_file(path, &body)?;
-    }
-    if let Some(dir) = &args.plot {
+        )
+    })?;
+    args.out.draw(|dir| {
         let what = format!("loopback-file, {} over 127.0.0.1, disk to disk", args.size);
-        let files = report::bulk_charts(dir, "loopback-file", &what, bytes, &rows)?;
-        report::note_charts(&files);
-    }
-    Ok(())
+        bulk_charts(dir, "loopback-file", &what, bytes, &rows)
+    })
 }
 
 /// Row `row`'s receiver (storing into `out_dir`) and sender of `src`.
@@ -135,7 +132,7 @@ fn print_table(args: &FileArgs, bytes: u64, rows: &[(String, Vec<Sample>)]) {
         "`manyfold-bench loopback-file --size {size} --reps {}{}` · {} · sample seed 1",
         args.reps,
         if loss > 0.0 { format!(" --loss {loss}") } else { String::new() },
-        report::machine(),
+        machine(),
     );
     println!();
     println!("| row | goodput MB/s (median, spread) | time s | sender CPU s/GB | receiver CPU s/GB | sender peak RSS MiB | receiver peak RSS MiB | ratio to TCP |");

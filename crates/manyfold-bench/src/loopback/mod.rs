@@ -36,12 +36,18 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Result};
 use clap::{Args, Subcommand};
 
+use crate::report::{header, load, Outputs};
 use crate::stats;
 use data::Pattern;
 pub(crate) use rows::Sample;
 use rows::{MfRow, Row};
 
 #[derive(Args, Debug)]
+#[command(mut_arg("json", |a| a.help("Also write every sample as JSON to this file")))]
+#[command(mut_arg("plot", |a| a.help(
+    "Also draw PNG charts into this directory (created if missing): loopback-bulk-goodput.png and loopback-bulk-cpu.png \
+     (with --encryption loopback-encryption-*.png), or with --windows loopback-windows-goodput.png, or with --sweep loopback-sweep-time.png"
+)))]
 pub struct LoopbackArgs {
     /// Bytes per transfer, e.g. 1GiB, 100MB, 4096 (ignored by --sweep).
     #[arg(long, default_value = "1GiB")]
@@ -69,15 +75,8 @@ pub struct LoopbackArgs {
     /// default controller), kernel TCP cubic and quinn.
     #[arg(long, conflicts_with = "sweep")]
     encryption: bool,
-    /// Also write every sample as JSON to this file.
-    #[arg(long)]
-    json: Option<PathBuf>,
-    /// Also draw PNG charts into this directory (created if missing):
-    /// loopback-bulk-goodput.png and loopback-bulk-cpu.png (with
-    /// --encryption loopback-encryption-*.png), or with --windows
-    /// loopback-windows-goodput.png, or with --sweep loopback-sweep-time.png.
-    #[arg(long, value_name = "DIR")]
-    plot: Option<PathBuf>,
+    #[command(flatten)]
+    out: Outputs,
 }
 
 /// The stream a child moves.
@@ -192,7 +191,7 @@ impl Child {
 pub fn run(args: &LoopbackArgs) -> Result<()> {
     let limit = Duration::from_secs(args.timeout);
     let work = tempfile::Builder::new().prefix("manyfold-bench-loopback-").tempdir()?;
-    let load_before = rows::load();
+    let load_before = load();
     if args.sweep {
         return sweep(args, work.path(), limit, &load_before);
     }
@@ -241,11 +240,11 @@ pub fn run(args: &LoopbackArgs) -> Result<()> {
     println!();
     println!(
         "{}",
-        report::header(
+        header(
             &format!("{} ({bytes} bytes) per transfer, {} reps", human(bytes), args.reps),
             args.seed,
             &load_before,
-            &rows::load()
+            &load()
         )
     );
     println!();
@@ -288,18 +287,16 @@ pub fn run(args: &LoopbackArgs) -> Result<()> {
             manyfold_proto::secure::PROTECTION_OVERHEAD
         );
     }
-    report::write_json(args.json.as_deref(), mode, args.seed, &log)?;
-    if let Some(dir) = &args.plot {
+    args.out.write_json(|| report::json_document(mode, args.seed, &log))?;
+    args.out.draw(|dir| {
         let what = format!("loopback, {} over 127.0.0.1", human(bytes));
-        let files = if args.windows {
-            vec![windows_chart(dir, &what, &rows, &samples)?]
+        if args.windows {
+            Ok(vec![windows_chart(dir, &what, &rows, &samples)?])
         } else {
             let prefix = if args.encryption { "loopback-encryption" } else { "loopback-bulk" };
-            report::bulk_charts(dir, prefix, &what, bytes, &samples)?
-        };
-        report::note_charts(&files);
-    }
-    Ok(())
+            report::bulk_charts(dir, prefix, &what, bytes, &samples)
+        }
+    })
 }
 
 /// Each encrypted manyfold row with the plain row configured alike:
@@ -402,7 +399,7 @@ fn sweep(args: &LoopbackArgs, work: &std::path::Path, limit: Duration, load_befo
     );
     println!();
     let sizes = format!("{} MB (10^6 bytes), {} reps", list.join(", "), args.reps);
-    println!("{}", report::header(&sizes, args.seed, load_before, &rows::load()));
+    println!("{}", header(&sizes, args.seed, load_before, &load()));
     println!();
     let at = if scale == 1 { String::new() } else { format!(" (at 1/{scale} the size)") };
     println!(
@@ -454,8 +451,8 @@ fn sweep(args: &LoopbackArgs, work: &std::path::Path, limit: Duration, load_befo
          its \"4.6 MB/s\" and \"19 MB/s\" are megabits (32 MB in 55.4 s is 0.58 MB/s).",
         args.reps
     );
-    report::write_json(args.json.as_deref(), "sweep", args.seed, &log)?;
-    if let Some(dir) = &args.plot {
+    args.out.write_json(|| report::json_document("sweep", args.seed, &log))?;
+    args.out.draw(|dir| {
         let series: Vec<(String, Vec<(f64, f64)>)> = names
             .iter()
             .enumerate()
@@ -471,9 +468,8 @@ fn sweep(args: &LoopbackArgs, work: &std::path::Path, limit: Duration, load_befo
             &format!("time, s (median of {})", args.reps),
             &series,
         )?;
-        report::note_charts(&[path]);
-    }
-    Ok(())
+        Ok(vec![path])
+    })
 }
 
 /// CPU seconds per GB that making the stream and hashing it cost in this

@@ -1,30 +1,10 @@
 //! The loopback tables: medians with their spread (min–max), ratios taken
 //! pair by pair within one repetition (BENCH.md; rules in crate::stats),
-//! the header naming command, date, machine, sizes and seed.
+//! the samples as JSON and the bulk charts.
 
 use super::rows::Sample;
+use crate::report::json_str;
 use crate::stats::{self, med_range, median};
-
-/// The line under every table's title: command, date, machine, load.
-pub fn header(sizes: &str, seed: u64, load_before: &str, load_after: &str) -> String {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    format!(
-        "`manyfold-bench {}` · {} · {sizes} · seed {seed} · load average before {load_before}, after {load_after}",
-        args.join(" "),
-        machine()
-    )
-}
-
-/// When and where a table was measured (BENCH.md): `DATE · nproc N ·
-/// kernel RELEASE`.
-pub fn machine() -> String {
-    format!(
-        "{} · nproc {} · kernel {}",
-        crate::sh("date", &["-u", "+%Y-%m-%d %H:%M UTC"]),
-        std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
-        crate::sh("uname", &["-r"]),
-    )
-}
 
 /// Per-repetition ratios of goodput `a[i] / b[i]`.
 pub fn ratios(a: &[Sample], b: &[Sample]) -> Vec<f64> {
@@ -95,24 +75,6 @@ pub fn encryption_table(bytes: u64, rows: &[(String, Vec<Sample>)], pairs: &[(us
     t
 }
 
-/// A string as a JSON string literal (no serde in the lab: labels and
-/// error messages are the only strings).
-pub fn json_str(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() + 2);
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-    out
-}
-
 /// One sample's measured fields, as JSON members (no braces), with the
 /// manyfold sender's counters when the row has them.
 pub fn json_fields(s: &Sample) -> String {
@@ -140,22 +102,12 @@ pub fn json_sample(row: &str, bytes: u64, rep: usize, s: &Sample) -> String {
     format!("{{\"row\":{},\"bytes\":{bytes},\"rep\":{rep},{}}}", json_str(row), json_fields(s))
 }
 
-/// Writes the samples of one run to `path`, if asked.
-pub fn write_json(path: Option<&std::path::Path>, mode: &str, seed: u64, samples: &[String]) -> anyhow::Result<()> {
-    let Some(path) = path else { return Ok(()) };
-    let body = format!(
+/// The JSON document of one run's samples.
+pub fn json_document(mode: &str, seed: u64, samples: &[String]) -> String {
+    format!(
         "{{\"scenario\":\"loopback\",\"mode\":\"{mode}\",\"seed\":{seed},\"samples\":[\n{}\n]}}\n",
         samples.join(",\n")
-    );
-    write_file(path, &body)
-}
-
-/// Writes `body` to `path`, creating its directory if needed.
-pub fn write_file(path: &std::path::Path, body: &str) -> anyhow::Result<()> {
-    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir).map_err(|e| anyhow::anyhow!("creating {}: {e}", dir.display()))?;
-    }
-    std::fs::write(path, body).map_err(|e| anyhow::anyhow!("writing {}: {e}", path.display()))
+    )
 }
 
 /// `--plot` for a table of rows: the median goodput of each row
@@ -194,11 +146,4 @@ pub fn bulk_charts(
         ],
     )?;
     Ok(vec![goodput, cpu])
-}
-
-/// Tells which chart files were written (on stderr, beside the progress).
-pub fn note_charts(files: &[std::path::PathBuf]) {
-    for f in files {
-        eprintln!("wrote {}", f.display());
-    }
 }

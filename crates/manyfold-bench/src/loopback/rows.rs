@@ -369,14 +369,6 @@ pub fn wait_udp_bound(addr: SocketAddr) -> Result<()> {
     bail!("receiver never bound {addr}")
 }
 
-/// `uptime`'s load averages, to note the noise beside each table.
-pub fn load() -> String {
-    std::fs::read_to_string("/proc/loadavg")
-        .context("reading /proc/loadavg")
-        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
-        .unwrap_or_default()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -8,9 +8,9 @@ use std::collections::BTreeSet;
 use super::rows::{Measured, Proto};
 use super::topo::{Counters, Topo, TBF_LATENCY_MS};
 use super::{Plan, Setup};
-use crate::fanout::runs::Runs;
 use crate::loopback::human;
-use crate::loopback::report::{header, json_str};
+use crate::report::Runs;
+use crate::report::{header, json_str};
 use crate::stats::{self, med_range, median};
 
 /// The figures of `manyfold mcast send --json` this scenario uses.

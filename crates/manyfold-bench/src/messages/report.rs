@@ -13,7 +13,7 @@ use anyhow::{bail, Context, Result};
 use super::runner::Plan;
 use super::Options;
 use crate::child::{Finished, Usage};
-use crate::loopback::report::{header, json_str};
+use crate::report::{header, json_str};
 use crate::stats::{self, med_range, median};
 use crate::wan::netns::RelayStats;
 use crate::wan::probe::field;
@@ -192,7 +192,7 @@ impl Report {
         Report {
             o: o.clone(),
             plan: plan.clone(),
-            load_before: crate::loopback::rows::load(),
+            load_before: crate::report::load(),
             load_after: String::new(),
             probe: None,
             runs: vec![],
@@ -202,7 +202,7 @@ impl Report {
 
     /// Records the state of the machine after the runs.
     pub fn finish(&mut self) {
-        self.load_after = crate::loopback::rows::load();
+        self.load_after = crate::report::load();
     }
 
     pub fn failures(&self) -> Vec<String> {

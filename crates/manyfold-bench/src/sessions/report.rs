@@ -11,9 +11,9 @@ use clap::ValueEnum;
 
 use super::{Kind, Plan, Rto, Spec};
 use crate::child::{Finished, Usage};
-use crate::fanout::runs::{Figures, Runs};
 use crate::loopback::human;
-use crate::loopback::report::{header, json_str};
+use crate::report::{header, json_str};
+use crate::report::{Figures, Runs};
 use crate::stats::{self, med_range, median};
 use crate::wan::probe::field;
 

@@ -128,7 +128,7 @@ pub fn run(mut o: Options) -> Result<()> {
     if o.check_only {
         drop(lab);
         report.print();
-        return write_json(&report, &o);
+        return o.out.write_json(|| report.json());
     }
 
     let mut samples: BTreeMap<u64, Sample> = BTreeMap::new();
@@ -185,20 +185,8 @@ pub fn run(mut o: Options) -> Result<()> {
     }
     drop(lab);
     report.print();
-    write_json(&report, &o)?;
-    if let Some(dir) = &o.plot {
-        for f in report.charts(dir)? {
-            eprintln!("wrote {}", f.display());
-        }
-    }
-    Ok(())
-}
-
-fn write_json(report: &Report, o: &Options) -> Result<()> {
-    if let Some(path) = &o.json {
-        std::fs::write(path, report.json()).with_context(|| format!("writing {}", path.display()))?;
-    }
-    Ok(())
+    o.out.write_json(|| report.json())?;
+    o.out.draw(|dir| report.charts(dir))
 }
 
 /// The rows asked for; manyfold once per controller when `send --help`

@@ -91,7 +91,7 @@ impl Report {
         println!(
             "`{}` · {} · seed {} · queue {} BDP (≥ 100 packets) · jitter {} ms · reordering {}% · up to {} reps per row",
             self.command,
-            crate::loopback::report::machine(),
+            crate::report::machine(),
             o.seed,
             o.queue_bdp,
             o.jitter,
