@@ -10,6 +10,8 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 
+use crate::child::Usage;
+
 /// The line under every table's title: command, date, machine, load.
 pub fn header(sizes: &str, seed: u64, load_before: &str, load_after: &str) -> String {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -29,6 +31,17 @@ pub fn machine() -> String {
         std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
         crate::sh("uname", &["-r"]),
     )
+}
+
+/// A process's peak RSS in MiB; NaN (no figure, crate::stats) for a
+/// process that did not finish.
+pub fn mib(u: &Option<Usage>) -> f64 {
+    u.map_or(f64::NAN, |u| u.max_rss_kib as f64 / 1024.0)
+}
+
+/// A process's CPU seconds (user + sys); NaN for one that did not finish.
+pub fn cpu(u: &Option<Usage>) -> f64 {
+    u.map_or(f64::NAN, |u| u.cpu.as_secs_f64())
 }
 
 /// A string as a JSON string literal (no serde in the lab: labels and

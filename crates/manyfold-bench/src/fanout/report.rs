@@ -12,8 +12,7 @@ use super::ends::GROUP_PREFIX;
 use super::{Kind, Plan};
 use crate::child::{Finished, Usage};
 use crate::loopback::human;
-use crate::report::{header, json_str};
-use crate::report::{Figures, Runs};
+use crate::report::{cpu, header, json_str, mib, Figures, Runs};
 use crate::stats::{self, med_range, median};
 use crate::wan::probe::field;
 
@@ -31,14 +30,6 @@ pub struct RunResult {
     /// The manyfold sender's group line (`retransmissions=..` etc.).
     pub group: Option<String>,
     pub error: Option<String>,
-}
-
-fn mib(u: &Option<Usage>) -> f64 {
-    u.map_or(f64::NAN, |u| u.max_rss_kib as f64 / 1024.0)
-}
-
-fn cpu(u: &Option<Usage>) -> f64 {
-    u.map_or(f64::NAN, |u| u.cpu.as_secs_f64())
 }
 
 impl RunResult {

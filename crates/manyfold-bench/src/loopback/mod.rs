@@ -198,25 +198,7 @@ pub fn run(args: &LoopbackArgs) -> Result<()> {
     let bytes = parse_size(&args.size)?;
     let pattern = Pattern::new(args.seed, bytes);
     let (gen_cost, hash_cost, hash) = costs(&pattern);
-    let rows: Vec<Row> = if args.windows {
-        let mut r: Vec<Row> =
-            WINDOWS.iter().map(|&b| Row::Manyfold(MfRow { buffers: Some(b), ..MfRow::default() })).collect();
-        r.push(Row::Manyfold(MfRow::default()));
-        r.push(Row::Tcp("cubic"));
-        r
-    } else if args.encryption {
-        let encrypted = MfRow { encrypted: true, ..MfRow::default() };
-        vec![Row::Manyfold(MfRow::default()), Row::Manyfold(encrypted), Row::Tcp("cubic"), Row::Quic]
-    } else {
-        let mut r: Vec<Row> = mf::controllers().map(|cc| Row::Manyfold(MfRow { cc, ..MfRow::default() })).collect();
-        // The default controller once more, encrypted, right after the
-        // plain rows: what protection costs (issue 10).
-        r.insert(mf::controllers().count(), Row::Manyfold(MfRow { encrypted: true, ..MfRow::default() }));
-        r.extend(tcp::CONTROLS.iter().map(|&cc| Row::Tcp(cc)));
-        r.push(Row::Quic);
-        r.push(Row::Blast);
-        r
-    };
+    let rows = args.rows();
     let mut samples: Vec<(String, Vec<Sample>)> = rows.iter().map(|r| (r.label(), vec![])).collect();
     let mut log = Vec::new();
     for rep in 0..args.reps {
@@ -229,14 +211,7 @@ pub fn run(args: &LoopbackArgs) -> Result<()> {
     }
     let anchor = rows.iter().position(|r| matches!(r, Row::Tcp("cubic")));
     let ceiling = rows.iter().position(|r| matches!(r, Row::Blast));
-    let title = if args.windows {
-        "manyfold's buffer sizes (paper 00's window comparison)"
-    } else if args.encryption {
-        "what encryption costs (issue 10)"
-    } else {
-        "bulk transfer"
-    };
-    println!("### loopback: {title}, {} over 127.0.0.1, memory to memory", human(bytes));
+    println!("### loopback: {}, {} over 127.0.0.1, memory to memory", args.title(), human(bytes));
     println!();
     println!(
         "{}",
@@ -257,6 +232,67 @@ pub fn run(args: &LoopbackArgs) -> Result<()> {
         print!("{}", report::encryption_table(bytes, &samples, &pairs));
         println!();
     }
+    print_notes(args, !pairs.is_empty(), gen_cost, hash_cost);
+    args.out.write_json(|| report::json_document(args.mode(), args.seed, &log))?;
+    args.out.draw(|dir| {
+        let what = format!("loopback, {} over 127.0.0.1", human(bytes));
+        if args.windows {
+            Ok(vec![windows_chart(dir, &what, &rows, &samples)?])
+        } else {
+            let prefix = if args.encryption { "loopback-encryption" } else { "loopback-bulk" };
+            report::bulk_charts(dir, prefix, &what, bytes, &samples)
+        }
+    })
+}
+
+impl LoopbackArgs {
+    /// The rows of the table asked for, in the order each repetition runs them.
+    fn rows(&self) -> Vec<Row> {
+        if self.windows {
+            let mut r: Vec<Row> =
+                WINDOWS.iter().map(|&b| Row::Manyfold(MfRow { buffers: Some(b), ..MfRow::default() })).collect();
+            r.push(Row::Manyfold(MfRow::default()));
+            r.push(Row::Tcp("cubic"));
+            r
+        } else if self.encryption {
+            let encrypted = MfRow { encrypted: true, ..MfRow::default() };
+            vec![Row::Manyfold(MfRow::default()), Row::Manyfold(encrypted), Row::Tcp("cubic"), Row::Quic]
+        } else {
+            let mut r: Vec<Row> = mf::controllers().map(|cc| Row::Manyfold(MfRow { cc, ..MfRow::default() })).collect();
+            // The default controller once more, encrypted, right after the
+            // plain rows: what protection costs (issue 10).
+            r.insert(mf::controllers().count(), Row::Manyfold(MfRow { encrypted: true, ..MfRow::default() }));
+            r.extend(tcp::CONTROLS.iter().map(|&cc| Row::Tcp(cc)));
+            r.push(Row::Quic);
+            r.push(Row::Blast);
+            r
+        }
+    }
+
+    fn title(&self) -> &'static str {
+        if self.windows {
+            "manyfold's buffer sizes (paper 00's window comparison)"
+        } else if self.encryption {
+            "what encryption costs (issue 10)"
+        } else {
+            "bulk transfer"
+        }
+    }
+
+    /// The JSON's name for the table.
+    fn mode(&self) -> &'static str {
+        if self.windows {
+            "windows"
+        } else if self.encryption {
+            "encryption"
+        } else {
+            "bulk"
+        }
+    }
+}
+
+/// What the bulk tables' figures mean, under them.
+fn print_notes(args: &LoopbackArgs, encrypted_rows: bool, gen_cost: f64, hash_cost: f64) {
     println!(
         "Medians of {} repetitions, (min–max) beside them; rows alternate A B C … in each repetition, and ratios are taken within a repetition, then their median. \
          Time runs from the sender's start to its exit, which follows the receiver's \"ok\" after its BLAKE3 matched (the ceiling: to the last datagram's arrival). \
@@ -272,14 +308,7 @@ pub fn run(args: &LoopbackArgs) -> Result<()> {
             human(d.recv_buffer as u64)
         );
     }
-    let mode = if args.windows {
-        "windows"
-    } else if args.encryption {
-        "encryption"
-    } else {
-        "bulk"
-    };
-    if !pairs.is_empty() {
+    if encrypted_rows {
         println!(
             "Encrypted rows: both processes hold one pre-shared key; the connection runs Noise XXpsk3 (X25519, BLAKE2s) in its handshake, then every packet is \
              ChaCha20-Poly1305 (ring's assembly implementation) with its header and a 64-bit packet number as associated data, {} bytes more per packet (spec §19). \
@@ -287,16 +316,6 @@ pub fn run(args: &LoopbackArgs) -> Result<()> {
             manyfold_proto::secure::PROTECTION_OVERHEAD
         );
     }
-    args.out.write_json(|| report::json_document(mode, args.seed, &log))?;
-    args.out.draw(|dir| {
-        let what = format!("loopback, {} over 127.0.0.1", human(bytes));
-        if args.windows {
-            Ok(vec![windows_chart(dir, &what, &rows, &samples)?])
-        } else {
-            let prefix = if args.encryption { "loopback-encryption" } else { "loopback-bulk" };
-            report::bulk_charts(dir, prefix, &what, bytes, &samples)
-        }
-    })
 }
 
 /// Each encrypted manyfold row with the plain row configured alike:

@@ -12,8 +12,7 @@ use clap::ValueEnum;
 use super::{Kind, Plan, Rto, Spec};
 use crate::child::{Finished, Usage};
 use crate::loopback::human;
-use crate::report::{header, json_str};
-use crate::report::{Figures, Runs};
+use crate::report::{cpu, header, json_str, mib, Figures, Runs};
 use crate::stats::{self, med_range, median};
 use crate::wan::probe::field;
 
@@ -112,14 +111,6 @@ pub struct RunResult {
     pub lab_rss_kib: u64,
     /// The run itself failed (a process did): no figures.
     pub error: Option<String>,
-}
-
-fn mib(u: &Option<Usage>) -> f64 {
-    u.map_or(f64::NAN, |u| u.max_rss_kib as f64 / 1024.0)
-}
-
-fn cpu(u: &Option<Usage>) -> f64 {
-    u.map_or(f64::NAN, |u| u.cpu.as_secs_f64())
 }
 
 impl RunResult {

@@ -99,32 +99,7 @@ impl Report {
             self.reps,
         );
         println!();
-        if !self.checks.is_empty() {
-            println!(
-                "Emulator self-check (paced UDP, 1,500-byte IP packets offered at the link rate, RTT 1 ms, loss 0):"
-            );
-            println!();
-            println!("| link | offered Mbit/s | delivered Mbit/s | fraction of link | datagrams sent | lost | of which: relay queue / TUN ring / receiver buffer | relay CPU, % of a core | relay stalls > 1 ms (longest) |");
-            println!("|---|---|---|---|---|---|---|---|---|");
-            for c in &self.checks {
-                println!(
-                    "| {} | {:.1} | {:.1} | {:.1}% | {} | {} | {} / {} / {} | {:.0}% | {} ({:.1} ms) |",
-                    rate_label(c.rate_bps),
-                    c.offered_bps / 1e6,
-                    c.delivered_bps / 1e6,
-                    c.delivered_bps / c.rate_bps as f64 * 100.0,
-                    c.sent,
-                    c.lost,
-                    c.relay.a2b.queue_drops,
-                    c.ring_drops,
-                    c.rcvbuf_drops,
-                    c.relay_cpu / c.secs * 100.0,
-                    c.relay.a2b.stalls,
-                    c.relay.a2b.max_stall_us as f64 / 1e3,
-                );
-            }
-            println!();
-        }
+        self.print_checks();
         if self.cells.is_empty() {
             self.print_notes();
             return;
@@ -136,56 +111,12 @@ impl Report {
             let bbr =
                 c.rows.iter().find(|r| r.name == "kernel TCP bbr").map(|r| stats::median(&Self::goodputs(c.bytes, r)));
             for r in &c.rows {
-                let g = Self::goodputs(c.bytes, r);
-                let gb = c.bytes as f64 / 1e9;
-                let rss = if r.transfers.is_empty() {
-                    "–".to_string()
-                } else {
-                    format!(
-                        "{:.0} / {:.0}",
-                        stats::median(&r.transfers.iter().map(|t| t.send_rss_mib).collect::<Vec<_>>()),
-                        stats::median(&r.transfers.iter().map(|t| t.recv_rss_mib).collect::<Vec<_>>())
-                    )
-                };
                 let relay = if std::mem::take(&mut first) {
                     format!("{} / {}", c.relay.a2b.lost, c.relay.a2b.queue_drops)
                 } else {
                     String::new()
                 };
-                let (gp, frac, ratio, cpu_s, cpu_r) = match stats::min_max(&g) {
-                    Some((min, max)) => {
-                        let m = stats::median(&g);
-                        (
-                            format!("{m:.1} ({min:.1}–{max:.1})"),
-                            format!("{:.0}%", m * 1e6 / c.cell.rate_bps as f64 * 100.0),
-                            bbr.filter(|b| !b.is_nan()).map_or("–".into(), |b| format!("{:.2}", m / b)),
-                            format!(
-                                "{:.2}",
-                                stats::median(&r.transfers.iter().map(|t| t.send_cpu / gb).collect::<Vec<_>>())
-                            ),
-                            format!(
-                                "{:.2}",
-                                stats::median(&r.transfers.iter().map(|t| t.recv_cpu / gb).collect::<Vec<_>>())
-                            ),
-                        )
-                    }
-                    None => ("–".into(), "–".into(), "–".into(), "–".into(), "–".into()),
-                };
-                let reps = match &r.note {
-                    Some(n) if n.contains("did not finish") => {
-                        format!("{} + 1 timeout (> {} s)", r.transfers.len(), self.opts.timeout)
-                    }
-                    Some(_) => format!("{} + 1 failed", r.transfers.len()),
-                    None => r.transfers.len().to_string(),
-                };
-                println!(
-                    "| {} | {} | {} | {:.0} | {} | {gp} | {frac} | {reps} | {cpu_s} | {cpu_r} | {rss} | {ratio} | {relay} |",
-                    rate_label(c.cell.rate_bps),
-                    c.cell.rtt_ms,
-                    c.cell.loss_pct,
-                    c.bytes as f64 / 1e6,
-                    r.name,
-                );
+                println!("{}", self.row_line(c, r, bbr, &relay));
             }
         }
         println!();
@@ -210,6 +141,78 @@ impl Report {
                 }
             }
         }
+    }
+
+    /// One row's line of the main table; `bbr` is the cell's TCP bbr
+    /// median goodput, `relay` the cell's relay column (its first line only).
+    fn row_line(&self, c: &CellResult, r: &RowResult, bbr: Option<f64>, relay: &str) -> String {
+        let g = Self::goodputs(c.bytes, r);
+        let gb = c.bytes as f64 / 1e9;
+        let rss = if r.transfers.is_empty() {
+            "–".to_string()
+        } else {
+            format!(
+                "{:.0} / {:.0}",
+                stats::median(&r.transfers.iter().map(|t| t.send_rss_mib).collect::<Vec<_>>()),
+                stats::median(&r.transfers.iter().map(|t| t.recv_rss_mib).collect::<Vec<_>>())
+            )
+        };
+        let (gp, frac, ratio, cpu_s, cpu_r) = match stats::min_max(&g) {
+            Some((min, max)) => {
+                let m = stats::median(&g);
+                (
+                    format!("{m:.1} ({min:.1}–{max:.1})"),
+                    format!("{:.0}%", m * 1e6 / c.cell.rate_bps as f64 * 100.0),
+                    bbr.filter(|b| !b.is_nan()).map_or("–".into(), |b| format!("{:.2}", m / b)),
+                    format!("{:.2}", stats::median(&r.transfers.iter().map(|t| t.send_cpu / gb).collect::<Vec<_>>())),
+                    format!("{:.2}", stats::median(&r.transfers.iter().map(|t| t.recv_cpu / gb).collect::<Vec<_>>())),
+                )
+            }
+            None => ("–".into(), "–".into(), "–".into(), "–".into(), "–".into()),
+        };
+        let reps = match &r.note {
+            Some(n) if n.contains("did not finish") => {
+                format!("{} + 1 timeout (> {} s)", r.transfers.len(), self.opts.timeout)
+            }
+            Some(_) => format!("{} + 1 failed", r.transfers.len()),
+            None => r.transfers.len().to_string(),
+        };
+        format!(
+            "| {} | {} | {} | {:.0} | {} | {gp} | {frac} | {reps} | {cpu_s} | {cpu_r} | {rss} | {ratio} | {relay} |",
+            rate_label(c.cell.rate_bps),
+            c.cell.rtt_ms,
+            c.cell.loss_pct,
+            c.bytes as f64 / 1e6,
+            r.name,
+        )
+    }
+    /// The emulator's self-check table, if it ran.
+    fn print_checks(&self) {
+        if self.checks.is_empty() {
+            return;
+        }
+        println!("Emulator self-check (paced UDP, 1,500-byte IP packets offered at the link rate, RTT 1 ms, loss 0):");
+        println!();
+        println!("| link | offered Mbit/s | delivered Mbit/s | fraction of link | datagrams sent | lost | of which: relay queue / TUN ring / receiver buffer | relay CPU, % of a core | relay stalls > 1 ms (longest) |");
+        println!("|---|---|---|---|---|---|---|---|---|");
+        for c in &self.checks {
+            println!(
+                "| {} | {:.1} | {:.1} | {:.1}% | {} | {} | {} / {} / {} | {:.0}% | {} ({:.1} ms) |",
+                rate_label(c.rate_bps),
+                c.offered_bps / 1e6,
+                c.delivered_bps / 1e6,
+                c.delivered_bps / c.rate_bps as f64 * 100.0,
+                c.sent,
+                c.lost,
+                c.relay.a2b.queue_drops,
+                c.ring_drops,
+                c.rcvbuf_drops,
+                c.relay_cpu / c.secs * 100.0,
+                c.relay.a2b.stalls,
+                c.relay.a2b.max_stall_us as f64 / 1e3,
+            );
+        }
+        println!();
     }
 
     fn print_notes(&self) {
