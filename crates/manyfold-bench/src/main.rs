@@ -2,6 +2,11 @@
 //! and its anchors side by side in one run, alternating A B A B, verifies
 //! every transfer by hash, and prints a Markdown table with the command,
 //! date, machine and medians with their spread.
+//!
+//! Shared by every scenario: [`stats`] (the one rule for each statistic),
+//! [`report`] (header, `--json`/`--plot`, publication), [`child`]
+//! (processes and their cost) and [`tcp`] (the file-copy TCP anchor);
+//! one module per scenario besides.
 
 mod child;
 mod failures;
@@ -121,7 +126,7 @@ fn main() -> Result<()> {
     }
 }
 
-/// A binary built beside this one (target/<profile>/NAME).
+/// A binary built beside this one (`target/<profile>/NAME`).
 pub(crate) fn sibling(name: &str) -> Result<PathBuf> {
     let me = std::env::current_exe()?;
     let dir = me.parent().context("bench binary has no directory")?;

@@ -25,7 +25,8 @@
 //! alternate manyfold, TCP for each N within a repetition.
 //!
 //! Modules: [`ends`] (the two processes), [`report`] (table, JSON,
-//! charts), [`runs`] (what this scenario shares with `handshake`).
+//! charts), [`runs`] (a child's ready file, shared with `handshake` and
+//! `sessions`); the report's frame is [`crate::report`].
 
 mod ends;
 mod report;

@@ -16,9 +16,10 @@
 //! repetition. `--encryption` runs only that pair with kernel TCP and
 //! quinn beside them, so that more repetitions fit in a run.
 //!
-//! Modules: [`data`] (the stream and its check), [`rows`] (running one row),
-//! [`report`] (tables), and one module per transport: [`mf`], [`tcp`],
-//! [`quic`], [`blast`].
+//! Modules: [`data`] (the stream and its check), [`rows`] (running one row;
+//! its [`rows::Transfer`] also runs `loopback-file`'s), [`report`] (tables),
+//! [`file`](mod@file) (the `loopback-file` scenario), and one module per transport:
+//! [`mf`], [`tcp`], [`quic`], [`blast`].
 
 mod blast;
 pub(crate) mod data;

@@ -31,7 +31,7 @@
 //! one UDP socket per `--per-endpoint` concurrent sessions.
 //!
 //! Modules: [`server`], [`client`] (both processes), [`report`] (tables,
-//! JSON, charts, targets); the report's frame is [`crate::fanout::runs`].
+//! JSON, charts, targets); the report's frame is [`crate::report`].
 
 mod client;
 mod report;
