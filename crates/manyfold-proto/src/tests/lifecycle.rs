@@ -148,6 +148,34 @@ fn a_lone_fin_is_repeated_every_250_ms_until_the_stall_timeout() {
 }
 
 #[test]
+fn a_receiver_whose_rtt_came_from_a_retransmitted_echo_still_repeats_its_fin_every_250_ms() {
+    let mut p = Pair::new();
+    let ca = p.a.connect(p.now, p.b_addr).unwrap();
+    // The SYN is lost: a has no RTT sample (Karn) and waits its initial
+    // 1 s RTO; then its cookie echo is lost too, and repeated a second
+    // later. b's only sample, the cookie's age, is that second.
+    take_from_a(&mut p);
+    p.run_until(|p| p.a.state(ca) == Some(State::Established));
+    take_from_a(&mut p);
+    p.run_until(|p| !p.events_b.is_empty());
+    let cb = p.b.accept().unwrap();
+    let srtt = p.b.conn_stats(cb).unwrap().srtt;
+    assert!(srtt >= Duration::from_millis(900), "b's RTT sample is the echo's delay: {srtt:?}");
+    p.a.close(ca);
+    p.run_until(|p| p.b.state(cb) == Some(State::CloseWait) && p.a.state(ca) == Some(State::FinWait2));
+    // a falls silent; b, the passive closer, is left with its lone FIN.
+    p.loss_percent = 100;
+    let (silent_from, sent_before) = (p.now, p.b.conn_stats(cb).unwrap().packets_sent);
+    p.b.close(cb);
+    p.run_until(|p| p.b.state(cb) == Some(State::Closed));
+    let took = p.now - silent_from;
+    // Not one repeat per inflated RTO (over 3 s): 250 ms apart at most.
+    let sent = p.b.conn_stats(cb).unwrap().packets_sent - sent_before;
+    assert!(sent >= 58, "{sent} packets in {took:?}");
+    assert_eq!(p.b.close_reason(cb), Some(CloseReason::StallTimeout));
+}
+
+#[test]
 fn a_sender_whose_peer_falls_silent_gives_up_after_the_stall_timeout() {
     let mut p = Pair::new();
     let ca = p.a.connect(p.now, p.b_addr).unwrap();
