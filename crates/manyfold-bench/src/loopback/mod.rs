@@ -212,7 +212,8 @@ pub fn run(args: &LoopbackArgs) -> Result<()> {
     }
     let anchor = rows.iter().position(|r| matches!(r, Row::Tcp("cubic")));
     let ceiling = rows.iter().position(|r| matches!(r, Row::Blast));
-    println!("### loopback: {}, {} over 127.0.0.1, memory to memory", args.title(), human(bytes));
+    let (title, mode) = args.title_and_mode();
+    println!("### loopback: {title}, {} over 127.0.0.1, memory to memory", human(bytes));
     println!();
     println!(
         "{}",
@@ -234,7 +235,7 @@ pub fn run(args: &LoopbackArgs) -> Result<()> {
         println!();
     }
     print_notes(args, !pairs.is_empty(), gen_cost, hash_cost);
-    args.out.write_json(|| report::json_document(args.mode(), args.seed, &log))?;
+    args.out.write_json(|| report::json_document(mode, args.seed, &log))?;
     args.out.draw(|dir| {
         let what = format!("loopback, {} over 127.0.0.1", human(bytes));
         if args.windows {
@@ -270,24 +271,14 @@ impl LoopbackArgs {
         }
     }
 
-    fn title(&self) -> &'static str {
+    /// The table's title and its name in the JSON.
+    fn title_and_mode(&self) -> (&'static str, &'static str) {
         if self.windows {
-            "manyfold's buffer sizes (paper 00's window comparison)"
+            ("manyfold's buffer sizes (paper 00's window comparison)", "windows")
         } else if self.encryption {
-            "what encryption costs (issue 10)"
+            ("what encryption costs (issue 10)", "encryption")
         } else {
-            "bulk transfer"
-        }
-    }
-
-    /// The JSON's name for the table.
-    fn mode(&self) -> &'static str {
-        if self.windows {
-            "windows"
-        } else if self.encryption {
-            "encryption"
-        } else {
-            "bulk"
+            ("bulk transfer", "bulk")
         }
     }
 }

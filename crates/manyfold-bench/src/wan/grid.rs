@@ -170,7 +170,8 @@ pub fn run(mut o: Options) -> Result<()> {
                         port = if port >= 60_000 { 20_002 } else { port + 2 };
                         let out = work.path().join(format!("out-{port}"));
                         std::fs::create_dir(&out)?;
-                        let t = transfer(&lab, row, &bench, &manyfold, &cell, &sample, port, &out, &o);
+                        let job = Job { row, cell: &cell, sample: &sample, port, out: &out };
+                        let t = transfer(&lab, &bench, &manyfold, job, &o);
                         let _ = std::fs::remove_dir_all(&out);
                         match t {
                             Ok(t) => {
@@ -384,23 +385,25 @@ fn quic_window(cell: &Cell) -> Option<u64> {
     (w > 1_250_000).then_some(w)
 }
 
+/// One transfer to run: which row, in which cell, of which sample, on
+/// which ports (`port` and `port + 1`), with its files in `out`.
+#[derive(Debug, Clone, Copy)]
+struct Job<'a> {
+    row: &'a RowKind,
+    cell: &'a Cell,
+    sample: &'a Sample,
+    port: u16,
+    out: &'a Path,
+}
+
 /// One transfer of `row` across the lab: receiver (and tunnel) first, then
 /// the sender, timed from its start to its exit; the stored copy (or the
-/// quinn receiver's stream) must match the sample's hash.
-#[allow(clippy::too_many_arguments)]
-fn transfer(
-    lab: &Lab,
-    row: &RowKind,
-    bench: &Path,
-    manyfold: &Path,
-    cell: &Cell,
-    sample: &Sample,
-    port: u16,
-    out: &Path,
-    o: &Options,
-) -> Result<Transfer> {
+/// quinn receiver's stream) must match the sample's hash. `bench` and
+/// `manyfold` are the binaries the lab runs.
+fn transfer(lab: &Lab, bench: &Path, manyfold: &Path, job: Job, o: &Options) -> Result<Transfer> {
+    let Job { row, cell, sample, port, out } = job;
     let limit = Duration::from_secs(o.timeout);
-    let (mut recv, mut send, stored) = commands(lab, row, bench, manyfold, cell, sample, port, out)?;
+    let (mut recv, mut send, stored) = commands(lab, bench, manyfold, job)?;
     // Each side's stderr is kept, and its tail quoted if the transfer fails.
     let logs = [out.join("receiver.err"), out.join("sender.err")];
     for (c, log) in [&mut recv, &mut send].into_iter().zip(&logs) {
@@ -443,19 +446,10 @@ fn transfer(
     Ok(t)
 }
 
-/// `row`'s receiver (in the lab's namespace b) and sender (in a), and
+/// The job's receiver (in the lab's namespace b) and sender (in a), and
 /// where the copy lands (`None`: the receiver checks the hash itself).
-#[allow(clippy::too_many_arguments)]
-fn commands(
-    lab: &Lab,
-    row: &RowKind,
-    bench: &Path,
-    manyfold: &Path,
-    cell: &Cell,
-    sample: &Sample,
-    port: u16,
-    out: &Path,
-) -> Result<(Command, Command, Option<PathBuf>)> {
+fn commands(lab: &Lab, bench: &Path, manyfold: &Path, job: Job) -> Result<(Command, Command, Option<PathBuf>)> {
+    let Job { row, cell, sample, port, out } = job;
     let to = format!("{ADDR_B}:{port}");
     let src = &sample.file;
     Ok(match row {
