@@ -34,8 +34,7 @@ impl Probe {
     }
 
     fn label(&self) -> String {
-        let lo = self.rtts_ms.iter().copied().fold(f64::INFINITY, f64::min);
-        let hi = self.rtts_ms.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        let (lo, hi) = stats::min_max(&self.rtts_ms).unwrap_or((f64::NAN, f64::NAN));
         format!(
             "mean {:.1} ms, median {:.1} ms, {lo:.1}–{hi:.1} ms ({} of {} UDP round trips returned, one sent every 5 ms)",
             self.mean_ms(),
@@ -92,7 +91,7 @@ impl RunResult {
         if delivered as usize != latencies_ms.len() {
             bail!("the receiver counted {delivered} messages but listed {}", latencies_ms.len());
         }
-        latencies_ms.sort_by(f64::total_cmp);
+        let latencies_ms = stats::sorted(&latencies_ms);
         let sender = sent.stdout.lines().last().unwrap_or_default().trim().to_string();
         if field(&sender, "sent").is_none() {
             bail!("the sender printed no summary ({sender:?})");
@@ -494,8 +493,8 @@ impl Report {
             .iter()
             .map(|row| {
                 let runs: Vec<&RunResult> = self.runs_of(row).collect();
-                let mut all: Vec<f64> = runs.iter().flat_map(|r| r.latencies_ms.iter().copied()).collect();
-                all.sort_by(f64::total_cmp);
+                let all =
+                    stats::sorted(&runs.iter().flat_map(|r| r.latencies_ms.iter().copied()).collect::<Vec<f64>>());
                 let n: usize = runs.iter().map(|r| r.expected).sum();
                 let pts = cdf_points()
                     .into_iter()
