@@ -62,6 +62,38 @@ pub fn json_str(s: &str) -> String {
     out
 }
 
+/// A JSON number, or null for NaN and infinities (JSON has neither).
+pub fn json_num(x: f64) -> String {
+    if x.is_finite() {
+        format!("{x}")
+    } else {
+        "null".into()
+    }
+}
+
+/// [`json_num`] with `digits` decimals.
+pub fn json_fixed(x: f64, digits: usize) -> String {
+    if x.is_finite() {
+        format!("{x:.digits$}")
+    } else {
+        "null".into()
+    }
+}
+
+/// A child's cost as a JSON object (wall and CPU seconds, peak RSS), or
+/// null for a child that did not finish.
+pub fn json_usage(u: &Option<Usage>) -> String {
+    match u {
+        Some(u) => format!(
+            "{{\"wall_s\":{:.4},\"cpu_s\":{:.4},\"peak_rss_mib\":{:.1}}}",
+            u.wall.as_secs_f64(),
+            u.cpu.as_secs_f64(),
+            u.max_rss_kib as f64 / 1024.0
+        ),
+        None => "null".into(),
+    }
+}
+
 /// Writes `body` to `path`, creating its directory if needed.
 pub fn write_file(path: &Path, body: &str) -> Result<()> {
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {

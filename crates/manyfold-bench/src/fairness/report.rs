@@ -12,7 +12,7 @@ use anyhow::Result;
 use super::runner::Plan;
 use super::stream::{json_f64, json_u64};
 use crate::child::Usage;
-use crate::report::json_str;
+use crate::report::{json_num as num, json_str};
 use crate::stats::med_range;
 
 /// One flow's reports.
@@ -190,15 +190,6 @@ fn fixed3(x: f64) -> String {
         format!("{x:.3}")
     } else {
         "–".into()
-    }
-}
-
-/// JSON number, or null for NaN and infinities (JSON has neither).
-fn num(x: f64) -> String {
-    if x.is_finite() {
-        format!("{x}")
-    } else {
-        "null".into()
     }
 }
 

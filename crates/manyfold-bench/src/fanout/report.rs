@@ -12,7 +12,7 @@ use super::ends::GROUP_PREFIX;
 use super::{Kind, Plan};
 use crate::child::{Finished, Usage};
 use crate::loopback::human;
-use crate::report::{cpu, header, json_str, mib, Figures, Runs};
+use crate::report::{cpu, header, json_fixed, json_str, json_usage as usage, mib, Figures, Runs};
 use crate::stats::{self, med_range, median};
 use crate::wan::probe::field;
 
@@ -226,16 +226,7 @@ impl Figures for Report {
     fn json(&self) -> String {
         let fields = format!("\"seed\":{},\"chunk\":{}", self.plan.seed, self.plan.chunk);
         self.json_document("fanout", &fields, |r| {
-            let usage = |u: &Option<Usage>| match u {
-                Some(u) => format!(
-                    "{{\"wall_s\":{:.4},\"cpu_s\":{:.4},\"peak_rss_mib\":{:.1}}}",
-                    u.wall.as_secs_f64(),
-                    u.cpu.as_secs_f64(),
-                    u.max_rss_kib as f64 / 1024.0
-                ),
-                None => "null".into(),
-            };
-            let num = |v: f64| if v.is_finite() { format!("{v:.6}") } else { "null".into() };
+            let num = |v: f64| json_fixed(v, 6);
             format!(
                 "{{\"row\":{},\"peers\":{},\"bytes\":{},\"rep\":{},\"time_to_all_s\":{},\"goodput_mb_s\":{},\"sender\":{},\"receivers\":{},\"group\":{},\"error\":{}}}",
                 json_str(r.kind.label()),

@@ -13,7 +13,7 @@ use anyhow::{bail, Context, Result};
 use super::runner::Plan;
 use super::Options;
 use crate::child::{Finished, Usage};
-use crate::report::{header, json_str};
+use crate::report::{header, json_num as num, json_str};
 use crate::stats::{self, med_range, median};
 use crate::wan::netns::RelayStats;
 use crate::wan::probe::field;
@@ -174,15 +174,6 @@ fn ms(x: f64) -> String {
         "–".into()
     } else {
         format!("{x:.1}")
-    }
-}
-
-/// JSON number, or null for NaN and infinities (JSON has neither).
-fn num(x: f64) -> String {
-    if x.is_finite() {
-        format!("{x}")
-    } else {
-        "null".into()
     }
 }
 

@@ -12,7 +12,7 @@ use clap::ValueEnum;
 use super::{Kind, Plan, Rto, Spec};
 use crate::child::{Finished, Usage};
 use crate::loopback::human;
-use crate::report::{cpu, header, json_str, mib, Figures, Runs};
+use crate::report::{cpu, header, json_num as num, json_str, json_usage as usage, mib, Figures, Runs};
 use crate::stats::{self, med_range, median};
 use crate::wan::probe::field;
 
@@ -639,16 +639,6 @@ impl Figures for Report {
             p.seed, p.size, p.backlog, p.per_endpoint, p.hold_per_endpoint
         );
         self.json_document("sessions", &fields, |r| {
-            let usage = |u: &Option<Usage>| match u {
-                Some(u) => format!(
-                    "{{\"wall_s\":{:.4},\"cpu_s\":{:.4},\"peak_rss_mib\":{:.1}}}",
-                    u.wall.as_secs_f64(),
-                    u.cpu.as_secs_f64(),
-                    u.max_rss_kib as f64 / 1024.0
-                ),
-                None => "null".into(),
-            };
-            let num = |v: f64| if v.is_finite() { format!("{v}") } else { "null".into() };
             let s = &r.spec;
             let figures = match &r.hold {
                 Some(h) => format!(
