@@ -5,6 +5,7 @@
 //! The packet-building half lives in `transmit.rs`, timers in `timer.rs`,
 //! the feeding of the congestion controller from loss recovery in `loss.rs`.
 
+mod liveness;
 mod loss;
 mod path;
 pub mod qlog;
@@ -46,6 +47,9 @@ const STREAM_RESERVE: usize = 1 << 20;
 
 /// Longest wait between repeats of a lone FIN (spec §5.4).
 const LONE_FIN_MAX_RTO: Duration = Duration::from_millis(250);
+
+/// Times the final ack is sent again in TIME-WAIT (spec §4.8).
+const FINAL_ACK_REPEATS: u8 = 2;
 
 /// RSTs are accepted only with a sequence number this close to what we expect
 /// (spec §6.5; blind injection must also guess the 32-bit connection id).
@@ -103,6 +107,10 @@ pub(crate) struct Connection {
     zero_window_since: Option<Instant>,
     /// A tail-loss probe is due (the sequence number to resend).
     tlp_due: Option<Seq>,
+    /// The process means to exit: repeat the final ack (spec §4.8).
+    exiting: bool,
+    /// Repeats of the final ack still to send in TIME-WAIT (spec §4.8).
+    reacks_left: u8,
     /// Probes sent since an ack last made progress (spec §5.4: at most
     /// `MAX_TLPS` per flight, each after twice the previous wait).
     tlp_count: u32,
@@ -171,6 +179,8 @@ impl Connection {
             persist_backoff: 0,
             zero_window_since: None,
             tlp_due: None,
+            exiting: false,
+            reacks_left: 0,
             tlp_count: 0,
             timers: Timers::default(),
             ack: AckState::default(),
@@ -695,103 +705,6 @@ impl Connection {
         self.enter_closed(CloseReason::Aborted(code));
     }
 
-    // ---- liveness (spec §4.7, §6.7) -------------------------------------------
-
-    /// A sequenced packet went out: if nothing was waiting for an ack
-    /// before, a run of unanswered data starts now (spec §4.7).
-    fn arm_stall(&mut self, now: Instant) {
-        // The handshake (the echo included) is connect_timeout's to bound.
-        if self.stalled_since.is_some()
-            || matches!(self.state, State::SynSent | State::SynReceived)
-            || self.awaiting_echo_ack()
-        {
-            return;
-        }
-        self.stalled_since = Some(now);
-        if let Some(limit) = self.config.stall_timeout {
-            self.timers.set(Timer::Stall, now + limit);
-        }
-    }
-
-    /// An ack from the peer, new or not, proves it alive (spec §4.7).
-    fn on_peer_answer(&mut self, now: Instant) {
-        self.stalled_since = None;
-        self.timers.cancel(Timer::Stall);
-        if !self.sent.is_empty() {
-            self.arm_stall(now);
-        }
-    }
-
-    /// spec §4.7: data outstanding for `stall_timeout` and no ack at all.
-    fn on_stall(&mut self) {
-        if self.stalled_since.is_none() || self.sent.is_empty() {
-            return;
-        }
-        // In case only our direction of the path failed, tell the peer.
-        if self.remote_id.is_some() {
-            self.rst_pending = Some(ErrorCode::IDLE_TIMEOUT);
-        }
-        self.enter_closed(CloseReason::StallTimeout);
-    }
-
-    /// An ICMP error quoting a packet of this connection (spec §6.7): the
-    /// endpoint matched the quote's ids; `seq` is its sequence number.
-    /// Returns false when the quote cannot be a packet we sent.
-    pub fn handle_icmp(&mut self, now: Instant, kind: UnreachableKind, seq: u32) -> bool {
-        let s = Seq::from_wire(seq, self.sent.next_seq());
-        if s < self.isn || s > self.sent.next_seq() {
-            return false;
-        }
-        self.stats.icmp_errors += 1;
-        let refusal = match kind {
-            UnreachableKind::Port => CloseReason::Refused,
-            UnreachableKind::Host => CloseReason::Unreachable(UnreachableKind::Host),
-        };
-        let all_acked = self.sent.outstanding_data() == 0 && self.streams.all_acked();
-        match self.state {
-            State::Closed | State::TimeWait => {}
-            // Our SYN or cookie echo met no listener: refused at once, as
-            // TCP's connect fails on a RST.
-            State::SynSent | State::SynReceived => self.enter_closed(refusal),
-            _ if self.awaiting_echo_ack() => self.enter_closed(refusal),
-            // Only our FIN is unacknowledged, after the peer's own FIN: the
-            // peer finished and exited before our FIN's ack (its last)
-            // reached us. Nothing of ours is lost.
-            State::LastAck | State::Closing if all_acked && kind == UnreachableKind::Port => {
-                self.enter_closed(CloseReason::Graceful)
-            }
-            _ => {
-                // One error may be a stray; repeated ones with nothing heard
-                // for an RTO mean the peer is gone.
-                self.unreachables += 1;
-                if self.unreachables >= 2 && now >= self.last_heard + self.rtt.rto(0) {
-                    self.enter_closed(CloseReason::Unreachable(kind));
-                }
-            }
-        }
-        true
-    }
-
-    /// Whether a process may exit without stranding the peer (spec §4.8):
-    /// CLOSED with nothing left to send, in FIN-WAIT-2 if `half_closed`
-    /// (everything of ours acknowledged; the peer's later FIN meets ICMP and
-    /// ends gracefully), or in TIME-WAIT and quiet for
-    /// `linger` (four RTOs, at least 250 ms, at most `time_wait`) since the
-    /// last repeated FIN, so that a peer whose last ack was lost has had
-    /// time to ask again.
-    pub fn is_finished(&self, now: Instant, half_closed: bool) -> bool {
-        match self.state {
-            State::Closed => self.rst_pending.is_none(),
-            State::FinWait2 => half_closed,
-            State::TimeWait => {
-                let Some(end) = self.timers.get(Timer::TimeWait) else { return true };
-                let linger = (self.rtt.rto(0) * 4).max(Duration::from_millis(250)).min(self.config.time_wait);
-                now + self.config.time_wait >= end + linger
-            }
-            _ => false,
-        }
-    }
-
     // ---- input -------------------------------------------------------------
 
     /// Takes one packet; `protected` says it arrived protected (spec §19.3).
@@ -1149,6 +1062,9 @@ impl Connection {
         self.timers.clear_all();
         self.stalled_since = None;
         self.timers.set(Timer::TimeWait, now + self.config.time_wait);
+        if self.exiting {
+            self.repeat_final_ack(now);
+        }
     }
 }
 

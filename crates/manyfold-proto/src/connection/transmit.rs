@@ -83,6 +83,17 @@ impl Connection {
             }
             Timer::Idle => self.enter_closed(CloseReason::IdleTimeout),
             Timer::TimeWait => self.enter_closed(CloseReason::Graceful),
+            Timer::Reack => {
+                // spec §4.8: our final ack may have been lost, and the peer's
+                // repeat of its FIN may come after we have exited.
+                if self.state == State::TimeWait && self.reacks_left > 0 {
+                    self.reacks_left -= 1;
+                    self.ack.immediate = true;
+                    if self.reacks_left > 0 {
+                        self.timers.set(Timer::Reack, now + self.rtt.rto(0));
+                    }
+                }
+            }
             Timer::Stall => self.on_stall(),
             // Nothing to do: the endpoint polls us for the challenge.
             Timer::Path => {}

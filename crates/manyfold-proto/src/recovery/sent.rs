@@ -85,6 +85,46 @@ pub(crate) struct AckOutcome {
     pub rtt_sample: Option<Duration>,
 }
 
+/// What one ack's packets showed, gathered as they are acknowledged.
+#[derive(Debug)]
+struct AckScan {
+    now: Instant,
+    min_rtt: Option<Duration>,
+    prior_largest: Option<u64>,
+    out: AckOutcome,
+    /// `(tx, time_sent, retransmitted)` of the newest acknowledged.
+    newest: Option<(u64, Instant, bool)>,
+    reorder_distance: u64,
+    /// Packets declared lost whose loss proved real.
+    resolved_real: u64,
+}
+
+impl AckScan {
+    /// Notes one newly acknowledged packet, judged before its state changes.
+    fn note(&mut self, p: &SentPacket) {
+        self.out.newly_acked += 1;
+        if self.newest.is_none_or(|(tx, _, _)| p.tx > tx) {
+            self.newest = Some((p.tx, p.time_sent, p.retransmitted));
+        }
+        // A packet declared lost whose ack comes before a resend could
+        // have been acked: its first transmission arrived (spec §5.4).
+        let resend_too_recent = self.min_rtt.is_some_and(|m| self.now.saturating_duration_since(p.time_sent) < m);
+        let spurious = p.declared_lost && (p.state == PacketState::Lost || resend_too_recent);
+        if spurious {
+            self.out.spurious += 1;
+        } else if p.declared_lost {
+            self.resolved_real += 1;
+        }
+        // RFC 8985 §6.2.1: an original transmission acked after a later
+        // one was is reordering, not loss; remember how far.
+        if let (true, Some(l)) = (!p.retransmitted || spurious, self.prior_largest) {
+            if p.first_tx < l {
+                self.reorder_distance = self.reorder_distance.max(l - p.first_tx);
+            }
+        }
+    }
+}
+
 /// A newly acknowledged packet that was in flight: what congestion control
 /// counts.
 #[derive(Debug, Clone, Copy)]
@@ -326,45 +366,55 @@ impl SentQueue {
         min_rtt: Option<Duration>,
         mut on_acked: impl FnMut(&SentPacket),
     ) -> AckOutcome {
-        let mut out = AckOutcome::default();
-        let mut newest: Option<(u64, Instant, bool)> = None; // (tx, time_sent, retransmitted)
-        let prior_largest = self.largest_acked_tx;
         self.acked.clear();
-        let mut reorder_distance = 0;
-        let mut resolved_real = 0;
-        // Judged before the packet's state changes.
-        let mut note = |p: &SentPacket, out: &mut AckOutcome| {
-            out.newly_acked += 1;
-            if newest.is_none_or(|(tx, _, _)| p.tx > tx) {
-                newest = Some((p.tx, p.time_sent, p.retransmitted));
-            }
-            // A packet declared lost whose ack comes before a resend could
-            // have been acked: its first transmission arrived (spec §5.4).
-            let resend_too_recent = min_rtt.is_some_and(|m| now.saturating_duration_since(p.time_sent) < m);
-            let spurious = p.declared_lost && (p.state == PacketState::Lost || resend_too_recent);
-            if spurious {
-                out.spurious += 1;
-            } else if p.declared_lost {
-                resolved_real += 1;
-            }
-            // RFC 8985 §6.2.1: an original transmission acked after a later
-            // one was is reordering, not loss; remember how far.
-            if let (true, Some(l)) = (!p.retransmitted || spurious, prior_largest) {
-                if p.first_tx < l {
-                    reorder_distance = reorder_distance.max(l - p.first_tx);
-                }
-            }
+        let mut scan = AckScan {
+            now,
+            min_rtt,
+            prior_largest: self.largest_acked_tx,
+            out: AckOutcome::default(),
+            newest: None,
+            reorder_distance: 0,
+            resolved_real: 0,
         };
-        // Cumulative part: everything below `cum` (never beyond what we sent).
+        self.ack_cumulative(cum, &mut scan, &mut on_acked);
+        self.ack_selective(sacks, &mut scan, &mut on_acked);
+        let mut out = scan.out;
+        if scan.reorder_distance > 0 {
+            // Beyond the cap, counting is no guide: as RFC 8985 does once
+            // reordering is seen, only the time window decides.
+            let wanted = scan.reorder_distance + 1;
+            let threshold = if wanted > MAX_PACKET_THRESHOLD { u64::MAX } else { wanted };
+            self.packet_threshold = self.packet_threshold.max(threshold);
+        }
+        self.episode_open = self.episode_open.saturating_sub(out.spurious + scan.resolved_real);
+        self.episode_real |= scan.resolved_real > 0;
+        if out.spurious > 0 {
+            // RFC 8985 §6.2.4: widen the reordering window.
+            self.reo_mult = (self.reo_mult + 1).min(MAX_REO_MULT);
+            out.undo_reduction = self.episode_open == 0 && !self.episode_real;
+        }
+        if let Some((tx, sent, retransmitted)) = scan.newest {
+            // Karn's rule (RFC 6298 (3)): no sample from a retransmitted packet.
+            if !retransmitted {
+                out.rtt_sample = Some(now.saturating_duration_since(sent));
+            }
+            self.largest_acked_tx = Some(self.largest_acked_tx.map_or(tx, |l| l.max(tx)));
+        }
+        out
+    }
+
+    /// The cumulative part of an ack: every packet below `cum` (never
+    /// beyond what we sent) leaves the queue.
+    fn ack_cumulative(&mut self, cum: Seq, scan: &mut AckScan, on_acked: &mut impl FnMut(&SentPacket)) {
         let cum = cum.min(self.next_seq());
         while self.base < cum {
             let Some(p) = self.packets.pop_front() else {
                 break;
             };
             self.base += 1;
-            out.cumulative_advanced = true;
+            scan.out.cumulative_advanced = true;
             let data = p.payload.data_len() as u64;
-            out.released_data += data;
+            scan.out.released_data += data;
             self.outstanding_data -= data;
             if p.state == PacketState::InFlight {
                 self.bytes_in_flight -= u64::from(p.size);
@@ -372,12 +422,26 @@ impl SentQueue {
             }
             if p.state != PacketState::Sacked {
                 on_acked(&p);
-                note(&p, &mut out);
-                self.delivery.on_acked(now, p.stamp, p.time_sent, u64::from(p.size), (p.app_limited, p.retransmitted));
+                scan.note(&p);
+                self.delivery.on_acked(
+                    scan.now,
+                    p.stamp,
+                    p.time_sent,
+                    u64::from(p.size),
+                    (p.app_limited, p.retransmitted),
+                );
             }
         }
         self.sacked.remove_below(self.base);
-        // Selective part: only what this ack adds.
+    }
+
+    /// The selective part of an ack: only what it adds to the SACKed set.
+    fn ack_selective(
+        &mut self,
+        sacks: impl Iterator<Item = (Seq, Seq)>,
+        scan: &mut AckScan,
+        on_acked: &mut impl FnMut(&SentPacket),
+    ) {
         let next_seq = self.next_seq();
         for (start, end) in sacks {
             let start = start.max(self.base);
@@ -392,7 +456,7 @@ impl SentQueue {
                     continue;
                 }
                 on_acked(p);
-                note(p, &mut out);
+                scan.note(p);
                 if p.state == PacketState::InFlight {
                     self.bytes_in_flight -= u64::from(p.size);
                     self.acked.push(Acked {
@@ -401,33 +465,17 @@ impl SentQueue {
                         app_limited: p.app_limited,
                     });
                 }
-                self.delivery.on_acked(now, p.stamp, p.time_sent, u64::from(p.size), (p.app_limited, p.retransmitted));
+                self.delivery.on_acked(
+                    scan.now,
+                    p.stamp,
+                    p.time_sent,
+                    u64::from(p.size),
+                    (p.app_limited, p.retransmitted),
+                );
                 p.state = PacketState::Sacked;
             }
             self.sacked.insert(start..end);
         }
-        if reorder_distance > 0 {
-            // Beyond the cap, counting is no guide: as RFC 8985 does once
-            // reordering is seen, only the time window decides.
-            let wanted = reorder_distance + 1;
-            let threshold = if wanted > MAX_PACKET_THRESHOLD { u64::MAX } else { wanted };
-            self.packet_threshold = self.packet_threshold.max(threshold);
-        }
-        self.episode_open = self.episode_open.saturating_sub(out.spurious + resolved_real);
-        self.episode_real |= resolved_real > 0;
-        if out.spurious > 0 {
-            // RFC 8985 §6.2.4: widen the reordering window.
-            self.reo_mult = (self.reo_mult + 1).min(MAX_REO_MULT);
-            out.undo_reduction = self.episode_open == 0 && !self.episode_real;
-        }
-        if let Some((tx, sent, retransmitted)) = newest {
-            // Karn's rule (RFC 6298 (3)): no sample from a retransmitted packet.
-            if !retransmitted {
-                out.rtt_sample = Some(now.saturating_duration_since(sent));
-            }
-            self.largest_acked_tx = Some(self.largest_acked_tx.map_or(tx, |l| l.max(tx)));
-        }
-        out
     }
 
     /// The in-flight packets the last [`SentQueue::on_ack`] acknowledged,

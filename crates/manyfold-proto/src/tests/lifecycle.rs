@@ -215,3 +215,44 @@ fn time_wait_lingers_before_the_endpoint_may_exit() {
     assert!(p.a.is_idle(p.now), "four RTOs on a 10 ms path are under the 250 ms floor");
     assert_eq!(p.a.state(ca), Some(State::TimeWait), "TIME-WAIT itself lasts on");
 }
+
+#[test]
+fn an_exiting_endpoint_sends_its_lost_final_ack_again_before_the_peer_repeats_its_fin() {
+    let mut p = Pair::new();
+    p.delay = Duration::from_millis(10);
+    let ca = p.a.connect(p.now, p.b_addr).unwrap();
+    p.run_until(|p| p.a.state(ca) == Some(State::Established) && !p.events_b.is_empty());
+    let cb = p.b.accept().unwrap();
+    exchange(&mut p, ca, cb);
+    p.a.close(ca);
+    // What wait_idle does first: a's process means to exit.
+    p.a.prepare_exit(p.now);
+    p.run_until(|p| p.b.state(cb) == Some(State::CloseWait) && p.a.state(ca) == Some(State::FinWait2));
+    p.b.close(cb);
+    p.run_until(|p| p.a.state(ca) == Some(State::TimeWait));
+    // a's final ack is lost.
+    take_from_a(&mut p);
+    let b_sent = p.b.conn_stats(cb).unwrap().packets_sent;
+    p.run_until(|p| p.b.state(cb) == Some(State::Closed));
+    assert_eq!(p.b.close_reason(cb), Some(CloseReason::Graceful));
+    assert_eq!(p.b.conn_stats(cb).unwrap().packets_sent, b_sent, "b never had to repeat its FIN");
+    assert!(!p.a.is_idle(p.now), "a still lingers");
+}
+
+#[test]
+fn time_wait_of_an_endpoint_that_stays_sends_nothing_unasked() {
+    let mut p = Pair::new();
+    let (ca, _) = transfer(&mut p, 10_000);
+    assert_eq!(p.a.state(ca), Some(State::TimeWait));
+    let before = p.a.conn_stats(ca).unwrap().packets_sent;
+    p.now += Duration::from_secs(1);
+    p.a.handle_timeout(p.now);
+    p.drain();
+    assert_eq!(p.a.conn_stats(ca).unwrap().packets_sent, before, "no repeat of the final ack");
+    // Once it means to exit, the repeats go.
+    p.a.prepare_exit(p.now);
+    for _ in 0..20 {
+        p.step();
+    }
+    assert_eq!(p.a.conn_stats(ca).unwrap().packets_sent, before + 2);
+}
