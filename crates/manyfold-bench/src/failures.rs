@@ -90,17 +90,16 @@ pub fn run(args: Args) -> Result<()> {
     println!("| what | runs | failed | median | p99 | max | target |");
     println!("|---|---|---|---|---|---|---|");
     for r in &rows {
-        let mut s = r.samples.clone();
-        s.sort();
-        let pick = |q: f64| s.get(((s.len() as f64 - 1.0) * q).round() as usize).copied().unwrap_or_default();
+        let s = crate::stats::sorted(&r.samples.iter().map(Duration::as_secs_f64).collect::<Vec<f64>>());
+        let at = |secs: f64| Duration::try_from_secs_f64(secs).unwrap_or_default();
         println!(
             "| {} | {} | {} | {} | {} | {} | {} |",
             r.what,
             r.samples.len() + r.failures,
             r.failures,
-            fmt(pick(0.5)),
-            fmt(pick(0.99)),
-            fmt(s.last().copied().unwrap_or_default()),
+            fmt(at(crate::stats::median(&s))),
+            fmt(at(crate::stats::percentile(&s, 99.0))),
+            fmt(at(s.last().copied().unwrap_or_default())),
             r.target
         );
     }
