@@ -15,6 +15,7 @@ use manyfold_proto::ConnStats;
 
 use crate::net::Role;
 use crate::size::{human_bytes, human_duration, human_rate};
+use crate::transfer::TreeSummary;
 
 /// How results are printed on stdout: text reports (the default), one
 /// JSON object per transfer (`--json`), or nothing but errors (`-q`).
@@ -192,7 +193,10 @@ pub struct Report {
     pub bytes: u64,
     pub elapsed: Duration,
     pub stats: ConnStats,
-    pub hash: blake3::Hash,
+    /// The file's BLAKE3; none for a tree (each file has its own).
+    pub hash: Option<blake3::Hash>,
+    /// Several entries (`send DIR`, `send A B`): what they were.
+    pub tree: Option<TreeSummary>,
     /// Whether the connection was encrypted, and the peer's proven key.
     pub security: Protection,
 }
@@ -205,9 +209,18 @@ impl std::fmt::Display for Report {
             Direction::Received => ("received", "from"),
         };
         let mut out = String::new();
+        let counts = match &self.tree {
+            Some(t) => format!(
+                "{}, {}, {}, ",
+                plural(t.files.len() as u64, "file"),
+                plural(t.dirs, "directory"),
+                plural(t.links, "link")
+            ),
+            None => String::new(),
+        };
         let _ = writeln!(
             out,
-            "{verb} {} {prep} {}: {} ({} bytes) in {}",
+            "{verb} {} {prep} {}: {counts}{} ({} bytes) in {}",
             self.name,
             self.peer,
             human_bytes(self.bytes),
@@ -220,8 +233,25 @@ impl std::fmt::Display for Report {
         let _ = writeln!(out, "  packets          {} sent, {} received", s.packets_sent, s.packets_received);
         let _ = writeln!(out, "  rtt              srtt {}, min {}", human_duration(s.srtt), human_duration(s.min_rtt));
         let _ = writeln!(out, "  security         {}", self.security);
-        let _ = write!(out, "  blake3           {}", self.hash.to_hex());
-        f.write_str(&out)
+        match (&self.hash, &self.tree) {
+            (Some(hash), _) => {
+                let _ = writeln!(out, "  blake3           {}", hash.to_hex());
+            }
+            // Per-file lines on -v.
+            (None, Some(tree)) if crate::net::verbose() > 0 => {
+                for file in &tree.files {
+                    let _ = writeln!(
+                        out,
+                        "  file {}  {}  blake3 {}",
+                        file.path,
+                        human_bytes(file.bytes),
+                        file.hash.to_hex()
+                    );
+                }
+            }
+            _ => {}
+        }
+        f.write_str(out.trim_end())
     }
 }
 
@@ -235,7 +265,7 @@ impl Report {
             Protection::Encrypted { peer_key } => (true, peer_key.map(hex)),
             _ => (false, None),
         };
-        serde_json::json!({
+        let mut v = serde_json::json!({
             "direction": match self.direction { Direction::Sent => "sent", Direction::Received => "received" },
             "name": self.name,
             "peer": self.peer.to_string(),
@@ -251,8 +281,29 @@ impl Report {
             "min_rtt_seconds": s.min_rtt.as_secs_f64(),
             "encrypted": encrypted,
             "peer_key": peer_key,
-            "blake3": self.hash.to_hex().to_string(),
-        })
+            "blake3": self.hash.map(|h| h.to_hex().to_string()),
+        });
+        // A tree: one entry per file, and the other entries counted.
+        if let Some(tree) = &self.tree {
+            let files: Vec<serde_json::Value> = tree
+                .files
+                .iter()
+                .map(|f| serde_json::json!({ "path": f.path, "bytes": f.bytes, "blake3": f.hash.to_hex().to_string() }))
+                .collect();
+            v["files"] = files.into();
+            v["directories"] = tree.dirs.into();
+            v["links"] = tree.links.into();
+        }
+        v
+    }
+}
+
+/// `1 file`, `2 files`, `1 directory`, `3 directories`.
+fn plural(n: u64, noun: &str) -> String {
+    match (n, noun.strip_suffix('y')) {
+        (1, _) => format!("1 {noun}"),
+        (_, Some(stem)) => format!("{n} {stem}ies"),
+        _ => format!("{n} {noun}s"),
     }
 }
 
@@ -296,7 +347,8 @@ mod tests {
                 min_rtt: Duration::from_micros(40),
                 ..ConnStats::default()
             },
-            hash: blake3::hash(b""),
+            hash: Some(blake3::hash(b"")),
+            tree: None,
             security: Protection::Encrypted { peer_key: Some([0xab; 32]) },
         };
         let text = report.to_string();

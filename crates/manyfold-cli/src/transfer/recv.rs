@@ -12,7 +12,8 @@ use indicatif::{MultiProgress, ProgressBar};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::task::JoinSet;
 
-use super::wire::{check_name, Reply, Request, RequestError, HASH_LEN};
+use super::tree::wire::VERSION_TREE;
+use super::wire::{check_name, read_version, Reply, Request, RequestError, HASH_LEN};
 use super::CHUNK;
 use crate::fsutil::{available_space, PartFile};
 use crate::net::{self, Connection, NetArgs, Role};
@@ -220,7 +221,18 @@ pub async fn serve_one(mut conn: Connection, options: &RecvOptions, multi: &Mult
     // Now: once closed, the connection no longer says how it was protected.
     let security = conn.protection();
     let start = Instant::now();
-    let request = match tokio::time::timeout(REQUEST_TIMEOUT, Request::read(&mut conn)).await {
+    let version = match tokio::time::timeout(REQUEST_TIMEOUT, read_version(&mut conn)).await {
+        Err(_) => bail!("no request within {} s", REQUEST_TIMEOUT.as_secs()),
+        Ok(Err(e @ RequestError::Io(_))) | Ok(Err(e @ RequestError::Truncated)) => {
+            return Err(e).context("cannot read the request");
+        }
+        Ok(Err(e)) => return Err(refuse(&mut conn, e.to_string()).await),
+        Ok(Ok(version)) => version,
+    };
+    if version == VERSION_TREE {
+        return super::tree::receive_tree(&mut conn, options, multi, start).await;
+    }
+    let request = match tokio::time::timeout(REQUEST_TIMEOUT, Request::read_after(version, &mut conn)).await {
         Err(_) => bail!("no request within {} s", REQUEST_TIMEOUT.as_secs()),
         Ok(Err(e @ RequestError::Io(_))) | Ok(Err(e @ RequestError::Truncated)) => {
             return Err(e).context("cannot read the request");
@@ -286,7 +298,8 @@ pub async fn serve_one(mut conn: Connection, options: &RecvOptions, multi: &Mult
                     bytes,
                     elapsed,
                     stats,
-                    hash: stored.hash,
+                    hash: Some(stored.hash),
+                    tree: None,
                     security,
                 })
             }
@@ -333,7 +346,8 @@ pub async fn serve_one(mut conn: Connection, options: &RecvOptions, multi: &Mult
                 bytes: request.size,
                 elapsed,
                 stats,
-                hash,
+                hash: Some(hash),
+                tree: None,
                 security,
             })
         }
@@ -381,14 +395,14 @@ async fn receive_data(
 }
 
 /// Sends an error reply, closes, and returns the error for the local log.
-async fn refuse(conn: &mut Connection, why: String) -> anyhow::Error {
+pub(super) async fn refuse(conn: &mut Connection, why: String) -> anyhow::Error {
     let _ = Reply::Error(why.clone()).write(conn).await;
     let _ = tokio::time::timeout(Duration::from_secs(5), conn.close()).await;
     anyhow!(why)
 }
 
 /// The progress bar's label: the name, shortened to fit.
-fn short_label(name: &str) -> String {
+pub(super) fn short_label(name: &str) -> String {
     const MAX: usize = 16;
     if name.chars().count() <= MAX {
         name.to_string()

@@ -1,0 +1,114 @@
+//! Tree transfers (`manyfold send A B DIR -`, protocol version 3): several
+//! files, directories and symbolic links in one connection, with their
+//! modes and modification times, like `rsync -a`; standard input as a file
+//! of unknown length.
+//!
+//! # Wire
+//!
+//! Integers are big-endian. The sender first sends the whole list, so the
+//! receiver judges every path before any data moves:
+//!
+//! ```text
+//! request: magic "MFXF" (4) | version 3 (1) | entry count N (4, 1..=1,000,000)
+//!          | N entries
+//! entry:   kind (1): 'F' file, 'D' directory, 'L' symbolic link
+//!          | mode (2): permission bits, rwxrwxrwx (set-id and sticky bits are not carried)
+//!          | mtime (8): seconds since 1970, signed | nanoseconds (4, < 10^9)
+//!          | size (8): a file's length; 2^64-1 = not known (stdin); 0 otherwise
+//!          | path length P (2) | path (P bytes of UTF-8, 1 ≤ P ≤ 4096)
+//!          | target length T (2) | target (T bytes of UTF-8: a link's target; T = 0 otherwise)
+//! ```
+//!
+//! A path is relative and `/`-separated; each component is a plain name
+//! (not empty, `.` or `..`, no control character, at most 255 bytes).
+//! Every entry lies in a directory listed before it, or at the top. A
+//! link's target is relative and, read from the link's directory, never
+//! leads out of the receiving directory. All paths and targets of one
+//! list hold at most 64 MiB. The receiver answers the list as in version 1
+//! (ok "go ahead" | error TEXT): any bad path, a path listed twice, an
+//! existing file without `--overwrite`, a directory where a file is (or
+//! the reverse), or too little space for the known sizes is refused here.
+//!
+//! Then, for each file entry in list order, its data:
+//!
+//! ```text
+//! chunk:   length L (4, 1 ≤ L ≤ 1 MiB) | L bytes
+//! end:     0 (4) | BLAKE3 of the file's bytes (32)
+//! abandon: 0xFFFFFFFF (4) | length M (2) | text (M ≤ 4096): the sender gives up
+//! ```
+//!
+//! A sender abandons when a source changed while it was read (its size,
+//! mtime or ctime differ after the read, or its size from the list): the
+//! receiver keeps nothing of that file and says so in its verdict. The
+//! receiver answers once more after the last file: ok "saved ..." or the
+//! error that stopped it; it may answer with an error at any time (a
+//! write failure, a hash mismatch), and the sender, which reads while it
+//! sends, stops at once.
+//!
+//! The receiver makes each directory as it comes (its mode and mtime are
+//! set last, deepest first, so a read-only directory can still be
+//! filled), each link under a temporary name then renamed, and each file
+//! in `.NAME.manyfold-part-<hex>` beside its final name, renamed only
+//! after its hash matched. The transfer succeeds only if every entry did;
+//! on a failure the files already verified stay and nothing else does.
+
+mod send;
+mod store;
+mod walk;
+pub mod wire;
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use manyfold::Protection;
+use manyfold_proto::ConnStats;
+
+pub use send::send_tree;
+pub use store::receive_tree;
+pub use walk::{plan, unchecked};
+
+use crate::report::{Direction, Report};
+
+/// One file of a tree transfer, for the report.
+#[derive(Debug, Clone)]
+pub struct FileLine {
+    pub path: String,
+    pub bytes: u64,
+    pub hash: blake3::Hash,
+}
+
+/// What a tree transfer moved besides its totals.
+#[derive(Debug, Clone, Default)]
+pub struct TreeSummary {
+    pub files: Vec<FileLine>,
+    pub dirs: u64,
+    pub links: u64,
+}
+
+/// The report of a transfer of `entries`: a list that is one file reads
+/// as a one-file transfer always did.
+fn report(
+    direction: Direction,
+    peer: SocketAddr,
+    entries: &[wire::Entry],
+    files: Vec<FileLine>,
+    elapsed: Duration,
+    stats: ConnStats,
+    security: Protection,
+) -> Report {
+    let bytes = files.iter().map(|f| f.bytes).sum();
+    let (name, hash, tree) = match (entries, files.as_slice()) {
+        ([only], [file]) if only.is_file() => (file.path.clone(), Some(file.hash), None),
+        _ => {
+            let count = |k: fn(&wire::Kind) -> bool| entries.iter().filter(|e| k(&e.kind)).count() as u64;
+            let tops: Vec<&str> = entries.iter().map(|e| e.path.as_str()).filter(|p| !p.contains('/')).collect();
+            let summary = TreeSummary {
+                files,
+                dirs: count(|k| *k == wire::Kind::Dir),
+                links: count(|k| matches!(k, wire::Kind::Link(_))),
+            };
+            (tops.join(", "), None, Some(summary))
+        }
+    };
+    Report { direction, name, peer, bytes, elapsed, stats, hash, tree, security }
+}
