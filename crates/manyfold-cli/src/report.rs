@@ -191,6 +191,8 @@ pub struct Report {
     pub name: String,
     pub peer: SocketAddr,
     pub bytes: u64,
+    /// Of `bytes`, those an interrupted earlier attempt had moved.
+    pub resumed: u64,
     pub elapsed: Duration,
     pub stats: ConnStats,
     /// The file's BLAKE3; none for a tree (each file has its own).
@@ -227,7 +229,16 @@ impl std::fmt::Display for Report {
             self.bytes,
             human_duration(self.elapsed)
         );
-        let _ = writeln!(out, "  goodput          {}", human_rate(self.bytes, self.elapsed));
+        let moved = self.bytes - self.resumed;
+        if self.resumed > 0 {
+            let _ = writeln!(
+                out,
+                "  resumed          {} were already on the receiver; {} moved now",
+                human_bytes(self.resumed),
+                human_bytes(moved)
+            );
+        }
+        let _ = writeln!(out, "  goodput          {}", human_rate(moved, self.elapsed));
         let _ = writeln!(out, "  retransmissions  {} ({} retransmission timeouts)", s.retransmissions, s.rto_expiries);
         let _ = writeln!(out, "  loss seen        {}", loss_seen(s.lost_packets, s.packets_sent));
         let _ = writeln!(out, "  packets          {} sent, {} received", s.packets_sent, s.packets_received);
@@ -270,8 +281,9 @@ impl Report {
             "name": self.name,
             "peer": self.peer.to_string(),
             "bytes": self.bytes,
+            "resumed_bytes": self.resumed,
             "seconds": secs,
-            "goodput_bytes_per_second": if secs > 0.0 { self.bytes as f64 / secs } else { 0.0 },
+            "goodput_bytes_per_second": if secs > 0.0 { (self.bytes - self.resumed) as f64 / secs } else { 0.0 },
             "retransmissions": s.retransmissions,
             "retransmission_timeouts": s.rto_expiries,
             "lost_packets": s.lost_packets,
@@ -337,6 +349,7 @@ mod tests {
             name: "f.bin".into(),
             peer: "127.0.0.1:7008".parse().unwrap(),
             bytes: 20_000_000,
+            resumed: 0,
             elapsed: Duration::from_secs(2),
             stats: ConnStats {
                 packets_sent: 1000,

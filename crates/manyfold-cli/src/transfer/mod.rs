@@ -57,6 +57,7 @@ mod group;
 mod recv;
 mod send;
 mod shard;
+mod takeover;
 mod tree;
 pub mod wire;
 

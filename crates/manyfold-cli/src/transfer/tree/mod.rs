@@ -29,11 +29,23 @@
 //! existing file without `--overwrite`, a directory where a file is (or
 //! the reverse), or too little space for the known sizes is refused here.
 //!
-//! Then, for each file entry in list order, its data:
+//! After its "go ahead" the receiver offers to resume files it holds
+//! part of from an earlier attempt (a transfer killed or interrupted on
+//! either side), found by name and tagged with the file's size and mtime:
 //!
 //! ```text
+//! offers:  count K (4, ≤ N) | K offers in increasing index order
+//! offer:   index of the entry (4) | bytes held H (8) | BLAKE3 of those H bytes (32)
+//! ```
+//!
+//! Then, for each file entry in list order, the offset its data starts
+//! at, and its data:
+//!
+//! ```text
+//! from:    offset (8): 0, or H when the sender's own first H bytes hash
+//!          the same (it then sends only the rest)
 //! chunk:   length L (4, 1 ≤ L ≤ 1 MiB) | L bytes
-//! end:     0 (4) | BLAKE3 of the file's bytes (32)
+//! end:     0 (4) | BLAKE3 of all the file's bytes, from offset 0 (32)
 //! abandon: 0xFFFFFFFF (4) | length M (2) | text (M ≤ 4096): the sender gives up
 //! ```
 //!
@@ -48,9 +60,12 @@
 //! The receiver makes each directory as it comes (its mode and mtime are
 //! set last, deepest first, so a read-only directory can still be
 //! filled), each link under a temporary name then renamed, and each file
-//! in `.NAME.manyfold-part-<hex>` beside its final name, renamed only
-//! after its hash matched. The transfer succeeds only if every entry did;
-//! on a failure the files already verified stay and nothing else does.
+//! in `.NAME.manyfold-partial-<tag>` beside its final name (stdin: in
+//! `.NAME.manyfold-part-<hex>`), renamed only after its hash matched. A
+//! connection that breaks off keeps the partial file for a resume; any
+//! other failure deletes it; `recv --partial-max-age` removes those no
+//! transfer came back for. The transfer succeeds only if every entry did;
+//! on a failure the files already verified stay.
 
 mod send;
 mod store;
@@ -73,7 +88,10 @@ use crate::report::{Direction, Report};
 #[derive(Debug, Clone)]
 pub struct FileLine {
     pub path: String,
+    /// The file's length.
     pub bytes: u64,
+    /// Of which an earlier attempt had already moved (a resume).
+    pub resumed: u64,
     pub hash: blake3::Hash,
 }
 
@@ -97,6 +115,7 @@ fn report(
     security: Protection,
 ) -> Report {
     let bytes = files.iter().map(|f| f.bytes).sum();
+    let resumed = files.iter().map(|f| f.resumed).sum();
     let (name, hash, tree) = match (entries, files.as_slice()) {
         ([only], [file]) if only.is_file() => (file.path.clone(), Some(file.hash), None),
         _ => {
@@ -110,5 +129,5 @@ fn report(
             (tops.join(", "), None, Some(summary))
         }
     };
-    Report { direction, name, peer, bytes, elapsed, stats, hash, tree, security }
+    Report { direction, name, peer, bytes, resumed, elapsed, stats, hash, tree, security }
 }

@@ -2,12 +2,13 @@
 //! in chunks with its BLAKE3, while listening for the receiver's verdict
 //! (which may come early, as a refusal, and ends the sending at once).
 
+use std::collections::HashMap;
 use std::os::unix::fs::MetadataExt;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use indicatif::ProgressBar;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncSeekExt, AsyncWriteExt};
 
 use super::walk::{Origin, Planned};
 use super::wire::{self, Kind, MAX_CHUNK};
@@ -34,12 +35,14 @@ pub async fn send_tree(conn: Connection, items: Vec<Planned>, mut pacer: Pacer, 
         Reply::Ok(_) => {}
         Reply::Error(why) => bail!("receiver refused the transfer: {why}"),
     }
+    let offers = wire::read_offers(&mut rx, entries.len()).await.context("cannot read the receiver's resume offers")?;
+    let resumes = accept_offers(&items, offers).await?;
 
     let verdict = Reply::read(&mut rx);
     tokio::pin!(verdict);
     let mut sent = Sent::default();
     let streamed = {
-        let stream = stream_files(&items, &mut tx, &mut pacer, bar, &mut sent);
+        let stream = stream_files(&items, resumes, &mut tx, &mut pacer, bar, &mut sent);
         tokio::pin!(stream);
         tokio::select! {
             r = &mut stream => r,
@@ -85,48 +88,85 @@ pub async fn send_tree(conn: Connection, items: Vec<Planned>, mut pacer: Pacer, 
     Ok(super::report(Direction::Sent, peer, &entries, sent.files, elapsed, stats, security))
 }
 
-/// What has been handed to the connection so far.
+/// What has been handed to the connection so far (resumed bytes count:
+/// the receiver holds them).
 #[derive(Debug, Default)]
 struct Sent {
     bytes: u64,
     files: Vec<FileLine>,
 }
 
+/// The offers whose prefix matches the start of our own file: entry
+/// index, bytes the receiver holds, and the hash state after them.
+async fn accept_offers(items: &[Planned], offers: Vec<wire::Offer>) -> Result<HashMap<usize, (u64, blake3::Hasher)>> {
+    let mut accepted = HashMap::new();
+    for offer in offers {
+        let index = offer.index as usize;
+        let Some(Planned { entry, origin: Origin::Path(path) }) = items.get(index) else { continue };
+        if !entry.is_file() || offer.have > entry.size {
+            continue;
+        }
+        let (path, have) = (path.clone(), offer.have);
+        let mine = tokio::task::spawn_blocking(move || -> std::io::Result<_> {
+            let file = std::fs::File::open(path)?;
+            crate::fsutil::hash_prefix(&file, have)
+        })
+        .await
+        .map_err(|e| anyhow::anyhow!("hash task failed: {e}"))?;
+        // A file we cannot read now fails when it is sent, with its reason.
+        if let Ok((hasher, n)) = mine {
+            if n == have && *hasher.finalize().as_bytes() == offer.prefix {
+                accepted.insert(index, (have, hasher));
+            }
+        }
+    }
+    Ok(accepted)
+}
+
 async fn stream_files(
     items: &[Planned],
+    mut resumes: HashMap<usize, (u64, blake3::Hasher)>,
     tx: &mut SendHalf,
     pacer: &mut Pacer,
     bar: &ProgressBar,
     sent: &mut Sent,
 ) -> Result<()> {
     let mut buf = vec![0u8; 4 + MAX_CHUNK as usize];
-    for item in items.iter().filter(|i| i.entry.kind == Kind::File) {
+    for (index, item) in items.iter().enumerate().filter(|(_, i)| i.entry.kind == Kind::File) {
+        let (from, hasher) = resumes.remove(&index).unwrap_or((0, blake3::Hasher::new()));
+        tx.write_all(&from.to_be_bytes()).await.context("connection lost while sending data")?;
+        sent.bytes += from;
+        bar.inc(from);
         let (bytes, hash) = match &item.origin {
             Origin::Path(path) => {
-                let file = open_unchanged(path, &item.entry).await?;
+                let mut file = open_unchanged(path, &item.entry).await?;
                 let before = file.metadata().await.with_context(|| format!("cannot read {}", path.display()))?;
-                let mut file = file;
-                let limit = Some(before.len());
-                let (bytes, hash) = stream_one(&mut file, limit, tx, pacer, bar, sent.bytes, &mut buf).await?;
+                file.seek(std::io::SeekFrom::Start(from))
+                    .await
+                    .with_context(|| format!("cannot read {}", path.display()))?;
+                let limit = Some(before.len() - from);
+                let (bytes, hash) = stream_one(&mut file, limit, hasher, tx, pacer, bar, sent.bytes, &mut buf).await?;
                 // Grown: more to read after the size it had.
                 let grown = file.read(&mut [0u8; 1]).await.map_or(true, |n| n > 0);
                 let after = file.metadata().await.with_context(|| format!("cannot read {}", path.display()))?;
-                if grown || bytes != before.len() || changed(&before, &after) {
+                if grown || from + bytes != before.len() || changed(&before, &after) {
                     bail!(
                         "{} changed while it was being sent ({} bytes read of {}); nothing of it is stored",
                         path.display(),
-                        bytes,
+                        from + bytes,
                         before.len()
                     );
                 }
                 (bytes, hash)
             }
-            Origin::Stdin => stream_one(&mut tokio::io::stdin(), None, tx, pacer, bar, sent.bytes, &mut buf).await?,
+            Origin::Stdin => {
+                stream_one(&mut tokio::io::stdin(), None, hasher, tx, pacer, bar, sent.bytes, &mut buf).await?
+            }
             Origin::Nothing => bail!("{}: a file without a source", item.entry.path),
         };
         tx.write_all(&wire::end(&hash)).await.context("connection lost while sending data")?;
         sent.bytes += bytes;
-        sent.files.push(FileLine { path: item.entry.path.clone(), bytes, hash });
+        sent.files.push(FileLine { path: item.entry.path.clone(), bytes: from + bytes, resumed: from, hash });
     }
     tx.flush().await.context("connection lost while sending data")?;
     Ok(())
@@ -157,16 +197,17 @@ fn changed(before: &std::fs::Metadata, after: &std::fs::Metadata) -> bool {
 /// Sends what `src` gives until its end (or `limit` bytes) as data
 /// chunks, hashing as it goes; `base` bytes of earlier files came before
 /// (for the bar).
+#[allow(clippy::too_many_arguments)]
 async fn stream_one<R: AsyncRead + Unpin>(
     src: &mut R,
     limit: Option<u64>,
+    mut hasher: blake3::Hasher,
     tx: &mut SendHalf,
     pacer: &mut Pacer,
     bar: &ProgressBar,
     base: u64,
     buf: &mut [u8],
 ) -> Result<(u64, blake3::Hash)> {
-    let mut hasher = blake3::Hasher::new();
     let mut total = 0u64;
     loop {
         let left = limit.map_or(u64::MAX, |l| l - total);

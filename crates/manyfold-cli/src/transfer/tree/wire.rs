@@ -266,6 +266,53 @@ pub fn check_entries(entries: &[Entry]) -> Result<(), String> {
     Ok(())
 }
 
+/// The receiver's offer to resume the file at `index` of the list: it
+/// holds `have` bytes of an earlier attempt at the same file (same path,
+/// size and mtime), hashing to `prefix`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Offer {
+    pub index: u32,
+    pub have: u64,
+    pub prefix: [u8; 32],
+}
+
+/// Bytes of one offer on the wire.
+const OFFER_LEN: usize = 4 + 8 + 32;
+
+/// Encodes the offers that follow the receiver's "go ahead".
+pub fn encode_offers(offers: &[Offer]) -> Vec<u8> {
+    let mut v = Vec::with_capacity(4 + offers.len() * OFFER_LEN);
+    v.extend_from_slice(&(offers.len() as u32).to_be_bytes());
+    for o in offers {
+        v.extend_from_slice(&o.index.to_be_bytes());
+        v.extend_from_slice(&o.have.to_be_bytes());
+        v.extend_from_slice(&o.prefix);
+    }
+    v
+}
+
+/// Reads the offers for a list of `entries` entries: at most one per
+/// entry, in increasing order of index, each within the list.
+pub async fn read_offers<R: AsyncRead + Unpin>(r: &mut R, entries: usize) -> std::io::Result<Vec<Offer>> {
+    let invalid = |what: String| std::io::Error::new(std::io::ErrorKind::InvalidData, what);
+    let count = r.read_u32().await? as usize;
+    if count > entries {
+        return Err(invalid(format!("{count} resume offers for {entries} entries")));
+    }
+    let mut offers: Vec<Offer> = Vec::with_capacity(count);
+    for _ in 0..count {
+        let mut b = [0u8; OFFER_LEN];
+        r.read_exact(&mut b).await?;
+        let index = u32::from_be_bytes(b[..4].try_into().expect("4 bytes"));
+        let have = u64::from_be_bytes(b[4..12].try_into().expect("8 bytes"));
+        if index as usize >= entries || offers.last().is_some_and(|o| o.index >= index) {
+            return Err(invalid(format!("resume offer for entry {index} out of order or outside the list")));
+        }
+        offers.push(Offer { index, have, prefix: b[12..].try_into().expect("32 bytes") });
+    }
+    Ok(offers)
+}
+
 /// What ends a file's data chunks (see the framing in [`super`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Chunk {
@@ -433,6 +480,21 @@ mod tests {
         assert!(err.contains("listed twice"), "{err}");
         let err = check_entries(&[dir("d"), entry(Kind::Link("../../x".into()), "d/l")]).unwrap_err();
         assert!(err.contains("leads out"), "{err}");
+    }
+
+    #[test]
+    fn offers_round_trip_and_bad_ones_are_refused() {
+        let offers = [Offer { index: 1, have: 300, prefix: [7; 32] }, Offer { index: 4, have: 1, prefix: [1; 32] }];
+        let bytes = encode_offers(&offers);
+        assert_eq!(&bytes[..8], &[0, 0, 0, 2, 0, 0, 0, 1]);
+        assert_eq!(block_on(read_offers(&mut &bytes[..], 5)).unwrap(), offers);
+        for n in 0..bytes.len() {
+            assert!(block_on(read_offers(&mut &bytes[..n], 5)).is_err(), "{n}");
+        }
+        assert!(block_on(read_offers(&mut &bytes[..], 4)).is_err(), "index 4 of a 4-entry list");
+        let backwards = encode_offers(&[offers[1], offers[0]]);
+        assert!(block_on(read_offers(&mut &backwards[..], 5)).is_err());
+        assert!(block_on(read_offers(&mut &bytes[..], 1)).is_err(), "more offers than entries");
     }
 
     #[test]
