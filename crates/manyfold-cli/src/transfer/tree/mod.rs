@@ -68,6 +68,7 @@
 //! on a failure the files already verified stay.
 
 mod send;
+mod source;
 mod store;
 mod walk;
 pub mod wire;
