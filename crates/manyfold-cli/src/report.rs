@@ -211,15 +211,7 @@ impl std::fmt::Display for Report {
             Direction::Received => ("received", "from"),
         };
         let mut out = String::new();
-        let counts = match &self.tree {
-            Some(t) => format!(
-                "{}, {}, {}, ",
-                plural(t.files.len() as u64, "file"),
-                plural(t.dirs, "directory"),
-                plural(t.links, "link")
-            ),
-            None => String::new(),
-        };
+        let counts = self.tree.as_ref().map_or(String::new(), |t| format!("{}, ", t.counts()));
         let _ = writeln!(
             out,
             "{verb} {} {prep} {}: {counts}{} ({} bytes) in {}",
@@ -246,21 +238,12 @@ impl std::fmt::Display for Report {
         let _ = writeln!(out, "  security         {}", self.security);
         match (&self.hash, &self.tree) {
             (Some(hash), _) => {
-                let _ = writeln!(out, "  blake3           {}", hash.to_hex());
+                let _ = write!(out, "  blake3           {}", hash.to_hex());
             }
-            // Per-file lines on -v.
-            (None, Some(tree)) if crate::net::verbose() > 0 => {
-                for file in &tree.files {
-                    let _ = writeln!(
-                        out,
-                        "  file {}  {}  blake3 {}",
-                        file.path,
-                        human_bytes(file.bytes),
-                        file.hash.to_hex()
-                    );
-                }
+            (None, Some(tree)) => {
+                let _ = tree.write_files(&mut out);
             }
-            _ => {}
+            (None, None) => {}
         }
         f.write_str(out.trim_end())
     }
@@ -297,25 +280,9 @@ impl Report {
         });
         // A tree: one entry per file, and the other entries counted.
         if let Some(tree) = &self.tree {
-            let files: Vec<serde_json::Value> = tree
-                .files
-                .iter()
-                .map(|f| serde_json::json!({ "path": f.path, "bytes": f.bytes, "blake3": f.hash.to_hex().to_string() }))
-                .collect();
-            v["files"] = files.into();
-            v["directories"] = tree.dirs.into();
-            v["links"] = tree.links.into();
+            tree.add_to_json(&mut v);
         }
         v
-    }
-}
-
-/// `1 file`, `2 files`, `1 directory`, `3 directories`.
-fn plural(n: u64, noun: &str) -> String {
-    match (n, noun.strip_suffix('y')) {
-        (1, _) => format!("1 {noun}"),
-        (_, Some(stem)) => format!("{n} {stem}ies"),
-        _ => format!("{n} {noun}s"),
     }
 }
 

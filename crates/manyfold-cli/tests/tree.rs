@@ -218,3 +218,34 @@ fn a_file_growing_while_it_is_sent_fails_on_both_sides_and_is_not_stored() {
     assert!(received.stderr.contains("the sender gave up") && received.stderr.contains("changed"), "{received}");
     assert!(entries(&inbox).is_empty(), "nothing is stored: {:?}", entries(&inbox));
 }
+
+#[test]
+fn a_tree_reaches_every_receiver_of_a_group_with_one_report() {
+    let tmp = tempfile::tempdir().unwrap();
+    let t = make_tree(tmp.path());
+    let (a_dir, b_dir) = (tmp.path().join("a"), tmp.path().join("b"));
+    std::fs::create_dir(&a_dir).unwrap();
+    std::fs::create_dir(&b_dir).unwrap();
+    let (a, a_addr) = recv_once(&a_dir, &[]);
+    let (b, b_addr) = recv_once(&b_dir, &[]);
+    let sent = run_args(&["send", t.to_str().unwrap(), "--to", &format!("{a_addr},{b_addr}"), "--json"], LIMIT);
+    sent.assert_success();
+    a.wait(LIMIT).assert_success();
+    b.wait(LIMIT).assert_success();
+    for dir in [&a_dir, &b_dir] {
+        let got = dir.join("t");
+        assert_eq!(std::fs::read(got.join("x.bin")).unwrap(), std::fs::read(t.join("x.bin")).unwrap());
+        assert_eq!((mode(&got.join("a/b/f")), mode(&got.join("a"))), (0o640, 0o750), "{}", dir.display());
+        assert_eq!(std::fs::read_link(got.join("a/lnk")).unwrap(), Path::new("b/f"));
+        assert_eq!(std::fs::metadata(got.join("x.bin")).unwrap().mtime(), 1_600_000_000);
+    }
+    let v: Value = serde_json::from_str(sent.stdout.trim()).unwrap_or_else(|e| panic!("not JSON ({e}): {sent}"));
+    assert_eq!((v["saved"].as_u64(), v["name"].as_str()), (Some(2), Some("t")), "{v}");
+    assert_eq!(v["files"].as_array().map(Vec::len), Some(2), "{v}");
+    assert_eq!((v["directories"].as_u64(), v["links"].as_u64()), (Some(3), Some(1)), "{v}");
+    assert_eq!(v["bytes"].as_u64(), Some(2_000_012), "{v}");
+    let refused =
+        run_args(&["send", t.to_str().unwrap(), "--to", &format!("{a_addr},{b_addr}"), "--mode", "any"], LIMIT);
+    refused.assert_failure();
+    assert!(refused.stderr.contains("spreads one regular file"), "{refused}");
+}

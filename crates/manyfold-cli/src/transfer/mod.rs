@@ -61,7 +61,7 @@ mod takeover;
 mod tree;
 pub mod wire;
 
-pub use group::send_to_group;
+pub use group::{send_to_group, Payload};
 pub use recv::{run as run_recv, serve_one, RecvArgs, RecvOptions};
 pub use send::{run as run_send, SendArgs, Source};
 pub use tree::TreeSummary;

@@ -8,7 +8,8 @@ use clap::Args;
 use indicatif::ProgressBar;
 use tokio::io::AsyncReadExt;
 
-use super::tree;
+use super::group::Payload;
+use super::tree::{self, Origin, Planned};
 use crate::keys;
 use crate::net::{self, NetArgs, Role, SendHalf};
 use crate::pace::Pacer;
@@ -73,18 +74,6 @@ pub struct SendArgs {
 }
 
 pub async fn run(args: SendArgs) -> Result<()> {
-    if args.to.len() > 1 || args.mode != manyfold::Mode::All {
-        let [file] = args.files.as_slice() else {
-            bail!("with several receivers, send one regular file ({} were given)", args.files.len());
-        };
-        // The file first: a missing file is reported without touching the network.
-        let source = Source::open(file).await?.paced(args.rate.rate);
-        let name = match &args.name {
-            Some(name) => name.clone(),
-            None => default_name(file)?,
-        };
-        return run_group(args, source, name).await;
-    }
     // The list first: a missing file is reported without touching the network.
     let files = args.files.clone();
     let name = args.name.clone();
@@ -93,6 +82,20 @@ pub async fn run(args: SendArgs) -> Result<()> {
         .map_err(|e| anyhow::anyhow!("listing task failed: {e}"))??;
     for spec in &args.unchecked_entry {
         items.push(tree::unchecked(spec)?);
+    }
+    if args.to.len() > 1 || args.mode != manyfold::Mode::All {
+        // One regular file goes as before (version 1, or 2 spread); a
+        // list in mode all.
+        let payload = match items.as_slice() {
+            [Planned { entry, origin: Origin::Path(path) }] if entry.is_file() => {
+                Payload::File { source: Source::open(path).await?.paced(args.rate.rate), name: entry.path.clone() }
+            }
+            _ if args.mode != manyfold::Mode::All => {
+                bail!("mode {} spreads one regular file; send several files, a directory or - in mode all", args.mode)
+            }
+            _ => Payload::Tree { items, pacer: Pacer::new(args.rate.rate) },
+        };
+        return run_group(args, payload).await;
     }
     let known = items.iter().filter_map(|i| i.entry.known_size()).sum();
     let peer = net::resolve(&args.to[0]).await?;
@@ -114,7 +117,7 @@ pub async fn run(args: SendArgs) -> Result<()> {
 }
 
 /// `send --to A,B,C`: one group, a bar and a report line per receiver.
-async fn run_group(args: SendArgs, source: Source, name: String) -> Result<()> {
+async fn run_group(args: SendArgs, payload: Payload) -> Result<()> {
     let mut addrs = Vec::with_capacity(args.to.len());
     for to in &args.to {
         let addr = net::resolve(to).await?;
@@ -150,14 +153,14 @@ async fn run_group(args: SendArgs, source: Source, name: String) -> Result<()> {
     let security = keys::endpoint_protection(net_config.endpoint.security.as_ref());
     let endpoint = net::bind(net::unspecified_for(addrs[0]), net_config).await?;
     let multi = report::multi_progress();
-    let result = super::send_to_group(&endpoint, &addrs, config, source, &name, &multi, security).await;
+    let result = super::send_to_group(&endpoint, &addrs, config, payload, &multi, security).await;
     let _ = tokio::time::timeout(Duration::from_secs(5), endpoint.shutdown()).await;
     let report = result?;
     report::emit(&report, || report.to_json());
     if !report.succeeded() {
         match report.spread {
-            None => bail!("{name} reached {} of {} receivers", report.saved(), addrs.len()),
-            Some(_) => bail!("{name} was not spread as mode {} asks (see above)", args.mode),
+            None => bail!("{} reached {} of {} receivers", report.name, report.saved(), addrs.len()),
+            Some(_) => bail!("{} was not spread as mode {} asks (see above)", report.name, args.mode),
         }
     }
     Ok(())
@@ -209,15 +212,6 @@ impl Source {
         self.pacer.wait(buf.len()).await;
         Ok(())
     }
-}
-
-/// The base name of `path`, as the default name on the receiver.
-fn default_name(path: &Path) -> Result<String> {
-    let name =
-        path.file_name().with_context(|| format!("{} has no file name; give one with --name", path.display()))?;
-    let name =
-        name.to_str().with_context(|| format!("{} is not valid UTF-8; give a name with --name", path.display()))?;
-    Ok(name.to_string())
 }
 
 /// Shows on `bar` the data bytes the receiver has acknowledged, given that

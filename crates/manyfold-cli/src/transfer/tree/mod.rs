@@ -80,10 +80,12 @@ use manyfold::Protection;
 use manyfold_proto::ConnStats;
 
 pub use send::send_tree;
+pub use source::{stream_files, Sent, Sink};
 pub use store::receive_tree;
-pub use walk::{plan, unchecked};
+pub use walk::{plan, unchecked, Origin, Planned};
 
 use crate::report::{Direction, Report};
+use crate::size::human_bytes;
 
 /// One file of a tree transfer, for the report.
 #[derive(Debug, Clone)]
@@ -104,6 +106,69 @@ pub struct TreeSummary {
     pub links: u64,
 }
 
+impl TreeSummary {
+    /// `2 files, 3 directories, 1 link`.
+    pub fn counts(&self) -> String {
+        format!(
+            "{}, {}, {}",
+            plural(self.files.len() as u64, "file"),
+            plural(self.dirs, "directory"),
+            plural(self.links, "link")
+        )
+    }
+
+    /// A line per file, on `-v`.
+    pub fn write_files(&self, f: &mut dyn std::fmt::Write) -> std::fmt::Result {
+        if crate::net::verbose() > 0 {
+            for file in &self.files {
+                write!(f, "\n  file {}  {}  blake3 {}", file.path, human_bytes(file.bytes), file.hash.to_hex())?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Adds the files (path, bytes, blake3) and the other entries' counts
+    /// to a report's JSON object.
+    pub fn add_to_json(&self, v: &mut serde_json::Value) {
+        let files: Vec<serde_json::Value> = self
+            .files
+            .iter()
+            .map(|f| serde_json::json!({ "path": f.path, "bytes": f.bytes, "blake3": f.hash.to_hex().to_string() }))
+            .collect();
+        v["files"] = files.into();
+        v["directories"] = self.dirs.into();
+        v["links"] = self.links.into();
+    }
+}
+
+/// `1 file`, `2 files`, `1 directory`, `3 directories`.
+fn plural(n: u64, noun: &str) -> String {
+    match (n, noun.strip_suffix('y')) {
+        (1, _) => format!("1 {noun}"),
+        (_, Some(stem)) => format!("{n} {stem}ies"),
+        _ => format!("{n} {noun}s"),
+    }
+}
+
+/// The names at the top of a list, as a report names the transfer.
+pub fn top_names<'a>(entries: impl Iterator<Item = &'a wire::Entry>) -> String {
+    let tops: Vec<&str> = entries.map(|e| e.path.as_str()).filter(|p| !p.contains('/')).collect();
+    tops.join(", ")
+}
+
+/// What a list held besides its files.
+pub fn summary<'a>(entries: impl Iterator<Item = &'a wire::Entry>, files: Vec<FileLine>) -> TreeSummary {
+    let mut summary = TreeSummary { files, ..TreeSummary::default() };
+    for e in entries {
+        match e.kind {
+            wire::Kind::Dir => summary.dirs += 1,
+            wire::Kind::Link(_) => summary.links += 1,
+            wire::Kind::File => {}
+        }
+    }
+    summary
+}
+
 /// The report of a transfer of `entries`: a list that is one file reads
 /// as a one-file transfer always did.
 fn report(
@@ -119,16 +184,7 @@ fn report(
     let resumed = files.iter().map(|f| f.resumed).sum();
     let (name, hash, tree) = match (entries, files.as_slice()) {
         ([only], [file]) if only.is_file() => (file.path.clone(), Some(file.hash), None),
-        _ => {
-            let count = |k: fn(&wire::Kind) -> bool| entries.iter().filter(|e| k(&e.kind)).count() as u64;
-            let tops: Vec<&str> = entries.iter().map(|e| e.path.as_str()).filter(|p| !p.contains('/')).collect();
-            let summary = TreeSummary {
-                files,
-                dirs: count(|k| *k == wire::Kind::Dir),
-                links: count(|k| matches!(k, wire::Kind::Link(_))),
-            };
-            (tops.join(", "), None, Some(summary))
-        }
+        _ => (top_names(entries.iter()), None, Some(summary(entries.iter(), files))),
     };
     Report { direction, name, peer, bytes, resumed, elapsed, stats, hash, tree, security }
 }

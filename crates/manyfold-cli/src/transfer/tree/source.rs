@@ -18,7 +18,8 @@ use super::FileLine;
 use crate::pace::Pacer;
 
 /// Where the stream of a tree transfer goes: a connection, or a group.
-pub(crate) trait Sink {
+#[allow(async_fn_in_trait)]
+pub trait Sink {
     /// Hands over one piece of the stream; `done` counts the file bytes of
     /// the whole transfer handed over once it is (for progress).
     async fn put(&mut self, bytes: &[u8], done: u64) -> Result<()>;
