@@ -153,6 +153,47 @@ struct FetchReport {
     security: Protection,
 }
 
+impl FetchReport {
+    /// The report as JSON (`--json`): the file, whether it completed, and
+    /// per server what it served, in plain units (bytes, seconds).
+    fn to_json(&self) -> serde_json::Value {
+        let servers: Vec<serde_json::Value> = self
+            .servers
+            .iter()
+            .map(|s| {
+                serde_json::json!({
+                    "addr": s.addr.to_string(),
+                    "used": s.used,
+                    "failed": s.failed,
+                    "segments": s.segments,
+                    "bytes": s.bytes,
+                    "duplicates": s.duplicates,
+                    "timeouts": s.timeouts,
+                    "srtt_seconds": s.srtt.map(|d| d.as_secs_f64()),
+                })
+            })
+            .collect();
+        let fetched: u64 = self.servers.iter().map(|s| s.bytes).sum();
+        let secs = self.elapsed.as_secs_f64();
+        serde_json::json!({
+            "direction": "fetched",
+            "name": self.name,
+            "out": self.out,
+            "complete": self.complete,
+            "bytes": self.manifest.size,
+            "segments": self.manifest.count(),
+            "segment_size": self.manifest.segment_size,
+            "resumed_segments": self.resumed,
+            "fetched_bytes": fetched,
+            "seconds": secs,
+            "goodput_bytes_per_second": if secs > 0.0 { fetched as f64 / secs } else { 0.0 },
+            "encrypted": matches!(self.security, Protection::Encrypted { .. }),
+            "blake3": self.hash.map(|h| h.to_hex().to_string()),
+            "servers": servers,
+        })
+    }
+}
+
 impl std::fmt::Display for FetchReport {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let m = &self.manifest;
@@ -257,18 +298,22 @@ async fn fetch(
             let redo = listed - kept;
             let redo =
                 if redo > 0 { format!(" ({redo} failed their check and are fetched again)") } else { String::new() };
-            println!("resuming {}: {kept} of {} segments already verified{redo}", out.display(), manifest.count());
+            report::say(&format_args!(
+                "resuming {}: {kept} of {} segments already verified{redo}",
+                out.display(),
+                manifest.count()
+            ));
         }
         Start::StartedOver(why) => eprintln!("warning: not resuming: {why}; starting over"),
     }
-    println!(
+    report::say(&format_args!(
         "fetching {name} ({}, {} segments of {}) from {} server(s) into {}",
         human_bytes(manifest.size),
         manifest.count(),
         human_bytes(manifest.segment_size.into()),
         servers.len(),
         out.display()
-    );
+    ));
 
     let mut run = Run::new(&group, &multi, &manifest, &servers, download.done());
     let outcome = run.download(&mut download).await;
@@ -353,7 +398,7 @@ async fn fetch(
         hash,
         security,
     };
-    println!("{report}");
+    report::emit(&report, || report.to_json());
     // The outcome is known: the servers get a bounded chance to see a
     // graceful close (a dead one would hold it to the bound).
     let _ = tokio::time::timeout(CLOSE_TIMEOUT, group.close()).await;
