@@ -63,7 +63,7 @@ fn fetch_json_gives_the_file_and_each_server_in_one_object() {
         for counter in ["duplicates", "timeouts"] {
             assert!(s[counter].is_u64(), "{counter} in {s}");
         }
-        assert!(s["srtt_seconds"].as_f64().is_some_and(|t| t >= 0.0 && t < 1.0), "{s}");
+        assert!(s["srtt_seconds"].as_f64().is_some_and(|t| (0.0..1.0).contains(&t)), "{s}");
         bytes += s["bytes"].as_u64().unwrap();
         segs += s["segments"].as_u64().unwrap();
     }
