@@ -44,12 +44,8 @@ pub struct EchoArgs {
 /// RFC 862: "Once a connection is established any data received is sent
 /// back. This continues until the calling user terminates the connection."
 pub async fn run_server(args: EchoServerArgs) -> Result<()> {
-    let addr = net::resolve(&args.listen).await?;
-    let config = args.net.config()?;
-    let mode = net::mode(&config);
-    let endpoint = Arc::new(net::bind(addr, config).await?);
-    endpoint.listen();
-    let local = endpoint.local_addr().context("cannot read the bound address")?;
+    let server = net::listen(&args.listen, &args.net, |_| {}).await?;
+    let (endpoint, local, mode) = (Arc::clone(&server.endpoint), server.local, &server.mode);
     println!("manyfold echo-server: listening on {local} ({mode}; RFC 862; Ctrl-C to stop)");
 
     let mut sessions = JoinSet::new();

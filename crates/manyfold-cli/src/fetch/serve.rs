@@ -74,12 +74,8 @@ pub async fn run(args: ServeArgs) -> Result<()> {
         cache: Mutex::default(),
         pacer: crate::pace::shared(args.rate.rate),
     });
-    let addr = net::resolve(&args.listen).await?;
-    let config = args.net.config()?;
-    let mode = net::mode(&config);
-    let endpoint = Arc::new(net::bind(addr, config).await?);
-    endpoint.listen();
-    let local = endpoint.local_addr().context("cannot read the bound address")?;
+    let server = net::listen(&args.listen, &args.net, |_| {}).await?;
+    let (endpoint, local, mode) = (Arc::clone(&server.endpoint), server.local, &server.mode);
     println!(
         "manyfold serve: listening on {local} ({mode}), serving {} in segments of {} (Ctrl-C to stop)",
         args.dir.display(),

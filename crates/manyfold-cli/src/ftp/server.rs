@@ -105,13 +105,9 @@ pub async fn run(args: ServerArgs) -> Result<()> {
     let root = Root::open(&args.root, args.read_only, args.max_file_size.unwrap_or(u64::MAX))
         .with_context(|| format!("cannot serve {}", args.root.display()))?;
     let root = Arc::new(Service::new(root));
-    let addr = net::resolve(&args.listen).await?;
-    let config = args.net.config()?;
-    let mode = net::mode(&config);
-    let endpoint = Arc::new(net::bind(addr, config).await?);
-    endpoint.listen();
-    let local = endpoint.local_addr().context("cannot read the bound address")?;
-    let mut notes = vec![mode];
+    let server = net::listen(&args.listen, &args.net, |_| {}).await?;
+    let (endpoint, local) = (Arc::clone(&server.endpoint), server.local);
+    let mut notes = vec![server.mode.clone()];
     if args.read_only {
         notes.push("read-only".to_string());
     }

@@ -5,8 +5,10 @@
 
 mod failure;
 pub mod lifecycle;
+mod server;
 
 pub use failure::{close_reason, explain, is_own_interruption, left, Role};
+pub use server::listen;
 
 use std::io::IsTerminal;
 use std::net::SocketAddr;

@@ -77,12 +77,8 @@ pub async fn run(args: RecvArgs) -> Result<()> {
     let options = Arc::new(RecvOptions { dir: args.dir.clone(), overwrite: args.overwrite });
     let sweep_every = (args.partial_max_age / 4).clamp(Duration::from_secs(1), Duration::from_secs(3600));
     let mut sweep = tokio::time::interval(sweep_every);
-    let addr = net::resolve(&args.listen).await?;
-    let config = args.net.config()?;
-    let mode = net::mode(&config);
-    let endpoint = Arc::new(net::bind(addr, config).await?);
-    endpoint.listen();
-    let local = endpoint.local_addr().context("cannot read the bound address")?;
+    let server = net::listen(&args.listen, &args.net, |_| {}).await?;
+    let (endpoint, local, mode) = (Arc::clone(&server.endpoint), server.local, &server.mode);
     let banner = format!(
         "manyfold recv: listening on {local} ({mode}), saving into {}{}",
         args.dir.display(),
