@@ -59,3 +59,33 @@ fn an_encrypted_receiver_logs_plain_and_unknown_peers_it_refused() {
     assert!(out.stderr.contains("failed authentication"), "{out}");
     assert!(lines.len() <= 3, "at most a line per period: {out}");
 }
+
+#[test]
+fn an_ftp_server_logs_wrong_tokens_once_per_address_and_period_with_a_count() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (root, token, wrong) = (tmp.path().join("root"), tmp.path().join("token"), tmp.path().join("wrong"));
+    std::fs::create_dir(&root).unwrap();
+    std::fs::write(&token, "s3cret\n").unwrap();
+    std::fs::write(&wrong, "guess\n").unwrap();
+    let mut cmd = manyfold();
+    cmd.args(["ftp-server", "--listen", "127.0.0.1:0", "--root", root.to_str().unwrap()]);
+    cmd.args(["--token-file", token.to_str().unwrap()]);
+    let mut server = Running::spawn(cmd);
+    let addr = server.listening_addr().to_string();
+    // Three guesses in a row (each answered after the server's 1 s delay).
+    for _ in 0..3 {
+        let out = run_args(&["ftp", "--token-file", wrong.to_str().unwrap(), &addr, "ls"], LIMIT);
+        out.assert_failure();
+    }
+    let right = run_args(&["ftp", "--token-file", token.to_str().unwrap(), &addr, "ls"], LIMIT);
+    right.assert_success();
+    std::thread::sleep(Duration::from_millis(500));
+    let out = server.kill();
+    let logged: Vec<&str> = out.stderr.lines().filter(|l| l.contains("wrong token")).collect();
+    // The three guesses take about 3 s, within one 10 s period: one line
+    // (on a very slow machine two, the second counting the one left out).
+    assert!(logged.len() == 1 || (logged.len() == 2 && logged[1].contains("1 more from 127.0.0.1")), "{out}");
+    assert!(logged[0].starts_with("127.0.0.1:"), "the line names the peer: {out}");
+    assert!(!out.stdout.contains("wrong token"), "failed logins go to the log (stderr), once: {out}");
+    assert_eq!(out.stdout.lines().filter(|l| l.starts_with("127.0.0.1:")).count(), 1, "the good client's line: {out}");
+}

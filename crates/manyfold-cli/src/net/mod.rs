@@ -8,7 +8,7 @@ pub mod lifecycle;
 mod server;
 
 pub use failure::{close_reason, explain, is_own_interruption, left, Role};
-pub use server::listen;
+pub use server::{listen, PeerLog};
 
 use std::io::IsTerminal;
 use std::net::SocketAddr;

@@ -78,9 +78,83 @@ fn refusals(before: &EndpointStats, after: &EndpointStats, period: Duration) -> 
     (!parts.is_empty()).then(|| format!("refused in the last {} s: {}", period.as_secs(), parts.join(", ")))
 }
 
+/// Lines about one peer address at most once per period (a failed
+/// login, a wrong token), counting those left out: a peer that retries
+/// in a loop cannot flood the log. Remembers a bounded number of
+/// addresses; when full, forgets those quiet for a period.
+#[derive(Debug)]
+pub struct PeerLog {
+    period: Duration,
+    /// Address -> when its last line was printed, and lines left out since.
+    seen: std::collections::HashMap<std::net::IpAddr, (std::time::Instant, u64)>,
+}
+
+/// Addresses a [`PeerLog`] remembers at most.
+const PEER_LOG_MAX: usize = 4096;
+
+impl PeerLog {
+    pub fn new(period: Duration) -> PeerLog {
+        PeerLog { period, seen: std::collections::HashMap::new() }
+    }
+
+    /// Prints `line` about `peer` on stderr unless a line about the same
+    /// address was printed less than a period ago; then it is counted and
+    /// the next line printed says how many were left out.
+    pub fn note(&mut self, peer: SocketAddr, line: &str) {
+        if let Some(text) = self.admit(peer.ip(), std::time::Instant::now(), line) {
+            eprintln!("{text}");
+        }
+    }
+
+    fn admit(&mut self, ip: std::net::IpAddr, now: std::time::Instant, line: &str) -> Option<String> {
+        if self.seen.len() >= PEER_LOG_MAX && !self.seen.contains_key(&ip) {
+            let period = self.period;
+            self.seen.retain(|_, (at, _)| now.duration_since(*at) < period);
+        }
+        let full = self.seen.len() >= PEER_LOG_MAX;
+        match self.seen.get_mut(&ip) {
+            Some((at, left_out)) if now.duration_since(*at) < self.period => {
+                *left_out += 1;
+                None
+            }
+            Some((at, left_out)) => {
+                let text = match std::mem::take(left_out) {
+                    0 => line.to_string(),
+                    n => format!(
+                        "{line} ({n} more from {ip} in the last {} s not shown)",
+                        now.duration_since(*at).as_secs()
+                    ),
+                };
+                *at = now;
+                Some(text)
+            }
+            None if full => None,
+            None => {
+                self.seen.insert(ip, (now, 0));
+                Some(line.to_string())
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_peer_gets_a_line_per_period_and_the_next_counts_those_left_out() {
+        let mut log = PeerLog::new(Duration::from_secs(10));
+        let t0 = std::time::Instant::now();
+        let (a, b) = ("10.0.0.1".parse().unwrap(), "10.0.0.2".parse().unwrap());
+        assert_eq!(log.admit(a, t0, "a: wrong token").as_deref(), Some("a: wrong token"));
+        assert_eq!(log.admit(a, t0 + Duration::from_secs(1), "a: wrong token"), None);
+        assert_eq!(log.admit(a, t0 + Duration::from_secs(2), "a: wrong token"), None);
+        assert_eq!(log.admit(b, t0 + Duration::from_secs(2), "b: wrong token").as_deref(), Some("b: wrong token"));
+        assert_eq!(
+            log.admit(a, t0 + Duration::from_secs(11), "a: wrong token").as_deref(),
+            Some("a: wrong token (2 more from 10.0.0.1 in the last 11 s not shown)")
+        );
+    }
 
     #[test]
     fn a_refusal_line_counts_each_cause_since_the_last() {
