@@ -8,18 +8,10 @@ mod common;
 use std::path::Path;
 use std::time::Duration;
 
-use common::{entries, manyfold, run_args, samplegen, signal, Running};
+use common::{entries, manyfold, recv_into as recv, run_args, samplegen, signal, Running};
 use serde_json::Value;
 
 const LIMIT: Duration = Duration::from_secs(90);
-
-fn recv(dir: &Path, extra: &[&str]) -> (Running, String) {
-    let mut cmd = manyfold();
-    cmd.args(["recv", "--listen", "127.0.0.1:0", "--dir"]).arg(dir).args(extra);
-    let mut p = Running::spawn(cmd);
-    let addr = p.listening_addr().to_string();
-    (p, addr)
-}
 
 /// Starts a paced send of `src` to `addr` (3 MB/s).
 fn slow_send(src: &Path, addr: &str) -> Running {

@@ -17,11 +17,7 @@ use serde_json::Value;
 const LIMIT: Duration = Duration::from_secs(90);
 
 fn recv_once(dir: &Path, extra: &[&str]) -> (Running, String) {
-    let mut cmd = manyfold();
-    cmd.args(["recv", "--listen", "127.0.0.1:0", "--once", "--dir"]).arg(dir).args(extra);
-    let mut recv = Running::spawn(cmd);
-    let addr = recv.listening_addr().to_string();
-    (recv, addr)
+    common::recv_into(dir, &[&["--once"], extra].concat())
 }
 
 fn set_mtime(path: &Path, secs: u64) {

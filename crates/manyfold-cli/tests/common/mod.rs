@@ -246,3 +246,13 @@ pub fn wait_child(mut child: Child, limit: Duration) -> Output {
     };
     Output { status, stdout: stdout.join().unwrap_or_default(), stderr: stderr.join().unwrap_or_default() }
 }
+
+/// Starts `manyfold recv` into `dir` on a free port, with `extra` flags;
+/// returns it and its address once it listens.
+pub fn recv_into(dir: &Path, extra: &[&str]) -> (Running, String) {
+    let mut cmd = manyfold();
+    cmd.args(["recv", "--listen", "127.0.0.1:0", "--dir"]).arg(dir).args(extra);
+    let mut recv = Running::spawn(cmd);
+    let addr = recv.listening_addr().to_string();
+    (recv, addr)
+}
