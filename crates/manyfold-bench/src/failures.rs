@@ -290,14 +290,28 @@ async fn lossy_close_once(run: u64, lossy: &dyn Fn(u64) -> Config) -> Result<Opt
     };
     let mut got = Vec::new();
     accepted.read_to_end(&mut got).await?;
-    let closing = tokio::spawn(async move { accepted.close().await });
+    let closing = tokio::spawn(async move {
+        let closed = accepted.close().await;
+        (closed, accepted.stats())
+    });
     tokio::task::spawn_blocking(move || closer.join()).await?.map_err(|_| anyhow::anyhow!("closer panicked"))??;
     let t = Instant::now();
     if got.len() != 20_000 {
         bail!("{} of 20,000 bytes arrived", got.len());
     }
     Ok(match tokio::time::timeout(Duration::from_secs(30), closing).await {
-        Ok(Ok(Ok(()))) => Some(t.elapsed()),
+        Ok(Ok((Ok(()), stats))) => {
+            let waited = t.elapsed();
+            if waited > Duration::from_secs(1) {
+                // What a slow close looked like from the waiting side.
+                eprintln!(
+                    "failures: lossy close run {run}: peer waited {waited:?}: srtt {:?} rttvar {:?}, \
+                     {} packets sent, {} RTO expiries, {} ICMP errors",
+                    stats.srtt, stats.rttvar, stats.packets_sent, stats.rto_expiries, stats.icmp_errors
+                );
+            }
+            Some(waited)
+        }
         _ => None,
     })
 }

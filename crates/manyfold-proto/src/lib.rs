@@ -26,19 +26,17 @@ mod connection;
 mod endpoint;
 pub mod group;
 mod handshake;
-// The multicast engine's items are not all documented yet: allowed
-// here so that the lint guards the rest of the crate.
-#[allow(missing_docs)]
 pub mod mcast;
-pub mod qlog;
 mod rangeset;
 pub mod recovery;
 mod ring;
 pub mod secure;
+mod seq;
 mod timer;
 pub mod wire;
 
 pub use config::{CongestionAlgorithm, ConnectionConfig, EndpointConfig};
+pub use connection::qlog;
 pub use connection::{
     CloseReason, ConnStats, Event, MessageOptions, PathStats, RecvError, SendError, State, StreamItem, UnreachableKind,
     INITIAL_STREAM_CREDIT,

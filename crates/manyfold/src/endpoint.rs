@@ -257,7 +257,13 @@ impl Endpoint {
     /// It closes nothing itself, so open connections keep it waiting until
     /// the bound. Returns at once if the driver has stopped.
     pub async fn wait_idle(&self) {
-        let limit = self.shared.lock().engine.config().connection.time_wait * 2;
+        let limit = {
+            let mut inner = self.shared.lock();
+            // spec §4.8: the process means to exit; TIME-WAIT repeats its final ack.
+            inner.engine.prepare_exit(now());
+            inner.engine.config().connection.time_wait * 2
+        };
+        self.shared.wake_driver();
         let deadline = tokio::time::Instant::now() + limit;
         loop {
             {

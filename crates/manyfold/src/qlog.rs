@@ -16,7 +16,8 @@ use std::io::{self, BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use manyfold_proto::qlog::{Frame, Metrics, PacketInfo, QlogData, QlogEvent};
+use manyfold_proto::qlog::{Metrics, PacketInfo, QlogData, QlogEvent};
+use manyfold_proto::wire::chunk::{data_flags, Chunk};
 use manyfold_proto::ConnHandle;
 use serde_json::{json, Value};
 
@@ -44,28 +45,32 @@ fn header(client: bool, local_id: u32, remote: &str, reference_ms: f64) -> Value
 }
 
 fn frames(p: &PacketInfo) -> Vec<Value> {
-    let mut out = Vec::with_capacity(p.frames.len() + 1);
+    let mut out = Vec::with_capacity(p.chunks.len() + 1);
     if p.flags.contains(manyfold_proto::wire::Flags::ACK) {
         out.push(json!({ "frame_type": "ack", "cumulative": p.ack, "sack": p.sack }));
     }
-    for f in &p.frames {
-        out.push(match *f {
-            Frame::Stream { stream, offset, len, begin, end, fin, unordered } => json!({
-                "frame_type": "stream", "stream_id": stream, "offset": offset, "length": len,
-                "begin": begin, "end": end, "fin": fin, "unordered": unordered,
-            }),
-            Frame::Reset { stream, code, final_size } => {
+    for c in &p.chunks {
+        out.push(match *c {
+            Chunk::Data(ref d) => {
+                let flag = |bit: u8| d.flags & bit != 0;
+                json!({
+                    "frame_type": "stream", "stream_id": d.stream, "offset": d.offset, "length": d.data,
+                    "begin": flag(data_flags::BEGIN), "end": flag(data_flags::END),
+                    "fin": flag(data_flags::FIN), "unordered": flag(data_flags::UNORDERED),
+                })
+            }
+            Chunk::Reset { stream, code, final_size } => {
                 json!({ "frame_type": "reset_stream", "stream_id": stream, "error_code": code, "final_size": final_size })
             }
-            Frame::Stop { stream, code } => json!({ "frame_type": "stop_sending", "stream_id": stream, "error_code": code }),
-            Frame::Credit { stream, unordered, max } => {
+            Chunk::Stop { stream, code } => json!({ "frame_type": "stop_sending", "stream_id": stream, "error_code": code }),
+            Chunk::Credit { stream, unordered, max } => {
                 json!({ "frame_type": "max_stream_data", "stream_id": stream, "unordered": unordered, "maximum": max })
             }
-            Frame::Abandon { stream, start, end } => {
+            Chunk::Abandon { stream, start, end, .. } => {
                 json!({ "frame_type": "abandon", "stream_id": stream, "start": start, "end": end })
             }
-            Frame::Pad => json!({ "frame_type": "padding" }),
-            Frame::Handshake { len } => json!({ "frame_type": "handshake", "length": len }),
+            Chunk::Pad => json!({ "frame_type": "padding" }),
+            Chunk::Handshake(len) => json!({ "frame_type": "handshake", "length": len }),
         });
     }
     out

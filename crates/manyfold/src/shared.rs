@@ -217,6 +217,8 @@ impl Inner {
             return;
         }
         self.phase = Phase::ShuttingDown { deadline };
+        // spec §4.8: the process means to exit; TIME-WAIT repeats its final ack.
+        self.engine.prepare_exit(now);
         self.engine.set_listening(false);
         self.abort_unaccepted(now);
         for (&h, c) in self.conns.iter_mut() {

@@ -2,9 +2,13 @@
 //! with acknowledgement and retransmission (spec §5), flow control (spec §7),
 //! timers, and the events the application sees.
 //!
-//! The packet-building half lives in `transmit.rs`, timers in `timer.rs`.
+//! The packet-building half lives in `transmit.rs`, timers in `timer.rs`,
+//! the feeding of the congestion controller from loss recovery in `loss.rs`.
 
+mod liveness;
+mod loss;
 mod path;
+pub mod qlog;
 mod recv;
 mod secure;
 mod send;
@@ -27,9 +31,10 @@ use bytes::Bytes;
 use crate::config::ConnectionConfig;
 use crate::congestion::pacer::Pacer;
 use crate::congestion::{self, Controller};
-use crate::qlog::{Metrics, PacketInfo, QlogData, QlogEvent, Recorder, SendTrigger};
 use crate::recovery::{RttEstimator, SentQueue};
+use crate::seq::Seq;
 use crate::wire::{Cookie, ErrorCode, Flags, Packet, HEADER_LEN};
+use qlog::{Metrics, PacketInfo, QlogData, QlogEvent, Recorder, SendTrigger};
 use recv::{Arrival, Receiver};
 use streams::{Limits, StreamRefusal, Streams};
 use timer::{Timer, Timers};
@@ -40,12 +45,11 @@ pub(crate) const MIN_DATAGRAM: u16 = 576;
 /// Send buffer kept free of any one stream for the others (spec §13.5).
 const STREAM_RESERVE: usize = 1 << 20;
 
-/// Extended sequence numbers start here so that `isn - 1` never underflows.
-const SEQ_BASE: u64 = 1 << 32;
-
-/// Longest wait between repeats of a lone FIN, unless the RTO itself is
-/// longer (spec §5.4).
+/// Longest wait between repeats of a lone FIN (spec §5.4).
 const LONE_FIN_MAX_RTO: Duration = Duration::from_millis(250);
+
+/// Times the final ack is sent again in TIME-WAIT (spec §4.8).
+const FINAL_ACK_REPEATS: u8 = 2;
 
 /// RSTs are accepted only with a sequence number this close to what we expect
 /// (spec §6.5; blind injection must also guess the 32-bit connection id).
@@ -56,19 +60,6 @@ pub(crate) use recv::initial_window;
 /// The window field for a receive buffer of `bytes` (spec §3.1: bytes, saturating).
 pub(crate) fn advertised_window(bytes: usize) -> u32 {
     u32::try_from(bytes).unwrap_or(u32::MAX)
-}
-
-/// spec §5.1: the 64-bit sequence number nearest `near` whose low 32 bits are `wire`.
-fn extend(wire: u32, near: u64) -> u64 {
-    let candidate = (near & !0xffff_ffff) | u64::from(wire);
-    let half = 1u64 << 31;
-    if candidate + half < near {
-        candidate + (1 << 32)
-    } else if candidate > near + half && candidate >= 1 << 32 {
-        candidate - (1 << 32)
-    } else {
-        candidate
-    }
 }
 
 /// Acknowledgement bookkeeping on the receiving side (spec §5.3).
@@ -94,16 +85,16 @@ pub(crate) struct Connection {
     remote_id: Option<u32>,
     state: State,
     /// Our initial sequence number (extended).
-    isn: u64,
+    isn: Seq,
     sent: SentQueue,
     /// Every stream's queues and buffers (spec §13).
     streams: Streams,
     /// The application closed its side: FIN follows the queued data.
     fin_queued: bool,
-    fin_seq: Option<u64>,
+    fin_seq: Option<Seq>,
     /// The listener's cookie to echo on our first packet after its SYN-ACK.
     cookie: Option<Cookie>,
-    cookie_seq: Option<u64>,
+    cookie_seq: Option<Seq>,
     recv: Option<Receiver>,
     peer_window: u64,
     peer_max_datagram: u16,
@@ -115,7 +106,11 @@ pub(crate) struct Connection {
     /// Since when the peer's window has been closed to data we hold (spec §7.3).
     zero_window_since: Option<Instant>,
     /// A tail-loss probe is due (the sequence number to resend).
-    tlp_due: Option<u64>,
+    tlp_due: Option<Seq>,
+    /// The process means to exit: repeat the final ack (spec §4.8).
+    exiting: bool,
+    /// Repeats of the final ack still to send in TIME-WAIT (spec §4.8).
+    reacks_left: u8,
     /// Probes sent since an ack last made progress (spec §5.4: at most
     /// `MAX_TLPS` per flight, each after twice the previous wait).
     tlp_count: u32,
@@ -156,7 +151,7 @@ impl Connection {
         let mss = u64::from(config.max_datagram);
         let cc = congestion::build(config.congestion, mss, config.initial_window_packets);
         let rtt = RttEstimator::new(config.initial_rto, config.min_rto, config.max_rto, config.max_ack_delay);
-        let isn = SEQ_BASE + u64::from(isn);
+        let isn = Seq::from_isn(isn);
         let mut c = Connection {
             remote,
             local_id,
@@ -184,6 +179,8 @@ impl Connection {
             persist_backoff: 0,
             zero_window_since: None,
             tlp_due: None,
+            exiting: false,
+            reacks_left: 0,
             tlp_count: 0,
             timers: Timers::default(),
             ack: AckState::default(),
@@ -251,7 +248,7 @@ impl Connection {
     pub(crate) fn drain_qlog(&mut self, now: Instant) -> impl Iterator<Item = QlogEvent> + '_ {
         if let Some(q) = self.qlog.as_mut() {
             for (seq, size, trigger) in self.sent.take_lost() {
-                q.record(now, QlogData::PacketLost { seq: seq as u32, size, trigger });
+                q.record(now, QlogData::PacketLost { seq: seq.wire(), size, trigger });
             }
             q.metrics(
                 now,
@@ -314,7 +311,7 @@ impl Connection {
         c.sent = SentQueue::new(c.isn + 1);
         c.remote_id = Some(remote_id);
         c.peer_max_datagram = max_datagram.max(MIN_DATAGRAM);
-        c.recv = Some(Receiver::new(SEQ_BASE + u64::from(peer_isn) + 1, recv_buffer));
+        c.recv = Some(Receiver::new(Seq::from_isn(peer_isn) + 1, recv_buffer));
         // The cookie's timestamp measured the SYN-ACK round trip.
         c.rtt.on_sample(handshake_rtt);
         c.start_qlog(now, false);
@@ -708,103 +705,6 @@ impl Connection {
         self.enter_closed(CloseReason::Aborted(code));
     }
 
-    // ---- liveness (spec §4.7, §6.7) -------------------------------------------
-
-    /// A sequenced packet went out: if nothing was waiting for an ack
-    /// before, a run of unanswered data starts now (spec §4.7).
-    fn arm_stall(&mut self, now: Instant) {
-        // The handshake (the echo included) is connect_timeout's to bound.
-        if self.stalled_since.is_some()
-            || matches!(self.state, State::SynSent | State::SynReceived)
-            || self.awaiting_echo_ack()
-        {
-            return;
-        }
-        self.stalled_since = Some(now);
-        if let Some(limit) = self.config.stall_timeout {
-            self.timers.set(Timer::Stall, now + limit);
-        }
-    }
-
-    /// An ack from the peer, new or not, proves it alive (spec §4.7).
-    fn on_peer_answer(&mut self, now: Instant) {
-        self.stalled_since = None;
-        self.timers.cancel(Timer::Stall);
-        if !self.sent.is_empty() {
-            self.arm_stall(now);
-        }
-    }
-
-    /// spec §4.7: data outstanding for `stall_timeout` and no ack at all.
-    fn on_stall(&mut self) {
-        if self.stalled_since.is_none() || self.sent.is_empty() {
-            return;
-        }
-        // In case only our direction of the path failed, tell the peer.
-        if self.remote_id.is_some() {
-            self.rst_pending = Some(ErrorCode::IDLE_TIMEOUT);
-        }
-        self.enter_closed(CloseReason::StallTimeout);
-    }
-
-    /// An ICMP error quoting a packet of this connection (spec §6.7): the
-    /// endpoint matched the quote's ids; `seq` is its sequence number.
-    /// Returns false when the quote cannot be a packet we sent.
-    pub fn handle_icmp(&mut self, now: Instant, kind: UnreachableKind, seq: u32) -> bool {
-        let s = extend(seq, self.sent.next_seq());
-        if s < self.isn || s > self.sent.next_seq() {
-            return false;
-        }
-        self.stats.icmp_errors += 1;
-        let refusal = match kind {
-            UnreachableKind::Port => CloseReason::Refused,
-            UnreachableKind::Host => CloseReason::Unreachable(UnreachableKind::Host),
-        };
-        let all_acked = self.sent.outstanding_data() == 0 && self.streams.all_acked();
-        match self.state {
-            State::Closed | State::TimeWait => {}
-            // Our SYN or cookie echo met no listener: refused at once, as
-            // TCP's connect fails on a RST.
-            State::SynSent | State::SynReceived => self.enter_closed(refusal),
-            _ if self.awaiting_echo_ack() => self.enter_closed(refusal),
-            // Only our FIN is unacknowledged, after the peer's own FIN: the
-            // peer finished and exited before our FIN's ack (its last)
-            // reached us. Nothing of ours is lost.
-            State::LastAck | State::Closing if all_acked && kind == UnreachableKind::Port => {
-                self.enter_closed(CloseReason::Graceful)
-            }
-            _ => {
-                // One error may be a stray; repeated ones with nothing heard
-                // for an RTO mean the peer is gone.
-                self.unreachables += 1;
-                if self.unreachables >= 2 && now >= self.last_heard + self.rtt.rto(0) {
-                    self.enter_closed(CloseReason::Unreachable(kind));
-                }
-            }
-        }
-        true
-    }
-
-    /// Whether a process may exit without stranding the peer (spec §4.8):
-    /// CLOSED with nothing left to send, in FIN-WAIT-2 if `half_closed`
-    /// (everything of ours acknowledged; the peer's later FIN meets ICMP and
-    /// ends gracefully), or in TIME-WAIT and quiet for
-    /// `linger` (four RTOs, at least 250 ms, at most `time_wait`) since the
-    /// last repeated FIN, so that a peer whose last ack was lost has had
-    /// time to ask again.
-    pub fn is_finished(&self, now: Instant, half_closed: bool) -> bool {
-        match self.state {
-            State::Closed => self.rst_pending.is_none(),
-            State::FinWait2 => half_closed,
-            State::TimeWait => {
-                let Some(end) = self.timers.get(Timer::TimeWait) else { return true };
-                let linger = (self.rtt.rto(0) * 4).max(Duration::from_millis(250)).min(self.config.time_wait);
-                now + self.config.time_wait >= end + linger
-            }
-            _ => false,
-        }
-    }
-
     // ---- input -------------------------------------------------------------
 
     /// Takes one packet; `protected` says it arrived protected (spec §19.3).
@@ -894,7 +794,7 @@ impl Connection {
         }
         if h.flags.contains(Flags::ACK) {
             // SYN-ACK: it must acknowledge our SYN exactly.
-            if extend(h.ack, self.isn) != self.isn + 1 {
+            if Seq::from_wire(h.ack, self.isn) != self.isn + 1 {
                 return false;
             }
             // spec §19.2: no downgrade, either way.
@@ -936,20 +836,20 @@ impl Connection {
         self.remote_id = Some(conn_id);
         self.peer_max_datagram = max_datagram.max(MIN_DATAGRAM);
         self.peer_window = u64::from(window);
-        self.recv = Some(Receiver::new(SEQ_BASE + u64::from(peer_isn) + 1, self.config.recv_buffer));
+        self.recv = Some(Receiver::new(Seq::from_isn(peer_isn) + 1, self.config.recv_buffer));
     }
 
     fn handle_rst(&mut self, p: &Packet) {
         let h = &p.header;
         // A refusal of our SYN or of our cookie echo carries its seq + 1.
-        let refused_echo = self.awaiting_echo_ack() && self.cookie_seq.is_some_and(|s| h.seq == (s + 1) as u32);
+        let refused_echo = self.awaiting_echo_ack() && self.cookie_seq.is_some_and(|s| h.seq == (s + 1).wire());
         let acceptable = refused_echo
             || match self.state {
-                State::SynSent => h.seq == (self.isn + 1) as u32,
+                State::SynSent => h.seq == (self.isn + 1).wire(),
                 // RFC 1337: TIME-WAIT ignores RSTs.
                 State::TimeWait => false,
                 _ => self.recv.as_ref().is_some_and(|r| {
-                    let s = extend(h.seq, r.next());
+                    let s = Seq::from_wire(h.seq, r.next());
                     s + RST_WINDOW >= r.next() && s <= r.next() + RST_WINDOW
                 }),
             };
@@ -969,7 +869,7 @@ impl Connection {
     fn handle_ack(&mut self, now: Instant, p: &Packet) {
         let h = &p.header;
         let base = self.sent.base();
-        let cum = extend(h.ack, base);
+        let cum = Seq::from_wire(h.ack, base);
         if cum > self.sent.next_seq() {
             // Acknowledges something never sent: ignore the ack part (RFC 9293 3.10.7.4).
             self.ack.immediate = true;
@@ -980,12 +880,18 @@ impl Connection {
         if cum >= base {
             self.peer_window = u64::from(h.window);
         }
-        let sacks = p.sack.iter().flat_map(|s| s.ranges().iter()).map(|&(a, b)| (extend(a, base), extend(b, base)));
+        let sacks = p
+            .sack
+            .iter()
+            .flat_map(|s| s.ranges().iter())
+            .map(|&(a, b)| (Seq::from_wire(a, base), Seq::from_wire(b, base)));
         let streams = &mut self.streams;
         let mut stream_idle = false;
-        let out = self.sent.on_ack(now, cum, sacks, &mut self.rtt, self.cc.as_mut(), |p| {
+        let min_rtt = self.rtt.has_sample().then(|| self.rtt.min());
+        let out = self.sent.on_ack(now, cum, sacks, min_rtt, |p| {
             stream_idle |= streams.on_acked(&p.payload);
         });
+        let newly_lost = self.after_ack(now, &out);
         if stream_idle {
             self.events.push_back(Event::StreamAcked);
         }
@@ -997,7 +903,7 @@ impl Connection {
         while let Some(msg) = self.streams.acked_tracked.pop_front() {
             self.events.push_back(Event::MessageAcked(msg));
         }
-        self.stats.lost_packets += out.newly_lost;
+        self.stats.lost_packets += newly_lost;
         self.stats.spurious_losses += out.spurious;
         if out.newly_acked > 0 {
             self.rto_backoff = 0;
@@ -1056,7 +962,7 @@ impl Connection {
 
     fn handle_sequenced(&mut self, now: Instant, p: &Packet, protected: bool) {
         let Some(r) = self.recv.as_mut() else { return };
-        let seq = extend(p.header.seq, r.next());
+        let seq = Seq::from_wire(p.header.seq, r.next());
         let fin = p.header.flags.contains(Flags::FIN);
         let had_gaps = r.has_gaps();
         let (len, entries) = crate::wire::chunk::summary(p.data);
@@ -1156,6 +1062,9 @@ impl Connection {
         self.timers.clear_all();
         self.stalled_since = None;
         self.timers.set(Timer::TimeWait, now + self.config.time_wait);
+        if self.exiting {
+            self.repeat_final_ack(now);
+        }
     }
 }
 
@@ -1179,18 +1088,4 @@ fn refusal(r: StreamRefusal) -> SendError {
 /// `sections` bytes of other payload sections.
 fn data_room(max: usize, sections: usize) -> usize {
     max.saturating_sub(HEADER_LEN + sections)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn extend_picks_the_nearest_value() {
-        let near = SEQ_BASE + 10;
-        assert_eq!(extend(12, near), SEQ_BASE + 12);
-        assert_eq!(extend(u32::MAX, near), SEQ_BASE - 1);
-        let near = SEQ_BASE + u64::from(u32::MAX) - 2;
-        assert_eq!(extend(3, near), 2 * SEQ_BASE + 3);
-    }
 }

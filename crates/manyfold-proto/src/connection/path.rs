@@ -11,7 +11,8 @@ use std::net::SocketAddr;
 use std::time::Instant;
 
 use super::timer::Timer;
-use super::{extend, Connection, State, RST_WINDOW};
+use super::{Connection, State, RST_WINDOW};
+use crate::seq::Seq;
 use crate::wire::{Packet, PathKind, PathPacket, PATH_PACKET_LEN};
 
 /// Challenges sent to one new address before it is given up.
@@ -81,7 +82,7 @@ impl Connection {
         // rebinding the peer resends what we may have had already (its acks
         // went to the dead address), so "old" is what the RST rule calls
         // old (spec §4.6): more than 2^16 packets below rcv.nxt.
-        if extend(p.header.seq, next) + RST_WINDOW < next {
+        if Seq::from_wire(p.header.seq, next) + RST_WINDOW < next {
             self.stats.path.stale += 1;
             return false;
         }
@@ -148,8 +149,8 @@ impl Connection {
         if buf.len() < PATH_PACKET_LEN {
             return None;
         }
-        let (Some(id), seq) = (self.remote_id, self.sent.next_seq() as u32) else { return None };
-        let ack = self.recv.as_ref().map_or(0, |r| r.next() as u32);
+        let (Some(id), seq) = (self.remote_id, self.sent.next_seq().wire()) else { return None };
+        let ack = self.recv.as_ref().map_or(0, |r| r.next().wire());
         if let Some((to, token)) = self.paths.responses.pop_front() {
             let n = PathPacket::new(PathKind::Response, id, seq, ack, token).emit(buf);
             self.stats.packets_sent += 1;

@@ -13,6 +13,7 @@ use std::ops::Range;
 use std::time::{Duration, Instant};
 
 use crate::rangeset::RangeSet;
+use crate::seq::Seq;
 use crate::wire::{SackBlock, MAX_SACK_RANGES};
 
 /// The window advertised before auto-tuning has seen any traffic (spec §7.4).
@@ -43,13 +44,13 @@ pub(crate) enum Arrival {
 #[derive(Debug)]
 pub(crate) struct Receiver {
     /// Next expected sequence number (the cumulative ack we send).
-    next: u64,
+    next: Seq,
     /// Packets received above `next`: their data bytes, and whether FIN.
-    held: BTreeMap<u64, (u32, bool)>,
+    held: BTreeMap<Seq, (u32, bool)>,
     held_bytes: usize,
-    ranges: RangeSet,
+    ranges: RangeSet<Seq>,
     /// The range that changed last: reported first in SACK blocks (RFC 2018 §4).
-    last_changed: Option<Range<u64>>,
+    last_changed: Option<Range<Seq>>,
     capacity: usize,
     /// The auto-tuned window limit (spec §7.4): starts at
     /// [`INITIAL_WINDOW`], only grows, never beyond `capacity`.
@@ -63,7 +64,7 @@ pub(crate) struct Receiver {
 }
 
 impl Receiver {
-    pub fn new(next: u64, capacity: usize) -> Self {
+    pub fn new(next: Seq, capacity: usize) -> Self {
         Receiver {
             next,
             held: BTreeMap::new(),
@@ -80,7 +81,7 @@ impl Receiver {
         }
     }
 
-    pub fn next(&self) -> u64 {
+    pub fn next(&self) -> Seq {
         self.next
     }
 
@@ -134,7 +135,7 @@ impl Receiver {
     /// which it may add `entries`: whether it is new, and whether in order.
     pub fn on_packet(
         &mut self,
-        seq: u64,
+        seq: Seq,
         len: usize,
         fin: bool,
         buffered: usize,
@@ -198,14 +199,14 @@ impl Receiver {
         let max = max.min(MAX_SACK_RANGES);
         let mut s = SackBlock::new();
         if let Some(r) = &self.last_changed {
-            s.push(r.start as u32, r.end as u32);
+            s.push(r.start.wire(), r.end.wire());
         }
         for r in self.ranges.iter_rev() {
             if s.ranges().len() >= max {
                 break;
             }
             if self.last_changed.as_ref() != Some(&r) {
-                s.push(r.start as u32, r.end as u32);
+                s.push(r.start.wire(), r.end.wire());
             }
         }
         Some(s)
@@ -216,38 +217,43 @@ impl Receiver {
 mod tests {
     use super::*;
 
+    /// Sequence number `n` (its wire value is `n`).
+    fn s(n: u32) -> Seq {
+        Seq::from_isn(n)
+    }
+
     #[test]
     fn a_gap_is_reported_until_filled() {
-        let mut r = Receiver::new(10, 1000);
-        assert_eq!(r.on_packet(11, 2, false, 0, (0, 1)), Arrival::OutOfOrder);
-        assert_eq!(r.on_packet(12, 2, true, 0, (0, 1)), Arrival::OutOfOrder);
+        let mut r = Receiver::new(s(10), 1000);
+        assert_eq!(r.on_packet(s(11), 2, false, 0, (0, 1)), Arrival::OutOfOrder);
+        assert_eq!(r.on_packet(s(12), 2, true, 0, (0, 1)), Arrival::OutOfOrder);
         assert_eq!(r.sack_block(4).unwrap().ranges(), &[(11, 13)]);
         assert!(!r.fin_reached());
-        assert_eq!(r.on_packet(10, 2, false, 0, (0, 1)), Arrival::InOrder);
+        assert_eq!(r.on_packet(s(10), 2, false, 0, (0, 1)), Arrival::InOrder);
         assert!(r.fin_reached());
-        assert_eq!(r.next(), 13);
+        assert_eq!(r.next(), s(13));
         assert!(r.sack_block(4).is_none());
     }
 
     #[test]
     fn duplicates_are_reported() {
-        let mut r = Receiver::new(0, 1000);
-        r.on_packet(0, 1, false, 0, (0, 1));
-        r.on_packet(2, 1, false, 0, (0, 1));
-        assert_eq!(r.on_packet(0, 1, false, 0, (0, 1)), Arrival::Duplicate);
-        assert_eq!(r.on_packet(2, 1, false, 0, (0, 1)), Arrival::Duplicate);
+        let mut r = Receiver::new(s(0), 1000);
+        r.on_packet(s(0), 1, false, 0, (0, 1));
+        r.on_packet(s(2), 1, false, 0, (0, 1));
+        assert_eq!(r.on_packet(s(0), 1, false, 0, (0, 1)), Arrival::Duplicate);
+        assert_eq!(r.on_packet(s(2), 1, false, 0, (0, 1)), Arrival::Duplicate);
     }
 
     #[test]
     fn window_is_free_buffer_beyond_the_cumulative_ack() {
-        let mut r = Receiver::new(0, 100);
-        r.on_packet(0, 60, false, 0, (0, 1));
+        let mut r = Receiver::new(s(0), 100);
+        r.on_packet(s(0), 60, false, 0, (0, 1));
         assert_eq!(r.window(60), 40);
         // Data of packets above the gap is the sender's to count.
-        r.on_packet(2, 30, false, 60, (0, 1));
+        r.on_packet(s(2), 30, false, 60, (0, 1));
         assert_eq!(r.window(90), 40);
         // But nothing beyond capacity is ever held.
-        assert_eq!(r.on_packet(3, 20, false, 90, (0, 1)), Arrival::Dropped);
+        assert_eq!(r.on_packet(s(3), 20, false, 90, (0, 1)), Arrival::Dropped);
         assert_eq!(r.window(30), 100);
     }
 
@@ -255,7 +261,7 @@ mod tests {
     fn window_limit_doubles_when_half_of_it_arrives_within_a_round_trip() {
         let t0 = Instant::now();
         let rtt = Duration::from_millis(100);
-        let mut r = Receiver::new(0, 64 << 20);
+        let mut r = Receiver::new(s(0), 64 << 20);
         assert_eq!(r.window(0), INITIAL_WINDOW as u64);
         // A quarter of the window per round trip: no growth.
         for i in 0..5 {
@@ -272,16 +278,16 @@ mod tests {
 
     #[test]
     fn unread_data_keeps_a_window_open_for_other_streams_up_to_capacity() {
-        let r = Receiver::new(0, 16 << 20);
+        let r = Receiver::new(s(0), 16 << 20);
         assert_eq!(r.window(4 << 20), INITIAL_WINDOW as u64);
         assert_eq!(r.window(16 << 20), 0);
     }
 
     #[test]
     fn sack_reports_the_last_changed_range_first() {
-        let mut r = Receiver::new(0, 1000);
-        r.on_packet(5, 1, false, 0, (0, 1));
-        r.on_packet(2, 1, false, 0, (0, 1));
+        let mut r = Receiver::new(s(0), 1000);
+        r.on_packet(s(5), 1, false, 0, (0, 1));
+        r.on_packet(s(2), 1, false, 0, (0, 1));
         assert_eq!(r.sack_block(4).unwrap().ranges(), &[(2, 3), (5, 6)]);
     }
 }

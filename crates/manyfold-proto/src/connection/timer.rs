@@ -27,13 +27,15 @@ pub(crate) enum Timer {
     Idle,
     /// End of TIME-WAIT.
     TimeWait,
+    /// Send the final ack again, in TIME-WAIT (spec §4.8).
+    Reack,
     /// Give up: data outstanding and no ack for `stall_timeout` (spec §4.7).
     Stall,
     /// The next path challenge may go (spec §6.8).
     Path,
 }
 
-const COUNT: usize = 12;
+const COUNT: usize = 13;
 
 impl Timer {
     pub const ALL: [Timer; COUNT] = [
@@ -47,6 +49,7 @@ impl Timer {
         Timer::KeepAlive,
         Timer::Idle,
         Timer::TimeWait,
+        Timer::Reack,
         Timer::Stall,
         Timer::Path,
     ];

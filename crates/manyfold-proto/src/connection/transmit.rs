@@ -4,9 +4,10 @@
 
 use std::time::{Duration, Instant};
 
+use super::qlog::{QlogData, SendTrigger};
 use super::timer::Timer;
 use super::{advertised_window, data_room, AckState, CloseReason, Connection, State, LONE_FIN_MAX_RTO};
-use crate::qlog::{QlogData, SendTrigger};
+use crate::seq::Seq;
 use crate::wire::chunk::{Chunk, Chunks, DATA_HEADER_LEN};
 use crate::wire::{ErrorCode, Flags, HandshakeParams, Packet, PacketType, COOKIE_LEN, HEADER_LEN, PARAMS_LEN};
 
@@ -51,7 +52,7 @@ impl Connection {
                 self.tlp_due = self.sent.newest_in_flight();
             }
             Timer::Loss => {
-                let lost = self.sent.detect_lost(now, &self.rtt, self.cc.as_mut());
+                let lost = self.detect_lost(now);
                 self.stats.lost_packets += lost;
                 if let Some(t) = self.sent.loss_time() {
                     self.timers.set(Timer::Loss, t);
@@ -82,6 +83,17 @@ impl Connection {
             }
             Timer::Idle => self.enter_closed(CloseReason::IdleTimeout),
             Timer::TimeWait => self.enter_closed(CloseReason::Graceful),
+            Timer::Reack => {
+                // spec §4.8: our final ack may have been lost, and the peer's
+                // repeat of its FIN may come after we have exited.
+                if self.state == State::TimeWait && self.reacks_left > 0 {
+                    self.reacks_left -= 1;
+                    self.ack.immediate = true;
+                    if self.reacks_left > 0 {
+                        self.timers.set(Timer::Reack, now + self.rtt.rto(0));
+                    }
+                }
+            }
             Timer::Stall => self.on_stall(),
             // Nothing to do: the endpoint polls us for the challenge.
             Timer::Path => {}
@@ -131,8 +143,8 @@ impl Connection {
                 PacketType::Segment,
                 Flags::RST,
                 self.remote_id.unwrap_or(0),
-                self.sent.next_seq() as u32,
-                self.recv.as_ref().map_or(0, |r| r.next() as u32),
+                self.sent.next_seq().wire(),
+                self.recv.as_ref().map_or(0, |r| r.next().wire()),
                 0,
             );
             p.error = Some(code);
@@ -199,7 +211,7 @@ impl Connection {
         None
     }
 
-    fn retransmit(&mut self, now: Instant, buf: &mut [u8], seq: u64) -> Sent {
+    fn retransmit(&mut self, now: Instant, buf: &mut [u8], seq: Seq) -> Sent {
         // spec §13.6: data of reset streams and abandoned messages is not
         // sent again.
         let streams = &mut self.streams;
@@ -387,15 +399,17 @@ impl Connection {
     }
 
     /// The RTO with its backoff (RFC 6298 (5.5)), except for a lone FIN:
-    /// its repeats stay at most 250 ms apart, or one RTO if that is longer
-    /// (spec §5.4). A FIN is 24 bytes, and a peer that has exited answers
-    /// the next one with ICMP port unreachable (spec §6.7): with loss on
-    /// the path it takes a few repeats, and they must come soon, not
-    /// seconds later.
+    /// its repeats stay at most 250 ms apart, whatever the RTO (spec §5.4).
+    /// A FIN is 24 bytes, and a peer that has exited answers the next one
+    /// with ICMP port unreachable (spec §6.7): with loss on the path it
+    /// takes a few repeats, and they must come within the peer's linger
+    /// or soon after its exit. The RTO is no guide here: a connection that
+    /// sent nothing but its FIN has only the handshake's RTT sample, which
+    /// a retransmitted cookie echo inflates to seconds.
     pub(super) fn backed_off_rto(&self) -> Duration {
         let rto = self.rtt.rto(self.rto_backoff);
         if self.lone_fin() {
-            rto.min(self.rtt.rto(0).max(LONE_FIN_MAX_RTO))
+            rto.min(LONE_FIN_MAX_RTO)
         } else {
             rto
         }
@@ -431,7 +445,7 @@ impl Connection {
 
     /// Sends the probe for `seq` if it is still in flight. A probe may
     /// exceed the congestion window by this one packet (RFC 8985 §7.3).
-    fn send_probe(&mut self, now: Instant, buf: &mut [u8], seq: u64) -> Option<usize> {
+    fn send_probe(&mut self, now: Instant, buf: &mut [u8], seq: Seq) -> Option<usize> {
         let p = self.sent.get(seq)?;
         if !self.streams.may_resend(now, &p.payload, p.retx + 1) {
             // spec §13.6: data past its partial-reliability limit is not
@@ -472,19 +486,19 @@ impl Connection {
         now: Instant,
         buf: &mut [u8],
         flags: Flags,
-        seq: u64,
+        seq: Seq,
         chunks: Option<&Chunks>,
         sack_max: usize,
     ) -> Option<usize> {
         let (ack, window) = match &self.recv {
-            Some(r) => (r.next() as u32, advertised_window(r.window(self.streams.buffered()) as usize)),
+            Some(r) => (r.next().wire(), advertised_window(r.window(self.streams.buffered()) as usize)),
             None => (0, advertised_window(super::recv::initial_window(self.config.recv_buffer))),
         };
         let mut flags = flags;
         if self.recv.is_some() {
             flags.insert(Flags::ACK);
         }
-        let mut p = Packet::bare(PacketType::Segment, flags, self.remote_id.unwrap_or(0), seq as u32, ack, window);
+        let mut p = Packet::bare(PacketType::Segment, flags, self.remote_id.unwrap_or(0), seq.wire(), ack, window);
         if flags.contains(Flags::SYN) {
             let features = if self.security.is_some() { HandshakeParams::PROTECTED } else { 0 };
             p.params =

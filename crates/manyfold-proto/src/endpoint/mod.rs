@@ -420,6 +420,18 @@ impl Endpoint {
         self.all_finished(now, false)
     }
 
+    /// The process means to exit once [`Endpoint::is_idle`] says so (spec
+    /// §4.8): connections in TIME-WAIT, and those that enter it from now
+    /// on, send their final ack twice more, unasked.
+    pub fn prepare_exit(&mut self, now: Instant) {
+        for idx in 0..self.slots.len() as u32 {
+            if let Some(c) = self.slots[idx as usize].conn.as_mut() {
+                c.prepare_exit(now);
+                self.touch(idx, now);
+            }
+        }
+    }
+
     fn all_finished(&self, now: Instant, half_closed: bool) -> bool {
         self.responses.is_empty()
             && self.slots.iter().filter_map(|s| s.conn.as_ref()).all(|c| c.is_finished(now, half_closed))

@@ -30,7 +30,9 @@ pub use wire::{Announcement, McPacket, Phase};
 /// Where a multicast packet goes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct McTransmit {
+    /// The group, or one receiver's address for unicast repairs and replies.
     pub destination: SocketAddr,
+    /// Bytes of the datagram written at the start of the buffer.
     pub size: usize,
 }
 

@@ -18,11 +18,10 @@ use std::collections::{BTreeSet, VecDeque};
 use std::time::{Duration, Instant};
 
 use crate::rangeset::RangeSet;
+use crate::seq::Seq;
 
 use super::delivery::{Delivery, Stamp};
-use super::RttEstimator;
-use crate::congestion::Controller;
-use crate::qlog::LossTrigger;
+use super::{LossTrigger, RateSample, RttEstimator};
 use crate::wire::chunk::Chunks;
 use crate::wire::Flags;
 
@@ -66,29 +65,96 @@ pub(crate) struct SentPacket {
     stamp: Stamp,
 }
 
-/// What one acknowledgement changed.
+/// What one acknowledgement changed. The connection feeds the congestion
+/// controller from it (spec §9): the packets in [`SentQueue::take_acked`],
+/// then `undo_reduction`, then the RTT sample, then the losses
+/// [`SentQueue::detect_lost`] finds, then the rate sample.
 #[derive(Debug, Default, Clone, Copy)]
 pub(crate) struct AckOutcome {
     pub newly_acked: u64,
     /// Payload bytes the cumulative ack released.
     pub released_data: u64,
     pub cumulative_advanced: bool,
-    pub newly_lost: u64,
     /// Packets declared lost whose first transmission turned out to arrive.
     pub spurious: u64,
+    /// Every loss of the episode proved spurious: the window reduction it
+    /// caused is to be undone (spec §9).
+    pub undo_reduction: bool,
+    /// Time since the newest newly acknowledged packet was sent, unless it
+    /// was a retransmission (Karn's rule, RFC 6298 (3)).
+    pub rtt_sample: Option<Duration>,
+}
+
+/// What one ack's packets showed, gathered as they are acknowledged.
+#[derive(Debug)]
+struct AckScan {
+    now: Instant,
+    min_rtt: Option<Duration>,
+    prior_largest: Option<u64>,
+    out: AckOutcome,
+    /// `(tx, time_sent, retransmitted)` of the newest acknowledged.
+    newest: Option<(u64, Instant, bool)>,
+    reorder_distance: u64,
+    /// Packets declared lost whose loss proved real.
+    resolved_real: u64,
+}
+
+impl AckScan {
+    /// Notes one newly acknowledged packet, judged before its state changes.
+    fn note(&mut self, p: &SentPacket) {
+        self.out.newly_acked += 1;
+        if self.newest.is_none_or(|(tx, _, _)| p.tx > tx) {
+            self.newest = Some((p.tx, p.time_sent, p.retransmitted));
+        }
+        // A packet declared lost whose ack comes before a resend could
+        // have been acked: its first transmission arrived (spec §5.4).
+        let resend_too_recent = self.min_rtt.is_some_and(|m| self.now.saturating_duration_since(p.time_sent) < m);
+        let spurious = p.declared_lost && (p.state == PacketState::Lost || resend_too_recent);
+        if spurious {
+            self.out.spurious += 1;
+        } else if p.declared_lost {
+            self.resolved_real += 1;
+        }
+        // RFC 8985 §6.2.1: an original transmission acked after a later
+        // one was is reordering, not loss; remember how far.
+        if let (true, Some(l)) = (!p.retransmitted || spurious, self.prior_largest) {
+            if p.first_tx < l {
+                self.reorder_distance = self.reorder_distance.max(l - p.first_tx);
+            }
+        }
+    }
+}
+
+/// A newly acknowledged packet that was in flight: what congestion control
+/// counts.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Acked {
+    pub time_sent: Instant,
+    pub bytes: u64,
+    /// The window was not the constraint when it was sent.
+    pub app_limited: bool,
+}
+
+/// What one run of loss detection declared lost.
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct Losses {
+    pub packets: u64,
+    pub bytes: u64,
+    /// When the newest of them was sent: the congestion event's start.
+    pub newest_sent: Option<Instant>,
 }
 
 #[derive(Debug)]
 pub(crate) struct SentQueue {
     /// Sequence number of `packets[0]`: the oldest unacknowledged (snd_una).
-    base: u64,
+    base: Seq,
     packets: VecDeque<SentPacket>,
     /// Transmissions `(seq, tx)` in `tx` order. An entry is live while its
     /// packet is in flight with that `tx`; others are dropped when reached.
-    order: VecDeque<(u64, u64)>,
+    order: VecDeque<(Seq, u64)>,
     /// Sequence numbers above `base` already selectively acked.
-    sacked: RangeSet,
-    retransmit: BTreeSet<u64>,
+    sacked: RangeSet<Seq>,
+    retransmit: BTreeSet<Seq>,
     next_tx: u64,
     bytes_in_flight: u64,
     /// Payload bytes of every packet not cumulatively acked (flow control, spec §7).
@@ -101,17 +167,19 @@ pub(crate) struct SentQueue {
     reo_mult: u32,
     /// Packets declared lost since the last [`SentQueue::take_lost`], when
     /// the connection traces (spec §18); `None` records nothing.
-    lost_log: Option<Vec<(u64, u32, LossTrigger)>>,
+    lost_log: Option<Vec<(Seq, u32, LossTrigger)>>,
     /// The loss episode: packets declared lost and not yet acked, and
     /// whether any of them proved a real loss. The window reduction is
     /// undone only when every loss of the episode proved spurious.
     episode_open: u64,
     episode_real: bool,
     delivery: Delivery,
+    /// In-flight packets the last ack acknowledged, in the order it did.
+    acked: Vec<Acked>,
 }
 
 impl SentQueue {
-    pub fn new(first_seq: u64) -> Self {
+    pub fn new(first_seq: Seq) -> Self {
         SentQueue {
             base: first_seq,
             packets: VecDeque::new(),
@@ -128,6 +196,7 @@ impl SentQueue {
             lost_log: None,
             episode_open: 0,
             episode_real: false,
+            acked: Vec::new(),
             delivery: Delivery::default(),
         }
     }
@@ -139,23 +208,23 @@ impl SentQueue {
 
     /// The packets declared lost since the last call: sequence number,
     /// size, and what declared them lost.
-    pub fn take_lost(&mut self) -> impl Iterator<Item = (u64, u32, LossTrigger)> + '_ {
+    pub fn take_lost(&mut self) -> impl Iterator<Item = (Seq, u32, LossTrigger)> + '_ {
         self.lost_log.iter_mut().flat_map(|l| l.drain(..))
     }
 
-    fn log_lost(log: &mut Option<Vec<(u64, u32, LossTrigger)>>, seq: u64, size: u32, trigger: LossTrigger) {
+    fn log_lost(log: &mut Option<Vec<(Seq, u32, LossTrigger)>>, seq: Seq, size: u32, trigger: LossTrigger) {
         if let Some(l) = log {
             l.push((seq, size, trigger));
         }
     }
 
     /// snd_una: lowest unacknowledged sequence number.
-    pub fn base(&self) -> u64 {
+    pub fn base(&self) -> Seq {
         self.base
     }
 
     /// snd_nxt: the sequence number the next new packet gets.
-    pub fn next_seq(&self) -> u64 {
+    pub fn next_seq(&self) -> Seq {
         self.base + self.packets.len() as u64
     }
 
@@ -175,15 +244,19 @@ impl SentQueue {
         self.loss_time
     }
 
-    pub fn get(&self, seq: u64) -> Option<&SentPacket> {
-        self.packets.get(usize::try_from(seq.checked_sub(self.base)?).ok()?)
+    pub fn get(&self, seq: Seq) -> Option<&SentPacket> {
+        self.packets.get(self.index(seq)?)
+    }
+
+    /// Where `seq` is in `packets`, if at or above the base.
+    fn index(&self, seq: Seq) -> Option<usize> {
+        usize::try_from(seq.get().checked_sub(self.base.get())?).ok()
     }
 
     /// Lets `f` edit the chunks of `seq` before it is sent again (given its
     /// retransmission count so far); `f` returns the data bytes it removed.
-    pub fn strip(&mut self, seq: u64, f: impl FnOnce(&mut Chunks, u32) -> usize) {
-        let Some(i) = seq.checked_sub(self.base) else { return };
-        let Some(p) = self.packets.get_mut(i as usize) else { return };
+    pub fn strip(&mut self, seq: Seq, f: impl FnOnce(&mut Chunks, u32) -> usize) {
+        let Some(p) = self.index(seq).and_then(|i| self.packets.get_mut(i)) else { return };
         let removed = f(&mut p.payload, p.retx);
         self.outstanding_data -= removed as u64;
     }
@@ -213,7 +286,7 @@ impl SentQueue {
     }
 
     /// The lowest sequence number waiting to be retransmitted.
-    pub fn peek_retransmit(&mut self) -> Option<u64> {
+    pub fn peek_retransmit(&mut self) -> Option<Seq> {
         while let Some(&seq) = self.retransmit.first() {
             if self.get(seq).is_some_and(|p| p.state == PacketState::Lost) {
                 return Some(seq);
@@ -224,15 +297,15 @@ impl SentQueue {
     }
 
     /// Records that `seq` was sent again (spec §5.5: same sequence number).
-    pub fn on_retransmitted(&mut self, now: Instant, seq: u64, size: u32) {
+    pub fn on_retransmitted(&mut self, now: Instant, seq: Seq, size: u32) {
         self.retransmit.remove(&seq);
         let tx = self.next_tx;
         self.next_tx += 1;
-        let Some(i) = seq.checked_sub(self.base) else {
+        let Some(i) = self.index(seq) else {
             return;
         };
         let stamp = self.delivery.stamp(now, self.bytes_in_flight == 0);
-        let Some(p) = self.packets.get_mut(i as usize) else {
+        let Some(p) = self.packets.get_mut(i) else {
             return;
         };
         p.time_sent = now;
@@ -247,18 +320,17 @@ impl SentQueue {
     }
 
     /// The newest packet still in flight: what a tail-loss probe resends.
-    pub fn newest_in_flight(&self) -> Option<u64> {
+    pub fn newest_in_flight(&self) -> Option<Seq> {
         let i = self.packets.iter().rposition(|p| p.state == PacketState::InFlight)?;
         Some(self.base + i as u64)
     }
 
     /// Records a tail-loss probe: `seq`, still in flight, was sent again
     /// (RFC 8985 §7.3). It stays in flight; only its size may change.
-    pub fn on_probe_sent(&mut self, now: Instant, seq: u64, size: u32) {
+    pub fn on_probe_sent(&mut self, now: Instant, seq: Seq, size: u32) {
         let tx = self.next_tx;
         self.next_tx += 1;
-        let Some(i) = seq.checked_sub(self.base) else { return };
-        let Some(p) = self.packets.get_mut(i as usize) else { return };
+        let Some(p) = self.index(seq).and_then(|i| self.packets.get_mut(i)) else { return };
         if p.state != PacketState::InFlight {
             return;
         }
@@ -272,11 +344,8 @@ impl SentQueue {
 
     /// Queues `seq` for sending again at once without calling it lost (the
     /// SYN of a simultaneous open, answered as SYN-ACK; spec §4.3).
-    pub fn requeue(&mut self, seq: u64) {
-        let Some(i) = seq.checked_sub(self.base) else {
-            return;
-        };
-        let Some(p) = self.packets.get_mut(i as usize) else {
+    pub fn requeue(&mut self, seq: Seq) {
+        let Some(p) = self.index(seq).and_then(|i| self.packets.get_mut(i)) else {
             return;
         };
         if p.state == PacketState::InFlight {
@@ -286,69 +355,93 @@ impl SentQueue {
         self.retransmit.insert(seq);
     }
 
-    /// Applies a cumulative ack `cum` (next expected) and SACK ranges, then
-    /// runs loss detection (spec §5.3, §5.4).
+    /// Applies a cumulative ack `cum` (next expected) and SACK ranges (spec
+    /// §5.3); `min_rtt` is the RTT estimator's minimum, if it has a sample.
+    /// Loss detection is the caller's next step ([`SentQueue::detect_lost`]).
     pub fn on_ack(
         &mut self,
         now: Instant,
-        cum: u64,
-        sacks: impl Iterator<Item = (u64, u64)>,
-        rtt: &mut RttEstimator,
-        cc: &mut dyn Controller,
+        cum: Seq,
+        sacks: impl Iterator<Item = (Seq, Seq)>,
+        min_rtt: Option<Duration>,
         mut on_acked: impl FnMut(&SentPacket),
     ) -> AckOutcome {
-        let mut out = AckOutcome::default();
-        let mut newest: Option<(u64, Instant, bool)> = None; // (tx, time_sent, retransmitted)
-        let prior_largest = self.largest_acked_tx;
-        let min_rtt = rtt.has_sample().then(|| rtt.min());
-        let mut reorder_distance = 0;
-        let mut resolved_real = 0;
-        // Judged before the packet's state changes.
-        let mut note = |p: &SentPacket, out: &mut AckOutcome| {
-            out.newly_acked += 1;
-            if newest.is_none_or(|(tx, _, _)| p.tx > tx) {
-                newest = Some((p.tx, p.time_sent, p.retransmitted));
-            }
-            // A packet declared lost whose ack comes before a resend could
-            // have been acked: its first transmission arrived (spec §5.4).
-            let resend_too_recent = min_rtt.is_some_and(|m| now.saturating_duration_since(p.time_sent) < m);
-            let spurious = p.declared_lost && (p.state == PacketState::Lost || resend_too_recent);
-            if spurious {
-                out.spurious += 1;
-            } else if p.declared_lost {
-                resolved_real += 1;
-            }
-            // RFC 8985 §6.2.1: an original transmission acked after a later
-            // one was is reordering, not loss; remember how far.
-            if let (true, Some(l)) = (!p.retransmitted || spurious, prior_largest) {
-                if p.first_tx < l {
-                    reorder_distance = reorder_distance.max(l - p.first_tx);
-                }
-            }
+        self.acked.clear();
+        let mut scan = AckScan {
+            now,
+            min_rtt,
+            prior_largest: self.largest_acked_tx,
+            out: AckOutcome::default(),
+            newest: None,
+            reorder_distance: 0,
+            resolved_real: 0,
         };
-        // Cumulative part: everything below `cum` (never beyond what we sent).
+        self.ack_cumulative(cum, &mut scan, &mut on_acked);
+        self.ack_selective(sacks, &mut scan, &mut on_acked);
+        let mut out = scan.out;
+        if scan.reorder_distance > 0 {
+            // Beyond the cap, counting is no guide: as RFC 8985 does once
+            // reordering is seen, only the time window decides.
+            let wanted = scan.reorder_distance + 1;
+            let threshold = if wanted > MAX_PACKET_THRESHOLD { u64::MAX } else { wanted };
+            self.packet_threshold = self.packet_threshold.max(threshold);
+        }
+        self.episode_open = self.episode_open.saturating_sub(out.spurious + scan.resolved_real);
+        self.episode_real |= scan.resolved_real > 0;
+        if out.spurious > 0 {
+            // RFC 8985 §6.2.4: widen the reordering window.
+            self.reo_mult = (self.reo_mult + 1).min(MAX_REO_MULT);
+            out.undo_reduction = self.episode_open == 0 && !self.episode_real;
+        }
+        if let Some((tx, sent, retransmitted)) = scan.newest {
+            // Karn's rule (RFC 6298 (3)): no sample from a retransmitted packet.
+            if !retransmitted {
+                out.rtt_sample = Some(now.saturating_duration_since(sent));
+            }
+            self.largest_acked_tx = Some(self.largest_acked_tx.map_or(tx, |l| l.max(tx)));
+        }
+        out
+    }
+
+    /// The cumulative part of an ack: every packet below `cum` (never
+    /// beyond what we sent) leaves the queue.
+    fn ack_cumulative(&mut self, cum: Seq, scan: &mut AckScan, on_acked: &mut impl FnMut(&SentPacket)) {
         let cum = cum.min(self.next_seq());
         while self.base < cum {
             let Some(p) = self.packets.pop_front() else {
                 break;
             };
             self.base += 1;
-            out.cumulative_advanced = true;
+            scan.out.cumulative_advanced = true;
             let data = p.payload.data_len() as u64;
-            out.released_data += data;
+            scan.out.released_data += data;
             self.outstanding_data -= data;
             if p.state == PacketState::InFlight {
                 self.bytes_in_flight -= u64::from(p.size);
-                cc.on_ack(now, p.time_sent, u64::from(p.size), rtt, p.app_limited);
+                self.acked.push(Acked { time_sent: p.time_sent, bytes: u64::from(p.size), app_limited: p.app_limited });
             }
             if p.state != PacketState::Sacked {
                 on_acked(&p);
-                note(&p, &mut out);
-                self.delivery.on_acked(now, p.stamp, p.time_sent, u64::from(p.size), (p.app_limited, p.retransmitted));
+                scan.note(&p);
+                self.delivery.on_acked(
+                    scan.now,
+                    p.stamp,
+                    p.time_sent,
+                    u64::from(p.size),
+                    (p.app_limited, p.retransmitted),
+                );
             }
         }
         self.sacked.remove_below(self.base);
-        // Selective part: only what this ack adds.
+    }
+
+    /// The selective part of an ack: only what it adds to the SACKed set.
+    fn ack_selective(
+        &mut self,
+        sacks: impl Iterator<Item = (Seq, Seq)>,
+        scan: &mut AckScan,
+        on_acked: &mut impl FnMut(&SentPacket),
+    ) {
         let next_seq = self.next_seq();
         for (start, end) in sacks {
             let start = start.max(self.base);
@@ -356,60 +449,56 @@ impl SentQueue {
             if start >= end {
                 continue;
             }
-            for seq in self.sacked.gaps(start..end).flatten() {
-                let p = &mut self.packets[(seq - self.base) as usize];
+            let base = self.base;
+            for i in self.sacked.gaps(start..end).flat_map(|gap| (gap.start - base)..(gap.end - base)) {
+                let p = &mut self.packets[i as usize];
                 if p.state == PacketState::Sacked {
                     continue;
                 }
                 on_acked(p);
-                note(p, &mut out);
+                scan.note(p);
                 if p.state == PacketState::InFlight {
                     self.bytes_in_flight -= u64::from(p.size);
-                    cc.on_ack(now, p.time_sent, u64::from(p.size), rtt, p.app_limited);
+                    self.acked.push(Acked {
+                        time_sent: p.time_sent,
+                        bytes: u64::from(p.size),
+                        app_limited: p.app_limited,
+                    });
                 }
-                self.delivery.on_acked(now, p.stamp, p.time_sent, u64::from(p.size), (p.app_limited, p.retransmitted));
+                self.delivery.on_acked(
+                    scan.now,
+                    p.stamp,
+                    p.time_sent,
+                    u64::from(p.size),
+                    (p.app_limited, p.retransmitted),
+                );
                 p.state = PacketState::Sacked;
             }
             self.sacked.insert(start..end);
         }
-        if reorder_distance > 0 {
-            // Beyond the cap, counting is no guide: as RFC 8985 does once
-            // reordering is seen, only the time window decides.
-            let wanted = reorder_distance + 1;
-            let threshold = if wanted > MAX_PACKET_THRESHOLD { u64::MAX } else { wanted };
-            self.packet_threshold = self.packet_threshold.max(threshold);
-        }
-        self.episode_open = self.episode_open.saturating_sub(out.spurious + resolved_real);
-        self.episode_real |= resolved_real > 0;
-        if out.spurious > 0 {
-            // RFC 8985 §6.2.4: widen the reordering window.
-            self.reo_mult = (self.reo_mult + 1).min(MAX_REO_MULT);
-            if self.episode_open == 0 && !self.episode_real {
-                cc.on_spurious_congestion();
-            }
-        }
-        if let Some((tx, sent, retransmitted)) = newest {
-            // Karn's rule (RFC 6298 (3)): no sample from a retransmitted packet.
-            if !retransmitted {
-                rtt.on_sample(now.saturating_duration_since(sent));
-            }
-            self.largest_acked_tx = Some(self.largest_acked_tx.map_or(tx, |l| l.max(tx)));
-        }
-        out.newly_lost = self.detect_lost(now, rtt, cc);
+    }
+
+    /// The in-flight packets the last [`SentQueue::on_ack`] acknowledged,
+    /// in order.
+    pub fn take_acked(&mut self) -> std::vec::Drain<'_, Acked> {
+        self.acked.drain(..)
+    }
+
+    /// The delivery-rate sample of the last ack (spec §9.4), after loss
+    /// detection.
+    pub fn take_rate_sample(&mut self, now: Instant, rtt: &RttEstimator) -> Option<RateSample> {
         let min_rtt = if rtt.has_sample() { rtt.min() } else { Duration::ZERO };
-        if let Some(sample) = self.delivery.take_sample(now, self.bytes_in_flight, min_rtt) {
-            cc.on_rate_sample(now, &sample);
-        }
-        out
+        self.delivery.take_sample(now, self.bytes_in_flight, min_rtt)
     }
 
     /// RACK (RFC 8985) as RFC 9002 §6.1 states it: an unacknowledged packet
     /// transmitted before the newest acknowledged one is lost once three
     /// later transmissions were acked or 9/8 RTT has passed since it was sent.
-    pub fn detect_lost(&mut self, now: Instant, rtt: &RttEstimator, cc: &mut dyn Controller) -> u64 {
+    pub fn detect_lost(&mut self, now: Instant, rtt: &RttEstimator) -> Losses {
         self.loss_time = None;
+        let mut losses = Losses::default();
         let Some(largest) = self.largest_acked_tx else {
-            return 0;
+            return losses;
         };
         // RFC 8985 §6.2: RTT plus a reordering window, srtt/8 until the path
         // showed spurious losses, then min_rtt/4 per such episode (≤ srtt).
@@ -417,13 +506,10 @@ impl SentQueue {
         let reo_wnd = (rtt.min() / 4 * self.reo_mult).max(rtt.srtt() / 8).min(rtt.srtt());
         let window = (base + reo_wnd).max(Duration::from_millis(1));
         let threshold = self.packet_threshold;
-        let mut lost = 0;
-        let mut lost_bytes = 0;
-        let mut newest_lost_sent: Option<Instant> = None;
         // In tx order, send times never decrease: once one transmission is
         // not lost, no later one is.
         while let Some(&(seq, tx)) = self.order.front() {
-            let live = seq.checked_sub(self.base).and_then(|i| self.packets.get_mut(i as usize));
+            let live = self.index(seq).and_then(|i| self.packets.get_mut(i));
             let Some(p) = live.filter(|p| p.state == PacketState::InFlight && p.tx == tx) else {
                 self.order.pop_front();
                 continue;
@@ -441,15 +527,12 @@ impl SentQueue {
             Self::log_lost(&mut self.lost_log, seq, p.size, trigger);
             self.bytes_in_flight -= u64::from(p.size);
             self.retransmit.insert(seq);
-            lost += 1;
-            lost_bytes += u64::from(p.size);
-            newest_lost_sent = Some(newest_lost_sent.map_or(p.time_sent, |t| t.max(p.time_sent)));
+            losses.packets += 1;
+            losses.bytes += u64::from(p.size);
+            losses.newest_sent = Some(losses.newest_sent.map_or(p.time_sent, |t| t.max(p.time_sent)));
             self.order.pop_front();
         }
-        if let Some(sent) = newest_lost_sent {
-            cc.on_congestion_event(now, sent, lost_bytes);
-        }
-        lost
+        losses
     }
 
     /// RTO expiry (spec §5.4): every packet not yet selectively acked is
@@ -486,19 +569,34 @@ fn open_episode(p: &mut SentPacket, open: &mut u64, real: &mut bool) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::congestion::NewReno;
     use crate::wire::chunk::{Chunk, DataChunk};
+
+    /// Sequence number `n` (its wire value is `n`).
+    fn s(n: u32) -> Seq {
+        Seq::from_isn(n)
+    }
 
     struct Fixture {
         t0: Instant,
         q: SentQueue,
         rtt: RttEstimator,
-        cc: NewReno,
+    }
+
+    /// An ack as the connection applies it: the queue's part, the RTT
+    /// sample, then loss detection. Returns the outcome and the losses.
+    fn ack(f: &mut Fixture, now: Instant, cum: u32, sacks: &[(u32, u32)]) -> (AckOutcome, u64) {
+        let min_rtt = f.rtt.has_sample().then(|| f.rtt.min());
+        let sacks = sacks.iter().map(|&(a, b)| (s(a), s(b)));
+        let out = f.q.on_ack(now, s(cum), sacks, min_rtt, |_| {});
+        if let Some(sample) = out.rtt_sample {
+            f.rtt.on_sample(sample);
+        }
+        (out, f.q.detect_lost(now, &f.rtt).packets)
     }
 
     fn fixture(n: u64) -> Fixture {
         let t0 = Instant::now();
-        let mut q = SentQueue::new(100);
+        let mut q = SentQueue::new(s(100));
         for i in 0..n {
             let mut c = Chunks::default();
             let data = bytes::Bytes::from_static(b"abcd");
@@ -511,17 +609,19 @@ mod tests {
             Duration::from_secs(60),
             Duration::ZERO,
         );
-        Fixture { t0, q, rtt, cc: NewReno::new(1000, 10) }
+        Fixture { t0, q, rtt }
     }
 
     #[test]
     fn cumulative_ack_releases_packets_and_samples_rtt() {
         let mut f = fixture(5);
-        let out = f.q.on_ack(f.t0 + Duration::from_millis(50), 103, std::iter::empty(), &mut f.rtt, &mut f.cc, |_| {});
+        let now = f.t0 + Duration::from_millis(50);
+        let (out, _) = ack(&mut f, now, 103, &[]);
         assert_eq!(out.newly_acked, 3);
         assert_eq!(out.released_data, 12);
-        assert_eq!(f.q.base(), 103);
+        assert_eq!(f.q.base(), s(103));
         assert_eq!(f.q.bytes_in_flight(), 200);
+        assert_eq!(out.rtt_sample, Some(Duration::from_millis(48)));
         assert_eq!(f.rtt.latest(), Duration::from_millis(48));
     }
 
@@ -529,12 +629,12 @@ mod tests {
     fn three_later_sacks_declare_a_hole_lost() {
         let mut f = fixture(5);
         let now = f.t0 + Duration::from_millis(10);
-        let out = f.q.on_ack(now, 100, [(101, 104)].into_iter(), &mut f.rtt, &mut f.cc, |_| {});
-        assert_eq!(out.newly_lost, 1);
-        assert_eq!(f.q.peek_retransmit(), Some(100));
-        f.q.on_retransmitted(now, 100, 100);
+        let (_, lost) = ack(&mut f, now, 100, &[(101, 104)]);
+        assert_eq!(lost, 1);
+        assert_eq!(f.q.peek_retransmit(), Some(s(100)));
+        f.q.on_retransmitted(now, s(100), 100);
         assert_eq!(f.q.peek_retransmit(), None);
-        assert!(f.q.get(100).unwrap().retransmitted);
+        assert!(f.q.get(s(100)).unwrap().retransmitted);
     }
 
     #[test]
@@ -542,11 +642,13 @@ mod tests {
         let mut f = fixture(3);
         f.rtt.on_sample(Duration::from_millis(100));
         let now = f.t0 + Duration::from_millis(10);
-        let out = f.q.on_ack(now, 100, [(101, 103)].into_iter(), &mut f.rtt, &mut f.cc, |_| {});
-        assert_eq!(out.newly_lost, 0);
+        let (_, lost) = ack(&mut f, now, 100, &[(101, 103)]);
+        assert_eq!(lost, 0);
         let t = f.q.loss_time().expect("loss timer armed");
-        let lost = f.q.detect_lost(t, &f.rtt, &mut f.cc);
-        assert_eq!(lost, 1);
+        let losses = f.q.detect_lost(t, &f.rtt);
+        assert_eq!(losses.packets, 1);
+        assert_eq!(losses.bytes, 100);
+        assert_eq!(losses.newest_sent, Some(f.t0));
     }
 
     #[test]
@@ -554,10 +656,11 @@ mod tests {
         let mut f = fixture(10);
         let now = f.t0 + Duration::from_millis(10);
         // 105..110 acked first; then 100..105 arrive late (reordered, not lost).
-        f.q.on_ack(now, 100, [(105, 110)].into_iter(), &mut f.rtt, &mut f.cc, |_| {});
+        ack(&mut f, now, 100, &[(105, 110)]);
         let before = f.q.packet_threshold;
-        let out = f.q.on_ack(now, 110, std::iter::empty(), &mut f.rtt, &mut f.cc, |_| {});
+        let (out, _) = ack(&mut f, now, 110, &[]);
         assert_eq!(out.spurious, 5, "they had been declared lost");
+        assert!(out.undo_reduction, "every loss of the episode was spurious");
         assert!(f.q.packet_threshold > before.max(PACKET_THRESHOLD));
         assert_eq!(f.q.reo_mult, 1);
     }
@@ -567,18 +670,20 @@ mod tests {
         let mut f = fixture(5);
         f.rtt.on_sample(Duration::from_millis(40));
         let now = f.t0 + Duration::from_millis(10);
-        let out = f.q.on_ack(now, 100, [(101, 105)].into_iter(), &mut f.rtt, &mut f.cc, |_| {});
-        assert_eq!(out.newly_lost, 1);
-        f.q.on_retransmitted(now, 100, 100);
+        let (_, lost) = ack(&mut f, now, 100, &[(101, 105)]);
+        assert_eq!(lost, 1);
+        f.q.on_retransmitted(now, s(100), 100);
         // Acked 5 ms after the resend: far sooner than any round trip.
-        let out = f.q.on_ack(now + Duration::from_millis(5), 105, std::iter::empty(), &mut f.rtt, &mut f.cc, |_| {});
+        let (out, _) = ack(&mut f, now + Duration::from_millis(5), 105, &[]);
         assert_eq!(out.spurious, 1);
+        assert_eq!(out.rtt_sample, None, "Karn: no sample from a retransmitted packet");
     }
 
     #[test]
     fn rto_marks_everything_unsacked_lost() {
         let mut f = fixture(4);
-        f.q.on_ack(f.t0, 100, [(102, 103)].into_iter(), &mut f.rtt, &mut f.cc, |_| {});
+        let t0 = f.t0;
+        ack(&mut f, t0, 100, &[(102, 103)]);
         f.q.on_rto();
         assert_eq!(f.q.bytes_in_flight(), 0);
         let mut seqs = vec![];
@@ -586,14 +691,15 @@ mod tests {
             seqs.push(s);
             f.q.on_retransmitted(f.t0, s, 100);
         }
-        assert_eq!(seqs, vec![100, 101, 103]);
+        assert_eq!(seqs, vec![s(100), s(101), s(103)]);
     }
 
     #[test]
     fn ack_beyond_what_was_sent_is_clamped() {
         let mut f = fixture(2);
-        let out = f.q.on_ack(f.t0, 1_000_000, std::iter::empty(), &mut f.rtt, &mut f.cc, |_| {});
+        let t0 = f.t0;
+        let (out, _) = ack(&mut f, t0, 1_000_000, &[]);
         assert_eq!(out.newly_acked, 2);
-        assert_eq!(f.q.base(), 102);
+        assert_eq!(f.q.base(), s(102));
     }
 }

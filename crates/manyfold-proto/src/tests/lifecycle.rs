@@ -148,6 +148,34 @@ fn a_lone_fin_is_repeated_every_250_ms_until_the_stall_timeout() {
 }
 
 #[test]
+fn a_receiver_whose_rtt_came_from_a_retransmitted_echo_still_repeats_its_fin_every_250_ms() {
+    let mut p = Pair::new();
+    let ca = p.a.connect(p.now, p.b_addr).unwrap();
+    // The SYN is lost: a has no RTT sample (Karn) and waits its initial
+    // 1 s RTO; then its cookie echo is lost too, and repeated a second
+    // later. b's only sample, the cookie's age, is that second.
+    take_from_a(&mut p);
+    p.run_until(|p| p.a.state(ca) == Some(State::Established));
+    take_from_a(&mut p);
+    p.run_until(|p| !p.events_b.is_empty());
+    let cb = p.b.accept().unwrap();
+    let srtt = p.b.conn_stats(cb).unwrap().srtt;
+    assert!(srtt >= Duration::from_millis(900), "b's RTT sample is the echo's delay: {srtt:?}");
+    p.a.close(ca);
+    p.run_until(|p| p.b.state(cb) == Some(State::CloseWait) && p.a.state(ca) == Some(State::FinWait2));
+    // a falls silent; b, the passive closer, is left with its lone FIN.
+    p.loss_percent = 100;
+    let (silent_from, sent_before) = (p.now, p.b.conn_stats(cb).unwrap().packets_sent);
+    p.b.close(cb);
+    p.run_until(|p| p.b.state(cb) == Some(State::Closed));
+    let took = p.now - silent_from;
+    // Not one repeat per inflated RTO (over 3 s): 250 ms apart at most.
+    let sent = p.b.conn_stats(cb).unwrap().packets_sent - sent_before;
+    assert!(sent >= 58, "{sent} packets in {took:?}");
+    assert_eq!(p.b.close_reason(cb), Some(CloseReason::StallTimeout));
+}
+
+#[test]
 fn a_sender_whose_peer_falls_silent_gives_up_after_the_stall_timeout() {
     let mut p = Pair::new();
     let ca = p.a.connect(p.now, p.b_addr).unwrap();
@@ -186,4 +214,45 @@ fn time_wait_lingers_before_the_endpoint_may_exit() {
     p.now += Duration::from_millis(260);
     assert!(p.a.is_idle(p.now), "four RTOs on a 10 ms path are under the 250 ms floor");
     assert_eq!(p.a.state(ca), Some(State::TimeWait), "TIME-WAIT itself lasts on");
+}
+
+#[test]
+fn an_exiting_endpoint_sends_its_lost_final_ack_again_before_the_peer_repeats_its_fin() {
+    let mut p = Pair::new();
+    p.delay = Duration::from_millis(10);
+    let ca = p.a.connect(p.now, p.b_addr).unwrap();
+    p.run_until(|p| p.a.state(ca) == Some(State::Established) && !p.events_b.is_empty());
+    let cb = p.b.accept().unwrap();
+    exchange(&mut p, ca, cb);
+    p.a.close(ca);
+    // What wait_idle does first: a's process means to exit.
+    p.a.prepare_exit(p.now);
+    p.run_until(|p| p.b.state(cb) == Some(State::CloseWait) && p.a.state(ca) == Some(State::FinWait2));
+    p.b.close(cb);
+    p.run_until(|p| p.a.state(ca) == Some(State::TimeWait));
+    // a's final ack is lost.
+    take_from_a(&mut p);
+    let b_sent = p.b.conn_stats(cb).unwrap().packets_sent;
+    p.run_until(|p| p.b.state(cb) == Some(State::Closed));
+    assert_eq!(p.b.close_reason(cb), Some(CloseReason::Graceful));
+    assert_eq!(p.b.conn_stats(cb).unwrap().packets_sent, b_sent, "b never had to repeat its FIN");
+    assert!(!p.a.is_idle(p.now), "a still lingers");
+}
+
+#[test]
+fn time_wait_of_an_endpoint_that_stays_sends_nothing_unasked() {
+    let mut p = Pair::new();
+    let (ca, _) = transfer(&mut p, 10_000);
+    assert_eq!(p.a.state(ca), Some(State::TimeWait));
+    let before = p.a.conn_stats(ca).unwrap().packets_sent;
+    p.now += Duration::from_secs(1);
+    p.a.handle_timeout(p.now);
+    p.drain();
+    assert_eq!(p.a.conn_stats(ca).unwrap().packets_sent, before, "no repeat of the final ack");
+    // Once it means to exit, the repeats go.
+    p.a.prepare_exit(p.now);
+    for _ in 0..20 {
+        p.step();
+    }
+    assert_eq!(p.a.conn_stats(ca).unwrap().packets_sent, before + 2);
 }

@@ -137,6 +137,29 @@ pub enum Chunk<D> {
     Handshake(D),
 }
 
+impl<D> Chunk<D> {
+    /// The same chunk with its payload mapped by `f`: a trace keeps only
+    /// the payload's length, `chunk.map_payload(|d| d.len() as u32)`.
+    pub fn map_payload<E>(self, f: impl FnOnce(D) -> E) -> Chunk<E> {
+        match self {
+            Chunk::Data(d) => Chunk::Data(DataChunk {
+                stream: d.stream,
+                flags: d.flags,
+                offset: d.offset,
+                in_msg: d.in_msg,
+                data: f(d.data),
+                msg: d.msg,
+            }),
+            Chunk::Reset { stream, code, final_size } => Chunk::Reset { stream, code, final_size },
+            Chunk::Stop { stream, code } => Chunk::Stop { stream, code },
+            Chunk::Credit { stream, unordered, max } => Chunk::Credit { stream, unordered, max },
+            Chunk::Abandon { stream, unordered, start, end } => Chunk::Abandon { stream, unordered, start, end },
+            Chunk::Pad => Chunk::Pad,
+            Chunk::Handshake(m) => Chunk::Handshake(f(m)),
+        }
+    }
+}
+
 impl<D: AsRef<[u8]>> Chunk<D> {
     /// The stream it concerns (0 for padding and handshake chunks).
     pub fn stream(&self) -> u16 {

@@ -7,6 +7,7 @@ use crate::wire::ErrorCode;
 use std::ops::Range;
 use std::time::Duration;
 
+/// The receiver's parameters (spec §16.4–§16.8).
 #[derive(Debug, Clone)]
 pub struct ReceiverConfig {
     /// Seeds the client id and the feedback delays.
@@ -17,7 +18,9 @@ pub struct ReceiverConfig {
     pub network: u32,
     /// Accept only this session, if set.
     pub session: Option<u32>,
+    /// REGISTER is sent again this often until the sender confirms it (spec §16.1).
     pub register_retry: Duration,
+    /// A completed receiver repeats its STATUS this often until confirmed (spec §16.1, step 4).
     pub status_interval: Duration,
     /// Largest file in packets (spec §16.8).
     pub max_packets: u32,
@@ -50,15 +53,20 @@ impl Default for ReceiverConfig {
 /// datagram passed to `handle_datagram` to write at `offset`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Delivery {
+    /// File offset of the new bytes.
     pub offset: u64,
+    /// Where they are in the datagram.
     pub payload: Range<usize>,
 }
 
+/// What the receiver reports, in order, from [`crate::mcast::McastReceiver::poll_event`] (spec §16.1).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ReceiverEvent {
     /// A session was heard (first ANNOUNCE, or its size and hash became known).
     Announced(Announcement),
+    /// The sender confirmed our registration.
     Registered {
+        /// The first SN we receive (spec §16.6).
         from_sn: u32,
     },
     /// Every packet is held: verify the file, then call `finish`.
@@ -68,26 +76,41 @@ pub enum ReceiverEvent {
     Confirmed,
     /// The session ended (for everyone, or for us with an error code).
     Ended {
+        /// `None` for a clean end; the code for an error.
         error: Option<ErrorCode>,
     },
     /// Nothing from the sender for `sender_timeout`.
     SenderLost,
 }
 
+/// The receiver's counters.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ReceiverStats {
+    /// DATA packets received that were new.
     pub data_packets: u64,
+    /// DATA packets already held.
     pub duplicates: u64,
+    /// Repairs received (multicast or unicast).
     pub repairs_received: u64,
+    /// ACKs sent (spec §16.3).
     pub acks_sent: u64,
+    /// ACKs not sent because another receiver of the network sent one (spec §16.4).
     pub acks_suppressed: u64,
+    /// NACKs sent (spec §16.4).
     pub nacks_sent: u64,
+    /// NACKs not sent because another receiver's covered them (spec §16.4).
     pub nacks_suppressed: u64,
+    /// REPAIR requests sent (spec §16.1, step 3).
     pub repair_requests: u64,
+    /// STATUS reports sent.
     pub status_sent: u64,
+    /// Datagrams that did not parse (dropped and counted).
     pub dropped_malformed: u64,
+    /// Datagrams for another session.
     pub dropped_other_session: u64,
+    /// DATA beyond `max_packets` or the announced size.
     pub dropped_beyond_limit: u64,
+    /// Parity shards received (spec §16.9).
     pub parity_received: u64,
     /// Packets rebuilt from parity.
     pub fec_recovered: u64,
@@ -96,7 +119,10 @@ pub struct ReceiverStats {
     /// packets that failed authentication or came from the wrong source;
     /// replays.
     pub dropped_unprotected: u64,
+    /// Sealed packets for which no key is held yet.
     pub dropped_no_key: u64,
+    /// Sealed packets that failed authentication or came from the wrong source.
     pub dropped_unauthenticated: u64,
+    /// Sealed packets seen before (replays).
     pub dropped_replayed: u64,
 }

@@ -39,6 +39,7 @@ use std::net::SocketAddr;
 use std::ops::Range;
 use std::time::Instant;
 
+/// One receiver of a multicast file session (spec §16), sans-IO: fed datagrams from the group and from the sender, it reports what to write where ([`Delivery`]), the feedback to send, and its events.
 #[derive(Debug)]
 pub struct McastReceiver {
     cfg: ReceiverConfig,
@@ -128,6 +129,7 @@ enum Urgent {
 }
 
 impl McastReceiver {
+    /// A receiver listening for sessions on `group`.
     pub fn new(cfg: ReceiverConfig, group: SocketAddr) -> Self {
         let mut rng = ChaCha8Rng::seed_from_u64(cfg.seed);
         let client = rng.next_u32().max(1);
@@ -189,18 +191,22 @@ impl McastReceiver {
         self.ignored
     }
 
+    /// Our client id in REGISTER and feedback.
     pub fn client_id(&self) -> u32 {
         self.client
     }
 
+    /// The counters so far.
     pub fn stats(&self) -> ReceiverStats {
         self.stats
     }
 
+    /// The session joined (or heard), once an ANNOUNCE came.
     pub fn announcement(&self) -> Option<&Announcement> {
         self.info.as_ref()
     }
 
+    /// The sender's unicast address, once heard.
     pub fn sender(&self) -> Option<SocketAddr> {
         self.sender
     }
@@ -217,10 +223,12 @@ impl McastReceiver {
         described && self.total.is_some_and(|t| self.have.ones() >= u64::from(t))
     }
 
+    /// Whether our part is over (confirmed, ended or the sender lost): nothing more will be sent.
     pub fn is_finished(&self) -> bool {
         self.confirmed || self.ended
     }
 
+    /// The next event, in order.
     pub fn poll_event(&mut self) -> Option<ReceiverEvent> {
         self.events.pop_front()
     }
@@ -505,6 +513,7 @@ impl McastReceiver {
         }
     }
 
+    /// The next deadline to call [`McastReceiver::handle_timeout`] at.
     pub fn poll_timeout(&self) -> Option<Instant> {
         if self.is_finished() {
             return None;
@@ -518,6 +527,7 @@ impl McastReceiver {
         })
     }
 
+    /// Runs the timers due at `now`.
     pub fn handle_timeout(&mut self, now: Instant) {
         for &t in ReceiverTimer::ALL {
             if !self.is_finished() && self.timers.expired(t, now) {
@@ -549,6 +559,7 @@ impl McastReceiver {
         self.timers.set(ReceiverTimer::SenderLost, now + self.cfg.sender_timeout);
     }
 
+    /// Writes the next datagram to send into `buf`, if any.
     pub fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<McTransmit> {
         if self.security.is_none() {
             return self.poll_plain(now, buf);

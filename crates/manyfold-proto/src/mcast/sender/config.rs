@@ -14,6 +14,7 @@ pub struct SenderConfig {
     pub seed: u64,
     /// Largest datagram, header included; DATA carries `max_datagram − 24`.
     pub max_datagram: usize,
+    /// ANNOUNCE goes out this often for the whole session (spec §16.1).
     pub announce_interval: Duration,
     /// Longest the data phase waits for `min_receivers`.
     pub announce_wait: Duration,
@@ -26,6 +27,7 @@ pub struct SenderConfig {
     /// ACKs per network, lower it back towards `artp_max` below 1.15
     /// (spec §16.4).
     pub adapt_artp: bool,
+    /// Ceiling of the adapted `ARTP_max` (spec §16.4).
     pub artp_cap: Duration,
     /// Timer growth on expiry (α > 1).
     pub alpha: f64,
@@ -33,8 +35,11 @@ pub struct SenderConfig {
     pub beta: f64,
     /// The timer's floor, `dflt_Tout`.
     pub default_timeout: Duration,
+    /// The window timer's ceiling (spec §16.3).
     pub max_timeout: Duration,
+    /// Packets in the first window (spec §16.3).
     pub initial_window: u32,
+    /// Most packets in one window (spec §16.3).
     pub max_window: u32,
     /// Double the window on each confirmed window until the first sign of
     /// congestion (a shrink or an expiry), then grow it by one as the
@@ -44,13 +49,19 @@ pub struct SenderConfig {
     pub repair_gather: Duration,
     /// Receivers asking for one packet in a round for it to go by multicast.
     pub repair_multicast_min: usize,
+    /// Receivers not done this long after the last window are dropped as incomplete (spec §16.7).
     pub completion_timeout: Duration,
+    /// A receiver that asks for repairs more often than this is dropped (spec §16.7).
     pub max_repair_passes: u32,
+    /// A receiver heard from not at all for this long is dropped as unresponsive (spec §16.7).
     pub receiver_timeout: Duration,
     /// Drop a receiver whose reported loss exceeds this fraction.
     pub max_loss: Option<f64>,
+    /// Most receivers in the table; REGISTERs beyond it are refused (spec §16.8).
     pub max_receivers: usize,
+    /// Most pending repair entries (spec §16.8).
     pub max_repair_queue: usize,
+    /// Largest file in packets (spec §16.8).
     pub max_packets: u32,
     /// Pace each window's packets at the rate of recently confirmed windows
     /// (the paper sends them back to back).
@@ -118,13 +129,17 @@ impl Default for SenderConfig {
 /// One window's fate, for traces and the model checks (spec §16.3).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct WindowRecord {
+    /// SN of its first packet.
     pub first: u32,
+    /// SN of its last packet (LWSN).
     pub lwsn: u32,
+    /// Packets in it (W).
     pub size: u32,
     /// Sent (last packet) at.
     pub sent: Instant,
     /// Confirmed by every awaited network, or expired.
     pub confirmed: bool,
+    /// When it was confirmed or expired.
     pub resolved: Instant,
     /// Timer in force for this window.
     pub timeout: Duration,
@@ -132,27 +147,39 @@ pub struct WindowRecord {
     pub feedback: u32,
 }
 
+/// What the sender reports, in order, from [`crate::mcast::McastSender::poll_event`] (spec §16.1).
 #[derive(Debug, Clone, PartialEq)]
 pub enum SenderEvent {
+    /// A receiver registered (spec §16.1, §16.6).
     ReceiverJoined {
+        /// Its client id.
         client: u32,
+        /// Its address.
         addr: SocketAddr,
+        /// The first SN it receives (spec §16.6).
         from_sn: u32,
     },
     /// The data phase began.
     DataStarted,
+    /// A window was confirmed or expired (spec §16.3).
     Window(WindowRecord),
     /// Every packet has gone out once; repairs follow.
     RepairStarted,
+    /// A receiver's part ended: completed, or dropped (spec §16.7).
     ReceiverDone {
+        /// Its client id.
         client: u32,
+        /// How its part ended.
         outcome: ReceiverOutcome,
     },
     /// A receiver ended its part itself with `code` (its STATUS with ERR),
     /// e.g. `INTERRUPTED`: its outcome is `Incomplete`, `left` says why.
     ReceiverLeft {
+        /// Its client id.
         client: u32,
+        /// Its address.
         addr: SocketAddr,
+        /// The code of its STATUS.
         code: ErrorCode,
     },
     /// The session is over; every receiver's outcome is in `receivers()`.
@@ -161,10 +188,13 @@ pub enum SenderEvent {
     Failed(SenderError),
 }
 
+/// Why a session ended without a transfer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum SenderError {
+    /// No receiver registered within `announce_wait`.
     #[error("no receiver registered within the announce wait")]
     NoReceivers,
+    /// Every receiver was dropped before it completed (spec §16.7).
     #[error("every receiver was dropped")]
     AllDropped,
     /// `McastSender::abort` ended the session with this code.
@@ -175,31 +205,49 @@ pub enum SenderError {
 /// Counters (spec §16.4's feedback figures among them).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct SenderStats {
+    /// DATA packets multicast in the multicast phase.
     pub data_packets: u64,
+    /// Payload bytes of those packets.
     pub data_bytes: u64,
+    /// Repairs sent by multicast (spec §16.1, step 3).
     pub repair_multicast: u64,
+    /// Repairs sent by unicast to one receiver.
     pub repair_unicast: u64,
     /// Parity shards multicast (proactive and repair).
     pub parity_packets: u64,
+    /// ANNOUNCE packets sent.
     pub announces: u64,
+    /// ACKs received (spec §16.3).
     pub acks: u64,
+    /// ACKs for a window already confirmed or expired.
     pub late_acks: u64,
+    /// NACKs received (spec §16.4).
     pub nacks: u64,
+    /// REPAIR requests received (spec §16.1, step 3).
     pub repair_requests: u64,
+    /// STATUS reports received (spec §16.1, step 4).
     pub status_reports: u64,
+    /// Windows confirmed by every awaited network.
     pub windows_confirmed: u64,
+    /// Windows whose timer expired first.
     pub windows_expired: u64,
     /// Last packets of a window sent again because no ACK came (a lost LWSN).
     pub probes: u64,
+    /// Datagrams that did not parse (dropped and counted).
     pub dropped_malformed: u64,
+    /// Datagrams for another session.
     pub dropped_other_session: u64,
+    /// Feedback from a client id not registered.
     pub dropped_unknown_client: u64,
+    /// REGISTERs refused (table full, spec §16.8).
     pub refused: u64,
     /// Protected sessions (spec §19.7): plain packets other than a
     /// registration; sealed packets that failed authentication (or came
     /// under another receiver's source); replays.
     pub dropped_unprotected: u64,
+    /// Sealed packets that failed authentication or came under another receiver's source.
     pub dropped_unauthenticated: u64,
+    /// Sealed packets seen before (replays).
     pub dropped_replayed: u64,
     /// Registrations whose handshake failed (another PSK, an unknown key).
     pub auth_failures: u64,

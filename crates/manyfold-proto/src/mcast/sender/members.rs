@@ -44,8 +44,11 @@ impl ReceiverOutcome {
 /// What the sender knows of one receiver.
 #[derive(Debug, Clone)]
 pub struct ReceiverReport {
+    /// Its client id.
     pub client: u32,
+    /// Its address.
     pub addr: SocketAddr,
+    /// Its network id (spec §16.4).
     pub network: u32,
     /// The SN it was told it receives from.
     pub joined_at: u32,
@@ -53,7 +56,9 @@ pub struct ReceiverReport {
     pub held: u32,
     /// Losses it reported (NACK and ACK ranges).
     pub reported_lost: u64,
+    /// Repair rounds it asked for (spec §16.7).
     pub repair_passes: u32,
+    /// How its part ended, or `Active` while it lasts.
     pub outcome: ReceiverOutcome,
     /// The code it left the session with, if it ended its part itself
     /// (its outcome is then `Incomplete`): `INTERRUPTED` when its process

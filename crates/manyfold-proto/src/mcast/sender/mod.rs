@@ -113,6 +113,7 @@ const ABORT_ENDS: usize = 3;
 /// How often silent receivers are looked for.
 const SWEEP_INTERVAL: Duration = Duration::from_millis(500);
 
+/// The sender of one multicast file session (spec §16), sans-IO: announce, windows of DATA, repairs, completion; fed the receivers' feedback, it says what to send to the group or to one receiver, and reports events.
 #[derive(Debug)]
 pub struct McastSender {
     cfg: SenderConfig,
@@ -233,18 +234,22 @@ impl McastSender {
         self.security.is_some()
     }
 
+    /// The session id every packet carries.
     pub fn session_id(&self) -> u32 {
         self.session
     }
 
+    /// Payload bytes per DATA packet.
     pub fn block(&self) -> u16 {
         self.info.block
     }
 
+    /// The counters so far.
     pub fn stats(&self) -> SenderStats {
         self.stats
     }
 
+    /// Every receiver that registered, with its outcome so far.
     pub fn receivers(&self) -> &[ReceiverReport] {
         &self.receivers
     }
@@ -259,6 +264,7 @@ impl McastSender {
         (self.next_sn, self.total)
     }
 
+    /// Whether the session is over (finished, failed or aborted) and its ENDs sent.
     pub fn is_done(&self) -> bool {
         self.stage == Stage::Done
     }
@@ -293,6 +299,7 @@ impl McastSender {
         }
     }
 
+    /// The next event, in order.
     pub fn poll_event(&mut self) -> Option<SenderEvent> {
         self.events.pop_front()
     }
@@ -333,6 +340,7 @@ impl McastSender {
         self.events.push_back(SenderEvent::Failed(e));
     }
 
+    /// Takes one datagram from a receiver (REGISTER, ACK, NACK, REPAIR, STATUS); malformed ones are dropped and counted.
     pub fn handle_datagram(&mut self, now: Instant, from: SocketAddr, data: &[u8]) {
         if data.first().is_none_or(|b| b & 0x0f != PacketType::McSealed as u8) {
             return self.on_packet(now, from, data, None);
@@ -454,6 +462,7 @@ impl McastSender {
         self.check_loss(now, idx);
     }
 
+    /// The next deadline to call [`McastSender::handle_timeout`] at.
     pub fn poll_timeout(&self) -> Option<Instant> {
         self.timers.next_of(|t| self.wakes(t))
     }
@@ -473,6 +482,7 @@ impl McastSender {
         }
     }
 
+    /// Runs the timers due at `now`.
     pub fn handle_timeout(&mut self, now: Instant) {
         for &t in SenderTimer::ALL {
             if self.timers.expired(t, now) {

@@ -13,8 +13,9 @@
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use crate::connection::{CloseReason, State};
-use crate::wire::chunk::{data_flags, parse_chunks, Chunk};
+use super::{CloseReason, State};
+pub use crate::recovery::LossTrigger;
+use crate::wire::chunk::{parse_chunks, Chunk};
 use crate::wire::{Flags, Packet, PacketType};
 
 /// One event and when it happened, counted from the connection's creation.
@@ -105,28 +106,6 @@ impl SendTrigger {
     }
 }
 
-/// What declared a packet lost (spec §5.4).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum LossTrigger {
-    /// Enough later packets were acknowledged (RACK's packet threshold).
-    Reordering,
-    /// It waited longer than the RACK time threshold.
-    Time,
-    /// The retransmission timer expired.
-    Rto,
-}
-
-impl LossTrigger {
-    /// The trigger's name as qlog spells it.
-    pub fn name(self) -> &'static str {
-        match self {
-            LossTrigger::Reordering => "reordering_threshold",
-            LossTrigger::Time => "time_threshold",
-            LossTrigger::Rto => "rto",
-        }
-    }
-}
-
 /// The header and contents of one datagram, as the trace shows them.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PacketInfo {
@@ -146,97 +125,16 @@ pub struct PacketInfo {
     pub size: u32,
     /// SACK ranges `[start, end)` of sequence numbers (spec §3.3.1).
     pub sack: Vec<(u32, u32)>,
-    /// The chunks of the data area, in order.
-    pub frames: Vec<Frame>,
-}
-
-/// One chunk of the data area (spec §13.2).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Frame {
-    /// Stream data (spec §13.2).
-    Stream {
-        /// The stream.
-        stream: u16,
-        /// Stream offset of the first byte.
-        offset: u64,
-        /// Bytes carried.
-        len: u32,
-        /// The first chunk of a message.
-        begin: bool,
-        /// The last chunk of a message.
-        end: bool,
-        /// The stream's last byte (stream FIN).
-        fin: bool,
-        /// Of the unordered offset space.
-        unordered: bool,
-    },
-    /// RESET_STREAM: the sender abandons its side.
-    Reset {
-        /// The stream.
-        stream: u16,
-        /// The application's error code.
-        code: u16,
-        /// Where the stream ended.
-        final_size: u64,
-    },
-    /// STOP: asks the sender to stop.
-    Stop {
-        /// The stream.
-        stream: u16,
-        /// The application's error code.
-        code: u16,
-    },
-    /// CREDIT: flow-control credit.
-    Credit {
-        /// The stream.
-        stream: u16,
-        /// Of the unordered offset space.
-        unordered: bool,
-        /// Offsets below this may be sent.
-        max: u64,
-    },
-    /// ABANDON: a message given up.
-    Abandon {
-        /// The stream.
-        stream: u16,
-        /// Its first offset.
-        start: u64,
-        /// Its end offset.
-        end: u64,
-    },
-    /// One byte of padding.
-    Pad,
-    /// A Noise handshake message of `len` bytes (spec §19.2).
-    Handshake {
-        /// Its length in bytes.
-        len: u16,
-    },
+    /// The chunks of the data area, in order, each payload replaced by its
+    /// length in bytes (a trace keeps no application bytes).
+    pub chunks: Vec<Chunk<u32>>,
 }
 
 impl PacketInfo {
     /// The trace's view of a parsed packet of `size` bytes.
     pub fn of(p: &Packet<'_>, size: usize) -> PacketInfo {
         let h = &p.header;
-        let frames = parse_chunks(p.data)
-            .map_while(Result::ok)
-            .map(|c| match c {
-                Chunk::Data(d) => Frame::Stream {
-                    stream: d.stream,
-                    offset: d.offset,
-                    len: d.data.len() as u32,
-                    begin: d.flags & data_flags::BEGIN != 0,
-                    end: d.flags & data_flags::END != 0,
-                    fin: d.flags & data_flags::FIN != 0,
-                    unordered: d.flags & data_flags::UNORDERED != 0,
-                },
-                Chunk::Reset { stream, code, final_size } => Frame::Reset { stream, code, final_size },
-                Chunk::Stop { stream, code } => Frame::Stop { stream, code },
-                Chunk::Credit { stream, unordered, max } => Frame::Credit { stream, unordered, max },
-                Chunk::Abandon { stream, start, end, .. } => Frame::Abandon { stream, start, end },
-                Chunk::Pad => Frame::Pad,
-                Chunk::Handshake(m) => Frame::Handshake { len: m.len() as u16 },
-            })
-            .collect();
+        let chunks = parse_chunks(p.data).map_while(Result::ok).map(|c| c.map_payload(|d| d.len() as u32)).collect();
         PacketInfo {
             ptype: h.ptype,
             flags: h.flags,
@@ -246,13 +144,13 @@ impl PacketInfo {
             window: h.window,
             size: size as u32,
             sack: p.sack.map(|s| s.ranges().to_vec()).unwrap_or_default(),
-            frames,
+            chunks,
         }
     }
 
     /// Bytes of stream data the packet carries.
     pub fn stream_bytes(&self) -> u64 {
-        self.frames.iter().map(|f| if let Frame::Stream { len, .. } = f { u64::from(*len) } else { 0 }).sum()
+        self.chunks.iter().map(|c| if let Chunk::Data(d) = c { u64::from(d.data) } else { 0 }).sum()
     }
 }
 
