@@ -95,3 +95,31 @@ fn rr_client_json_gives_counts_rate_and_latency_percentiles() {
     assert_eq!(v["encrypted"], false, "{v}");
     drop(server);
 }
+
+#[test]
+fn serve_json_gives_its_address_then_an_object_per_session() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("served");
+    std::fs::create_dir(&dir).unwrap();
+    samplegen(&dir.join("f.bin"), "1MB", 6);
+    let mut cmd = manyfold();
+    cmd.args(["serve", "--listen", "127.0.0.1:0", "--json", "--dir", dir.to_str().unwrap()]);
+    let mut server = Running::spawn(cmd);
+    let first: Value = serde_json::from_str(&server.wait_for_line("listening", LIMIT)).unwrap();
+    let addr = first["listening"].as_str().expect("listening address").to_string();
+    assert_eq!(first["dir"].as_str(), dir.to_str(), "{first}");
+    let out_path = tmp.path().join("got.bin");
+    run_args(&["fetch", "f.bin", "--from", &addr, "--out", out_path.to_str().unwrap()], LIMIT).assert_success();
+    let line = server.wait_for_line("\"peer\"", LIMIT);
+    let v: Value = serde_json::from_str(&line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}"));
+    assert!(v["peer"].as_str().is_some_and(|p| p.parse::<std::net::SocketAddr>().is_ok()), "{v}");
+    assert_eq!((v["encrypted"].as_bool(), v["names"][0].as_str()), (Some(false), Some("f.bin")), "{v}");
+    assert!(v["segments"].as_u64() > Some(0) && v["bytes"].as_u64() == Some(1_000_000), "{v}");
+    assert!(v["seconds"].as_f64().is_some_and(|s| s > 0.0), "{v}");
+    assert_eq!(v["answered"].as_array().map(Vec::len), Some(0), "{v}");
+    assert!(v["ended"].is_null(), "a session closed by its client ends cleanly: {v}");
+    let out = server.kill();
+    for line in out.stdout.lines() {
+        serde_json::from_str::<Value>(line).unwrap_or_else(|e| panic!("only JSON on stdout ({e}): {line}"));
+    }
+}
