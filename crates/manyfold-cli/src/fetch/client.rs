@@ -198,10 +198,13 @@ impl std::fmt::Display for FetchReport {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let m = &self.manifest;
         let fetched: u64 = self.servers.iter().map(|s| s.bytes).sum();
-        let used = self.servers.iter().filter(|s| s.used).count();
+        // Those that served to the end; one that failed part-way is counted apart.
+        let used = self.servers.iter().filter(|s| s.used && s.failed.is_none()).count();
+        let failed = self.servers.iter().filter(|s| s.used && s.failed.is_some()).count();
+        let failed = if failed > 0 { format!(" ({failed} more failed part-way)") } else { String::new() };
         writeln!(
             f,
-            "{} {} ({}, {} segments of {}) from {used} of {} servers into {} in {}",
+            "{} {} ({}, {} segments of {}) from {used} of {} servers{failed} into {} in {}",
             if self.complete { "fetched" } else { "did not complete" },
             self.name,
             human_bytes(m.size),
