@@ -245,3 +245,17 @@ fn a_tree_reaches_every_receiver_of_a_group_with_one_report() {
     refused.assert_failure();
     assert!(refused.stderr.contains("spreads one regular file"), "{refused}");
 }
+
+#[test]
+fn recv_takes_dash_f_for_overwrite_as_the_ftp_shell_does() {
+    let tmp = tempfile::tempdir().unwrap();
+    let src = tmp.path().join("x.txt");
+    std::fs::write(&src, b"new").unwrap();
+    let inbox = tmp.path().join("inbox");
+    std::fs::create_dir(&inbox).unwrap();
+    std::fs::write(inbox.join("x.txt"), b"old").unwrap();
+    let (recv, addr) = recv_once(&inbox, &["-f"]);
+    run_args(&["send", src.to_str().unwrap(), "--to", &addr], LIMIT).assert_success();
+    recv.wait(LIMIT).assert_success();
+    assert_eq!(std::fs::read(inbox.join("x.txt")).unwrap(), b"new");
+}

@@ -59,8 +59,8 @@ pub struct FetchArgs {
     pub out: Option<PathBuf>,
 
     /// Replace FILE if it exists (refused by default, before any network
-    /// work).
-    #[arg(long)]
+    /// work); -f, as in the ftp shell.
+    #[arg(short = 'f', long)]
     pub overwrite: bool,
 
     #[command(flatten)]

@@ -41,8 +41,9 @@ pub struct RecvArgs {
     #[arg(long)]
     pub once: bool,
 
-    /// Replace files that already exist in DIR (refused by default).
-    #[arg(long)]
+    /// Replace files that already exist in DIR (refused by default); -f,
+    /// as in the ftp shell.
+    #[arg(short = 'f', long)]
     pub overwrite: bool,
 
     /// Remove partial files no transfer has written for this long (what
