@@ -21,7 +21,7 @@ use crate::report::{self, Direction, Report};
 use crate::size::human_bytes;
 
 /// How long a new connection may take to send its request.
-const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+pub(super) const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 
 #[derive(Args, Debug)]
 pub struct RecvArgs {

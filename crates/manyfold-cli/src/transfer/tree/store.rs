@@ -19,7 +19,7 @@ use crate::fsutil::{available_space, hash_prefix, hidden_name, PartFile, ResumeF
 use crate::net::Connection;
 use crate::report::{self, Direction, Report};
 use crate::size::human_bytes;
-use crate::transfer::recv::{refuse, RecvOptions};
+use crate::transfer::recv::{refuse, RecvOptions, REQUEST_TIMEOUT};
 use crate::transfer::takeover::Claims;
 use crate::transfer::wire::Reply;
 
@@ -33,7 +33,9 @@ pub async fn receive_tree(
 ) -> Result<Report> {
     let peer = conn.peer_addr();
     let security = conn.protection();
-    let entries = match wire::read_list(conn).await {
+    let listed = tokio::time::timeout(REQUEST_TIMEOUT, wire::read_list(conn)).await;
+    let Ok(listed) = listed else { bail!("no complete list within {} s", REQUEST_TIMEOUT.as_secs()) };
+    let entries = match listed {
         Ok(entries) => entries,
         Err(e @ (wire::ListError::Truncated | wire::ListError::Io(_))) => {
             return Err(e).context("cannot read the list of entries")
