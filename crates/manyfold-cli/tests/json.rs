@@ -123,3 +123,21 @@ fn serve_json_gives_its_address_then_an_object_per_session() {
         serde_json::from_str::<Value>(line).unwrap_or_else(|e| panic!("only JSON on stdout ({e}): {line}"));
     }
 }
+
+#[test]
+fn echo_json_gives_one_object_with_counts_and_round_trips_instead_of_the_lines() {
+    let mut cmd = manyfold();
+    cmd.args(["echo-server", "--listen", "127.0.0.1:0"]);
+    let mut server = Running::spawn(cmd);
+    let addr = server.listening_addr().to_string();
+    let out = run_args(&["echo", &addr, "hello", "wide world", "--json"], LIMIT);
+    out.assert_success();
+    let v = one_object(&out.stdout);
+    assert_eq!(v["peer"].as_str(), Some(addr.as_str()), "{v}");
+    assert_eq!((v["lines"].as_u64(), v["bytes"].as_u64()), (Some(2), Some(17)), "two lines with their newlines: {v}");
+    assert_eq!(v["encrypted"], false, "{v}");
+    let t = |k: &str| v[k].as_f64().unwrap_or_else(|| panic!("{k} in {v}"));
+    let (min, avg, max) = (t("rtt_min_seconds"), t("rtt_avg_seconds"), t("rtt_max_seconds"));
+    assert!(0.0 < min && min <= avg && avg <= max && max < 5.0, "{v}");
+    drop(server);
+}
