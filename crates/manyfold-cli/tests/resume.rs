@@ -52,16 +52,34 @@ fn check_resumed(v: &Value, size: u64, at_least: u64) {
     assert!((goodput - (size - resumed) as f64 / secs).abs() <= 1.0, "goodput counts only what moved now: {v}");
 }
 
-#[test]
-fn a_killed_sender_is_resumed_and_the_second_run_sends_only_the_rest() {
+/// A 12 MB sample (`seed`) paced to a receiver until the receiver holds
+/// 2 MB of it: the directory, the file, the inbox, the receiver, its
+/// address, the sender and the partial file's size then.
+struct Midway {
+    _tmp: tempfile::TempDir,
+    src: std::path::PathBuf,
+    inbox: std::path::PathBuf,
+    receiver: Running,
+    addr: String,
+    sender: Running,
+    held: u64,
+}
+
+fn midway(seed: u64) -> Midway {
     let tmp = tempfile::tempdir().unwrap();
     let src = tmp.path().join("sample.bin");
-    samplegen(&src, "12MB", 8);
+    samplegen(&src, "12MB", seed);
     let inbox = tmp.path().join("inbox");
     std::fs::create_dir(&inbox).unwrap();
     let (receiver, addr) = recv(&inbox, &[]);
     let sender = slow_send(&src, &addr);
     let held = partial_size(&inbox, 2_000_000);
+    Midway { _tmp: tmp, src, inbox, receiver, addr, sender, held }
+}
+
+#[test]
+fn a_killed_sender_is_resumed_and_the_second_run_sends_only_the_rest() {
+    let Midway { _tmp, src, inbox, receiver, addr, sender, held } = midway(8);
     signal(&sender, "KILL");
     drop(sender);
 
@@ -75,14 +93,7 @@ fn a_killed_sender_is_resumed_and_the_second_run_sends_only_the_rest() {
 
 #[test]
 fn a_killed_receiver_leaves_a_partial_file_that_a_new_receiver_resumes() {
-    let tmp = tempfile::tempdir().unwrap();
-    let src = tmp.path().join("sample.bin");
-    samplegen(&src, "12MB", 9);
-    let inbox = tmp.path().join("inbox");
-    std::fs::create_dir(&inbox).unwrap();
-    let (first, addr) = recv(&inbox, &[]);
-    let sender = slow_send(&src, &addr);
-    let held = partial_size(&inbox, 2_000_000);
+    let Midway { _tmp, src, inbox, receiver: first, addr: _, sender, held } = midway(9);
     signal(&first, "KILL");
     drop(first);
     let failed = sender.wait(LIMIT);
@@ -98,14 +109,7 @@ fn a_killed_receiver_leaves_a_partial_file_that_a_new_receiver_resumes() {
 
 #[test]
 fn a_source_changed_since_the_interruption_is_sent_whole() {
-    let tmp = tempfile::tempdir().unwrap();
-    let src = tmp.path().join("sample.bin");
-    samplegen(&src, "12MB", 10);
-    let inbox = tmp.path().join("inbox");
-    std::fs::create_dir(&inbox).unwrap();
-    let (receiver, addr) = recv(&inbox, &[]);
-    let sender = slow_send(&src, &addr);
-    partial_size(&inbox, 2_000_000);
+    let Midway { _tmp, src, inbox, receiver, addr, sender, .. } = midway(10);
     signal(&sender, "KILL");
     drop(sender);
     // Same size, other bytes and mtime: the old partial file is not reused.
