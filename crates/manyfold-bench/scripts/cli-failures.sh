@@ -60,7 +60,7 @@ echo "  (message: $(head -1 "$WORK/serr"))" >&2
 # 3. the same with ICMP dropped (a namespace with its own loopback).
 if [ "$(id -u)" = 0 ] && command -v nft >/dev/null; then
     ip netns add "$NS"; ip -n "$NS" link set lo up
-    printf 'table ip f { chain out { type filter hook output priority 0; icmp type destination-unreachable drop; } }\n' |
+    printf 'table ip f { chain out { type filter hook output priority 0; icmp type destination-unreachable drop; }; }\n' |
         ip netns exec "$NS" nft -f -
     s=()
     for _ in $(seq "$RUNS"); do s+=("$(run_kill ip netns exec "$NS")"); done

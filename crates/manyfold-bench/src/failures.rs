@@ -90,17 +90,16 @@ pub fn run(args: Args) -> Result<()> {
     println!("| what | runs | failed | median | p99 | max | target |");
     println!("|---|---|---|---|---|---|---|");
     for r in &rows {
-        let mut s = r.samples.clone();
-        s.sort();
-        let pick = |q: f64| s.get(((s.len() as f64 - 1.0) * q).round() as usize).copied().unwrap_or_default();
+        let s = crate::stats::sorted(&r.samples.iter().map(Duration::as_secs_f64).collect::<Vec<f64>>());
+        let at = |secs: f64| Duration::try_from_secs_f64(secs).unwrap_or_default();
         println!(
             "| {} | {} | {} | {} | {} | {} | {} |",
             r.what,
             r.samples.len() + r.failures,
             r.failures,
-            fmt(pick(0.5)),
-            fmt(pick(0.99)),
-            fmt(s.last().copied().unwrap_or_default()),
+            fmt(at(crate::stats::median(&s))),
+            fmt(at(crate::stats::percentile(&s, 99.0))),
+            fmt(at(s.last().copied().unwrap_or_default())),
             r.target
         );
     }
@@ -251,7 +250,14 @@ async fn lossy_close(runs: usize) -> Result<Row> {
         c
     };
     for run in 0..runs as u64 {
-        match lossy_close_once(run, &lossy).await {
+        let stage = Stage::default();
+        let once = tokio::time::timeout(Duration::from_secs(240), lossy_close_once(run, &lossy, stage.clone()));
+        let Ok(outcome) = once.await else {
+            eprintln!("failures: lossy close run {run} hung (4 min) at: {}", stage.get());
+            row.failures += 1;
+            continue;
+        };
+        match outcome {
             Ok(Some(waited)) => row.samples.push(waited),
             Ok(None) => row.failures += 1,
             // The handshake itself gave up (30% loss each way): not a close to measure.
@@ -263,21 +269,28 @@ async fn lossy_close(runs: usize) -> Result<Row> {
 
 /// One lossy close: `Some(wait after the exit)`, `None` if the passive
 /// closer's close failed or took over 30 s.
-async fn lossy_close_once(run: u64, lossy: &dyn Fn(u64) -> Config) -> Result<Option<Duration>> {
+async fn lossy_close_once(run: u64, lossy: &dyn Fn(u64) -> Config, stage: Stage) -> Result<Option<Duration>> {
     let server = Endpoint::bind(localhost(), lossy(1000 + run)).await?;
     server.listen();
     let addr = server.local_addr()?;
     let cfg = lossy(5000 + run);
+    let at = stage.clone();
     let closer = std::thread::spawn(move || -> Result<()> {
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
         let out = rt.block_on(async move {
             let client = Endpoint::bind(localhost(), cfg).await?;
+            at.set("closer: connect");
             let mut conn = client.connect(addr).await?;
+            at.set("closer: write_all");
             conn.write_all(&[1u8; 20_000]).await?;
+            at.set("closer: close");
             conn.close().await?;
+            at.set("closer: read_to_end");
             let mut rest = Vec::new();
             conn.read_to_end(&mut rest).await?;
+            at.set("closer: wait_idle");
             client.wait_idle().await;
+            at.set("closer: done");
             anyhow::Ok(())
         });
         rt.shutdown_background();
@@ -288,13 +301,16 @@ async fn lossy_close_once(run: u64, lossy: &dyn Fn(u64) -> Config) -> Result<Opt
         tokio::task::spawn_blocking(move || closer.join()).await?.map_err(|_| anyhow::anyhow!("closer panicked"))??;
         bail!("no connection was accepted");
     };
+    stage.set("server: read_to_end");
     let mut got = Vec::new();
     accepted.read_to_end(&mut got).await?;
+    stage.set("server: closing, closer not joined");
     let closing = tokio::spawn(async move {
         let closed = accepted.close().await;
         (closed, accepted.stats())
     });
     tokio::task::spawn_blocking(move || closer.join()).await?.map_err(|_| anyhow::anyhow!("closer panicked"))??;
+    stage.set("server: closing after the closer's exit");
     let t = Instant::now();
     if got.len() != 20_000 {
         bail!("{} of 20,000 bytes arrived", got.len());
@@ -314,6 +330,25 @@ async fn lossy_close_once(run: u64, lossy: &dyn Fn(u64) -> Config) -> Result<Opt
         }
         _ => None,
     })
+}
+
+/// Where a run is, for the report of one that hangs.
+#[derive(Clone, Default)]
+struct Stage(std::sync::Arc<std::sync::Mutex<&'static str>>);
+
+impl Stage {
+    fn set(&self, at: &'static str) {
+        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = at;
+    }
+
+    fn get(&self) -> &'static str {
+        let at = *self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if at.is_empty() {
+            "set-up"
+        } else {
+            at
+        }
+    }
 }
 
 /// The receiver's process hangs (its runtime thread blocks, as under

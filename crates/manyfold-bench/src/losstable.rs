@@ -33,9 +33,11 @@ use clap::Args as ClapArgs;
 use manyfold_proto::{CongestionAlgorithm, ConnectionConfig};
 
 use crate::loopback::data::{Pattern, MISMATCH};
-use crate::loopback::report::{self, json_fields, json_str, med_range, median};
+use crate::loopback::report::json_fields;
 use crate::loopback::rows::{self, Failed, MfRow, Row, TimedOut};
 use crate::loopback::{human, parse_size, Sample};
+use crate::report::{header, json_str, load, Outputs};
+use crate::stats::{med_range, median};
 
 /// Paper 04, Fig. 22 ("RUSP Speed Test (tabular)"): the loss percentages
 /// of its columns, and per window size in packets the rate at each one.
@@ -56,6 +58,10 @@ fn paper(window: usize, loss: f64) -> Option<f64> {
 }
 
 #[derive(ClapArgs, Debug)]
+#[command(mut_arg("json", |a| a.help("Also write every transfer as JSON to this file")))]
+#[command(mut_arg("plot", |a| a.help(
+    "Also draw PNG charts into this directory (created if missing): loss-table-goodput.png (manyfold) and loss-table-paper.png (Fig. 22)"
+)))]
 pub struct Args {
     /// Bytes per transfer, e.g. 100MB (paper 04's file), 2MB, 1GiB.
     #[arg(long, default_value = "100MB")]
@@ -83,13 +89,8 @@ pub struct Args {
     /// CI's short run: 2 MB, windows 4 and 64, loss 0 and 10%.
     #[arg(long, conflicts_with_all = ["size", "windows", "loss"])]
     quick: bool,
-    /// Also write every transfer as JSON to this file.
-    #[arg(long)]
-    json: Option<PathBuf>,
-    /// Also draw PNG charts into this directory (created if missing):
-    /// loss-table-goodput.png (manyfold) and loss-table-paper.png (Fig. 22).
-    #[arg(long, value_name = "DIR")]
-    plot: Option<PathBuf>,
+    #[command(flatten)]
+    out: Outputs,
 }
 
 /// What became of one transfer.
@@ -187,7 +188,7 @@ impl Plan {
 pub fn run(args: &Args) -> Result<()> {
     let plan = Plan::new(args)?;
     let work = tempfile::Builder::new().prefix("manyfold-bench-loss-").tempdir()?;
-    let load_before = rows::load();
+    let load_before = load();
     let hash = Pattern::new(args.seed, plan.bytes).hash();
     // cells[loss][window] = one outcome per repetition
     let mut cells = vec![vec![Vec::new(); plan.windows.len()]; plan.loss.len()];
@@ -217,8 +218,8 @@ pub fn run(args: &Args) -> Result<()> {
         }
     }
     print_table(args, &plan, &cells, &load_before);
-    if let Some(path) = &args.json {
-        let body = format!(
+    args.out.write_json(|| {
+        format!(
             "{{\"scenario\":\"loss-table\",\"bytes\":{},\"seed\":{},\"cc\":{},\"payload_bytes_per_packet\":{},\"timeout_s\":{},\
              \"loss\":\"each side's driver drops loss_percent of the datagrams it sends (FaultConfig::send_loss); fault seeds: sender seed, receiver seed + 1\",\
              \"paper\":\"paper 04 Fig. 22, unit not stated\",\"cells\":[\n{}\n]}}\n",
@@ -228,14 +229,9 @@ pub fn run(args: &Args) -> Result<()> {
             plan.payload,
             plan.limit.as_secs(),
             log.join(",\n")
-        );
-        report::write_file(path, &body)?;
-    }
-    if let Some(dir) = &args.plot {
-        let files = charts(dir, &plan, &cells)?;
-        report::note_charts(&files);
-    }
-    Ok(())
+        )
+    })?;
+    args.out.draw(|dir| charts(dir, &plan, &cells))
 }
 
 fn progress(o: &Outcome, limit: Duration) -> String {
@@ -315,7 +311,7 @@ fn print_table(args: &Args, plan: &Plan, cells: &[Vec<Vec<Outcome>>], load_befor
     );
     println!();
     let sizes = format!("{} ({} bytes) per transfer, {} reps", human(plan.bytes), plan.bytes, args.reps);
-    println!("{}", report::header(&sizes, args.seed, load_before, &rows::load()));
+    println!("{}", header(&sizes, args.seed, load_before, &load()));
     println!();
     let mut head = "| window | receive buffer |".to_string();
     let mut rule = "|---|---|".to_string();

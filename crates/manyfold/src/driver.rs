@@ -16,18 +16,17 @@
 //! for the engine's inputs and outputs. Buffers are allocated once; the hot
 //! path allocates nothing per packet.
 
-use std::io::{self, IoSliceMut};
+use std::io;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use manyfold_proto::Transmit;
-use quinn_udp::{RecvMeta, BATCH_SIZE};
 use tokio::io::Interest;
 
 use crate::icmp;
 use crate::qlog::QlogWriter;
 use crate::shared::{Inner, Phase, Shared};
-use crate::socket::{canonical, UdpIo};
+use crate::socket::{canonical, RecvBatch, UdpIo};
 use crate::trace::{Direction, PacketTrace};
 
 /// Receive calls per iteration before the driver sends and yields, so that a
@@ -60,10 +59,7 @@ struct Step {
 pub(crate) struct Driver {
     shared: Arc<Shared>,
     io: UdpIo,
-    /// `BATCH_SIZE` receive slots of `slot_len` bytes each.
-    recv_buf: Box<[u8]>,
-    slot_len: usize,
-    metas: [RecvMeta; BATCH_SIZE],
+    recv: RecvBatch,
     /// Filled by `poll_transmit`; holds a refused transmit until it is sent.
     tx_buf: Vec<u8>,
     tx_pending: Option<Transmit>,
@@ -90,9 +86,7 @@ impl Driver {
         let tx_capacity = io.max_segments(max_datagram) * max_datagram;
         Driver {
             shared,
-            recv_buf: vec![0u8; slot_len * BATCH_SIZE].into_boxed_slice(),
-            slot_len,
-            metas: [RecvMeta::default(); BATCH_SIZE],
+            recv: RecvBatch::new(slot_len),
             tx_buf: Vec::with_capacity(tx_capacity),
             tx_pending: None,
             max_datagram,
@@ -112,7 +106,7 @@ impl Driver {
         loop {
             let mut more_input = false;
             for round in 0..RECV_ROUNDS {
-                match self.recv_batch() {
+                match self.recv.read(&self.io) {
                     Ok(n) => self.handle_batch(n),
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                     // An ICMP error surfaces once as the socket's pending
@@ -171,28 +165,17 @@ impl Driver {
         }
     }
 
-    /// One receive call: up to `BATCH_SIZE` buffers (recvmmsg where available).
-    fn recv_batch(&mut self) -> io::Result<usize> {
-        let mut slots = self.recv_buf.chunks_mut(self.slot_len);
-        let mut bufs: [IoSliceMut<'_>; BATCH_SIZE] =
-            std::array::from_fn(|_| IoSliceMut::new(slots.next().expect("recv_buf holds BATCH_SIZE slots")));
-        self.io.recv(&mut bufs, &mut self.metas)
-    }
-
     /// Feeds the datagrams of one receive call to the engine.
     fn handle_batch(&mut self, n: usize) {
         let mut guard = self.shared.lock();
         let inner = &mut *guard;
         let now = now();
-        for (i, meta) in self.metas.iter().enumerate().take(n) {
-            let from = canonical(meta.addr);
-            let start = i * self.slot_len;
-            let Some(buf) = self.recv_buf.get(start..start + meta.len.min(self.slot_len)) else { continue };
-            let stride = if meta.stride == 0 { buf.len().max(1) } else { meta.stride };
-            if buf.len() > stride {
+        for slot in self.recv.slots(n) {
+            let from = slot.from;
+            if slot.coalesced() {
                 inner.driver_stats.gro_receives += 1;
             }
-            for datagram in buf.chunks(stride) {
+            for datagram in slot.datagrams() {
                 inner.driver_stats.datagrams_received += 1;
                 let copies = match inner.faults.as_mut() {
                     Some(f) => {

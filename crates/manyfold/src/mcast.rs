@@ -13,12 +13,10 @@ use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::time::{Duration, Instant};
 
 use manyfold_proto::mcast::{McastReceiver, McastSender, ReceiverEvent};
-use quinn_udp::{RecvMeta, BATCH_SIZE};
 use socket2::{Domain, Protocol, Socket, Type};
-use std::io::IoSliceMut;
 use tokio::sync::watch;
 
-use crate::socket::UdpIo;
+use crate::socket::{RecvBatch, UdpIo};
 
 pub use manyfold_proto::mcast::{network_of, ReceiverOutcome, ReceiverReport, SenderError, WindowRecord};
 /// The session's settings and announcement, so that `manyfold::mcast` is all a
@@ -124,60 +122,28 @@ async fn send_io(io: &UdpIo, dest: SocketAddr, contents: &[u8], seg: Option<usiz
     }
 }
 
-/// Receive buffers for one batched read (recvmmsg, and GRO where the
-/// kernel offers it).
-struct RecvBatch {
-    buf: Box<[u8]>,
-    slot_len: usize,
-    metas: [RecvMeta; BATCH_SIZE],
-}
+/// A slot of a multicast receive batch holds a GRO batch: up to 64
+/// datagrams (UDP_GRO_CNT_MAX) of up to ~1.5 KB, more than 64 KiB; a
+/// smaller slot makes the read fail with EMSGSIZE.
+const RECV_SLOT: usize = 1 << 17;
 
-impl RecvBatch {
-    fn new() -> Self {
-        // A slot holds a GRO batch: up to 64 datagrams (UDP_GRO_CNT_MAX) of
-        // up to ~1.5 KB, more than 64 KiB; a smaller slot makes the read
-        // fail with EMSGSIZE.
-        let slot_len = 1 << 17;
-        RecvBatch {
-            buf: vec![0u8; slot_len * BATCH_SIZE].into_boxed_slice(),
-            slot_len,
-            metas: [RecvMeta::default(); BATCH_SIZE],
-        }
-    }
-
-    /// Waits for and reads a batch; returns how many slots were filled.
-    /// A failed read (a GRO batch larger than a slot: EMSGSIZE; an ICMP
-    /// error queued on the socket) loses what it held, which repair
-    /// recovers; only a run of failures is an error.
-    async fn recv(&mut self, io: &UdpIo) -> io::Result<usize> {
-        let mut failures = 0;
-        loop {
-            io.socket.readable().await?;
-            let mut slots = self.buf.chunks_mut(self.slot_len);
-            let mut bufs: [IoSliceMut<'_>; BATCH_SIZE] =
-                std::array::from_fn(|_| IoSliceMut::new(slots.next().expect("BATCH_SIZE slots")));
-            match io.recv(&mut bufs, &mut self.metas) {
-                Ok(n) => return Ok(n),
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
-                Err(e) if failures < 1_000 => {
-                    failures += 1;
-                    tracing::debug!(error = %e, "multicast receive failed; datagrams lost");
-                }
-                Err(e) => return Err(e),
+/// Waits for and reads a batch into `batch`; returns how many slots were
+/// filled. A failed read (a GRO batch larger than a slot: EMSGSIZE; an
+/// ICMP error queued on the socket) loses what it held, which repair
+/// recovers; only a run of failures is an error.
+async fn recv_io(batch: &mut RecvBatch, io: &UdpIo) -> io::Result<usize> {
+    let mut failures = 0;
+    loop {
+        io.socket.readable().await?;
+        match batch.read(io) {
+            Ok(n) => return Ok(n),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+            Err(e) if failures < 1_000 => {
+                failures += 1;
+                tracing::debug!(error = %e, "multicast receive failed; datagrams lost");
             }
+            Err(e) => return Err(e),
         }
-    }
-
-    /// The datagrams of the first `n` slots, with their sources (mutable:
-    /// a protected session's are opened in place, spec §19.7).
-    fn datagrams(&mut self, n: usize) -> impl Iterator<Item = (SocketAddr, &mut [u8])> + '_ {
-        let slot_len = self.slot_len;
-        self.buf.chunks_mut(slot_len).zip(self.metas.iter()).take(n).flat_map(move |(slot, meta)| {
-            let buf = &mut slot[..meta.len.min(slot_len)];
-            let stride = if meta.stride == 0 { buf.len().max(1) } else { meta.stride };
-            let from = crate::socket::canonical(meta.addr);
-            buf.chunks_mut(stride).map(move |d| (from, d))
-        })
     }
 }
 
@@ -192,13 +158,13 @@ struct Inbound {
 
 impl Inbound {
     fn new() -> Self {
-        Inbound { unicast: RecvBatch::new(), group: RecvBatch::new(), from_group: false }
+        Inbound { unicast: RecvBatch::new(RECV_SLOT), group: RecvBatch::new(RECV_SLOT), from_group: false }
     }
 
     async fn recv(&mut self, socks: &Sockets) -> io::Result<usize> {
         let (from_group, n) = tokio::select! {
-            r = self.unicast.recv(&socks.unicast) => (false, r?),
-            r = self.group.recv(&socks.group) => (true, r?),
+            r = recv_io(&mut self.unicast, &socks.unicast) => (false, r?),
+            r = recv_io(&mut self.group, &socks.group) => (true, r?),
         };
         self.from_group = from_group;
         Ok(n)

@@ -1,11 +1,13 @@
 //! The UDP socket: binding with large kernel buffers (socket2), and batched
 //! send and receive through quinn-udp (GSO and GRO where the kernel has
-//! them, one datagram per call where it does not).
+//! them, one datagram per call where it does not). [`RecvBatch`] holds the
+//! receive buffers of one batched read and splits what it got into
+//! datagrams, for the unicast driver and the multicast driver alike.
 
 use std::io::{self, IoSliceMut};
 use std::net::{SocketAddr, SocketAddrV6};
 
-use quinn_udp::{RecvMeta, UdpSocketState};
+use quinn_udp::{RecvMeta, UdpSocketState, BATCH_SIZE};
 use socket2::{Domain, Protocol, Socket, Type};
 use tokio::io::Interest;
 
@@ -113,6 +115,81 @@ impl UdpIo {
     }
 }
 
+/// The buffers of one batched read: `BATCH_SIZE` slots (recvmmsg where
+/// available), each holding one datagram or, with GRO, several of one
+/// stride coalesced by the kernel.
+#[derive(Debug)]
+pub(crate) struct RecvBatch {
+    buf: Box<[u8]>,
+    slot_len: usize,
+    metas: [RecvMeta; BATCH_SIZE],
+}
+
+impl RecvBatch {
+    /// `BATCH_SIZE` slots of `slot_len` bytes each. A GRO batch larger than
+    /// a slot makes the read fail (EMSGSIZE); without GRO a slot needs one
+    /// datagram.
+    pub(crate) fn new(slot_len: usize) -> Self {
+        RecvBatch {
+            buf: vec![0u8; slot_len * BATCH_SIZE].into_boxed_slice(),
+            slot_len,
+            metas: [RecvMeta::default(); BATCH_SIZE],
+        }
+    }
+
+    /// One non-blocking receive call into every slot; returns how many
+    /// slots were filled (`WouldBlock` when nothing is waiting).
+    pub(crate) fn read(&mut self, io: &UdpIo) -> io::Result<usize> {
+        let mut slots = self.buf.chunks_mut(self.slot_len);
+        let mut bufs: [IoSliceMut<'_>; BATCH_SIZE] =
+            std::array::from_fn(|_| IoSliceMut::new(slots.next().expect("buf holds BATCH_SIZE slots")));
+        io.recv(&mut bufs, &mut self.metas)
+    }
+
+    /// What the first `n` slots of the last read hold, each with its source
+    /// (mutable: a protected session's datagrams are opened in place, spec
+    /// §19.7).
+    pub(crate) fn slots(&mut self, n: usize) -> impl Iterator<Item = RecvSlot<'_>> {
+        let slot_len = self.slot_len;
+        self.buf.chunks_mut(slot_len).zip(self.metas.iter()).take(n).map(move |(slot, meta)| {
+            let buf = &mut slot[..meta.len.min(slot_len)];
+            let stride = if meta.stride == 0 { buf.len().max(1) } else { meta.stride };
+            RecvSlot { from: canonical(meta.addr), buf, stride }
+        })
+    }
+
+    /// The datagrams of the first `n` slots, with their sources.
+    pub(crate) fn datagrams(&mut self, n: usize) -> impl Iterator<Item = (SocketAddr, &mut [u8])> + '_ {
+        self.slots(n).flat_map(|slot| {
+            let from = slot.from;
+            slot.datagrams().map(move |d| (from, d))
+        })
+    }
+}
+
+/// One filled slot of a [`RecvBatch`]: the bytes from one source, one
+/// datagram or a GRO batch of them.
+#[derive(Debug)]
+pub(crate) struct RecvSlot<'a> {
+    /// The source, canonical (see [`canonical`]).
+    pub(crate) from: SocketAddr,
+    buf: &'a mut [u8],
+    stride: usize,
+}
+
+impl<'a> RecvSlot<'a> {
+    /// Whether the kernel coalesced several datagrams into this slot (GRO).
+    pub(crate) fn coalesced(&self) -> bool {
+        self.buf.len() > self.stride
+    }
+
+    /// The slot split into its datagrams (all of one stride; the last may
+    /// be shorter).
+    pub(crate) fn datagrams(self) -> std::slice::ChunksMut<'a, u8> {
+        self.buf.chunks_mut(self.stride)
+    }
+}
+
 /// The address the engine should see: v4-mapped IPv6 addresses become IPv4,
 /// so that a peer has one address whichever socket family we use.
 pub(crate) fn canonical(addr: SocketAddr) -> SocketAddr {
@@ -135,6 +212,32 @@ mod tests {
         assert_eq!(canonical(mapped), "127.0.0.1:5000".parse::<SocketAddr>().expect("literal"));
         let v6: SocketAddr = "[::1]:5000".parse().expect("literal");
         assert_eq!(canonical(v6), v6);
+    }
+
+    /// Three datagrams (the last shorter, so GRO may coalesce them into one
+    /// slot) come out of a batch as three, in order, from their source.
+    #[tokio::test]
+    async fn a_batch_splits_into_its_datagrams() {
+        let io = UdpIo::new(bind("127.0.0.1:0".parse().expect("literal"), false).expect("bind")).expect("io");
+        let to = io.socket.local_addr().expect("local addr");
+        let peer = std::net::UdpSocket::bind("127.0.0.1:0").expect("bind peer");
+        let sent: [&[u8]; 3] = [&[1; 100], &[2; 100], &[3; 40]];
+        for d in sent {
+            peer.send_to(d, to).expect("send");
+        }
+        let mut batch = RecvBatch::new(1 << 16);
+        let mut got: Vec<(SocketAddr, Vec<u8>)> = Vec::new();
+        while got.len() < sent.len() {
+            io.socket.readable().await.expect("readable");
+            match batch.read(&io) {
+                Ok(n) => got.extend(batch.datagrams(n).map(|(from, d)| (from, d.to_vec()))),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                Err(e) => panic!("receive failed: {e}"),
+            }
+        }
+        let from = peer.local_addr().expect("peer addr");
+        let want: Vec<(SocketAddr, Vec<u8>)> = sent.iter().map(|d| (from, d.to_vec())).collect();
+        assert_eq!(got, want);
     }
 
     #[test]

@@ -27,7 +27,6 @@ mod runner;
 mod stream;
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
 
 use anyhow::Result;
 use clap::Subcommand;
@@ -67,6 +66,10 @@ pub enum Internal {
 
 /// What to run. Lists are comma-separated.
 #[derive(clap::Args, Debug, Clone)]
+#[command(mut_arg("json", |a| a.help("Also write the results, with every flow's per-interval series, as JSON here")))]
+#[command(mut_arg("plot", |a| a.help(
+    "Also write one PNG per run (throughput against time, one line per flow) into this directory"
+)))]
 pub struct Options {
     /// CI's short version: 5 s runs, 1 s warm-up, the first controller of
     /// --cc only. Explicit --secs/--warmup still win.
@@ -108,14 +111,8 @@ pub struct Options {
     /// Seed of the emulator and of the flows' streams.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
-    /// Also write the results, with every flow's per-interval series, as
-    /// JSON here.
-    #[arg(long)]
-    pub json: Option<PathBuf>,
-    /// Also write one PNG per run (throughput against time, one line per
-    /// flow) into this directory.
-    #[arg(long)]
-    pub plot: Option<PathBuf>,
+    #[command(flatten)]
+    pub out: crate::report::Outputs,
 }
 
 pub fn run(args: Args) -> Result<()> {

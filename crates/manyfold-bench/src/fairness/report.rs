@@ -12,7 +12,8 @@ use anyhow::Result;
 use super::runner::Plan;
 use super::stream::{json_f64, json_u64};
 use crate::child::Usage;
-use crate::loopback::report::json_str;
+use crate::report::{json_num as num, json_str};
+use crate::stats::med_range;
 
 /// One flow's reports.
 #[derive(Debug, Clone)]
@@ -192,39 +193,6 @@ fn fixed3(x: f64) -> String {
     }
 }
 
-/// JSON number, or null for NaN and infinities (JSON has neither).
-fn num(x: f64) -> String {
-    if x.is_finite() {
-        format!("{x}")
-    } else {
-        "null".into()
-    }
-}
-
-fn median(v: &[f64]) -> f64 {
-    let mut v: Vec<f64> = v.iter().copied().filter(|x| x.is_finite()).collect();
-    v.sort_by(|a, b| a.total_cmp(b));
-    match v.len() {
-        0 => f64::NAN,
-        n if n % 2 == 1 => v[n / 2],
-        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
-    }
-}
-
-/// `medium (min–max)` of the finite values.
-fn med_range(v: &[f64], digits: usize) -> String {
-    let finite: Vec<f64> = v.iter().copied().filter(|x| x.is_finite()).collect();
-    if finite.is_empty() {
-        return "–".into();
-    }
-    let lo = finite.iter().copied().fold(f64::INFINITY, f64::min);
-    let hi = finite.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-    if finite.len() == 1 {
-        return format!("{:.*}", digits, finite[0]);
-    }
-    format!("{:.*} ({:.*}–{:.*})", digits, median(&finite), digits, lo, digits, hi)
-}
-
 /// `rep1-manyfold-cubic-kernel-tcp-cubic`: a file name for a run.
 fn slug(rep: usize, pair: &str) -> String {
     let mut s = format!("rep{}", rep + 1);
@@ -251,7 +219,7 @@ impl Report {
             date: crate::sh("date", &["-u", "+%Y-%m-%d %H:%M UTC"]),
             kernel: crate::sh("uname", &["-r"]),
             nproc: std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
-            load_before: crate::loopback::rows::load(),
+            load_before: crate::report::load(),
             load_after: String::new(),
             runs: Vec::new(),
         }
@@ -259,7 +227,7 @@ impl Report {
 
     /// Records the state of the machine after the runs.
     pub fn finish(&mut self) {
-        self.load_after = crate::loopback::rows::load();
+        self.load_after = crate::report::load();
     }
 
     /// Each failed run as `pair, rep N: why`.
@@ -311,95 +279,9 @@ impl Report {
             self.load_after
         );
         let _ = writeln!(o);
-        let _ = writeln!(
-            o,
-            "| pair (flow 1 + flow 2) | rep | flow 1 Mbit/s | flow 1 share | flow 2 Mbit/s | flow 2 share | Jain's index | sum, of link | bottleneck queue drops | TUN ring drops |"
-        );
-        let _ = writeln!(o, "|---|---|---|---|---|---|---|---|---|---|");
-        for r in &self.runs {
-            match (&r.figures, &r.data) {
-                (Some(f), Some(d)) => {
-                    let _ = writeln!(
-                        o,
-                        "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
-                        r.pair,
-                        r.rep + 1,
-                        mbit(f.goodput_bps[0]),
-                        pct(f.shares[0]),
-                        mbit(f.goodput_bps.get(1).copied().unwrap_or(f64::NAN)),
-                        pct(f.shares.get(1).copied().unwrap_or(f64::NAN)),
-                        fixed3(f.jain),
-                        pct1(f.sum_of_link),
-                        d.link.queue_drops,
-                        d.link.ring_drops
-                    );
-                }
-                _ => {
-                    let _ = writeln!(o, "| {} | {} | failed | – | – | – | – | – | – | – |", r.pair, r.rep + 1);
-                }
-            }
-        }
-        if p.reps > 1 {
-            let _ = writeln!(o);
-            let _ = writeln!(o, "Over the {} repetitions, median (min–max):", p.reps);
-            let _ = writeln!(o);
-            let _ = writeln!(o, "| pair (flow 1 + flow 2) | runs | Jain's index | flow 1 share % | sum, of link % |");
-            let _ = writeln!(o, "|---|---|---|---|---|");
-            let mut pairs: Vec<&str> = Vec::new();
-            for r in &self.runs {
-                if !pairs.contains(&r.pair.as_str()) {
-                    pairs.push(&r.pair);
-                }
-            }
-            for pair in pairs {
-                let figs: Vec<&Figures> =
-                    self.runs.iter().filter(|r| r.pair == pair).filter_map(|r| r.figures.as_ref()).collect();
-                let col = |f: &dyn Fn(&Figures) -> f64| figs.iter().map(|x| f(x)).collect::<Vec<f64>>();
-                let _ = writeln!(
-                    o,
-                    "| {pair} | {} | {} | {} | {} |",
-                    figs.len(),
-                    med_range(&col(&|f| f.jain), 3),
-                    med_range(&col(&|f| f.shares[0] * 100.0), 0),
-                    med_range(&col(&|f| f.sum_of_link * 100.0), 0)
-                );
-            }
-        }
-        let _ = writeln!(o);
-        let _ = writeln!(o, "Per flow:");
-        let _ = writeln!(o);
-        let _ = writeln!(
-            o,
-            "| pair (flow 1 + flow 2) | rep | flow | goodput Mbit/s | slowest–fastest interval Mbit/s | verified MB | sender CPU s/GB | receiver CPU s/GB | peak RSS MiB send / recv | sender at the end | started late ms |"
-        );
-        let _ = writeln!(o, "|---|---|---|---|---|---|---|---|---|---|---|");
-        for r in &self.runs {
-            let (Some(f), Some(d)) = (&r.figures, &r.data) else { continue };
-            for (i, flow) in d.flows.iter().enumerate() {
-                let gb = flow.verified as f64 / 1e9;
-                let per_gb =
-                    |u: &Usage| if gb > 0.0 { format!("{:.1}", u.cpu.as_secs_f64() / gb) } else { "–".into() };
-                let (lo, hi) = f.range_bps[i];
-                let _ = writeln!(
-                    o,
-                    "| {} | {} | {} {} | {} | {}–{} | {:.1} | {} | {} | {:.0} / {:.0} | {} | {:.0} |",
-                    r.pair,
-                    r.rep + 1,
-                    i + 1,
-                    flow.name,
-                    mbit(f.goodput_bps[i]),
-                    mbit(lo),
-                    mbit(hi),
-                    flow.verified as f64 / 1e6,
-                    per_gb(&flow.send),
-                    per_gb(&flow.recv),
-                    flow.send.max_rss_kib as f64 / 1024.0,
-                    flow.recv.max_rss_kib as f64 / 1024.0,
-                    sender_note(&flow.sender),
-                    flow.late_ms
-                );
-            }
-        }
+        self.runs_table(&mut o);
+        self.medians_table(&mut o);
+        self.flows_table(&mut o);
         let _ = writeln!(o);
         let _ = writeln!(
             o,
@@ -437,6 +319,108 @@ impl Report {
             }
         }
         o
+    }
+
+    /// A line per run: each flow's goodput and share, Jain's index.
+    fn runs_table(&self, o: &mut String) {
+        let _ = writeln!(
+            o,
+            "| pair (flow 1 + flow 2) | rep | flow 1 Mbit/s | flow 1 share | flow 2 Mbit/s | flow 2 share | Jain's index | sum, of link | bottleneck queue drops | TUN ring drops |"
+        );
+        let _ = writeln!(o, "|---|---|---|---|---|---|---|---|---|---|");
+        for r in &self.runs {
+            match (&r.figures, &r.data) {
+                (Some(f), Some(d)) => {
+                    let _ = writeln!(
+                        o,
+                        "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                        r.pair,
+                        r.rep + 1,
+                        mbit(f.goodput_bps[0]),
+                        pct(f.shares[0]),
+                        mbit(f.goodput_bps.get(1).copied().unwrap_or(f64::NAN)),
+                        pct(f.shares.get(1).copied().unwrap_or(f64::NAN)),
+                        fixed3(f.jain),
+                        pct1(f.sum_of_link),
+                        d.link.queue_drops,
+                        d.link.ring_drops
+                    );
+                }
+                _ => {
+                    let _ = writeln!(o, "| {} | {} | failed | – | – | – | – | – | – | – |", r.pair, r.rep + 1);
+                }
+            }
+        }
+    }
+
+    /// With several repetitions, each pair's median (min–max) figures.
+    fn medians_table(&self, o: &mut String) {
+        let p = &self.plan;
+        if p.reps > 1 {
+            let _ = writeln!(o);
+            let _ = writeln!(o, "Over the {} repetitions, median (min–max):", p.reps);
+            let _ = writeln!(o);
+            let _ = writeln!(o, "| pair (flow 1 + flow 2) | runs | Jain's index | flow 1 share % | sum, of link % |");
+            let _ = writeln!(o, "|---|---|---|---|---|");
+            let mut pairs: Vec<&str> = Vec::new();
+            for r in &self.runs {
+                if !pairs.contains(&r.pair.as_str()) {
+                    pairs.push(&r.pair);
+                }
+            }
+            for pair in pairs {
+                let figs: Vec<&Figures> =
+                    self.runs.iter().filter(|r| r.pair == pair).filter_map(|r| r.figures.as_ref()).collect();
+                let col = |f: &dyn Fn(&Figures) -> f64| figs.iter().map(|x| f(x)).collect::<Vec<f64>>();
+                let _ = writeln!(
+                    o,
+                    "| {pair} | {} | {} | {} | {} |",
+                    figs.len(),
+                    med_range(&col(&|f| f.jain), 3),
+                    med_range(&col(&|f| f.shares[0] * 100.0), 0),
+                    med_range(&col(&|f| f.sum_of_link * 100.0), 0)
+                );
+            }
+        }
+    }
+
+    /// A line per flow of each run: its goodput, range and costs.
+    fn flows_table(&self, o: &mut String) {
+        let _ = writeln!(o);
+        let _ = writeln!(o, "Per flow:");
+        let _ = writeln!(o);
+        let _ = writeln!(
+            o,
+            "| pair (flow 1 + flow 2) | rep | flow | goodput Mbit/s | slowest–fastest interval Mbit/s | verified MB | sender CPU s/GB | receiver CPU s/GB | peak RSS MiB send / recv | sender at the end | started late ms |"
+        );
+        let _ = writeln!(o, "|---|---|---|---|---|---|---|---|---|---|---|");
+        for r in &self.runs {
+            let (Some(f), Some(d)) = (&r.figures, &r.data) else { continue };
+            for (i, flow) in d.flows.iter().enumerate() {
+                let gb = flow.verified as f64 / 1e9;
+                let per_gb =
+                    |u: &Usage| if gb > 0.0 { format!("{:.1}", u.cpu.as_secs_f64() / gb) } else { "–".into() };
+                let (lo, hi) = f.range_bps[i];
+                let _ = writeln!(
+                    o,
+                    "| {} | {} | {} {} | {} | {}–{} | {:.1} | {} | {} | {:.0} / {:.0} | {} | {:.0} |",
+                    r.pair,
+                    r.rep + 1,
+                    i + 1,
+                    flow.name,
+                    mbit(f.goodput_bps[i]),
+                    mbit(lo),
+                    mbit(hi),
+                    flow.verified as f64 / 1e6,
+                    per_gb(&flow.send),
+                    per_gb(&flow.recv),
+                    flow.send.max_rss_kib as f64 / 1024.0,
+                    flow.recv.max_rss_kib as f64 / 1024.0,
+                    sender_note(&flow.sender),
+                    flow.late_ms
+                );
+            }
+        }
     }
 
     pub fn json(&self) -> String {

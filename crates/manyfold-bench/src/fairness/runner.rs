@@ -204,14 +204,8 @@ pub fn run(o: &Options) -> Result<()> {
     } // the lab (namespaces, relay) goes here, before any output
     report.finish();
     print!("{}", report.markdown());
-    if let Some(path) = &o.json {
-        std::fs::write(path, report.json()).with_context(|| format!("writing {}", path.display()))?;
-    }
-    if let Some(dir) = &o.plot {
-        for path in report.plot(dir)? {
-            eprintln!("wrote {}", path.display());
-        }
-    }
+    o.out.write_json(|| report.json())?;
+    o.out.draw(|dir| report.plot(dir))?;
     let failed: Vec<String> = report.failures();
     if !failed.is_empty() {
         bail!("{} run(s) failed: {}", failed.len(), failed.join("; "));

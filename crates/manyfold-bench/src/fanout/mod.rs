@@ -25,7 +25,8 @@
 //! alternate manyfold, TCP for each N within a repetition.
 //!
 //! Modules: [`ends`] (the two processes), [`report`] (table, JSON,
-//! charts), [`runs`] (what this scenario shares with `handshake`).
+//! charts), [`runs`] (a child's ready file, shared with `handshake` and
+//! `sessions`); the report's frame is [`crate::report`].
 
 mod ends;
 mod report;
@@ -103,6 +104,9 @@ pub enum Internal {
 
 /// What to measure. Lists are comma-separated.
 #[derive(clap::Args, Debug, Clone)]
+#[command(mut_arg("plot", |a| a.help(
+    "Also draw PNG charts into this directory (created if missing): fanout-time.png (time-to-all against N) and fanout-rss.png (sender peak RSS against N)"
+)))]
 pub struct Options {
     /// A smoke run: 64 MiB, N = 1 and 4, one repetition. Explicit --size,
     /// --peers and --reps still win.
@@ -129,10 +133,8 @@ pub struct Options {
     /// Where to make the scratch directory (the file; always deleted).
     #[arg(long)]
     pub scratch: Option<PathBuf>,
-    /// --json FILE, --plot DIR: fanout-time.png (time-to-all against N)
-    /// and fanout-rss.png (sender peak RSS against N).
     #[command(flatten)]
-    pub out: runs::Outputs,
+    pub out: crate::report::Outputs,
 }
 
 pub fn run(args: Args) -> Result<()> {
@@ -216,7 +218,7 @@ fn measure(o: &Options) -> Result<()> {
     }
     drop(work);
     report.finish();
-    runs::publish(&report, &o.out)
+    crate::report::publish(&report, &o.out)
 }
 
 /// Writes the seeded stream of [`Pattern`] to `path` a chunk at a time

@@ -11,9 +11,9 @@ use anyhow::{bail, Context, Result};
 use super::ends::GROUP_PREFIX;
 use super::{Kind, Plan};
 use crate::child::{Finished, Usage};
-use crate::fanout::runs::{Figures, Runs};
 use crate::loopback::human;
-use crate::loopback::report::{header, json_str, med_range, median};
+use crate::report::{cpu, header, json_fixed, json_str, json_usage as usage, mib, Figures, Runs};
+use crate::stats::{self, med_range, median};
 use crate::wan::probe::field;
 
 /// What one run measured.
@@ -30,14 +30,6 @@ pub struct RunResult {
     /// The manyfold sender's group line (`retransmissions=..` etc.).
     pub group: Option<String>,
     pub error: Option<String>,
-}
-
-fn mib(u: &Option<Usage>) -> f64 {
-    u.map_or(f64::NAN, |u| u.max_rss_kib as f64 / 1024.0)
-}
-
-fn cpu(u: &Option<Usage>) -> f64 {
-    u.map_or(f64::NAN, |u| u.cpu.as_secs_f64())
 }
 
 impl RunResult {
@@ -115,11 +107,9 @@ impl Report {
 
     /// manyfold's time ÷ TCP's, run by run within each repetition.
     fn time_ratios(&self, bytes: u64, n: usize) -> Vec<f64> {
-        let tcp = self.ok(bytes, n, Kind::Tcp);
-        self.ok(bytes, n, Kind::Manyfold)
-            .iter()
-            .filter_map(|m| Some(m.time_to_all / tcp.iter().find(|t| t.rep == m.rep)?.time_to_all))
-            .collect()
+        let time = |r: &&RunResult| (r.rep, r.time_to_all);
+        let tcp: Vec<(usize, f64)> = self.ok(bytes, n, Kind::Tcp).iter().map(time).collect();
+        stats::ratios_by_rep(self.ok(bytes, n, Kind::Manyfold).iter().map(time), &tcp)
     }
 
     fn median_of(&self, bytes: u64, n: usize, kind: Kind, f: impl Fn(&RunResult) -> f64) -> f64 {
@@ -236,16 +226,7 @@ impl Figures for Report {
     fn json(&self) -> String {
         let fields = format!("\"seed\":{},\"chunk\":{}", self.plan.seed, self.plan.chunk);
         self.json_document("fanout", &fields, |r| {
-            let usage = |u: &Option<Usage>| match u {
-                Some(u) => format!(
-                    "{{\"wall_s\":{:.4},\"cpu_s\":{:.4},\"peak_rss_mib\":{:.1}}}",
-                    u.wall.as_secs_f64(),
-                    u.cpu.as_secs_f64(),
-                    u.max_rss_kib as f64 / 1024.0
-                ),
-                None => "null".into(),
-            };
-            let num = |v: f64| if v.is_finite() { format!("{v:.6}") } else { "null".into() };
+            let num = |v: f64| json_fixed(v, 6);
             format!(
                 "{{\"row\":{},\"peers\":{},\"bytes\":{},\"rep\":{},\"time_to_all_s\":{},\"goodput_mb_s\":{},\"sender\":{},\"receivers\":{},\"group\":{},\"error\":{}}}",
                 json_str(r.kind.label()),

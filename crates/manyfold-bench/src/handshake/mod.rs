@@ -116,6 +116,9 @@ impl std::str::FromStr for Link {
 
 /// What to measure. Lists are comma-separated.
 #[derive(clap::Args, Debug, Clone)]
+#[command(mut_arg("plot", |a| a.help(
+    "Also draw PNG charts into this directory (created if missing): handshake-time.png (median connect time in RTTs per link, N and row)"
+)))]
 pub struct Options {
     /// A smoke run: N = 3 and 10, 5 connects per row. Explicit --peers and
     /// --reps still win.
@@ -140,10 +143,8 @@ pub struct Options {
     /// Seed of the emulator's loss decisions.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
-    /// --json FILE (every connect), --plot DIR: handshake-time.png
-    /// (median connect time in RTTs per link, N and row).
     #[command(flatten)]
-    pub out: runs::Outputs,
+    pub out: crate::report::Outputs,
 }
 
 pub fn run(args: Args) -> Result<()> {
@@ -255,7 +256,7 @@ fn measure(o: &Options) -> Result<()> {
         }
     } // the lab goes here, before any output
     report.finish();
-    runs::publish(&report, &o.out)
+    crate::report::publish(&report, &o.out)
 }
 
 /// One (link, N): receivers in b, then the sender's connects in a.

@@ -10,8 +10,9 @@ use anyhow::{bail, Context, Result};
 
 use super::ends::row_name;
 use super::{Link, Plan, Row};
-use crate::fanout::runs::{Figures, Runs};
-use crate::loopback::report::{header, json_str, median};
+use crate::report::{header, json_str};
+use crate::report::{Figures, Runs};
+use crate::stats::{self, median};
 use crate::wan::probe::field;
 
 /// One timed connect.
@@ -78,17 +79,6 @@ impl RunResult {
     }
 }
 
-/// Nearest-rank percentile `q` (0–100] of `v`.
-fn percentile(v: &[f64], q: f64) -> f64 {
-    let mut v = v.to_vec();
-    v.sort_by(|a, b| a.total_cmp(b));
-    if v.is_empty() {
-        return f64::NAN;
-    }
-    let rank = ((q / 100.0 * v.len() as f64).ceil() as usize).clamp(1, v.len());
-    v[rank - 1]
-}
-
 /// Every run of one invocation.
 pub type Report = Runs<Plan, RunResult>;
 
@@ -107,8 +97,9 @@ impl Report {
 
     /// manyfold's time ÷ TCP's, connect by connect within a repetition.
     fn ratios(run: &RunResult, row: Row) -> Vec<f64> {
-        let tcp = run.of(Row::Tcp);
-        run.of(row).iter().filter_map(|s| Some(s.ms / tcp.iter().find(|t| t.rep == s.rep)?.ms)).collect()
+        let ms = |s: &Sample| (s.rep, s.ms);
+        let tcp: Vec<(usize, f64)> = run.of(Row::Tcp).iter().map(ms).collect();
+        stats::ratios_by_rep(run.of(row).iter().map(ms), &tcp)
     }
 
     /// The target: median ≤ 1.1 RTT at N = 100 (the largest N) without loss.
@@ -157,7 +148,7 @@ impl Figures for Report {
             }
             for row in p.rows(link) {
                 let s = run.of(row);
-                let ms: Vec<f64> = s.iter().map(|x| x.ms).collect();
+                let ms = stats::sorted(&s.iter().map(|x| x.ms).collect::<Vec<f64>>());
                 let all_up = s.iter().filter(|x| x.up == run.peers).count();
                 let ratio = match row {
                     Row::Tcp => "1.00".to_string(),
@@ -178,11 +169,11 @@ impl Figures for Report {
                     s.len(),
                     median(&ms),
                     ms.iter().sum::<f64>() / ms.len() as f64,
-                    percentile(&ms, 10.0),
-                    percentile(&ms, 90.0),
-                    percentile(&ms, 100.0),
+                    stats::percentile(&ms, 10.0),
+                    stats::percentile(&ms, 90.0),
+                    stats::percentile(&ms, 100.0),
                     median(&ms) / link.rtt_ms,
-                    percentile(&ms, 90.0) / link.rtt_ms,
+                    stats::percentile(&ms, 90.0) / link.rtt_ms,
                     run.lost.0,
                     run.lost.1,
                 );
@@ -266,8 +257,6 @@ mod tests {
         assert!((Report::ratios(&r, Row::Manyfold)[0] - 51.5 / 50.5).abs() < 1e-9);
         assert!(RunResult::parse(LINK, 3, "nothing").is_err());
         assert!(RunResult::parse(LINK, 3, "sample row=quic rep=0 ms=1 up=1").is_err());
-        let v: Vec<f64> = (1..=20).map(f64::from).collect();
-        assert_eq!((percentile(&v, 10.0), percentile(&v, 90.0), percentile(&v, 100.0)), (2.0, 18.0, 20.0));
     }
 
     #[test]

@@ -16,12 +16,14 @@
 //! repetition. `--encryption` runs only that pair with kernel TCP and
 //! quinn beside them, so that more repetitions fit in a run.
 //!
-//! Modules: [`data`] (the stream and its check), [`rows`] (running one row),
-//! [`report`] (tables), and one module per transport: [`mf`], [`tcp`],
-//! [`quic`], [`blast`].
+//! Modules: [`data`] (the stream and its check), [`rows`] (running one row;
+//! its [`rows::Transfer`] also runs `loopback-file`'s), [`report`] (tables),
+//! [`file`](mod@file) (the `loopback-file` scenario), and one module per transport:
+//! [`mf`], [`tcp`], [`quic`], [`blast`].
 
 mod blast;
 pub(crate) mod data;
+pub(crate) mod file;
 pub(crate) mod mf;
 pub(crate) mod quic;
 pub(crate) mod report;
@@ -35,11 +37,18 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Result};
 use clap::{Args, Subcommand};
 
+use crate::report::{header, load, Outputs};
+use crate::stats;
 use data::Pattern;
 pub(crate) use rows::Sample;
 use rows::{MfRow, Row};
 
 #[derive(Args, Debug)]
+#[command(mut_arg("json", |a| a.help("Also write every sample as JSON to this file")))]
+#[command(mut_arg("plot", |a| a.help(
+    "Also draw PNG charts into this directory (created if missing): loopback-bulk-goodput.png and loopback-bulk-cpu.png \
+     (with --encryption loopback-encryption-*.png), or with --windows loopback-windows-goodput.png, or with --sweep loopback-sweep-time.png"
+)))]
 pub struct LoopbackArgs {
     /// Bytes per transfer, e.g. 1GiB, 100MB, 4096 (ignored by --sweep).
     #[arg(long, default_value = "1GiB")]
@@ -67,15 +76,8 @@ pub struct LoopbackArgs {
     /// default controller), kernel TCP cubic and quinn.
     #[arg(long, conflicts_with = "sweep")]
     encryption: bool,
-    /// Also write every sample as JSON to this file.
-    #[arg(long)]
-    json: Option<PathBuf>,
-    /// Also draw PNG charts into this directory (created if missing):
-    /// loopback-bulk-goodput.png and loopback-bulk-cpu.png (with
-    /// --encryption loopback-encryption-*.png), or with --windows
-    /// loopback-windows-goodput.png, or with --sweep loopback-sweep-time.png.
-    #[arg(long, value_name = "DIR")]
-    plot: Option<PathBuf>,
+    #[command(flatten)]
+    out: Outputs,
 }
 
 /// The stream a child moves.
@@ -190,32 +192,14 @@ impl Child {
 pub fn run(args: &LoopbackArgs) -> Result<()> {
     let limit = Duration::from_secs(args.timeout);
     let work = tempfile::Builder::new().prefix("manyfold-bench-loopback-").tempdir()?;
-    let load_before = rows::load();
+    let load_before = load();
     if args.sweep {
         return sweep(args, work.path(), limit, &load_before);
     }
     let bytes = parse_size(&args.size)?;
     let pattern = Pattern::new(args.seed, bytes);
     let (gen_cost, hash_cost, hash) = costs(&pattern);
-    let rows: Vec<Row> = if args.windows {
-        let mut r: Vec<Row> =
-            WINDOWS.iter().map(|&b| Row::Manyfold(MfRow { buffers: Some(b), ..MfRow::default() })).collect();
-        r.push(Row::Manyfold(MfRow::default()));
-        r.push(Row::Tcp("cubic"));
-        r
-    } else if args.encryption {
-        let encrypted = MfRow { encrypted: true, ..MfRow::default() };
-        vec![Row::Manyfold(MfRow::default()), Row::Manyfold(encrypted), Row::Tcp("cubic"), Row::Quic]
-    } else {
-        let mut r: Vec<Row> = mf::controllers().map(|cc| Row::Manyfold(MfRow { cc, ..MfRow::default() })).collect();
-        // The default controller once more, encrypted, right after the
-        // plain rows: what protection costs (issue 10).
-        r.insert(mf::controllers().count(), Row::Manyfold(MfRow { encrypted: true, ..MfRow::default() }));
-        r.extend(tcp::CONTROLS.iter().map(|&cc| Row::Tcp(cc)));
-        r.push(Row::Quic);
-        r.push(Row::Blast);
-        r
-    };
+    let rows = args.rows();
     let mut samples: Vec<(String, Vec<Sample>)> = rows.iter().map(|r| (r.label(), vec![])).collect();
     let mut log = Vec::new();
     for rep in 0..args.reps {
@@ -228,22 +212,16 @@ pub fn run(args: &LoopbackArgs) -> Result<()> {
     }
     let anchor = rows.iter().position(|r| matches!(r, Row::Tcp("cubic")));
     let ceiling = rows.iter().position(|r| matches!(r, Row::Blast));
-    let title = if args.windows {
-        "manyfold's buffer sizes (paper 00's window comparison)"
-    } else if args.encryption {
-        "what encryption costs (issue 10)"
-    } else {
-        "bulk transfer"
-    };
+    let (title, mode) = args.title_and_mode();
     println!("### loopback: {title}, {} over 127.0.0.1, memory to memory", human(bytes));
     println!();
     println!(
         "{}",
-        report::header(
+        header(
             &format!("{} ({bytes} bytes) per transfer, {} reps", human(bytes), args.reps),
             args.seed,
             &load_before,
-            &rows::load()
+            &load()
         )
     );
     println!();
@@ -256,6 +234,57 @@ pub fn run(args: &LoopbackArgs) -> Result<()> {
         print!("{}", report::encryption_table(bytes, &samples, &pairs));
         println!();
     }
+    print_notes(args, !pairs.is_empty(), gen_cost, hash_cost);
+    args.out.write_json(|| report::json_document(mode, args.seed, &log))?;
+    args.out.draw(|dir| {
+        let what = format!("loopback, {} over 127.0.0.1", human(bytes));
+        if args.windows {
+            Ok(vec![windows_chart(dir, &what, &rows, &samples)?])
+        } else {
+            let prefix = if args.encryption { "loopback-encryption" } else { "loopback-bulk" };
+            report::bulk_charts(dir, prefix, &what, bytes, &samples)
+        }
+    })
+}
+
+impl LoopbackArgs {
+    /// The rows of the table asked for, in the order each repetition runs them.
+    fn rows(&self) -> Vec<Row> {
+        if self.windows {
+            let mut r: Vec<Row> =
+                WINDOWS.iter().map(|&b| Row::Manyfold(MfRow { buffers: Some(b), ..MfRow::default() })).collect();
+            r.push(Row::Manyfold(MfRow::default()));
+            r.push(Row::Tcp("cubic"));
+            r
+        } else if self.encryption {
+            let encrypted = MfRow { encrypted: true, ..MfRow::default() };
+            vec![Row::Manyfold(MfRow::default()), Row::Manyfold(encrypted), Row::Tcp("cubic"), Row::Quic]
+        } else {
+            let mut r: Vec<Row> = mf::controllers().map(|cc| Row::Manyfold(MfRow { cc, ..MfRow::default() })).collect();
+            // The default controller once more, encrypted, right after the
+            // plain rows: what protection costs (issue 10).
+            r.insert(mf::controllers().count(), Row::Manyfold(MfRow { encrypted: true, ..MfRow::default() }));
+            r.extend(tcp::CONTROLS.iter().map(|&cc| Row::Tcp(cc)));
+            r.push(Row::Quic);
+            r.push(Row::Blast);
+            r
+        }
+    }
+
+    /// The table's title and its name in the JSON.
+    fn title_and_mode(&self) -> (&'static str, &'static str) {
+        if self.windows {
+            ("manyfold's buffer sizes (paper 00's window comparison)", "windows")
+        } else if self.encryption {
+            ("what encryption costs (issue 10)", "encryption")
+        } else {
+            ("bulk transfer", "bulk")
+        }
+    }
+}
+
+/// What the bulk tables' figures mean, under them.
+fn print_notes(args: &LoopbackArgs, encrypted_rows: bool, gen_cost: f64, hash_cost: f64) {
     println!(
         "Medians of {} repetitions, (min–max) beside them; rows alternate A B C … in each repetition, and ratios are taken within a repetition, then their median. \
          Time runs from the sender's start to its exit, which follows the receiver's \"ok\" after its BLAKE3 matched (the ceiling: to the last datagram's arrival). \
@@ -271,14 +300,7 @@ pub fn run(args: &LoopbackArgs) -> Result<()> {
             human(d.recv_buffer as u64)
         );
     }
-    let mode = if args.windows {
-        "windows"
-    } else if args.encryption {
-        "encryption"
-    } else {
-        "bulk"
-    };
-    if !pairs.is_empty() {
+    if encrypted_rows {
         println!(
             "Encrypted rows: both processes hold one pre-shared key; the connection runs Noise XXpsk3 (X25519, BLAKE2s) in its handshake, then every packet is \
              ChaCha20-Poly1305 (ring's assembly implementation) with its header and a 64-bit packet number as associated data, {} bytes more per packet (spec §19). \
@@ -286,18 +308,6 @@ pub fn run(args: &LoopbackArgs) -> Result<()> {
             manyfold_proto::secure::PROTECTION_OVERHEAD
         );
     }
-    report::write_json(args.json.as_deref(), mode, args.seed, &log)?;
-    if let Some(dir) = &args.plot {
-        let what = format!("loopback, {} over 127.0.0.1", human(bytes));
-        let files = if args.windows {
-            vec![windows_chart(dir, &what, &rows, &samples)?]
-        } else {
-            let prefix = if args.encryption { "loopback-encryption" } else { "loopback-bulk" };
-            report::bulk_charts(dir, prefix, &what, bytes, &samples)?
-        };
-        report::note_charts(&files);
-    }
-    Ok(())
 }
 
 /// Each encrypted manyfold row with the plain row configured alike:
@@ -326,7 +336,7 @@ fn windows_chart(
     rows: &[Row],
     samples: &[(String, Vec<Sample>)],
 ) -> Result<PathBuf> {
-    let goodput = |s: &[Sample]| report::median(&s.iter().map(Sample::goodput).collect::<Vec<f64>>());
+    let goodput = |s: &[Sample]| stats::median(&s.iter().map(Sample::goodput).collect::<Vec<f64>>());
     let kib = |b: usize| b as f64 / 1024.0;
     let (lo, hi) = (kib(WINDOWS[0]), kib(WINDOWS[WINDOWS.len() - 1]));
     let mut fixed = Vec::new();
@@ -400,7 +410,7 @@ fn sweep(args: &LoopbackArgs, work: &std::path::Path, limit: Duration, load_befo
     );
     println!();
     let sizes = format!("{} MB (10^6 bytes), {} reps", list.join(", "), args.reps);
-    println!("{}", report::header(&sizes, args.seed, load_before, &rows::load()));
+    println!("{}", header(&sizes, args.seed, load_before, &load()));
     println!();
     let at = if scale == 1 { String::new() } else { format!(" (at 1/{scale} the size)") };
     println!(
@@ -409,13 +419,13 @@ fn sweep(args: &LoopbackArgs, work: &std::path::Path, limit: Duration, load_befo
     );
     println!("|---|---|---|---|---|---|---|");
     for (si, &(_, t1, t2, t3)) in PAPER.iter().enumerate() {
-        let ratio: Vec<f64> = times[0][si].iter().zip(&times[1][si]).map(|(a, b)| a / b).collect();
+        let ratio = stats::ratios(&times[0][si], &times[1][si]);
         println!(
             "| {} | {} | {} | {} | {t1} | {t2} | {t3} |",
             mbs[si],
-            report::med_range(&times[0][si], 3),
-            report::med_range(&times[1][si], 3),
-            report::med_range(&ratio, 2)
+            stats::med_range(&times[0][si], 3),
+            stats::med_range(&times[1][si], 3),
+            stats::med_range(&ratio, 2)
         );
     }
     println!();
@@ -428,7 +438,7 @@ fn sweep(args: &LoopbackArgs, work: &std::path::Path, limit: Duration, load_befo
     let mut fits: Vec<(String, &[f64], Vec<f64>)> = names
         .iter()
         .enumerate()
-        .map(|(ri, n)| (n.clone(), &xs[..], times[ri].iter().map(|t| report::median(t)).collect()))
+        .map(|(ri, n)| (n.clone(), &xs[..], times[ri].iter().map(|t| stats::median(t)).collect()))
         .collect();
     let tables = [
         "paper 00, Table 1 (1,024 B payload, window 32)",
@@ -440,7 +450,7 @@ fn sweep(args: &LoopbackArgs, work: &std::path::Path, limit: Duration, load_befo
         fits.push((name.to_string(), &paper_xs, ys));
     }
     for (name, xs, ys) in fits {
-        let (a, b, r2) = report::linear_fit(xs, &ys);
+        let (a, b, r2) = stats::linear_fit(xs, &ys);
         let rate = 1.0 / b;
         let digits = if rate < 10.0 { 2 } else { 0 };
         println!("| {name} | {:.3} | {rate:.digits$} | {:.1} | {r2:.5} |", b * 1e3, a * 1e3);
@@ -452,13 +462,13 @@ fn sweep(args: &LoopbackArgs, work: &std::path::Path, limit: Duration, load_befo
          its \"4.6 MB/s\" and \"19 MB/s\" are megabits (32 MB in 55.4 s is 0.58 MB/s).",
         args.reps
     );
-    report::write_json(args.json.as_deref(), "sweep", args.seed, &log)?;
-    if let Some(dir) = &args.plot {
+    args.out.write_json(|| report::json_document("sweep", args.seed, &log))?;
+    args.out.draw(|dir| {
         let series: Vec<(String, Vec<(f64, f64)>)> = names
             .iter()
             .enumerate()
             .map(|(ri, n)| {
-                (n.clone(), mbs.iter().zip(&times[ri]).map(|(&mb, t)| (mb as f64, report::median(t))).collect())
+                (n.clone(), mbs.iter().zip(&times[ri]).map(|(&mb, t)| (mb as f64, stats::median(t))).collect())
             })
             .collect();
         let path = dir.join("loopback-sweep-time.png");
@@ -469,9 +479,8 @@ fn sweep(args: &LoopbackArgs, work: &std::path::Path, limit: Duration, load_befo
             &format!("time, s (median of {})", args.reps),
             &series,
         )?;
-        report::note_charts(&[path]);
-    }
-    Ok(())
+        Ok(vec![path])
+    })
 }
 
 /// CPU seconds per GB that making the stream and hashing it cost in this
@@ -532,11 +541,5 @@ mod tests {
         assert!(parse_size("3 parsecs").is_err());
         assert_eq!(human(256 << 10), "256 KiB");
         assert_eq!(human(2_000_000), "2 MB");
-    }
-
-    #[test]
-    fn fit_of_a_line_is_exact() {
-        let (a, b, r2) = report::linear_fit(&[1.0, 2.0, 4.0], &[3.0, 5.0, 9.0]);
-        assert!((a - 1.0).abs() < 1e-9 && (b - 2.0).abs() < 1e-9 && (r2 - 1.0).abs() < 1e-9);
     }
 }

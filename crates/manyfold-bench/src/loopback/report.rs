@@ -1,67 +1,15 @@
 //! The loopback tables: medians with their spread (min–max), ratios taken
-//! pair by pair within one repetition (BENCH.md), the header naming command,
-//! date, machine, sizes and seed, and the least-squares line of the size
-//! sweep with its R² (paper 00 §5.1: time must grow linearly with size).
-
-use std::process::Command;
+//! pair by pair within one repetition (BENCH.md; rules in crate::stats),
+//! the samples as JSON and the bulk charts.
 
 use super::rows::Sample;
-
-pub fn median(v: &[f64]) -> f64 {
-    let mut v = v.to_vec();
-    v.sort_by(|a, b| a.total_cmp(b));
-    if v.is_empty() {
-        return f64::NAN;
-    }
-    let m = v.len() / 2;
-    if v.len() % 2 == 1 {
-        v[m]
-    } else {
-        (v[m - 1] + v[m]) / 2.0
-    }
-}
-
-/// `median (min–max)` with `digits` decimals.
-pub fn med_range(v: &[f64], digits: usize) -> String {
-    let min = v.iter().cloned().fold(f64::INFINITY, f64::min);
-    let max = v.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
-    if v.len() < 2 {
-        return format!("{:.*}", digits, median(v));
-    }
-    format!("{:.*} ({:.*}–{:.*})", digits, median(v), digits, min, digits, max)
-}
-
-/// Least squares `y = a + b x`; returns (a, b, R²).
-pub fn linear_fit(xs: &[f64], ys: &[f64]) -> (f64, f64, f64) {
-    let n = xs.len() as f64;
-    let mx = xs.iter().sum::<f64>() / n;
-    let my = ys.iter().sum::<f64>() / n;
-    let sxy: f64 = xs.iter().zip(ys).map(|(x, y)| (x - mx) * (y - my)).sum();
-    let sxx: f64 = xs.iter().map(|x| (x - mx).powi(2)).sum();
-    let b = sxy / sxx;
-    let a = my - b * mx;
-    let ss_res: f64 = xs.iter().zip(ys).map(|(x, y)| (y - a - b * x).powi(2)).sum();
-    let ss_tot: f64 = ys.iter().map(|y| (y - my).powi(2)).sum();
-    (a, b, 1.0 - ss_res / ss_tot)
-}
-
-/// The line under every table's title: command, date, machine, load.
-pub fn header(sizes: &str, seed: u64, load_before: &str, load_after: &str) -> String {
-    let out =
-        |c: &mut Command| c.output().map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string()).unwrap_or_default();
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    format!(
-        "`manyfold-bench {}` · {} · nproc {} · kernel {} · {sizes} · seed {seed} · load average before {load_before}, after {load_after}",
-        args.join(" "),
-        out(Command::new("date").args(["-u", "+%Y-%m-%d %H:%M UTC"])),
-        std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
-        out(Command::new("uname").arg("-r")),
-    )
-}
+use crate::report::json_str;
+use crate::stats::{self, med_range, median};
 
 /// Per-repetition ratios of goodput `a[i] / b[i]`.
 pub fn ratios(a: &[Sample], b: &[Sample]) -> Vec<f64> {
-    a.iter().zip(b).map(|(x, y)| x.goodput() / y.goodput()).collect()
+    let goodputs = |s: &[Sample]| s.iter().map(Sample::goodput).collect::<Vec<f64>>();
+    stats::ratios(&goodputs(a), &goodputs(b))
 }
 
 /// The main loopback table. `anchor` and `ceiling` index `rows`.
@@ -104,8 +52,8 @@ pub fn encryption_table(bytes: u64, rows: &[(String, Vec<Sample>)], pairs: &[(us
     for &(e, p) in pairs {
         let (enc, plain) = (&rows[e].1, &rows[p].1);
         let med = |s: &[Sample], f: &dyn Fn(&Sample) -> f64| median(&s.iter().map(f).collect::<Vec<f64>>());
-        let ratio =
-            |f: &dyn Fn(&Sample) -> f64| -> Vec<f64> { enc.iter().zip(plain).map(|(a, b)| f(a) / f(b)).collect() };
+        let col = |s: &[Sample], f: &dyn Fn(&Sample) -> f64| s.iter().map(f).collect::<Vec<f64>>();
+        let ratio = |f: &dyn Fn(&Sample) -> f64| stats::ratios(&col(enc, f), &col(plain, f));
         let send = |x: &Sample| x.send_cpu / gb;
         let recv = |x: &Sample| x.recv_cpu / gb;
         let extra: Vec<f64> = enc.iter().zip(plain).map(|(a, b)| send(a) + recv(a) - send(b) - recv(b)).collect();
@@ -125,24 +73,6 @@ pub fn encryption_table(bytes: u64, rows: &[(String, Vec<Sample>)], pairs: &[(us
         );
     }
     t
-}
-
-/// A string as a JSON string literal (no serde in the lab: labels and
-/// error messages are the only strings).
-pub fn json_str(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() + 2);
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-    out
 }
 
 /// One sample's measured fields, as JSON members (no braces), with the
@@ -172,22 +102,12 @@ pub fn json_sample(row: &str, bytes: u64, rep: usize, s: &Sample) -> String {
     format!("{{\"row\":{},\"bytes\":{bytes},\"rep\":{rep},{}}}", json_str(row), json_fields(s))
 }
 
-/// Writes the samples of one run to `path`, if asked.
-pub fn write_json(path: Option<&std::path::Path>, mode: &str, seed: u64, samples: &[String]) -> anyhow::Result<()> {
-    let Some(path) = path else { return Ok(()) };
-    let body = format!(
+/// The JSON document of one run's samples.
+pub fn json_document(mode: &str, seed: u64, samples: &[String]) -> String {
+    format!(
         "{{\"scenario\":\"loopback\",\"mode\":\"{mode}\",\"seed\":{seed},\"samples\":[\n{}\n]}}\n",
         samples.join(",\n")
-    );
-    write_file(path, &body)
-}
-
-/// Writes `body` to `path`, creating its directory if needed.
-pub fn write_file(path: &std::path::Path, body: &str) -> anyhow::Result<()> {
-    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir).map_err(|e| anyhow::anyhow!("creating {}: {e}", dir.display()))?;
-    }
-    std::fs::write(path, body).map_err(|e| anyhow::anyhow!("writing {}: {e}", path.display()))
+    )
 }
 
 /// `--plot` for a table of rows: the median goodput of each row
@@ -226,11 +146,4 @@ pub fn bulk_charts(
         ],
     )?;
     Ok(vec![goodput, cpu])
-}
-
-/// Tells which chart files were written (on stderr, beside the progress).
-pub fn note_charts(files: &[std::path::PathBuf]) {
-    for f in files {
-        eprintln!("wrote {}", f.display());
-    }
 }

@@ -9,7 +9,7 @@
 //! [`TimedOut`] error that a scenario can report and go on from.
 
 use std::net::{SocketAddr, UdpSocket};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -172,151 +172,194 @@ impl Sample {
 /// A sender still running after `limit` is killed and the error is a
 /// [`TimedOut`]; any other failure carries what the children printed.
 pub fn run(row: &Row, work: &Path, bytes: u64, seed: u64, hash: &str, limit: Duration) -> Result<Sample> {
-    let me = std::env::current_exe()?;
     let addr = crate::free_addr()?;
-    let data = |c: &mut Command| {
-        c.arg("--bytes").arg(bytes.to_string()).arg("--seed").arg(seed.to_string());
-    };
-    let file = |name: &str| work.join(format!("{}-{name}", addr.port()));
-    let (recv_err, send_err, send_out) = (file("recv.err"), file("send.err"), file("send.out"));
-    let mut r = Command::new(&me);
-    let mut s = Command::new(&me);
-    let mut blast_out = None;
+    let (mut r, mut s) = commands(row, addr, work, hash)?;
+    // The manyfold sender's counters, the ceiling receiver's count.
+    let out = scratch(work, "out")?;
     match row {
-        Row::Manyfold(m) => {
-            r.arg("mf-recv").arg("--listen").arg(addr.to_string()).arg("--hash").arg(hash);
-            s.arg("mf-send").arg("--to").arg(addr.to_string());
-            for (c, fault_seed) in [(&mut r, m.fault_seed.wrapping_add(1)), (&mut s, m.fault_seed)] {
-                c.arg("--cc").arg(m.cc.name());
-                if let Some(b) = m.buffers {
-                    c.arg("--send-buffer").arg(b.to_string());
-                }
-                if let Some(b) = m.recv_buffer.or(m.buffers) {
-                    c.arg("--recv-buffer").arg(b.to_string());
-                }
-                if m.loss > 0.0 {
-                    c.arg("--loss").arg(m.loss.to_string()).arg("--fault-seed").arg(fault_seed.to_string());
-                }
-                if let Some(t) = m.connect_timeout {
-                    c.arg("--connect-timeout").arg(t.as_secs().max(1).to_string());
-                }
-                if m.encrypted {
-                    c.arg("--encrypt");
-                }
-            }
-            s.stdout(std::fs::File::create(&send_out)?);
-        }
-        Row::Tcp(cc) => {
-            r.arg("tcp-mem-recv").arg("--listen").arg(addr.to_string()).arg("--hash").arg(hash).arg("--cc").arg(cc);
-            s.arg("tcp-mem-send").arg("--to").arg(addr.to_string()).arg("--cc").arg(cc);
-        }
-        Row::Quic => {
-            let cert = work.join(format!("cert-{}.der", addr.port()));
-            r.arg("quic-recv").arg("--listen").arg(addr.to_string()).arg("--hash").arg(hash).arg("--cert").arg(&cert);
-            s.arg("quic-send").arg("--to").arg(addr.to_string()).arg("--cert").arg(&cert);
-        }
-        Row::Blast => {
-            let out = work.join(format!("blast-{}.out", addr.port()));
-            r.arg("blast-recv").arg("--listen").arg(addr.to_string());
-            r.stdout(std::fs::File::create(&out)?);
-            s.arg("blast-send").arg("--to").arg(addr.to_string());
-            blast_out = Some(out);
-        }
+        Row::Manyfold(_) => drop(s.stdout(out.reopen()?)),
+        Row::Blast => drop(r.stdout(out.reopen()?)),
+        _ => {}
     }
-    data(&mut r);
-    data(&mut s);
-    r.stderr(std::fs::File::create(&recv_err)?);
-    s.stderr(std::fs::File::create(&send_err)?);
-    // A failing child's last lines should be its error chain, not a backtrace.
     for c in [&mut r, &mut s] {
-        c.env("RUST_LIB_BACKTRACE", "0");
+        c.arg("--bytes").arg(bytes.to_string()).arg("--seed").arg(seed.to_string());
     }
     let what = row.label();
-    let said = |e: anyhow::Error| {
-        let e = e.context(Failed { what: what.clone(), sender: tail(&send_err), receiver: tail(&recv_err) });
-        clean(&[&recv_err, &send_err, &send_out]);
-        e
-    };
-    let recv = child::spawn(r, &format!("{what} receiver"))?;
-    let ready = match row {
-        Row::Tcp(_) => Ok(()), // the sender retries connecting
-        _ => wait_udp_bound(addr),
-    };
-    if let Err(e) = ready {
-        recv.kill();
-        return Err(said(e));
-    }
-    let t0 = SystemTime::now();
-    let started = Instant::now();
-    let send = match child::spawn(s, &format!("{what} sender")) {
-        Ok(s) => s,
-        Err(e) => {
-            recv.kill();
-            return Err(said(e));
-        }
-    };
-    let su = match send.wait(limit) {
-        Ok(u) => u,
-        Err(e) => {
-            recv.kill();
-            if started.elapsed() >= limit {
-                clean(&[&recv_err, &send_err, &send_out]);
-                return Err(anyhow::Error::new(TimedOut(limit)).context(what));
-            }
-            return Err(said(e));
-        }
-    };
-    let ru = recv.wait(limit + Duration::from_secs(30)).map_err(said)?;
-    // Whatever a successful child printed (a warning, say) is still shown.
-    for f in [&send_err, &recv_err] {
-        let text = std::fs::read_to_string(f).unwrap_or_default();
-        if !text.trim().is_empty() {
-            eprint!("{what}: {text}");
-        }
-    }
-    let mut sample = Sample {
-        wall: su.wall.as_secs_f64(),
-        send_cpu: su.cpu.as_secs_f64(),
-        recv_cpu: ru.cpu.as_secs_f64(),
-        send_rss_mib: su.max_rss_kib as f64 / 1024.0,
-        recv_rss_mib: ru.max_rss_kib as f64 / 1024.0,
-        delivered: bytes,
-        mf: None,
-    };
+    // The TCP rows' sender retries connecting; the others need the receiver bound first.
+    let ready = if matches!(row, Row::Tcp(_)) { None } else { Some(addr) };
+    let Measured { mut sample, started } =
+        Transfer { recv: r, send: s, what: what.clone(), ready }.measure(work, bytes, limit)?;
+    let text = std::fs::read_to_string(out.path()).with_context(|| format!("reading {}", out.path().display()))?;
     if let Row::Manyfold(_) = row {
-        let out = std::fs::read_to_string(&send_out).with_context(|| format!("reading {}", send_out.display()))?;
-        sample.mf = Some(MfStats::parse(&out).with_context(|| format!("{what}: sender printed no counters: {out:?}"))?);
+        sample.mf =
+            Some(MfStats::parse(&text).with_context(|| format!("{what}: sender printed no counters: {text:?}"))?);
     }
-    clean(&[&recv_err, &send_err, &send_out]);
-    if let Some(out) = blast_out {
-        let text = std::fs::read_to_string(&out)?;
+    if let Row::Blast = row {
         let mut f = text.split_whitespace().skip(1).map(|w| w.parse::<u128>());
         let (Some(Ok(got)), Some(Ok(last))) = (f.next(), f.next()) else {
             bail!("blast receiver printed {text:?}");
         };
-        let start = t0.duration_since(UNIX_EPOCH)?.as_nanos();
+        let start = started.duration_since(UNIX_EPOCH)?.as_nanos();
         sample.delivered = got as u64;
         sample.wall = last.saturating_sub(start) as f64 / 1e9;
-        std::fs::remove_file(out)?;
     }
     Ok(sample)
 }
 
+/// A file in `work` for a child's output, deleted when dropped.
+fn scratch(work: &Path, suffix: &str) -> Result<tempfile::NamedTempFile> {
+    Ok(tempfile::Builder::new().suffix(&format!(".{suffix}")).tempfile_in(work)?)
+}
+
+/// The receiver's and the sender's command lines of `row` (this binary's
+/// hidden subcommands), without the stream's `--bytes` and `--seed`.
+fn commands(row: &Row, addr: SocketAddr, work: &Path, hash: &str) -> Result<(Command, Command)> {
+    let me = std::env::current_exe()?;
+    let (mut r, mut s) = (Command::new(&me), Command::new(&me));
+    let (port, addr) = (addr.port(), addr.to_string());
+    match row {
+        Row::Manyfold(m) => {
+            r.args(["mf-recv", "--listen", &addr, "--hash", hash]);
+            s.args(["mf-send", "--to", &addr]);
+            for (c, fault_seed) in [(&mut r, m.fault_seed.wrapping_add(1)), (&mut s, m.fault_seed)] {
+                m.configure(c, fault_seed);
+            }
+        }
+        Row::Tcp(cc) => {
+            r.args(["tcp-mem-recv", "--listen", &addr, "--hash", hash, "--cc", cc]);
+            s.args(["tcp-mem-send", "--to", &addr, "--cc", cc]);
+        }
+        Row::Quic => {
+            let cert = work.join(format!("cert-{port}.der"));
+            r.args(["quic-recv", "--listen", &addr, "--hash", hash, "--cert"]).arg(&cert);
+            s.args(["quic-send", "--to", &addr, "--cert"]).arg(&cert);
+        }
+        Row::Blast => {
+            r.args(["blast-recv", "--listen", &addr]);
+            s.args(["blast-send", "--to", &addr]);
+        }
+    }
+    Ok((r, s))
+}
+
+impl MfRow {
+    /// One side's options: both sides alike, each with its own fault seed.
+    fn configure(&self, c: &mut Command, fault_seed: u64) {
+        c.arg("--cc").arg(self.cc.name());
+        if let Some(b) = self.buffers {
+            c.arg("--send-buffer").arg(b.to_string());
+        }
+        if let Some(b) = self.recv_buffer.or(self.buffers) {
+            c.arg("--recv-buffer").arg(b.to_string());
+        }
+        if self.loss > 0.0 {
+            c.arg("--loss").arg(self.loss.to_string()).arg("--fault-seed").arg(fault_seed.to_string());
+        }
+        if let Some(t) = self.connect_timeout {
+            c.arg("--connect-timeout").arg(t.as_secs().max(1).to_string());
+        }
+        if self.encrypted {
+            c.arg("--encrypt");
+        }
+    }
+}
+
+/// One measured transfer: a receiver process and a sender process.
+#[derive(Debug)]
+pub struct Transfer {
+    pub recv: Command,
+    pub send: Command,
+    /// The row's name, for errors and the children's warnings.
+    pub what: String,
+    /// Start the sender only once something has bound this UDP address
+    /// (the receiver is up); `None` when the sender retries by itself.
+    pub ready: Option<SocketAddr>,
+}
+
+/// A [`Sample`] with the sender's start on the system clock (the ceiling's
+/// receiver stamps its last datagram's arrival on that clock).
+#[derive(Debug)]
+struct Measured {
+    sample: Sample,
+    started: SystemTime,
+}
+
+impl Transfer {
+    /// Starts the receiver, waits until it is ready, starts the sender and
+    /// reads both processes' cost; `bytes` is what the transfer delivers.
+    /// The children's stderr goes to files in `work`, quoted in a failure's
+    /// error and shown on success if not empty. A sender still running
+    /// after `limit` is killed and the error is a [`TimedOut`].
+    pub fn run(self, work: &Path, bytes: u64, limit: Duration) -> Result<Sample> {
+        Ok(self.measure(work, bytes, limit)?.sample)
+    }
+
+    fn measure(mut self, work: &Path, bytes: u64, limit: Duration) -> Result<Measured> {
+        let (recv_err, send_err) = (scratch(work, "err")?, scratch(work, "err")?);
+        self.recv.stderr(recv_err.reopen()?);
+        self.send.stderr(send_err.reopen()?);
+        // A failing child's last lines should be its error chain, not a backtrace.
+        for c in [&mut self.recv, &mut self.send] {
+            c.env("RUST_LIB_BACKTRACE", "0");
+        }
+        let what = self.what;
+        let said = |e: anyhow::Error| {
+            e.context(Failed { what: what.clone(), sender: tail(send_err.path()), receiver: tail(recv_err.path()) })
+        };
+        let recv = child::spawn(self.recv, &format!("{what} receiver"))?;
+        if let Some(Err(e)) = self.ready.map(wait_udp_bound) {
+            recv.kill();
+            return Err(said(e));
+        }
+        let started = SystemTime::now();
+        let t0 = Instant::now();
+        let send = match child::spawn(self.send, &format!("{what} sender")) {
+            Ok(s) => s,
+            Err(e) => {
+                recv.kill();
+                return Err(said(e));
+            }
+        };
+        let su = match send.wait(limit) {
+            Ok(u) => u,
+            Err(e) => {
+                recv.kill();
+                if t0.elapsed() >= limit {
+                    return Err(anyhow::Error::new(TimedOut(limit)).context(what));
+                }
+                return Err(said(e));
+            }
+        };
+        let ru = recv.wait(limit + Duration::from_secs(30)).map_err(said)?;
+        // Whatever a successful child printed (a warning, say) is still shown.
+        for f in [&send_err, &recv_err] {
+            let text = std::fs::read_to_string(f.path()).unwrap_or_default();
+            if !text.trim().is_empty() {
+                eprint!("{what}: {text}");
+            }
+        }
+        let sample = Sample {
+            wall: su.wall.as_secs_f64(),
+            send_cpu: su.cpu.as_secs_f64(),
+            recv_cpu: ru.cpu.as_secs_f64(),
+            send_rss_mib: su.max_rss_kib as f64 / 1024.0,
+            recv_rss_mib: ru.max_rss_kib as f64 / 1024.0,
+            delivered: bytes,
+            mf: None,
+        };
+        Ok(Measured { sample, started })
+    }
+}
+
 /// The last few lines a child wrote to `path`, joined.
-fn tail(path: &PathBuf) -> String {
+fn tail(path: &Path) -> String {
     let text = std::fs::read_to_string(path).unwrap_or_default();
     let lines: Vec<&str> = text.lines().map(str::trim).filter(|l| !l.is_empty()).collect();
     lines[lines.len().saturating_sub(5)..].join(" / ")
 }
 
-fn clean(files: &[&PathBuf]) {
-    for f in files {
-        let _ = std::fs::remove_file(f);
-    }
-}
-
 /// Waits until something has bound UDP `addr` (the receiver is up).
-fn wait_udp_bound(addr: SocketAddr) -> Result<()> {
+pub fn wait_udp_bound(addr: SocketAddr) -> Result<()> {
     for _ in 0..1000 {
         if UdpSocket::bind(addr).is_err() {
             return Ok(());
@@ -324,14 +367,6 @@ fn wait_udp_bound(addr: SocketAddr) -> Result<()> {
         std::thread::sleep(Duration::from_millis(5));
     }
     bail!("receiver never bound {addr}")
-}
-
-/// `uptime`'s load averages, to note the noise beside each table.
-pub fn load() -> String {
-    std::fs::read_to_string("/proc/loadavg")
-        .context("reading /proc/loadavg")
-        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
-        .unwrap_or_default()
 }
 
 #[cfg(test)]

@@ -222,7 +222,7 @@ pub fn run(o: Options) -> Result<()> {
     report.finish();
     print!("{}", report.markdown());
     if let Some(path) = &o.json {
-        crate::loopback::report::write_file(path, &report.json())?;
+        crate::report::write_file(path, &report.json())?;
     }
     let failed = report.failures();
     if !failed.is_empty() {

@@ -8,9 +8,10 @@ use std::collections::BTreeSet;
 use super::rows::{Measured, Proto};
 use super::topo::{Counters, Topo, TBF_LATENCY_MS};
 use super::{Plan, Setup};
-use crate::fanout::runs::Runs;
 use crate::loopback::human;
-use crate::loopback::report::{header, json_str, med_range, median};
+use crate::report::Runs;
+use crate::report::{header, json_str};
+use crate::stats::{self, med_range, median};
 
 /// The figures of `manyfold mcast send --json` this scenario uses.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -239,11 +240,9 @@ impl Report {
 
     /// manyfold's time ÷ `anchor`'s, within each repetition both finished.
     fn time_ratios(&self, setup: Setup, n: usize, anchor: Proto) -> Vec<f64> {
-        let a = self.ok(setup, n, anchor);
-        self.ok(setup, n, Proto::Manyfold)
-            .iter()
-            .filter_map(|m| a.iter().find(|x| x.rep == m.rep).map(|x| m.m.time_to_all / x.m.time_to_all))
-            .collect()
+        let time = |r: &&RunResult| (r.rep, r.m.time_to_all);
+        let anchor: Vec<(usize, f64)> = self.ok(setup, n, anchor).iter().map(time).collect();
+        stats::ratios_by_rep(self.ok(setup, n, Proto::Manyfold).iter().map(time), &anchor)
     }
 
     pub fn failures(&self) -> Vec<String> {
@@ -302,7 +301,6 @@ impl Report {
                     }
                     let ok = self.ok(setup, n, proto);
                     let col = |f: &dyn Fn(&RunResult) -> f64| ok.iter().map(|r| f(r)).collect::<Vec<f64>>();
-                    let cell = |v: Vec<f64>, d: usize| if v.is_empty() { "–".to_string() } else { med_range(&v, d) };
                     let fbw: Vec<f64> = ok.iter().filter_map(|r| r.fb_window()).collect();
                     let ratio = if proto == Proto::Manyfold { vec![] } else { self.time_ratios(setup, n, proto) };
                     t += &format!(
@@ -310,17 +308,17 @@ impl Report {
                         proto.label(),
                         ok.len(),
                         all.len(),
-                        cell(col(&|r| r.m.time_to_all), 2),
-                        cell(col(&|r| r.goodput_mbps(p)), 1),
-                        cell(col(&|r| r.bottleneck_pct(p)), 0),
-                        cell(col(&|r| r.sent_per_byte(p)), 3),
-                        cell(fbw, 2),
-                        cell(col(&|r| r.feedback_per_mb(p)), 1),
-                        cell(col(&|r| r.m.counters.dropped as f64), 0),
-                        cell(col(&|r| r.m.send_cpu / gb), 2),
-                        cell(col(&|r| r.m.recv_cpu / r.n as f64 / gb), 2),
-                        cell(col(&|r| r.m.send_rss_kib as f64 / 1024.0), 0),
-                        cell(ratio, 2),
+                        med_range(&col(&|r| r.m.time_to_all), 2),
+                        med_range(&col(&|r| r.goodput_mbps(p)), 1),
+                        med_range(&col(&|r| r.bottleneck_pct(p)), 0),
+                        med_range(&col(&|r| r.sent_per_byte(p)), 3),
+                        med_range(&fbw, 2),
+                        med_range(&col(&|r| r.feedback_per_mb(p)), 1),
+                        med_range(&col(&|r| r.m.counters.dropped as f64), 0),
+                        med_range(&col(&|r| r.m.send_cpu / gb), 2),
+                        med_range(&col(&|r| r.m.recv_cpu / r.n as f64 / gb), 2),
+                        med_range(&col(&|r| r.m.send_rss_kib as f64 / 1024.0), 0),
+                        med_range(&ratio, 2),
                     );
                 }
             }

@@ -25,7 +25,6 @@ mod runner;
 mod wire;
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
 
 use anyhow::Result;
 use clap::Subcommand;
@@ -72,6 +71,10 @@ pub enum Internal {
 
 /// What to run.
 #[derive(clap::Args, Debug, Clone)]
+#[command(mut_arg("json", |a| a.help("Also write the results, every message's latency included, as JSON")))]
+#[command(mut_arg("plot", |a| a.help(
+    "Also draw charts into this directory: messages-latency.png (p50, p99, max per row) and messages-cdf.png (latency distribution)"
+)))]
 pub struct Options {
     /// CI's short version: 300 messages, one repetition, 100 probes.
     /// Explicit --count, --reps and --probe still win.
@@ -133,13 +136,8 @@ pub struct Options {
     /// Seed of the emulator and of the messages' bytes.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
-    /// Also write the results, every message's latency included, as JSON.
-    #[arg(long)]
-    pub json: Option<PathBuf>,
-    /// Also draw charts into this directory: messages-latency.png (p50,
-    /// p99, max per row) and messages-cdf.png (latency distribution).
-    #[arg(long, value_name = "DIR")]
-    pub plot: Option<PathBuf>,
+    #[command(flatten)]
+    pub out: crate::report::Outputs,
 }
 
 pub fn run(args: Args) -> Result<()> {

@@ -13,7 +13,8 @@ use anyhow::{bail, Context, Result};
 use super::runner::Plan;
 use super::Options;
 use crate::child::{Finished, Usage};
-use crate::loopback::report::{header, json_str, med_range, median};
+use crate::report::{header, json_num as num, json_str};
+use crate::stats::{self, med_range, median};
 use crate::wan::netns::RelayStats;
 use crate::wan::probe::field;
 
@@ -33,8 +34,7 @@ impl Probe {
     }
 
     fn label(&self) -> String {
-        let lo = self.rtts_ms.iter().copied().fold(f64::INFINITY, f64::min);
-        let hi = self.rtts_ms.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        let (lo, hi) = stats::min_max(&self.rtts_ms).unwrap_or((f64::NAN, f64::NAN));
         format!(
             "mean {:.1} ms, median {:.1} ms, {lo:.1}–{hi:.1} ms ({} of {} UDP round trips returned, one sent every 5 ms)",
             self.mean_ms(),
@@ -70,11 +70,7 @@ pub struct RunResult {
 /// sorted `delivered` arrived: infinite where the rank falls on a message
 /// that never did.
 pub fn percentile(delivered: &[f64], n: usize, q: f64) -> f64 {
-    if n == 0 {
-        return f64::NAN;
-    }
-    let rank = ((q / 100.0 * n as f64).ceil() as usize).clamp(1, n);
-    delivered.get(rank - 1).copied().unwrap_or(f64::INFINITY)
+    stats::rank(n, q).map_or(f64::NAN, |rank| delivered.get(rank - 1).copied().unwrap_or(f64::INFINITY))
 }
 
 impl RunResult {
@@ -95,7 +91,7 @@ impl RunResult {
         if delivered as usize != latencies_ms.len() {
             bail!("the receiver counted {delivered} messages but listed {}", latencies_ms.len());
         }
-        latencies_ms.sort_by(f64::total_cmp);
+        let latencies_ms = stats::sorted(&latencies_ms);
         let sender = sent.stdout.lines().last().unwrap_or_default().trim().to_string();
         if field(&sender, "sent").is_none() {
             bail!("the sender printed no summary ({sender:?})");
@@ -181,21 +177,12 @@ fn ms(x: f64) -> String {
     }
 }
 
-/// JSON number, or null for NaN and infinities (JSON has neither).
-fn num(x: f64) -> String {
-    if x.is_finite() {
-        format!("{x}")
-    } else {
-        "null".into()
-    }
-}
-
 impl Report {
     pub fn new(o: &Options, plan: &Plan) -> Report {
         Report {
             o: o.clone(),
             plan: plan.clone(),
-            load_before: crate::loopback::rows::load(),
+            load_before: crate::report::load(),
             load_after: String::new(),
             probe: None,
             runs: vec![],
@@ -205,7 +192,7 @@ impl Report {
 
     /// Records the state of the machine after the runs.
     pub fn finish(&mut self) {
-        self.load_after = crate::loopback::rows::load();
+        self.load_after = crate::report::load();
     }
 
     pub fn failures(&self) -> Vec<String> {
@@ -238,9 +225,8 @@ impl Report {
     /// Per repetition, `row`'s p99 over TCP's p99 in the same repetition.
     fn p99_vs_tcp(&self, row: &str) -> Vec<f64> {
         let Some(tcp) = self.tcp_row() else { return vec![] };
-        self.runs_of(row)
-            .filter_map(|r| self.runs_of(tcp).find(|t| t.rep == r.rep).map(|t| r.p(99.0) / t.p(99.0)))
-            .collect()
+        let p99 = |r: &RunResult| (r.rep, r.p(99.0));
+        stats::ratios_by_rep(self.runs_of(row).map(p99), &self.runs_of(tcp).map(p99).collect::<Vec<_>>())
     }
 
     fn measured_rtt(&self) -> Option<f64> {
@@ -498,8 +484,8 @@ impl Report {
             .iter()
             .map(|row| {
                 let runs: Vec<&RunResult> = self.runs_of(row).collect();
-                let mut all: Vec<f64> = runs.iter().flat_map(|r| r.latencies_ms.iter().copied()).collect();
-                all.sort_by(f64::total_cmp);
+                let all =
+                    stats::sorted(&runs.iter().flat_map(|r| r.latencies_ms.iter().copied()).collect::<Vec<f64>>());
                 let n: usize = runs.iter().map(|r| r.expected).sum();
                 let pts = cdf_points()
                     .into_iter()

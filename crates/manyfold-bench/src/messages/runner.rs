@@ -201,12 +201,8 @@ pub fn run(o: &Options) -> Result<()> {
     } // the lab (namespaces, relay) goes here, before any output
     report.finish();
     print!("{}", report.markdown());
-    if let Some(path) = &o.json {
-        crate::loopback::report::write_file(path, &report.json())?;
-    }
-    if let Some(dir) = &o.plot {
-        crate::loopback::report::note_charts(&report.charts(dir)?);
-    }
+    o.out.write_json(|| report.json())?;
+    o.out.draw(|dir| report.charts(dir))?;
     let failed = report.failures();
     if !failed.is_empty() {
         bail!("{} run(s) failed: {}", failed.len(), failed.join("; "));

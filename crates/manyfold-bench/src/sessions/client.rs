@@ -68,15 +68,6 @@ pub fn is_reversed(request: &[u8], reply: &[u8]) -> bool {
     request.len() == reply.len() && request.iter().rev().eq(reply.iter())
 }
 
-/// The `q` quantile (0..=1) of sorted `v` by nearest rank.
-pub fn quantile(sorted: &[f64], q: f64) -> f64 {
-    if sorted.is_empty() {
-        return f64::NAN;
-    }
-    let rank = (q * sorted.len() as f64).ceil() as usize;
-    sorted[rank.clamp(1, sorted.len()) - 1]
-}
-
 /// What the sessions of one load generator did.
 #[derive(Debug, Default)]
 struct Tally {
@@ -179,9 +170,8 @@ async fn generate(load: &Load) -> Result<String> {
     for e in &eps {
         e.wait_idle().await;
     }
-    let mut lat = std::mem::take(&mut all.latencies);
-    lat.sort_by(|a, b| a.total_cmp(b));
-    let ms = |q: f64| quantile(&lat, q) * 1e3;
+    let lat = crate::stats::sorted(&all.latencies);
+    let ms = |q: f64| crate::stats::percentile(&lat, q) * 1e3;
     let mean = lat.iter().sum::<f64>() / lat.len().max(1) as f64 * 1e3;
     let (sent, received) = eps.iter().fold((0, 0), |(s, r), e| {
         let d = e.driver_stats();
@@ -192,9 +182,9 @@ async fn generate(load: &Load) -> Result<String> {
         lat.len(),
         all.failures,
         lat.len() as f64 / wall,
-        ms(0.5),
-        ms(0.99),
-        ms(1.0),
+        ms(50.0),
+        ms(99.0),
+        ms(100.0),
         all.retransmissions,
         all.rto_expiries,
         eps.len(),
@@ -324,15 +314,5 @@ mod tests {
         assert!(is_reversed(&a, &rev));
         assert!(!is_reversed(&a, &a));
         assert!(!is_reversed(&a, &rev[1..]));
-    }
-
-    #[test]
-    fn quantiles_take_the_nearest_rank() {
-        let v: Vec<f64> = (1..=100).map(f64::from).collect();
-        assert_eq!(quantile(&v, 0.5), 50.0);
-        assert_eq!(quantile(&v, 0.99), 99.0);
-        assert_eq!(quantile(&v, 1.0), 100.0);
-        assert_eq!(quantile(&[7.0], 0.99), 7.0);
-        assert!(quantile(&[], 0.5).is_nan());
     }
 }

@@ -31,7 +31,7 @@
 //! one UDP socket per `--per-endpoint` concurrent sessions.
 //!
 //! Modules: [`server`], [`client`] (both processes), [`report`] (tables,
-//! JSON, charts, targets); the report's frame is [`crate::fanout::runs`].
+//! JSON, charts, targets); the report's frame is [`crate::report`].
 
 mod client;
 mod report;
@@ -45,7 +45,7 @@ use anyhow::{bail, Context, Result};
 use clap::{Subcommand, ValueEnum};
 
 use crate::child;
-use crate::fanout::runs::{self, wait_for_file, write_ready};
+use crate::fanout::runs::{wait_for_file, write_ready};
 use crate::loopback::parse_size;
 use report::{HoldFigures, Part, Report, RunResult};
 
@@ -206,6 +206,9 @@ pub enum Internal {
 
 /// What to measure. Lists are comma-separated.
 #[derive(clap::Args, Debug, Clone)]
+#[command(mut_arg("plot", |a| a.help(
+    "Also draw PNG charts into this directory (created if missing): sessions-rate.png (requests/s against N), sessions-p99.png (p99 latency against N), sessions-sizes.png"
+)))]
 pub struct Options {
     /// A smoke run: N = 1,000 at concurrency 100, the sweeps with 200
     /// requests, a hold of 10,000, one repetition. Explicit options still win.
@@ -270,10 +273,8 @@ pub struct Options {
     /// Per-run time limit in seconds (each process).
     #[arg(long, default_value_t = 300)]
     pub timeout: u64,
-    /// --json FILE, --plot DIR: sessions-rate.png (requests/s against N),
-    /// sessions-p99.png (p99 latency against N), sessions-sizes.png.
     #[command(flatten)]
-    pub out: runs::Outputs,
+    pub out: crate::report::Outputs,
 }
 
 pub fn run(args: Args) -> Result<()> {
@@ -472,7 +473,7 @@ fn measure(o: &Options) -> Result<()> {
     }
     drop(work);
     report.finish();
-    runs::publish(&report, &o.out)
+    crate::report::publish(&report, &o.out)
 }
 
 /// The scratch directory goes on Ctrl-C and SIGTERM too (its `TempDir`

@@ -11,9 +11,9 @@ use clap::ValueEnum;
 
 use super::{Kind, Plan, Rto, Spec};
 use crate::child::{Finished, Usage};
-use crate::fanout::runs::{Figures, Runs};
 use crate::loopback::human;
-use crate::loopback::report::{header, json_str, med_range, median};
+use crate::report::{cpu, header, json_num as num, json_str, json_usage as usage, mib, Figures, Runs};
+use crate::stats::{self, med_range, median};
 use crate::wan::probe::field;
 
 /// The scenario's parts.
@@ -111,14 +111,6 @@ pub struct RunResult {
     pub lab_rss_kib: u64,
     /// The run itself failed (a process did): no figures.
     pub error: Option<String>,
-}
-
-fn mib(u: &Option<Usage>) -> f64 {
-    u.map_or(f64::NAN, |u| u.max_rss_kib as f64 / 1024.0)
-}
-
-fn cpu(u: &Option<Usage>) -> f64 {
-    u.map_or(f64::NAN, |u| u.cpu.as_secs_f64())
 }
 
 impl RunResult {
@@ -275,11 +267,9 @@ impl Report {
     /// manyfold's requests/s ÷ TCP's, run by run within each repetition;
     /// `tcp` selects the anchor for the manyfold runs `sel` selects.
     fn ratios(&self, sel: Select, tcp: Select) -> Vec<f64> {
-        let anchors = self.ok(tcp);
-        self.ok(sel)
-            .iter()
-            .filter_map(|m| Some(m.get("rps") / anchors.iter().find(|t| t.rep == m.rep)?.get("rps")))
-            .collect()
+        let rps = |r: &&RunResult| (r.rep, r.get("rps"));
+        let anchors: Vec<(usize, f64)> = self.ok(tcp).iter().map(rps).collect();
+        stats::ratios_by_rep(self.ok(sel).iter().map(rps), &anchors)
     }
 
     /// The figures of one table line (after its leading cells): runs,
@@ -649,16 +639,6 @@ impl Figures for Report {
             p.seed, p.size, p.backlog, p.per_endpoint, p.hold_per_endpoint
         );
         self.json_document("sessions", &fields, |r| {
-            let usage = |u: &Option<Usage>| match u {
-                Some(u) => format!(
-                    "{{\"wall_s\":{:.4},\"cpu_s\":{:.4},\"peak_rss_mib\":{:.1}}}",
-                    u.wall.as_secs_f64(),
-                    u.cpu.as_secs_f64(),
-                    u.max_rss_kib as f64 / 1024.0
-                ),
-                None => "null".into(),
-            };
-            let num = |v: f64| if v.is_finite() { format!("{v}") } else { "null".into() };
             let s = &r.spec;
             let figures = match &r.hold {
                 Some(h) => format!(

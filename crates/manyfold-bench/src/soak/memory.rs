@@ -69,7 +69,7 @@ pub fn summarise(samples: &[Sample], half: f64) -> Summary {
     let Some(first) = samples.first() else { return Summary::default() };
     let tail: Vec<&Sample> = samples.iter().filter(|s| s.at >= half).collect();
     let (xs, ys): (Vec<f64>, Vec<f64>) = tail.iter().map(|s| (s.at / 60.0, s.rss_mib)).unzip();
-    let slope = if xs.len() >= 3 { crate::loopback::report::linear_fit(&xs, &ys).1 } else { f64::NAN };
+    let slope = if xs.len() >= 3 { crate::stats::linear_fit(&xs, &ys).1 } else { f64::NAN };
     Summary {
         start_mib: first.rss_mib,
         peak_mib: samples.iter().map(|s| s.rss_mib).fold(0.0, f64::max),

@@ -239,7 +239,7 @@ pub fn run(args: Args) -> Result<()> {
     };
     let max_payload = size(&args.max_payload)?;
     let max_message = size(&args.max_message)?;
-    let load_before = crate::loopback::rows::load();
+    let load_before = crate::report::load();
     let started_at = crate::sh("date", &["-u", "+%Y-%m-%d %H:%M UTC"]);
     let outcome = crate::runtime()?.block_on(async {
         let start = Instant::now();
@@ -265,7 +265,7 @@ pub fn run(args: Args) -> Result<()> {
         args: &args,
         started_at,
         load_before,
-        load_after: crate::loopback::rows::load(),
+        load_after: crate::report::load(),
         wall,
         memory: memory::summarise(&outcome.samples, args.duration.as_secs_f64() / 2.0),
         samples: &outcome.samples,
@@ -274,7 +274,7 @@ pub fn run(args: Args) -> Result<()> {
     };
     print!("{}", rep.markdown());
     if let Some(path) = &args.json {
-        crate::loopback::report::write_file(path, &rep.json())?;
+        crate::report::write_file(path, &rep.json())?;
     }
     let failures = Tally::get(&outcome.tally.failure_count);
     let growth = rep.memory.slope_mib_per_min;

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use super::memory::{Sample, Summary};
 use super::{Args, Tally};
-use crate::loopback::report::json_str;
+use crate::report::json_str;
 
 pub struct Report<'a> {
     pub args: &'a Args,

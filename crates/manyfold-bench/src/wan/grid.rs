@@ -76,27 +76,44 @@ pub struct Cell {
     pub loss_pct: f64,
 }
 
+/// The grid's axes and repetitions: `--quick`'s subset, else the
+/// options given, else the defaults.
+struct Grid {
+    rates: Vec<u64>,
+    rtts: Vec<f64>,
+    losses: Vec<f64>,
+    reps: usize,
+}
+
+impl Grid {
+    /// Fills `o`'s unset options for `--quick` and reads the axes.
+    fn of(o: &mut Options) -> Result<Grid> {
+        if o.quick {
+            o.rate.get_or_insert_with(|| vec!["100M".into()]);
+            o.rtt.get_or_insert_with(|| vec![50.0]);
+            o.loss.get_or_insert_with(|| vec![1.0]);
+            o.reps.get_or_insert(1);
+            o.size.get_or_insert_with(|| "2MB".into());
+        }
+        let rates: Vec<u64> = o
+            .rate
+            .clone()
+            .unwrap_or_else(|| vec!["100M".into(), "1G".into()])
+            .iter()
+            .map(|r| parse_rate(r))
+            .collect::<Result<_>>()?;
+        let rtts = o.rtt.clone().unwrap_or_else(|| vec![1.0, 50.0, 200.0]);
+        let losses = o.loss.clone().unwrap_or_else(|| vec![0.0, 0.1, 1.0, 5.0]);
+        let reps = o.reps.unwrap_or(3).max(1);
+        if losses.iter().any(|l| !(0.0..100.0).contains(l)) || rtts.iter().any(|r| r.is_nan() || *r < 0.0) {
+            bail!("loss must be in [0, 100) and RTT non-negative");
+        }
+        Ok(Grid { rates, rtts, losses, reps })
+    }
+}
+
 pub fn run(mut o: Options) -> Result<()> {
-    if o.quick {
-        o.rate.get_or_insert_with(|| vec!["100M".into()]);
-        o.rtt.get_or_insert_with(|| vec![50.0]);
-        o.loss.get_or_insert_with(|| vec![1.0]);
-        o.reps.get_or_insert(1);
-        o.size.get_or_insert_with(|| "2MB".into());
-    }
-    let rates: Vec<u64> = o
-        .rate
-        .clone()
-        .unwrap_or_else(|| vec!["100M".into(), "1G".into()])
-        .iter()
-        .map(|r| parse_rate(r))
-        .collect::<Result<_>>()?;
-    let rtts = o.rtt.clone().unwrap_or_else(|| vec![1.0, 50.0, 200.0]);
-    let losses = o.loss.clone().unwrap_or_else(|| vec![0.0, 0.1, 1.0, 5.0]);
-    let reps = o.reps.unwrap_or(3).max(1);
-    if losses.iter().any(|l| !(0.0..100.0).contains(l)) || rtts.iter().any(|r| r.is_nan() || *r < 0.0) {
-        bail!("loss must be in [0, 100) and RTT non-negative");
-    }
+    let Grid { rates, rtts, losses, reps } = Grid::of(&mut o)?;
     let bench = std::env::current_exe()?;
     let manyfold = match &o.manyfold {
         Some(p) => p.clone(),
@@ -128,7 +145,7 @@ pub fn run(mut o: Options) -> Result<()> {
     if o.check_only {
         drop(lab);
         report.print();
-        return write_json(&report, &o);
+        return o.out.write_json(|| report.json());
     }
 
     let mut samples: BTreeMap<u64, Sample> = BTreeMap::new();
@@ -153,7 +170,8 @@ pub fn run(mut o: Options) -> Result<()> {
                         port = if port >= 60_000 { 20_002 } else { port + 2 };
                         let out = work.path().join(format!("out-{port}"));
                         std::fs::create_dir(&out)?;
-                        let t = transfer(&lab, row, &bench, &manyfold, &cell, &sample, port, &out, &o);
+                        let job = Job { row, cell: &cell, sample: &sample, port, out: &out };
+                        let t = transfer(&lab, &bench, &manyfold, job, &o);
                         let _ = std::fs::remove_dir_all(&out);
                         match t {
                             Ok(t) => {
@@ -185,20 +203,8 @@ pub fn run(mut o: Options) -> Result<()> {
     }
     drop(lab);
     report.print();
-    write_json(&report, &o)?;
-    if let Some(dir) = &o.plot {
-        for f in report.charts(dir)? {
-            eprintln!("wrote {}", f.display());
-        }
-    }
-    Ok(())
-}
-
-fn write_json(report: &Report, o: &Options) -> Result<()> {
-    if let Some(path) = &o.json {
-        std::fs::write(path, report.json()).with_context(|| format!("writing {}", path.display()))?;
-    }
-    Ok(())
+    o.out.write_json(|| report.json())?;
+    o.out.draw(|dir| report.charts(dir))
 }
 
 /// The rows asked for; manyfold once per controller when `send --help`
@@ -379,27 +385,74 @@ fn quic_window(cell: &Cell) -> Option<u64> {
     (w > 1_250_000).then_some(w)
 }
 
+/// One transfer to run: which row, in which cell, of which sample, on
+/// which ports (`port` and `port + 1`), with its files in `out`.
+#[derive(Debug, Clone, Copy)]
+struct Job<'a> {
+    row: &'a RowKind,
+    cell: &'a Cell,
+    sample: &'a Sample,
+    port: u16,
+    out: &'a Path,
+}
+
 /// One transfer of `row` across the lab: receiver (and tunnel) first, then
 /// the sender, timed from its start to its exit; the stored copy (or the
-/// quinn receiver's stream) must match the sample's hash.
-#[allow(clippy::too_many_arguments)]
-fn transfer(
-    lab: &Lab,
-    row: &RowKind,
-    bench: &Path,
-    manyfold: &Path,
-    cell: &Cell,
-    sample: &Sample,
-    port: u16,
-    out: &Path,
-    o: &Options,
-) -> Result<Transfer> {
-    let to = format!("{ADDR_B}:{port}");
+/// quinn receiver's stream) must match the sample's hash. `bench` and
+/// `manyfold` are the binaries the lab runs.
+fn transfer(lab: &Lab, bench: &Path, manyfold: &Path, job: Job, o: &Options) -> Result<Transfer> {
+    let Job { row, cell, sample, port, out } = job;
     let limit = Duration::from_secs(o.timeout);
+    let (mut recv, mut send, stored) = commands(lab, bench, manyfold, job)?;
+    // Each side's stderr is kept, and its tail quoted if the transfer fails.
+    let logs = [out.join("receiver.err"), out.join("sender.err")];
+    for (c, log) in [&mut recv, &mut send].into_iter().zip(&logs) {
+        c.stdout(Stdio::null()).stderr(std::fs::File::create(log)?);
+    }
+    let mut tunnel: Option<Tunnel> = None;
+    let result = run_transfer(lab, row, cell, port, recv, send, &mut tunnel, limit, out);
+    let result = result.map_err(|e| {
+        let mut e = e;
+        for (log, who) in logs.iter().zip(["receiver", "sender"]) {
+            if let Some(said) = error_excerpt(&std::fs::read_to_string(log).unwrap_or_default()) {
+                e = e.context(format!("{who} said: {said}"));
+            }
+        }
+        match tunnel.as_mut() {
+            Some(t) => t.explain(e),
+            None => e,
+        }
+    });
+    let (wall, su, ru) = result?;
+    if let Some(stored) = stored {
+        if crate::hash_file(&stored)? != sample.file_hash {
+            bail!("stored file hash differs");
+        }
+    }
+    let mut t = Transfer {
+        wall,
+        send_cpu: su.cpu.as_secs_f64(),
+        recv_cpu: ru.cpu.as_secs_f64(),
+        send_rss_mib: su.max_rss_kib as f64 / 1024.0,
+        recv_rss_mib: ru.max_rss_kib as f64 / 1024.0,
+    };
+    if let Some(tunnel) = tunnel {
+        let (client, server) = tunnel.usage()?;
+        t.send_cpu += client.cpu;
+        t.recv_cpu += server.cpu;
+        t.send_rss_mib += client.max_rss_kib as f64 / 1024.0;
+        t.recv_rss_mib += server.max_rss_kib as f64 / 1024.0;
+    }
+    Ok(t)
+}
+
+/// The job's receiver (in the lab's namespace b) and sender (in a), and
+/// where the copy lands (`None`: the receiver checks the hash itself).
+fn commands(lab: &Lab, bench: &Path, manyfold: &Path, job: Job) -> Result<(Command, Command, Option<PathBuf>)> {
+    let Job { row, cell, sample, port, out } = job;
+    let to = format!("{ADDR_B}:{port}");
     let src = &sample.file;
-    // The receiver, the sender, and where the copy lands (None: the
-    // receiver checks the hash itself).
-    let (mut recv, mut send, stored) = match row {
+    Ok(match row {
         RowKind::Manyfold(cc) => {
             let mut r = lab.exec(&lab.ns_b, manyfold);
             r.args(["recv", "--once", "--listen", &to, "--dir"]).arg(out);
@@ -446,47 +499,7 @@ fn transfer(
             s.args(["wan", "kcp-send"]).arg(src).arg(format!("127.0.0.1:{port}"));
             (r, s, Some(stored))
         }
-    };
-    // Each side's stderr is kept, and its tail quoted if the transfer fails.
-    let logs = [out.join("receiver.err"), out.join("sender.err")];
-    for (c, log) in [&mut recv, &mut send].into_iter().zip(&logs) {
-        c.stdout(Stdio::null()).stderr(std::fs::File::create(log)?);
-    }
-    let mut tunnel: Option<Tunnel> = None;
-    let result = run_transfer(lab, row, cell, port, recv, send, &mut tunnel, limit, out);
-    let result = result.map_err(|e| {
-        let mut e = e;
-        for (log, who) in logs.iter().zip(["receiver", "sender"]) {
-            if let Some(said) = error_excerpt(&std::fs::read_to_string(log).unwrap_or_default()) {
-                e = e.context(format!("{who} said: {said}"));
-            }
-        }
-        match tunnel.as_mut() {
-            Some(t) => t.explain(e),
-            None => e,
-        }
-    });
-    let (wall, su, ru) = result?;
-    if let Some(stored) = stored {
-        if crate::hash_file(&stored)? != sample.file_hash {
-            bail!("stored file hash differs");
-        }
-    }
-    let mut t = Transfer {
-        wall,
-        send_cpu: su.cpu.as_secs_f64(),
-        recv_cpu: ru.cpu.as_secs_f64(),
-        send_rss_mib: su.max_rss_kib as f64 / 1024.0,
-        recv_rss_mib: ru.max_rss_kib as f64 / 1024.0,
-    };
-    if let Some(tunnel) = tunnel {
-        let (client, server) = tunnel.usage()?;
-        t.send_cpu += client.cpu;
-        t.recv_cpu += server.cpu;
-        t.send_rss_mib += client.max_rss_kib as f64 / 1024.0;
-        t.recv_rss_mib += server.max_rss_kib as f64 / 1024.0;
-    }
-    Ok(t)
+    })
 }
 
 /// What a failed child printed that explains it: anyhow's `Error: …` and

@@ -99,6 +99,11 @@ pub enum Internal {
 
 /// What to measure. Lists are comma-separated.
 #[derive(clap::Args, Debug, Clone)]
+#[command(mut_arg("json", |a| a.help("Also write the results as JSON here")))]
+#[command(mut_arg("plot", |a| a.help(
+    "Also draw charts into this directory (created if missing): for each rate and RTT, `wan-<rate>-<rtt>ms.png`, \
+     goodput as a fraction of the link rate against loss, one line per row"
+)))]
 pub struct Options {
     /// A tiny subset that proves the harness (CI): 100 Mbit/s, RTT 50 ms,
     /// loss 1%, one repetition, a 2 MB file, a 1 s self-check. Explicit
@@ -158,14 +163,8 @@ pub struct Options {
     /// Run only the emulator's self-check at each rate: no transfers.
     #[arg(long)]
     pub check_only: bool,
-    /// Also write the results as JSON here.
-    #[arg(long)]
-    pub json: Option<PathBuf>,
-    /// Also draw charts into this directory (created if missing): for each
-    /// rate and RTT, `wan-<rate>-<rtt>ms.png`, goodput as a fraction of the
-    /// link rate against loss, one line per row.
-    #[arg(long, value_name = "DIR")]
-    pub plot: Option<PathBuf>,
+    #[command(flatten)]
+    pub out: crate::report::Outputs,
 }
 
 pub fn run(args: Args) -> Result<()> {

@@ -10,6 +10,7 @@ use anyhow::Result;
 use super::grid::Cell;
 use super::netns::RelayStats;
 use super::{rate_label, Options};
+use crate::stats;
 
 /// One hash-verified transfer.
 #[derive(Debug, Clone, Copy)]
@@ -66,12 +67,6 @@ pub struct Report {
     pub notes: Vec<String>,
 }
 
-fn median(v: &[f64]) -> Option<f64> {
-    let mut v = v.to_vec();
-    v.sort_by(|a, b| a.total_cmp(b));
-    v.get(v.len() / 2).copied()
-}
-
 impl Report {
     pub fn new(opts: &Options, reps: usize) -> Self {
         let args: Vec<String> = std::env::args().skip(1).collect();
@@ -94,11 +89,9 @@ impl Report {
         println!("### wan: bulk transfers over an emulated link");
         println!();
         println!(
-            "`{}` · {} · nproc {} · kernel {} · seed {} · queue {} BDP (≥ 100 packets) · jitter {} ms · reordering {}% · up to {} reps per row",
+            "`{}` · {} · seed {} · queue {} BDP (≥ 100 packets) · jitter {} ms · reordering {}% · up to {} reps per row",
             self.command,
-            crate::sh("date", &["-u", "+%Y-%m-%d %H:%M UTC"]),
-            std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
-            crate::sh("uname", &["-r"]),
+            crate::report::machine(),
             o.seed,
             o.queue_bdp,
             o.jitter,
@@ -106,32 +99,7 @@ impl Report {
             self.reps,
         );
         println!();
-        if !self.checks.is_empty() {
-            println!(
-                "Emulator self-check (paced UDP, 1,500-byte IP packets offered at the link rate, RTT 1 ms, loss 0):"
-            );
-            println!();
-            println!("| link | offered Mbit/s | delivered Mbit/s | fraction of link | datagrams sent | lost | of which: relay queue / TUN ring / receiver buffer | relay CPU, % of a core | relay stalls > 1 ms (longest) |");
-            println!("|---|---|---|---|---|---|---|---|---|");
-            for c in &self.checks {
-                println!(
-                    "| {} | {:.1} | {:.1} | {:.1}% | {} | {} | {} / {} / {} | {:.0}% | {} ({:.1} ms) |",
-                    rate_label(c.rate_bps),
-                    c.offered_bps / 1e6,
-                    c.delivered_bps / 1e6,
-                    c.delivered_bps / c.rate_bps as f64 * 100.0,
-                    c.sent,
-                    c.lost,
-                    c.relay.a2b.queue_drops,
-                    c.ring_drops,
-                    c.rcvbuf_drops,
-                    c.relay_cpu / c.secs * 100.0,
-                    c.relay.a2b.stalls,
-                    c.relay.a2b.max_stall_us as f64 / 1e3,
-                );
-            }
-            println!();
-        }
+        self.print_checks();
         if self.cells.is_empty() {
             self.print_notes();
             return;
@@ -141,59 +109,14 @@ impl Report {
         for c in &self.cells {
             let mut first = true;
             let bbr =
-                c.rows.iter().find(|r| r.name == "kernel TCP bbr").and_then(|r| median(&Self::goodputs(c.bytes, r)));
+                c.rows.iter().find(|r| r.name == "kernel TCP bbr").map(|r| stats::median(&Self::goodputs(c.bytes, r)));
             for r in &c.rows {
-                let g = Self::goodputs(c.bytes, r);
-                let gb = c.bytes as f64 / 1e9;
-                let rss = if r.transfers.is_empty() {
-                    "–".to_string()
-                } else {
-                    format!(
-                        "{:.0} / {:.0}",
-                        median(&r.transfers.iter().map(|t| t.send_rss_mib).collect::<Vec<_>>()).unwrap_or(0.0),
-                        median(&r.transfers.iter().map(|t| t.recv_rss_mib).collect::<Vec<_>>()).unwrap_or(0.0)
-                    )
-                };
                 let relay = if std::mem::take(&mut first) {
                     format!("{} / {}", c.relay.a2b.lost, c.relay.a2b.queue_drops)
                 } else {
                     String::new()
                 };
-                let (gp, frac, ratio, cpu_s, cpu_r) = match median(&g) {
-                    Some(m) => {
-                        let min = g.iter().cloned().fold(f64::MAX, f64::min);
-                        let max = g.iter().cloned().fold(f64::MIN, f64::max);
-                        (
-                            format!("{m:.1} ({min:.1}–{max:.1})"),
-                            format!("{:.0}%", m * 1e6 / c.cell.rate_bps as f64 * 100.0),
-                            bbr.map_or("–".into(), |b| format!("{:.2}", m / b)),
-                            format!(
-                                "{:.2}",
-                                median(&r.transfers.iter().map(|t| t.send_cpu / gb).collect::<Vec<_>>()).unwrap_or(0.0)
-                            ),
-                            format!(
-                                "{:.2}",
-                                median(&r.transfers.iter().map(|t| t.recv_cpu / gb).collect::<Vec<_>>()).unwrap_or(0.0)
-                            ),
-                        )
-                    }
-                    None => ("–".into(), "–".into(), "–".into(), "–".into(), "–".into()),
-                };
-                let reps = match &r.note {
-                    Some(n) if n.contains("did not finish") => {
-                        format!("{} + 1 timeout (> {} s)", r.transfers.len(), self.opts.timeout)
-                    }
-                    Some(_) => format!("{} + 1 failed", r.transfers.len()),
-                    None => r.transfers.len().to_string(),
-                };
-                println!(
-                    "| {} | {} | {} | {:.0} | {} | {gp} | {frac} | {reps} | {cpu_s} | {cpu_r} | {rss} | {ratio} | {relay} |",
-                    rate_label(c.cell.rate_bps),
-                    c.cell.rtt_ms,
-                    c.cell.loss_pct,
-                    c.bytes as f64 / 1e6,
-                    r.name,
-                );
+                println!("{}", self.row_line(c, r, bbr, &relay));
             }
         }
         println!();
@@ -220,6 +143,78 @@ impl Report {
         }
     }
 
+    /// One row's line of the main table; `bbr` is the cell's TCP bbr
+    /// median goodput, `relay` the cell's relay column (its first line only).
+    fn row_line(&self, c: &CellResult, r: &RowResult, bbr: Option<f64>, relay: &str) -> String {
+        let g = Self::goodputs(c.bytes, r);
+        let gb = c.bytes as f64 / 1e9;
+        let rss = if r.transfers.is_empty() {
+            "–".to_string()
+        } else {
+            format!(
+                "{:.0} / {:.0}",
+                stats::median(&r.transfers.iter().map(|t| t.send_rss_mib).collect::<Vec<_>>()),
+                stats::median(&r.transfers.iter().map(|t| t.recv_rss_mib).collect::<Vec<_>>())
+            )
+        };
+        let (gp, frac, ratio, cpu_s, cpu_r) = match stats::min_max(&g) {
+            Some((min, max)) => {
+                let m = stats::median(&g);
+                (
+                    format!("{m:.1} ({min:.1}–{max:.1})"),
+                    format!("{:.0}%", m * 1e6 / c.cell.rate_bps as f64 * 100.0),
+                    bbr.filter(|b| !b.is_nan()).map_or("–".into(), |b| format!("{:.2}", m / b)),
+                    format!("{:.2}", stats::median(&r.transfers.iter().map(|t| t.send_cpu / gb).collect::<Vec<_>>())),
+                    format!("{:.2}", stats::median(&r.transfers.iter().map(|t| t.recv_cpu / gb).collect::<Vec<_>>())),
+                )
+            }
+            None => ("–".into(), "–".into(), "–".into(), "–".into(), "–".into()),
+        };
+        let reps = match &r.note {
+            Some(n) if n.contains("did not finish") => {
+                format!("{} + 1 timeout (> {} s)", r.transfers.len(), self.opts.timeout)
+            }
+            Some(_) => format!("{} + 1 failed", r.transfers.len()),
+            None => r.transfers.len().to_string(),
+        };
+        format!(
+            "| {} | {} | {} | {:.0} | {} | {gp} | {frac} | {reps} | {cpu_s} | {cpu_r} | {rss} | {ratio} | {relay} |",
+            rate_label(c.cell.rate_bps),
+            c.cell.rtt_ms,
+            c.cell.loss_pct,
+            c.bytes as f64 / 1e6,
+            r.name,
+        )
+    }
+    /// The emulator's self-check table, if it ran.
+    fn print_checks(&self) {
+        if self.checks.is_empty() {
+            return;
+        }
+        println!("Emulator self-check (paced UDP, 1,500-byte IP packets offered at the link rate, RTT 1 ms, loss 0):");
+        println!();
+        println!("| link | offered Mbit/s | delivered Mbit/s | fraction of link | datagrams sent | lost | of which: relay queue / TUN ring / receiver buffer | relay CPU, % of a core | relay stalls > 1 ms (longest) |");
+        println!("|---|---|---|---|---|---|---|---|---|");
+        for c in &self.checks {
+            println!(
+                "| {} | {:.1} | {:.1} | {:.1}% | {} | {} | {} / {} / {} | {:.0}% | {} ({:.1} ms) |",
+                rate_label(c.rate_bps),
+                c.offered_bps / 1e6,
+                c.delivered_bps / 1e6,
+                c.delivered_bps / c.rate_bps as f64 * 100.0,
+                c.sent,
+                c.lost,
+                c.relay.a2b.queue_drops,
+                c.ring_drops,
+                c.rcvbuf_drops,
+                c.relay_cpu / c.secs * 100.0,
+                c.relay.a2b.stalls,
+                c.relay.a2b.max_stall_us as f64 / 1e3,
+            );
+        }
+        println!();
+    }
+
     fn print_notes(&self) {
         for n in &self.notes {
             println!("- {n}");
@@ -228,7 +223,9 @@ impl Report {
 
     /// The median goodput of `r` in `c` as a fraction of the link rate.
     fn fraction(c: &CellResult, r: &RowResult) -> Option<f64> {
-        median(&Self::goodputs(c.bytes, r)).map(|m| m * 1e6 / c.cell.rate_bps as f64)
+        Some(stats::median(&Self::goodputs(c.bytes, r)))
+            .filter(|m| !m.is_nan())
+            .map(|m| m * 1e6 / c.cell.rate_bps as f64)
     }
 
     /// `--plot`: one PNG per rate and RTT in `dir`, goodput (fraction of
