@@ -164,7 +164,8 @@ async fn demo(
     let addrs: Vec<std::net::SocketAddr> = receivers.iter().map(|r| r.1).collect();
     let src = transfer::Source::open(source).await?;
     let config = manyfold::GroupConfig { min_peers: RECEIVERS, ..Default::default() };
-    let sent = transfer::send_to_group(&sender, &addrs, config, src, "sample.bin", &multi, security).await;
+    let payload = transfer::Payload::File { source: src, name: "sample.bin".into() };
+    let sent = transfer::send_to_group(&sender, &addrs, config, payload, &multi, security).await;
     let mut received = Vec::new();
     while let Some(r) = receiving.join_next().await {
         received.push(r.map_err(|e| anyhow!("a receiver task failed: {e}"))?.context("receiving failed")?);
@@ -182,7 +183,7 @@ async fn demo(
     let original = hash_file(source)?;
     for (_, _, dir) in &receivers {
         let copy = hash_file(&dir.join("sample.bin"))?;
-        if original != copy || copy != sent.hash {
+        if original != copy || Some(copy) != sent.hash {
             bail!("hash mismatch in {}: original {}, copy {}", dir.display(), original.to_hex(), copy.to_hex());
         }
     }

@@ -44,12 +44,8 @@ pub struct EchoArgs {
 /// RFC 862: "Once a connection is established any data received is sent
 /// back. This continues until the calling user terminates the connection."
 pub async fn run_server(args: EchoServerArgs) -> Result<()> {
-    let addr = net::resolve(&args.listen).await?;
-    let config = args.net.config()?;
-    let mode = net::mode(&config);
-    let endpoint = Arc::new(net::bind(addr, config).await?);
-    endpoint.listen();
-    let local = endpoint.local_addr().context("cannot read the bound address")?;
+    let server = net::listen(&args.listen, &args.net, |_| {}).await?;
+    let (endpoint, local, mode) = (Arc::clone(&server.endpoint), server.local, &server.mode);
     println!("manyfold echo-server: listening on {local} ({mode}; RFC 862; Ctrl-C to stop)");
 
     let mut sessions = JoinSet::new();
@@ -89,7 +85,8 @@ pub async fn run_client(args: EchoArgs) -> Result<()> {
     let peer = net::resolve(&args.addr).await?;
     let (endpoint, mut conn) = net::connect(peer, args.net.config()?).await?;
     let local = endpoint.local_addr().context("cannot read the bound address")?;
-    eprintln!("connected to {peer} (local port {}; {})", local.port(), conn.protection());
+    let security = conn.protection();
+    eprintln!("connected to {peer} (local port {}; {security})", local.port());
 
     let mut rtts = Vec::new();
     let mut stdout = tokio::io::stdout();
@@ -121,21 +118,40 @@ pub async fn run_client(args: EchoArgs) -> Result<()> {
 
     let _ = tokio::time::timeout(Duration::from_secs(5), conn.close()).await;
     let _ = tokio::time::timeout(Duration::from_secs(5), endpoint.shutdown()).await;
-    if let (Some(min), Some(max)) = (rtts.iter().min(), rtts.iter().max()) {
-        let avg = rtts.iter().sum::<Duration>() / rtts.len() as u32;
+    let bytes: u64 = rtts.iter().map(|(_, n)| *n as u64).sum();
+    let rtts: Vec<Duration> = rtts.into_iter().map(|(t, _)| t).collect();
+    let avg = (!rtts.is_empty()).then(|| rtts.iter().sum::<Duration>() / rtts.len() as u32);
+    let (min, max) = (rtts.iter().min().copied(), rtts.iter().max().copied());
+    if crate::report::output() == crate::report::Output::Json {
+        let secs = |d: Option<Duration>| d.map(|d| d.as_secs_f64());
+        println!(
+            "{}",
+            serde_json::json!({
+                "peer": peer.to_string(),
+                "encrypted": matches!(security, manyfold::Protection::Encrypted { .. }),
+                "lines": rtts.len(),
+                "bytes": bytes,
+                "rtt_min_seconds": secs(min),
+                "rtt_avg_seconds": secs(avg),
+                "rtt_max_seconds": secs(max),
+            })
+        );
+    } else if let (Some(min), Some(avg), Some(max)) = (min, avg, max) {
         eprintln!(
             "{} line(s) echoed; round trip min {}, avg {}, max {}",
             rtts.len(),
-            human_duration(*min),
+            human_duration(min),
             human_duration(avg),
-            human_duration(*max)
+            human_duration(max)
         );
     }
     Ok(())
 }
 
-/// Sends `line`, reads back as many bytes, checks them and prints them.
-async fn echo_line(conn: &mut Connection, line: &[u8], out: &mut tokio::io::Stdout) -> Result<Duration> {
+/// Sends `line`, reads back as many bytes, checks them and prints them
+/// (not with --json: stdout holds only the session's object); returns the
+/// round trip and the line's length.
+async fn echo_line(conn: &mut Connection, line: &[u8], out: &mut tokio::io::Stdout) -> Result<(Duration, usize)> {
     let start = Instant::now();
     conn.write_all(line).await.context("connection lost while sending")?;
     conn.flush().await.context("connection lost while sending")?;
@@ -145,7 +161,9 @@ async fn echo_line(conn: &mut Connection, line: &[u8], out: &mut tokio::io::Stdo
     if echoed != line {
         bail!("the server echoed {:?} for {:?}", String::from_utf8_lossy(&echoed), String::from_utf8_lossy(line));
     }
-    out.write_all(&echoed).await?;
-    out.flush().await?;
-    Ok(rtt)
+    if crate::report::output() != crate::report::Output::Json {
+        out.write_all(&echoed).await?;
+        out.flush().await?;
+    }
+    Ok((rtt, line.len()))
 }

@@ -163,14 +163,42 @@ pub fn hidden_name(name: &str, suffix: &str) -> String {
     format!(".{}~{tag}{suffix}", &name[..cut])
 }
 
+/// BLAKE3 state after the first `len` bytes of `file` (fewer if it is
+/// shorter; the count read is returned too): how both ends of a resume
+/// check that a partial file holds the start of the same data.
+pub fn hash_prefix(file: &File, len: u64) -> io::Result<(blake3::Hasher, u64)> {
+    use std::os::unix::fs::FileExt;
+    let mut h = blake3::Hasher::new();
+    let mut buf = vec![0u8; 1 << 20];
+    let mut at = 0u64;
+    while at < len {
+        let want = (len - at).min(buf.len() as u64) as usize;
+        let n = file.read_at(&mut buf[..want], at)?;
+        if n == 0 {
+            break;
+        }
+        h.update(&buf[..n]);
+        at += n as u64;
+    }
+    Ok((h, at))
+}
+
 impl ResumeFile {
     /// Opens (or creates) the partial file of `final_path`; returns it and
     /// how many bytes it already holds. Fails if another transfer holds it.
     pub fn open(final_path: &Path) -> Result<(ResumeFile, u64)> {
+        Self::open_tagged(final_path, "")
+    }
+
+    /// As [`open`](Self::open), for a partial file named after `tag` too
+    /// (`.NAME.manyfold-partial-TAG`), so that only a transfer of the same
+    /// version of a file (its size and mtime in the tag) finds it.
+    pub fn open_tagged(final_path: &Path, tag: &str) -> Result<(ResumeFile, u64)> {
         use std::os::unix::fs::OpenOptionsExt;
         let dir_path = parent_dir(final_path);
         let name = base_name(final_path)?;
-        let part = partial_name(&name);
+        let part =
+            if tag.is_empty() { partial_name(&name) } else { hidden_name(&name, &format!("{PARTIAL_SUFFIX}-{tag}")) };
         let file = OpenOptions::new()
             .read(true)
             .write(true)
@@ -225,6 +253,43 @@ fn parent_dir(path: &Path) -> PathBuf {
         Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
         _ => PathBuf::from("."),
     }
+}
+
+/// Removes, under `dir` (recursively, links never followed), the hidden
+/// partial and temporary files of transfers (`.NAME.manyfold-partial-TAG`,
+/// `.NAME.manyfold-part-HEX`) not written for `max_age` and not locked by
+/// a transfer: what a killed receiver or a sender that never came back
+/// left. Returns how many files and bytes went.
+pub fn remove_stale_partials(dir: &Path, max_age: std::time::Duration) -> (u64, u64) {
+    fn walk(dir: &Path, max_age: std::time::Duration, depth: usize, gone: &mut (u64, u64)) {
+        let Ok(list) = fs::read_dir(dir) else { return };
+        for entry in list.flatten() {
+            let Ok(meta) = entry.metadata() else { continue };
+            let name = entry.file_name();
+            let name = name.to_string_lossy();
+            if meta.is_dir() && depth < 64 {
+                walk(&entry.path(), max_age, depth + 1, gone);
+                continue;
+            }
+            let ours = name.starts_with('.')
+                && (name.contains(&format!("{PARTIAL_SUFFIX}-")) || name.contains(".manyfold-part-"));
+            let old = meta.modified().ok().and_then(|t| t.elapsed().ok()).is_some_and(|age| age > max_age);
+            if !(ours && old && meta.is_file()) {
+                continue;
+            }
+            // A transfer that holds it (locked) is still using it.
+            let Ok(file) = File::open(entry.path()) else { continue };
+            if rustix::fs::flock(&file, rustix::fs::FlockOperation::NonBlockingLockExclusive).is_ok()
+                && fs::remove_file(entry.path()).is_ok()
+            {
+                gone.0 += 1;
+                gone.1 += meta.len();
+            }
+        }
+    }
+    let mut gone = (0, 0);
+    walk(dir, max_age, 0, &mut gone);
+    gone
 }
 
 /// Bytes available to an unprivileged writer in the file system holding
@@ -290,6 +355,29 @@ mod tests {
         part.commit(true).unwrap();
         assert_eq!(fs::read(&target).unwrap(), b"new");
         assert_eq!(entries(dir.path()), ["x"]);
+    }
+
+    #[test]
+    fn stale_partial_files_go_and_fresh_or_locked_ones_stay() {
+        let dir = tempfile::tempdir().unwrap();
+        fs::create_dir(dir.path().join("sub")).unwrap();
+        let old = std::time::SystemTime::now() - std::time::Duration::from_secs(3600);
+        for name in
+            [".a.manyfold-partial-0011", "sub/.b.manyfold-part-22", "c.manyfold-partial-1", ".held.manyfold-partial-3"]
+        {
+            let f = File::create(dir.path().join(name)).unwrap();
+            f.set_modified(old).unwrap();
+        }
+        File::create(dir.path().join(".fresh.manyfold-partial-44")).unwrap();
+        let held = File::open(dir.path().join(".held.manyfold-partial-3")).unwrap();
+        rustix::fs::flock(&held, rustix::fs::FlockOperation::NonBlockingLockExclusive).unwrap();
+        let (count, _) = remove_stale_partials(dir.path(), std::time::Duration::from_secs(60));
+        assert_eq!(count, 2);
+        assert_eq!(
+            entries(dir.path()),
+            [".fresh.manyfold-partial-44", ".held.manyfold-partial-3", "c.manyfold-partial-1", "sub"]
+        );
+        assert!(entries(&dir.path().join("sub")).is_empty());
     }
 
     #[test]

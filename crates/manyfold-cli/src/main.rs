@@ -67,20 +67,26 @@ enum Command {
     /// directory, removed at the end.
     Demo(demo::DemoArgs),
 
-    /// Receive files sent with `manyfold send` into a directory.
+    /// Receive files and directories sent with `manyfold send` into a
+    /// directory.
     ///
     /// Serves transfers concurrently until interrupted (Ctrl-C), or exits
-    /// after one with --once. Each file is written under a hidden temporary
+    /// after one with --once. Each file is written under a hidden partial
     /// name, synced, checked against the sender's BLAKE3 hash and only then
-    /// renamed to its final name. Names other than plain base names are
-    /// refused, and so are existing files unless --overwrite.
+    /// renamed to its final name, with the sender's mode and mtime. Paths
+    /// that would leave DIR (`..`, absolute, links pointing outside) are
+    /// refused, and so are existing files unless --overwrite. A transfer
+    /// that breaks off keeps its partial file: the same send resumes it.
     Recv(transfer::RecvArgs),
 
-    /// Send one file to a `manyfold recv`.
+    /// Send files, directories (like `rsync -a`) or standard input to a
+    /// `manyfold recv`.
     ///
-    /// Prints a progress bar while sending (when stderr is a terminal) and a
-    /// report at the end. Exits non-zero unless the receiver confirms that
-    /// the file was stored and its hash matched.
+    /// Prints a progress bar while sending (when stderr is a terminal) and
+    /// one report at the end (-v: a line per file). Exits non-zero unless
+    /// the receiver confirms that every entry was stored and every hash
+    /// matched. Sent again after an interruption, a file moves only what the
+    /// receiver does not already hold.
     Send(transfer::SendArgs),
 
     /// Serve the Echo Protocol (RFC 862): send back whatever each client

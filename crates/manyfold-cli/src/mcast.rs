@@ -167,8 +167,8 @@ pub struct RecvArgs {
     /// Write the file to standard output once whole and verified.
     #[arg(long)]
     stdout: bool,
-    /// Replace an existing file of the same name.
-    #[arg(long)]
+    /// Replace an existing file of the same name (-f, as in the ftp shell).
+    #[arg(short = 'f', long)]
     overwrite: bool,
     /// Name of this receiver's network: receivers with the same name
     /// suppress each other's acknowledgements [default: the /24 of the

@@ -15,6 +15,7 @@ use manyfold_proto::ConnStats;
 
 use crate::net::Role;
 use crate::size::{human_bytes, human_duration, human_rate};
+use crate::transfer::TreeSummary;
 
 /// How results are printed on stdout: text reports (the default), one
 /// JSON object per transfer (`--json`), or nothing but errors (`-q`).
@@ -190,9 +191,14 @@ pub struct Report {
     pub name: String,
     pub peer: SocketAddr,
     pub bytes: u64,
+    /// Of `bytes`, those an interrupted earlier attempt had moved.
+    pub resumed: u64,
     pub elapsed: Duration,
     pub stats: ConnStats,
-    pub hash: blake3::Hash,
+    /// The file's BLAKE3; none for a tree (each file has its own).
+    pub hash: Option<blake3::Hash>,
+    /// Several entries (`send DIR`, `send A B`): what they were.
+    pub tree: Option<TreeSummary>,
     /// Whether the connection was encrypted, and the peer's proven key.
     pub security: Protection,
 }
@@ -205,23 +211,41 @@ impl std::fmt::Display for Report {
             Direction::Received => ("received", "from"),
         };
         let mut out = String::new();
+        let counts = self.tree.as_ref().map_or(String::new(), |t| format!("{}, ", t.counts()));
         let _ = writeln!(
             out,
-            "{verb} {} {prep} {}: {} ({} bytes) in {}",
+            "{verb} {} {prep} {}: {counts}{} ({} bytes) in {}",
             self.name,
             self.peer,
             human_bytes(self.bytes),
             self.bytes,
             human_duration(self.elapsed)
         );
-        let _ = writeln!(out, "  goodput          {}", human_rate(self.bytes, self.elapsed));
+        let moved = self.bytes - self.resumed;
+        if self.resumed > 0 {
+            let _ = writeln!(
+                out,
+                "  resumed          {} were already on the receiver; {} moved now",
+                human_bytes(self.resumed),
+                human_bytes(moved)
+            );
+        }
+        let _ = writeln!(out, "  goodput          {}", human_rate(moved, self.elapsed));
         let _ = writeln!(out, "  retransmissions  {} ({} retransmission timeouts)", s.retransmissions, s.rto_expiries);
         let _ = writeln!(out, "  loss seen        {}", loss_seen(s.lost_packets, s.packets_sent));
         let _ = writeln!(out, "  packets          {} sent, {} received", s.packets_sent, s.packets_received);
         let _ = writeln!(out, "  rtt              srtt {}, min {}", human_duration(s.srtt), human_duration(s.min_rtt));
         let _ = writeln!(out, "  security         {}", self.security);
-        let _ = write!(out, "  blake3           {}", self.hash.to_hex());
-        f.write_str(&out)
+        match (&self.hash, &self.tree) {
+            (Some(hash), _) => {
+                let _ = write!(out, "  blake3           {}", hash.to_hex());
+            }
+            (None, Some(tree)) => {
+                let _ = tree.write_files(&mut out);
+            }
+            (None, None) => {}
+        }
+        f.write_str(out.trim_end())
     }
 }
 
@@ -235,13 +259,14 @@ impl Report {
             Protection::Encrypted { peer_key } => (true, peer_key.map(hex)),
             _ => (false, None),
         };
-        serde_json::json!({
+        let mut v = serde_json::json!({
             "direction": match self.direction { Direction::Sent => "sent", Direction::Received => "received" },
             "name": self.name,
             "peer": self.peer.to_string(),
             "bytes": self.bytes,
+            "resumed_bytes": self.resumed,
             "seconds": secs,
-            "goodput_bytes_per_second": if secs > 0.0 { self.bytes as f64 / secs } else { 0.0 },
+            "goodput_bytes_per_second": if secs > 0.0 { (self.bytes - self.resumed) as f64 / secs } else { 0.0 },
             "retransmissions": s.retransmissions,
             "retransmission_timeouts": s.rto_expiries,
             "lost_packets": s.lost_packets,
@@ -251,8 +276,13 @@ impl Report {
             "min_rtt_seconds": s.min_rtt.as_secs_f64(),
             "encrypted": encrypted,
             "peer_key": peer_key,
-            "blake3": self.hash.to_hex().to_string(),
-        })
+            "blake3": self.hash.map(|h| h.to_hex().to_string()),
+        });
+        // A tree: one entry per file, and the other entries counted.
+        if let Some(tree) = &self.tree {
+            tree.add_to_json(&mut v);
+        }
+        v
     }
 }
 
@@ -286,6 +316,7 @@ mod tests {
             name: "f.bin".into(),
             peer: "127.0.0.1:7008".parse().unwrap(),
             bytes: 20_000_000,
+            resumed: 0,
             elapsed: Duration::from_secs(2),
             stats: ConnStats {
                 packets_sent: 1000,
@@ -296,7 +327,8 @@ mod tests {
                 min_rtt: Duration::from_micros(40),
                 ..ConnStats::default()
             },
-            hash: blake3::hash(b""),
+            hash: Some(blake3::hash(b"")),
+            tree: None,
             security: Protection::Encrypted { peer_key: Some([0xab; 32]) },
         };
         let text = report.to_string();

@@ -192,12 +192,12 @@ pub async fn run_client(args: RrClientArgs) -> Result<()> {
     for _ in 0..sockets {
         endpoints.push(Arc::new(net::bind(net::unspecified_for(server), config.clone()).await?));
     }
-    println!(
+    report::say(&format_args!(
         "manyfold rr-client: {} sessions to {server}, {} requests, {} at once over {sockets} socket(s)",
         args.clients,
         human_bytes(args.size),
         args.concurrency
-    );
+    ));
     let multi = report::multi_progress();
     let bar = multi.add(indicatif::ProgressBar::new(args.clients));
     bar.set_style(
@@ -255,7 +255,7 @@ pub async fn run_client(args: RrClientArgs) -> Result<()> {
     tasks.abort_all();
     let mut summary = Summary::new(latencies, failures, elapsed, args.clients);
     summary.security = Some(security);
-    println!("{summary}");
+    report::emit(&summary, || summary.to_json());
     for ep in &endpoints {
         let _ = tokio::time::timeout(Duration::from_secs(1), ep.shutdown_within(Duration::from_millis(500))).await;
     }
@@ -302,6 +302,25 @@ impl Summary {
     fn percentile(&self, p: f64) -> Option<Duration> {
         let n = self.latencies.len();
         (n > 0).then(|| self.latencies[((n as f64 * p).ceil() as usize).clamp(1, n) - 1])
+    }
+
+    /// The summary as JSON (`--json`): counts, requests per second and
+    /// latency percentiles in seconds (null without a successful session).
+    fn to_json(&self) -> serde_json::Value {
+        let secs = |d: Option<Duration>| d.map(|d| d.as_secs_f64());
+        serde_json::json!({
+            "sessions": self.done,
+            "ok": self.ok,
+            "failures": self.failures,
+            "first_failure": self.first_failure,
+            "seconds": self.elapsed.as_secs_f64(),
+            "requests_per_second": self.ok as f64 / self.elapsed.as_secs_f64().max(1e-9),
+            "latency_p50_seconds": secs(self.percentile(0.5)),
+            "latency_p90_seconds": secs(self.percentile(0.9)),
+            "latency_p99_seconds": secs(self.percentile(0.99)),
+            "latency_max_seconds": secs(self.latencies.last().copied()),
+            "encrypted": matches!(self.security, Some(manyfold::Protection::Encrypted { .. })),
+        })
     }
 }
 

@@ -116,6 +116,8 @@ fn a_server_killed_mid_way_is_named_and_the_file_still_arrives() {
     let named = line.contains("failed: no packet for") || line.contains("failed: connection lost");
     assert!(line.contains("FAIL") && named, "{line}\n{fetched}");
     assert!(fetched.stderr.contains(&format!("server {victim_addr} failed")), "{fetched}");
+    // The summary does not count the failed server among those it came from.
+    assert!(fetched.stdout.contains("from 2 of 3 servers (1 more failed part-way)"), "{fetched}");
     for (_, addr, _) in &servers {
         let line = line_for(&fetched, addr);
         assert!(line.contains("ok") && segments_in(line) > 0, "{line}\n{fetched}");

@@ -71,7 +71,7 @@ fn interrupted_itself(p: Running, name: &str, code: i32) -> Output {
 }
 
 #[test]
-fn an_interrupted_sender_is_reported_by_the_receiver_which_deletes_its_partial_file() {
+fn an_interrupted_sender_is_reported_by_the_receiver_which_keeps_its_partial_file_for_a_resume() {
     let (_tmp, src, inbox) = setup("40MB");
     let (mut receiver, addr) = recv(&inbox, &SLOW);
     let sender = send(&src, &addr, &[]);
@@ -81,7 +81,17 @@ fn an_interrupted_sender_is_reported_by_the_receiver_which_deletes_its_partial_f
     interrupt(&sender);
     reported(receiver, t, "the sender was interrupted", "the receiver");
     interrupted_itself(sender, "SIGINT", 130);
-    assert!(entries(&inbox).is_empty(), "the partial file is deleted: {:?}", entries(&inbox));
+    only_a_partial_file(&inbox);
+}
+
+/// What an interrupted transfer leaves: its hidden partial file, for a
+/// resume (tests/resume.rs), and no file under the final name.
+fn only_a_partial_file(inbox: &Path) {
+    let left = entries(inbox);
+    assert!(
+        left.len() == 1 && left[0].starts_with(".sample.bin.manyfold-partial-"),
+        "only the partial file is kept: {left:?}"
+    );
 }
 
 #[test]
@@ -96,7 +106,8 @@ fn an_interrupted_receiver_is_reported_by_the_sender() {
     reported(sender, t, "the receiver was interrupted", "the sender");
     let out = interrupted_itself(receiver, "SIGINT", 130);
     assert!(out.stderr.contains("1 transfer(s) in progress"), "{out}");
-    assert!(entries(&inbox).is_empty(), "the partial file is deleted: {:?}", entries(&inbox));
+    assert!(out.stderr.contains("the same send resumes it"), "{out}");
+    only_a_partial_file(&inbox);
 }
 
 #[test]

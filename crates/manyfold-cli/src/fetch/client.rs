@@ -59,8 +59,8 @@ pub struct FetchArgs {
     pub out: Option<PathBuf>,
 
     /// Replace FILE if it exists (refused by default, before any network
-    /// work).
-    #[arg(long)]
+    /// work); -f, as in the ftp shell.
+    #[arg(short = 'f', long)]
     pub overwrite: bool,
 
     #[command(flatten)]
@@ -153,14 +153,58 @@ struct FetchReport {
     security: Protection,
 }
 
+impl FetchReport {
+    /// The report as JSON (`--json`): the file, whether it completed, and
+    /// per server what it served, in plain units (bytes, seconds).
+    fn to_json(&self) -> serde_json::Value {
+        let servers: Vec<serde_json::Value> = self
+            .servers
+            .iter()
+            .map(|s| {
+                serde_json::json!({
+                    "addr": s.addr.to_string(),
+                    "used": s.used,
+                    "failed": s.failed,
+                    "segments": s.segments,
+                    "bytes": s.bytes,
+                    "duplicates": s.duplicates,
+                    "timeouts": s.timeouts,
+                    "srtt_seconds": s.srtt.map(|d| d.as_secs_f64()),
+                })
+            })
+            .collect();
+        let fetched: u64 = self.servers.iter().map(|s| s.bytes).sum();
+        let secs = self.elapsed.as_secs_f64();
+        serde_json::json!({
+            "direction": "fetched",
+            "name": self.name,
+            "out": self.out,
+            "complete": self.complete,
+            "bytes": self.manifest.size,
+            "segments": self.manifest.count(),
+            "segment_size": self.manifest.segment_size,
+            "resumed_segments": self.resumed,
+            "fetched_bytes": fetched,
+            "seconds": secs,
+            "goodput_bytes_per_second": if secs > 0.0 { fetched as f64 / secs } else { 0.0 },
+            "encrypted": matches!(self.security, Protection::Encrypted { .. }),
+            "blake3": self.hash.map(|h| h.to_hex().to_string()),
+            "servers": servers,
+        })
+    }
+}
+
 impl std::fmt::Display for FetchReport {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let m = &self.manifest;
         let fetched: u64 = self.servers.iter().map(|s| s.bytes).sum();
-        let used = self.servers.iter().filter(|s| s.used).count();
+        // Those that served to the end; one that failed part-way is counted apart.
+        let used = self.servers.iter().filter(|s| s.used && s.failed.is_none()).count();
+        let failed = self.servers.iter().filter(|s| s.used && s.failed.is_some()).count();
+        let failed = if failed > 0 { format!(" ({failed} more failed part-way)") } else { String::new() };
         writeln!(
             f,
-            "{} {} ({}, {} segments of {}) from {used} of {} servers into {} in {}",
+            "{} {} ({}, {} segments of {}) from {used} of {} servers{failed} into {} in {}",
             if self.complete { "fetched" } else { "did not complete" },
             self.name,
             human_bytes(m.size),
@@ -257,18 +301,22 @@ async fn fetch(
             let redo = listed - kept;
             let redo =
                 if redo > 0 { format!(" ({redo} failed their check and are fetched again)") } else { String::new() };
-            println!("resuming {}: {kept} of {} segments already verified{redo}", out.display(), manifest.count());
+            report::say(&format_args!(
+                "resuming {}: {kept} of {} segments already verified{redo}",
+                out.display(),
+                manifest.count()
+            ));
         }
         Start::StartedOver(why) => eprintln!("warning: not resuming: {why}; starting over"),
     }
-    println!(
+    report::say(&format_args!(
         "fetching {name} ({}, {} segments of {}) from {} server(s) into {}",
         human_bytes(manifest.size),
         manifest.count(),
         human_bytes(manifest.segment_size.into()),
         servers.len(),
         out.display()
-    );
+    ));
 
     let mut run = Run::new(&group, &multi, &manifest, &servers, download.done());
     let outcome = run.download(&mut download).await;
@@ -353,7 +401,7 @@ async fn fetch(
         hash,
         security,
     };
-    println!("{report}");
+    report::emit(&report, || report.to_json());
     // The outcome is known: the servers get a bounded chance to see a
     // graceful close (a dead one would hold it to the bound).
     let _ = tokio::time::timeout(CLOSE_TIMEOUT, group.close()).await;

@@ -74,20 +74,18 @@ pub async fn run(args: ServeArgs) -> Result<()> {
         cache: Mutex::default(),
         pacer: crate::pace::shared(args.rate.rate),
     });
-    let addr = net::resolve(&args.listen).await?;
-    let config = args.net.config()?;
-    let mode = net::mode(&config);
-    let endpoint = Arc::new(net::bind(addr, config).await?);
-    endpoint.listen();
-    let local = endpoint.local_addr().context("cannot read the bound address")?;
-    println!(
+    let server = net::listen(&args.listen, &args.net, |_| {}).await?;
+    let (endpoint, local, mode) = (Arc::clone(&server.endpoint), server.local, &server.mode);
+    let banner = format!(
         "manyfold serve: listening on {local} ({mode}), serving {} in segments of {} (Ctrl-C to stop)",
         args.dir.display(),
         human_bytes(args.segment)
     );
+    // With --json too: a script needs the address (port 0 picks one).
+    crate::report::emit(&banner, || serde_json::json!({ "listening": local.to_string(), "dir": args.dir }));
 
     let (mut conn_rx, acceptor) = net::spawn_acceptor(Arc::clone(&endpoint));
-    let mut tasks: JoinSet<(String, u64)> = JoinSet::new();
+    let mut tasks: JoinSet<(Ended, u64)> = JoinSet::new();
     let (mut sessions, mut segments) = (0u64, 0u64);
     let mut accepting = true;
     let ctrl_c = net::interrupted();
@@ -116,9 +114,9 @@ pub async fn run(args: ServeArgs) -> Result<()> {
             Some(joined) = tasks.join_next() => {
                 sessions += 1;
                 match joined {
-                    Ok((line, served)) => {
+                    Ok((ended, served)) => {
                         segments += served;
-                        println!("{line}");
+                        crate::report::emit(&ended.line, || ended.json);
                     }
                     Err(e) => eprintln!("error: a session task failed: {e}"),
                 }
@@ -126,7 +124,7 @@ pub async fn run(args: ServeArgs) -> Result<()> {
         }
     };
     acceptor.abort();
-    println!("manyfold serve: {sessions} session(s) ended, {segments} segment(s) served");
+    crate::report::say(&format_args!("manyfold serve: {sessions} session(s) ended, {segments} segment(s) served"));
     let bound = Duration::from_millis(500);
     let _ = tokio::time::timeout(bound + Duration::from_secs(1), endpoint.shutdown_within(bound)).await;
     outcome
@@ -150,8 +148,10 @@ impl Session {
     }
 
     /// `127.0.0.1:5000 (plain): served 7 segments (7.34 MB) of f.bin in
-    /// 812 ms`, then what went wrong, if anything.
-    fn summary(&self, error: Option<anyhow::Error>) -> String {
+    /// 812 ms`, then what went wrong, if anything; and the same as JSON
+    /// (`--json`: `peer`, `encrypted`, `names`, `segments`, `bytes`,
+    /// `seconds`, `answered` (errors sent), `ended` (null or why)).
+    fn summary(&self, error: Option<anyhow::Error>) -> Ended {
         let of = if self.names.is_empty() { String::new() } else { format!(" of {}", self.names.join(", ")) };
         let mut line = format!(
             "{} ({}): served {} segment(s) ({}){of} in {}",
@@ -164,11 +164,29 @@ impl Session {
         for e in &self.errors {
             line.push_str(&format!("; answered: {e}"));
         }
-        if let Some(e) = error {
-            line.push_str(&format!("; ended: {:#}", net::explain(e, net::Role::Client)));
+        let ended = error.map(|e| format!("{:#}", net::explain(e, net::Role::Client)));
+        if let Some(why) = &ended {
+            line.push_str(&format!("; ended: {why}"));
         }
-        line
+        let json = serde_json::json!({
+            "peer": self.peer.to_string(),
+            "encrypted": matches!(self.security, manyfold::Protection::Encrypted { .. }),
+            "names": self.names,
+            "segments": self.segments,
+            "bytes": self.bytes,
+            "seconds": self.start.elapsed().as_secs_f64(),
+            "answered": self.errors,
+            "ended": ended,
+        });
+        Ended { line, json }
     }
+}
+
+/// A session's line, as text and as JSON.
+#[derive(Debug)]
+struct Ended {
+    line: String,
+    json: serde_json::Value,
 }
 
 /// Answers one client's requests until it closes.

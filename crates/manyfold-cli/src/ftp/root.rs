@@ -9,7 +9,6 @@ use std::ffi::CStr;
 use std::fs::File;
 use std::io;
 use std::os::fd::{AsFd, OwnedFd};
-use std::os::unix::fs::FileExt;
 use std::path::Path;
 
 use rustix::fs::{
@@ -553,29 +552,14 @@ fn copy_file(src: &OwnedFd, dir: &impl AsFd, name: &str, mode: u32) -> Result<Fi
     Ok(out)
 }
 
-/// BLAKE3 state after the first `len` bytes of `file` (fewer if it is
-/// shorter; the count read is returned too).
-pub fn hash_prefix(file: &File, len: u64) -> io::Result<(blake3::Hasher, u64)> {
-    let mut h = blake3::Hasher::new();
-    let mut buf = vec![0u8; 1 << 20];
-    let mut at = 0u64;
-    while at < len {
-        let want = (len - at).min(buf.len() as u64) as usize;
-        let n = file.read_at(&mut buf[..want], at)?;
-        if n == 0 {
-            break;
-        }
-        h.update(&buf[..n]);
-        at += n as u64;
-    }
-    Ok((h, at))
-}
+pub use crate::fsutil::hash_prefix;
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::fs;
     use std::io::Write;
+    use std::os::unix::fs::FileExt;
 
     fn root(read_only: bool) -> (tempfile::TempDir, Root) {
         let t = tempfile::tempdir().unwrap();

@@ -105,13 +105,9 @@ pub async fn run(args: ServerArgs) -> Result<()> {
     let root = Root::open(&args.root, args.read_only, args.max_file_size.unwrap_or(u64::MAX))
         .with_context(|| format!("cannot serve {}", args.root.display()))?;
     let root = Arc::new(Service::new(root));
-    let addr = net::resolve(&args.listen).await?;
-    let config = args.net.config()?;
-    let mode = net::mode(&config);
-    let endpoint = Arc::new(net::bind(addr, config).await?);
-    endpoint.listen();
-    let local = endpoint.local_addr().context("cannot read the bound address")?;
-    let mut notes = vec![mode];
+    let server = net::listen(&args.listen, &args.net, |_| {}).await?;
+    let (endpoint, local) = (Arc::clone(&server.endpoint), server.local);
+    let mut notes = vec![server.mode.clone()];
     if args.read_only {
         notes.push("read-only".to_string());
     }
@@ -128,7 +124,8 @@ pub async fn run(args: ServerArgs) -> Result<()> {
     );
 
     let (mut conn_rx, acceptor) = net::spawn_acceptor(Arc::clone(&endpoint));
-    let mut clients: JoinSet<String> = JoinSet::new();
+    let mut clients: JoinSet<ClientEnd> = JoinSet::new();
+    let mut refused = net::PeerLog::new(Duration::from_secs(10));
     let mut accepting = true;
     let ctrl_c = net::interrupted();
     tokio::pin!(ctrl_c);
@@ -150,7 +147,10 @@ pub async fn run(args: ServerArgs) -> Result<()> {
                 clients.spawn(async move { serve(conn, &root, token.as_deref().map(Vec::as_slice)).await });
             }
             Some(joined) = clients.join_next() => match joined {
-                Ok(line) => println!("{line}"),
+                // A wrong token is a failed login: logged, at most once a
+                // period per address, so a guessing loop cannot flood the log.
+                Ok(ClientEnd { line, unauthorized: Some(peer) }) => refused.note(peer, &line),
+                Ok(ClientEnd { line, unauthorized: None }) => println!("{line}"),
                 Err(e) => eprintln!("error: a client task failed: {e}"),
             },
         }
@@ -189,13 +189,20 @@ impl Summary {
     }
 }
 
-async fn refuse_busy(mut conn: Connection) -> String {
+/// How a client's connection ended: its line, and its address if it was
+/// refused for a wrong token.
+pub(super) struct ClientEnd {
+    pub line: String,
+    pub unauthorized: Option<SocketAddr>,
+}
+
+async fn refuse_busy(mut conn: Connection) -> ClientEnd {
     let peer = conn.peer_addr();
     let streams = conn.streams();
     let _ =
         streams.send_message(CONTROL_STREAM, &Reply::Error(Failure::new(Code::Busy, "server full")).encode(0)).await;
     let _ = tokio::time::timeout(Duration::from_secs(2), conn.close()).await;
-    format!("{peer}: refused (server full)")
+    ClientEnd { line: format!("{peer}: refused (server full)"), unauthorized: None }
 }
 
 async fn send(streams: &Streams, id: u32, reply: Reply) -> Result<()> {
@@ -204,13 +211,19 @@ async fn send(streams: &Streams, id: u32, reply: Reply) -> Result<()> {
 
 /// Serves one client's connection until it closes; returns the line that
 /// sums it up.
-pub(super) async fn serve(conn: Connection, root: &Arc<Service>, token: Option<&[u8]>) -> String {
+pub(super) async fn serve(conn: Connection, root: &Arc<Service>, token: Option<&[u8]>) -> ClientEnd {
     let peer = conn.peer_addr();
     let security = conn.protection();
     let mut s = Summary { peer, security, start: Instant::now(), requests: 0, bytes_in: 0, bytes_out: 0 };
     let r = serve_client(conn, root, token, &mut s).await;
-    s.line(r.err())
+    let unauthorized = matches!(&r, Err(e) if e.downcast_ref::<WrongToken>().is_some()).then_some(peer);
+    ClientEnd { line: s.line(r.err()), unauthorized }
 }
+
+/// A client that showed a wrong token (or none where one is required).
+#[derive(Debug, thiserror::Error)]
+#[error("wrong token")]
+struct WrongToken;
 
 /// Runs one client's connection until it closes.
 async fn serve_client(
@@ -240,7 +253,7 @@ async fn serve_client(
             tokio::time::sleep(BAD_TOKEN_DELAY).await;
             send(&streams, id, Reply::Error(Failure::new(Code::Unauthorized, "wrong or missing token"))).await?;
             let _ = tokio::time::timeout(Duration::from_secs(2), conn.close()).await;
-            bail!("wrong token");
+            return Err(WrongToken.into());
         }
     }
     let (read_only, max_file) = (root.root.read_only, root.root.max_file);

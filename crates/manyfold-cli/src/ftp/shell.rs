@@ -674,11 +674,14 @@ fn short(name: &str) -> String {
 }
 
 /// Single-letter flags (`-rf`) before the arguments; `--` ends them.
+/// `--overwrite`, the command line's name for replacing, is `-f`.
 fn flags_and_args(words: &[String]) -> (Vec<char>, Vec<String>) {
     let (mut flags, mut args, mut more) = (Vec::new(), Vec::new(), true);
     for w in words {
         if more && w == "--" {
             more = false;
+        } else if more && w == "--overwrite" && args.is_empty() {
+            flags.push('f');
         } else if more && w.len() > 1 && w.starts_with('-') && args.is_empty() {
             flags.extend(w[1..].chars());
         } else {
@@ -753,5 +756,6 @@ mod tests {
         let w = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
         assert_eq!(flags_and_args(&w(&["-rf", "a", "-b"])), (vec!['r', 'f'], w(&["a", "-b"])));
         assert_eq!(flags_and_args(&w(&["--", "-a"])), (vec![], w(&["-a"])));
+        assert_eq!(flags_and_args(&w(&["--overwrite", "a"])), (vec!['f'], w(&["a"])), "the CLI's name works too");
     }
 }

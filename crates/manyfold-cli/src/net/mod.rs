@@ -5,8 +5,10 @@
 
 mod failure;
 pub mod lifecycle;
+mod server;
 
-pub use failure::{explain, is_own_interruption, left, Role};
+pub use failure::{close_reason, explain, is_own_interruption, left, Role};
+pub use server::{listen, PeerLog};
 
 use std::io::IsTerminal;
 use std::net::SocketAddr;
@@ -184,6 +186,11 @@ pub fn loss_arg(text: &str) -> Result<f64, String> {
 
 /// `-v` given how many times: at 2, the library traces every packet.
 static VERBOSE: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
+
+/// How many times `-v` was given.
+pub fn verbose() -> u8 {
+    VERBOSE.load(std::sync::atomic::Ordering::Relaxed)
+}
 
 /// Installs the log on stderr: `--trace` or `-vv`, every packet and state
 /// transition of the library; `-v`, state transitions and what the library

@@ -21,8 +21,10 @@ use indicatif::{MultiProgress, ProgressBar};
 use manyfold::{Destination, Endpoint, Group, GroupConfig, Mode, PeerId, PeerStats, Protection};
 
 use super::send::Source;
+use super::tree::{self, Planned, TreeSummary};
 use super::wire::{BlockMsg, Reply, Request};
 use crate::net::{self, Role};
+use crate::pace::Pacer;
 use crate::report::{self, loss_seen};
 use crate::size::{human_bytes, human_duration, human_rate};
 
@@ -58,7 +60,10 @@ pub struct GroupReport {
     pub bytes: u64,
     pub mode: Mode,
     pub elapsed: Duration,
-    pub hash: blake3::Hash,
+    /// The file's BLAKE3; none for a tree (each file has its own).
+    pub hash: Option<blake3::Hash>,
+    /// Several entries: what they were.
+    pub tree: Option<TreeSummary>,
     pub peers: Vec<PeerReport>,
     /// A spread file: its block count and how the group delivered them.
     pub spread: Option<(u64, manyfold::GroupStats)>,
@@ -113,7 +118,7 @@ impl GroupReport {
                 })
             })
             .collect();
-        serde_json::json!({
+        let mut v = serde_json::json!({
             "direction": "sent",
             "name": self.name,
             "bytes": self.bytes,
@@ -121,9 +126,13 @@ impl GroupReport {
             "seconds": self.elapsed.as_secs_f64(),
             "saved": self.saved(),
             "encrypted": matches!(self.security, Protection::Encrypted { .. }),
-            "blake3": self.hash.to_hex().to_string(),
+            "blake3": self.hash.map(|h| h.to_hex().to_string()),
             "receivers": receivers,
-        })
+        });
+        if let Some(tree) = &self.tree {
+            tree.add_to_json(&mut v);
+        }
+        v
     }
 }
 
@@ -173,24 +182,42 @@ impl std::fmt::Display for GroupReport {
                 )?;
             }
         }
-        write!(f, "  blake3 {}", self.hash.to_hex())
+        match (&self.hash, &self.tree) {
+            (Some(hash), _) => write!(f, "  blake3 {}", hash.to_hex()),
+            (None, Some(tree)) => write!(f, "  {}", tree.counts()).and_then(|()| tree.write_files(f)),
+            (None, None) => Ok(()),
+        }
     }
 }
 
-/// Sends `source` as `name` to every receiver of `addrs` in `mode`;
-/// `security` is the endpoint's mode, for the report.
+/// What a group send sends: one file (protocol version 1, or 2 when
+/// spread), or a list of entries (version 3, mode `all` only).
+#[derive(Debug)]
+pub enum Payload {
+    File { source: Source, name: String },
+    Tree { items: Vec<Planned>, pacer: Pacer },
+}
+
+/// Sends `payload` to every receiver of `addrs` in `mode`; `security` is
+/// the endpoint's mode, for the report.
 pub async fn send_to_group(
     endpoint: &Endpoint,
     addrs: &[SocketAddr],
     config: GroupConfig,
-    mut source: Source,
-    name: &str,
+    payload: Payload,
     multi: &MultiProgress,
     security: Protection,
 ) -> Result<GroupReport> {
     let start = Instant::now();
     let mode = config.mode;
     let spread = mode != Mode::All;
+    let (name, size) = match &payload {
+        Payload::File { source, name } => (name.clone(), source.size()),
+        Payload::Tree { .. } if spread => bail!("mode {mode} spreads one regular file; send a list in mode all"),
+        Payload::Tree { items, .. } => {
+            (tree::top_names(items.iter().map(|i| &i.entry)), items.iter().filter_map(|i| i.entry.known_size()).sum())
+        }
+    };
     let (group, unreachable) = endpoint.group(addrs, config).await.context("cannot open the group")?;
     let mut outcomes: BTreeMap<SocketAddr, (Outcome, Duration)> = BTreeMap::new();
     for (addr, why) in unreachable {
@@ -205,19 +232,24 @@ pub async fn send_to_group(
         .collect();
 
     // Everyone gets the request; each answers for itself.
-    let request = Request { name: name.to_string(), size: source.size(), block: spread.then_some(MESSAGE as u32) };
-    let request_len = if spread { 0 } else { request.encode().len() as u64 };
+    let (request, list_len) = match &payload {
+        Payload::File { .. } => {
+            (Request { name: name.clone(), size, block: spread.then_some(MESSAGE as u32) }.encode(), None)
+        }
+        Payload::Tree { items, .. } => {
+            let entries: Vec<_> = items.iter().map(|i| i.entry.clone()).collect();
+            (tree::wire::encode_request(&entries), Some(entries.len()))
+        }
+    };
+    let request_len = if spread { 0 } else { request.len() as u64 };
     if spread {
         for &(peer, _) in &peers {
-            group
-                .send_to(Destination { peer, stream: 0 }, &request.encode())
-                .await
-                .context("cannot send the request")?;
+            group.send_to(Destination { peer, stream: 0 }, &request).await.context("cannot send the request")?;
         }
     } else {
-        group.send(request.encode()).await.context("cannot send the request")?;
+        group.send(request).await.context("cannot send the request")?;
     }
-    let first = answers(&group, &peers, ANSWER_TIMEOUT).await;
+    let first = answers(&group, &peers, ANSWER_TIMEOUT, list_len).await;
     let mut accepted = Vec::new();
     for ((peer, addr), (answer, _)) in peers.iter().copied().zip(first) {
         match answer {
@@ -238,7 +270,6 @@ pub async fn send_to_group(
         bail!("no receiver accepted the transfer ({})", why.join("; "));
     }
 
-    let size = source.size();
     let bars: Vec<(PeerId, ProgressBar)> =
         accepted.iter().map(|&(p, addr)| (p, report::transfer_bar(multi, size, &addr.to_string()))).collect();
     // A bar follows what its receiver acknowledged (the request aside).
@@ -250,33 +281,47 @@ pub async fn send_to_group(
         }
     };
 
-    let hash = {
-        let mut hasher = blake3::Hasher::new();
-        let mut offset = 0;
-        let mut tick = Instant::now();
-        while offset < size {
-            let want = (size - offset).min(MESSAGE as u64) as usize;
-            let mut buf = vec![0u8; want];
-            source.read_exact_into(&mut buf).await?;
-            hasher.update(&buf);
-            let message = if spread {
-                let hash = *blake3::hash(&buf).as_bytes();
-                BlockMsg::Block { offset, hash, data: &buf }.encode()
-            } else {
-                buf
-            };
-            group.send(Bytes::from(message)).await.context("the group failed while sending data")?;
-            offset += want as u64;
-            if tick.elapsed() >= Duration::from_millis(100) {
-                progress(&group);
-                tick = Instant::now();
+    let (hash, files) = match payload {
+        Payload::File { mut source, .. } => {
+            let mut hasher = blake3::Hasher::new();
+            let mut offset = 0;
+            let mut tick = Instant::now();
+            while offset < size {
+                let want = (size - offset).min(MESSAGE as u64) as usize;
+                let mut buf = vec![0u8; want];
+                source.read_exact_into(&mut buf).await?;
+                hasher.update(&buf);
+                let message = if spread {
+                    let hash = *blake3::hash(&buf).as_bytes();
+                    BlockMsg::Block { offset, hash, data: &buf }.encode()
+                } else {
+                    buf
+                };
+                group.send(Bytes::from(message)).await.context("the group failed while sending data")?;
+                offset += want as u64;
+                if tick.elapsed() >= Duration::from_millis(100) {
+                    progress(&group);
+                    tick = Instant::now();
+                }
             }
+            let hash = hasher.finalize();
+            if !spread {
+                group.send(hash.as_bytes().to_vec()).await.context("the group failed while sending the hash")?;
+            }
+            (Some(hash), None)
         }
-        let hash = hasher.finalize();
-        if !spread {
-            group.send(hash.as_bytes().to_vec()).await.context("the group failed while sending the hash")?;
+        Payload::Tree { items, mut pacer } => {
+            let mut sent = tree::Sent::default();
+            let mut sink = GroupSink { group: &group, progress: &progress, tick: Instant::now() };
+            // In a group every receiver gets the same bytes: no resume.
+            if let Err(e) = tree::stream_files(&items, Default::default(), &mut sink, &mut pacer, &mut sent).await {
+                // Each receiver learns it at once and keeps nothing of this file.
+                let _ = group.send(tree::wire::abandon(&format!("{e:#}"))).await;
+                let _ = tokio::time::timeout(Duration::from_secs(5), group.close()).await;
+                return Err(e);
+            }
+            (None, Some(tree::summary(items.iter().map(|i| &i.entry), sent.files)))
         }
-        hash
     };
 
     // The bars follow the acknowledgements until the mode is satisfied;
@@ -294,14 +339,14 @@ pub async fn send_to_group(
     }
     if spread {
         // Every block is where the mode wants it: now the end, to each.
-        let end = BlockMsg::End { hash: *hash.as_bytes() }.encode();
+        let end = BlockMsg::End { hash: *hash.context("a spread file has a hash")?.as_bytes() }.encode();
         for &(peer, addr) in &accepted {
             if let Err(e) = group.send_to(Destination { peer, stream: 0 }, &end).await {
                 multi.suspend(|| eprintln!("warning: cannot send the end to {addr}: {e}"));
             }
         }
     }
-    let verdicts = answers(&group, &accepted, ANSWER_TIMEOUT).await;
+    let verdicts = answers(&group, &accepted, ANSWER_TIMEOUT, None).await;
     progress(&group);
     for (_, bar) in &bars {
         bar.finish_and_clear();
@@ -336,11 +381,12 @@ pub async fn send_to_group(
     let blocks = size.div_ceil(MESSAGE as u64);
     let spread = spread.then(|| (blocks, group.stats()));
     Ok(GroupReport {
-        name: name.to_string(),
-        bytes: size,
+        bytes: files.as_ref().map_or(size, |t: &TreeSummary| t.files.iter().map(|f| f.bytes).sum()),
+        name,
         mode,
         elapsed: start.elapsed(),
         hash,
+        tree: files,
         peers,
         spread,
         security,
@@ -354,13 +400,27 @@ fn text(o: &Outcome) -> &str {
 }
 
 /// Reads one reply from each of `peers` at once, each within `limit`;
-/// returns them in order, with the time each came.
-async fn answers(group: &Group, peers: &[(PeerId, SocketAddr)], limit: Duration) -> Vec<(Result<Reply>, Instant)> {
+/// returns them in order, with the time each came. The answer to a list
+/// of `list_len` entries carries resume offers after an ok: read and
+/// left unused (every receiver of a group gets the same bytes).
+async fn answers(
+    group: &Group,
+    peers: &[(PeerId, SocketAddr)],
+    limit: Duration,
+    list_len: Option<usize>,
+) -> Vec<(Result<Reply>, Instant)> {
     let mut tasks = tokio::task::JoinSet::new();
     for (i, &(peer, addr)) in peers.iter().enumerate() {
         let mut reader = group.reader(peer, 0);
         tasks.spawn(async move {
-            let r = match tokio::time::timeout(limit, Reply::read(&mut reader)).await {
+            let read = async {
+                let reply = Reply::read(&mut reader).await?;
+                if let (Reply::Ok(_), Some(n)) = (&reply, list_len) {
+                    tree::wire::read_offers(&mut reader, n).await?;
+                }
+                std::io::Result::Ok(reply)
+            };
+            let r = match tokio::time::timeout(limit, read).await {
                 Err(_) => Err(anyhow::anyhow!("no answer from {addr} within {}", human_duration(limit))),
                 Ok(r) => r.with_context(|| format!("connection to {addr} lost before it answered")),
             };
@@ -376,4 +436,27 @@ async fn answers(group: &Group, peers: &[(PeerId, SocketAddr)], limit: Duration)
     out.into_iter()
         .map(|o| o.unwrap_or_else(|| (Err(anyhow::anyhow!("the answer reader failed")), Instant::now())))
         .collect()
+}
+
+/// The group as the sink of a tree's stream: each piece one group
+/// message, held once for every receiver.
+struct GroupSink<'a> {
+    group: &'a Group,
+    progress: &'a dyn Fn(&Group),
+    tick: Instant,
+}
+
+impl tree::Sink for GroupSink<'_> {
+    async fn put(&mut self, bytes: &[u8], _done: u64) -> Result<()> {
+        self.group.send(Bytes::copy_from_slice(bytes)).await.context("the group failed while sending data")?;
+        if self.tick.elapsed() >= Duration::from_millis(100) {
+            (self.progress)(self.group);
+            self.tick = Instant::now();
+        }
+        Ok(())
+    }
+
+    fn chunk(&self) -> usize {
+        MESSAGE - 4
+    }
 }

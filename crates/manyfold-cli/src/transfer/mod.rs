@@ -1,9 +1,12 @@
-//! `manyfold send` / `manyfold recv`: upload one file over a manyfold
+//! `manyfold send` / `manyfold recv`: upload files over a manyfold
 //! connection (paper 04 §3.2, librusp's `up`), verified end to end.
 //!
 //! # Application protocol
 //!
-//! One file per connection. Integers are big-endian.
+//! `send` to one receiver speaks version 3 ([`tree`]: a list of files,
+//! directories and links, then each file's data); a receiver also takes
+//! versions 1 and 2, which a group send uses. Version 1 carries one file
+//! per connection. Integers are big-endian.
 //!
 //! ```text
 //! sender                                   receiver
@@ -54,11 +57,14 @@ mod group;
 mod recv;
 mod send;
 mod shard;
+mod takeover;
+mod tree;
 pub mod wire;
 
-pub use group::send_to_group;
+pub use group::{send_to_group, Payload};
 pub use recv::{run as run_recv, serve_one, RecvArgs, RecvOptions};
 pub use send::{run as run_send, SendArgs, Source};
+pub use tree::TreeSummary;
 
 /// Bytes read or written per I/O call on file and connection.
 const CHUNK: usize = 256 * 1024;

@@ -12,15 +12,16 @@ use indicatif::{MultiProgress, ProgressBar};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::task::JoinSet;
 
-use super::wire::{check_name, Reply, Request, RequestError, HASH_LEN};
+use super::tree::wire::VERSION_TREE;
+use super::wire::{check_name, read_version, Reply, Request, RequestError, HASH_LEN};
 use super::CHUNK;
-use crate::fsutil::{available_space, PartFile};
+use crate::fsutil::{available_space, remove_stale_partials, PartFile};
 use crate::net::{self, Connection, NetArgs, Role};
 use crate::report::{self, Direction, Report};
 use crate::size::human_bytes;
 
 /// How long a new connection may take to send its request.
-const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+pub(super) const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 
 #[derive(Args, Debug)]
 pub struct RecvArgs {
@@ -34,14 +35,22 @@ pub struct RecvArgs {
     pub dir: PathBuf,
 
     /// Exit after one transfer; the exit status tells whether it succeeded.
-    /// Without it, the receiver serves until Ctrl-C or SIGTERM, deleting the
-    /// partial files of transfers still in progress.
+    /// Without it, the receiver serves until Ctrl-C or SIGTERM. The partial
+    /// files of transfers still in progress are kept: the same send resumes
+    /// them (see --partial-max-age).
     #[arg(long)]
     pub once: bool,
 
-    /// Replace files that already exist in DIR (refused by default).
-    #[arg(long)]
+    /// Replace files that already exist in DIR (refused by default); -f,
+    /// as in the ftp shell.
+    #[arg(short = 'f', long)]
     pub overwrite: bool,
+
+    /// Remove partial files no transfer has written for this long (what
+    /// killed or interrupted transfers left for a resume): checked at
+    /// start and then every so often. 90s, 30m, 12h, 2d.
+    #[arg(long, value_name = "AGE", default_value = "1d", value_parser = age_arg)]
+    pub partial_max_age: Duration,
 
     #[command(flatten)]
     pub net: NetArgs,
@@ -67,12 +76,10 @@ pub async fn run(args: RecvArgs) -> Result<()> {
         .tempfile_in(&args.dir)
         .with_context(|| format!("cannot write into {}", args.dir.display()))?;
     let options = Arc::new(RecvOptions { dir: args.dir.clone(), overwrite: args.overwrite });
-    let addr = net::resolve(&args.listen).await?;
-    let config = args.net.config()?;
-    let mode = net::mode(&config);
-    let endpoint = Arc::new(net::bind(addr, config).await?);
-    endpoint.listen();
-    let local = endpoint.local_addr().context("cannot read the bound address")?;
+    let sweep_every = (args.partial_max_age / 4).clamp(Duration::from_secs(1), Duration::from_secs(3600));
+    let mut sweep = tokio::time::interval(sweep_every);
+    let server = net::listen(&args.listen, &args.net, |_| {}).await?;
+    let (endpoint, local, mode) = (Arc::clone(&server.endpoint), server.local, &server.mode);
     let banner = format!(
         "manyfold recv: listening on {local} ({mode}), saving into {}{}",
         args.dir.display(),
@@ -92,10 +99,23 @@ pub async fn run(args: RecvArgs) -> Result<()> {
     tokio::pin!(ctrl_c);
     let outcome = loop {
         tokio::select! {
+            _ = sweep.tick() => {
+                let (dir, age) = (args.dir.clone(), args.partial_max_age);
+                if let Ok((count, bytes)) = tokio::task::spawn_blocking(move || remove_stale_partials(&dir, age)).await {
+                    if count > 0 {
+                        multi.suspend(|| report::say(&format_args!(
+                            "removed {count} partial file(s) ({}) not written for {}",
+                            human_bytes(bytes),
+                            age_text(age)
+                        )));
+                    }
+                }
+            }
             signal = &mut ctrl_c => {
                 // The connections are already reset (the senders know).
                 // Transfers that ended before the signal count as what they
-                // were; the others are stopped and their partial files deleted.
+                // were; the others are stopped (their partial files are kept
+                // for a resume).
                 while let Some(joined) = tasks.try_join_next() {
                     let _ = tally.record(joined, &multi, args.once);
                 }
@@ -104,8 +124,8 @@ pub async fn run(args: RecvArgs) -> Result<()> {
                 let saved = if tally.saved > 0 { format!("{} transfer(s) saved; ", tally.saved) } else { String::new() };
                 if active > 0 {
                     break Err(net::lifecycle::account(format!(
-                        "interrupted by {} with {active} transfer(s) in progress ({saved}their partial files were \
-                         deleted)",
+                        "interrupted by {} with {active} transfer(s) in progress ({saved}what arrived is kept: the \
+                         same send resumes it)",
                         signal.name()
                     )));
                 }
@@ -220,7 +240,18 @@ pub async fn serve_one(mut conn: Connection, options: &RecvOptions, multi: &Mult
     // Now: once closed, the connection no longer says how it was protected.
     let security = conn.protection();
     let start = Instant::now();
-    let request = match tokio::time::timeout(REQUEST_TIMEOUT, Request::read(&mut conn)).await {
+    let version = match tokio::time::timeout(REQUEST_TIMEOUT, read_version(&mut conn)).await {
+        Err(_) => bail!("no request within {} s", REQUEST_TIMEOUT.as_secs()),
+        Ok(Err(e @ RequestError::Io(_))) | Ok(Err(e @ RequestError::Truncated)) => {
+            return Err(e).context("cannot read the request");
+        }
+        Ok(Err(e)) => return Err(refuse(&mut conn, e.to_string()).await),
+        Ok(Ok(version)) => version,
+    };
+    if version == VERSION_TREE {
+        return super::tree::receive_tree(&mut conn, options, multi, start).await;
+    }
+    let request = match tokio::time::timeout(REQUEST_TIMEOUT, Request::read_after(version, &mut conn)).await {
         Err(_) => bail!("no request within {} s", REQUEST_TIMEOUT.as_secs()),
         Ok(Err(e @ RequestError::Io(_))) | Ok(Err(e @ RequestError::Truncated)) => {
             return Err(e).context("cannot read the request");
@@ -284,9 +315,11 @@ pub async fn serve_one(mut conn: Connection, options: &RecvOptions, multi: &Mult
                     name,
                     peer,
                     bytes,
+                    resumed: 0,
                     elapsed,
                     stats,
-                    hash: stored.hash,
+                    hash: Some(stored.hash),
+                    tree: None,
                     security,
                 })
             }
@@ -331,9 +364,11 @@ pub async fn serve_one(mut conn: Connection, options: &RecvOptions, multi: &Mult
                 name,
                 peer,
                 bytes: request.size,
+                resumed: 0,
                 elapsed,
                 stats,
-                hash,
+                hash: Some(hash),
+                tree: None,
                 security,
             })
         }
@@ -381,14 +416,45 @@ async fn receive_data(
 }
 
 /// Sends an error reply, closes, and returns the error for the local log.
-async fn refuse(conn: &mut Connection, why: String) -> anyhow::Error {
+pub(super) async fn refuse(conn: &mut Connection, why: String) -> anyhow::Error {
     let _ = Reply::Error(why.clone()).write(conn).await;
     let _ = tokio::time::timeout(Duration::from_secs(5), conn.close()).await;
     anyhow!(why)
 }
 
+/// `--partial-max-age`: seconds, minutes, hours or days (`90s`, `30m`,
+/// `12h`, `2d`; a bare number is seconds).
+fn age_arg(text: &str) -> Result<Duration, String> {
+    let (number, unit) = match text.find(|c: char| c.is_ascii_alphabetic()) {
+        Some(at) => text.split_at(at),
+        None => (text, "s"),
+    };
+    let scale = match unit {
+        "s" => 1.0,
+        "m" => 60.0,
+        "h" => 3600.0,
+        "d" => 86400.0,
+        _ => return Err(format!("{text:?}: the unit must be s, m, h or d (90s, 30m, 12h, 2d)")),
+    };
+    match number.trim().parse::<f64>() {
+        Ok(n) if n > 0.0 && (n * scale).is_finite() => Ok(Duration::from_secs_f64(n * scale)),
+        _ => Err(format!("{text:?} is not a positive age (90s, 30m, 12h, 2d)")),
+    }
+}
+
+/// An age as `--partial-max-age` takes it: `2d`, `12h`, `30m`, `90s`.
+fn age_text(age: Duration) -> String {
+    let s = age.as_secs();
+    match s {
+        _ if s >= 86400 && s.is_multiple_of(86400) => format!("{}d", s / 86400),
+        _ if s >= 3600 && s.is_multiple_of(3600) => format!("{}h", s / 3600),
+        _ if s >= 60 && s.is_multiple_of(60) => format!("{}m", s / 60),
+        _ => format!("{}s", age.as_secs_f64()),
+    }
+}
+
 /// The progress bar's label: the name, shortened to fit.
-fn short_label(name: &str) -> String {
+pub(super) fn short_label(name: &str) -> String {
     const MAX: usize = 16;
     if name.chars().count() <= MAX {
         name.to_string()

@@ -1,25 +1,28 @@
 //! The sending side of a file transfer (protocol in [`super`]).
 
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use indicatif::ProgressBar;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncReadExt;
 
-use super::wire::{Reply, Request, MAX_NAME};
-use super::CHUNK;
+use super::group::Payload;
+use super::tree::{self, Origin, Planned};
 use crate::keys;
-use crate::net::{self, Connection, NetArgs, Role, SendHalf};
+use crate::net::{self, NetArgs, Role, SendHalf};
 use crate::pace::Pacer;
-use crate::report::{self, Direction, Report};
+use crate::report;
 
 #[derive(Args, Debug)]
 pub struct SendArgs {
-    /// File to send.
-    #[arg(value_name = "FILE")]
-    pub file: PathBuf,
+    /// Files and directories to send (directories with everything in
+    /// them, like `rsync -a`: modes and modification times kept, symbolic
+    /// links sent as links, never followed); `-` sends standard input
+    /// (its length need not be known) as "stdin" or --name.
+    #[arg(value_name = "FILE", required = true, num_args = 1..)]
+    pub files: Vec<PathBuf>,
 
     /// Receiver(s) (`manyfold recv`), HOST:PORT; several, comma-separated,
     /// send one copy to each over one group with a progress bar and a
@@ -54,30 +57,52 @@ pub struct SendArgs {
     #[command(flatten)]
     pub rate: crate::pace::RateArgs,
 
-    /// Name to store the file under on the receiver [default: FILE's base
-    /// name]. The receiver refuses anything but a plain base name.
+    /// Name to store the file (or directory) under on the receiver
+    /// [default: FILE's base name]; only with one FILE. The receiver
+    /// refuses anything but a plain base name.
     #[arg(long, value_name = "NAME")]
     pub name: Option<String>,
+
+    /// Test only: appends `KIND:PATH[:TARGET]` (KIND F, D or L) to the
+    /// list unchecked, so that tests can show the receiver refusing what
+    /// this sender never lists itself.
+    #[arg(long, hide = true, value_name = "KIND:PATH[:TARGET]")]
+    pub unchecked_entry: Vec<String>,
 
     #[command(flatten)]
     pub net: NetArgs,
 }
 
 pub async fn run(args: SendArgs) -> Result<()> {
-    // The file first: a missing file is reported without touching the network.
-    let source = Source::open(&args.file).await?.paced(args.rate.rate);
-    let name = match &args.name {
-        Some(name) => name.clone(),
-        None => default_name(&args.file)?,
-    };
-    if args.to.len() > 1 || args.mode != manyfold::Mode::All {
-        return run_group(args, source, name).await;
+    // The list first: a missing file is reported without touching the network.
+    let files = args.files.clone();
+    let name = args.name.clone();
+    let mut items = tokio::task::spawn_blocking(move || tree::plan(&files, name.as_deref()))
+        .await
+        .map_err(|e| anyhow::anyhow!("listing task failed: {e}"))??;
+    for spec in &args.unchecked_entry {
+        items.push(tree::unchecked(spec)?);
     }
+    if args.to.len() > 1 || args.mode != manyfold::Mode::All {
+        // One regular file goes as before (version 1, or 2 spread); a
+        // list in mode all.
+        let payload = match items.as_slice() {
+            [Planned { entry, origin: Origin::Path(path) }] if entry.is_file() => {
+                Payload::File { source: Source::open(path).await?.paced(args.rate.rate), name: entry.path.clone() }
+            }
+            _ if args.mode != manyfold::Mode::All => {
+                bail!("mode {} spreads one regular file; send several files, a directory or - in mode all", args.mode)
+            }
+            _ => Payload::Tree { items, pacer: Pacer::new(args.rate.rate) },
+        };
+        return run_group(args, payload).await;
+    }
+    let known = items.iter().filter_map(|i| i.entry.known_size()).sum();
     let peer = net::resolve(&args.to[0]).await?;
     let (endpoint, conn) = net::connect(peer, args.net.config()?).await?;
     let multi = report::multi_progress();
-    let bar = report::transfer_bar(&multi, source.size, "sending");
-    let result = send_file(conn, source, &name, &bar).await;
+    let bar = report::transfer_bar(&multi, known, "sending");
+    let result = tree::send_tree(conn, items, Pacer::new(args.rate.rate), &bar).await;
     bar.finish_and_clear();
     let outcome = match result {
         Ok(report) => {
@@ -92,7 +117,7 @@ pub async fn run(args: SendArgs) -> Result<()> {
 }
 
 /// `send --to A,B,C`: one group, a bar and a report line per receiver.
-async fn run_group(args: SendArgs, source: Source, name: String) -> Result<()> {
+async fn run_group(args: SendArgs, payload: Payload) -> Result<()> {
     let mut addrs = Vec::with_capacity(args.to.len());
     for to in &args.to {
         let addr = net::resolve(to).await?;
@@ -128,14 +153,14 @@ async fn run_group(args: SendArgs, source: Source, name: String) -> Result<()> {
     let security = keys::endpoint_protection(net_config.endpoint.security.as_ref());
     let endpoint = net::bind(net::unspecified_for(addrs[0]), net_config).await?;
     let multi = report::multi_progress();
-    let result = super::send_to_group(&endpoint, &addrs, config, source, &name, &multi, security).await;
+    let result = super::send_to_group(&endpoint, &addrs, config, payload, &multi, security).await;
     let _ = tokio::time::timeout(Duration::from_secs(5), endpoint.shutdown()).await;
     let report = result?;
     report::emit(&report, || report.to_json());
     if !report.succeeded() {
         match report.spread {
-            None => bail!("{name} reached {} of {} receivers", report.saved(), addrs.len()),
-            Some(_) => bail!("{name} was not spread as mode {} asks (see above)", args.mode),
+            None => bail!("{} reached {} of {} receivers", report.name, report.saved(), addrs.len()),
+            Some(_) => bail!("{} was not spread as mode {} asks (see above)", report.name, args.mode),
         }
     }
     Ok(())
@@ -189,127 +214,10 @@ impl Source {
     }
 }
 
-/// The base name of `path`, as the default name on the receiver.
-fn default_name(path: &Path) -> Result<String> {
-    let name =
-        path.file_name().with_context(|| format!("{} has no file name; give one with --name", path.display()))?;
-    let name =
-        name.to_str().with_context(|| format!("{} is not valid UTF-8; give a name with --name", path.display()))?;
-    Ok(name.to_string())
-}
-
-/// Runs the sender's half of the protocol on an established connection and
-/// closes it. Fails if the receiver refuses or fails, or the connection breaks.
-///
-/// The bar follows what the receiver acknowledged, not what the connection
-/// buffered: bytes written minus the connection's unacknowledged bytes.
-pub async fn send_file(conn: Connection, mut source: Source, name: &str, bar: &ProgressBar) -> Result<Report> {
-    if name.is_empty() || name.len() > MAX_NAME {
-        bail!("the name must be 1 to {MAX_NAME} bytes long, got {} bytes", name.len());
-    }
-    let peer = conn.peer_addr();
-    let (mut tx, mut rx) = conn.split();
-    let start = Instant::now();
-    Request { name: name.to_string(), size: source.size, block: None }
-        .write(&mut tx)
-        .await
-        .context("connection lost while sending the request")?;
-    match Reply::read(&mut rx).await.context("connection lost while waiting for the receiver's answer")? {
-        Reply::Ok(_) => {}
-        Reply::Error(why) => bail!("receiver refused the transfer: {why}"),
-    }
-
-    let hash = stream_data(&mut source, &mut tx, bar).await?;
-    tx.write_all(hash.as_bytes()).await.context("connection lost while sending the hash")?;
-    tx.flush().await.context("connection lost while sending the hash")?;
-    // Nothing more to send: our FIN travels now, while the receiver checks
-    // the file, so that the close after its verdict is usually already done.
-    // (Closing only after the verdict made the exit wait out lost FINs and
-    // acks under loss: seconds, with the 5 s bounds below.)
-    tx.finish().context("connection lost while sending the hash")?;
-
-    // Keep the bar moving with the acknowledgements until the verdict.
-    let reply = {
-        let read = Reply::read(&mut rx);
-        tokio::pin!(read);
-        let mut tick = tokio::time::interval(BAR_TICK);
-        loop {
-            tokio::select! {
-                reply = &mut read => break reply,
-                _ = tick.tick() => show_acked(bar, source.size, &tx),
-            }
-        }
-    };
-    match reply.context("connection lost before the receiver confirmed the file")? {
-        Reply::Ok(_) => {}
-        Reply::Error(why) => bail!("receiver did not save the file: {why}"),
-    }
-    bar.set_position(source.size);
-    let elapsed = start.elapsed();
-    let stats = tx.stats();
-    // Now, not at connect: the peer's key is proven by then for sure.
-    let security = tx.protection();
-    // The receiver confirmed; a failing close no longer changes the outcome.
-    let _ = tokio::time::timeout(Duration::from_secs(5), tx.close()).await;
-    Ok(Report {
-        direction: Direction::Sent,
-        name: name.to_string(),
-        peer,
-        bytes: source.size,
-        elapsed,
-        stats,
-        hash,
-        security,
-    })
-}
-
-/// How often the bar is brought up to date while waiting on the receiver.
-const BAR_TICK: Duration = Duration::from_millis(100);
-
 /// Shows on `bar` the data bytes the receiver has acknowledged, given that
 /// `written` were handed to the connection (the request and trailer are
 /// noise here), or how long it has not answered.
-fn show_acked(bar: &ProgressBar, written: u64, tx: &SendHalf) {
+pub(super) fn show_acked(bar: &ProgressBar, written: u64, tx: &SendHalf) {
     let stats = tx.stats();
     report::show_sending(bar, written.saturating_sub(stats.unacked_bytes), &stats, Role::Receiver);
-}
-
-/// Copies exactly `source.size` bytes to `out`, hashing as it goes.
-async fn stream_data(source: &mut Source, out: &mut SendHalf, bar: &ProgressBar) -> Result<blake3::Hash> {
-    let mut hasher = blake3::Hasher::new();
-    let mut buf = vec![0u8; CHUNK];
-    let mut left = source.size;
-    while left > 0 {
-        let want = left.min(source.pacer.piece(CHUNK) as u64) as usize;
-        let n = source
-            .file
-            .read(&mut buf[..want])
-            .await
-            .with_context(|| format!("cannot read {}", source.path.display()))?;
-        if n == 0 {
-            bail!(
-                "{} shrank while being sent ({} of {} bytes read)",
-                source.path.display(),
-                source.size - left,
-                source.size
-            );
-        }
-        hasher.update(&buf[..n]);
-        source.pacer.wait(n).await;
-        // Written piecewise with a deadline, so that the bar keeps telling
-        // while the receiver is silent and the window is full (a write
-        // still pending has written nothing: dropping it is safe).
-        let mut done = 0;
-        while done < n {
-            if let Ok(written) = tokio::time::timeout(BAR_TICK, out.write(&buf[done..n])).await {
-                match written.context("connection lost while sending data")? {
-                    0 => bail!("connection lost while sending data: the connection accepts no more"),
-                    w => done += w,
-                }
-            }
-            show_acked(bar, source.size - left + done as u64, out);
-        }
-        left -= n as u64;
-    }
-    Ok(hasher.finalize())
 }

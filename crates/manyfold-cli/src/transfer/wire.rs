@@ -4,6 +4,8 @@
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
+use super::tree::wire::VERSION_TREE;
+
 /// First bytes of every request: "manyfold file transfer".
 pub const MAGIC: [u8; 4] = *b"MFXF";
 pub const VERSION: u8 = 1;
@@ -44,9 +46,7 @@ pub struct Request {
 pub enum RequestError {
     #[error("not a manyfold file transfer (bad magic bytes)")]
     BadMagic,
-    #[error(
-        "unsupported transfer protocol version {0} (this receiver speaks versions {VERSION} and {VERSION_BLOCKS})"
-    )]
+    #[error("unsupported transfer protocol version {0} (this receiver speaks versions {VERSION} to {VERSION_TREE})")]
     Version(u8),
     #[error("block size {0} refused (from {MIN_BLOCK} to {MAX_BLOCK} bytes)")]
     BlockSize(u32),
@@ -87,23 +87,20 @@ impl Request {
         buf
     }
 
-    pub async fn write<W: AsyncWrite + Unpin>(&self, w: &mut W) -> std::io::Result<()> {
-        w.write_all(&self.encode()).await?;
-        w.flush().await
+    /// Reads one request of version 1 or 2; the name is checked for length
+    /// and encoding here and for safety by [`check_name`].
+    pub async fn read<R: AsyncRead + Unpin>(r: &mut R) -> Result<Request, RequestError> {
+        match read_version(r).await? {
+            VERSION_TREE => Err(RequestError::Version(VERSION_TREE)),
+            version => Request::read_after(version, r).await,
+        }
     }
 
-    /// Reads one request; the name is checked for length and encoding here
-    /// and for safety by [`check_name`].
-    pub async fn read<R: AsyncRead + Unpin>(r: &mut R) -> Result<Request, RequestError> {
+    /// Reads the rest of a request of `version` (1 or 2), after the
+    /// magic and version [`read_version`] took.
+    pub async fn read_after<R: AsyncRead + Unpin>(version: u8, r: &mut R) -> Result<Request, RequestError> {
         let mut fixed = [0u8; field::FIXED_LEN];
-        r.read_exact(&mut fixed).await?;
-        if fixed[field::MAGIC] != MAGIC {
-            return Err(RequestError::BadMagic);
-        }
-        let version = fixed[field::VERSION];
-        if version != VERSION && version != VERSION_BLOCKS {
-            return Err(RequestError::Version(version));
-        }
+        r.read_exact(&mut fixed[field::NAME_LEN.start..]).await?;
         let name_len = usize::from(u16::from_be_bytes([fixed[5], fixed[6]]));
         let mut size = [0u8; 8];
         size.copy_from_slice(&fixed[field::SIZE]);
@@ -129,6 +126,20 @@ impl Request {
             None
         };
         Ok(Request { name, size, block })
+    }
+}
+
+/// Reads the magic bytes and the version of a request: 1 (one file), 2
+/// (a spread file) or 3 (a list, [`super::tree`]).
+pub async fn read_version<R: AsyncRead + Unpin>(r: &mut R) -> Result<u8, RequestError> {
+    let mut head = [0u8; field::NAME_LEN.start];
+    r.read_exact(&mut head).await?;
+    if head[field::MAGIC] != MAGIC {
+        return Err(RequestError::BadMagic);
+    }
+    match head[field::VERSION] {
+        v @ (VERSION | VERSION_BLOCKS | VERSION_TREE) => Ok(v),
+        v => Err(RequestError::Version(v)),
     }
 }
 

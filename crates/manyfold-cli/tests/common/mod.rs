@@ -216,3 +216,43 @@ pub fn samplegen(path: &Path, size: &str, seed: u64) {
     )
     .assert_success();
 }
+
+/// Waits for a child spawned with piped stdout and stderr (one whose
+/// stdin the test writes itself); kills it and panics after `limit`.
+pub fn wait_child(mut child: Child, limit: Duration) -> Output {
+    let deadline = Instant::now() + limit;
+    let mut out = child.stdout.take().expect("piped stdout");
+    let mut err = child.stderr.take().expect("piped stderr");
+    let stdout = thread::spawn(move || {
+        let mut s = String::new();
+        let _ = out.read_to_string(&mut s);
+        s
+    });
+    let stderr = thread::spawn(move || {
+        let mut s = String::new();
+        let _ = err.read_to_string(&mut s);
+        s
+    });
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("try_wait") {
+            break status;
+        }
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("process did not finish within {limit:?}");
+        }
+        thread::sleep(Duration::from_millis(20));
+    };
+    Output { status, stdout: stdout.join().unwrap_or_default(), stderr: stderr.join().unwrap_or_default() }
+}
+
+/// Starts `manyfold recv` into `dir` on a free port, with `extra` flags;
+/// returns it and its address once it listens.
+pub fn recv_into(dir: &Path, extra: &[&str]) -> (Running, String) {
+    let mut cmd = manyfold();
+    cmd.args(["recv", "--listen", "127.0.0.1:0", "--dir"]).arg(dir).args(extra);
+    let mut recv = Running::spawn(cmd);
+    let addr = recv.listening_addr().to_string();
+    (recv, addr)
+}

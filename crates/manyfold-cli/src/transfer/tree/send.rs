@@ -1,0 +1,122 @@
+//! The sending half of a tree transfer: the list, then each file's data
+//! in chunks with its BLAKE3, while listening for the receiver's verdict
+//! (which may come early, as a refusal, and ends the sending at once).
+
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use indicatif::ProgressBar;
+use tokio::io::AsyncWriteExt;
+
+use super::source::{accept_offers, stream_files, Sent, Sink};
+use super::walk::Planned;
+use super::wire::{self, MAX_CHUNK};
+use crate::net::{Connection, SendHalf};
+use crate::pace::Pacer;
+use crate::report::{Direction, Report};
+use crate::transfer::send::show_acked;
+use crate::transfer::wire::Reply;
+
+/// How often the bar is brought up to date while waiting on the receiver.
+const BAR_TICK: Duration = Duration::from_millis(100);
+
+/// Sends the listed entries on `conn` and closes it; fails unless the
+/// receiver confirms it stored every one.
+pub async fn send_tree(conn: Connection, items: Vec<Planned>, mut pacer: Pacer, bar: &ProgressBar) -> Result<Report> {
+    let peer = conn.peer_addr();
+    let (mut tx, mut rx) = conn.split();
+    let start = Instant::now();
+    let entries: Vec<wire::Entry> = items.iter().map(|p| p.entry.clone()).collect();
+    tx.write_all(&wire::encode_request(&entries)).await.context("connection lost while sending the list")?;
+    tx.flush().await.context("connection lost while sending the list")?;
+    match Reply::read(&mut rx).await.context("connection lost while waiting for the receiver's answer")? {
+        Reply::Ok(_) => {}
+        Reply::Error(why) => bail!("receiver refused the transfer: {why}"),
+    }
+    let offers = wire::read_offers(&mut rx, entries.len()).await.context("cannot read the receiver's resume offers")?;
+    let resumes = accept_offers(&items, offers).await?;
+
+    let verdict = Reply::read(&mut rx);
+    tokio::pin!(verdict);
+    let mut sent = Sent::default();
+    let streamed = {
+        let mut sink = ConnSink { tx: &mut tx, bar };
+        let stream = stream_files(&items, resumes, &mut sink, &mut pacer, &mut sent);
+        tokio::pin!(stream);
+        tokio::select! {
+            r = &mut stream => r,
+            // Before the end, only a refusal comes: stop sending at once.
+            early = &mut verdict => {
+                return match early.context("connection lost while sending data")? {
+                    Reply::Error(why) => Err(anyhow::anyhow!("receiver did not save the files: {why}")),
+                    Reply::Ok(text) => Err(anyhow::anyhow!("receiver answered before the end: {text}")),
+                };
+            }
+        }
+    };
+    if let Err(e) = streamed {
+        if crate::net::close_reason(&e).is_some() {
+            return Err(e);
+        }
+        // The receiver learns it at once and keeps nothing of this file.
+        let _ = tx.write_all(&wire::abandon(&format!("{e:#}"))).await;
+        let _ = tx.flush().await;
+        let _ = tokio::time::timeout(Duration::from_secs(5), verdict).await;
+        let _ = tokio::time::timeout(Duration::from_secs(5), tx.close()).await;
+        return Err(e);
+    }
+    tx.flush().await.context("connection lost while sending data")?;
+    tx.finish().context("connection lost after the data")?;
+    let reply = {
+        let mut tick = tokio::time::interval(BAR_TICK);
+        loop {
+            tokio::select! {
+                reply = &mut verdict => break reply,
+                _ = tick.tick() => show_acked(bar, sent.bytes, &tx),
+            }
+        }
+    };
+    match reply.context("connection lost before the receiver confirmed the files")? {
+        Reply::Ok(_) => {}
+        Reply::Error(why) => bail!("receiver did not save the files: {why}"),
+    }
+    bar.set_position(sent.bytes);
+    let elapsed = start.elapsed();
+    let stats = tx.stats();
+    let security = tx.protection();
+    let _ = tokio::time::timeout(Duration::from_secs(5), tx.close()).await;
+    Ok(super::report(Direction::Sent, peer, &entries, sent.files, elapsed, stats, security))
+}
+
+/// One receiver's connection as the stream's sink; the bar follows what
+/// the receiver acknowledged.
+struct ConnSink<'a> {
+    tx: &'a mut SendHalf,
+    bar: &'a ProgressBar,
+}
+
+impl Sink for ConnSink<'_> {
+    async fn put(&mut self, bytes: &[u8], done: u64) -> Result<()> {
+        if self.bar.length().is_some_and(|len| done > len) {
+            self.bar.set_length(done);
+        }
+        // Written piecewise with a deadline, so that the bar keeps telling
+        // while the receiver is silent and the window is full (a write
+        // still pending has written nothing: dropping it is safe).
+        let mut at = 0;
+        while at < bytes.len() {
+            if let Ok(written) = tokio::time::timeout(BAR_TICK, self.tx.write(&bytes[at..])).await {
+                match written.context("connection lost while sending data")? {
+                    0 => bail!("connection lost while sending data: the connection accepts no more"),
+                    w => at += w,
+                }
+            }
+            show_acked(self.bar, done.saturating_sub((bytes.len() - at) as u64), self.tx);
+        }
+        Ok(())
+    }
+
+    fn chunk(&self) -> usize {
+        MAX_CHUNK as usize
+    }
+}

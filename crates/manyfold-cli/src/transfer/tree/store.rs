@@ -1,0 +1,426 @@
+//! The receiving half of a tree transfer: the list checked whole before
+//! any data (paths and links inside the directory, nothing overwritten
+//! without `--overwrite`, room for the known sizes), then each entry
+//! made: directories, links (under a temporary name, then renamed), and
+//! files through a [`PartFile`] renamed into place only after their hash
+//! matched. Directories get their mode and mtime last, deepest first.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use anyhow::{anyhow, bail, Context, Result};
+use indicatif::{MultiProgress, ProgressBar};
+use tokio::io::{AsyncReadExt, AsyncSeekExt, AsyncWriteExt};
+
+use super::wire::{self, Chunk, Entry, Kind};
+use super::FileLine;
+use crate::fsutil::{available_space, hash_prefix, hidden_name, PartFile, ResumeFile, PARTIAL_SUFFIX};
+use crate::net::Connection;
+use crate::report::{self, Direction, Report};
+use crate::size::human_bytes;
+use crate::transfer::recv::{refuse, RecvOptions, REQUEST_TIMEOUT};
+use crate::transfer::takeover::Claims;
+use crate::transfer::wire::Reply;
+
+/// Serves a tree transfer whose list follows on `conn` (magic and version
+/// read); `start` is when the connection came.
+pub async fn receive_tree(
+    conn: &mut Connection,
+    options: &RecvOptions,
+    multi: &MultiProgress,
+    start: Instant,
+) -> Result<Report> {
+    let peer = conn.peer_addr();
+    let security = conn.protection();
+    let listed = tokio::time::timeout(REQUEST_TIMEOUT, wire::read_list(conn)).await;
+    let Ok(listed) = listed else { bail!("no complete list within {} s", REQUEST_TIMEOUT.as_secs()) };
+    let entries = match listed {
+        Ok(entries) => entries,
+        Err(e @ (wire::ListError::Truncated | wire::ListError::Io(_))) => {
+            return Err(e).context("cannot read the list of entries")
+        }
+        Err(e) => return Err(refuse(conn, e.to_string()).await),
+    };
+    let dir = options.dir.clone();
+    let overwrite = options.overwrite;
+    let mut claims = Claims::new();
+    let mut told = std::collections::HashSet::new();
+    for (i, e) in entries.iter().enumerate() {
+        if e.known_size().is_some() && claims.claim(dir.join(&e.path)) {
+            told.insert(i);
+        }
+    }
+    let checked = {
+        let entries = entries.clone();
+        tokio::task::spawn_blocking(move || admit(&dir, &entries, overwrite, &told))
+            .await
+            .map_err(|e| anyhow!("check task failed: {e}"))?
+    };
+    let mut held = match checked {
+        Ok(held) => held,
+        Err(why) => return Err(refuse(conn, why).await),
+    };
+    let offers: Vec<wire::Offer> = held
+        .iter()
+        .filter(|(_, h)| h.have > 0)
+        .map(|(&index, h)| wire::Offer { index, have: h.have, prefix: *h.prefix.finalize().as_bytes() })
+        .collect();
+    let mut answer = Reply::Ok("go ahead".into()).encode();
+    answer.extend_from_slice(&wire::encode_offers(&offers));
+    conn.write_all(&answer).await.context("connection lost while answering the request")?;
+    conn.flush().await.context("connection lost while answering the request")?;
+
+    let known: u64 = entries.iter().filter_map(Entry::known_size).sum();
+    let first = &entries[0].path;
+    multi.suspend(|| {
+        report::say(&format_args!(
+            "receiving {} from {peer}: {} entr{}, {}",
+            first,
+            entries.len(),
+            if entries.len() == 1 { "y" } else { "ies" },
+            human_bytes(known)
+        ));
+    });
+    let bar = report::transfer_bar(multi, known, &crate::transfer::recv::short_label(first));
+    let made = tokio::select! {
+        made = make_all(conn, &options.dir, &entries, &mut held, overwrite, &bar) => made,
+        // Dropping the transfer keeps what arrived in its partial files.
+        () = claims.taken_over() => Err(anyhow!("a newer transfer of the same file took over; what arrived is kept")),
+    };
+    bar.finish_and_clear();
+    let files = match made {
+        Ok(files) => files,
+        // The connection is gone: no one to tell, and its reason says most.
+        Err(e) if crate::net::close_reason(&e).is_some() => return Err(e),
+        Err(e) => return Err(refuse(conn, format!("{e:#}")).await),
+    };
+    let bytes: u64 = files.iter().map(|f| f.bytes).sum();
+    let text = format!("saved {} entr{} ({bytes} bytes)", entries.len(), if entries.len() == 1 { "y" } else { "ies" });
+    let elapsed = start.elapsed();
+    let _ = Reply::Ok(text).write(conn).await;
+    let stats = conn.stats();
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(5), conn.close()).await;
+    Ok(super::report(Direction::Received, peer, &entries, files, elapsed, stats, security))
+}
+
+/// How long a transfer waits for an older one to let go of a file.
+const TAKEOVER_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// An earlier attempt's partial file of a list entry, opened and locked.
+struct Held {
+    file: ResumeFile,
+    have: u64,
+    /// BLAKE3 state after its `have` bytes.
+    prefix: blake3::Hasher,
+}
+
+/// The partial file's tag for a version of a file: its size and mtime,
+/// so that only the same file resumes it (its content is then checked
+/// by the prefix hash).
+fn tag(e: &Entry) -> String {
+    let mut h = blake3::Hasher::new();
+    h.update(&e.size.to_be_bytes()).update(&e.mtime.0.to_be_bytes()).update(&e.mtime.1.to_be_bytes());
+    h.finalize().to_hex()[..16].to_string()
+}
+
+/// Opens (creating it if `create`) the partial file of entry `e` at `at`.
+fn open_partial(at: &Path, e: &Entry, create: bool) -> Result<Option<Held>> {
+    let name = at.file_name().context("an entry without a name")?.to_string_lossy().into_owned();
+    let part = at.with_file_name(hidden_name(&name, &format!("{PARTIAL_SUFFIX}-{}", tag(e))));
+    if !create && std::fs::symlink_metadata(&part).is_err() {
+        return Ok(None);
+    }
+    let (file, mut have) = ResumeFile::open_tagged(at, &tag(e))?;
+    if have > e.size {
+        file.file().set_len(0)?;
+        have = 0;
+    }
+    let (prefix, have) = hash_prefix(file.file(), have)?;
+    Ok(Some(Held { file, have, prefix }))
+}
+
+/// Checks the list against the directory: safe paths, directories only
+/// where directories are or nothing is, no file replaced unless
+/// `overwrite`, and room for what is still to come; returns the partial
+/// files of earlier attempts that the files may resume, by entry index.
+fn admit(
+    dir: &Path,
+    entries: &[Entry],
+    overwrite: bool,
+    told: &std::collections::HashSet<usize>,
+) -> Result<BTreeMap<u32, Held>, String> {
+    wire::check_entries(entries)?;
+    for e in entries {
+        let at = dir.join(&e.path);
+        let Ok(meta) = std::fs::symlink_metadata(&at) else { continue };
+        match (&e.kind, meta.is_dir()) {
+            (Kind::Dir, true) => {}
+            (Kind::Dir, false) => return Err(format!("{} exists and is not a directory", e.path)),
+            (_, true) => return Err(format!("{} exists and is a directory", e.path)),
+            (_, false) if !overwrite => {
+                return Err(format!("file exists: {} (the receiver does not overwrite without --overwrite)", e.path))
+            }
+            (_, false) => {}
+        }
+    }
+    let mut held = BTreeMap::new();
+    for (i, e) in entries.iter().enumerate() {
+        if e.known_size().is_some() && std::fs::symlink_metadata(dir.join(&e.path)).is_err() {
+            // An older transfer told to let go needs a moment to do so.
+            let patience = std::time::Instant::now() + TAKEOVER_WAIT;
+            let found = loop {
+                match open_partial(&dir.join(&e.path), e, false) {
+                    Err(_) if told.contains(&i) && std::time::Instant::now() < patience => {
+                        std::thread::sleep(std::time::Duration::from_millis(50));
+                    }
+                    other => break other.map_err(|err| format!("{}: {err:#}", e.path))?,
+                }
+            };
+            if let Some(h) = found {
+                held.insert(i as u32, h);
+            }
+        }
+    }
+    // What is already held does not need room again.
+    let needed: u64 =
+        entries.iter().filter_map(Entry::known_size).sum::<u64>() - held.values().map(|h| h.have).sum::<u64>();
+    match available_space(dir) {
+        Some(free) if free < needed => Err(format!(
+            "no space: the files need {}, the receiver has {} free",
+            human_bytes(needed),
+            human_bytes(free)
+        )),
+        _ => Ok(held),
+    }
+}
+
+/// Makes every entry in list order; returns the files stored. The first
+/// failure ends the transfer (files already verified stay).
+async fn make_all(
+    conn: &mut Connection,
+    dir: &Path,
+    entries: &[Entry],
+    held: &mut BTreeMap<u32, Held>,
+    overwrite: bool,
+    bar: &ProgressBar,
+) -> Result<Vec<FileLine>> {
+    let mut files = Vec::new();
+    let mut dirs = Vec::new();
+    let mut buf = Vec::new();
+    for (i, e) in entries.iter().enumerate() {
+        let at = dir.join(&e.path);
+        match &e.kind {
+            Kind::Dir => {
+                match std::fs::create_dir(&at) {
+                    Err(err) if err.kind() != std::io::ErrorKind::AlreadyExists => {
+                        return Err(err).with_context(|| format!("cannot create the directory {}", e.path));
+                    }
+                    _ => {}
+                }
+                // Not a link put there meanwhile: nothing is written through one.
+                if !std::fs::symlink_metadata(&at).is_ok_and(|m| m.is_dir()) {
+                    bail!("{} is not a directory", e.path);
+                }
+                dirs.push((at, e));
+            }
+            Kind::Link(target) => make_link(&at, target, e.mtime, overwrite)
+                .with_context(|| format!("cannot create the link {} -> {target}", e.path))?,
+            Kind::File => {
+                let target = match (e.known_size(), held.remove(&(i as u32))) {
+                    (Some(_), Some(h)) => Target::Resumable(Box::new(h)),
+                    (Some(_), None) => {
+                        let (at, e) = (at.clone(), e.clone());
+                        let opened = tokio::task::spawn_blocking(move || open_partial(&at, &e, true))
+                            .await
+                            .map_err(|err| anyhow!("open task failed: {err}"))??;
+                        Target::Resumable(Box::new(opened.context("no partial file")?))
+                    }
+                    (None, _) => Target::Fresh(PartFile::create(&at)?),
+                };
+                files.push(receive_file(conn, target, e, overwrite, bar, &mut buf).await?);
+            }
+        }
+    }
+    for (at, e) in dirs.iter().rev() {
+        set_mode_and_mtime(at, e).with_context(|| format!("cannot set the mode and time of {}", e.path))?;
+    }
+    Ok(files)
+}
+
+/// Where a file's data goes: a partial file kept for a resume if the
+/// transfer breaks off (size known), or a temporary one (stdin).
+enum Target {
+    Resumable(Box<Held>),
+    Fresh(PartFile),
+}
+
+impl Target {
+    fn file(&self) -> &std::fs::File {
+        match self {
+            Target::Resumable(h) => h.file.file(),
+            Target::Fresh(p) => p.file(),
+        }
+    }
+
+    /// Gives up on the data: a definite failure, nothing to resume.
+    fn discard(self) {
+        if let Target::Resumable(h) = self {
+            h.file.discard();
+        }
+    }
+}
+
+/// Receives one file's chunks (from the offset the sender chose) and
+/// moves it into place once its hash matched, with its mode and mtime.
+/// A broken connection keeps a resumable file's data for the next try;
+/// any other failure deletes it.
+async fn receive_file(
+    conn: &mut Connection,
+    target: Target,
+    e: &Entry,
+    overwrite: bool,
+    bar: &ProgressBar,
+    buf: &mut Vec<u8>,
+) -> Result<FileLine> {
+    let from = conn.read_u64().await.context("connection lost while receiving data")?;
+    let (have, prefix) = match &target {
+        Target::Resumable(h) => (h.have, h.prefix.clone()),
+        Target::Fresh(_) => (0, blake3::Hasher::new()),
+    };
+    let mut hasher = match from {
+        0 => blake3::Hasher::new(),
+        f if f == have => prefix,
+        f => {
+            target.discard();
+            bail!("{}: the sender resumes from {f}, the receiver holds {have} bytes", e.path);
+        }
+    };
+    let std_file = target.file().try_clone().context("cannot duplicate the file handle")?;
+    std_file.set_len(from).context("cannot size the partial file")?;
+    let mut file = tokio::fs::File::from_std(std_file);
+    file.seek(std::io::SeekFrom::Start(from)).await.context("cannot seek in the partial file")?;
+    bar.inc(from);
+    let streamed = stream_into(conn, &mut file, &mut hasher, e, from, bar, buf).await;
+    let (theirs, got) = match streamed {
+        Ok(done) => done,
+        Err(err) if crate::net::close_reason(&err).is_some() => {
+            let _ = file.sync_data().await;
+            return Err(err);
+        }
+        Err(err) => {
+            target.discard();
+            return Err(err);
+        }
+    };
+    let hash = hasher.finalize();
+    if hash.as_bytes() != &theirs {
+        target.discard();
+        bail!(
+            "hash mismatch: the data received for {} does not match the sender's BLAKE3 (sender {}, received {}); \
+             nothing of it was saved",
+            e.path,
+            blake3::Hash::from(theirs).to_hex(),
+            hash.to_hex()
+        );
+    }
+    let (mode, mtime) = (e.mode, system_time(e.mtime));
+    tokio::task::spawn_blocking(move || -> Result<()> {
+        use std::os::unix::fs::PermissionsExt;
+        target.file().set_permissions(std::fs::Permissions::from_mode(mode & wire::MODE_BITS))?;
+        match target {
+            Target::Resumable(h) => h.file.commit(overwrite, Some(mtime)),
+            Target::Fresh(part) => {
+                part.file().set_modified(mtime)?;
+                part.commit(overwrite)
+            }
+        }
+    })
+    .await
+    .map_err(|err| anyhow!("commit task failed: {err}"))??;
+    Ok(FileLine { path: e.path.clone(), bytes: got, resumed: from, hash })
+}
+
+/// Writes a file's chunks to `file` until its end; returns the sender's
+/// hash and the file's length. Checks the size announced.
+async fn stream_into(
+    conn: &mut Connection,
+    file: &mut tokio::fs::File,
+    hasher: &mut blake3::Hasher,
+    e: &Entry,
+    from: u64,
+    bar: &ProgressBar,
+    buf: &mut Vec<u8>,
+) -> Result<([u8; 32], u64)> {
+    let mut got = from;
+    let theirs = loop {
+        match wire::read_chunk(conn, buf).await.context("connection lost while receiving data")? {
+            None => {
+                got += buf.len() as u64;
+                if e.known_size().is_some_and(|size| got > size) {
+                    bail!("{}: more data than its size of {} bytes", e.path, e.size);
+                }
+                hasher.update(buf);
+                file.write_all(buf).await.with_context(|| format!("writing {}", e.path))?;
+                if bar.length().is_some_and(|len| bar.position() + buf.len() as u64 > len) {
+                    bar.inc_length(buf.len() as u64);
+                }
+                bar.inc(buf.len() as u64);
+            }
+            Some(Chunk::End(hash)) => break hash,
+            Some(Chunk::Abandon(why)) => bail!("the sender gave up: {why}"),
+        }
+    };
+    if e.known_size().is_some_and(|size| got != size) {
+        bail!("{}: {got} bytes arrived of the {} announced", e.path, e.size);
+    }
+    file.flush().await.with_context(|| format!("writing {}", e.path))?;
+    Ok((theirs, got))
+}
+
+/// Creates the link under a temporary name beside `at` and renames it
+/// into place (replacing only with `overwrite`).
+fn make_link(at: &Path, target: &str, mtime: (i64, u32), overwrite: bool) -> Result<()> {
+    use rustix::fs::{renameat_with, symlinkat, RenameFlags, CWD};
+    let name = at.file_name().context("a link without a name")?.to_string_lossy().into_owned();
+    let tmp: PathBuf =
+        at.with_file_name(hidden_name(&name, &format!(".manyfold-part-{:016x}", crate::net::random_u64())));
+    symlinkat(target, CWD, &tmp)?;
+    if let Err(e) = rustix::fs::utimensat(CWD, &tmp, &timestamps(mtime), rustix::fs::AtFlags::SYMLINK_NOFOLLOW) {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(e.into());
+    }
+    let flags = if overwrite { RenameFlags::empty() } else { RenameFlags::NOREPLACE };
+    if let Err(e) = renameat_with(CWD, &tmp, CWD, at, flags) {
+        let _ = std::fs::remove_file(&tmp);
+        if e == rustix::io::Errno::EXIST {
+            bail!("file exists: {}", at.display());
+        }
+        return Err(e.into());
+    }
+    Ok(())
+}
+
+fn set_mode_and_mtime(at: &Path, e: &Entry) -> Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(at, std::fs::Permissions::from_mode(e.mode & wire::MODE_BITS))?;
+    rustix::fs::utimensat(rustix::fs::CWD, at, &timestamps(e.mtime), rustix::fs::AtFlags::SYMLINK_NOFOLLOW)?;
+    Ok(())
+}
+
+/// Access time left alone, modification time set.
+fn timestamps((secs, nanos): (i64, u32)) -> rustix::fs::Timestamps {
+    rustix::fs::Timestamps {
+        last_access: rustix::fs::Timespec { tv_sec: 0, tv_nsec: rustix::fs::UTIME_OMIT },
+        last_modification: rustix::fs::Timespec { tv_sec: secs, tv_nsec: nanos.into() },
+    }
+}
+
+fn system_time((secs, nanos): (i64, u32)) -> std::time::SystemTime {
+    let epoch = std::time::UNIX_EPOCH;
+    if secs >= 0 {
+        epoch + std::time::Duration::new(secs as u64, nanos)
+    } else {
+        epoch - std::time::Duration::from_secs(secs.unsigned_abs()) + std::time::Duration::from_nanos(nanos.into())
+    }
+}
