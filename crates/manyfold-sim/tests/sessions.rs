@@ -6,7 +6,7 @@
 
 mod common;
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::time::Duration;
 
@@ -37,7 +37,7 @@ fn reply_to(req: &[u8]) -> Vec<u8> {
 /// FIN, answer, close, release.
 #[derive(Default)]
 struct Server {
-    open: HashMap<ConnHandle, Vec<u8>>,
+    open: BTreeMap<ConnHandle, Vec<u8>>,
     served: u64,
 }
 
@@ -71,7 +71,7 @@ impl Server {
 /// Client sessions in flight: the request each sent and the reply so far.
 #[derive(Default)]
 struct Clients {
-    open: HashMap<ConnHandle, (Vec<u8>, Vec<u8>)>,
+    open: BTreeMap<ConnHandle, (Vec<u8>, Vec<u8>)>,
     done: u64,
 }
 
