@@ -514,6 +514,14 @@ impl Streams {
     /// [`Streams::send_message`] with delivery options: unordered, and
     /// partial reliability by lifetime or retransmission count (the
     /// receiver then reads [`StreamItem::Abandoned`] in its place).
+    ///
+    /// # Errors
+    ///
+    /// As [`Streams::send_message`].
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`Streams::send_message`]: the message is queued whole or not at all.
     pub async fn send_message_with(
         &self,
         stream: u16,
@@ -541,6 +549,14 @@ impl Streams {
     }
 
     /// [`Streams::recv_message`] for one stream; `None` after its end or reset was read.
+    ///
+    /// # Errors
+    ///
+    /// As [`Streams::recv_message`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: an item is taken only when the future returns it.
     pub async fn recv_message_on(&self, stream: u16) -> Result<Option<StreamItem>, ConnectionError> {
         let got = poll_fn(|cx| self.conn.poll_recv_message(cx, Some(stream))).await?;
         Ok(got.map(|(_, item)| item))
@@ -548,12 +564,27 @@ impl Streams {
 
     /// Waits until everything queued on `stream` is acknowledged (paper 00
     /// §4.2.7's WaitForSend).
+    ///
+    /// # Errors
+    ///
+    /// [`ConnectionError::Unacked`] with the bytes never acknowledged and
+    /// why, when the connection ended otherwise than gracefully first;
+    /// the error of the connection's end when it ends while we wait.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it only waits; nothing is queued or taken.
     pub async fn wait_for_send(&self, stream: u16) -> Result<(), ConnectionError> {
         poll_fn(|cx| self.conn.poll_wait_for_send(cx, stream)).await
     }
 
     /// Ends our side of `stream` after what is queued on it; the peer reads
     /// [`StreamItem::Finished`] (or end of file) after the data.
+    ///
+    /// # Errors
+    ///
+    /// What the engine refuses (as [`Streams::send_message`]'s errors): a
+    /// stream already finished or reset, or a connection that has ended.
     pub fn finish_stream(&self, stream: u16) -> Result<(), ConnectionError> {
         self.conn.command(|e, h| e.conn_mut(h).finish_stream(stream)).map_err(ConnectionError::from)
     }

@@ -218,11 +218,20 @@ impl Endpoint {
     /// Stops accepting, closes every connection gracefully, waits until they
     /// are closed (at most [`DEFAULT_SHUTDOWN_TIMEOUT`], then the rest are
     /// aborted) and stops the driver. Later calls fail with `EndpointClosed`.
+    ///
+    /// # Cancel safety
+    ///
+    /// The shutdown begins on the first poll and goes on in the driver:
+    /// dropping the future only stops the waiting for its end.
     pub async fn shutdown(&self) {
         self.shutdown_within(DEFAULT_SHUTDOWN_TIMEOUT).await;
     }
 
     /// [`Endpoint::shutdown`] with a chosen bound.
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`Endpoint::shutdown`].
     pub async fn shutdown_within(&self, limit: Duration) {
         {
             let mut inner = self.shared.lock();
@@ -239,6 +248,11 @@ impl Endpoint {
     /// [`CloseReason::PeerReset`](crate::CloseReason::PeerReset)`(Some(code))`
     /// instead of waiting for a timeout. What an interrupted program
     /// calls on its way out, with [`ErrorCode::INTERRUPTED`](crate::ErrorCode::INTERRUPTED).
+    ///
+    /// # Cancel safety
+    ///
+    /// The aborts happen on the first poll; dropping the future only stops
+    /// the waiting for the RSTs to go out and the driver to stop.
     pub async fn abort_all(&self, code: crate::ErrorCode) {
         self.shared.lock().begin_abort(now(), code);
         self.wait_stopped().await;
@@ -256,6 +270,17 @@ impl Endpoint {
     /// nothing (it learns of it from ICMP or its stall timeout, not at once).
     /// It closes nothing itself, so open connections keep it waiting until
     /// the bound. Returns at once if the driver has stopped.
+    ///
+    /// It also tells the engine that the process means to exit
+    /// ([`manyfold_proto::Endpoint::prepare_exit`]): connections in
+    /// TIME-WAIT, and those that enter it later, send their final ack twice
+    /// more unasked, so that a peer whose last ack was lost hears it before
+    /// we go.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it only waits (the final-ack repeats it asked for go
+    /// out anyway).
     pub async fn wait_idle(&self) {
         let limit = {
             let mut inner = self.shared.lock();
