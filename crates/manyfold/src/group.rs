@@ -194,6 +194,14 @@ impl Group {
     }
 
     /// [`Group::send`] with delivery options (unordered, lifetime, ...).
+    ///
+    /// # Errors
+    ///
+    /// As [`Group::send`].
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`Group::send`]: the message is taken whole or not at all.
     pub async fn send_with(&self, data: impl Into<Bytes>, opts: MessageOptions) -> Result<u64, GroupError> {
         let data = data.into();
         poll_fn(|cx| {
@@ -211,6 +219,17 @@ impl Group {
     }
 
     /// Sends a message to one destination only (not a group message).
+    ///
+    /// # Errors
+    ///
+    /// [`GroupError::Engine`] when the destination is gone or the message
+    /// is refused (too large, the stream finished); [`GroupError::EndpointClosed`]
+    /// when the endpoint stopped.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: the message is queued whole when the future returns
+    /// `Ok`, and not at all before.
     pub async fn send_to(&self, dest: Destination, data: &[u8]) -> Result<(), GroupError> {
         poll_fn(|cx| {
             self.poll_with(cx, |inner, _| {
@@ -229,6 +248,14 @@ impl Group {
 
     /// Waits until every message sent is delivered in the mode's sense
     /// (paper 00's WaitForSend).
+    ///
+    /// # Errors
+    ///
+    /// [`GroupError::EndpointClosed`] when the endpoint stopped first.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it only waits.
     pub async fn wait_for_send(&self) -> Result<(), GroupError> {
         poll_fn(|cx| {
             self.poll_with(cx, |inner, _| {
@@ -244,6 +271,10 @@ impl Group {
 
     /// The next message, notice or stream end from any peer; `None` once
     /// the group is closed and nothing is left to read.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: a message is taken only when the future returns it.
     pub async fn recv_message(&self) -> Option<(Destination, StreamItem)> {
         poll_fn(|cx| {
             self.poll_with(cx, |inner, s| {
@@ -258,6 +289,10 @@ impl Group {
 
     /// The next membership event (a peer joined, could not be reached, or
     /// left, and why); `None` once the group is closed.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: an event is taken only when the future returns it.
     pub async fn next_event(&self) -> Option<GroupEvent> {
         poll_fn(|cx| {
             self.poll_with(cx, |inner, s| match s.events.pop_front() {
