@@ -222,9 +222,9 @@ impl Group {
     ///
     /// # Errors
     ///
-    /// [`GroupError::Engine`] when the destination is gone or the message
-    /// is refused (too large, the stream finished); [`GroupError::EndpointClosed`]
-    /// when the endpoint stopped.
+    /// [`GroupError::Send`] when the destination is unknown or its
+    /// connection refuses the message (gone, too large, the stream
+    /// finished); [`GroupError::EndpointClosed`] when the endpoint stopped.
     ///
     /// # Cancel safety
     ///
