@@ -48,11 +48,20 @@ pub struct Listener {
 
 impl Listener {
     /// Binds `addr` and starts accepting connections.
+    ///
+    /// # Errors
+    ///
+    /// The address does not resolve, or the socket cannot be bound (in
+    /// use, not ours: the OS's error).
     pub fn listen(addr: impl ToSocketAddrs) -> io::Result<Listener> {
         Listener::listen_with(addr, Config::default())
     }
 
     /// [`Listener::listen`] with a chosen configuration.
+    ///
+    /// # Errors
+    ///
+    /// As [`Listener::listen`].
     pub fn listen_with(addr: impl ToSocketAddrs, config: Config) -> io::Result<Listener> {
         let addr = resolve(addr)?[0];
         let endpoint = runtime().block_on(Endpoint::bind(addr, config))?;
@@ -61,6 +70,10 @@ impl Listener {
     }
 
     /// Blocks until a peer completes the handshake.
+    ///
+    /// # Errors
+    ///
+    /// `NotConnected` once the listener's endpoint has stopped.
     pub fn accept(&self) -> io::Result<Stream> {
         match runtime().block_on(self.endpoint.accept()) {
             Some(conn) => Ok(Stream::new(conn, self.endpoint.clone(), false)),
@@ -69,6 +82,10 @@ impl Listener {
     }
 
     /// The address the listener is bound to.
+    ///
+    /// # Errors
+    ///
+    /// None in practice: the address is known from the bind.
     pub fn local(&self) -> io::Result<SocketAddr> {
         self.endpoint.local_addr()
     }
@@ -121,12 +138,25 @@ fn check_timeout(limit: Option<Duration>) -> io::Result<()> {
 
 impl Stream {
     /// Connects to `addr` from a fresh socket on an ephemeral port.
+    ///
+    /// # Errors
+    ///
+    /// `ConnectionRefused` when nothing listens there (the host's ICMP
+    /// port unreachable, or the listener's refusal), `TimedOut` when the
+    /// handshake got no answer within `connect_timeout`, the kind of the
+    /// [`ConnectionError`] inside for other ends,
+    /// or the OS's error when no socket can be bound.
     pub fn connect(addr: impl ToSocketAddrs) -> io::Result<Stream> {
         Stream::connect_with(addr, Config::default())
     }
 
     /// [`Stream::connect`] with a chosen configuration (e.g. `connect_timeout`).
     /// Tries each resolved address in turn.
+    ///
+    /// # Errors
+    ///
+    /// As [`Stream::connect`], for the last address tried; `InvalidInput`
+    /// when `addr` resolves to no address.
     pub fn connect_with(addr: impl ToSocketAddrs, config: Config) -> io::Result<Stream> {
         let mut last = None;
         for addr in resolve(addr)? {
