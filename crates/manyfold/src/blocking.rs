@@ -268,6 +268,11 @@ impl Stream {
     /// waits until the connection has finished with its peer
     /// ([`Endpoint::wait_idle`], spec §4.8): the process may exit right
     /// after without stranding the peer.
+    ///
+    /// # Errors
+    ///
+    /// As [`Connection::close`](crate::Connection::close), inside an
+    /// `io::Error` of the matching kind.
     pub fn close(&mut self) -> io::Result<()> {
         runtime().block_on(self.conn.close()).map_err(io::Error::from)?;
         if self.owns_endpoint {
@@ -286,6 +291,10 @@ impl Stream {
     }
 
     /// Our address.
+    ///
+    /// # Errors
+    ///
+    /// None in practice: the address is known from the bind.
     pub fn local(&self) -> io::Result<SocketAddr> {
         self.conn.local_addr()
     }
@@ -304,44 +313,77 @@ impl Stream {
 
     /// Sends one whole message on `stream`, blocking while the send buffer
     /// has no room for it. Too large a message is refused; nothing is sent.
+    ///
+    /// # Errors
+    ///
+    /// As [`Streams::send_message`](crate::Streams::send_message).
     pub fn send_message(&mut self, stream: u16, data: &[u8]) -> Result<(), ConnectionError> {
         runtime().block_on(self.conn.streams().send_message(stream, data))
     }
 
     /// [`Stream::send_message`] with delivery options (unordered, lifetime,
     /// retransmission limit).
+    ///
+    /// # Errors
+    ///
+    /// As [`Streams::send_message`](crate::Streams::send_message).
     pub fn send_message_with(&mut self, stream: u16, data: &[u8], opts: MessageOptions) -> Result<(), ConnectionError> {
         runtime().block_on(self.conn.streams().send_message_with(stream, data, opts))
     }
 
     /// Blocks until a message (or notice) of any stream arrives; `None` once
     /// the connection closed gracefully and everything was read.
+    ///
+    /// # Errors
+    ///
+    /// As [`Streams::recv_message`](crate::Streams::recv_message).
     pub fn recv_message(&mut self) -> Result<Option<(u16, StreamItem)>, ConnectionError> {
         runtime().block_on(self.conn.streams().recv_message())
     }
 
     /// [`Stream::recv_message`] for one stream.
+    ///
+    /// # Errors
+    ///
+    /// As [`Streams::recv_message`](crate::Streams::recv_message).
     pub fn recv_message_on(&mut self, stream: u16) -> Result<Option<StreamItem>, ConnectionError> {
         runtime().block_on(self.conn.streams().recv_message_on(stream))
     }
 
     /// Blocks until everything queued on `stream` is acknowledged.
+    ///
+    /// # Errors
+    ///
+    /// As [`Streams::wait_for_send`](crate::Streams::wait_for_send).
     pub fn wait_for_send(&mut self, stream: u16) -> Result<(), ConnectionError> {
         runtime().block_on(self.conn.streams().wait_for_send(stream))
     }
 
     /// Sends all of `data` as bytes on `stream`.
+    ///
+    /// # Errors
+    ///
+    /// The connection's or the stream's end, inside an `io::Error`.
     pub fn send_on(&mut self, stream: u16, data: &[u8]) -> io::Result<usize> {
         runtime().block_on(self.conn.streams().io(stream).write_all(data))?;
         Ok(data.len())
     }
 
     /// Receives bytes of `stream`; 0 at its end.
+    ///
+    /// # Errors
+    ///
+    /// The connection's end (other than graceful) or the stream's reset,
+    /// inside an `io::Error`.
     pub fn receive_on(&mut self, stream: u16, buf: &mut [u8]) -> io::Result<usize> {
         runtime().block_on(self.conn.streams().io(stream).read(buf))
     }
 
     /// Ends our side of `stream` after its queued data.
+    ///
+    /// # Errors
+    ///
+    /// As [`Streams::finish_stream`](crate::Streams::finish_stream).
     pub fn finish_stream(&mut self, stream: u16) -> Result<(), ConnectionError> {
         self.conn.streams().finish_stream(stream)
     }
@@ -419,11 +461,19 @@ impl Group {
 
     /// Sends one message to the group; blocks while the shared send
     /// buffer is full. Returns its group sequence number.
+    ///
+    /// # Errors
+    ///
+    /// As [`Group::send`](crate::Group::send).
     pub fn send(&self, data: &[u8]) -> Result<u64, crate::GroupError> {
         runtime().block_on(self.group.send(data.to_vec()))
     }
 
     /// Blocks until every message sent is delivered in the mode's sense.
+    ///
+    /// # Errors
+    ///
+    /// As [`Group::wait_for_send`](crate::Group::wait_for_send).
     pub fn wait_for_send(&self) -> Result<(), crate::GroupError> {
         runtime().block_on(self.group.wait_for_send())
     }
@@ -434,16 +484,28 @@ impl Group {
     }
 
     /// Adds a destination (spec §14.7); its join is reported by [`Group::try_event`]. See [`crate::Group::add_destination`] and [`crate::Group::join`], which waits for it.
+    ///
+    /// # Errors
+    ///
+    /// As [`Group::add_destination`](crate::Group::add_destination).
     pub fn add_destination(&self, addr: SocketAddr) -> Result<crate::Destination, crate::GroupError> {
         self.group.add_destination(addr)
     }
 
     /// Removes one destination: its stream ends after what was sent on it.
+    ///
+    /// # Errors
+    ///
+    /// As [`Group::remove_destination`](crate::Group::remove_destination).
     pub fn remove_destination(&self, dest: crate::Destination) -> Result<(), crate::GroupError> {
         self.group.remove_destination(dest)
     }
 
     /// Removes a peer and every stream to it; it still gets what it was sent.
+    ///
+    /// # Errors
+    ///
+    /// As [`Group::fully_remove_destination`](crate::Group::fully_remove_destination).
     pub fn fully_remove_destination(&self, peer: crate::PeerId) -> Result<(), crate::GroupError> {
         self.group.fully_remove_destination(peer)
     }
@@ -464,6 +526,10 @@ impl Group {
     }
 
     /// Closes gracefully; returns once every peer has everything, or is gone.
+    ///
+    /// # Errors
+    ///
+    /// As [`Group::close`](crate::Group::close).
     pub fn close(&self) -> Result<(), crate::GroupError> {
         runtime().block_on(self.group.close())
     }
