@@ -416,20 +416,11 @@ impl SentQueue {
             let data = p.payload.data_len() as u64;
             scan.out.released_data += data;
             self.outstanding_data -= data;
-            if p.state == PacketState::InFlight {
-                self.bytes_in_flight -= u64::from(p.size);
-                self.acked.push(Acked { time_sent: p.time_sent, bytes: u64::from(p.size), app_limited: p.app_limited });
-            }
+            // A SACKed packet was settled when its SACK came.
             if p.state != PacketState::Sacked {
                 on_acked(&p);
                 scan.note(&p);
-                self.delivery.on_acked(
-                    scan.now,
-                    p.stamp,
-                    p.time_sent,
-                    u64::from(p.size),
-                    (p.app_limited, p.retransmitted),
-                );
+                settle(&p, scan.now, &mut self.bytes_in_flight, &mut self.acked, &mut self.delivery);
             }
         }
         self.sacked.remove_below(self.base);
@@ -457,21 +448,7 @@ impl SentQueue {
                 }
                 on_acked(p);
                 scan.note(p);
-                if p.state == PacketState::InFlight {
-                    self.bytes_in_flight -= u64::from(p.size);
-                    self.acked.push(Acked {
-                        time_sent: p.time_sent,
-                        bytes: u64::from(p.size),
-                        app_limited: p.app_limited,
-                    });
-                }
-                self.delivery.on_acked(
-                    scan.now,
-                    p.stamp,
-                    p.time_sent,
-                    u64::from(p.size),
-                    (p.app_limited, p.retransmitted),
-                );
+                settle(p, scan.now, &mut self.bytes_in_flight, &mut self.acked, &mut self.delivery);
                 p.state = PacketState::Sacked;
             }
             self.sacked.insert(start..end);
@@ -553,6 +530,18 @@ impl SentQueue {
         self.order.clear();
         lost
     }
+}
+
+/// A newly acknowledged packet leaves the flight if it was in it (and is
+/// reported for congestion control) and counts toward the delivery rate
+/// (spec §9.4).
+fn settle(p: &SentPacket, now: Instant, in_flight: &mut u64, acked: &mut Vec<Acked>, delivery: &mut Delivery) {
+    let bytes = u64::from(p.size);
+    if p.state == PacketState::InFlight {
+        *in_flight -= bytes;
+        acked.push(Acked { time_sent: p.time_sent, bytes, app_limited: p.app_limited });
+    }
+    delivery.on_acked(now, p.stamp, p.time_sent, bytes, (p.app_limited, p.retransmitted));
 }
 
 /// Marks `p` as declared lost, opening a loss episode if none is open.

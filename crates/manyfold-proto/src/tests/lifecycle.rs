@@ -31,6 +31,15 @@ fn exchange(p: &mut Pair, ca: crate::ConnHandle, cb: crate::ConnHandle) {
     });
 }
 
+/// a connected to b, the handshake over and a first exchange done.
+fn connected(p: &mut Pair) -> (crate::ConnHandle, crate::ConnHandle) {
+    let ca = p.a.connect(p.now, p.b_addr).unwrap();
+    p.run_until(|p| p.a.conn(ca).state() == Some(State::Established) && !p.events_b.is_empty());
+    let cb = p.b.accept().unwrap();
+    exchange(p, ca, cb);
+    (ca, cb)
+}
+
 #[test]
 fn port_unreachable_for_a_syn_refuses_the_connect_at_once() {
     let mut p = Pair::new();
@@ -81,10 +90,7 @@ fn icmp_that_does_not_quote_our_ids_changes_nothing() {
 #[test]
 fn an_established_connection_ends_on_repeated_unreachables_after_an_rto_of_silence() {
     let mut p = Pair::new();
-    let ca = p.a.connect(p.now, p.b_addr).unwrap();
-    p.run_until(|p| p.a.conn(ca).state() == Some(State::Established) && !p.events_b.is_empty());
-    let cb = p.b.accept().unwrap();
-    exchange(&mut p, ca, cb);
+    let (ca, _) = connected(&mut p);
     p.a.conn_mut(ca).send(&[8u8; 1000]).unwrap();
     let data = take_from_a(&mut p);
     // A forged error: the right ids, a sequence number never sent.
@@ -124,10 +130,7 @@ fn last_ack_ends_gracefully_when_the_peer_is_gone_with_only_our_fin_unacked() {
 #[test]
 fn a_lone_fin_is_repeated_every_250_ms_until_the_stall_timeout() {
     let mut p = Pair::new();
-    let ca = p.a.connect(p.now, p.b_addr).unwrap();
-    p.run_until(|p| p.a.conn(ca).state() == Some(State::Established) && !p.events_b.is_empty());
-    let cb = p.b.accept().unwrap();
-    exchange(&mut p, ca, cb);
+    let (ca, cb) = connected(&mut p);
     p.b.conn_mut(cb).close();
     p.run_until(|p| p.a.conn(ca).state() == Some(State::CloseWait) && p.b.conn(cb).state() == Some(State::FinWait2));
     // b falls silent (no ack, no ICMP) before a's FIN arrives.
@@ -178,10 +181,7 @@ fn a_receiver_whose_rtt_came_from_a_retransmitted_echo_still_repeats_its_fin_eve
 #[test]
 fn a_sender_whose_peer_falls_silent_gives_up_after_the_stall_timeout() {
     let mut p = Pair::new();
-    let ca = p.a.connect(p.now, p.b_addr).unwrap();
-    p.run_until(|p| p.a.conn(ca).state() == Some(State::Established) && !p.events_b.is_empty());
-    let cb = p.b.accept().unwrap();
-    exchange(&mut p, ca, cb);
+    let (ca, _) = connected(&mut p);
     // From now on nothing arrives either way, and no ICMP tells why.
     p.loss_percent = 100;
     let silent_from = p.now;
@@ -220,10 +220,7 @@ fn time_wait_lingers_before_the_endpoint_may_exit() {
 fn an_exiting_endpoint_sends_its_lost_final_ack_again_before_the_peer_repeats_its_fin() {
     let mut p = Pair::new();
     p.delay = Duration::from_millis(10);
-    let ca = p.a.connect(p.now, p.b_addr).unwrap();
-    p.run_until(|p| p.a.conn(ca).state() == Some(State::Established) && !p.events_b.is_empty());
-    let cb = p.b.accept().unwrap();
-    exchange(&mut p, ca, cb);
+    let (ca, cb) = connected(&mut p);
     p.a.conn_mut(ca).close();
     // What wait_idle does first: a's process means to exit.
     p.a.prepare_exit(p.now);
