@@ -30,6 +30,7 @@ use std::time::{Duration, Instant};
 
 use crate::conn_handle::ConnHandle;
 use crate::connection::CloseReason;
+use crate::ids::StreamId;
 use peer::Peer;
 
 /// Names a group of an endpoint.
@@ -42,7 +43,7 @@ pub struct Destination {
     /// The peer.
     pub peer: PeerId,
     /// The stream to it (0 for the group's own).
-    pub stream: u16,
+    pub stream: StreamId,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -314,15 +315,15 @@ impl Group {
     pub(crate) fn choose(
         &mut self,
         len: usize,
-        room: impl Fn(u32, u16) -> usize,
+        room: impl Fn(u32, StreamId) -> usize,
         load: impl Fn(u32) -> f64,
-    ) -> Result<Vec<(u32, u16)>, GroupError> {
+    ) -> Result<Vec<(u32, StreamId)>, GroupError> {
         match self.phase {
             Phase::Connecting { .. } => return Err(GroupError::NotEstablished),
             Phase::Closed => return Err(GroupError::Closed),
             Phase::Established => {}
         }
-        let live: Vec<(u32, u16)> = self
+        let live: Vec<(u32, StreamId)> = self
             .peers
             .iter()
             .enumerate()
@@ -340,7 +341,7 @@ impl Group {
             self.want_writable = true;
             return Err(GroupError::Blocked);
         }
-        let fits: Vec<(u32, u16)> = live.iter().copied().filter(|&(p, s)| room(p, s) >= len).collect();
+        let fits: Vec<(u32, StreamId)> = live.iter().copied().filter(|&(p, s)| room(p, s) >= len).collect();
         let chosen = match self.config.mode {
             // spec §14.5: All keeps pace with the slowest: every live
             // destination must take the message.
@@ -357,7 +358,7 @@ impl Group {
                 let n = fits.len().max(1);
                 let start = self.rr % n;
                 self.rr = self.rr.wrapping_add(1);
-                let mut ranked: Vec<(f64, usize, (u32, u16))> =
+                let mut ranked: Vec<(f64, usize, (u32, StreamId))> =
                     fits.iter().enumerate().map(|(i, &d)| (load(d.0), (i + n - start) % n, d)).collect();
                 ranked.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
                 ranked.into_iter().take(usize::from(k)).map(|(_, _, d)| d).collect()
@@ -542,7 +543,7 @@ impl Group {
         let peer = self.id(idx);
         let p = &mut self.peers[idx as usize];
         let stream = p.next_stream;
-        p.next_stream = p.next_stream.wrapping_add(1).max(1);
+        p.next_stream = StreamId::new(p.next_stream.get().wrapping_add(1).max(1));
         p.streams.push(stream);
         Destination { peer, stream }
     }
