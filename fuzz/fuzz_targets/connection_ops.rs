@@ -30,7 +30,7 @@ use libfuzzer_sys::fuzz_target;
 use manyfold_fuzz::{fixup, Net, Reader};
 use manyfold_proto::wire::{ErrorCode, Packet, HEADER_LEN};
 use manyfold_proto::{
-    CongestionAlgorithm, ConnHandle, ConnectionConfig, EndpointConfig, MessageOptions, RecvError, StreamItem,
+    CongestionAlgorithm, ConnHandle, ConnectionConfig, EndpointConfig, MessageOptions, RecvError, StreamId, StreamItem,
 };
 
 const MAX_OPS: usize = 2_000;
@@ -154,7 +154,7 @@ impl World {
         let off = self.flows[dir].sent_bytes[usize::from(s)];
         let data: Vec<u8> = (0..len as u64).map(|i| byte_at(dir, s, off + i)).collect();
         let (ep, Some(h)) = self.side(b) else { return };
-        if let Ok(n) = ep.conn_mut(h).stream_send(s, &data) {
+        if let Ok(n) = ep.conn_mut(h).stream_send(StreamId::new(s), &data) {
             self.flows[dir].sent_bytes[usize::from(s)] += n as u64;
         }
     }
@@ -168,7 +168,7 @@ impl World {
             _ => tagged_msg(dir, s, self.flows[dir].tagged_sent[si], len),
         };
         let (ep, Some(h)) = self.side(b) else { return };
-        if ep.conn_mut(h).send_message(now, s, &msg, opts).is_ok() {
+        if ep.conn_mut(h).send_message(now, StreamId::new(s), &msg, opts).is_ok() {
             match class(s) {
                 Class::Ordered => self.flows[dir].ordered[si].push(len),
                 _ => self.flows[dir].tagged_sent[si] += 1,
@@ -252,7 +252,7 @@ impl World {
         let mut buf = std::mem::take(&mut self.buf);
         buf.resize(max.max(1), 0);
         let (ep, Some(h)) = self.side(b) else { return };
-        let got = ep.conn_mut(h).stream_recv(s, &mut buf);
+        let got = ep.conn_mut(h).stream_recv(StreamId::new(s), &mut buf);
         match got {
             Ok(Some(0)) => self.got_end(dir, s),
             Ok(Some(n)) => self.got_bytes(dir, s, &buf[..n]),
@@ -266,8 +266,8 @@ impl World {
         let dir = usize::from(!b);
         let (ep, Some(h)) = self.side(b) else { return };
         let got = match s {
-            Some(s) => ep.conn_mut(h).recv_message_on(s).map(|o| o.map(|i| (s, i))),
-            None => ep.conn_mut(h).recv_message(),
+            Some(s) => ep.conn_mut(h).recv_message_on(StreamId::new(s)).map(|o| o.map(|i| (s, i))),
+            None => ep.conn_mut(h).recv_message().map(|o| o.map(|(s, i)| (s.get(), i))),
         };
         if let Ok(Some((s, item))) = got {
             self.got_item(dir, s, item);
@@ -377,7 +377,7 @@ fuzz_target!(|data: &[u8]| {
                 // once accepted and silently lost: artifacts-found/
                 // connection_ops/reopened-empty-finished-stream-loses-data).
                 if let (ep, Some(h)) = w.side(side) {
-                    if ep.conn_mut(h).finish_stream(s).is_ok() {
+                    if ep.conn_mut(h).finish_stream(StreamId::new(s)).is_ok() {
                         w.flows[dir].finished[usize::from(s)] = true;
                     }
                 }
@@ -387,7 +387,7 @@ fuzz_target!(|data: &[u8]| {
                 let code = r.u16();
                 w.flows[usize::from(side)].cut[usize::from(s)] = true;
                 if let (ep, Some(h)) = w.side(side) {
-                    ep.conn_mut(h).reset_stream(s, code);
+                    ep.conn_mut(h).reset_stream(StreamId::new(s), code);
                 }
             }
             9 => {
@@ -395,14 +395,14 @@ fuzz_target!(|data: &[u8]| {
                 let code = r.u16();
                 w.flows[usize::from(!side)].cut[usize::from(s)] = true;
                 if let (ep, Some(h)) = w.side(side) {
-                    ep.conn_mut(h).stop_stream(s, code);
+                    ep.conn_mut(h).stop_stream(StreamId::new(s), code);
                 }
             }
             10 => {
                 let s = u16::from(r.u8()) % STREAMS;
                 let (p, wt) = (r.u8(), r.u16());
                 if let (ep, Some(h)) = w.side(side) {
-                    ep.conn_mut(h).set_stream_priority(s, p, wt);
+                    ep.conn_mut(h).set_stream_priority(StreamId::new(s), p, wt);
                 }
             }
             11 => {

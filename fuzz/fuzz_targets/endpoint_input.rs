@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 use libfuzzer_sys::fuzz_target;
 use manyfold_fuzz::{address, datagrams, fixup, origin, Reader};
 use manyfold_proto::wire::{seal, ErrorCode, Flags, Packet, PacketType, PathPacket, HEADER_LEN};
-use manyfold_proto::{ConnHandle, ConnectionConfig, Endpoint, EndpointConfig};
+use manyfold_proto::{ConnHandle, ConnectionConfig, Endpoint, EndpointConfig, StreamId};
 
 const OP_TO_SERVER: u8 = 0;
 const OP_TO_CLIENT: u8 = 1;
@@ -301,11 +301,11 @@ impl World {
         match what % 8 {
             0 => {
                 let data = vec![what; usize::from(arg) * 4];
-                let _ = ep.conn_mut(h).stream_send(stream, &data);
+                let _ = ep.conn_mut(h).stream_send(StreamId::new(stream), &data);
             }
             1 => {
                 let mut buf = vec![0u8; 65_536];
-                while let Ok(Some(n)) = ep.conn_mut(h).stream_recv(stream, &mut buf) {
+                while let Ok(Some(n)) = ep.conn_mut(h).stream_recv(StreamId::new(stream), &mut buf) {
                     if n == 0 {
                         break;
                     }
@@ -318,7 +318,8 @@ impl World {
                     lifetime: (arg & 2 == 2).then_some(Duration::from_millis(u64::from(arg >> 4))),
                     max_retransmissions: (arg & 4 == 4).then_some(u32::from(arg >> 12)),
                 };
-                let _ = ep.conn_mut(h).send_message(now, stream, &vec![1u8; usize::from(arg) % 3000], opts);
+                let _ =
+                    ep.conn_mut(h).send_message(now, StreamId::new(stream), &vec![1u8; usize::from(arg) % 3000], opts);
             }
             3 => ep.conn_mut(h).close(),
             4 => ep.conn_mut(h).abort(now, ErrorCode(arg)),
@@ -327,9 +328,9 @@ impl World {
                 conns.retain(|&c| c != h);
             }
             6 => {
-                let _ = ep.conn_mut(h).finish_stream(stream);
-                ep.conn_mut(h).reset_stream((stream + 1) % 10, arg);
-                ep.conn_mut(h).stop_stream((stream + 2) % 10, arg);
+                let _ = ep.conn_mut(h).finish_stream(StreamId::new(stream));
+                ep.conn_mut(h).reset_stream(StreamId::new((stream + 1) % 10), arg);
+                ep.conn_mut(h).stop_stream(StreamId::new((stream + 2) % 10), arg);
             }
             _ => {
                 if server {

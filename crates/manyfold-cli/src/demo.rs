@@ -65,7 +65,6 @@ pub struct DemoArgs {
 pub async fn run(args: DemoArgs) -> Result<()> {
     let started = Instant::now();
     // The configurations first: a bad key file is reported before anything is written.
-    let max_datagram = manyfold_proto::ConnectionConfig::default().max_datagram;
     let qlog = args.qlog.clone();
     let clean = NetArgs {
         loss: 0.0,
@@ -73,7 +72,6 @@ pub async fn run(args: DemoArgs) -> Result<()> {
         trace: args.trace,
         qlog: qlog.clone(),
         cc: args.cc,
-        max_datagram,
         key_file: args.key_file.clone(),
         peers_file: args.peers_file.clone(),
         ..NetArgs::default()

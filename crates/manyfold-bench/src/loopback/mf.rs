@@ -60,6 +60,9 @@ pub struct MfOpts {
     /// then ChaCha20-Poly1305 on every packet.
     #[arg(long)]
     pub encrypt: bool,
+    /// Fix every datagram at this size, path MTU discovery off (spec §3.7).
+    #[arg(long)]
+    pub max_datagram: Option<u16>,
 }
 
 /// The pre-shared key of the lab's encrypted rows (both sides hold it; a
@@ -107,6 +110,10 @@ impl MfOpts {
         }
         if let Some(s) = self.connect_timeout {
             conn.connect_timeout = Duration::from_secs(s);
+        }
+        if let Some(d) = self.max_datagram {
+            conn.max_datagram = d;
+            conn.path_mtu_discovery = None;
         }
         if self.encrypt {
             encrypt(&mut config);

@@ -264,6 +264,9 @@ impl LoopbackArgs {
             // The default controller once more, encrypted, right after the
             // plain rows: what protection costs (issue 10).
             r.insert(mf::controllers().count(), Row::Manyfold(MfRow { encrypted: true, ..MfRow::default() }));
+            // A 1,500-byte path's datagrams (spec §3.7 off): what discovery gains.
+            let ethernet = MfRow { max_datagram: Some(1452), ..MfRow::default() };
+            r.insert(mf::controllers().count() + 1, Row::Manyfold(ethernet));
             r.extend(tcp::CONTROLS.iter().map(|&cc| Row::Tcp(cc)));
             r.push(Row::Quic);
             r.push(Row::Blast);

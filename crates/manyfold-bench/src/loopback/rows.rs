@@ -37,6 +37,8 @@ pub struct MfRow {
     pub connect_timeout: Option<Duration>,
     /// Protected connections (spec §19): the lab's pre-shared key.
     pub encrypted: bool,
+    /// Every datagram this size, path MTU discovery off (spec §3.7).
+    pub max_datagram: Option<u16>,
 }
 
 /// What one row moves and how.
@@ -68,6 +70,9 @@ impl Row {
                 }
                 if m.encrypted {
                     l += ", encrypted";
+                }
+                if let Some(d) = m.max_datagram {
+                    l += &format!(", datagrams fixed at {d} B");
                 }
                 l
             }
@@ -260,6 +265,9 @@ impl MfRow {
         }
         if self.encrypted {
             c.arg("--encrypt");
+        }
+        if let Some(d) = self.max_datagram {
+            c.arg("--max-datagram").arg(d.to_string());
         }
     }
 }

@@ -51,13 +51,14 @@ pub struct NetArgs {
     #[arg(long, value_name = "NAME", default_value = "newreno")]
     pub cc: manyfold_proto::CongestionAlgorithm,
 
-    /// Largest datagram this process sends or accepts, in bytes, the
-    /// 24-byte header included (576–65507). The default, 1452, fits a
-    /// 1500-byte path MTU over IPv4 and IPv6; a larger value only helps on
-    /// paths that carry it without fragmentation (loopback: 65507; jumbo
-    /// frames: 8952). The two ends use the smaller of their two values.
-    #[arg(long, value_name = "BYTES", default_value_t = 1452, value_parser = clap::value_parser!(u16).range(576..=65507))]
-    pub max_datagram: u16,
+    /// Fix every datagram at BYTES, the 24-byte header included
+    /// (576–65507), instead of discovering the path's size. Without it a
+    /// connection starts at 1452 (what a 1500-byte path carries over IPv4
+    /// and IPv6) and a bulk transfer probes for more: 65507 on loopback,
+    /// 8972 on 9000-byte jumbo frames (spec §3.7). Use it on paths that
+    /// lose large datagrams silently, e.g. 1232 for IPv6's minimum MTU.
+    #[arg(long, value_name = "BYTES", value_parser = clap::value_parser!(u16).range(576..=65507))]
+    pub max_datagram: Option<u16>,
 
     /// Encrypt and authenticate every connection (spec §19: Noise XX, then
     /// ChaCha20-Poly1305 on every packet) with the keys in FILE; peers
@@ -111,7 +112,11 @@ impl NetArgs {
             endpoint: manyfold_proto::EndpointConfig {
                 connection: manyfold_proto::ConnectionConfig {
                     congestion: self.cc,
-                    max_datagram: self.max_datagram,
+                    max_datagram: self.max_datagram.unwrap_or(manyfold_proto::ConnectionConfig::default().max_datagram),
+                    path_mtu_discovery: match self.max_datagram {
+                        Some(_) => None,
+                        None => manyfold_proto::ConnectionConfig::default().path_mtu_discovery,
+                    },
                     stall_timeout: Some(stall_timeout),
                     ..Default::default()
                 },
@@ -131,7 +136,7 @@ impl Default for NetArgs {
             trace: false,
             qlog: None,
             cc: manyfold_proto::CongestionAlgorithm::default(),
-            max_datagram: 1452,
+            max_datagram: None,
             key_file: None,
             peers_file: None,
             peer_timeout: 15.0,
