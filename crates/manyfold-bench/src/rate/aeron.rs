@@ -72,6 +72,21 @@ const PING_PROPS: &[&str] = &["-Daeron.pre.touch.mapped.memory=true", "-Daeron.s
 pub const PING_IDLE: &[&str] =
     &["-Daeron.sample.idleStrategy=org.agrona.concurrent.YieldingIdleStrategy", "-Daeron.shared.idle.strategy=yield"];
 
+/// The file the samples' "Execute again?" prompt reads its "no" from.
+fn write_answer(dir: &Path) -> Result<()> {
+    std::fs::write(dir.join("answer-no"), "n\n").map_err(|e| anyhow::anyhow!("writing {}: {e}", dir.display()))
+}
+
+/// When a sample that runs until stopped is stopped.
+struct Stop {
+    /// Its stdout file.
+    out: PathBuf,
+    /// Stop once it has printed this many rate reports ...
+    reports: usize,
+    /// ... or after this many seconds.
+    secs: f64,
+}
+
 /// A usable Aeron: a Java runtime and the jar.
 #[derive(Debug, Clone)]
 pub struct Aeron {
@@ -130,27 +145,45 @@ pub fn find() -> Result<Aeron, String> {
 impl Aeron {
     /// `java` with the scripts' options and `props`, running `class`
     /// (its "Execute again?" prompt answered no), its driver in a
-    /// directory of its own under `dir`; stopped (SIGTERM) after
-    /// `stop_after` seconds if given, which is then no failure.
-    fn command(&self, class: &str, props: &[String], dir: &Path, stop_after: Option<f64>) -> Command {
+    /// directory of its own under `dir`. With `stop`, (SIGTERM, which is
+    /// then no failure) once its output file holds that many rate reports
+    /// or after that many seconds, whichever comes first.
+    fn command(&self, class: &str, props: &[String], dir: &Path, stop: Option<Stop>) -> Command {
         let mut args: Vec<String> = JVM_OPTS.iter().map(|s| s.to_string()).collect();
         args.extend(props.iter().cloned());
         args.push(format!("-Daeron.dir={}", dir.join("aeron-driver").display()));
         args.extend(["-cp".into(), self.jar.display().to_string(), class.into()]);
         let mut c = Command::new("sh");
-        // `sh` waits for java, so its rusage includes java's.
-        match stop_after {
-            None => c.arg("-c").arg("echo n | \"$0\" \"$@\""),
-            Some(secs) => c.arg("-c").arg(format!("echo n | timeout {secs:.1} \"$0\" \"$@\"; true")),
+        // The answer to the prompt: "n".
+        c.env("MFB_NO", dir.join("answer-no"));
+        match stop {
+            // `exec`: the child is java itself, so that stopping the child
+            // stops java (a forking shell would leave it spinning).
+            None => c.arg("-c").arg("exec \"$0\" \"$@\" < \"$MFB_NO\""),
+            Some(Stop { out, reports, secs }) => {
+                // `wait` reaps java, so its rusage is in the shell's; the
+                // loop is bounded, and java is stopped before the shell ends.
+                let ticks = (secs * 5.0).ceil() as u64;
+                c.env("MFB_OUT", out).arg("-c").arg(format!(
+                    "\"$0\" \"$@\" < \"$MFB_NO\" & pid=$!; i=0; \
+                     while [ \"$(grep -c ' msgs/sec,' \"$MFB_OUT\" 2>/dev/null)\" -lt {reports} ] && [ $i -lt {ticks} ] && kill -0 $pid 2>/dev/null; \
+                     do sleep 0.2; i=$((i+1)); done; kill $pid 2>/dev/null; wait $pid; true"
+                ))
+            }
         };
         c.arg(&self.java).args(args);
         c
     }
 
-    fn run(&self, class: &str, props: Vec<String>, dir: &Path, name: &str, secs: f64) -> Result<Finished> {
+    fn run(&self, class: &str, props: Vec<String>, dir: &Path, name: &str, reports: usize) -> Result<Finished> {
+        write_answer(dir)?;
         let what = format!("Aeron's {class}");
+        // The JVM and the driver take one to several seconds to start on a
+        // busy machine; then one report a second.
+        let secs = reports as f64 + 30.0;
+        let stop = Stop { out: dir.join(format!("{name}.out")), reports, secs };
         let limit = Duration::from_secs_f64(secs + 30.0);
-        let r = child::launch(self.command(class, &props, dir, Some(secs)), dir, name, what)?.finish(limit);
+        let r = child::launch(self.command(class, &props, dir, Some(stop)), dir, name, what)?.finish(limit);
         let _ = std::fs::remove_dir_all(dir.join("aeron-driver"));
         r
     }
@@ -162,10 +195,9 @@ impl Aeron {
         let mut props: Vec<String> = SCRIPT_PROPS.iter().map(|s| s.to_string()).collect();
         props.push(format!("-Daeron.sample.messageLength={size}"));
         props.push(format!("-Daeron.sample.messages={}", u64::MAX / 2));
-        // One report a second: the first is left out (warm-up); the start
-        // of the JVM and the driver take one to three seconds on a busy
-        // machine.
-        let f = self.run("io.aeron.samples.EmbeddedThroughput", props, dir, "aeron-throughput", secs + 4.0)?;
+        // One report a second; the first is left out (warm-up).
+        let reports = secs.ceil() as usize + 1;
+        let f = self.run("io.aeron.samples.EmbeddedThroughput", props, dir, "aeron-throughput", reports)?;
         let (rate, total) = parse_throughput(&f.stdout)?;
         Ok((rate, total, f))
     }
@@ -184,6 +216,7 @@ impl Aeron {
         let limit = limit.as_secs_f64();
         let driver_dir = dir.join("aeron-driver");
         let _ = std::fs::remove_dir_all(&driver_dir);
+        write_answer(dir)?;
         let (ping_port, pong_port) = (crate::free_addr()?.port(), crate::free_addr()?.port());
         let mut common: Vec<String> = PING_PROPS.iter().chain(PING_IDLE).map(|s| s.to_string()).collect();
         common.push(format!("-Daeron.sample.ping.channel=aeron:udp?endpoint=localhost:{ping_port}"));
