@@ -139,7 +139,7 @@ fn mf_send(to: SocketAddr, e: &End) -> Result<()> {
     let limit = Duration::from_secs_f64(e.limit.max(1.0));
     rt.block_on(async {
         let endpoint = manyfold::Endpoint::bind("127.0.0.1:0".parse()?, e.config()).await?;
-        let mut conn = endpoint.connect(to).await.with_context(|| format!("connecting to {to}"))?;
+        let mut conn = connect_mf(&endpoint, to).await?;
         check_protection(&conn, e.encrypt)?;
         let streams = conn.streams();
         let opts = manyfold::MessageOptions { unordered: e.unordered, ..Default::default() };
@@ -176,6 +176,22 @@ fn mf_send(to: SocketAddr, e: &End) -> Result<()> {
         let _ = tokio::time::timeout(Duration::from_secs(2), endpoint.shutdown_within(Duration::from_secs(1))).await;
         Ok(())
     })
+}
+
+/// Connects to the receiver. Its socket is bound before it listens, so a
+/// refusal in between is retried (for at most 2 s).
+async fn connect_mf(endpoint: &manyfold::Endpoint, to: SocketAddr) -> Result<manyfold::Connection> {
+    let mut tries = 0;
+    loop {
+        match endpoint.connect(to).await {
+            Ok(c) => return Ok(c),
+            Err(manyfold::ConnectionError::Closed(manyfold::CloseReason::Refused)) if tries < 100 => {
+                tries += 1;
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            Err(e) => return Err(e).with_context(|| format!("connecting to {to}")),
+        }
+    }
 }
 
 fn mf_recv(listen: SocketAddr, e: &End, checker: &mut Checker, meter: &mut Meter) -> Result<()> {

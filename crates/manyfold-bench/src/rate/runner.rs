@@ -16,7 +16,6 @@ use super::report::{AeronLatency, LatencyRun, RateRun, Report};
 use super::wire::HEADER;
 use super::Options;
 use crate::child;
-use crate::loopback::rows::wait_udp_bound;
 use crate::wan::probe::field as parse_field;
 
 /// One row of the table.
@@ -251,15 +250,28 @@ fn run_pair(
     Ok(pair)
 }
 
+/// How long a receiver may take to start: seconds on a busy machine.
+const START_LIMIT: Duration = Duration::from_secs(20);
+
 /// Waits until a TCP listener is up at `addr` (a bind fails).
 fn wait_tcp_listening(addr: SocketAddr) -> Result<()> {
-    for _ in 0..1000 {
-        if std::net::TcpListener::bind(addr).is_err() {
+    wait_taken(addr, |a| std::net::TcpListener::bind(a).is_err())
+}
+
+/// Waits until something has bound UDP `addr` (the manyfold receiver is up).
+fn wait_udp_bound(addr: SocketAddr) -> Result<()> {
+    wait_taken(addr, |a| std::net::UdpSocket::bind(a).is_err())
+}
+
+fn wait_taken(addr: SocketAddr, taken: impl Fn(SocketAddr) -> bool) -> Result<()> {
+    let deadline = std::time::Instant::now() + START_LIMIT;
+    while std::time::Instant::now() < deadline {
+        if taken(addr) {
             return Ok(());
         }
         std::thread::sleep(Duration::from_millis(5));
     }
-    bail!("the receiver never listened on {addr}")
+    bail!("the receiver had not bound {addr} after {START_LIMIT:?}")
 }
 
 /// Aeron's rate (EmbeddedThroughput) and unloaded latency (ping-pong).
