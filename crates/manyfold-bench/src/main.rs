@@ -17,6 +17,7 @@ mod loopback;
 mod losstable;
 mod mcast;
 mod messages;
+mod rate;
 mod report;
 mod sessions;
 mod soak;
@@ -76,6 +77,12 @@ enum Scenario {
     /// link (50 ms RTT; 250 ms RTT with 0.7% loss) beside N parallel
     /// kernel TCP connects (paper 01, Tables II–III). Needs root.
     Handshake(handshake::Args),
+    /// Small messages on one connection over 127.0.0.1 (issue 21): per
+    /// size (32 B to 16 KiB) the highest sustained messages/s, then the
+    /// one-way latency p50/p99/p99.9 at 10%, 50% and 90% of it, every
+    /// message checked; manyfold (one stream, 8 streams, unordered,
+    /// encrypted) beside kernel TCP and Aeron's own samples.
+    Rate(rate::Args),
     /// Many short sessions (paper 02): N = 1,000–50,000 clients on
     /// 127.0.0.1, each one request and one reply over its own connection,
     /// beside kernel TCP (connect, request, reply, close); the request-size
@@ -117,6 +124,7 @@ fn main() -> Result<()> {
         Scenario::Messages(args) => messages::run(args),
         Scenario::Fanout(args) => fanout::run(args),
         Scenario::Handshake(args) => handshake::run(args),
+        Scenario::Rate(args) => rate::run(args),
         Scenario::Sessions(args) => sessions::run(args),
         Scenario::Mcast(opts) => mcast::run(opts),
         Scenario::Soak(args) => soak::run(args),
