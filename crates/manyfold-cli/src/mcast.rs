@@ -181,6 +181,15 @@ pub struct RecvArgs {
     /// Give up when nothing comes from the sender for this many seconds.
     #[arg(long, default_value_t = 30.0)]
     sender_timeout: f64,
+    /// Print one JSON object on stdout for the session instead of the
+    /// report on stderr: `ok`, `error` (null or why), `name`, `sender`,
+    /// `stored` (the path written; null unless ok), `bytes`, `seconds`, `goodput_bytes_per_second`, `blake3`,
+    /// `encrypted`, and the packet counts `data_packets`,
+    /// `repairs_received`, `fec_recovered`, `parity_received`,
+    /// `duplicates`, `acks_sent`, `acks_suppressed`, `nacks_sent`,
+    /// `nacks_suppressed`, `repair_requests`.
+    #[arg(long, conflicts_with = "stdout")]
+    pub json: bool,
 }
 
 pub fn run(cmd: McastCommand) -> Result<()> {
@@ -728,60 +737,107 @@ async fn recv(a: RecvArgs) -> Result<()> {
         st.nacks_suppressed,
         st.repair_requests
     );
+    let encrypted = a.net.key_file.is_some();
+    let failed = |why: String| -> Result<()> {
+        crate::report::emit_json(|| recv_json(&view, None, Some(&why), encrypted));
+        Err(anyhow::anyhow!(why))
+    };
     match outcome {
         ReceiveOutcome::Completed => {
             let size = info.as_ref().and_then(|i| i.size).unwrap_or(0);
-            match sink.target {
+            let stored = match &sink.target {
                 Target::Stdout => {
                     let part = sink.part.take().context("no data")?;
                     let mut f = File::open(part.path())?;
                     let mut out = std::io::stdout().lock();
                     std::io::copy(&mut f, &mut out).context("cannot write standard output")?;
                     out.flush()?;
+                    None
                 }
-                Target::Dir(_) | Target::Path(_) => {
-                    if let Some(part) = sink.part.take() {
-                        part.commit(a.overwrite)?;
-                    } else if let Some(dev) = &sink.device {
-                        dev.sync_all()?;
-                    }
-                }
+                Target::Dir(dir) => Some(dir.join(&name)),
+                Target::Path(path) => Some(path.clone()),
+            };
+            if let Some(part) = sink.part.take() {
+                part.commit(a.overwrite)?;
+            } else if let Some(dev) = &sink.device {
+                dev.sync_all()?;
             }
-            eprintln!(
-                "{name}: {} received and verified (BLAKE3) in {} ({}); {mode}",
+            let text = format!(
+                "{name}: {} received and verified (BLAKE3) in {} ({}); {mode}\n  {summary}",
                 human_bytes(size),
                 human_duration(view.elapsed),
                 human_rate(size, view.elapsed)
             );
-            eprintln!("  {summary}");
+            // On stderr: stdout may be the file (--stdout).
+            match crate::report::output() {
+                crate::report::Output::Text => eprintln!("{text}"),
+                crate::report::Output::Json => println!("{}", recv_json(&view, stored.as_deref(), None, encrypted)),
+                crate::report::Output::Quiet => {}
+            }
             Ok(())
         }
         ReceiveOutcome::HashMismatch => {
-            bail!("{name}: every packet arrived but the BLAKE3 hash did not match; nothing kept")
+            failed(format!("{name}: every packet arrived but the BLAKE3 hash did not match; nothing kept"))
         }
-        ReceiveOutcome::Ended { code } => bail!("{name}: the sender ended the session: {}", code_text(code)),
+        ReceiveOutcome::Ended { code } => failed(format!("{name}: {}", ended_text(code))),
         ReceiveOutcome::SenderLost => {
-            bail!("{name}: nothing from the sender for {:.0}s; gave up ({summary})", a.sender_timeout)
+            failed(format!("{name}: nothing from the sender for {:.0}s; gave up ({summary})", a.sender_timeout))
         }
     }
 }
 
-fn code_text(code: Option<u16>) -> String {
+/// `mcast recv --json`: the session's object (fields in RecvArgs::json).
+fn recv_json(view: &ReceiverView, stored: Option<&Path>, error: Option<&str>, encrypted: bool) -> serde_json::Value {
+    let info = view.info.as_ref();
+    let st = &view.stats;
+    let bytes = info.and_then(|i| i.size);
+    let secs = view.elapsed.as_secs_f64();
+    serde_json::json!({
+        "ok": error.is_none(),
+        "error": error,
+        "name": info.map(|i| &i.name),
+        "sender": view.sender.map(|s| s.to_string()),
+        "stored": stored,
+        "bytes": bytes,
+        "seconds": secs,
+        "goodput_bytes_per_second": bytes.map(|b| if secs > 0.0 { b as f64 / secs } else { 0.0 }),
+        "blake3": info.and_then(|i| i.hash).map(|h| manyfold_proto::secure::hex(&h)),
+        "encrypted": encrypted,
+        "data_packets": st.data_packets,
+        "repairs_received": st.repairs_received,
+        "fec_recovered": st.fec_recovered,
+        "parity_received": st.parity_received,
+        "duplicates": st.duplicates,
+        "acks_sent": st.acks_sent,
+        "acks_suppressed": st.acks_suppressed,
+        "nacks_sent": st.nacks_sent,
+        "nacks_suppressed": st.nacks_suppressed,
+        "repair_requests": st.repair_requests,
+    })
+}
+
+/// How the sender ended a session this receiver had not completed, said
+/// once ("the sender was interrupted", not "the sender ended the session:
+/// the sender was interrupted").
+fn ended_text(code: Option<u16>) -> String {
     match code {
-        None => "before this receiver had the file".into(),
+        None => "the sender ended the session before this receiver had the file".into(),
         Some(codes::INTERRUPTED) => "the sender was interrupted (Ctrl-C or SIGTERM on its side)".into(),
-        Some(codes::REFUSED) => "refused (its receiver table is full)".into(),
+        Some(codes::REFUSED) => "the sender refused this receiver (its receiver table is full)".into(),
         Some(codes::PROTECTION_MISMATCH) => {
-            "refused: the session is encrypted and this receiver gave no --key-file".into()
+            "the sender refused this receiver: the session is encrypted and this receiver gave no --key-file".into()
         }
         Some(codes::AUTHENTICATION_FAILED) => {
-            "refused: our key is not one the sender accepts (another PSK, or not in its --peers-file)".into()
+            "the sender refused this receiver: our key is not one it accepts (another PSK, or not in its --peers-file)"
+                .into()
         }
-        Some(codes::INCOMPLETE) => "dropped: still missing data at its completion timeout".into(),
-        Some(codes::UNRESPONSIVE) => "dropped: it heard nothing from this receiver".into(),
-        Some(codes::TOO_MANY_PASSES) => "dropped: too many repair requests".into(),
-        Some(codes::TOO_LOSSY) => "dropped: this receiver's loss is above its --max-loss".into(),
-        Some(c) => format!("error code {c}"),
+        Some(codes::INCOMPLETE) => {
+            "the sender dropped this receiver: still missing data at its completion timeout".into()
+        }
+        Some(codes::UNRESPONSIVE) => "the sender dropped this receiver: it heard nothing from it".into(),
+        Some(codes::TOO_MANY_PASSES) => "the sender dropped this receiver: too many repair requests".into(),
+        Some(codes::TOO_LOSSY) => "the sender dropped this receiver: its loss is above the sender's --max-loss".into(),
+        Some(c) => format!("the sender ended the session with error code {c}"),
     }
 }
 

@@ -51,6 +51,14 @@ pub fn emit(text: &dyn std::fmt::Display, json: impl FnOnce() -> serde_json::Val
     }
 }
 
+/// Prints `json()` as one line with `--json`, nothing otherwise: for an
+/// object per item where the text report sums up the items together.
+pub fn emit_json(json: impl FnOnce() -> serde_json::Value) {
+    if output() == Output::Json {
+        println!("{}", json());
+    }
+}
+
 /// Prints a line about what is going on (banners, "receiving ..."): in
 /// text mode only, so that `--json` output stays one object per line.
 pub fn say(text: &dyn std::fmt::Display) {
