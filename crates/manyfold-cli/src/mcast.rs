@@ -98,7 +98,9 @@ pub struct SendArgs {
     /// Receivers to wait for before sending (more may join later).
     #[arg(long, default_value_t = 1)]
     receivers: usize,
-    /// Longest wait for --receivers, in seconds; then start with whoever registered.
+    /// Longest wait for --receivers, in seconds; then start with whoever
+    /// registered, and exit non-zero at the end if fewer than --receivers
+    /// ever joined.
     #[arg(long, default_value_t = 5.0)]
     wait: f64,
     /// Largest window in packets (paper 03 uses 100; more keeps fast LANs busy during each window's ACK wait).
@@ -128,6 +130,12 @@ pub struct SendArgs {
     /// Pace each window's packets at the rate of recent windows instead of sending them back to back.
     #[arg(long)]
     pace: bool,
+    /// Cap the sending rate, whatever the flow control allows: bytes per
+    /// second (10MB, 1.5MiB/s) or bits per second (80Mbit, 1Gbit/s), of
+    /// the datagrams sent to the group, headers and repairs included
+    /// (spec §16.3). Without it, as fast as the receivers confirm.
+    #[arg(long, value_name = "RATE", value_parser = crate::size::rate_arg)]
+    rate: Option<u64>,
     /// Window timer growth on expiry (paper 03's α > 1).
     #[arg(long, default_value_t = 1.5)]
     alpha: f64,
@@ -343,6 +351,7 @@ async fn send(a: SendArgs) -> Result<()> {
         max_repair_passes: a.max_passes,
         max_loss: a.max_loss.map(|p| p / 100.0),
         pace: a.pace,
+        max_rate: a.rate,
         alpha: a.alpha,
         beta: a.beta,
         loss_tolerance: a.loss_tolerance / 100.0,
@@ -372,7 +381,10 @@ async fn send(a: SendArgs) -> Result<()> {
         a.receivers
     );
     let size_known = src.size;
+    // The data phase, first DATA to all data sent once: what --rate holds.
+    let (data_start, data_end) = (std::cell::Cell::new(None), std::cell::Cell::new(None));
     let on_event = |e: &SenderEvent| match e {
+        SenderEvent::DataStarted => data_start.set(Some(std::time::Instant::now())),
         SenderEvent::ReceiverJoined { addr, from_sn, .. } => {
             let bar = transfer_bar(&multi, size_known.unwrap_or(0), &addr.ip().to_string());
             if *from_sn > 0 {
@@ -384,6 +396,7 @@ async fn send(a: SendArgs) -> Result<()> {
             multi.println(format!("receiver {client:08x}: {}", outcome_text(*outcome))).ok();
         }
         SenderEvent::RepairStarted => {
+            data_end.set(Some(std::time::Instant::now()));
             multi.println("all data sent once; repairing").ok();
         }
         _ => {}
@@ -407,9 +420,10 @@ async fn send(a: SendArgs) -> Result<()> {
             .with_context(|| format!("multicast to {}", a.net.group))?;
     main.finish_and_clear();
     multi.clear().ok();
-    let ok = print_send_report(&view, &name, &mode);
+    let data_phase = data_start.get().zip(data_end.get()).map(|(a, b)| b.saturating_duration_since(a));
+    let ok = print_send_report(&view, &name, &mode, data_phase);
     if let Some(path) = &a.json {
-        std::fs::write(path, send_json(&view, &name, &mode))
+        std::fs::write(path, send_json(&view, &name, &mode, data_phase))
             .with_context(|| format!("cannot write {}", path.display()))?;
     }
     if crate::net::lifecycle::signal().is_some() {
@@ -417,6 +431,18 @@ async fn send(a: SendArgs) -> Result<()> {
     }
     if let Some(e) = view.failed {
         bail!("{e}");
+    }
+    // Started after --wait with fewer than asked for: those got the file,
+    // but not what the command was told to do.
+    if view.receivers.len() < a.receivers {
+        bail!(
+            "only {} of the {} receivers asked for (--receivers {}) joined, the wait for them ended after {} s{}",
+            view.receivers.len(),
+            a.receivers,
+            a.receivers,
+            a.wait,
+            if ok { "; those that joined have the file" } else { "" }
+        );
     }
     if !ok {
         bail!("not every receiver has the file");
@@ -437,7 +463,7 @@ fn outcome_text(o: ReceiverOutcome) -> &'static str {
 }
 
 /// Prints the final report; returns whether every receiver completed.
-fn print_send_report(v: &SenderView, name: &str, mode: &str) -> bool {
+fn print_send_report(v: &SenderView, name: &str, mode: &str, data_phase: Option<Duration>) -> bool {
     let st = &v.stats;
     let total = v.progress.1.unwrap_or(v.progress.0);
     let bytes = (u64::from(total) * u64::from(v.block)).max(1);
@@ -453,6 +479,13 @@ fn print_send_report(v: &SenderView, name: &str, mode: &str) -> bool {
         networks.len(),
         human_duration(v.elapsed.saturating_sub(v.transfer))
     );
+    if let Some(d) = data_phase {
+        println!(
+            "  data      every packet sent once in {} ({} on the wire)",
+            human_duration(d),
+            human_rate(sent_bytes(v), d)
+        );
+    }
     println!(
         "  packets   {} data, {} parity, {} repairs by multicast, {} by unicast: {:.3} packets sent per packet of the file",
         st.data_packets,
@@ -488,13 +521,22 @@ fn print_send_report(v: &SenderView, name: &str, mode: &str) -> bool {
     all
 }
 
-fn send_json(v: &SenderView, name: &str, mode: &str) -> String {
+/// The bytes of data, parity and repair datagrams sent (header included;
+/// every DATA datagram carries a full block but maybe the last).
+fn sent_bytes(v: &SenderView) -> u64 {
+    let st = &v.stats;
+    let packets = st.data_packets + st.parity_packets + st.repair_multicast + st.repair_unicast;
+    packets * (u64::from(v.block) + manyfold_proto::wire::HEADER_LEN as u64)
+}
+
+fn send_json(v: &SenderView, name: &str, mode: &str, data_phase: Option<Duration>) -> String {
     use std::fmt::Write as _;
     let st = &v.stats;
     let mut s = String::new();
     let _ = write!(
         s,
-        "{{\"name\":{name:?},\"mode\":{mode:?},\"elapsed_s\":{},\"transfer_s\":{},\"packets\":{},\"block\":{},\"data_packets\":{},\"repair_multicast\":{},\"repair_unicast\":{},\"parity_packets\":{},\"acks\":{},\"nacks\":{},\"late_acks\":{},\"repair_requests\":{},\"status_reports\":{},\"windows_confirmed\":{},\"windows_expired\":{},\"artp_max_us\":{},\"receivers\":[",
+        "{{\"name\":{name:?},\"mode\":{mode:?},\"data_s\":{},\"elapsed_s\":{},\"transfer_s\":{},\"packets\":{},\"block\":{},\"data_packets\":{},\"repair_multicast\":{},\"repair_unicast\":{},\"parity_packets\":{},\"acks\":{},\"nacks\":{},\"late_acks\":{},\"repair_requests\":{},\"status_reports\":{},\"windows_confirmed\":{},\"windows_expired\":{},\"artp_max_us\":{},\"receivers\":[",
+        data_phase.map_or("null".to_string(), |d| d.as_secs_f64().to_string()),
         v.elapsed.as_secs_f64(),
         v.transfer.as_secs_f64(),
         v.progress.1.unwrap_or(v.progress.0),

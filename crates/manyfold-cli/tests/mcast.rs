@@ -337,3 +337,47 @@ fn mcast_recv_json_gives_one_object_for_its_session() {
     }
     assert_eq!(count("repair_requests"), 0, "no loss here: {v}");
 }
+
+/// Issue 23 item 3: `mcast send --rate` holds the sender to the cap
+/// whatever its flow control allows (spec §16.3): 10 MB at 16 Mbit/s
+/// (2 MB/s of datagrams, headers included) takes 5 s ± 10%.
+#[test]
+fn mcast_send_rate_caps_the_session_within_ten_percent_over_five_seconds() {
+    let Some(m) = mcast_lab(2, "239.77.0.6:7030", "image.bin", "10MB", 8) else { return };
+    let receiver = Running::spawn(m.recv(1, 60, &[]));
+    let figures = m.root.path().join("figures.json");
+    let sent = Running::spawn(m.send(&["--rate", "16Mbit", "--json", figures.to_str().unwrap()])).wait(LIMIT);
+    let got = receiver.wait(LIMIT);
+    eprintln!("sender:\n{sent}\nreceiver:\n{got}");
+    sent.assert_success();
+    got.assert_success();
+    assert!(same(&m.dir(1).join("image.bin"), &m.file));
+    let v: Value = serde_json::from_str(&std::fs::read_to_string(&figures).unwrap()).unwrap();
+    // The data phase (every packet sent once), and what went on the wire
+    // in it: DATA datagrams of 1452 bytes (1428 of the file).
+    let secs = v["data_s"].as_f64().unwrap();
+    let rate = v["data_packets"].as_f64().unwrap() * 1452.0 / secs;
+    eprintln!("mcast send --rate 16Mbit (2 MB/s): {rate:.0} B/s of datagrams over {secs:.2} s");
+    assert!(secs > 4.0, "10 MB cannot go in {secs} s at 2 MB/s");
+    assert!((rate / 2e6 - 1.0).abs() <= 0.10, "{rate:.0} B/s is not within 10% of 2 MB/s\n{v}");
+}
+
+/// Issue 23 item 4: `--receivers 2` with one joined by the end of --wait:
+/// the one that joined gets the file, and the command fails saying how
+/// many joined.
+#[test]
+fn mcast_send_with_fewer_receivers_than_asked_for_fails_saying_so() {
+    let Some(m) = mcast_lab(2, "239.77.0.7:7032", "image.bin", "1MB", 9) else { return };
+    let receiver = Running::spawn(m.recv(1, 60, &[]));
+    let sent = Running::spawn(m.send(&["--receivers", "2", "--wait", "2"])).wait(LIMIT);
+    let got = receiver.wait(LIMIT);
+    eprintln!("sender:\n{sent}\nreceiver:\n{got}");
+    sent.assert_failure();
+    assert!(
+        sent.stderr.contains("only 1 of the 2 receivers asked for (--receivers 2) joined")
+            && sent.stderr.contains("those that joined have the file"),
+        "{sent}"
+    );
+    got.assert_success();
+    assert!(same(&m.dir(1).join("image.bin"), &m.file));
+}

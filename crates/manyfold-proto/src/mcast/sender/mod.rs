@@ -619,14 +619,25 @@ impl McastSender {
             (None, Stage::Repair) => self.send_repair(buf, source),
             _ => None,
         }?;
-        if self.cfg.pace || self.stage == Stage::Repair {
-            if let Some(rate) = self.rate {
-                self.pacer.on_sent(sent.size as u64);
-                let until = self.pacer.delay(now, rate * 1.25, self.cfg.max_datagram as u64, sent.size as u64);
-                self.timers.set_or_cancel(SenderTimer::Pace, until);
-            }
+        if let Some(rate) = self.pacing_rate() {
+            self.pacer.on_sent(sent.size as u64);
+            let until = self.pacer.delay(now, rate, self.cfg.max_datagram as u64, sent.size as u64);
+            self.timers.set_or_cancel(SenderTimer::Pace, until);
         }
         Some(sent)
+    }
+
+    /// The rate data, parity and repairs are paced at, bytes per second:
+    /// the flow control's (recent windows' rate, with `pace` or while
+    /// repairing; spec §16.3), never above the configured ceiling (spec
+    /// §16.3, "A configured ceiling"); `None`: sent back to back.
+    fn pacing_rate(&self) -> Option<f64> {
+        let flow = self.rate.filter(|_| self.cfg.pace || self.stage == Stage::Repair).map(|r| r * 1.25);
+        let ceiling = self.cfg.max_rate.filter(|&r| r > 0).map(|r| r as f64);
+        match (flow, ceiling) {
+            (Some(f), Some(c)) => Some(f.min(c)),
+            (f, c) => f.or(c),
+        }
     }
 
     fn send_announce(&mut self, buf: &mut [u8]) -> Option<McTransmit> {
