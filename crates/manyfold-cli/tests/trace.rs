@@ -67,7 +67,8 @@ fn a_lossy_transfer_leaves_a_trace_per_side_that_is_summarized_and_plotted() {
     assert!(figure(summary, "retransmissions") > 0, "{summary}");
     assert!(figure(summary, "packets lost") > 0, "{summary}");
     assert!(figure(summary, "RTT") > 0, "RTT samples\n{summary}");
-    assert_eq!(png_size(&plot), (1200, 90 + 260 * 3), "three panels");
+    // Window, throughput, RTT and events, each with its legend beside it.
+    assert_eq!(png_size(&plot), (1400, 60 + 300 + 230 + 230 + 190), "four panels");
     assert!(out.stdout.contains(&format!("plot written to {}", plot.display())), "{out}");
 
     let out = run_args(&["trace", qlog.join(server).to_str().unwrap()], LIMIT);
