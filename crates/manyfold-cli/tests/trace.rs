@@ -107,3 +107,29 @@ fn qlog_into_a_path_that_is_a_file_fails_with_its_name() {
     out.assert_failure();
     assert!(out.stderr.contains("qlog directory") && out.stderr.contains("taken"), "{out}");
 }
+
+/// Issue 23 item 6: `--trace` starts with a legend, and gives a
+/// connection's id alike on its state lines and its packet lines (8 hex
+/// digits; it was decimal on the one and hex on the other).
+#[test]
+fn trace_has_a_legend_and_one_id_format_on_state_and_packet_lines() {
+    let tmp = tempfile::tempdir().unwrap();
+    let src = tmp.path().join("small.bin");
+    std::fs::write(&src, b"a few bytes\n").unwrap();
+    let inbox = tmp.path().join("inbox");
+    std::fs::create_dir(&inbox).unwrap();
+    let (recv, addr) = common::recv_into(&inbox, &["--once"]);
+    let out = run_args(&["send", "-q", src.to_str().unwrap(), "--to", &addr, "--trace"], LIMIT);
+    out.assert_success();
+    recv.wait(LIMIT).assert_success();
+    assert!(out.stderr.starts_with("trace legend:") && out.stderr.contains("-x dropped before sending"), "{out}");
+    let conn_of = |line: &str| -> String {
+        let word = line.split_whitespace().find_map(|w| w.strip_prefix("conn=")).unwrap_or_else(|| panic!("{line}"));
+        assert!(word.len() == 8 && word.chars().all(|c| c.is_ascii_hexdigit()), "8 hex digits: {line}");
+        word.to_string()
+    };
+    let state = out.stderr.lines().find(|l| l.contains("manyfold::state") && l.contains("ESTABLISHED")).expect("state");
+    // A packet received is addressed to our own id: the state line's.
+    let received = out.stderr.lines().find(|l| l.contains("manyfold::packet") && l.contains(" <- ")).expect("packet");
+    assert_eq!(conn_of(state), conn_of(received), "{state}\n{received}");
+}
