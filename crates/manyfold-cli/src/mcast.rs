@@ -411,6 +411,10 @@ async fn send(a: SendArgs) -> Result<()> {
             if let Some((_, bar)) = bars.borrow().iter().find(|(a, _)| *a == r.addr) {
                 bar.set_length(main.length().unwrap_or(0));
                 bar.set_position((u64::from(r.held) * block).min(main.length().unwrap_or(0)));
+                // Dropped or failed: its bar ends there, saying so.
+                if !matches!(r.outcome, ReceiverOutcome::Active | ReceiverOutcome::Completed) {
+                    crate::report::end_failed(bar, outcome_text(r.outcome).trim_start_matches("FAILED: "));
+                }
             }
         }
     };

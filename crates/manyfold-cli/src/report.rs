@@ -155,6 +155,23 @@ fn stalled_style() -> ProgressStyle {
     .progress_chars("=> ")
 }
 
+/// Ends the bar of a peer that failed where it stood, saying so in red,
+/// instead of a rate and an ETA that would go on as if it were still in
+/// progress; it stays on screen while the others move on.
+pub fn end_failed(bar: &ProgressBar, why: &str) {
+    if bar.is_finished() {
+        return;
+    }
+    bar.set_style(
+        ProgressStyle::with_template(
+            "{prefix:>10.bold} [{bar:32.red/blue}] {decimal_bytes:>9}/{decimal_total_bytes:<9} {msg:.red}",
+        )
+        .expect("static template")
+        .progress_chars("=> "),
+    );
+    bar.abandon_with_message(format!("FAILED: {why}"));
+}
+
 /// A peer silent for less than this is only a slow round trip.
 const STALL_SHOWN_AFTER: Duration = Duration::from_secs(1);
 
