@@ -12,7 +12,9 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use manyfold_proto::wire::ErrorCode;
-use manyfold_proto::{CloseReason, ConnHandle, ConnStats, MessageOptions, RecvError, SendError, State, StreamItem};
+use manyfold_proto::{
+    CloseReason, ConnHandle, ConnStats, MessageOptions, RecvError, SendError, State, StreamId, StreamItem,
+};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use crate::driver::now;
@@ -88,7 +90,7 @@ impl ConnRef {
         }
         let mut guard = self.shared.lock();
         let inner = &mut *guard;
-        match inner.engine.conn_mut(self.handle).stream_recv(stream, buf.initialize_unfilled()) {
+        match inner.engine.conn_mut(self.handle).stream_recv(StreamId::new(stream), buf.initialize_unfilled()) {
             Ok(Some(n)) => {
                 buf.advance(n);
                 drop(guard);
@@ -115,7 +117,7 @@ impl ConnRef {
         }
         let mut guard = self.shared.lock();
         let inner = &mut *guard;
-        match inner.engine.conn_mut(self.handle).stream_send(stream, data) {
+        match inner.engine.conn_mut(self.handle).stream_send(StreamId::new(stream), data) {
             Ok(0) => match self.park(inner, cx, |c| &mut c.write) {
                 Ok(()) => Poll::Pending,
                 Err(Some(reason)) => Poll::Ready(Err(ConnectionError::Closed(reason).into())),
@@ -140,7 +142,7 @@ impl ConnRef {
     ) -> Poll<Result<(), ConnectionError>> {
         let mut guard = self.shared.lock();
         let inner = &mut *guard;
-        match inner.engine.conn_mut(self.handle).send_message(now(), stream, data, opts) {
+        match inner.engine.conn_mut(self.handle).send_message(now(), StreamId::new(stream), data, opts) {
             Ok(()) => {
                 drop(guard);
                 self.shared.wake_driver();
@@ -164,8 +166,10 @@ impl ConnRef {
         let mut guard = self.shared.lock();
         let inner = &mut *guard;
         let got = match only {
-            Some(id) => inner.engine.conn_mut(self.handle).recv_message_on(id).map(|o| o.map(|item| (id, item))),
-            None => inner.engine.conn_mut(self.handle).recv_message(),
+            Some(id) => {
+                inner.engine.conn_mut(self.handle).recv_message_on(StreamId::new(id)).map(|o| o.map(|item| (id, item)))
+            }
+            None => inner.engine.conn_mut(self.handle).recv_message().map(|o| o.map(|(id, item)| (id.get(), item))),
         };
         match got {
             Ok(Some(item)) => {
@@ -176,7 +180,7 @@ impl ConnRef {
             Ok(None)
                 if match only {
                     None => inner.engine.conn(self.handle).messages_done(),
-                    Some(id) => inner.engine.conn(self.handle).stream_done(id),
+                    Some(id) => inner.engine.conn(self.handle).stream_done(StreamId::new(id)),
                 } =>
             {
                 Poll::Ready(Ok(None))
@@ -196,7 +200,7 @@ impl ConnRef {
     fn poll_wait_for_send(&self, cx: &Context<'_>, stream: u16) -> Poll<Result<(), ConnectionError>> {
         let mut guard = self.shared.lock();
         let inner = &mut *guard;
-        if !inner.engine.conn(self.handle).stream_pending(stream) {
+        if !inner.engine.conn(self.handle).stream_pending(StreamId::new(stream)) {
             // Not pending because it is all acknowledged, or because the
             // connection died first.
             let unacked = inner.engine.conn(self.handle).stats().map_or(0, |s| s.unacked_bytes);
@@ -586,24 +590,24 @@ impl Streams {
     /// What the engine refuses (as [`Streams::send_message`]'s errors): a
     /// stream already finished or reset, or a connection that has ended.
     pub fn finish_stream(&self, stream: u16) -> Result<(), ConnectionError> {
-        self.conn.command(|e, h| e.conn_mut(h).finish_stream(stream)).map_err(ConnectionError::from)
+        self.conn.command(|e, h| e.conn_mut(h).finish_stream(StreamId::new(stream))).map_err(ConnectionError::from)
     }
 
     /// Abandons our side of `stream`: queued data is dropped and the peer
     /// reads [`StreamItem::Reset`] with `code`.
     pub fn reset_stream(&self, stream: u16, code: u16) {
-        self.conn.command(|e, h| e.conn_mut(h).reset_stream(stream, code));
+        self.conn.command(|e, h| e.conn_mut(h).reset_stream(StreamId::new(stream), code));
     }
 
     /// Asks the peer to stop sending on `stream`; it resets its side with `code`.
     pub fn stop_stream(&self, stream: u16, code: u16) {
-        self.conn.command(|e, h| e.conn_mut(h).stop_stream(stream, code));
+        self.conn.command(|e, h| e.conn_mut(h).stop_stream(StreamId::new(stream), code));
     }
 
     /// Scheduling of `stream`: lower `priority` is sent first; streams of
     /// equal priority take turns, `weight` packets each (default 128 and 1).
     pub fn set_priority(&self, stream: u16, priority: u8, weight: u16) {
-        self.conn.command(|e, h| e.conn_mut(h).set_stream_priority(stream, priority, weight));
+        self.conn.command(|e, h| e.conn_mut(h).set_stream_priority(StreamId::new(stream), priority, weight));
     }
 
     /// `stream` as a byte stream: `AsyncRead` + `AsyncWrite`.
@@ -641,7 +645,7 @@ impl AsyncWrite for StreamIo {
         Poll::Ready(Ok(()))
     }
     fn poll_shutdown(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        let r = self.conn.command(|e, h| e.conn_mut(h).finish_stream(self.stream));
+        let r = self.conn.command(|e, h| e.conn_mut(h).finish_stream(StreamId::new(self.stream)));
         Poll::Ready(match r {
             Ok(()) | Err(SendError::Finished) => Ok(()),
             Err(e) => Err(ConnectionError::from(e).into()),

@@ -220,7 +220,6 @@ pub fn init_tracing(trace: bool, verbose: u8) {
         // Seconds since the process started, as the packet lines' own
         // milliseconds count: one timeline for both kinds of line.
         .with_timer(tracing_subscriber::fmt::time::uptime())
-        .fmt_fields(trace_fields())
         .init();
 }
 
@@ -234,21 +233,6 @@ trace legend: each line starts with seconds since this process started; a packet
   s3@1024+1400/BE is 1400 bytes of stream 3 at offset 1024 (B begin, E end, U unordered, F fin),
   reset3, stop3, credit3<=N, abandon3[a,b), pad. A state line gives conn (this end's own id, the
   same 8 hex digits) and the state it moves from and to.";
-
-/// Field formatting of the log: a connection id as the packet lines and
-/// qlog file names give it (8 hex digits), not as a decimal number.
-fn trace_fields() -> impl for<'w> tracing_subscriber::fmt::FormatFields<'w> {
-    use tracing_subscriber::field::MakeExt;
-    tracing_subscriber::fmt::format::debug_fn(|w, field, value| {
-        let text = format!("{value:?}");
-        match (field.name(), text.parse::<u32>()) {
-            ("conn", Ok(id)) => write!(w, "conn={id:08x}"),
-            ("message", _) => write!(w, "{text}"),
-            (name, _) => write!(w, "{name}={text}"),
-        }
-    })
-    .delimited(" ")
-}
 
 /// Binds an endpoint, naming the address when that fails (address in use,
 /// address not available, ...).
