@@ -63,7 +63,15 @@ fn a_lossy_transfer_leaves_a_trace_per_side_that_is_summarized_and_plotted() {
     // The client sent the file: at least its 2 MB of stream data, and at 5%
     // loss each way some of it again.
     let first_sent = summary.lines().find(|l| l.contains("stream bytes first sent")).expect("stream bytes");
-    assert!(first_sent.contains("2000000 stream bytes") || figure(summary, "packets sent") > 1400, "{summary}");
+    // (Counted in bytes: with path MTU discovery on loopback the packets
+    // grow far beyond 1452 bytes, so their count says little.)
+    let stream_bytes: u64 = first_sent
+        .split(" stream bytes first sent")
+        .next()
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no stream bytes in {first_sent:?}"));
+    assert!(stream_bytes >= 2_000_000, "{summary}");
     assert!(figure(summary, "retransmissions") > 0, "{summary}");
     assert!(figure(summary, "packets lost") > 0, "{summary}");
     assert!(figure(summary, "RTT") > 0, "RTT samples\n{summary}");
@@ -74,7 +82,15 @@ fn a_lossy_transfer_leaves_a_trace_per_side_that_is_summarized_and_plotted() {
     let out = run_args(&["trace", qlog.join(server).to_str().unwrap()], LIMIT);
     out.assert_success();
     assert!(out.stdout.contains("(server)") && out.stdout.contains("closed gracefully"), "{out}");
-    assert!(figure(&out.stdout, "packets received") > 1400, "{out}");
+    // The file came in whatever packet sizes the path MTU allowed.
+    let received = out.stdout.lines().find(|l| l.trim_start().starts_with("packets received")).expect("received");
+    let bytes: u64 = received
+        .split('(')
+        .nth(1)
+        .and_then(|r| r.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no bytes in {received:?}"));
+    assert!(figure(&out.stdout, "packets received") > 0 && bytes > 2_000_000, "{out}");
 }
 
 #[test]
