@@ -11,9 +11,9 @@ use clap::Args;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt};
 use tokio::task::JoinSet;
 
-use crate::keys;
 use crate::net::{self, Connection, NetArgs};
 use crate::size::human_duration;
+use crate::{keys, report};
 
 #[derive(Args, Debug)]
 pub struct EchoServerArgs {
@@ -46,7 +46,9 @@ pub struct EchoArgs {
 pub async fn run_server(args: EchoServerArgs) -> Result<()> {
     let server = net::listen(&args.listen, &args.net, |_| {}).await?;
     let (endpoint, local, mode) = (Arc::clone(&server.endpoint), server.local, &server.mode);
-    println!("manyfold echo-server: listening on {local} ({mode}; RFC 862; Ctrl-C to stop)");
+    let banner = format!("manyfold echo-server: listening on {local} ({mode}; RFC 862; Ctrl-C to stop)");
+    // With --json too: a script needs the address (port 0 picks one).
+    report::emit(&banner, || serde_json::json!({ "listening": local.to_string() }));
 
     let mut sessions = JoinSet::new();
     let ctrl_c = net::interrupted();
@@ -66,18 +68,47 @@ pub async fn run_server(args: EchoServerArgs) -> Result<()> {
     Ok(())
 }
 
-/// Echoes everything `conn` receives until the peer finishes its side.
+/// Echoes everything `conn` receives until the peer finishes its side;
+/// then one line, or with `--json` one object: `peer`, `encrypted`,
+/// `bytes` (echoed), `seconds`, `ended` (null, or why the session broke
+/// off).
 async fn echo_session(conn: Connection) {
-    let peer = conn.peer_addr();
-    println!("{peer}: connected ({})", keys::short(conn.protection()));
+    let (peer, security, start) = (conn.peer_addr(), conn.protection(), Instant::now());
+    report::say(&format_args!("{peer}: connected ({})", keys::short(security)));
     let (mut send, mut recv) = conn.split();
-    match tokio::io::copy(&mut recv, &mut send).await {
-        Ok(n) => {
-            let _ = send.shutdown().await;
-            println!("{peer}: closed after echoing {n} bytes");
+    let mut bytes = 0u64;
+    let copied: std::io::Result<()> = async {
+        let mut buf = vec![0u8; 64 * 1024];
+        loop {
+            let n = recv.read(&mut buf).await?;
+            if n == 0 {
+                return Ok(());
+            }
+            send.write_all(&buf[..n]).await?;
+            bytes += n as u64;
         }
-        Err(e) => println!("{peer}: connection failed: {:#}", net::explain(e.into(), net::Role::Client)),
     }
+    .await;
+    let ended = match copied {
+        Ok(()) => {
+            let _ = send.shutdown().await;
+            None
+        }
+        Err(e) => Some(format!("{:#}", net::explain(e.into(), net::Role::Client))),
+    };
+    let line = match &ended {
+        None => format!("{peer}: closed after echoing {bytes} bytes"),
+        Some(why) => format!("{peer}: connection failed after echoing {bytes} bytes: {why}"),
+    };
+    report::emit(&line, || {
+        serde_json::json!({
+            "peer": peer.to_string(),
+            "encrypted": matches!(security, manyfold::Protection::Encrypted { .. }),
+            "bytes": bytes,
+            "seconds": start.elapsed().as_secs_f64(),
+            "ended": ended,
+        })
+    });
 }
 
 /// Sends each line, waits for its echo, prints it; RTTs go to stderr.

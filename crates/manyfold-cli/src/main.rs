@@ -263,7 +263,9 @@ fn run(cli: Cli) -> Result<()> {
         _ => None,
     };
     let trace = matches!(&cli.command, Command::Demo(a) if a.trace) || net.is_some_and(|n| n.trace);
-    report::set_output(match (cli.quiet, net.is_some_and(|n| n.json)) {
+    let json =
+        net.is_some_and(|n| n.json) || matches!(&cli.command, Command::Mcast(mcast::McastCommand::Recv(a)) if a.json);
+    report::set_output(match (cli.quiet, json) {
         (true, _) => report::Output::Quiet,
         (false, true) => report::Output::Json,
         (false, false) => report::Output::Text,

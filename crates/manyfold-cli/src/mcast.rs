@@ -98,7 +98,9 @@ pub struct SendArgs {
     /// Receivers to wait for before sending (more may join later).
     #[arg(long, default_value_t = 1)]
     receivers: usize,
-    /// Longest wait for --receivers, in seconds; then start with whoever registered.
+    /// Longest wait for --receivers, in seconds; then start with whoever
+    /// registered, and exit non-zero at the end if fewer than --receivers
+    /// ever joined.
     #[arg(long, default_value_t = 5.0)]
     wait: f64,
     /// Largest window in packets (paper 03 uses 100; more keeps fast LANs busy during each window's ACK wait).
@@ -128,6 +130,12 @@ pub struct SendArgs {
     /// Pace each window's packets at the rate of recent windows instead of sending them back to back.
     #[arg(long)]
     pace: bool,
+    /// Cap the sending rate, whatever the flow control allows: bytes per
+    /// second (10MB, 1.5MiB/s) or bits per second (80Mbit, 1Gbit/s), of
+    /// the datagrams sent to the group, headers and repairs included
+    /// (spec §16.3). Without it, as fast as the receivers confirm.
+    #[arg(long, value_name = "RATE", value_parser = crate::size::rate_arg)]
+    rate: Option<u64>,
     /// Window timer growth on expiry (paper 03's α > 1).
     #[arg(long, default_value_t = 1.5)]
     alpha: f64,
@@ -181,6 +189,15 @@ pub struct RecvArgs {
     /// Give up when nothing comes from the sender for this many seconds.
     #[arg(long, default_value_t = 30.0)]
     sender_timeout: f64,
+    /// Print one JSON object on stdout for the session instead of the
+    /// report on stderr: `ok`, `error` (null or why), `name`, `sender`,
+    /// `stored` (the path written; null unless ok), `bytes`, `seconds`, `goodput_bytes_per_second`, `blake3`,
+    /// `encrypted`, and the packet counts `data_packets`,
+    /// `repairs_received`, `fec_recovered`, `parity_received`,
+    /// `duplicates`, `acks_sent`, `acks_suppressed`, `nacks_sent`,
+    /// `nacks_suppressed`, `repair_requests`.
+    #[arg(long, conflicts_with = "stdout")]
+    pub json: bool,
 }
 
 pub fn run(cmd: McastCommand) -> Result<()> {
@@ -334,6 +351,7 @@ async fn send(a: SendArgs) -> Result<()> {
         max_repair_passes: a.max_passes,
         max_loss: a.max_loss.map(|p| p / 100.0),
         pace: a.pace,
+        max_rate: a.rate,
         alpha: a.alpha,
         beta: a.beta,
         loss_tolerance: a.loss_tolerance / 100.0,
@@ -363,7 +381,10 @@ async fn send(a: SendArgs) -> Result<()> {
         a.receivers
     );
     let size_known = src.size;
+    // The data phase, first DATA to all data sent once: what --rate holds.
+    let (data_start, data_end) = (std::cell::Cell::new(None), std::cell::Cell::new(None));
     let on_event = |e: &SenderEvent| match e {
+        SenderEvent::DataStarted => data_start.set(Some(std::time::Instant::now())),
         SenderEvent::ReceiverJoined { addr, from_sn, .. } => {
             let bar = transfer_bar(&multi, size_known.unwrap_or(0), &addr.ip().to_string());
             if *from_sn > 0 {
@@ -375,6 +396,7 @@ async fn send(a: SendArgs) -> Result<()> {
             multi.println(format!("receiver {client:08x}: {}", outcome_text(*outcome))).ok();
         }
         SenderEvent::RepairStarted => {
+            data_end.set(Some(std::time::Instant::now()));
             multi.println("all data sent once; repairing").ok();
         }
         _ => {}
@@ -389,6 +411,10 @@ async fn send(a: SendArgs) -> Result<()> {
             if let Some((_, bar)) = bars.borrow().iter().find(|(a, _)| *a == r.addr) {
                 bar.set_length(main.length().unwrap_or(0));
                 bar.set_position((u64::from(r.held) * block).min(main.length().unwrap_or(0)));
+                // Dropped or failed: its bar ends there, saying so.
+                if !matches!(r.outcome, ReceiverOutcome::Active | ReceiverOutcome::Completed) {
+                    crate::report::end_failed(bar, outcome_text(r.outcome).trim_start_matches("FAILED: "));
+                }
             }
         }
     };
@@ -398,9 +424,10 @@ async fn send(a: SendArgs) -> Result<()> {
             .with_context(|| format!("multicast to {}", a.net.group))?;
     main.finish_and_clear();
     multi.clear().ok();
-    let ok = print_send_report(&view, &name, &mode);
+    let data_phase = data_start.get().zip(data_end.get()).map(|(a, b)| b.saturating_duration_since(a));
+    let ok = print_send_report(&view, &name, &mode, data_phase);
     if let Some(path) = &a.json {
-        std::fs::write(path, send_json(&view, &name, &mode))
+        std::fs::write(path, send_json(&view, &name, &mode, data_phase))
             .with_context(|| format!("cannot write {}", path.display()))?;
     }
     if crate::net::lifecycle::signal().is_some() {
@@ -408,6 +435,18 @@ async fn send(a: SendArgs) -> Result<()> {
     }
     if let Some(e) = view.failed {
         bail!("{e}");
+    }
+    // Started after --wait with fewer than asked for: those got the file,
+    // but not what the command was told to do.
+    if view.receivers.len() < a.receivers {
+        bail!(
+            "only {} of the {} receivers asked for (--receivers {}) joined, the wait for them ended after {} s{}",
+            view.receivers.len(),
+            a.receivers,
+            a.receivers,
+            a.wait,
+            if ok { "; those that joined have the file" } else { "" }
+        );
     }
     if !ok {
         bail!("not every receiver has the file");
@@ -428,7 +467,7 @@ fn outcome_text(o: ReceiverOutcome) -> &'static str {
 }
 
 /// Prints the final report; returns whether every receiver completed.
-fn print_send_report(v: &SenderView, name: &str, mode: &str) -> bool {
+fn print_send_report(v: &SenderView, name: &str, mode: &str, data_phase: Option<Duration>) -> bool {
     let st = &v.stats;
     let total = v.progress.1.unwrap_or(v.progress.0);
     let bytes = (u64::from(total) * u64::from(v.block)).max(1);
@@ -444,6 +483,13 @@ fn print_send_report(v: &SenderView, name: &str, mode: &str) -> bool {
         networks.len(),
         human_duration(v.elapsed.saturating_sub(v.transfer))
     );
+    if let Some(d) = data_phase {
+        println!(
+            "  data      every packet sent once in {} ({} on the wire)",
+            human_duration(d),
+            human_rate(sent_bytes(v), d)
+        );
+    }
     println!(
         "  packets   {} data, {} parity, {} repairs by multicast, {} by unicast: {:.3} packets sent per packet of the file",
         st.data_packets,
@@ -479,13 +525,22 @@ fn print_send_report(v: &SenderView, name: &str, mode: &str) -> bool {
     all
 }
 
-fn send_json(v: &SenderView, name: &str, mode: &str) -> String {
+/// The bytes of data, parity and repair datagrams sent (header included;
+/// every DATA datagram carries a full block but maybe the last).
+fn sent_bytes(v: &SenderView) -> u64 {
+    let st = &v.stats;
+    let packets = st.data_packets + st.parity_packets + st.repair_multicast + st.repair_unicast;
+    packets * (u64::from(v.block) + manyfold_proto::wire::HEADER_LEN as u64)
+}
+
+fn send_json(v: &SenderView, name: &str, mode: &str, data_phase: Option<Duration>) -> String {
     use std::fmt::Write as _;
     let st = &v.stats;
     let mut s = String::new();
     let _ = write!(
         s,
-        "{{\"name\":{name:?},\"mode\":{mode:?},\"elapsed_s\":{},\"transfer_s\":{},\"packets\":{},\"block\":{},\"data_packets\":{},\"repair_multicast\":{},\"repair_unicast\":{},\"parity_packets\":{},\"acks\":{},\"nacks\":{},\"late_acks\":{},\"repair_requests\":{},\"status_reports\":{},\"windows_confirmed\":{},\"windows_expired\":{},\"artp_max_us\":{},\"receivers\":[",
+        "{{\"name\":{name:?},\"mode\":{mode:?},\"data_s\":{},\"elapsed_s\":{},\"transfer_s\":{},\"packets\":{},\"block\":{},\"data_packets\":{},\"repair_multicast\":{},\"repair_unicast\":{},\"parity_packets\":{},\"acks\":{},\"nacks\":{},\"late_acks\":{},\"repair_requests\":{},\"status_reports\":{},\"windows_confirmed\":{},\"windows_expired\":{},\"artp_max_us\":{},\"receivers\":[",
+        data_phase.map_or("null".to_string(), |d| d.as_secs_f64().to_string()),
         v.elapsed.as_secs_f64(),
         v.transfer.as_secs_f64(),
         v.progress.1.unwrap_or(v.progress.0),
@@ -728,60 +783,107 @@ async fn recv(a: RecvArgs) -> Result<()> {
         st.nacks_suppressed,
         st.repair_requests
     );
+    let encrypted = a.net.key_file.is_some();
+    let failed = |why: String| -> Result<()> {
+        crate::report::emit_json(|| recv_json(&view, None, Some(&why), encrypted));
+        Err(anyhow::anyhow!(why))
+    };
     match outcome {
         ReceiveOutcome::Completed => {
             let size = info.as_ref().and_then(|i| i.size).unwrap_or(0);
-            match sink.target {
+            let stored = match &sink.target {
                 Target::Stdout => {
                     let part = sink.part.take().context("no data")?;
                     let mut f = File::open(part.path())?;
                     let mut out = std::io::stdout().lock();
                     std::io::copy(&mut f, &mut out).context("cannot write standard output")?;
                     out.flush()?;
+                    None
                 }
-                Target::Dir(_) | Target::Path(_) => {
-                    if let Some(part) = sink.part.take() {
-                        part.commit(a.overwrite)?;
-                    } else if let Some(dev) = &sink.device {
-                        dev.sync_all()?;
-                    }
-                }
+                Target::Dir(dir) => Some(dir.join(&name)),
+                Target::Path(path) => Some(path.clone()),
+            };
+            if let Some(part) = sink.part.take() {
+                part.commit(a.overwrite)?;
+            } else if let Some(dev) = &sink.device {
+                dev.sync_all()?;
             }
-            eprintln!(
-                "{name}: {} received and verified (BLAKE3) in {} ({}); {mode}",
+            let text = format!(
+                "{name}: {} received and verified (BLAKE3) in {} ({}); {mode}\n  {summary}",
                 human_bytes(size),
                 human_duration(view.elapsed),
                 human_rate(size, view.elapsed)
             );
-            eprintln!("  {summary}");
+            // On stderr: stdout may be the file (--stdout).
+            match crate::report::output() {
+                crate::report::Output::Text => eprintln!("{text}"),
+                crate::report::Output::Json => println!("{}", recv_json(&view, stored.as_deref(), None, encrypted)),
+                crate::report::Output::Quiet => {}
+            }
             Ok(())
         }
         ReceiveOutcome::HashMismatch => {
-            bail!("{name}: every packet arrived but the BLAKE3 hash did not match; nothing kept")
+            failed(format!("{name}: every packet arrived but the BLAKE3 hash did not match; nothing kept"))
         }
-        ReceiveOutcome::Ended { code } => bail!("{name}: the sender ended the session: {}", code_text(code)),
+        ReceiveOutcome::Ended { code } => failed(format!("{name}: {}", ended_text(code))),
         ReceiveOutcome::SenderLost => {
-            bail!("{name}: nothing from the sender for {:.0}s; gave up ({summary})", a.sender_timeout)
+            failed(format!("{name}: nothing from the sender for {:.0}s; gave up ({summary})", a.sender_timeout))
         }
     }
 }
 
-fn code_text(code: Option<u16>) -> String {
+/// `mcast recv --json`: the session's object (fields in RecvArgs::json).
+fn recv_json(view: &ReceiverView, stored: Option<&Path>, error: Option<&str>, encrypted: bool) -> serde_json::Value {
+    let info = view.info.as_ref();
+    let st = &view.stats;
+    let bytes = info.and_then(|i| i.size);
+    let secs = view.elapsed.as_secs_f64();
+    serde_json::json!({
+        "ok": error.is_none(),
+        "error": error,
+        "name": info.map(|i| &i.name),
+        "sender": view.sender.map(|s| s.to_string()),
+        "stored": stored,
+        "bytes": bytes,
+        "seconds": secs,
+        "goodput_bytes_per_second": bytes.map(|b| if secs > 0.0 { b as f64 / secs } else { 0.0 }),
+        "blake3": info.and_then(|i| i.hash).map(|h| manyfold_proto::secure::hex(&h)),
+        "encrypted": encrypted,
+        "data_packets": st.data_packets,
+        "repairs_received": st.repairs_received,
+        "fec_recovered": st.fec_recovered,
+        "parity_received": st.parity_received,
+        "duplicates": st.duplicates,
+        "acks_sent": st.acks_sent,
+        "acks_suppressed": st.acks_suppressed,
+        "nacks_sent": st.nacks_sent,
+        "nacks_suppressed": st.nacks_suppressed,
+        "repair_requests": st.repair_requests,
+    })
+}
+
+/// How the sender ended a session this receiver had not completed, said
+/// once ("the sender was interrupted", not "the sender ended the session:
+/// the sender was interrupted").
+fn ended_text(code: Option<u16>) -> String {
     match code {
-        None => "before this receiver had the file".into(),
+        None => "the sender ended the session before this receiver had the file".into(),
         Some(codes::INTERRUPTED) => "the sender was interrupted (Ctrl-C or SIGTERM on its side)".into(),
-        Some(codes::REFUSED) => "refused (its receiver table is full)".into(),
+        Some(codes::REFUSED) => "the sender refused this receiver (its receiver table is full)".into(),
         Some(codes::PROTECTION_MISMATCH) => {
-            "refused: the session is encrypted and this receiver gave no --key-file".into()
+            "the sender refused this receiver: the session is encrypted and this receiver gave no --key-file".into()
         }
         Some(codes::AUTHENTICATION_FAILED) => {
-            "refused: our key is not one the sender accepts (another PSK, or not in its --peers-file)".into()
+            "the sender refused this receiver: our key is not one it accepts (another PSK, or not in its --peers-file)"
+                .into()
         }
-        Some(codes::INCOMPLETE) => "dropped: still missing data at its completion timeout".into(),
-        Some(codes::UNRESPONSIVE) => "dropped: it heard nothing from this receiver".into(),
-        Some(codes::TOO_MANY_PASSES) => "dropped: too many repair requests".into(),
-        Some(codes::TOO_LOSSY) => "dropped: this receiver's loss is above its --max-loss".into(),
-        Some(c) => format!("error code {c}"),
+        Some(codes::INCOMPLETE) => {
+            "the sender dropped this receiver: still missing data at its completion timeout".into()
+        }
+        Some(codes::UNRESPONSIVE) => "the sender dropped this receiver: it heard nothing from it".into(),
+        Some(codes::TOO_MANY_PASSES) => "the sender dropped this receiver: too many repair requests".into(),
+        Some(codes::TOO_LOSSY) => "the sender dropped this receiver: its loss is above the sender's --max-loss".into(),
+        Some(c) => format!("the sender ended the session with error code {c}"),
     }
 }
 

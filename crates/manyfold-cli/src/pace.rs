@@ -3,6 +3,8 @@
 //! engine has no pacing cap of its own. Bytes are released so that, from
 //! the first, no more than RATE × elapsed have gone, in pieces of at most
 //! [`Pacer::piece`] (about 50 ms worth), so the cap holds over any second.
+//! [`Allowance`] keeps the same cap by counting instead of waiting, for a
+//! loop that must not block: `fetch` asks for segments no faster than it.
 
 use std::time::Duration;
 
@@ -61,9 +63,66 @@ impl Pacer {
     }
 }
 
+/// The cap of a [`Pacer`] as a count: how many pieces may go now, from
+/// the first piece's start (which goes at once) — for a caller that
+/// decides what to send in an event loop and must not wait in it.
+#[derive(Debug)]
+pub struct Allowance {
+    rate: Option<u64>,
+    start: Option<Instant>,
+    given: u64,
+}
+
+impl Allowance {
+    pub fn new(rate: Option<u64>) -> Allowance {
+        Allowance { rate: rate.filter(|&r| r > 0), start: None, given: 0 }
+    }
+
+    /// How many more pieces of `piece` bytes may go at `now` (all of them
+    /// without a cap): piece k is due once RATE × elapsed reaches the
+    /// k pieces before it.
+    pub fn pieces(&mut self, now: Instant, piece: u64) -> usize {
+        let Some(rate) = self.rate else { return usize::MAX };
+        let start = *self.start.get_or_insert(now);
+        let may = (now - start).as_secs_f64() * rate as f64;
+        if (self.given as f64) > may {
+            return 0;
+        }
+        ((may - self.given as f64) / piece.max(1) as f64) as usize + 1
+    }
+
+    /// Counts `bytes` as gone.
+    pub fn take(&mut self, bytes: u64) {
+        self.given += bytes;
+    }
+
+    /// When the next piece is due; `None` without a cap or before the first.
+    pub fn next_due(&self) -> Option<Instant> {
+        let (rate, start) = (self.rate?, self.start?);
+        Some(start + Duration::from_secs_f64(self.given as f64 / rate as f64))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_allowance_grants_a_piece_per_piece_time_from_the_first() {
+        let t0 = Instant::now();
+        let mut a = Allowance::new(Some(1_000_000));
+        // The first piece at once; the next 100 kB after 100 ms.
+        assert_eq!(a.pieces(t0, 100_000), 1);
+        a.take(100_000);
+        assert_eq!(a.pieces(t0 + Duration::from_millis(50), 100_000), 0);
+        assert_eq!(a.next_due(), Some(t0 + Duration::from_millis(100)));
+        assert_eq!(a.pieces(t0 + Duration::from_millis(100), 100_000), 1);
+        // Late by 250 ms: what was due since then may go together.
+        assert_eq!(a.pieces(t0 + Duration::from_millis(350), 100_000), 3);
+        let mut free = Allowance::new(None);
+        assert_eq!(free.pieces(t0, 1), usize::MAX);
+        assert_eq!(free.next_due(), None);
+    }
 
     #[tokio::test]
     async fn a_capped_stream_takes_its_size_over_the_rate() {

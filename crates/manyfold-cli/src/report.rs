@@ -51,6 +51,14 @@ pub fn emit(text: &dyn std::fmt::Display, json: impl FnOnce() -> serde_json::Val
     }
 }
 
+/// Prints `json()` as one line with `--json`, nothing otherwise: for an
+/// object per item where the text report sums up the items together.
+pub fn emit_json(json: impl FnOnce() -> serde_json::Value) {
+    if output() == Output::Json {
+        println!("{}", json());
+    }
+}
+
 /// Prints a line about what is going on (banners, "receiving ..."): in
 /// text mode only, so that `--json` output stays one object per line.
 pub fn say(text: &dyn std::fmt::Display) {
@@ -145,6 +153,23 @@ fn stalled_style() -> ProgressStyle {
     )
     .expect("static template")
     .progress_chars("=> ")
+}
+
+/// Ends the bar of a peer that failed where it stood, saying so in red,
+/// instead of a rate and an ETA that would go on as if it were still in
+/// progress; it stays on screen while the others move on.
+pub fn end_failed(bar: &ProgressBar, why: &str) {
+    if bar.is_finished() {
+        return;
+    }
+    bar.set_style(
+        ProgressStyle::with_template(
+            "{prefix:>10.bold} [{bar:32.red/blue}] {decimal_bytes:>9}/{decimal_total_bytes:<9} {msg:.red}",
+        )
+        .expect("static template")
+        .progress_chars("=> "),
+    );
+    bar.abandon_with_message(format!("FAILED: {why}"));
 }
 
 /// A peer silent for less than this is only a slow round trip.

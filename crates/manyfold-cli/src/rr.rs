@@ -115,6 +115,7 @@ pub async fn run_server(args: RrServerArgs) -> Result<()> {
     let mut config = args.net.config()?;
     config.endpoint.accept_backlog = args.backlog;
     let mode = net::mode(&config);
+    let config_encrypted = config.endpoint.security.is_some();
     let sockets = args.sockets.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
     if sockets == 0 {
         bail!("--sockets must be at least 1");
@@ -126,10 +127,13 @@ pub async fn run_server(args: RrServerArgs) -> Result<()> {
         net::lifecycle::register(endpoint);
     }
     let local = endpoints[0].local_addr().context("cannot read the bound address")?;
-    println!(
+    let banner = format!(
         "manyfold rr-server: listening on {local} ({mode}) with {sockets} socket(s), backlog {} each (Ctrl-C to stop)",
         args.backlog
     );
+    // With --json too: a script needs the address (port 0 picks one).
+    report::emit(&banner, || serde_json::json!({ "listening": local.to_string(), "sockets": sockets }));
+    let start = Instant::now();
     let served = Arc::new(AtomicU64::new(0));
     let mut serving = JoinSet::new();
     for endpoint in &endpoints {
@@ -160,13 +164,26 @@ pub async fn run_server(args: RrServerArgs) -> Result<()> {
         malformed += s.dropped_malformed_total();
         mismatched += s.refused_protection;
     }
-    let mismatched =
+    let served = served.load(Ordering::Relaxed);
+    let mismatch_note =
         if mismatched > 0 { format!(", {mismatched} refused for an encryption mismatch") } else { String::new() };
-    println!(
-        "served {} sessions ({mode}); refused {refused} (backlog full){mismatched}, {rejected} cookies rejected, \
-         {malformed} malformed datagrams dropped",
-        served.load(Ordering::Relaxed),
+    let summary = format!(
+        "served {served} sessions ({mode}); refused {refused} (backlog full){mismatch_note}, {rejected} cookies \
+         rejected, {malformed} malformed datagrams dropped"
     );
+    // One object for the server's run, not one per session: its sessions
+    // are many and short (thousands a second), each a request and a reply.
+    report::emit(&summary, || {
+        serde_json::json!({
+            "sessions": served,
+            "seconds": start.elapsed().as_secs_f64(),
+            "refused_backlog": refused,
+            "refused_encryption_mismatch": mismatched,
+            "cookies_rejected": rejected,
+            "malformed_dropped": malformed,
+            "encrypted": config_encrypted,
+        })
+    });
     for e in &endpoints {
         let _ = tokio::time::timeout(Duration::from_secs(2), e.shutdown()).await;
     }

@@ -77,3 +77,33 @@ fn the_send_bar_counts_the_receivers_silence_instead_of_freezing() {
     assert!(!screen.contains("B/s eta"), "the rate and ETA make way for the silence:\n{screen}");
     signal(&receiver, "CONT");
 }
+
+/// Issue 23 item 4: a receiver of a group send that fails mid-way has
+/// its bar end there, saying so, instead of "in progress" with an ETA
+/// that grows while the other receiver's bar moves on.
+#[test]
+fn a_failed_group_receivers_bar_ends_with_the_failure() {
+    if Command::new("tmux").arg("-V").output().is_err() {
+        eprintln!("skipped: tmux is not installed");
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let src = tmp.path().join("g.bin");
+    samplegen(&src, "40MB", 5);
+    let (a_dir, b_dir) = (tmp.path().join("a"), tmp.path().join("b"));
+    std::fs::create_dir(&a_dir).unwrap();
+    std::fs::create_dir(&b_dir).unwrap();
+    let (_a, a_addr) = common::recv_into(&a_dir, &["--once"]);
+    let (mut b, b_addr) = common::recv_into(&b_dir, &["--once"]);
+    // 40 MB at 4 MB/s: ten seconds to look at the bars.
+    let send = format!("{} send {} --to {a_addr},{b_addr} --rate 4MB", env!("CARGO_BIN_EXE_manyfold"), src.display());
+    let t = Tmux::run(&format!("manyfold-group-bars-{}", std::process::id()), &send);
+    b.wait_for_line("receiving g.bin", Duration::from_secs(20));
+    t.wait_for("eta ", Duration::from_secs(20));
+    b.kill();
+    let screen = t.wait_for("FAILED", Duration::from_secs(20));
+    let failed = screen.lines().find(|l| l.contains("FAILED")).unwrap();
+    assert!(failed.contains(&b_addr) && !failed.contains("eta"), "b's bar ends with its failure:\n{screen}");
+    let a_line = screen.lines().find(|l| l.contains(&a_addr)).unwrap_or_else(|| panic!("a's bar:\n{screen}"));
+    assert!(a_line.contains("eta") && !a_line.contains("FAILED"), "a's bar goes on:\n{screen}");
+}

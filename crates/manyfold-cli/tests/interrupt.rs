@@ -79,7 +79,8 @@ fn an_interrupted_sender_is_reported_by_the_receiver_which_keeps_its_partial_fil
     std::thread::sleep(Duration::from_millis(500));
     let t = Instant::now();
     interrupt(&sender);
-    reported(receiver, t, "the sender was interrupted", "the receiver");
+    let out = reported(receiver, t, "the sender was interrupted", "the receiver");
+    assert_eq!(out.stderr.matches("interrupted").count(), 1, "the cause is said once\n{out}");
     interrupted_itself(sender, "SIGINT", 130);
     only_a_partial_file(&inbox);
 }

@@ -199,3 +199,62 @@ fn ftp_rate_caps_a_get_within_ten_percent_over_five_seconds() {
     within_ten_percent_of_five_seconds(timed(get), "ftp --rate 2MB/s get");
     assert!(std::fs::read(tmp.path().join("f.bin")).unwrap() == std::fs::read(local.join("f.bin")).unwrap());
 }
+
+#[test]
+fn fetch_rate_caps_the_total_from_two_servers_within_ten_percent_over_five_seconds() {
+    // 20 MB at 32 Mbit/s (4 MB/s) from two servers together: 5 s, in
+    // 256 KiB segments (the cap's grain: one segment may come at once).
+    let (tmp, src, inbox) = setup("20MB");
+    let mut servers = Vec::new();
+    for i in 0..2 {
+        let served = tmp.path().join(format!("served{i}"));
+        std::fs::create_dir(&served).unwrap();
+        std::fs::hard_link(&src, served.join("f.bin")).unwrap();
+        let mut cmd = manyfold();
+        cmd.args(["serve", "--listen", "127.0.0.1:0", "--segment", "256KiB", "--dir"]).arg(&served);
+        let mut server = Running::spawn(cmd);
+        let addr = server.listening_addr().to_string();
+        servers.push((server, addr));
+    }
+    let from = format!("{},{}", servers[0].1, servers[1].1);
+    let out = inbox.join("f.bin");
+    let got = run_args(
+        &["fetch", "f.bin", "--from", &from, "--rate", "32Mbit", "--json", "--out", out.to_str().unwrap()],
+        LIMIT,
+    );
+    got.assert_success();
+    let v = one_object(&got.stdout);
+    let goodput = v["goodput_bytes_per_second"].as_f64().unwrap();
+    eprintln!("fetch --rate 32Mbit (4 MB/s) from two servers: {goodput:.0} B/s over {} s", v["seconds"]);
+    assert!((goodput / 4e6 - 1.0).abs() <= 0.10, "goodput {goodput:.0} B/s is not within 10% of 4 MB/s\n{v}");
+    let served: Vec<u64> = v["servers"].as_array().unwrap().iter().map(|s| s["bytes"].as_u64().unwrap()).collect();
+    assert!(served.iter().all(|&b| b > 0), "both servers served part of it, the cap on their sum: {v}");
+    assert!(std::fs::read(&src).unwrap() == std::fs::read(&out).unwrap());
+}
+
+#[test]
+fn rate_caps_a_tree_sent_to_a_group_within_ten_percent_over_five_seconds() {
+    // Two files of 5 MB to two receivers at 2 MB/s: 5 s, the same bytes
+    // reaching both (the cap is on what the sender hands the group).
+    let tmp = tempfile::tempdir().unwrap();
+    let tree = tmp.path().join("t");
+    std::fs::create_dir(&tree).unwrap();
+    samplegen(&tree.join("a.bin"), "5MB", 21);
+    samplegen(&tree.join("b.bin"), "5MB", 22);
+    let (a_dir, b_dir) = (tmp.path().join("a"), tmp.path().join("b"));
+    std::fs::create_dir(&a_dir).unwrap();
+    std::fs::create_dir(&b_dir).unwrap();
+    let (a, a_addr) = common::recv_into(&a_dir, &["--once"]);
+    let (b, b_addr) = common::recv_into(&b_dir, &["--once"]);
+    let to = format!("{a_addr},{b_addr}");
+    let sent = run_args(&["send", tree.to_str().unwrap(), "--to", &to, "--rate", "16Mbit", "--json"], LIMIT);
+    sent.assert_success();
+    let v = one_object(&sent.stdout);
+    let (bytes, secs) = (v["bytes"].as_f64().unwrap(), v["seconds"].as_f64().unwrap());
+    eprintln!("group send of a tree, --rate 16Mbit (2 MB/s): {:.0} B/s over {secs:.2} s", bytes / secs);
+    assert_eq!(bytes, 10e6, "{v}");
+    assert!((bytes / secs / 2e6 - 1.0).abs() <= 0.10, "{:.0} B/s is not within 10% of 2 MB/s\n{v}", bytes / secs);
+    a.wait(LIMIT).assert_success();
+    b.wait(LIMIT).assert_success();
+    assert_eq!(std::fs::read(a_dir.join("t/b.bin")).unwrap(), std::fs::read(tree.join("b.bin")).unwrap());
+}

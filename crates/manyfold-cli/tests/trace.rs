@@ -63,17 +63,34 @@ fn a_lossy_transfer_leaves_a_trace_per_side_that_is_summarized_and_plotted() {
     // The client sent the file: at least its 2 MB of stream data, and at 5%
     // loss each way some of it again.
     let first_sent = summary.lines().find(|l| l.contains("stream bytes first sent")).expect("stream bytes");
-    assert!(first_sent.contains("2000000 stream bytes") || figure(summary, "packets sent") > 1400, "{summary}");
+    // (Counted in bytes: with path MTU discovery on loopback the packets
+    // grow far beyond 1452 bytes, so their count says little.)
+    let stream_bytes: u64 = first_sent
+        .split(" stream bytes first sent")
+        .next()
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no stream bytes in {first_sent:?}"));
+    assert!(stream_bytes >= 2_000_000, "{summary}");
     assert!(figure(summary, "retransmissions") > 0, "{summary}");
     assert!(figure(summary, "packets lost") > 0, "{summary}");
     assert!(figure(summary, "RTT") > 0, "RTT samples\n{summary}");
-    assert_eq!(png_size(&plot), (1200, 90 + 260 * 3), "three panels");
+    // Window, throughput, RTT and events, each with its legend beside it.
+    assert_eq!(png_size(&plot), (1400, 60 + 300 + 230 + 230 + 190), "four panels");
     assert!(out.stdout.contains(&format!("plot written to {}", plot.display())), "{out}");
 
     let out = run_args(&["trace", qlog.join(server).to_str().unwrap()], LIMIT);
     out.assert_success();
     assert!(out.stdout.contains("(server)") && out.stdout.contains("closed gracefully"), "{out}");
-    assert!(figure(&out.stdout, "packets received") > 1400, "{out}");
+    // The file came in whatever packet sizes the path MTU allowed.
+    let received = out.stdout.lines().find(|l| l.trim_start().starts_with("packets received")).expect("received");
+    let bytes: u64 = received
+        .split('(')
+        .nth(1)
+        .and_then(|r| r.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no bytes in {received:?}"));
+    assert!(figure(&out.stdout, "packets received") > 0 && bytes > 2_000_000, "{out}");
 }
 
 #[test]
@@ -105,4 +122,30 @@ fn qlog_into_a_path_that_is_a_file_fails_with_its_name() {
     let out = run_args(&["echo", "127.0.0.1:9", "--qlog", file.to_str().unwrap()], LIMIT);
     out.assert_failure();
     assert!(out.stderr.contains("qlog directory") && out.stderr.contains("taken"), "{out}");
+}
+
+/// Issue 23 item 6: `--trace` starts with a legend, and gives a
+/// connection's id alike on its state lines and its packet lines (8 hex
+/// digits; it was decimal on the one and hex on the other).
+#[test]
+fn trace_has_a_legend_and_one_id_format_on_state_and_packet_lines() {
+    let tmp = tempfile::tempdir().unwrap();
+    let src = tmp.path().join("small.bin");
+    std::fs::write(&src, b"a few bytes\n").unwrap();
+    let inbox = tmp.path().join("inbox");
+    std::fs::create_dir(&inbox).unwrap();
+    let (recv, addr) = common::recv_into(&inbox, &["--once"]);
+    let out = run_args(&["send", "-q", src.to_str().unwrap(), "--to", &addr, "--trace"], LIMIT);
+    out.assert_success();
+    recv.wait(LIMIT).assert_success();
+    assert!(out.stderr.starts_with("trace legend:") && out.stderr.contains("-x dropped before sending"), "{out}");
+    let conn_of = |line: &str| -> String {
+        let word = line.split_whitespace().find_map(|w| w.strip_prefix("conn=")).unwrap_or_else(|| panic!("{line}"));
+        assert!(word.len() == 8 && word.chars().all(|c| c.is_ascii_hexdigit()), "8 hex digits: {line}");
+        word.to_string()
+    };
+    let state = out.stderr.lines().find(|l| l.contains("manyfold::state") && l.contains("ESTABLISHED")).expect("state");
+    // A packet received is addressed to our own id: the state line's.
+    let received = out.stderr.lines().find(|l| l.contains("manyfold::packet") && l.contains(" <- ")).expect("packet");
+    assert_eq!(conn_of(state), conn_of(received), "{state}\n{received}");
 }

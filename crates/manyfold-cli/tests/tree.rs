@@ -259,3 +259,92 @@ fn recv_takes_dash_f_for_overwrite_as_the_ftp_shell_does() {
     recv.wait(LIMIT).assert_success();
     assert_eq!(std::fs::read(inbox.join("x.txt")).unwrap(), b"new");
 }
+
+/// A file mapped shared and writable, every page already dirtied: later
+/// writes through it reach the page cache (and so every `read`) without
+/// moving the file's mtime or ctime, as a program writing through a map
+/// does between two write-backs.
+struct DirtyMap {
+    ptr: *mut std::ffi::c_void,
+    len: usize,
+}
+
+impl DirtyMap {
+    fn new(path: &Path) -> DirtyMap {
+        use rustix::mm::{mmap, MapFlags, ProtFlags};
+        let file = std::fs::OpenOptions::new().read(true).write(true).open(path).unwrap();
+        let len = file.metadata().unwrap().len() as usize;
+        // SAFETY: a fresh shared mapping of a file this test owns, of its
+        // whole length; only this struct touches it, and Drop unmaps it.
+        #[allow(unsafe_code)]
+        let ptr =
+            unsafe { mmap(std::ptr::null_mut(), len, ProtFlags::READ | ProtFlags::WRITE, MapFlags::SHARED, &file, 0) }
+                .unwrap();
+        let mut map = DirtyMap { ptr, len };
+        // Rewrite every page's first byte as it is (volatile: a store of
+        // the value just loaded must not be optimized away): each page is
+        // now dirty and writable.
+        for byte in map.bytes().iter_mut().step_by(4096) {
+            let b: *mut u8 = byte;
+            // SAFETY: `b` points into the live mapping, from a `&mut`.
+            #[allow(unsafe_code)]
+            unsafe {
+                b.write_volatile(b.read_volatile())
+            };
+        }
+        map
+    }
+
+    fn bytes(&mut self) -> &mut [u8] {
+        // SAFETY: `ptr` maps `len` bytes for as long as `self` lives, and
+        // the `&mut self` borrow makes this the only slice over them.
+        #[allow(unsafe_code)]
+        unsafe {
+            std::slice::from_raw_parts_mut(self.ptr.cast::<u8>(), self.len)
+        }
+    }
+}
+
+impl Drop for DirtyMap {
+    fn drop(&mut self) {
+        // SAFETY: unmaps exactly the mapping `new` made; no slice outlives `self`.
+        #[allow(unsafe_code)]
+        let _ = unsafe { rustix::mm::munmap(self.ptr, self.len) };
+    }
+}
+
+#[test]
+fn a_file_changed_without_moving_its_times_fails_by_the_hash_reread_and_is_not_stored() {
+    // tmpfs: no write-back that would clean the pages (the next write
+    // would then move the ctime and the cheaper check would catch it).
+    let shm = Path::new("/dev/shm");
+    let tmp = if shm.is_dir() { tempfile::tempdir_in(shm) } else { tempfile::tempdir() }.unwrap();
+    let src = tmp.path().join("mapped.bin");
+    samplegen(&src, "1MB", 4);
+    let mut map = DirtyMap::new(&src);
+    std::thread::sleep(Duration::from_millis(50));
+    let times = |p: &Path| {
+        let m = std::fs::metadata(p).unwrap();
+        (m.len(), m.mtime(), m.mtime_nsec(), m.ctime(), m.ctime_nsec())
+    };
+    let before = times(&src);
+    let inbox = tmp.path().join("inbox");
+    std::fs::create_dir(&inbox).unwrap();
+    let (mut recv, addr) = recv_once(&inbox, &[]);
+    let mut cmd = manyfold();
+    // 1 MB at 250 kB/s: about 4 s; the first bytes are read at once.
+    cmd.args(["send", src.to_str().unwrap(), "--to", &addr, "--rate", "250kB"]);
+    let send = Running::spawn(cmd);
+    recv.wait_for_line("receiving mapped.bin", LIMIT);
+    std::thread::sleep(Duration::from_millis(1500));
+    // Bytes the sender has read already: only a second read sees them.
+    map.bytes()[..4096].fill(0x55);
+    assert_eq!(times(&src), before, "the change must not show in size, mtime or ctime");
+    let sent = send.wait(LIMIT);
+    sent.assert_failure();
+    assert!(sent.stderr.contains("a second read of it hashes differently"), "{sent}");
+    let received = recv.wait(LIMIT);
+    received.assert_failure();
+    assert!(received.stderr.contains("the sender gave up") && received.stderr.contains("changed"), "{received}");
+    assert!(entries(&inbox).is_empty(), "nothing is stored: {:?}", entries(&inbox));
+}

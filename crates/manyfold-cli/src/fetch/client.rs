@@ -65,6 +65,11 @@ pub struct FetchArgs {
 
     #[command(flatten)]
     pub net: NetArgs,
+
+    /// The cap is on all servers together: segments are asked for no
+    /// faster than it allows (a segment's worth may come at once).
+    #[command(flatten)]
+    pub rate: crate::pace::RateArgs,
 }
 
 pub async fn run(args: FetchArgs) -> Result<()> {
@@ -82,7 +87,8 @@ pub async fn run(args: FetchArgs) -> Result<()> {
     let config = args.net.config()?;
     let security = keys::endpoint_protection(config.endpoint.security.as_ref());
     let endpoint = net::bind(net::unspecified_for(addrs[0]), config).await?;
-    let result = fetch(&endpoint, &addrs, &args.name, &out, args.overwrite, security).await;
+    let allowance = crate::pace::Allowance::new(args.rate.rate);
+    let result = fetch(&endpoint, &addrs, &args.name, &out, args.overwrite, security, allowance).await;
     let bound = Duration::from_millis(500);
     let _ = tokio::time::timeout(bound + Duration::from_secs(1), endpoint.shutdown_within(bound)).await;
     result
@@ -255,6 +261,7 @@ async fn fetch(
     out: &Path,
     overwrite: bool,
     security: Protection,
+    allowance: crate::pace::Allowance,
 ) -> Result<()> {
     let start = Instant::now();
     let multi = report::multi_progress();
@@ -318,7 +325,7 @@ async fn fetch(
         out.display()
     ));
 
-    let mut run = Run::new(&group, &multi, &manifest, &servers, download.done());
+    let mut run = Run::new(&group, &multi, &manifest, &servers, download.done(), allowance);
     let outcome = run.download(&mut download).await;
     run.finish_bars();
     let (complete, hash, error) = match outcome {
@@ -439,6 +446,8 @@ struct Run<'a> {
     packets: Vec<u64>,
     total: ProgressBar,
     bars: Vec<ProgressBar>,
+    /// `--rate`: how many segments may be asked for now.
+    allowance: crate::pace::Allowance,
 }
 
 impl<'a> Run<'a> {
@@ -448,6 +457,7 @@ impl<'a> Run<'a> {
         manifest: &'a Manifest,
         servers: &'a [(PeerId, SocketAddr)],
         done: &[bool],
+        allowance: crate::pace::Allowance,
     ) -> Run<'a> {
         let total = report::transfer_bar(multi, manifest.size, "total");
         let have: u64 = (0..manifest.count()).filter(|&i| done[i as usize]).map(|i| manifest.segment_len(i)).sum();
@@ -463,6 +473,7 @@ impl<'a> Run<'a> {
             packets: vec![0; servers.len()],
             total,
             bars,
+            allowance,
         }
     }
 
@@ -497,13 +508,20 @@ impl<'a> Run<'a> {
             if self.sched.live() == 0 {
                 return Ok(all_failed());
             }
-            for (s, index) in self.sched.requests(Instant::now()) {
+            let now = Instant::now();
+            let budget = self.allowance.pieces(tokio::time::Instant::from_std(now), self.manifest.segment_size.into());
+            let asks = self.sched.requests_within(now, budget);
+            let capped = asks.len() == budget;
+            for (s, index) in asks {
+                self.allowance.take(self.manifest.segment_len(index));
                 let request = Request::Segment { index }.encode();
                 let dest = Destination { peer: self.servers[s].0, stream: StreamId::BYTES };
                 if let Err(e) = self.group.send_to(dest, &request).await {
                     self.drop_server(s, format!("cannot send a request: {e}"), None);
                 }
             }
+            // Held back by the cap: wake when the next segment is due.
+            let due = if capped { self.allowance.next_due() } else { None };
             tokio::select! {
                 _ = &mut ctrl_c => return Ok(Outcome::Interrupted),
                 ev = self.group.next_event(), if events => match ev {
@@ -528,6 +546,8 @@ impl<'a> Run<'a> {
                     }
                 }
                 _ = tick.tick() => self.on_tick(download)?,
+                // --rate: the next segment's turn (then the loop asks).
+                _ = sleep_until_due(due) => {}
             }
         }
     }
@@ -635,6 +655,14 @@ impl<'a> Run<'a> {
 
 /// Every server failed — or our own interruption reset them all, which
 /// is an interruption (the data and journal are kept for a resume).
+/// Resolves at `due`; never without one.
+async fn sleep_until_due(due: Option<tokio::time::Instant>) {
+    match due {
+        Some(due) => tokio::time::sleep_until(due).await,
+        None => std::future::pending().await,
+    }
+}
+
 fn all_failed() -> Outcome {
     if net::lifecycle::signal().is_some() {
         Outcome::Interrupted

@@ -164,6 +164,10 @@ pub struct Schedule {
     queue: VecDeque<u32>,
     servers: Vec<Server>,
     done: u32,
+    /// The server offered the next request first: it moves on with every
+    /// request, so that a budget of a few at a time (`--rate`) still
+    /// spreads over the servers.
+    turn: usize,
 }
 
 fn ewma(old: Option<Duration>, sample: Duration) -> Duration {
@@ -179,7 +183,7 @@ impl Schedule {
         let segs: Vec<Seg> = done.iter().map(|&d| if d { Seg::Done } else { Seg::Waiting }).collect();
         let queue = (0..segs.len() as u32).filter(|&i| segs[i as usize] == Seg::Waiting).collect();
         let done = done.iter().filter(|d| **d).count() as u32;
-        Schedule { segs, queue, servers: (0..servers).map(|_| Server::new()).collect(), done }
+        Schedule { segs, queue, servers: (0..servers).map(|_| Server::new()).collect(), done, turn: 0 }
     }
 
     pub fn servers(&self) -> &[Server] {
@@ -202,15 +206,24 @@ impl Schedule {
 
     /// The requests to send now: each live server's free slots filled from
     /// the queue, then the endgame's second asks. The caller sends them.
+    #[cfg(test)]
     pub fn requests(&mut self, now: Instant) -> Vec<(ServerIx, u32)> {
+        self.requests_within(now, usize::MAX)
+    }
+
+    /// [`Schedule::requests`], at most `budget` of them (`--rate`: what
+    /// the cap allows now); the rest wait for a later call.
+    pub fn requests_within(&mut self, now: Instant, budget: usize) -> Vec<(ServerIx, u32)> {
         let mut out = Vec::new();
         // Round by round, one request per server per round, so that
         // segments at the front of the queue spread over the servers.
+        let n = self.servers.len();
         loop {
             let mut any = false;
-            for s in 0..self.servers.len() {
+            let turn = self.turn;
+            for s in (0..n).map(|k| (turn + k) % n) {
                 let server = &self.servers[s];
-                if server.failed.is_some() || server.asks.len() >= server.window {
+                if out.len() >= budget || server.failed.is_some() || server.asks.len() >= server.window {
                     continue;
                 }
                 if let Some(index) = self.pop_waiting() {
@@ -219,6 +232,7 @@ impl Schedule {
                     any = true;
                 }
             }
+            self.turn = out.last().map_or(self.turn, |&(s, _)| (s + 1) % n.max(1));
             if !any {
                 break;
             }
@@ -226,7 +240,7 @@ impl Schedule {
         if !self.has_waiting() {
             for s in 0..self.servers.len() {
                 let server = &self.servers[s];
-                if server.failed.is_some() || !server.asks.is_empty() {
+                if out.len() >= budget || server.failed.is_some() || !server.asks.is_empty() {
                     continue;
                 }
                 if let Some(index) = self.endgame_pick(s) {
@@ -502,6 +516,20 @@ mod tests {
         assert_eq!(sched.servers()[1].segments, 0);
         // The others took its segments without waiting out its timeout.
         assert!(took < MIN_SILENCE, "{took:?}");
+    }
+
+    #[test]
+    fn a_budget_of_one_request_at_a_time_still_spreads_over_the_servers() {
+        let now = Instant::now();
+        let mut sched = Schedule::new(&[false; 6], 3);
+        let mut asked = Vec::new();
+        for _ in 0..6 {
+            let got = sched.requests_within(now, 1);
+            assert_eq!(got.len(), 1, "{got:?}");
+            asked.push(got[0]);
+        }
+        assert_eq!(asked, [(0, 0), (1, 1), (2, 2), (0, 3), (1, 4), (2, 5)]);
+        assert!(sched.requests_within(now, 0).is_empty());
     }
 
     #[test]

@@ -54,6 +54,8 @@ pub struct Transferred {
     pub size: u64,
     /// Bytes an earlier attempt had moved already.
     pub resumed: u64,
+    /// The whole file's BLAKE3, as both ends checked it.
+    pub hash: blake3::Hash,
 }
 
 /// A request waiting for its replies; dropped, it stops waiting.
@@ -325,13 +327,14 @@ impl Client {
         // Taking the stream's end lets both sides forget it (spec §13.9).
         let _ = tokio::time::timeout(Duration::from_secs(5), self.streams.recv_message_on(stream)).await;
         guard.armed = false;
-        if *hasher.finalize().as_bytes() != theirs {
+        let hash = hasher.finalize();
+        if *hash.as_bytes() != theirs {
             part.discard();
             bail!("{}: the copy does not match the server's hash; its partial file was removed", local.display());
         }
         let mtime = std::time::UNIX_EPOCH.checked_add(Duration::from_secs(mtime.max(0) as u64));
         part.commit(force, mtime)?;
-        Ok(Transferred { size, resumed: from })
+        Ok(Transferred { size, resumed: from, hash })
     }
 
     /// The server's explanation of a broken transfer, if it sent one soon.
@@ -402,11 +405,12 @@ impl Client {
             left -= n as u64;
             progress(size - left, size);
         }
-        io.write_all(hasher.finalize().as_bytes()).await.map_err(broken)?;
+        let hash = hasher.finalize();
+        io.write_all(hash.as_bytes()).await.map_err(broken)?;
         io.shutdown().await.map_err(broken)?;
         guard.armed = false;
         match self.next(&mut call).await? {
-            Reply::Done => Ok(Transferred { size, resumed: from }),
+            Reply::Done => Ok(Transferred { size, resumed: from, hash }),
             other => bail!("unexpected answer: {other:?}"),
         }
     }

@@ -117,10 +117,15 @@ pub async fn run(args: ServerArgs) -> Result<()> {
     if let Some(m) = args.max_file_size {
         notes.push(format!("uploads up to {}", human_bytes(m)));
     }
-    println!(
+    let banner = format!(
         "manyfold ftp-server: listening on {local} ({}), serving {} (Ctrl-C to stop)",
         notes.join(", "),
         args.root.display()
+    );
+    // With --json too: a script needs the address (port 0 picks one).
+    crate::report::emit(
+        &banner,
+        || serde_json::json!({ "listening": local.to_string(), "root": args.root, "read_only": args.read_only }),
     );
 
     let (mut conn_rx, acceptor) = net::spawn_acceptor(Arc::clone(&endpoint));
@@ -149,8 +154,8 @@ pub async fn run(args: ServerArgs) -> Result<()> {
             Some(joined) = clients.join_next() => match joined {
                 // A wrong token is a failed login: logged, at most once a
                 // period per address, so a guessing loop cannot flood the log.
-                Ok(ClientEnd { line, unauthorized: Some(peer) }) => refused.note(peer, &line),
-                Ok(ClientEnd { line, unauthorized: None }) => println!("{line}"),
+                Ok(ClientEnd { line, unauthorized: Some(peer), .. }) => refused.note(peer, &line),
+                Ok(ClientEnd { line, json, unauthorized: None }) => crate::report::emit(&line, || json),
                 Err(e) => eprintln!("error: a client task failed: {e}"),
             },
         }
@@ -172,37 +177,53 @@ struct Summary {
 }
 
 impl Summary {
-    fn line(&self, error: Option<anyhow::Error>) -> String {
-        let end = match error {
-            None => "closed".to_string(),
-            Some(e) => format!("ended: {:#}", net::explain(e, net::Role::Client)),
-        };
-        format!(
-            "{} ({}): {} request(s), {} in, {} out, {:.1} s, {end}",
+    fn new(peer: SocketAddr, security: manyfold::Protection) -> Summary {
+        Summary { peer, security, start: Instant::now(), requests: 0, bytes_in: 0, bytes_out: 0 }
+    }
+
+    /// The client's line, and the same as JSON (`--json`): `peer`,
+    /// `encrypted`, `requests`, `bytes_in` (uploaded), `bytes_out`
+    /// (downloaded and listed), `seconds`, `ended` (null when the client
+    /// closed, else why the connection ended: "server full", an error).
+    fn end(&self, ended: Option<String>, unauthorized: Option<SocketAddr>) -> ClientEnd {
+        let seconds = self.start.elapsed().as_secs_f64();
+        let line = format!(
+            "{} ({}): {} request(s), {} in, {} out, {seconds:.1} s, {}",
             self.peer,
             crate::keys::short(self.security),
             self.requests,
             human_bytes(self.bytes_in),
             human_bytes(self.bytes_out),
-            self.start.elapsed().as_secs_f64()
-        )
+            ended.as_ref().map_or("closed".to_string(), |why| format!("ended: {why}")),
+        );
+        let json = serde_json::json!({
+            "peer": self.peer.to_string(),
+            "encrypted": matches!(self.security, manyfold::Protection::Encrypted { .. }),
+            "requests": self.requests,
+            "bytes_in": self.bytes_in,
+            "bytes_out": self.bytes_out,
+            "seconds": seconds,
+            "ended": ended,
+        });
+        ClientEnd { line, json, unauthorized }
     }
 }
 
-/// How a client's connection ended: its line, and its address if it was
-/// refused for a wrong token.
+/// How a client's connection ended: its line and object, and its address
+/// if it was refused for a wrong token.
 pub(super) struct ClientEnd {
     pub line: String,
+    pub json: serde_json::Value,
     pub unauthorized: Option<SocketAddr>,
 }
 
 async fn refuse_busy(mut conn: Connection) -> ClientEnd {
-    let peer = conn.peer_addr();
+    let summary = Summary::new(conn.peer_addr(), conn.protection());
     let streams = conn.streams();
     let _ =
         streams.send_message(CONTROL_STREAM, &Reply::Error(Failure::new(Code::Busy, "server full")).encode(0)).await;
     let _ = tokio::time::timeout(Duration::from_secs(2), conn.close()).await;
-    ClientEnd { line: format!("{peer}: refused (server full)"), unauthorized: None }
+    summary.end(Some("refused: server full".into()), None)
 }
 
 async fn send(streams: &Streams, id: u32, reply: Reply) -> Result<()> {
@@ -214,10 +235,10 @@ async fn send(streams: &Streams, id: u32, reply: Reply) -> Result<()> {
 pub(super) async fn serve(conn: Connection, root: &Arc<Service>, token: Option<&[u8]>) -> ClientEnd {
     let peer = conn.peer_addr();
     let security = conn.protection();
-    let mut s = Summary { peer, security, start: Instant::now(), requests: 0, bytes_in: 0, bytes_out: 0 };
+    let mut s = Summary::new(peer, security);
     let r = serve_client(conn, root, token, &mut s).await;
     let unauthorized = matches!(&r, Err(e) if e.downcast_ref::<WrongToken>().is_some()).then_some(peer);
-    ClientEnd { line: s.line(r.err()), unauthorized }
+    s.end(r.err().map(|e| format!("{:#}", net::explain(e, net::Role::Client))), unauthorized)
 }
 
 /// A client that showed a wrong token (or none where one is required).

@@ -533,7 +533,7 @@ impl Session {
         let summary =
             run_all(&self.client, list, force, Some(&multi), None, crate::net::lifecycle::foreground_interrupt())
                 .await?;
-        println!("{summary}");
+        crate::report::say(&summary);
         Ok(())
     }
 }
@@ -564,6 +564,35 @@ impl Xfer {
             Xfer::Put { local, remote } => format!("put {} -> {}", local.display(), shown(remote)),
         }
     }
+
+    /// The transfer's object for `--json`: `direction` (`get`/`put`),
+    /// `remote`, `local`, `ok`, `error` (null or why), `bytes` (the file's
+    /// size), `resumed_bytes` (held from an earlier attempt), `seconds`,
+    /// `goodput_bytes_per_second` (of the bytes moved now) and `blake3`.
+    fn to_json(&self, result: &Result<Transferred>, took: Duration) -> serde_json::Value {
+        let (direction, remote, local) = match self {
+            Xfer::Get { remote, local } => ("get", remote, local),
+            Xfer::Put { local, remote } => ("put", remote, local),
+        };
+        let secs = took.as_secs_f64();
+        let (bytes, resumed, hash, error) = match result {
+            Ok(t) => (Some(t.size), Some(t.resumed), Some(t.hash.to_hex().to_string()), None),
+            Err(e) => (None, None, None, Some(format!("{e:#}"))),
+        };
+        let moved = bytes.zip(resumed).map(|(b, r)| b - r);
+        serde_json::json!({
+            "direction": direction,
+            "remote": remote,
+            "local": local,
+            "ok": result.is_ok(),
+            "error": error,
+            "bytes": bytes,
+            "resumed_bytes": resumed,
+            "seconds": secs,
+            "goodput_bytes_per_second": moved.map(|m| if secs > 0.0 { m as f64 / secs } else { 0.0 }),
+            "blake3": hash,
+        })
+    }
 }
 
 /// Runs `list`; bars in `multi`, or totals in `counters`, until done or
@@ -580,6 +609,8 @@ async fn run_all(
     let start = std::time::Instant::now();
     let count = list.len();
     let mut set: JoinSet<Result<(String, Transferred)>> = JoinSet::new();
+    // Text: one summary for the command (below); --json: one object per
+    // transfer as it ends (Xfer::to_json), and no summary.
     let mut queue = list.into_iter();
     let (mut bytes, mut resumed, mut errors) = (0u64, 0u64, Vec::new());
     let sizes = Arc::new(Mutex::new(Vec::<(u64, u64)>::new()));
@@ -614,10 +645,12 @@ async fn run_all(
                     }
                 };
                 let what = x.describe();
+                let began = std::time::Instant::now();
                 let r = match &x {
                     Xfer::Get { remote, local } => c.get(remote, local, force, &progress).await,
                     Xfer::Put { local, remote } => c.put(local, remote, force, &progress).await,
                 };
+                crate::report::emit_json(|| x.to_json(&r, began.elapsed()));
                 r.map(|t| (what.clone(), t)).with_context(|| what)
             });
         }

@@ -46,12 +46,15 @@ fn stall_timeout() -> Duration {
 /// The close reason an error carries, however deep in its chain (the
 /// library's errors travel inside `io::Error` through the stream API).
 pub fn close_reason(e: &anyhow::Error) -> Option<CloseReason> {
-    e.chain().find_map(|cause| {
-        let conn = cause.downcast_ref::<ConnectionError>().or_else(|| {
-            cause.downcast_ref::<std::io::Error>().and_then(|io| io.get_ref()).and_then(|inner| inner.downcast_ref())
-        });
-        conn.and_then(ConnectionError::close_reason)
-    })
+    e.chain().find_map(reason_of)
+}
+
+/// The close reason one link of an error chain carries itself.
+fn reason_of(cause: &(dyn std::error::Error + 'static)) -> Option<CloseReason> {
+    let conn = cause.downcast_ref::<ConnectionError>().or_else(|| {
+        cause.downcast_ref::<std::io::Error>().and_then(|io| io.get_ref()).and_then(|inner| inner.downcast_ref())
+    });
+    conn.and_then(ConnectionError::close_reason)
 }
 
 /// What `reason` says about the peer `role`, when it says more than the
@@ -84,12 +87,17 @@ pub fn left(why: Left, role: Role) -> String {
     }
 }
 
-/// `e` with the headline of its close reason in front, if it has one.
+/// `e` with the headline of its close reason in front, if it has one,
+/// and without the library's own words for the same reason further down
+/// (not "the sender was interrupted: ...: the peer was interrupted").
+/// The result is text only: explained once, it is not explained again.
 pub fn explain(e: anyhow::Error, role: Role) -> anyhow::Error {
-    match close_reason(&e).and_then(|r| headline(r, role)) {
-        Some(line) => e.context(line),
-        None => e,
+    let Some(mut text) = close_reason(&e).and_then(|r| headline(r, role)) else { return e };
+    for cause in e.chain().filter(|cause| reason_of(*cause).is_none()) {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
     }
+    anyhow::anyhow!(text)
 }
 
 /// Whether `e` is only the echo of our own interruption (our connections
@@ -112,8 +120,10 @@ mod tests {
     fn an_interrupted_peer_is_named_by_its_role() {
         let e = explain(buried(CloseReason::PeerReset(Some(ErrorCode::INTERRUPTED))), Role::Sender);
         let text = format!("{e:#}");
-        assert!(text.starts_with("the sender was interrupted"), "{text}");
-        assert!(text.contains("connection lost while receiving data"), "{text}");
+        assert_eq!(
+            text, "the sender was interrupted (Ctrl-C or SIGTERM on its side): connection lost while receiving data",
+            "the cause is said once"
+        );
     }
 
     #[test]

@@ -204,7 +204,8 @@ pub fn verbose() -> u8 {
 pub fn init_tracing(trace: bool, verbose: u8) {
     use tracing_subscriber::EnvFilter;
     VERBOSE.store(verbose, std::sync::atomic::Ordering::Relaxed);
-    let filter = if trace || verbose >= 2 {
+    let packets = trace || verbose >= 2;
+    let filter = if packets {
         EnvFilter::new("manyfold=debug,manyfold::packet=debug,manyfold::state=debug")
     } else if verbose == 1 {
         EnvFilter::new("manyfold=info,manyfold::state=debug")
@@ -214,12 +215,29 @@ pub fn init_tracing(trace: bool, verbose: u8) {
             Err(_) => return,
         }
     };
+    if packets {
+        eprintln!("{TRACE_LEGEND}");
+    }
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .with_ansi(std::io::stderr().is_terminal())
+        // Seconds since the process started, as the packet lines' own
+        // milliseconds count: one timeline for both kinds of line.
+        .with_timer(tracing_subscriber::fmt::time::uptime())
         .init();
 }
+
+/// What the lines of `--trace` (and `-vv`) say, printed once before them.
+pub const TRACE_LEGEND: &str = "\
+trace legend: each line starts with seconds since this process started; a packet line then gives
+  its own time in ms, the direction (-> sent, <- received, -x dropped before sending and x- after
+  receiving by --loss), the peer, the header's flags, conn (the id of the connection the packet is
+  addressed to, 8 hex digits: the peer's own id on sent packets, ours on received ones; 00000000 on
+  a first SYN), seq, ack, wnd (advertised window, bytes), len (datagram bytes) and its chunks:
+  s3@1024+1400/BE is 1400 bytes of stream 3 at offset 1024 (B begin, E end, U unordered, F fin),
+  reset3, stop3, credit3<=N, abandon3[a,b), pad. A state line gives conn (this end's own id, the
+  same 8 hex digits) and the state it moves from and to.";
 
 /// Binds an endpoint, naming the address when that fails (address in use,
 /// address not available, ...).

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use bytes::Bytes;
 use indicatif::{MultiProgress, ProgressBar};
-use manyfold::{Destination, Endpoint, Group, GroupConfig, Mode, PeerId, PeerStats, Protection, StreamId};
+use manyfold::{Destination, Endpoint, Group, GroupConfig, Mode, PeerId, PeerState, PeerStats, Protection, StreamId};
 
 use super::send::Source;
 use super::tree::{self, Planned, TreeSummary};
@@ -279,8 +279,14 @@ pub async fn send_to_group(
     let progress = |group: &Group| {
         let stats: BTreeMap<PeerId, PeerStats> = group.peers().into_iter().collect();
         for (p, bar) in &bars {
-            let acked = stats.get(p).map_or(0, |s| s.acked_bytes.saturating_sub(request_len));
-            bar.set_position(acked.min(size));
+            match stats.get(p) {
+                // Its connection ended: its bar ends there, failed (the
+                // report says why), not "in progress" with a growing ETA.
+                None | Some(PeerStats { state: PeerState::Gone, .. }) => {
+                    report::end_failed(bar, "its connection ended (the report says why)")
+                }
+                Some(s) => bar.set_position(s.acked_bytes.saturating_sub(request_len).min(size)),
+            }
         }
     };
 

@@ -2,8 +2,13 @@
 //! for a group: each file's `from`, its data chunks and its end (the
 //! framing in [`super`]), handed to a [`Sink`]. A file is opened without
 //! following links and checked against the list; one that changes while
-//! it is read (it grows, its size, mtime or ctime move) is an error, so
-//! that the caller abandons the transfer.
+//! it is read is an error, so that the caller abandons the transfer: it
+//! grows, its size, mtime or ctime move, or a second read of the whole
+//! file after the first hashes differently (issue 23 item 2). The second
+//! read catches what the timestamps miss: a write within the clock tick
+//! of the last one, or through a shared memory map whose pages were
+//! already dirty (neither moves the ctime). It costs one more read of the
+//! file, mostly from the page cache, before the file's end is sent.
 
 use std::collections::HashMap;
 use std::os::unix::fs::MetadataExt;
@@ -72,6 +77,13 @@ pub async fn stream_files<S: Sink>(
                         before.len()
                     );
                 }
+                if reread_hash(&file, before.len()).await? != Some(hash) {
+                    bail!(
+                        "{} changed while it was being sent (a second read of it hashes differently, \
+                         though its size and times did not move); nothing of it is stored",
+                        path.display()
+                    );
+                }
                 (bytes, hash)
             }
             Origin::Stdin => {
@@ -126,6 +138,17 @@ async fn open_unchanged(path: &Path, entry: &wire::Entry) -> Result<tokio::fs::F
         bail!("{} changed between listing and sending; nothing of it is stored", path.display());
     }
     Ok(tokio::fs::File::from_std(file))
+}
+
+/// The BLAKE3 of the first `len` bytes of `file`, read again from the
+/// start; `None` if it no longer has that many.
+async fn reread_hash(file: &tokio::fs::File, len: u64) -> Result<Option<blake3::Hash>> {
+    let file = file.try_clone().await.context("cannot read the file again")?.into_std().await;
+    let (hasher, n) = tokio::task::spawn_blocking(move || crate::fsutil::hash_prefix(&file, len))
+        .await
+        .map_err(|e| anyhow::anyhow!("hash task failed: {e}"))?
+        .context("cannot read the file again")?;
+    Ok((n == len).then(|| hasher.finalize()))
 }
 
 /// Whether a file's size, mtime or ctime moved between two looks.

@@ -66,6 +66,11 @@ pub struct SenderConfig {
     /// Pace each window's packets at the rate of recently confirmed windows
     /// (the paper sends them back to back).
     pub pace: bool,
+    /// A ceiling on the sending rate in bytes per second, whatever the
+    /// flow control allows (spec §16.3, "A configured ceiling"): data,
+    /// parity and repair datagrams are paced to it, headers included.
+    /// `None`: only the flow control limits the rate.
+    pub max_rate: Option<u64>,
     /// Packets per FEC block (spec §16.9); 0 turns parity off.
     pub fec_k: u16,
     /// Parity shards multicast after each block in the data phase.
@@ -116,6 +121,7 @@ impl Default for SenderConfig {
             max_repair_queue: 65_536,
             max_packets: 1 << 26,
             pace: false,
+            max_rate: None,
             fec_k: 32,
             fec_proactive: 0,
             loss_tolerance: 0.05,

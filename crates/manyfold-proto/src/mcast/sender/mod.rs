@@ -6,6 +6,7 @@
 //! [`SenderTimer`] table. Its parts, by spec section:
 //!
 //! - `config.rs`: parameters, events, errors, counters;
+//! - `ceiling.rs`: the configured ceiling on the rate (§16.3);
 //! - `control.rs`: packets to one receiver (confirmations, ENDs, refusals);
 //! - `window.rs`: windows and paper 03's flow control (§16.3–§16.4);
 //! - `members.rs`: the receiver table, liveness and limits (§16.6–§16.8);
@@ -13,6 +14,7 @@
 //! - `keys.rs`: a protected session's registrations (§19.7);
 //! - `tests.rs`: unit tests of the parts, without the simulator.
 
+mod ceiling;
 mod config;
 mod control;
 mod keys;
@@ -151,6 +153,8 @@ pub struct McastSender {
     /// Recently confirmed windows' delivery rate, bytes/s.
     rate: Option<f64>,
     pacer: Pacer,
+    /// `max_rate`, if configured (spec §16.3, "A configured ceiling").
+    ceiling: Option<ceiling::Ceiling>,
     /// ARTP adaptation: windows, awaited networks summed, ACKs at the start.
     artp_windows: u32,
     artp_networks: u64,
@@ -214,6 +218,7 @@ impl McastSender {
             timers: SenderTimer::initial(now, &cfg),
             rate: None,
             pacer: Pacer::default(),
+            ceiling: ceiling::Ceiling::new(cfg.max_rate, cfg.max_datagram),
             artp_windows: 0,
             artp_networks: 0,
             artp_acks_at: 0,
@@ -619,14 +624,24 @@ impl McastSender {
             (None, Stage::Repair) => self.send_repair(buf, source),
             _ => None,
         }?;
-        if self.cfg.pace || self.stage == Stage::Repair {
-            if let Some(rate) = self.rate {
-                self.pacer.on_sent(sent.size as u64);
-                let until = self.pacer.delay(now, rate * 1.25, self.cfg.max_datagram as u64, sent.size as u64);
-                self.timers.set_or_cancel(SenderTimer::Pace, until);
-            }
+        // The flow control's pacing (spec §16.3, §9.3) and the configured
+        // ceiling each say when the next packet may go; the later wins.
+        let flow = self.pacing_rate().and_then(|rate| {
+            self.pacer.on_sent(sent.size as u64);
+            self.pacer.delay(now, rate, self.cfg.max_datagram as u64, sent.size as u64)
+        });
+        let ceiling = self.ceiling.as_mut().and_then(|c| c.on_sent(now, sent.size));
+        if self.ceiling.is_some() || self.pacing_rate().is_some() {
+            self.timers.set_or_cancel(SenderTimer::Pace, flow.max(ceiling));
         }
         Some(sent)
+    }
+
+    /// The flow control's pacing rate, bytes per second: recent windows'
+    /// rate, with `pace` or while repairing (spec §16.3); `None`: the
+    /// window's packets go back to back (the ceiling aside).
+    fn pacing_rate(&self) -> Option<f64> {
+        self.rate.filter(|_| self.cfg.pace || self.stage == Stage::Repair).map(|r| r * 1.25)
     }
 
     fn send_announce(&mut self, buf: &mut [u8]) -> Option<McTransmit> {

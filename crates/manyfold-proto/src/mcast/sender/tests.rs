@@ -113,6 +113,42 @@ fn a_confirmed_window_doubles_in_slow_start_and_an_expired_one_shrinks_and_stret
     assert_eq!(s.window(), (4, Duration::from_millis(100)), "W + 1, Tout / β floored at dflt_Tout");
 }
 
+/// DATA datagrams a sender of `cfg` sends in one second of virtual time
+/// to one receiver that acks every packet at once, driven as the I/O
+/// driver does (transmit until dry, then sleep to the next deadline).
+fn data_in_one_second(cfg: SenderConfig) -> u64 {
+    let t0 = Instant::now();
+    let mut s = sender(cfg, 10_000, &[(7, 1)], t0);
+    let (mut now, mut sent) = (t0, 0u64);
+    while now < t0 + Duration::from_secs(1) {
+        s.handle_timeout(now);
+        // What the acks let go, at once, as a driver polls after input.
+        loop {
+            let sns = data_sns(&drain(&mut s, now));
+            if sns.is_empty() {
+                break;
+            }
+            sent += sns.len() as u64;
+            for sn in sns {
+                ack(&mut s, now, 7, 1, sn);
+            }
+        }
+        now = s.poll_timeout().map_or(now, |t| t.max(now)).max(now + Duration::from_micros(1));
+    }
+    sent
+}
+
+#[test]
+fn a_configured_ceiling_paces_the_data_whatever_the_window_allows() {
+    // spec §16.3, "A configured ceiling": 1,452,000 B/s is 1000 datagrams
+    // of 1452 bytes a second, plus the bucket's first 20 ms.
+    let capped = data_in_one_second(SenderConfig { max_rate: Some(1_452_000), ..SenderConfig::default() });
+    assert!((995..=1021).contains(&capped), "{capped} datagrams in 1 s at a ceiling of 1000/s");
+    // The same sender without it: only its window holds it back.
+    let free = data_in_one_second(SenderConfig::default());
+    assert!(free > 3 * capped, "without a ceiling: {free}");
+}
+
 #[test]
 fn a_window_waits_for_every_awaited_network_and_a_late_ack_is_counted_and_ignored() {
     let t0 = Instant::now();
