@@ -206,7 +206,7 @@ pub fn init_tracing(trace: bool, verbose: u8) {
     VERBOSE.store(verbose, std::sync::atomic::Ordering::Relaxed);
     let packets = trace || verbose >= 2;
     let filter = if packets {
-        EnvFilter::new("manyfold=debug,manyfold::packet=debug,manyfold::state=debug")
+        EnvFilter::new("manyfold=debug,manyfold::packet=debug,manyfold::state=debug,manyfold::recovery=debug")
     } else if verbose == 1 {
         EnvFilter::new("manyfold=info,manyfold::state=debug")
     } else {
@@ -237,7 +237,9 @@ trace legend: each line starts with seconds since this process started; a packet
   a first SYN), seq, ack, wnd (advertised window, bytes), len (datagram bytes) and its chunks:
   s3@1024+1400/BE is 1400 bytes of stream 3 at offset 1024 (B begin, E end, U unordered, F fin),
   reset3, stop3, credit3<=N, abandon3[a,b), pad. A state line gives conn (this end's own id, the
-  same 8 hex digits) and the state it moves from and to.";
+  same 8 hex digits) and the state it moves from and to. A recovery line (manyfold::recovery) gives
+  conn, the packets declared lost or the RTO's backoff, cwnd (the congestion window, bytes) and
+  in_flight (bytes sent and not yet acknowledged).";
 
 /// Binds an endpoint, naming the address when that fails (address in use,
 /// address not available, ...).

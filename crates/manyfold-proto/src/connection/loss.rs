@@ -38,6 +38,14 @@ impl Connection {
         let losses = self.sent.detect_lost(now, &self.rtt);
         if let Some(sent) = losses.newest_sent {
             self.cc.on_congestion_event(now, sent, losses.bytes);
+            tracing::debug!(
+                target: "manyfold::recovery",
+                conn = %self.local_id,
+                lost = losses.packets,
+                cwnd = self.cc.window(),
+                in_flight = self.sent.bytes_in_flight(),
+                "packets declared lost"
+            );
         }
         losses.packets + losses.probes
     }

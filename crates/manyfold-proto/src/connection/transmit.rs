@@ -124,6 +124,13 @@ impl Connection {
         self.check_probe(now);
         self.check_black_hole();
         self.cc.on_rto(now);
+        tracing::debug!(
+            target: "manyfold::recovery",
+            conn = %self.local_id,
+            backoff = self.rto_backoff,
+            cwnd = self.cc.window(),
+            "retransmission timeout: everything in flight is resent"
+        );
         self.timers.cancel(Timer::Loss);
         self.timers.cancel(Timer::Tlp);
         self.tlp_due = None;
