@@ -17,7 +17,10 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::runtime::Runtime;
 
-use crate::{Config, Connection, ConnectionError, Endpoint, MessageOptions, StreamItem};
+use crate::{
+    CloseError, Config, Connection, ConnectionError, Endpoint, IntoMessage, MessageOptions, SendError, StreamItem,
+    WriteError,
+};
 
 /// The runtime behind every blocking handle.
 fn runtime() -> &'static Runtime {
@@ -144,8 +147,9 @@ impl Stream {
     /// `ConnectionRefused` when nothing listens there (the host's ICMP
     /// port unreachable, or the listener's refusal), `TimedOut` when the
     /// handshake got no answer within `connect_timeout`, the kind of the
-    /// [`ConnectionError`] inside for other ends,
-    /// or the OS's error when no socket can be bound.
+    /// [`ConnectError`](crate::ConnectError) inside for other ends (see
+    /// [`close_reason`](crate::close_reason)), or the OS's error when no
+    /// socket can be bound.
     pub fn connect(addr: impl ToSocketAddrs) -> io::Result<Stream> {
         Stream::connect_with(addr, Config::default())
     }
@@ -183,7 +187,7 @@ impl Stream {
     ///
     /// # Errors
     ///
-    /// The connection's end (`ConnectionError` inside the `io::Error`),
+    /// The connection's end ([`WriteError`] inside the `io::Error`),
     /// or `WouldBlock` when a write timeout passed first; part of `data`
     /// may then be queued.
     pub fn send(&mut self, data: &[u8]) -> io::Result<usize> {
@@ -196,8 +200,9 @@ impl Stream {
     ///
     /// # Errors
     ///
-    /// The connection's end other than graceful, or `WouldBlock` when a
-    /// read timeout passed with nothing to read.
+    /// The connection's end other than graceful ([`ReadError`](crate::ReadError)
+    /// inside the `io::Error`), or `WouldBlock` when a read timeout passed
+    /// with nothing to read.
     pub fn receive(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         if self.read_shut {
             return Ok(0);
@@ -256,7 +261,7 @@ impl Stream {
         }
         if matches!(how, Shutdown::Write | Shutdown::Both) {
             match self.conn.finish() {
-                Ok(()) | Err(ConnectionError::Closed(crate::CloseReason::Graceful)) => {}
+                Ok(()) | Err(WriteError::Closed(crate::CloseReason::Graceful)) => {}
                 Err(e) => return Err(e.into()),
             }
         }
@@ -317,7 +322,7 @@ impl Stream {
     /// # Errors
     ///
     /// As [`Streams::send_message`](crate::Streams::send_message).
-    pub fn send_message(&mut self, stream: u16, data: &[u8]) -> Result<(), ConnectionError> {
+    pub fn send_message(&mut self, stream: u16, data: impl IntoMessage) -> Result<(), SendError> {
         runtime().block_on(self.conn.streams().send_message(stream, data))
     }
 
@@ -327,7 +332,12 @@ impl Stream {
     /// # Errors
     ///
     /// As [`Streams::send_message`](crate::Streams::send_message).
-    pub fn send_message_with(&mut self, stream: u16, data: &[u8], opts: MessageOptions) -> Result<(), ConnectionError> {
+    pub fn send_message_with(
+        &mut self,
+        stream: u16,
+        data: impl IntoMessage,
+        opts: MessageOptions,
+    ) -> Result<(), SendError> {
         runtime().block_on(self.conn.streams().send_message_with(stream, data, opts))
     }
 
@@ -355,7 +365,7 @@ impl Stream {
     /// # Errors
     ///
     /// As [`Streams::wait_for_send`](crate::Streams::wait_for_send).
-    pub fn wait_for_send(&mut self, stream: u16) -> Result<(), ConnectionError> {
+    pub fn wait_for_send(&mut self, stream: u16) -> Result<(), CloseError> {
         runtime().block_on(self.conn.streams().wait_for_send(stream))
     }
 
@@ -384,7 +394,7 @@ impl Stream {
     /// # Errors
     ///
     /// As [`Streams::finish_stream`](crate::Streams::finish_stream).
-    pub fn finish_stream(&mut self, stream: u16) -> Result<(), ConnectionError> {
+    pub fn finish_stream(&mut self, stream: u16) -> Result<(), WriteError> {
         self.conn.streams().finish_stream(stream)
     }
 
@@ -465,8 +475,8 @@ impl Group {
     /// # Errors
     ///
     /// As [`Group::send`](crate::Group::send).
-    pub fn send(&self, data: &[u8]) -> Result<u64, crate::GroupError> {
-        runtime().block_on(self.group.send(data.to_vec()))
+    pub fn send(&self, data: impl IntoMessage) -> Result<u64, SendError> {
+        runtime().block_on(self.group.send(data))
     }
 
     /// Blocks until every message sent is delivered in the mode's sense.
@@ -474,7 +484,7 @@ impl Group {
     /// # Errors
     ///
     /// As [`Group::wait_for_send`](crate::Group::wait_for_send).
-    pub fn wait_for_send(&self) -> Result<(), crate::GroupError> {
+    pub fn wait_for_send(&self) -> Result<(), CloseError> {
         runtime().block_on(self.group.wait_for_send())
     }
 
@@ -530,7 +540,7 @@ impl Group {
     /// # Errors
     ///
     /// As [`Group::close`](crate::Group::close).
-    pub fn close(&self) -> Result<(), crate::GroupError> {
+    pub fn close(&self) -> Result<(), CloseError> {
         runtime().block_on(self.group.close())
     }
 

@@ -12,11 +12,12 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use manyfold_proto::wire::ErrorCode;
-use manyfold_proto::{CloseReason, ConnHandle, ConnStats, MessageOptions, RecvError, SendError, State, StreamItem};
+use manyfold_proto::{CloseReason, ConnHandle, ConnStats, MessageOptions, SendError, State, StreamItem};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use crate::driver::now;
-use crate::error::ConnectionError;
+use crate::error::{CloseError, ConnectionError, ReadError, SendError as MessageError, WriteError};
+use crate::message::IntoMessage;
 use crate::shared::{register, ConnState, Inner, Phase, Shared};
 
 /// The one reference to an engine connection behind a connection's halves.
@@ -101,11 +102,10 @@ impl ConnRef {
             Ok(None) => match self.park(inner, cx, |c| &mut c.read) {
                 Ok(()) => Poll::Pending,
                 Err(Some(reason)) => Poll::Ready(read_end(reason)),
-                Err(None) => Poll::Ready(Err(ConnectionError::EndpointClosed.into())),
+                Err(None) => Poll::Ready(Err(ReadError::EndpointClosed.into())),
             },
-            Err(RecvError::Closed(reason)) => Poll::Ready(read_end(reason)),
-            Err(RecvError::StreamReset(code)) => Poll::Ready(Err(ConnectionError::StreamReset(code).into())),
-            Err(_) => Poll::Ready(Err(ConnectionError::EndpointClosed.into())),
+            Err(manyfold_proto::RecvError::Closed(reason)) => Poll::Ready(read_end(reason)),
+            Err(e) => Poll::Ready(Err(ReadError::from(e).into())),
         }
     }
 
@@ -118,15 +118,14 @@ impl ConnRef {
         match inner.engine.conn_mut(self.handle).stream_send(stream, data) {
             Ok(0) => match self.park(inner, cx, |c| &mut c.write) {
                 Ok(()) => Poll::Pending,
-                Err(Some(reason)) => Poll::Ready(Err(ConnectionError::Closed(reason).into())),
-                Err(None) => Poll::Ready(Err(ConnectionError::EndpointClosed.into())),
+                Err(reason) => Poll::Ready(Err(WriteError::from(ConnectionError::gone(reason)).into())),
             },
             Ok(n) => {
                 drop(guard);
                 self.shared.wake_driver();
                 Poll::Ready(Ok(n))
             }
-            Err(e) => Poll::Ready(Err(ConnectionError::from(e).into())),
+            Err(e) => Poll::Ready(Err(WriteError::from(e).into())),
         }
     }
 
@@ -137,7 +136,7 @@ impl ConnRef {
         stream: u16,
         data: &[u8],
         opts: MessageOptions,
-    ) -> Poll<Result<(), ConnectionError>> {
+    ) -> Poll<Result<(), MessageError>> {
         let mut guard = self.shared.lock();
         let inner = &mut *guard;
         match inner.engine.conn_mut(self.handle).send_message(now(), stream, data, opts) {
@@ -148,7 +147,7 @@ impl ConnRef {
             }
             Err(SendError::Blocked) => match self.park(inner, cx, |c| &mut c.write) {
                 Ok(()) => Poll::Pending,
-                Err(reason) => Poll::Ready(Err(gone(reason))),
+                Err(reason) => Poll::Ready(Err(ConnectionError::gone(reason).into())),
             },
             Err(e) => Poll::Ready(Err(e.into())),
         }
@@ -184,16 +183,16 @@ impl ConnRef {
             Ok(None) => match self.park(inner, cx, |c| &mut c.read) {
                 Ok(()) => Poll::Pending,
                 Err(Some(CloseReason::Graceful)) => Poll::Ready(Ok(None)),
-                Err(reason) => Poll::Ready(Err(gone(reason))),
+                Err(reason) => Poll::Ready(Err(ConnectionError::gone(reason))),
             },
-            Err(RecvError::Closed(CloseReason::Graceful)) => Poll::Ready(Ok(None)),
-            Err(RecvError::Closed(reason)) => Poll::Ready(Err(ConnectionError::Closed(reason))),
+            Err(manyfold_proto::RecvError::Closed(CloseReason::Graceful)) => Poll::Ready(Ok(None)),
+            Err(manyfold_proto::RecvError::Closed(reason)) => Poll::Ready(Err(ConnectionError::Closed(reason))),
             Err(_) => Poll::Ready(Err(ConnectionError::EndpointClosed)),
         }
     }
 
     /// Ready once everything queued on `stream` is acknowledged.
-    fn poll_wait_for_send(&self, cx: &Context<'_>, stream: u16) -> Poll<Result<(), ConnectionError>> {
+    fn poll_wait_for_send(&self, cx: &Context<'_>, stream: u16) -> Poll<Result<(), CloseError>> {
         let mut guard = self.shared.lock();
         let inner = &mut *guard;
         if !inner.engine.conn(self.handle).stream_pending(stream) {
@@ -202,14 +201,14 @@ impl ConnRef {
             let unacked = inner.engine.conn(self.handle).stats().map_or(0, |s| s.unacked_bytes);
             return match inner.engine.conn(self.handle).close_reason() {
                 Some(reason) if reason != CloseReason::Graceful && unacked > 0 => {
-                    Poll::Ready(Err(ConnectionError::Unacked { bytes: unacked, reason }))
+                    Poll::Ready(Err(CloseError::Unacked { bytes: unacked, reason }))
                 }
                 _ => Poll::Ready(Ok(())),
             };
         }
         match self.park(inner, cx, |c| &mut c.acked) {
             Ok(()) => Poll::Pending,
-            Err(reason) => Poll::Ready(Err(gone(reason))),
+            Err(reason) => Poll::Ready(Err(ConnectionError::gone(reason).into())),
         }
     }
 
@@ -240,14 +239,14 @@ impl ConnRef {
     }
 
     /// Queues FIN after the data written so far (once), without waiting.
-    fn finish(&self) -> Result<(), ConnectionError> {
+    fn finish(&self) -> Result<(), WriteError> {
         let mut guard = self.shared.lock();
         let inner = &mut *guard;
         let Some(c) = inner.conns.get_mut(&self.handle) else {
-            return Err(ConnectionError::EndpointClosed);
+            return Err(WriteError::EndpointClosed);
         };
         if let Some(reason) = c.closed {
-            return Err(ConnectionError::Closed(reason));
+            return Err(WriteError::Closed(reason));
         }
         if c.close_requested {
             return Ok(());
@@ -261,12 +260,12 @@ impl ConnRef {
 
     /// Sends FIN after the queued data (once) and is ready when the peer has
     /// acknowledged everything including the FIN.
-    fn poll_close(&self, cx: &Context<'_>) -> Poll<Result<(), ConnectionError>> {
+    fn poll_close(&self, cx: &Context<'_>) -> Poll<Result<(), CloseError>> {
         let mut guard = self.shared.lock();
         let inner = &mut *guard;
         let stopped = inner.phase == Phase::Stopped;
         let Some(c) = inner.conns.get_mut(&self.handle) else {
-            return Poll::Ready(Err(ConnectionError::EndpointClosed));
+            return Poll::Ready(Err(CloseError::EndpointClosed));
         };
         let mut requested_now = false;
         if c.closed.is_none() && !c.close_requested {
@@ -282,12 +281,12 @@ impl ConnRef {
                 let unacked = inner.engine.conn(self.handle).stats().map_or(0, |s| s.unacked_bytes);
                 Poll::Ready(match reason {
                     Some(CloseReason::Graceful) => Ok(()),
-                    Some(reason) if unacked > 0 => Err(ConnectionError::Unacked { bytes: unacked, reason }),
-                    Some(reason) => Err(ConnectionError::Closed(reason)),
-                    None => Err(ConnectionError::EndpointClosed),
+                    Some(reason) if unacked > 0 => Err(CloseError::Unacked { bytes: unacked, reason }),
+                    Some(reason) => Err(CloseError::Closed(reason)),
+                    None => Err(CloseError::EndpointClosed),
                 })
             }
-            _ if stopped => Poll::Ready(Err(ConnectionError::EndpointClosed)),
+            _ if stopped => Poll::Ready(Err(CloseError::EndpointClosed)),
             _ => {
                 register(&mut c.close, cx);
                 Poll::Pending
@@ -339,17 +338,12 @@ impl std::fmt::Display for Protection {
     }
 }
 
-/// The error for a connection (`Some(reason)`) or endpoint (`None`) that is gone.
-fn gone(reason: Option<CloseReason>) -> ConnectionError {
-    reason.map_or(ConnectionError::EndpointClosed, ConnectionError::Closed)
-}
-
 /// What a read returns once the connection has closed: end of stream after a
 /// graceful close, an error otherwise.
 fn read_end(reason: CloseReason) -> io::Result<()> {
     match reason {
         CloseReason::Graceful => Ok(()),
-        other => Err(ConnectionError::Closed(other).into()),
+        other => Err(ReadError::Closed(other).into()),
     }
 }
 
@@ -387,7 +381,7 @@ impl Connection {
     /// # Errors
     ///
     /// The connection's end if it is already closed.
-    pub fn finish(&mut self) -> Result<(), ConnectionError> {
+    pub fn finish(&mut self) -> Result<(), WriteError> {
         self.send.finish()
     }
 
@@ -422,17 +416,17 @@ impl Connection {
     ///
     /// # Errors
     ///
-    /// [`ConnectionError::Unacked`] saying how many bytes were never
+    /// [`CloseError::Unacked`] saying how many bytes were never
     /// acknowledged and why, when the connection dies first;
-    /// [`ConnectionError::Closed`] when it had already ended otherwise than
-    /// gracefully; [`ConnectionError::EndpointClosed`] when the endpoint
+    /// [`CloseError::Closed`] when it had already ended otherwise than
+    /// gracefully; [`CloseError::EndpointClosed`] when the endpoint
     /// stopped.
     ///
     /// # Cancel safety
     ///
     /// The FIN is queued on the first poll and stays queued: dropping the
     /// future only stops the waiting; a later `close` waits again.
-    pub async fn close(&mut self) -> Result<(), ConnectionError> {
+    pub async fn close(&mut self) -> Result<(), CloseError> {
         self.send.close().await
     }
 
@@ -453,11 +447,27 @@ impl Connection {
     }
 
     /// Sends one whole message on `stream` (see [`Streams::send_message`]).
-    pub async fn send_message(&self, stream: u16, data: &[u8]) -> Result<(), ConnectionError> {
+    ///
+    /// # Errors
+    ///
+    /// As [`Streams::send_message`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: the message is queued whole or not at all.
+    pub async fn send_message(&self, stream: u16, data: impl IntoMessage) -> Result<(), MessageError> {
         self.streams().send_message(stream, data).await
     }
 
     /// The next whole message of any stream (see [`Streams::recv_message`]).
+    ///
+    /// # Errors
+    ///
+    /// As [`Streams::recv_message`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: an item is taken only when the future returns it.
     pub async fn recv_message(&self) -> Result<Option<(u16, StreamItem)>, ConnectionError> {
         self.streams().recv_message().await
     }
@@ -467,13 +477,13 @@ impl Connection {
 /// the same connection; any number of tasks may send and receive at once.
 ///
 /// ```no_run
-/// # async fn demo(conn: manyfold::Connection) -> Result<(), manyfold::ConnectionError> {
+/// # async fn demo(conn: manyfold::Connection) -> Result<(), Box<dyn std::error::Error>> {
 /// use manyfold::{MessageOptions, StreamItem};
 /// let streams = conn.streams();
-/// streams.send_message(1, b"order 42").await?;
+/// streams.send_message(1, &b"order 42"[..]).await?;
 /// // Dropped if not delivered within 200 ms; delivered as soon as whole.
 /// let opts = MessageOptions { unordered: true, lifetime: Some(std::time::Duration::from_millis(200)), ..Default::default() };
-/// streams.send_message_with(2, b"position 3,4", opts).await?;
+/// streams.send_message_with(2, &b"position 3,4"[..], opts).await?;
 /// streams.wait_for_send(1).await?;
 /// while let Some((stream, item)) = streams.recv_message().await? {
 ///     if let StreamItem::Message(m) = item {
@@ -491,23 +501,28 @@ impl Streams {
     /// Sends `data` as one message on `stream` (opening the stream if new),
     /// reliably and in stream order. Waits while the send buffer has no
     /// room for the whole message; a message larger than the configured
-    /// maximum is refused with [`ConnectionError::MessageTooLarge`] and
-    /// nothing is sent.
+    /// maximum is refused with [`SendError::TooLarge`](MessageError::TooLarge)
+    /// and nothing is sent. `data` is any [`IntoMessage`]: an owned buffer
+    /// (`Vec<u8>`, `String`, [`Bytes`](bytes::Bytes)) is held as it is until
+    /// acknowledged, not copied; borrowed bytes (`&[u8]`, `b"..."`) are
+    /// copied once.
     ///
     /// # Errors
     ///
-    /// [`ConnectionError::MessageTooLarge`]; [`ConnectionError::Finished`]
-    /// after our side of the stream or connection was finished;
-    /// [`ConnectionError::StreamReset`] when the stream was reset or the
-    /// peer asked us to stop; [`ConnectionError::StreamLimit`] when a new
-    /// stream would pass the limit; [`ConnectionError::Closed`] once the
-    /// connection ended.
+    /// [`SendError::TooLarge`](MessageError::TooLarge);
+    /// [`SendError::Finished`](MessageError::Finished) after our side of
+    /// the stream or connection was finished;
+    /// [`SendError::Reset`](MessageError::Reset) when the stream was reset
+    /// or the peer asked us to stop;
+    /// [`SendError::StreamLimit`](MessageError::StreamLimit) when a new
+    /// stream would pass the limit; [`SendError::Closed`](MessageError::Closed)
+    /// once the connection ended; [`SendError::EndpointClosed`](MessageError::EndpointClosed).
     ///
     /// # Cancel safety
     ///
     /// Cancel safe: the message is queued whole or not at all, so a
     /// future dropped while it waits for room has sent nothing.
-    pub async fn send_message(&self, stream: u16, data: &[u8]) -> Result<(), ConnectionError> {
+    pub async fn send_message(&self, stream: u16, data: impl IntoMessage) -> Result<(), MessageError> {
         self.send_message_with(stream, data, MessageOptions::default()).await
     }
 
@@ -525,10 +540,11 @@ impl Streams {
     pub async fn send_message_with(
         &self,
         stream: u16,
-        data: &[u8],
+        data: impl IntoMessage,
         opts: MessageOptions,
-    ) -> Result<(), ConnectionError> {
-        poll_fn(|cx| self.conn.poll_send_message(cx, stream, data, opts)).await
+    ) -> Result<(), MessageError> {
+        let data = data.into_message();
+        poll_fn(|cx| self.conn.poll_send_message(cx, stream, &data, opts)).await
     }
 
     /// The next whole message, abandoned-message notice, end or reset of
@@ -567,14 +583,14 @@ impl Streams {
     ///
     /// # Errors
     ///
-    /// [`ConnectionError::Unacked`] with the bytes never acknowledged and
+    /// [`CloseError::Unacked`] with the bytes never acknowledged and
     /// why, when the connection ended otherwise than gracefully first;
     /// the error of the connection's end when it ends while we wait.
     ///
     /// # Cancel safety
     ///
     /// Cancel safe: it only waits; nothing is queued or taken.
-    pub async fn wait_for_send(&self, stream: u16) -> Result<(), ConnectionError> {
+    pub async fn wait_for_send(&self, stream: u16) -> Result<(), CloseError> {
         poll_fn(|cx| self.conn.poll_wait_for_send(cx, stream)).await
     }
 
@@ -583,10 +599,12 @@ impl Streams {
     ///
     /// # Errors
     ///
-    /// What the engine refuses (as [`Streams::send_message`]'s errors): a
-    /// stream already finished or reset, or a connection that has ended.
-    pub fn finish_stream(&self, stream: u16) -> Result<(), ConnectionError> {
-        self.conn.command(|e, h| e.conn_mut(h).finish_stream(stream)).map_err(ConnectionError::from)
+    /// [`WriteError::Finished`] when the stream was already finished,
+    /// [`WriteError::Reset`] when it was reset, [`WriteError::StreamLimit`]
+    /// when a new stream would pass the limit, [`WriteError::Closed`] once
+    /// the connection ended.
+    pub fn finish_stream(&self, stream: u16) -> Result<(), WriteError> {
+        self.conn.command(|e, h| e.conn_mut(h).finish_stream(stream)).map_err(WriteError::from)
     }
 
     /// Abandons our side of `stream`: queued data is dropped and the peer
@@ -644,7 +662,7 @@ impl AsyncWrite for StreamIo {
         let r = self.conn.command(|e, h| e.conn_mut(h).finish_stream(self.stream));
         Poll::Ready(match r {
             Ok(()) | Err(SendError::Finished) => Ok(()),
-            Err(e) => Err(ConnectionError::from(e).into()),
+            Err(e) => Err(WriteError::from(e).into()),
         })
     }
 }
@@ -690,7 +708,7 @@ impl SendHalf {
     }
 
     /// As [`Connection::close`].
-    pub async fn close(&mut self) -> Result<(), ConnectionError> {
+    pub async fn close(&mut self) -> Result<(), CloseError> {
         poll_fn(|cx| self.conn.poll_close(cx)).await
     }
 
@@ -704,7 +722,7 @@ impl SendHalf {
     /// whatever comes next (reading the peer's answer, say); a later
     /// [`close`](Self::close) then usually returns at once. Writing after
     /// it fails.
-    pub fn finish(&mut self) -> Result<(), ConnectionError> {
+    pub fn finish(&mut self) -> Result<(), WriteError> {
         self.conn.finish()
     }
 }

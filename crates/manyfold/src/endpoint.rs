@@ -13,7 +13,7 @@ use manyfold_proto::EndpointStats;
 use crate::config::{Config, DriverStats, FaultConfig, FaultStats};
 use crate::connection::{ConnRef, Connection};
 use crate::driver::{now, Driver};
-use crate::error::ConnectionError;
+use crate::error::ConnectError;
 use crate::fault::Faults;
 use crate::qlog::QlogWriter;
 use crate::shared::{ConnState, Inner, Phase, Shared};
@@ -110,30 +110,29 @@ impl Endpoint {
     ///
     /// # Errors
     ///
-    /// [`ConnectionError::Closed`] with [`crate::CloseReason::Refused`] when
-    /// nothing listens there (at once where ICMP says so) or the listener
-    /// refuses, [`crate::CloseReason::ConnectTimeout`] when nothing answers within
-    /// `connect_timeout`; [`ConnectionError::Connect`] when the endpoint
-    /// holds its maximum of connections or `addr` is unspecified;
-    /// [`ConnectionError::Io`] for an IPv6 address from an IPv4 socket;
-    /// [`ConnectionError::EndpointClosed`] after a shutdown.
+    /// [`ConnectError::Refused`] when nothing listens there (at once where
+    /// ICMP says so) or the listener refuses; [`ConnectError::TimedOut`]
+    /// when nothing answers within `connect_timeout`;
+    /// [`ConnectError::Closed`] when the handshake ends otherwise (host
+    /// unreachable, protection mismatch, failed authentication);
+    /// [`ConnectError::TooManyConnections`] when the endpoint holds its
+    /// maximum; [`ConnectError::InvalidAddress`] for an unspecified
+    /// address, port 0, or an IPv6 address from an IPv4 socket;
+    /// [`ConnectError::EndpointClosed`] after a shutdown.
     ///
     /// # Cancel safety
     ///
     /// Dropping the future abandons the attempt: the half-open connection
     /// is aborted and released.
-    pub async fn connect(&self, addr: SocketAddr) -> Result<Connection, ConnectionError> {
+    pub async fn connect(&self, addr: SocketAddr) -> Result<Connection, ConnectError> {
         if self.shared.local_addr.is_ipv4() && addr.is_ipv6() {
             // The SYN could never leave; say so now rather than after connect_timeout.
-            return Err(ConnectionError::Io(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                format!("cannot reach IPv6 address {addr} from IPv4 socket {}", self.shared.local_addr),
-            )));
+            return Err(ConnectError::InvalidAddress { addr, why: "an IPv6 address from an IPv4 socket" });
         }
         let handle = {
             let mut inner = self.shared.lock();
             if !inner.is_running() {
-                return Err(ConnectionError::EndpointClosed);
+                return Err(ConnectError::EndpointClosed);
             }
             let h = inner.engine.connect(now(), addr)?;
             inner.conns.insert(h, ConnState::default());

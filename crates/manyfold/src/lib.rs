@@ -120,6 +120,7 @@ mod fault;
 mod group;
 mod icmp;
 pub mod mcast;
+mod message;
 pub mod qlog;
 /// The protocol's specification, docs/spec.md, as shipped: the wire
 /// format and state machines in the numbered sections (§N) that the rest
@@ -138,7 +139,9 @@ mod trace;
 pub use config::{Config, DriverStats, FaultConfig, FaultStats};
 pub use connection::{Connection, Protection, RecvHalf, SendHalf, StreamIo, Streams};
 pub use endpoint::{Endpoint, DEFAULT_SHUTDOWN_TIMEOUT};
-pub use error::ConnectionError;
+pub use error::{
+    close_reason, CloseError, ConnectError, ConnectionError, ReadError, RequestError, SendError, WriteError,
+};
 pub use group::{Group, GroupError, Joined, PeerReader};
 pub use manyfold_proto::wire::ErrorCode;
 pub use manyfold_proto::{
@@ -146,5 +149,6 @@ pub use manyfold_proto::{
     Left, MessageOptions, Mode, PathStats, PeerId, PeerState, PeerStats, SecurityConfig, StreamItem, Unreachable,
     UnreachableKind,
 };
-pub use manyfold_proto::{CongestionAlgorithm, ConnectError, ConnectionConfig};
+pub use manyfold_proto::{CongestionAlgorithm, ConnectionConfig};
+pub use message::IntoMessage;
 pub use session::REQUEST_TOO_LARGE;

@@ -9,7 +9,7 @@ use std::thread;
 
 use common::*;
 use manyfold::blocking::{Listener, Stream};
-use manyfold::{ConnectionError, MessageOptions, StreamItem};
+use manyfold::{MessageOptions, SendError, StreamItem};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::time::timeout;
 
@@ -40,7 +40,7 @@ async fn messages_on_four_streams_arrive_whole_and_in_per_stream_order() {
                 for i in 0..200u32 {
                     let len = (i as usize * 97 + usize::from(s) * 13) % 5000;
                     let msg: Vec<u8> = (0..len).map(|k| (k as u32 ^ i ^ u32::from(s)) as u8).collect();
-                    streams.send_message(s, &msg).await.expect("send_message");
+                    streams.send_message(s, msg).await.expect("send_message");
                 }
                 streams.finish_stream(s).expect("finish");
                 streams.wait_for_send(s).await.expect("wait_for_send");
@@ -89,13 +89,13 @@ async fn a_stream_is_a_byte_stream_and_a_reset_reaches_the_reader() {
         io.shutdown().await.unwrap();
         streams.io(9).write_all(b"never mind").await.unwrap();
         streams.reset_stream(9, 77);
-        assert!(matches!(streams.send_message(9, b"more").await, Err(ConnectionError::StreamReset(77))));
+        assert!(matches!(streams.send_message(9, &b"more"[..]).await, Err(SendError::Reset(77))));
         let (bytes, err, _conn, server) = receiver.await.unwrap();
         assert_eq!(bytes, data);
         assert!(err.contains("77"), "{err}");
         let too_big = vec![0u8; (16 << 20) + 1];
-        let refused = streams.send_message(3, &too_big).await;
-        assert!(matches!(refused, Err(ConnectionError::MessageTooLarge { .. })), "{refused:?}");
+        let refused = streams.send_message(3, too_big).await;
+        assert!(matches!(refused, Err(SendError::TooLarge { .. })), "{refused:?}");
         // Both close at once: each waits for the other's FIN.
         tokio::join!(server.shutdown(), client.shutdown());
     })
@@ -118,9 +118,9 @@ fn blocking_facade_sends_and_receives_messages() {
         got
     });
     let mut c = Stream::connect(addr).expect("connect");
-    c.send_message(2, b"first").unwrap();
+    c.send_message(2, &b"first"[..]).unwrap();
     let opts = MessageOptions { unordered: true, ..Default::default() };
-    c.send_message_with(5, b"second", opts).unwrap();
+    c.send_message_with(5, &b"second"[..], opts).unwrap();
     c.wait_for_send(2).unwrap();
     c.close().unwrap();
     let mut got = server.join().unwrap();

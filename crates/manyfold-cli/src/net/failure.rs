@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use manyfold::Left;
-use manyfold::{CloseReason, ConnectionError, ErrorCode};
+use manyfold::{CloseReason, ErrorCode};
 use manyfold_proto::UnreachableKind;
 
 /// Who the peer is to this command.
@@ -46,12 +46,7 @@ fn stall_timeout() -> Duration {
 /// The close reason an error carries, however deep in its chain (the
 /// library's errors travel inside `io::Error` through the stream API).
 pub fn close_reason(e: &anyhow::Error) -> Option<CloseReason> {
-    e.chain().find_map(|cause| {
-        let conn = cause.downcast_ref::<ConnectionError>().or_else(|| {
-            cause.downcast_ref::<std::io::Error>().and_then(|io| io.get_ref()).and_then(|inner| inner.downcast_ref())
-        });
-        conn.and_then(ConnectionError::close_reason)
-    })
+    e.chain().find_map(manyfold::close_reason)
 }
 
 /// What `reason` says about the peer `role`, when it says more than the
@@ -104,7 +99,7 @@ mod tests {
     use anyhow::Context;
 
     fn buried(reason: CloseReason) -> anyhow::Error {
-        let io: std::io::Error = ConnectionError::Closed(reason).into();
+        let io: std::io::Error = manyfold::ReadError::Closed(reason).into();
         Err::<(), _>(io).context("connection lost while receiving data").unwrap_err()
     }
 
