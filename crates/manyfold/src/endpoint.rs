@@ -40,7 +40,24 @@ pub struct Endpoint {
 impl Endpoint {
     /// Binds a UDP socket to `addr` and starts its driver on the current
     /// tokio runtime (any flavour; calling it outside a runtime panics).
-    /// Binding errors keep their kind (e.g. `AddrInUse`) and name the address.
+    ///
+    /// # Errors
+    ///
+    /// The OS's error when the socket cannot be bound, keeping its kind
+    /// (`AddrInUse`, `AddrNotAvailable`, `PermissionDenied`) and naming the
+    /// address; `InvalidInput` for a security configuration that cannot
+    /// authenticate the peer (spec §19.1); the OS's error when the qlog
+    /// directory cannot be created or no randomness can be had.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: nothing is left behind by a dropped future. The socket
+    /// is bound and the driver started in one poll, at the end, so a
+    /// future dropped before it returned has bound nothing.
+    ///
+    /// # Panics
+    ///
+    /// Outside a tokio runtime (it spawns the driver task).
     pub async fn bind(addr: SocketAddr, config: Config) -> io::Result<Endpoint> {
         Endpoint::bind_socket(addr, config, false).await
     }
@@ -50,6 +67,15 @@ impl Endpoint {
     /// over the cores (spec §15): the kernel hands each peer's datagrams
     /// to one socket by address hash, so each connection stays with one
     /// engine. With port 0 the first binding picks the port.
+    ///
+    /// # Errors
+    ///
+    /// As [`Endpoint::bind`], for the first binding that fails; those
+    /// already made are dropped.
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`Endpoint::bind`]: it completes in the poll that starts it.
     pub async fn bind_reuseport(addr: SocketAddr, config: Config, count: usize) -> io::Result<Vec<Endpoint>> {
         let mut out: Vec<Endpoint> = Vec::with_capacity(count);
         for i in 0..count.max(1) {
