@@ -874,6 +874,7 @@ fn crafted() -> Vec<(Vec<u8>, &'static str, &'static str)> {
     use manyfold_proto::mcast::Pattern;
     use manyfold_proto::wire::chunk::{Chunk, DataChunk};
     use manyfold_proto::wire::{seal, Cookie, ErrorCode, Flags, HandshakeParams, Packet, PacketType, SackBlock};
+    use manyfold_proto::StreamId;
 
     let encode = |p: &Packet| {
         let mut v = vec![0u8; p.len()];
@@ -885,13 +886,13 @@ fn crafted() -> Vec<(Vec<u8>, &'static str, &'static str)> {
     let syn = encode(&syn);
 
     let chunks: Vec<Chunk<Bytes>> = vec![
-        Chunk::Reset { stream: 3, code: 413, final_size: 1 << 40 },
-        Chunk::Stop { stream: 4, code: 5 },
-        Chunk::Credit { stream: 5, unordered: true, max: 123_456_789 },
-        Chunk::Abandon { stream: 6, unordered: false, start: 10, end: 20 },
+        Chunk::Reset { stream: StreamId::new(3), code: 413, final_size: 1 << 40 },
+        Chunk::Stop { stream: StreamId::new(4), code: 5 },
+        Chunk::Credit { stream: StreamId::new(5), unordered: true, max: 123_456_789 },
+        Chunk::Abandon { stream: StreamId::new(6), unordered: false, start: 10, end: 20 },
         Chunk::Pad,
         Chunk::Data(DataChunk {
-            stream: 7,
+            stream: StreamId::new(7),
             flags: 0x0f,
             offset: 100,
             in_msg: 100,

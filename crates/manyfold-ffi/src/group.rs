@@ -229,7 +229,7 @@ pub unsafe extern "C" fn mf_group_recv_message(
                 g.closing.block_on(rt, what, async { Ok(g.group.recv_message().await) })
             })
         };
-        receive(&g.pending, next, |d: mf::Destination| (d.stream, d.peer.0), info, buf, "mf_group_recv_message")
+        receive(&g.pending, next, |d: mf::Destination| (d.stream.get(), d.peer.0), info, buf, "mf_group_recv_message")
     })
 }
 

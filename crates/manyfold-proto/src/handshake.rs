@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use rand::RngCore;
 use siphasher::sip::SipHasher24;
 
+use crate::ids::ConnId;
 use crate::wire::Cookie;
 
 /// The per-endpoint secrets, drawn once from the endpoint's seeded RNG.
@@ -25,7 +26,7 @@ pub(crate) struct CookieBinding {
     pub peer: SocketAddr,
     pub client_isn: u32,
     pub server_isn: u32,
-    pub server_id: u32,
+    pub server_id: ConnId,
 }
 
 impl Secrets {
@@ -82,7 +83,7 @@ impl Secrets {
         h.write_u16(c.client_max_datagram);
         h.write_u32(b.client_isn);
         h.write_u32(b.server_isn);
-        h.write_u32(b.server_id);
+        h.write_u32(b.server_id.wire());
         h.finish()
     }
 }
@@ -159,7 +160,12 @@ mod tests {
     }
 
     fn binding() -> CookieBinding {
-        CookieBinding { peer: "127.0.0.1:4000".parse().unwrap(), client_isn: 1, server_isn: 2, server_id: 3 }
+        CookieBinding {
+            peer: "127.0.0.1:4000".parse().unwrap(),
+            client_isn: 1,
+            server_isn: 2,
+            server_id: ConnId::from_wire(3).unwrap(),
+        }
     }
 
     #[test]

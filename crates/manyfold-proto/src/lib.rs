@@ -28,6 +28,7 @@ mod connection;
 mod endpoint;
 pub mod group;
 mod handshake;
+mod ids;
 pub mod mcast;
 mod rangeset;
 pub mod recovery;
@@ -49,6 +50,7 @@ pub use group::{
     Destination, Eviction, GroupConfig, GroupError, GroupEvent, GroupHandle, GroupStats, Left, Mode, PeerId, PeerState,
     PeerStats, Unreachable,
 };
+pub use ids::{ConnId, StreamId};
 pub use qlog::{QlogData, QlogEvent};
 pub use secure::SecurityConfig;
 

@@ -31,7 +31,7 @@ fn forged_data(rng: &mut ChaCha8Rng, conn_id: u32) -> Vec<u8> {
     use manyfold_proto::wire::chunk::{data_flags, Chunk, DataChunk};
     let payload: Vec<u8> = (0..rng.gen_range(1..600)).map(|_| rng.gen()).collect();
     let chunk = Chunk::Data(DataChunk {
-        stream: 0,
+        stream: manyfold_proto::StreamId::BYTES,
         flags: if rng.gen_bool(0.1) { data_flags::FIN } else { 0 },
         offset: rng.gen_range(0..4 * MB),
         in_msg: 0,

@@ -98,7 +98,7 @@ impl Receivers {
                     match item {
                         StreamItem::Message(m) => {
                             let seq = check(seed, &m);
-                            self.got.entry(p).or_default().entry(stream).or_default().push(seq);
+                            self.got.entry(p).or_default().entry(stream.get()).or_default().push(seq);
                         }
                         StreamItem::Abandoned => *self.abandoned.entry(p).or_default() += 1,
                         StreamItem::Finished => *self.finished.entry(p).or_default() += 1,
@@ -411,7 +411,7 @@ fn a_peer_added_mid_transfer_receives_from_its_join_point() {
     });
     let from = joined.unwrap_or_else(|| panic!("no PeerJoined (seed {seed})"));
     assert!((100..300).contains(&from), "joined at {from} (seed {seed})");
-    assert_eq!(added.unwrap().stream, 0);
+    assert_eq!(added.unwrap().stream.get(), 0);
     w.run_until(
         |w| {
             rx.take(w, &all);
@@ -432,7 +432,7 @@ fn a_second_destination_to_a_present_peer_is_a_new_stream() {
     let peers: Vec<SocketAddr> = (0..2).map(peer).collect();
     let g = open(&mut w, &peers, GroupConfig::default());
     let d = w.act(sender(), |ep, now| ep.group_add_destination(g, now, peer(1))).unwrap();
-    assert_eq!(d.stream, 1);
+    assert_eq!(d.stream.get(), 1);
     let mut rx = Receivers::default();
     assert!(transfer(&mut w, g, &peers, &mut rx, 100, Duration::from_secs(60), |_, _| {}), "seed {seed}");
     w.run_until(

@@ -13,7 +13,9 @@ use std::time::Duration;
 use common::*;
 use manyfold_proto::wire::chunk::data_flags;
 use manyfold_proto::wire::ErrorCode;
-use manyfold_proto::{CongestionAlgorithm, ConnHandle, EndpointConfig, MessageOptions, SendError, State, StreamItem};
+use manyfold_proto::{
+    CongestionAlgorithm, ConnHandle, EndpointConfig, MessageOptions, SendError, State, StreamId, StreamItem,
+};
 use manyfold_sim::{pattern, LinkConfig, World};
 use proptest::prelude::*;
 use proptest::test_runner::RngSeed;
@@ -88,7 +90,7 @@ impl Outbox {
     ) -> Result<u32, SendError> {
         let index = self.next.get(&stream).copied().unwrap_or(0);
         let data = message(stream, index, len);
-        w.act(node, |ep, now| ep.conn_mut(h).send_message(now, stream, &data, opts))?;
+        w.act(node, |ep, now| ep.conn_mut(h).send_message(now, StreamId::new(stream), &data, opts))?;
         self.next.insert(stream, index + 1);
         self.sent.push(Sent { stream, index, len, unordered: opts.unordered, at: w.elapsed() });
         Ok(index)
@@ -147,7 +149,7 @@ impl Inbox {
         loop {
             let r = w.act(node, |ep, _| ep.conn_mut(h).recv_message());
             match r.unwrap_or_else(|e| panic!("recv_message at {at:?}: {e} (seed {seed})")) {
-                Some((stream, item)) => self.got.push(Got { at, stream, item }),
+                Some((stream, item)) => self.got.push(Got { at, stream: stream.get(), item }),
                 None => return,
             }
         }
@@ -265,7 +267,7 @@ fn read_messages(w: &mut World, inbox: &mut Inbox, h: ConnHandle, n: usize, with
 
 /// A data chunk of `stream` with the unordered flag.
 fn unordered_chunk_of(d: &[u8], stream: u16) -> bool {
-    data_chunks(d).iter().any(|c| c.stream == stream && c.flags & data_flags::UNORDERED != 0)
+    data_chunks(d).iter().any(|c| c.stream == StreamId::new(stream) && c.flags & data_flags::UNORDERED != 0)
 }
 
 // ---- no head-of-line blocking between streams ------------------------------------
@@ -504,18 +506,22 @@ fn stream_pending_clears_only_once_everything_on_the_stream_is_acknowledged() {
         for _ in 0..20 {
             out.send(&mut w, client(), c, 1, 5000, ORDERED);
         }
-        w.act(client(), |ep, _| ep.conn_mut(c).finish_stream(1)).unwrap_or_else(|e| panic!("{e} (seed {seed})"));
+        w.act(client(), |ep, _| ep.conn_mut(c).finish_stream(StreamId::new(1)))
+            .unwrap_or_else(|e| panic!("{e} (seed {seed})"));
         for _ in 0..100 {
             out.send(&mut w, client(), c, 2, 20_000, ORDERED);
         }
-        assert!(w.endpoint(client()).conn(c).stream_pending(1), "seed {seed}");
-        assert!(!w.endpoint(client()).conn(c).stream_pending(3), "an unused stream has nothing pending (seed {seed})");
+        assert!(w.endpoint(client()).conn(c).stream_pending(StreamId::new(1)), "seed {seed}");
+        assert!(
+            !w.endpoint(client()).conn(c).stream_pending(StreamId::new(3)),
+            "an unused stream has nothing pending (seed {seed})"
+        );
         let mut cleared: [Option<Duration>; 3] = [None; 3];
         let ok = w.run_until(
             |w| {
                 inbox.take(w, server(), s);
                 for id in [1u16, 2] {
-                    let pending = w.endpoint(client()).conn(c).stream_pending(id);
+                    let pending = w.endpoint(client()).conn(c).stream_pending(StreamId::new(id));
                     match cleared[usize::from(id)] {
                         None if !pending => cleared[usize::from(id)] = Some(w.elapsed()),
                         Some(at) => {
@@ -568,8 +574,9 @@ fn finished_stream_delivers_all_its_messages_then_finished_in_each_direction() {
         for _ in 0..20 {
             out.send(&mut w, from, fh, 3, 5000, ORDERED);
         }
-        w.act(from, |ep, _| ep.conn_mut(fh).finish_stream(3)).unwrap_or_else(|e| panic!("{e} (seed {seed})"));
-        let r = w.act(from, |ep, now| ep.conn_mut(fh).send_message(now, 3, b"late", ORDERED));
+        w.act(from, |ep, _| ep.conn_mut(fh).finish_stream(StreamId::new(3)))
+            .unwrap_or_else(|e| panic!("{e} (seed {seed})"));
+        let r = w.act(from, |ep, now| ep.conn_mut(fh).send_message(now, StreamId::new(3), b"late", ORDERED));
         assert_eq!(r, Err(SendError::Finished), "send after finish_stream ({from} seed {seed})");
         let ok = w.run_until(
             |w| {
@@ -586,7 +593,7 @@ fn finished_stream_delivers_all_its_messages_then_finished_in_each_direction() {
         // Nothing after the end; the stream is then forgotten on both sides.
         run_reading(&mut w, &mut inbox, to, th, secs(2));
         assert_eq!(inbox.on(3).count(), 21, "{from} seed {seed}");
-        assert!(!w.endpoint(from).conn(fh).stream_pending(3), "{from} seed {seed}");
+        assert!(!w.endpoint(from).conn(fh).stream_pending(StreamId::new(3)), "{from} seed {seed}");
         assert_eq!(w.endpoint(from).conn(fh).stats().unwrap().open_streams, 1, "{from} seed {seed}");
         assert_eq!(w.endpoint(to).conn(th).stats().unwrap().open_streams, 1, "{from} seed {seed}");
     }
@@ -602,22 +609,24 @@ fn a_stream_whose_end_is_taken_by_recv_message_on_is_forgotten() {
     let mut w = pair(seed, faulty(0.10), config(CongestionAlgorithm::NewReno));
     let (c, s) = open(&mut w);
     for (stream, reset) in [(3u16, false), (4, true)] {
-        w.act(client(), |ep, _| ep.conn_mut(c).stream_send(stream, &[7u8; 20_000])).unwrap();
+        w.act(client(), |ep, _| ep.conn_mut(c).stream_send(StreamId::new(stream), &[7u8; 20_000])).unwrap();
         if reset {
-            w.act(client(), |ep, _| ep.conn_mut(c).reset_stream(stream, 9));
+            w.act(client(), |ep, _| ep.conn_mut(c).reset_stream(StreamId::new(stream), 9));
         } else {
-            w.act(client(), |ep, _| ep.conn_mut(c).finish_stream(stream)).unwrap();
+            w.act(client(), |ep, _| ep.conn_mut(c).finish_stream(StreamId::new(stream))).unwrap();
         }
         let mut end = None;
         let ok = w.run_until(
             |w| {
                 let mut buf = [0u8; 4096];
-                while let Ok(Some(n)) = w.act(server(), |ep, _| ep.conn_mut(s).stream_recv(stream, &mut buf)) {
+                while let Ok(Some(n)) =
+                    w.act(server(), |ep, _| ep.conn_mut(s).stream_recv(StreamId::new(stream), &mut buf))
+                {
                     if n == 0 {
                         break;
                     }
                 }
-                if let Ok(Some(item)) = w.act(server(), |ep, _| ep.conn_mut(s).recv_message_on(stream)) {
+                if let Ok(Some(item)) = w.act(server(), |ep, _| ep.conn_mut(s).recv_message_on(StreamId::new(stream))) {
                     end = Some(item);
                 }
                 end.is_some()
@@ -656,11 +665,11 @@ fn reset_stream_reaches_the_peer_with_its_code_in_each_direction() {
         for _ in 0..50 {
             out.send(&mut w, from, fh, 5, 10_000, ORDERED);
         }
-        w.act(from, |ep, _| ep.conn_mut(fh).reset_stream(5, code));
-        let r = w.act(from, |ep, now| ep.conn_mut(fh).send_message(now, 5, b"late", ORDERED));
+        w.act(from, |ep, _| ep.conn_mut(fh).reset_stream(StreamId::new(5), code));
+        let r = w.act(from, |ep, now| ep.conn_mut(fh).send_message(now, StreamId::new(5), b"late", ORDERED));
         assert_eq!(r, Err(SendError::StreamReset(code)), "send right after reset_stream ({from} seed {seed})");
         assert!(
-            !w.endpoint(from).conn(fh).stream_pending(5),
+            !w.endpoint(from).conn(fh).stream_pending(StreamId::new(5)),
             "a reset stream has nothing pending ({from} seed {seed})"
         );
         let ok = w.run_until(
@@ -680,7 +689,7 @@ fn reset_stream_reaches_the_peer_with_its_code_in_each_direction() {
         assert!(read < 51, "the reset cut the queued messages short: {read} read ({from} seed {seed})");
         // Later sends on the stream keep failing with the code.
         run_reading(&mut w, &mut inbox, to, th, secs(2));
-        let r = w.act(from, |ep, now| ep.conn_mut(fh).send_message(now, 5, b"later", ORDERED));
+        let r = w.act(from, |ep, now| ep.conn_mut(fh).send_message(now, StreamId::new(5), b"later", ORDERED));
         assert_eq!(r, Err(SendError::StreamReset(code)), "send 2 s after reset_stream ({from} seed {seed})");
         assert_eq!(inbox.on(5).count(), read, "nothing after the reset ({from} seed {seed})");
     }
@@ -706,7 +715,7 @@ fn stop_stream_resets_the_senders_side_with_its_code_in_each_direction() {
         );
         assert!(ok, "{from} seed {seed}");
         // The receiver has had enough.
-        w.act(to, |ep, _| ep.conn_mut(th).stop_stream(6, code));
+        w.act(to, |ep, _| ep.conn_mut(th).stop_stream(StreamId::new(6), code));
         let ok = w.run_until(
             |w| {
                 inbox.take(w, to, th);
@@ -715,14 +724,14 @@ fn stop_stream_resets_the_senders_side_with_its_code_in_each_direction() {
             secs(30),
         );
         assert!(ok, "the receiver never read Reset({code}): {:?} ({from} seed {seed})", inbox.on(6).last());
-        let r = w.act(from, |ep, now| ep.conn_mut(fh).send_message(now, 6, b"more", ORDERED));
+        let r = w.act(from, |ep, now| ep.conn_mut(fh).send_message(now, StreamId::new(6), b"more", ORDERED));
         assert_eq!(r, Err(SendError::StreamReset(code)), "send once stopped ({from} seed {seed})");
-        assert!(!w.endpoint(from).conn(fh).stream_pending(6), "{from} seed {seed}");
+        assert!(!w.endpoint(from).conn(fh).stream_pending(StreamId::new(6)), "{from} seed {seed}");
         let ids = inbox.verify(&out).unwrap_or_else(|e| panic!("{e} ({from} seed {seed})"));
         assert!(ids.iter().enumerate().all(|(i, &id)| id == (6, i as u32)), "{ids:?} ({from} seed {seed})");
         assert!(inbox.on(6).count() < 51, "{from} seed {seed}");
         run_reading(&mut w, &mut inbox, to, th, secs(2));
-        let r = w.act(from, |ep, now| ep.conn_mut(fh).send_message(now, 6, b"later", ORDERED));
+        let r = w.act(from, |ep, now| ep.conn_mut(fh).send_message(now, StreamId::new(6), b"later", ORDERED));
         assert_eq!(r, Err(SendError::StreamReset(code)), "send 2 s after the stop ({from} seed {seed})");
         assert_eq!(inbox.on(6).last().map(|g| &g.item), Some(&StreamItem::Reset(code)), "{from} seed {seed}");
         for (node, h) in [(client(), c), (server(), s)] {
@@ -809,15 +818,15 @@ fn stream_with_the_lower_priority_value_is_drained_first() {
                 let data = message(stream, i, 16 * 1024);
                 let ep = w.endpoint_mut(client());
                 ep.conn_mut(c)
-                    .send_message(now, stream, &data, ORDERED)
+                    .send_message(now, StreamId::new(stream), &data, ORDERED)
                     .unwrap_or_else(|e| panic!("{e} (seed {seed})"));
                 out.next.insert(stream, i + 1);
                 out.sent.push(Sent { stream, index: i, len: data.len(), unordered: false, at: w.elapsed() });
             }
         }
         w.act(client(), |ep, _| {
-            ep.conn_mut(c).set_stream_priority(1, prio_1, 1);
-            ep.conn_mut(c).set_stream_priority(2, prio_2, 1);
+            ep.conn_mut(c).set_stream_priority(StreamId::new(1), prio_1, 1);
+            ep.conn_mut(c).set_stream_priority(StreamId::new(2), prio_2, 1);
         });
         let ok = read_messages(&mut w, &mut inbox, s, 64, secs(60));
         assert!(ok, "{} of 64 read (seed {seed})", inbox.messages());
@@ -855,14 +864,14 @@ fn message_larger_than_max_message_is_refused_and_nothing_is_sent() {
     let (c, s) = open(&mut w);
     w.set_capture(true);
     let big = message(3, 0, 100_001);
-    let r = w.act(client(), |ep, now| ep.conn_mut(c).send_message(now, 3, &big, ORDERED));
+    let r = w.act(client(), |ep, now| ep.conn_mut(c).send_message(now, StreamId::new(3), &big, ORDERED));
     assert_eq!(r, Err(SendError::MessageTooLarge { size: 100_001, max: 100_000 }), "seed {seed}");
     let mut inbox = Inbox::default();
     run_reading(&mut w, &mut inbox, server(), s, secs(1));
     assert!(inbox.got.is_empty(), "the peer read {:?} (seed {seed})", inbox.got);
     assert!(!w.captured().iter().any(|p| carries_stream(&p.data, 3)), "stream 3 data went out (seed {seed})");
     assert_eq!(w.endpoint(client()).conn(c).stats().unwrap().bytes_sent, 0, "seed {seed}");
-    assert!(!w.endpoint(client()).conn(c).stream_pending(3), "seed {seed}");
+    assert!(!w.endpoint(client()).conn(c).stream_pending(StreamId::new(3)), "seed {seed}");
     // One byte less is a message like any other.
     let mut out = Outbox::default();
     out.send(&mut w, client(), c, 3, 100_000, ORDERED);
@@ -884,9 +893,9 @@ fn opening_more_streams_than_max_streams_is_refused_locally() {
     }
     let r = out.try_send(&mut w, client(), c, 4, 100, ORDERED);
     assert_eq!(r, Err(SendError::StreamLimit(4)), "seed {seed}");
-    let r = w.act(client(), |ep, _| ep.conn_mut(c).stream_send(4, b"bytes"));
+    let r = w.act(client(), |ep, _| ep.conn_mut(c).stream_send(StreamId::new(4), b"bytes"));
     assert_eq!(r, Err(SendError::StreamLimit(4)), "seed {seed}");
-    let r = w.act(client(), |ep, _| ep.conn_mut(c).finish_stream(4));
+    let r = w.act(client(), |ep, _| ep.conn_mut(c).finish_stream(StreamId::new(4)));
     assert_eq!(r, Err(SendError::StreamLimit(4)), "seed {seed}");
     assert_eq!(w.endpoint(client()).conn(c).stats().unwrap().open_streams, 4, "seed {seed}");
     let mut inbox = Inbox::default();
@@ -894,7 +903,7 @@ fn opening_more_streams_than_max_streams_is_refused_locally() {
     assert!(ok, "seed {seed}");
     inbox.verify(&out).unwrap_or_else(|e| panic!("{e} (seed {seed})"));
     // Once a stream is finished on both sides, its slot is free again.
-    w.act(client(), |ep, _| ep.conn_mut(c).finish_stream(1)).unwrap();
+    w.act(client(), |ep, _| ep.conn_mut(c).finish_stream(StreamId::new(1))).unwrap();
     let ok = w.run_until(
         |w| {
             inbox.take(w, server(), s);
@@ -935,14 +944,15 @@ fn streams_beyond_the_peers_limit_are_reset_with_stream_limit_and_the_connection
     let refused = w.run_until(
         |w| {
             (4..=10).all(|id| {
-                let r = w.act(client(), |ep, now| ep.conn_mut(c).send_message(now, id, b"x", ORDERED));
+                let r = w.act(client(), |ep, now| ep.conn_mut(c).send_message(now, StreamId::new(id), b"x", ORDERED));
                 r == Err(SendError::StreamReset(code))
             })
         },
         secs(10),
     );
-    let sends: Vec<_> =
-        (4..=10).map(|id| w.act(client(), |ep, now| ep.conn_mut(c).send_message(now, id, b"x", ORDERED))).collect();
+    let sends: Vec<_> = (4..=10)
+        .map(|id| w.act(client(), |ep, now| ep.conn_mut(c).send_message(now, StreamId::new(id), b"x", ORDERED)))
+        .collect();
     assert!(refused, "sends on refused streams: {sends:?} (seed {seed})");
     run_reading(&mut w, &mut inbox, server(), s, secs(2));
     inbox.verify(&out).unwrap_or_else(|e| panic!("{e} (seed {seed})"));
@@ -1133,11 +1143,11 @@ fn a_stream_reset_before_it_sent_anything_stays_closed_after_it_is_forgotten() {
     let seed = 1120;
     let mut w = pair(seed, faulty(0.0), config(CongestionAlgorithm::NewReno));
     let (c, s) = open(&mut w);
-    w.act(client(), |ep, _| ep.conn_mut(c).finish_stream(1)).expect("finish an unused stream");
+    w.act(client(), |ep, _| ep.conn_mut(c).finish_stream(StreamId::new(1))).expect("finish an unused stream");
     // The server has not read the stream's end yet: it still knows stream 1.
     w.run_for(secs(1));
-    w.act(server(), |ep, _| ep.conn_mut(s).reset_stream(1, 77));
+    w.act(server(), |ep, _| ep.conn_mut(s).reset_stream(StreamId::new(1), 77));
     w.run_for(secs(2));
-    let r = w.act(client(), |ep, _| ep.conn_mut(c).stream_send(1, &[9u8; 3072]));
+    let r = w.act(client(), |ep, _| ep.conn_mut(c).stream_send(StreamId::new(1), &[9u8; 3072]));
     assert_eq!(r, Err(SendError::Finished), "seed {seed}");
 }

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use manyfold_proto::wire::ErrorCode;
-use manyfold_proto::{CloseReason, ConnHandle, ConnStats, MessageOptions, SendError, State, StreamItem};
+use manyfold_proto::{CloseReason, ConnHandle, ConnStats, MessageOptions, SendError, State, StreamId, StreamItem};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use crate::driver::now;
@@ -89,7 +89,7 @@ impl ConnRef {
         }
         let mut guard = self.shared.lock();
         let inner = &mut *guard;
-        match inner.engine.conn_mut(self.handle).stream_recv(stream, buf.initialize_unfilled()) {
+        match inner.engine.conn_mut(self.handle).stream_recv(StreamId::new(stream), buf.initialize_unfilled()) {
             Ok(Some(n)) => {
                 buf.advance(n);
                 drop(guard);
@@ -115,7 +115,7 @@ impl ConnRef {
         }
         let mut guard = self.shared.lock();
         let inner = &mut *guard;
-        match inner.engine.conn_mut(self.handle).stream_send(stream, data) {
+        match inner.engine.conn_mut(self.handle).stream_send(StreamId::new(stream), data) {
             Ok(0) => match self.park(inner, cx, |c| &mut c.write) {
                 Ok(()) => Poll::Pending,
                 Err(reason) => Poll::Ready(Err(WriteError::from(ConnectionError::gone(reason)).into())),
@@ -139,7 +139,7 @@ impl ConnRef {
     ) -> Poll<Result<(), MessageError>> {
         let mut guard = self.shared.lock();
         let inner = &mut *guard;
-        match inner.engine.conn_mut(self.handle).send_message(now(), stream, data, opts) {
+        match inner.engine.conn_mut(self.handle).send_message(now(), StreamId::new(stream), data, opts) {
             Ok(()) => {
                 drop(guard);
                 self.shared.wake_driver();
@@ -163,8 +163,10 @@ impl ConnRef {
         let mut guard = self.shared.lock();
         let inner = &mut *guard;
         let got = match only {
-            Some(id) => inner.engine.conn_mut(self.handle).recv_message_on(id).map(|o| o.map(|item| (id, item))),
-            None => inner.engine.conn_mut(self.handle).recv_message(),
+            Some(id) => {
+                inner.engine.conn_mut(self.handle).recv_message_on(StreamId::new(id)).map(|o| o.map(|item| (id, item)))
+            }
+            None => inner.engine.conn_mut(self.handle).recv_message().map(|o| o.map(|(id, item)| (id.get(), item))),
         };
         match got {
             Ok(Some(item)) => {
@@ -175,7 +177,7 @@ impl ConnRef {
             Ok(None)
                 if match only {
                     None => inner.engine.conn(self.handle).messages_done(),
-                    Some(id) => inner.engine.conn(self.handle).stream_done(id),
+                    Some(id) => inner.engine.conn(self.handle).stream_done(StreamId::new(id)),
                 } =>
             {
                 Poll::Ready(Ok(None))
@@ -195,7 +197,7 @@ impl ConnRef {
     fn poll_wait_for_send(&self, cx: &Context<'_>, stream: u16) -> Poll<Result<(), CloseError>> {
         let mut guard = self.shared.lock();
         let inner = &mut *guard;
-        if !inner.engine.conn(self.handle).stream_pending(stream) {
+        if !inner.engine.conn(self.handle).stream_pending(StreamId::new(stream)) {
             // Not pending because it is all acknowledged, or because the
             // connection died first.
             let unacked = inner.engine.conn(self.handle).stats().map_or(0, |s| s.unacked_bytes);
@@ -604,24 +606,24 @@ impl Streams {
     /// when a new stream would pass the limit, [`WriteError::Closed`] once
     /// the connection ended.
     pub fn finish_stream(&self, stream: u16) -> Result<(), WriteError> {
-        self.conn.command(|e, h| e.conn_mut(h).finish_stream(stream)).map_err(WriteError::from)
+        self.conn.command(|e, h| e.conn_mut(h).finish_stream(StreamId::new(stream))).map_err(WriteError::from)
     }
 
     /// Abandons our side of `stream`: queued data is dropped and the peer
     /// reads [`StreamItem::Reset`] with `code`.
     pub fn reset_stream(&self, stream: u16, code: u16) {
-        self.conn.command(|e, h| e.conn_mut(h).reset_stream(stream, code));
+        self.conn.command(|e, h| e.conn_mut(h).reset_stream(StreamId::new(stream), code));
     }
 
     /// Asks the peer to stop sending on `stream`; it resets its side with `code`.
     pub fn stop_stream(&self, stream: u16, code: u16) {
-        self.conn.command(|e, h| e.conn_mut(h).stop_stream(stream, code));
+        self.conn.command(|e, h| e.conn_mut(h).stop_stream(StreamId::new(stream), code));
     }
 
     /// Scheduling of `stream`: lower `priority` is sent first; streams of
     /// equal priority take turns, `weight` packets each (default 128 and 1).
     pub fn set_priority(&self, stream: u16, priority: u8, weight: u16) {
-        self.conn.command(|e, h| e.conn_mut(h).set_stream_priority(stream, priority, weight));
+        self.conn.command(|e, h| e.conn_mut(h).set_stream_priority(StreamId::new(stream), priority, weight));
     }
 
     /// `stream` as a byte stream: `AsyncRead` + `AsyncWrite`.
@@ -659,7 +661,7 @@ impl AsyncWrite for StreamIo {
         Poll::Ready(Ok(()))
     }
     fn poll_shutdown(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        let r = self.conn.command(|e, h| e.conn_mut(h).finish_stream(self.stream));
+        let r = self.conn.command(|e, h| e.conn_mut(h).finish_stream(StreamId::new(self.stream)));
         Poll::Ready(match r {
             Ok(()) | Err(SendError::Finished) => Ok(()),
             Err(e) => Err(WriteError::from(e).into()),

@@ -490,7 +490,11 @@ impl tokio::io::AsyncRead for PeerReader {
             CloseReason::Graceful => Ok(()),
             other => Err(ReadError::Closed(other).into()),
         };
-        let r = match inner.engine.conn_mut(h).stream_recv(self.stream, buf.initialize_unfilled()) {
+        let r = match inner
+            .engine
+            .conn_mut(h)
+            .stream_recv(manyfold_proto::StreamId::new(self.stream), buf.initialize_unfilled())
+        {
             Ok(Some(n)) => {
                 buf.advance(n);
                 Poll::Ready(Ok(()))

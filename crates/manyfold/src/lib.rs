@@ -146,8 +146,8 @@ pub use group::{Group, GroupError, Joined, PeerReader};
 pub use manyfold_proto::wire::ErrorCode;
 pub use manyfold_proto::{
     CloseReason, ConnStats, Destination, EndpointConfig, EndpointStats, Eviction, GroupConfig, GroupEvent, GroupStats,
-    Left, MessageOptions, Mode, PathStats, PeerId, PeerState, PeerStats, SecurityConfig, StreamItem, Unreachable,
-    UnreachableKind,
+    Left, MessageOptions, Mode, PathStats, PeerId, PeerState, PeerStats, SecurityConfig, StreamId, StreamItem,
+    Unreachable, UnreachableKind,
 };
 pub use manyfold_proto::{CongestionAlgorithm, ConnectionConfig};
 pub use message::IntoMessage;

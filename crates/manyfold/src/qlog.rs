@@ -54,20 +54,20 @@ fn frames(p: &PacketInfo) -> Vec<Value> {
             Chunk::Data(ref d) => {
                 let flag = |bit: u8| d.flags & bit != 0;
                 json!({
-                    "frame_type": "stream", "stream_id": d.stream, "offset": d.offset, "length": d.data,
+                    "frame_type": "stream", "stream_id": d.stream.get(), "offset": d.offset, "length": d.data,
                     "begin": flag(data_flags::BEGIN), "end": flag(data_flags::END),
                     "fin": flag(data_flags::FIN), "unordered": flag(data_flags::UNORDERED),
                 })
             }
             Chunk::Reset { stream, code, final_size } => {
-                json!({ "frame_type": "reset_stream", "stream_id": stream, "error_code": code, "final_size": final_size })
+                json!({ "frame_type": "reset_stream", "stream_id": stream.get(), "error_code": code, "final_size": final_size })
             }
-            Chunk::Stop { stream, code } => json!({ "frame_type": "stop_sending", "stream_id": stream, "error_code": code }),
+            Chunk::Stop { stream, code } => json!({ "frame_type": "stop_sending", "stream_id": stream.get(), "error_code": code }),
             Chunk::Credit { stream, unordered, max } => {
-                json!({ "frame_type": "max_stream_data", "stream_id": stream, "unordered": unordered, "maximum": max })
+                json!({ "frame_type": "max_stream_data", "stream_id": stream.get(), "unordered": unordered, "maximum": max })
             }
             Chunk::Abandon { stream, start, end, .. } => {
-                json!({ "frame_type": "abandon", "stream_id": stream, "start": start, "end": end })
+                json!({ "frame_type": "abandon", "stream_id": stream.get(), "start": start, "end": end })
             }
             Chunk::Pad => json!({ "frame_type": "padding" }),
             Chunk::Handshake(len) => json!({ "frame_type": "handshake", "length": len }),

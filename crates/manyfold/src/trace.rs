@@ -133,14 +133,16 @@ mod tests {
     fn a_traced_packet_names_its_chunks() {
         let mut area = Vec::new();
         let data = Chunk::Data(DataChunk {
-            stream: 3,
+            stream: manyfold_proto::StreamId::new(3),
             flags: data_flags::BEGIN | data_flags::END,
             offset: 1024,
             in_msg: 0,
             data: Bytes::from_static(b"hello"),
             msg: 0,
         });
-        for c in [data, Chunk::Credit { stream: 0, unordered: false, max: 99 }, Chunk::Pad] {
+        for c in
+            [data, Chunk::Credit { stream: manyfold_proto::StreamId::BYTES, unordered: false, max: 99 }, Chunk::Pad]
+        {
             let mut b = vec![0u8; c.encoded_len()];
             c.emit(&mut b);
             area.extend_from_slice(&b);

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
-use manyfold::{Destination, GroupConfig, GroupEvent, Left, Mode};
+use manyfold::{Destination, GroupConfig, GroupEvent, Left, Mode, StreamId};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use tokio::io::AsyncReadExt;
@@ -122,7 +122,7 @@ async fn run_epoch(epoch: u64, plan: &Plan, tally: &Arc<Tally>, rng: &mut ChaCha
             }
             for (peer, stats) in group.peers() {
                 if let Some(r) = rx.iter_mut().find(|r| r.addr == stats.addr && r.leaving.is_none()) {
-                    r.dest = Some(Destination { peer, stream: 0 });
+                    r.dest = Some(Destination { peer, stream: StreamId::BYTES });
                     r.first_msg = Some(stats.first_msg);
                     Tally::add(&tally.joins_at_open, 1);
                 }
@@ -296,7 +296,7 @@ async fn churn(
     if can_join && (roll < 5 || !can_leave) {
         let mut r = start_receiver(plan, tally).await?;
         let dest = group.add_destination(r.addr).with_context(|| format!("adding {}", r.addr))?;
-        if dest.stream != 0 {
+        if dest.stream != StreamId::BYTES {
             // The new receiver's port is a departing peer's the group has
             // not yet seen go: that peer got a second stream. Undo it.
             group.remove_destination(dest)?;

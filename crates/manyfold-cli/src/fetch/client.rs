@@ -24,7 +24,7 @@ use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
 use indicatif::{MultiProgress, ProgressBar};
 use manyfold::{
-    Destination, Endpoint, Group, GroupConfig, GroupEvent, Left, PeerId, PeerState, Protection, StreamItem,
+    Destination, Endpoint, Group, GroupConfig, GroupEvent, Left, PeerId, PeerState, Protection, StreamId, StreamItem,
 };
 
 use super::agree::{agree, manifests};
@@ -269,7 +269,7 @@ async fn fetch(
         group.peers().into_iter().filter(|(_, s)| s.state == PeerState::Up).map(|(p, s)| (p, s.addr)).collect();
     for &(peer, addr) in &up {
         let request = Request::Manifest { name: name.to_string() }.encode();
-        if let Err(e) = group.send_to(Destination { peer, stream: 0 }, &request).await {
+        if let Err(e) = group.send_to(Destination { peer, stream: StreamId::BYTES }, &request).await {
             eprintln!("warning: cannot ask server {addr} for the manifest: {e}");
         }
     }
@@ -499,7 +499,7 @@ impl<'a> Run<'a> {
             }
             for (s, index) in self.sched.requests(Instant::now()) {
                 let request = Request::Segment { index }.encode();
-                let dest = Destination { peer: self.servers[s].0, stream: 0 };
+                let dest = Destination { peer: self.servers[s].0, stream: StreamId::BYTES };
                 if let Err(e) = self.group.send_to(dest, &request).await {
                     self.drop_server(s, format!("cannot send a request: {e}"), None);
                 }

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use bytes::Bytes;
 use indicatif::{MultiProgress, ProgressBar};
-use manyfold::{Destination, Endpoint, Group, GroupConfig, Mode, PeerId, PeerStats, Protection};
+use manyfold::{Destination, Endpoint, Group, GroupConfig, Mode, PeerId, PeerStats, Protection, StreamId};
 
 use super::send::Source;
 use super::tree::{self, Planned, TreeSummary};
@@ -244,7 +244,10 @@ pub async fn send_to_group(
     let request_len = if spread { 0 } else { request.len() as u64 };
     if spread {
         for &(peer, _) in &peers {
-            group.send_to(Destination { peer, stream: 0 }, &request).await.context("cannot send the request")?;
+            group
+                .send_to(Destination { peer, stream: StreamId::BYTES }, &request)
+                .await
+                .context("cannot send the request")?;
         }
     } else {
         group.send(request).await.context("cannot send the request")?;
@@ -341,7 +344,7 @@ pub async fn send_to_group(
         // Every block is where the mode wants it: now the end, to each.
         let end = BlockMsg::End { hash: *hash.context("a spread file has a hash")?.as_bytes() }.encode();
         for &(peer, addr) in &accepted {
-            if let Err(e) = group.send_to(Destination { peer, stream: 0 }, &end).await {
+            if let Err(e) = group.send_to(Destination { peer, stream: StreamId::BYTES }, &end).await {
                 multi.suspend(|| eprintln!("warning: cannot send the end to {addr}: {e}"));
             }
         }

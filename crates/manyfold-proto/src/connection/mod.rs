@@ -31,6 +31,8 @@ use bytes::Bytes;
 use crate::config::ConnectionConfig;
 use crate::congestion::pacer::Pacer;
 use crate::congestion::{self, Controller};
+use crate::ids::ConnId;
+use crate::ids::StreamId;
 use crate::recovery::{RttEstimator, SentQueue};
 use crate::seq::Seq;
 use crate::wire::{Cookie, ErrorCode, Flags, Packet, HEADER_LEN};
@@ -81,8 +83,8 @@ struct AckState {
 pub(crate) struct Connection {
     config: ConnectionConfig,
     remote: SocketAddr,
-    local_id: u32,
-    remote_id: Option<u32>,
+    local_id: ConnId,
+    remote_id: Option<ConnId>,
     state: State,
     /// Our initial sequence number (extended).
     isn: Seq,
@@ -147,7 +149,14 @@ pub(crate) struct Connection {
 }
 
 impl Connection {
-    fn new(config: ConnectionConfig, now: Instant, remote: SocketAddr, local_id: u32, isn: u32, state: State) -> Self {
+    fn new(
+        config: ConnectionConfig,
+        now: Instant,
+        remote: SocketAddr,
+        local_id: ConnId,
+        isn: u32,
+        state: State,
+    ) -> Self {
         let mss = u64::from(config.max_datagram);
         let cc = congestion::build(config.congestion, mss, config.initial_window_packets);
         let rtt = RttEstimator::new(config.initial_rto, config.min_rto, config.max_rto, config.max_ack_delay);
@@ -215,7 +224,7 @@ impl Connection {
         self.sent.log_losses();
         let data = QlogData::Started {
             client,
-            local_id: self.local_id,
+            local_id: self.local_id.wire(),
             remote: self.remote,
             state: self.state,
             congestion: self.cc.name(),
@@ -271,7 +280,7 @@ impl Connection {
         config: ConnectionConfig,
         now: Instant,
         remote: SocketAddr,
-        local_id: u32,
+        local_id: ConnId,
         isn: u32,
         security: Option<Box<Security>>,
     ) -> Self {
@@ -280,7 +289,7 @@ impl Connection {
         c.security = security;
         c.timers.set(Timer::Connect, now + connect_timeout);
         c.start_qlog(now, true);
-        tracing::debug!(target: "manyfold::state", conn = local_id, to = "SYN-SENT", %remote);
+        tracing::debug!(target: "manyfold::state", conn = %local_id, to = "SYN-SENT", %remote);
         c
     }
 
@@ -291,8 +300,8 @@ impl Connection {
         config: ConnectionConfig,
         now: Instant,
         remote: SocketAddr,
-        local_id: u32,
-        remote_id: u32,
+        local_id: ConnId,
+        remote_id: ConnId,
         isn: u32,
         peer_isn: u32,
         max_datagram: u16,
@@ -315,17 +324,17 @@ impl Connection {
         // The cookie's timestamp measured the SYN-ACK round trip.
         c.rtt.on_sample(handshake_rtt);
         c.start_qlog(now, false);
-        tracing::debug!(target: "manyfold::state", conn = local_id, to = "ESTABLISHED", %remote, "accepted");
+        tracing::debug!(target: "manyfold::state", conn = %local_id, to = "ESTABLISHED", %remote, "accepted");
         c
     }
 
     pub fn remote(&self) -> SocketAddr {
         self.remote
     }
-    pub fn local_id(&self) -> u32 {
+    pub fn local_id(&self) -> ConnId {
         self.local_id
     }
-    pub fn remote_id(&self) -> Option<u32> {
+    pub fn remote_id(&self) -> Option<ConnId> {
         self.remote_id
     }
     pub fn state(&self) -> State {
@@ -384,7 +393,7 @@ impl Connection {
 
     fn set_state(&mut self, to: State) {
         if self.state != to {
-            tracing::debug!(target: "manyfold::state", conn = self.local_id, from = self.state.name(), to = to.name());
+            tracing::debug!(target: "manyfold::state", conn = %self.local_id, from = self.state.name(), to = to.name());
             if let Some(q) = self.qlog.as_mut() {
                 q.record_now(QlogData::StateUpdated { from: self.state, to });
             }
@@ -464,7 +473,7 @@ impl Connection {
     /// spec §13.5: bytes stream `id` may still queue. One stream may hold
     /// all of the send buffer but a reserve, so that a bulk writer never
     /// leaves the other streams' messages without room.
-    pub fn stream_capacity(&self, id: u16) -> usize {
+    pub fn stream_capacity(&self, id: StreamId) -> usize {
         let limit = self.send_limit();
         let reserve = (limit / 8).min(STREAM_RESERVE);
         let own = (limit - reserve).saturating_sub(self.streams.held_by(id));
@@ -498,7 +507,7 @@ impl Connection {
 
     /// Queues bytes on stream `id` (0 is the connection's byte stream);
     /// returns how many fitted the send buffer.
-    pub fn send(&mut self, id: u16, data: &[u8]) -> Result<usize, SendError> {
+    pub fn send(&mut self, id: StreamId, data: &[u8]) -> Result<usize, SendError> {
         self.check_open()?;
         self.streams.check_send(id).map_err(refusal)?;
         let n = data.len().min(self.stream_capacity(id));
@@ -514,7 +523,13 @@ impl Connection {
 
     /// Queues one whole message on stream `id` (spec §13.5): all of it or,
     /// with an error saying why, nothing.
-    pub fn send_message(&mut self, now: Instant, id: u16, data: &[u8], opts: MessageOptions) -> Result<(), SendError> {
+    pub fn send_message(
+        &mut self,
+        now: Instant,
+        id: StreamId,
+        data: &[u8],
+        opts: MessageOptions,
+    ) -> Result<(), SendError> {
         self.check_open()?;
         if data.len() > self.max_message() {
             return Err(SendError::MessageTooLarge { size: data.len(), max: self.max_message() });
@@ -532,7 +547,13 @@ impl Connection {
     /// Queues one whole message of shared data on stream `id` and tracks
     /// it (spec §14.4): [`Event::MessageAcked`] reports its id once the
     /// peer has all of it; [`Connection::abandon_message`] gives it up.
-    pub fn send_tracked(&mut self, now: Instant, id: u16, data: Bytes, opts: MessageOptions) -> Result<u64, SendError> {
+    pub fn send_tracked(
+        &mut self,
+        now: Instant,
+        id: StreamId,
+        data: Bytes,
+        opts: MessageOptions,
+    ) -> Result<u64, SendError> {
         self.check_open()?;
         if data.len() > self.max_message() {
             return Err(SendError::MessageTooLarge { size: data.len(), max: self.max_message() });
@@ -558,7 +579,7 @@ impl Connection {
 
     /// Asks for [`Event::Writable`] once stream `id` has room again (a
     /// group found this connection short of room for a message).
-    pub fn want_room(&mut self, _id: u16) {
+    pub fn want_room(&mut self, _id: StreamId) {
         self.want_writable = true;
     }
 
@@ -571,38 +592,38 @@ impl Connection {
     }
 
     /// Ends our sending side of stream `id` once its queued data is sent.
-    pub fn finish_stream(&mut self, id: u16) -> Result<(), SendError> {
+    pub fn finish_stream(&mut self, id: StreamId) -> Result<(), SendError> {
         self.check_open()?;
         self.send_acked_signalled = false;
         self.streams.finish(id).map_err(refusal)
     }
 
     /// Abandons our sending side of stream `id` with an error code.
-    pub fn reset_stream(&mut self, id: u16, code: u16) {
+    pub fn reset_stream(&mut self, id: StreamId, code: u16) {
         if self.state != State::Closed {
             self.streams.reset(id, code);
         }
     }
 
     /// Asks the peer to stop sending on stream `id`, with an error code.
-    pub fn stop_stream(&mut self, id: u16, code: u16) {
+    pub fn stop_stream(&mut self, id: StreamId, code: u16) {
         if self.state != State::Closed {
             self.streams.stop(id, code);
         }
     }
 
-    pub fn set_stream_priority(&mut self, id: u16, priority: u8, weight: u16) {
+    pub fn set_stream_priority(&mut self, id: StreamId, priority: u8, weight: u16) {
         self.streams.set_priority(id, priority, weight);
     }
 
     /// Whether anything queued on stream `id` is still unacknowledged.
-    pub fn stream_pending(&self, id: u16) -> bool {
+    pub fn stream_pending(&self, id: StreamId) -> bool {
         self.state != State::Closed && self.streams.is_pending(id)
     }
 
     /// Reads bytes of stream `id`: `Ok(Some(0))` at its end, `Ok(None)`
     /// when nothing is there yet.
-    pub fn recv(&mut self, id: u16, buf: &mut [u8]) -> Result<Option<usize>, RecvError> {
+    pub fn recv(&mut self, id: StreamId, buf: &mut [u8]) -> Result<Option<usize>, RecvError> {
         let Some(before) = self.recv.as_ref().map(|r| r.window(self.streams.buffered())) else {
             return match self.close_reason {
                 Some(reason) => Err(RecvError::Closed(reason)),
@@ -626,7 +647,7 @@ impl Connection {
 
     /// The next message or stream event of any stream (spec §13.5), or of
     /// stream `only`.
-    pub fn recv_message(&mut self, only: Option<u16>) -> Result<Option<(u16, StreamItem)>, RecvError> {
+    pub fn recv_message(&mut self, only: Option<StreamId>) -> Result<Option<(StreamId, StreamItem)>, RecvError> {
         let Some(before) = self.recv.as_ref().map(|r| r.window(self.streams.buffered())) else {
             return match self.close_reason {
                 Some(reason) => Err(RecvError::Closed(reason)),
@@ -654,7 +675,7 @@ impl Connection {
     }
 
     /// Whether stream `id` has delivered its end or reset: nothing more comes.
-    pub fn stream_done(&self, id: u16) -> bool {
+    pub fn stream_done(&self, id: StreamId) -> bool {
         self.streams.rx_done(id) || (self.state == State::Closed && !self.streams.has_ready())
     }
 
@@ -756,7 +777,7 @@ impl Connection {
             // SYN-ACK of our peer is acknowledged; one naming another
             // connection id (a duplicated SYN answered twice by a stateless
             // listener) is ignored.
-            if p.params.map(|pp| pp.conn_id) != self.remote_id {
+            if p.params.and_then(|pp| ConnId::from_wire(pp.conn_id)) != self.remote_id {
                 return;
             }
             if flags.contains(Flags::ACK) {
@@ -789,9 +810,9 @@ impl Connection {
         let (Some(params), true) = (p.params, h.flags.contains(Flags::SYN)) else {
             return false;
         };
-        if params.conn_id == 0 {
+        let Some(peer_id) = ConnId::from_wire(params.conn_id) else {
             return false;
-        }
+        };
         if h.flags.contains(Flags::ACK) {
             // SYN-ACK: it must acknowledge our SYN exactly.
             if Seq::from_wire(h.ack, self.isn) != self.isn + 1 {
@@ -802,7 +823,7 @@ impl Connection {
                 self.enter_closed(CloseReason::ProtectionMismatch);
                 return false;
             }
-            self.learn_peer(h.seq, params.conn_id, params.max_datagram, h.window);
+            self.learn_peer(h.seq, peer_id, params.max_datagram, h.window);
             self.cookie = p.cookie;
             self.set_state(State::Established);
             if self.security.is_some() {
@@ -825,14 +846,14 @@ impl Connection {
             false
         } else {
             // spec §4.3: simultaneous open. Answer with our SYN again, now with ACK.
-            self.learn_peer(h.seq, params.conn_id, params.max_datagram, h.window);
+            self.learn_peer(h.seq, peer_id, params.max_datagram, h.window);
             self.set_state(State::SynReceived);
             self.sent.requeue(self.isn);
             false
         }
     }
 
-    fn learn_peer(&mut self, peer_isn: u32, conn_id: u32, max_datagram: u16, window: u32) {
+    fn learn_peer(&mut self, peer_isn: u32, conn_id: ConnId, max_datagram: u16, window: u32) {
         self.remote_id = Some(conn_id);
         self.peer_max_datagram = max_datagram.max(MIN_DATAGRAM);
         self.peer_window = u64::from(window);

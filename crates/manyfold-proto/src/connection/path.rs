@@ -124,7 +124,7 @@ impl Connection {
         self.paths.moved_from = Some(from);
         self.timers.cancel(Timer::Path);
         self.stats.path.migrations += 1;
-        tracing::debug!(target: "manyfold::state", conn = self.local_id, %from, %to, "path validated: migrated");
+        tracing::debug!(target: "manyfold::state", conn = %self.local_id, %from, %to, "path validated: migrated");
         // What was in flight went to the old address, which may be dead
         // (a NAT rebinding): resend it now rather than after an RTO.
         if !self.sent.is_empty() {
@@ -152,7 +152,7 @@ impl Connection {
         let (Some(id), seq) = (self.remote_id, self.sent.next_seq().wire()) else { return None };
         let ack = self.recv.as_ref().map_or(0, |r| r.next().wire());
         if let Some((to, token)) = self.paths.responses.pop_front() {
-            let n = PathPacket::new(PathKind::Response, id, seq, ack, token).emit(buf);
+            let n = PathPacket::new(PathKind::Response, id.wire(), seq, ack, token).emit(buf);
             self.stats.packets_sent += 1;
             return Some((to, n));
         }
@@ -178,7 +178,7 @@ impl Connection {
         let (to, token, due) = (pr.addr, pr.token, pr.due);
         self.timers.set(Timer::Path, due);
         self.stats.packets_sent += 1;
-        Some((to, PathPacket::new(PathKind::Challenge, id, seq, ack, token).emit(buf)))
+        Some((to, PathPacket::new(PathKind::Challenge, id.wire(), seq, ack, token).emit(buf)))
     }
 
     /// Whether a challenge or response waits to go out now.

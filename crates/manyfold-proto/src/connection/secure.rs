@@ -162,14 +162,14 @@ impl Connection {
                 // spec §19.2: only an authenticated peer reaches accept().
                 self.events.push_back(Event::Incoming);
             }
-            tracing::debug!(target: "manyfold::state", conn = self.local_id, "handshake complete, packets protected");
+            tracing::debug!(target: "manyfold::state", conn = %self.local_id, "handshake complete, packets protected");
         }
     }
 
     /// The handshake failed: tell the peer (in the clear: there are no
     /// keys) and close.
     fn fail_handshake(&mut self, f: HandshakeFailure) {
-        tracing::debug!(target: "manyfold::state", conn = self.local_id, failure = ?f, "handshake failed");
+        tracing::debug!(target: "manyfold::state", conn = %self.local_id, failure = ?f, "handshake failed");
         if self.remote_id.is_some() {
             self.rst_pending = Some(ErrorCode::AUTHENTICATION_FAILED);
         }

@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 use super::qlog::{QlogData, SendTrigger};
 use super::timer::Timer;
 use super::{advertised_window, data_room, AckState, CloseReason, Connection, State, LONE_FIN_MAX_RTO};
+use crate::ids::ConnId;
 use crate::seq::Seq;
 use crate::wire::chunk::{Chunk, Chunks, DATA_HEADER_LEN};
 use crate::wire::{ErrorCode, Flags, HandshakeParams, Packet, PacketType, COOKIE_LEN, HEADER_LEN, PARAMS_LEN};
@@ -142,7 +143,7 @@ impl Connection {
             let mut p = Packet::bare(
                 PacketType::Segment,
                 Flags::RST,
-                self.remote_id.unwrap_or(0),
+                ConnId::wire_or_zero(self.remote_id),
                 self.sent.next_seq().wire(),
                 self.recv.as_ref().map_or(0, |r| r.next().wire()),
                 0,
@@ -498,11 +499,15 @@ impl Connection {
         if self.recv.is_some() {
             flags.insert(Flags::ACK);
         }
-        let mut p = Packet::bare(PacketType::Segment, flags, self.remote_id.unwrap_or(0), seq.wire(), ack, window);
+        let mut p =
+            Packet::bare(PacketType::Segment, flags, ConnId::wire_or_zero(self.remote_id), seq.wire(), ack, window);
         if flags.contains(Flags::SYN) {
             let features = if self.security.is_some() { HandshakeParams::PROTECTED } else { 0 };
-            p.params =
-                Some(HandshakeParams { conn_id: self.local_id, max_datagram: self.config.max_datagram, features });
+            p.params = Some(HandshakeParams {
+                conn_id: self.local_id.wire(),
+                max_datagram: self.config.max_datagram,
+                features,
+            });
         }
         if flags.contains(Flags::CKE) {
             p.cookie = self.cookie;

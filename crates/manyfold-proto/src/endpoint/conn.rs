@@ -13,6 +13,7 @@ use std::time::Instant;
 use super::Endpoint;
 use crate::conn_handle::ConnHandle;
 use crate::connection::{CloseReason, ConnStats, Connection, MessageOptions, RecvError, SendError, State, StreamItem};
+use crate::ids::StreamId;
 use crate::wire::ErrorCode;
 
 impl Endpoint {
@@ -72,13 +73,13 @@ impl ConnRef<'_> {
 
     /// Whether `stream` has delivered its end or reset (the end for
     /// [`ConnMut::recv_message_on`]).
-    pub fn stream_done(self, stream: u16) -> bool {
+    pub fn stream_done(self, stream: StreamId) -> bool {
         self.conn.is_some_and(|c| c.stream_done(stream))
     }
 
     /// Whether anything queued on `stream` is not yet acknowledged
     /// (`wait_for_send`, paper 00 §4.2.7). False once the connection closed.
-    pub fn stream_pending(self, stream: u16) -> bool {
+    pub fn stream_pending(self, stream: StreamId) -> bool {
         self.conn.is_some_and(|c| c.stream_pending(stream))
     }
 }
@@ -95,19 +96,19 @@ impl ConnMut<'_> {
     /// (spec §7). Returns how many bytes were taken: fewer than offered
     /// when the send buffer is full, 0 when it has no room.
     pub fn send(&mut self, data: &[u8]) -> Result<usize, SendError> {
-        self.stream_send(0, data)
+        self.stream_send(StreamId::BYTES, data)
     }
 
     /// Reads stream 0 in order. `Ok(Some(0))` is the end of the peer's
     /// stream (its FIN, after all data); `Ok(None)` means nothing yet.
     pub fn recv(&mut self, buf: &mut [u8]) -> Result<Option<usize>, RecvError> {
-        self.stream_recv(0, buf)
+        self.stream_recv(StreamId::BYTES, buf)
     }
 
     /// Queues bytes on `stream`, opening it if new (spec §13). Takes
     /// nothing (`Ok(0)`, `Writable` follows) while the endpoint is at its
     /// memory limit (spec §7.5).
-    pub fn stream_send(&mut self, stream: u16, data: &[u8]) -> Result<usize, SendError> {
+    pub fn stream_send(&mut self, stream: StreamId, data: &[u8]) -> Result<usize, SendError> {
         let ep = &mut *self.ep;
         if ep.memory.refuse(self.h, &mut ep.table) && !data.is_empty() {
             ep.stats.sends_refused_memory += 1;
@@ -119,7 +120,7 @@ impl ConnMut<'_> {
     }
 
     /// Reads `stream`'s bytes in order, across message boundaries.
-    pub fn stream_recv(&mut self, stream: u16, buf: &mut [u8]) -> Result<Option<usize>, RecvError> {
+    pub fn stream_recv(&mut self, stream: StreamId, buf: &mut [u8]) -> Result<Option<usize>, RecvError> {
         self.ep.with_conn(self.h, |c| c.recv(stream, buf)).unwrap_or(Err(RecvError::UnknownConnection))
     }
 
@@ -129,7 +130,7 @@ impl ConnMut<'_> {
     pub fn send_message(
         &mut self,
         now: Instant,
-        stream: u16,
+        stream: StreamId,
         data: &[u8],
         opts: MessageOptions,
     ) -> Result<(), SendError> {
@@ -143,35 +144,35 @@ impl ConnMut<'_> {
 
     /// The next whole message, abandoned-message notice or end of any
     /// stream, streams taking turns (spec §13.5); `Ok(None)`: nothing yet.
-    pub fn recv_message(&mut self) -> Result<Option<(u16, StreamItem)>, RecvError> {
+    pub fn recv_message(&mut self) -> Result<Option<(StreamId, StreamItem)>, RecvError> {
         self.ep.with_conn(self.h, |c| c.recv_message(None)).unwrap_or(Err(RecvError::UnknownConnection))
     }
 
     /// Like [`ConnMut::recv_message`], for one stream.
-    pub fn recv_message_on(&mut self, stream: u16) -> Result<Option<StreamItem>, RecvError> {
+    pub fn recv_message_on(&mut self, stream: StreamId) -> Result<Option<StreamItem>, RecvError> {
         let r = self.ep.with_conn(self.h, |c| c.recv_message(Some(stream)));
         r.unwrap_or(Err(RecvError::UnknownConnection)).map(|o| o.map(|(_, item)| item))
     }
 
     /// Ends our side of `stream` after what is queued on it (stream FIN).
-    pub fn finish_stream(&mut self, stream: u16) -> Result<(), SendError> {
+    pub fn finish_stream(&mut self, stream: StreamId) -> Result<(), SendError> {
         self.ep.with_conn(self.h, |c| c.finish_stream(stream)).unwrap_or(Err(SendError::UnknownConnection))
     }
 
     /// Abandons our side of `stream`: queued data is dropped and the peer
     /// reads [`StreamItem::Reset`] with `code` (spec §13.9).
-    pub fn reset_stream(&mut self, stream: u16, code: u16) {
+    pub fn reset_stream(&mut self, stream: StreamId, code: u16) {
         self.ep.with_conn(self.h, |c| c.reset_stream(stream, code));
     }
 
     /// Asks the peer to stop sending on `stream`; it resets its side with `code`.
-    pub fn stop_stream(&mut self, stream: u16, code: u16) {
+    pub fn stop_stream(&mut self, stream: StreamId, code: u16) {
         self.ep.with_conn(self.h, |c| c.stop_stream(stream, code));
     }
 
     /// Scheduling of `stream` (spec §13.10): lower `priority` goes first;
     /// among equals, `weight` chunks per round-robin turn.
-    pub fn set_stream_priority(&mut self, stream: u16, priority: u8, weight: u16) {
+    pub fn set_stream_priority(&mut self, stream: StreamId, priority: u8, weight: u16) {
         self.ep.with_conn(self.h, |c| c.set_stream_priority(stream, priority, weight));
     }
 
@@ -182,7 +183,7 @@ impl ConnMut<'_> {
         if ep.memory.refuse(self.h, &mut ep.table) {
             return 0;
         }
-        ep.table.get(self.h).map_or(0, |c| c.stream_capacity(0))
+        ep.table.get(self.h).map_or(0, |c| c.stream_capacity(StreamId::BYTES))
     }
 
     /// Graceful close of our sending side (spec §4.4): a FIN follows the data

@@ -16,6 +16,7 @@ use crate::config::EndpointConfig;
 use crate::conn_handle::ConnHandle;
 use crate::connection::{handshake_message, Connection, Event};
 use crate::handshake::{CookieBinding, ReplayCache, Secrets};
+use crate::ids::ConnId;
 use crate::wire::{ErrorCode, Flags, HandshakeParams, Packet, PacketType};
 
 /// Most bytes a stateless answer may have per byte of the datagram it
@@ -183,7 +184,7 @@ impl Endpoint {
         let server_id = self.table.fresh_id(&mut self.rng);
         let client_isn = syn.header.seq;
         let secrets = &self.listener.secrets;
-        let server_isn = secrets.isn(now, from, (params.conn_id, server_id));
+        let server_isn = secrets.isn(now, from, (params.conn_id, server_id.wire()));
         let max_datagram =
             self.config.connection.max_datagram.min(params.max_datagram.max(crate::connection::MIN_DATAGRAM));
         let binding = CookieBinding { peer: from, client_isn, server_isn, server_id };
@@ -197,21 +198,21 @@ impl Endpoint {
             crate::connection::advertised_window(crate::connection::initial_window(self.config.connection.recv_buffer)),
         );
         let features = if self.config.security.is_some() { HandshakeParams::PROTECTED } else { 0 };
-        p.params = Some(HandshakeParams { conn_id: server_id, max_datagram, features });
+        p.params = Some(HandshakeParams { conn_id: server_id.wire(), max_datagram, features });
         p.cookie = Some(cookie);
         self.stats.syn_cookies_sent += 1;
         self.listener.queue_response(Requester(from, syn.len()), &p, &mut self.stats);
     }
 
     /// spec §6.2: a valid cookie echo creates the connection, ESTABLISHED.
-    pub(super) fn handle_cookie_echo(&mut self, now: Instant, from: SocketAddr, packet: &Packet) {
+    pub(super) fn handle_cookie_echo(&mut self, now: Instant, from: SocketAddr, id: ConnId, packet: &Packet) {
         let Some(cookie) = packet.cookie else { return };
         let h = &packet.header;
         let binding = CookieBinding {
             peer: from,
             client_isn: h.seq.wrapping_sub(1),
             server_isn: h.ack.wrapping_sub(1),
-            server_id: h.conn_id,
+            server_id: id,
         };
         if !h.flags.contains(Flags::ACK)
             || !self.listener.secrets.check_cookie(now, self.config.cookie_lifetime, &cookie, &binding)
@@ -224,13 +225,14 @@ impl Endpoint {
         if self.refused(now, refusal, answer) {
             return;
         }
-        if self.table.by_id(h.conn_id).is_some() || h.conn_id == 0 || cookie.client_id == 0 {
+        let client_id = ConnId::from_wire(cookie.client_id);
+        let Some(client_id) = client_id.filter(|_| self.table.by_id(id).is_none()) else {
             // Our id collides with a live connection of another peer (a
             // 2^-32 event): drop; the client's echo retransmissions fail
             // alike until it gives up with RetransmitTimeout.
             self.stats.cookies_rejected += 1;
             return;
-        }
+        };
         // spec §6.2: each cookie creates at most one connection.
         let timestamp = self.listener.secrets.timestamp(now);
         if !self.listener.replay.admit(now, &cookie, self.config.cookie_lifetime, timestamp) {
@@ -254,8 +256,8 @@ impl Endpoint {
             self.config.connection.clone(),
             now,
             from,
-            h.conn_id,
-            cookie.client_id,
+            id,
+            client_id,
             binding.server_isn,
             binding.client_isn,
             max_datagram,

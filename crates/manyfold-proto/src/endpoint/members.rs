@@ -13,6 +13,7 @@ use crate::conn_handle::ConnHandle;
 use crate::connection::{ConnStats, MessageOptions, RecvError, SendError, State, StreamItem};
 use crate::group::host::{self, Groups, Members};
 use crate::group::{Destination, Group, GroupConfig, GroupError, GroupEvent, GroupHandle, PeerId, PeerStats};
+use crate::ids::StreamId;
 use crate::wire::ErrorCode;
 
 impl Members for Endpoint {
@@ -39,11 +40,11 @@ impl Members for Endpoint {
         self.table.get(h).map(|c| c.stats())
     }
 
-    fn room(&self, h: ConnHandle, stream: u16) -> usize {
+    fn room(&self, h: ConnHandle, stream: StreamId) -> usize {
         self.table.get(h).map_or(0, |c| c.stream_capacity(stream))
     }
 
-    fn want_room(&mut self, h: ConnHandle, stream: u16) {
+    fn want_room(&mut self, h: ConnHandle, stream: StreamId) {
         self.with_conn(h, |c| c.want_room(stream));
     }
 
@@ -51,7 +52,7 @@ impl Members for Endpoint {
         &mut self,
         h: ConnHandle,
         now: Instant,
-        stream: u16,
+        stream: StreamId,
         data: Bytes,
         opts: MessageOptions,
     ) -> Option<Result<u64, SendError>> {
@@ -67,11 +68,11 @@ impl Members for Endpoint {
         self.touch(h.index(), now);
     }
 
-    fn recv_message(&mut self, h: ConnHandle) -> Result<Option<(u16, StreamItem)>, RecvError> {
+    fn recv_message(&mut self, h: ConnHandle) -> Result<Option<(StreamId, StreamItem)>, RecvError> {
         self.conn_mut(h).recv_message()
     }
 
-    fn finish_stream(&mut self, h: ConnHandle, stream: u16) -> Result<(), SendError> {
+    fn finish_stream(&mut self, h: ConnHandle, stream: StreamId) -> Result<(), SendError> {
         self.conn_mut(h).finish_stream(stream)
     }
 

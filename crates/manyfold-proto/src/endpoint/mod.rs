@@ -240,7 +240,7 @@ impl Endpoint {
             return Err(ConnectError::TooManyConnections(self.config.max_connections));
         }
         let local_id = self.table.fresh_id(&mut self.rng);
-        let isn = self.listener.secrets.isn(now, remote, (local_id, 0));
+        let isn = self.listener.secrets.isn(now, remote, (local_id.wire(), 0));
         let security = self.security(true);
         let conn = Connection::new_client(config, now, remote, local_id, isn, security);
         let h = self.table.insert(conn);

@@ -12,6 +12,7 @@ use rand::RngCore;
 use super::listener::Requester;
 use super::Endpoint;
 use crate::connection::{State, UnreachableKind};
+use crate::ids::ConnId;
 use crate::secure::Unprotect;
 use crate::wire::{DecodeError, Flags, Header, Packet, PacketType, PathPacket, HEADER_LEN};
 
@@ -38,18 +39,17 @@ impl Endpoint {
             self.stats.dropped_malformed += 1;
             return;
         }
-        if packet.header.conn_id == 0 {
-            self.handle_initial_syn(now, from, &packet, datagram.len());
-        } else {
-            self.route_by_id(now, from, &packet, datagram.len());
+        match ConnId::from_wire(packet.header.conn_id) {
+            None => self.handle_initial_syn(now, from, &packet, datagram.len()),
+            Some(id) => self.route_by_id(now, from, id, &packet, datagram.len()),
         }
     }
 
     /// spec §6.1: route by our connection id.
-    fn route_by_id(&mut self, now: Instant, from: SocketAddr, packet: &Packet, len: usize) {
+    fn route_by_id(&mut self, now: Instant, from: SocketAddr, id: ConnId, packet: &Packet, len: usize) {
         let h = &packet.header;
         let flags = h.flags;
-        if let Some(idx) = self.table.by_id(h.conn_id) {
+        if let Some(idx) = self.table.by_id(id) {
             // A CLOSED connection the application has not released yet
             // answers like an unknown one (spec §6.5).
             match self.table.at(idx) {
@@ -79,13 +79,13 @@ impl Endpoint {
         }
         if flags.contains(Flags::RST) {
             // spec §6.5: a peer without state echoes the id we addressed it by.
-            if let Some(idx) = self.table.by_peer(from, h.conn_id) {
+            if let Some(idx) = self.table.by_peer(from, id) {
                 self.deliver(idx, now, packet, false);
             }
             return;
         }
         if packet.cookie.is_some() && !flags.contains(Flags::SYN) {
-            self.handle_cookie_echo(now, from, packet);
+            self.handle_cookie_echo(now, from, id, packet);
             return;
         }
         self.stats.unknown_connection += 1;
@@ -97,7 +97,7 @@ impl Endpoint {
     /// Unknown ones get no RST: a protected peer would not believe a plain one.
     fn route_protected(&mut self, now: Instant, from: SocketAddr, datagram: &[u8]) {
         let Some(header) = self.decoded(Header::parse(datagram)) else { return };
-        let Some(idx) = self.table.by_id(header.conn_id) else {
+        let Some(idx) = ConnId::from_wire(header.conn_id).and_then(|id| self.table.by_id(id)) else {
             self.stats.unknown_connection += 1;
             return;
         };
@@ -148,7 +148,7 @@ impl Endpoint {
     /// ours that moves the connection. Unknown ids are dropped unanswered.
     fn route_path(&mut self, now: Instant, from: SocketAddr, datagram: &[u8]) {
         let Some(p) = self.decoded(PathPacket::parse(datagram)) else { return };
-        let Some(idx) = self.table.by_id(p.header.conn_id) else {
+        let Some(idx) = ConnId::from_wire(p.header.conn_id).and_then(|id| self.table.by_id(id)) else {
             self.stats.unknown_connection += 1;
             return;
         };
@@ -186,14 +186,14 @@ impl Endpoint {
         if !matches!(h.ptype, PacketType::Segment | PacketType::Protected) || h.flags.contains(Flags::RST) {
             return None;
         }
-        if h.conn_id != 0 {
-            return self.table.by_peer(destination, h.conn_id).map(|idx| (idx, h.seq));
+        if let Some(id) = ConnId::from_wire(h.conn_id) {
+            return self.table.by_peer(destination, id).map(|idx| (idx, h.seq));
         }
         // An initial SYN: its parameters carry the id we chose (spec §3.3.2).
         let idx = self.table.syn_sent(destination)?;
         let ours = quote.get(HEADER_LEN..HEADER_LEN + 4)?;
         let c = self.table.at(idx)?;
-        (h.flags.contains(Flags::SYN) && ours == c.local_id().to_be_bytes()).then_some((idx, h.seq))
+        (h.flags.contains(Flags::SYN) && ours == c.local_id().wire().to_be_bytes()).then_some((idx, h.seq))
     }
 
     /// Hands a packet to connection `idx`.

@@ -12,6 +12,7 @@ use rand::RngCore;
 
 use crate::conn_handle::ConnHandle;
 use crate::connection::Connection;
+use crate::ids::ConnId;
 
 /// One entry of the table. Beside the connection, what the endpoint's
 /// other concerns keep per connection: its timer entry and transmit mark
@@ -67,10 +68,10 @@ pub(super) struct Table {
     free: Vec<u32>,
     live: usize,
     /// Our connection id -> slot (spec §6.1).
-    by_id: HashMap<u32, u32>,
+    by_id: HashMap<ConnId, u32>,
     /// (peer address, peer's connection id) -> slot, for RSTs from a peer
     /// that lost its state and for simultaneous open (spec §6.5, §4.3).
-    by_peer: HashMap<(SocketAddr, u32), u32>,
+    by_peer: HashMap<(SocketAddr, ConnId), u32>,
     /// Connections in SYN-SENT by peer address, for simultaneous open.
     syn_sent: HashMap<SocketAddr, u32>,
     /// Connections held per peer IP address (spec §6.4).
@@ -130,12 +131,12 @@ impl Table {
     }
 
     /// spec §6.1: the slot of our connection id.
-    pub fn by_id(&self, id: u32) -> Option<u32> {
+    pub fn by_id(&self, id: ConnId) -> Option<u32> {
         self.by_id.get(&id).copied()
     }
 
     /// spec §6.5: the slot that knows the peer at `from` by `id`.
-    pub fn by_peer(&self, from: SocketAddr, id: u32) -> Option<u32> {
+    pub fn by_peer(&self, from: SocketAddr, id: ConnId) -> Option<u32> {
         self.by_peer.get(&(from, id)).copied()
     }
 
@@ -149,11 +150,11 @@ impl Table {
     }
 
     /// A fresh id of ours, never 0 and not in use (spec §6.1).
-    pub fn fresh_id(&self, rng: &mut impl RngCore) -> u32 {
+    pub fn fresh_id(&self, rng: &mut impl RngCore) -> ConnId {
         loop {
-            let id = rng.next_u32();
-            if id != 0 && !self.by_id.contains_key(&id) {
-                return id;
+            match ConnId::from_wire(rng.next_u32()) {
+                Some(id) if !self.by_id.contains_key(&id) => return id,
+                _ => {}
             }
         }
     }
@@ -187,7 +188,7 @@ impl Table {
     /// After a packet reached slot `idx`: a connection learns its peer's id
     /// from the peer's SYN or SYN-ACK (`had_remote_id` is what it knew
     /// before), and a synchronized one no longer answers id-0 SYNs.
-    pub fn after_packet(&mut self, idx: u32, had_remote_id: Option<u32>) {
+    pub fn after_packet(&mut self, idx: u32, had_remote_id: Option<ConnId>) {
         let Some(conn) = self.at(idx) else { return };
         let (remote, rid, state) = (conn.remote(), conn.remote_id(), conn.state());
         if had_remote_id.is_none() {
@@ -265,7 +266,11 @@ pub(super) mod tests {
     /// A client connection in SYN-SENT to 198.18.0.1:`port`, with our id `id`.
     pub(in crate::endpoint) fn client(now: Instant, port: u16, id: u32) -> Connection {
         let remote = SocketAddr::from(([198, 18, 0, 1], port));
-        Connection::new_client(ConnectionConfig::default(), now, remote, id, 1000, None)
+        Connection::new_client(ConnectionConfig::default(), now, remote, cid(id), 1000, None)
+    }
+
+    fn cid(v: u32) -> ConnId {
+        ConnId::from_wire(v).expect("not 0")
     }
 
     /// Aborts `h`'s connection, sends its RST and releases it: reapable.
@@ -283,7 +288,10 @@ pub(super) mod tests {
         let mut table = Table::default();
         let a = table.insert(client(now, 1, 7));
         let b = table.insert(client(now, 2, 8));
-        assert_eq!((table.by_id(7), table.by_id(8), table.by_id(9)), (Some(a.index()), Some(b.index()), None));
+        assert_eq!(
+            (table.by_id(cid(7)), table.by_id(cid(8)), table.by_id(cid(9))),
+            (Some(a.index()), Some(b.index()), None)
+        );
         assert_eq!(table.live(), 2);
         assert_eq!(table.conns_from(SocketAddr::from(([198, 18, 0, 1], 3))), 2, "per IP, any port (spec §6.4)");
         assert_eq!(table.conns_from(SocketAddr::from(([198, 18, 0, 2], 1))), 0);
@@ -299,7 +307,7 @@ pub(super) mod tests {
         assert_eq!(table.reap(old.index()), None, "released but still in SYN-SENT");
         finish(&mut table, old, now);
         assert_eq!(table.reap(old.index()), Some(0));
-        assert_eq!((table.live(), table.by_id(7)), (0, None));
+        assert_eq!((table.live(), table.by_id(cid(7))), (0, None));
         assert_eq!(table.syn_sent(SocketAddr::from(([198, 18, 0, 1], 1))), None);
         assert_eq!(table.conns_from(SocketAddr::from(([198, 18, 0, 1], 1))), 0);
         let new = table.insert(client(now, 2, 8));
@@ -310,14 +318,14 @@ pub(super) mod tests {
     }
 
     #[test]
-    fn fresh_ids_are_never_zero_nor_in_use() {
+    fn a_fresh_id_is_never_one_in_use() {
         use rand::SeedableRng;
         let now = Instant::now();
         let mut table = Table::default();
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(1);
         let taken = table.fresh_id(&mut rand_chacha::ChaCha8Rng::seed_from_u64(1));
-        table.insert(client(now, 1, taken));
+        table.insert(client(now, 1, taken.wire()));
         let id = table.fresh_id(&mut rng);
-        assert!(id != 0 && id != taken, "the seed's first id is taken: the next one is drawn");
+        assert!(id != taken, "the seed's first id is taken: the next one is drawn");
     }
 }

@@ -20,6 +20,7 @@ use super::{
 use crate::config::ConnectionConfig;
 use crate::conn_handle::ConnHandle;
 use crate::connection::{ConnStats, Event, MessageOptions, RecvError, SendError, State, StreamItem};
+use crate::ids::StreamId;
 use crate::wire::ErrorCode;
 
 /// What a group needs of the endpoint its member connections live in.
@@ -33,15 +34,15 @@ pub(crate) trait Members {
     fn state(&self, h: ConnHandle) -> Option<State>;
     fn stats(&self, h: ConnHandle) -> Option<ConnStats>;
     /// Bytes `stream` of `h` takes now.
-    fn room(&self, h: ConnHandle, stream: u16) -> usize;
+    fn room(&self, h: ConnHandle, stream: StreamId) -> usize;
     /// Asks for `Writable` once `stream` of `h` has room again.
-    fn want_room(&mut self, h: ConnHandle, stream: u16);
+    fn want_room(&mut self, h: ConnHandle, stream: StreamId);
     /// Queues one copy of a group message; `None` for an unknown handle.
     fn send_copy(
         &mut self,
         h: ConnHandle,
         now: Instant,
-        stream: u16,
+        stream: StreamId,
         data: Bytes,
         opts: MessageOptions,
     ) -> Option<Result<u64, SendError>>;
@@ -49,8 +50,8 @@ pub(crate) trait Members {
     fn abandon(&mut self, h: ConnHandle, msg: u64);
     /// Sends a member's SYN again (spec §14.3's early retry).
     fn resend_syn(&mut self, h: ConnHandle, now: Instant);
-    fn recv_message(&mut self, h: ConnHandle) -> Result<Option<(u16, StreamItem)>, RecvError>;
-    fn finish_stream(&mut self, h: ConnHandle, stream: u16) -> Result<(), SendError>;
+    fn recv_message(&mut self, h: ConnHandle) -> Result<Option<(StreamId, StreamItem)>, RecvError>;
+    fn finish_stream(&mut self, h: ConnHandle, stream: StreamId) -> Result<(), SendError>;
     fn close(&mut self, h: ConnHandle);
     fn abort(&mut self, h: ConnHandle, now: Instant, code: ErrorCode);
     fn release(&mut self, h: ConnHandle);
@@ -232,15 +233,15 @@ pub(crate) fn send<M: Members>(
 
 /// The destinations of a message of `len` bytes, from each member's room
 /// and load; when blocked, the short members are asked for `Writable`.
-fn choose<M: Members>(m: &mut M, group: &mut Group, len: usize) -> Result<Vec<(u32, u16)>, GroupError> {
-    let room = |p: u32, s: u16| m.room(group.peers[p as usize].conn, s);
+fn choose<M: Members>(m: &mut M, group: &mut Group, len: usize) -> Result<Vec<(u32, StreamId)>, GroupError> {
+    let room = |p: u32, s: StreamId| m.room(group.peers[p as usize].conn, s);
     let load = |p: u32| {
         let peer = &group.peers[p as usize];
         m.stats(peer.conn).map_or(f64::MAX, |s| peer.load_score(&s))
     };
     // Each closure borrows `group` immutably; `choose` needs it mutably,
     // so the inputs are gathered first.
-    let rooms: Vec<((u32, u16), usize)> = group
+    let rooms: Vec<((u32, StreamId), usize)> = group
         .peers
         .iter()
         .enumerate()
@@ -249,7 +250,7 @@ fn choose<M: Members>(m: &mut M, group: &mut Group, len: usize) -> Result<Vec<(u
         .map(|d| (d, room(d.0, d.1)))
         .collect();
     let loads: Vec<f64> = (0..group.peers.len() as u32).map(load).collect();
-    let room_of = |p: u32, s: u16| rooms.iter().find(|(d, _)| *d == (p, s)).map_or(0, |x| x.1);
+    let room_of = |p: u32, s: StreamId| rooms.iter().find(|(d, _)| *d == (p, s)).map_or(0, |x| x.1);
     let chosen = group.choose(len, room_of, |p| loads[p as usize]);
     if chosen == Err(GroupError::Blocked) {
         // Be told when a short peer has room again.
@@ -306,7 +307,7 @@ pub(crate) fn add_destination<M: Members>(
             None => group.add_peer(addr, h),
         };
         m.groups().member_of.insert(h, g.0);
-        Ok(Destination { peer, stream: 0 })
+        Ok(Destination { peer, stream: StreamId::BYTES })
     })
 }
 

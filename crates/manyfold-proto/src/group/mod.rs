@@ -12,11 +12,15 @@
 //! hosts it (host.rs), handing it its members' events and timer expiries
 //! and lending it its member connections through the narrow
 //! `host::Members` trait. One peer's state is in peer.rs; the settings
-//! and delivery modes in config.rs; what a group reports in events.rs.
+//! and delivery modes in config.rs; which peers a message goes to in
+//! modes.rs; departures, the tick and the handshake retry in
+//! membership.rs; what a group reports in events.rs.
 
 mod config;
 mod events;
 pub(crate) mod host;
+mod membership;
+mod modes;
 mod peer;
 
 pub use config::{Eviction, GroupConfig, Mode};
@@ -30,6 +34,7 @@ use std::time::{Duration, Instant};
 
 use crate::conn_handle::ConnHandle;
 use crate::connection::CloseReason;
+use crate::ids::StreamId;
 use peer::Peer;
 
 /// Names a group of an endpoint.
@@ -42,7 +47,7 @@ pub struct Destination {
     /// The peer.
     pub peer: PeerId,
     /// The stream to it (0 for the group's own).
-    pub stream: u16,
+    pub stream: StreamId,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -308,69 +313,6 @@ impl Group {
 
     // ---- sending (spec §14.4–§14.6) ------------------------------------------
 
-    /// Picks the destinations of the next message of `len` bytes:
-    /// `(peer, stream)` pairs. `room(peer, stream)` is the peer's own
-    /// send capacity on that stream; `load(peer)` its CBAL score.
-    pub(crate) fn choose(
-        &mut self,
-        len: usize,
-        room: impl Fn(u32, u16) -> usize,
-        load: impl Fn(u32) -> f64,
-    ) -> Result<Vec<(u32, u16)>, GroupError> {
-        match self.phase {
-            Phase::Connecting { .. } => return Err(GroupError::NotEstablished),
-            Phase::Closed => return Err(GroupError::Closed),
-            Phase::Established => {}
-        }
-        let live: Vec<(u32, u16)> = self
-            .peers
-            .iter()
-            .enumerate()
-            .filter(|(_, p)| p.takes_new())
-            .flat_map(|(i, p)| p.streams.iter().map(move |&s| (i as u32, s)))
-            .collect();
-        if live.is_empty() {
-            return Err(GroupError::NoPeers);
-        }
-        // spec §14.4: the shared buffer bounds what is not yet delivered.
-        let full = self.outstanding() + len > self.config.send_buffer
-            || self.stats.messages_sent - self.stats.messages_delivered - self.stats.messages_undeliverable
-                >= self.config.max_messages as u64;
-        if self.outstanding() > 0 && full {
-            self.want_writable = true;
-            return Err(GroupError::Blocked);
-        }
-        let fits: Vec<(u32, u16)> = live.iter().copied().filter(|&(p, s)| room(p, s) >= len).collect();
-        let chosen = match self.config.mode {
-            // spec §14.5: All keeps pace with the slowest: every live
-            // destination must take the message.
-            Mode::All => {
-                if fits.len() < live.len() {
-                    self.want_writable = true;
-                    return Err(GroupError::Blocked);
-                }
-                fits
-            }
-            Mode::Any | Mode::AtLeast(_) => fits,
-            Mode::Subset { k, .. } => {
-                // spec §14.6: the k least loaded, ties taken round-robin.
-                let n = fits.len().max(1);
-                let start = self.rr % n;
-                self.rr = self.rr.wrapping_add(1);
-                let mut ranked: Vec<(f64, usize, (u32, u16))> =
-                    fits.iter().enumerate().map(|(i, &d)| (load(d.0), (i + n - start) % n, d)).collect();
-                ranked.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
-                ranked.into_iter().take(usize::from(k)).map(|(_, _, d)| d).collect()
-            }
-        };
-        let needed = self.config.mode.needed(usize::MAX);
-        if chosen.is_empty() || chosen.len() < needed.min(live.len()) {
-            self.want_writable = true;
-            return Err(GroupError::Blocked);
-        }
-        Ok(chosen)
-    }
-
     /// Records a message sent: `copies` are (peer, connection message id).
     pub(crate) fn record(&mut self, now: Instant, len: usize, copies: Vec<(u32, u64)>) -> u64 {
         let seq = self.next_seq();
@@ -542,7 +484,7 @@ impl Group {
         let peer = self.id(idx);
         let p = &mut self.peers[idx as usize];
         let stream = p.next_stream;
-        p.next_stream = p.next_stream.wrapping_add(1).max(1);
+        p.next_stream = StreamId::new(p.next_stream.get().wrapping_add(1).max(1));
         p.streams.push(stream);
         Destination { peer, stream }
     }
@@ -554,99 +496,6 @@ impl Group {
         let at = p.streams.iter().position(|&s| s == d.stream).ok_or(GroupError::UnknownPeer)?;
         p.streams.remove(at);
         Ok(p.streams.is_empty())
-    }
-
-    /// Starts a peer's graceful departure; returns copies to give up.
-    pub(crate) fn start_leaving(&mut self, idx: u32) -> Vec<(u32, u64)> {
-        let p = &mut self.peers[idx as usize];
-        if matches!(p.state, PeerState::Gone | PeerState::Leaving) {
-            return Vec::new();
-        }
-        p.state = if p.state == PeerState::Connecting { PeerState::Gone } else { PeerState::Leaving };
-        // Nothing waits for it any more; its copies stay queued on its
-        // connection and are delivered before its FIN, but are not given
-        // up, so it gets every message it was sent.
-        let mut touched = Vec::new();
-        self.copy_of.retain(|&(p, _), &mut seq| {
-            if p == idx {
-                touched.push(seq);
-            }
-            p != idx
-        });
-        touched.sort_unstable();
-        let mut give_up = Vec::new();
-        for seq in touched {
-            let Some(m) = self.msgs.get_mut((seq - self.base) as usize) else { continue };
-            for c in m.copies.iter_mut().filter(|c| c.peer == idx && c.state == CopyState::Pending) {
-                c.state = CopyState::Dropped;
-            }
-            give_up.extend(self.settle(seq));
-        }
-        self.peers[idx as usize].pending = 0;
-        give_up
-    }
-
-    /// spec §14.7: peers that owe acknowledgements and sent nothing at all
-    /// for `peer_timeout` (a live but slow peer keeps acknowledging packets).
-    pub(crate) fn unresponsive(&self, now: Instant) -> Vec<u32> {
-        let quiet =
-            |p: &Peer| p.quiet_since.is_some_and(|t| now.saturating_duration_since(t) >= self.config.peer_timeout);
-        (0..self.peers.len() as u32)
-            .filter(|&i| {
-                let p = &self.peers[i as usize];
-                // After a close, a peer also owes the acknowledgement of its FIN.
-                let owes = p.pending > 0 || (self.phase == Phase::Closed && !p.drained);
-                matches!(p.state, PeerState::Up | PeerState::Leaving) && owes && quiet(p)
-            })
-            .collect()
-    }
-
-    /// spec §14.7: once per tick, refresh loss estimates and rates, and
-    /// return the peers to evict.
-    pub(crate) fn on_tick(&mut self, now: Instant, stats: impl Fn(ConnHandle) -> Option<crate::ConnStats>) -> Vec<u32> {
-        self.next_tick = Some(now + TICK);
-        let horizon = self.config.eviction.map_or(TICK * 2, |e| e.after * 2 + Duration::from_secs(10));
-        for p in self.peers.iter_mut().filter(|p| matches!(p.state, PeerState::Up | PeerState::Leaving)) {
-            if let Some(s) = stats(p.conn) {
-                p.sample_loss(&s);
-                p.sample_activity(now, &s);
-            }
-            p.record(now, horizon);
-        }
-        let Some(ev) = self.config.eviction else { return Vec::new() };
-        let up: Vec<u32> =
-            (0..self.peers.len() as u32).filter(|&i| self.peers[i as usize].state == PeerState::Up).collect();
-        if up.len() < 2 {
-            return Vec::new();
-        }
-        let mut caps: Vec<f64> = up.iter().map(|&i| self.peers[i as usize].capacity()).collect();
-        caps.sort_by(f64::total_cmp);
-        let group_rate = caps[caps.len() / 2];
-        let mut evict = Vec::new();
-        for &i in &up {
-            let p = &mut self.peers[i as usize];
-            let slow = p.pending > 0 && p.recent_rate(now, ev.after).is_some_and(|r| r < ev.min_fraction * group_rate);
-            if !slow {
-                p.slow_since = None;
-                continue;
-            }
-            let since = *p.slow_since.get_or_insert(now);
-            if now.saturating_duration_since(since) >= ev.after && evict.len() + 1 < up.len() {
-                evict.push(i);
-            }
-        }
-        evict
-    }
-
-    /// The early retry is due: returns the connections still in their
-    /// handshake (and marks the retry done).
-    pub(crate) fn take_retry(&mut self, now: Instant) -> Vec<ConnHandle> {
-        let Phase::Connecting { started, deadline, retry: Some(r) } = self.phase else { return Vec::new() };
-        if r > now || r == started {
-            return Vec::new();
-        }
-        self.phase = Phase::Connecting { started, deadline, retry: Some(started) };
-        self.peers.iter().filter(|p| p.state == PeerState::Connecting).map(|p| p.conn).collect()
     }
 
     pub(crate) fn poll_timeout(&self) -> Option<Instant> {

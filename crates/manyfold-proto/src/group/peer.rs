@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use crate::conn_handle::ConnHandle;
 use crate::connection::ConnStats;
+use crate::ids::StreamId;
 
 /// Names one peer of a group. The low 20 bits are its slot, the high 12 a
 /// generation: the slot of a peer that has gone is taken by a later
@@ -74,8 +75,8 @@ pub(crate) struct Peer {
     pub conn: ConnHandle,
     pub state: PeerState,
     /// Streams of its destinations (spec §14.7), in the order added.
-    pub streams: Vec<u16>,
-    pub next_stream: u16,
+    pub streams: Vec<StreamId>,
+    pub next_stream: StreamId,
     pub first_msg: u64,
     pub pending: u64,
     pub acked_messages: u64,
@@ -104,8 +105,8 @@ impl Peer {
             addr,
             conn,
             state: PeerState::Connecting,
-            streams: vec![0],
-            next_stream: 1,
+            streams: vec![StreamId::BYTES],
+            next_stream: StreamId::new(1),
             first_msg: 0,
             pending: 0,
             acked_messages: 0,

@@ -558,6 +558,7 @@ fn open_episode(p: &mut SentPacket, open: &mut u64, real: &mut bool) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ids::StreamId;
     use crate::wire::chunk::{Chunk, DataChunk};
 
     /// Sequence number `n` (its wire value is `n`).
@@ -589,7 +590,14 @@ mod tests {
         for i in 0..n {
             let mut c = Chunks::default();
             let data = bytes::Bytes::from_static(b"abcd");
-            c.push(Chunk::Data(DataChunk { stream: 0, flags: 0, offset: 4 * i, in_msg: 0, data, msg: 0 }));
+            c.push(Chunk::Data(DataChunk {
+                stream: StreamId::new(0),
+                flags: 0,
+                offset: 4 * i,
+                in_msg: 0,
+                data,
+                msg: 0,
+            }));
             q.on_sent(t0 + Duration::from_millis(i), c, Flags::empty(), 100, false);
         }
         let rtt = RttEstimator::new(

@@ -5,7 +5,7 @@ use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use crate::{ConnHandle, Endpoint, EndpointConfig, Event, State};
+use crate::{ConnHandle, Endpoint, EndpointConfig, Event, State, StreamId};
 
 mod lifecycle;
 
@@ -321,7 +321,7 @@ fn a_bulk_writer_filling_the_send_buffer_leaves_room_for_other_streams_messages(
     let bulk = vec![7u8; 64 << 20];
     let mut queued = 0;
     loop {
-        let n = p.a.conn_mut(ca).stream_send(1, &bulk).unwrap();
+        let n = p.a.conn_mut(ca).stream_send(StreamId::new(1), &bulk).unwrap();
         if n == 0 {
             break;
         }
@@ -331,17 +331,19 @@ fn a_bulk_writer_filling_the_send_buffer_leaves_room_for_other_streams_messages(
     let left = p.a.conn_mut(ca).send_capacity();
     assert!(left > 64 << 10 && left <= 1 << 20, "stream 0 may use the reserve: {left} bytes");
     let msg = vec![1u8; 64 << 10];
-    p.a.conn_mut(ca).send_message(p.now, 2, &msg, crate::MessageOptions::default()).expect("room for a message");
+    p.a.conn_mut(ca)
+        .send_message(p.now, StreamId::new(2), &msg, crate::MessageOptions::default())
+        .expect("room for a message");
     // A message the size of the largest one fits an idle connection whole.
     let other = p.a.connect(p.now, p.b_addr).unwrap();
     p.run_until(|p| p.a.conn(other).state() == Some(State::Established));
     let largest = vec![2u8; crate::ConnectionConfig::default().max_message];
     p.a.conn_mut(other)
-        .send_message(p.now, 3, &largest, crate::MessageOptions::default())
+        .send_message(p.now, StreamId::new(3), &largest, crate::MessageOptions::default())
         .expect("room for the largest message");
     let too_big = vec![2u8; largest.len() + 1];
     assert_eq!(
-        p.a.conn_mut(other).send_message(p.now, 4, &too_big, crate::MessageOptions::default()),
+        p.a.conn_mut(other).send_message(p.now, StreamId::new(4), &too_big, crate::MessageOptions::default()),
         Err(crate::SendError::MessageTooLarge { size: too_big.len(), max: largest.len() })
     );
 }
@@ -361,16 +363,23 @@ mod hostile_chunks {
         let offset = prop_oneof![4 => 0u64..6000, 1 => 0u64..(3 << 20)];
         let data = (0u16..6, 0u8..16, offset, 0u32..3000, proptest::collection::vec(any::<u8>(), 0..64)).prop_map(
             |(stream, flags, offset, in_msg, data)| {
-                Chunk::Data(DataChunk { stream, flags, offset, in_msg: in_msg.min(offset as u32), data, msg: 0 })
+                Chunk::Data(DataChunk {
+                    stream: StreamId::new(stream),
+                    flags,
+                    offset,
+                    in_msg: in_msg.min(offset as u32),
+                    data,
+                    msg: 0,
+                })
             },
         );
         prop_oneof![
             6 => data,
             1 => (0u16..6, any::<bool>(), 0u64..6000, 0u64..600)
-                .prop_map(|(stream, unordered, start, len)| Chunk::Abandon { stream, unordered, start, end: start + len }),
-            1 => (0u16..6, any::<u16>(), 0u64..6000).prop_map(|(stream, code, final_size)| Chunk::Reset { stream, code, final_size }),
-            1 => (0u16..6, any::<u16>()).prop_map(|(stream, code)| Chunk::Stop { stream, code }),
-            1 => (0u16..6, any::<bool>(), 0u64..MAX_OFFSET).prop_map(|(stream, unordered, max)| Chunk::Credit { stream, unordered, max }),
+                .prop_map(|(stream, unordered, start, len)| Chunk::Abandon { stream: StreamId::new(stream), unordered, start, end: start + len }),
+            1 => (0u16..6, any::<u16>(), 0u64..6000).prop_map(|(stream, code, final_size)| Chunk::Reset { stream: StreamId::new(stream), code, final_size }),
+            1 => (0u16..6, any::<u16>()).prop_map(|(stream, code)| Chunk::Stop { stream: StreamId::new(stream), code }),
+            1 => (0u16..6, any::<bool>(), 0u64..MAX_OFFSET).prop_map(|(stream, unordered, max)| Chunk::Credit { stream: StreamId::new(stream), unordered, max }),
         ]
     }
 
@@ -413,7 +422,7 @@ mod hostile_chunks {
                 let mut buf = [0u8; 256];
                 while let Ok(Some(_)) = p.b.conn_mut(cb).recv_message() {}
                 for s in 0..6 {
-                    while let Ok(Some(n)) = p.b.conn_mut(cb).stream_recv(s, &mut buf) {
+                    while let Ok(Some(n)) = p.b.conn_mut(cb).stream_recv(StreamId::new(s), &mut buf) {
                         if n == 0 {
                             break;
                         }

@@ -13,6 +13,7 @@
 use bytes::Bytes;
 
 use super::DecodeError;
+use crate::ids::StreamId;
 
 /// Largest stream offset (48 bits on the wire).
 pub const MAX_OFFSET: u64 = (1 << 48) - 1;
@@ -52,7 +53,7 @@ pub mod data_flags {
 /// A DATA chunk: bytes of one stream at one offset (spec §13.2).
 pub struct DataChunk<D> {
     /// The stream.
-    pub stream: u16,
+    pub stream: StreamId,
     /// Its BEGIN, END, UNORDERED and FIN bits.
     pub flags: u8,
     /// Stream offset of the first byte.
@@ -96,7 +97,7 @@ pub enum Chunk<D> {
     /// The sender abandons its side of the stream; `final_size` is where it ended.
     Reset {
         /// The stream.
-        stream: u16,
+        stream: StreamId,
         /// The application's error code.
         code: u16,
         /// The stream's final size.
@@ -105,7 +106,7 @@ pub enum Chunk<D> {
     /// The receiver asks the sender to stop sending on the stream.
     Stop {
         /// The stream.
-        stream: u16,
+        stream: StreamId,
         /// The application's error code.
         code: u16,
     },
@@ -113,7 +114,7 @@ pub enum Chunk<D> {
     /// credit), of the unordered offset space if `unordered`.
     Credit {
         /// The stream.
-        stream: u16,
+        stream: StreamId,
         /// Of the unordered offset space.
         unordered: bool,
         /// Offsets below this may be sent.
@@ -122,7 +123,7 @@ pub enum Chunk<D> {
     /// The sender abandoned the message occupying `[start, end)` of the stream.
     Abandon {
         /// The stream.
-        stream: u16,
+        stream: StreamId,
         /// Of the unordered offset space.
         unordered: bool,
         /// The message's first offset.
@@ -162,14 +163,14 @@ impl<D> Chunk<D> {
 
 impl<D: AsRef<[u8]>> Chunk<D> {
     /// The stream it concerns (0 for padding and handshake chunks).
-    pub fn stream(&self) -> u16 {
+    pub fn stream(&self) -> StreamId {
         match self {
             Chunk::Data(d) => d.stream,
             Chunk::Reset { stream, .. }
             | Chunk::Stop { stream, .. }
             | Chunk::Credit { stream, .. }
             | Chunk::Abandon { stream, .. } => *stream,
-            Chunk::Pad | Chunk::Handshake(_) => 0,
+            Chunk::Pad | Chunk::Handshake(_) => StreamId::new(0),
         }
     }
 
@@ -211,7 +212,7 @@ impl<D: AsRef<[u8]>> Chunk<D> {
             out[HANDSHAKE_HEADER_LEN..].copy_from_slice(m);
             return n;
         }
-        out[2..4].copy_from_slice(&self.stream().to_be_bytes());
+        out[2..4].copy_from_slice(&self.stream().get().to_be_bytes());
         match self {
             Chunk::Data(d) => {
                 let data = d.data.as_ref();
@@ -289,7 +290,7 @@ fn parse_one(b: &[u8]) -> Result<(Chunk<&[u8]>, usize), DecodeError> {
     let bad = DecodeError::Malformed;
     let kind = *b.first().ok_or(bad)?;
     let fixed = |n: usize| b.get(..n).ok_or(bad);
-    let stream = |h: &[u8]| u16::from_be_bytes([h[2], h[3]]);
+    let stream = |h: &[u8]| StreamId::new(u16::from_be_bytes([h[2], h[3]]));
     match kind {
         KIND_DATA => {
             let h = fixed(DATA_HEADER_LEN)?;
@@ -460,7 +461,7 @@ mod tests {
     #[test]
     fn every_chunk_kind_roundtrips() {
         let data = Chunk::Data(DataChunk {
-            stream: 65535,
+            stream: StreamId::new(65535),
             flags: data_flags::BEGIN | data_flags::UNORDERED,
             offset: MAX_OFFSET - 3,
             in_msg: 7,
@@ -468,12 +469,12 @@ mod tests {
             msg: 0,
         });
         roundtrip(data);
-        roundtrip(Chunk::Reset { stream: 3, code: 9, final_size: 1 << 40 });
+        roundtrip(Chunk::Reset { stream: StreamId::new(3), code: 9, final_size: 1 << 40 });
         roundtrip(Chunk::Handshake(Bytes::from_static(&[7; 48])));
-        roundtrip(Chunk::Stop { stream: 4, code: 2 });
-        roundtrip(Chunk::Credit { stream: 5, unordered: false, max: 123_456_789 });
-        roundtrip(Chunk::Credit { stream: 5, unordered: true, max: 7 });
-        roundtrip(Chunk::Abandon { stream: 6, unordered: true, start: 10, end: 20 });
+        roundtrip(Chunk::Stop { stream: StreamId::new(4), code: 2 });
+        roundtrip(Chunk::Credit { stream: StreamId::new(5), unordered: false, max: 123_456_789 });
+        roundtrip(Chunk::Credit { stream: StreamId::new(5), unordered: true, max: 7 });
+        roundtrip(Chunk::Abandon { stream: StreamId::new(6), unordered: true, start: 10, end: 20 });
         roundtrip(Chunk::Pad);
     }
 
@@ -512,7 +513,7 @@ mod tests {
         let mut cs = Chunks::default();
         for s in 0..3u16 {
             cs.push(Chunk::Data(DataChunk {
-                stream: s,
+                stream: StreamId::new(s),
                 flags: 0,
                 offset: 0,
                 in_msg: 0,
@@ -520,7 +521,7 @@ mod tests {
                 msg: 0,
             }));
         }
-        assert_eq!(cs.retain(|c| c.stream() != 1), 11);
-        assert_eq!(cs.iter().map(|c| c.stream()).collect::<Vec<_>>(), vec![0, 2]);
+        assert_eq!(cs.retain(|c| c.stream() != StreamId::new(1)), 11);
+        assert_eq!(cs.iter().map(|c| c.stream().get()).collect::<Vec<_>>(), vec![0, 2]);
     }
 }

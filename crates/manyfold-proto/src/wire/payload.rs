@@ -442,7 +442,7 @@ mod tests {
             body in proptest::collection::vec(any::<u8>(), 0..300),
         ) {
             let chunk = super::super::chunk::Chunk::Data(super::super::chunk::DataChunk {
-                stream: 1, flags: 0, offset: 0, in_msg: 0, data: &body[..], msg: 0,
+                stream: crate::StreamId::new(1), flags: 0, offset: 0, in_msg: 0, data: &body[..], msg: 0,
             });
             let mut data = vec![0u8; chunk.encoded_len()];
             chunk.emit(&mut data);

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use manyfold_proto::wire::chunk::{parse_chunks, Chunk, DataChunk};
 use manyfold_proto::wire::{Flags, Header, Packet};
-use manyfold_proto::{CongestionAlgorithm, ConnHandle, EndpointConfig, State};
+use manyfold_proto::{CongestionAlgorithm, ConnHandle, EndpointConfig, State, StreamId};
 use manyfold_sim::{LinkConfig, World};
 
 /// Every congestion controller. Loss-recovery tests loop over this list:
@@ -124,7 +124,7 @@ pub fn data_chunks(d: &[u8]) -> Vec<DataChunk<&[u8]>> {
 
 /// A packet carrying a data chunk of `stream` (data bytes or a bare stream FIN).
 pub fn carries_stream(d: &[u8], stream: u16) -> bool {
-    data_chunks(d).iter().any(|c| c.stream == stream)
+    data_chunks(d).iter().any(|c| c.stream == StreamId::new(stream))
 }
 
 /// A packet that consumes a sequence number (spec §5.1): SYN, FIN, a

@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
+use crate::ids::StreamId;
 use crate::wire::chunk::{data_flags, Chunk, Chunks, DataChunk, DATA_HEADER_LEN, MAX_OFFSET};
 use crate::wire::ErrorCode;
 use rx::RecvSide;
@@ -62,7 +63,7 @@ pub(crate) enum StreamRefusal {
 /// A partially reliable message the sender still tracks.
 #[derive(Debug)]
 struct PrMsg {
-    stream: u16,
+    stream: StreamId,
     unordered: bool,
     expires: Option<Instant>,
     max_retx: Option<u32>,
@@ -99,13 +100,15 @@ struct Stream {
 struct IdSet(Vec<u64>);
 
 impl IdSet {
-    fn insert(&mut self, id: u16) {
+    fn insert(&mut self, id: StreamId) {
         if self.0.is_empty() {
             self.0 = vec![0; 1024];
         }
+        let id = id.get();
         self.0[usize::from(id) / 64] |= 1 << (id % 64);
     }
-    fn contains(&self, id: u16) -> bool {
+    fn contains(&self, id: StreamId) -> bool {
+        let id = id.get();
         self.0.get(usize::from(id) / 64).is_some_and(|w| w & (1 << (id % 64)) != 0)
     }
 }
@@ -114,19 +117,19 @@ impl IdSet {
 pub(crate) struct Streams {
     /// Boxed: a B-tree leaf holds 11 values, and an idle connection
     /// (stream 0 only) should not pay for 11 streams' state (spec §15).
-    map: BTreeMap<u16, Box<Stream>>,
+    map: BTreeMap<StreamId, Box<Stream>>,
     /// Streams with something to send, by priority, in round-robin order.
-    sched: BTreeMap<u8, VecDeque<u16>>,
+    sched: BTreeMap<u8, VecDeque<StreamId>>,
     control: VecDeque<Chunk<Bytes>>,
     /// Streams with an item for `pop_item`, in the order they got one.
-    ready: VecDeque<u16>,
+    ready: VecDeque<StreamId>,
     closed_tx: IdSet,
     closed_rx: IdSet,
     /// Codes of the forgotten streams whose sending side was reset (by us,
     /// or at the peer's request), so that later sends still report them.
-    reset_codes: BTreeMap<u16, u16>,
+    reset_codes: BTreeMap<StreamId, u16>,
     /// Streams of the peer's we refused (over the limit), told once.
-    refused: BTreeSet<u16>,
+    refused: BTreeSet<StreamId>,
     pr: HashMap<u64, PrMsg>,
     next_msg: u64,
     /// Unsent bytes, all streams.
@@ -174,12 +177,12 @@ impl Streams {
             abandoned: 0,
             acked_tracked: VecDeque::new(),
         };
-        s.map.insert(0, Box::new(s.fresh(0)));
+        s.map.insert(StreamId::BYTES, Box::new(s.fresh(StreamId::BYTES)));
         s
     }
 
-    fn fresh(&self, id: u16) -> Stream {
-        let window = if id == 0 { self.limits.stream0_window } else { self.limits.stream_window };
+    fn fresh(&self, id: StreamId) -> Stream {
+        let window = if id == StreamId::BYTES { self.limits.stream0_window } else { self.limits.stream_window };
         let rx_credit = if self.fin_sent { MAX_OFFSET } else { INITIAL_STREAM_CREDIT };
         let tx_credit = if self.peer_fin { MAX_OFFSET } else { INITIAL_STREAM_CREDIT };
         let mut rx = RecvSide::new(rx_credit, window);
@@ -205,7 +208,7 @@ impl Streams {
     }
 
     /// Whether stream `id` has given the application its end (or reset).
-    pub fn rx_done(&self, id: u16) -> bool {
+    pub fn rx_done(&self, id: StreamId) -> bool {
         match self.map.get(&id) {
             Some(s) => s.rx.is_done(),
             None => self.closed_rx.contains(id),
@@ -234,7 +237,7 @@ impl Streams {
     // ---- application side -------------------------------------------------
 
     /// The stream for a local send, opened if new.
-    fn tx_stream(&mut self, id: u16) -> Result<&mut Stream, StreamRefusal> {
+    fn tx_stream(&mut self, id: StreamId) -> Result<&mut Stream, StreamRefusal> {
         // Checked first: the peer's chunks may have brought the stream back
         // for its receiving side after ours was closed and forgotten; its
         // fresh sending side must not reopen (the peer would drop what it
@@ -259,7 +262,7 @@ impl Streams {
         Ok(s)
     }
 
-    fn schedule(&mut self, id: u16) {
+    fn schedule(&mut self, id: StreamId) {
         let Some(s) = self.map.get_mut(&id) else { return };
         if !s.in_sched && s.tx.can_send() {
             s.in_sched = true;
@@ -268,12 +271,12 @@ impl Streams {
     }
 
     /// Checks that a stream could take data now (for all-or-nothing messages).
-    pub fn check_send(&mut self, id: u16) -> Result<(), StreamRefusal> {
+    pub fn check_send(&mut self, id: StreamId) -> Result<(), StreamRefusal> {
         self.tx_stream(id).map(|_| ())
     }
 
     /// Queues bytes (`data` already fits the connection's send buffer).
-    pub fn write(&mut self, id: u16, data: &[u8]) -> Result<(), StreamRefusal> {
+    pub fn write(&mut self, id: StreamId, data: &[u8]) -> Result<(), StreamRefusal> {
         let s = self.tx_stream(id)?;
         s.tx.write(data);
         self.queued += data.len();
@@ -285,7 +288,7 @@ impl Streams {
     pub fn push_message(
         &mut self,
         now: Instant,
-        id: u16,
+        id: StreamId,
         data: &[u8],
         opts: MessageOptions,
     ) -> Result<(), StreamRefusal> {
@@ -300,7 +303,7 @@ impl Streams {
     pub fn push_tracked(
         &mut self,
         now: Instant,
-        id: u16,
+        id: StreamId,
         data: Bytes,
         opts: MessageOptions,
     ) -> Result<u64, StreamRefusal> {
@@ -312,7 +315,7 @@ impl Streams {
     fn push_with(
         &mut self,
         now: Instant,
-        id: u16,
+        id: StreamId,
         len: usize,
         opts: MessageOptions,
         record: bool,
@@ -356,7 +359,7 @@ impl Streams {
     }
 
     /// Closes our sending side of a stream gracefully (stream FIN).
-    pub fn finish(&mut self, id: u16) -> Result<(), StreamRefusal> {
+    pub fn finish(&mut self, id: StreamId) -> Result<(), StreamRefusal> {
         let s = self.tx_stream(id)?;
         s.tx.fin_queued = true;
         s.tx.used = true;
@@ -365,7 +368,7 @@ impl Streams {
     }
 
     /// Abandons our sending side of a stream with `code` (spec §13.9).
-    pub fn reset(&mut self, id: u16, code: u16) {
+    pub fn reset(&mut self, id: StreamId, code: u16) {
         let Some(s) = self.map.get_mut(&id) else { return };
         if s.tx.reset.is_some() || s.tx.is_done() {
             return;
@@ -382,7 +385,7 @@ impl Streams {
     }
 
     /// Asks the peer to stop sending on a stream; what arrives meanwhile is dropped.
-    pub fn stop(&mut self, id: u16, code: u16) {
+    pub fn stop(&mut self, id: StreamId, code: u16) {
         let Some(s) = self.map.get(&id) else { return };
         if s.rx.is_done() || s.rx.reset_code().is_some() {
             return;
@@ -394,7 +397,7 @@ impl Streams {
     }
 
     /// Sets a stream's scheduling, opening it if new (spec §13.10).
-    pub fn set_priority(&mut self, id: u16, priority: u8, weight: u16) {
+    pub fn set_priority(&mut self, id: StreamId, priority: u8, weight: u16) {
         if self.tx_stream(id).is_err() {
             return;
         }
@@ -411,19 +414,19 @@ impl Streams {
     }
 
     /// Bytes stream `id` holds on the sending side: queued and unacknowledged.
-    pub fn held_by(&self, id: u16) -> usize {
+    pub fn held_by(&self, id: StreamId) -> usize {
         self.map.get(&id).map_or(0, |s| s.tx.held())
     }
 
     /// Whether anything sent or queued on `id` is still unacknowledged.
-    pub fn is_pending(&self, id: u16) -> bool {
+    pub fn is_pending(&self, id: StreamId) -> bool {
         self.map.get(&id).is_some_and(|s| s.tx.is_pending())
     }
 
     /// Runs `f` on the receiving side of `id` (opening it for arriving
     /// data if `open`), keeping the byte count, credit and ready list
     /// up to date.
-    fn with_rx<R>(&mut self, id: u16, open: bool, f: impl FnOnce(&mut RecvSide) -> R) -> Option<R> {
+    fn with_rx<R>(&mut self, id: StreamId, open: bool, f: impl FnOnce(&mut RecvSide) -> R) -> Option<R> {
         let fin_sent = self.fin_sent;
         if open && !self.open_rx(id) {
             return None;
@@ -451,7 +454,7 @@ impl Streams {
     }
 
     /// Reads bytes from a stream. `Ok(None)`: nothing yet; `Ok(Some(0))`: its end.
-    pub fn read(&mut self, id: u16, buf: &mut [u8]) -> Result<Option<usize>, u16> {
+    pub fn read(&mut self, id: StreamId, buf: &mut [u8]) -> Result<Option<usize>, u16> {
         if !self.map.contains_key(&id) {
             return Ok(self.closed_rx.contains(id).then_some(0));
         }
@@ -466,7 +469,7 @@ impl Streams {
     }
 
     /// The next item of any stream, streams taking turns (spec §13.5).
-    pub fn pop_any(&mut self) -> Option<(u16, StreamItem)> {
+    pub fn pop_any(&mut self) -> Option<(StreamId, StreamItem)> {
         while let Some(id) = self.ready.pop_front() {
             let Some(s) = self.map.get_mut(&id) else { continue };
             s.in_ready = false;
@@ -478,13 +481,13 @@ impl Streams {
     }
 
     /// The next item of stream `id`.
-    pub fn pop_on(&mut self, id: u16) -> Option<StreamItem> {
+    pub fn pop_on(&mut self, id: StreamId) -> Option<StreamItem> {
         let item = self.with_rx(id, false, RecvSide::pop_item)?;
         self.reap(id);
         item
     }
 
-    fn mark_ready(&mut self, id: u16) {
+    fn mark_ready(&mut self, id: StreamId) {
         if let Some(s) = self.map.get_mut(&id) {
             if !s.in_ready && s.rx.has_item() {
                 s.in_ready = true;
@@ -494,11 +497,11 @@ impl Streams {
     }
 
     /// Forgets a stream both of whose used sides are done (spec §13.9).
-    fn reap(&mut self, id: u16) {
+    fn reap(&mut self, id: StreamId) {
         let Some(s) = self.map.get(&id) else { return };
         let tx_done = !s.tx.used || s.tx.is_done();
         let rx_done = !s.rx.used || s.rx.is_done();
-        if id == 0 || !tx_done || !rx_done || s.in_sched || (s.in_ready && s.rx.has_item()) {
+        if id == StreamId::BYTES || !tx_done || !rx_done || s.in_sched || (s.in_ready && s.rx.has_item()) {
             return;
         }
         // Nothing left to give: the stream's place in the ready list is
@@ -536,7 +539,7 @@ impl Streams {
     /// and credit no longer limits our sending (spec §13.7).
     pub fn on_conn_fin(&mut self) {
         self.peer_fin = true;
-        let ids: Vec<u16> = self.map.keys().copied().collect();
+        let ids: Vec<StreamId> = self.map.keys().copied().collect();
         for id in ids {
             if let Some(s) = self.map.get_mut(&id) {
                 s.rx.on_conn_fin();
@@ -739,7 +742,7 @@ impl Streams {
     }
 
     /// A data chunk will not be acknowledged as such (stripped or acked).
-    fn forget_chunk(&mut self, id: u16, msg: u64, len: usize) {
+    fn forget_chunk(&mut self, id: StreamId, msg: u64, len: usize) {
         if let Some(s) = self.map.get_mut(&id) {
             s.tx.unacked -= len as u64;
         }
@@ -839,7 +842,7 @@ impl Streams {
 
     /// The stream for arriving data, opened if new and within the limit;
     /// over the limit the peer is told to stop (spec §13.8).
-    fn open_rx(&mut self, id: u16) -> bool {
+    fn open_rx(&mut self, id: StreamId) -> bool {
         if self.map.contains_key(&id) {
             return true;
         }

@@ -551,9 +551,10 @@ impl RecvSide {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ids::StreamId;
 
     fn chunk(offset: u64, in_msg: u32, flags: u8, data: &[u8]) -> DataChunk<&[u8]> {
-        DataChunk { stream: 1, flags, offset, in_msg, data, msg: 0 }
+        DataChunk { stream: StreamId::new(1), flags, offset, in_msg, data, msg: 0 }
     }
     const B: u8 = data_flags::BEGIN;
     const E: u8 = data_flags::END;

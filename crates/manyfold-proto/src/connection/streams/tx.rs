@@ -6,6 +6,7 @@ use std::collections::VecDeque;
 use bytes::Bytes;
 
 use crate::connection::send::SendBuffer;
+use crate::ids::StreamId;
 use crate::wire::chunk::{data_flags, span, DataChunk};
 
 /// What a run of queued bytes is.
@@ -187,7 +188,7 @@ impl SendSide {
 
     /// Cuts the next chunk, with at most `room` data bytes (and at most
     /// `flow` under connection flow control).
-    pub fn cut(&mut self, stream: u16, room: usize, flow: usize) -> Option<DataChunk<Bytes>> {
+    pub fn cut(&mut self, stream: StreamId, room: usize, flow: usize) -> Option<DataChunk<Bytes>> {
         if self.reset.is_some() {
             return None;
         }
@@ -285,14 +286,14 @@ mod tests {
     fn a_message_is_cut_with_begin_and_end_markers_within_the_credit() {
         let mut s = SendSide::new(6);
         s.push_message(b"abcdefgh", false, 0);
-        let a = s.cut(1, 4, usize::MAX).unwrap();
+        let a = s.cut(StreamId::new(1), 4, usize::MAX).unwrap();
         assert_eq!((a.flags, a.offset, &a.data[..]), (data_flags::BEGIN, 0, &b"abcd"[..]));
         // Two bytes of credit left.
-        let b = s.cut(1, 4, usize::MAX).unwrap();
+        let b = s.cut(StreamId::new(1), 4, usize::MAX).unwrap();
         assert_eq!((b.flags, b.offset, b.in_msg, &b.data[..]), (0, 4, 4, &b"ef"[..]));
-        assert!(s.cut(1, 4, usize::MAX).is_none());
+        assert!(s.cut(StreamId::new(1), 4, usize::MAX).is_none());
         s.ord.credit = 100;
-        let c = s.cut(1, 4, usize::MAX).unwrap();
+        let c = s.cut(StreamId::new(1), 4, usize::MAX).unwrap();
         assert_eq!((c.flags, c.in_msg, &c.data[..]), (data_flags::END, 6, &b"gh"[..]));
         assert_eq!(s.unacked, 8);
     }
@@ -302,15 +303,15 @@ mod tests {
         let mut s = SendSide::new(100);
         s.write(b"xy");
         s.fin_queued = true;
-        let c = s.cut(0, 10, usize::MAX).unwrap();
+        let c = s.cut(StreamId::new(0), 10, usize::MAX).unwrap();
         assert_eq!(c.flags, data_flags::FIN);
         // The unordered space ends with a bare FIN of its own.
-        let u = s.cut(0, 10, usize::MAX).unwrap();
+        let u = s.cut(StreamId::new(0), 10, usize::MAX).unwrap();
         assert_eq!((u.flags, u.offset, u.data.len()), (data_flags::FIN | data_flags::UNORDERED, 0, 0));
-        assert!(s.cut(0, 10, usize::MAX).is_none());
+        assert!(s.cut(StreamId::new(0), 10, usize::MAX).is_none());
         let mut t = SendSide::new(100);
         t.fin_queued = true;
-        let c = t.cut(0, 10, usize::MAX).unwrap();
+        let c = t.cut(StreamId::new(0), 10, usize::MAX).unwrap();
         assert_eq!((c.flags, c.data.len()), (data_flags::FIN, 0));
         assert!(!t.fin_acked());
         t.on_fin_acked(false);
@@ -323,9 +324,9 @@ mod tests {
         let mut s = SendSide::new(4);
         s.push_message(b"uuu", true, 0);
         s.push_message(b"oo", false, 0);
-        let u = s.cut(1, 10, usize::MAX).unwrap();
+        let u = s.cut(StreamId::new(1), 10, usize::MAX).unwrap();
         assert_eq!((u.offset, u.flags & data_flags::UNORDERED), (0, data_flags::UNORDERED));
-        let o = s.cut(1, 10, usize::MAX).unwrap();
+        let o = s.cut(StreamId::new(1), 10, usize::MAX).unwrap();
         assert_eq!((o.offset, &o.data[..]), (0, &b"oo"[..]));
         assert_eq!((s.uno.next, s.ord.next), (3, 2));
     }
@@ -335,12 +336,12 @@ mod tests {
         let mut s = SendSide::new(1);
         s.push_message(b"", false, 0);
         s.push_message(b"", false, 0);
-        let c = s.cut(1, 10, usize::MAX).unwrap();
+        let c = s.cut(StreamId::new(1), 10, usize::MAX).unwrap();
         assert_eq!((c.flags, c.offset, c.data.len()), (data_flags::BEGIN | data_flags::END, 0, 0));
         assert_eq!(s.ord.next, 1);
-        assert!(!s.can_send() && s.cut(1, 10, usize::MAX).is_none(), "no credit left");
+        assert!(!s.can_send() && s.cut(StreamId::new(1), 10, usize::MAX).is_none(), "no credit left");
         s.ord.credit = 2;
-        let c = s.cut(1, 10, usize::MAX).unwrap();
+        let c = s.cut(StreamId::new(1), 10, usize::MAX).unwrap();
         assert_eq!((c.offset, c.data.len()), (1, 0));
         assert_eq!(s.ord.next, 2);
     }
@@ -350,10 +351,10 @@ mod tests {
         let mut s = SendSide::new(100);
         s.push_message(b"0123456789", true, 7);
         s.push_message(b"next", false, 0);
-        s.cut(2, 4, usize::MAX).unwrap();
+        s.cut(StreamId::new(2), 4, usize::MAX).unwrap();
         let d = s.drop_front_message().unwrap();
         assert_eq!(d, Dropped { start: 0, end: 4, unordered: true, msg: 7, released: 6 });
-        let c = s.cut(2, 10, usize::MAX).unwrap();
+        let c = s.cut(StreamId::new(2), 10, usize::MAX).unwrap();
         assert_eq!((&c.data[..], c.offset, c.flags), (&b"next"[..], 0, data_flags::BEGIN | data_flags::END));
     }
 }
