@@ -369,6 +369,28 @@ impl Stream {
         runtime().block_on(self.conn.streams().wait_for_send(stream))
     }
 
+    /// Opens a new stream without choosing its number (spec §13.11):
+    /// odd on the end that connected, even on the end that accepted, never
+    /// one used before. Returns its number for [`Stream::send_on`],
+    /// [`Stream::send_message`] and the rest.
+    ///
+    /// # Errors
+    ///
+    /// As [`Streams::open_stream`](crate::Streams::open_stream).
+    pub fn open_stream(&mut self) -> Result<u16, WriteError> {
+        Ok(self.conn.open_stream()?.id())
+    }
+
+    /// Blocks until the peer opens a stream (spec §13.11) and returns its
+    /// number; `None` once the peer can open no more (its side finished).
+    ///
+    /// # Errors
+    ///
+    /// As [`Streams::accept_stream`](crate::Streams::accept_stream).
+    pub fn accept_stream(&mut self) -> Result<Option<u16>, ConnectionError> {
+        Ok(runtime().block_on(self.conn.accept_stream())?.map(|s| s.id()))
+    }
+
     /// Sends all of `data` as bytes on `stream`.
     ///
     /// # Errors

@@ -214,6 +214,39 @@ impl ConnRef {
         }
     }
 
+    /// A new stream of ours, its number chosen by the engine (spec §13.11).
+    fn open_stream(&self) -> Result<u16, WriteError> {
+        let mut guard = self.shared.lock();
+        if guard.phase == Phase::Stopped {
+            return Err(WriteError::EndpointClosed);
+        }
+        let id = guard.engine.conn_mut(self.handle).open_stream()?;
+        Ok(id.get())
+    }
+
+    /// The next stream the peer started; `None` once it can start no more
+    /// (its FIN arrived, or the connection closed gracefully).
+    fn poll_accept_stream(&self, cx: &Context<'_>) -> Poll<Result<Option<u16>, ConnectionError>> {
+        let mut guard = self.shared.lock();
+        let inner = &mut *guard;
+        if let Some(id) = inner.engine.conn_mut(self.handle).accept_stream() {
+            return Poll::Ready(Ok(Some(id.get())));
+        }
+        // spec §4.4: after the peer's FIN it sends nothing new.
+        let peer_done = matches!(
+            inner.engine.conn(self.handle).state(),
+            Some(State::CloseWait | State::LastAck | State::Closing | State::TimeWait)
+        );
+        if peer_done {
+            return Poll::Ready(Ok(None));
+        }
+        match self.park(inner, cx, |c| &mut c.read) {
+            Ok(()) => Poll::Pending,
+            Err(Some(CloseReason::Graceful)) => Poll::Ready(Ok(None)),
+            Err(reason) => Poll::Ready(Err(ConnectionError::gone(reason))),
+        }
+    }
+
     /// Runs a stream command on the engine and wakes the driver.
     fn command<R>(&self, f: impl FnOnce(&mut manyfold_proto::Endpoint, ConnHandle) -> R) -> R {
         let r = f(&mut self.shared.lock().engine, self.handle);
@@ -443,6 +476,30 @@ impl Connection {
         self.send.conn.abort(code);
     }
 
+    /// Opens a new stream without choosing its number (quinn's `open_bi`;
+    /// see [`Streams::open_stream`]).
+    ///
+    /// # Errors
+    ///
+    /// As [`Streams::open_stream`].
+    pub fn open_stream(&self) -> Result<StreamIo, WriteError> {
+        self.streams().open_stream()
+    }
+
+    /// The next stream the peer opened (quinn's `accept_bi`; see
+    /// [`Streams::accept_stream`]).
+    ///
+    /// # Errors
+    ///
+    /// As [`Streams::accept_stream`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: a stream is taken only when the future returns it.
+    pub async fn accept_stream(&self) -> Result<Option<StreamIo>, ConnectionError> {
+        self.streams().accept_stream().await
+    }
+
     /// A handle on the connection's streams, to share between tasks.
     pub fn streams(&self) -> Streams {
         Streams { conn: self.send.conn.clone() }
@@ -624,6 +681,70 @@ impl Streams {
     /// equal priority take turns, `weight` packets each (default 128 and 1).
     pub fn set_priority(&self, stream: u16, priority: u8, weight: u16) {
         self.conn.command(|e, h| e.conn_mut(h).set_stream_priority(StreamId::new(stream), priority, weight));
+    }
+
+    /// Opens a new stream of ours without choosing its number (spec
+    /// §13.11), as quinn's `open_bi`: one this connection has never used,
+    /// odd on the end that connected and even on the end that accepted, so
+    /// that both ends can open streams at once without meeting. The peer
+    /// learns of it with the first byte or message sent on it, from its
+    /// [`Streams::accept_stream`]. Use the returned [`StreamIo`] as a byte
+    /// stream, or its [`id`](StreamIo::id) with the message calls.
+    ///
+    /// Numbered streams ([`Streams::io`], [`Streams::send_message`]) stay
+    /// usable beside it: numbers already used are skipped.
+    ///
+    /// # Errors
+    ///
+    /// [`WriteError::StreamLimit`] at the limit of open streams
+    /// (`max_streams`) or once every number of our parity was used;
+    /// [`WriteError::Finished`] after our side of the connection was
+    /// finished; [`WriteError::Closed`] once the connection ended;
+    /// [`WriteError::EndpointClosed`] after a shutdown.
+    ///
+    /// ```no_run
+    /// # async fn demo(conn: manyfold::Connection) -> Result<(), Box<dyn std::error::Error>> {
+    /// use tokio::io::AsyncWriteExt;
+    /// let mut upload = conn.open_stream()?; // say, stream 1
+    /// upload.write_all(b"file contents").await?;
+    /// upload.shutdown().await?; // finishes this stream only
+    /// # Ok(()) }
+    /// ```
+    pub fn open_stream(&self) -> Result<StreamIo, WriteError> {
+        let id = self.conn.open_stream()?;
+        Ok(self.io(id))
+    }
+
+    /// Waits for the next stream the peer opened (spec §13.11), as quinn's
+    /// `accept_bi`: a stream whose first data, reset or abandoned message
+    /// arrived on a number this end had not used, whether the peer chose
+    /// the number with [`Streams::open_stream`] or by hand. Streams come
+    /// in the order their first data arrived, each once; stream 0 and our
+    /// own streams never do. `None` once the peer can open no more: its
+    /// side of the connection is finished.
+    ///
+    /// # Errors
+    ///
+    /// [`ConnectionError::Closed`] when the connection ended otherwise than
+    /// gracefully, [`ConnectionError::EndpointClosed`] after a shutdown.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: a stream is taken only when the future returns it.
+    ///
+    /// ```no_run
+    /// # async fn demo(conn: manyfold::Connection) -> Result<(), Box<dyn std::error::Error>> {
+    /// use tokio::io::AsyncReadExt;
+    /// while let Some(mut incoming) = conn.accept_stream().await? {
+    ///     let mut data = Vec::new();
+    ///     incoming.read_to_end(&mut data).await?;
+    ///     println!("stream {}: {} bytes", incoming.id(), data.len());
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn accept_stream(&self) -> Result<Option<StreamIo>, ConnectionError> {
+        let id = poll_fn(|cx| self.conn.poll_accept_stream(cx)).await?;
+        Ok(id.map(|id| self.io(id)))
     }
 
     /// `stream` as a byte stream: `AsyncRead` + `AsyncWrite`.

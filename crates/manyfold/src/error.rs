@@ -9,7 +9,7 @@
 //! |---|---|
 //! | [`Endpoint::connect`](crate::Endpoint::connect) | [`ConnectError`] |
 //! | reads of a [`Connection`](crate::Connection) or [`StreamIo`](crate::StreamIo) | [`ReadError`] (inside `io::Error`) |
-//! | writes, [`Connection::finish`](crate::Connection::finish), [`Streams::finish_stream`](crate::Streams::finish_stream) | [`WriteError`] |
+//! | writes, [`Connection::finish`](crate::Connection::finish), [`Streams::finish_stream`](crate::Streams::finish_stream), [`Connection::open_stream`](crate::Connection::open_stream) | [`WriteError`] |
 //! | [`Streams::send_message`](crate::Streams::send_message), [`Group::send`](crate::Group::send), [`Group::send_to`](crate::Group::send_to) | [`SendError`] |
 //! | [`Streams::recv_message`](crate::Streams::recv_message), [`Connection::accept_stream`](crate::Connection::accept_stream) | [`ConnectionError`] |
 //! | [`Connection::close`](crate::Connection::close), [`Streams::wait_for_send`](crate::Streams::wait_for_send), [`Group::close`](crate::Group::close) | [`CloseError`] |
@@ -25,7 +25,7 @@ use manyfold_proto::{CloseReason, UnreachableKind};
 /// The connection is gone: what every per-call error says when the
 /// connection ended under it, and the error of the calls that can fail in
 /// no other way ([`Streams::recv_message`](crate::Streams::recv_message),
-/// [`Connection::open_stream`](crate::Connection::open_stream)).
+/// [`Connection::accept_stream`](crate::Connection::accept_stream)).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum ConnectionError {

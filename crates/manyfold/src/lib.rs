@@ -27,7 +27,9 @@
 //!   of whole messages ([`Streams::send_message`],
 //!   [`Streams::recv_message`]); a loss on one stream does not delay the
 //!   others, and a message can be unordered or given up after a lifetime
-//!   ([`MessageOptions`]).
+//!   ([`MessageOptions`]). [`Connection::open_stream`] picks a number for
+//!   you and the peer's [`Connection::accept_stream`] hands it the stream
+//!   (quinn's `open_bi`/`accept_bi`); or both sides agree on numbers.
 //! - A [`Group`] ([`Endpoint::group`]) is one sender's connections to many
 //!   receivers, opened by one parallel handshake: a message is held once
 //!   and delivered to all of them, any one, at least P, or K chosen by

@@ -127,3 +127,90 @@ fn blocking_facade_sends_and_receives_messages() {
     got.sort();
     assert_eq!(got, vec![(2, b"first".to_vec()), (5, b"second".to_vec())]);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn streams_opened_without_numbers_reach_the_peers_accept_stream_and_never_collide() {
+    timeout(TEST_TIMEOUT, async {
+        let (server, client) = pair(config(), config()).await;
+        let addr = server.local_addr().unwrap();
+        let responder = tokio::spawn(async move {
+            let conn = server.accept().await.expect("a connection");
+            // Opened while the client opens its own: even numbers here.
+            let mut ours = conn.open_stream().expect("open_stream");
+            ours.write_all(b"from the server").await.unwrap();
+            ours.shutdown().await.unwrap();
+            let mut got = Vec::new();
+            while let Some(mut incoming) = conn.accept_stream().await.expect("accept_stream") {
+                let mut data = Vec::new();
+                incoming.read_to_end(&mut data).await.unwrap();
+                got.push((incoming.id(), data));
+            }
+            (ours.id(), got, conn, server)
+        });
+        let mut conn = client.connect(addr).await.expect("connect");
+        let mut opened = Vec::new();
+        for i in 0..3u8 {
+            let mut s = conn.open_stream().expect("open_stream");
+            s.write_all(&payload(u64::from(i), 20_000)).await.unwrap();
+            s.shutdown().await.unwrap();
+            opened.push(s.id());
+        }
+        // A stream numbered by hand is skipped by open_stream.
+        conn.streams().io(7).write_all(b"by hand").await.unwrap();
+        conn.streams().finish_stream(7).unwrap();
+        let after_hand = conn.open_stream().expect("open_stream");
+        after_hand.clone().shutdown().await.unwrap();
+        assert_eq!(opened, vec![1, 3, 5]);
+        assert_eq!(after_hand.id(), 9, "7 was taken by hand");
+        let mut from_server = conn.accept_stream().await.expect("accept_stream").expect("the server's stream");
+        let mut data = Vec::new();
+        from_server.read_to_end(&mut data).await.unwrap();
+        assert_eq!(data, b"from the server");
+        conn.close().await.expect("close");
+        let (server_stream, got, _conn, server) = responder.await.unwrap();
+        assert_eq!(server_stream, 2, "the accepting end opens even numbers");
+        let ids: Vec<u16> = got.iter().map(|(id, _)| *id).collect();
+        assert_eq!(ids, vec![1, 3, 5, 7, 9], "every client stream once, in order of first arrival");
+        for (i, (_, data)) in got.iter().take(3).enumerate() {
+            assert!(*data == payload(i as u64, 20_000), "stream {} arrived intact", 2 * i + 1);
+        }
+        assert_eq!(got[3].1, b"by hand");
+        tokio::join!(server.shutdown(), client.shutdown());
+    })
+    .await
+    .expect("test timed out");
+}
+
+#[test]
+fn blocking_facade_opens_and_accepts_streams_by_number() {
+    let listener = Listener::listen("127.0.0.1:0").expect("listen");
+    let addr = listener.local().unwrap();
+    let server = thread::spawn(move || {
+        let mut s = listener.accept().expect("accept");
+        let id = s.accept_stream().expect("accept_stream").expect("a stream");
+        let mut buf = [0u8; 64];
+        let mut got = Vec::new();
+        loop {
+            let n = s.receive_on(id, &mut buf).expect("receive_on");
+            if n == 0 {
+                break;
+            }
+            got.extend_from_slice(&buf[..n]);
+        }
+        let reply = s.open_stream().expect("open_stream");
+        s.send_message(reply, got.clone()).expect("send_message");
+        s.wait_for_send(reply).expect("wait_for_send");
+        (id, reply, got)
+    });
+    let mut c = Stream::connect(addr).expect("connect");
+    let id = c.open_stream().expect("open_stream");
+    c.send_on(id, b"numbered for me").unwrap();
+    c.finish_stream(id).unwrap();
+    let reply = c.accept_stream().expect("accept_stream").expect("the reply stream");
+    let Some(StreamItem::Message(m)) = c.recv_message_on(reply).expect("recv_message_on") else {
+        panic!("no reply message")
+    };
+    assert_eq!(m, b"numbered for me");
+    c.close().unwrap();
+    assert_eq!(server.join().unwrap(), (1, 2, b"numbered for me".to_vec()));
+}

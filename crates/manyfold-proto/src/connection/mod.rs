@@ -93,6 +93,8 @@ pub(crate) struct Connection {
     streams: Streams,
     /// The application closed its side: FIN follows the queued data.
     fin_queued: bool,
+    /// We sent the SYN (spec §13.11: our own streams get odd numbers).
+    opener: bool,
     fin_seq: Option<Seq>,
     /// The listener's cookie to echo on our first packet after its SYN-ACK.
     cookie: Option<Cookie>,
@@ -175,6 +177,7 @@ impl Connection {
                 stream0_window: config.recv_buffer as u64,
             }),
             fin_queued: false,
+            opener: false,
             fin_seq: None,
             cookie: None,
             cookie_seq: None,
@@ -286,6 +289,7 @@ impl Connection {
     ) -> Self {
         let connect_timeout = config.connect_timeout;
         let mut c = Connection::new(config, now, remote, local_id, isn, State::SynSent);
+        c.opener = true;
         c.security = security;
         c.timers.set(Timer::Connect, now + connect_timeout);
         c.start_qlog(now, true);
@@ -614,6 +618,17 @@ impl Connection {
 
     pub fn set_stream_priority(&mut self, id: StreamId, priority: u8, weight: u16) {
         self.streams.set_priority(id, priority, weight);
+    }
+
+    /// A new stream of ours, its number chosen here (spec §13.11).
+    pub fn open_stream(&mut self) -> Result<StreamId, SendError> {
+        self.check_open()?;
+        self.streams.open(self.opener).map_err(refusal)
+    }
+
+    /// The next stream the peer started (spec §13.11).
+    pub fn accept_stream(&mut self) -> Option<StreamId> {
+        self.streams.accept()
     }
 
     /// Whether anything queued on stream `id` is still unacknowledged.

@@ -170,6 +170,22 @@ impl ConnMut<'_> {
         self.ep.with_conn(self.h, |c| c.stop_stream(stream, code));
     }
 
+    /// Opens a stream without choosing its number (spec §13.11): one this
+    /// connection never used, odd when we sent the SYN and even when the
+    /// peer did. What is sent on it opens it at the peer, whose
+    /// [`ConnMut::accept_stream`] then returns it.
+    pub fn open_stream(&mut self) -> Result<StreamId, SendError> {
+        self.ep.with_conn(self.h, |c| c.open_stream()).unwrap_or(Err(SendError::UnknownConnection))
+    }
+
+    /// The next stream the peer started (its first chunk named a number
+    /// we had not used), in order of arrival, each once (spec §13.11);
+    /// `None` when there is none now. [`crate::Event::Readable`] follows
+    /// the arrival of a new stream's data.
+    pub fn accept_stream(&mut self) -> Option<StreamId> {
+        self.ep.with_conn(self.h, |c| c.accept_stream()).flatten()
+    }
+
     /// Scheduling of `stream` (spec §13.10): lower `priority` goes first;
     /// among equals, `weight` chunks per round-robin turn.
     pub fn set_stream_priority(&mut self, stream: StreamId, priority: u8, weight: u16) {
