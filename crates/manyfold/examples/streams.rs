@@ -53,7 +53,7 @@ pub async fn client(server: SocketAddr, count: usize) -> Result<String, Error> {
     streams.finish_stream(ORDERS)?; // the server reads StreamItem::Finished after the last one
     streams.finish_stream(POSITIONS)?;
     let summary = match streams.recv_message_on(SUMMARY).await? {
-        Some(StreamItem::Message(m)) => String::from_utf8(m)?,
+        Some(StreamItem::Message(m)) => String::from_utf8(m.into())?, // Bytes into Vec: no copy
         other => return Err(format!("no summary: {other:?}").into()),
     };
     conn.close().await?;

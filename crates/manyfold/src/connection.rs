@@ -11,6 +11,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
+use bytes::Bytes;
 use manyfold_proto::wire::ErrorCode;
 use manyfold_proto::{CloseReason, ConnHandle, ConnStats, MessageOptions, SendError, State, StreamId, StreamItem};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
@@ -134,12 +135,15 @@ impl ConnRef {
         &self,
         cx: &Context<'_>,
         stream: u16,
-        data: &[u8],
+        data: &Bytes,
         opts: MessageOptions,
     ) -> Poll<Result<(), MessageError>> {
         let mut guard = self.shared.lock();
         let inner = &mut *guard;
-        match inner.engine.conn_mut(self.handle).send_message(now(), StreamId::new(stream), data, opts) {
+        // A reference-counted clone: the engine holds the caller's buffer itself.
+        let queued =
+            inner.engine.conn_mut(self.handle).send_shared_message(now(), StreamId::new(stream), data.clone(), opts);
+        match queued {
             Ok(()) => {
                 drop(guard);
                 self.shared.wake_driver();

@@ -138,6 +138,9 @@ mod shared;
 mod socket;
 mod trace;
 
+/// The reference-counted buffer messages travel in (the `bytes` crate's),
+/// so that it can be named without depending on that crate.
+pub use bytes::Bytes;
 pub use config::{Config, DriverStats, FaultConfig, FaultStats};
 pub use connection::{Connection, Protection, RecvHalf, SendHalf, StreamIo, Streams};
 pub use endpoint::{Endpoint, DEFAULT_SHUTDOWN_TIMEOUT};

@@ -24,7 +24,7 @@ async fn messages_on_four_streams_arrive_whole_and_in_per_stream_order() {
             let mut finished = 0;
             while let Some((stream, item)) = conn.recv_message().await.expect("recv_message") {
                 match item {
-                    StreamItem::Message(m) => got.entry(stream).or_default().push(m),
+                    StreamItem::Message(m) => got.entry(stream).or_default().push(m.to_vec()),
                     StreamItem::Finished => finished += 1,
                     other => panic!("unexpected {other:?} on stream {stream}"),
                 }
@@ -112,7 +112,7 @@ fn blocking_facade_sends_and_receives_messages() {
         let mut got = Vec::new();
         while let Some((stream, item)) = s.recv_message().expect("recv_message") {
             if let StreamItem::Message(m) = item {
-                got.push((stream, m));
+                got.push((stream, m.to_vec()));
             }
         }
         got
@@ -210,7 +210,7 @@ fn blocking_facade_opens_and_accepts_streams_by_number() {
     let Some(StreamItem::Message(m)) = c.recv_message_on(reply).expect("recv_message_on") else {
         panic!("no reply message")
     };
-    assert_eq!(m, b"numbered for me");
+    assert_eq!(m, &b"numbered for me"[..]);
     c.close().unwrap();
     assert_eq!(server.join().unwrap(), (1, 2, b"numbered for me".to_vec()));
 }

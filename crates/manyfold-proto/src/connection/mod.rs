@@ -534,17 +534,38 @@ impl Connection {
         data: &[u8],
         opts: MessageOptions,
     ) -> Result<(), SendError> {
+        self.check_message(id, data.len())?;
+        self.streams.push_message(now, id, data, opts).map_err(refusal)?;
+        self.send_acked_signalled = false;
+        Ok(())
+    }
+
+    /// [`Connection::send_message`] without copying `data`: its packets
+    /// are slices of it.
+    pub fn send_shared_message(
+        &mut self,
+        now: Instant,
+        id: StreamId,
+        data: Bytes,
+        opts: MessageOptions,
+    ) -> Result<(), SendError> {
+        self.check_message(id, data.len())?;
+        self.streams.push_shared_message(now, id, data, opts).map_err(refusal)?;
+        self.send_acked_signalled = false;
+        Ok(())
+    }
+
+    /// Whether a whole message of `len` bytes can be queued on `id` now.
+    fn check_message(&mut self, id: StreamId, len: usize) -> Result<(), SendError> {
         self.check_open()?;
-        if data.len() > self.max_message() {
-            return Err(SendError::MessageTooLarge { size: data.len(), max: self.max_message() });
+        if len > self.max_message() {
+            return Err(SendError::MessageTooLarge { size: len, max: self.max_message() });
         }
         self.streams.check_send(id).map_err(refusal)?;
-        if data.len() > self.stream_capacity(id) {
+        if len > self.stream_capacity(id) {
             self.want_writable = true;
             return Err(SendError::Blocked);
         }
-        self.streams.push_message(now, id, data, opts).map_err(refusal)?;
-        self.send_acked_signalled = false;
         Ok(())
     }
 
@@ -558,15 +579,7 @@ impl Connection {
         data: Bytes,
         opts: MessageOptions,
     ) -> Result<u64, SendError> {
-        self.check_open()?;
-        if data.len() > self.max_message() {
-            return Err(SendError::MessageTooLarge { size: data.len(), max: self.max_message() });
-        }
-        self.streams.check_send(id).map_err(refusal)?;
-        if data.len() > self.stream_capacity(id) {
-            self.want_writable = true;
-            return Err(SendError::Blocked);
-        }
+        self.check_message(id, data.len())?;
         let msg = self.streams.push_tracked(now, id, data, opts).map_err(refusal)?;
         self.send_acked_signalled = false;
         Ok(msg)

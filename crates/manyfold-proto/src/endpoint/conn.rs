@@ -10,6 +10,8 @@
 use std::net::SocketAddr;
 use std::time::Instant;
 
+use bytes::Bytes;
+
 use super::Endpoint;
 use crate::conn_handle::ConnHandle;
 use crate::connection::{CloseReason, ConnStats, Connection, MessageOptions, RecvError, SendError, State, StreamItem};
@@ -140,6 +142,25 @@ impl ConnMut<'_> {
             return Err(SendError::Blocked);
         }
         ep.with_conn(self.h, |c| c.send_message(now, stream, data, opts)).unwrap_or(Err(SendError::UnknownConnection))
+    }
+
+    /// [`ConnMut::send_message`] without copying `data`: it is held as it
+    /// is (reference-counted) until acknowledged, and packets are slices
+    /// of it.
+    pub fn send_shared_message(
+        &mut self,
+        now: Instant,
+        stream: StreamId,
+        data: Bytes,
+        opts: MessageOptions,
+    ) -> Result<(), SendError> {
+        let ep = &mut *self.ep;
+        if ep.memory.refuse(self.h, &mut ep.table) {
+            ep.stats.sends_refused_memory += 1;
+            return Err(SendError::Blocked);
+        }
+        ep.with_conn(self.h, |c| c.send_shared_message(now, stream, data, opts))
+            .unwrap_or(Err(SendError::UnknownConnection))
     }
 
     /// The next whole message, abandoned-message notice or end of any

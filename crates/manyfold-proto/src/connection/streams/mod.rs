@@ -306,6 +306,20 @@ impl Streams {
             .map(|_| ())
     }
 
+    /// Like `push_message`, without copying: packets will be slices of
+    /// `data` (spec §13.5), held until acknowledged.
+    pub fn push_shared_message(
+        &mut self,
+        now: Instant,
+        id: StreamId,
+        data: Bytes,
+        opts: MessageOptions,
+    ) -> Result<(), StreamRefusal> {
+        let track = opts.partially_reliable();
+        self.push_with(now, id, data.len(), opts, track, false, |tx, msg| tx.push_shared(data, opts.unordered, msg))
+            .map(|_| ())
+    }
+
     /// Queues one whole message without copying it (a group's shared
     /// data, spec §14.4) and tracks it: returns the id that
     /// [`Streams::abandon_tracked`] takes and `acked_tracked` reports.
