@@ -5,8 +5,12 @@
 //! by every blocking handle, which keeps driving the connections between
 //! calls.
 //!
-//! Do not call these from inside a tokio runtime (tokio refuses to block
-//! a runtime thread); use the async API there.
+//! # Panics
+//!
+//! Every blocking call panics when made from inside a tokio runtime
+//! (tokio refuses to block a thread that drives tasks: "Cannot start a
+//! runtime from within a runtime"); use the async API there, or move the
+//! call to `tokio::task::spawn_blocking`.
 
 use std::future::Future;
 use std::io::{self, Read, Write};

@@ -424,7 +424,10 @@ impl Connection {
         self.send.finish()
     }
 
-    /// Separates the sending and receiving sides, to use them from different tasks.
+    /// Separates the sending and receiving sides, to use them from
+    /// different tasks. The sending half comes first, as quinn's `open_bi`
+    /// gives them (tokio's `TcpStream::into_split` gives the reading half
+    /// first): `let (mut tx, mut rx) = conn.split();`.
     pub fn split(self) -> (SendHalf, RecvHalf) {
         (self.send, self.recv)
     }
