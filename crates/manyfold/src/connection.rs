@@ -479,6 +479,28 @@ impl Connection {
     /// calls fail with [`CloseReason::Aborted`]. Use it when giving up
     /// (an interrupted program aborts with [`ErrorCode::INTERRUPTED`]);
     /// [`Connection::close`] is the graceful end. Does nothing once closed.
+    ///
+    /// This is quinn's `close(code, reason)` without the reason: the wire
+    /// carries the 16-bit code alone (spec §3.3.4). The peer finds it with
+    /// [`close_reason`](crate::close_reason) on any error it then gets:
+    ///
+    /// ```no_run
+    /// # async fn demo(conn: manyfold::Connection) {
+    /// use manyfold::{CloseReason, ErrorCode};
+    /// use tokio::io::AsyncReadExt;
+    /// # let mut conn = conn;
+    /// let mut buf = [0u8; 1024];
+    /// if let Err(e) = conn.read(&mut buf).await {
+    ///     if let Some(CloseReason::PeerReset(Some(ErrorCode(code)))) = manyfold::close_reason(&e) {
+    ///         eprintln!("the peer gave up with code {code}");
+    ///     }
+    /// }
+    /// # }
+    /// ```
+    ///
+    /// Codes 1–25 have protocol meanings (spec §8.3), and 3 (`REFUSED`)
+    /// reaches the peer as [`CloseReason::Refused`] rather than as a code:
+    /// give your application's codes numbers of their own (from 256, say).
     pub fn abort(&self, code: ErrorCode) {
         self.send.conn.abort(code);
     }
