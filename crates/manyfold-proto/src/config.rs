@@ -41,11 +41,20 @@ impl std::str::FromStr for CongestionAlgorithm {
     }
 }
 
+/// The largest UDP payload over IPv4 (65,535 less the IP and UDP headers).
+pub const MAX_UDP_PAYLOAD: u16 = 65_507;
+
 /// Settings of one connection (spec §10).
 #[derive(Debug, Clone)]
 pub struct ConnectionConfig {
-    /// Largest datagram we send or accept, header included (spec §3.4).
+    /// Datagram size, header included, that a connection starts with and
+    /// falls back to; with discovery off, the only size (spec §3.4).
     pub max_datagram: u16,
+    /// Path MTU discovery (spec §3.7): the largest datagram it may find,
+    /// which is also the largest this end accepts. `None` keeps every
+    /// datagram at `max_datagram`. The default, 65,507, is the largest UDP
+    /// payload over IPv4: what loopback carries.
+    pub path_mtu_discovery: Option<u16>,
     /// Most bytes queued or unacknowledged on the sending side; below it the
     /// buffer is auto-tuned to twice what can be in flight (spec §7.4).
     pub send_buffer: usize,
@@ -107,10 +116,19 @@ pub struct ConnectionConfig {
     pub qlog: bool,
 }
 
+impl ConnectionConfig {
+    /// The largest datagram this end accepts: what its handshake announces
+    /// (spec §3.3.2) and what a receive buffer must hold.
+    pub fn max_accepted_datagram(&self) -> u16 {
+        self.max_datagram.max(self.path_mtu_discovery.unwrap_or(0))
+    }
+}
+
 impl Default for ConnectionConfig {
     fn default() -> Self {
         ConnectionConfig {
             max_datagram: 1452,
+            path_mtu_discovery: Some(MAX_UDP_PAYLOAD),
             send_buffer: 64 << 20,
             recv_buffer: 64 << 20,
             initial_rto: Duration::from_secs(1),

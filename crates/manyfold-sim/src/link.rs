@@ -49,7 +49,7 @@ pub struct LinkConfig {
 }
 
 impl Default for LinkConfig {
-    /// A clean 10 ms path with no bottleneck.
+    /// A clean 10 ms path with no bottleneck and a 1,500-byte MTU.
     fn default() -> Self {
         LinkConfig {
             loss: 0.0,
@@ -61,7 +61,8 @@ impl Default for LinkConfig {
             corrupt: 0.0,
             rate_bps: None,
             queue_limit_bytes: 256 * 1024,
-            mtu: 65_535,
+            // An Ethernet path: 1,500 bytes less the IPv4 and UDP headers.
+            mtu: 1_472,
         }
     }
 }

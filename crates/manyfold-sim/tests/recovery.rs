@@ -19,6 +19,14 @@ use manyfold_sim::{Captured, LinkConfig, Sink, Source, Transfer, World};
 /// − 16 (data chunk header, spec §13.2).
 const FULL: u64 = 1412;
 
+/// Default settings with path MTU discovery off: these tests count packets
+/// of one size (`FULL`), and a probe is a packet more (spec §3.7).
+fn fixed_size(cc: CongestionAlgorithm) -> manyfold_proto::EndpointConfig {
+    let mut cfg = config(cc);
+    cfg.connection.path_mtu_discovery = None;
+    cfg
+}
+
 /// Pushes `source` into the client's connection and reads the server's
 /// side into `sink` until `sink` has everything, for at most `max`.
 fn deliver(
@@ -83,7 +91,7 @@ fn retransmission_that_fills_the_last_gap_is_acked_at_once() {
     let link = LinkConfig::default();
     let one_way = link.delay;
     for &cc in CONTROLLERS {
-        let mut w = pair(seed, link.clone(), config(cc));
+        let mut w = pair(seed, link.clone(), fixed_size(cc));
         let conns = establish(&mut w);
         let first = Rc::new(Cell::new(None));
         w.set_drop_rule(drop_data(1, 1, first.clone()));
@@ -120,7 +128,7 @@ fn burst_ends_with_a_klv_packet_that_is_acked_at_once() {
     let link = LinkConfig::default();
     let one_way = link.delay;
     for &cc in CONTROLLERS {
-        let mut w = pair(seed, link.clone(), config(cc));
+        let mut w = pair(seed, link.clone(), fixed_size(cc));
         let conns = establish(&mut w);
         w.set_capture(true);
         let (mut source, mut sink) = (Source::new(seed, 3 * FULL), Sink::new(seed, 3 * FULL));
@@ -169,7 +177,7 @@ const TAIL_ONE_WAY: Duration = Duration::from_millis(20);
 /// which the last `lost` are dropped once, and waits until the burst is
 /// read and acknowledged.
 fn lost_tail(seed: u64, cc: CongestionAlgorithm, n: u32, lost: u32) -> LostTail {
-    let cfg = config(cc);
+    let cfg = fixed_size(cc);
     let mut w = pair(seed, LinkConfig::with_delay(TAIL_ONE_WAY), cfg.clone());
     let conns = establish(&mut w);
     let (mut source, mut sink) = (Source::new(seed, 300_000), Sink::new(seed, 300_000));
@@ -327,7 +335,7 @@ fn clean_path_sees_no_probe_or_retransmission_whatever_the_sending_pattern() {
     let link = LinkConfig::with_delay(Duration::from_millis(20));
     for &cc in CONTROLLERS {
         for recv_buffer in [8 << 20, 16 * 1024] {
-            let mut cfg = config(cc);
+            let mut cfg = fixed_size(cc);
             cfg.connection.recv_buffer = recv_buffer;
             let mut w = pair(seed, link.clone(), cfg);
             w.set_capture(true);
@@ -340,7 +348,7 @@ fn clean_path_sees_no_probe_or_retransmission_whatever_the_sending_pattern() {
             assert_eq!(resent_on_the_wire(&w), [], "{what} ({cc:?} seed {seed})");
         }
 
-        let mut w = pair(seed, link.clone(), config(cc));
+        let mut w = pair(seed, link.clone(), fixed_size(cc));
         let (c, s) = establish(&mut w);
         w.set_capture(true);
         let mut buf = vec![0u8; 64 * 1024];
@@ -387,7 +395,7 @@ fn sixty_data_packets_lost_in_a_row_are_all_resent() {
     let seed = 408;
     let link = LinkConfig::with_delay(Duration::from_millis(10));
     for &cc in CONTROLLERS {
-        let mut w = pair(seed, link.clone(), config(cc));
+        let mut w = pair(seed, link.clone(), fixed_size(cc));
         let first = Rc::new(Cell::new(None));
         w.set_drop_rule(drop_data(300, 60, first));
         let t = Transfer::start(&mut w, client(), server(), 4 << 20, 1 << 20);

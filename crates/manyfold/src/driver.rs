@@ -77,12 +77,13 @@ impl Driver {
         shared: Arc<Shared>,
         io: UdpIo,
         max_datagram: usize,
+        max_accepted: usize,
         trace: PacketTrace,
         qlog: Option<QlogWriter>,
     ) -> Self {
         // A GRO buffer holds at most 64 KiB (one coalesced UDP payload);
-        // without GRO a slot needs one datagram.
-        let slot_len = if io.gro_segments() > 1 { 1 << 16 } else { max_datagram.max(2048) };
+        // without GRO a slot needs the largest datagram we accept (spec §3.7).
+        let slot_len = if io.gro_segments() > 1 { 1 << 16 } else { max_accepted.max(2048) };
         let tx_capacity = io.max_segments(max_datagram) * max_datagram;
         Driver {
             shared,

@@ -106,6 +106,7 @@ impl Endpoint {
             None => None,
         };
         let max_datagram = usize::from(engine_config.connection.max_datagram).max(1);
+        let max_accepted = usize::from(engine_config.connection.max_accepted_datagram());
         let io = UdpIo::new(socket::bind(addr, reuse_port)?)?;
         // spec §6.7: ICMP errors for our datagrams, read by the driver. (The
         // multicast sockets leave them off: spec §16 ignores ICMP.)
@@ -115,7 +116,7 @@ impl Endpoint {
         let engine = manyfold_proto::Endpoint::new(engine_config, start);
         let faults = faults.is_active().then(|| Faults::new(faults));
         let shared = Arc::new(Shared::new(Inner::new(engine, faults), local_addr));
-        let driver = Driver::new(shared.clone(), io, max_datagram, PacketTrace::new(trace, start), qlog);
+        let driver = Driver::new(shared.clone(), io, max_datagram, max_accepted, PacketTrace::new(trace, start), qlog);
         tokio::spawn(driver.run());
         Ok(Endpoint { shared })
     }

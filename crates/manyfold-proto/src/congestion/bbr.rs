@@ -268,6 +268,11 @@ impl Controller for Bbr {
         }
     }
 
+    fn set_mss(&mut self, mss: u64) {
+        self.mss = mss;
+        self.cwnd = self.cwnd.max(self.min_pipe());
+    }
+
     fn on_rto(&mut self, _now: Instant) {
         self.prior_cwnd = self.cwnd;
         self.cwnd = self.min_pipe();

@@ -137,6 +137,11 @@ impl Controller for Cubic {
         self.cwnd = self.ssthresh;
     }
 
+    fn set_mss(&mut self, mss: u64) {
+        self.mss = mss;
+        self.cwnd = self.cwnd.max(self.min_window());
+    }
+
     fn on_rto(&mut self, now: Instant) {
         self.reduce(now);
         self.cwnd = self.min_window();

@@ -29,6 +29,11 @@ pub trait Controller: Send + std::fmt::Debug {
     fn on_congestion_event(&mut self, now: Instant, sent: Instant, lost_bytes: u64);
     /// The retransmission timer expired: the path may have collapsed.
     fn on_rto(&mut self, now: Instant);
+    /// The datagram size changed (path MTU discovery, spec §3.7): what the
+    /// controller counts in datagrams (its floor, its growth step) follows,
+    /// and the window is never below its floor, so that one datagram of
+    /// the new size can always be sent.
+    fn set_mss(&mut self, mss: u64);
     /// Losses that reduced the window turned out to be reordering: undo the
     /// latest reduction (spec §9).
     fn on_spurious_congestion(&mut self) {}

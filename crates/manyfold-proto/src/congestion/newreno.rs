@@ -77,6 +77,11 @@ impl Controller for NewReno {
         self.acked_in_ca = 0;
     }
 
+    fn set_mss(&mut self, mss: u64) {
+        self.mss = mss;
+        self.cwnd = self.cwnd.max(self.min_window());
+    }
+
     fn on_rto(&mut self, now: Instant) {
         // RFC 5681 (3.1) eq. 4 and the loss window; RFC 9002's persistent
         // congestion floor of two datagrams.

@@ -32,12 +32,13 @@ impl Connection {
     }
 
     /// RACK loss detection (spec §5.4); what it declares lost is one
-    /// congestion event for the controller. Returns the packets declared lost.
+    /// congestion event for the controller, except lost path MTU probes
+    /// (spec §3.7). Returns the packets declared lost, probes included.
     pub(super) fn detect_lost(&mut self, now: Instant) -> u64 {
         let losses = self.sent.detect_lost(now, &self.rtt);
         if let Some(sent) = losses.newest_sent {
             self.cc.on_congestion_event(now, sent, losses.bytes);
         }
-        losses.packets
+        losses.packets + losses.probes
     }
 }

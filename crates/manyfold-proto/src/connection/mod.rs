@@ -8,6 +8,7 @@
 mod liveness;
 mod loss;
 mod path;
+mod pmtu;
 pub mod qlog;
 mod recv;
 mod secure;
@@ -31,11 +32,11 @@ use bytes::Bytes;
 use crate::config::ConnectionConfig;
 use crate::congestion::pacer::Pacer;
 use crate::congestion::{self, Controller};
-use crate::ids::ConnId;
-use crate::ids::StreamId;
+use crate::ids::{ConnId, StreamId};
 use crate::recovery::{RttEstimator, SentQueue};
 use crate::seq::Seq;
 use crate::wire::{Cookie, ErrorCode, Flags, Packet, HEADER_LEN};
+use pmtu::PathMtu;
 use qlog::{Metrics, PacketInfo, QlogData, QlogEvent, Recorder, SendTrigger};
 use recv::{Arrival, Receiver};
 use streams::{Limits, StreamRefusal, Streams};
@@ -101,7 +102,8 @@ pub(crate) struct Connection {
     cookie_seq: Option<Seq>,
     recv: Option<Receiver>,
     peer_window: u64,
-    peer_max_datagram: u16,
+    /// The datagram size in use and the search for a larger one (spec §3.7).
+    pmtu: PathMtu,
     rtt: RttEstimator,
     cc: Box<dyn Controller>,
     pacer: Pacer,
@@ -183,7 +185,7 @@ impl Connection {
             cookie_seq: None,
             recv: None,
             peer_window: 0,
-            peer_max_datagram: config.max_datagram,
+            pmtu: PathMtu::new(config.max_datagram.max(MIN_DATAGRAM), 0, remote.is_ipv6()),
             rtt,
             cc,
             pacer: Pacer::default(),
@@ -323,7 +325,7 @@ impl Connection {
         // Our SYN-ACK (seq isn) was sent statelessly and is acked by the echo.
         c.sent = SentQueue::new(c.isn + 1);
         c.remote_id = Some(remote_id);
-        c.peer_max_datagram = max_datagram.max(MIN_DATAGRAM);
+        c.set_peer_max_datagram(max_datagram);
         c.recv = Some(Receiver::new(Seq::from_isn(peer_isn) + 1, recv_buffer));
         // The cookie's timestamp measured the SYN-ACK round trip.
         c.rtt.on_sample(handshake_rtt);
@@ -355,9 +357,20 @@ impl Connection {
         self.close_reason
     }
 
-    /// Largest datagram both sides accept, as it goes on the wire.
+    /// The datagram size in use, as it goes on the wire: at most what both
+    /// sides accept, and what path MTU discovery found (spec §3.4, §3.7).
     pub fn wire_max_datagram(&self) -> u16 {
-        self.config.max_datagram.min(self.peer_max_datagram).max(MIN_DATAGRAM)
+        self.pmtu.current()
+    }
+
+    /// The peer announced the largest datagram it accepts (spec §3.3.2):
+    /// the connection starts at `max(576, min(ours, theirs))` and
+    /// discovery may go up to what both accept.
+    fn set_peer_max_datagram(&mut self, peer: u16) {
+        let peer = peer.max(MIN_DATAGRAM);
+        let base = self.config.max_datagram.min(peer).max(MIN_DATAGRAM);
+        let ceiling = self.config.path_mtu_discovery.map_or(0, |c| c.min(peer));
+        self.pmtu = PathMtu::new(base, ceiling, self.remote.is_ipv6());
     }
 
     /// Largest packet we build: the datagram less what protection adds
@@ -381,6 +394,7 @@ impl Connection {
         s.abandoned_messages = self.streams.abandoned;
         s.stream_violations = self.streams.violations;
         s.stalled_since = self.stalled_since;
+        s.datagram_size = self.wire_max_datagram();
         s
     }
 
@@ -883,7 +897,7 @@ impl Connection {
 
     fn learn_peer(&mut self, peer_isn: u32, conn_id: ConnId, max_datagram: u16, window: u32) {
         self.remote_id = Some(conn_id);
-        self.peer_max_datagram = max_datagram.max(MIN_DATAGRAM);
+        self.set_peer_max_datagram(max_datagram);
         self.peer_window = u64::from(window);
         self.recv = Some(Receiver::new(Seq::from_isn(peer_isn) + 1, self.config.recv_buffer));
     }
@@ -941,6 +955,7 @@ impl Connection {
             stream_idle |= streams.on_acked(&p.payload);
         });
         let newly_lost = self.after_ack(now, &out);
+        self.check_probe(now);
         if stream_idle {
             self.events.push_back(Event::StreamAcked);
         }

@@ -58,6 +58,7 @@ impl Connection {
                 if let Some(t) = self.sent.loss_time() {
                     self.timers.set(Timer::Loss, t);
                 }
+                self.check_probe(now);
             }
             Timer::DelayedAck => self.ack.immediate = true,
             // Nothing to do: the endpoint polls us for the packet it let go.
@@ -120,6 +121,8 @@ impl Connection {
             return;
         }
         self.stats.lost_packets += self.sent.on_rto();
+        self.check_probe(now);
+        self.check_black_hole();
         self.cc.on_rto(now);
         self.timers.cancel(Timer::Loss);
         self.timers.cancel(Timer::Tlp);
@@ -181,6 +184,9 @@ impl Connection {
                     Sent::Blocked => {}
                 }
             } else {
+                if let Some(n) = self.send_pmtu_probe(now, buf) {
+                    return Some(n);
+                }
                 match self.send_new(now, buf) {
                     Sent::Yes(n) => return Some(n),
                     Sent::NoRoom => return None,
@@ -220,7 +226,15 @@ impl Connection {
         let Some(p) = self.sent.get(seq) else {
             return Sent::Blocked;
         };
-        let (payload, control) = (p.payload.clone(), p.control);
+        let room = data_room(self.max_datagram() as usize, self.sections_len(p.control));
+        if p.payload.encoded_len() > room {
+            // spec §3.7: sent before the path narrowed.
+            self.fit_retransmission(seq, room);
+        }
+        let Some(p) = self.sent.get(seq) else {
+            return Sent::Blocked;
+        };
+        let (payload, control, mtu_probe) = (p.payload.clone(), p.control, p.probe);
         let size = HEADER_LEN + self.sections_len(control) + payload.encoded_len();
         if self.sent.bytes_in_flight() + size as u64 > self.cc.window() || self.paced(now, size) {
             return Sent::Blocked;
@@ -229,8 +243,11 @@ impl Connection {
         match self.write(now, buf, control | Flags::KLV, seq, Some(&payload), DATA_SACK_RANGES) {
             Some(n) => {
                 self.sent.on_retransmitted(now, seq, n as u32);
-                self.stats.retransmissions += 1;
-                self.record_resend(SendTrigger::Retransmit);
+                // A lost path MTU probe's small repeat carries no data (spec §3.7).
+                if !mtu_probe {
+                    self.stats.retransmissions += 1;
+                    self.record_resend(SendTrigger::Retransmit);
+                }
                 self.arm_rto(now);
                 Sent::Yes(n)
             }
@@ -422,7 +439,7 @@ impl Connection {
         matches!(self.state, State::LastAck | State::Closing) && self.sent.outstanding_data() == 0
     }
 
-    fn arm_rto(&mut self, now: Instant) {
+    pub(super) fn arm_rto(&mut self, now: Instant) {
         self.arm_stall(now);
         if !self.timers.is_set(Timer::Rto) {
             self.timers.set(Timer::Rto, now + self.backed_off_rto());
@@ -456,11 +473,14 @@ impl Connection {
             self.arm_tlp(now);
             return None;
         }
-        let (payload, control) = (p.payload.clone(), p.control);
+        let (payload, control, mtu_probe) = (p.payload.clone(), p.control, p.probe);
         let n = self.write(now, buf, control | Flags::KLV, seq, Some(&payload), DATA_SACK_RANGES)?;
         self.sent.on_probe_sent(now, seq, n as u32);
-        self.stats.retransmissions += 1;
-        self.record_resend(SendTrigger::Probe);
+        self.check_probe(now);
+        if !mtu_probe {
+            self.stats.retransmissions += 1;
+            self.record_resend(SendTrigger::Probe);
+        }
         self.tlp_count += 1;
         self.arm_tlp(now);
         // RFC 8985 §7.3: give the probe a whole RTO to be answered.
@@ -482,7 +502,7 @@ impl Connection {
 
     /// Writes one packet with the current ack, window and as many SACK
     /// ranges as fit, and does the per-send bookkeeping.
-    fn write(
+    pub(super) fn write(
         &mut self,
         now: Instant,
         buf: &mut [u8],
@@ -505,7 +525,7 @@ impl Connection {
             let features = if self.security.is_some() { HandshakeParams::PROTECTED } else { 0 };
             p.params = Some(HandshakeParams {
                 conn_id: self.local_id.wire(),
-                max_datagram: self.config.max_datagram,
+                max_datagram: self.config.max_accepted_datagram(),
                 features,
             });
         }

@@ -253,4 +253,13 @@ pub struct ConnStats {
     pub icmp_errors: u64,
     /// Path validation and migration (spec §6.8).
     pub path: super::PathStats,
+    /// Datagram size in use, as on the wire: what path MTU discovery
+    /// found, or the configured size (spec §3.7).
+    pub datagram_size: u16,
+    /// Path MTU probes sent, and those lost (spec §3.7).
+    pub pmtu_probes_sent: u64,
+    /// Path MTU probes declared lost.
+    pub pmtu_probes_lost: u64,
+    /// Falls back to the base datagram size after a black hole (spec §3.7).
+    pub pmtu_black_holes: u64,
 }

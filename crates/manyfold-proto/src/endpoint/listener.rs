@@ -185,8 +185,8 @@ impl Endpoint {
         let client_isn = syn.header.seq;
         let secrets = &self.listener.secrets;
         let server_isn = secrets.isn(now, from, (params.conn_id, server_id.wire()));
-        let max_datagram =
-            self.config.connection.max_datagram.min(params.max_datagram.max(crate::connection::MIN_DATAGRAM));
+        // spec §3.3.2: what we accept; the connection's sizes come from both.
+        let max_datagram = self.config.connection.max_accepted_datagram();
         let binding = CookieBinding { peer: from, client_isn, server_isn, server_id };
         let cookie = secrets.make_cookie(now, params.conn_id, params.max_datagram, binding);
         let mut p = Packet::bare(
@@ -249,7 +249,7 @@ impl Endpoint {
             return;
         }
         let security = self.security(false);
-        let max_datagram = self.config.connection.max_datagram.min(cookie.client_max_datagram);
+        let max_datagram = cookie.client_max_datagram;
         // The cookie's age is the SYN-ACK round trip (ms resolution).
         let rtt = Duration::from_millis(u64::from(timestamp.wrapping_sub(cookie.timestamp)));
         let conn = Connection::new_server(

@@ -80,12 +80,17 @@ impl Schedule {
     }
 }
 
+/// Most bytes of one batch (spec §2): what one GSO send carries, the IPv4
+/// length field's 64 KiB less headers. A larger datagram goes alone.
+pub const MAX_BATCH_BYTES: usize = 65_000;
+
 /// Writes up to `max_datagrams` of `conn`'s datagrams into `buf` behind
 /// what it holds. Returns how many, and the size of each but the last.
 ///
 /// spec §2: a batch is datagrams of one size (the first one's), the last
-/// possibly shorter; the connection never writes more than the room it is
-/// given, and declines what does not fit.
+/// possibly shorter, at most [`MAX_BATCH_BYTES`] in all past the first;
+/// the connection never writes more than the room it is given, and
+/// declines what does not fit.
 pub(super) fn fill_batch(
     conn: &mut Connection,
     now: Instant,
@@ -93,8 +98,12 @@ pub(super) fn fill_batch(
     buf: &mut Vec<u8>,
 ) -> (usize, usize) {
     let mut count = 0;
-    let mut segment = conn.wire_max_datagram() as usize;
+    // The first datagram may be a path MTU probe, larger (spec §3.7).
+    let mut segment = conn.next_datagram_room(now);
     while count < max_datagrams.max(1) {
+        if count > 0 && (count + 1) * segment > MAX_BATCH_BYTES {
+            break;
+        }
         let start = buf.len();
         buf.resize(start + segment, 0);
         match conn.poll_transmit(now, &mut buf[start..]) {

@@ -61,6 +61,9 @@ pub(crate) struct SentPacket {
     /// Declared lost at least once (by RACK or an RTO).
     pub declared_lost: bool,
     pub app_limited: bool,
+    /// A path MTU probe (spec §3.7): its loss says the path is narrower,
+    /// not that it is congested.
+    pub probe: bool,
     /// Delivery state when it was last sent (spec §9.4).
     stamp: Stamp,
 }
@@ -106,6 +109,10 @@ impl AckScan {
         if self.newest.is_none_or(|(tx, _, _)| p.tx > tx) {
             self.newest = Some((p.tx, p.time_sent, p.retransmitted));
         }
+        if p.probe {
+            // A probe's loss opened no episode and says nothing of reordering.
+            return;
+        }
         // A packet declared lost whose ack comes before a resend could
         // have been acked: its first transmission arrived (spec §5.4).
         let resend_too_recent = self.min_rtt.is_some_and(|m| self.now.saturating_duration_since(p.time_sent) < m);
@@ -142,6 +149,8 @@ pub(crate) struct Losses {
     pub bytes: u64,
     /// When the newest of them was sent: the congestion event's start.
     pub newest_sent: Option<Instant>,
+    /// Path MTU probes among them, counted apart (spec §3.7).
+    pub probes: u64,
 }
 
 #[derive(Debug)]
@@ -281,8 +290,60 @@ impl SentQueue {
             retransmitted: false,
             declared_lost: false,
             app_limited,
+            probe: false,
             stamp,
         });
+    }
+
+    /// spec §3.7: lost packet `seq`, larger than the path now carries, is
+    /// cut to `room` bytes of data area; the rest becomes new packets (new
+    /// sequence numbers, the control flags moving to the last), lost and
+    /// queued for retransmission like it. Returns the new sequence numbers
+    /// and the message records of the data chunks cut in two.
+    pub fn split(&mut self, seq: Seq, room: usize) -> (Vec<Seq>, Vec<u64>) {
+        let (mut new, mut cut) = (Vec::new(), Vec::new());
+        let Some(i) = self.index(seq) else { return (new, cut) };
+        let head = &mut self.packets[i];
+        let (mut rest, c) = head.payload.split_off(room);
+        if head.payload.is_empty() {
+            // Its first chunk cannot be cut: it goes whole, or not at all.
+            head.payload = rest;
+            return (new, cut);
+        }
+        cut.extend(c);
+        if rest.is_empty() {
+            return (new, cut);
+        }
+        let template = SentPacket {
+            payload: Chunks::default(),
+            control: std::mem::replace(&mut head.control, Flags::empty()),
+            size: 0,
+            state: PacketState::Lost,
+            retransmitted: true,
+            declared_lost: true,
+            ..head.clone()
+        };
+        while !rest.is_empty() {
+            let (mut next, c) = rest.split_off(room);
+            if rest.is_empty() {
+                std::mem::swap(&mut rest, &mut next);
+            }
+            cut.extend(c);
+            let last = next.is_empty();
+            let control = if last { template.control } else { Flags::empty() };
+            new.push(self.next_seq());
+            self.retransmit.insert(self.next_seq());
+            self.packets.push_back(SentPacket { payload: rest, control, ..template.clone() });
+            rest = next;
+        }
+        (new, cut)
+    }
+
+    /// Marks the newest packet sent as a path MTU probe (spec §3.7).
+    pub fn mark_probe(&mut self) {
+        if let Some(p) = self.packets.back_mut() {
+            p.probe = true;
+        }
     }
 
     /// The lowest sequence number waiting to be retransmitted.
@@ -339,6 +400,9 @@ impl SentQueue {
         p.tx = tx;
         p.size = size;
         p.retransmitted = true;
+        // spec §3.7: a path MTU probe unanswered for a probe timeout is
+        // lost; the small repeat only lets the cumulative ack pass it.
+        p.declared_lost |= p.probe;
         self.order.push_back((seq, tx));
     }
 
@@ -499,14 +563,20 @@ impl SentQueue {
                 break;
             }
             p.state = PacketState::Lost;
-            open_episode(p, &mut self.episode_open, &mut self.episode_real);
             let trigger = if largest - tx >= threshold { LossTrigger::Reordering } else { LossTrigger::Time };
             Self::log_lost(&mut self.lost_log, seq, p.size, trigger);
             self.bytes_in_flight -= u64::from(p.size);
             self.retransmit.insert(seq);
-            losses.packets += 1;
-            losses.bytes += u64::from(p.size);
-            losses.newest_sent = Some(losses.newest_sent.map_or(p.time_sent, |t| t.max(p.time_sent)));
+            if p.probe {
+                // spec §3.7: the path is narrower, not congested.
+                p.declared_lost = true;
+                losses.probes += 1;
+            } else {
+                open_episode(p, &mut self.episode_open, &mut self.episode_real);
+                losses.packets += 1;
+                losses.bytes += u64::from(p.size);
+                losses.newest_sent = Some(losses.newest_sent.map_or(p.time_sent, |t| t.max(p.time_sent)));
+            }
             self.order.pop_front();
         }
         losses
@@ -519,7 +589,11 @@ impl SentQueue {
         for (i, p) in self.packets.iter_mut().enumerate() {
             if p.state == PacketState::InFlight {
                 p.state = PacketState::Lost;
-                open_episode(p, &mut self.episode_open, &mut self.episode_real);
+                if p.probe {
+                    p.declared_lost = true;
+                } else {
+                    open_episode(p, &mut self.episode_open, &mut self.episode_real);
+                }
                 Self::log_lost(&mut self.lost_log, self.base + i as u64, p.size, LossTrigger::Rto);
                 self.retransmit.insert(self.base + i as u64);
                 lost += 1;

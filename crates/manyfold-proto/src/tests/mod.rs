@@ -301,7 +301,7 @@ fn spec_example_datagrams_are_as_documented() {
     let hex = |d: &[u8]| d.iter().map(|b| format!("{b:02x}")).collect::<Vec<_>>().join(" ");
     let sent: Vec<(bool, String)> = log.iter().map(|(c, d)| (*c, hex(d))).collect();
     // The client's SYN and the listener's "hello", as printed in spec §3.6.
-    let syn = "10 01 00 08 00 00 00 00 4f 37 51 4c 00 00 00 00 00 40 00 00 a0 bf a4 0e d5 1b cb e5 05 ac 00 00";
+    let syn = "10 01 00 08 00 00 00 00 4f 37 51 4c 00 00 00 00 00 40 00 00 a5 1f 0d 72 d5 1b cb e5 ff e3 00 00";
     let hello = "10 12 00 15 d5 1b cb e5 73 40 24 da 4f 37 51 4e 00 40 00 00 5b 5e 3b 47 \
                  00 00 00 00 00 05 00 00 00 00 00 00 00 00 00 00 68 65 6c 6c 6f";
     let hello = hello.split_whitespace().collect::<Vec<_>>().join(" ");

@@ -82,6 +82,28 @@ pub fn span(len: usize, flags: u8) -> u64 {
     }
 }
 
+impl DataChunk<Bytes> {
+    /// Splits the chunk at byte `at` (0 < `at` < its length): `self` keeps
+    /// the first part and its BEGIN, the returned chunk the rest and the
+    /// END and FIN marks (spec §13.2: chunks of one message are placed by
+    /// their offsets, so any split is a valid pair of chunks).
+    pub fn split_off(&mut self, at: usize) -> DataChunk<Bytes> {
+        let rest = self.data.split_off(at);
+        let unordered = self.flags & data_flags::UNORDERED;
+        let tail_flags = self.flags & (data_flags::END | data_flags::FIN) | unordered;
+        self.flags &= !(data_flags::END | data_flags::FIN);
+        let in_msg = if unordered != 0 { self.in_msg + at as u32 } else { self.in_msg };
+        DataChunk {
+            stream: self.stream,
+            flags: tail_flags,
+            offset: self.offset + at as u64,
+            in_msg,
+            data: rest,
+            msg: self.msg,
+        }
+    }
+}
+
 impl<D: AsRef<[u8]>> DataChunk<D> {
     /// Stream offsets the chunk takes (see [`span`]).
     pub fn span(&self) -> u64 {
@@ -371,9 +393,17 @@ fn get48(b: &[u8]) -> u64 {
 pub struct Chunks {
     first: Option<Chunk<Bytes>>,
     rest: Vec<Chunk<Bytes>>,
+    /// One-byte PAD chunks after the others (spec §3.7's probes).
+    pad: usize,
 }
 
 impl Chunks {
+    /// `n` PAD chunks and nothing else: a path MTU probe's data area
+    /// (spec §3.7).
+    pub fn padding(n: usize) -> Self {
+        Chunks { pad: n, ..Chunks::default() }
+    }
+
     /// Appends a chunk.
     pub fn push(&mut self, c: Chunk<Bytes>) {
         if self.first.is_none() {
@@ -385,7 +415,7 @@ impl Chunks {
 
     /// Whether there is no chunk.
     pub fn is_empty(&self) -> bool {
-        self.first.is_none()
+        self.first.is_none() && self.pad == 0
     }
 
     /// The chunks in order.
@@ -400,7 +430,7 @@ impl Chunks {
 
     /// Bytes they take on the wire.
     pub fn encoded_len(&self) -> usize {
-        self.iter().map(Chunk::encoded_len).sum()
+        self.iter().map(Chunk::encoded_len).sum::<usize>() + self.pad
     }
 
     /// Keeps only the chunks `keep` accepts; returns the data bytes removed.
@@ -420,7 +450,49 @@ impl Chunks {
         for c in self.iter() {
             at += c.emit(&mut out[at..]);
         }
-        at
+        out[at..at + self.pad].fill(KIND_PAD);
+        at + self.pad
+    }
+
+    /// Splits off what does not fit in `room` bytes of data area: the
+    /// chunks that follow, and the tail of a data chunk that straddles the
+    /// limit (spec §3.7: packets resent after the path narrowed). Returns
+    /// the rest, empty when everything fits, and the sender's message
+    /// record (`msg`) of the data chunk cut in two, if one was. Padding is
+    /// dropped.
+    pub fn split_off(&mut self, room: usize) -> (Chunks, Option<u64>) {
+        let mut all: Vec<Chunk<Bytes>> = self.first.take().into_iter().chain(self.rest.drain(..)).collect();
+        self.pad = 0;
+        let mut used = 0;
+        let mut keep = 0;
+        let mut tail = Chunks::default();
+        let mut cut = None;
+        while keep < all.len() {
+            let len = all[keep].encoded_len();
+            if used + len <= room {
+                used += len;
+                keep += 1;
+                continue;
+            }
+            // A data chunk is cut where the room ends, if a useful part fits.
+            if let Chunk::Data(d) = &mut all[keep] {
+                let fits = room.saturating_sub(used + DATA_HEADER_LEN);
+                if fits > 0 && fits < d.data.len() {
+                    let rest = d.split_off(fits);
+                    cut = Some(d.msg);
+                    keep += 1;
+                    tail.push(Chunk::Data(rest));
+                }
+            }
+            break;
+        }
+        for c in all.drain(keep..) {
+            tail.push(c);
+        }
+        for c in all {
+            self.push(c);
+        }
+        (tail, cut)
     }
 }
 
@@ -506,6 +578,58 @@ mod tests {
         assert_eq!(span(0, 0), 0);
         assert_eq!(span(5, BEGIN | END), 5);
         assert_eq!(span(5, BEGIN), 5);
+    }
+
+    #[test]
+    fn padding_is_one_byte_pad_chunks_after_the_others() {
+        let mut cs = Chunks::padding(5);
+        assert_eq!((cs.encoded_len(), cs.data_len(), cs.is_empty()), (5, 0, false));
+        let mut buf = [0xaau8; 5];
+        assert_eq!(cs.emit(&mut buf), 5);
+        assert!(parse_chunks(&buf).all(|c| matches!(c, Ok(Chunk::Pad))));
+        assert!(cs.split_off(100).0.is_empty());
+        assert!(cs.is_empty(), "splitting drops the padding");
+    }
+
+    #[test]
+    fn a_data_chunk_split_keeps_begin_on_the_head_and_end_fin_on_the_tail() {
+        let flags = data_flags::BEGIN | data_flags::END | data_flags::UNORDERED | data_flags::FIN;
+        let data = Bytes::from_static(b"abcdefgh");
+        let mut d = DataChunk { stream: StreamId::new(2), flags, offset: 100, in_msg: 10, data, msg: 9 };
+        let tail = d.split_off(3);
+        assert_eq!(
+            (d.flags, d.offset, d.in_msg, &d.data[..]),
+            (data_flags::BEGIN | data_flags::UNORDERED, 100, 10, &b"abc"[..])
+        );
+        let tail_flags = data_flags::END | data_flags::FIN | data_flags::UNORDERED;
+        assert_eq!((tail.flags, tail.offset, tail.in_msg, &tail.data[..]), (tail_flags, 103, 13, &b"defgh"[..]));
+        assert_eq!((tail.stream, tail.msg), (StreamId::new(2), 9));
+    }
+
+    #[test]
+    fn split_off_cuts_the_straddling_data_chunk_and_moves_what_follows() {
+        let chunk = |offset: u64, len: usize| {
+            let data = Bytes::from(vec![1u8; len]);
+            Chunk::Data(DataChunk { stream: StreamId::new(1), flags: 0, offset, in_msg: 0, data, msg: 0 })
+        };
+        let mut cs = Chunks::default();
+        cs.push(Chunk::Stop { stream: StreamId::new(3), code: 1 });
+        cs.push(chunk(0, 1000));
+        cs.push(chunk(1000, 10));
+        let before = cs.encoded_len();
+        let (tail, cut) = cs.split_off(STOP_LEN + DATA_HEADER_LEN + 600);
+        assert_eq!(cut, Some(0), "a byte-stream chunk (no message record) was cut");
+        assert_eq!(cs.encoded_len(), STOP_LEN + DATA_HEADER_LEN + 600, "the room is filled");
+        assert_eq!(cs.data_len() + tail.data_len(), 1010, "no byte lost");
+        assert_eq!(cs.encoded_len() + tail.encoded_len(), before + DATA_HEADER_LEN, "one more chunk header");
+        let offsets: Vec<u64> =
+            tail.iter().filter_map(|c| if let Chunk::Data(d) = c { Some(d.offset) } else { None }).collect();
+        assert_eq!(offsets, vec![600, 1000]);
+        assert_eq!(cs.split_off(10_000).1, None, "what fits stays whole");
+        let mut small = Chunks::default();
+        small.push(chunk(0, 100));
+        let (all, _) = small.split_off(DATA_HEADER_LEN);
+        assert!(small.is_empty() && all.data_len() == 100, "no empty head chunk");
     }
 
     #[test]

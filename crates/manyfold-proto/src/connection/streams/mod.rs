@@ -764,6 +764,14 @@ impl Streams {
         })
     }
 
+    /// A data chunk of message record `msg` was cut in two for a narrower
+    /// path (spec §3.7): the message has one more chunk to see acknowledged.
+    pub fn on_chunk_split(&mut self, msg: u64) {
+        if let Some(r) = self.pr.get_mut(&msg) {
+            r.live += 1;
+        }
+    }
+
     /// A data chunk will not be acknowledged as such (stripped or acked).
     fn forget_chunk(&mut self, id: StreamId, msg: u64, len: usize) {
         if let Some(s) = self.map.get_mut(&id) {

@@ -1,0 +1,130 @@
+//! Path MTU discovery (spec §3.7): the size a bulk connection settles on
+//! for loopback, jumbo and Ethernet paths, under loss, when the path
+//! narrows mid-transfer (a black hole), and with discovery off.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use manyfold_proto::{CloseReason, CongestionAlgorithm, ConnStats, EndpointConfig};
+use manyfold_sim::{LinkConfig, Transfer, TransferReport, World};
+
+const MB: u64 = 1 << 20;
+
+/// Sends `bytes` client -> server over `link` with BBR and checks that
+/// everything arrived and both sides closed gracefully.
+fn send(seed: u64, link: LinkConfig, cfg: EndpointConfig, bytes: u64) -> (World, TransferReport) {
+    let mut w = pair(seed, link, cfg);
+    let t = Transfer::start(&mut w, client(), server(), bytes, 0);
+    let r = t.run(&mut w, Duration::from_secs(600)).unwrap_or_else(|e| panic!("{e} (seed {seed})"));
+    assert_eq!(r.client_close, Some(CloseReason::Graceful), "seed {seed}");
+    assert_eq!(r.server_close, Some(CloseReason::Graceful), "seed {seed}");
+    assert_eq!(r.client.bytes_sent, bytes, "seed {seed}");
+    (w, r)
+}
+
+fn bbr() -> EndpointConfig {
+    config(CongestionAlgorithm::Bbr)
+}
+
+fn path(mtu: usize) -> LinkConfig {
+    LinkConfig::with_delay(Duration::from_millis(5)).mtu(mtu)
+}
+
+fn summary(s: &ConnStats) -> String {
+    format!(
+        "size {} probes {}/{} lost, black holes {}, packets {}, lost {}",
+        s.datagram_size, s.pmtu_probes_lost, s.pmtu_probes_sent, s.pmtu_black_holes, s.packets_sent, s.lost_packets
+    )
+}
+
+#[test]
+fn a_loopback_sized_path_is_found_with_one_probe() {
+    let seed = 3701;
+    let (_, r) = send(seed, path(65_507), bbr(), 20 * MB);
+    let c = &r.client;
+    assert_eq!(c.datagram_size, 65_507, "{} (seed {seed})", summary(c));
+    assert_eq!((c.pmtu_probes_sent, c.pmtu_probes_lost), (1, 0), "{} (seed {seed})", summary(c));
+    // 20 MB in 1,452-byte datagrams would take over 14,000 packets.
+    assert!(c.packets_sent < 2_000, "{} (seed {seed})", summary(c));
+}
+
+#[test]
+fn a_jumbo_path_rules_out_the_ceiling_and_settles_on_9000_bytes() {
+    let seed = 3702;
+    let (w, r) = send(seed, path(8_972), bbr(), 20 * MB);
+    let c = &r.client;
+    assert_eq!(c.datagram_size, 8_972, "{} (seed {seed})", summary(c));
+    assert_eq!(c.pmtu_probes_lost, 3, "three lost probes rule 65,507 out: {} (seed {seed})", summary(c));
+    assert_eq!(c.lost_packets, c.pmtu_probes_lost, "no data packet lost: {} (seed {seed})", summary(c));
+    assert_eq!(c.retransmissions, 0, "a lost probe's small repeat is no retransmission: {} (seed {seed})", summary(c));
+    assert_eq!(w.link_stats(client(), server()).dropped_mtu, 3, "seed {seed}");
+}
+
+#[test]
+fn an_ethernet_path_settles_on_1472_bytes_over_ipv4() {
+    let seed = 3703;
+    let (_, r) = send(seed, path(1_472), bbr(), 5 * MB);
+    let c = &r.client;
+    assert_eq!(c.datagram_size, 1_472, "{} (seed {seed})", summary(c));
+    assert_eq!(c.pmtu_probes_lost, 6, "{} (seed {seed})", summary(c));
+}
+
+#[test]
+fn discovery_finds_the_path_under_5pct_loss_each_way() {
+    for seed in 3710..3714 {
+        let link = path(8_972).loss(0.05);
+        let (_, r) = send(seed, link, bbr(), 10 * MB);
+        let c = &r.client;
+        assert_eq!(c.datagram_size, 8_972, "{} (seed {seed})", summary(c));
+    }
+}
+
+#[test]
+fn a_path_that_narrows_mid_transfer_falls_back_and_the_transfer_completes() {
+    let seed = 3720;
+    // 1 Gbit/s: 200 MB take well over a second, so the path narrows mid-way.
+    let gigabit = |mtu| path(mtu).rate(1_000_000_000, 4 << 20);
+    let mut w = pair(seed, gigabit(65_507), bbr());
+    let mut t = Transfer::start(&mut w, client(), server(), 200 * MB, 0);
+    let size = |w: &World, t: &Transfer| w.endpoint(client()).conn(t.client_conn()).stats().map(|s| s.datagram_size);
+    // Pump until the loopback size is found, then a while longer at it.
+    let mut at_large = None;
+    while w.elapsed() < Duration::from_secs(10) {
+        t.pump(&mut w);
+        w.step();
+        if size(&w, &t) == Some(65_507) {
+            at_large.get_or_insert(w.elapsed());
+        }
+        if at_large.is_some_and(|d| w.elapsed() > d + Duration::from_millis(300)) {
+            break;
+        }
+    }
+    assert!(at_large.is_some(), "loopback size found first (seed {seed})");
+    w.set_link(client(), server(), gigabit(1_472));
+    let r = t.run(&mut w, Duration::from_secs(600)).unwrap_or_else(|e| panic!("{e} (seed {seed})"));
+    assert_eq!(r.client_close, Some(CloseReason::Graceful), "seed {seed}");
+    let c = &r.client;
+    assert_eq!(c.pmtu_black_holes, 1, "{} (seed {seed})", summary(c));
+    assert_eq!(c.datagram_size, 1_472, "searched again below the vanished size: {} (seed {seed})", summary(c));
+    assert_eq!(r.client.bytes_sent, 200 * MB, "seed {seed}");
+}
+
+#[test]
+fn without_discovery_every_datagram_keeps_max_datagram() {
+    let seed = 3730;
+    let mut cfg = bbr();
+    cfg.connection.path_mtu_discovery = None;
+    let (w, r) = send(seed, path(65_507), cfg, 5 * MB);
+    let c = &r.client;
+    assert_eq!((c.datagram_size, c.pmtu_probes_sent), (1_452, 0), "{} (seed {seed})", summary(c));
+    assert_eq!(w.link_stats(client(), server()).dropped_mtu, 0, "seed {seed}");
+}
+
+#[test]
+fn a_short_exchange_sends_no_probe() {
+    let seed = 3740;
+    let (_, r) = send(seed, path(65_507), bbr(), 1_000);
+    assert_eq!(r.client.pmtu_probes_sent, 0, "{} (seed {seed})", summary(&r.client));
+}
