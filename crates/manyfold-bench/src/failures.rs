@@ -19,7 +19,7 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use manyfold::{CloseReason, Config, ConnectionError, Endpoint, ErrorCode, FaultConfig};
+use manyfold::{CloseReason, Config, Endpoint, ErrorCode, FaultConfig};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 #[derive(clap::Args, Debug)]
@@ -138,7 +138,7 @@ async fn connect_refused_async(runs: usize) -> Result<Row> {
     for _ in 0..runs {
         let to = closed_port()?;
         let t = Instant::now();
-        let refused = matches!(client.connect(to).await, Err(ConnectionError::Closed(CloseReason::Refused)));
+        let refused = matches!(client.connect(to).await, Err(manyfold::ConnectError::Refused));
         row.note(t, refused);
     }
     Ok(row)
@@ -203,7 +203,7 @@ async fn killed_receiver(runs: usize) -> Result<Row> {
         let reason = loop {
             match tokio::time::timeout(Duration::from_secs(30), conn.write_all(&data)).await {
                 Ok(Ok(())) => continue,
-                Ok(Err(e)) => break ConnectionError::close_reason_of(&e),
+                Ok(Err(e)) => break manyfold::close_reason(&e),
                 Err(_) => break None,
             }
         };
@@ -224,10 +224,7 @@ async fn abort_reaches_peer(runs: usize) -> Result<Row> {
         client.abort_all(ErrorCode::INTERRUPTED).await;
         let mut buf = [0u8; 16];
         match accepted.read(&mut buf).await {
-            Err(e)
-                if ConnectionError::close_reason_of(&e)
-                    == Some(CloseReason::PeerReset(Some(ErrorCode::INTERRUPTED))) =>
-            {
+            Err(e) if manyfold::close_reason(&e) == Some(CloseReason::PeerReset(Some(ErrorCode::INTERRUPTED))) => {
                 row.samples.push(t.elapsed())
             }
             other => {
@@ -385,7 +382,7 @@ async fn silent_peer(runs: usize) -> Result<Row> {
         let reason = loop {
             match tokio::time::timeout(Duration::from_secs(30), conn.write_all(&data)).await {
                 Ok(Ok(())) => continue,
-                Ok(Err(e)) => break ConnectionError::close_reason_of(&e),
+                Ok(Err(e)) => break manyfold::close_reason(&e),
                 Err(_) => break None,
             }
         };

@@ -2,8 +2,9 @@
 //! negative `MF_E*` code, and its text is kept per thread for
 //! `mf_last_error` (the errno + strerror convention, with a message that
 //! names the argument or peer instead of a fixed string). Rust errors map
-//! by kind: `io::ErrorKind`, `manyfold::ConnectionError` (through its
-//! `kind()`, which follows the close reason, spec §4), `manyfold::GroupError`.
+//! by kind: `io::ErrorKind`, the library's per-call errors
+//! (`ConnectError`, `SendError`, `CloseError`, `ConnectionError`: by what
+//! they name, then by the close reason, spec §4), `manyfold::GroupError`.
 //!
 //! `entry` is the one wrapper around every exported function: it catches a
 //! panic before it can unwind into C and turns it into `MF_EINTERNAL`.
@@ -89,22 +90,9 @@ impl Error {
         Error::new(kind_code(e.kind()), format!("{what}: {e}"))
     }
 
-    pub(crate) fn conn(what: &str, e: &mf::ConnectionError) -> Error {
-        let code = match e {
-            mf::ConnectionError::MessageTooLarge { .. } => MF_ETOOBIG,
-            mf::ConnectionError::StreamLimit(_) => MF_ELIMIT,
-            mf::ConnectionError::StreamReset(_) => MF_ERESET,
-            mf::ConnectionError::EndpointClosed | mf::ConnectionError::Finished => MF_ECLOSED,
-            // spec §6.7: ICMP port unreachable in SYN-SENT is Refused; later
-            // it means the peer is gone (as a reset); host unreachable is its own.
-            other => match other.close_reason() {
-                Some(mf::CloseReason::Refused) => MF_ECONNREFUSED,
-                Some(mf::CloseReason::Unreachable(manyfold_proto::UnreachableKind::Host)) => MF_EHOSTUNREACH,
-                Some(mf::CloseReason::Unreachable(manyfold_proto::UnreachableKind::Port)) => MF_ERESET,
-                _ => kind_code(other.kind()),
-            },
-        };
-        Error::new(code, format!("{what}: {e}"))
+    /// A failure of a connection call: any of the library's per-call errors.
+    pub(crate) fn conn(what: &str, e: &impl Failure) -> Error {
+        Error::new(e.code(), format!("{what}: {e}"))
     }
 
     pub(crate) fn group(what: &str, e: &mf::GroupError) -> Error {
@@ -113,7 +101,6 @@ impl Error {
         let code = match e {
             G::Unreachable(_) => MF_EUNREACHABLE,
             G::EndpointClosed => MF_ECLOSED,
-            G::Send(s) => Error::conn(what, &mf::ConnectionError::from(*s)).code,
             G::Engine(E::MessageTooLarge { .. }) => MF_ETOOBIG,
             G::Engine(E::TooManyPeers(_)) => MF_ELIMIT,
             G::Engine(E::InvalidAddress(_)) => MF_EINVAL,
@@ -123,6 +110,72 @@ impl Error {
             _ => MF_EIO,
         };
         Error::new(code, format!("{what}: {e}"))
+    }
+}
+
+/// The library's per-call errors, each to its `MF_E*` code.
+pub(crate) trait Failure: std::fmt::Display {
+    fn code(&self) -> c_int;
+}
+
+/// The code for a connection's end. spec §6.7: ICMP port unreachable in
+/// SYN-SENT is Refused; later it means the peer is gone (as a reset); host
+/// unreachable is its own.
+fn reason_code(reason: mf::CloseReason, kind: io::ErrorKind) -> c_int {
+    match reason {
+        mf::CloseReason::Refused => MF_ECONNREFUSED,
+        mf::CloseReason::Unreachable(manyfold_proto::UnreachableKind::Host) => MF_EHOSTUNREACH,
+        mf::CloseReason::Unreachable(manyfold_proto::UnreachableKind::Port) => MF_ERESET,
+        _ => kind_code(kind),
+    }
+}
+
+impl Failure for mf::ConnectionError {
+    fn code(&self) -> c_int {
+        match self.close_reason() {
+            Some(r) => reason_code(r, self.kind()),
+            None => MF_ECLOSED,
+        }
+    }
+}
+
+impl Failure for mf::ConnectError {
+    fn code(&self) -> c_int {
+        match self {
+            mf::ConnectError::EndpointClosed => MF_ECLOSED,
+            // The engine's refusals to start one (as before: an I/O error).
+            mf::ConnectError::TooManyConnections(_) => MF_EIO,
+            other => match other.close_reason() {
+                Some(r) => reason_code(r, other.kind()),
+                None => kind_code(other.kind()),
+            },
+        }
+    }
+}
+
+impl Failure for mf::SendError {
+    fn code(&self) -> c_int {
+        match self {
+            mf::SendError::TooLarge { .. } => MF_ETOOBIG,
+            mf::SendError::StreamLimit(_) => MF_ELIMIT,
+            mf::SendError::Reset(_) => MF_ERESET,
+            mf::SendError::EndpointClosed | mf::SendError::Finished => MF_ECLOSED,
+            mf::SendError::NoPeers => MF_EUNREACHABLE,
+            mf::SendError::UnknownDestination => MF_EINVAL,
+            other => match other.close_reason() {
+                Some(r) => reason_code(r, other.kind()),
+                None => kind_code(other.kind()),
+            },
+        }
+    }
+}
+
+impl Failure for mf::CloseError {
+    fn code(&self) -> c_int {
+        match self.close_reason() {
+            Some(r) => reason_code(r, self.kind()),
+            None => MF_ECLOSED,
+        }
     }
 }
 

@@ -178,7 +178,7 @@ pub unsafe extern "C" fn mf_group_send(group: c_int, buf: *const c_void, len: us
         let seq = in_runtime(|rt| {
             let what = || format!("mf_group_send on group {group}");
             g.closing
-                .block_on(rt, what, async { g.group.send(data.to_vec()).await.map_err(|e| Error::group(&what(), &e)) })
+                .block_on(rt, what, async { g.group.send(data.to_vec()).await.map_err(|e| Error::conn(&what(), &e)) })
         })?;
         Ok(i64::try_from(seq).unwrap_or(i64::MAX))
     })
@@ -194,7 +194,7 @@ pub extern "C" fn mf_group_wait(group: c_int) -> c_int {
         let g = table::group(group, "mf_group_wait")?;
         in_runtime(|rt| {
             let what = || format!("mf_group_wait on group {group}");
-            g.closing.block_on(rt, what, async { g.group.wait_for_send().await.map_err(|e| Error::group(&what(), &e)) })
+            g.closing.block_on(rt, what, async { g.group.wait_for_send().await.map_err(|e| Error::conn(&what(), &e)) })
         })?;
         Ok(MF_OK)
     })
@@ -238,7 +238,7 @@ pub unsafe extern "C" fn mf_group_recv_message(
 /// peer's own end is awaited (at most 5 seconds in all); the endpoint's
 /// shutdown then lingers in TIME-WAIT, so that receivers closing after the
 /// sender can complete their close even if the sender's process exits next.
-pub(crate) async fn close_group(group: &mf::Group) -> Result<(), mf::GroupError> {
+pub(crate) async fn close_group(group: &mf::Group) -> Result<(), mf::CloseError> {
     use tokio::io::AsyncReadExt;
     group.close().await?;
     let peers = group.peers();

@@ -134,7 +134,9 @@ pub unsafe extern "C" fn mf_send_message(conn: c_int, stream: u16, buf: *const c
         in_runtime(|rt| {
             let what = || format!("mf_send_message on connection {conn} stream {stream}");
             s.closing.block_on(rt, what, async {
-                s.streams.send_message(stream, data).await.map_err(|e| Error::conn(&what(), &e))
+                // Copied: the library holds a message until it is
+                // acknowledged, and the caller's buffer is theirs again on return.
+                s.streams.send_message(stream, data.to_vec()).await.map_err(|e| Error::conn(&what(), &e))
             })
         })?;
         Ok(MF_OK)

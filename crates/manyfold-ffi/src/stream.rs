@@ -295,7 +295,7 @@ pub(crate) fn close(desc: c_int) -> Result<c_int, Error> {
                 let closed = rt.block_on(crate::group::close_group(&g.group));
                 let bound = if closed.is_ok() { LINGER_BOUND } else { Duration::ZERO };
                 rt.block_on(g.endpoint.shutdown_within(bound));
-                closed.map_err(|e| Error::group(&format!("mf_close of group {desc}"), &e))?;
+                closed.map_err(|e| Error::conn(&format!("mf_close of group {desc}"), &e))?;
             }
         }
         Ok(MF_OK)
@@ -335,11 +335,7 @@ enum Ended {
 ///
 /// `linger`: stay in TIME-WAIT here. Not needed when the connection has
 /// its own socket: the endpoint's shutdown lingers then.
-async fn close_connection(
-    s: &StreamEntry,
-    conn: &mut mf::Connection,
-    linger: bool,
-) -> Result<Ended, mf::ConnectionError> {
+async fn close_connection(s: &StreamEntry, conn: &mut mf::Connection, linger: bool) -> Result<Ended, mf::CloseError> {
     conn.close().await?;
     if s.peer_ended.load(Ordering::Acquire) {
         return Ok(Ended::Both); // passive close: the peer's FIN came first

@@ -473,3 +473,21 @@ fn paper_upload_programs_built_against_rusp_h_deliver_a_file_byte_exact_through_
     let got = std::fs::read(store.join("upload-1")).expect("the uploaded file");
     assert!(got == data, "the upload differs: {} bytes of {}", got.len(), data.len());
 }
+
+#[test]
+fn examples_refuse_arguments_that_are_not_numbers_naming_them() {
+    let Some(ex) = examples() else { return };
+    let cases: [(&str, &[&str], &str); 4] = [
+        ("echo_server", &["127.0.0.1"], "PORT must be a whole number from 0 to 65535, not \"127.0.0.1\""),
+        ("echo_client", &["127.0.0.1", "http"], "PORT must be a whole number from 1 to 65535, not \"http\""),
+        ("echo_client", &["-l", "2", "127.0.0.1", "9"], "-l DROP_RATE must be a number from 0 to 1, not \"2\""),
+        ("group_recv", &["7000", "7001"], "usage:"),
+    ];
+    for (name, args, says) in cases {
+        // Each fails before it opens anything, so it ends at once.
+        let out = Command::new(ex.path(name)).args(args).stdin(Stdio::null()).output().expect("run the example");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{name} {args:?} succeeded");
+        assert!(stderr.contains(says), "{name} {args:?} said: {stderr}");
+    }
+}

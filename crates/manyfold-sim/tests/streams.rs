@@ -10,6 +10,8 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use bytes::Bytes;
+
 use common::*;
 use manyfold_proto::wire::chunk::data_flags;
 use manyfold_proto::wire::ErrorCode;
@@ -1073,8 +1075,11 @@ fn empty_messages_arrive_in_their_place_under_loss() {
         inbox.verify(&out).unwrap_or_else(|e| panic!("{e} (unordered {unordered}, seed {seed})"));
         if !unordered {
             let items: Vec<&StreamItem> = inbox.on(1).map(|g| &g.item).collect();
-            let want =
-                [StreamItem::Message(vec![]), StreamItem::Message(message(1, next, 100)), StreamItem::Message(vec![])];
+            let want = [
+                StreamItem::Message(Bytes::new()),
+                StreamItem::Message(message(1, next, 100).into()),
+                StreamItem::Message(Bytes::new()),
+            ];
             assert_eq!(items, want.iter().collect::<Vec<_>>(), "seed {seed}");
         }
     }

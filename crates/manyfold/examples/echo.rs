@@ -62,7 +62,8 @@ pub async fn client(server: SocketAddr, message: &[u8]) -> Result<Vec<u8>, Error
     let message = message.to_vec();
     let writer = tokio::spawn(async move {
         send.write_all(&message).await?;
-        send.close().await // our FIN; returns once the server has it all
+        send.close().await?; // our FIN; returns once the server has it all
+        std::io::Result::Ok(())
     });
     let mut reply = Vec::new();
     recv.read_to_end(&mut reply).await?; // to the server's FIN

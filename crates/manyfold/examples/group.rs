@@ -12,8 +12,7 @@
 
 use std::net::SocketAddr;
 
-use bytes::Bytes;
-use manyfold::{Config, Endpoint, GroupConfig, GroupEvent, Mode, StreamItem};
+use manyfold::{Bytes, Config, Endpoint, GroupConfig, GroupEvent, Mode, StreamItem};
 
 type Error = Box<dyn std::error::Error + Send + Sync>;
 
@@ -75,7 +74,7 @@ pub async fn fan_out(receivers: &[SocketAddr], late: SocketAddr) -> Result<u64, 
 // ANCHOR: receive
 /// A receiver is an ordinary endpoint: accepts the group's connection and
 /// returns its messages, to the end of the stream.
-pub async fn receive(endpoint: &Endpoint) -> Result<Vec<Vec<u8>>, Error> {
+pub async fn receive(endpoint: &Endpoint) -> Result<Vec<Bytes>, Error> {
     endpoint.listen();
     let mut conn = endpoint.accept().await.ok_or("the endpoint is closed")?;
     let mut messages = Vec::new();

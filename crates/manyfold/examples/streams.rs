@@ -47,13 +47,13 @@ pub async fn client(server: SocketAddr, count: usize) -> Result<String, Error> {
     let streams = conn.streams(); // cloneable, for any number of tasks
     let late = MessageOptions { unordered: true, lifetime: Some(Duration::from_millis(200)), ..Default::default() };
     for i in 0..count {
-        streams.send_message(ORDERS, format!("order {i}").as_bytes()).await?; // whole, reliable, in order
-        streams.send_message_with(POSITIONS, format!("position {i},{i}").as_bytes(), late).await?;
+        streams.send_message(ORDERS, format!("order {i}")).await?; // whole, reliable, in order
+        streams.send_message_with(POSITIONS, format!("position {i},{i}"), late).await?;
     }
     streams.finish_stream(ORDERS)?; // the server reads StreamItem::Finished after the last one
     streams.finish_stream(POSITIONS)?;
     let summary = match streams.recv_message_on(SUMMARY).await? {
-        Some(StreamItem::Message(m)) => String::from_utf8(m)?,
+        Some(StreamItem::Message(m)) => String::from_utf8(m.into())?, // Bytes into Vec: no copy
         other => return Err(format!("no summary: {other:?}").into()),
     };
     conn.close().await?;
@@ -82,7 +82,7 @@ pub async fn server(endpoint: &Endpoint) -> Result<(), Error> {
         }
     }
     let summary = format!("{orders} orders, {positions} positions");
-    streams.send_message(SUMMARY, summary.as_bytes()).await?;
+    streams.send_message(SUMMARY, summary).await?;
     streams.finish_stream(SUMMARY)?;
     conn.close().await?; // returns once the client has the summary and our FIN
     endpoint.wait_idle().await;

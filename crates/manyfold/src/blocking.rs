@@ -5,8 +5,12 @@
 //! by every blocking handle, which keeps driving the connections between
 //! calls.
 //!
-//! Do not call these from inside a tokio runtime (tokio refuses to block
-//! a runtime thread); use the async API there.
+//! # Panics
+//!
+//! Every blocking call panics when made from inside a tokio runtime
+//! (tokio refuses to block a thread that drives tasks: "Cannot start a
+//! runtime from within a runtime"); use the async API there, or move the
+//! call to `tokio::task::spawn_blocking`.
 
 use std::future::Future;
 use std::io::{self, Read, Write};
@@ -17,7 +21,10 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::runtime::Runtime;
 
-use crate::{Config, Connection, ConnectionError, Endpoint, MessageOptions, StreamItem};
+use crate::{
+    CloseError, Config, Connection, ConnectionError, Endpoint, IntoMessage, MessageOptions, SendError, StreamItem,
+    WriteError,
+};
 
 /// The runtime behind every blocking handle.
 fn runtime() -> &'static Runtime {
@@ -144,8 +151,9 @@ impl Stream {
     /// `ConnectionRefused` when nothing listens there (the host's ICMP
     /// port unreachable, or the listener's refusal), `TimedOut` when the
     /// handshake got no answer within `connect_timeout`, the kind of the
-    /// [`ConnectionError`] inside for other ends,
-    /// or the OS's error when no socket can be bound.
+    /// [`ConnectError`](crate::ConnectError) inside for other ends (see
+    /// [`close_reason`](crate::close_reason)), or the OS's error when no
+    /// socket can be bound.
     pub fn connect(addr: impl ToSocketAddrs) -> io::Result<Stream> {
         Stream::connect_with(addr, Config::default())
     }
@@ -183,7 +191,7 @@ impl Stream {
     ///
     /// # Errors
     ///
-    /// The connection's end (`ConnectionError` inside the `io::Error`),
+    /// The connection's end ([`WriteError`] inside the `io::Error`),
     /// or `WouldBlock` when a write timeout passed first; part of `data`
     /// may then be queued.
     pub fn send(&mut self, data: &[u8]) -> io::Result<usize> {
@@ -196,8 +204,9 @@ impl Stream {
     ///
     /// # Errors
     ///
-    /// The connection's end other than graceful, or `WouldBlock` when a
-    /// read timeout passed with nothing to read.
+    /// The connection's end other than graceful ([`ReadError`](crate::ReadError)
+    /// inside the `io::Error`), or `WouldBlock` when a read timeout passed
+    /// with nothing to read.
     pub fn receive(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         if self.read_shut {
             return Ok(0);
@@ -256,7 +265,7 @@ impl Stream {
         }
         if matches!(how, Shutdown::Write | Shutdown::Both) {
             match self.conn.finish() {
-                Ok(()) | Err(ConnectionError::Closed(crate::CloseReason::Graceful)) => {}
+                Ok(()) | Err(WriteError::Closed(crate::CloseReason::Graceful)) => {}
                 Err(e) => return Err(e.into()),
             }
         }
@@ -317,7 +326,7 @@ impl Stream {
     /// # Errors
     ///
     /// As [`Streams::send_message`](crate::Streams::send_message).
-    pub fn send_message(&mut self, stream: u16, data: &[u8]) -> Result<(), ConnectionError> {
+    pub fn send_message(&mut self, stream: u16, data: impl IntoMessage) -> Result<(), SendError> {
         runtime().block_on(self.conn.streams().send_message(stream, data))
     }
 
@@ -327,7 +336,12 @@ impl Stream {
     /// # Errors
     ///
     /// As [`Streams::send_message`](crate::Streams::send_message).
-    pub fn send_message_with(&mut self, stream: u16, data: &[u8], opts: MessageOptions) -> Result<(), ConnectionError> {
+    pub fn send_message_with(
+        &mut self,
+        stream: u16,
+        data: impl IntoMessage,
+        opts: MessageOptions,
+    ) -> Result<(), SendError> {
         runtime().block_on(self.conn.streams().send_message_with(stream, data, opts))
     }
 
@@ -355,8 +369,30 @@ impl Stream {
     /// # Errors
     ///
     /// As [`Streams::wait_for_send`](crate::Streams::wait_for_send).
-    pub fn wait_for_send(&mut self, stream: u16) -> Result<(), ConnectionError> {
+    pub fn wait_for_send(&mut self, stream: u16) -> Result<(), CloseError> {
         runtime().block_on(self.conn.streams().wait_for_send(stream))
+    }
+
+    /// Opens a new stream without choosing its number (spec §13.11):
+    /// odd on the end that connected, even on the end that accepted, never
+    /// one used before. Returns its number for [`Stream::send_on`],
+    /// [`Stream::send_message`] and the rest.
+    ///
+    /// # Errors
+    ///
+    /// As [`Streams::open_stream`](crate::Streams::open_stream).
+    pub fn open_stream(&mut self) -> Result<u16, WriteError> {
+        Ok(self.conn.open_stream()?.id())
+    }
+
+    /// Blocks until the peer opens a stream (spec §13.11) and returns its
+    /// number; `None` once the peer can open no more (its side finished).
+    ///
+    /// # Errors
+    ///
+    /// As [`Streams::accept_stream`](crate::Streams::accept_stream).
+    pub fn accept_stream(&mut self) -> Result<Option<u16>, ConnectionError> {
+        Ok(runtime().block_on(self.conn.accept_stream())?.map(|s| s.id()))
     }
 
     /// Sends all of `data` as bytes on `stream`.
@@ -384,7 +420,7 @@ impl Stream {
     /// # Errors
     ///
     /// As [`Streams::finish_stream`](crate::Streams::finish_stream).
-    pub fn finish_stream(&mut self, stream: u16) -> Result<(), ConnectionError> {
+    pub fn finish_stream(&mut self, stream: u16) -> Result<(), WriteError> {
         self.conn.streams().finish_stream(stream)
     }
 
@@ -465,8 +501,8 @@ impl Group {
     /// # Errors
     ///
     /// As [`Group::send`](crate::Group::send).
-    pub fn send(&self, data: &[u8]) -> Result<u64, crate::GroupError> {
-        runtime().block_on(self.group.send(data.to_vec()))
+    pub fn send(&self, data: impl IntoMessage) -> Result<u64, SendError> {
+        runtime().block_on(self.group.send(data))
     }
 
     /// Blocks until every message sent is delivered in the mode's sense.
@@ -474,7 +510,7 @@ impl Group {
     /// # Errors
     ///
     /// As [`Group::wait_for_send`](crate::Group::wait_for_send).
-    pub fn wait_for_send(&self) -> Result<(), crate::GroupError> {
+    pub fn wait_for_send(&self) -> Result<(), CloseError> {
         runtime().block_on(self.group.wait_for_send())
     }
 
@@ -530,7 +566,7 @@ impl Group {
     /// # Errors
     ///
     /// As [`Group::close`](crate::Group::close).
-    pub fn close(&self) -> Result<(), crate::GroupError> {
+    pub fn close(&self) -> Result<(), CloseError> {
         runtime().block_on(self.group.close())
     }
 

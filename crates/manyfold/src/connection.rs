@@ -11,14 +11,14 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
+use bytes::Bytes;
 use manyfold_proto::wire::ErrorCode;
-use manyfold_proto::{
-    CloseReason, ConnHandle, ConnStats, MessageOptions, RecvError, SendError, State, StreamId, StreamItem,
-};
+use manyfold_proto::{CloseReason, ConnHandle, ConnStats, MessageOptions, SendError, State, StreamId, StreamItem};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use crate::driver::now;
-use crate::error::ConnectionError;
+use crate::error::{CloseError, ConnectionError, ReadError, SendError as MessageError, WriteError};
+use crate::message::IntoMessage;
 use crate::shared::{register, ConnState, Inner, Phase, Shared};
 
 /// The one reference to an engine connection behind a connection's halves.
@@ -103,11 +103,10 @@ impl ConnRef {
             Ok(None) => match self.park(inner, cx, |c| &mut c.read) {
                 Ok(()) => Poll::Pending,
                 Err(Some(reason)) => Poll::Ready(read_end(reason)),
-                Err(None) => Poll::Ready(Err(ConnectionError::EndpointClosed.into())),
+                Err(None) => Poll::Ready(Err(ReadError::EndpointClosed.into())),
             },
-            Err(RecvError::Closed(reason)) => Poll::Ready(read_end(reason)),
-            Err(RecvError::StreamReset(code)) => Poll::Ready(Err(ConnectionError::StreamReset(code).into())),
-            Err(_) => Poll::Ready(Err(ConnectionError::EndpointClosed.into())),
+            Err(manyfold_proto::RecvError::Closed(reason)) => Poll::Ready(read_end(reason)),
+            Err(e) => Poll::Ready(Err(ReadError::from(e).into())),
         }
     }
 
@@ -120,15 +119,14 @@ impl ConnRef {
         match inner.engine.conn_mut(self.handle).stream_send(StreamId::new(stream), data) {
             Ok(0) => match self.park(inner, cx, |c| &mut c.write) {
                 Ok(()) => Poll::Pending,
-                Err(Some(reason)) => Poll::Ready(Err(ConnectionError::Closed(reason).into())),
-                Err(None) => Poll::Ready(Err(ConnectionError::EndpointClosed.into())),
+                Err(reason) => Poll::Ready(Err(WriteError::from(ConnectionError::gone(reason)).into())),
             },
             Ok(n) => {
                 drop(guard);
                 self.shared.wake_driver();
                 Poll::Ready(Ok(n))
             }
-            Err(e) => Poll::Ready(Err(ConnectionError::from(e).into())),
+            Err(e) => Poll::Ready(Err(WriteError::from(e).into())),
         }
     }
 
@@ -137,12 +135,15 @@ impl ConnRef {
         &self,
         cx: &Context<'_>,
         stream: u16,
-        data: &[u8],
+        data: &Bytes,
         opts: MessageOptions,
-    ) -> Poll<Result<(), ConnectionError>> {
+    ) -> Poll<Result<(), MessageError>> {
         let mut guard = self.shared.lock();
         let inner = &mut *guard;
-        match inner.engine.conn_mut(self.handle).send_message(now(), StreamId::new(stream), data, opts) {
+        // A reference-counted clone: the engine holds the caller's buffer itself.
+        let queued =
+            inner.engine.conn_mut(self.handle).send_shared_message(now(), StreamId::new(stream), data.clone(), opts);
+        match queued {
             Ok(()) => {
                 drop(guard);
                 self.shared.wake_driver();
@@ -150,7 +151,7 @@ impl ConnRef {
             }
             Err(SendError::Blocked) => match self.park(inner, cx, |c| &mut c.write) {
                 Ok(()) => Poll::Pending,
-                Err(reason) => Poll::Ready(Err(gone(reason))),
+                Err(reason) => Poll::Ready(Err(ConnectionError::gone(reason).into())),
             },
             Err(e) => Poll::Ready(Err(e.into())),
         }
@@ -188,16 +189,16 @@ impl ConnRef {
             Ok(None) => match self.park(inner, cx, |c| &mut c.read) {
                 Ok(()) => Poll::Pending,
                 Err(Some(CloseReason::Graceful)) => Poll::Ready(Ok(None)),
-                Err(reason) => Poll::Ready(Err(gone(reason))),
+                Err(reason) => Poll::Ready(Err(ConnectionError::gone(reason))),
             },
-            Err(RecvError::Closed(CloseReason::Graceful)) => Poll::Ready(Ok(None)),
-            Err(RecvError::Closed(reason)) => Poll::Ready(Err(ConnectionError::Closed(reason))),
+            Err(manyfold_proto::RecvError::Closed(CloseReason::Graceful)) => Poll::Ready(Ok(None)),
+            Err(manyfold_proto::RecvError::Closed(reason)) => Poll::Ready(Err(ConnectionError::Closed(reason))),
             Err(_) => Poll::Ready(Err(ConnectionError::EndpointClosed)),
         }
     }
 
     /// Ready once everything queued on `stream` is acknowledged.
-    fn poll_wait_for_send(&self, cx: &Context<'_>, stream: u16) -> Poll<Result<(), ConnectionError>> {
+    fn poll_wait_for_send(&self, cx: &Context<'_>, stream: u16) -> Poll<Result<(), CloseError>> {
         let mut guard = self.shared.lock();
         let inner = &mut *guard;
         if !inner.engine.conn(self.handle).stream_pending(StreamId::new(stream)) {
@@ -206,14 +207,47 @@ impl ConnRef {
             let unacked = inner.engine.conn(self.handle).stats().map_or(0, |s| s.unacked_bytes);
             return match inner.engine.conn(self.handle).close_reason() {
                 Some(reason) if reason != CloseReason::Graceful && unacked > 0 => {
-                    Poll::Ready(Err(ConnectionError::Unacked { bytes: unacked, reason }))
+                    Poll::Ready(Err(CloseError::Unacked { bytes: unacked, reason }))
                 }
                 _ => Poll::Ready(Ok(())),
             };
         }
         match self.park(inner, cx, |c| &mut c.acked) {
             Ok(()) => Poll::Pending,
-            Err(reason) => Poll::Ready(Err(gone(reason))),
+            Err(reason) => Poll::Ready(Err(ConnectionError::gone(reason).into())),
+        }
+    }
+
+    /// A new stream of ours, its number chosen by the engine (spec §13.11).
+    fn open_stream(&self) -> Result<u16, WriteError> {
+        let mut guard = self.shared.lock();
+        if guard.phase == Phase::Stopped {
+            return Err(WriteError::EndpointClosed);
+        }
+        let id = guard.engine.conn_mut(self.handle).open_stream()?;
+        Ok(id.get())
+    }
+
+    /// The next stream the peer started; `None` once it can start no more
+    /// (its FIN arrived, or the connection closed gracefully).
+    fn poll_accept_stream(&self, cx: &Context<'_>) -> Poll<Result<Option<u16>, ConnectionError>> {
+        let mut guard = self.shared.lock();
+        let inner = &mut *guard;
+        if let Some(id) = inner.engine.conn_mut(self.handle).accept_stream() {
+            return Poll::Ready(Ok(Some(id.get())));
+        }
+        // spec §4.4: after the peer's FIN it sends nothing new.
+        let peer_done = matches!(
+            inner.engine.conn(self.handle).state(),
+            Some(State::CloseWait | State::LastAck | State::Closing | State::TimeWait)
+        );
+        if peer_done {
+            return Poll::Ready(Ok(None));
+        }
+        match self.park(inner, cx, |c| &mut c.read) {
+            Ok(()) => Poll::Pending,
+            Err(Some(CloseReason::Graceful)) => Poll::Ready(Ok(None)),
+            Err(reason) => Poll::Ready(Err(ConnectionError::gone(reason))),
         }
     }
 
@@ -244,14 +278,14 @@ impl ConnRef {
     }
 
     /// Queues FIN after the data written so far (once), without waiting.
-    fn finish(&self) -> Result<(), ConnectionError> {
+    fn finish(&self) -> Result<(), WriteError> {
         let mut guard = self.shared.lock();
         let inner = &mut *guard;
         let Some(c) = inner.conns.get_mut(&self.handle) else {
-            return Err(ConnectionError::EndpointClosed);
+            return Err(WriteError::EndpointClosed);
         };
         if let Some(reason) = c.closed {
-            return Err(ConnectionError::Closed(reason));
+            return Err(WriteError::Closed(reason));
         }
         if c.close_requested {
             return Ok(());
@@ -265,12 +299,12 @@ impl ConnRef {
 
     /// Sends FIN after the queued data (once) and is ready when the peer has
     /// acknowledged everything including the FIN.
-    fn poll_close(&self, cx: &Context<'_>) -> Poll<Result<(), ConnectionError>> {
+    fn poll_close(&self, cx: &Context<'_>) -> Poll<Result<(), CloseError>> {
         let mut guard = self.shared.lock();
         let inner = &mut *guard;
         let stopped = inner.phase == Phase::Stopped;
         let Some(c) = inner.conns.get_mut(&self.handle) else {
-            return Poll::Ready(Err(ConnectionError::EndpointClosed));
+            return Poll::Ready(Err(CloseError::EndpointClosed));
         };
         let mut requested_now = false;
         if c.closed.is_none() && !c.close_requested {
@@ -286,12 +320,12 @@ impl ConnRef {
                 let unacked = inner.engine.conn(self.handle).stats().map_or(0, |s| s.unacked_bytes);
                 Poll::Ready(match reason {
                     Some(CloseReason::Graceful) => Ok(()),
-                    Some(reason) if unacked > 0 => Err(ConnectionError::Unacked { bytes: unacked, reason }),
-                    Some(reason) => Err(ConnectionError::Closed(reason)),
-                    None => Err(ConnectionError::EndpointClosed),
+                    Some(reason) if unacked > 0 => Err(CloseError::Unacked { bytes: unacked, reason }),
+                    Some(reason) => Err(CloseError::Closed(reason)),
+                    None => Err(CloseError::EndpointClosed),
                 })
             }
-            _ if stopped => Poll::Ready(Err(ConnectionError::EndpointClosed)),
+            _ if stopped => Poll::Ready(Err(CloseError::EndpointClosed)),
             _ => {
                 register(&mut c.close, cx);
                 Poll::Pending
@@ -343,17 +377,12 @@ impl std::fmt::Display for Protection {
     }
 }
 
-/// The error for a connection (`Some(reason)`) or endpoint (`None`) that is gone.
-fn gone(reason: Option<CloseReason>) -> ConnectionError {
-    reason.map_or(ConnectionError::EndpointClosed, ConnectionError::Closed)
-}
-
 /// What a read returns once the connection has closed: end of stream after a
 /// graceful close, an error otherwise.
 fn read_end(reason: CloseReason) -> io::Result<()> {
     match reason {
         CloseReason::Graceful => Ok(()),
-        other => Err(ConnectionError::Closed(other).into()),
+        other => Err(ReadError::Closed(other).into()),
     }
 }
 
@@ -391,11 +420,14 @@ impl Connection {
     /// # Errors
     ///
     /// The connection's end if it is already closed.
-    pub fn finish(&mut self) -> Result<(), ConnectionError> {
+    pub fn finish(&mut self) -> Result<(), WriteError> {
         self.send.finish()
     }
 
-    /// Separates the sending and receiving sides, to use them from different tasks.
+    /// Separates the sending and receiving sides, to use them from
+    /// different tasks. The sending half comes first, as quinn's `open_bi`
+    /// gives them (tokio's `TcpStream::into_split` gives the reading half
+    /// first): `let (mut tx, mut rx) = conn.split();`.
     pub fn split(self) -> (SendHalf, RecvHalf) {
         (self.send, self.recv)
     }
@@ -426,17 +458,17 @@ impl Connection {
     ///
     /// # Errors
     ///
-    /// [`ConnectionError::Unacked`] saying how many bytes were never
+    /// [`CloseError::Unacked`] saying how many bytes were never
     /// acknowledged and why, when the connection dies first;
-    /// [`ConnectionError::Closed`] when it had already ended otherwise than
-    /// gracefully; [`ConnectionError::EndpointClosed`] when the endpoint
+    /// [`CloseError::Closed`] when it had already ended otherwise than
+    /// gracefully; [`CloseError::EndpointClosed`] when the endpoint
     /// stopped.
     ///
     /// # Cancel safety
     ///
     /// The FIN is queued on the first poll and stays queued: dropping the
     /// future only stops the waiting; a later `close` waits again.
-    pub async fn close(&mut self) -> Result<(), ConnectionError> {
+    pub async fn close(&mut self) -> Result<(), CloseError> {
         self.send.close().await
     }
 
@@ -447,8 +479,54 @@ impl Connection {
     /// calls fail with [`CloseReason::Aborted`]. Use it when giving up
     /// (an interrupted program aborts with [`ErrorCode::INTERRUPTED`]);
     /// [`Connection::close`] is the graceful end. Does nothing once closed.
+    ///
+    /// This is quinn's `close(code, reason)` without the reason: the wire
+    /// carries the 16-bit code alone (spec §3.3.4). The peer finds it with
+    /// [`close_reason`](crate::close_reason) on any error it then gets:
+    ///
+    /// ```no_run
+    /// # async fn demo(conn: manyfold::Connection) {
+    /// use manyfold::{CloseReason, ErrorCode};
+    /// use tokio::io::AsyncReadExt;
+    /// # let mut conn = conn;
+    /// let mut buf = [0u8; 1024];
+    /// if let Err(e) = conn.read(&mut buf).await {
+    ///     if let Some(CloseReason::PeerReset(Some(ErrorCode(code)))) = manyfold::close_reason(&e) {
+    ///         eprintln!("the peer gave up with code {code}");
+    ///     }
+    /// }
+    /// # }
+    /// ```
+    ///
+    /// Codes 1–25 have protocol meanings (spec §8.3), and 3 (`REFUSED`)
+    /// reaches the peer as [`CloseReason::Refused`] rather than as a code:
+    /// give your application's codes numbers of their own (from 256, say).
     pub fn abort(&self, code: ErrorCode) {
         self.send.conn.abort(code);
+    }
+
+    /// Opens a new stream without choosing its number (quinn's `open_bi`;
+    /// see [`Streams::open_stream`]).
+    ///
+    /// # Errors
+    ///
+    /// As [`Streams::open_stream`].
+    pub fn open_stream(&self) -> Result<StreamIo, WriteError> {
+        self.streams().open_stream()
+    }
+
+    /// The next stream the peer opened (quinn's `accept_bi`; see
+    /// [`Streams::accept_stream`]).
+    ///
+    /// # Errors
+    ///
+    /// As [`Streams::accept_stream`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: a stream is taken only when the future returns it.
+    pub async fn accept_stream(&self) -> Result<Option<StreamIo>, ConnectionError> {
+        self.streams().accept_stream().await
     }
 
     /// A handle on the connection's streams, to share between tasks.
@@ -457,11 +535,27 @@ impl Connection {
     }
 
     /// Sends one whole message on `stream` (see [`Streams::send_message`]).
-    pub async fn send_message(&self, stream: u16, data: &[u8]) -> Result<(), ConnectionError> {
+    ///
+    /// # Errors
+    ///
+    /// As [`Streams::send_message`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: the message is queued whole or not at all.
+    pub async fn send_message(&self, stream: u16, data: impl IntoMessage) -> Result<(), MessageError> {
         self.streams().send_message(stream, data).await
     }
 
     /// The next whole message of any stream (see [`Streams::recv_message`]).
+    ///
+    /// # Errors
+    ///
+    /// As [`Streams::recv_message`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: an item is taken only when the future returns it.
     pub async fn recv_message(&self) -> Result<Option<(u16, StreamItem)>, ConnectionError> {
         self.streams().recv_message().await
     }
@@ -471,13 +565,13 @@ impl Connection {
 /// the same connection; any number of tasks may send and receive at once.
 ///
 /// ```no_run
-/// # async fn demo(conn: manyfold::Connection) -> Result<(), manyfold::ConnectionError> {
+/// # async fn demo(conn: manyfold::Connection) -> Result<(), Box<dyn std::error::Error>> {
 /// use manyfold::{MessageOptions, StreamItem};
 /// let streams = conn.streams();
-/// streams.send_message(1, b"order 42").await?;
+/// streams.send_message(1, &b"order 42"[..]).await?;
 /// // Dropped if not delivered within 200 ms; delivered as soon as whole.
 /// let opts = MessageOptions { unordered: true, lifetime: Some(std::time::Duration::from_millis(200)), ..Default::default() };
-/// streams.send_message_with(2, b"position 3,4", opts).await?;
+/// streams.send_message_with(2, &b"position 3,4"[..], opts).await?;
 /// streams.wait_for_send(1).await?;
 /// while let Some((stream, item)) = streams.recv_message().await? {
 ///     if let StreamItem::Message(m) = item {
@@ -495,23 +589,28 @@ impl Streams {
     /// Sends `data` as one message on `stream` (opening the stream if new),
     /// reliably and in stream order. Waits while the send buffer has no
     /// room for the whole message; a message larger than the configured
-    /// maximum is refused with [`ConnectionError::MessageTooLarge`] and
-    /// nothing is sent.
+    /// maximum is refused with [`SendError::TooLarge`](MessageError::TooLarge)
+    /// and nothing is sent. `data` is any [`IntoMessage`]: an owned buffer
+    /// (`Vec<u8>`, `String`, [`Bytes`](bytes::Bytes)) is held as it is until
+    /// acknowledged, not copied; borrowed bytes (`&[u8]`, `b"..."`) are
+    /// copied once.
     ///
     /// # Errors
     ///
-    /// [`ConnectionError::MessageTooLarge`]; [`ConnectionError::Finished`]
-    /// after our side of the stream or connection was finished;
-    /// [`ConnectionError::StreamReset`] when the stream was reset or the
-    /// peer asked us to stop; [`ConnectionError::StreamLimit`] when a new
-    /// stream would pass the limit; [`ConnectionError::Closed`] once the
-    /// connection ended.
+    /// [`SendError::TooLarge`](MessageError::TooLarge);
+    /// [`SendError::Finished`](MessageError::Finished) after our side of
+    /// the stream or connection was finished;
+    /// [`SendError::Reset`](MessageError::Reset) when the stream was reset
+    /// or the peer asked us to stop;
+    /// [`SendError::StreamLimit`](MessageError::StreamLimit) when a new
+    /// stream would pass the limit; [`SendError::Closed`](MessageError::Closed)
+    /// once the connection ended; [`SendError::EndpointClosed`](MessageError::EndpointClosed).
     ///
     /// # Cancel safety
     ///
     /// Cancel safe: the message is queued whole or not at all, so a
     /// future dropped while it waits for room has sent nothing.
-    pub async fn send_message(&self, stream: u16, data: &[u8]) -> Result<(), ConnectionError> {
+    pub async fn send_message(&self, stream: u16, data: impl IntoMessage) -> Result<(), MessageError> {
         self.send_message_with(stream, data, MessageOptions::default()).await
     }
 
@@ -529,10 +628,11 @@ impl Streams {
     pub async fn send_message_with(
         &self,
         stream: u16,
-        data: &[u8],
+        data: impl IntoMessage,
         opts: MessageOptions,
-    ) -> Result<(), ConnectionError> {
-        poll_fn(|cx| self.conn.poll_send_message(cx, stream, data, opts)).await
+    ) -> Result<(), MessageError> {
+        let data = data.into_message();
+        poll_fn(|cx| self.conn.poll_send_message(cx, stream, &data, opts)).await
     }
 
     /// The next whole message, abandoned-message notice, end or reset of
@@ -571,14 +671,14 @@ impl Streams {
     ///
     /// # Errors
     ///
-    /// [`ConnectionError::Unacked`] with the bytes never acknowledged and
+    /// [`CloseError::Unacked`] with the bytes never acknowledged and
     /// why, when the connection ended otherwise than gracefully first;
     /// the error of the connection's end when it ends while we wait.
     ///
     /// # Cancel safety
     ///
     /// Cancel safe: it only waits; nothing is queued or taken.
-    pub async fn wait_for_send(&self, stream: u16) -> Result<(), ConnectionError> {
+    pub async fn wait_for_send(&self, stream: u16) -> Result<(), CloseError> {
         poll_fn(|cx| self.conn.poll_wait_for_send(cx, stream)).await
     }
 
@@ -587,10 +687,12 @@ impl Streams {
     ///
     /// # Errors
     ///
-    /// What the engine refuses (as [`Streams::send_message`]'s errors): a
-    /// stream already finished or reset, or a connection that has ended.
-    pub fn finish_stream(&self, stream: u16) -> Result<(), ConnectionError> {
-        self.conn.command(|e, h| e.conn_mut(h).finish_stream(StreamId::new(stream))).map_err(ConnectionError::from)
+    /// [`WriteError::Finished`] when the stream was already finished,
+    /// [`WriteError::Reset`] when it was reset, [`WriteError::StreamLimit`]
+    /// when a new stream would pass the limit, [`WriteError::Closed`] once
+    /// the connection ended.
+    pub fn finish_stream(&self, stream: u16) -> Result<(), WriteError> {
+        self.conn.command(|e, h| e.conn_mut(h).finish_stream(StreamId::new(stream))).map_err(WriteError::from)
     }
 
     /// Abandons our side of `stream`: queued data is dropped and the peer
@@ -608,6 +710,70 @@ impl Streams {
     /// equal priority take turns, `weight` packets each (default 128 and 1).
     pub fn set_priority(&self, stream: u16, priority: u8, weight: u16) {
         self.conn.command(|e, h| e.conn_mut(h).set_stream_priority(StreamId::new(stream), priority, weight));
+    }
+
+    /// Opens a new stream of ours without choosing its number (spec
+    /// §13.11), as quinn's `open_bi`: one this connection has never used,
+    /// odd on the end that connected and even on the end that accepted, so
+    /// that both ends can open streams at once without meeting. The peer
+    /// learns of it with the first byte or message sent on it, from its
+    /// [`Streams::accept_stream`]. Use the returned [`StreamIo`] as a byte
+    /// stream, or its [`id`](StreamIo::id) with the message calls.
+    ///
+    /// Numbered streams ([`Streams::io`], [`Streams::send_message`]) stay
+    /// usable beside it: numbers already used are skipped.
+    ///
+    /// # Errors
+    ///
+    /// [`WriteError::StreamLimit`] at the limit of open streams
+    /// (`max_streams`) or once every number of our parity was used;
+    /// [`WriteError::Finished`] after our side of the connection was
+    /// finished; [`WriteError::Closed`] once the connection ended;
+    /// [`WriteError::EndpointClosed`] after a shutdown.
+    ///
+    /// ```no_run
+    /// # async fn demo(conn: manyfold::Connection) -> Result<(), Box<dyn std::error::Error>> {
+    /// use tokio::io::AsyncWriteExt;
+    /// let mut upload = conn.open_stream()?; // say, stream 1
+    /// upload.write_all(b"file contents").await?;
+    /// upload.shutdown().await?; // finishes this stream only
+    /// # Ok(()) }
+    /// ```
+    pub fn open_stream(&self) -> Result<StreamIo, WriteError> {
+        let id = self.conn.open_stream()?;
+        Ok(self.io(id))
+    }
+
+    /// Waits for the next stream the peer opened (spec §13.11), as quinn's
+    /// `accept_bi`: a stream whose first data, reset or abandoned message
+    /// arrived on a number this end had not used, whether the peer chose
+    /// the number with [`Streams::open_stream`] or by hand. Streams come
+    /// in the order their first data arrived, each once; stream 0 and our
+    /// own streams never do. `None` once the peer can open no more: its
+    /// side of the connection is finished.
+    ///
+    /// # Errors
+    ///
+    /// [`ConnectionError::Closed`] when the connection ended otherwise than
+    /// gracefully, [`ConnectionError::EndpointClosed`] after a shutdown.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: a stream is taken only when the future returns it.
+    ///
+    /// ```no_run
+    /// # async fn demo(conn: manyfold::Connection) -> Result<(), Box<dyn std::error::Error>> {
+    /// use tokio::io::AsyncReadExt;
+    /// while let Some(mut incoming) = conn.accept_stream().await? {
+    ///     let mut data = Vec::new();
+    ///     incoming.read_to_end(&mut data).await?;
+    ///     println!("stream {}: {} bytes", incoming.id(), data.len());
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn accept_stream(&self) -> Result<Option<StreamIo>, ConnectionError> {
+        let id = poll_fn(|cx| self.conn.poll_accept_stream(cx)).await?;
+        Ok(id.map(|id| self.io(id)))
     }
 
     /// `stream` as a byte stream: `AsyncRead` + `AsyncWrite`.
@@ -648,7 +814,7 @@ impl AsyncWrite for StreamIo {
         let r = self.conn.command(|e, h| e.conn_mut(h).finish_stream(StreamId::new(self.stream)));
         Poll::Ready(match r {
             Ok(()) | Err(SendError::Finished) => Ok(()),
-            Err(e) => Err(ConnectionError::from(e).into()),
+            Err(e) => Err(WriteError::from(e).into()),
         })
     }
 }
@@ -694,7 +860,7 @@ impl SendHalf {
     }
 
     /// As [`Connection::close`].
-    pub async fn close(&mut self) -> Result<(), ConnectionError> {
+    pub async fn close(&mut self) -> Result<(), CloseError> {
         poll_fn(|cx| self.conn.poll_close(cx)).await
     }
 
@@ -708,7 +874,7 @@ impl SendHalf {
     /// whatever comes next (reading the peer's answer, say); a later
     /// [`close`](Self::close) then usually returns at once. Writing after
     /// it fails.
-    pub fn finish(&mut self) -> Result<(), ConnectionError> {
+    pub fn finish(&mut self) -> Result<(), WriteError> {
         self.conn.finish()
     }
 }

@@ -13,7 +13,7 @@ use manyfold_proto::EndpointStats;
 use crate::config::{Config, DriverStats, FaultConfig, FaultStats};
 use crate::connection::{ConnRef, Connection};
 use crate::driver::{now, Driver};
-use crate::error::ConnectionError;
+use crate::error::ConnectError;
 use crate::fault::Faults;
 use crate::qlog::QlogWriter;
 use crate::shared::{ConnState, Inner, Phase, Shared};
@@ -40,7 +40,24 @@ pub struct Endpoint {
 impl Endpoint {
     /// Binds a UDP socket to `addr` and starts its driver on the current
     /// tokio runtime (any flavour; calling it outside a runtime panics).
-    /// Binding errors keep their kind (e.g. `AddrInUse`) and name the address.
+    ///
+    /// # Errors
+    ///
+    /// The OS's error when the socket cannot be bound, keeping its kind
+    /// (`AddrInUse`, `AddrNotAvailable`, `PermissionDenied`) and naming the
+    /// address; `InvalidInput` for a security configuration that cannot
+    /// authenticate the peer (spec §19.1); the OS's error when the qlog
+    /// directory cannot be created or no randomness can be had.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: nothing is left behind by a dropped future. The socket
+    /// is bound and the driver started in one poll, at the end, so a
+    /// future dropped before it returned has bound nothing.
+    ///
+    /// # Panics
+    ///
+    /// Outside a tokio runtime (it spawns the driver task).
     pub async fn bind(addr: SocketAddr, config: Config) -> io::Result<Endpoint> {
         Endpoint::bind_socket(addr, config, false).await
     }
@@ -50,6 +67,15 @@ impl Endpoint {
     /// over the cores (spec §15): the kernel hands each peer's datagrams
     /// to one socket by address hash, so each connection stays with one
     /// engine. With port 0 the first binding picks the port.
+    ///
+    /// # Errors
+    ///
+    /// As [`Endpoint::bind`], for the first binding that fails; those
+    /// already made are dropped.
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`Endpoint::bind`]: it completes in the poll that starts it.
     pub async fn bind_reuseport(addr: SocketAddr, config: Config, count: usize) -> io::Result<Vec<Endpoint>> {
         let mut out: Vec<Endpoint> = Vec::with_capacity(count);
         for i in 0..count.max(1) {
@@ -111,30 +137,29 @@ impl Endpoint {
     ///
     /// # Errors
     ///
-    /// [`ConnectionError::Closed`] with [`crate::CloseReason::Refused`] when
-    /// nothing listens there (at once where ICMP says so) or the listener
-    /// refuses, [`crate::CloseReason::ConnectTimeout`] when nothing answers within
-    /// `connect_timeout`; [`ConnectionError::Connect`] when the endpoint
-    /// holds its maximum of connections or `addr` is unspecified;
-    /// [`ConnectionError::Io`] for an IPv6 address from an IPv4 socket;
-    /// [`ConnectionError::EndpointClosed`] after a shutdown.
+    /// [`ConnectError::Refused`] when nothing listens there (at once where
+    /// ICMP says so) or the listener refuses; [`ConnectError::TimedOut`]
+    /// when nothing answers within `connect_timeout`;
+    /// [`ConnectError::Closed`] when the handshake ends otherwise (host
+    /// unreachable, protection mismatch, failed authentication);
+    /// [`ConnectError::TooManyConnections`] when the endpoint holds its
+    /// maximum; [`ConnectError::InvalidAddress`] for an unspecified
+    /// address, port 0, or an IPv6 address from an IPv4 socket;
+    /// [`ConnectError::EndpointClosed`] after a shutdown.
     ///
     /// # Cancel safety
     ///
     /// Dropping the future abandons the attempt: the half-open connection
     /// is aborted and released.
-    pub async fn connect(&self, addr: SocketAddr) -> Result<Connection, ConnectionError> {
+    pub async fn connect(&self, addr: SocketAddr) -> Result<Connection, ConnectError> {
         if self.shared.local_addr.is_ipv4() && addr.is_ipv6() {
             // The SYN could never leave; say so now rather than after connect_timeout.
-            return Err(ConnectionError::Io(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                format!("cannot reach IPv6 address {addr} from IPv4 socket {}", self.shared.local_addr),
-            )));
+            return Err(ConnectError::InvalidAddress { addr, why: "an IPv6 address from an IPv4 socket" });
         }
         let handle = {
             let mut inner = self.shared.lock();
             if !inner.is_running() {
-                return Err(ConnectionError::EndpointClosed);
+                return Err(ConnectError::EndpointClosed);
             }
             let h = inner.engine.connect(now(), addr)?;
             inner.conns.insert(h, ConnState::default());

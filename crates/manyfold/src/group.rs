@@ -5,7 +5,7 @@
 //! number of peers; peers join and leave while it runs.
 //!
 //! ```no_run
-//! # async fn demo(ep: manyfold::Endpoint, peers: Vec<std::net::SocketAddr>) -> Result<(), manyfold::GroupError> {
+//! # async fn demo(ep: manyfold::Endpoint, peers: Vec<std::net::SocketAddr>) -> Result<(), Box<dyn std::error::Error>> {
 //! use manyfold::{GroupConfig, Mode};
 //! let config = GroupConfig { mode: Mode::All, ..Default::default() };
 //! let (group, unreachable) = ep.group(&peers, config).await?;
@@ -25,7 +25,6 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 
-use bytes::Bytes;
 use manyfold_proto::{
     CloseReason, Destination, GroupConfig, GroupEvent, GroupHandle, GroupStats, MessageOptions, PeerId, PeerState,
     PeerStats, RecvError, StreamItem, Unreachable,
@@ -33,7 +32,8 @@ use manyfold_proto::{
 
 use crate::driver::now;
 use crate::endpoint::Endpoint;
-use crate::error::ConnectionError;
+use crate::error::{CloseError, ReadError, SendError};
+use crate::message::IntoMessage;
 use crate::shared::{register, Inner, Phase, Shared};
 
 /// Why a group operation failed.
@@ -43,12 +43,10 @@ pub enum GroupError {
     /// Fewer than `min_peers` peers answered the handshake.
     #[error("group not established: {}", list(.0))]
     Unreachable(Vec<(SocketAddr, Unreachable)>),
-    /// The engine refused the operation.
+    /// The engine refused the operation: too many peers, an invalid
+    /// address, an unknown peer or destination, or a closed group.
     #[error(transparent)]
     Engine(#[from] manyfold_proto::GroupError),
-    /// A message to one destination failed.
-    #[error(transparent)]
-    Send(#[from] manyfold_proto::SendError),
     /// The endpoint was shut down, or its driver stopped.
     #[error("the endpoint is closed")]
     EndpointClosed,
@@ -182,14 +180,15 @@ impl Group {
     ///
     /// # Errors
     ///
-    /// [`GroupError::Engine`] when no peer can take it (none left, or fewer
-    /// than the mode needs), it is larger than the maximum, or the group is
-    /// closed; [`GroupError::EndpointClosed`] when the endpoint stopped.
+    /// [`SendError::NoPeers`] when no peer can take it (none left, or fewer
+    /// than the mode needs); [`SendError::TooLarge`] when it is larger than
+    /// the maximum; [`SendError::Finished`] once the group is closed;
+    /// [`SendError::EndpointClosed`] when the endpoint stopped.
     ///
     /// # Cancel safety
     ///
     /// Cancel safe: the message is taken whole or not at all.
-    pub async fn send(&self, data: impl Into<Bytes>) -> Result<u64, GroupError> {
+    pub async fn send(&self, data: impl IntoMessage) -> Result<u64, SendError> {
         self.send_with(data, MessageOptions::default()).await
     }
 
@@ -202,16 +201,16 @@ impl Group {
     /// # Cancel safety
     ///
     /// As [`Group::send`]: the message is taken whole or not at all.
-    pub async fn send_with(&self, data: impl Into<Bytes>, opts: MessageOptions) -> Result<u64, GroupError> {
-        let data = data.into();
+    pub async fn send_with(&self, data: impl IntoMessage, opts: MessageOptions) -> Result<u64, SendError> {
+        let data = data.into_message();
         poll_fn(|cx| {
             self.poll_with(cx, |inner, _| {
-                if let Some(e) = stopped(inner) {
-                    return Some(Err(e));
+                if inner.phase == Phase::Stopped {
+                    return Some(Err(SendError::EndpointClosed));
                 }
                 match inner.engine.group_send(self.handle, now(), data.clone(), opts) {
                     Err(manyfold_proto::GroupError::Blocked) => None,
-                    r => Some(r.map_err(GroupError::from)),
+                    r => Some(r.map_err(SendError::from)),
                 }
             })
         })
@@ -222,24 +221,27 @@ impl Group {
     ///
     /// # Errors
     ///
-    /// [`GroupError::Send`] when the destination is unknown or its
-    /// connection refuses the message (gone, too large, the stream
-    /// finished); [`GroupError::EndpointClosed`] when the endpoint stopped.
+    /// [`SendError::UnknownDestination`] when the destination is not in
+    /// the group; what its connection refuses the message with otherwise
+    /// ([`SendError::TooLarge`], [`SendError::Finished`] after the stream
+    /// to it ended, [`SendError::Closed`] once its connection ended);
+    /// [`SendError::EndpointClosed`] when the endpoint stopped.
     ///
     /// # Cancel safety
     ///
     /// Cancel safe: the message is queued whole when the future returns
     /// `Ok`, and not at all before.
-    pub async fn send_to(&self, dest: Destination, data: &[u8]) -> Result<(), GroupError> {
+    pub async fn send_to(&self, dest: Destination, data: impl IntoMessage) -> Result<(), SendError> {
+        let data = data.into_message();
         poll_fn(|cx| {
             self.poll_with(cx, |inner, _| {
-                if let Some(e) = stopped(inner) {
-                    return Some(Err(e));
+                if inner.phase == Phase::Stopped {
+                    return Some(Err(SendError::EndpointClosed));
                 }
                 let opts = MessageOptions::default();
-                match inner.engine.group_send_to(self.handle, now(), dest, data, opts) {
+                match inner.engine.group_send_to(self.handle, now(), dest, &data, opts) {
                     Err(manyfold_proto::SendError::Blocked) => None,
-                    r => Some(r.map_err(GroupError::from)),
+                    r => Some(r.map_err(SendError::from)),
                 }
             })
         })
@@ -251,19 +253,19 @@ impl Group {
     ///
     /// # Errors
     ///
-    /// [`GroupError::EndpointClosed`] when the endpoint stopped first.
+    /// [`CloseError::EndpointClosed`] when the endpoint stopped first.
     ///
     /// # Cancel safety
     ///
     /// Cancel safe: it only waits.
-    pub async fn wait_for_send(&self) -> Result<(), GroupError> {
+    pub async fn wait_for_send(&self) -> Result<(), CloseError> {
         poll_fn(|cx| {
             self.poll_with(cx, |inner, _| {
                 let done = inner.engine.group(self.handle).is_none_or(|g| g.all_delivered());
                 if done {
                     return Some(Ok(()));
                 }
-                stopped(inner).map(Err)
+                (inner.phase == Phase::Stopped).then_some(Err(CloseError::EndpointClosed))
             })
         })
         .await
@@ -408,8 +410,17 @@ impl Group {
     ///
     /// # Errors
     ///
-    /// [`GroupError::EndpointClosed`] if the endpoint stopped first.
-    pub async fn close(&self) -> Result<(), GroupError> {
+    /// [`CloseError::EndpointClosed`] if the endpoint stopped first.
+    ///
+    /// # Cancel safety
+    ///
+    /// The close begins once no peer is still joining, in the poll that
+    /// sees it, and then goes on in the driver: dropping the future after
+    /// that only stops the waiting, and a later `close` waits again.
+    /// Dropped earlier, while a joiner's handshake runs, nothing is
+    /// closed yet (dropping the [`Group`] still closes it).
+    pub async fn close(&self) -> Result<(), CloseError> {
+        let stopped = |inner: &Inner| (inner.phase == Phase::Stopped).then_some(Err(CloseError::EndpointClosed));
         poll_fn(|cx| {
             self.poll_with(cx, |inner, _| {
                 let joining = inner.engine.group(self.handle).is_some_and(|g| {
@@ -418,7 +429,7 @@ impl Group {
                     })
                 });
                 if joining {
-                    stopped(inner).map(Err)
+                    stopped(inner)
                 } else {
                     Some(Ok(()))
                 }
@@ -427,7 +438,7 @@ impl Group {
         .await?;
         self.shared.lock().engine.group_close(self.handle, now());
         self.shared.wake_driver();
-        poll_fn(|cx| self.poll_with(cx, |inner, s| if s.closed { Some(Ok(())) } else { stopped(inner).map(Err) })).await
+        poll_fn(|cx| self.poll_with(cx, |inner, s| if s.closed { Some(Ok(())) } else { stopped(inner) })).await
     }
 }
 
@@ -473,11 +484,11 @@ impl tokio::io::AsyncRead for PeerReader {
         let mut guard = self.shared.lock();
         let inner = &mut *guard;
         let Some(h) = inner.engine.group_peer_conn(self.group, self.peer) else {
-            return Poll::Ready(Err(ConnectionError::EndpointClosed.into()));
+            return Poll::Ready(Err(ReadError::EndpointClosed.into()));
         };
         let closed = |r: CloseReason| match r {
             CloseReason::Graceful => Ok(()),
-            other => Err(ConnectionError::Closed(other).into()),
+            other => Err(ReadError::Closed(other).into()),
         };
         let r = match inner
             .engine
@@ -490,7 +501,7 @@ impl tokio::io::AsyncRead for PeerReader {
             }
             Ok(None) => match inner.engine.conn(h).close_reason() {
                 Some(reason) => Poll::Ready(closed(reason)),
-                None if inner.phase == Phase::Stopped => Poll::Ready(Err(ConnectionError::EndpointClosed.into())),
+                None if inner.phase == Phase::Stopped => Poll::Ready(Err(ReadError::EndpointClosed.into())),
                 None => {
                     if let Some(s) = inner.groups.get_mut(&self.group) {
                         register(&mut s.wakers, cx);
@@ -499,8 +510,7 @@ impl tokio::io::AsyncRead for PeerReader {
                 }
             },
             Err(RecvError::Closed(reason)) => Poll::Ready(closed(reason)),
-            Err(RecvError::StreamReset(code)) => Poll::Ready(Err(ConnectionError::StreamReset(code).into())),
-            Err(_) => Poll::Ready(Err(ConnectionError::EndpointClosed.into())),
+            Err(e) => Poll::Ready(Err(ReadError::from(e).into())),
         };
         drop(guard);
         // Reading frees receive buffer: the window may open.

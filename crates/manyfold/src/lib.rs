@@ -27,7 +27,9 @@
 //!   of whole messages ([`Streams::send_message`],
 //!   [`Streams::recv_message`]); a loss on one stream does not delay the
 //!   others, and a message can be unordered or given up after a lifetime
-//!   ([`MessageOptions`]).
+//!   ([`MessageOptions`]). [`Connection::open_stream`] picks a number for
+//!   you and the peer's [`Connection::accept_stream`] hands it the stream
+//!   (quinn's `open_bi`/`accept_bi`); or both sides agree on numbers.
 //! - A [`Group`] ([`Endpoint::group`]) is one sender's connections to many
 //!   receivers, opened by one parallel handshake: a message is held once
 //!   and delivered to all of them, any one, at least P, or K chosen by
@@ -120,6 +122,7 @@ mod fault;
 mod group;
 mod icmp;
 pub mod mcast;
+mod message;
 pub mod qlog;
 /// The protocol's specification, docs/spec.md, as shipped: the wire
 /// format and state machines in the numbered sections (§N) that the rest
@@ -135,10 +138,15 @@ mod shared;
 mod socket;
 mod trace;
 
+/// The reference-counted buffer messages travel in (the `bytes` crate's),
+/// so that it can be named without depending on that crate.
+pub use bytes::Bytes;
 pub use config::{Config, DriverStats, FaultConfig, FaultStats};
 pub use connection::{Connection, Protection, RecvHalf, SendHalf, StreamIo, Streams};
 pub use endpoint::{Endpoint, DEFAULT_SHUTDOWN_TIMEOUT};
-pub use error::ConnectionError;
+pub use error::{
+    close_reason, CloseError, ConnectError, ConnectionError, ReadError, RequestError, SendError, WriteError,
+};
 pub use group::{Group, GroupError, Joined, PeerReader};
 pub use manyfold_proto::wire::ErrorCode;
 pub use manyfold_proto::{
@@ -146,5 +154,6 @@ pub use manyfold_proto::{
     Left, MessageOptions, Mode, PathStats, PeerId, PeerState, PeerStats, SecurityConfig, StreamId, StreamItem,
     Unreachable, UnreachableKind,
 };
-pub use manyfold_proto::{CongestionAlgorithm, ConnectError, ConnectionConfig};
+pub use manyfold_proto::{CongestionAlgorithm, ConnectionConfig};
+pub use message::IntoMessage;
 pub use session::REQUEST_TOO_LARGE;

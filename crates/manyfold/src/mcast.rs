@@ -311,6 +311,22 @@ fn view(
 /// Sends `file` (described by `info`) to the group until every receiver is
 /// done or dropped. `growth` feeds a stream's progress (spec §16.6).
 /// `on_event` sees each engine event; `on_tick` gets a view every 100 ms.
+///
+/// # Errors
+///
+/// `InvalidInput` when the group is not an IPv4 multicast address or the
+/// security configuration cannot authenticate; the OS's error when the
+/// sockets cannot be opened, bound or joined, or the file cannot be read.
+/// How the session went for each receiver is in the returned view, not an
+/// error.
+///
+/// # Cancel safety
+///
+/// Not cancel safe: the session runs inside this future, with its own
+/// sockets. Dropping it stops sending at once and closes the sockets,
+/// without the END that tells receivers (they give up after their
+/// `sender_timeout`). To stop early and tell them why, use
+/// [`send_until`] with an `abort` future instead.
 pub async fn send(
     net: &McastNet,
     cfg: SenderConfig,
@@ -327,6 +343,14 @@ pub async fn send(
 /// e.g. a SIGINT handler's future yielding [`ErrorCode::INTERRUPTED`].
 /// The session's END with that code goes to every receiver at once, and
 /// the view comes back with `failed: Some(SenderError::Aborted(code))`.
+///
+/// # Errors
+///
+/// As [`send`].
+///
+/// # Cancel safety
+///
+/// As [`send`]: resolve `abort` rather than dropping the future.
 #[allow(clippy::too_many_arguments)]
 pub async fn send_until(
     net: &McastNet,
@@ -493,6 +517,23 @@ pub struct ReceiverView {
 
 /// Receives one session from the group into `sink`. Returns how it ended.
 /// A receiver with no session heard within `wait` fails with `TimedOut`.
+///
+/// # Errors
+///
+/// `TimedOut` as above; `InvalidInput` for a group that is not an IPv4
+/// multicast address or a security configuration that cannot
+/// authenticate; the OS's error when the sockets cannot be opened, bound
+/// or joined; the sink's error when it cannot store what arrived. A
+/// session that ended badly (dropped by the sender, sender lost) is a
+/// [`ReceiveOutcome`], not an error.
+///
+/// # Cancel safety
+///
+/// Not cancel safe: the session runs inside this future. Dropping it
+/// closes the sockets without telling the sender (which drops this
+/// receiver after its `receiver_timeout`), and data received but not yet
+/// written to `sink` is lost. To leave early, tell the sender and keep
+/// what arrived, use [`receive_until`] with an `abort` future instead.
 pub async fn receive(
     net: &McastNet,
     cfg: ReceiverConfig,
@@ -508,6 +549,14 @@ pub async fn receive(
 /// sender is told at once (this receiver's registration ends with that
 /// code, so it stops awaiting it and reports why), what arrived is
 /// flushed to `sink`, and the call fails with `ErrorKind::Interrupted`.
+///
+/// # Errors
+///
+/// `Interrupted` once `abort` resolved; otherwise as [`receive`].
+///
+/// # Cancel safety
+///
+/// As [`receive`]: resolve `abort` rather than dropping the future.
 pub async fn receive_until(
     net: &McastNet,
     cfg: ReceiverConfig,

@@ -26,26 +26,48 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use crate::connection::{ConnRef, Connection};
 use crate::driver::now;
 use crate::endpoint::Endpoint;
-use crate::error::ConnectionError;
+use crate::error::{ConnectError, ReadError, RequestError, WriteError};
 use crate::shared::ConnState;
 
 /// The stream-reset code a server answers a request over its limit with.
 pub const REQUEST_TOO_LARGE: u16 = 413;
 
-/// Reads `r` to its end, failing once it holds more than `limit` bytes.
-async fn read_limited(r: &mut (impl AsyncRead + Unpin), limit: usize) -> io::Result<Vec<u8>> {
+/// Reads `r` to its end: `Ok(None)` once it holds more than `limit` bytes.
+async fn read_limited(r: &mut (impl AsyncRead + Unpin), limit: usize) -> io::Result<Option<Vec<u8>>> {
     let mut out = Vec::new();
     let mut buf = [0u8; 16 * 1024];
     loop {
         let n = r.read(&mut buf).await?;
         if n == 0 {
-            return Ok(out);
+            return Ok(Some(out));
         }
         if out.len() + n > limit {
-            return Err(io::Error::new(io::ErrorKind::InvalidData, format!("more than {limit} bytes")));
+            return Ok(None);
         }
         out.extend_from_slice(&buf[..n]);
     }
+}
+
+/// What a failed read or write of a session says, as a [`RequestError`]:
+/// the read and write errors travel inside `io::Error`.
+fn session_error(e: io::Error) -> RequestError {
+    let inner = e.get_ref();
+    if let Some(r) = inner.and_then(|i| i.downcast_ref::<ReadError>()) {
+        return match *r {
+            ReadError::Reset(code) => RequestError::Reset(code),
+            ReadError::Closed(reason) => RequestError::ended(reason),
+            _ => RequestError::EndpointClosed,
+        };
+    }
+    if let Some(w) = inner.and_then(|i| i.downcast_ref::<WriteError>()) {
+        return match *w {
+            WriteError::Reset(code) => RequestError::Reset(code),
+            WriteError::Closed(reason) => RequestError::ended(reason),
+            _ => RequestError::EndpointClosed,
+        };
+    }
+    // Nothing else fails a connection's reads and writes.
+    RequestError::EndpointClosed
 }
 
 impl Endpoint {
@@ -56,37 +78,31 @@ impl Endpoint {
     ///
     /// # Errors
     ///
-    /// [`ConnectionError::Io`] wrapping the connection's end when the
-    /// server refuses (its [`ConnectionError::close_reason_of`] is
-    /// `Refused`), does not answer, or resets
-    /// ([`ConnectionError::kind`] maps each to an `io::ErrorKind`);
-    /// `InvalidData` for a reply over `max_reply`;
-    /// [`ConnectionError::EndpointClosed`] or [`ConnectionError::Connect`]
-    /// when the connection cannot start.
+    /// [`RequestError::Connect`] when no connection came up:
+    /// [`ConnectError::Refused`] when nothing serves there,
+    /// [`ConnectError::TimedOut`] when nothing answers;
+    /// [`RequestError::Reset`] with the server's code when it reset the
+    /// session ([`REQUEST_TOO_LARGE`] for a request over its limit);
+    /// [`RequestError::ReplyTooLarge`] for a reply over `max_reply`;
+    /// [`RequestError::Closed`] when the connection ended before the
+    /// reply's end; [`RequestError::EndpointClosed`] after a shutdown.
+    /// Each converts into an `io::Error` of the matching kind.
     ///
     /// # Cancel safety
     ///
     /// Dropping the future drops the connection, which then closes in the
     /// background; the request may have reached the server.
-    pub async fn request(
-        &self,
-        addr: SocketAddr,
-        request: &[u8],
-        max_reply: usize,
-    ) -> Result<Vec<u8>, ConnectionError> {
+    pub async fn request(&self, addr: SocketAddr, request: &[u8], max_reply: usize) -> Result<Vec<u8>, RequestError> {
         let conn = self.open(addr)?;
         let (mut tx, mut rx) = conn.split();
         // Queued while the handshake is under way: the cookie echo carries it.
-        tx.write_all(request).await?;
-        tx.finish()?;
-        let reply = read_limited(&mut rx, max_reply).await.map_err(|e| match e.kind() {
-            io::ErrorKind::InvalidData => ConnectionError::Io(io::Error::new(
-                io::ErrorKind::InvalidData,
-                format!("the reply from {addr} is larger than the limit of {max_reply} bytes"),
-            )),
-            _ => ConnectionError::Io(e),
-        })?;
-        Ok(reply)
+        tx.write_all(request).await.map_err(session_error)?;
+        tx.finish().map_err(|e| session_error(e.into()))?;
+        match read_limited(&mut rx, max_reply).await {
+            Ok(Some(reply)) => Ok(reply),
+            Ok(None) => Err(RequestError::ReplyTooLarge { max: max_reply }),
+            Err(e) => Err(session_error(e)),
+        }
     }
 
     /// Serves request/reply sessions until the endpoint shuts down: for
@@ -121,12 +137,12 @@ impl Endpoint {
 
     /// Starts a connection without waiting for its handshake: what is
     /// written now is queued and leaves with the cookie echo.
-    fn open(&self, addr: SocketAddr) -> Result<Connection, ConnectionError> {
+    fn open(&self, addr: SocketAddr) -> Result<Connection, ConnectError> {
         let shared = self.shared();
         let handle = {
             let mut inner = shared.lock();
             if !inner.is_running() {
-                return Err(ConnectionError::EndpointClosed);
+                return Err(ConnectError::EndpointClosed);
             }
             let h = inner.engine.connect(now(), addr)?;
             inner.conns.insert(h, ConnState::default());
@@ -137,7 +153,7 @@ impl Endpoint {
     }
 }
 
-async fn serve_one<F, Fut>(conn: Connection, max_request: usize, handler: F) -> Result<(), ConnectionError>
+async fn serve_one<F, Fut>(conn: Connection, max_request: usize, handler: F) -> io::Result<()>
 where
     F: Fn(SocketAddr, Vec<u8>) -> Fut,
     Fut: Future<Output = Vec<u8>>,
@@ -145,18 +161,14 @@ where
     let peer = conn.peer_addr();
     let streams = conn.streams();
     let (mut tx, mut rx) = conn.split();
-    let request = match read_limited(&mut rx, max_request).await {
-        Ok(r) => r,
-        Err(e) if e.kind() == io::ErrorKind::InvalidData => {
-            // spec §15: the client reads StreamReset(REQUEST_TOO_LARGE).
-            streams.reset_stream(0, REQUEST_TOO_LARGE);
-            return Err(ConnectionError::Io(e));
-        }
-        Err(e) => return Err(ConnectionError::Io(e)),
+    let Some(request) = read_limited(&mut rx, max_request).await? else {
+        // spec §15: the client reads a reset with REQUEST_TOO_LARGE.
+        streams.reset_stream(0, REQUEST_TOO_LARGE);
+        return Err(io::Error::new(io::ErrorKind::InvalidData, format!("a request over {max_request} bytes")));
     };
     let reply = handler(peer, request).await;
     tx.write_all(&reply).await?;
     // The client closed first: our FIN ends the session, and once it is
     // acknowledged the connection is gone (no TIME-WAIT here).
-    tx.close().await
+    Ok(tx.close().await?)
 }

@@ -149,7 +149,7 @@ fn the_blocking_group_sends_to_every_blocking_listener() {
     assert!(unreachable.is_empty());
     let data = payload(12, 1 << 20);
     for piece in data.chunks(100_000) {
-        group.send(piece).expect("send");
+        group.send(piece.to_vec()).expect("send");
     }
     group.wait_for_send().expect("wait_for_send");
     assert_eq!(group.stats().outstanding_bytes, 0);

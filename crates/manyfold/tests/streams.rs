@@ -9,7 +9,7 @@ use std::thread;
 
 use common::*;
 use manyfold::blocking::{Listener, Stream};
-use manyfold::{ConnectionError, MessageOptions, StreamItem};
+use manyfold::{MessageOptions, SendError, StreamItem};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::time::timeout;
 
@@ -24,7 +24,7 @@ async fn messages_on_four_streams_arrive_whole_and_in_per_stream_order() {
             let mut finished = 0;
             while let Some((stream, item)) = conn.recv_message().await.expect("recv_message") {
                 match item {
-                    StreamItem::Message(m) => got.entry(stream).or_default().push(m),
+                    StreamItem::Message(m) => got.entry(stream).or_default().push(m.to_vec()),
                     StreamItem::Finished => finished += 1,
                     other => panic!("unexpected {other:?} on stream {stream}"),
                 }
@@ -40,7 +40,7 @@ async fn messages_on_four_streams_arrive_whole_and_in_per_stream_order() {
                 for i in 0..200u32 {
                     let len = (i as usize * 97 + usize::from(s) * 13) % 5000;
                     let msg: Vec<u8> = (0..len).map(|k| (k as u32 ^ i ^ u32::from(s)) as u8).collect();
-                    streams.send_message(s, &msg).await.expect("send_message");
+                    streams.send_message(s, msg).await.expect("send_message");
                 }
                 streams.finish_stream(s).expect("finish");
                 streams.wait_for_send(s).await.expect("wait_for_send");
@@ -89,13 +89,13 @@ async fn a_stream_is_a_byte_stream_and_a_reset_reaches_the_reader() {
         io.shutdown().await.unwrap();
         streams.io(9).write_all(b"never mind").await.unwrap();
         streams.reset_stream(9, 77);
-        assert!(matches!(streams.send_message(9, b"more").await, Err(ConnectionError::StreamReset(77))));
+        assert!(matches!(streams.send_message(9, &b"more"[..]).await, Err(SendError::Reset(77))));
         let (bytes, err, _conn, server) = receiver.await.unwrap();
         assert_eq!(bytes, data);
         assert!(err.contains("77"), "{err}");
         let too_big = vec![0u8; (16 << 20) + 1];
-        let refused = streams.send_message(3, &too_big).await;
-        assert!(matches!(refused, Err(ConnectionError::MessageTooLarge { .. })), "{refused:?}");
+        let refused = streams.send_message(3, too_big).await;
+        assert!(matches!(refused, Err(SendError::TooLarge { .. })), "{refused:?}");
         // Both close at once: each waits for the other's FIN.
         tokio::join!(server.shutdown(), client.shutdown());
     })
@@ -112,18 +112,105 @@ fn blocking_facade_sends_and_receives_messages() {
         let mut got = Vec::new();
         while let Some((stream, item)) = s.recv_message().expect("recv_message") {
             if let StreamItem::Message(m) = item {
-                got.push((stream, m));
+                got.push((stream, m.to_vec()));
             }
         }
         got
     });
     let mut c = Stream::connect(addr).expect("connect");
-    c.send_message(2, b"first").unwrap();
+    c.send_message(2, &b"first"[..]).unwrap();
     let opts = MessageOptions { unordered: true, ..Default::default() };
-    c.send_message_with(5, b"second", opts).unwrap();
+    c.send_message_with(5, &b"second"[..], opts).unwrap();
     c.wait_for_send(2).unwrap();
     c.close().unwrap();
     let mut got = server.join().unwrap();
     got.sort();
     assert_eq!(got, vec![(2, b"first".to_vec()), (5, b"second".to_vec())]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn streams_opened_without_numbers_reach_the_peers_accept_stream_and_never_collide() {
+    timeout(TEST_TIMEOUT, async {
+        let (server, client) = pair(config(), config()).await;
+        let addr = server.local_addr().unwrap();
+        let responder = tokio::spawn(async move {
+            let conn = server.accept().await.expect("a connection");
+            // Opened while the client opens its own: even numbers here.
+            let mut ours = conn.open_stream().expect("open_stream");
+            ours.write_all(b"from the server").await.unwrap();
+            ours.shutdown().await.unwrap();
+            let mut got = Vec::new();
+            while let Some(mut incoming) = conn.accept_stream().await.expect("accept_stream") {
+                let mut data = Vec::new();
+                incoming.read_to_end(&mut data).await.unwrap();
+                got.push((incoming.id(), data));
+            }
+            (ours.id(), got, conn, server)
+        });
+        let mut conn = client.connect(addr).await.expect("connect");
+        let mut opened = Vec::new();
+        for i in 0..3u8 {
+            let mut s = conn.open_stream().expect("open_stream");
+            s.write_all(&payload(u64::from(i), 20_000)).await.unwrap();
+            s.shutdown().await.unwrap();
+            opened.push(s.id());
+        }
+        // A stream numbered by hand is skipped by open_stream.
+        conn.streams().io(7).write_all(b"by hand").await.unwrap();
+        conn.streams().finish_stream(7).unwrap();
+        let after_hand = conn.open_stream().expect("open_stream");
+        after_hand.clone().shutdown().await.unwrap();
+        assert_eq!(opened, vec![1, 3, 5]);
+        assert_eq!(after_hand.id(), 9, "7 was taken by hand");
+        let mut from_server = conn.accept_stream().await.expect("accept_stream").expect("the server's stream");
+        let mut data = Vec::new();
+        from_server.read_to_end(&mut data).await.unwrap();
+        assert_eq!(data, b"from the server");
+        conn.close().await.expect("close");
+        let (server_stream, got, _conn, server) = responder.await.unwrap();
+        assert_eq!(server_stream, 2, "the accepting end opens even numbers");
+        let ids: Vec<u16> = got.iter().map(|(id, _)| *id).collect();
+        assert_eq!(ids, vec![1, 3, 5, 7, 9], "every client stream once, in order of first arrival");
+        for (i, (_, data)) in got.iter().take(3).enumerate() {
+            assert!(*data == payload(i as u64, 20_000), "stream {} arrived intact", 2 * i + 1);
+        }
+        assert_eq!(got[3].1, b"by hand");
+        tokio::join!(server.shutdown(), client.shutdown());
+    })
+    .await
+    .expect("test timed out");
+}
+
+#[test]
+fn blocking_facade_opens_and_accepts_streams_by_number() {
+    let listener = Listener::listen("127.0.0.1:0").expect("listen");
+    let addr = listener.local().unwrap();
+    let server = thread::spawn(move || {
+        let mut s = listener.accept().expect("accept");
+        let id = s.accept_stream().expect("accept_stream").expect("a stream");
+        let mut buf = [0u8; 64];
+        let mut got = Vec::new();
+        loop {
+            let n = s.receive_on(id, &mut buf).expect("receive_on");
+            if n == 0 {
+                break;
+            }
+            got.extend_from_slice(&buf[..n]);
+        }
+        let reply = s.open_stream().expect("open_stream");
+        s.send_message(reply, got.clone()).expect("send_message");
+        s.wait_for_send(reply).expect("wait_for_send");
+        (id, reply, got)
+    });
+    let mut c = Stream::connect(addr).expect("connect");
+    let id = c.open_stream().expect("open_stream");
+    c.send_on(id, b"numbered for me").unwrap();
+    c.finish_stream(id).unwrap();
+    let reply = c.accept_stream().expect("accept_stream").expect("the reply stream");
+    let Some(StreamItem::Message(m)) = c.recv_message_on(reply).expect("recv_message_on") else {
+        panic!("no reply message")
+    };
+    assert_eq!(m, &b"numbered for me"[..]);
+    c.close().unwrap();
+    assert_eq!(server.join().unwrap(), (1, 2, b"numbered for me".to_vec()));
 }

@@ -142,7 +142,7 @@ fn mf_send(kind: Kind, to: SocketAddr, cc: &str, w: &Workload, limit: Duration) 
         window_full += u32::from(s.unacked_bytes >= s.cwnd);
         let stream = kind.stream_of(w.slot(k).0);
         let opts = manyfold::MessageOptions { unordered: !kind.ordered(), ..Default::default() };
-        Ok(rt.block_on(streams.send_message_with(stream, msg, opts))?)
+        Ok(rt.block_on(streams.send_message_with(stream, msg.to_vec(), opts))?)
     })?;
     // Everything acknowledged, FIN included; a failure here is the
     // receiver's to report (it counts what arrived).

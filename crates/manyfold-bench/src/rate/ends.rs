@@ -185,7 +185,7 @@ async fn connect_mf(endpoint: &manyfold::Endpoint, to: SocketAddr) -> Result<man
     loop {
         match endpoint.connect(to).await {
             Ok(c) => return Ok(c),
-            Err(manyfold::ConnectionError::Closed(manyfold::CloseReason::Refused)) if tries < 100 => {
+            Err(manyfold::ConnectError::Refused) if tries < 100 => {
                 tries += 1;
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use manyfold::Left;
-use manyfold::{CloseReason, ConnectionError, ErrorCode};
+use manyfold::{CloseReason, ErrorCode};
 use manyfold_proto::UnreachableKind;
 
 /// Who the peer is to this command.
@@ -51,10 +51,7 @@ pub fn close_reason(e: &anyhow::Error) -> Option<CloseReason> {
 
 /// The close reason one link of an error chain carries itself.
 fn reason_of(cause: &(dyn std::error::Error + 'static)) -> Option<CloseReason> {
-    let conn = cause.downcast_ref::<ConnectionError>().or_else(|| {
-        cause.downcast_ref::<std::io::Error>().and_then(|io| io.get_ref()).and_then(|inner| inner.downcast_ref())
-    });
-    conn.and_then(ConnectionError::close_reason)
+    manyfold::close_reason(cause)
 }
 
 /// What `reason` says about the peer `role`, when it says more than the
@@ -112,7 +109,7 @@ mod tests {
     use anyhow::Context;
 
     fn buried(reason: CloseReason) -> anyhow::Error {
-        let io: std::io::Error = ConnectionError::Closed(reason).into();
+        let io: std::io::Error = manyfold::ReadError::Closed(reason).into();
         Err::<(), _>(io).context("connection lost while receiving data").unwrap_err()
     }
 

@@ -18,6 +18,29 @@ static inline void die(const char *what, long code) {
     exit(EXIT_FAILURE);
 }
 
+/* The whole of `text` as an integer in [min, max], or exits naming the
+ * option and the bad value: "127.0.0.1" is not silently port 127. */
+static inline long long int_arg(const char *what, const char *text, long long min, long long max) {
+    char *end = NULL;
+    long long v = strtoll(text, &end, 10);
+    if (end == text || *end != '\0' || v < min || v > max) {
+        fprintf(stderr, "error: %s must be a whole number from %lld to %lld, not \"%s\"\n", what, min, max, text);
+        exit(EXIT_FAILURE);
+    }
+    return v;
+}
+
+/* The whole of `text` as a number in [min, max], or exits naming it. */
+static inline double real_arg(const char *what, const char *text, double min, double max) {
+    char *end = NULL;
+    double v = strtod(text, &end);
+    if (end == text || *end != '\0' || !(v >= min && v <= max)) {
+        fprintf(stderr, "error: %s must be a number from %g to %g, not \"%s\"\n", what, min, max, text);
+        exit(EXIT_FAILURE);
+    }
+    return v;
+}
+
 /* -l RATE and -d: the drop rate and debug attributes, set on the defaults
  * before any descriptor is made (librusp's ruspSetAttr). */
 static inline void set_attrs(double drop, int debug) {

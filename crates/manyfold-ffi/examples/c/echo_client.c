@@ -98,9 +98,9 @@ int main(int argc, char **argv) {
     while ((opt = getopt(argc, argv, "dl:s:b:h")) != -1) {
         switch (opt) {
         case 'd': debug = 1; break;
-        case 'l': drop = atof(optarg); break;
-        case 's': bytes = atoll(optarg); break;
-        case 'b': block = (size_t)atol(optarg); break;
+        case 'l': drop = real_arg("-l DROP_RATE", optarg, 0.0, 1.0); break;
+        case 's': bytes = int_arg("-s BYTES", optarg, 0, 1LL << 50); break;
+        case 'b': block = (size_t)int_arg("-b BLOCK", optarg, 1, MSGS); break;
         default:
             fprintf(stderr, "usage: %s [-d] [-l DROP_RATE] [-s BYTES] [-b BLOCK] HOST PORT\n", argv[0]);
             return opt == 'h' ? EXIT_SUCCESS : EXIT_FAILURE;
@@ -112,7 +112,7 @@ int main(int argc, char **argv) {
     }
     set_attrs(drop, debug);
 
-    int conn = mf_connect(argv[optind], atoi(argv[optind + 1]));
+    int conn = mf_connect(argv[optind], (int)int_arg("PORT", argv[optind + 1], 1, 65535));
     if (conn < 0) die("mf_connect", conn);
     char local[MF_ADDRSTRLEN], peer[MF_ADDRSTRLEN];
     mf_local(conn, local, sizeof local);

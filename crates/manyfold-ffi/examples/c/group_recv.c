@@ -14,15 +14,20 @@ int main(int argc, char **argv) {
     while ((opt = getopt(argc, argv, "dl:a:h")) != -1) {
         switch (opt) {
         case 'd': debug = 1; break;
-        case 'l': drop = atof(optarg); break;
+        case 'l': drop = real_arg("-l DROP_RATE", optarg, 0.0, 1.0); break;
         case 'a': ip = optarg; break;
         default:
             fprintf(stderr, "usage: %s [-d] [-l DROP_RATE] [-a IP] [PORT]\n", argv[0]);
             return opt == 'h' ? EXIT_SUCCESS : EXIT_FAILURE;
         }
     }
+    if (argc - optind > 1) {
+        fprintf(stderr, "usage: %s [-d] [-l DROP_RATE] [-a IP] [PORT]\n", argv[0]);
+        return EXIT_FAILURE;
+    }
+    int port = optind < argc ? (int)int_arg("PORT", argv[optind], 0, 65535) : 0;
     set_attrs(drop, debug);
-    int lconn = mf_listen(ip, optind < argc ? atoi(argv[optind]) : 0);
+    int lconn = mf_listen(ip, port);
     if (lconn < 0) die("mf_listen", lconn);
     char local[MF_ADDRSTRLEN];
     if (mf_local(lconn, local, sizeof local) < 0) die("mf_local", -1);

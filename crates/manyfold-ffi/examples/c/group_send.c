@@ -19,9 +19,9 @@ int main(int argc, char **argv) {
     while ((opt = getopt(argc, argv, "dl:m:s:b:h")) != -1) {
         switch (opt) {
         case 'd': debug = 1; break;
-        case 'l': drop = atof(optarg); break;
-        case 's': bytes = atoll(optarg); break;
-        case 'b': block = (size_t)atol(optarg); break;
+        case 'l': drop = real_arg("-l DROP_RATE", optarg, 0.0, 1.0); break;
+        case 's': bytes = int_arg("-s BYTES", optarg, 0, 1LL << 50); break;
+        case 'b': block = (size_t)int_arg("-b BLOCK", optarg, 1, MSGS); break;
         case 'm':
             if (strcmp(optarg, "all") == 0) mode = MF_MODE_ALL;
             else if (strcmp(optarg, "any") == 0) mode = MF_MODE_ANY;

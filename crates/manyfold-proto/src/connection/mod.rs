@@ -94,6 +94,8 @@ pub(crate) struct Connection {
     streams: Streams,
     /// The application closed its side: FIN follows the queued data.
     fin_queued: bool,
+    /// We sent the SYN (spec §13.11: our own streams get odd numbers).
+    opener: bool,
     fin_seq: Option<Seq>,
     /// The listener's cookie to echo on our first packet after its SYN-ACK.
     cookie: Option<Cookie>,
@@ -177,6 +179,7 @@ impl Connection {
                 stream0_window: config.recv_buffer as u64,
             }),
             fin_queued: false,
+            opener: false,
             fin_seq: None,
             cookie: None,
             cookie_seq: None,
@@ -288,6 +291,7 @@ impl Connection {
     ) -> Self {
         let connect_timeout = config.connect_timeout;
         let mut c = Connection::new(config, now, remote, local_id, isn, State::SynSent);
+        c.opener = true;
         c.security = security;
         c.timers.set(Timer::Connect, now + connect_timeout);
         c.start_qlog(now, true);
@@ -544,17 +548,38 @@ impl Connection {
         data: &[u8],
         opts: MessageOptions,
     ) -> Result<(), SendError> {
+        self.check_message(id, data.len())?;
+        self.streams.push_message(now, id, data, opts).map_err(refusal)?;
+        self.send_acked_signalled = false;
+        Ok(())
+    }
+
+    /// [`Connection::send_message`] without copying `data`: its packets
+    /// are slices of it.
+    pub fn send_shared_message(
+        &mut self,
+        now: Instant,
+        id: StreamId,
+        data: Bytes,
+        opts: MessageOptions,
+    ) -> Result<(), SendError> {
+        self.check_message(id, data.len())?;
+        self.streams.push_shared_message(now, id, data, opts).map_err(refusal)?;
+        self.send_acked_signalled = false;
+        Ok(())
+    }
+
+    /// Whether a whole message of `len` bytes can be queued on `id` now.
+    fn check_message(&mut self, id: StreamId, len: usize) -> Result<(), SendError> {
         self.check_open()?;
-        if data.len() > self.max_message() {
-            return Err(SendError::MessageTooLarge { size: data.len(), max: self.max_message() });
+        if len > self.max_message() {
+            return Err(SendError::MessageTooLarge { size: len, max: self.max_message() });
         }
         self.streams.check_send(id).map_err(refusal)?;
-        if data.len() > self.stream_capacity(id) {
+        if len > self.stream_capacity(id) {
             self.want_writable = true;
             return Err(SendError::Blocked);
         }
-        self.streams.push_message(now, id, data, opts).map_err(refusal)?;
-        self.send_acked_signalled = false;
         Ok(())
     }
 
@@ -568,15 +593,7 @@ impl Connection {
         data: Bytes,
         opts: MessageOptions,
     ) -> Result<u64, SendError> {
-        self.check_open()?;
-        if data.len() > self.max_message() {
-            return Err(SendError::MessageTooLarge { size: data.len(), max: self.max_message() });
-        }
-        self.streams.check_send(id).map_err(refusal)?;
-        if data.len() > self.stream_capacity(id) {
-            self.want_writable = true;
-            return Err(SendError::Blocked);
-        }
+        self.check_message(id, data.len())?;
         let msg = self.streams.push_tracked(now, id, data, opts).map_err(refusal)?;
         self.send_acked_signalled = false;
         Ok(msg)
@@ -628,6 +645,17 @@ impl Connection {
 
     pub fn set_stream_priority(&mut self, id: StreamId, priority: u8, weight: u16) {
         self.streams.set_priority(id, priority, weight);
+    }
+
+    /// A new stream of ours, its number chosen here (spec §13.11).
+    pub fn open_stream(&mut self) -> Result<StreamId, SendError> {
+        self.check_open()?;
+        self.streams.open(self.opener).map_err(refusal)
+    }
+
+    /// The next stream the peer started (spec §13.11).
+    pub fn accept_stream(&mut self) -> Option<StreamId> {
+        self.streams.accept()
     }
 
     /// Whether anything queued on stream `id` is still unacknowledged.

@@ -10,6 +10,8 @@
 use std::net::SocketAddr;
 use std::time::Instant;
 
+use bytes::Bytes;
+
 use super::Endpoint;
 use crate::conn_handle::ConnHandle;
 use crate::connection::{CloseReason, ConnStats, Connection, MessageOptions, RecvError, SendError, State, StreamItem};
@@ -142,6 +144,25 @@ impl ConnMut<'_> {
         ep.with_conn(self.h, |c| c.send_message(now, stream, data, opts)).unwrap_or(Err(SendError::UnknownConnection))
     }
 
+    /// [`ConnMut::send_message`] without copying `data`: it is held as it
+    /// is (reference-counted) until acknowledged, and packets are slices
+    /// of it.
+    pub fn send_shared_message(
+        &mut self,
+        now: Instant,
+        stream: StreamId,
+        data: Bytes,
+        opts: MessageOptions,
+    ) -> Result<(), SendError> {
+        let ep = &mut *self.ep;
+        if ep.memory.refuse(self.h, &mut ep.table) {
+            ep.stats.sends_refused_memory += 1;
+            return Err(SendError::Blocked);
+        }
+        ep.with_conn(self.h, |c| c.send_shared_message(now, stream, data, opts))
+            .unwrap_or(Err(SendError::UnknownConnection))
+    }
+
     /// The next whole message, abandoned-message notice or end of any
     /// stream, streams taking turns (spec §13.5); `Ok(None)`: nothing yet.
     pub fn recv_message(&mut self) -> Result<Option<(StreamId, StreamItem)>, RecvError> {
@@ -168,6 +189,22 @@ impl ConnMut<'_> {
     /// Asks the peer to stop sending on `stream`; it resets its side with `code`.
     pub fn stop_stream(&mut self, stream: StreamId, code: u16) {
         self.ep.with_conn(self.h, |c| c.stop_stream(stream, code));
+    }
+
+    /// Opens a stream without choosing its number (spec §13.11): one this
+    /// connection never used, odd when we sent the SYN and even when the
+    /// peer did. What is sent on it opens it at the peer, whose
+    /// [`ConnMut::accept_stream`] then returns it.
+    pub fn open_stream(&mut self) -> Result<StreamId, SendError> {
+        self.ep.with_conn(self.h, |c| c.open_stream()).unwrap_or(Err(SendError::UnknownConnection))
+    }
+
+    /// The next stream the peer started (its first chunk named a number
+    /// we had not used), in order of arrival, each once (spec §13.11);
+    /// `None` when there is none now. [`crate::Event::Readable`] follows
+    /// the arrival of a new stream's data.
+    pub fn accept_stream(&mut self) -> Option<StreamId> {
+        self.ep.with_conn(self.h, |c| c.accept_stream()).flatten()
     }
 
     /// Scheduling of `stream` (spec §13.10): lower `priority` goes first;

@@ -6,6 +6,7 @@
 //! Stream 0 always exists: it is the connection's byte stream
 //! ([`crate::ConnMut::send`] and [`crate::ConnMut::recv`]).
 
+mod open;
 mod rx;
 mod tx;
 
@@ -130,6 +131,12 @@ pub(crate) struct Streams {
     reset_codes: BTreeMap<StreamId, u16>,
     /// Streams of the peer's we refused (over the limit), told once.
     refused: BTreeSet<StreamId>,
+    /// Streams the peer started, for `accept` (spec §13.11). Each number
+    /// enters once per connection (a closed stream is not reopened), so
+    /// it never holds more than 65,535.
+    opened: VecDeque<StreamId>,
+    /// The next number `open` tries (spec §13.11); `None` before the first.
+    next_local: Option<u32>,
     pr: HashMap<u64, PrMsg>,
     next_msg: u64,
     /// Unsent bytes, all streams.
@@ -164,6 +171,8 @@ impl Streams {
             closed_rx: IdSet::default(),
             reset_codes: BTreeMap::new(),
             refused: BTreeSet::new(),
+            opened: VecDeque::new(),
+            next_local: None,
             pr: HashMap::new(),
             next_msg: 1,
             queued: 0,
@@ -294,6 +303,20 @@ impl Streams {
     ) -> Result<(), StreamRefusal> {
         let track = opts.partially_reliable();
         self.push_with(now, id, data.len(), opts, track, false, |tx, msg| tx.push_message(data, opts.unordered, msg))
+            .map(|_| ())
+    }
+
+    /// Like `push_message`, without copying: packets will be slices of
+    /// `data` (spec §13.5), held until acknowledged.
+    pub fn push_shared_message(
+        &mut self,
+        now: Instant,
+        id: StreamId,
+        data: Bytes,
+        opts: MessageOptions,
+    ) -> Result<(), StreamRefusal> {
+        let track = opts.partially_reliable();
+        self.push_with(now, id, data.len(), opts, track, false, |tx, msg| tx.push_shared(data, opts.unordered, msg))
             .map(|_| ())
     }
 
@@ -866,6 +889,9 @@ impl Streams {
         }
         let s = self.fresh(id);
         self.map.insert(id, Box::new(s));
+        if id != StreamId::BYTES {
+            self.opened.push_back(id); // spec §13.11: the peer started it
+        }
         true
     }
 }

@@ -6,6 +6,8 @@
 
 use std::collections::{BTreeMap, VecDeque};
 
+use bytes::Bytes;
+
 use crate::rangeset::RangeSet;
 use crate::ring::ByteRing;
 use crate::wire::chunk::{data_flags, span, DataChunk, MAX_OFFSET};
@@ -13,8 +15,9 @@ use crate::wire::chunk::{data_flags, span, DataChunk, MAX_OFFSET};
 /// What the application gets from a stream, in order (spec §13.5).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum StreamItem {
-    /// A whole message (or, at the end, the bytes after the last boundary).
-    Message(Vec<u8>),
+    /// A whole message (or, at the end, the bytes after the last boundary),
+    /// reference-counted: handing it on or keeping it copies nothing.
+    Message(Bytes),
     /// The sender abandoned a message (partial reliability).
     Abandoned,
     /// The sender finished the stream: nothing follows.
@@ -292,7 +295,7 @@ impl RecvSide {
         if self.discard {
             self.buffered -= msg.len();
         } else {
-            self.oob.push_back(StreamItem::Message(msg));
+            self.oob.push_back(StreamItem::Message(Bytes::from(msg)));
         }
         Ok(c.data.len())
     }
@@ -479,7 +482,7 @@ impl RecvSide {
                 let n = self.ring.read(&mut m);
                 self.popped += n as u64;
                 self.buffered -= n;
-                Some(StreamItem::Message(m))
+                Some(StreamItem::Message(Bytes::from(m)))
             }
             Some(Mark::Abandoned(pos)) => {
                 let n = self.ring.discard((pos - self.popped) as usize);
@@ -497,7 +500,7 @@ impl RecvSide {
                     let mut m = vec![0; self.ring.len()];
                     let n = self.ring.read(&mut m);
                     self.consume(n);
-                    return Some(StreamItem::Message(m));
+                    return Some(StreamItem::Message(Bytes::from(m)));
                 }
                 self.finished_reported = true;
                 Some(StreamItem::Finished)
@@ -572,8 +575,8 @@ mod tests {
         r.on_data(&chunk(0, 0, B, b"ab")).unwrap();
         assert!(!r.has_item());
         r.on_data(&chunk(2, 2, E, b"c")).unwrap();
-        assert_eq!(r.pop_item(), Some(StreamItem::Message(b"abc".to_vec())));
-        assert_eq!(r.pop_item(), Some(StreamItem::Message(b"de".to_vec())));
+        assert_eq!(r.pop_item(), Some(StreamItem::Message(Bytes::from_static(b"abc"))));
+        assert_eq!(r.pop_item(), Some(StreamItem::Message(Bytes::from_static(b"de"))));
         assert_eq!(r.pop_item(), None);
         assert_eq!(r.buffered, 0);
     }
@@ -585,12 +588,12 @@ mod tests {
         // [4, 7), arrives in two pieces, the second piece first.
         r.on_data(&chunk(6, 2, E | U, b"z")).unwrap();
         r.on_data(&chunk(4, 0, B | U, b"xy")).unwrap();
-        assert_eq!(r.pop_item(), Some(StreamItem::Message(b"xyz".to_vec())));
+        assert_eq!(r.pop_item(), Some(StreamItem::Message(Bytes::from_static(b"xyz"))));
         // Ordered messages are not held behind the lost unordered one.
         r.on_data(&chunk(0, 0, B | E, b"hello")).unwrap();
-        assert_eq!(r.pop_item(), Some(StreamItem::Message(b"hello".to_vec())));
+        assert_eq!(r.pop_item(), Some(StreamItem::Message(Bytes::from_static(b"hello"))));
         r.on_data(&chunk(0, 0, B | E | U, b"late")).unwrap();
-        assert_eq!(r.pop_item(), Some(StreamItem::Message(b"late".to_vec())));
+        assert_eq!(r.pop_item(), Some(StreamItem::Message(Bytes::from_static(b"late"))));
         // Both spaces end with a FIN of their own.
         r.on_data(&chunk(5, 0, data_flags::FIN, b"")).unwrap();
         assert_eq!(r.pop_item(), None, "the unordered space has not ended");
@@ -606,7 +609,7 @@ mod tests {
         r.on_data(&chunk(10, 0, B | E, b"ok")).unwrap();
         r.on_abandon(0, 10, false);
         assert_eq!(r.pop_item(), Some(StreamItem::Abandoned));
-        assert_eq!(r.pop_item(), Some(StreamItem::Message(b"ok".to_vec())));
+        assert_eq!(r.pop_item(), Some(StreamItem::Message(Bytes::from_static(b"ok"))));
         // A late fragment of the abandoned message is ignored.
         r.on_data(&chunk(5, 5, 0, b"xx")).unwrap();
         assert_eq!(r.pop_item(), None);
@@ -619,7 +622,7 @@ mod tests {
         r.on_data(&chunk(0, 0, B, b"part")).unwrap();
         r.on_data(&chunk(4, 0, B | E, b"next")).unwrap();
         assert_eq!(r.pop_item(), Some(StreamItem::Abandoned));
-        assert_eq!(r.pop_item(), Some(StreamItem::Message(b"next".to_vec())));
+        assert_eq!(r.pop_item(), Some(StreamItem::Message(Bytes::from_static(b"next"))));
         // The notice arriving late changes nothing.
         r.on_abandon(0, 4, false);
         assert_eq!(r.pop_item(), None);
@@ -647,7 +650,7 @@ mod tests {
         r.on_data(&chunk(6, 0, B | E, b"ok")).unwrap();
         assert_eq!(r.pop_item(), Some(StreamItem::Abandoned));
         assert_eq!(r.pop_item(), Some(StreamItem::Abandoned));
-        assert_eq!(r.pop_item(), Some(StreamItem::Message(b"ok".to_vec())));
+        assert_eq!(r.pop_item(), Some(StreamItem::Message(Bytes::from_static(b"ok"))));
         assert_eq!(r.pop_item(), None);
     }
 
@@ -660,7 +663,7 @@ mod tests {
         r.on_data(&chunk(3, 0, data_flags::FIN, b"")).unwrap();
         r.on_data(&chunk(2, 0, data_flags::FIN | U, b"")).unwrap();
         r.on_abandon(0, 3, false);
-        assert_eq!(r.pop_item(), Some(StreamItem::Message(b"xy".to_vec())));
+        assert_eq!(r.pop_item(), Some(StreamItem::Message(Bytes::from_static(b"xy"))));
         assert_eq!(r.pop_item(), Some(StreamItem::Abandoned));
         assert_eq!(r.pop_item(), Some(StreamItem::Finished));
         // Cut short by the end of the stream, its notice not yet arrived.
@@ -679,16 +682,16 @@ mod tests {
         r.on_data(&chunk(1, 0, B | E, b"x")).unwrap();
         assert!(!r.has_item(), "offset 0 is still missing");
         r.on_data(&chunk(0, 0, B | E, b"")).unwrap();
-        assert_eq!(r.pop_item(), Some(StreamItem::Message(Vec::new())));
-        assert_eq!(r.pop_item(), Some(StreamItem::Message(b"x".to_vec())));
+        assert_eq!(r.pop_item(), Some(StreamItem::Message(Bytes::new())));
+        assert_eq!(r.pop_item(), Some(StreamItem::Message(Bytes::from_static(b"x"))));
         // An empty unordered message takes a place in its own space.
         let mut r = side();
         r.on_data(&chunk(0, 0, B | E, b"x")).unwrap();
         r.on_data(&chunk(0, 0, B | E | U, b"")).unwrap();
         r.on_data(&chunk(1, 0, B | E | U, b"")).unwrap();
-        assert_eq!(r.pop_item(), Some(StreamItem::Message(Vec::new())));
-        assert_eq!(r.pop_item(), Some(StreamItem::Message(Vec::new())));
-        assert_eq!(r.pop_item(), Some(StreamItem::Message(b"x".to_vec())));
+        assert_eq!(r.pop_item(), Some(StreamItem::Message(Bytes::new())));
+        assert_eq!(r.pop_item(), Some(StreamItem::Message(Bytes::new())));
+        assert_eq!(r.pop_item(), Some(StreamItem::Message(Bytes::from_static(b"x"))));
         assert_eq!(r.pop_item(), None);
     }
 
@@ -734,7 +737,7 @@ mod tests {
         r.on_data(&chunk(0, 0, data_flags::FIN | U, b"")).unwrap();
         assert!(!r.has_item());
         r.on_data(&chunk(0, 0, 0, b"ab")).unwrap();
-        assert_eq!(r.pop_item(), Some(StreamItem::Message(b"abcd".to_vec())));
+        assert_eq!(r.pop_item(), Some(StreamItem::Message(Bytes::from_static(b"abcd"))));
         assert_eq!(r.pop_item(), Some(StreamItem::Finished));
         assert!(r.is_done());
     }

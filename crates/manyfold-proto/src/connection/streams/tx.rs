@@ -299,6 +299,18 @@ mod tests {
     }
 
     #[test]
+    fn a_shared_message_is_cut_from_the_callers_buffer_without_a_copy() {
+        let mut s = SendSide::new(1 << 20);
+        let data = Bytes::from(vec![9u8; 3000]);
+        s.push_shared(data.clone(), false, 0);
+        let a = s.cut(StreamId::new(1), 1200, usize::MAX).unwrap();
+        let b = s.cut(StreamId::new(1), 1200, usize::MAX).unwrap();
+        assert_eq!(a.data.as_ptr(), data.as_ptr(), "the first chunk is a slice of the caller's buffer");
+        assert_eq!(b.data.as_ptr(), data[1200..].as_ptr());
+        assert_eq!((a.flags, b.offset), (data_flags::BEGIN, 1200));
+    }
+
+    #[test]
     fn fin_rides_on_the_last_chunk_or_alone() {
         let mut s = SendSide::new(100);
         s.write(b"xy");
