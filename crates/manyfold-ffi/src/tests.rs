@@ -401,7 +401,9 @@ fn listener_counts(l: c_int) -> (u64, u64) {
 #[test]
 fn a_drop_rate_switched_on_mid_connection_drops_received_datagrams_until_switched_off() {
     let _s = serial();
-    const PHASE: usize = 1 << 20;
+    // Loopback carries 64 KiB datagrams (spec §3.7): 8 MiB is some 130 of
+    // them, enough to measure a 20% drop rate on.
+    const PHASE: usize = 8 << 20;
     let pattern = |phase: usize| -> Vec<u8> { (0..PHASE).map(|i| ((i * 31 + phase * 7) % 251) as u8).collect() };
     let (l, addr) = listen();
     let (accepted_tx, accepted) = std::sync::mpsc::channel();
@@ -443,7 +445,7 @@ fn a_drop_rate_switched_on_mid_connection_drops_received_datagrams_until_switche
     let (received, dropped) = phase(1);
     let rate = dropped as f64 / received as f64;
     println!("{dropped} of {received} datagrams received dropped: {rate:.3}");
-    assert!((0.13..0.27).contains(&rate), "{dropped} of {received} received dropped: {rate}");
+    assert!((0.10..0.30).contains(&rate), "{dropped} of {received} received dropped: {rate}");
 
     assert_eq!(set_drop(s, 0.0), MF_OK, "{}", last_error());
     let (received, dropped) = phase(2);
