@@ -45,7 +45,7 @@ pub use connection::{
     CloseReason, ConnStats, Event, MessageOptions, PathStats, RecvError, SendError, State, StreamItem, UnreachableKind,
     INITIAL_STREAM_CREDIT,
 };
-pub use endpoint::{ConnMut, ConnRef, ConnectError, Endpoint, EndpointStats, Transmit};
+pub use endpoint::{ConnMut, ConnRef, ConnectError, Endpoint, EndpointStats, Refusal, RefusalCause, Transmit};
 pub use group::{
     Destination, Eviction, GroupConfig, GroupError, GroupEvent, GroupHandle, GroupStats, Left, Mode, PeerId, PeerState,
     PeerStats, Unreachable,

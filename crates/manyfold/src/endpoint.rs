@@ -211,6 +211,15 @@ impl Endpoint {
         *self.shared.lock().engine.stats()
     }
 
+    /// The peers the listener turned away since the last call, oldest
+    /// first, each with its address and cause (spec §6.4): what a server
+    /// logs. At most 256 wait; later ones are only counted, in
+    /// [`EndpointStats::refusals_unreported`].
+    pub fn take_refusals(&self) -> Vec<crate::Refusal> {
+        let mut inner = self.shared.lock();
+        std::iter::from_fn(|| inner.engine.poll_refusal()).collect()
+    }
+
     /// What fault injection did so far (all zero without faults).
     pub fn fault_stats(&self) -> FaultStats {
         self.shared.lock().faults.as_ref().map(|f| f.stats).unwrap_or_default()

@@ -48,13 +48,19 @@ pub async fn listen(listen: &str, net: &NetArgs, tune: impl FnOnce(&mut Config))
 }
 
 /// Logs on stderr, every [`REFUSALS_EVERY`] at most, what the endpoint
-/// refused since the last line.
+/// refused since the last line: each refused peer with its address and
+/// cause (one line per address and period at most, [`PeerLog`]), and a
+/// count of what the engine cannot name an address for.
 async fn watch_refusals(endpoint: Arc<Endpoint>) {
     let mut seen = endpoint.stats();
+    let mut peers = PeerLog::new(REFUSALS_EVERY);
     let mut tick = tokio::time::interval(REFUSALS_EVERY);
     tick.tick().await;
     loop {
         tick.tick().await;
+        for r in endpoint.take_refusals() {
+            peers.note(r.peer, &format!("refused {}: {}", r.peer, r.cause));
+        }
         let now = endpoint.stats();
         if let Some(line) = refusals(&seen, &now, REFUSALS_EVERY) {
             eprintln!("{line}");
@@ -63,16 +69,13 @@ async fn watch_refusals(endpoint: Arc<Endpoint>) {
     }
 }
 
-/// The log line for what was refused between `before` and `after`, if
-/// anything was.
+/// The log line for what was refused between `before` and `after` that
+/// the per-peer lines do not name (no address known for it), if anything.
 fn refusals(before: &EndpointStats, after: &EndpointStats, period: Duration) -> Option<String> {
     let causes = [
         (after.handshakes_failed - before.handshakes_failed, "failed authentication or an unfinished handshake"),
-        (after.refused_protection - before.refused_protection, "encryption mismatch (one side plain)"),
         (after.dropped_unauthenticated - before.dropped_unauthenticated, "packets failing authentication"),
-        (after.cookies_rejected - before.cookies_rejected, "bad or expired cookies"),
-        (after.refused_backlog - before.refused_backlog, "accept backlog full"),
-        (after.refused_per_source - before.refused_per_source, "too many connections from one address"),
+        (after.refusals_unreported - before.refusals_unreported, "more refused peers than the log keeps"),
     ];
     let parts: Vec<String> = causes.iter().filter(|(n, _)| *n > 0).map(|(n, why)| format!("{n} {why}")).collect();
     (!parts.is_empty()).then(|| format!("refused in the last {} s: {}", period.as_secs(), parts.join(", ")))
@@ -157,11 +160,15 @@ mod tests {
     }
 
     #[test]
-    fn a_refusal_line_counts_each_cause_since_the_last() {
-        let before = EndpointStats { refused_protection: 2, handshakes_failed: 1, ..EndpointStats::default() };
-        let after = EndpointStats { refused_protection: 5, handshakes_failed: 1, refused_backlog: 1, ..before };
+    fn a_refusal_line_counts_each_cause_without_an_address_since_the_last() {
+        let before = EndpointStats { dropped_unauthenticated: 2, handshakes_failed: 1, ..EndpointStats::default() };
+        let after = EndpointStats { dropped_unauthenticated: 5, handshakes_failed: 2, refused_backlog: 1, ..before };
         let line = refusals(&before, &after, Duration::from_secs(5)).unwrap();
-        assert_eq!(line, "refused in the last 5 s: 3 encryption mismatch (one side plain), 1 accept backlog full");
+        assert_eq!(
+            line,
+            "refused in the last 5 s: 1 failed authentication or an unfinished handshake, 3 packets failing authentication",
+            "a refused SYN is a line of its own, with its address"
+        );
         assert_eq!(refusals(&after, &after, Duration::from_secs(5)), None);
     }
 }

@@ -26,6 +26,45 @@ const AMPLIFICATION: usize = 3;
 const MAX_RESPONSES: usize = 4096;
 /// Most cookies remembered against replay (~32 bytes each).
 const REPLAY_CACHE_LIMIT: usize = 1 << 20;
+/// Refusals kept for [`Endpoint::poll_refusal`]; more are counted only.
+const MAX_REFUSALS: usize = 256;
+
+/// Why the listener turned a peer away (spec §6.2, §6.4, §19.2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum RefusalCause {
+    /// The accept backlog or the connection table was full.
+    Backlog,
+    /// The peer's address already held `max_connections_per_source`.
+    PerSource,
+    /// One side protects its packets and the other does not.
+    Protection,
+    /// Its cookie echo failed the MAC or had expired.
+    CookieRejected,
+    /// Its cookie had already created a connection (a replay).
+    CookieReplayed,
+}
+
+impl std::fmt::Display for RefusalCause {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            RefusalCause::Backlog => "accept backlog full",
+            RefusalCause::PerSource => "too many connections from its address",
+            RefusalCause::Protection => "encryption mismatch (one side plain)",
+            RefusalCause::CookieRejected => "bad or expired cookie",
+            RefusalCause::CookieReplayed => "replayed cookie",
+        })
+    }
+}
+
+/// A peer the listener turned away, for a server's log (spec §6.4).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Refusal {
+    /// Where its SYN or cookie echo came from.
+    pub peer: SocketAddr,
+    /// Why.
+    pub cause: RefusalCause,
+}
 
 /// A datagram's source and length, for the stateless answer to it.
 #[derive(Debug, Clone, Copy)]
@@ -47,6 +86,8 @@ pub(super) struct Listener {
     reset_refill_at: Option<Instant>,
     /// Connections accepted and not yet taken by the application.
     pub accept_queue: VecDeque<ConnHandle>,
+    /// Peers turned away, oldest first, at most [`MAX_REFUSALS`].
+    pub refusals: VecDeque<Refusal>,
 }
 
 impl Listener {
@@ -60,6 +101,17 @@ impl Listener {
             reset_tokens: f64::from(config.max_resets_per_sec),
             reset_refill_at: None,
             accept_queue: VecDeque::new(),
+            refusals: VecDeque::new(),
+        }
+    }
+
+    /// Remembers a refused peer for the application's log; past
+    /// [`MAX_REFUSALS`] untaken ones it is only counted.
+    fn note_refusal(&mut self, peer: SocketAddr, cause: RefusalCause, stats: &mut EndpointStats) {
+        if self.refusals.len() < MAX_REFUSALS {
+            self.refusals.push_back(Refusal { peer, cause });
+        } else {
+            stats.refusals_unreported += 1;
         }
     }
 
@@ -152,6 +204,7 @@ impl Endpoint {
         // spec §19.2: no downgrade: protection on both sides or neither.
         if params.is_protected() != self.config.security.is_some() {
             self.stats.refused_protection += 1;
+            self.listener.note_refusal(from, RefusalCause::Protection, &mut self.stats);
             let code = Some(ErrorCode::PROTECTION_MISMATCH);
             self.listener.send_reset(now, refusal, answer, code, &mut self.stats);
             return;
@@ -170,8 +223,10 @@ impl Endpoint {
             || self.table.live() >= self.config.max_connections
         {
             stats.refused_backlog += 1;
+            self.listener.note_refusal(to.0, RefusalCause::Backlog, stats);
         } else if self.table.conns_from(to.0) >= self.config.max_connections_per_source {
             stats.refused_per_source += 1;
+            self.listener.note_refusal(to.0, RefusalCause::PerSource, stats);
         } else {
             return false;
         }
@@ -218,6 +273,7 @@ impl Endpoint {
             || !self.listener.secrets.check_cookie(now, self.config.cookie_lifetime, &cookie, &binding)
         {
             self.stats.cookies_rejected += 1;
+            self.listener.note_refusal(from, RefusalCause::CookieRejected, &mut self.stats);
             return;
         }
         let refusal = Requester(from, packet.len());
@@ -231,12 +287,14 @@ impl Endpoint {
             // 2^-32 event): drop; the client's echo retransmissions fail
             // alike until it gives up with RetransmitTimeout.
             self.stats.cookies_rejected += 1;
+            self.listener.note_refusal(from, RefusalCause::CookieRejected, &mut self.stats);
             return;
         };
         // spec §6.2: each cookie creates at most one connection.
         let timestamp = self.listener.secrets.timestamp(now);
         if !self.listener.replay.admit(now, &cookie, self.config.cookie_lifetime, timestamp) {
             self.stats.cookies_replayed += 1;
+            self.listener.note_refusal(from, RefusalCause::CookieReplayed, &mut self.stats);
             return;
         }
         // spec §19.2: a protected listener takes only an echo that carries
@@ -244,6 +302,7 @@ impl Endpoint {
         let protected = self.config.security.is_some();
         if protected != handshake_message(packet).is_some() {
             self.stats.refused_protection += 1;
+            self.listener.note_refusal(from, RefusalCause::Protection, &mut self.stats);
             let code = Some(ErrorCode::PROTECTION_MISMATCH);
             self.listener.send_reset(now, refusal, answer, code, &mut self.stats);
             return;
@@ -338,5 +397,34 @@ mod tests {
         assert_eq!((stats.amplification_refused, l.is_quiet()), (1, true));
         l.send_reset(now, Requester(from(), least), (7, 1), None, &mut stats);
         assert_eq!((stats.amplification_refused, l.is_quiet()), (1, false));
+    }
+
+    #[test]
+    fn refused_peers_are_kept_with_their_address_up_to_the_limit_then_counted() {
+        let now = Instant::now();
+        let mut l = listener(10, now);
+        let mut stats = EndpointStats::default();
+        for _ in 0..MAX_REFUSALS + 3 {
+            l.note_refusal(from(), RefusalCause::Backlog, &mut stats);
+        }
+        assert_eq!((l.refusals.len(), stats.refusals_unreported), (MAX_REFUSALS, 3));
+        assert_eq!(l.refusals.front(), Some(&Refusal { peer: from(), cause: RefusalCause::Backlog }));
+        assert_eq!(RefusalCause::Protection.to_string(), "encryption mismatch (one side plain)");
+    }
+
+    #[test]
+    fn a_syn_at_a_full_backlog_is_refused_naming_its_source() {
+        let now = Instant::now();
+        let server_addr = SocketAddr::from(([198, 18, 0, 2], 4433));
+        let config = EndpointConfig { accept_backlog: 0, ..EndpointConfig::default() };
+        let mut server = Endpoint::new(config, now);
+        server.set_listening(true);
+        let mut client = Endpoint::new(EndpointConfig::default(), now);
+        client.connect(now, server_addr).expect("a SYN");
+        let mut buf = Vec::new();
+        let t = client.poll_transmit(now, 1, &mut buf).expect("the SYN");
+        server.handle_datagram(now, from(), &buf[..t.size]);
+        assert_eq!(server.poll_refusal(), Some(Refusal { peer: from(), cause: RefusalCause::Backlog }));
+        assert_eq!(server.poll_refusal(), None);
     }
 }

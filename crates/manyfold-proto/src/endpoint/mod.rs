@@ -25,6 +25,7 @@ mod schedule;
 mod table;
 
 pub use conn::{ConnMut, ConnRef};
+pub use listener::{Refusal, RefusalCause};
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
@@ -99,6 +100,9 @@ pub struct EndpointStats {
     pub responses_dropped: u64,
     /// SYNs refused because the accept backlog was full.
     pub refused_backlog: u64,
+    /// Refusals not kept for [`Endpoint::poll_refusal`]: its queue was
+    /// full (256 untaken).
+    pub refusals_unreported: u64,
     /// SYNs refused because the endpoint was not listening.
     pub refused_not_listening: u64,
     /// Connections that reached `accept`.
@@ -352,6 +356,13 @@ impl Endpoint {
             }
         }
         None
+    }
+
+    /// The next peer the listener turned away, oldest first (spec §6.4):
+    /// what a server logs, with the peer's address. At most 256 wait;
+    /// later ones are counted in `refusals_unreported` only.
+    pub fn poll_refusal(&mut self) -> Option<Refusal> {
+        self.listener.refusals.pop_front()
     }
 
     /// The next application event of any connection.
