@@ -107,3 +107,34 @@ fn a_failed_group_receivers_bar_ends_with_the_failure() {
     let a_line = screen.lines().find(|l| l.contains(&a_addr)).unwrap_or_else(|| panic!("a's bar:\n{screen}"));
     assert!(a_line.contains("eta") && !a_line.contains("FAILED"), "a's bar goes on:\n{screen}");
 }
+
+/// Issue 23's tmux check of `recv`: its bar names the file, counts the
+/// bytes against the size, gives a rate and an ETA while the data moves,
+/// and the report replaces it once the file is saved.
+#[test]
+fn the_recv_bar_counts_bytes_against_the_size_with_a_rate_then_the_report() {
+    if Command::new("tmux").arg("-V").output().is_err() {
+        eprintln!("skipped: tmux is not installed");
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let src = tmp.path().join("r.bin");
+    samplegen(&src, "100MB", 5);
+    let inbox = tmp.path().join("inbox");
+    std::fs::create_dir(&inbox).unwrap();
+    let port = std::net::UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let recv =
+        format!("{} recv --listen 127.0.0.1:{port} --once --dir {}", env!("CARGO_BIN_EXE_manyfold"), inbox.display());
+    let t = Tmux::run(&format!("manyfold-recv-bar-{}", std::process::id()), &recv);
+    t.wait_for("listening on", Duration::from_secs(20));
+    // 20 MB/s: five seconds of bar to look at.
+    let mut cmd = manyfold();
+    cmd.args(["send", src.to_str().unwrap(), "--to", &format!("127.0.0.1:{port}"), "--rate", "20MB", "-q"]);
+    let sender = Running::spawn(cmd);
+    let screen = t.wait_for("MB/100.00 MB", Duration::from_secs(20));
+    assert!(screen.contains("r.bin [") && screen.contains("MB/s eta"), "a bar with a rate and an ETA:\n{screen}");
+    assert!(!screen.contains("eta 0s") || screen.contains("100.00 MB/100.00 MB"), "no ETA of 0 s mid-way:\n{screen}");
+    let done = t.wait_for("blake3", Duration::from_secs(60));
+    assert!(done.contains("received r.bin from 127.0.0.1:"), "the report follows the bar:\n{done}");
+    drop(sender);
+}
