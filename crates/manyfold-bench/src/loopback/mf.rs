@@ -134,10 +134,26 @@ impl MfOpts {
     }
 }
 
+/// Connects to the receiver. Its socket is bound before it listens, so a
+/// refusal in between is retried (for at most 2 s).
+pub(crate) async fn connect_mf(endpoint: &manyfold::Endpoint, to: SocketAddr) -> Result<manyfold::Connection> {
+    let mut tries = 0;
+    loop {
+        match endpoint.connect(to).await {
+            Ok(c) => return Ok(c),
+            Err(manyfold::ConnectError::Refused) if tries < 100 => {
+                tries += 1;
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            Err(e) => return Err(e).with_context(|| format!("connecting to {to}")),
+        }
+    }
+}
+
 pub fn send(to: SocketAddr, opts: &MfOpts, pattern: &Pattern) -> Result<()> {
     crate::runtime()?.block_on(async {
         let endpoint = manyfold::Endpoint::bind("127.0.0.1:0".parse()?, opts.config()?).await?;
-        let mut conn = endpoint.connect(to).await.context("connecting")?;
+        let mut conn = connect_mf(&endpoint, to).await?;
         check_protection(&conn, opts.encrypt)?;
         let mut buf = vec![0u8; CHUNK];
         for i in 0..pattern.chunks() {

@@ -24,7 +24,7 @@ use anyhow::{bail, ensure, Context, Result};
 
 use super::pace::{precise_sleep, Meter, Schedule};
 use super::wire::{self, fill, fill_end, now_ns, slot, Checker, HEADER, PREFIX};
-use crate::loopback::mf::{check_protection, encrypt};
+use crate::loopback::mf::{check_protection, connect_mf, encrypt};
 use crate::stats;
 
 /// How the messages travel.
@@ -176,22 +176,6 @@ fn mf_send(to: SocketAddr, e: &End) -> Result<()> {
         let _ = tokio::time::timeout(Duration::from_secs(2), endpoint.shutdown_within(Duration::from_secs(1))).await;
         Ok(())
     })
-}
-
-/// Connects to the receiver. Its socket is bound before it listens, so a
-/// refusal in between is retried (for at most 2 s).
-async fn connect_mf(endpoint: &manyfold::Endpoint, to: SocketAddr) -> Result<manyfold::Connection> {
-    let mut tries = 0;
-    loop {
-        match endpoint.connect(to).await {
-            Ok(c) => return Ok(c),
-            Err(manyfold::ConnectError::Refused) if tries < 100 => {
-                tries += 1;
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-            Err(e) => return Err(e).with_context(|| format!("connecting to {to}")),
-        }
-    }
 }
 
 fn mf_recv(listen: SocketAddr, e: &End, checker: &mut Checker, meter: &mut Meter) -> Result<()> {
