@@ -7,50 +7,14 @@
 mod common;
 
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use common::tmux::Tmux;
 use common::{manyfold, samplegen, signal, Running};
-
-/// A tmux session running one command; killed on drop.
-struct Tmux(String);
-
-impl Tmux {
-    fn run(name: &str, command: &str) -> Tmux {
-        let ok = Command::new("tmux")
-            .args(["new-session", "-d", "-s", name, "-x", "150", "-y", "10", &format!("{command}; sleep 30")])
-            .status()
-            .unwrap();
-        assert!(ok.success(), "tmux new-session failed");
-        Tmux(name.to_string())
-    }
-
-    fn screen(&self) -> String {
-        let out = Command::new("tmux").args(["capture-pane", "-p", "-t", &self.0]).output().unwrap();
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    }
-
-    fn wait_for(&self, text: &str, limit: Duration) -> String {
-        let deadline = Instant::now() + limit;
-        loop {
-            let screen = self.screen();
-            if screen.contains(text) {
-                return screen;
-            }
-            assert!(Instant::now() < deadline, "{text:?} never appeared; the screen:\n{screen}");
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-}
-
-impl Drop for Tmux {
-    fn drop(&mut self) {
-        let _ = Command::new("tmux").args(["kill-session", "-t", &self.0]).status();
-    }
-}
 
 #[test]
 fn the_send_bar_counts_the_receivers_silence_instead_of_freezing() {
-    if Command::new("tmux").arg("-V").output().is_err() {
+    if !common::tmux::available() {
         eprintln!("skipped: tmux is not installed");
         return;
     }
@@ -83,7 +47,7 @@ fn the_send_bar_counts_the_receivers_silence_instead_of_freezing() {
 /// that grows while the other receiver's bar moves on.
 #[test]
 fn a_failed_group_receivers_bar_ends_with_the_failure() {
-    if Command::new("tmux").arg("-V").output().is_err() {
+    if !common::tmux::available() {
         eprintln!("skipped: tmux is not installed");
         return;
     }
@@ -113,7 +77,7 @@ fn a_failed_group_receivers_bar_ends_with_the_failure() {
 /// and the report replaces it once the file is saved.
 #[test]
 fn the_recv_bar_counts_bytes_against_the_size_with_a_rate_then_the_report() {
-    if Command::new("tmux").arg("-V").output().is_err() {
+    if !common::tmux::available() {
         eprintln!("skipped: tmux is not installed");
         return;
     }

@@ -381,3 +381,31 @@ fn mcast_send_with_fewer_receivers_than_asked_for_fails_saying_so() {
     got.assert_success();
     assert!(same(&m.dir(1).join("image.bin"), &m.file));
 }
+
+/// Issue 23's tmux check of `mcast recv`: idle, it says what it waits for
+/// (no full "0 B/0 B" bar); during a session its bar counts bytes against
+/// the file's size with a rate; the verified report follows.
+#[test]
+fn the_mcast_recv_bar_waits_then_counts_bytes_against_the_size_then_reports() {
+    if !common::tmux::available() {
+        eprintln!("skipped: tmux is not installed");
+        return;
+    }
+    let Some(m) = mcast_lab(2, "239.77.0.6:7029", "bar.bin", "20MB", 9) else { return };
+    let recv = m.recv(1, 60, &[]);
+    let line = std::iter::once(recv.get_program())
+        .chain(recv.get_args())
+        .map(|a| a.to_str().expect("UTF-8 arguments"))
+        .collect::<Vec<_>>()
+        .join(" ");
+    let t = common::tmux::Tmux::run(&format!("manyfold-mcast-bar-{}", std::process::id()), &line);
+    let idle = t.wait_for("waiting for a sender's session", Duration::from_secs(20));
+    assert!(!idle.contains("0 B/0 B"), "no full bar before any session:\n{idle}");
+    // 4 MB/s: five seconds of bar to look at.
+    let sender = Running::spawn(m.send(&["--receivers", "1", "--wait", "20", "--rate", "4MB"]));
+    let screen = t.wait_for("MB/20.00 MB", Duration::from_secs(30));
+    assert!(screen.contains("MB/s"), "a rate beside the bytes:\n{screen}");
+    let done = t.wait_for("received and verified (BLAKE3)", Duration::from_secs(60));
+    assert!(done.contains("bar.bin: 20.00 MB received"), "{done}");
+    sender.wait(LIMIT).assert_success();
+}

@@ -5,6 +5,7 @@
 #![allow(dead_code)]
 
 pub mod netns;
+pub mod tmux;
 
 use std::io::{BufRead, BufReader, Read};
 use std::net::SocketAddr;
