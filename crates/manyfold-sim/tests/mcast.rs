@@ -166,6 +166,12 @@ fn under_shared_loss_feedback_stays_within_two_packets_per_window_per_network() 
 
 // ---- paper 03's analytic results, checked against the implementation ----
 
+/// Paper 03's sender: one window awaits its ACKs at a time (the model's
+/// stop-and-wait; spec §16.3, windows in flight).
+fn stop_and_wait() -> SenderConfig {
+    SenderConfig { windows_in_flight: 1, ..SenderConfig::default() }
+}
+
 /// Virtual time from the first DATA packet to the last window's resolution,
 /// and the payload bytes in between.
 fn data_phase(w: &McastWorld) -> (Duration, u64) {
@@ -181,7 +187,7 @@ fn mean_ack_delay_is_artp_max_over_n_plus_one_eq_9() {
     let d = Duration::from_micros(50);
     for (seed, n) in [(7101u64, 1u8), (7102, 4), (7103, 8)] {
         // One-packet windows: every packet is a window and draws one ACK race.
-        let cfg = SenderConfig { max_window: 1, adapt_artp: false, ..SenderConfig::default() };
+        let cfg = SenderConfig { max_window: 1, adapt_artp: false, ..stop_and_wait() };
         let k = cfg.artp_max.as_secs_f64() * 1e6;
         let mut w = McastWorld::new(seed, cfg, 3000 * 1428, group(), sender(), receivers(seed, &[(1, n)]));
         w.set_default_link(LinkConfig::with_delay(d));
@@ -219,7 +225,7 @@ fn table_one_run(seed: u64, dflt_ms: u64, n_c2: u32) -> (u32, McastWorld) {
         max_datagram: DATA_PS as usize,
         default_timeout: Duration::from_millis(dflt_ms),
         adapt_artp: false,
-        ..SenderConfig::default()
+        ..stop_and_wait()
     };
     let mut w = McastWorld::new(seed, cfg, 3 << 20, group(), sender(), receivers(seed, &[(1, 4)]));
     // Each further C2 network on the path adds one packet's serialization.
@@ -261,13 +267,8 @@ fn throughput_meets_the_uncongested_bound_eq_17_and_the_congested_one_eq_18() {
     // eq. 17: one uncongested 100 Mbit/s LAN, W_max = 100, 520-byte packets.
     let seed = 7301;
     let (c, data_ps) = (100_000_000f64, 520f64);
-    let cfg = SenderConfig {
-        max_datagram: 520,
-        adapt_artp: false,
-        initial_window: 100,
-        max_window: 100,
-        ..SenderConfig::default()
-    };
+    let cfg =
+        SenderConfig { max_datagram: 520, adapt_artp: false, initial_window: 100, max_window: 100, ..stop_and_wait() };
     let mut w = McastWorld::new(seed, cfg, 8 << 20, group(), sender(), receivers(seed, &[(1, 4)]));
     for i in 0..4 {
         w.set_link(sender(), receiver(1, i), LinkConfig::with_delay(Duration::ZERO).rate(c as u64, 1 << 22));
@@ -441,7 +442,9 @@ fn with_a_loss_tolerance_random_loss_at_the_receivers_does_not_throttle_the_wind
 #[test]
 fn a_window_whose_last_packet_is_lost_everywhere_is_probed_instead_of_expiring() {
     let seed = 7504;
-    let mut w = McastWorld::new(seed, SenderConfig::default(), 2 << 20, group(), sender(), receivers(seed, &[(1, 3)]));
+    // Paper 03's stop-and-wait: nothing but the probe tells the receivers
+    // that a window whose last packet they all lost has ended.
+    let mut w = McastWorld::new(seed, stop_and_wait(), 2 << 20, group(), sender(), receivers(seed, &[(1, 3)]));
     w.set_default_link(lan());
     w.upstream_loss = 0.10;
     assert!(w.run_to_end(Duration::from_secs(120)), "seed {seed}");
@@ -450,6 +453,59 @@ fn a_window_whose_last_packet_is_lost_everywhere_is_probed_instead_of_expiring()
     eprintln!("{st:?}");
     assert!(st.probes > 0, "some windows lost their last packet (seed {seed}): {st:?}");
     assert!(st.windows_expired * 4 <= st.probes, "most were saved by the probe (seed {seed}): {st:?}");
+    // With windows in flight, the next window's ACK confirms it (ACKs are
+    // cumulative, spec §16.3): windows hardly ever expire.
+    let mut w = McastWorld::new(seed, SenderConfig::default(), 2 << 20, group(), sender(), receivers(seed, &[(1, 3)]));
+    w.set_default_link(lan());
+    w.upstream_loss = 0.10;
+    assert!(w.run_to_end(Duration::from_secs(120)), "seed {seed}");
+    assert_all_completed(&w, seed);
+    let st = w.sender.stats();
+    assert!(st.windows_expired <= 1, "windows in flight (seed {seed}): {st:?}");
+}
+
+// ---- windows in flight (spec §16.3) ------------------------------------------
+
+/// Two networks of four receivers, 100 Mbit/s and `rtt` from the sender,
+/// 1% independent loss at every receiver, 8 MiB: the virtual time from the
+/// first DATA to the last confirmation, the world.
+fn pipelined_run(seed: u64, in_flight: u32, rtt: Duration) -> (Duration, McastWorld) {
+    let cfg = SenderConfig { windows_in_flight: in_flight, ..SenderConfig::default() };
+    let mut w = McastWorld::new(seed, cfg, 8 << 20, group(), sender(), receivers(seed, &[(1, 4), (2, 4)]));
+    // Receivers of a network are 200 µs apart; the sender is `rtt` away.
+    w.set_default_link(lan());
+    let link = LinkConfig::with_delay(rtt / 2).rate(100_000_000, 2 << 20);
+    for &(net, i) in &[(1u8, 0u8), (1, 1), (1, 2), (1, 3), (2, 0), (2, 1), (2, 2), (2, 3)] {
+        w.set_link(sender(), receiver(net, i), link.clone().loss(0.01));
+        w.set_link(receiver(net, i), sender(), LinkConfig::with_delay(rtt / 2));
+    }
+    assert!(w.run_to_end(Duration::from_secs(300)), "not done (seed {seed}, {in_flight} in flight)");
+    assert_all_completed(&w, seed);
+    let started = w.sender_events.iter().find(|(_, e)| *e == SenderEvent::DataStarted).expect("started").0;
+    let done = w.receivers.iter().filter_map(|r| r.complete_at).max().expect("completed");
+    (done - started, w)
+}
+
+#[test]
+fn two_windows_in_flight_fill_a_path_with_a_round_trip_faster_than_stop_and_wait_under_loss() {
+    let seed = 7701;
+    let rtt = Duration::from_millis(20);
+    let (paper, _) = pipelined_run(seed, 1, rtt);
+    let (pipelined, w) = pipelined_run(seed, 2, rtt);
+    let ratio = paper.as_secs_f64() / pipelined.as_secs_f64();
+    // The bottleneck alone: every datagram of the file once at 100 Mbit/s.
+    let packets = (8u64 << 20).div_ceil(u64::from(w.sender.block()));
+    let wire = Duration::from_secs_f64((packets * 1452 * 8) as f64 / 1e8);
+    let windows = w.windows();
+    let feedback: u32 = windows.iter().map(|x| x.feedback).sum();
+    let per_window_per_net = f64::from(feedback) / windows.len() as f64 / 2.0;
+    eprintln!(
+        "RTT {rtt:?}: stop-and-wait {paper:?}, two windows in flight {pipelined:?} ({ratio:.2}×; the wire needs {wire:?}); \
+         {per_window_per_net:.2} feedback per window per network; {:?}",
+        w.sender.stats()
+    );
+    assert!(ratio >= 1.3, "two windows in flight only {ratio:.2}× faster than stop-and-wait (seed {seed})");
+    assert!(per_window_per_net <= 2.0, "{per_window_per_net:.2} feedback per window per network (seed {seed})");
 }
 
 #[test]

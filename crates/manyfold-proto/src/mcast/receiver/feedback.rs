@@ -24,9 +24,16 @@ impl McastReceiver {
             self.timers.cancel(ReceiverTimer::Nack);
         }
         if sn == lwsn {
-            self.ack_lwsn = lwsn;
-            let at = now + self.backoff();
-            self.timers.set(ReceiverTimer::Ack, at);
+            // spec §16.3–§16.4, windows in flight: an ACK still waiting out
+            // its backoff when the next window ends names the newer LWSN,
+            // which confirms both, and keeps its time.
+            if !self.timers.is_set(ReceiverTimer::Ack) {
+                let at = now + self.backoff();
+                self.timers.set(ReceiverTimer::Ack, at);
+                self.ack_lwsn = lwsn;
+            } else {
+                self.ack_lwsn = self.ack_lwsn.max(lwsn);
+            }
         }
     }
 
@@ -45,9 +52,10 @@ impl McastReceiver {
     }
 
     /// spec §16.4: an ACK heard from this network suppresses ours for the
-    /// same window; the gaps it names are reported.
+    /// same window, or an earlier one (ACKs are cumulative, §16.3); the
+    /// gaps it names are reported.
     pub(super) fn on_heard_ack(&mut self, lwsn: u32, missing: impl Iterator<Item = Range<u32>>) {
-        if self.timers.is_set(ReceiverTimer::Ack) && self.ack_lwsn == lwsn {
+        if self.timers.is_set(ReceiverTimer::Ack) && self.ack_lwsn <= lwsn {
             self.timers.cancel(ReceiverTimer::Ack);
             self.stats.acks_suppressed += 1;
         }

@@ -39,6 +39,10 @@ pub struct SenderConfig {
     pub max_timeout: Duration,
     /// Packets in the first window (spec §16.3).
     pub initial_window: u32,
+    /// Windows that may await their confirmation at once (spec §16.3,
+    /// "Windows in flight"): window k+1 goes out while window k awaits its
+    /// ACKs. 1 restores paper 03's stop-and-wait.
+    pub windows_in_flight: u32,
     /// Most packets in one window (spec §16.3).
     pub max_window: u32,
     /// Double the window on each confirmed window until the first sign of
@@ -109,6 +113,7 @@ impl Default for SenderConfig {
             default_timeout: Duration::from_millis(100),
             max_timeout: Duration::from_secs(2),
             initial_window: 1,
+            windows_in_flight: 2,
             max_window: 256,
             slow_start: true,
             repair_gather: Duration::from_millis(5),

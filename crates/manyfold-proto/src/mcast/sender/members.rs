@@ -195,11 +195,11 @@ impl McastSender {
         let network = r.network;
         self.events.push_back(SenderEvent::ReceiverDone { client: r.client, outcome });
         let still = self.receivers.iter().any(|r| r.network == network && r.outcome == ReceiverOutcome::Active);
-        if let (Some(w), false) = (self.window.as_mut(), still) {
-            w.awaited.retain(|&n| n != network);
-            if w.sent_at.is_some() && w.awaited.iter().all(|n| w.acked.contains(n)) {
-                self.resolve_window(now, true);
+        if !still {
+            for w in &mut self.windows {
+                w.awaited.retain(|&n| n != network);
             }
+            self.resolve_ready(now);
         }
     }
 

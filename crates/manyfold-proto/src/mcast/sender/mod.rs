@@ -63,9 +63,9 @@ enum SenderTimer {
     AnnounceWait,
     /// The pacer lets the next packet go (spec §9.3).
     Pace,
-    /// The open window's timer (spec §16.3): it expired unconfirmed.
+    /// The earliest open window's timer (spec §16.3): it expired unconfirmed.
     WindowEnd,
-    /// Send the window's last packet again if no network acked yet.
+    /// Send a window's last packet again if no network acked it yet.
     Probe,
     /// Gathered repair requests go out (spec §16.5).
     Gather,
@@ -128,7 +128,10 @@ pub struct McastSender {
     stage: Stage,
     started: Instant,
     next_sn: u32,
-    window: Option<Window>,
+    /// The open windows, oldest first (spec §16.3, windows in flight).
+    windows: VecDeque<Window>,
+    /// When the last window was confirmed or expired.
+    last_resolved: Option<Instant>,
     w: u32,
     /// Still in the initial slow start (see `SenderConfig::slow_start`).
     slow_start: bool,
@@ -200,7 +203,8 @@ impl McastSender {
             stage: Stage::Announcing,
             started: now,
             next_sn: 0,
-            window: None,
+            windows: VecDeque::new(),
+            last_resolved: None,
             w: cfg.initial_window.max(1),
             slow_start: cfg.slow_start,
             recent_from: 0,
@@ -330,7 +334,7 @@ impl McastSender {
         for _ in 1..ABORT_ENDS {
             self.control.push_back(Control::EndAll { code });
         }
-        self.window = None;
+        self.windows.clear();
         self.repairs.clear();
         self.parity_jobs.clear();
         self.parity_ready.clear();
@@ -441,7 +445,7 @@ impl McastSender {
             }
             McPacket::Nack { missing, .. } => {
                 self.stats.nacks += 1;
-                if let Some(w) = self.window.as_mut() {
+                if let Some(w) = self.windows.back_mut() {
                     w.feedback += 1;
                 }
                 let lost = self.count_losses(missing.iter());
@@ -506,13 +510,8 @@ impl McastSender {
                 }
             }
             SenderTimer::Pace => self.timers.cancel(SenderTimer::Pace),
-            SenderTimer::WindowEnd => self.resolve_window(now, false),
-            SenderTimer::Probe => {
-                self.timers.cancel(SenderTimer::Probe);
-                if let Some(w) = self.window.as_mut().filter(|w| w.acked.is_empty()) {
-                    w.probe_due = true;
-                }
-            }
+            SenderTimer::WindowEnd => self.expire_windows(now),
+            SenderTimer::Probe => self.probe_windows(now),
             SenderTimer::Gather => self.release_repairs(),
             SenderTimer::Sweep => {
                 self.timers.set(SenderTimer::Sweep, now + SWEEP_INTERVAL);

@@ -103,6 +103,18 @@ impl McastSender {
         }
     }
 
+    /// DATA `sn` went out in the data phase: a block it completes gets its
+    /// proactive parity (spec §16.9).
+    pub(super) fn after_data(&mut self, sn: u32) {
+        let k = u32::from(self.cfg.fec_k);
+        let block_done = k > 0 && ((sn + 1).is_multiple_of(k) || self.total.is_some_and(|t| sn + 1 == t));
+        if block_done && self.cfg.fec_proactive > 0 {
+            let p = self.cfg.fec_proactive.min(fec::PARITY_SHARDS / 2);
+            self.parity_jobs.push_back((sn / k, 0, p));
+            self.parity_next.insert(sn / k, p);
+        }
+    }
+
     /// The next parity shard to send, making a job's shards if needed.
     pub(super) fn send_parity(
         &mut self,

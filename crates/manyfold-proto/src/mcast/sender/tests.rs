@@ -83,6 +83,11 @@ fn drain(s: &mut McastSender, now: Instant) -> Vec<Sent> {
     out
 }
 
+/// Paper 03's stop-and-wait: one window awaits its ACKs at a time.
+fn stop_and_wait() -> SenderConfig {
+    SenderConfig { windows_in_flight: 1, ..SenderConfig::default() }
+}
+
 fn data_sns(sent: &[Sent]) -> Vec<u32> {
     sent.iter().filter(|x| x.1 == PacketType::McData).map(|x| x.2).collect()
 }
@@ -92,7 +97,7 @@ fn data_sns(sent: &[Sent]) -> Vec<u32> {
 #[test]
 fn a_confirmed_window_doubles_in_slow_start_and_an_expired_one_shrinks_and_stretches_the_timer() {
     let t0 = Instant::now();
-    let mut s = sender(SenderConfig::default(), 50, &[(7, 1)], t0);
+    let mut s = sender(stop_and_wait(), 50, &[(7, 1)], t0);
     assert_eq!(data_sns(&drain(&mut s, t0)), [0]);
     ack(&mut s, t0, 7, 1, 0);
     assert_eq!(s.window(), (2, Duration::from_millis(100)));
@@ -111,6 +116,33 @@ fn a_confirmed_window_doubles_in_slow_start_and_an_expired_one_shrinks_and_stret
     assert_eq!(data_sns(&drain(&mut s, t1)), [7, 8, 9]);
     ack(&mut s, t1, 7, 1, 9);
     assert_eq!(s.window(), (4, Duration::from_millis(100)), "W + 1, Tout / β floored at dflt_Tout");
+}
+
+#[test]
+fn with_two_windows_in_flight_the_next_goes_out_before_the_last_is_acked_and_one_ack_confirms_both() {
+    let t0 = Instant::now();
+    let cfg = SenderConfig { initial_window: 4, slow_start: false, ..SenderConfig::default() };
+    let mut s = sender(cfg, 50, &[(7, 1)], t0);
+    // Window 0..=3 and, without waiting for its ACK, window 4..=7.
+    assert_eq!(data_sns(&drain(&mut s, t0)), [0, 1, 2, 3, 4, 5, 6, 7]);
+    assert!(data_sns(&drain(&mut s, t0)).is_empty(), "two windows await their ACKs");
+    // The first window's ACK lets a third go (W grew by one).
+    ack(&mut s, t0, 7, 1, 3);
+    assert_eq!(s.window().0, 5);
+    assert_eq!(data_sns(&drain(&mut s, t0)), [8, 9, 10, 11, 12]);
+    // An ACK of the third window's end (the second's ACK lost) confirms both.
+    ack(&mut s, t0, 7, 1, 12);
+    assert_eq!(s.stats().windows_confirmed, 3);
+    assert_eq!(s.stats().late_acks, 0);
+    // The second window's own ACK, late, changes nothing.
+    ack(&mut s, t0, 7, 1, 7);
+    assert_eq!(s.stats().windows_confirmed, 3);
+    // With one window in flight (paper 03), the second waits for the first's ACK.
+    let cfg = SenderConfig { initial_window: 4, slow_start: false, ..stop_and_wait() };
+    let mut s = sender(cfg, 50, &[(7, 1)], t0);
+    assert_eq!(data_sns(&drain(&mut s, t0)), [0, 1, 2, 3]);
+    ack(&mut s, t0, 7, 1, 3);
+    assert_eq!(data_sns(&drain(&mut s, t0)), [4, 5, 6, 7, 8]);
 }
 
 /// DATA datagrams a sender of `cfg` sends in one second of virtual time
@@ -152,7 +184,7 @@ fn a_configured_ceiling_paces_the_data_whatever_the_window_allows() {
 #[test]
 fn a_window_waits_for_every_awaited_network_and_a_late_ack_is_counted_and_ignored() {
     let t0 = Instant::now();
-    let mut s = sender(SenderConfig::default(), 50, &[(7, 1), (8, 2), (9, 2)], t0);
+    let mut s = sender(stop_and_wait(), 50, &[(7, 1), (8, 2), (9, 2)], t0);
     assert_eq!(data_sns(&drain(&mut s, t0)), [0]);
     ack(&mut s, t0, 7, 1, 0);
     assert_eq!(s.window().0, 1, "network 2 has not acked");
@@ -166,7 +198,7 @@ fn a_window_waits_for_every_awaited_network_and_a_late_ack_is_counted_and_ignore
 #[test]
 fn with_the_papers_rule_every_newly_reported_loss_shrinks_the_window() {
     let t0 = Instant::now();
-    let cfg = SenderConfig { loss_tolerance: 0.0, initial_window: 8, ..SenderConfig::default() };
+    let cfg = SenderConfig { loss_tolerance: 0.0, initial_window: 8, ..stop_and_wait() };
     let mut s = sender(cfg, 50, &[(7, 1)], t0);
     assert_eq!(data_sns(&drain(&mut s, t0)).len(), 8);
     let nack = |s: &mut McastSender, highest: u32, ranges: &[std::ops::Range<u32>]| {
@@ -219,7 +251,7 @@ fn a_full_table_refuses_and_a_silent_receiver_is_dropped_as_unresponsive() {
 #[test]
 fn a_receiver_that_leaves_with_a_code_is_reported_and_no_longer_awaited() {
     let t0 = Instant::now();
-    let mut s = sender(SenderConfig::default(), 50, &[(7, 1), (8, 2)], t0);
+    let mut s = sender(stop_and_wait(), 50, &[(7, 1), (8, 2)], t0);
     assert_eq!(data_sns(&drain(&mut s, t0)), [0]);
     ack(&mut s, t0, 7, 1, 0);
     assert_eq!(s.window().0, 1, "network 2 still awaited");
