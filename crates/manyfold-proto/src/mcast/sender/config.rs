@@ -75,10 +75,16 @@ pub struct SenderConfig {
     /// parity and repair datagrams are paced to it, headers included.
     /// `None`: only the flow control limits the rate.
     pub max_rate: Option<u64>,
-    /// Packets per FEC block (spec §16.9); 0 turns parity off.
+    /// Packets per FEC block (spec §16.9, at most 256); 0 turns parity off.
     pub fec_k: u16,
-    /// Parity shards multicast after each block in the data phase.
+    /// Parity shards multicast after each block in the data phase, at
+    /// least (spec §16.9).
     pub fec_proactive: u16,
+    /// Proactive parity adapts to the loss receivers report (spec §16.9,
+    /// "Parity first"): each block gets about as many shards as the
+    /// receiver losing most lost in recent blocks, as NORM's automatic
+    /// parity does; `fec_proactive` stays the floor.
+    pub fec_auto: bool,
     /// 0: paper 03's rule, every NACK that names a new loss shrinks the
     /// window by one. Above 0: a window shrinks by one only when one
     /// receiver reported more losses while it was open than this fraction
@@ -127,8 +133,9 @@ impl Default for SenderConfig {
             max_packets: 1 << 26,
             pace: false,
             max_rate: None,
-            fec_k: 32,
+            fec_k: 256,
             fec_proactive: 0,
+            fec_auto: true,
             loss_tolerance: 0.05,
             security: None,
             crypto_seed: [0; 32],

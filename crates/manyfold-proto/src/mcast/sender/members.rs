@@ -29,7 +29,7 @@ pub enum ReceiverOutcome {
 }
 
 impl ReceiverOutcome {
-    fn code(self) -> Option<ErrorCode> {
+    pub(super) fn code(self) -> Option<ErrorCode> {
         match self {
             ReceiverOutcome::Active | ReceiverOutcome::Completed => None,
             ReceiverOutcome::HashMismatch => Some(ErrorCode::HASH_MISMATCH),

@@ -10,7 +10,9 @@
 //! - `control.rs`: packets to one receiver (confirmations, ENDs, refusals);
 //! - `window.rs`: windows and paper 03's flow control (§16.3–§16.4);
 //! - `members.rs`: the receiver table, liveness and limits (§16.6–§16.8);
-//! - `repair.rs`: repair requests, the repair queue, parity (§16.5, §16.9);
+//! - `repair.rs`: repair requests and the repair queue (§16.5, §16.9);
+//! - `parity.rs`: parity first: proactive, automatic and topped-up parity
+//!   per FEC block, and the shards (§16.9);
 //! - `keys.rs`: a protected session's registrations (§19.7);
 //! - `tests.rs`: unit tests of the parts, without the simulator.
 
@@ -19,6 +21,7 @@ mod config;
 mod control;
 mod keys;
 mod members;
+mod parity;
 mod repair;
 #[cfg(test)]
 mod tests;
@@ -152,6 +155,8 @@ pub struct McastSender {
     parity_ready: VecDeque<(u32, u16, u16, Vec<u8>)>,
     /// Next parity index per FEC block.
     parity_next: BTreeMap<u32, u16>,
+    /// Losses reported per FEC block, and the automatic parity (spec §16.9).
+    plan: parity::ParityPlan,
     timers: Timers<SenderTimer>,
     /// Recently confirmed windows' delivery rate, bytes/s.
     rate: Option<f64>,
@@ -219,6 +224,7 @@ impl McastSender {
             parity_jobs: VecDeque::new(),
             parity_ready: VecDeque::new(),
             parity_next: BTreeMap::new(),
+            plan: parity::ParityPlan::default(),
             timers: SenderTimer::initial(now, &cfg),
             rate: None,
             pacer: Pacer::default(),
@@ -417,7 +423,11 @@ impl McastSender {
             }
             self.receivers[idx].last_feedback = key;
         }
-        if let McPacket::Ack { lwsn, .. } = p {
+        let ack = if let McPacket::Ack { lwsn, .. } = p { Some(lwsn) } else { None };
+        // The losses an ACK reports count against the window it confirms
+        // (spec §16.3), so they are taken first.
+        self.on_report(now, idx, p);
+        if let Some(lwsn) = ack {
             // A window ack counts for its network whatever this receiver's
             // state: the network it registered from (authenticated in a
             // protected session), not the one the header names.
@@ -425,16 +435,20 @@ impl McastSender {
             let network = self.receivers[idx].network;
             self.on_window_ack(now, network, lwsn);
         }
-        self.on_report(now, idx, p);
     }
 
     /// A registered receiver's report (spec §16.4–§16.7), its window ACK
     /// already counted.
     fn on_report(&mut self, now: Instant, idx: usize, p: McPacket<'_>) {
-        if self.receivers[idx].outcome != ReceiverOutcome::Active {
+        let outcome = self.receivers[idx].outcome;
+        if outcome != ReceiverOutcome::Active {
             // A late report from a finished receiver: confirm again if asked.
             if let McPacket::Status { complete: true, .. } | McPacket::Status { error: Some(_), .. } = p {
                 self.control.push_back(Control::StatusAck { idx });
+            } else if let Some(code) = outcome.code().filter(|_| self.receivers[idx].left.is_none()) {
+                // spec §16.7: a dropped receiver still speaking missed its
+                // END (it went once, by unicast): tell it again.
+                self.control.push_back(Control::EndOne { idx, code });
             }
             return;
         }
@@ -442,6 +456,7 @@ impl McastSender {
             McPacket::Ack { missing, .. } => {
                 let lost = self.count_losses(missing.iter());
                 self.note_losses(idx, lost);
+                self.note_block_losses(idx, missing.iter());
             }
             McPacket::Nack { missing, .. } => {
                 self.stats.nacks += 1;
@@ -450,6 +465,7 @@ impl McastSender {
                 }
                 let lost = self.count_losses(missing.iter());
                 self.note_losses(idx, lost);
+                self.note_block_losses(idx, missing.iter());
             }
             McPacket::Repair { missing, .. } => self.on_repair(now, idx, missing.iter()),
             McPacket::Status { held, complete, error, .. } => {

@@ -336,3 +336,80 @@ fn a_repeated_request_before_the_last_pass_went_out_is_not_a_new_pass() {
     repair(&mut s, t0 + Duration::from_secs(2), 7, &[0..1]);
     assert_eq!(s.receivers()[0].outcome, ReceiverOutcome::TooManyPasses);
 }
+
+// ---- parity.rs: parity first (spec §16.9) ----------------------------------
+
+fn parity_blocks(sent: &[Sent]) -> Vec<u32> {
+    sent.iter().filter(|x| x.1 == PacketType::McParity).map(|x| x.2).collect()
+}
+
+#[test]
+fn a_block_only_one_receiver_misses_is_repaired_by_parity_before_any_unicast() {
+    let t0 = Instant::now();
+    let mut s = repairing(SenderConfig { fec_k: 4, ..SenderConfig::default() }, t0);
+    drain(&mut s, t0);
+    repair(&mut s, t0, 7, &[1..3]);
+    let t1 = t0 + Duration::from_millis(5);
+    s.handle_timeout(t1);
+    let sent = drain(&mut s, t1);
+    assert_eq!(parity_blocks(&sent), [0, 0], "two shards of block 0, multicast: {sent:?}");
+    assert!(sent.iter().all(|x| x.1 != PacketType::McData), "no unicast repair: {sent:?}");
+    assert_eq!(s.stats().repair_unicast, 0);
+}
+
+#[test]
+fn losses_reported_in_the_data_phase_are_topped_up_with_parity_at_once() {
+    let t0 = Instant::now();
+    let cfg = SenderConfig { fec_k: 16, initial_window: 16, fec_auto: false, ..stop_and_wait() };
+    let mut s = sender(cfg, 50, &[(7, 1), (8, 1)], t0);
+    assert_eq!(data_sns(&drain(&mut s, t0)), (0..16).collect::<Vec<_>>());
+    // Receiver 7 lost two packets of block 0, receiver 8 one other.
+    feed(&mut s, t0, 7, PacketType::McNack, Flags::empty(), 7, 1, |o| emit_ranges(o, [1..3]).0);
+    feed(&mut s, t0, 8, PacketType::McNack, Flags::empty(), 7, 1, |o| emit_ranges(o, [3..4]).0);
+    let sent = drain(&mut s, t0);
+    assert_eq!(parity_blocks(&sent), [0, 0], "as many shards as the worst receiver lost: {sent:?}");
+    // The same receiver reports one more: one more shard, not three.
+    feed(&mut s, t0, 7, PacketType::McNack, Flags::empty(), 7, 1, |o| emit_ranges(o, [0..1]).0);
+    assert_eq!(parity_blocks(&drain(&mut s, t0)), [0]);
+}
+
+#[test]
+fn automatic_parity_follows_each_block_once_receivers_report_loss() {
+    let t0 = Instant::now();
+    let cfg = SenderConfig {
+        fec_k: 4,
+        initial_window: 8,
+        slow_start: false,
+        max_window: 8,
+        loss_tolerance: 0.99,
+        ..stop_and_wait()
+    };
+    let mut s = sender(cfg, 400, &[(7, 1)], t0);
+    let mut proactive = Vec::new();
+    for _ in 0..12 {
+        let sent = drain(&mut s, t0);
+        let sns = data_sns(&sent);
+        let (first, last) = (sns[0], sns[sns.len() - 1]);
+        // Parity sent before any report of this window's blocks.
+        proactive = parity_blocks(&sent).into_iter().filter(|&b| b >= first / 4).collect();
+        // Two losses in each block of the window, reported in its ACK.
+        feed(&mut s, t0, 7, PacketType::McAck, Flags::empty(), last, 1, |o| {
+            emit_ranges(o, [first..first + 2, first + 4..first + 6]).0
+        });
+    }
+    // Smoothed, the worst loss per block grew past one: each new block
+    // gets a shard as it goes, before anyone reports.
+    assert!(!proactive.is_empty(), "proactive parity once loss was reported");
+    // Without loss reports, the automatic parity decays back to none.
+    let mut last_parity = usize::MAX;
+    for _ in 0..60 {
+        let sent = drain(&mut s, t0);
+        let sns = data_sns(&sent);
+        if sns.is_empty() {
+            break;
+        }
+        last_parity = parity_blocks(&sent).len();
+        ack(&mut s, t0, 7, 1, sns[sns.len() - 1]);
+    }
+    assert_eq!(last_parity, 0, "no loss, no proactive parity");
+}

@@ -214,6 +214,7 @@ impl McastSender {
         self.last_resolved = Some(now);
         self.new_losses = 0;
         self.recent_from = w.first;
+        self.settle_blocks();
         for r in &mut self.receivers {
             r.window_lost = 0;
         }
