@@ -136,6 +136,12 @@ pub struct SendArgs {
     /// (spec §16.3). Without it, as fast as the receivers confirm.
     #[arg(long, value_name = "RATE", value_parser = crate::size::rate_arg)]
     rate: Option<u64>,
+    /// Drop a receiver that takes the data slower than this (same units as
+    /// --rate), measured over a second of its acknowledgements, and name
+    /// it in the report; without it the session slows to its slowest
+    /// receiver (spec §16.7).
+    #[arg(long, value_name = "RATE", value_parser = crate::size::rate_arg)]
+    min_rate: Option<u64>,
     /// Window timer growth on expiry (paper 03's α > 1).
     #[arg(long, default_value_t = 1.5)]
     alpha: f64,
@@ -335,6 +341,11 @@ async fn send(a: SendArgs) -> Result<()> {
     if !(576..=65_507).contains(&a.max_datagram) {
         bail!("--max-datagram must be between 576 and 65507 bytes");
     }
+    if let (Some(min), Some(cap)) = (a.min_rate, a.rate) {
+        if min > cap {
+            bail!("--min-rate ({min} B/s) is above --rate ({cap} B/s): every receiver would be dropped");
+        }
+    }
     let security = a.net.security()?;
     let mode = crate::keys::describe(security.as_ref());
     let src = open_source(&a.file)?;
@@ -352,6 +363,7 @@ async fn send(a: SendArgs) -> Result<()> {
         max_loss: a.max_loss.map(|p| p / 100.0),
         pace: a.pace,
         max_rate: a.rate,
+        min_rate: a.min_rate,
         alpha: a.alpha,
         beta: a.beta,
         loss_tolerance: a.loss_tolerance / 100.0,
@@ -463,6 +475,7 @@ fn outcome_text(o: ReceiverOutcome) -> &'static str {
         ReceiverOutcome::Unresponsive => "DROPPED: unresponsive",
         ReceiverOutcome::TooManyPasses => "DROPPED: too many repair passes",
         ReceiverOutcome::TooLossy => "DROPPED: reported loss above --max-loss",
+        ReceiverOutcome::TooSlow => "DROPPED: took the data slower than --min-rate",
     }
 }
 
@@ -883,6 +896,9 @@ fn ended_text(code: Option<u16>) -> String {
         Some(codes::UNRESPONSIVE) => "the sender dropped this receiver: it heard nothing from it".into(),
         Some(codes::TOO_MANY_PASSES) => "the sender dropped this receiver: too many repair requests".into(),
         Some(codes::TOO_LOSSY) => "the sender dropped this receiver: its loss is above the sender's --max-loss".into(),
+        Some(c) if c == manyfold_proto::wire::ErrorCode::TOO_SLOW.0 => {
+            "the sender dropped this receiver: it took the data slower than the sender's --min-rate".into()
+        }
         Some(c) => format!("the sender ended the session with error code {c}"),
     }
 }

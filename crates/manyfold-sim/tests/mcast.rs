@@ -917,3 +917,81 @@ fn parity_first_repairs_independent_loss_at_32_receivers_with_under_5_percent_mo
         st.parity_packets
     );
 }
+
+// ---- slow receivers (spec §16.7) ---------------------------------------------
+
+/// Four receivers on one network, 100 Mbit/s from the sender, but the
+/// fourth behind a 20 Mbit/s link of its own (a queue of 256 KB): 8 MiB.
+fn slow_one_run(seed: u64, cfg: SenderConfig) -> McastWorld {
+    let mut w = McastWorld::new(seed, cfg, 8 << 20, group(), sender(), receivers(seed, &[(1, 4)]));
+    w.set_default_link(lan());
+    for i in 0..3 {
+        w.set_link(sender(), receiver(1, i), lan().rate(100_000_000, 1 << 20));
+    }
+    w.set_link(sender(), receiver(1, 3), lan().rate(20_000_000, 256 << 10));
+    assert!(w.run_to_end(Duration::from_secs(300)), "not done (seed {seed})");
+    w
+}
+
+#[test]
+fn a_slow_receiver_among_fast_ones_reports_itself_and_the_session_slows_to_it() {
+    let seed = 7901;
+    let w = slow_one_run(seed, SenderConfig::default());
+    assert_all_completed(&w, seed);
+    let behind: Vec<_> = w
+        .sender_events
+        .iter()
+        .filter_map(|(t, e)| match e {
+            SenderEvent::ReceiverBehind { addr, .. } => Some((*t, *addr)),
+            _ => None,
+        })
+        .collect();
+    let slow = &w.receivers[3];
+    let st = slow.engine.stats();
+    let total = (8u64 << 20).div_ceil(u64::from(w.sender.block()));
+    let lost = total - (st.data_packets - st.duplicates);
+    let took = w.receivers.iter().filter_map(|r| r.complete_at).max().expect("completed");
+    let report = w.sender.receivers().iter().find(|r| r.addr == receiver(1, 3)).expect("registered");
+    eprintln!(
+        "behind: {behind:?}; the slow receiver lost {lost} of {total} in the first sending, lagged {} times, \
+         rate {:?} B/s; all complete after {took:?}; {:?}",
+        st.lagged,
+        report.rate,
+        w.sender.stats()
+    );
+    assert_eq!(behind.iter().map(|b| b.1).collect::<Vec<_>>(), [receiver(1, 3)], "seed {seed}");
+    assert!(slow.engine.is_behind() && report.behind, "seed {seed}");
+    assert!(w.receivers[..3].iter().all(|r| !r.engine.is_behind()), "only the slow one (seed {seed})");
+    // Awaited on its own, it sets the pace: its own link drops little of
+    // the first sending instead of most of what exceeds 20 Mbit/s.
+    assert!(lost * 5 < total, "{lost} of {total} lost at the slow receiver (seed {seed})");
+}
+
+#[test]
+fn with_a_min_rate_the_slow_receiver_is_dropped_and_named_and_the_others_finish_fast() {
+    let seed = 7902;
+    // 5 MB/s: the fast ones take 12.5, the slow one 2.5.
+    let cfg = SenderConfig { min_rate: Some(5_000_000), ..SenderConfig::default() };
+    let w = slow_one_run(seed, cfg);
+    for i in 0..3 {
+        assert_eq!(w.receivers[i].verified, Some(true), "receiver {i} (seed {seed})");
+    }
+    let report = w.sender.receivers().iter().find(|r| r.addr == receiver(1, 3)).expect("registered");
+    assert_eq!(report.outcome, ReceiverOutcome::TooSlow, "{report:?} (seed {seed})");
+    assert!(report.rate.is_some_and(|r| r < 5e6), "{report:?}");
+    assert_eq!(
+        w.receivers[3].ended,
+        Some(ReceiverEvent::Ended { error: Some(ErrorCode::TOO_SLOW) }),
+        "the receiver is told why (seed {seed})"
+    );
+    assert!(
+        w.sender_events
+            .iter()
+            .any(|(_, e)| matches!(e, SenderEvent::ReceiverDone { outcome: ReceiverOutcome::TooSlow, .. })),
+        "seed {seed}"
+    );
+    let took = w.receivers[..3].iter().filter_map(|r| r.complete_at).max().expect("completed");
+    eprintln!("the fast ones complete after {took:?}; {:?}", w.sender.stats());
+    // 8 MiB at 100 Mbit/s is 0.7 s; at the slow one's 20 Mbit/s 3.4 s.
+    assert!(took < Duration::from_secs(3), "the others waited {took:?} (seed {seed})");
+}

@@ -81,6 +81,11 @@ impl Gaps {
         self.expected.unwrap_or(0).saturating_sub(1)
     }
 
+    /// The highest SN of the first sending seen so far.
+    pub(super) fn latest_sn(&self) -> Option<u32> {
+        self.expected.map(|e| e.saturating_sub(1))
+    }
+
     /// The LWSN of the newest DATA seen.
     pub(super) fn latest_lwsn(&self) -> Option<u32> {
         self.latest_lwsn

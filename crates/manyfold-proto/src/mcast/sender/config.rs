@@ -61,6 +61,10 @@ pub struct SenderConfig {
     pub receiver_timeout: Duration,
     /// Drop a receiver whose reported loss exceeds this fraction.
     pub max_loss: Option<f64>,
+    /// Drop a receiver that takes data slower than this, in bytes per
+    /// second measured over a second of its ACKs (spec §16.7); `None`:
+    /// the session slows down to its slowest receiver.
+    pub min_rate: Option<u64>,
     /// Most receivers in the table; REGISTERs beyond it are refused (spec §16.8).
     pub max_receivers: usize,
     /// Most pending repair entries (spec §16.8).
@@ -128,6 +132,7 @@ impl Default for SenderConfig {
             max_repair_passes: 100,
             receiver_timeout: Duration::from_secs(5),
             max_loss: None,
+            min_rate: None,
             max_receivers: 1024,
             max_repair_queue: 65_536,
             max_packets: 1 << 26,
@@ -199,6 +204,14 @@ pub enum SenderEvent {
         addr: SocketAddr,
         /// The code of its STATUS.
         code: ErrorCode,
+    },
+    /// A receiver reported that it falls behind its network (spec §16.7):
+    /// from the next window on the session waits for it on its own.
+    ReceiverBehind {
+        /// Its client id.
+        client: u32,
+        /// Its address.
+        addr: SocketAddr,
     },
     /// The session is over; every receiver's outcome is in `receivers()`.
     Finished,

@@ -13,6 +13,7 @@
 //! - `repair.rs`: repair requests and the repair queue (§16.5, §16.9);
 //! - `parity.rs`: parity first: proactive, automatic and topped-up parity
 //!   per FEC block, and the shards (§16.9);
+//! - `slow.rs`: receivers behind their network, rates, `min_rate` (§16.7);
 //! - `keys.rs`: a protected session's registrations (§19.7);
 //! - `tests.rs`: unit tests of the parts, without the simulator.
 
@@ -23,6 +24,7 @@ mod keys;
 mod members;
 mod parity;
 mod repair;
+mod slow;
 #[cfg(test)]
 mod tests;
 mod window;
@@ -38,7 +40,7 @@ use crate::mcast::secure::SEAL_OVERHEAD;
 use crate::mcast::McTransmit;
 use crate::timer::{TimerKind, Timers};
 use crate::wire::mcast::{emit, emit_announcement, Announcement, McPacket, Phase, UNKNOWN_TOTAL};
-use crate::wire::{ErrorCode, Flags, PacketType, HEADER_LEN};
+use crate::wire::{ErrorCode, Flags, Header, PacketType, HEADER_LEN};
 use control::Control;
 use keys::SenderSecurity;
 use rand::{RngCore, SeedableRng};
@@ -424,6 +426,11 @@ impl McastSender {
             self.receivers[idx].last_feedback = key;
         }
         let ack = if let McPacket::Ack { lwsn, .. } = p { Some(lwsn) } else { None };
+        // spec §16.7: KLV on an ACK: the receiver is behind its network.
+        let behind = ack.is_some() && {
+            let header = if source.is_some() { Header::parse_opened(data) } else { Header::parse(data) };
+            header.is_ok_and(|h| h.flags.contains(Flags::KLV))
+        };
         // The losses an ACK reports count against the window it confirms
         // (spec §16.3), so they are taken first.
         self.on_report(now, idx, p);
@@ -432,8 +439,9 @@ impl McastSender {
             // state: the network it registered from (authenticated in a
             // protected session), not the one the header names.
             self.stats.acks += 1;
-            let network = self.receivers[idx].network;
-            self.on_window_ack(now, network, lwsn);
+            let key = self.await_key(idx);
+            self.on_window_ack(now, key, lwsn);
+            self.on_receiver_ack(now, idx, lwsn, behind);
         }
     }
 

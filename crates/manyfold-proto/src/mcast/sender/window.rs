@@ -5,6 +5,7 @@
 //! delivery rate, and ARTP_max's adaptation.
 
 use super::config::{SenderEvent, WindowRecord};
+use super::slow::AwaitKey;
 use super::{McastSender, SenderTimer};
 use crate::mcast::McTransmit;
 use crate::wire::mcast::emit;
@@ -22,8 +23,9 @@ pub(super) struct Window {
     /// Its last packet had to be sent again: a loss, taken as congestion.
     pub(super) probed: bool,
     pub(super) sent_at: Option<Instant>,
-    pub(super) awaited: Vec<u32>,
-    pub(super) acked: Vec<u32>,
+    /// Networks (or receivers awaited on their own, spec §16.7) it waits for.
+    pub(super) awaited: Vec<AwaitKey>,
+    pub(super) acked: Vec<AwaitKey>,
     pub(super) feedback: u32,
     pub(super) timeout: Duration,
     /// When its timer expires (armed when its last packet leaves).
@@ -95,7 +97,7 @@ impl McastSender {
     /// network, every open window whose last packet is at or before it
     /// (with windows in flight, a receiver's ACK of window k+1 also says it
     /// got past window k, whose own ACK may be lost or merged into it).
-    pub(super) fn on_window_ack(&mut self, now: Instant, network: u32, lwsn: u32) {
+    pub(super) fn on_window_ack(&mut self, now: Instant, network: AwaitKey, lwsn: u32) {
         if self.windows.is_empty() {
             self.stats.late_acks += 1;
             return;
