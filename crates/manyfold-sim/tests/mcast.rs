@@ -995,3 +995,84 @@ fn with_a_min_rate_the_slow_receiver_is_dropped_and_named_and_the_others_finish_
     // 8 MiB at 100 Mbit/s is 0.7 s; at the slow one's 20 Mbit/s 3.4 s.
     assert!(took < Duration::from_secs(3), "the others waited {took:?} (seed {seed})");
 }
+
+// ---- scale (issue 22 item 5) -------------------------------------------------
+
+/// What a scale run measured.
+#[derive(Debug)]
+struct Scale {
+    /// Virtual time from the data phase's start to the last receiver's completion.
+    took: Duration,
+    /// The slowest receiver's link carrying every DATA datagram once.
+    bottleneck: Duration,
+    /// ACKs and NACKs per window per configured network.
+    feedback: f64,
+    /// Bytes the sender sent per file byte.
+    bytes: f64,
+}
+
+/// `nets` networks of `per_net` receivers, 100 Mbit/s and 5 ms from the
+/// sender with 1% independent loss on each receiver's link, every
+/// `slow_every`-th receiver behind a 50 Mbit/s link of its own; the
+/// receivers of a network are 200 µs apart and hear only each other's
+/// feedback (the group crosses the router from the sender only). The file
+/// is checked where it lands (light mode).
+fn scale_run(seed: u64, nets: u8, per_net: u8, slow_every: usize, file: u64) -> (Scale, McastWorld) {
+    let layout: Vec<(u8, u8)> = (1..=nets).map(|n| (n, per_net)).collect();
+    let rx = receivers(seed, &layout);
+    let addrs: Vec<SocketAddr> = rx.iter().map(|r| r.0).collect();
+    let mut w = McastWorld::new(seed, SenderConfig::default(), file, group(), sender(), rx).light();
+    w.lan_scoped_feedback = true;
+    w.set_default_link(lan());
+    let fast = LinkConfig::with_delay(Duration::from_millis(5)).rate(100_000_000, 1 << 20).loss(0.01);
+    let slow = LinkConfig::with_delay(Duration::from_millis(5)).rate(50_000_000, 512 << 10).loss(0.01);
+    for (i, &a) in addrs.iter().enumerate() {
+        let link = if slow_every > 0 && i % slow_every == slow_every - 1 { slow.clone() } else { fast.clone() };
+        w.set_link(sender(), a, link);
+        w.set_link(a, sender(), LinkConfig::with_delay(Duration::from_millis(5)));
+    }
+    assert!(w.run_to_end(Duration::from_secs(600)), "not done (seed {seed})");
+    assert_all_completed(&w, seed);
+    let started = w.sender_events.iter().find(|(_, e)| *e == SenderEvent::DataStarted).expect("started").0;
+    let done = w.receivers.iter().filter_map(|r| r.complete_at).max().expect("completed");
+    let packets = file.div_ceil(u64::from(w.sender.block()));
+    let slowest = if slow_every > 0 && slow_every <= addrs.len() { 50e6 } else { 100e6 };
+    let bottleneck = Duration::from_secs_f64((packets * 1452 * 8) as f64 / slowest);
+    let windows = w.windows();
+    let feedback = f64::from(windows.iter().map(|x| x.feedback).sum::<u32>()) / windows.len() as f64 / f64::from(nets);
+    let bytes = w.sent_bytes_by_sender as f64 / file as f64;
+    (Scale { took: done - started, bottleneck, feedback, bytes }, w)
+}
+
+fn check_scale(seed: u64, nets: u8, per_net: u8, slow_every: usize, file: u64) {
+    let (s, w) = scale_run(seed, nets, per_net, slow_every, file);
+    let ratio = s.took.as_secs_f64() / s.bottleneck.as_secs_f64();
+    let behind = w.sender.receivers().iter().filter(|r| r.behind).count();
+    let repair_at = w.sender_events.iter().find(|(_, e)| *e == SenderEvent::RepairStarted).map(|x| x.0);
+    eprintln!(
+        "{} receivers on {nets} networks, 1% loss, every {slow_every}th at 50 Mbit/s, {} MiB: all complete in \
+         {:?}, {ratio:.3}× the bottleneck's {:?} (every packet sent once at {repair_at:?}); {:.2} feedback per \
+         window per network; {:.4} bytes per file byte; {behind} receivers awaited on their own; {:?}",
+        w.receivers.len(),
+        file >> 20,
+        s.took,
+        s.bottleneck,
+        s.feedback,
+        s.bytes,
+        w.sender.stats()
+    );
+    assert!(ratio <= 1.1, "{ratio:.3}× the bottleneck time (seed {seed})");
+    assert!(s.feedback <= 2.0, "{:.2} feedback per window per network (seed {seed})", s.feedback);
+}
+
+#[test]
+fn a_hundred_receivers_on_ten_networks_under_loss_with_slow_ones_complete_near_the_bottleneck_time() {
+    // The CI size of the scale scenario; the full one is the ignored test below.
+    check_scale(7951, 10, 10, 50, 8 << 20);
+}
+
+#[test]
+#[ignore = "full size (1,000 receivers), minutes: cargo test --release -p manyfold-sim --test mcast -- --ignored --nocapture thousand"]
+fn a_thousand_receivers_on_fifty_networks_under_loss_with_slow_ones_complete_near_the_bottleneck_time() {
+    check_scale(7952, 50, 20, 100, 16 << 20);
+}

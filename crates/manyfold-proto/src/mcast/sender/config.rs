@@ -123,7 +123,7 @@ impl Default for SenderConfig {
             default_timeout: Duration::from_millis(100),
             max_timeout: Duration::from_secs(2),
             initial_window: 1,
-            windows_in_flight: 2,
+            windows_in_flight: 3,
             max_window: 256,
             slow_start: true,
             repair_gather: Duration::from_millis(5),

@@ -79,18 +79,13 @@ impl McastSender {
             }
             for (block, per) in blocks {
                 let next = self.parity_next.get(&block).copied().unwrap_or(0);
-                // A receiver's first pass: it holds the shards sent so far
-                // unless it lost some, so it needs what it misses beyond
-                // them (one at least); a later pass: all it misses.
-                let need = |i: usize, n: u16| {
-                    if self.receivers[i].repair_passes <= 1 {
-                        n.saturating_sub(next).max(1)
-                    } else {
-                        n
-                    }
-                };
+                // A receiver holds the shards sent so far unless it lost
+                // some, so it needs what it misses beyond them, and one at
+                // least (it lost one, or it would have rebuilt the block):
+                // a receiver losing shards gets one more each pass.
+                let need = |n: u16| n.saturating_sub(next).max(1);
                 let live = per.iter().filter(|(&i, _)| self.receivers[i].outcome == ReceiverOutcome::Active);
-                let (count, worst) = live.fold((0, 0), |(c, w), (&i, &n)| (c + 1, w.max(need(i, n))));
+                let (count, worst) = live.fold((0, 0), |(c, w), (_, &n)| (c + 1, w.max(need(n))));
                 // Parity first (spec §16.9): any block a live receiver
                 // misses packets of gets parity while its code has
                 // indexes left; a shard also serves whoever asks later.

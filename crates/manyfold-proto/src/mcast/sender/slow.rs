@@ -37,6 +37,12 @@ impl McastSender {
             r.behind = true;
             let (client, addr) = (r.client, r.addr);
             self.events.push_back(SenderEvent::ReceiverBehind { client, addr });
+            // A queue builds up in front of it: a sign of congestion, which
+            // ends slow start and halves the window (spec §16.3).
+            if self.slow_start {
+                self.slow_start = false;
+                self.w = (self.w / 2).max(1);
+            }
         }
         self.measure_rate(now, idx, lwsn);
     }

@@ -121,7 +121,7 @@ fn a_confirmed_window_doubles_in_slow_start_and_an_expired_one_shrinks_and_stret
 #[test]
 fn with_two_windows_in_flight_the_next_goes_out_before_the_last_is_acked_and_one_ack_confirms_both() {
     let t0 = Instant::now();
-    let cfg = SenderConfig { initial_window: 4, slow_start: false, ..SenderConfig::default() };
+    let cfg = SenderConfig { initial_window: 4, slow_start: false, windows_in_flight: 2, ..SenderConfig::default() };
     let mut s = sender(cfg, 50, &[(7, 1)], t0);
     // Window 0..=3 and, without waiting for its ACK, window 4..=7.
     assert_eq!(data_sns(&drain(&mut s, t0)), [0, 1, 2, 3, 4, 5, 6, 7]);
