@@ -154,9 +154,10 @@ pub struct SendArgs {
     /// throttle everyone.
     #[arg(long, default_value_t = 5.0, value_name = "PCT")]
     loss_tolerance: f64,
-    /// Packets per Reed-Solomon FEC block (at most 64); 0 turns parity off
-    /// and repairs every lost packet by itself.
-    #[arg(long, default_value_t = 32, value_name = "K")]
+    /// Packets per Reed-Solomon FEC block (at most 256); 0 turns parity
+    /// off and repairs every lost packet by itself. Larger blocks let one
+    /// parity packet repair more receivers' different losses (spec §16.9).
+    #[arg(long, default_value_t = 256, value_name = "K")]
     fec: u16,
     /// Parity packets sent after every FEC block during the first sending
     /// (proactive FEC); repairs still send parity on demand.
@@ -335,8 +336,8 @@ async fn send(a: SendArgs) -> Result<()> {
     if !(0.0..100.0).contains(&a.loss_tolerance) {
         bail!("--loss-tolerance is a percentage from 0 up to 100, not {}", a.loss_tolerance);
     }
-    if a.fec > 64 || (a.fec == 0 && a.fec_proactive > 0) || a.fec_proactive > 64 {
-        bail!("--fec takes 0..=64 packets per block, and --fec-proactive (at most 64) needs --fec above 0");
+    if a.fec > 256 || (a.fec == 0 && a.fec_proactive > 0) || a.fec_proactive > 64 {
+        bail!("--fec takes 0..=256 packets per block, and --fec-proactive (at most 64) needs --fec above 0");
     }
     if !(576..=65_507).contains(&a.max_datagram) {
         bail!("--max-datagram must be between 576 and 65507 bytes");

@@ -171,6 +171,8 @@ pub struct McastSender {
     artp_acks_at: u64,
     /// The most losses one receiver reported since the last window resolved.
     new_losses: u32,
+    /// The same, among receivers behind their network (spec §16.7).
+    new_losses_behind: u32,
     /// Smoothed time from a window's last packet to its first ACK.
     ack_time: Option<Duration>,
     security: Option<Box<SenderSecurity>>,
@@ -235,6 +237,7 @@ impl McastSender {
             artp_networks: 0,
             artp_acks_at: 0,
             new_losses: 0,
+            new_losses_behind: 0,
             ack_time: None,
             security,
             send_clear: false,

@@ -219,11 +219,14 @@ fn with_the_papers_rule_every_newly_reported_loss_shrinks_the_window() {
 #[test]
 fn the_loss_allowance_is_the_tolerated_share_plus_two_standard_deviations() {
     // spec §16.3: 4 losses of a 23-packet window trip 5%, 3 do not; 20 of 256.
-    let a = loss_allowance(0.05, 23.0);
+    let a = loss_allowance(0.05, 23.0, 4);
     assert!((3.0..4.0).contains(&a), "{a}");
-    let a = loss_allowance(0.05, 256.0);
+    let a = loss_allowance(0.05, 256.0, 1);
     assert!((19.0..20.0).contains(&a), "{a}");
-    assert_eq!(loss_allowance(0.05, 1.0), 1.0, "at least one");
+    assert_eq!(loss_allowance(0.05, 1.0, 8), 1.0, "at least one");
+    // The most of a thousand receivers' losses lies further out: 3.7 deviations.
+    let a = loss_allowance(0.05, 256.0, 1000);
+    assert!((25.0..26.0).contains(&a), "{a}");
 }
 
 // ---- members.rs: the receiver table (spec §16.7–§16.8) ---------------------

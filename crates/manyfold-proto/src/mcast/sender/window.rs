@@ -53,9 +53,16 @@ pub(super) fn packets_available(available: u64, block: u16, total: Option<u32>) 
 /// fraction plus two standard deviations of what independent loss at that
 /// rate gives, so that random loss (whose reports may also fall into the
 /// next window) is not read as congestion, while a bottleneck's burst is.
-pub(super) fn loss_allowance(tolerance: f64, size: f64) -> f64 {
+///
+/// The measure is the most any one of `receivers` reported, and the most
+/// of n independent draws lies further out as n grows: the deviations
+/// allowed are `max(2, √(2 ln n))` (the expected maximum of n normal
+/// draws), so a thousand receivers at 1% do not shrink small windows
+/// forever (spec §16.3).
+pub(super) fn loss_allowance(tolerance: f64, size: f64, receivers: usize) -> f64 {
     let mean = tolerance * size;
-    (mean + 2.0 * (mean * (1.0 - tolerance)).sqrt()).max(1.0)
+    let z = (2.0 * (receivers.max(1) as f64).ln()).sqrt().max(2.0);
+    (mean + z * (mean * (1.0 - tolerance)).sqrt()).max(1.0)
 }
 
 impl McastSender {
@@ -90,7 +97,14 @@ impl McastSender {
         let r = &mut self.receivers[idx];
         r.reported_lost += lost;
         r.window_lost += recent;
-        self.new_losses = self.new_losses.max(r.window_lost.min(u64::from(u32::MAX)) as u32);
+        let lost = r.window_lost.min(u64::from(u32::MAX)) as u32;
+        // A receiver behind its own bottleneck is judged alone (spec §16.7):
+        // its losses are its queue's, not one draw among many.
+        if r.behind {
+            self.new_losses_behind = self.new_losses_behind.max(lost);
+        } else {
+            self.new_losses = self.new_losses.max(lost);
+        }
     }
 
     /// spec §16.3: an ACK of LWSN `lwsn` from `network` confirms, for that
@@ -179,13 +193,14 @@ impl McastSender {
             // With a loss tolerance, losses shrink the window only above
             // that fraction of what went out (spec §16.3).
             let size = f64::from(w.lwsn + 1 - w.first);
-            if self.cfg.loss_tolerance > 0.0
-                && f64::from(self.new_losses) > loss_allowance(self.cfg.loss_tolerance, size)
-            {
+            let tolerance = self.cfg.loss_tolerance;
+            let over = |lost: u32, n: usize| f64::from(lost) > loss_allowance(tolerance, size, n);
+            if tolerance > 0.0 && (over(self.new_losses, self.live()) || over(self.new_losses_behind, 1)) {
                 // Shrink in proportion to the loss (a receiver losing half
                 // a window behind its own bottleneck halves it in two
                 // windows), by one at least.
-                let f = (f64::from(self.new_losses) / size).min(1.0);
+                let worst = self.new_losses.max(self.new_losses_behind);
+                let f = (f64::from(worst) / size).min(1.0);
                 let scaled = (f64::from(self.w) * (1.0 - f / 2.0)) as u32;
                 self.w = scaled.min(self.w.saturating_sub(1)).max(1);
                 self.slow_start = false;
@@ -215,6 +230,7 @@ impl McastSender {
         }
         self.last_resolved = Some(now);
         self.new_losses = 0;
+        self.new_losses_behind = 0;
         self.recent_from = w.first;
         self.settle_blocks();
         for r in &mut self.receivers {
