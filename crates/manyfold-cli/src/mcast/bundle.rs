@@ -414,6 +414,12 @@ impl Manifest {
                     let is_dir = meta.file_type().is_dir();
                     match e.kind {
                         Kind::Dir if is_dir => {}
+                        Kind::Dir if meta.file_type().is_symlink() => {
+                            return Err(refuse(format!(
+                                "{} is a symbolic link where the bundle has a directory",
+                                at.display()
+                            )))
+                        }
                         Kind::Dir => return Err(refuse(format!("{} exists and is not a directory", at.display()))),
                         _ if is_dir => return Err(refuse(format!("{} exists as a directory", at.display()))),
                         _ if !overwrite => {

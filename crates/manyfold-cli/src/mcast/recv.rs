@@ -25,8 +25,9 @@ enum Ended {
     Received,
     /// Failed (the report and JSON object already out); why.
     Failed(anyhow::Error),
-    /// SIGINT or SIGTERM: the sender was told and no partial file is left.
-    Interrupted,
+    /// SIGINT or SIGTERM: the sender was told and no partial file is
+    /// left; `during`: a session was under way.
+    Interrupted { during: bool },
 }
 
 /// What every session of one `mcast recv` shares.
@@ -65,7 +66,7 @@ pub(super) async fn recv(a: RecvArgs) -> Result<()> {
         return match session(&a, &setup, &mut done).await? {
             Ended::Received => Ok(()),
             Ended::Failed(e) => Err(e),
-            Ended::Interrupted => interrupted("the sender was told, and the partial file was deleted"),
+            Ended::Interrupted { .. } => interrupted("the sender was told, and the partial file was deleted"),
         };
     }
     // uftpd's loop: each session's status line and report, until a signal.
@@ -82,11 +83,16 @@ pub(super) async fn recv(a: RecvArgs) -> Result<()> {
                 failed += 1;
                 eprintln!("manyfold mcast: session failed: {e:#}; waiting for the next");
             }
-            Ended::Interrupted => {
+            Ended::Interrupted { during } => {
                 let by = crate::net::lifecycle::signal().map_or("a signal", |s| s.name());
                 eprintln!(
-                    "manyfold mcast: stopped by {by} after {} session(s): {received} received, {failed} failed",
-                    received + failed
+                    "manyfold mcast: stopped by {by} after {} session(s): {received} received, {failed} failed{}",
+                    received + failed,
+                    if during {
+                        "; the session under way was left (its sender told) and its partial file deleted"
+                    } else {
+                        ""
+                    }
                 );
                 return Ok(());
             }
@@ -147,7 +153,7 @@ async fn session(a: &RecvArgs, setup: &Setup, done: &mut HashSet<u32>) -> Result
     bar.finish_and_clear();
     if crate::net::lifecycle::signal().is_some() {
         // The sink (and its partial file) goes with this function.
-        return Ok(Ended::Interrupted);
+        return Ok(Ended::Interrupted { during: sink.heard });
     }
     let encrypted = a.net.key_file.is_some();
     let (outcome, view) = match received {

@@ -142,7 +142,10 @@ pub(super) async fn send(a: SendArgs) -> Result<()> {
     let first = &a.files[0];
     let name = match &a.name {
         Some(n) => n.clone(),
-        None if a.files.len() > 1 => format!("{} files", a.files.len()),
+        None if a.files.len() > 1 => {
+            let n = first.file_name().map_or("files".into(), |n| n.to_string_lossy().into_owned());
+            format!("{n} and {} more", a.files.len() - 1)
+        }
         None if first == Path::new("-") => "stdin".into(),
         None => first.file_name().map(|n| n.to_string_lossy().into_owned()).context("FILE has no file name")?,
     };
@@ -269,7 +272,7 @@ pub(super) async fn send(a: SendArgs) -> Result<()> {
         let ok = hosts.as_ref().is_none_or(|h| h.admits(addr, client));
         if !ok && !refused.borrow().contains(&addr) {
             refused.borrow_mut().push(addr);
-            multi.println(format!("refused {addr} (id {client:08x}): not in --hosts")).ok();
+            multi.suspend(|| eprintln!("refused {addr} (id {client:08x}): not in --hosts"));
         }
         ok
     };
