@@ -84,7 +84,10 @@ impl McastNet {
         if !self.group.ip().is_multicast() {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
-                format!("{} is not a multicast address (IPv4 224.0.0.0/4 or IPv6 ff00::/8)", self.group.ip()),
+                match self.group.ip() {
+                    IpAddr::V4(ip) => format!("{ip} is not an IPv4 multicast address (224.0.0.0/4)"),
+                    IpAddr::V6(ip) => format!("{ip} is not an IPv6 multicast address (ff00::/8)"),
+                },
             ));
         }
         if self.group.is_ipv4() != self.bind.is_ipv4() {
