@@ -644,6 +644,9 @@ pub struct ReceiverView {
     pub session: Option<u32>,
     /// This receiver's client id (spec §16.2).
     pub client: u32,
+    /// Since the session was first described to this receiver (zero
+    /// before): the session's time, without the wait for it.
+    pub session_elapsed: Duration,
 }
 
 /// Receives one session from the group into `sink`. Returns how it ended.
@@ -756,6 +759,7 @@ async fn receive_inner(
     let mut tick = tokio::time::interval(Duration::from_millis(100));
     let mut outcome = None;
     let mut hash_ok = None;
+    let heard_at = std::cell::Cell::new(None::<Instant>);
     let view = |r: &McastReceiver| {
         let (held, total) = r.progress();
         ReceiverView {
@@ -768,6 +772,7 @@ async fn receive_inner(
             ignored: r.ignored(),
             session: r.session_id(),
             client: r.client_id(),
+            session_elapsed: heard_at.get().map_or(Duration::ZERO, |t| t.elapsed()),
         }
     };
     // The sink's failure, told to the sender before it is returned.
@@ -780,6 +785,9 @@ async fn receive_inner(
             }
             match e {
                 ReceiverEvent::Announced(info) => {
+                    if heard_at.get().is_none() {
+                        heard_at.set(Some(Instant::now()));
+                    }
                     if let Err(e) = sink.announced(&info) {
                         sink_error = Some(e);
                     }

@@ -9,6 +9,9 @@ use std::path::Path;
 use anyhow::{bail, Context, Result};
 use manyfold::mcast::{ReceiverOutcome, ReceiverReport};
 
+/// How a receiver's part ended, in words (the sender's report's).
+pub type Describe<'a> = &'a dyn Fn(&ReceiverReport) -> String;
+
 /// One line of the list: an address or a client id.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Host {
@@ -99,11 +102,7 @@ impl Hosts {
 
     /// The listed hosts without the whole file, each with why: never
     /// joined, or how its part ended.
-    pub fn missing(
-        &self,
-        receivers: &[ReceiverReport],
-        outcome_text: fn(ReceiverOutcome) -> &'static str,
-    ) -> Vec<String> {
+    pub fn missing(&self, receivers: &[ReceiverReport], describe: Describe<'_>) -> Vec<String> {
         let mut out = Vec::new();
         for &h in &self.hosts {
             let theirs: Vec<&ReceiverReport> = receivers.iter().filter(|r| self.names(h, r.addr, r.client)).collect();
@@ -112,7 +111,7 @@ impl Hosts {
             }
             match theirs.last() {
                 None => out.push(format!("{h} (never joined)")),
-                Some(r) => out.push(format!("{h} ({})", outcome_text(r.outcome))),
+                Some(r) => out.push(format!("{h} ({})", describe(r))),
             }
         }
         out

@@ -241,7 +241,7 @@ pub struct RecvArgs {
     /// (null or why), `name`, `sender`, `session` (its id, hex), `client`
     /// (ours, hex), `stored` (the path written; null unless ok), `files`
     /// (a bundle's: `path`, `type`, `bytes`; else null), `bytes`,
-    /// `seconds`, `goodput_bytes_per_second`, `blake3`, `encrypted`, and
+    /// `seconds` (since the session was heard), `goodput_bytes_per_second`, `blake3`, `encrypted`, and
     /// the packet counts `data_packets`, `repairs_received`,
     /// `fec_recovered`, `parity_received`, `duplicates`, `acks_sent`,
     /// `acks_suppressed`, `nacks_sent`, `nacks_suppressed`,

@@ -72,9 +72,10 @@ pub(super) async fn recv(a: RecvArgs) -> Result<()> {
     // uftpd's loop: each session's status line and report, until a signal.
     let (mut received, mut failed) = (0u64, 0u64);
     eprintln!(
-        "manyfold mcast: receiving session after session on {} into {} until SIGINT or SIGTERM",
+        "manyfold mcast: receiving session after session on {} into {} ({}) until SIGINT or SIGTERM",
         a.net.group,
-        a.dir.as_deref().map_or("?".into(), |d| d.display().to_string())
+        a.dir.as_deref().map_or("?".into(), |d| d.display().to_string()),
+        setup.mode
     );
     loop {
         match session(&a, &setup, &mut done).await? {
@@ -116,7 +117,7 @@ async fn session(a: &RecvArgs, setup: &Setup, done: &mut HashSet<u32>) -> Result
     let mut sink = Sink::new(setup.target.clone(), a.overwrite);
     let multi = multi_progress();
     let bar = crate::report::waiting_bar(&multi, "received", "waiting for a sender's session");
-    if !a.daemon || done.is_empty() {
+    if !a.daemon {
         eprintln!("manyfold mcast: listening on {} for a session ({mode})", a.net.group);
     }
     let mut announced = false;
@@ -226,8 +227,8 @@ async fn session(a: &RecvArgs, setup: &Setup, done: &mut HashSet<u32>) -> Result
             };
             let mut text = format!(
                 "{name}: {what} received and verified (BLAKE3) in {} ({}); {mode}\n  {summary}",
-                human_duration(view.elapsed),
-                human_rate(size, view.elapsed)
+                human_duration(view.session_elapsed),
+                human_rate(size, view.session_elapsed)
             );
             if let Some(m) = &bundle {
                 for e in &m.entries {
@@ -285,7 +286,7 @@ fn recv_json(
     let info = view.info.as_ref();
     let st = &view.stats;
     let bytes = info.and_then(|i| i.size);
-    let secs = view.elapsed.as_secs_f64();
+    let secs = view.session_elapsed.as_secs_f64();
     let files = bundle.map(|m| {
         m.entries
             .iter()

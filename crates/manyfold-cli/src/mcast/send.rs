@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use indicatif::ProgressBar;
-use manyfold::mcast::{McastSource, ReceiverOutcome, SenderView, SourceGrowth};
+use manyfold::mcast::{McastSource, ReceiverOutcome, ReceiverReport, SenderView, SourceGrowth};
 use manyfold_proto::mcast::{Announcement, SenderConfig, SenderEvent};
 use tokio::sync::watch;
 
@@ -304,7 +304,9 @@ pub(super) async fn send(a: SendArgs) -> Result<()> {
     let joined_text = if joined.is_empty() { "none".to_string() } else { joined.join(", ") };
     // Every host of --hosts must have the file; those that do not are named.
     if let Some(h) = &hosts {
-        let missing = h.missing(&view.receivers, outcome_text);
+        let missing = h.missing(&view.receivers, &|r: &ReceiverReport| {
+            r.left.map_or_else(|| outcome_text(r.outcome).into(), left_text)
+        });
         if !missing.is_empty() {
             bail!(
                 "{} of the {} receivers in --hosts did not get the file: {}; joined: {joined_text}",
@@ -366,11 +368,20 @@ fn print_send_report(v: &SenderView, name: &str, mode: &str, data_phase: Option<
     let sent = st.data_packets + st.parity_packets + st.repair_multicast + st.repair_unicast;
     let windows = (st.windows_confirmed + st.windows_expired).max(1);
     let networks: std::collections::BTreeSet<u32> = v.receivers.iter().map(|r| r.network).collect();
+    // Ended before any data went (interrupted, or nobody joined): no rate.
+    let once = (u64::from(v.progress.0) * u64::from(v.block)).min(bytes);
+    let how = if st.data_packets == 0 || v.transfer.is_zero() {
+        "not sent".to_string()
+    } else if once < bytes {
+        // Cut short (interrupted, everyone gone): how far it got, no rate
+        // of the whole.
+        format!("cut short after {} sent once, in {}", human_bytes(once), human_duration(v.transfer))
+    } else {
+        format!("in {} ({} per receiver)", human_duration(v.transfer), human_rate(bytes, v.transfer))
+    };
     println!(
-        "{name}: {} in {} ({} per receiver) to {} receiver(s) on {} network(s), after {} announcing; {mode}",
+        "{name}: {} {how} to {} receiver(s) on {} network(s), after {} announcing; {mode}",
         human_bytes(bytes),
-        human_duration(v.transfer),
-        human_rate(bytes, v.transfer),
         v.receivers.len(),
         networks.len(),
         human_duration(v.elapsed.saturating_sub(v.transfer))
