@@ -11,6 +11,7 @@
 //! writes each file under a temporary name and renames it only once its
 //! hash matches ([`Manifest::unpack`]).
 
+use std::cell::RefCell;
 use std::collections::HashSet;
 use std::fs::File;
 use std::io;
@@ -67,8 +68,12 @@ pub struct Manifest {
 /// The sender's side: the header and the files to read after it.
 pub struct Bundle {
     header: Vec<u8>,
-    /// Each file's offset in the object, its length and the open file.
-    files: Vec<(u64, u64, File, PathBuf)>,
+    /// Each file's offset in the object, its length and its path.
+    files: Vec<(u64, u64, PathBuf)>,
+    /// The file being read (its index): one open at a time, whatever the
+    /// bundle's size (a directory may hold more files than a process may
+    /// open).
+    open: RefCell<Option<(usize, File)>>,
     pub manifest: Manifest,
 }
 
@@ -106,7 +111,7 @@ impl Bundle {
                 on_progress(done);
             }
             entry.kind = Kind::File { size, blake3: *hasher.finalize().as_bytes() };
-            files.push((0, size, file, path));
+            files.push((0, size, path));
         }
         let header = manifest.header();
         let mut offset = header.len() as u64;
@@ -114,7 +119,7 @@ impl Bundle {
             f.0 = offset;
             offset += f.1;
         }
-        Ok(Bundle { header, files, manifest })
+        Ok(Bundle { header, files, open: RefCell::new(None), manifest })
     }
 
     /// The object's size: header and files.
@@ -143,12 +148,19 @@ impl McastSource for Bundle {
                 continue;
             }
             // The file holding `at`: the last starting at or before it.
-            let i = self.files.partition_point(|f| f.0 <= at);
-            let Some((start, len, file, path)) = i.checked_sub(1).map(|i| &self.files[i]) else { break };
+            let Some(i) = self.files.partition_point(|f| f.0 <= at).checked_sub(1) else { break };
+            let (start, len, path) = &self.files[i];
             if at >= start + len {
                 // Past the last file: the end of the object.
                 break;
             }
+            let mut open = self.open.borrow_mut();
+            if open.as_ref().is_none_or(|(k, _)| *k != i) {
+                let f = File::open(path)
+                    .map_err(|e| io::Error::new(e.kind(), format!("cannot open {}: {e}", path.display())))?;
+                *open = Some((i, f));
+            }
+            let file = &open.as_ref().expect("just opened").1;
             let want = ((start + len - at) as usize).min(out.len() - got);
             let n = file.read_at(&mut out[got..got + want], at - start)?;
             if n == 0 {
@@ -593,6 +605,24 @@ mod tests {
             assert!(e.to_string().starts_with("refused the bundle"), "{e}");
         }
         assert_eq!(std::fs::read_dir(outside.path()).unwrap().count(), 0);
+    }
+
+    #[test]
+    fn a_bundle_of_many_files_reads_back_whole_with_one_file_open_at_a_time() {
+        let src = tempfile::tempdir().unwrap();
+        let d = src.path().join("many");
+        std::fs::create_dir(&d).unwrap();
+        // More than the common limit of 1,024 open files: one is open at a time.
+        for i in 0..1500u32 {
+            std::fs::write(d.join(format!("f{i:04}")), i.to_be_bytes()).unwrap();
+        }
+        let b = Bundle::build(std::slice::from_ref(&d), &mut |_| {}).unwrap();
+        let mut object = vec![0u8; b.size() as usize];
+        assert_eq!(b.copy_at(0, &mut object).unwrap(), object.len());
+        let files = &object[b.header.len()..];
+        assert_eq!(files.len(), 1500 * 4);
+        assert_eq!(&files[4 * 1499..], &1499u32.to_be_bytes());
+        assert_eq!(b.open.borrow().as_ref().map(|(i, _)| *i), Some(1499));
     }
 
     #[test]
