@@ -86,8 +86,13 @@ impl Bundle {
         let mut sources = Vec::new();
         let mut seen = HashSet::new();
         for p in paths {
-            let name =
-                p.file_name().with_context(|| format!("{} has no file name to keep in the bundle", p.display()))?;
+            // `.` or `..`: the directory's own name.
+            let canonical = if p.file_name().is_none() { std::fs::canonicalize(p).ok() } else { None };
+            let name = canonical
+                .as_deref()
+                .unwrap_or(p)
+                .file_name()
+                .with_context(|| format!("{} has no file name to keep in the bundle", p.display()))?;
             let name = name.to_str().with_context(|| format!("{}: the name is not UTF-8", p.display()))?.to_string();
             walk(p, name, &mut manifest, &mut sources, &mut seen)?;
         }

@@ -149,21 +149,29 @@ async fn session(a: &RecvArgs, setup: &Setup, done: &mut HashSet<u32>) -> Result
             bar.set_position(v.held * block);
         }
     };
+    let before = done.clone();
     let received =
         manyfold::mcast::receive_session(&a.net.net(), cfg, &mut sink, setup.wait, done, on_signal(), on_tick).await;
+    let session = done.difference(&before).next().map(|s| format!("{s:08x}"));
     bar.finish_and_clear();
     if crate::net::lifecycle::signal().is_some() {
         // The sink (and its partial file) goes with this function.
-        return Ok(Ended::Interrupted { during: sink.heard });
+        return Ok(Ended::Interrupted { during: sink.heard.is_some() });
     }
     let encrypted = a.net.key_file.is_some();
     let (outcome, view) = match received {
         Ok(r) => r,
         // Our store failed or refused the session (the sender was told):
         // this session failed, a daemon goes on.
-        Err(e) if sink.heard => {
-            let why = format!("{e}");
-            crate::report::emit_json(|| json!({"ok": false, "error": why, "encrypted": encrypted}));
+        Err(e) if sink.heard.is_some() => {
+            let name = sink.heard.as_deref().unwrap_or("?");
+            let why = format!("{name}: {e}");
+            crate::report::emit_json(
+                || json!({"ok": false, "error": why, "name": name, "session": session, "encrypted": encrypted}),
+            );
+            if a.daemon && crate::report::output() == crate::report::Output::Text {
+                eprintln!("session {} ({name}): FAILED: {e}", session.as_deref().unwrap_or("?"));
+            }
             return Ok(Ended::Failed(anyhow::anyhow!(why)));
         }
         Err(e) => return Err(e).with_context(|| format!("receiving from {}", a.net.group)),

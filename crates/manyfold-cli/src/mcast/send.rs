@@ -140,14 +140,24 @@ fn open_source(path: &Path) -> Result<Source> {
 
 pub(super) async fn send(a: SendArgs) -> Result<()> {
     let first = &a.files[0];
+    // `.` names the current directory by its own name; a label of a
+    // bundle never starts with a dot (receivers refuse hidden names).
+    let own_name = |p: &Path| {
+        let canonical = if p.file_name().is_none() { std::fs::canonicalize(p).ok() } else { None };
+        canonical.as_deref().unwrap_or(p).file_name().map(|n| n.to_string_lossy().into_owned())
+    };
+    let label = |n: String| match n.trim_start_matches('.') {
+        "" => "bundle".to_string(),
+        t => t.to_string(),
+    };
     let name = match &a.name {
         Some(n) => n.clone(),
         None if a.files.len() > 1 => {
-            let n = first.file_name().map_or("files".into(), |n| n.to_string_lossy().into_owned());
-            format!("{n} and {} more", a.files.len() - 1)
+            format!("{} and {} more", label(own_name(first).unwrap_or_default()), a.files.len() - 1)
         }
         None if first == Path::new("-") => "stdin".into(),
-        None => first.file_name().map(|n| n.to_string_lossy().into_owned()).context("FILE has no file name")?,
+        None if first.is_dir() => label(own_name(first).context("FILE has no file name")?),
+        None => own_name(first).context("FILE has no file name")?,
     };
     if name.is_empty() || name.contains('/') || name == "." || name == ".." || name.len() > 255 {
         bail!("--name must be a plain file name of at most 255 bytes, not {name:?}");

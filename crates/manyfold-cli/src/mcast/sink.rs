@@ -23,8 +23,9 @@ pub(super) struct Sink {
     pub written: u64,
     /// The session was a bundle, unpacked under the directory (spec §16.10).
     pub bundle: Option<Manifest>,
-    /// A session was described to us (its failures are the session's).
-    pub heard: bool,
+    /// The name of the session described to us (its failures are the
+    /// session's), once one was.
+    pub heard: Option<String>,
 }
 
 #[derive(Debug, Clone)]
@@ -36,7 +37,7 @@ pub(super) enum Target {
 
 impl Sink {
     pub fn new(target: Target, overwrite: bool) -> Sink {
-        Sink { target, overwrite, part: None, device: None, size: None, written: 0, bundle: None, heard: false }
+        Sink { target, overwrite, part: None, device: None, size: None, written: 0, bundle: None, heard: None }
     }
 
     fn file(&self) -> Option<&File> {
@@ -51,7 +52,7 @@ fn is_block_device(path: &Path) -> bool {
 
 impl McastSink for Sink {
     fn announced(&mut self, info: &Announcement) -> std::io::Result<()> {
-        self.heard = true;
+        self.heard = Some(info.name.clone());
         let io_err = |e: anyhow::Error| std::io::Error::other(format!("{e:#}"));
         if self.file().is_none() {
             match &self.target {
