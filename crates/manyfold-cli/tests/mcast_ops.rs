@@ -363,3 +363,33 @@ fn mcast_send_rate_caps_repairs_too_when_a_receiver_is_lossy() {
     assert!(rate <= 2e6 * 1.05, "{rate:.0} B/s is over the 2 MB/s cap\n{v}");
     assert!(secs >= 3.0 * 0.95, "6 MB cannot go in {secs} s at 2 MB/s");
 }
+
+/// The daemon in text: a status line and a report per session; a session
+/// that fails (its file exists, no --overwrite) is reported, its sender
+/// told, and the daemon goes on to the next; SIGTERM while idle stops it
+/// with exit 0 and a count of the sessions.
+#[test]
+fn the_receiver_daemon_reports_a_failed_session_goes_on_and_stops_on_sigterm() {
+    let Some(o) = ops(2) else { return };
+    let group = "239.77.1.8:7108";
+    let (f, g) = (o.path("f.bin"), o.path("g.bin"));
+    samplegen(&f, "500KB", 31);
+    samplegen(&g, "700KB", 32);
+    let daemon = Running::spawn(o.recv(1, group, &["--daemon"]));
+    Running::spawn(o.send(group, &["--wait", "20"], &[&f])).wait(LIMIT).assert_success();
+    let again = Running::spawn(o.send(group, &["--wait", "20"], &[&f])).wait(LIMIT);
+    again.assert_failure();
+    assert!(again.stdout.contains("LEFT: it could not store what it received"), "{again}");
+    Running::spawn(o.send(group, &["--wait", "20"], &[&g])).wait(LIMIT).assert_success();
+    common::signal(&daemon, "TERM");
+    let out = daemon.wait(Duration::from_secs(15));
+    eprintln!("daemon:\n{out}");
+    out.assert_success();
+    let e = &out.stderr;
+    assert_eq!(e.matches(": received\n").count(), 2, "a status line per stored session\n{out}");
+    assert!(e.contains("f.bin: 500.00 kB received and verified") && e.contains("g.bin: 700.00 kB received"), "{out}");
+    assert!(e.contains("(f.bin): FAILED: file exists:") && e.contains("(use --overwrite)"), "{out}");
+    assert!(e.contains("stopped by SIGTERM after 3 session(s): 2 received, 1 failed\n"), "{out}");
+    assert!(same(&o.dir(1).join("f.bin"), &f) && same(&o.dir(1).join("g.bin"), &g));
+    assert_eq!(tree(&o.dir(1)), ["f.bin", "g.bin"], "no temporary file left");
+}

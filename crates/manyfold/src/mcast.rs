@@ -140,6 +140,10 @@ async fn send_io(io: &UdpIo, dest: SocketAddr, contents: &[u8], seg: Option<usiz
     }
 }
 
+/// Longest a receiver whose sink failed before it registered keeps
+/// registering, so that its departure reaches the sender (spec §16.7).
+const LEAVE_AFTER_REGISTER: Duration = Duration::from_secs(2);
+
 /// A slot of a multicast receive batch holds a GRO batch: up to 64
 /// datagrams (UDP_GRO_CNT_MAX) of up to ~1.5 KB, more than 64 KiB; a
 /// smaller slot makes the read fail with EMSGSIZE.
@@ -777,6 +781,7 @@ async fn receive_inner(
     };
     // The sink's failure, told to the sender before it is returned.
     let mut sink_error: Option<io::Error> = None;
+    let mut leave_by: Option<Instant> = None;
     loop {
         *joined = r.session_id();
         while let Some(e) = r.poll_event() {
@@ -816,15 +821,24 @@ async fn receive_inner(
         }
         let now = Instant::now();
         if sink_error.is_some() && aborted.is_none() {
-            // spec §16.7: the sender learns at once that we left.
-            aborted = Some(ErrorCode::APPLICATION);
-            r.abort(now, ErrorCode::APPLICATION);
+            // spec §16.7: the sender learns at once that we left. A sink
+            // that failed on the session's description (a file that
+            // exists, say) fails before we registered, and a sender hears
+            // a departure only from a registered receiver: registering
+            // goes on (storing nothing) for up to `LEAVE_AFTER_REGISTER`.
+            let until = *leave_by.get_or_insert(now + LEAVE_AFTER_REGISTER);
+            if r.is_registered() || r.session_id().is_none() || now >= until {
+                aborted = Some(ErrorCode::APPLICATION);
+                r.abort(now, ErrorCode::APPLICATION);
+            }
         }
         while let Some(t) = r.poll_transmit(now, &mut buf) {
             send_io(&socks.unicast, t.destination, &buf[..t.size], None).await?;
         }
-        if let Some(e) = sink_error {
-            return Err(e);
+        if aborted.is_some() {
+            if let Some(e) = sink_error {
+                return Err(e);
+            }
         }
         if let Some(code) = aborted {
             return Err(io::Error::new(
@@ -858,8 +872,11 @@ async fn receive_inner(
                         continue;
                     }
                     if let Some(del) = r.handle_datagram(now, from, d) {
+                        if sink_error.is_some() {
+                            continue;
+                        }
                         if let Err(e) = writes.push(sink, del.offset, &d[del.payload]) {
-                            sink_error.get_or_insert(e);
+                            sink_error = Some(e);
                         }
                     }
                 }
