@@ -393,3 +393,27 @@ fn the_receiver_daemon_reports_a_failed_session_goes_on_and_stops_on_sigterm() {
     assert!(same(&o.dir(1).join("f.bin"), &f) && same(&o.dir(1).join("g.bin"), &g));
     assert_eq!(tree(&o.dir(1)), ["f.bin", "g.bin"], "no temporary file left");
 }
+
+/// A bundle cannot be stored as one file: `recv --output` refuses it with
+/// a clear error (receive it with --dir), keeps nothing, and the sender
+/// learns that this receiver left.
+#[test]
+fn a_bundle_received_with_output_is_refused_saying_to_use_dir() {
+    let Some(o) = ops(2) else { return };
+    let top = o.path("src/docs");
+    std::fs::create_dir_all(&top).unwrap();
+    samplegen(&top.join("d.bin"), "200KB", 33);
+    let group = "239.77.1.9:7109";
+    let target = o.dir(1).join("one-file");
+    let mut c = o.lab.exec(1);
+    c.args(["mcast", "recv", "--group", group, "--iface", &o.lab.iface(1), "--wait", "60", "--output"]).arg(&target);
+    let receiver = Running::spawn(c);
+    let sent = Running::spawn(o.send(group, &["--wait", "20"], &[&top])).wait(LIMIT);
+    let got = receiver.wait(LIMIT);
+    eprintln!("sender:\n{sent}\nreceiver:\n{got}");
+    got.assert_failure();
+    assert!(got.stderr.contains("the session is a bundle of 1 file(s), 200000 bytes: receive it with --dir"), "{got}");
+    assert!(tree(&o.dir(1)).is_empty(), "nothing kept: {:?}", tree(&o.dir(1)));
+    sent.assert_failure();
+    assert!(sent.stdout.contains("LEFT: it could not store"), "{sent}");
+}

@@ -230,7 +230,8 @@ pub struct RecvArgs {
     #[arg(long)]
     network: Option<String>,
     /// Give up if no session is heard within this many seconds [default:
-    /// wait forever]; with --daemon, the wait for each session.
+    /// wait forever]; with --daemon, for each next session: none within
+    /// it stops the daemon with an error.
     #[arg(long)]
     wait: Option<f64>,
     /// Give up when nothing comes from the sender for this many seconds.
