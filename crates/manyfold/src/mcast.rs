@@ -1,5 +1,7 @@
 //! Multicast file replication over real sockets (spec §16): drives the
-//! sans-IO [`McastSender`] and [`McastReceiver`] with tokio.
+//! sans-IO [`McastSender`] and [`McastReceiver`] with tokio, over IPv4 or
+//! IPv6 groups; a sender's admission of receivers and a receiver's
+//! session after session (spec §16.10) are here too.
 //!
 //! Each side has two sockets: a **unicast** one on an ephemeral port, from
 //! which it sends everything and on which the other side's unicast replies
