@@ -242,8 +242,12 @@ impl Connection {
         q.record(now, QlogData::PacketSent { packet: PacketInfo::of(&p, datagram.len()), trigger: None });
     }
 
-    /// Marks the packet just recorded as sent again for `trigger`.
-    fn record_resend(&mut self, trigger: SendTrigger) {
+    /// The packet just sent repeated data for `trigger`: a retransmission
+    /// in the counts and the trace. The sent queue says which resends
+    /// count (a lost path MTU probe's small repeat carries no data, spec
+    /// §3.7).
+    fn count_resend(&mut self, trigger: SendTrigger) {
+        self.stats.retransmissions += 1;
         if let Some(q) = self.qlog.as_mut() {
             q.mark_last_sent(trigger);
         }
