@@ -51,6 +51,8 @@ pub mod codes {
     pub const TOO_MANY_PASSES: u16 = ErrorCode::TOO_MANY_PASSES.0;
     /// Dropped: reported loss above `max_loss`.
     pub const TOO_LOSSY: u16 = ErrorCode::TOO_LOSSY.0;
+    /// Dropped: it held the session below `min_rate` (spec §16.7).
+    pub const TOO_SLOW: u16 = ErrorCode::TOO_SLOW.0;
     /// The sender gave up the whole session.
     pub const ABORTED: u16 = ErrorCode::ABORTED.0;
 }
