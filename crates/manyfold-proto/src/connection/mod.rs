@@ -5,6 +5,7 @@
 //! The packet-building half lives in `transmit.rs`, timers in `timer.rs`,
 //! the feeding of the congestion controller from loss recovery in `loss.rs`.
 
+mod close;
 mod liveness;
 mod loss;
 mod path;
@@ -128,6 +129,8 @@ pub(crate) struct Connection {
     /// §4.6: sent twice, so that one loss does not leave the peer with a
     /// codeless reset from a later packet, or none at all).
     rst_repeats: u8,
+    /// An abort's reason in words, ours to send and the peer's (spec §3.3.4).
+    close_text: close::CloseText,
     events: VecDeque<Event>,
     readable_signalled: bool,
     want_writable: bool,
@@ -201,6 +204,7 @@ impl Connection {
             probe_pending: false,
             rst_pending: None,
             rst_repeats: 0,
+            close_text: close::CloseText::default(),
             events: VecDeque::new(),
             readable_signalled: false,
             want_writable: false,
@@ -926,6 +930,7 @@ impl Connection {
             _ if refused_echo => CloseReason::Refused,
             (_, code) => CloseReason::PeerReset(code),
         };
+        self.take_peer_close_text(p);
         self.enter_closed(reason);
     }
 

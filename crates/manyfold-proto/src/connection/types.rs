@@ -262,4 +262,7 @@ pub struct ConnStats {
     pub pmtu_probes_lost: u64,
     /// Falls back to the base datagram size after a black hole (spec §3.7).
     pub pmtu_black_holes: u64,
+    /// Reasons in words on a peer's RST dropped as longer than
+    /// `MAX_CLOSE_REASON` bytes or not UTF-8 (spec §3.3.4); the RST acted.
+    pub close_texts_dropped: u64,
 }

@@ -36,7 +36,7 @@ pub struct ConnRef<'a> {
     conn: Option<&'a Connection>,
 }
 
-impl ConnRef<'_> {
+impl<'a> ConnRef<'a> {
     /// The connection's state (spec §4), `None` for an unknown handle.
     pub fn state(self) -> Option<State> {
         self.conn.map(|c| c.state())
@@ -65,6 +65,12 @@ impl ConnRef<'_> {
     /// How the connection ended, once it has.
     pub fn close_reason(self) -> Option<CloseReason> {
         self.conn.and_then(|c| c.close_reason())
+    }
+
+    /// The peer's reason in words, when the RST that ended the connection
+    /// carried one (spec §3.3.4).
+    pub fn peer_close_text(self) -> Option<&'a str> {
+        self.conn.and_then(|c| c.peer_close_text())
     }
 
     /// Whether the peer has finished the connection and every message and
@@ -234,8 +240,15 @@ impl ConnMut<'_> {
 
     /// Abortive close: sends RST with `code` and discards everything.
     pub fn abort(&mut self, now: Instant, code: ErrorCode) {
+        self.abort_with_reason(now, code, "");
+    }
+
+    /// [`ConnMut::abort`] with a reason in words for the peer (spec
+    /// §3.3.4), cut to [`MAX_CLOSE_REASON`](crate::wire::chunk::MAX_CLOSE_REASON)
+    /// bytes on a character boundary; `""` sends none.
+    pub fn abort_with_reason(&mut self, now: Instant, code: ErrorCode, reason: &str) {
         if let Some(c) = self.ep.table.get_mut(self.h) {
-            c.abort(code);
+            c.abort_with_reason(code, reason);
             self.ep.mark(self.h.index());
             self.ep.touch(self.h.index(), now);
         }
