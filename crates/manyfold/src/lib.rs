@@ -145,9 +145,11 @@ pub use config::{Config, DriverStats, FaultConfig, FaultStats};
 pub use connection::{Connection, Protection, RecvHalf, SendHalf, StreamIo, Streams};
 pub use endpoint::{Endpoint, DEFAULT_SHUTDOWN_TIMEOUT};
 pub use error::{
-    close_reason, CloseError, ConnectError, ConnectionError, ReadError, RequestError, SendError, WriteError,
+    close_reason, peer_close_text, CloseError, ConnectError, ConnectionError, PeerClose, ReadError, RequestError,
+    SendError, WriteError,
 };
 pub use group::{Group, GroupError, Joined, PeerReader};
+pub use manyfold_proto::wire::chunk::MAX_CLOSE_REASON;
 pub use manyfold_proto::wire::ErrorCode;
 pub use manyfold_proto::{
     CloseReason, ConnStats, Destination, EndpointConfig, EndpointStats, Eviction, GroupConfig, GroupEvent, GroupStats,
