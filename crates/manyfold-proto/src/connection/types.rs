@@ -102,7 +102,8 @@ impl core::fmt::Display for CloseReason {
             }
             CloseReason::ProtectionMismatch => write!(
                 f,
-                "encryption mismatch: one side requires encrypted connections (--key-file) and the other does not"
+                "protection mismatch: one side requires protected (encrypted) connections, with a pre-shared key or \
+                 static keys, and the other has none"
             ),
             CloseReason::AuthenticationFailed => write!(
                 f,
