@@ -552,10 +552,7 @@ impl Connection {
         data: &[u8],
         opts: MessageOptions,
     ) -> Result<(), SendError> {
-        self.check_message(id, data.len())?;
-        self.streams.push_message(now, id, data, opts).map_err(refusal)?;
-        self.send_acked_signalled = false;
-        Ok(())
+        self.queue_message(id, data.len(), |s| s.push_message(now, id, data, opts))
     }
 
     /// [`Connection::send_message`] without copying `data`: its packets
@@ -567,8 +564,19 @@ impl Connection {
         data: Bytes,
         opts: MessageOptions,
     ) -> Result<(), SendError> {
-        self.check_message(id, data.len())?;
-        self.streams.push_shared_message(now, id, data, opts).map_err(refusal)?;
+        self.queue_message(id, data.len(), |s| s.push_shared_message(now, id, data, opts))
+    }
+
+    /// The one path of both: a message of `len` bytes is checked, then
+    /// `push` queues it (copied or shared).
+    fn queue_message(
+        &mut self,
+        id: StreamId,
+        len: usize,
+        push: impl FnOnce(&mut Streams) -> Result<(), StreamRefusal>,
+    ) -> Result<(), SendError> {
+        self.check_message(id, len)?;
+        push(&mut self.streams).map_err(refusal)?;
         self.send_acked_signalled = false;
         Ok(())
     }

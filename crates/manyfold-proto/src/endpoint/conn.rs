@@ -142,12 +142,7 @@ impl ConnMut<'_> {
         data: &[u8],
         opts: MessageOptions,
     ) -> Result<(), SendError> {
-        let ep = &mut *self.ep;
-        if ep.memory.refuse(self.h, &mut ep.table) {
-            ep.stats.sends_refused_memory += 1;
-            return Err(SendError::Blocked);
-        }
-        ep.with_conn(self.h, |c| c.send_message(now, stream, data, opts)).unwrap_or(Err(SendError::UnknownConnection))
+        self.queue_message(|c| c.send_message(now, stream, data, opts))
     }
 
     /// [`ConnMut::send_message`] without copying `data`: it is held as it
@@ -160,13 +155,18 @@ impl ConnMut<'_> {
         data: Bytes,
         opts: MessageOptions,
     ) -> Result<(), SendError> {
+        self.queue_message(|c| c.send_shared_message(now, stream, data, opts))
+    }
+
+    /// The one path of both: the memory limit (spec §7.5), then `push` on
+    /// the connection.
+    fn queue_message(&mut self, push: impl FnOnce(&mut Connection) -> Result<(), SendError>) -> Result<(), SendError> {
         let ep = &mut *self.ep;
         if ep.memory.refuse(self.h, &mut ep.table) {
             ep.stats.sends_refused_memory += 1;
             return Err(SendError::Blocked);
         }
-        ep.with_conn(self.h, |c| c.send_shared_message(now, stream, data, opts))
-            .unwrap_or(Err(SendError::UnknownConnection))
+        ep.with_conn(self.h, push).unwrap_or(Err(SendError::UnknownConnection))
     }
 
     /// The next whole message, abandoned-message notice or end of any
