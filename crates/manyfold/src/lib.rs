@@ -20,7 +20,9 @@
 //! - A [`Connection`] is one peer: `AsyncRead + AsyncWrite` on its byte
 //!   stream (stream 0), [`Connection::split`] into halves for two tasks,
 //!   [`Connection::close`] to finish gracefully, [`Connection::abort`] to
-//!   end it at once with an [`ErrorCode`]. [`Connection::stats`] has its
+//!   end it at once with an [`ErrorCode`] ([`Connection::abort_with`]
+//!   adds the reason in words, which the peer's errors carry:
+//!   [`peer_close_text`]). [`Connection::stats`] has its
 //!   RTT, window and retransmissions.
 //! - [`Streams`] ([`Connection::streams`]) are the connection's numbered
 //!   streams 1–65,535: each a byte stream ([`Streams::io`]) or a sequence

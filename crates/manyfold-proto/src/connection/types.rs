@@ -150,7 +150,9 @@ pub enum Event {
     StreamAcked,
     /// A tracked message (a group message, spec §14.4) is wholly acknowledged.
     MessageAcked(u64),
-    /// The connection ended; the handle stays valid until released.
+    /// The connection ended; the handle stays valid until released. When
+    /// the peer's RST said why in words, [`crate::ConnRef::peer_close_text`]
+    /// has them (spec §3.3.4).
     Closed(CloseReason),
 }
 
