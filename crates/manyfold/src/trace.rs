@@ -123,6 +123,9 @@ fn chunks(datagram: &[u8]) -> String {
             Chunk::Pad => write!(out, "pad"),
             Chunk::Handshake(m) => write!(out, "handshake+{}", m.len()),
             Chunk::Reason(t) => write!(out, "reason={:?}", String::from_utf8_lossy(t)),
+            Chunk::AckFrequency { seq, threshold, max_delay_us } => {
+                write!(out, "ackfreq#{seq}:{threshold}pkts/{max_delay_us}us")
+            }
         };
     }
     out

@@ -25,6 +25,7 @@ const RESET_LEN: usize = 12;
 const STOP_LEN: usize = 6;
 const CREDIT_LEN: usize = 10;
 const ABANDON_LEN: usize = 16;
+const ACK_FREQUENCY_LEN: usize = 12;
 
 const KIND_DATA: u8 = 0;
 const KIND_RESET: u8 = 1;
@@ -33,7 +34,8 @@ const KIND_CREDIT: u8 = 3;
 const KIND_ABANDON: u8 = 4;
 const KIND_PAD: u8 = 5;
 const KIND_HANDSHAKE: u8 = 6;
-const KIND_REASON: u8 = 7;
+const KIND_ACK_FREQUENCY: u8 = 7;
+const KIND_REASON: u8 = 8;
 /// Kind, zero, length (u16) before a handshake message or a reason's text.
 const HANDSHAKE_HEADER_LEN: usize = 4;
 /// The longest close reason, in bytes of UTF-8, that an end sends or takes
@@ -168,6 +170,18 @@ pub enum Chunk<D> {
     /// a RST (spec §3.3.4). Checked for length and UTF-8 by the receiver,
     /// not here.
     Reason(D),
+    /// The sender asks its peer to acknowledge after `threshold`
+    /// ack-eliciting packets or `max_delay_us` microseconds, whichever
+    /// comes first (spec §5.6). Requests are numbered: a receiver applies
+    /// only one newer than the last it applied.
+    AckFrequency {
+        /// The request's number.
+        seq: u32,
+        /// Packets an ack may wait for.
+        threshold: u16,
+        /// Longest an ack may wait, in microseconds.
+        max_delay_us: u32,
+    },
 }
 
 impl<D> Chunk<D> {
@@ -190,12 +204,16 @@ impl<D> Chunk<D> {
             Chunk::Pad => Chunk::Pad,
             Chunk::Handshake(m) => Chunk::Handshake(f(m)),
             Chunk::Reason(t) => Chunk::Reason(f(t)),
+            Chunk::AckFrequency { seq, threshold, max_delay_us } => {
+                Chunk::AckFrequency { seq, threshold, max_delay_us }
+            }
         }
     }
 }
 
 impl<D: AsRef<[u8]>> Chunk<D> {
-    /// The stream it concerns (0 for padding, handshake and reason chunks).
+    /// The stream it concerns (0 for padding, handshake, ack-frequency and
+    /// reason chunks).
     pub fn stream(&self) -> StreamId {
         match self {
             Chunk::Data(d) => d.stream,
@@ -203,7 +221,7 @@ impl<D: AsRef<[u8]>> Chunk<D> {
             | Chunk::Stop { stream, .. }
             | Chunk::Credit { stream, .. }
             | Chunk::Abandon { stream, .. } => *stream,
-            Chunk::Pad | Chunk::Handshake(_) | Chunk::Reason(_) => StreamId::new(0),
+            Chunk::Pad | Chunk::Handshake(_) | Chunk::AckFrequency { .. } | Chunk::Reason(_) => StreamId::new(0),
         }
     }
 
@@ -225,6 +243,7 @@ impl<D: AsRef<[u8]>> Chunk<D> {
             Chunk::Abandon { .. } => ABANDON_LEN,
             Chunk::Pad => 1,
             Chunk::Handshake(m) | Chunk::Reason(m) => HANDSHAKE_HEADER_LEN + m.as_ref().len(),
+            Chunk::AckFrequency { .. } => ACK_FREQUENCY_LEN,
         }
     }
 
@@ -243,6 +262,14 @@ impl<D: AsRef<[u8]>> Chunk<D> {
             out[1] = 0;
             out[2..4].copy_from_slice(&(m.len() as u16).to_be_bytes());
             out[HANDSHAKE_HEADER_LEN..].copy_from_slice(m);
+            return n;
+        }
+        if let Chunk::AckFrequency { seq, threshold, max_delay_us } = self {
+            out[0] = KIND_ACK_FREQUENCY;
+            out[1] = 0;
+            out[2..4].copy_from_slice(&threshold.to_be_bytes());
+            out[4..8].copy_from_slice(&seq.to_be_bytes());
+            out[8..12].copy_from_slice(&max_delay_us.to_be_bytes());
             return n;
         }
         out[2..4].copy_from_slice(&self.stream().get().to_be_bytes());
@@ -278,7 +305,7 @@ impl<D: AsRef<[u8]>> Chunk<D> {
                 put48(&mut out[4..10], *start);
                 put48(&mut out[10..16], *end);
             }
-            Chunk::Pad | Chunk::Handshake(_) | Chunk::Reason(_) => {}
+            Chunk::Pad | Chunk::Handshake(_) | Chunk::AckFrequency { .. } | Chunk::Reason(_) => {}
         }
         n
     }
@@ -385,6 +412,17 @@ fn parse_one(b: &[u8]) -> Result<(Chunk<&[u8]>, usize), DecodeError> {
             let c = if kind == KIND_REASON { Chunk::Reason(m) } else { Chunk::Handshake(m) };
             Ok((c, HANDSHAKE_HEADER_LEN + len))
         }
+        KIND_ACK_FREQUENCY => {
+            let h = fixed(ACK_FREQUENCY_LEN)?;
+            // spec §5.6: a threshold of 0 is malformed.
+            let threshold = u16::from_be_bytes([h[2], h[3]]);
+            if h[1] != 0 || threshold == 0 {
+                return Err(bad);
+            }
+            let seq = u32::from_be_bytes([h[4], h[5], h[6], h[7]]);
+            let max_delay_us = u32::from_be_bytes([h[8], h[9], h[10], h[11]]);
+            Ok((Chunk::AckFrequency { seq, threshold, max_delay_us }, ACK_FREQUENCY_LEN))
+        }
         _ => Err(bad),
     }
 }
@@ -422,6 +460,13 @@ impl Chunks {
             self.first = Some(c);
         } else {
             self.rest.push(c);
+        }
+    }
+
+    /// Puts a chunk ahead of the others (control chunks go first, spec §13.2).
+    pub fn push_front(&mut self, c: Chunk<Bytes>) {
+        if let Some(f) = self.first.replace(c) {
+            self.rest.insert(0, f);
         }
     }
 
@@ -539,6 +584,9 @@ mod tests {
             Chunk::Pad => Chunk::Pad,
             Chunk::Handshake(m) => Chunk::Handshake(Bytes::copy_from_slice(m)),
             Chunk::Reason(t) => Chunk::Reason(Bytes::copy_from_slice(t)),
+            &Chunk::AckFrequency { seq, threshold, max_delay_us } => {
+                Chunk::AckFrequency { seq, threshold, max_delay_us }
+            }
         };
         assert_eq!(back, c);
     }
@@ -561,13 +609,14 @@ mod tests {
         roundtrip(Chunk::Credit { stream: StreamId::new(5), unordered: true, max: 7 });
         roundtrip(Chunk::Abandon { stream: StreamId::new(6), unordered: true, start: 10, end: 20 });
         roundtrip(Chunk::Pad);
+        roundtrip(Chunk::AckFrequency { seq: u32::MAX, threshold: 64, max_delay_us: 25_000 });
         roundtrip(Chunk::Reason(Bytes::from_static("disk full: 0 B free".as_bytes())));
         roundtrip(Chunk::Reason(Bytes::new()));
     }
 
     #[test]
     fn a_reason_chunk_is_kind_zero_length_text_and_every_prefix_is_refused() {
-        let wire = [7, 0, 0, 3, b'b', b'y', b'e'];
+        let wire = [8, 0, 0, 3, b'b', b'y', b'e'];
         let c: Vec<_> = parse_chunks(&wire).collect::<Result<_, _>>().expect("well formed");
         assert_eq!(c, vec![Chunk::Reason(&b"bye"[..])]);
         let mut out = [0u8; 7];
@@ -577,10 +626,10 @@ mod tests {
             assert!(validate_chunks(&wire[..n]).is_err(), "prefix of {n} bytes");
         }
         // The second byte is zero, as in a HANDSHAKE chunk.
-        assert!(validate_chunks(&[7, 1, 0, 0]).is_err());
+        assert!(validate_chunks(&[8, 1, 0, 0]).is_err());
         // Length is checked by the connection (spec §3.3.4), not the wire:
         // a long text still parses, so the RST around it still counts.
-        let mut long = vec![7, 0, 0x01, 0x2c];
+        let mut long = vec![8, 0, 0x01, 0x2c];
         long.extend_from_slice(&[b'x'; 300]);
         assert!(validate_chunks(&long).is_ok());
     }
@@ -602,6 +651,14 @@ mod tests {
         a[0] = KIND_ABANDON;
         a[9] = 5;
         assert!(validate_chunks(&a).is_err());
+        // spec §5.6: an ACK_FREQUENCY with threshold 0 or flags set.
+        let mut f = [0u8; 12];
+        f[0] = KIND_ACK_FREQUENCY;
+        assert!(validate_chunks(&f).is_err());
+        f[3] = 1;
+        assert!(validate_chunks(&f).is_ok());
+        f[1] = 1;
+        assert!(validate_chunks(&f).is_err());
     }
 
     #[test]

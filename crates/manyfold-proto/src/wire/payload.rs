@@ -87,13 +87,22 @@ pub struct HandshakeParams {
     pub conn_id: u32,
     /// Largest datagram the sender accepts.
     pub max_datagram: u16,
-    /// Feature bits (spec §3.3.2): [`HandshakeParams::PROTECTED`].
+    /// Feature bits (spec §3.3.2): [`HandshakeParams::PROTECTED`],
+    /// [`HandshakeParams::ACK_FREQUENCY`].
     pub features: u16,
 }
 
 impl HandshakeParams {
     /// The sender protects its packets (spec §19) and accepts nothing else.
     pub const PROTECTED: u16 = 0x0001;
+    /// The sender understands the ACK_FREQUENCY chunk (spec §5.6).
+    pub const ACK_FREQUENCY: u16 = 0x0002;
+
+    /// What this end announces: it understands ACK_FREQUENCY, and protects
+    /// its packets if `protected`.
+    pub fn local_features(protected: bool) -> u16 {
+        Self::ACK_FREQUENCY | if protected { Self::PROTECTED } else { 0 }
+    }
 
     /// Plain parameters: no feature bits.
     pub fn new(conn_id: u32, max_datagram: u16) -> Self {
@@ -103,6 +112,11 @@ impl HandshakeParams {
     /// Whether the `PROTECTED` feature bit is set (spec §19.2).
     pub fn is_protected(&self) -> bool {
         self.features & Self::PROTECTED != 0
+    }
+
+    /// Whether the `ACK_FREQUENCY` feature bit is set (spec §5.6).
+    pub fn takes_ack_frequency(&self) -> bool {
+        self.features & Self::ACK_FREQUENCY != 0
     }
 
     fn parse(b: &[u8]) -> Result<Self, DecodeError> {
