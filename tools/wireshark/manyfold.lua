@@ -4,8 +4,9 @@
 --   * the 24-byte header and its CRC32C (spec §3.1, §3.2), verified;
 --   * a segment's payload sections: SACK block, handshake parameters,
 --     cookie, error code (spec §3.3), and the chunks of its data area:
---     DATA, RESET, STOP, CREDIT, ABANDON, PAD (spec §13.2) and HANDSHAKE
---     (a Noise message, spec §19.2). Connections, groups (spec §14) and
+--     DATA, RESET, STOP, CREDIT, ABANDON, PAD (spec §13.2), HANDSHAKE
+--     (a Noise message, spec §19.2), ACK_FREQUENCY (spec §5.6) and an
+--     abort's REASON in words (spec §3.3.4). Connections, groups (spec §14) and
 --     request/reply sessions (spec §15) are all segments on the wire;
 --   * protected segments, type 10 (spec §19.3): the header in the clear,
 --     the packet number, the encrypted payload and the Poly1305 tag (the
@@ -62,6 +63,7 @@ local COOKIE_LEN = 20
 local DATA_HEADER_LEN = 16
 local HANDSHAKE_HEADER_LEN = 4
 local MAX_HANDSHAKE_MESSAGE = 256 -- secure.rs: longest Noise message accepted
+local MAX_CLOSE_REASON = 256 -- chunk.rs: longest reason in words taken (spec §3.3.4)
 local PN_LEN = 8 -- protected packet: packet number (spec §19.3)
 local TAG_LEN = 16 -- protected packet: Poly1305 tag
 local FEATURE_PROTECTED = 0x0001 -- handshake parameters' feature bit (spec §3.3.2)
@@ -129,6 +131,8 @@ local chunk_kinds = {
     [4] = "ABANDON",
     [5] = "PAD",
     [6] = "HANDSHAKE",
+    [7] = "ACK_FREQUENCY",
+    [8] = "REASON",
 }
 
 local phases = { [0] = "data", [1] = "repair", [2] = "ended" }
@@ -213,6 +217,11 @@ field("chunk_start", ProtoField.uint64("manyfold.chunk.start", "Start", base.DEC
 field("chunk_end_off", ProtoField.uint64("manyfold.chunk.end", "End", base.DEC))
 field("handshake_length", ProtoField.uint16("manyfold.handshake.length", "Noise message length", base.DEC))
 field("handshake_message", ProtoField.bytes("manyfold.handshake.message", "Noise message"))
+field("ackfreq_threshold", ProtoField.uint16("manyfold.ackfreq.threshold", "Ack-eliciting threshold (packets)", base.DEC))
+field("ackfreq_seq", ProtoField.uint32("manyfold.ackfreq.seq", "Request number", base.DEC))
+field("ackfreq_max_delay", ProtoField.uint32("manyfold.ackfreq.max_delay", "Max ack delay (us)", base.DEC))
+field("reason_length", ProtoField.uint16("manyfold.reason.length", "Reason length", base.DEC))
+field("reason", ProtoField.string("manyfold.reason", "Reason (the aborting application's words)", base.UNICODE))
 field("handshake_which", ProtoField.string("manyfold.handshake.which", "Which message"))
 
 -- PATH packet (spec §6.8)
@@ -468,7 +477,8 @@ local function dissect_chunks(tvb, tree, at, stop, cke)
         local kind = tvb(at, 1):uint()
         local name = chunk_kinds[kind] or ("kind " .. kind)
         count = count + 1
-        local fixed = ({ [0] = DATA_HEADER_LEN, [1] = 12, [2] = 6, [3] = 10, [4] = 16, [5] = 1, [6] = HANDSHAKE_HEADER_LEN })[kind]
+        local fixed = ({ [0] = DATA_HEADER_LEN, [1] = 12, [2] = 6, [3] = 10, [4] = 16, [5] = 1, [6] = HANDSHAKE_HEADER_LEN,
+            [7] = 12, [8] = HANDSHAKE_HEADER_LEN })[kind]
         if fixed == nil then
             local ct = tree:add(f.chunk, tvb(at, left))
             ct:set_text("Chunk of unknown kind " .. kind)
@@ -506,6 +516,16 @@ local function dissect_chunks(tvb, tree, at, stop, cke)
                 bad(ct, nil, string.format("HANDSHAKE chunk of %d bytes runs past the payload (%d left)", size, left))
                 return summary, count, ndata, false, nhandshake
             end
+        elseif kind == 8 then
+            size = HANDSHAKE_HEADER_LEN + tvb(at + 2, 2):uint()
+            if left < size then
+                local ct = tree:add(f.chunk, tvb(at, left))
+                ct:set_text("REASON chunk, truncated")
+                ct:add(f.chunk_kind, tvb(at, 1))
+                ct:add(f.reason_length, tvb(at + 2, 2))
+                bad(ct, nil, string.format("REASON chunk of %d bytes runs past the payload (%d left)", size, left))
+                return summary, count, ndata, false, nhandshake
+            end
         end
         local ct = tree:add(f.chunk, tvb(at, size))
         ct:add(f.chunk_kind, tvb(at, 1))
@@ -513,6 +533,44 @@ local function dissect_chunks(tvb, tree, at, stop, cke)
         if kind == 5 then
             ct:set_text("PAD chunk")
             summary[#summary + 1] = "PAD"
+        elseif kind == 7 then
+            -- chunk.rs: [7][0][threshold u16][request number u32][max delay u32, us] (spec §5.6).
+            local zi = ct:add(tvb(at + 1, 1), "Zero: " .. tvb(at + 1, 1):uint())
+            local threshold = tvb(at + 2, 2):uint()
+            local ti = ct:add(f.ackfreq_threshold, tvb(at + 2, 2))
+            ct:add(f.ackfreq_seq, tvb(at + 4, 4))
+            ct:add(f.ackfreq_max_delay, tvb(at + 8, 4))
+            local seq, delay = tvb(at + 4, 4):uint(), tvb(at + 8, 4):uint()
+            ct:set_text(string.format("ACK_FREQUENCY chunk: request %u, every %d packets or %u us", seq, threshold, delay))
+            summary[#summary + 1] = string.format("ACKFREQ#%u %dpkts/%uus", seq, threshold, delay)
+            if tvb(at + 1, 1):uint() ~= 0 then
+                bad(zi, nil, "ACK_FREQUENCY chunk's second byte must be 0")
+                ok = false
+            end
+            if threshold == 0 then
+                bad(ti, nil, "ACK_FREQUENCY threshold of 0")
+                ok = false
+            end
+        elseif kind == 8 then
+            -- chunk.rs: [8][0][length u16][UTF-8 text], on a RST (spec §3.3.4).
+            local len = size - HANDSHAKE_HEADER_LEN
+            local zi = ct:add(tvb(at + 1, 1), "Zero: " .. tvb(at + 1, 1):uint())
+            ct:add(f.reason_length, tvb(at + 2, 2))
+            local text = ""
+            if len > 0 then
+                text = tvb(at + HANDSHAKE_HEADER_LEN, len):string(ENC_UTF_8)
+                ct:add(f.reason, tvb(at + HANDSHAKE_HEADER_LEN, len), text)
+            end
+            ct:set_text(string.format("REASON chunk: %q", text))
+            summary[#summary + 1] = string.format("REASON %q", text)
+            if tvb(at + 1, 1):uint() ~= 0 then
+                bad(zi, nil, "REASON chunk's second byte must be 0")
+                ok = false
+            end
+            if len > MAX_CLOSE_REASON then
+                ct:add_proto_expert_info(ex.note, string.format(
+                    "a reason of %d bytes: manyfold drops reasons over %d bytes (the RST still acts)", len, MAX_CLOSE_REASON))
+            end
         elseif kind == 6 then
             -- chunk.rs: [6][0][length u16][Noise message] (spec §19.2).
             local len = size - HANDSHAKE_HEADER_LEN

@@ -215,6 +215,11 @@ const FIELDS: &[&str] = &[
     "manyfold.mc.noise",
     "manyfold.mc.source",
     "manyfold.mc.seq",
+    "manyfold.reason",
+    "manyfold.reason.length",
+    "manyfold.ackfreq.threshold",
+    "manyfold.ackfreq.seq",
+    "manyfold.ackfreq.max_delay",
 ];
 
 /// One frame of a capture: each field's occurrences, in order (a frame
@@ -1066,7 +1071,40 @@ fn crafted() -> Vec<(Vec<u8>, &'static str, &'static str)> {
         ),
         (sealed(1 + 40 + 16), "SEALED", ""),
         (sealed(10), "SEALED", "a sealed packet needs 29 bytes after the header"),
+        // spec §3.3.4: an abort's reason in words, within and over the limit.
+        (reason_rst("disk full on /srv"), "ABORT", ""),
+        (reason_rst(&"x".repeat(300)), "ABORT", ""),
+        // spec §5.6: an ack-frequency request, a control chunk.
+        (ack_frequency(), "CONTROL", ""),
     ]
+}
+
+/// A sequenced packet carrying one ACK_FREQUENCY chunk (spec §5.6).
+fn ack_frequency() -> Vec<u8> {
+    use manyfold_proto::wire::chunk::Chunk;
+    use manyfold_proto::wire::{Flags, Packet, PacketType};
+    let c: Chunk<&[u8]> = Chunk::AckFrequency { seq: 3, threshold: 10, max_delay_us: 25_000 };
+    let mut area = vec![0u8; c.encoded_len()];
+    c.emit(&mut area);
+    let mut p = Packet::bare(PacketType::Segment, Flags::ACK, 9, 100, 5, 4096);
+    p.data = &area;
+    let mut v = vec![0u8; p.len()];
+    p.emit(&mut v);
+    v
+}
+
+/// An abort's RST with a REASON chunk (spec §3.3.4).
+fn reason_rst(text: &str) -> Vec<u8> {
+    use manyfold_proto::wire::chunk::Chunk;
+    use manyfold_proto::wire::{ErrorCode, Flags, Packet, PacketType};
+    let mut p = Packet::bare(PacketType::Segment, Flags::RST, 9, 1, 0, 0);
+    p.error = Some(ErrorCode(300));
+    let c = Chunk::Reason(text.as_bytes());
+    let mut v = vec![0u8; p.len_with(c.encoded_len())];
+    p.emit_with(&mut v, c.encoded_len(), |d| {
+        c.emit(d);
+    });
+    v
 }
 
 #[test]
@@ -1127,6 +1165,20 @@ fn crafted_datagrams_of_every_kind_are_decoded_and_broken_ones_flagged_without_l
     assert_eq!(got, ["5", "33", "100", "5"]);
     assert_eq!(p.one("manyfold.protected.tag").len(), 32, "16 bytes of tag");
     assert_eq!((frames[31].one("manyfold.error"), frames[32].one("manyfold.error")), ("8", "9"));
+    // spec §3.3.4: the reason's text, and a note on one manyfold would drop.
+    let (said, long) = (&frames[frames.len() - 3], &frames[frames.len() - 2]);
+    assert_eq!((said.one("manyfold.chunk.kind"), said.one("manyfold.reason")), ("8", "disk full on /srv"));
+    assert_eq!(long.one("manyfold.reason.length"), "300");
+    assert!(
+        long.all("_ws.expert.message").iter().any(|m| m.contains("drops reasons over 256 bytes")),
+        "{:?}",
+        long.all("_ws.expert.message")
+    );
+    let freq = &frames[frames.len() - 1];
+    let got =
+        ["manyfold.chunk.kind", "manyfold.ackfreq.threshold", "manyfold.ackfreq.seq", "manyfold.ackfreq.max_delay"]
+            .map(|f| freq.one(f));
+    assert_eq!(got, ["7", "10", "3", "25000"]);
     // spec §19.7: the invitation's pattern, message 1's length, the source.
     assert_eq!(frames[33].one("manyfold.mc.pattern"), "2");
     assert_eq!(frames[35].one("manyfold.mc.noise").len(), 2 * 104);

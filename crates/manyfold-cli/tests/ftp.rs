@@ -14,6 +14,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use common::tmux::{self, Tmux};
 use common::{manyfold, run, samplegen, Output, Running};
 
 const LIMIT: Duration = Duration::from_secs(60);
@@ -306,74 +307,46 @@ fn background_transfers_run_at_once_and_a_listing_answers_meanwhile() {
     }
 }
 
-/// The tmux session the shell test runs in; killed on drop.
-struct Tmux(String);
+/// `manyfold ftp` in a tmux terminal (tests/common/tmux.rs), for the
+/// tests of the interactive shell.
+struct Shell(Tmux);
 
-impl Tmux {
+/// How long the shell gets to show what a test waits for.
+const SHELL_WAIT: Duration = Duration::from_secs(20);
+
+impl Shell {
+    /// `manyfold ftp [FLAGS] ADDR` in a new tmux session named `name`, run
+    /// in `local` with its history under `home`; once the shell has
+    /// connected. The session prints `shell-exited-STATUS` when it ends.
+    fn start(name: &str, home: &Path, local: &Path, flags: &str, addr: &str) -> Shell {
+        assert!(tmux::available(), "this test needs tmux (.ci/run installs it)");
+        let shell = format!(
+            "cd {} && HOME={} XDG_STATE_HOME={}/.local/state {} ftp {flags} {addr}; echo shell-exited-$?",
+            local.display(),
+            home.display(),
+            home.display(),
+            env!("CARGO_BIN_EXE_manyfold"),
+        );
+        let t = Shell(Tmux::run_sized(name, &shell, 160, 40));
+        t.wait_for("`help` lists the commands");
+        t
+    }
+
     fn keys(&self, keys: &[&str]) {
-        let ok = Command::new("tmux").args(["send-keys", "-t", &self.0]).args(keys).status().unwrap();
-        assert!(ok.success());
+        self.0.keys(keys);
     }
-    fn screen(&self) -> String {
-        let out = Command::new("tmux").args(["capture-pane", "-p", "-t", &self.0]).output().unwrap();
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    }
+
     /// Types `keys` once the prompt is up (keys typed before the line
     /// editor owns the terminal would be lost).
     fn at_prompt(&self, keys: &[&str]) {
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while !self.screen().trim_end().ends_with('>') {
-            assert!(Instant::now() < deadline, "no prompt; the screen:\n{}", self.screen());
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        self.0.wait_until("the prompt", SHELL_WAIT, |screen| screen.trim_end().ends_with('>'));
         std::thread::sleep(Duration::from_millis(100));
         self.keys(keys);
     }
 
     /// Waits until the screen shows `text`.
     fn wait_for(&self, text: &str) -> String {
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            let screen = self.screen();
-            if screen.contains(text) {
-                return screen;
-            }
-            assert!(Instant::now() < deadline, "{text:?} never appeared; the screen:\n{screen}");
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-}
-
-impl Tmux {
-    /// `manyfold ftp [FLAGS] ADDR` in a new tmux session named `name`, run
-    /// in `local` with its history under `home`; once the shell has
-    /// connected. The session prints `shell-exited-STATUS` when it ends.
-    fn shell(name: &str, home: &Path, local: &Path, flags: &str, addr: &str) -> Tmux {
-        assert!(
-            Command::new("tmux").arg("-V").output().is_ok_and(|o| o.status.success()),
-            "this test needs tmux (.ci/run installs it)"
-        );
-        let shell = format!(
-            "cd {} && HOME={} XDG_STATE_HOME={}/.local/state {} ftp {flags} {addr}; echo shell-exited-$?; sleep 30",
-            local.display(),
-            home.display(),
-            home.display(),
-            env!("CARGO_BIN_EXE_manyfold"),
-        );
-        let ok = Command::new("tmux")
-            .args(["new-session", "-d", "-x", "160", "-y", "40", "-s", name, &shell])
-            .status()
-            .unwrap();
-        assert!(ok.success());
-        let t = Tmux(name.to_string());
-        t.wait_for("`help` lists the commands");
-        t
-    }
-}
-
-impl Drop for Tmux {
-    fn drop(&mut self) {
-        let _ = Command::new("tmux").args(["kill-session", "-t", &self.0]).status();
+        self.0.wait_for(text, SHELL_WAIT)
     }
 }
 
@@ -383,7 +356,7 @@ fn the_interactive_shell_edits_completes_remote_paths_and_transfers() {
     std::fs::create_dir(root.join("reports-2026")).unwrap();
     std::fs::write(root.join("reports-2026/summary.txt"), b"all good\n").unwrap();
     let s = server(&root, &[]);
-    let t = Tmux::shell(&format!("manyfold-ftp-test-{}", std::process::id()), tmp.path(), &local, "", &s.addr);
+    let t = Shell::start(&format!("manyfold-ftp-test-{}", std::process::id()), tmp.path(), &local, "", &s.addr);
     t.at_prompt(&["help", "Enter"]);
     t.wait_for("download a file, verified");
     // Tab completes the remote directory name, then the file in it.
@@ -457,7 +430,7 @@ fn ctrl_c_in_the_shell_interrupts_a_get_and_the_same_get_then_resumes_in_that_sh
     let s = server(&root, &[]);
     // A 200 ms round trip keeps the download running while Ctrl-C comes.
     let name = format!("manyfold-ftp-sigint-{}", std::process::id());
-    let t = Tmux::shell(&name, tmp.path(), &local, "--delay 100", &s.addr);
+    let t = Shell::start(&name, tmp.path(), &local, "--delay 100", &s.addr);
     t.at_prompt(&["get big.bin", "Enter"]);
     let part = local.join(".big.bin.manyfold-partial");
     wait_for_size(&part, 1 << 20);

@@ -106,6 +106,20 @@
 #define MF_ATTR_SEED 3
 
 /**
+ * Attribute: a fixed datagram size, a `uint32_t`: 0 (the default) lets
+ * path MTU discovery find the size (from 1,452 bytes up to what the path
+ * carries, 65,507 on loopback; spec §3.7); a value from 576 to 65,507
+ * makes every datagram at most that many bytes, header included, with
+ * discovery off, as the CLI's `--max-datagram` does (for paths that drop
+ * large datagrams silently, or to test with paper 04's small segments).
+ * A connection's size is settled in its handshake, so it is read when a
+ * descriptor is made: set it on `MF_DEFAULTS` (or `MF_ALL`) before
+ * `mf_listen`, `mf_connect` or `mf_group_connect`. An open descriptor
+ * keeps its own: setting another value on it fails with `MF_ENOTSUP`.
+ */
+#define MF_ATTR_MAX_DATAGRAM 4
+
+/**
  * Room for any "ip:port" string `mf_local` and `mf_peer` write, NUL
  * included.
  */
@@ -514,7 +528,7 @@ int mf_group_close(int group);
  * Sets attribute `attr` of `desc` to the value at `value`, of `size`
  * bytes (librusp's `ruspSetAttr`): `MF_ATTR_DROP_RATE` takes a `double`
  * in [0, 1], `MF_ATTR_DEBUG` an `int` (0 or 1), `MF_ATTR_SEED` a
- * `uint64_t`.
+ * `uint64_t`, `MF_ATTR_MAX_DATAGRAM` a `uint32_t` (0, or 576 to 65,507).
  *
  * `desc` is `MF_DEFAULTS` (what descriptors created afterwards take),
  * `MF_ALL` (the defaults and every open descriptor, as librusp's
@@ -535,6 +549,11 @@ int mf_group_close(int group);
  * defaults and every socket, those of descriptors still being made (an
  * `mf_connect` in its handshake) included; it returns `MF_ENOTSUP` if
  * connections of a closed listener kept their value, having set the rest.
+ *
+ * The datagram size is read when a descriptor is made (a handshake
+ * settles it): on an open descriptor, a value other than its own fails
+ * with `MF_ENOTSUP`; `MF_ALL` sets the defaults and returns `MF_ENOTSUP`
+ * if open descriptors keep another size.
  *
  * ```c
  * double drop = 0.05;
@@ -557,8 +576,8 @@ int mf_set_attr(int desc, int attr, const void *value, size_t size);
  * of an open descriptor (its socket's values now, shared by a listener
  * and the connections it accepted; debug is the process's).
  * `MF_ATTR_DROP_RATE` is a `double`, `MF_ATTR_DEBUG` an `int`,
- * `MF_ATTR_SEED` a `uint64_t`. Returns `MF_OK` or a negative code as
- * `mf_set_attr`.
+ * `MF_ATTR_SEED` a `uint64_t`, `MF_ATTR_MAX_DATAGRAM` a `uint32_t`.
+ * Returns `MF_OK` or a negative code as `mf_set_attr`.
  *
  * # Safety
  * `value` points to `size` writable bytes.

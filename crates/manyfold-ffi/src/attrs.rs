@@ -1,5 +1,7 @@
 //! The attributes of paper 04 §2.2's `ruspSetAttr` that belong to a
-//! socket, drop rate and seed (debug is process-wide: `developer`): the
+//! socket, drop rate and seed (debug is process-wide: `developer`), and
+//! manyfold's fixed datagram size (spec §3.7, fixed when the socket is
+//! made, as a handshake announces it): the
 //! values new descriptors take (`MF_DEFAULTS`), and each endpoint's own,
 //! which `mf_set_attr` changes while it runs (`manyfold::Endpoint::
 //! set_faults`: datagrams already held keep their times; the drop
@@ -27,7 +29,17 @@ pub(crate) struct Attrs {
     /// (different drops every run); another value gives every run the same
     /// drops for the same traffic.
     pub(crate) seed: u64,
+    /// 0: path MTU discovery finds the datagram size (the default, spec
+    /// §3.7); otherwise every datagram is at most this many bytes, header
+    /// included, and discovery is off (the CLI's `--max-datagram`). Fixed
+    /// when the endpoint is made.
+    pub(crate) max_datagram: u32,
 }
+
+/// The smallest and largest fixed datagram sizes `MF_ATTR_MAX_DATAGRAM`
+/// takes: what every IPv4 host accepts (spec §3.4), and the largest UDP
+/// payload over IPv4.
+pub(crate) const DATAGRAM_RANGE: std::ops::RangeInclusive<u32> = 576..=65_507;
 
 impl Attrs {
     /// The fault model these attributes give the `n`th endpoint the
@@ -52,15 +64,24 @@ impl Attrs {
     }
 }
 
-/// An endpoint's configuration with the fault model `faults`.
-fn config(faults: mf::FaultConfig) -> mf::Config {
-    mf::Config {
+/// An endpoint's configuration with the fault model `faults` and the
+/// datagram size of `attrs`.
+fn config(faults: mf::FaultConfig, attrs: &Attrs) -> mf::Config {
+    let mut config = mf::Config {
         faults,
         // The packet log is switched on and off for the whole process
         // (`developer::set_debug`); every endpoint feeds it.
         trace: true,
         ..mf::Config::default()
+    };
+    if let Ok(size) = u16::try_from(attrs.max_datagram) {
+        if size != 0 {
+            // spec §3.7: a fixed size, no discovery above it.
+            config.endpoint.connection.max_datagram = size;
+            config.endpoint.connection.path_mtu_discovery = None;
+        }
     }
+    config
 }
 
 /// splitmix64's finaliser: distinct inputs, well-spread distinct outputs.
@@ -98,7 +119,7 @@ fn next_endpoint() -> u64 {
 /// endpoint is entered (`SocketAttrs::from_defaults`) and while `MF_ALL`
 /// is applied (`set_all`), so that no endpoint misses a change.
 pub(crate) fn defaults() -> MutexGuard<'static, Attrs> {
-    static DEFAULTS: Mutex<Attrs> = Mutex::new(Attrs { drop_rate: 0.0, seed: 0 });
+    static DEFAULTS: Mutex<Attrs> = Mutex::new(Attrs { drop_rate: 0.0, seed: 0, max_datagram: 0 });
     DEFAULTS.lock().unwrap_or_else(|p| p.into_inner())
 }
 
@@ -151,7 +172,8 @@ impl SocketAttrs {
         let mut registry = registry();
         registry.retain(|w| w.strong_count() > 0);
         registry.push(Arc::downgrade(&attrs));
-        (attrs, config(faults))
+        let config = config(faults, &defaults);
+        (attrs, config)
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -184,10 +206,13 @@ impl SocketAttrs {
     /// Changes the attributes with `change` and applies them to the
     /// running endpoint at once. A change to nothing new succeeds; any
     /// other fails (`false`) once the socket is gone.
+    /// The datagram size is not changed: it was fixed when the socket was
+    /// made (`developer` refuses to change it on an open descriptor).
     pub(crate) fn set(&self, change: impl FnOnce(&mut Attrs)) -> bool {
         let mut state = self.lock();
         let mut attrs = state.attrs;
         change(&mut attrs);
+        attrs.max_datagram = state.attrs.max_datagram;
         if attrs == state.attrs {
             return true;
         }

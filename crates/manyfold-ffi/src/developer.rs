@@ -1,6 +1,6 @@
 //! librusp's developer utilities (paper 04 §2.2): the attributes drop rate,
-//! seed and debug (`mf_set_attr`, `mf_get_attr`), and the text of errors
-//! (`mf_last_error`, `mf_strerror`).
+//! seed and debug (`mf_set_attr`, `mf_get_attr`), manyfold's fixed
+//! datagram size, and the text of errors (`mf_last_error`, `mf_strerror`).
 //!
 //! Drop rate and seed are the fault configuration of a descriptor's
 //! endpoint (`manyfold::Config::faults`: drops on receive only, where
@@ -45,6 +45,17 @@ pub const MF_ATTR_DEBUG: c_int = 2;
 /// seed from this value and n). Set on an open descriptor, it re-seeds
 /// its socket's drop generator at once (0: with a new random seed).
 pub const MF_ATTR_SEED: c_int = 3;
+/// Attribute: a fixed datagram size, a `uint32_t`: 0 (the default) lets
+/// path MTU discovery find the size (from 1,452 bytes up to what the path
+/// carries, 65,507 on loopback; spec §3.7); a value from 576 to 65,507
+/// makes every datagram at most that many bytes, header included, with
+/// discovery off, as the CLI's `--max-datagram` does (for paths that drop
+/// large datagrams silently, or to test with paper 04's small segments).
+/// A connection's size is settled in its handshake, so it is read when a
+/// descriptor is made: set it on `MF_DEFAULTS` (or `MF_ALL`) before
+/// `mf_listen`, `mf_connect` or `mf_group_connect`. An open descriptor
+/// keeps its own: setting another value on it fails with `MF_ENOTSUP`.
+pub const MF_ATTR_MAX_DATAGRAM: c_int = 4;
 
 /// Room for any "ip:port" string `mf_local` and `mf_peer` write, NUL
 /// included.
@@ -91,8 +102,9 @@ fn attr_name(attr: c_int) -> Result<&'static str, Error> {
         MF_ATTR_DROP_RATE => Ok("MF_ATTR_DROP_RATE"),
         MF_ATTR_DEBUG => Ok("MF_ATTR_DEBUG"),
         MF_ATTR_SEED => Ok("MF_ATTR_SEED"),
+        MF_ATTR_MAX_DATAGRAM => Ok("MF_ATTR_MAX_DATAGRAM"),
         _ => Err(Error::invalid(format!(
-            "unknown attribute {attr} (known: MF_ATTR_DROP_RATE, MF_ATTR_DEBUG, MF_ATTR_SEED)"
+            "unknown attribute {attr} (known: MF_ATTR_DROP_RATE, MF_ATTR_DEBUG, MF_ATTR_SEED, MF_ATTR_MAX_DATAGRAM)"
         ))),
     }
 }
@@ -101,6 +113,7 @@ fn check_size(call: &str, attr: c_int, size: usize) -> Result<(), Error> {
     let (want, ty) = match attr {
         MF_ATTR_DROP_RATE => (std::mem::size_of::<f64>(), "a double"),
         MF_ATTR_SEED => (std::mem::size_of::<u64>(), "a uint64_t"),
+        MF_ATTR_MAX_DATAGRAM => (std::mem::size_of::<u32>(), "a uint32_t"),
         _ => (std::mem::size_of::<c_int>(), "an int"),
     };
     if size != want {
@@ -115,6 +128,7 @@ enum Value {
     DropRate(f64),
     Debug(bool),
     Seed(u64),
+    MaxDatagram(u32),
 }
 
 /// # Safety
@@ -134,6 +148,19 @@ unsafe fn read_value(attr: c_int, value: *const c_void) -> Result<Value, Error> 
             // SAFETY: as above, for a uint64_t.
             Ok(Value::Seed(unsafe { value.cast::<u64>().read_unaligned() }))
         }
+        MF_ATTR_MAX_DATAGRAM => {
+            // SAFETY: as above, for a uint32_t.
+            let size = unsafe { value.cast::<u32>().read_unaligned() };
+            if size != 0 && !attrs::DATAGRAM_RANGE.contains(&size) {
+                return Err(Error::invalid(format!(
+                    "mf_set_attr: a datagram size of {size} bytes is outside {}..={} (0 lets path MTU \
+                     discovery choose)",
+                    attrs::DATAGRAM_RANGE.start(),
+                    attrs::DATAGRAM_RANGE.end()
+                )));
+            }
+            Ok(Value::MaxDatagram(size))
+        }
         _ => {
             // SAFETY: as above, for an int.
             let on = unsafe { value.cast::<c_int>().read_unaligned() };
@@ -148,7 +175,7 @@ unsafe fn read_value(attr: c_int, value: *const c_void) -> Result<Value, Error> 
 /// Sets attribute `attr` of `desc` to the value at `value`, of `size`
 /// bytes (librusp's `ruspSetAttr`): `MF_ATTR_DROP_RATE` takes a `double`
 /// in [0, 1], `MF_ATTR_DEBUG` an `int` (0 or 1), `MF_ATTR_SEED` a
-/// `uint64_t`.
+/// `uint64_t`, `MF_ATTR_MAX_DATAGRAM` a `uint32_t` (0, or 576 to 65,507).
 ///
 /// `desc` is `MF_DEFAULTS` (what descriptors created afterwards take),
 /// `MF_ALL` (the defaults and every open descriptor, as librusp's
@@ -169,6 +196,11 @@ unsafe fn read_value(attr: c_int, value: *const c_void) -> Result<Value, Error> 
 /// defaults and every socket, those of descriptors still being made (an
 /// `mf_connect` in its handshake) included; it returns `MF_ENOTSUP` if
 /// connections of a closed listener kept their value, having set the rest.
+///
+/// The datagram size is read when a descriptor is made (a handshake
+/// settles it): on an open descriptor, a value other than its own fails
+/// with `MF_ENOTSUP`; `MF_ALL` sets the defaults and returns `MF_ENOTSUP`
+/// if open descriptors keep another size.
 ///
 /// ```c
 /// double drop = 0.05;
@@ -198,6 +230,7 @@ pub unsafe extern "C" fn mf_set_attr(desc: c_int, attr: c_int, value: *const c_v
         let change = |a: &mut Attrs| match value {
             Value::DropRate(rate) => a.drop_rate = rate,
             Value::Seed(seed) => a.seed = seed,
+            Value::MaxDatagram(size) => a.max_datagram = size,
             Value::Debug(_) => {}
         };
         let kept = |a: Attrs| {
@@ -208,6 +241,35 @@ pub unsafe extern "C" fn mf_set_attr(desc: c_int, attr: c_int, value: *const c_v
         match (desc, value) {
             (_, Value::Debug(on)) => set_debug(on),
             (MF_DEFAULTS, _) => change(&mut attrs::defaults()),
+            (MF_ALL, Value::MaxDatagram(size)) => {
+                change(&mut attrs::defaults());
+                let mut left: Vec<c_int> =
+                    table::open().into_iter().filter(|(_, h)| h.attrs().max_datagram != size).map(|(d, _)| d).collect();
+                left.sort_unstable();
+                if let Some(first) = left.first() {
+                    return Err(Error::new(
+                        MF_ENOTSUP,
+                        format!(
+                            "mf_set_attr: {name} is set on the defaults, but {} open descriptor(s) (the first \
+                             {first}) keep the datagram size they were made with: a handshake settles it",
+                            left.len()
+                        ),
+                    ));
+                }
+            }
+            (d, Value::MaxDatagram(size)) => {
+                let had = table::get(d)?.attrs().max_datagram;
+                if had != size {
+                    return Err(Error::new(
+                        MF_ENOTSUP,
+                        format!(
+                            "mf_set_attr: {name} of descriptor {d} is fixed at {had} (0: path MTU discovery) \
+                             since it was made: a handshake settles it; set it on MF_DEFAULTS before \
+                             mf_listen, mf_connect or mf_group_connect"
+                        ),
+                    ));
+                }
+            }
             (MF_ALL, _) => {
                 attrs::set_all(change);
                 let mut left: Vec<c_int> =
@@ -250,8 +312,8 @@ pub unsafe extern "C" fn mf_set_attr(desc: c_int, attr: c_int, value: *const c_v
 /// of an open descriptor (its socket's values now, shared by a listener
 /// and the connections it accepted; debug is the process's).
 /// `MF_ATTR_DROP_RATE` is a `double`, `MF_ATTR_DEBUG` an `int`,
-/// `MF_ATTR_SEED` a `uint64_t`. Returns `MF_OK` or a negative code as
-/// `mf_set_attr`.
+/// `MF_ATTR_SEED` a `uint64_t`, `MF_ATTR_MAX_DATAGRAM` a `uint32_t`.
+/// Returns `MF_OK` or a negative code as `mf_set_attr`.
 ///
 /// # Safety
 /// `value` points to `size` writable bytes.
@@ -271,6 +333,8 @@ pub unsafe extern "C" fn mf_get_attr(desc: c_int, attr: c_int, value: *mut c_voi
             MF_ATTR_DROP_RATE => unsafe { value.cast::<f64>().write_unaligned(attrs.drop_rate) },
             // SAFETY: as above, for a uint64_t.
             MF_ATTR_SEED => unsafe { value.cast::<u64>().write_unaligned(attrs.seed) },
+            // SAFETY: as above, for a uint32_t.
+            MF_ATTR_MAX_DATAGRAM => unsafe { value.cast::<u32>().write_unaligned(attrs.max_datagram) },
             // SAFETY: as above, for an int.
             _ => unsafe { value.cast::<c_int>().write_unaligned(c_int::from(debug())) },
         }

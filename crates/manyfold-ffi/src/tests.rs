@@ -75,6 +75,99 @@ fn get_drop(d: c_int) -> f64 {
     rate
 }
 
+fn set_max_datagram(d: c_int, size: u32) -> c_int {
+    // SAFETY: 4 readable bytes.
+    unsafe { mf_set_attr(d, MF_ATTR_MAX_DATAGRAM, (&size as *const u32).cast(), 4) }
+}
+
+fn get_max_datagram(d: c_int) -> u32 {
+    let mut size = u32::MAX;
+    // SAFETY: 4 writable bytes.
+    let rc = unsafe { mf_get_attr(d, MF_ATTR_MAX_DATAGRAM, (&mut size as *mut u32).cast(), 4) };
+    assert_eq!(rc, MF_OK, "{}", last_error());
+    size
+}
+
+/// A fixed datagram size on `MF_DEFAULTS` for the descriptors a test
+/// makes, back to path MTU discovery when the test ends, passed or not.
+struct FixedDatagrams;
+
+impl FixedDatagrams {
+    fn of(size: u32) -> Self {
+        assert_eq!(set_max_datagram(MF_DEFAULTS, size), MF_OK, "{}", last_error());
+        FixedDatagrams
+    }
+}
+
+impl Drop for FixedDatagrams {
+    fn drop(&mut self) {
+        set_max_datagram(MF_DEFAULTS, 0);
+    }
+}
+
+/// The counters of stream descriptor `d`'s connection.
+fn conn_stats(d: c_int) -> mf::ConnStats {
+    let s = crate::table::stream(d, "test").unwrap();
+    let stats = s.conn.lock().unwrap().as_ref().expect("open").stats();
+    stats
+}
+
+#[test]
+fn a_fixed_datagram_size_turns_path_mtu_discovery_off_for_descriptors_made_after_it() {
+    let _s = serial();
+    let fixed = FixedDatagrams::of(1200);
+    let (l, addr) = listen();
+    let (accepted_tx, accepted) = std::sync::mpsc::channel();
+    let server = std::thread::spawn(move || {
+        let c = mf_accept(l);
+        assert!(c > 0, "mf_accept: {}", last_error());
+        let mut buf = [0u8; 65536];
+        let mut got = 0usize;
+        while got < 1 << 20 {
+            let n = receive(c, &mut buf);
+            assert!(n > 0, "mf_receive: {}", last_error());
+            got += n as usize;
+        }
+        accepted_tx.send((c, conn_stats(c))).unwrap();
+        assert_eq!(receive(c, &mut buf), 0, "the client's end");
+        assert_eq!(mf_close(c), MF_OK, "{}", last_error());
+    });
+    let c = connect(addr);
+    assert!(c > 0, "mf_connect: {}", last_error());
+    drop(fixed);
+    // Descriptors made from now on discover again; these keep 1,200.
+    assert_eq!((get_max_datagram(c), get_max_datagram(l), get_max_datagram(MF_DEFAULTS)), (1200, 1200, 0));
+    assert_eq!(send(c, &vec![5u8; 1 << 20]), 1 << 20, "{}", last_error());
+    let (s, theirs) = accepted.recv_timeout(Duration::from_secs(30)).expect("the data arrived");
+    let ours = conn_stats(c);
+    for (end, st) in [("client", ours), ("server", theirs)] {
+        assert_eq!(st.datagram_size, 1200, "{end}: {st:?}");
+        assert_eq!(st.pmtu_probes_sent, 0, "{end}: no discovery: {st:?}");
+    }
+    // A handshake settled it: an open descriptor keeps its size.
+    assert_eq!(set_max_datagram(c, 1452), MF_ENOTSUP);
+    assert!(last_error().contains("fixed at 1200"), "{}", last_error());
+    assert_eq!(set_max_datagram(s, 1200), MF_OK, "the same size is no change");
+    assert_eq!(mf_close(c), MF_OK, "{}", last_error());
+    server.join().unwrap();
+    assert_eq!(mf_close(l), MF_OK);
+}
+
+#[test]
+fn a_datagram_size_outside_576_to_65507_or_of_the_wrong_width_is_refused() {
+    let _s = serial();
+    for bad in [1, 575, 65_508, u32::MAX] {
+        assert_eq!(set_max_datagram(MF_DEFAULTS, bad), MF_EINVAL, "{bad}");
+        assert!(last_error().contains(&format!("{bad} bytes is outside 576..=65507")), "{}", last_error());
+    }
+    let wide = 1200u64;
+    // SAFETY: 8 readable bytes; the size is what is being tested.
+    let rc = unsafe { mf_set_attr(MF_DEFAULTS, MF_ATTR_MAX_DATAGRAM, (&wide as *const u64).cast(), 8) };
+    assert_eq!(rc, MF_EINVAL);
+    assert!(last_error().contains("a uint32_t of 4 bytes"), "{}", last_error());
+    assert_eq!(get_max_datagram(MF_DEFAULTS), 0, "unchanged");
+}
+
 #[test]
 fn null_pointers_are_einval_and_the_text_names_the_argument() {
     // SAFETY: null is what is being tested; the calls check it.
@@ -357,6 +450,9 @@ fn every_code_has_its_own_description_and_others_are_unknown() {
 fn the_drop_rate_drops_received_datagrams_only_at_about_its_rate() {
     let _s = serial();
     assert_eq!(set_drop(MF_DEFAULTS, 0.1), MF_OK, "{}", last_error());
+    // Datagrams of 1,200 bytes (no discovery up to loopback's 64 KiB, spec
+    // §3.7): 1 MiB makes some 900 of them.
+    let fixed = FixedDatagrams::of(1200);
     let (l, addr) = listen();
     let server = std::thread::spawn(move || {
         let c = mf_accept(l);
@@ -377,8 +473,8 @@ fn the_drop_rate_drops_received_datagrams_only_at_about_its_rate() {
     let c = connect(addr);
     assert!(c > 0, "mf_connect: {}", last_error());
     assert_eq!(set_drop(MF_DEFAULTS, 0.0), MF_OK);
-    // 64 KiB datagrams on loopback (spec §3.7): 16 MiB is some 260 of them.
-    let data = vec![7u8; 16 << 20];
+    drop(fixed);
+    let data = vec![7u8; 1 << 20];
     assert_eq!(send(c, &data), data.len() as isize, "{}", last_error());
     assert_eq!(mf_close(c), MF_OK, "{}", last_error());
     assert_eq!(server.join().unwrap(), data.len());
@@ -405,9 +501,11 @@ fn listener_counts(l: c_int) -> (u64, u64) {
 #[test]
 fn a_drop_rate_switched_on_mid_connection_drops_received_datagrams_until_switched_off() {
     let _s = serial();
-    // Loopback carries 64 KiB datagrams (spec §3.7): 8 MiB is some 130 of
-    // them, enough to measure a 20% drop rate on.
-    const PHASE: usize = 8 << 20;
+    // Datagrams of 1,200 bytes (no discovery up to loopback's 64 KiB, spec
+    // §3.7): 512 KiB is some 450 of them, enough to measure a 20% drop
+    // rate on.
+    const PHASE: usize = 512 << 10;
+    let fixed = FixedDatagrams::of(1200);
     let pattern = |phase: usize| -> Vec<u8> { (0..PHASE).map(|i| ((i * 31 + phase * 7) % 251) as u8).collect() };
     let (l, addr) = listen();
     let (accepted_tx, accepted) = std::sync::mpsc::channel();
@@ -432,6 +530,7 @@ fn a_drop_rate_switched_on_mid_connection_drops_received_datagrams_until_switche
     });
     let c = connect(addr);
     assert!(c > 0, "mf_connect: {}", last_error());
+    drop(fixed);
     let s = accepted.recv_timeout(Duration::from_secs(10)).expect("accepted");
     let phase = |n: usize| {
         let before = listener_counts(l);
@@ -474,11 +573,11 @@ fn a_drop_rate_switched_on_mid_connection_drops_received_datagrams_until_switche
 #[test]
 fn a_seed_gives_each_endpoint_the_same_drops_every_run_and_no_seed_new_ones() {
     use crate::attrs::Attrs;
-    let seeded = Attrs { drop_rate: 0.1, seed: 42 };
+    let seeded = Attrs { drop_rate: 0.1, seed: 42, max_datagram: 0 };
     assert_eq!(seeded.faults(3), seeded.faults(3), "the 3rd endpoint of every run");
     assert_ne!(seeded.faults(3).seed, seeded.faults(4).seed, "endpoints differ from each other");
     assert_ne!(seeded.faults(3).seed, Attrs { seed: 43, ..seeded }.faults(3).seed);
-    let unseeded = Attrs { drop_rate: 0.1, seed: 0 };
+    let unseeded = Attrs { drop_rate: 0.1, seed: 0, max_datagram: 0 };
     assert_ne!(unseeded.faults(3).seed, unseeded.faults(3).seed, "a new seed each time");
     let f = seeded.faults(1);
     assert_eq!((f.effective_send_loss(), f.effective_recv_loss()), (0.0, 0.1));

@@ -299,6 +299,15 @@ impl Stream {
         }
     }
 
+    /// [`abort`](Self::abort) with the reason in words for the peer (spec
+    /// §3.3.4): see [`Connection::abort_with`](crate::Connection::abort_with).
+    pub fn abort_with(&mut self, code: crate::ErrorCode, reason: &str) {
+        self.conn.abort_with(code, reason);
+        if self.owns_endpoint {
+            runtime().block_on(self._endpoint.wait_idle());
+        }
+    }
+
     /// Our address.
     ///
     /// # Errors

@@ -45,11 +45,12 @@ impl ConnRef {
         // `Connected` event says so.
         let protected = inner.engine.conn(self.handle).is_protected();
         let stopped = inner.phase == Phase::Stopped;
+        let text = inner.engine.conn(self.handle).peer_close_text();
         let Some(c) = inner.conns.get_mut(&self.handle) else {
             return Poll::Ready(Err(ConnectionError::EndpointClosed));
         };
         if let Some(reason) = c.closed {
-            return Poll::Ready(Err(ConnectionError::Closed(reason)));
+            return Poll::Ready(Err(ConnectionError::gone(Some(reason), text)));
         }
         let past_syn = !matches!(state, Some(State::SynSent) | Some(State::Closed) | None);
         if c.connected || (past_syn && !protected) {
@@ -84,6 +85,12 @@ impl ConnRef {
         Ok(())
     }
 
+    /// The error of a connection (`Some(reason)`) or endpoint (`None`)
+    /// that is gone, with the peer's words when its RST had some (spec §3.3.4).
+    fn gone(&self, inner: &Inner, reason: Option<CloseReason>) -> ConnectionError {
+        ConnectionError::gone(reason, inner.engine.conn(self.handle).peer_close_text())
+    }
+
     fn poll_read(&self, cx: &Context<'_>, stream: u16, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
         if buf.remaining() == 0 {
             return Poll::Ready(Ok(()));
@@ -102,10 +109,9 @@ impl ConnRef {
             }
             Ok(None) => match self.park(inner, cx, |c| &mut c.read) {
                 Ok(()) => Poll::Pending,
-                Err(Some(reason)) => Poll::Ready(read_end(reason)),
-                Err(None) => Poll::Ready(Err(ReadError::EndpointClosed.into())),
+                Err(reason) => Poll::Ready(read_end(self.gone(inner, reason))),
             },
-            Err(manyfold_proto::RecvError::Closed(reason)) => Poll::Ready(read_end(reason)),
+            Err(manyfold_proto::RecvError::Closed(reason)) => Poll::Ready(read_end(self.gone(inner, Some(reason)))),
             Err(e) => Poll::Ready(Err(ReadError::from(e).into())),
         }
     }
@@ -119,13 +125,14 @@ impl ConnRef {
         match inner.engine.conn_mut(self.handle).stream_send(StreamId::new(stream), data) {
             Ok(0) => match self.park(inner, cx, |c| &mut c.write) {
                 Ok(()) => Poll::Pending,
-                Err(reason) => Poll::Ready(Err(WriteError::from(ConnectionError::gone(reason)).into())),
+                Err(reason) => Poll::Ready(Err(WriteError::from(self.gone(inner, reason)).into())),
             },
             Ok(n) => {
                 drop(guard);
                 self.shared.wake_driver();
                 Poll::Ready(Ok(n))
             }
+            Err(SendError::Closed(reason)) => Poll::Ready(Err(WriteError::from(self.gone(inner, Some(reason))).into())),
             Err(e) => Poll::Ready(Err(WriteError::from(e).into())),
         }
     }
@@ -151,8 +158,9 @@ impl ConnRef {
             }
             Err(SendError::Blocked) => match self.park(inner, cx, |c| &mut c.write) {
                 Ok(()) => Poll::Pending,
-                Err(reason) => Poll::Ready(Err(ConnectionError::gone(reason).into())),
+                Err(reason) => Poll::Ready(Err(self.gone(inner, reason).into())),
             },
+            Err(SendError::Closed(reason)) => Poll::Ready(Err(self.gone(inner, Some(reason)).into())),
             Err(e) => Poll::Ready(Err(e.into())),
         }
     }
@@ -189,10 +197,10 @@ impl ConnRef {
             Ok(None) => match self.park(inner, cx, |c| &mut c.read) {
                 Ok(()) => Poll::Pending,
                 Err(Some(CloseReason::Graceful)) => Poll::Ready(Ok(None)),
-                Err(reason) => Poll::Ready(Err(ConnectionError::gone(reason))),
+                Err(reason) => Poll::Ready(Err(self.gone(inner, reason))),
             },
             Err(manyfold_proto::RecvError::Closed(CloseReason::Graceful)) => Poll::Ready(Ok(None)),
-            Err(manyfold_proto::RecvError::Closed(reason)) => Poll::Ready(Err(ConnectionError::Closed(reason))),
+            Err(manyfold_proto::RecvError::Closed(reason)) => Poll::Ready(Err(self.gone(inner, Some(reason)))),
             Err(_) => Poll::Ready(Err(ConnectionError::EndpointClosed)),
         }
     }
@@ -214,7 +222,7 @@ impl ConnRef {
         }
         match self.park(inner, cx, |c| &mut c.acked) {
             Ok(()) => Poll::Pending,
-            Err(reason) => Poll::Ready(Err(ConnectionError::gone(reason).into())),
+            Err(reason) => Poll::Ready(Err(self.gone(inner, reason).into())),
         }
     }
 
@@ -247,7 +255,7 @@ impl ConnRef {
         match self.park(inner, cx, |c| &mut c.read) {
             Ok(()) => Poll::Pending,
             Err(Some(CloseReason::Graceful)) => Poll::Ready(Ok(None)),
-            Err(reason) => Poll::Ready(Err(ConnectionError::gone(reason))),
+            Err(reason) => Poll::Ready(Err(self.gone(inner, reason))),
         }
     }
 
@@ -261,10 +269,12 @@ impl ConnRef {
     /// Abortive close (spec §4.6): a RST with `code` goes to the peer, whose
     /// reads and writes then fail with `PeerReset(Some(code))`; everything
     /// queued or unread here is discarded. Does nothing once closed.
-    fn abort(&self, code: ErrorCode) {
+    /// With `reason` (may be empty), the first copy of the RST carries it
+    /// in words (spec §3.3.4).
+    fn abort(&self, code: ErrorCode, reason: &str) {
         let mut guard = self.shared.lock();
         let inner = &mut *guard;
-        inner.engine.conn_mut(self.handle).abort(now(), code);
+        inner.engine.conn_mut(self.handle).abort_with_reason(now(), code, reason);
         if let Some(c) = inner.conns.get_mut(&self.handle) {
             c.close_requested = true;
         }
@@ -281,11 +291,12 @@ impl ConnRef {
     fn finish(&self) -> Result<(), WriteError> {
         let mut guard = self.shared.lock();
         let inner = &mut *guard;
+        let text = inner.engine.conn(self.handle).peer_close_text();
         let Some(c) = inner.conns.get_mut(&self.handle) else {
             return Err(WriteError::EndpointClosed);
         };
         if let Some(reason) = c.closed {
-            return Err(WriteError::Closed(reason));
+            return Err(ConnectionError::gone(Some(reason), text).into());
         }
         if c.close_requested {
             return Ok(());
@@ -321,7 +332,10 @@ impl ConnRef {
                 Poll::Ready(match reason {
                     Some(CloseReason::Graceful) => Ok(()),
                     Some(reason) if unacked > 0 => Err(CloseError::Unacked { bytes: unacked, reason }),
-                    Some(reason) => Err(CloseError::Closed(reason)),
+                    Some(reason) => {
+                        Err(ConnectionError::gone(Some(reason), inner.engine.conn(self.handle).peer_close_text())
+                            .into())
+                    }
                     None => Err(CloseError::EndpointClosed),
                 })
             }
@@ -377,12 +391,12 @@ impl std::fmt::Display for Protection {
     }
 }
 
-/// What a read returns once the connection has closed: end of stream after a
-/// graceful close, an error otherwise.
-fn read_end(reason: CloseReason) -> io::Result<()> {
-    match reason {
-        CloseReason::Graceful => Ok(()),
-        other => Err(ReadError::Closed(other).into()),
+/// What a read returns once the connection or endpoint is gone: end of
+/// stream after a graceful close, an error otherwise.
+fn read_end(gone: ConnectionError) -> io::Result<()> {
+    match gone {
+        ConnectionError::Closed(CloseReason::Graceful) => Ok(()),
+        other => Err(ReadError::from(other).into()),
     }
 }
 
@@ -480,9 +494,9 @@ impl Connection {
     /// (an interrupted program aborts with [`ErrorCode::INTERRUPTED`]);
     /// [`Connection::close`] is the graceful end. Does nothing once closed.
     ///
-    /// This is quinn's `close(code, reason)` without the reason: the wire
-    /// carries the 16-bit code alone (spec §3.3.4). The peer finds it with
-    /// [`close_reason`](crate::close_reason) on any error it then gets:
+    /// [`abort_with`](Self::abort_with) also says why in words. The peer
+    /// finds the code with [`close_reason`](crate::close_reason) on any
+    /// error it then gets:
     ///
     /// ```no_run
     /// # async fn demo(conn: manyfold::Connection) {
@@ -502,7 +516,37 @@ impl Connection {
     /// reaches the peer as [`CloseReason::Refused`] rather than as a code:
     /// give your application's codes numbers of their own (from 256, say).
     pub fn abort(&self, code: ErrorCode) {
-        self.send.conn.abort(code);
+        self.send.conn.abort(code, "");
+    }
+
+    /// [`abort`](Self::abort) with the reason in words: quinn's
+    /// `close(code, reason)`. The first copy of the RST carries `reason`
+    /// (spec §3.3.4), cut to [`MAX_CLOSE_REASON`](crate::MAX_CLOSE_REASON)
+    /// bytes on a character boundary; the peer's calls then fail with a
+    /// `ClosedByPeer` error ([`ReadError::ClosedByPeer`], ...) that holds it,
+    /// which [`peer_close_text`](crate::peer_close_text) finds in any error:
+    ///
+    /// ```no_run
+    /// # async fn demo(conn: manyfold::Connection) {
+    /// use manyfold::ErrorCode;
+    /// use tokio::io::AsyncReadExt;
+    /// # let mut conn = conn;
+    /// // One end gives up, saying why:
+    /// conn.abort_with(ErrorCode(300), "disk full on /srv");
+    /// // The other end's next read fails:
+    /// # let mut peer = conn;
+    /// let mut buf = [0u8; 1024];
+    /// if let Err(e) = peer.read(&mut buf).await {
+    ///     eprintln!("{e}"); // reset by peer (error code 300): "disk full on /srv"
+    ///     assert_eq!(manyfold::peer_close_text(&e), Some("disk full on /srv"));
+    /// }
+    /// # }
+    /// ```
+    ///
+    /// A peer that predates reasons in words still closes with the code
+    /// (spec §3.3.4). Does nothing once closed.
+    pub fn abort_with(&self, code: ErrorCode, reason: &str) {
+        self.send.conn.abort(code, reason);
     }
 
     /// Opens a new stream without choosing its number (quinn's `open_bi`;
@@ -866,7 +910,7 @@ impl SendHalf {
 
     /// As [`Connection::abort`].
     pub fn abort(&self, code: ErrorCode) {
-        self.conn.abort(code);
+        self.conn.abort(code, "");
     }
 
     /// Finishes our side (FIN after the data written so far) without
@@ -915,7 +959,7 @@ impl RecvHalf {
 
     /// As [`Connection::abort`].
     pub fn abort(&self, code: ErrorCode) {
-        self.conn.abort(code);
+        self.conn.abort(code, "");
     }
 }
 

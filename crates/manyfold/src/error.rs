@@ -3,7 +3,12 @@
 //! its calls, and each converts into `std::io::Error` with a matching
 //! `io::ErrorKind`, so that `?` works in `io::Result` code and the
 //! `AsyncRead`/`AsyncWrite` impls can carry them. [`close_reason`] finds
-//! the connection's end inside any of them, however wrapped.
+//! the connection's end inside any of them, however wrapped, and
+//! [`peer_close_text`] the peer's words when its abort gave some (spec
+//! §3.3.4). The errors that can report a connection's end share one
+//! shape (`Closed`, `ClosedByPeer`, `EndpointClosed`), and one macro,
+//! `connection_end!`, writes their `kind`, `close_reason`,
+//! `peer_close_text` and conversions.
 //!
 //! | call | error |
 //! |---|---|
@@ -19,14 +24,29 @@
 use std::error::Error as StdError;
 use std::io;
 use std::net::SocketAddr;
+use std::sync::Arc;
 
 use manyfold_proto::{CloseReason, UnreachableKind};
+
+/// A peer's abort that said why in words (spec §3.3.4), as quinn's
+/// `ApplicationClose`: what the `ClosedByPeer` variants hold.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{reason}: {text:?}")]
+pub struct PeerClose {
+    /// How the connection ended, usually
+    /// [`CloseReason::PeerReset`]`(Some(code))` with the peer's code.
+    pub reason: CloseReason,
+    /// The peer's words: UTF-8, at most
+    /// [`MAX_CLOSE_REASON`](crate::MAX_CLOSE_REASON) bytes, shown quoted
+    /// and escaped. For people: a program decides on the code.
+    pub text: Arc<str>,
+}
 
 /// The connection is gone: what every per-call error says when the
 /// connection ended under it, and the error of the calls that can fail in
 /// no other way ([`Streams::recv_message`](crate::Streams::recv_message),
 /// [`Connection::accept_stream`](crate::Connection::accept_stream)).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum ConnectionError {
     /// The connection ended (otherwise than gracefully, where a graceful
@@ -34,6 +54,9 @@ pub enum ConnectionError {
     /// [`ErrorCode`](crate::ErrorCode) is in [`CloseReason::PeerReset`].
     #[error("{0}")]
     Closed(CloseReason),
+    /// The peer aborted and said why in words (spec §3.3.4).
+    #[error("{0}")]
+    ClosedByPeer(PeerClose),
     /// The endpoint was shut down, or its driver stopped.
     #[error("the endpoint is closed")]
     EndpointClosed,
@@ -77,7 +100,7 @@ pub enum ConnectError {
 /// Why a read of a byte stream failed (inside the `io::Error` that
 /// `AsyncRead` returns; [`close_reason`] finds the end in it). A graceful
 /// end is no error: reads return 0.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum ReadError {
     /// The peer reset the stream, with this application code (spec §13.9).
@@ -86,13 +109,16 @@ pub enum ReadError {
     /// The connection ended otherwise than gracefully.
     #[error("{0}")]
     Closed(CloseReason),
+    /// The peer aborted and said why in words (spec §3.3.4).
+    #[error("{0}")]
+    ClosedByPeer(PeerClose),
     /// The endpoint was shut down, or its driver stopped.
     #[error("the endpoint is closed")]
     EndpointClosed,
 }
 
 /// Why a write of bytes (or finishing our side) failed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum WriteError {
     /// Our side of the stream or connection was already finished.
@@ -108,6 +134,9 @@ pub enum WriteError {
     /// The connection ended.
     #[error("{0}")]
     Closed(CloseReason),
+    /// The peer aborted and said why in words (spec §3.3.4).
+    #[error("{0}")]
+    ClosedByPeer(PeerClose),
     /// The endpoint was shut down, or its driver stopped.
     #[error("the endpoint is closed")]
     EndpointClosed,
@@ -118,7 +147,7 @@ pub enum WriteError {
 /// ([`Group::send`](crate::Group::send), [`Group::send_to`](crate::Group::send_to)).
 /// A message is taken whole or not at all, so after any of these nothing
 /// of it was sent.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum SendError {
     /// Larger than the configured maximum (`max_message`).
@@ -151,13 +180,16 @@ pub enum SendError {
     /// The connection ended.
     #[error("{0}")]
     Closed(CloseReason),
+    /// The peer aborted and said why in words (spec §3.3.4).
+    #[error("{0}")]
+    ClosedByPeer(PeerClose),
     /// The endpoint was shut down, or its driver stopped.
     #[error("the endpoint is closed")]
     EndpointClosed,
 }
 
 /// Why a graceful close, or a wait for acknowledgements, failed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum CloseError {
     /// The connection ended before everything we sent was acknowledged.
@@ -172,6 +204,9 @@ pub enum CloseError {
     /// nothing of ours outstanding.
     #[error("{0}")]
     Closed(CloseReason),
+    /// The peer aborted and said why in words (spec §3.3.4).
+    #[error("{0}")]
+    ClosedByPeer(PeerClose),
     /// The endpoint was shut down, or its driver stopped.
     #[error("the endpoint is closed")]
     EndpointClosed,
@@ -222,6 +257,15 @@ pub(crate) fn reason_kind(reason: CloseReason) -> io::ErrorKind {
     }
 }
 
+/// Applies `$f` to each error type of this crate: the one list that
+/// [`close_reason`] and [`peer_close_text`] look through and that converts
+/// into `io::Error`.
+macro_rules! for_each_error {
+    ($f:ident) => {
+        $f! { ConnectionError, ConnectError, ReadError, WriteError, SendError, CloseError, RequestError }
+    };
+}
+
 /// The connection's end that `e` reports, looking inside an `io::Error`
 /// (as the `AsyncRead`/`AsyncWrite` impls and the blocking API wrap these
 /// errors) and at any of this crate's error types. `None` when `e` is not
@@ -236,53 +280,133 @@ pub fn close_reason(e: &(dyn StdError + 'static)) -> Option<CloseReason> {
     if let Some(io) = e.downcast_ref::<io::Error>() {
         return io.get_ref().and_then(|inner| close_reason(inner));
     }
-    if let Some(e) = e.downcast_ref::<ConnectionError>() {
-        return e.close_reason();
+    macro_rules! look {
+        ($($t:ty),*) => {$(
+            if let Some(e) = e.downcast_ref::<$t>() {
+                return e.close_reason();
+            }
+        )*};
     }
-    if let Some(e) = e.downcast_ref::<ConnectError>() {
-        return e.close_reason();
-    }
-    if let Some(e) = e.downcast_ref::<ReadError>() {
-        return e.close_reason();
-    }
-    if let Some(e) = e.downcast_ref::<WriteError>() {
-        return e.close_reason();
-    }
-    if let Some(e) = e.downcast_ref::<SendError>() {
-        return e.close_reason();
-    }
-    if let Some(e) = e.downcast_ref::<CloseError>() {
-        return e.close_reason();
-    }
-    if let Some(e) = e.downcast_ref::<RequestError>() {
-        return e.close_reason();
-    }
+    for_each_error!(look);
     None
 }
 
+/// The peer's words on why it aborted (spec §3.3.4) that `e` carries,
+/// looking inside an `io::Error` as [`close_reason`] does. `None` when the
+/// peer gave none, or `e` is not about a peer's abort.
+///
+/// ```
+/// use manyfold::{CloseReason, ErrorCode, PeerClose, ReadError};
+/// let said = PeerClose { reason: CloseReason::PeerReset(Some(ErrorCode(300))), text: "disk full".into() };
+/// let e: std::io::Error = ReadError::ClosedByPeer(said).into();
+/// assert_eq!(manyfold::peer_close_text(&e), Some("disk full"));
+/// assert_eq!(e.to_string(), "reset by peer (error code 300): \"disk full\"");
+/// ```
+pub fn peer_close_text<'a>(e: &'a (dyn StdError + 'static)) -> Option<&'a str> {
+    if let Some(io) = e.downcast_ref::<io::Error>() {
+        return io.get_ref().and_then(|inner| peer_close_text(inner));
+    }
+    macro_rules! look {
+        ($($t:ty),*) => {$(
+            if let Some(e) = e.downcast_ref::<$t>() {
+                return e.peer_close_text();
+            }
+        )*};
+    }
+    for_each_error!(look);
+    None
+}
+
+/// `kind`, `close_reason` and `peer_close_text` of an error with the
+/// variants `Closed(CloseReason)`, `ClosedByPeer(PeerClose)` and
+/// `EndpointClosed`, and its conversion from [`ConnectionError`]. The other
+/// variants' kinds, and any other variant holding a close reason, are
+/// listed after the type.
+macro_rules! connection_end {
+    ($t:ident { $($pat:pat => $kind:expr),* $(,)? } $(reasons { $($rpat:pat => $reason:expr),* })?) => {
+        impl $t {
+            /// The `io::ErrorKind` this error maps to.
+            pub fn kind(&self) -> io::ErrorKind {
+                match self {
+                    $t::Closed(r) => reason_kind(*r),
+                    $t::ClosedByPeer(p) => reason_kind(p.reason),
+                    $t::EndpointClosed => io::ErrorKind::NotConnected,
+                    $($pat => $kind,)*
+                }
+            }
+
+            /// Why the connection closed, if that is what this error says.
+            pub fn close_reason(&self) -> Option<CloseReason> {
+                match self {
+                    $t::Closed(r) => Some(*r),
+                    $t::ClosedByPeer(p) => Some(p.reason),
+                    $($($rpat => Some($reason),)*)?
+                    _ => None,
+                }
+            }
+
+            /// The peer's words on why it aborted, when it gave some
+            /// (spec §3.3.4).
+            pub fn peer_close_text(&self) -> Option<&str> {
+                match self {
+                    $t::ClosedByPeer(p) => Some(&p.text),
+                    _ => None,
+                }
+            }
+        }
+
+        connection_end!(@from $t);
+    };
+    (@from ConnectionError) => {};
+    (@from $t:ident) => {
+        impl From<ConnectionError> for $t {
+            fn from(e: ConnectionError) -> Self {
+                match e {
+                    ConnectionError::Closed(r) => $t::Closed(r),
+                    ConnectionError::ClosedByPeer(p) => $t::ClosedByPeer(p),
+                    ConnectionError::EndpointClosed => $t::EndpointClosed,
+                }
+            }
+        }
+    };
+}
+
+connection_end!(ConnectionError {});
+connection_end!(ReadError { ReadError::Reset(_) => io::ErrorKind::ConnectionReset });
+connection_end!(WriteError {
+    WriteError::Finished => io::ErrorKind::BrokenPipe,
+    WriteError::Reset(_) => io::ErrorKind::ConnectionReset,
+    WriteError::StreamLimit(_) => io::ErrorKind::QuotaExceeded,
+});
+connection_end!(SendError {
+    SendError::TooLarge { .. } => io::ErrorKind::InvalidInput,
+    SendError::Finished => io::ErrorKind::BrokenPipe,
+    SendError::Reset(_) => io::ErrorKind::ConnectionReset,
+    SendError::StreamLimit(_) => io::ErrorKind::QuotaExceeded,
+    SendError::NoPeers => io::ErrorKind::NotConnected,
+    SendError::UnknownDestination => io::ErrorKind::NotFound,
+});
+connection_end!(
+    CloseError { CloseError::Unacked { reason, .. } => reason_kind(*reason) }
+    reasons { CloseError::Unacked { reason, .. } => *reason }
+);
+
 impl ConnectionError {
-    /// The `io::ErrorKind` this error maps to.
-    pub fn kind(&self) -> io::ErrorKind {
-        match self {
-            ConnectionError::Closed(r) => reason_kind(*r),
-            ConnectionError::EndpointClosed => io::ErrorKind::NotConnected,
+    /// The error of a connection (`Some(reason)`) or endpoint (`None`)
+    /// that is gone, with the peer's words when its RST carried some.
+    pub(crate) fn gone(reason: Option<CloseReason>, text: Option<&str>) -> Self {
+        match (reason, text) {
+            (None, _) => ConnectionError::EndpointClosed,
+            (Some(reason), Some(text)) => ConnectionError::ClosedByPeer(PeerClose { reason, text: text.into() }),
+            (Some(reason), None) => ConnectionError::Closed(reason),
         }
-    }
-
-    /// Why the connection closed, if that is what this error says.
-    pub fn close_reason(&self) -> Option<CloseReason> {
-        match self {
-            ConnectionError::Closed(r) => Some(*r),
-            ConnectionError::EndpointClosed => None,
-        }
-    }
-
-    /// The error of a connection (`Some(reason)`) or endpoint (`None`) that is gone.
-    pub(crate) fn gone(reason: Option<CloseReason>) -> Self {
-        reason.map_or(ConnectionError::EndpointClosed, ConnectionError::Closed)
     }
 }
 
+/// `ConnectError` and `RequestError` say more than the connection's end
+/// (a refusal and a timeout are variants of their own), so their mapping
+/// is written out; the peer's words do not reach them (a handshake's
+/// refusal has none).
 impl ConnectError {
     /// The `io::ErrorKind` this error maps to.
     pub fn kind(&self) -> io::ErrorKind {
@@ -304,6 +428,11 @@ impl ConnectError {
             ConnectError::Closed(r) => Some(*r),
             _ => None,
         }
+    }
+
+    /// Always `None`: a handshake's end carries no words (spec §3.3.4).
+    pub fn peer_close_text(&self) -> Option<&str> {
+        None
     }
 
     /// The error for a handshake that ended for `reason`.
@@ -330,37 +459,9 @@ impl From<manyfold_proto::ConnectError> for ConnectError {
 
 impl From<ConnectionError> for ConnectError {
     fn from(e: ConnectionError) -> Self {
-        match e {
-            ConnectionError::Closed(r) => ConnectError::ended(r),
-            ConnectionError::EndpointClosed => ConnectError::EndpointClosed,
-        }
-    }
-}
-
-impl ReadError {
-    /// The `io::ErrorKind` this error maps to.
-    pub fn kind(&self) -> io::ErrorKind {
-        match self {
-            ReadError::Reset(_) => io::ErrorKind::ConnectionReset,
-            ReadError::Closed(r) => reason_kind(*r),
-            ReadError::EndpointClosed => io::ErrorKind::NotConnected,
-        }
-    }
-
-    /// Why the connection closed, if that is what this error says.
-    pub fn close_reason(&self) -> Option<CloseReason> {
-        match self {
-            ReadError::Closed(r) => Some(*r),
-            _ => None,
-        }
-    }
-}
-
-impl From<ConnectionError> for ReadError {
-    fn from(e: ConnectionError) -> Self {
-        match e {
-            ConnectionError::Closed(r) => ReadError::Closed(r),
-            ConnectionError::EndpointClosed => ReadError::EndpointClosed,
+        match e.close_reason() {
+            Some(r) => ConnectError::ended(r),
+            None => ConnectError::EndpointClosed,
         }
     }
 }
@@ -372,36 +473,6 @@ impl From<manyfold_proto::RecvError> for ReadError {
             manyfold_proto::RecvError::StreamReset(code) => ReadError::Reset(code),
             // An unknown handle: the endpoint dropped the connection.
             _ => ReadError::EndpointClosed,
-        }
-    }
-}
-
-impl WriteError {
-    /// The `io::ErrorKind` this error maps to.
-    pub fn kind(&self) -> io::ErrorKind {
-        match self {
-            WriteError::Finished => io::ErrorKind::BrokenPipe,
-            WriteError::Reset(_) => io::ErrorKind::ConnectionReset,
-            WriteError::StreamLimit(_) => io::ErrorKind::QuotaExceeded,
-            WriteError::Closed(r) => reason_kind(*r),
-            WriteError::EndpointClosed => io::ErrorKind::NotConnected,
-        }
-    }
-
-    /// Why the connection closed, if that is what this error says.
-    pub fn close_reason(&self) -> Option<CloseReason> {
-        match self {
-            WriteError::Closed(r) => Some(*r),
-            _ => None,
-        }
-    }
-}
-
-impl From<ConnectionError> for WriteError {
-    fn from(e: ConnectionError) -> Self {
-        match e {
-            ConnectionError::Closed(r) => WriteError::Closed(r),
-            ConnectionError::EndpointClosed => WriteError::EndpointClosed,
         }
     }
 }
@@ -418,39 +489,6 @@ impl From<manyfold_proto::SendError> for WriteError {
             // Blocked is waited out; an unknown handle means the endpoint
             // dropped the connection.
             _ => WriteError::EndpointClosed,
-        }
-    }
-}
-
-impl SendError {
-    /// The `io::ErrorKind` this error maps to.
-    pub fn kind(&self) -> io::ErrorKind {
-        match self {
-            SendError::TooLarge { .. } => io::ErrorKind::InvalidInput,
-            SendError::Finished => io::ErrorKind::BrokenPipe,
-            SendError::Reset(_) => io::ErrorKind::ConnectionReset,
-            SendError::StreamLimit(_) => io::ErrorKind::QuotaExceeded,
-            SendError::NoPeers => io::ErrorKind::NotConnected,
-            SendError::UnknownDestination => io::ErrorKind::NotFound,
-            SendError::Closed(r) => reason_kind(*r),
-            SendError::EndpointClosed => io::ErrorKind::NotConnected,
-        }
-    }
-
-    /// Why the connection closed, if that is what this error says.
-    pub fn close_reason(&self) -> Option<CloseReason> {
-        match self {
-            SendError::Closed(r) => Some(*r),
-            _ => None,
-        }
-    }
-}
-
-impl From<ConnectionError> for SendError {
-    fn from(e: ConnectionError) -> Self {
-        match e {
-            ConnectionError::Closed(r) => SendError::Closed(r),
-            ConnectionError::EndpointClosed => SendError::EndpointClosed,
         }
     }
 }
@@ -484,33 +522,6 @@ impl From<manyfold_proto::GroupError> for SendError {
     }
 }
 
-impl CloseError {
-    /// The `io::ErrorKind` this error maps to.
-    pub fn kind(&self) -> io::ErrorKind {
-        match self {
-            CloseError::Unacked { reason, .. } | CloseError::Closed(reason) => reason_kind(*reason),
-            CloseError::EndpointClosed => io::ErrorKind::NotConnected,
-        }
-    }
-
-    /// Why the connection closed, if that is what this error says.
-    pub fn close_reason(&self) -> Option<CloseReason> {
-        match self {
-            CloseError::Unacked { reason, .. } | CloseError::Closed(reason) => Some(*reason),
-            CloseError::EndpointClosed => None,
-        }
-    }
-}
-
-impl From<ConnectionError> for CloseError {
-    fn from(e: ConnectionError) -> Self {
-        match e {
-            ConnectionError::Closed(r) => CloseError::Closed(r),
-            ConnectionError::EndpointClosed => CloseError::EndpointClosed,
-        }
-    }
-}
-
 impl RequestError {
     /// The `io::ErrorKind` this error maps to.
     pub fn kind(&self) -> io::ErrorKind {
@@ -530,6 +541,11 @@ impl RequestError {
             RequestError::Closed(r) => Some(*r),
             _ => None,
         }
+    }
+
+    /// Always `None`: a session's errors keep the code, not the words.
+    pub fn peer_close_text(&self) -> Option<&str> {
+        None
     }
 
     /// The error for a session whose connection ended for `reason`: a
@@ -557,7 +573,7 @@ macro_rules! into_io {
     )*};
 }
 
-into_io!(ConnectionError, ConnectError, ReadError, WriteError, SendError, CloseError, RequestError);
+for_each_error!(into_io);
 
 #[cfg(test)]
 mod tests {
@@ -594,6 +610,32 @@ mod tests {
         let plain = io::Error::other("nothing to do with a connection");
         assert_eq!(close_reason(&plain), None);
         assert_eq!(close_reason(&ReadError::Reset(3)), None);
+    }
+
+    #[test]
+    fn a_peers_words_travel_through_every_conversion_and_io_error() {
+        let peer = CloseReason::PeerReset(Some(ErrorCode(300)));
+        let gone = ConnectionError::gone(Some(peer), Some("disk full"));
+        let errors: Vec<io::Error> = vec![
+            gone.clone().into(),
+            ReadError::from(gone.clone()).into(),
+            WriteError::from(gone.clone()).into(),
+            SendError::from(gone.clone()).into(),
+            CloseError::from(gone.clone()).into(),
+        ];
+        for e in &errors {
+            assert_eq!(close_reason(e), Some(peer), "{e}");
+            assert_eq!(peer_close_text(e), Some("disk full"), "{e}");
+            assert_eq!(e.kind(), io::ErrorKind::ConnectionReset, "{e}");
+            assert_eq!(e.to_string(), r#"reset by peer (error code 300): "disk full""#);
+        }
+        // Without words it stays the plain end; a connect error keeps the reason.
+        assert_eq!(ConnectionError::gone(Some(peer), None), ConnectionError::Closed(peer));
+        assert_eq!(ConnectError::from(gone), ConnectError::Closed(peer));
+        assert_eq!(ConnectionError::gone(None, Some("x")), ConnectionError::EndpointClosed);
+        // A peer's control characters are escaped, not printed raw.
+        let sly = ConnectionError::gone(Some(peer), Some("ok\n\x1b[2J"));
+        assert!(!sly.to_string().contains('\n'), "{sly}");
     }
 
     #[test]

@@ -20,7 +20,9 @@
 //! - A [`Connection`] is one peer: `AsyncRead + AsyncWrite` on its byte
 //!   stream (stream 0), [`Connection::split`] into halves for two tasks,
 //!   [`Connection::close`] to finish gracefully, [`Connection::abort`] to
-//!   end it at once with an [`ErrorCode`]. [`Connection::stats`] has its
+//!   end it at once with an [`ErrorCode`] ([`Connection::abort_with`]
+//!   adds the reason in words, which the peer's errors carry:
+//!   [`peer_close_text`]). [`Connection::stats`] has its
 //!   RTT, window and retransmissions.
 //! - [`Streams`] ([`Connection::streams`]) are the connection's numbered
 //!   streams 1–65,535: each a byte stream ([`Streams::io`]) or a sequence
@@ -145,9 +147,11 @@ pub use config::{Config, DriverStats, FaultConfig, FaultStats};
 pub use connection::{Connection, Protection, RecvHalf, SendHalf, StreamIo, Streams};
 pub use endpoint::{Endpoint, DEFAULT_SHUTDOWN_TIMEOUT};
 pub use error::{
-    close_reason, CloseError, ConnectError, ConnectionError, ReadError, RequestError, SendError, WriteError,
+    close_reason, peer_close_text, CloseError, ConnectError, ConnectionError, PeerClose, ReadError, RequestError,
+    SendError, WriteError,
 };
 pub use group::{Group, GroupError, Joined, PeerReader};
+pub use manyfold_proto::wire::chunk::MAX_CLOSE_REASON;
 pub use manyfold_proto::wire::ErrorCode;
 pub use manyfold_proto::{
     CloseReason, ConnStats, Destination, EndpointConfig, EndpointStats, Eviction, GroupConfig, GroupEvent, GroupStats,

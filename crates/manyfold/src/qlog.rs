@@ -71,6 +71,7 @@ fn frames(p: &PacketInfo) -> Vec<Value> {
             }
             Chunk::Pad => json!({ "frame_type": "padding" }),
             Chunk::Handshake(len) => json!({ "frame_type": "handshake", "length": len }),
+            Chunk::Reason(len) => json!({ "frame_type": "close_reason", "length": len }),
             Chunk::AckFrequency { seq, threshold, max_delay_us } => json!({
                 "frame_type": "ack_frequency",
                 "sequence_number": seq,

@@ -4,7 +4,9 @@
 //! §13.2): `s3@1024+1400/BE` is 1,400 bytes of stream 3 at offset 1024,
 //! with its flags (B begin, E end, U unordered, F fin); `reset3`,
 //! `stop3`, `credit3<=N` (`creditU3` for the unordered space),
-//! `abandon3[a,b)`, `pad`.
+//! `abandon3[a,b)`, `pad`; a RST's error code `err=N` and its reason in
+//! words `reason="..."` (spec §3.3.4, escaped so a peer's text cannot
+//! forge trace lines).
 //!
 //! Time is milliseconds since the first endpoint of the process started, so
 //! the traces of a client and a server in one process line up. Arrows:
@@ -86,11 +88,14 @@ impl PacketTrace {
     }
 }
 
-/// The chunks of a datagram, one token each (see the module docs); empty
-/// for a datagram that does not parse or carries none.
+/// The error code and chunks of a datagram, one token each (see the
+/// module docs); empty for a datagram that does not parse or carries none.
 fn chunks(datagram: &[u8]) -> String {
     let mut out = String::new();
     let Ok(p) = Packet::parse(datagram) else { return out };
+    if let Some(code) = p.error {
+        let _ = write!(out, " err={}", code.0);
+    }
     for c in parse_chunks(p.data).map_while(Result::ok) {
         out.push(' ');
         let _ = match c {
@@ -117,6 +122,7 @@ fn chunks(datagram: &[u8]) -> String {
             Chunk::Abandon { stream, start, end, .. } => write!(out, "abandon{stream}[{start},{end})"),
             Chunk::Pad => write!(out, "pad"),
             Chunk::Handshake(m) => write!(out, "handshake+{}", m.len()),
+            Chunk::Reason(t) => write!(out, "reason={:?}", String::from_utf8_lossy(t)),
             Chunk::AckFrequency { seq, threshold, max_delay_us } => {
                 write!(out, "ackfreq#{seq}:{threshold}pkts/{max_delay_us}us")
             }
@@ -156,5 +162,18 @@ mod tests {
         p.emit(&mut d);
         assert_eq!(chunks(&d), " s3@1024+5/BE credit0<=99 pad");
         assert_eq!(chunks(&d[..10]), "");
+    }
+
+    #[test]
+    fn a_traced_rst_shows_its_code_and_its_reason_escaped() {
+        let reason = Chunk::Reason(&b"disk full\n-> forged"[..]);
+        let mut area = vec![0u8; reason.encoded_len()];
+        reason.emit(&mut area);
+        let mut p = Packet::bare(PacketType::Segment, Flags::RST, 7, 1, 2, 0);
+        p.error = Some(manyfold_proto::wire::ErrorCode(300));
+        p.data = &area;
+        let mut d = vec![0u8; p.len()];
+        p.emit(&mut d);
+        assert_eq!(chunks(&d), r#" err=300 reason="disk full\n-> forged""#);
     }
 }

@@ -70,3 +70,24 @@ fn blocking_connect_to_a_closed_port_fails() {
         assert!(matches!(err.kind(), std::io::ErrorKind::TimedOut | std::io::ErrorKind::ConnectionRefused), "{err}");
     });
 }
+
+#[test]
+fn a_blocking_abort_with_a_reason_fails_the_peers_receive_with_its_words() {
+    bounded(TEST_TIMEOUT, || {
+        let listener = Listener::listen("127.0.0.1:0").expect("listen");
+        let addr = listener.local().unwrap();
+        let server = thread::spawn(move || {
+            let mut s = listener.accept().expect("accept");
+            let mut hello = [0u8; 5];
+            s.read_exact(&mut hello).expect("the client's hello");
+            s.abort_with(manyfold::ErrorCode(301), "quota exceeded");
+        });
+        let mut c = Stream::connect(addr).expect("connect");
+        c.send(b"hello").expect("send");
+        let mut buf = [0u8; 16];
+        let err = c.receive(&mut buf).expect_err("the server aborted");
+        assert_eq!(manyfold::peer_close_text(&err), Some("quota exceeded"), "{err:?}");
+        assert_eq!(err.kind(), std::io::ErrorKind::ConnectionReset);
+        server.join().unwrap();
+    });
+}

@@ -1,6 +1,7 @@
 //! Failures known at once on real sockets (spec §4.7, §4.8, §6.7): a
 //! closed port refuses a connect from ICMP, a peer whose process died is
-//! found from ICMP, an abort reaches the peer with its code, and
+//! found from ICMP, an abort reaches the peer with its code (and its
+//! reason in words, spec §3.3.4), and
 //! `wait_idle` keeps TIME-WAIT answering for a peer whose last ack was lost.
 
 mod common;
@@ -117,6 +118,35 @@ async fn a_connection_abort_names_its_code_to_the_peer() {
         let mut buf = [0u8; 16];
         let err = accepted.read(&mut buf).await.expect_err("the peer aborted");
         assert_eq!(manyfold::close_reason(&err), Some(CloseReason::PeerReset(Some(ErrorCode(77)))));
+    })
+    .await
+    .expect("test timed out");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_abort_with_a_reason_gives_the_peer_its_words_in_reads_writes_and_streams() {
+    timeout(TEST_TIMEOUT, async {
+        let (server, client) = pair(config(), config()).await;
+        let conn = client.connect(server.local_addr().unwrap()).await.unwrap();
+        let mut accepted = server.accept().await.unwrap();
+        conn.abort_with(ErrorCode(300), "disk full on /srv");
+        let mut buf = [0u8; 16];
+        let err = accepted.read(&mut buf).await.expect_err("the peer aborted");
+        assert_eq!(manyfold::close_reason(&err), Some(CloseReason::PeerReset(Some(ErrorCode(300)))));
+        assert_eq!(manyfold::peer_close_text(&err), Some("disk full on /srv"), "{err:?}");
+        assert_eq!(err.to_string(), r#"reset by peer (error code 300): "disk full on /srv""#);
+        let werr = accepted.write_all(b"x").await.expect_err("closed");
+        assert_eq!(manyfold::peer_close_text(&werr), Some("disk full on /srv"), "{werr:?}");
+        let serr = accepted.accept_stream().await.expect_err("closed");
+        assert!(
+            matches!(&serr, manyfold::ConnectionError::ClosedByPeer(p) if &*p.text == "disk full on /srv"),
+            "{serr:?}"
+        );
+        // Our own end knows only its code.
+        let mut conn = conn;
+        let ours = conn.read(&mut buf).await.expect_err("we aborted");
+        assert_eq!(manyfold::close_reason(&ours), Some(CloseReason::Aborted(ErrorCode(300))));
+        assert_eq!(manyfold::peer_close_text(&ours), None);
     })
     .await
     .expect("test timed out");

@@ -126,7 +126,13 @@ async fn session(a: &RecvArgs, setup: &Setup, done: &mut HashSet<u32>) -> Result
         if let Some((session, why)) = v.ignored.filter(|_| v.info.is_none()) {
             if told_ignored != Some(session) {
                 told_ignored = Some(session);
-                multi.println(format!("heard session {session:08x} but not joining it: {why}")).ok();
+                // The library says what is wrong; the CLI names its flag.
+                let hint = match why {
+                    manyfold_proto::mcast::Ignored::ProtectedSession => " (give --key-file)",
+                    manyfold_proto::mcast::Ignored::PlainSession => " (the sender gave no --key-file)",
+                    _ => "",
+                };
+                multi.println(format!("heard session {session:08x} but not joining it: {why}{hint}")).ok();
             }
         }
         if let Some(info) = &v.info {

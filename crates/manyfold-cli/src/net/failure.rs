@@ -70,6 +70,11 @@ pub fn headline(reason: CloseReason, role: Role) -> Option<String> {
         CloseReason::IdleTimeout => format!("the {role} went silent (idle timeout)"),
         CloseReason::Refused => format!("the {role} refused the connection (nothing listening there?)"),
         CloseReason::PeerReset(_) => format!("the {role} reset the connection"),
+        // The library says what is wrong in its own terms; the CLI names its flag.
+        CloseReason::ProtectionMismatch => format!(
+            "the {role} and this end disagree on encryption: one gave --key-file and the other did not (give both \
+             the same setting)"
+        ),
         _ => return None,
     })
 }
@@ -90,6 +95,10 @@ pub fn left(why: Left, role: Role) -> String {
 /// The result is text only: explained once, it is not explained again.
 pub fn explain(e: anyhow::Error, role: Role) -> anyhow::Error {
     let Some(mut text) = close_reason(&e).and_then(|r| headline(r, role)) else { return e };
+    // spec §3.3.4: the peer's own words on why it aborted, quoted once.
+    if let Some(words) = e.chain().find_map(manyfold::peer_close_text) {
+        text.push_str(&format!(", saying {words:?}"));
+    }
     for cause in e.chain().filter(|cause| reason_of(*cause).is_none()) {
         text.push_str(": ");
         text.push_str(&cause.to_string());
@@ -141,6 +150,27 @@ mod tests {
         let why = Left::Lost(CloseReason::PeerReset(Some(ErrorCode::INTERRUPTED)));
         assert!(left(why, Role::Receiver).starts_with("the receiver was interrupted"));
         assert_eq!(left(Left::Evicted, Role::Receiver), "evicted as too slow");
+    }
+
+    #[test]
+    fn a_peers_words_on_its_abort_are_quoted_once() {
+        let said =
+            manyfold::PeerClose { reason: CloseReason::PeerReset(Some(ErrorCode(300))), text: "disk full".into() };
+        let io: std::io::Error = manyfold::ReadError::ClosedByPeer(said).into();
+        let e = Err::<(), _>(io).context("connection lost while receiving data").unwrap_err();
+        let text = format!("{:#}", explain(e, Role::Sender));
+        assert_eq!(
+            text,
+            r#"the sender reset the connection, saying "disk full": connection lost while receiving data"#
+        );
+    }
+
+    #[test]
+    fn a_protection_mismatch_names_the_cli_flag() {
+        let text = format!("{:#}", explain(buried(CloseReason::ProtectionMismatch), Role::Server));
+        assert!(text.starts_with("the server and this end disagree on encryption"), "{text}");
+        assert!(text.contains("--key-file"), "{text}");
+        assert!(!CloseReason::ProtectionMismatch.to_string().contains("--"), "the library speaks of no flag");
     }
 
     #[test]

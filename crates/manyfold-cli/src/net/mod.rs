@@ -259,8 +259,19 @@ pub async fn bind(addr: SocketAddr, config: Config) -> Result<Endpoint> {
 /// connects to `peer`.
 pub async fn connect(peer: SocketAddr, config: Config) -> Result<(Endpoint, Connection)> {
     let endpoint = bind(unspecified_for(peer), config).await?;
-    let conn = endpoint.connect(peer).await.with_context(|| format!("cannot connect to {peer}"))?;
+    let conn = endpoint.connect(peer).await.map_err(|e| connect_error(e, peer))?;
     Ok((endpoint, conn))
+}
+
+/// A failed connect, with the CLI's flag named where the library can speak
+/// only of what is wrong (spec §19.2: one end protects, the other not).
+fn connect_error(e: manyfold::ConnectError, peer: SocketAddr) -> anyhow::Error {
+    let what = format!("cannot connect to {peer}");
+    match e.close_reason() {
+        Some(manyfold::CloseReason::ProtectionMismatch) => anyhow::Error::new(e)
+            .context(format!("{what}: encryption mismatch: one end gave --key-file and the other did not")),
+        _ => anyhow::Error::new(e).context(what),
+    }
 }
 
 /// The wildcard address of `peer`'s family, any port: where a client binds.

@@ -1,5 +1,6 @@
 //! A terminal driven through tmux (keys in, screen out), for the tests
-//! of what a person sees: progress bars and their end.
+//! of what a person sees: progress bars and their end, and `ftp`'s
+//! interactive shell.
 
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -13,13 +14,29 @@ pub fn available() -> bool {
 pub struct Tmux(String);
 
 impl Tmux {
+    /// `command` in a new session of 150 × 10 characters.
     pub fn run(name: &str, command: &str) -> Tmux {
+        Tmux::run_sized(name, command, 150, 10)
+    }
+
+    /// `command` in a new session of `width` × `height` characters; the
+    /// session stays 30 s after the command ends, so that its last screen
+    /// can be read.
+    pub fn run_sized(name: &str, command: &str, width: u16, height: u16) -> Tmux {
+        let (x, y) = (width.to_string(), height.to_string());
         let ok = Command::new("tmux")
-            .args(["new-session", "-d", "-s", name, "-x", "150", "-y", "10", &format!("{command}; sleep 30")])
+            .args(["new-session", "-d", "-s", name, "-x", &x, "-y", &y, &format!("{command}; sleep 30")])
             .status()
             .unwrap();
         assert!(ok.success(), "tmux new-session failed");
         Tmux(name.to_string())
+    }
+
+    /// Types `keys` (tmux key names: "Enter", "Tab", "C-c", or text).
+    #[allow(dead_code)] // not every test file types
+    pub fn keys(&self, keys: &[&str]) {
+        let ok = Command::new("tmux").args(["send-keys", "-t", &self.0]).args(keys).status().unwrap();
+        assert!(ok.success(), "tmux send-keys failed");
     }
 
     pub fn screen(&self) -> String {
@@ -27,14 +44,21 @@ impl Tmux {
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
+    /// Waits until the screen shows `text`, at most `limit`.
     pub fn wait_for(&self, text: &str, limit: Duration) -> String {
+        self.wait_until(&format!("{text:?}"), limit, |screen| screen.contains(text))
+    }
+
+    /// Waits until `ready` holds of the screen, at most `limit`; `what`
+    /// names it when it never does.
+    pub fn wait_until(&self, what: &str, limit: Duration, ready: impl Fn(&str) -> bool) -> String {
         let deadline = Instant::now() + limit;
         loop {
             let screen = self.screen();
-            if screen.contains(text) {
+            if ready(&screen) {
                 return screen;
             }
-            assert!(Instant::now() < deadline, "{text:?} never appeared; the screen:\n{screen}");
+            assert!(Instant::now() < deadline, "{what} never appeared; the screen:\n{screen}");
             std::thread::sleep(Duration::from_millis(50));
         }
     }

@@ -7,6 +7,7 @@
 //! a sequenced packet's arrival in `sequenced.rs`, ack timing in `acks.rs`.
 
 mod acks;
+mod close;
 mod liveness;
 mod loss;
 mod path;
@@ -119,6 +120,8 @@ pub(crate) struct Connection {
     /// §4.6: sent twice, so that one loss does not leave the peer with a
     /// codeless reset from a later packet, or none at all).
     rst_repeats: u8,
+    /// An abort's reason in words, ours to send and the peer's (spec §3.3.4).
+    close_text: close::CloseText,
     events: VecDeque<Event>,
     readable_signalled: bool,
     want_writable: bool,
@@ -193,6 +196,7 @@ impl Connection {
             probe_pending: false,
             rst_pending: None,
             rst_repeats: 0,
+            close_text: close::CloseText::default(),
             events: VecDeque::new(),
             readable_signalled: false,
             want_writable: false,
@@ -544,10 +548,7 @@ impl Connection {
         data: &[u8],
         opts: MessageOptions,
     ) -> Result<(), SendError> {
-        self.check_message(id, data.len())?;
-        self.streams.push_message(now, id, data, opts).map_err(refusal)?;
-        self.send_acked_signalled = false;
-        Ok(())
+        self.queue_message(id, data.len(), |s| s.push_message(now, id, data, opts))
     }
 
     /// [`Connection::send_message`] without copying `data`: its packets
@@ -559,8 +560,19 @@ impl Connection {
         data: Bytes,
         opts: MessageOptions,
     ) -> Result<(), SendError> {
-        self.check_message(id, data.len())?;
-        self.streams.push_shared_message(now, id, data, opts).map_err(refusal)?;
+        self.queue_message(id, data.len(), |s| s.push_shared_message(now, id, data, opts))
+    }
+
+    /// The one path of both: a message of `len` bytes is checked, then
+    /// `push` queues it (copied or shared).
+    fn queue_message(
+        &mut self,
+        id: StreamId,
+        len: usize,
+        push: impl FnOnce(&mut Streams) -> Result<(), StreamRefusal>,
+    ) -> Result<(), SendError> {
+        self.check_message(id, len)?;
+        push(&mut self.streams).map_err(refusal)?;
         self.send_acked_signalled = false;
         Ok(())
     }
@@ -923,6 +935,7 @@ impl Connection {
             _ if refused_echo => CloseReason::Refused,
             (_, code) => CloseReason::PeerReset(code),
         };
+        self.take_peer_close_text(p);
         self.enter_closed(reason);
     }
 

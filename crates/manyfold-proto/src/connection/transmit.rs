@@ -150,30 +150,7 @@ impl Connection {
     /// The next packet, unprotected.
     fn build_next(&mut self, now: Instant, buf: &mut [u8]) -> Option<usize> {
         if let Some(code) = self.rst_pending.take() {
-            let mut p = Packet::bare(
-                PacketType::Segment,
-                Flags::RST,
-                ConnId::wire_or_zero(self.remote_id),
-                self.sent.next_seq().wire(),
-                self.recv.as_ref().map_or(0, |r| r.next().wire()),
-                0,
-            );
-            p.error = Some(code);
-            if p.len() > buf.len() {
-                self.rst_pending = Some(code);
-                return None;
-            }
-            self.stats.packets_sent += 1;
-            let n = p.emit(buf);
-            self.record_sent(now, &buf[..n]);
-            if let Some(s) = self.security.as_mut() {
-                s.last_was_handshake = false;
-            }
-            if self.rst_repeats > 0 {
-                self.rst_repeats -= 1;
-                self.rst_pending = Some(code);
-            }
-            return Some(n);
+            return self.emit_rst(now, buf, code);
         }
         if self.state == State::Closed {
             return None;

@@ -102,7 +102,8 @@ impl core::fmt::Display for CloseReason {
             }
             CloseReason::ProtectionMismatch => write!(
                 f,
-                "encryption mismatch: one side requires encrypted connections (--key-file) and the other does not"
+                "protection mismatch: one side requires protected (encrypted) connections, with a pre-shared key or \
+                 static keys, and the other has none"
             ),
             CloseReason::AuthenticationFailed => write!(
                 f,
@@ -149,7 +150,9 @@ pub enum Event {
     StreamAcked,
     /// A tracked message (a group message, spec §14.4) is wholly acknowledged.
     MessageAcked(u64),
-    /// The connection ended; the handle stays valid until released.
+    /// The connection ended; the handle stays valid until released. When
+    /// the peer's RST said why in words, [`crate::ConnRef::peer_close_text`]
+    /// has them (spec §3.3.4).
     Closed(CloseReason),
 }
 
@@ -267,4 +270,7 @@ pub struct ConnStats {
     pub pmtu_probes_lost: u64,
     /// Falls back to the base datagram size after a black hole (spec §3.7).
     pub pmtu_black_holes: u64,
+    /// Reasons in words on a peer's RST dropped as longer than
+    /// `MAX_CLOSE_REASON` bytes or not UTF-8 (spec §3.3.4); the RST acted.
+    pub close_texts_dropped: u64,
 }

@@ -36,7 +36,7 @@ pub struct ConnRef<'a> {
     conn: Option<&'a Connection>,
 }
 
-impl ConnRef<'_> {
+impl<'a> ConnRef<'a> {
     /// The connection's state (spec §4), `None` for an unknown handle.
     pub fn state(self) -> Option<State> {
         self.conn.map(|c| c.state())
@@ -65,6 +65,12 @@ impl ConnRef<'_> {
     /// How the connection ended, once it has.
     pub fn close_reason(self) -> Option<CloseReason> {
         self.conn.and_then(|c| c.close_reason())
+    }
+
+    /// The peer's reason in words, when the RST that ended the connection
+    /// carried one (spec §3.3.4).
+    pub fn peer_close_text(self) -> Option<&'a str> {
+        self.conn.and_then(|c| c.peer_close_text())
     }
 
     /// Whether the peer has finished the connection and every message and
@@ -136,12 +142,7 @@ impl ConnMut<'_> {
         data: &[u8],
         opts: MessageOptions,
     ) -> Result<(), SendError> {
-        let ep = &mut *self.ep;
-        if ep.memory.refuse(self.h, &mut ep.table) {
-            ep.stats.sends_refused_memory += 1;
-            return Err(SendError::Blocked);
-        }
-        ep.with_conn(self.h, |c| c.send_message(now, stream, data, opts)).unwrap_or(Err(SendError::UnknownConnection))
+        self.queue_message(|c| c.send_message(now, stream, data, opts))
     }
 
     /// [`ConnMut::send_message`] without copying `data`: it is held as it
@@ -154,13 +155,18 @@ impl ConnMut<'_> {
         data: Bytes,
         opts: MessageOptions,
     ) -> Result<(), SendError> {
+        self.queue_message(|c| c.send_shared_message(now, stream, data, opts))
+    }
+
+    /// The one path of both: the memory limit (spec §7.5), then `push` on
+    /// the connection.
+    fn queue_message(&mut self, push: impl FnOnce(&mut Connection) -> Result<(), SendError>) -> Result<(), SendError> {
         let ep = &mut *self.ep;
         if ep.memory.refuse(self.h, &mut ep.table) {
             ep.stats.sends_refused_memory += 1;
             return Err(SendError::Blocked);
         }
-        ep.with_conn(self.h, |c| c.send_shared_message(now, stream, data, opts))
-            .unwrap_or(Err(SendError::UnknownConnection))
+        ep.with_conn(self.h, push).unwrap_or(Err(SendError::UnknownConnection))
     }
 
     /// The next whole message, abandoned-message notice or end of any
@@ -234,8 +240,15 @@ impl ConnMut<'_> {
 
     /// Abortive close: sends RST with `code` and discards everything.
     pub fn abort(&mut self, now: Instant, code: ErrorCode) {
+        self.abort_with_reason(now, code, "");
+    }
+
+    /// [`ConnMut::abort`] with a reason in words for the peer (spec
+    /// §3.3.4), cut to [`MAX_CLOSE_REASON`](crate::wire::chunk::MAX_CLOSE_REASON)
+    /// bytes on a character boundary; `""` sends none.
+    pub fn abort_with_reason(&mut self, now: Instant, code: ErrorCode, reason: &str) {
         if let Some(c) = self.ep.table.get_mut(self.h) {
-            c.abort(code);
+            c.abort_with_reason(code, reason);
             self.ep.mark(self.h.index());
             self.ep.touch(self.h.index(), now);
         }

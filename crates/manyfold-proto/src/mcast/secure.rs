@@ -112,7 +112,9 @@ impl std::fmt::Display for Ignored {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
             Ignored::PlainSession => "it is plain (unencrypted) and this receiver requires encryption",
-            Ignored::ProtectedSession => "it is encrypted and this receiver has no key (give --key-file)",
+            Ignored::ProtectedSession => {
+                "it is encrypted and this receiver has no key (a pre-shared key or static keys)"
+            }
             Ignored::PskMismatch => "one side has a pre-shared key and the other not",
             Ignored::UnknownSender => "the sender's public key is not among the known peers",
         })

@@ -5,7 +5,8 @@
 //! it wherever the packet lands in sequence order: a loss delays only the
 //! stream whose bytes were lost. The other chunks are stream control
 //! (reset, stop, credit, abandoned message), delivered reliably because
-//! they ride in sequenced packets.
+//! they ride in sequenced packets. One chunk rides only on a RST: the
+//! REASON, the text of an application's abort (spec §3.3.4).
 //!
 //! `D` is the data's storage: `&[u8]` when parsed from a datagram, `Bytes`
 //! when held for retransmission.
@@ -34,8 +35,13 @@ const KIND_ABANDON: u8 = 4;
 const KIND_PAD: u8 = 5;
 const KIND_HANDSHAKE: u8 = 6;
 const KIND_ACK_FREQUENCY: u8 = 7;
-/// Kind, zero, length (u16) before a handshake message.
+const KIND_REASON: u8 = 8;
+/// Kind, zero, length (u16) before a handshake message or a reason's text.
 const HANDSHAKE_HEADER_LEN: usize = 4;
+/// The longest close reason, in bytes of UTF-8, that an end sends or takes
+/// (spec §3.3.4); a longer one is truncated on a character boundary when
+/// sent, and dropped and counted when received.
+pub const MAX_CLOSE_REASON: usize = 256;
 
 /// Flags of a data chunk (spec §13.2).
 pub mod data_flags {
@@ -160,6 +166,10 @@ pub enum Chunk<D> {
     Pad,
     /// A Noise handshake message (spec §19.2), alone in its packet.
     Handshake(D),
+    /// Why the application aborted, in its own words: UTF-8 text, only on
+    /// a RST (spec §3.3.4). Checked for length and UTF-8 by the receiver,
+    /// not here.
+    Reason(D),
     /// The sender asks its peer to acknowledge after `threshold`
     /// ack-eliciting packets or `max_delay_us` microseconds, whichever
     /// comes first (spec §5.6). Requests are numbered: a receiver applies
@@ -193,6 +203,7 @@ impl<D> Chunk<D> {
             Chunk::Abandon { stream, unordered, start, end } => Chunk::Abandon { stream, unordered, start, end },
             Chunk::Pad => Chunk::Pad,
             Chunk::Handshake(m) => Chunk::Handshake(f(m)),
+            Chunk::Reason(t) => Chunk::Reason(f(t)),
             Chunk::AckFrequency { seq, threshold, max_delay_us } => {
                 Chunk::AckFrequency { seq, threshold, max_delay_us }
             }
@@ -201,7 +212,8 @@ impl<D> Chunk<D> {
 }
 
 impl<D: AsRef<[u8]>> Chunk<D> {
-    /// The stream it concerns (0 for padding, handshake and ack-frequency chunks).
+    /// The stream it concerns (0 for padding, handshake, ack-frequency and
+    /// reason chunks).
     pub fn stream(&self) -> StreamId {
         match self {
             Chunk::Data(d) => d.stream,
@@ -209,7 +221,7 @@ impl<D: AsRef<[u8]>> Chunk<D> {
             | Chunk::Stop { stream, .. }
             | Chunk::Credit { stream, .. }
             | Chunk::Abandon { stream, .. } => *stream,
-            Chunk::Pad | Chunk::Handshake(_) | Chunk::AckFrequency { .. } => StreamId::new(0),
+            Chunk::Pad | Chunk::Handshake(_) | Chunk::AckFrequency { .. } | Chunk::Reason(_) => StreamId::new(0),
         }
     }
 
@@ -230,7 +242,7 @@ impl<D: AsRef<[u8]>> Chunk<D> {
             Chunk::Credit { .. } => CREDIT_LEN,
             Chunk::Abandon { .. } => ABANDON_LEN,
             Chunk::Pad => 1,
-            Chunk::Handshake(m) => HANDSHAKE_HEADER_LEN + m.as_ref().len(),
+            Chunk::Handshake(m) | Chunk::Reason(m) => HANDSHAKE_HEADER_LEN + m.as_ref().len(),
             Chunk::AckFrequency { .. } => ACK_FREQUENCY_LEN,
         }
     }
@@ -244,9 +256,9 @@ impl<D: AsRef<[u8]>> Chunk<D> {
             out[0] = KIND_PAD;
             return 1;
         }
-        if let Chunk::Handshake(m) = self {
+        if let Chunk::Handshake(m) | Chunk::Reason(m) = self {
             let m = m.as_ref();
-            out[0] = KIND_HANDSHAKE;
+            out[0] = if matches!(self, Chunk::Reason(_)) { KIND_REASON } else { KIND_HANDSHAKE };
             out[1] = 0;
             out[2..4].copy_from_slice(&(m.len() as u16).to_be_bytes());
             out[HANDSHAKE_HEADER_LEN..].copy_from_slice(m);
@@ -293,7 +305,7 @@ impl<D: AsRef<[u8]>> Chunk<D> {
                 put48(&mut out[4..10], *start);
                 put48(&mut out[10..16], *end);
             }
-            Chunk::Pad | Chunk::Handshake(_) | Chunk::AckFrequency { .. } => {}
+            Chunk::Pad | Chunk::Handshake(_) | Chunk::AckFrequency { .. } | Chunk::Reason(_) => {}
         }
         n
     }
@@ -390,14 +402,15 @@ fn parse_one(b: &[u8]) -> Result<(Chunk<&[u8]>, usize), DecodeError> {
             Ok((Chunk::Abandon { stream: stream(h), unordered, start, end }, ABANDON_LEN))
         }
         KIND_PAD => Ok((Chunk::Pad, 1)),
-        KIND_HANDSHAKE => {
+        KIND_HANDSHAKE | KIND_REASON => {
             let h = fixed(HANDSHAKE_HEADER_LEN)?;
             if h[1] != 0 {
                 return Err(bad);
             }
             let len = usize::from(u16::from_be_bytes([h[2], h[3]]));
             let m = b.get(HANDSHAKE_HEADER_LEN..HANDSHAKE_HEADER_LEN + len).ok_or(bad)?;
-            Ok((Chunk::Handshake(m), HANDSHAKE_HEADER_LEN + len))
+            let c = if kind == KIND_REASON { Chunk::Reason(m) } else { Chunk::Handshake(m) };
+            Ok((c, HANDSHAKE_HEADER_LEN + len))
         }
         KIND_ACK_FREQUENCY => {
             let h = fixed(ACK_FREQUENCY_LEN)?;
@@ -570,6 +583,7 @@ mod tests {
             }
             Chunk::Pad => Chunk::Pad,
             Chunk::Handshake(m) => Chunk::Handshake(Bytes::copy_from_slice(m)),
+            Chunk::Reason(t) => Chunk::Reason(Bytes::copy_from_slice(t)),
             &Chunk::AckFrequency { seq, threshold, max_delay_us } => {
                 Chunk::AckFrequency { seq, threshold, max_delay_us }
             }
@@ -596,6 +610,28 @@ mod tests {
         roundtrip(Chunk::Abandon { stream: StreamId::new(6), unordered: true, start: 10, end: 20 });
         roundtrip(Chunk::Pad);
         roundtrip(Chunk::AckFrequency { seq: u32::MAX, threshold: 64, max_delay_us: 25_000 });
+        roundtrip(Chunk::Reason(Bytes::from_static("disk full: 0 B free".as_bytes())));
+        roundtrip(Chunk::Reason(Bytes::new()));
+    }
+
+    #[test]
+    fn a_reason_chunk_is_kind_zero_length_text_and_every_prefix_is_refused() {
+        let wire = [8, 0, 0, 3, b'b', b'y', b'e'];
+        let c: Vec<_> = parse_chunks(&wire).collect::<Result<_, _>>().expect("well formed");
+        assert_eq!(c, vec![Chunk::Reason(&b"bye"[..])]);
+        let mut out = [0u8; 7];
+        assert_eq!(Chunk::Reason(&b"bye"[..]).emit(&mut out), 7);
+        assert_eq!(out, wire);
+        for n in 1..wire.len() {
+            assert!(validate_chunks(&wire[..n]).is_err(), "prefix of {n} bytes");
+        }
+        // The second byte is zero, as in a HANDSHAKE chunk.
+        assert!(validate_chunks(&[8, 1, 0, 0]).is_err());
+        // Length is checked by the connection (spec §3.3.4), not the wire:
+        // a long text still parses, so the RST around it still counts.
+        let mut long = vec![8, 0, 0x01, 0x2c];
+        long.extend_from_slice(&[b'x'; 300]);
+        assert!(validate_chunks(&long).is_ok());
     }
 
     #[test]

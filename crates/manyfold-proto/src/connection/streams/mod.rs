@@ -867,7 +867,8 @@ impl Streams {
                 self.schedule(id);
             }
             // The connection takes handshake messages before its streams see the packet.
-            Chunk::Pad | Chunk::Handshake(_) | Chunk::AckFrequency { .. } => {}
+            // spec §3.3.4: a REASON chunk counts only on a RST.
+            Chunk::Pad | Chunk::Handshake(_) | Chunk::AckFrequency { .. } | Chunk::Reason(_) => {}
         }
     }
 
