@@ -115,6 +115,7 @@ local error_codes = {
     [23] = "TOO_MANY_PASSES",
     [24] = "TOO_LOSSY",
     [25] = "ABORTED",
+    [26] = "TOO_SLOW",
 }
 
 local stream_codes = {
