@@ -154,6 +154,6 @@ pub use manyfold_proto::{
     Left, MessageOptions, Mode, PathStats, PeerId, PeerState, PeerStats, SecurityConfig, StreamId, StreamItem,
     Unreachable, UnreachableKind,
 };
-pub use manyfold_proto::{CongestionAlgorithm, ConnectionConfig, Refusal, RefusalCause};
+pub use manyfold_proto::{CongestionAlgorithm, ConnectionConfig, EarlyData, Refusal, RefusalCause};
 pub use message::IntoMessage;
 pub use session::REQUEST_TOO_LARGE;

@@ -272,6 +272,12 @@ impl Endpoint {
         Ok(h)
     }
 
+    /// Whether this endpoint, as a client that reuses tokens, holds one
+    /// from the server at `server` (spec §6.9).
+    pub fn has_token(&self, server: SocketAddr) -> bool {
+        self.tokens.get(server).is_some()
+    }
+
     /// Takes the next connection a listener accepted, if any.
     pub fn accept(&mut self) -> Option<ConnHandle> {
         self.listener.accept_queue.pop_front()
