@@ -112,6 +112,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+mod batch;
 pub mod blocking;
 pub mod config;
 mod connection;

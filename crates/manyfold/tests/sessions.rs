@@ -87,6 +87,12 @@ async fn two_thousand_concurrent_clients_all_get_replies_and_the_server_keeps_no
         }
         assert_eq!(left, 0, "the server still holds connections");
         assert!(clients.iter().map(|c| c.connection_count()).sum::<usize>() > 0, "the clients hold TIME-WAIT");
+        // Issue 21: the server's answers to many clients share sendmmsg calls.
+        #[cfg(target_os = "linux")]
+        {
+            let d = srv.driver_stats();
+            assert!(d.mmsg_sends > 0 && d.mmsg_datagrams >= 2 * d.mmsg_sends, "{d:?}");
+        }
         srv.shutdown().await;
     })
     .await
