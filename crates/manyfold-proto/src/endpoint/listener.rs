@@ -27,6 +27,9 @@ const AMPLIFICATION: usize = 3;
 const MAX_RESPONSES: usize = 4096;
 /// Most cookies remembered against replay (~32 bytes each).
 const REPLAY_CACHE_LIMIT: usize = 1 << 20;
+/// Buffers of sent stateless answers kept for the next ones, so that a
+/// SYN-ACK or RST allocates nothing once the listener is warm.
+const SPARE_RESPONSES: usize = 64;
 /// Refusals kept for [`Endpoint::poll_refusal`]; more are counted only.
 const MAX_REFUSALS: usize = 256;
 
@@ -83,6 +86,8 @@ pub(super) struct Listener {
     pub early_replay: EarlyReplay,
     /// Stateless answers (SYN-ACKs, RSTs) waiting to be sent.
     responses: VecDeque<(SocketAddr, Vec<u8>)>,
+    /// Buffers of answers already sent, for reuse (at most [`SPARE_RESPONSES`]).
+    spare: Vec<Vec<u8>>,
     /// The RST token bucket (spec §6.5).
     reset_rate: f64,
     reset_tokens: f64,
@@ -104,6 +109,7 @@ impl Listener {
                 _ => 1,
             }),
             responses: VecDeque::new(),
+            spare: Vec::new(),
             reset_rate: f64::from(config.max_resets_per_sec),
             reset_tokens: f64::from(config.max_resets_per_sec),
             reset_refill_at: None,
@@ -135,9 +141,17 @@ impl Listener {
         self.responses.is_empty()
     }
 
-    /// The next stateless answer to send.
+    /// The next stateless answer to send; hand its buffer back with
+    /// [`Listener::recycle`] once copied.
     pub fn poll_response(&mut self) -> Option<(SocketAddr, Vec<u8>)> {
         self.responses.pop_front()
+    }
+
+    /// Keeps a sent answer's buffer for the next answer.
+    pub fn recycle(&mut self, buf: Vec<u8>) {
+        if self.spare.len() < SPARE_RESPONSES {
+            self.spare.push(buf);
+        }
     }
 
     /// spec §6.5: RST (optionally with a refusal code) to a peer we hold no
@@ -179,7 +193,9 @@ impl Listener {
             stats.responses_dropped += 1;
             return;
         }
-        let mut v = vec![0u8; p.len()];
+        let mut v = self.spare.pop().unwrap_or_default();
+        v.clear();
+        v.resize(p.len(), 0);
         p.emit(&mut v);
         self.responses.push_back((to.0, v));
     }

@@ -351,7 +351,9 @@ impl Endpoint {
         buf.clear();
         if let Some((to, bytes)) = self.listener.poll_response() {
             buf.extend_from_slice(&bytes);
-            return Some(Transmit { destination: to, size: bytes.len(), segment_size: None });
+            let size = bytes.len();
+            self.listener.recycle(bytes);
+            return Some(Transmit { destination: to, size, segment_size: None });
         }
         while let Some(idx) = self.schedule.next_to_transmit(&mut self.table) {
             let Some(conn) = self.table.at_mut(idx) else {
