@@ -92,8 +92,13 @@ pub struct ConnectionConfig {
     pub time_wait: Duration,
     /// Acknowledge at least every this many data packets (spec §5.3).
     pub ack_frequency: u32,
-    /// Longest an acknowledgement is delayed.
+    /// Longest an acknowledgement is delayed; asked of the peer too when
+    /// it takes ACK_FREQUENCY requests (spec §5.6).
     pub max_ack_delay: Duration,
+    /// Ask the peer to acknowledge about every eighth of the congestion
+    /// window instead of every `ack_frequency` packets (spec §5.6), when it
+    /// announces that it takes such requests.
+    pub adaptive_acks: bool,
     /// How long the ack of a FIN that ends the peer's data (a whole
     /// request) waits for our reply to carry it, at most `max_ack_delay`;
     /// zero acks at once (spec §5.3).
@@ -143,6 +148,7 @@ impl Default for ConnectionConfig {
             time_wait: Duration::from_secs(15),
             ack_frequency: 2,
             max_ack_delay: Duration::from_millis(25),
+            adaptive_acks: true,
             reply_ack_delay: Duration::from_millis(2),
             initial_window_packets: 10,
             congestion: CongestionAlgorithm::NewReno,

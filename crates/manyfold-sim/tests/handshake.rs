@@ -483,8 +483,11 @@ fn replayed_cookie_echo_creates_no_second_connection_and_its_request_arrives_onc
     let echo = echoes[0].data.clone();
     let area = manyfold_proto::wire::Packet::parse(&echo).unwrap().data;
     let chunks: Vec<_> = manyfold_proto::wire::chunk::parse_chunks(area).map(Result::unwrap).collect();
+    // The request, after the client's first ack-frequency request (spec §5.6).
     let carried = match chunks.as_slice() {
-        [manyfold_proto::wire::chunk::Chunk::Data(d)] => d.data,
+        [manyfold_proto::wire::chunk::Chunk::AckFrequency { .. }, manyfold_proto::wire::chunk::Chunk::Data(d)] => {
+            d.data
+        }
         other => panic!("the echo carried {other:?}"),
     };
     assert_eq!(carried, request, "the echo carried the request");

@@ -71,6 +71,12 @@ fn frames(p: &PacketInfo) -> Vec<Value> {
             }
             Chunk::Pad => json!({ "frame_type": "padding" }),
             Chunk::Handshake(len) => json!({ "frame_type": "handshake", "length": len }),
+            Chunk::AckFrequency { seq, threshold, max_delay_us } => json!({
+                "frame_type": "ack_frequency",
+                "sequence_number": seq,
+                "ack_eliciting_threshold": threshold,
+                "request_max_ack_delay": max_delay_us
+            }),
         });
     }
     out

@@ -117,6 +117,9 @@ fn chunks(datagram: &[u8]) -> String {
             Chunk::Abandon { stream, start, end, .. } => write!(out, "abandon{stream}[{start},{end})"),
             Chunk::Pad => write!(out, "pad"),
             Chunk::Handshake(m) => write!(out, "handshake+{}", m.len()),
+            Chunk::AckFrequency { seq, threshold, max_delay_us } => {
+                write!(out, "ackfreq#{seq}:{threshold}pkts/{max_delay_us}us")
+            }
         };
     }
     out

@@ -36,9 +36,9 @@ pub(crate) struct Early {
 pub(crate) struct EarlySyn<'p, 'a> {
     /// The SYN itself: its data is the connection's first.
     pub syn: &'p Packet<'a>,
-    /// The client's id and max datagram from the SYN's parameters.
+    /// The client's id, and the SYN's parameters.
     pub client_id: ConnId,
-    pub max_datagram: u16,
+    pub params: HandshakeParams,
     /// The token the SYN-ACK hands over, if the client asked for one.
     pub token: Option<Token>,
 }
@@ -66,7 +66,8 @@ impl Connection {
         let recv_buffer = config.recv_buffer;
         let mut c = Connection::new(config, now, remote, local_id, isn, super::State::Established);
         c.remote_id = Some(early.client_id);
-        c.set_peer_max_datagram(early.max_datagram);
+        c.set_peer_max_datagram(early.params.max_datagram);
+        c.ack_freq.peer_takes_it = early.params.takes_ack_frequency();
         c.peer_window = u64::from(early.syn.header.window);
         // The SYN's own sequence number carries the data: receive from it.
         c.recv = Some(Receiver::new(Seq::from_isn(early.syn.header.seq), recv_buffer));

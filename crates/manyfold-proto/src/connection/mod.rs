@@ -5,6 +5,7 @@
 //! The packet-building half lives in `transmit.rs`, timers in `timer.rs`,
 //! the feeding of the congestion controller from loss recovery in `loss.rs`.
 
+mod acks;
 mod early;
 mod liveness;
 mod loss;
@@ -37,7 +38,8 @@ use crate::congestion::{self, Controller};
 use crate::ids::{ConnId, StreamId};
 use crate::recovery::{RttEstimator, SentQueue};
 use crate::seq::Seq;
-use crate::wire::{Cookie, ErrorCode, Flags, Packet, HEADER_LEN};
+use crate::wire::{Cookie, ErrorCode, Flags, HandshakeParams, Packet, HEADER_LEN};
+use acks::{AckFrequency, AckState};
 use pmtu::PathMtu;
 use qlog::{Metrics, PacketInfo, QlogData, QlogEvent, Recorder, SendTrigger};
 use recv::{Arrival, Receiver};
@@ -65,21 +67,6 @@ pub(crate) use recv::initial_window;
 /// The window field for a receive buffer of `bytes` (spec §3.1: bytes, saturating).
 pub(crate) fn advertised_window(bytes: usize) -> u32 {
     u32::try_from(bytes).unwrap_or(u32::MAX)
-}
-
-/// Acknowledgement bookkeeping on the receiving side (spec §5.3).
-#[derive(Debug, Default)]
-struct AckState {
-    /// Ack-eliciting packets received since we last sent an ack.
-    pending: u32,
-    /// Send an ack now (out of order, duplicate, FIN, handshake, probe, window update).
-    immediate: bool,
-    /// When the oldest unacknowledged ack-eliciting packet arrived.
-    since: Option<Instant>,
-    /// The peer ended its sending with a FIN on data (a whole request) and
-    /// we have not sent ours: the ack waits `reply_ack_delay` for our
-    /// answer to carry it (spec §5.3).
-    reply_wait: bool,
 }
 
 #[derive(Debug)]
@@ -126,6 +113,8 @@ pub(crate) struct Connection {
     tlp_count: u32,
     timers: Timers,
     ack: AckState,
+    /// What we last asked the peer's acks to be (spec §5.6).
+    ack_freq: AckFrequency,
     probe_pending: bool,
     rst_pending: Option<ErrorCode>,
     /// Copies of an abort's RST still to send after the pending one (spec
@@ -202,7 +191,8 @@ impl Connection {
             reacks_left: 0,
             tlp_count: 0,
             timers: Timers::default(),
-            ack: AckState::default(),
+            ack: AckState::new(config.ack_frequency, config.max_ack_delay),
+            ack_freq: AckFrequency::new(config.adaptive_acks, config.max_ack_delay, config.ack_frequency),
             probe_pending: false,
             rst_pending: None,
             rst_repeats: 0,
@@ -436,7 +426,7 @@ impl Connection {
         self.close_reason = Some(reason);
         self.timers.clear_all();
         self.stalled_since = None;
-        self.ack = AckState::default();
+        self.ack.on_ack_sent();
         self.probe_pending = false;
         if reason != CloseReason::Graceful {
             self.streams.clear_queued();
@@ -873,7 +863,7 @@ impl Connection {
                 self.enter_closed(CloseReason::ProtectionMismatch);
                 return false;
             }
-            self.learn_peer(h.seq, peer_id, params.max_datagram, h.window);
+            self.learn_peer(h.seq, peer_id, params, h.window);
             self.on_early_answer(p, params);
             self.cookie = p.cookie;
             self.set_state(State::Established);
@@ -897,7 +887,7 @@ impl Connection {
             false
         } else {
             // spec §4.3: simultaneous open. Answer with our SYN again, now with ACK.
-            self.learn_peer(h.seq, peer_id, params.max_datagram, h.window);
+            self.learn_peer(h.seq, peer_id, params, h.window);
             self.decline_early();
             self.set_state(State::SynReceived);
             self.sent.requeue(self.isn);
@@ -905,9 +895,10 @@ impl Connection {
         }
     }
 
-    fn learn_peer(&mut self, peer_isn: u32, conn_id: ConnId, max_datagram: u16, window: u32) {
+    fn learn_peer(&mut self, peer_isn: u32, conn_id: ConnId, params: HandshakeParams, window: u32) {
         self.remote_id = Some(conn_id);
-        self.set_peer_max_datagram(max_datagram);
+        self.set_peer_max_datagram(params.max_datagram);
+        self.ack_freq.peer_takes_it = params.takes_ack_frequency();
         self.peer_window = u64::from(window);
         self.recv = Some(Receiver::new(Seq::from_isn(peer_isn) + 1, self.config.recv_buffer));
     }
@@ -979,6 +970,15 @@ impl Connection {
         }
         self.stats.lost_packets += newly_lost;
         self.stats.spurious_losses += out.spurious;
+        if out.spurious_rto {
+            self.stats.spurious_rtos += 1;
+            tracing::debug!(
+                target: "manyfold::recovery",
+                conn = %self.local_id,
+                cwnd = self.cc.window(),
+                "retransmission timeout was spurious: the flight was not lost, nothing more is resent"
+            );
+        }
         if out.newly_acked > 0 {
             self.rto_backoff = 0;
             self.tlp_count = 0;
@@ -1050,6 +1050,10 @@ impl Connection {
                 self.on_handshake_message(now, m);
             }
         }
+        // spec §5.6: a request from the peer also shows that it takes ours.
+        if first_time && self.ack.on_request(p.data) {
+            self.ack_freq.peer_takes_it = true;
+        }
         let Some(r) = self.recv.as_mut() else { return };
         // spec §19.2: a protected connection's streams take only protected data.
         let streams_see_it = protected || self.security.is_none();
@@ -1097,14 +1101,14 @@ impl Connection {
                 return;
             }
         }
-        if self.ack.pending >= self.config.ack_frequency.max(1) {
+        if self.ack.due() {
             self.ack.immediate = true;
         }
         if !self.ack.immediate {
             if let Some(since) = self.ack.since {
-                let mut due = since + self.config.max_ack_delay;
+                let mut due = since + self.ack.max_delay;
                 if self.ack.reply_wait {
-                    due = due.min(now + self.config.reply_ack_delay.min(self.config.max_ack_delay));
+                    due = due.min(now + self.config.reply_ack_delay.min(self.ack.max_delay));
                 }
                 self.timers.set(Timer::DelayedAck, due);
             }

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use super::qlog::{QlogData, SendTrigger};
 use super::timer::Timer;
-use super::{advertised_window, data_room, AckState, CloseReason, Connection, State, LONE_FIN_MAX_RTO};
+use super::{advertised_window, data_room, CloseReason, Connection, State, LONE_FIN_MAX_RTO};
 use crate::ids::ConnId;
 use crate::seq::Seq;
 use crate::wire::chunk::{Chunk, Chunks, DATA_HEADER_LEN};
@@ -205,7 +205,7 @@ impl Connection {
         // may hold no state for us; anything but the echo would draw an RST.
         if self.awaiting_echo_ack() {
             self.probe_pending = false;
-            self.ack = AckState::default();
+            self.ack.on_ack_sent();
             self.timers.cancel(Timer::DelayedAck);
             return None;
         }
@@ -216,9 +216,7 @@ impl Connection {
             self.probe_pending = false;
             return Some(n);
         }
-        let ack_due =
-            self.recv.is_some() && (self.ack.immediate || self.ack.pending >= self.config.ack_frequency.max(1));
-        if ack_due {
+        if self.recv.is_some() && self.ack.due() {
             let seq = self.sent.next_seq();
             return self.write(now, buf, Flags::empty(), seq, None, ACK_SACK_RANGES);
         }
@@ -303,7 +301,10 @@ impl Connection {
         }
         let must = echo || syn_ack || self.has_declined();
         let sack_len = self.recv.as_ref().and_then(|r| r.sack_block(DATA_SACK_RANGES)).map_or(0, |s| s.encoded_len());
-        let overhead = sack_len + self.sections_len(control);
+        // spec §5.6: a new ack-frequency request rides ahead of the data.
+        let ack_request = self.ack_freq.due(now, self.cc.window(), self.max_datagram(), self.rtt.srtt());
+        let request = ack_request.map(|t| self.ack_freq.chunk::<bytes::Bytes>(t));
+        let overhead = sack_len + self.sections_len(control) + request.as_ref().map_or(0, Chunk::encoded_len);
         let full_room = data_room(self.max_datagram() as usize, overhead);
         let outstanding = self.sent.outstanding_data();
         let flow_room = self.peer_window.saturating_sub(outstanding) as usize;
@@ -353,6 +354,9 @@ impl Connection {
         if chunks.is_empty() && !fin && !must {
             return Sent::Blocked;
         }
+        if let Some(c) = request {
+            chunks.push_front(c);
+        }
         if fin {
             control.insert(Flags::FIN);
         }
@@ -363,10 +367,18 @@ impl Connection {
         // burst or leaves no room for another: nothing follows it soon, so a
         // delayed ack would only stall the sender (RFC 5681's delayed-ack
         // stall at small windows; QUIC's IMMEDIATE_ACK does the same).
+        // A window-filling packet stalls only a window smaller than two
+        // of the peer's ack thresholds: a larger one keeps the acks coming
+        // (spec §5.6).
         let room_after = self.cc.window().saturating_sub(self.sent.bytes_in_flight() + size as u64);
-        let ack_now = app_limited || room_after < u64::from(self.max_datagram());
+        let mss = u64::from(self.max_datagram());
+        let small_window = self.cc.window() < 2 * u64::from(self.ack_freq.peer_threshold()) * mss;
+        let ack_now = app_limited || (room_after < mss && small_window);
         let sent = self.send_sequenced(now, buf, control, chunks, app_limited, ack_now);
         if let Sent::Yes(_) = sent {
+            if let Some(t) = ack_request {
+                self.ack_freq.on_sent(now, t);
+            }
             self.stats.bytes_sent += cut as u64;
             if fin {
                 self.fin_seq = Some(seq);
@@ -548,12 +560,11 @@ impl Connection {
             Packet::bare(PacketType::Segment, flags, ConnId::wire_or_zero(self.remote_id), seq.wire(), ack, window);
         if flags.contains(Flags::SYN) {
             let (early, token) = self.early_params();
-            let features = early | if self.security.is_some() { HandshakeParams::PROTECTED } else { 0 };
             p.token = token;
             p.params = Some(HandshakeParams {
                 conn_id: self.local_id.wire(),
                 max_datagram: self.config.max_accepted_datagram(),
-                features,
+                features: early | HandshakeParams::local_features(self.security.is_some()),
             });
         }
         if flags.contains(Flags::CKE) {
@@ -580,7 +591,7 @@ impl Connection {
         self.stats.packets_sent += 1;
         self.record_sent(now, &buf[..n]);
         if flags.contains(Flags::ACK) {
-            self.ack = AckState::default();
+            self.ack.on_ack_sent();
             self.timers.cancel(Timer::DelayedAck);
         }
         if let (Some(k), false) =

@@ -218,6 +218,11 @@ pub struct ConnStats {
     /// Packets declared lost whose first transmission arrived after all
     /// (reordering), detected as spec §5.4 says.
     pub spurious_losses: u64,
+    /// Retransmission timeouts that an ack proved premature (spec §5.4
+    /// step 7): a packet sent before the timeout arrived, so the packets
+    /// still waiting for their resend went back in flight and the window
+    /// cut was undone.
+    pub spurious_rtos: u64,
     /// Received packets that were already held (duplicates).
     pub duplicate_packets: u64,
     /// Received data dropped for lack of buffer space (stays 0 with a compliant peer).

@@ -104,7 +104,7 @@ impl Endpoint {
         let server_id = self.table.fresh_id(&mut self.rng);
         let isn = self.listener.secrets.isn(now, from, (params.conn_id, server_id.wire()));
         let token = self.token_for(now, from, params);
-        let early = EarlySyn { syn, client_id, max_datagram: params.max_datagram, token };
+        let early = EarlySyn { syn, client_id, params, token };
         let conn = Connection::new_early_server(self.config.connection.clone(), now, from, server_id, isn, early);
         let handle = self.table.insert(conn);
         self.stats.connections_accepted += 1;

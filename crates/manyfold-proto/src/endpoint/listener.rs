@@ -284,7 +284,7 @@ impl Endpoint {
             client_isn.wrapping_add(1),
             crate::connection::advertised_window(crate::connection::initial_window(self.config.connection.recv_buffer)),
         );
-        let features = if self.config.security.is_some() { HandshakeParams::PROTECTED } else { 0 };
+        let features = HandshakeParams::local_features(self.config.security.is_some());
         p.params = Some(HandshakeParams { conn_id: server_id.wire(), max_datagram, features });
         p.cookie = Some(cookie);
         p.token = self.token_for(now, from, params);

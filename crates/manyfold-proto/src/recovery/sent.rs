@@ -86,6 +86,10 @@ pub(crate) struct AckOutcome {
     /// Time since the newest newly acknowledged packet was sent, unless it
     /// was a retransmission (Karn's rule, RFC 6298 (3)).
     pub rtt_sample: Option<Duration>,
+    /// The last RTO proved spurious (spec §5.4 step 7): the ack took a
+    /// packet the RTO declared lost before its resend went out. The
+    /// packets still waiting for theirs went back in flight.
+    pub spurious_rto: bool,
 }
 
 /// What one ack's packets showed, gathered as they are acknowledged.
@@ -100,6 +104,9 @@ struct AckScan {
     reorder_distance: u64,
     /// Packets declared lost whose loss proved real.
     resolved_real: u64,
+    /// `tx` below which packets were in flight when the last RTO fired,
+    /// while some of them wait for their resend (spec §5.4 step 7).
+    rto_mark: Option<u64>,
 }
 
 impl AckScan {
@@ -116,7 +123,12 @@ impl AckScan {
         // A packet declared lost whose ack comes before a resend could
         // have been acked: its first transmission arrived (spec §5.4).
         let resend_too_recent = self.min_rtt.is_some_and(|m| self.now.saturating_duration_since(p.time_sent) < m);
-        let spurious = p.declared_lost && (p.state == PacketState::Lost || resend_too_recent);
+        let waiting = p.state == PacketState::Lost;
+        let spurious = p.declared_lost && (waiting || resend_too_recent);
+        // spec §5.4 step 7: a transmission from before the RTO arrived.
+        if waiting && self.rto_mark.is_some_and(|mark| p.tx < mark) {
+            self.out.spurious_rto = true;
+        }
         if spurious {
             self.out.spurious += 1;
         } else if p.declared_lost {
@@ -182,6 +194,9 @@ pub(crate) struct SentQueue {
     /// undone only when every loss of the episode proved spurious.
     episode_open: u64,
     episode_real: bool,
+    /// `next_tx` when the last RTO fired, while packets it declared lost
+    /// still wait for their resend (spec §5.4 step 7).
+    rto_mark: Option<u64>,
     delivery: Delivery,
     /// In-flight packets the last ack acknowledged, in the order it did.
     acked: Vec<Acked>,
@@ -205,6 +220,7 @@ impl SentQueue {
             lost_log: None,
             episode_open: 0,
             episode_real: false,
+            rto_mark: None,
             acked: Vec::new(),
             delivery: Delivery::default(),
         }
@@ -439,10 +455,20 @@ impl SentQueue {
             newest: None,
             reorder_distance: 0,
             resolved_real: 0,
+            rto_mark: self.rto_mark,
         };
         self.ack_cumulative(cum, &mut scan, &mut on_acked);
         self.ack_selective(sacks, &mut scan, &mut on_acked);
         let mut out = scan.out;
+        if self.retransmit.is_empty() {
+            // Nothing the RTO declared lost still waits: no ack can judge it now.
+            self.rto_mark = None;
+        }
+        if out.spurious_rto {
+            self.rto_mark = None;
+            scan.resolved_real = 0;
+            out.spurious += self.restore_after_spurious_rto(scan.rto_mark.unwrap_or(0));
+        }
         if scan.reorder_distance > 0 {
             // Beyond the cap, counting is no guide: as RFC 8985 does once
             // reordering is seen, only the time window decides.
@@ -457,6 +483,9 @@ impl SentQueue {
             self.reo_mult = (self.reo_mult + 1).min(MAX_REO_MULT);
             out.undo_reduction = self.episode_open == 0 && !self.episode_real;
         }
+        // spec §5.4 step 7: Eifel's response (RFC 4015): the RTO's
+        // reduction is undone.
+        out.undo_reduction |= out.spurious_rto;
         if let Some((tx, sent, retransmitted)) = scan.newest {
             // Karn's rule (RFC 6298 (3)): no sample from a retransmitted packet.
             if !retransmitted {
@@ -582,9 +611,38 @@ impl SentQueue {
         losses
     }
 
+    /// spec §5.4 step 7 (F-RTO's response, RFC 5682): the RTO was
+    /// spurious, so the packets it declared lost that still wait for their
+    /// resend (transmitted before `mark`) go back in flight as they were
+    /// and leave the loss episode; RACK judges them again like any packet.
+    /// Returns how many of the episode's losses that undid.
+    fn restore_after_spurious_rto(&mut self, mark: u64) -> u64 {
+        let mut back = Vec::new();
+        let mut spurious = 0;
+        for (i, p) in self.packets.iter_mut().enumerate() {
+            let seq = self.base + i as u64;
+            if p.state != PacketState::Lost || p.tx >= mark || !self.retransmit.remove(&seq) {
+                continue;
+            }
+            p.state = PacketState::InFlight;
+            self.bytes_in_flight += u64::from(p.size);
+            // The caller closes their part of the episode as spurious.
+            spurious += u64::from(p.declared_lost && !p.probe);
+            p.declared_lost = false;
+            back.push((seq, p.tx));
+        }
+        // Every transmission since the RTO has a larger tx than these.
+        back.sort_unstable_by_key(|&(_, tx)| tx);
+        for &entry in back.iter().rev() {
+            self.order.push_front(entry);
+        }
+        spurious
+    }
+
     /// RTO expiry (spec §5.4): every packet not yet selectively acked is
     /// deemed lost (RFC 6675 §5.1) and queued for retransmission in order.
     pub fn on_rto(&mut self) -> u64 {
+        self.rto_mark = Some(self.next_tx);
         let mut lost = 0;
         for (i, p) in self.packets.iter_mut().enumerate() {
             if p.state == PacketState::InFlight {

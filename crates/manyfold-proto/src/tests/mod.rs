@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use crate::{ConnHandle, Endpoint, EndpointConfig, Event, State, StreamId};
 
+mod acks;
 mod lifecycle;
 
 pub(super) struct Pair {
@@ -23,6 +24,10 @@ pub(super) struct Pair {
     /// Drop probability in percent and a tiny LCG for it (deterministic).
     loss_percent: u64,
     lcg: u64,
+    /// Edits each datagram before it goes on the wire (`to_b`, bytes).
+    rewrite: Option<fn(bool, &mut [u8])>,
+    /// Every datagram put on the wire, when set.
+    log: Option<Vec<(bool, Vec<u8>)>>,
 }
 
 impl Pair {
@@ -42,6 +47,8 @@ impl Pair {
             events_b: vec![],
             loss_percent: 0,
             lcg: 12345,
+            rewrite: None,
+            log: None,
         }
     }
 
@@ -56,7 +63,14 @@ impl Pair {
                     if (self.lcg >> 33) % 100 < self.loss_percent {
                         continue;
                     }
-                    self.wire.push_back((self.now + self.delay, to_b, d.to_vec()));
+                    let mut d = d.to_vec();
+                    if let Some(f) = self.rewrite {
+                        f(to_b, &mut d);
+                    }
+                    if let Some(log) = self.log.as_mut() {
+                        log.push((to_b, d.clone()));
+                    }
+                    self.wire.push_back((self.now + self.delay, to_b, d));
                 }
             }
             let log = if to_b { &mut self.events_a } else { &mut self.events_b };
@@ -301,15 +315,17 @@ fn spec_example_datagrams_are_as_documented() {
     let hex = |d: &[u8]| d.iter().map(|b| format!("{b:02x}")).collect::<Vec<_>>().join(" ");
     let sent: Vec<(bool, String)> = log.iter().map(|(c, d)| (*c, hex(d))).collect();
     // The client's SYN and the listener's "hello", as printed in spec §3.6.
-    let syn = "10 01 00 08 00 00 00 00 4f 37 51 4c 00 00 00 00 00 40 00 00 a5 1f 0d 72 d5 1b cb e5 ff e3 00 00";
-    let hello = "10 12 00 15 d5 1b cb e5 73 40 24 da 4f 37 51 4e 00 40 00 00 5b 5e 3b 47 \
+    let syn = "10 01 00 08 00 00 00 00 4f 37 51 4c 00 00 00 00 00 40 00 00 44 24 7d 85 d5 1b cb e5 ff e3 00 02";
+    let hello = "10 12 00 21 d5 1b cb e5 73 40 24 da 4f 37 51 4e 00 40 00 00 d8 2c 20 5f \
+                 07 00 00 02 00 00 00 00 00 00 61 a8 \
                  00 00 00 00 00 05 00 00 00 00 00 00 00 00 00 00 68 65 6c 6c 6f";
     let hello = hello.split_whitespace().collect::<Vec<_>>().join(" ");
     assert_eq!(sent[0], (true, syn.to_string()));
     assert_eq!(sent[3], (false, hello));
-    // SYN-ACK 52 bytes, echo 66 (cookie and one 6-byte data chunk), a pure ack last.
+    // SYN-ACK 52 bytes, echo 78 (cookie, an ack-frequency request and one
+    // 6-byte data chunk), a pure ack last.
     let lens: Vec<usize> = log.iter().map(|(_, d)| d.len()).collect();
-    assert_eq!(lens, [32, 52, 66, 45, 24]);
+    assert_eq!(lens, [32, 52, 78, 57, 24]);
 }
 
 #[test]

@@ -24,6 +24,7 @@ const RESET_LEN: usize = 12;
 const STOP_LEN: usize = 6;
 const CREDIT_LEN: usize = 10;
 const ABANDON_LEN: usize = 16;
+const ACK_FREQUENCY_LEN: usize = 12;
 
 const KIND_DATA: u8 = 0;
 const KIND_RESET: u8 = 1;
@@ -32,6 +33,7 @@ const KIND_CREDIT: u8 = 3;
 const KIND_ABANDON: u8 = 4;
 const KIND_PAD: u8 = 5;
 const KIND_HANDSHAKE: u8 = 6;
+const KIND_ACK_FREQUENCY: u8 = 7;
 /// Kind, zero, length (u16) before a handshake message.
 const HANDSHAKE_HEADER_LEN: usize = 4;
 
@@ -158,6 +160,18 @@ pub enum Chunk<D> {
     Pad,
     /// A Noise handshake message (spec §19.2), alone in its packet.
     Handshake(D),
+    /// The sender asks its peer to acknowledge after `threshold`
+    /// ack-eliciting packets or `max_delay_us` microseconds, whichever
+    /// comes first (spec §5.6). Requests are numbered: a receiver applies
+    /// only one newer than the last it applied.
+    AckFrequency {
+        /// The request's number.
+        seq: u32,
+        /// Packets an ack may wait for.
+        threshold: u16,
+        /// Longest an ack may wait, in microseconds.
+        max_delay_us: u32,
+    },
 }
 
 impl<D> Chunk<D> {
@@ -179,12 +193,15 @@ impl<D> Chunk<D> {
             Chunk::Abandon { stream, unordered, start, end } => Chunk::Abandon { stream, unordered, start, end },
             Chunk::Pad => Chunk::Pad,
             Chunk::Handshake(m) => Chunk::Handshake(f(m)),
+            Chunk::AckFrequency { seq, threshold, max_delay_us } => {
+                Chunk::AckFrequency { seq, threshold, max_delay_us }
+            }
         }
     }
 }
 
 impl<D: AsRef<[u8]>> Chunk<D> {
-    /// The stream it concerns (0 for padding and handshake chunks).
+    /// The stream it concerns (0 for padding, handshake and ack-frequency chunks).
     pub fn stream(&self) -> StreamId {
         match self {
             Chunk::Data(d) => d.stream,
@@ -192,7 +209,7 @@ impl<D: AsRef<[u8]>> Chunk<D> {
             | Chunk::Stop { stream, .. }
             | Chunk::Credit { stream, .. }
             | Chunk::Abandon { stream, .. } => *stream,
-            Chunk::Pad | Chunk::Handshake(_) => StreamId::new(0),
+            Chunk::Pad | Chunk::Handshake(_) | Chunk::AckFrequency { .. } => StreamId::new(0),
         }
     }
 
@@ -214,6 +231,7 @@ impl<D: AsRef<[u8]>> Chunk<D> {
             Chunk::Abandon { .. } => ABANDON_LEN,
             Chunk::Pad => 1,
             Chunk::Handshake(m) => HANDSHAKE_HEADER_LEN + m.as_ref().len(),
+            Chunk::AckFrequency { .. } => ACK_FREQUENCY_LEN,
         }
     }
 
@@ -232,6 +250,14 @@ impl<D: AsRef<[u8]>> Chunk<D> {
             out[1] = 0;
             out[2..4].copy_from_slice(&(m.len() as u16).to_be_bytes());
             out[HANDSHAKE_HEADER_LEN..].copy_from_slice(m);
+            return n;
+        }
+        if let Chunk::AckFrequency { seq, threshold, max_delay_us } = self {
+            out[0] = KIND_ACK_FREQUENCY;
+            out[1] = 0;
+            out[2..4].copy_from_slice(&threshold.to_be_bytes());
+            out[4..8].copy_from_slice(&seq.to_be_bytes());
+            out[8..12].copy_from_slice(&max_delay_us.to_be_bytes());
             return n;
         }
         out[2..4].copy_from_slice(&self.stream().get().to_be_bytes());
@@ -267,7 +293,7 @@ impl<D: AsRef<[u8]>> Chunk<D> {
                 put48(&mut out[4..10], *start);
                 put48(&mut out[10..16], *end);
             }
-            Chunk::Pad | Chunk::Handshake(_) => {}
+            Chunk::Pad | Chunk::Handshake(_) | Chunk::AckFrequency { .. } => {}
         }
         n
     }
@@ -373,6 +399,17 @@ fn parse_one(b: &[u8]) -> Result<(Chunk<&[u8]>, usize), DecodeError> {
             let m = b.get(HANDSHAKE_HEADER_LEN..HANDSHAKE_HEADER_LEN + len).ok_or(bad)?;
             Ok((Chunk::Handshake(m), HANDSHAKE_HEADER_LEN + len))
         }
+        KIND_ACK_FREQUENCY => {
+            let h = fixed(ACK_FREQUENCY_LEN)?;
+            // spec §5.6: a threshold of 0 is malformed.
+            let threshold = u16::from_be_bytes([h[2], h[3]]);
+            if h[1] != 0 || threshold == 0 {
+                return Err(bad);
+            }
+            let seq = u32::from_be_bytes([h[4], h[5], h[6], h[7]]);
+            let max_delay_us = u32::from_be_bytes([h[8], h[9], h[10], h[11]]);
+            Ok((Chunk::AckFrequency { seq, threshold, max_delay_us }, ACK_FREQUENCY_LEN))
+        }
         _ => Err(bad),
     }
 }
@@ -410,6 +447,13 @@ impl Chunks {
             self.first = Some(c);
         } else {
             self.rest.push(c);
+        }
+    }
+
+    /// Puts a chunk ahead of the others (control chunks go first, spec §13.2).
+    pub fn push_front(&mut self, c: Chunk<Bytes>) {
+        if let Some(f) = self.first.replace(c) {
+            self.rest.insert(0, f);
         }
     }
 
@@ -526,6 +570,9 @@ mod tests {
             }
             Chunk::Pad => Chunk::Pad,
             Chunk::Handshake(m) => Chunk::Handshake(Bytes::copy_from_slice(m)),
+            &Chunk::AckFrequency { seq, threshold, max_delay_us } => {
+                Chunk::AckFrequency { seq, threshold, max_delay_us }
+            }
         };
         assert_eq!(back, c);
     }
@@ -548,6 +595,7 @@ mod tests {
         roundtrip(Chunk::Credit { stream: StreamId::new(5), unordered: true, max: 7 });
         roundtrip(Chunk::Abandon { stream: StreamId::new(6), unordered: true, start: 10, end: 20 });
         roundtrip(Chunk::Pad);
+        roundtrip(Chunk::AckFrequency { seq: u32::MAX, threshold: 64, max_delay_us: 25_000 });
     }
 
     #[test]
@@ -567,6 +615,14 @@ mod tests {
         a[0] = KIND_ABANDON;
         a[9] = 5;
         assert!(validate_chunks(&a).is_err());
+        // spec §5.6: an ACK_FREQUENCY with threshold 0 or flags set.
+        let mut f = [0u8; 12];
+        f[0] = KIND_ACK_FREQUENCY;
+        assert!(validate_chunks(&f).is_err());
+        f[3] = 1;
+        assert!(validate_chunks(&f).is_ok());
+        f[1] = 1;
+        assert!(validate_chunks(&f).is_err());
     }
 
     #[test]

@@ -90,23 +90,31 @@ pub struct HandshakeParams {
     /// Largest datagram the sender accepts.
     pub max_datagram: u16,
     /// Feature bits (spec §3.3.2): [`HandshakeParams::PROTECTED`],
-    /// [`HandshakeParams::TOKEN`], [`HandshakeParams::WANT_TOKEN`],
-    /// [`HandshakeParams::EARLY`].
+    /// [`HandshakeParams::ACK_FREQUENCY`], [`HandshakeParams::TOKEN`],
+    /// [`HandshakeParams::WANT_TOKEN`], [`HandshakeParams::EARLY`].
     pub features: u16,
 }
 
 impl HandshakeParams {
     /// The sender protects its packets (spec §19) and accepts nothing else.
     pub const PROTECTED: u16 = 0x0001;
+    /// The sender understands the ACK_FREQUENCY chunk (spec §5.6).
+    pub const ACK_FREQUENCY: u16 = 0x0002;
     /// An address-validation token section follows the parameters (spec
     /// §3.3.5, §6.9). [`Packet::emit`] sets it exactly when the packet has a
     /// [`Token`]; a parser reads the section when it is set.
-    pub const TOKEN: u16 = 0x0002;
+    pub const TOKEN: u16 = 0x0004;
     /// The sender of a SYN asks the listener for a token (spec §6.9).
-    pub const WANT_TOKEN: u16 = 0x0004;
+    pub const WANT_TOKEN: u16 = 0x0008;
     /// On a SYN-ACK: the listener took the data of the SYN it answers
     /// (0-RTT, spec §6.9). Without it, that data must be sent again.
-    pub const EARLY: u16 = 0x0008;
+    pub const EARLY: u16 = 0x0010;
+
+    /// What this end announces: it understands ACK_FREQUENCY, and protects
+    /// its packets if `protected`.
+    pub fn local_features(protected: bool) -> u16 {
+        Self::ACK_FREQUENCY | if protected { Self::PROTECTED } else { 0 }
+    }
 
     /// Plain parameters: no feature bits.
     pub fn new(conn_id: u32, max_datagram: u16) -> Self {
@@ -116,6 +124,11 @@ impl HandshakeParams {
     /// Whether the `PROTECTED` feature bit is set (spec §19.2).
     pub fn is_protected(&self) -> bool {
         self.features & Self::PROTECTED != 0
+    }
+
+    /// Whether the `ACK_FREQUENCY` feature bit is set (spec §5.6).
+    pub fn takes_ack_frequency(&self) -> bool {
+        self.features & Self::ACK_FREQUENCY != 0
     }
 
     fn parse(b: &[u8]) -> Result<Self, DecodeError> {
@@ -444,7 +457,7 @@ mod tests {
         let payload: &[u8] = &v[HEADER_LEN..];
         let expected: &[u8] = &[
             2, 0, 0, 0, 10, 0, 0, 0, 12, 0, 0, 0, 20, 0, 0, 0, 25, // sack
-            0xde, 0xad, 0xbe, 0xef, 0x05, 0xac, 0, 2, // params, TOKEN
+            0xde, 0xad, 0xbe, 0xef, 0x05, 0xac, 0, 4, // params, TOKEN
             0, 0, 0, 6, 0, 0, 0, 0, 0, 0, 0, 7, // token
             0, 0, 0, 1, 0, 0, 0, 2, 0, 3, 0, 0, 0, 0, 0, 0, 0, 0, 0, 4, // cookie
             0, 3, // error

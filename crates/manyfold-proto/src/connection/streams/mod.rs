@@ -867,7 +867,7 @@ impl Streams {
                 self.schedule(id);
             }
             // The connection takes handshake messages before its streams see the packet.
-            Chunk::Pad | Chunk::Handshake(_) => {}
+            Chunk::Pad | Chunk::Handshake(_) | Chunk::AckFrequency { .. } => {}
         }
     }
 
