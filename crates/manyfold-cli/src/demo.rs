@@ -47,7 +47,7 @@ pub struct DemoArgs {
     pub qlog: Option<std::path::PathBuf>,
 
     /// Congestion controller of both endpoints: newreno, cubic or bbr.
-    #[arg(long, value_name = "NAME", default_value = "newreno")]
+    #[arg(long, value_name = "NAME", default_value = "bbr")]
     pub cc: manyfold_proto::CongestionAlgorithm,
 
     /// Encrypt every connection with the keys in FILE (sender and

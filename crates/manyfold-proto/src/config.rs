@@ -8,11 +8,12 @@ use std::time::Duration;
 #[non_exhaustive]
 pub enum CongestionAlgorithm {
     /// RFC 6582 / RFC 9002 NewReno with byte counting.
-    #[default]
     NewReno,
     /// RFC 9438 CUBIC.
     Cubic,
-    /// A model-based controller in the style of BBR v1 (spec §9.5).
+    /// A model-based controller in the style of BBR v1 (spec §9.5); the
+    /// default (spec §9.1).
+    #[default]
     Bbr,
 }
 
@@ -151,7 +152,7 @@ impl Default for ConnectionConfig {
             adaptive_acks: true,
             reply_ack_delay: Duration::from_millis(2),
             initial_window_packets: 10,
-            congestion: CongestionAlgorithm::NewReno,
+            congestion: CongestionAlgorithm::Bbr,
             max_streams: 1024,
             max_message: 16 << 20,
             stream_window: 16 << 20,

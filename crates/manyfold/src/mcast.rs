@@ -1,5 +1,7 @@
 //! Multicast file replication over real sockets (spec §16): drives the
-//! sans-IO [`McastSender`] and [`McastReceiver`] with tokio.
+//! sans-IO [`McastSender`] and [`McastReceiver`] with tokio, over IPv4 or
+//! IPv6 groups; a sender's admission of receivers and a receiver's
+//! session after session (spec §16.10) are here too.
 //!
 //! Each side has two sockets: a **unicast** one on an ephemeral port, from
 //! which it sends everything and on which the other side's unicast replies
@@ -7,12 +9,14 @@
 //! joined to it, on which it hears multicast. So several receivers can run
 //! on one host (tests, loopback), each with its own unicast port.
 
+use std::collections::HashSet;
 use std::fs::File;
 use std::io;
-use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::time::{Duration, Instant};
 
-use manyfold_proto::mcast::{McastReceiver, McastSender, ReceiverEvent};
+use manyfold_proto::mcast::{McPacket, McastReceiver, McastSender, ReceiverEvent};
+use manyfold_proto::wire::{Flags, Header, PacketType};
 use socket2::{Domain, Protocol, Socket, Type};
 use tokio::sync::watch;
 
@@ -54,28 +58,44 @@ pub mod codes {
 /// Where the session runs.
 #[derive(Debug, Clone)]
 pub struct McastNet {
-    /// The IPv4 multicast group and port.
-    pub group: SocketAddrV4,
+    /// The multicast group and port: IPv4 (224.0.0.0/4) or IPv6 (ff00::/8).
+    pub group: SocketAddr,
     /// The interface to send and join on (by name); default: the routing
     /// table's choice.
     pub iface: Option<String>,
-    /// Hops multicast may cross (IP_MULTICAST_TTL).
+    /// Hops multicast may cross (IP_MULTICAST_TTL, IPV6_MULTICAST_HOPS).
     pub ttl: u32,
-    /// Local address of the unicast socket (port 0: any).
-    pub bind: SocketAddrV4,
+    /// Local address of the unicast socket (port 0: any); of the group's
+    /// family.
+    pub bind: SocketAddr,
 }
 
 impl McastNet {
-    /// The group with the defaults: the routing table's interface, TTL 1 (this network only), any local address.
-    pub fn new(group: SocketAddrV4) -> Self {
-        McastNet { group, iface: None, ttl: 1, bind: SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0) }
+    /// The group with the defaults: the routing table's interface, TTL 1
+    /// (this network only), any local address of the group's family.
+    pub fn new(group: impl Into<SocketAddr>) -> Self {
+        let group = group.into();
+        let any = match group {
+            SocketAddr::V4(_) => IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+            SocketAddr::V6(_) => IpAddr::V6(Ipv6Addr::UNSPECIFIED),
+        };
+        McastNet { group, iface: None, ttl: 1, bind: SocketAddr::new(any, 0) }
     }
 
     fn check(&self) -> io::Result<()> {
         if !self.group.ip().is_multicast() {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
-                format!("{} is not an IPv4 multicast address (224.0.0.0/4)", self.group.ip()),
+                match self.group.ip() {
+                    IpAddr::V4(ip) => format!("{ip} is not an IPv4 multicast address (224.0.0.0/4)"),
+                    IpAddr::V6(ip) => format!("{ip} is not an IPv6 multicast address (ff00::/8)"),
+                },
+            ));
+        }
+        if self.group.is_ipv4() != self.bind.is_ipv4() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("the local address {} is not of the group {}'s family", self.bind, self.group),
             ));
         }
         if self.group.port() == 0 {
@@ -121,6 +141,10 @@ async fn send_io(io: &UdpIo, dest: SocketAddr, contents: &[u8], seg: Option<usiz
         }
     }
 }
+
+/// Longest a receiver whose sink failed before it registered keeps
+/// registering, so that its departure reaches the sender (spec §16.7).
+const LEAVE_AFTER_REGISTER: Duration = Duration::from_secs(2);
 
 /// A slot of a multicast receive batch holds a GRO batch: up to 64
 /// datagrams (UDP_GRO_CNT_MAX) of up to ~1.5 KB, more than 64 KiB; a
@@ -211,35 +235,111 @@ fn open(net: &McastNet) -> io::Result<Sockets> {
     net.check()?;
     let ctx = |what: &str, e: io::Error| io::Error::new(e.kind(), format!("{what}: {e}"));
     let index = net.iface.as_deref().map(ifindex).transpose()?;
+    let domain = if net.group.is_ipv4() { Domain::IPV4 } else { Domain::IPV6 };
 
-    let uni = Socket::new(Domain::IPV4, Type::DGRAM, Some(Protocol::UDP))?;
+    let uni = Socket::new(domain, Type::DGRAM, Some(Protocol::UDP))?;
     if let Some(name) = &net.iface {
         uni.bind_device(Some(name.as_bytes())).map_err(|e| ctx(&format!("cannot send on interface {name}"), e))?;
     }
-    uni.set_multicast_ttl_v4(net.ttl)?;
-    uni.set_multicast_loop_v4(true)?;
+    if net.group.is_ipv4() {
+        uni.set_multicast_ttl_v4(net.ttl)?;
+        uni.set_multicast_loop_v4(true)?;
+    } else {
+        uni.set_only_v6(true)?;
+        uni.set_multicast_hops_v6(net.ttl)?;
+        uni.set_multicast_loop_v6(true)?;
+        if let Some(i) = index {
+            uni.set_multicast_if_v6(i)?;
+        }
+    }
     let _ = uni.set_send_buffer_size(8 << 20);
     let _ = uni.set_recv_buffer_size(8 << 20);
-    uni.bind(&SocketAddr::V4(net.bind).into()).map_err(|e| ctx(&format!("cannot bind {}", net.bind), e))?;
+    uni.bind(&net.bind.into()).map_err(|e| ctx(&format!("cannot bind {}", net.bind), e))?;
     uni.set_nonblocking(true)?;
     let uni: std::net::UdpSocket = uni.into();
 
-    let grp = Socket::new(Domain::IPV4, Type::DGRAM, Some(Protocol::UDP))?;
+    let grp = Socket::new(domain, Type::DGRAM, Some(Protocol::UDP))?;
     grp.set_reuse_address(true)?;
     grp.set_reuse_port(true)?;
     let _ = grp.set_recv_buffer_size(8 << 20);
-    grp.bind(&SocketAddr::V4(net.group).into()).map_err(|e| ctx(&format!("cannot bind the group {}", net.group), e))?;
-    let iface = match index {
-        Some(i) => socket2::InterfaceIndexOrAddress::Index(i),
-        None => socket2::InterfaceIndexOrAddress::Address(Ipv4Addr::UNSPECIFIED),
-    };
-    grp.join_multicast_v4_n(net.group.ip(), &iface)
-        .map_err(|e| ctx(&format!("cannot join {} (is there a multicast route?)", net.group.ip()), e))?;
+    let join_err = |e| ctx(&format!("cannot join {} (is there a multicast route?)", net.group.ip()), e);
+    match net.group {
+        SocketAddr::V4(g) => {
+            grp.bind(&net.group.into()).map_err(|e| ctx(&format!("cannot bind the group {}", net.group), e))?;
+            let iface = match index {
+                Some(i) => socket2::InterfaceIndexOrAddress::Index(i),
+                None => socket2::InterfaceIndexOrAddress::Address(Ipv4Addr::UNSPECIFIED),
+            };
+            grp.join_multicast_v4_n(g.ip(), &iface).map_err(join_err)?;
+        }
+        SocketAddr::V6(g) => {
+            grp.set_only_v6(true)?;
+            // Bound to the group: only its datagrams, not other groups'
+            // on the same port (Linux filters by the bound address).
+            grp.bind(&net.group.into()).map_err(|e| ctx(&format!("cannot bind the group {}", net.group), e))?;
+            grp.join_multicast_v6(g.ip(), index.unwrap_or(0)).map_err(join_err)?;
+        }
+    }
     grp.set_nonblocking(true)?;
     let grp: std::net::UdpSocket = grp.into();
     // No IP_RECVERR here (only connection endpoints enable it): a
     // session learns of departures from its own packets (spec §16.7).
     Ok(Sockets { unicast: UdpIo::new(uni)?, group: UdpIo::new(grp)? })
+}
+
+/// Where a sender's bytes come from: a file, or anything that reads at an
+/// offset (the CLI's directory bundle, spec §16.10). A short read past
+/// the end is the end.
+pub trait McastSource {
+    /// Copies the bytes at `offset` into `out`; returns how many (0: the end).
+    fn copy_at(&self, offset: u64, out: &mut [u8]) -> io::Result<usize>;
+}
+
+impl McastSource for File {
+    fn copy_at(&self, offset: u64, out: &mut [u8]) -> io::Result<usize> {
+        std::os::unix::fs::FileExt::read_at(self, out, offset)
+    }
+}
+
+/// Which receivers a sender lets in (the CLI's `--hosts`): asked with the
+/// address and client id of each REGISTER (spec §16.8) before the engine
+/// sees it. One refused is told at once (END with `REFUSED`) and never
+/// joins.
+pub trait Admission {
+    /// Whether the receiver at `addr` with client id `client` may join.
+    fn admits(&mut self, addr: SocketAddr, client: u32) -> bool;
+}
+
+/// Lets every receiver in (the engine's own limits aside).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct AdmitAll;
+
+impl Admission for AdmitAll {
+    fn admits(&mut self, _: SocketAddr, _: u32) -> bool {
+        true
+    }
+}
+
+impl<F: FnMut(SocketAddr, u32) -> bool> Admission for F {
+    fn admits(&mut self, addr: SocketAddr, client: u32) -> bool {
+        self(addr, client)
+    }
+}
+
+/// If `d` is a REGISTER that `admission` refuses, the END (ERR,
+/// `REFUSED`) that tells its receiver, written into `out` (spec §16.8:
+/// the refusal a full table gives, in the clear: the receiver has no key).
+fn refusal(admission: &mut dyn Admission, from: SocketAddr, d: &[u8], out: &mut [u8]) -> Option<usize> {
+    if Header::peek(d)?.ptype != PacketType::McRegister {
+        return None;
+    }
+    let McPacket::Register { session, client, .. } = McPacket::parse(d).ok()? else { return None };
+    if admission.admits(from, client) {
+        return None;
+    }
+    manyfold_proto::mcast::wire::emit(out, PacketType::McEnd, Flags::ERR, session, 0, 0, client, |o| {
+        manyfold_proto::mcast::wire::emit_code(o, ErrorCode::REFUSED)
+    })
 }
 
 /// How a stream source grows (standard input spooled to a file).
@@ -331,12 +431,12 @@ pub async fn send(
     net: &McastNet,
     cfg: SenderConfig,
     info: Announcement,
-    file: File,
+    source: impl McastSource,
     growth: Option<watch::Receiver<SourceGrowth>>,
     on_event: impl FnMut(&SenderEvent),
     on_tick: impl FnMut(&SenderView),
 ) -> io::Result<SenderView> {
-    send_until(net, cfg, info, file, growth, std::future::pending(), on_event, on_tick).await
+    send_until(net, cfg, info, source, growth, std::future::pending(), on_event, on_tick).await
 }
 
 /// [`send`], ended early when `abort` resolves with a code (spec §16.7):
@@ -356,20 +456,46 @@ pub async fn send_until(
     net: &McastNet,
     cfg: SenderConfig,
     info: Announcement,
-    file: File,
+    source: impl McastSource,
+    growth: Option<watch::Receiver<SourceGrowth>>,
+    abort: impl std::future::Future<Output = ErrorCode>,
+    on_event: impl FnMut(&SenderEvent),
+    on_tick: impl FnMut(&SenderView),
+) -> io::Result<SenderView> {
+    send_admitting(net, cfg, info, source, growth, AdmitAll, abort, on_event, on_tick).await
+}
+
+/// [`send_until`], letting in only the receivers `admission` admits (the
+/// CLI's `--hosts`): a REGISTER it refuses gets END with `REFUSED` at
+/// once and never reaches the engine, so it neither joins nor counts
+/// towards `min_receivers`.
+///
+/// # Errors
+///
+/// As [`send`].
+///
+/// # Cancel safety
+///
+/// As [`send`]: resolve `abort` rather than dropping the future.
+#[allow(clippy::too_many_arguments)]
+pub async fn send_admitting(
+    net: &McastNet,
+    cfg: SenderConfig,
+    info: Announcement,
+    source: impl McastSource,
     mut growth: Option<watch::Receiver<SourceGrowth>>,
+    mut admission: impl Admission,
     abort: impl std::future::Future<Output = ErrorCode>,
     mut on_event: impl FnMut(&SenderEvent),
     mut on_tick: impl FnMut(&SenderView),
 ) -> io::Result<SenderView> {
     tokio::pin!(abort);
     let mut aborted = false;
-    use std::os::unix::fs::FileExt;
     let mut cfg = cfg;
     crate::endpoint::prepare_security(cfg.security.as_ref(), &mut cfg.crypto_seed)?;
     let socks = open(net)?;
     let start = Instant::now();
-    let group = SocketAddr::V4(net.group);
+    let group = net.group;
     let mut s = McastSender::new(cfg, group, info, start);
     let mut buf = vec![0u8; 65_536];
     let mut gso: Vec<u8> = Vec::with_capacity(65_536);
@@ -383,7 +509,7 @@ pub async fn send_until(
     loop {
         let now = Instant::now();
         loop {
-            let mut source = |offset: u64, out: &mut [u8]| match file.read_at(out, offset) {
+            let mut source = |offset: u64, out: &mut [u8]| match source.copy_at(offset, out) {
                 Ok(n) => n,
                 Err(e) => {
                     read_error.get_or_insert(e);
@@ -444,8 +570,15 @@ pub async fn send_until(
             r = inbound.recv(&socks) => {
                 let n = r?;
                 let now = Instant::now();
+                let mut refused = Vec::new();
                 for (from, d) in inbound.datagrams(n) {
-                    s.handle_datagram(now, from, d);
+                    match refusal(&mut admission, from, d, &mut buf) {
+                        Some(len) => refused.push((from, buf[..len].to_vec())),
+                        None => s.handle_datagram(now, from, d),
+                    }
+                }
+                for (to, end) in refused {
+                    send_io(&socks.unicast, to, &end, None).await?;
                 }
             }
             _ = tokio::time::sleep_until(deadline.into()) => s.handle_timeout(Instant::now()),
@@ -513,6 +646,13 @@ pub struct ReceiverView {
     pub elapsed: Duration,
     /// The last session heard but not joined, and why (spec §19.7).
     pub ignored: Option<(u32, manyfold_proto::mcast::Ignored)>,
+    /// The session joined, once there is one.
+    pub session: Option<u32>,
+    /// This receiver's client id (spec §16.2).
+    pub client: u32,
+    /// Since the session was first described to this receiver (zero
+    /// before): the session's time, without the wait for it.
+    pub session_elapsed: Duration,
 }
 
 /// Receives one session from the group into `sink`. Returns how it ended.
@@ -563,6 +703,53 @@ pub async fn receive_until(
     sink: &mut dyn McastSink,
     wait: Option<Duration>,
     abort: impl std::future::Future<Output = ErrorCode>,
+    on_tick: impl FnMut(&ReceiverView),
+) -> io::Result<(ReceiveOutcome, ReceiverView)> {
+    receive_session(net, cfg, sink, wait, &mut HashSet::new(), abort, on_tick).await
+}
+
+/// [`receive_until`], deaf to the sessions in `done` (a daemon's sessions
+/// already received, still announcing or ending for other receivers): it
+/// joins the next session the group carries, and adds that session's id
+/// to `done` however the call ends (completed, failed, refused), so the
+/// next call does not join it again.
+///
+/// A sink that fails (cannot store, refuses what it was given) makes this
+/// receiver leave the session with `APPLICATION` (spec §16.7), so the
+/// sender knows at once, and the call fails with the sink's error.
+///
+/// # Errors
+///
+/// As [`receive_until`].
+///
+/// # Cancel safety
+///
+/// As [`receive`]: resolve `abort` rather than dropping the future.
+pub async fn receive_session(
+    net: &McastNet,
+    cfg: ReceiverConfig,
+    sink: &mut dyn McastSink,
+    wait: Option<Duration>,
+    done: &mut HashSet<u32>,
+    abort: impl std::future::Future<Output = ErrorCode>,
+    on_tick: impl FnMut(&ReceiverView),
+) -> io::Result<(ReceiveOutcome, ReceiverView)> {
+    let mut joined = None;
+    let r = receive_inner(net, cfg, sink, wait, done, &mut joined, abort, on_tick).await;
+    done.extend(joined);
+    r
+}
+
+/// [`receive_session`]'s loop: `joined` follows the session joined.
+#[allow(clippy::too_many_arguments)]
+async fn receive_inner(
+    net: &McastNet,
+    cfg: ReceiverConfig,
+    sink: &mut dyn McastSink,
+    wait: Option<Duration>,
+    skip: &HashSet<u32>,
+    joined: &mut Option<u32>,
+    abort: impl std::future::Future<Output = ErrorCode>,
     mut on_tick: impl FnMut(&ReceiverView),
 ) -> io::Result<(ReceiveOutcome, ReceiverView)> {
     tokio::pin!(abort);
@@ -571,13 +758,14 @@ pub async fn receive_until(
     crate::endpoint::prepare_security(cfg.security.as_ref(), &mut cfg.crypto_seed)?;
     let socks = open(net)?;
     let start = Instant::now();
-    let mut r = McastReceiver::new(cfg, SocketAddr::V4(net.group));
+    let mut r = McastReceiver::new(cfg, net.group);
     let mut buf = vec![0u8; 65_536];
     let mut inbound = Inbound::new();
     let mut writes = Coalescer { offset: 0, buf: Vec::with_capacity(Coalescer::MAX) };
     let mut tick = tokio::time::interval(Duration::from_millis(100));
     let mut outcome = None;
     let mut hash_ok = None;
+    let heard_at = std::cell::Cell::new(None::<Instant>);
     let view = |r: &McastReceiver| {
         let (held, total) = r.progress();
         ReceiverView {
@@ -588,17 +776,38 @@ pub async fn receive_until(
             stats: r.stats(),
             elapsed: start.elapsed(),
             ignored: r.ignored(),
+            session: r.session_id(),
+            client: r.client_id(),
+            session_elapsed: heard_at.get().map_or(Duration::ZERO, |t| t.elapsed()),
         }
     };
+    // The sink's failure, told to the sender before it is returned.
+    let mut sink_error: Option<io::Error> = None;
+    let mut leave_by: Option<Instant> = None;
     loop {
+        *joined = r.session_id();
         while let Some(e) = r.poll_event() {
+            if sink_error.is_some() {
+                continue;
+            }
             match e {
-                ReceiverEvent::Announced(info) => sink.announced(&info)?,
+                ReceiverEvent::Announced(info) => {
+                    if heard_at.get().is_none() {
+                        heard_at.set(Some(Instant::now()));
+                    }
+                    if let Err(e) = sink.announced(&info) {
+                        sink_error = Some(e);
+                    }
+                }
                 ReceiverEvent::Complete => {
                     let info = r.announcement().cloned().expect("complete implies announced");
-                    let ok = sink.verify(&info)?;
-                    hash_ok = Some(ok);
-                    r.finish(ok);
+                    match sink.verify(&info) {
+                        Ok(ok) => {
+                            hash_ok = Some(ok);
+                            r.finish(ok);
+                        }
+                        Err(e) => sink_error = Some(e),
+                    }
                 }
                 ReceiverEvent::Confirmed => {
                     outcome = Some(if hash_ok == Some(true) {
@@ -613,8 +822,25 @@ pub async fn receive_until(
             }
         }
         let now = Instant::now();
+        if sink_error.is_some() && aborted.is_none() {
+            // spec §16.7: the sender learns at once that we left. A sink
+            // that failed on the session's description (a file that
+            // exists, say) fails before we registered, and a sender hears
+            // a departure only from a registered receiver: registering
+            // goes on (storing nothing) for up to `LEAVE_AFTER_REGISTER`.
+            let until = *leave_by.get_or_insert(now + LEAVE_AFTER_REGISTER);
+            if r.is_registered() || r.session_id().is_none() || now >= until {
+                aborted = Some(ErrorCode::APPLICATION);
+                r.abort(now, ErrorCode::APPLICATION);
+            }
+        }
         while let Some(t) = r.poll_transmit(now, &mut buf) {
             send_io(&socks.unicast, t.destination, &buf[..t.size], None).await?;
+        }
+        if aborted.is_some() {
+            if let Some(e) = sink_error {
+                return Err(e);
+            }
         }
         if let Some(code) = aborted {
             return Err(io::Error::new(
@@ -644,8 +870,16 @@ pub async fn receive_until(
                 let n = res?;
                 let now = Instant::now();
                 for (from, d) in inbound.datagrams(n) {
+                    if !skip.is_empty() && Header::peek(d).is_some_and(|h| skip.contains(&h.conn_id)) {
+                        continue;
+                    }
                     if let Some(del) = r.handle_datagram(now, from, d) {
-                        writes.push(sink, del.offset, &d[del.payload])?;
+                        if sink_error.is_some() {
+                            continue;
+                        }
+                        if let Err(e) = writes.push(sink, del.offset, &d[del.payload]) {
+                            sink_error = Some(e);
+                        }
                     }
                 }
             }
@@ -657,8 +891,14 @@ pub async fn receive_until(
             }
             _ = tick.tick() => on_tick(&view(&r)),
         }
+        if sink_error.is_some() {
+            continue;
+        }
         // Stored before anything reads it back (parity, the final hash).
-        writes.flush(sink)?;
+        if let Err(e) = writes.flush(sink) {
+            sink_error = Some(e);
+            continue;
+        }
         // Blocks that parity made whole (spec §16.9).
         let mut read_error = None;
         let rebuilt = r.decode(&mut |offset, out| match sink.read_at(offset, out) {
@@ -669,10 +909,13 @@ pub async fn receive_until(
             }
         });
         if let Some(e) = read_error {
-            return Err(io::Error::new(e.kind(), format!("cannot read back stored data: {e}")));
+            sink_error = Some(io::Error::new(e.kind(), format!("cannot read back stored data: {e}")));
+            continue;
         }
         for (offset, bytes) in rebuilt {
-            sink.write_at(offset, &bytes)?;
+            if let Err(e) = sink.write_at(offset, &bytes) {
+                sink_error.get_or_insert(e);
+            }
         }
     }
 }

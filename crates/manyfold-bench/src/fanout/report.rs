@@ -213,7 +213,7 @@ impl Figures for Report {
         }
         out += &format!(
             "Each run: one receiver process hosting all N receivers (each hashes what arrives with BLAKE3 and fails the run on a difference; nothing is written to disk) and one sender process reading the file from disk (page cache). \
-             manyfold: one group (mode All, GroupConfig defaults: 64 MiB shared send buffer) sending {}-byte messages, each read into one `Bytes` shared by every peer, then `close` (every peer acknowledged all and the FIN); library defaults otherwise (NewReno). \
+             manyfold: one group (mode All, GroupConfig defaults: 64 MiB shared send buffer) sending {}-byte messages, each read into one `Bytes` shared by every peer, then `close` (every peer acknowledged all and the FIN); library defaults otherwise (BBR). \
              TCP: N threads, one connection each, each re-reading the file in 1 MiB reads (its own buffer) and waiting for its receiver's \"ok\"; kernel default congestion control. \
              Time to all: the sender's CLOCK_MONOTONIC stamp before connecting to the last receiver's stamp after its hash matched. Aggregate goodput = N × size / time (MB = 10^6 bytes). CPU (user + sys) and peak RSS from wait4(2) per process. \
              Group buffer peak: the most bytes of group messages not yet acknowledged by every peer (`GroupStats::outstanding_bytes`, read after each send), i.e. what the sender holds of the file. \

@@ -48,7 +48,7 @@ pub struct NetArgs {
 
     /// Congestion controller for this process's connections: newreno,
     /// cubic or bbr (model-based: random loss does not slow it down).
-    #[arg(long, value_name = "NAME", default_value = "newreno")]
+    #[arg(long, value_name = "NAME", default_value = "bbr")]
     pub cc: manyfold_proto::CongestionAlgorithm,
 
     /// Fix every datagram at BYTES, the 24-byte header included

@@ -1,6 +1,7 @@
 //! Test hosts in network namespaces (root only): `n` hosts on one bridge,
-//! host i at 198.18.0.(i + 1)/24 with a multicast route, all deleted when
-//! the lab drops. Only 198.18.0.0/15 and 239.0.0.0/8 are used inside.
+//! host i at 198.18.0.(i + 1)/24 and 2001:db8::(i + 1)/64 with multicast
+//! routes, all deleted when the lab drops. Only 198.18.0.0/15,
+//! 2001:db8::/32, 239.0.0.0/8 and ff15::/16 are used inside.
 
 use std::process::{Command, Stdio};
 
@@ -40,9 +41,12 @@ impl Lab {
             sh(&["ip", "-n", &sw, "link", "set", &b, "master", "br0"])?;
             sh(&["ip", "-n", &sw, "link", "set", &b, "up"])?;
             sh(&["ip", "-n", &host, "addr", "add", &format!("198.18.0.{}/24", i + 1), "dev", &a])?;
+            // nodad: usable at once, not after duplicate detection.
+            sh(&["ip", "-n", &host, "-6", "addr", "add", &format!("2001:db8::{}/64", i + 1), "dev", &a, "nodad"])?;
             sh(&["ip", "-n", &host, "link", "set", &a, "up"])?;
             sh(&["ip", "-n", &host, "link", "set", "lo", "up"])?;
             sh(&["ip", "-n", &host, "route", "add", "224.0.0.0/4", "dev", &a])?;
+            sh(&["ip", "-n", &host, "-6", "route", "add", "ff15::/16", "dev", &a])?;
         }
         Ok(lab)
     }

@@ -18,6 +18,10 @@ pub struct ReceiverConfig {
     pub network: u32,
     /// Accept only this session, if set.
     pub session: Option<u32>,
+    /// This client id (spec §16.2) instead of one drawn from `seed`, so a
+    /// sender's list of receivers can name it (the CLI's `--id`); 0 is
+    /// not an id and draws one.
+    pub client_id: Option<u32>,
     /// REGISTER is sent again this often until the sender confirms it (spec §16.1).
     pub register_retry: Duration,
     /// A completed receiver repeats its STATUS this often until confirmed (spec §16.1, step 4).
@@ -39,6 +43,7 @@ impl Default for ReceiverConfig {
             seed: 0,
             network: 0,
             session: None,
+            client_id: None,
             register_retry: Duration::from_millis(200),
             status_interval: Duration::from_secs(1),
             max_packets: 1 << 26,

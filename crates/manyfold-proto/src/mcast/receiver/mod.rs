@@ -132,7 +132,8 @@ impl McastReceiver {
     /// A receiver listening for sessions on `group`.
     pub fn new(cfg: ReceiverConfig, group: SocketAddr) -> Self {
         let mut rng = ChaCha8Rng::seed_from_u64(cfg.seed);
-        let client = rng.next_u32().max(1);
+        let drawn = rng.next_u32().max(1);
+        let client = cfg.client_id.filter(|&c| c != 0).unwrap_or(drawn);
         McastReceiver {
             group,
             client,
@@ -194,6 +195,11 @@ impl McastReceiver {
     /// Our client id in REGISTER and feedback.
     pub fn client_id(&self) -> u32 {
         self.client
+    }
+
+    /// The session joined (or configured), once there is one.
+    pub fn session_id(&self) -> Option<u32> {
+        self.session
     }
 
     /// The counters so far.
