@@ -5,7 +5,7 @@
 //! queues would count too), a warm-up of sessions grows every table
 //! first, then the next sessions are counted, with the full handshake and
 //! with 0-RTT tokens (spec §6.9). The figures are printed; the bounds are
-//! today's counts (32 per session either way) with a margin, so that a change that adds allocations
+//! today's counts (36 and 35 per session with BBR, the default; 32 with NewReno) with a margin, so that a change that adds allocations
 //! per session fails here and says by how much.
 
 use std::alloc::{GlobalAlloc, Layout, System};
@@ -153,6 +153,6 @@ fn a_session_costs_the_engine_a_bounded_number_of_allocations() {
     let (full, full_bytes) = measure(false, 200, 500);
     let (early, early_bytes) = measure(true, 200, 500);
     println!("engine allocations per session (client + server): full handshake {full:.1} ({full_bytes:.0} B), 0-RTT {early:.1} ({early_bytes:.0} B)");
-    assert!(full <= 36.0, "full handshake: {full:.1} allocations per session");
-    assert!(early <= 36.0, "0-RTT: {early:.1} allocations per session");
+    assert!(full <= 40.0, "full handshake: {full:.1} allocations per session");
+    assert!(early <= 40.0, "0-RTT: {early:.1} allocations per session");
 }
