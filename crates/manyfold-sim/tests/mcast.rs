@@ -76,8 +76,9 @@ fn every_receiver_gets_the_exact_file_with_loss_at_some_of_them() {
     assert!(w.run_to_end(Duration::from_secs(120)), "not done after 120 s virtual (seed {seed})");
     assert_all_completed(&w, seed);
     let st = w.sender.stats();
-    assert!(st.repair_unicast + st.repair_multicast > 0, "losses were repaired (seed {seed}): {st:?}");
-    // Losses at single receivers go by unicast; the data went once.
+    // Parity first (spec §16.9): parity shards repair the losses.
+    assert!(st.parity_packets > 0, "losses were repaired by parity (seed {seed}): {st:?}");
+    // The data went once.
     let total = (3u64 << 20).div_ceil(u64::from(w.sender.block()));
     assert_eq!(st.data_packets, total, "every packet multicast exactly once (seed {seed})");
 }
@@ -166,6 +167,12 @@ fn under_shared_loss_feedback_stays_within_two_packets_per_window_per_network() 
 
 // ---- paper 03's analytic results, checked against the implementation ----
 
+/// Paper 03's sender: one window awaits its ACKs at a time (the model's
+/// stop-and-wait; spec §16.3, windows in flight).
+fn stop_and_wait() -> SenderConfig {
+    SenderConfig { windows_in_flight: 1, ..SenderConfig::default() }
+}
+
 /// Virtual time from the first DATA packet to the last window's resolution,
 /// and the payload bytes in between.
 fn data_phase(w: &McastWorld) -> (Duration, u64) {
@@ -181,7 +188,7 @@ fn mean_ack_delay_is_artp_max_over_n_plus_one_eq_9() {
     let d = Duration::from_micros(50);
     for (seed, n) in [(7101u64, 1u8), (7102, 4), (7103, 8)] {
         // One-packet windows: every packet is a window and draws one ACK race.
-        let cfg = SenderConfig { max_window: 1, adapt_artp: false, ..SenderConfig::default() };
+        let cfg = SenderConfig { max_window: 1, adapt_artp: false, ..stop_and_wait() };
         let k = cfg.artp_max.as_secs_f64() * 1e6;
         let mut w = McastWorld::new(seed, cfg, 3000 * 1428, group(), sender(), receivers(seed, &[(1, n)]));
         w.set_default_link(LinkConfig::with_delay(d));
@@ -219,7 +226,7 @@ fn table_one_run(seed: u64, dflt_ms: u64, n_c2: u32) -> (u32, McastWorld) {
         max_datagram: DATA_PS as usize,
         default_timeout: Duration::from_millis(dflt_ms),
         adapt_artp: false,
-        ..SenderConfig::default()
+        ..stop_and_wait()
     };
     let mut w = McastWorld::new(seed, cfg, 3 << 20, group(), sender(), receivers(seed, &[(1, 4)]));
     // Each further C2 network on the path adds one packet's serialization.
@@ -261,13 +268,8 @@ fn throughput_meets_the_uncongested_bound_eq_17_and_the_congested_one_eq_18() {
     // eq. 17: one uncongested 100 Mbit/s LAN, W_max = 100, 520-byte packets.
     let seed = 7301;
     let (c, data_ps) = (100_000_000f64, 520f64);
-    let cfg = SenderConfig {
-        max_datagram: 520,
-        adapt_artp: false,
-        initial_window: 100,
-        max_window: 100,
-        ..SenderConfig::default()
-    };
+    let cfg =
+        SenderConfig { max_datagram: 520, adapt_artp: false, initial_window: 100, max_window: 100, ..stop_and_wait() };
     let mut w = McastWorld::new(seed, cfg, 8 << 20, group(), sender(), receivers(seed, &[(1, 4)]));
     for i in 0..4 {
         w.set_link(sender(), receiver(1, i), LinkConfig::with_delay(Duration::ZERO).rate(c as u64, 1 << 22));
@@ -441,7 +443,9 @@ fn with_a_loss_tolerance_random_loss_at_the_receivers_does_not_throttle_the_wind
 #[test]
 fn a_window_whose_last_packet_is_lost_everywhere_is_probed_instead_of_expiring() {
     let seed = 7504;
-    let mut w = McastWorld::new(seed, SenderConfig::default(), 2 << 20, group(), sender(), receivers(seed, &[(1, 3)]));
+    // Paper 03's stop-and-wait: nothing but the probe tells the receivers
+    // that a window whose last packet they all lost has ended.
+    let mut w = McastWorld::new(seed, stop_and_wait(), 2 << 20, group(), sender(), receivers(seed, &[(1, 3)]));
     w.set_default_link(lan());
     w.upstream_loss = 0.10;
     assert!(w.run_to_end(Duration::from_secs(120)), "seed {seed}");
@@ -450,6 +454,59 @@ fn a_window_whose_last_packet_is_lost_everywhere_is_probed_instead_of_expiring()
     eprintln!("{st:?}");
     assert!(st.probes > 0, "some windows lost their last packet (seed {seed}): {st:?}");
     assert!(st.windows_expired * 4 <= st.probes, "most were saved by the probe (seed {seed}): {st:?}");
+    // With windows in flight, the next window's ACK confirms it (ACKs are
+    // cumulative, spec §16.3): windows hardly ever expire.
+    let mut w = McastWorld::new(seed, SenderConfig::default(), 2 << 20, group(), sender(), receivers(seed, &[(1, 3)]));
+    w.set_default_link(lan());
+    w.upstream_loss = 0.10;
+    assert!(w.run_to_end(Duration::from_secs(120)), "seed {seed}");
+    assert_all_completed(&w, seed);
+    let st = w.sender.stats();
+    assert!(st.windows_expired <= 1, "windows in flight (seed {seed}): {st:?}");
+}
+
+// ---- windows in flight (spec §16.3) ------------------------------------------
+
+/// Two networks of four receivers, 100 Mbit/s and `rtt` from the sender,
+/// 1% independent loss at every receiver, 8 MiB: the virtual time from the
+/// first DATA to the last confirmation, the world.
+fn pipelined_run(seed: u64, in_flight: u32, rtt: Duration) -> (Duration, McastWorld) {
+    let cfg = SenderConfig { windows_in_flight: in_flight, ..SenderConfig::default() };
+    let mut w = McastWorld::new(seed, cfg, 8 << 20, group(), sender(), receivers(seed, &[(1, 4), (2, 4)]));
+    // Receivers of a network are 200 µs apart; the sender is `rtt` away.
+    w.set_default_link(lan());
+    let link = LinkConfig::with_delay(rtt / 2).rate(100_000_000, 2 << 20);
+    for &(net, i) in &[(1u8, 0u8), (1, 1), (1, 2), (1, 3), (2, 0), (2, 1), (2, 2), (2, 3)] {
+        w.set_link(sender(), receiver(net, i), link.clone().loss(0.01));
+        w.set_link(receiver(net, i), sender(), LinkConfig::with_delay(rtt / 2));
+    }
+    assert!(w.run_to_end(Duration::from_secs(300)), "not done (seed {seed}, {in_flight} in flight)");
+    assert_all_completed(&w, seed);
+    let started = w.sender_events.iter().find(|(_, e)| *e == SenderEvent::DataStarted).expect("started").0;
+    let done = w.receivers.iter().filter_map(|r| r.complete_at).max().expect("completed");
+    (done - started, w)
+}
+
+#[test]
+fn two_windows_in_flight_fill_a_path_with_a_round_trip_faster_than_stop_and_wait_under_loss() {
+    let seed = 7701;
+    let rtt = Duration::from_millis(20);
+    let (paper, _) = pipelined_run(seed, 1, rtt);
+    let (pipelined, w) = pipelined_run(seed, 2, rtt);
+    let ratio = paper.as_secs_f64() / pipelined.as_secs_f64();
+    // The bottleneck alone: every datagram of the file once at 100 Mbit/s.
+    let packets = (8u64 << 20).div_ceil(u64::from(w.sender.block()));
+    let wire = Duration::from_secs_f64((packets * 1452 * 8) as f64 / 1e8);
+    let windows = w.windows();
+    let feedback: u32 = windows.iter().map(|x| x.feedback).sum();
+    let per_window_per_net = f64::from(feedback) / windows.len() as f64 / 2.0;
+    eprintln!(
+        "RTT {rtt:?}: stop-and-wait {paper:?}, two windows in flight {pipelined:?} ({ratio:.2}×; the wire needs {wire:?}); \
+         {per_window_per_net:.2} feedback per window per network; {:?}",
+        w.sender.stats()
+    );
+    assert!(ratio >= 1.3, "two windows in flight only {ratio:.2}× faster than stop-and-wait (seed {seed})");
+    assert!(per_window_per_net <= 2.0, "{per_window_per_net:.2} feedback per window per network (seed {seed})");
 }
 
 #[test]
@@ -508,7 +565,10 @@ fn a_protected_session_delivers_the_exact_file_under_loss_and_nothing_readable_c
     assert!(w.run_to_end(Duration::from_secs(120)), "not done (seed {seed})");
     assert_all_completed(&w, seed);
     let st = w.sender.stats();
-    assert!(st.repair_unicast + st.repair_multicast > 0, "losses were repaired (seed {seed}): {st:?}");
+    assert!(
+        st.repair_unicast + st.repair_multicast + st.parity_packets > 0,
+        "losses were repaired, sealed like the data (seed {seed}): {st:?}"
+    );
     let block = usize::from(w.sender.block());
     assert_eq!(block, (1452 - 24 - SEAL_OVERHEAD) & !1, "sealed DATA keeps the datagram size");
     let mut file = vec![0u8; 2 << 20];
@@ -805,4 +865,221 @@ fn an_interrupted_receiver_is_reported_by_the_sender_at_once_and_the_others_comp
         assert_eq!((report.outcome, report.left), (ReceiverOutcome::Incomplete, Some(ErrorCode::INTERRUPTED)));
         assert!(w.receivers[3].verified.is_none(), "it took nothing more (seed {seed})");
     }
+}
+
+// ---- parity first (spec §16.9) -----------------------------------------------
+
+/// 32 receivers on two networks, 100 Mbit/s from the sender, 1%
+/// independent loss at each: bytes the sender sent per file byte (headers,
+/// parity, repairs and control included), and the world.
+fn parity_first_run(seed: u64, cfg: SenderConfig, file: u64) -> (f64, McastWorld) {
+    let mut w = McastWorld::new(seed, cfg, file, group(), sender(), receivers(seed, &[(1, 16), (2, 16)]));
+    w.set_default_link(lan());
+    for net in 1..=2 {
+        for i in 0..16 {
+            w.set_link(sender(), receiver(net, i), lan().rate(100_000_000, 2 << 20).loss(0.01));
+        }
+    }
+    assert!(w.run_to_end(Duration::from_secs(300)), "not done (seed {seed})");
+    assert_all_completed(&w, seed);
+    (w.sent_bytes_by_sender as f64 / file as f64, w)
+}
+
+#[test]
+fn parity_first_repairs_independent_loss_at_32_receivers_with_under_5_percent_more_bytes() {
+    let seed = 7801;
+    let file = 16u64 << 20;
+    let (ratio, w) = parity_first_run(seed, SenderConfig::default(), file);
+    let st = w.sender.stats();
+    // Packets of the first sending each receiver never got.
+    let total = file.div_ceil(u64::from(w.sender.block()));
+    let lost: u64 = w
+        .receivers
+        .iter()
+        .map(|r| {
+            let st = r.engine.stats();
+            total - (st.data_packets - st.duplicates)
+        })
+        .sum();
+    let recovered: u64 = w.receivers.iter().map(|r| r.engine.stats().fec_recovered).sum();
+    let took = w.receivers.iter().filter_map(|r| r.complete_at).max().expect("completed");
+    eprintln!(
+        "N = 32, 1% loss each: {ratio:.4} bytes sent per file byte; {lost} packets lost across the receivers, \
+         {recovered} rebuilt from {} parity shards; all complete after {took:?}; {st:?}",
+        st.parity_packets
+    );
+    // Headers alone are 1452/1428 = 1.017 (spec §16.2).
+    assert!(ratio <= 1.05, "{ratio:.4} bytes sent per file byte (seed {seed}): {st:?}");
+    assert_eq!(st.repair_unicast + st.repair_multicast, 0, "parity repaired everything (seed {seed}): {st:?}");
+    assert!(
+        st.parity_packets * 5 < lost,
+        "one shard repairs different losses at different receivers: {} shards for {lost} losses (seed {seed})",
+        st.parity_packets
+    );
+}
+
+// ---- slow receivers (spec §16.7) ---------------------------------------------
+
+/// Four receivers on one network, 100 Mbit/s from the sender, but the
+/// fourth behind a 20 Mbit/s link of its own (a queue of 256 KB): 8 MiB.
+fn slow_one_run(seed: u64, cfg: SenderConfig) -> McastWorld {
+    let mut w = McastWorld::new(seed, cfg, 8 << 20, group(), sender(), receivers(seed, &[(1, 4)]));
+    w.set_default_link(lan());
+    for i in 0..3 {
+        w.set_link(sender(), receiver(1, i), lan().rate(100_000_000, 1 << 20));
+    }
+    w.set_link(sender(), receiver(1, 3), lan().rate(20_000_000, 256 << 10));
+    assert!(w.run_to_end(Duration::from_secs(300)), "not done (seed {seed})");
+    w
+}
+
+#[test]
+fn a_slow_receiver_among_fast_ones_reports_itself_and_the_session_slows_to_it() {
+    let seed = 7901;
+    let w = slow_one_run(seed, SenderConfig::default());
+    assert_all_completed(&w, seed);
+    let behind: Vec<_> = w
+        .sender_events
+        .iter()
+        .filter_map(|(t, e)| match e {
+            SenderEvent::ReceiverBehind { addr, .. } => Some((*t, *addr)),
+            _ => None,
+        })
+        .collect();
+    let slow = &w.receivers[3];
+    let st = slow.engine.stats();
+    let total = (8u64 << 20).div_ceil(u64::from(w.sender.block()));
+    let lost = total - (st.data_packets - st.duplicates);
+    let took = w.receivers.iter().filter_map(|r| r.complete_at).max().expect("completed");
+    let report = w.sender.receivers().iter().find(|r| r.addr == receiver(1, 3)).expect("registered");
+    eprintln!(
+        "behind: {behind:?}; the slow receiver lost {lost} of {total} in the first sending, lagged {} times, \
+         rate {:?} B/s; all complete after {took:?}; {:?}",
+        st.lagged,
+        report.rate,
+        w.sender.stats()
+    );
+    assert_eq!(behind.iter().map(|b| b.1).collect::<Vec<_>>(), [receiver(1, 3)], "seed {seed}");
+    assert!(slow.engine.is_behind() && report.behind, "seed {seed}");
+    assert!(w.receivers[..3].iter().all(|r| !r.engine.is_behind()), "only the slow one (seed {seed})");
+    // Awaited on its own, it sets the pace: its own link drops little of
+    // the first sending instead of most of what exceeds 20 Mbit/s.
+    assert!(lost * 5 < total, "{lost} of {total} lost at the slow receiver (seed {seed})");
+}
+
+#[test]
+fn with_a_min_rate_the_slow_receiver_is_dropped_and_named_and_the_others_finish_fast() {
+    let seed = 7902;
+    // 5 MB/s: the fast ones take 12.5, the slow one 2.5.
+    let cfg = SenderConfig { min_rate: Some(5_000_000), ..SenderConfig::default() };
+    let w = slow_one_run(seed, cfg);
+    for i in 0..3 {
+        assert_eq!(w.receivers[i].verified, Some(true), "receiver {i} (seed {seed})");
+    }
+    let report = w.sender.receivers().iter().find(|r| r.addr == receiver(1, 3)).expect("registered");
+    assert_eq!(report.outcome, ReceiverOutcome::TooSlow, "{report:?} (seed {seed})");
+    assert!(report.rate.is_some_and(|r| r < 5e6), "{report:?}");
+    assert_eq!(
+        w.receivers[3].ended,
+        Some(ReceiverEvent::Ended { error: Some(ErrorCode::TOO_SLOW) }),
+        "the receiver is told why (seed {seed})"
+    );
+    assert!(
+        w.sender_events
+            .iter()
+            .any(|(_, e)| matches!(e, SenderEvent::ReceiverDone { outcome: ReceiverOutcome::TooSlow, .. })),
+        "seed {seed}"
+    );
+    let took = w.receivers[..3].iter().filter_map(|r| r.complete_at).max().expect("completed");
+    eprintln!("the fast ones complete after {took:?}; {:?}", w.sender.stats());
+    // 8 MiB at 100 Mbit/s is 0.7 s; at the slow one's 20 Mbit/s 3.4 s.
+    assert!(took < Duration::from_secs(3), "the others waited {took:?} (seed {seed})");
+}
+
+// ---- scale (issue 22 item 5) -------------------------------------------------
+
+/// What a scale run measured.
+#[derive(Debug)]
+struct Scale {
+    /// Virtual time from the data phase's start to the last receiver's completion.
+    took: Duration,
+    /// The slowest receiver's link carrying every DATA datagram once.
+    bottleneck: Duration,
+    /// ACKs and NACKs per window per configured network.
+    feedback: f64,
+    /// Bytes the sender sent per file byte.
+    bytes: f64,
+}
+
+/// `nets` networks of `per_net` receivers, 100 Mbit/s and 5 ms from the
+/// sender with 1% independent loss on each receiver's link, every
+/// `slow_every`-th receiver behind a 50 Mbit/s link of its own; the
+/// receivers of a network are 200 µs apart and hear only each other's
+/// feedback (the group crosses the router from the sender only). The file
+/// is checked where it lands (light mode).
+fn scale_run(seed: u64, nets: u8, per_net: u8, slow_every: usize, file: u64) -> (Scale, McastWorld) {
+    let layout: Vec<(u8, u8)> = (1..=nets).map(|n| (n, per_net)).collect();
+    let rx = receivers(seed, &layout);
+    let addrs: Vec<SocketAddr> = rx.iter().map(|r| r.0).collect();
+    let mut w = McastWorld::new(seed, SenderConfig::default(), file, group(), sender(), rx).light();
+    w.lan_scoped_feedback = true;
+    w.set_default_link(lan());
+    let fast = LinkConfig::with_delay(Duration::from_millis(5)).rate(100_000_000, 1 << 20).loss(0.01);
+    let slow = LinkConfig::with_delay(Duration::from_millis(5)).rate(50_000_000, 512 << 10).loss(0.01);
+    for (i, &a) in addrs.iter().enumerate() {
+        let link = if slow_every > 0 && i % slow_every == slow_every - 1 { slow.clone() } else { fast.clone() };
+        w.set_link(sender(), a, link);
+        w.set_link(a, sender(), LinkConfig::with_delay(Duration::from_millis(5)));
+    }
+    assert!(w.run_to_end(Duration::from_secs(600)), "not done (seed {seed})");
+    assert_all_completed(&w, seed);
+    let started = w.sender_events.iter().find(|(_, e)| *e == SenderEvent::DataStarted).expect("started").0;
+    let done = w.receivers.iter().filter_map(|r| r.complete_at).max().expect("completed");
+    let packets = file.div_ceil(u64::from(w.sender.block()));
+    let slowest = if slow_every > 0 && slow_every <= addrs.len() { 50e6 } else { 100e6 };
+    let bottleneck = Duration::from_secs_f64((packets * 1452 * 8) as f64 / slowest);
+    let windows = w.windows();
+    let feedback = f64::from(windows.iter().map(|x| x.feedback).sum::<u32>()) / windows.len() as f64 / f64::from(nets);
+    let bytes = w.sent_bytes_by_sender as f64 / file as f64;
+    (Scale { took: done - started, bottleneck, feedback, bytes }, w)
+}
+
+/// `limit`: the most the completion time may be, as a multiple of the
+/// bottleneck time (issue 22's target is 1.1).
+fn check_scale(seed: u64, nets: u8, per_net: u8, slow_every: usize, file: u64, limit: f64) {
+    let (s, w) = scale_run(seed, nets, per_net, slow_every, file);
+    let ratio = s.took.as_secs_f64() / s.bottleneck.as_secs_f64();
+    let behind = w.sender.receivers().iter().filter(|r| r.behind).count();
+    let repair_at = w.sender_events.iter().find(|(_, e)| *e == SenderEvent::RepairStarted).map(|x| x.0);
+    eprintln!(
+        "{} receivers on {nets} networks, 1% loss, every {slow_every}th at 50 Mbit/s, {} MiB: all complete in \
+         {:?}, {ratio:.3}× the bottleneck's {:?} (every packet sent once at {repair_at:?}); {:.2} feedback per \
+         window per network; {:.4} bytes per file byte; {behind} receivers awaited on their own; {:?}",
+        w.receivers.len(),
+        file >> 20,
+        s.took,
+        s.bottleneck,
+        s.feedback,
+        s.bytes,
+        w.sender.stats()
+    );
+    assert!(ratio <= limit, "{ratio:.3}× the bottleneck time (seed {seed})");
+    assert!(s.feedback <= 2.0, "{:.2} feedback per window per network (seed {seed})", s.feedback);
+}
+
+#[test]
+fn a_hundred_receivers_on_ten_networks_under_loss_with_slow_ones_complete_near_the_bottleneck_time() {
+    // The CI size of the scale scenario; the full one is the ignored test below.
+    // Measured 1.597× (2026-11-26): the data phase ends at 1.04× the
+    // bottleneck time, the slow receivers' repairs take the rest; issue
+    // 22's 1.1× is not met here yet.
+    check_scale(7951, 10, 10, 50, 8 << 20, 1.7);
+}
+
+#[test]
+#[ignore = "full size (1,000 receivers), minutes: cargo test --release -p manyfold-sim --test mcast -- --ignored --nocapture thousand"]
+fn a_thousand_receivers_on_fifty_networks_under_loss_with_slow_ones_complete_near_the_bottleneck_time() {
+    // Measured 1.174× (2026-11-26): issue 22's 1.1× is not met at this
+    // size yet; the bound keeps what is reached from slipping.
+    check_scale(7952, 50, 20, 100, 16 << 20, 1.2);
 }

@@ -169,6 +169,12 @@ pub struct SendArgs {
     /// confirm. E.g. --rate 200Mbit leaves the rest of a gigabit LAN.
     #[arg(long, value_name = "RATE", value_parser = crate::size::rate_arg)]
     rate: Option<u64>,
+    /// Drop a receiver that takes the data slower than this (same units as
+    /// --rate), measured over a second of its acknowledgements, and name
+    /// it in the report; without it the session slows to its slowest
+    /// receiver (spec §16.7).
+    #[arg(long, value_name = "RATE", value_parser = crate::size::rate_arg)]
+    min_rate: Option<u64>,
     /// Window timer growth on expiry (paper 03's α > 1).
     #[arg(long, default_value_t = 1.5)]
     alpha: f64,
@@ -181,9 +187,10 @@ pub struct SendArgs {
     /// throttle everyone.
     #[arg(long, default_value_t = 5.0, value_name = "PCT")]
     loss_tolerance: f64,
-    /// Packets per Reed-Solomon FEC block (at most 64); 0 turns parity off
-    /// and repairs every lost packet by itself.
-    #[arg(long, default_value_t = 32, value_name = "K")]
+    /// Packets per Reed-Solomon FEC block (at most 256); 0 turns parity
+    /// off and repairs every lost packet by itself. Larger blocks let one
+    /// parity packet repair more receivers' different losses (spec §16.9).
+    #[arg(long, default_value_t = 256, value_name = "K")]
     fec: u16,
     /// Parity packets sent after every FEC block during the first sending
     /// (proactive FEC); repairs still send parity on demand.

@@ -355,6 +355,9 @@ fn ended_text(code: Option<u16>) -> String {
         Some(codes::UNRESPONSIVE) => "the sender dropped this receiver: it heard nothing from it".into(),
         Some(codes::TOO_MANY_PASSES) => "the sender dropped this receiver: too many repair requests".into(),
         Some(codes::TOO_LOSSY) => "the sender dropped this receiver: its loss is above the sender's --max-loss".into(),
+        Some(c) if c == manyfold_proto::wire::ErrorCode::TOO_SLOW.0 => {
+            "the sender dropped this receiver: it took the data slower than the sender's --min-rate".into()
+        }
         Some(c) => format!("the sender ended the session with error code {c}"),
     }
 }

@@ -179,8 +179,13 @@ pub(super) async fn send(a: SendArgs) -> Result<()> {
     if !(0.0..100.0).contains(&a.loss_tolerance) {
         bail!("--loss-tolerance is a percentage from 0 up to 100, not {}", a.loss_tolerance);
     }
-    if a.fec > 64 || (a.fec == 0 && a.fec_proactive > 0) || a.fec_proactive > 64 {
-        bail!("--fec takes 0..=64 packets per block, and --fec-proactive (at most 64) needs --fec above 0");
+    if a.fec > 256 || (a.fec == 0 && a.fec_proactive > 0) || a.fec_proactive > 64 {
+        bail!("--fec takes 0..=256 packets per block, and --fec-proactive (at most 64) needs --fec above 0");
+    }
+    if let (Some(min), Some(cap)) = (a.min_rate, a.rate) {
+        if min > cap {
+            bail!("--min-rate ({min} B/s) is above --rate ({cap} B/s): every receiver would be dropped");
+        }
     }
     if !(576..=65_507).contains(&a.max_datagram) {
         bail!("--max-datagram must be between 576 and 65507 bytes");
@@ -210,6 +215,7 @@ pub(super) async fn send(a: SendArgs) -> Result<()> {
         max_loss: a.max_loss.map(|p| p / 100.0),
         pace: a.pace,
         max_rate: a.rate,
+        min_rate: a.min_rate,
         alpha: a.alpha,
         beta: a.beta,
         loss_tolerance: a.loss_tolerance / 100.0,
@@ -367,6 +373,7 @@ pub(super) fn outcome_text(o: ReceiverOutcome) -> &'static str {
         ReceiverOutcome::Unresponsive => "DROPPED: unresponsive",
         ReceiverOutcome::TooManyPasses => "DROPPED: too many repair passes",
         ReceiverOutcome::TooLossy => "DROPPED: reported loss above --max-loss",
+        ReceiverOutcome::TooSlow => "DROPPED: took the data slower than --min-rate",
     }
 }
 

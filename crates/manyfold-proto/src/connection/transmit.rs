@@ -239,7 +239,7 @@ impl Connection {
         let Some(p) = self.sent.get(seq) else {
             return Sent::Blocked;
         };
-        let (payload, control, mtu_probe) = (p.payload.clone(), p.control, p.probe);
+        let (payload, control) = (p.payload.clone(), p.control);
         let size = HEADER_LEN + self.sections_len(control) + payload.encoded_len();
         if self.sent.bytes_in_flight() + size as u64 > self.cc.window() || self.paced(now, size) {
             return Sent::Blocked;
@@ -247,11 +247,8 @@ impl Connection {
         // spec §5.3: a resend is what the peer waits for; ask for its ack now.
         match self.write(now, buf, control | Flags::KLV, seq, Some(&payload), DATA_SACK_RANGES) {
             Some(n) => {
-                self.sent.on_retransmitted(now, seq, n as u32);
-                // A lost path MTU probe's small repeat carries no data (spec §3.7).
-                if !mtu_probe {
-                    self.stats.retransmissions += 1;
-                    self.record_resend(SendTrigger::Retransmit);
+                if self.sent.on_retransmitted(now, seq, n as u32) {
+                    self.count_resend(SendTrigger::Retransmit);
                 }
                 self.arm_rto(now);
                 Sent::Yes(n)
@@ -510,14 +507,12 @@ impl Connection {
             self.arm_tlp(now);
             return None;
         }
-        let (payload, control, mtu_probe) = (p.payload.clone(), p.control, p.probe);
+        let (payload, control) = (p.payload.clone(), p.control);
         let n = self.write(now, buf, control | Flags::KLV, seq, Some(&payload), DATA_SACK_RANGES)?;
-        self.sent.on_probe_sent(now, seq, n as u32);
-        self.check_probe(now);
-        if !mtu_probe {
-            self.stats.retransmissions += 1;
-            self.record_resend(SendTrigger::Probe);
+        if self.sent.on_probe_sent(now, seq, n as u32) {
+            self.count_resend(SendTrigger::Probe);
         }
+        self.check_probe(now);
         self.tlp_count += 1;
         self.arm_tlp(now);
         // RFC 8985 §7.3: give the probe a whole RTO to be answered.

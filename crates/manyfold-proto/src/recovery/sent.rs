@@ -374,16 +374,18 @@ impl SentQueue {
     }
 
     /// Records that `seq` was sent again (spec §5.5: same sequence number).
-    pub fn on_retransmitted(&mut self, now: Instant, seq: Seq, size: u32) {
+    /// Returns whether that counts as a retransmission: a lost path MTU
+    /// probe's small repeat carries no data (spec §3.7).
+    pub fn on_retransmitted(&mut self, now: Instant, seq: Seq, size: u32) -> bool {
         self.retransmit.remove(&seq);
         let tx = self.next_tx;
         self.next_tx += 1;
         let Some(i) = self.index(seq) else {
-            return;
+            return false;
         };
         let stamp = self.delivery.stamp(now, self.bytes_in_flight == 0);
         let Some(p) = self.packets.get_mut(i) else {
-            return;
+            return false;
         };
         p.time_sent = now;
         p.tx = tx;
@@ -394,6 +396,7 @@ impl SentQueue {
         p.stamp = stamp;
         self.bytes_in_flight += u64::from(size);
         self.order.push_back((seq, tx));
+        !p.probe
     }
 
     /// The newest packet still in flight: what a tail-loss probe resends.
@@ -404,12 +407,14 @@ impl SentQueue {
 
     /// Records a tail-loss probe: `seq`, still in flight, was sent again
     /// (RFC 8985 §7.3). It stays in flight; only its size may change.
-    pub fn on_probe_sent(&mut self, now: Instant, seq: Seq, size: u32) {
+    /// Returns whether that counts as a retransmission, as
+    /// [`SentQueue::on_retransmitted`] does.
+    pub fn on_probe_sent(&mut self, now: Instant, seq: Seq, size: u32) -> bool {
         let tx = self.next_tx;
         self.next_tx += 1;
-        let Some(p) = self.index(seq).and_then(|i| self.packets.get_mut(i)) else { return };
+        let Some(p) = self.index(seq).and_then(|i| self.packets.get_mut(i)) else { return false };
         if p.state != PacketState::InFlight {
-            return;
+            return false;
         }
         self.bytes_in_flight = self.bytes_in_flight - u64::from(p.size) + u64::from(size);
         p.time_sent = now;
@@ -420,6 +425,7 @@ impl SentQueue {
         // lost; the small repeat only lets the cumulative ack pass it.
         p.declared_lost |= p.probe;
         self.order.push_back((seq, tx));
+        !p.probe
     }
 
     /// Queues `seq` for sending again at once without calling it lost (the

@@ -245,6 +245,8 @@ impl ErrorCode {
     pub const TOO_LOSSY: ErrorCode = ErrorCode(24);
     /// The sender gave up the whole session.
     pub const ABORTED: ErrorCode = ErrorCode(25);
+    /// Dropped: took data slower than the sender's `min_rate` (spec §16.7).
+    pub const TOO_SLOW: ErrorCode = ErrorCode(26);
 }
 
 /// A whole parsed packet: header plus payload sections (spec §3.3).

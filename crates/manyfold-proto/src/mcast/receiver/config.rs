@@ -119,6 +119,9 @@ pub struct ReceiverStats {
     pub parity_received: u64,
     /// Packets rebuilt from parity.
     pub fec_recovered: u64,
+    /// Times a neighbour's ACK came while this receiver was more than a
+    /// quarter window behind it (spec §16.7, slow receivers).
+    pub lagged: u64,
     /// Protected sessions (spec §19.7): plain packets a protected receiver
     /// does not take; sealed packets it has no key for (yet); sealed
     /// packets that failed authentication or came from the wrong source;

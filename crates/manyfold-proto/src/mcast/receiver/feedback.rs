@@ -24,9 +24,21 @@ impl McastReceiver {
             self.timers.cancel(ReceiverTimer::Nack);
         }
         if sn == lwsn {
-            self.ack_lwsn = lwsn;
+            self.schedule_ack(now, lwsn);
+        }
+    }
+
+    /// spec §16.3–§16.4: the ACK of the window ending at `lwsn`, after a
+    /// backoff. Windows in flight: an ACK still waiting out its backoff
+    /// when the next window ends names the newer LWSN, which confirms
+    /// both, and keeps its time.
+    pub(super) fn schedule_ack(&mut self, now: Instant, lwsn: u32) {
+        if !self.timers.is_set(ReceiverTimer::Ack) {
             let at = now + self.backoff();
             self.timers.set(ReceiverTimer::Ack, at);
+            self.ack_lwsn = lwsn;
+        } else {
+            self.ack_lwsn = self.ack_lwsn.max(lwsn);
         }
     }
 
@@ -45,13 +57,37 @@ impl McastReceiver {
     }
 
     /// spec §16.4: an ACK heard from this network suppresses ours for the
-    /// same window; the gaps it names are reported.
+    /// same window, or an earlier one (ACKs are cumulative, §16.3); the
+    /// gaps it names are reported.
     pub(super) fn on_heard_ack(&mut self, lwsn: u32, missing: impl Iterator<Item = Range<u32>>) {
-        if self.timers.is_set(ReceiverTimer::Ack) && self.ack_lwsn == lwsn {
+        self.check_lag(lwsn);
+        if !self.behind && self.timers.is_set(ReceiverTimer::Ack) && self.ack_lwsn <= lwsn {
             self.timers.cancel(ReceiverTimer::Ack);
             self.stats.acks_suppressed += 1;
         }
         self.forget_reported(missing);
+    }
+
+    /// spec §16.7, slow receivers: a neighbour's ACK of `lwsn` came while
+    /// this receiver was more than a quarter window short of it (a
+    /// bottleneck of its own, not a lost packet or two). Two windows in a
+    /// row make it `behind`: from then on its ACKs say so (KLV) and no
+    /// neighbour's ACK suppresses them, so that the sender sees its pace.
+    fn check_lag(&mut self, lwsn: u32) {
+        let Some(highest) = self.gaps.latest_sn() else { return };
+        let short = lwsn.saturating_sub(highest);
+        if short > (self.last_w / 4).max(2) {
+            self.stats.lagged += 1;
+            self.lag_run = self.lag_run.saturating_add(1);
+            self.behind |= self.lag_run >= 2;
+        } else if highest >= lwsn {
+            self.lag_run = 0;
+        }
+    }
+
+    /// Whether this receiver reports itself as behind its network.
+    pub fn is_behind(&self) -> bool {
+        self.behind
     }
 
     /// spec §16.4: one NACK per window per network: what this receiver
@@ -91,9 +127,10 @@ impl McastReceiver {
         let ranges = self.gaps.take_pending();
         self.timers.cancel(ReceiverTimer::Nack);
         let (lwsn, network, client) = (self.ack_lwsn, self.cfg.network, self.client);
-        let n = emit(buf, PacketType::McAck, Flags::empty(), session, lwsn, network, client, |o| {
-            emit_ranges(o, ranges.iter()).0
-        })?;
+        // spec §16.7: KLV on an ACK: this receiver is behind its network.
+        let flags = if self.behind { Flags::KLV } else { Flags::empty() };
+        let n =
+            emit(buf, PacketType::McAck, flags, session, lwsn, network, client, |o| emit_ranges(o, ranges.iter()).0)?;
         self.copy_to_remote_sender(sender, &buf[..n]);
         Some(McTransmit { destination: self.group, size: n })
     }

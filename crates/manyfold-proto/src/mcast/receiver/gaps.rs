@@ -26,9 +26,10 @@ pub(super) struct Gaps {
 
 impl Gaps {
     /// DATA `sn` of the window ending at `lwsn`, first sent (not a repair).
-    /// Returns whether it opened a gap in the first half of its window:
-    /// only such a gap is NACKed, later ones ride on the window's ACK,
-    /// which is about to come (spec §16.4).
+    /// Returns whether it opened a gap of two or more packets in the first
+    /// half of its window: only such a gap is NACKed, single losses and
+    /// later gaps ride on the window's ACK, which is about to come (spec
+    /// §16.4).
     pub(super) fn on_first_send(&mut self, sn: u32, lwsn: u32) -> bool {
         if let Some(l) = self.latest_lwsn.filter(|&l| lwsn > l) {
             self.window_first = l + 1;
@@ -38,7 +39,10 @@ impl Gaps {
             Some(e) if sn > e => {
                 self.add(e..sn);
                 let size = lwsn.wrapping_add(1).wrapping_sub(self.window_first);
-                early = lwsn.wrapping_sub(sn).saturating_mul(2) >= size;
+                // spec §16.4: only a burst (two or more packets in a row)
+                // is worth a NACK before the ACK: a bottleneck's queue
+                // drops bursts, independent random loss hardly ever does.
+                early = lwsn.wrapping_sub(sn).saturating_mul(2) >= size && sn - e >= 2;
                 self.expected = Some(sn + 1);
             }
             // A reordered packet fills its gap.
@@ -77,6 +81,11 @@ impl Gaps {
         self.expected.unwrap_or(0).saturating_sub(1)
     }
 
+    /// The highest SN of the first sending seen so far.
+    pub(super) fn latest_sn(&self) -> Option<u32> {
+        self.expected.map(|e| e.saturating_sub(1))
+    }
+
     /// The LWSN of the newest DATA seen.
     pub(super) fn latest_lwsn(&self) -> Option<u32> {
         self.latest_lwsn
@@ -100,7 +109,8 @@ mod tests {
         assert_eq!(pending(&g), [1..3, 4..9]);
         assert_eq!(g.highest(), 9);
         // The next window (10..=19) begins after LWSN 9.
-        assert!(g.on_first_send(12, 19));
+        assert!(!g.on_first_send(11, 19), "one packet lost: the ACK carries it");
+        assert!(g.on_first_send(14, 19), "12..14 lost early");
         assert_eq!(g.latest_lwsn(), Some(19));
     }
 

@@ -75,6 +75,13 @@ pub struct McastReceiver {
     feedback_copy: Option<Vec<u8>>,
     /// The LWSN of the window last NACKed (by us or our network).
     nacked_window: Option<u32>,
+    /// The window size W the newest DATA carried.
+    last_w: u32,
+    /// Windows in a row that a neighbour acked while we lagged behind.
+    lag_run: u8,
+    /// This receiver falls behind its network (spec §16.7): its ACKs carry
+    /// KLV and are never suppressed.
+    behind: bool,
     events: VecDeque<ReceiverEvent>,
     stats: ReceiverStats,
     security: Option<Box<ReceiverSecurity>>,
@@ -159,6 +166,9 @@ impl McastReceiver {
             urgent: VecDeque::new(),
             feedback_copy: None,
             nacked_window: None,
+            last_w: 1,
+            lag_run: 0,
+            behind: false,
             events: VecDeque::new(),
             stats: ReceiverStats::default(),
             security: cfg.security.clone().map(|config| {
@@ -370,7 +380,10 @@ impl McastReceiver {
                 self.on_registered(now, from_sn, info);
                 None
             }
-            McPacket::Data { sn, lwsn, last, repair, payload, .. } => {
+            McPacket::Data { sn, lwsn, window, last, repair, payload, .. } => {
+                if !repair {
+                    self.last_w = window.max(1);
+                }
                 self.on_data(now, sn, lwsn, last, repair, end - payload.len()..end)
             }
             McPacket::Ack { network, lwsn, missing, .. } => {
@@ -501,7 +514,14 @@ impl McastReceiver {
             self.stats.duplicates += 1;
         }
         if !repair {
+            let previous = self.gaps.latest_lwsn();
             let early_gap = self.gaps.on_first_send(sn, lwsn);
+            // spec §16.3: the first packet of a later window says the last
+            // one ended, though its own last packet was lost (a tail drop,
+            // often): ACK it now, as its LWSN would have.
+            if let Some(prev) = previous.filter(|&p| lwsn > p && !self.have.get(p)) {
+                self.schedule_ack(now, prev);
+            }
             self.schedule_feedback(now, sn, lwsn, early_gap);
         }
         if let Some(k) = self.fec_k() {

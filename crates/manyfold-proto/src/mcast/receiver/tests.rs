@@ -131,3 +131,75 @@ fn a_last_packet_at_the_highest_sequence_number_is_dropped_beyond_the_limit_not_
     assert_eq!(r.stats().dropped_beyond_limit, 1);
     assert_eq!(r.progress(), (0, None), "no total from a packet beyond the limit");
 }
+
+/// An ACK of `lwsn` heard from receiver `client` of network 1.
+fn heard_ack(r: &mut McastReceiver, now: Instant, client: u32, lwsn: u32) {
+    let mut buf = vec![0u8; 200];
+    let n =
+        emit(&mut buf, PacketType::McAck, Flags::empty(), 5, lwsn, 1, client, |o| emit_ranges(o, []).0).expect("fits");
+    let from: SocketAddr = "198.18.1.77:7000".parse().expect("addr");
+    r.handle_datagram(now, from, &mut buf[..n]);
+}
+
+#[test]
+fn a_receiver_a_quarter_window_behind_its_neighbours_twice_acks_unsuppressed_with_klv() {
+    let t0 = Instant::now();
+    let mut r = registered(t0);
+    drain(&mut r, t0);
+    let data = |r: &mut McastReceiver, sn: u32, lwsn: u32| {
+        feed(r, t0, PacketType::McData, Flags::empty(), sn, lwsn, 10, |o| {
+            o[..1000].fill(1);
+            1000
+        });
+    };
+    // Window 0..=9: a neighbour acks it while we hold only 0..=2.
+    for sn in 0..3 {
+        data(&mut r, sn, 9);
+    }
+    heard_ack(&mut r, t0, 99, 9);
+    assert!(!r.is_behind(), "once is not yet behind");
+    for sn in 3..10 {
+        data(&mut r, sn, 9);
+    }
+    // Window 10..=19: again, 8 packets short.
+    data(&mut r, 10, 19);
+    data(&mut r, 11, 19);
+    heard_ack(&mut r, t0, 99, 19);
+    assert!(r.is_behind() && r.stats().lagged == 2);
+    for sn in 12..20 {
+        data(&mut r, sn, 19);
+    }
+    // Its ACK of window 19 is not suppressed by the neighbour's, and says KLV.
+    heard_ack(&mut r, t0, 99, 19);
+    let mut buf = vec![0u8; 1500];
+    let later = t0 + Duration::from_millis(50);
+    let mut acks = Vec::new();
+    while let Some(t) = r.poll_transmit(later, &mut buf) {
+        let h = Header::parse(&buf[..t.size]).expect("header");
+        if h.ptype == PacketType::McAck {
+            acks.push((h.seq, h.flags.contains(Flags::KLV)));
+        }
+    }
+    assert!(acks.contains(&(19, true)), "{acks:?}");
+}
+
+#[test]
+fn a_window_whose_last_packet_was_lost_is_acked_when_the_next_window_begins() {
+    let t0 = Instant::now();
+    let mut r = registered(t0);
+    drain(&mut r, t0);
+    for sn in 0..9 {
+        feed(&mut r, t0, PacketType::McData, Flags::empty(), sn, 9, 10, |o| {
+            o[..1000].fill(1);
+            1000
+        });
+    }
+    // SN 9, the window's end, is lost; the next window's first packet comes.
+    feed(&mut r, t0, PacketType::McData, Flags::empty(), 10, 15, 6, |o| {
+        o[..1000].fill(1);
+        1000
+    });
+    let later = t0 + Duration::from_millis(50);
+    let sent = drain(&mut r, later);
+    assert!(sent.iter().any(|x| x.1 == PacketType::McAck && x.2 == 9), "{sent:?}");
+}

@@ -39,6 +39,10 @@ pub struct SenderConfig {
     pub max_timeout: Duration,
     /// Packets in the first window (spec §16.3).
     pub initial_window: u32,
+    /// Windows that may await their confirmation at once (spec §16.3,
+    /// "Windows in flight"): window k+1 goes out while window k awaits its
+    /// ACKs. 1 restores paper 03's stop-and-wait.
+    pub windows_in_flight: u32,
     /// Most packets in one window (spec §16.3).
     pub max_window: u32,
     /// Double the window on each confirmed window until the first sign of
@@ -57,6 +61,10 @@ pub struct SenderConfig {
     pub receiver_timeout: Duration,
     /// Drop a receiver whose reported loss exceeds this fraction.
     pub max_loss: Option<f64>,
+    /// Drop a receiver that takes data slower than this, in bytes per
+    /// second measured over a second of its ACKs (spec §16.7); `None`:
+    /// the session slows down to its slowest receiver.
+    pub min_rate: Option<u64>,
     /// Most receivers in the table; REGISTERs beyond it are refused (spec §16.8).
     pub max_receivers: usize,
     /// Most pending repair entries (spec §16.8).
@@ -71,10 +79,16 @@ pub struct SenderConfig {
     /// parity and repair datagrams are paced to it, headers included.
     /// `None`: only the flow control limits the rate.
     pub max_rate: Option<u64>,
-    /// Packets per FEC block (spec §16.9); 0 turns parity off.
+    /// Packets per FEC block (spec §16.9, at most 256); 0 turns parity off.
     pub fec_k: u16,
-    /// Parity shards multicast after each block in the data phase.
+    /// Parity shards multicast after each block in the data phase, at
+    /// least (spec §16.9).
     pub fec_proactive: u16,
+    /// Proactive parity adapts to the loss receivers report (spec §16.9,
+    /// "Parity first"): each block gets about as many shards as the
+    /// receiver losing most lost in recent blocks, as NORM's automatic
+    /// parity does; `fec_proactive` stays the floor.
+    pub fec_auto: bool,
     /// 0: paper 03's rule, every NACK that names a new loss shrinks the
     /// window by one. Above 0: a window shrinks by one only when one
     /// receiver reported more losses while it was open than this fraction
@@ -109,6 +123,7 @@ impl Default for SenderConfig {
             default_timeout: Duration::from_millis(100),
             max_timeout: Duration::from_secs(2),
             initial_window: 1,
+            windows_in_flight: 3,
             max_window: 256,
             slow_start: true,
             repair_gather: Duration::from_millis(5),
@@ -117,13 +132,15 @@ impl Default for SenderConfig {
             max_repair_passes: 100,
             receiver_timeout: Duration::from_secs(5),
             max_loss: None,
+            min_rate: None,
             max_receivers: 1024,
             max_repair_queue: 65_536,
             max_packets: 1 << 26,
             pace: false,
             max_rate: None,
-            fec_k: 32,
+            fec_k: 256,
             fec_proactive: 0,
+            fec_auto: true,
             loss_tolerance: 0.05,
             security: None,
             crypto_seed: [0; 32],
@@ -187,6 +204,14 @@ pub enum SenderEvent {
         addr: SocketAddr,
         /// The code of its STATUS.
         code: ErrorCode,
+    },
+    /// A receiver reported that it falls behind its network (spec §16.7):
+    /// from the next window on the session waits for it on its own.
+    ReceiverBehind {
+        /// Its client id.
+        client: u32,
+        /// Its address.
+        addr: SocketAddr,
     },
     /// The session is over; every receiver's outcome is in `receivers()`.
     Finished,

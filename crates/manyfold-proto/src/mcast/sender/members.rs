@@ -3,6 +3,7 @@
 //! each one's part ends; a receiver leaving stops being awaited at once.
 
 use super::config::SenderEvent;
+use super::slow::AwaitKey;
 use super::{Control, McastSender, Stage};
 use crate::secure::KEY_LEN;
 use crate::wire::ErrorCode;
@@ -26,10 +27,12 @@ pub enum ReceiverOutcome {
     TooManyPasses,
     /// Reported loss above `max_loss`.
     TooLossy,
+    /// Took data slower than `min_rate` (spec §16.7).
+    TooSlow,
 }
 
 impl ReceiverOutcome {
-    fn code(self) -> Option<ErrorCode> {
+    pub(super) fn code(self) -> Option<ErrorCode> {
         match self {
             ReceiverOutcome::Active | ReceiverOutcome::Completed => None,
             ReceiverOutcome::HashMismatch => Some(ErrorCode::HASH_MISMATCH),
@@ -37,6 +40,7 @@ impl ReceiverOutcome {
             ReceiverOutcome::Unresponsive => Some(ErrorCode::UNRESPONSIVE),
             ReceiverOutcome::TooManyPasses => Some(ErrorCode::TOO_MANY_PASSES),
             ReceiverOutcome::TooLossy => Some(ErrorCode::TOO_LOSSY),
+            ReceiverOutcome::TooSlow => Some(ErrorCode::TOO_SLOW),
         }
     }
 }
@@ -67,6 +71,12 @@ pub struct ReceiverReport {
     /// The static key it proved, in a protected session whose sender
     /// names its known peers (spec §19.7).
     pub peer_key: Option<[u8; KEY_LEN]>,
+    /// It reported itself behind its network (spec §16.7): awaited on its own.
+    pub behind: bool,
+    /// The rate it took data at over its last second of ACKs, bytes/s.
+    pub rate: Option<f64>,
+    /// Its ACK that began the current rate sample: (when, LWSN).
+    pub(super) rate_anchor: Option<(Instant, u32)>,
     /// Its source number under the group key (0: a plain session).
     pub(super) source: u32,
     /// Its registration's Noise message 1 and our answer, sent again for
@@ -149,6 +159,9 @@ impl McastSender {
             outcome: ReceiverOutcome::Active,
             left: None,
             peer_key: None,
+            behind: false,
+            rate: None,
+            rate_anchor: None,
             source: 0,
             registration: None,
             answered_at: None,
@@ -192,14 +205,15 @@ impl McastSender {
             return;
         }
         r.outcome = outcome;
-        let network = r.network;
         self.events.push_back(SenderEvent::ReceiverDone { client: r.client, outcome });
-        let still = self.receivers.iter().any(|r| r.network == network && r.outcome == ReceiverOutcome::Active);
-        if let (Some(w), false) = (self.window.as_mut(), still) {
-            w.awaited.retain(|&n| n != network);
-            if w.sent_at.is_some() && w.awaited.iter().all(|n| w.acked.contains(n)) {
-                self.resolve_window(now, true);
+        let network = self.await_key(idx);
+        let still = (0..self.receivers.len())
+            .any(|i| self.receivers[i].outcome == ReceiverOutcome::Active && self.await_key(i) == network);
+        if !still {
+            for w in &mut self.windows {
+                w.awaited.retain(|&n| n != network);
             }
+            self.resolve_ready(now);
         }
     }
 
@@ -243,9 +257,11 @@ impl McastSender {
         }
     }
 
-    pub(super) fn awaited_networks(&self) -> Vec<u32> {
-        let mut v: Vec<u32> =
-            self.receivers.iter().filter(|r| r.outcome == ReceiverOutcome::Active).map(|r| r.network).collect();
+    pub(super) fn awaited_networks(&self) -> Vec<AwaitKey> {
+        let mut v: Vec<AwaitKey> = (0..self.receivers.len())
+            .filter(|&i| self.receivers[i].outcome == ReceiverOutcome::Active)
+            .map(|i| self.await_key(i))
+            .collect();
         v.sort_unstable();
         v.dedup();
         v

@@ -10,7 +10,10 @@
 //! - `control.rs`: packets to one receiver (confirmations, ENDs, refusals);
 //! - `window.rs`: windows and paper 03's flow control (§16.3–§16.4);
 //! - `members.rs`: the receiver table, liveness and limits (§16.6–§16.8);
-//! - `repair.rs`: repair requests, the repair queue, parity (§16.5, §16.9);
+//! - `repair.rs`: repair requests and the repair queue (§16.5, §16.9);
+//! - `parity.rs`: parity first: proactive, automatic and topped-up parity
+//!   per FEC block, and the shards (§16.9);
+//! - `slow.rs`: receivers behind their network, rates, `min_rate` (§16.7);
 //! - `keys.rs`: a protected session's registrations (§19.7);
 //! - `tests.rs`: unit tests of the parts, without the simulator.
 
@@ -19,7 +22,9 @@ mod config;
 mod control;
 mod keys;
 mod members;
+mod parity;
 mod repair;
+mod slow;
 #[cfg(test)]
 mod tests;
 mod window;
@@ -35,7 +40,7 @@ use crate::mcast::secure::SEAL_OVERHEAD;
 use crate::mcast::McTransmit;
 use crate::timer::{TimerKind, Timers};
 use crate::wire::mcast::{emit, emit_announcement, Announcement, McPacket, Phase, UNKNOWN_TOTAL};
-use crate::wire::{ErrorCode, Flags, PacketType, HEADER_LEN};
+use crate::wire::{ErrorCode, Flags, Header, PacketType, HEADER_LEN};
 use control::Control;
 use keys::SenderSecurity;
 use rand::{RngCore, SeedableRng};
@@ -63,9 +68,9 @@ enum SenderTimer {
     AnnounceWait,
     /// The pacer lets the next packet go (spec §9.3).
     Pace,
-    /// The open window's timer (spec §16.3): it expired unconfirmed.
+    /// The earliest open window's timer (spec §16.3): it expired unconfirmed.
     WindowEnd,
-    /// Send the window's last packet again if no network acked yet.
+    /// Send a window's last packet again if no network acked it yet.
     Probe,
     /// Gathered repair requests go out (spec §16.5).
     Gather,
@@ -128,7 +133,10 @@ pub struct McastSender {
     stage: Stage,
     started: Instant,
     next_sn: u32,
-    window: Option<Window>,
+    /// The open windows, oldest first (spec §16.3, windows in flight).
+    windows: VecDeque<Window>,
+    /// When the last window was confirmed or expired.
+    last_resolved: Option<Instant>,
     w: u32,
     /// Still in the initial slow start (see `SenderConfig::slow_start`).
     slow_start: bool,
@@ -149,6 +157,8 @@ pub struct McastSender {
     parity_ready: VecDeque<(u32, u16, u16, Vec<u8>)>,
     /// Next parity index per FEC block.
     parity_next: BTreeMap<u32, u16>,
+    /// Losses reported per FEC block, and the automatic parity (spec §16.9).
+    plan: parity::ParityPlan,
     timers: Timers<SenderTimer>,
     /// Recently confirmed windows' delivery rate, bytes/s.
     rate: Option<f64>,
@@ -161,6 +171,8 @@ pub struct McastSender {
     artp_acks_at: u64,
     /// The most losses one receiver reported since the last window resolved.
     new_losses: u32,
+    /// The same, among receivers behind their network (spec §16.7).
+    new_losses_behind: u32,
     /// Smoothed time from a window's last packet to its first ACK.
     ack_time: Option<Duration>,
     security: Option<Box<SenderSecurity>>,
@@ -200,7 +212,8 @@ impl McastSender {
             stage: Stage::Announcing,
             started: now,
             next_sn: 0,
-            window: None,
+            windows: VecDeque::new(),
+            last_resolved: None,
             w: cfg.initial_window.max(1),
             slow_start: cfg.slow_start,
             recent_from: 0,
@@ -215,6 +228,7 @@ impl McastSender {
             parity_jobs: VecDeque::new(),
             parity_ready: VecDeque::new(),
             parity_next: BTreeMap::new(),
+            plan: parity::ParityPlan::default(),
             timers: SenderTimer::initial(now, &cfg),
             rate: None,
             pacer: Pacer::default(),
@@ -223,6 +237,7 @@ impl McastSender {
             artp_networks: 0,
             artp_acks_at: 0,
             new_losses: 0,
+            new_losses_behind: 0,
             ack_time: None,
             security,
             send_clear: false,
@@ -330,7 +345,7 @@ impl McastSender {
         for _ in 1..ABORT_ENDS {
             self.control.push_back(Control::EndAll { code });
         }
-        self.window = None;
+        self.windows.clear();
         self.repairs.clear();
         self.parity_jobs.clear();
         self.parity_ready.clear();
@@ -413,24 +428,38 @@ impl McastSender {
             }
             self.receivers[idx].last_feedback = key;
         }
-        if let McPacket::Ack { lwsn, .. } = p {
+        let ack = if let McPacket::Ack { lwsn, .. } = p { Some(lwsn) } else { None };
+        // spec §16.7: KLV on an ACK: the receiver is behind its network.
+        let behind = ack.is_some() && {
+            let header = if source.is_some() { Header::parse_opened(data) } else { Header::parse(data) };
+            header.is_ok_and(|h| h.flags.contains(Flags::KLV))
+        };
+        // The losses an ACK reports count against the window it confirms
+        // (spec §16.3), so they are taken first.
+        self.on_report(now, idx, p);
+        if let Some(lwsn) = ack {
             // A window ack counts for its network whatever this receiver's
             // state: the network it registered from (authenticated in a
             // protected session), not the one the header names.
             self.stats.acks += 1;
-            let network = self.receivers[idx].network;
-            self.on_window_ack(now, network, lwsn);
+            let key = self.await_key(idx);
+            self.on_window_ack(now, key, lwsn);
+            self.on_receiver_ack(now, idx, lwsn, behind);
         }
-        self.on_report(now, idx, p);
     }
 
     /// A registered receiver's report (spec §16.4–§16.7), its window ACK
     /// already counted.
     fn on_report(&mut self, now: Instant, idx: usize, p: McPacket<'_>) {
-        if self.receivers[idx].outcome != ReceiverOutcome::Active {
+        let outcome = self.receivers[idx].outcome;
+        if outcome != ReceiverOutcome::Active {
             // A late report from a finished receiver: confirm again if asked.
             if let McPacket::Status { complete: true, .. } | McPacket::Status { error: Some(_), .. } = p {
                 self.control.push_back(Control::StatusAck { idx });
+            } else if let Some(code) = outcome.code().filter(|_| self.receivers[idx].left.is_none()) {
+                // spec §16.7: a dropped receiver still speaking missed its
+                // END (it went once, by unicast): tell it again.
+                self.control.push_back(Control::EndOne { idx, code });
             }
             return;
         }
@@ -438,14 +467,16 @@ impl McastSender {
             McPacket::Ack { missing, .. } => {
                 let lost = self.count_losses(missing.iter());
                 self.note_losses(idx, lost);
+                self.note_block_losses(idx, missing.iter());
             }
             McPacket::Nack { missing, .. } => {
                 self.stats.nacks += 1;
-                if let Some(w) = self.window.as_mut() {
+                if let Some(w) = self.windows.back_mut() {
                     w.feedback += 1;
                 }
                 let lost = self.count_losses(missing.iter());
                 self.note_losses(idx, lost);
+                self.note_block_losses(idx, missing.iter());
             }
             McPacket::Repair { missing, .. } => self.on_repair(now, idx, missing.iter()),
             McPacket::Status { held, complete, error, .. } => {
@@ -506,13 +537,8 @@ impl McastSender {
                 }
             }
             SenderTimer::Pace => self.timers.cancel(SenderTimer::Pace),
-            SenderTimer::WindowEnd => self.resolve_window(now, false),
-            SenderTimer::Probe => {
-                self.timers.cancel(SenderTimer::Probe);
-                if let Some(w) = self.window.as_mut().filter(|w| w.acked.is_empty()) {
-                    w.probe_due = true;
-                }
-            }
+            SenderTimer::WindowEnd => self.expire_windows(now),
+            SenderTimer::Probe => self.probe_windows(now),
             SenderTimer::Gather => self.release_repairs(),
             SenderTimer::Sweep => {
                 self.timers.set(SenderTimer::Sweep, now + SWEEP_INTERVAL);

@@ -1,14 +1,12 @@
-//! Repair (spec §16.5, §16.9): requests gathered for `repair_gather`,
-//! each requested packet sent by multicast or unicast, or parity for a
-//! block that enough receivers miss packets of; passes counted per
-//! receiver.
+//! Repair (spec §16.5, §16.9): requests gathered for `repair_gather`;
+//! parity by multicast for every block a receiver misses packets of while
+//! its code has indexes left, else each requested packet by multicast or
+//! unicast; passes counted per receiver.
 
 use super::members::ReceiverOutcome;
 use super::{McastSender, SenderTimer};
 use crate::mcast::fec;
 use crate::mcast::McTransmit;
-use crate::wire::mcast::{emit, emit_bytes};
-use crate::wire::{Flags, PacketType};
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
 
@@ -58,10 +56,11 @@ impl McastSender {
         self.receivers[idx].next_pass_at = Some(now + Duration::from_secs_f64(drain.min(60.0)) + margin);
     }
 
-    /// spec §16.5, §16.9: each requested packet goes by multicast when
-    /// enough receivers asked for it, else by unicast; with FEC, a block in
-    /// which enough receivers miss packets (not necessarily the same ones)
-    /// gets as many new parity shards as the worst of them misses instead.
+    /// spec §16.5, §16.9: with FEC, a block in which receivers miss
+    /// packets (not necessarily the same ones) gets as many new parity
+    /// shards as the worst of them misses; otherwise (no FEC, or the
+    /// block's parity indexes used up) each requested packet goes by
+    /// multicast when enough receivers asked for it, else by unicast.
     pub(super) fn release_repairs(&mut self) {
         self.timers.cancel(SenderTimer::Gather);
         self.gathered = 0;
@@ -79,10 +78,18 @@ impl McastSender {
                 }
             }
             for (block, per) in blocks {
-                let live = per.iter().filter(|(&i, _)| self.receivers[i].outcome == ReceiverOutcome::Active);
-                let (count, worst) = live.fold((0, 0), |(c, w), (_, &n)| (c + 1, w.max(n)));
                 let next = self.parity_next.get(&block).copied().unwrap_or(0);
-                if count >= min && next.saturating_add(worst) <= fec::PARITY_SHARDS {
+                // A receiver holds the shards sent so far unless it lost
+                // some, so it needs what it misses beyond them, and one at
+                // least (it lost one, or it would have rebuilt the block):
+                // a receiver losing shards gets one more each pass.
+                let need = |n: u16| n.saturating_sub(next).max(1);
+                let live = per.iter().filter(|(&i, _)| self.receivers[i].outcome == ReceiverOutcome::Active);
+                let (count, worst) = live.fold((0, 0), |(c, w), (_, &n)| (c + 1, w.max(need(n))));
+                // Parity first (spec §16.9): any block a live receiver
+                // misses packets of gets parity while its code has
+                // indexes left; a shard also serves whoever asks later.
+                if count >= 1 && next.saturating_add(worst) <= fec::PARITY_SHARDS {
                     self.parity_jobs.push_back((block, next, worst));
                     self.parity_next.insert(block, next + worst);
                     by_parity.insert(block);
@@ -101,49 +108,6 @@ impl McastSender {
                 self.repairs.extend(who.into_iter().map(|i| (sn, RepairDest::One(i))));
             }
         }
-    }
-
-    /// The next parity shard to send, making a job's shards if needed.
-    pub(super) fn send_parity(
-        &mut self,
-        buf: &mut [u8],
-        source: &mut dyn FnMut(u64, &mut [u8]) -> usize,
-    ) -> Option<McTransmit> {
-        while self.parity_ready.is_empty() {
-            let (block, from, count) = self.parity_jobs.pop_front()?;
-            let total = self.total.unwrap_or(self.next_sn);
-            let range = fec::block_range(block, self.cfg.fec_k, total);
-            let shard = usize::from(self.info.block);
-            let originals: Vec<Vec<u8>> = range
-                .clone()
-                .map(|sn| {
-                    let mut v = vec![0u8; shard];
-                    let offset = u64::from(sn) * shard as u64;
-                    let want = (self.available.saturating_sub(offset)).min(shard as u64) as usize;
-                    source(offset, &mut v[..want]);
-                    v
-                })
-                .collect();
-            let k = (range.end - range.start) as u16;
-            if let Some(shards) = fec::encode(&originals, from, count) {
-                for (j, p) in shards.into_iter().enumerate() {
-                    self.parity_ready.push_back((block, from + j as u16, k, p));
-                }
-            }
-        }
-        let (block, index, k, shard) = self.parity_ready.pop_front()?;
-        let n = emit(
-            buf,
-            PacketType::McParity,
-            Flags::empty(),
-            self.session,
-            block,
-            u32::from(index),
-            u32::from(k),
-            |o| emit_bytes(o, &shard),
-        )?;
-        self.stats.parity_packets += 1;
-        Some(McTransmit { destination: self.group, size: n })
     }
 
     pub(super) fn send_repair(

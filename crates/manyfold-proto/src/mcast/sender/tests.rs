@@ -83,6 +83,11 @@ fn drain(s: &mut McastSender, now: Instant) -> Vec<Sent> {
     out
 }
 
+/// Paper 03's stop-and-wait: one window awaits its ACKs at a time.
+fn stop_and_wait() -> SenderConfig {
+    SenderConfig { windows_in_flight: 1, ..SenderConfig::default() }
+}
+
 fn data_sns(sent: &[Sent]) -> Vec<u32> {
     sent.iter().filter(|x| x.1 == PacketType::McData).map(|x| x.2).collect()
 }
@@ -92,7 +97,7 @@ fn data_sns(sent: &[Sent]) -> Vec<u32> {
 #[test]
 fn a_confirmed_window_doubles_in_slow_start_and_an_expired_one_shrinks_and_stretches_the_timer() {
     let t0 = Instant::now();
-    let mut s = sender(SenderConfig::default(), 50, &[(7, 1)], t0);
+    let mut s = sender(stop_and_wait(), 50, &[(7, 1)], t0);
     assert_eq!(data_sns(&drain(&mut s, t0)), [0]);
     ack(&mut s, t0, 7, 1, 0);
     assert_eq!(s.window(), (2, Duration::from_millis(100)));
@@ -111,6 +116,33 @@ fn a_confirmed_window_doubles_in_slow_start_and_an_expired_one_shrinks_and_stret
     assert_eq!(data_sns(&drain(&mut s, t1)), [7, 8, 9]);
     ack(&mut s, t1, 7, 1, 9);
     assert_eq!(s.window(), (4, Duration::from_millis(100)), "W + 1, Tout / β floored at dflt_Tout");
+}
+
+#[test]
+fn with_two_windows_in_flight_the_next_goes_out_before_the_last_is_acked_and_one_ack_confirms_both() {
+    let t0 = Instant::now();
+    let cfg = SenderConfig { initial_window: 4, slow_start: false, windows_in_flight: 2, ..SenderConfig::default() };
+    let mut s = sender(cfg, 50, &[(7, 1)], t0);
+    // Window 0..=3 and, without waiting for its ACK, window 4..=7.
+    assert_eq!(data_sns(&drain(&mut s, t0)), [0, 1, 2, 3, 4, 5, 6, 7]);
+    assert!(data_sns(&drain(&mut s, t0)).is_empty(), "two windows await their ACKs");
+    // The first window's ACK lets a third go (W grew by one).
+    ack(&mut s, t0, 7, 1, 3);
+    assert_eq!(s.window().0, 5);
+    assert_eq!(data_sns(&drain(&mut s, t0)), [8, 9, 10, 11, 12]);
+    // An ACK of the third window's end (the second's ACK lost) confirms both.
+    ack(&mut s, t0, 7, 1, 12);
+    assert_eq!(s.stats().windows_confirmed, 3);
+    assert_eq!(s.stats().late_acks, 0);
+    // The second window's own ACK, late, changes nothing.
+    ack(&mut s, t0, 7, 1, 7);
+    assert_eq!(s.stats().windows_confirmed, 3);
+    // With one window in flight (paper 03), the second waits for the first's ACK.
+    let cfg = SenderConfig { initial_window: 4, slow_start: false, ..stop_and_wait() };
+    let mut s = sender(cfg, 50, &[(7, 1)], t0);
+    assert_eq!(data_sns(&drain(&mut s, t0)), [0, 1, 2, 3]);
+    ack(&mut s, t0, 7, 1, 3);
+    assert_eq!(data_sns(&drain(&mut s, t0)), [4, 5, 6, 7, 8]);
 }
 
 /// DATA datagrams a sender of `cfg` sends in one second of virtual time
@@ -152,7 +184,7 @@ fn a_configured_ceiling_paces_the_data_whatever_the_window_allows() {
 #[test]
 fn a_window_waits_for_every_awaited_network_and_a_late_ack_is_counted_and_ignored() {
     let t0 = Instant::now();
-    let mut s = sender(SenderConfig::default(), 50, &[(7, 1), (8, 2), (9, 2)], t0);
+    let mut s = sender(stop_and_wait(), 50, &[(7, 1), (8, 2), (9, 2)], t0);
     assert_eq!(data_sns(&drain(&mut s, t0)), [0]);
     ack(&mut s, t0, 7, 1, 0);
     assert_eq!(s.window().0, 1, "network 2 has not acked");
@@ -166,7 +198,7 @@ fn a_window_waits_for_every_awaited_network_and_a_late_ack_is_counted_and_ignore
 #[test]
 fn with_the_papers_rule_every_newly_reported_loss_shrinks_the_window() {
     let t0 = Instant::now();
-    let cfg = SenderConfig { loss_tolerance: 0.0, initial_window: 8, ..SenderConfig::default() };
+    let cfg = SenderConfig { loss_tolerance: 0.0, initial_window: 8, ..stop_and_wait() };
     let mut s = sender(cfg, 50, &[(7, 1)], t0);
     assert_eq!(data_sns(&drain(&mut s, t0)).len(), 8);
     let nack = |s: &mut McastSender, highest: u32, ranges: &[std::ops::Range<u32>]| {
@@ -187,11 +219,14 @@ fn with_the_papers_rule_every_newly_reported_loss_shrinks_the_window() {
 #[test]
 fn the_loss_allowance_is_the_tolerated_share_plus_two_standard_deviations() {
     // spec §16.3: 4 losses of a 23-packet window trip 5%, 3 do not; 20 of 256.
-    let a = loss_allowance(0.05, 23.0);
+    let a = loss_allowance(0.05, 23.0, 4);
     assert!((3.0..4.0).contains(&a), "{a}");
-    let a = loss_allowance(0.05, 256.0);
+    let a = loss_allowance(0.05, 256.0, 1);
     assert!((19.0..20.0).contains(&a), "{a}");
-    assert_eq!(loss_allowance(0.05, 1.0), 1.0, "at least one");
+    assert_eq!(loss_allowance(0.05, 1.0, 8), 1.0, "at least one");
+    // The most of a thousand receivers' losses lies further out: 3.7 deviations.
+    let a = loss_allowance(0.05, 256.0, 1000);
+    assert!((25.0..26.0).contains(&a), "{a}");
 }
 
 // ---- members.rs: the receiver table (spec §16.7–§16.8) ---------------------
@@ -219,7 +254,7 @@ fn a_full_table_refuses_and_a_silent_receiver_is_dropped_as_unresponsive() {
 #[test]
 fn a_receiver_that_leaves_with_a_code_is_reported_and_no_longer_awaited() {
     let t0 = Instant::now();
-    let mut s = sender(SenderConfig::default(), 50, &[(7, 1), (8, 2)], t0);
+    let mut s = sender(stop_and_wait(), 50, &[(7, 1), (8, 2)], t0);
     assert_eq!(data_sns(&drain(&mut s, t0)), [0]);
     ack(&mut s, t0, 7, 1, 0);
     assert_eq!(s.window().0, 1, "network 2 still awaited");
@@ -303,4 +338,81 @@ fn a_repeated_request_before_the_last_pass_went_out_is_not_a_new_pass() {
     // Much later, a second pass is one too many.
     repair(&mut s, t0 + Duration::from_secs(2), 7, &[0..1]);
     assert_eq!(s.receivers()[0].outcome, ReceiverOutcome::TooManyPasses);
+}
+
+// ---- parity.rs: parity first (spec §16.9) ----------------------------------
+
+fn parity_blocks(sent: &[Sent]) -> Vec<u32> {
+    sent.iter().filter(|x| x.1 == PacketType::McParity).map(|x| x.2).collect()
+}
+
+#[test]
+fn a_block_only_one_receiver_misses_is_repaired_by_parity_before_any_unicast() {
+    let t0 = Instant::now();
+    let mut s = repairing(SenderConfig { fec_k: 4, ..SenderConfig::default() }, t0);
+    drain(&mut s, t0);
+    repair(&mut s, t0, 7, &[1..3]);
+    let t1 = t0 + Duration::from_millis(5);
+    s.handle_timeout(t1);
+    let sent = drain(&mut s, t1);
+    assert_eq!(parity_blocks(&sent), [0, 0], "two shards of block 0, multicast: {sent:?}");
+    assert!(sent.iter().all(|x| x.1 != PacketType::McData), "no unicast repair: {sent:?}");
+    assert_eq!(s.stats().repair_unicast, 0);
+}
+
+#[test]
+fn losses_reported_in_the_data_phase_are_topped_up_with_parity_at_once() {
+    let t0 = Instant::now();
+    let cfg = SenderConfig { fec_k: 16, initial_window: 16, fec_auto: false, ..stop_and_wait() };
+    let mut s = sender(cfg, 50, &[(7, 1), (8, 1)], t0);
+    assert_eq!(data_sns(&drain(&mut s, t0)), (0..16).collect::<Vec<_>>());
+    // Receiver 7 lost two packets of block 0, receiver 8 one other.
+    feed(&mut s, t0, 7, PacketType::McNack, Flags::empty(), 7, 1, |o| emit_ranges(o, [1..3]).0);
+    feed(&mut s, t0, 8, PacketType::McNack, Flags::empty(), 7, 1, |o| emit_ranges(o, [3..4]).0);
+    let sent = drain(&mut s, t0);
+    assert_eq!(parity_blocks(&sent), [0, 0], "as many shards as the worst receiver lost: {sent:?}");
+    // The same receiver reports one more: one more shard, not three.
+    feed(&mut s, t0, 7, PacketType::McNack, Flags::empty(), 7, 1, |o| emit_ranges(o, [0..1]).0);
+    assert_eq!(parity_blocks(&drain(&mut s, t0)), [0]);
+}
+
+#[test]
+fn automatic_parity_follows_each_block_once_receivers_report_loss() {
+    let t0 = Instant::now();
+    let cfg = SenderConfig {
+        fec_k: 4,
+        initial_window: 8,
+        slow_start: false,
+        max_window: 8,
+        loss_tolerance: 0.99,
+        ..stop_and_wait()
+    };
+    let mut s = sender(cfg, 400, &[(7, 1)], t0);
+    let mut proactive = Vec::new();
+    for _ in 0..12 {
+        let sent = drain(&mut s, t0);
+        let sns = data_sns(&sent);
+        let (first, last) = (sns[0], sns[sns.len() - 1]);
+        // Parity sent before any report of this window's blocks.
+        proactive = parity_blocks(&sent).into_iter().filter(|&b| b >= first / 4).collect();
+        // Two losses in each block of the window, reported in its ACK.
+        feed(&mut s, t0, 7, PacketType::McAck, Flags::empty(), last, 1, |o| {
+            emit_ranges(o, [first..first + 2, first + 4..first + 6]).0
+        });
+    }
+    // Smoothed, the worst loss per block grew past one: each new block
+    // gets a shard as it goes, before anyone reports.
+    assert!(!proactive.is_empty(), "proactive parity once loss was reported");
+    // Without loss reports, the automatic parity decays back to none.
+    let mut last_parity = usize::MAX;
+    for _ in 0..60 {
+        let sent = drain(&mut s, t0);
+        let sns = data_sns(&sent);
+        if sns.is_empty() {
+            break;
+        }
+        last_parity = parity_blocks(&sent).len();
+        ack(&mut s, t0, 7, 1, sns[sns.len() - 1]);
+    }
+    assert_eq!(last_parity, 0, "no loss, no proactive parity");
 }

@@ -1,11 +1,12 @@
-//! Windows and paper 03's flow control (spec §16.3–§16.4): sending a
-//! window, its ACKs per awaited network, the timer's growth and shrink,
-//! slow start, the loss rule and its tolerance, probing a lost window end,
-//! the delivery rate, and ARTP_max's adaptation.
+//! Windows and paper 03's flow control (spec §16.3–§16.4): sending
+//! windows (up to `windows_in_flight` awaiting their ACKs at once), their
+//! ACKs per awaited network, the timer's growth and shrink, slow start,
+//! the loss rule and its tolerance, probing a lost window end, the
+//! delivery rate, and ARTP_max's adaptation.
 
 use super::config::{SenderEvent, WindowRecord};
+use super::slow::AwaitKey;
 use super::{McastSender, SenderTimer};
-use crate::mcast::fec;
 use crate::mcast::McTransmit;
 use crate::wire::mcast::emit;
 use crate::wire::{Flags, PacketType};
@@ -22,10 +23,15 @@ pub(super) struct Window {
     /// Its last packet had to be sent again: a loss, taken as congestion.
     pub(super) probed: bool,
     pub(super) sent_at: Option<Instant>,
-    pub(super) awaited: Vec<u32>,
-    pub(super) acked: Vec<u32>,
+    /// Networks (or receivers awaited on their own, spec §16.7) it waits for.
+    pub(super) awaited: Vec<AwaitKey>,
+    pub(super) acked: Vec<AwaitKey>,
     pub(super) feedback: u32,
     pub(super) timeout: Duration,
+    /// When its timer expires (armed when its last packet leaves).
+    pub(super) deadline: Option<Instant>,
+    /// When its last packet goes again if no network acked by then.
+    pub(super) probe_at: Option<Instant>,
 }
 
 /// Packets a file of `size` bytes takes (an empty file is one empty packet).
@@ -47,9 +53,16 @@ pub(super) fn packets_available(available: u64, block: u16, total: Option<u32>) 
 /// fraction plus two standard deviations of what independent loss at that
 /// rate gives, so that random loss (whose reports may also fall into the
 /// next window) is not read as congestion, while a bottleneck's burst is.
-pub(super) fn loss_allowance(tolerance: f64, size: f64) -> f64 {
+///
+/// The measure is the most any one of `receivers` reported, and the most
+/// of n independent draws lies further out as n grows: the deviations
+/// allowed are `max(2, √(2 ln n))` (the expected maximum of n normal
+/// draws), so a thousand receivers at 1% do not shrink small windows
+/// forever (spec §16.3).
+pub(super) fn loss_allowance(tolerance: f64, size: f64, receivers: usize) -> f64 {
     let mean = tolerance * size;
-    (mean + 2.0 * (mean * (1.0 - tolerance)).sqrt()).max(1.0)
+    let z = (2.0 * (receivers.max(1) as f64).ln()).sqrt().max(2.0);
+    (mean + z * (mean * (1.0 - tolerance)).sqrt()).max(1.0)
 }
 
 impl McastSender {
@@ -84,39 +97,92 @@ impl McastSender {
         let r = &mut self.receivers[idx];
         r.reported_lost += lost;
         r.window_lost += recent;
-        self.new_losses = self.new_losses.max(r.window_lost.min(u64::from(u32::MAX)) as u32);
+        let lost = r.window_lost.min(u64::from(u32::MAX)) as u32;
+        // A receiver behind its own bottleneck is judged alone (spec §16.7):
+        // its losses are its queue's, not one draw among many.
+        if r.behind {
+            self.new_losses_behind = self.new_losses_behind.max(lost);
+        } else {
+            self.new_losses = self.new_losses.max(lost);
+        }
     }
 
-    pub(super) fn on_window_ack(&mut self, now: Instant, network: u32, lwsn: u32) {
-        let Some(w) = self.window.as_mut() else {
-            self.stats.late_acks += 1;
-            return;
-        };
-        w.feedback += 1;
-        if w.lwsn != lwsn || w.sent_at.is_none() {
+    /// spec §16.3: an ACK of LWSN `lwsn` from `network` confirms, for that
+    /// network, every open window whose last packet is at or before it
+    /// (with windows in flight, a receiver's ACK of window k+1 also says it
+    /// got past window k, whose own ACK may be lost or merged into it).
+    pub(super) fn on_window_ack(&mut self, now: Instant, network: AwaitKey, lwsn: u32) {
+        if self.windows.is_empty() {
             self.stats.late_acks += 1;
             return;
         }
-        if w.awaited.contains(&network) && !w.acked.contains(&network) {
-            if w.acked.is_empty() {
-                if let Some(sent) = w.sent_at {
-                    let sample = now.saturating_duration_since(sent);
-                    self.ack_time = Some(self.ack_time.map_or(sample, |t| (t * 7 + sample) / 8));
+        // The ACK counts as feedback of the window it names, else the oldest.
+        let named = self.windows.iter().position(|w| w.lwsn == lwsn).unwrap_or(0);
+        self.windows[named].feedback += 1;
+        let mut covered = false;
+        let mut sample = None;
+        for w in &mut self.windows {
+            let Some(sent) = w.sent_at.filter(|_| w.lwsn <= lwsn) else { continue };
+            covered = true;
+            if w.awaited.contains(&network) && !w.acked.contains(&network) {
+                if w.acked.is_empty() && w.lwsn == lwsn {
+                    sample = Some(now.saturating_duration_since(sent));
                 }
+                w.acked.push(network);
             }
-            w.acked.push(network);
         }
-        if w.acked.len() >= w.awaited.len() {
-            self.resolve_window(now, true);
+        if !covered {
+            self.stats.late_acks += 1;
         }
+        if let Some(sample) = sample {
+            self.ack_time = Some(self.ack_time.map_or(sample, |t| (t * 7 + sample) / 8));
+        }
+        self.resolve_ready(now);
+    }
+
+    /// Confirms every fully sent window that every awaited network acked.
+    pub(super) fn resolve_ready(&mut self, now: Instant) {
+        while let Some(i) =
+            self.windows.iter().position(|w| w.sent_at.is_some() && w.awaited.iter().all(|n| w.acked.contains(n)))
+        {
+            self.resolve_window(now, i, true);
+        }
+    }
+
+    /// The window timers (spec §16.3): the earliest expiry and the earliest
+    /// probe among the open windows.
+    pub(super) fn rearm_window_timers(&mut self) {
+        let end = self.windows.iter().filter_map(|w| w.deadline).min();
+        self.timers.set_or_cancel(SenderTimer::WindowEnd, end);
+        let probe = self.windows.iter().filter(|w| w.acked.is_empty() && !w.probed).filter_map(|w| w.probe_at).min();
+        self.timers.set_or_cancel(SenderTimer::Probe, probe);
+    }
+
+    /// `SenderTimer::WindowEnd`: every window whose timer ran out expires.
+    pub(super) fn expire_windows(&mut self, now: Instant) {
+        while let Some(i) = self.windows.iter().position(|w| w.deadline.is_some_and(|d| d <= now)) {
+            self.resolve_window(now, i, false);
+        }
+        self.rearm_window_timers();
+    }
+
+    /// `SenderTimer::Probe`: the last packet of each window no network
+    /// acked in time goes again.
+    pub(super) fn probe_windows(&mut self, now: Instant) {
+        for w in &mut self.windows {
+            if w.probe_at.is_some_and(|t| t <= now) {
+                w.probe_at = None;
+                w.probe_due = w.acked.is_empty();
+            }
+        }
+        self.rearm_window_timers();
     }
 
     /// spec §16.3: a window is confirmed (every awaited network acked) or
     /// its timer expired.
-    pub(super) fn resolve_window(&mut self, now: Instant, confirmed: bool) {
-        let Some(w) = self.window.take() else { return };
-        self.timers.cancel(SenderTimer::WindowEnd);
-        self.timers.cancel(SenderTimer::Probe);
+    pub(super) fn resolve_window(&mut self, now: Instant, idx: usize, confirmed: bool) {
+        let Some(w) = self.windows.remove(idx) else { return };
+        self.rearm_window_timers();
         let sent = w.sent_at.unwrap_or(now);
         // A window confirmed only thanks to a probe lost its last packet
         // everywhere: the flow control reacts as to an expiry (the paper's
@@ -127,13 +193,14 @@ impl McastSender {
             // With a loss tolerance, losses shrink the window only above
             // that fraction of what went out (spec §16.3).
             let size = f64::from(w.lwsn + 1 - w.first);
-            if self.cfg.loss_tolerance > 0.0
-                && f64::from(self.new_losses) > loss_allowance(self.cfg.loss_tolerance, size)
-            {
+            let tolerance = self.cfg.loss_tolerance;
+            let over = |lost: u32, n: usize| f64::from(lost) > loss_allowance(tolerance, size, n);
+            if tolerance > 0.0 && (over(self.new_losses, self.live()) || over(self.new_losses_behind, 1)) {
                 // Shrink in proportion to the loss (a receiver losing half
                 // a window behind its own bottleneck halves it in two
                 // windows), by one at least.
-                let f = (f64::from(self.new_losses) / size).min(1.0);
+                let worst = self.new_losses.max(self.new_losses_behind);
+                let f = (f64::from(worst) / size).min(1.0);
                 let scaled = (f64::from(self.w) * (1.0 - f / 2.0)) as u32;
                 self.w = scaled.min(self.w.saturating_sub(1)).max(1);
                 self.slow_start = false;
@@ -142,7 +209,10 @@ impl McastSender {
             } else {
                 self.w = (self.w + 1).min(self.cfg.max_window.max(1));
             }
-            if let Some(start) = w.started {
+            // With windows in flight a window may have queued behind the
+            // previous one: its delivery took from the later of its start
+            // and the previous resolution.
+            if let Some(start) = w.started.map(|s| self.last_resolved.map_or(s, |r| r.max(s))) {
                 let took = now.saturating_duration_since(start).as_secs_f64().max(1e-6);
                 let bytes = f64::from(w.lwsn + 1 - w.first) * f64::from(self.info.block);
                 let sample = bytes / took;
@@ -158,8 +228,11 @@ impl McastSender {
             self.w = self.w.saturating_sub(1).max(1);
             self.slow_start = false;
         }
+        self.last_resolved = Some(now);
         self.new_losses = 0;
+        self.new_losses_behind = 0;
         self.recent_from = w.first;
+        self.settle_blocks();
         for r in &mut self.receivers {
             r.window_lost = 0;
         }
@@ -174,7 +247,7 @@ impl McastSender {
             timeout: w.timeout,
             feedback: w.feedback,
         }));
-        if self.total.is_some_and(|t| self.next_sn >= t) {
+        if self.windows.is_empty() && self.total.is_some_and(|t| self.next_sn >= t) {
             self.enter_repair(now);
         }
     }
@@ -223,7 +296,7 @@ impl McastSender {
         buf: &mut [u8],
         source: &mut dyn FnMut(u64, &mut [u8]) -> usize,
     ) -> Option<McTransmit> {
-        if let Some(w) = self.window.as_mut().filter(|w| w.probe_due) {
+        if let Some(w) = self.windows.iter_mut().find(|w| w.probe_due) {
             w.probe_due = false;
             w.probed = true;
             let lwsn = w.lwsn;
@@ -231,18 +304,24 @@ impl McastSender {
             let (n, _) = self.write_data(buf, lwsn, lwsn, false, source)?;
             return Some(McTransmit { destination: self.group, size: n });
         }
-        if self.window.is_none() {
+        let sending = self.windows.back().is_some_and(|w| w.next <= w.lwsn);
+        if !sending {
             let available = packets_available(self.available, self.info.block, self.total);
             let first = self.next_sn;
             if first >= available {
-                if self.total.is_some_and(|t| first >= t) {
+                if self.windows.is_empty() && self.total.is_some_and(|t| first >= t) {
                     self.enter_repair(now);
                 }
                 return None;
             }
+            // spec §16.3, windows in flight: the next window opens once the
+            // last one is sent, while at most `windows_in_flight` await ACKs.
+            if self.windows.len() >= self.cfg.windows_in_flight.max(1) as usize {
+                return None;
+            }
             let lwsn = (first + self.w - 1).min(available - 1);
             let awaited = self.awaited_networks();
-            self.window = Some(Window {
+            self.windows.push_back(Window {
                 first,
                 lwsn,
                 next: first,
@@ -254,46 +333,36 @@ impl McastSender {
                 acked: Vec::new(),
                 feedback: 0,
                 timeout: self.timeout,
+                deadline: None,
+                probe_at: None,
             });
         }
-        let (sn, lwsn) = self.window.as_ref().filter(|w| w.next <= w.lwsn).map(|w| (w.next, w.lwsn))?;
+        let (sn, lwsn) = self.windows.back().filter(|w| w.next <= w.lwsn).map(|w| (w.next, w.lwsn))?;
         let n = self.write_data(buf, sn, lwsn, false, source)?;
         self.stats.data_packets += 1;
         self.stats.data_bytes += n.1 as u64;
         self.next_sn = self.next_sn.max(sn + 1);
-        let k = u32::from(self.cfg.fec_k);
-        let block_done = k > 0 && ((sn + 1) % k == 0 || self.total.is_some_and(|t| sn + 1 == t));
-        if block_done && self.cfg.fec_proactive > 0 {
-            // spec §16.9: parity follows each block in the data phase.
-            let p = self.cfg.fec_proactive.min(fec::PARITY_SHARDS / 2);
-            self.parity_jobs.push_back((sn / k, 0, p));
-            self.parity_next.insert(sn / k, p);
-        }
+        self.after_data(sn);
         let timeout = self.timeout;
         // A lost last packet leaves every receiver waiting for the window's
         // end: probe with it well before the timer, at twice the usual time
         // to the first ACK (at least 4 ARTP_max).
         let probe = self.ack_time.map_or(timeout / 2, |t| (t * 2).max(self.artp_max() * 4));
-        // Whether that was the window's last packet, and nobody awaited.
-        let ended = self.window.as_mut().and_then(|w| {
-            w.started.get_or_insert(now);
-            w.next += 1;
-            (w.next > w.lwsn).then(|| {
-                w.sent_at = Some(now);
-                w.awaited.is_empty()
-            })
-        });
-        if let Some(nobody) = ended {
-            self.timers.set(SenderTimer::WindowEnd, now + timeout);
+        let w = self.windows.back_mut()?;
+        w.started.get_or_insert(now);
+        w.next += 1;
+        if w.next > w.lwsn {
+            // Its last packet left: its timer runs from now.
+            w.sent_at = Some(now);
+            w.deadline = Some(now + timeout);
             if probe < timeout {
                 // spec §16.3: the window's last packet goes again, once, if
                 // no network has acked by then (a lost LWSN packet).
-                self.timers.set(SenderTimer::Probe, now + probe.max(Duration::from_millis(1)));
+                w.probe_at = Some(now + probe.max(Duration::from_millis(1)));
             }
-            if nobody {
-                // Nobody to wait for (every receiver dropped): settle at once.
-                self.resolve_window(now, true);
-            }
+            self.rearm_window_timers();
+            // Nobody to wait for (every receiver dropped): settle at once.
+            self.resolve_ready(now);
         }
         Some(McTransmit { destination: self.group, size: n.0 })
     }
