@@ -66,7 +66,14 @@ local MAX_HANDSHAKE_MESSAGE = 256 -- secure.rs: longest Noise message accepted
 local MAX_CLOSE_REASON = 256 -- chunk.rs: longest reason in words taken (spec §3.3.4)
 local PN_LEN = 8 -- protected packet: packet number (spec §19.3)
 local TAG_LEN = 16 -- protected packet: Poly1305 tag
-local FEATURE_PROTECTED = 0x0001 -- handshake parameters' feature bit (spec §3.3.2)
+-- handshake parameters' feature bits (spec §3.3.2)
+local FEATURE_PROTECTED = 0x0001
+local FEATURE_ACK_FREQUENCY = 0x0002
+local FEATURE_TOKEN = 0x0004
+local FEATURE_WANT_TOKEN = 0x0008
+local FEATURE_EARLY = 0x0010
+local FEATURES_KNOWN = 0x001f
+local TOKEN_LEN = 12 -- the token section (spec §3.3.5)
 local MAX_OFFSET = 281474976710655 -- 2^48 - 1, exact in a Lua double
 local ANNOUNCE_FIXED = 8 + 2 + 4 + 2 + 2 + 1 + 32 + 1
 local UNKNOWN_TOTAL = 4294967295
@@ -187,6 +194,29 @@ field(
     ProtoField.bool("manyfold.params.features.protected", "PROTECTED", 16, nil, FEATURE_PROTECTED,
         "the sender encrypts its packets and accepts nothing else (spec §19)")
 )
+field(
+    "params_ack_frequency",
+    ProtoField.bool("manyfold.params.features.ack_frequency", "ACK_FREQUENCY", 16, nil, FEATURE_ACK_FREQUENCY,
+        "the sender takes ACK_FREQUENCY chunks (spec §5.6)")
+)
+field(
+    "params_token",
+    ProtoField.bool("manyfold.params.features.token", "TOKEN", 16, nil, FEATURE_TOKEN,
+        "a token section follows the parameters (spec §3.3.5)")
+)
+field(
+    "params_want_token",
+    ProtoField.bool("manyfold.params.features.want_token", "WANT_TOKEN", 16, nil, FEATURE_WANT_TOKEN,
+        "the client asks for a token (spec §6.9)")
+)
+field(
+    "params_early",
+    ProtoField.bool("manyfold.params.features.early", "EARLY", 16, nil, FEATURE_EARLY,
+        "the listener took the SYN's data (0-RTT, spec §6.9)")
+)
+field("token", ProtoField.bytes("manyfold.token", "Token"))
+field("token_timestamp", ProtoField.uint32("manyfold.token.timestamp", "Timestamp (ms)", base.DEC))
+field("token_mac", ProtoField.uint64("manyfold.token.mac", "MAC", base.HEX))
 field("cookie", ProtoField.bytes("manyfold.cookie", "Cookie"))
 field("cookie_timestamp", ProtoField.uint32("manyfold.cookie.timestamp", "Timestamp (ms)", base.DEC))
 field("cookie_client_id", ProtoField.uint32("manyfold.cookie.client_id", "Client connection id", base.HEX))
@@ -760,13 +790,17 @@ local function dissect_segment(tvb, pinfo, tree, ht, flags, stop)
         local features = tvb(at + 6, 2):uint()
         local fi = pt:add(f.params_features, tvb(at + 6, 2))
         fi:add(f.params_protected, tvb(at + 6, 2))
+        fi:add(f.params_ack_frequency, tvb(at + 6, 2))
+        fi:add(f.params_token, tvb(at + 6, 2))
+        fi:add(f.params_want_token, tvb(at + 6, 2))
+        fi:add(f.params_early, tvb(at + 6, 2))
         if has(features, FEATURE_PROTECTED) then
             fi:append_text(" (PROTECTED)")
         end
-        if band(features, 0xffff - FEATURE_PROTECTED) ~= 0 then
+        if band(features, 0xffff - FEATURES_KNOWN) ~= 0 then
             -- payload.rs keeps unknown bits without acting on them.
             fi:add_proto_expert_info(ex.note, string.format("unknown feature bits 0x%04x",
-                band(features, 0xffff - FEATURE_PROTECTED)))
+                band(features, 0xffff - FEATURES_KNOWN)))
         end
         pt:set_text(string.format("Handshake parameters: connection id %08x, max datagram %d%s", pid,
             tvb(at + 4, 2):uint(), has(features, FEATURE_PROTECTED) and ", PROTECTED" or ""))
@@ -775,6 +809,12 @@ local function dissect_segment(tvb, pinfo, tree, ht, flags, stop)
             bad(pt, nil, "connection id 0 in the handshake parameters")
         end
         at = at + PARAMS_LEN
+        if has(features, FEATURE_TOKEN) and not short("Token", TOKEN_LEN) then
+            local tt = tree:add(f.token, tvb(at, TOKEN_LEN))
+            tt:add(f.token_timestamp, tvb(at, 4))
+            tt:add(f.token_mac, tvb(at + 4, 8))
+            at = at + TOKEN_LEN
+        end
     end
     if ok and has(flags, F_CKE) and not short("Cookie", COOKIE_LEN) then
         local ct = tree:add(f.cookie, tvb(at, COOKIE_LEN))

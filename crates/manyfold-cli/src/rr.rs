@@ -44,8 +44,33 @@ pub struct RrServerArgs {
     #[arg(long, value_name = "N")]
     pub sockets: Option<usize>,
 
+    /// What to do with a request that a repeat client sends on its SYN with
+    /// a token (0-RTT, spec §6.9): serve it once, remembering up to N first
+    /// packets so that a replayed one is not served twice (replay-window:N,
+    /// the default with N = 65536); serve it whenever it comes, for requests
+    /// that are safe to repeat (idempotent); or never take it (refuse).
+    #[arg(long, value_name = "POLICY", default_value = "replay-window:65536", value_parser = early_data_arg)]
+    pub early_data: manyfold::EarlyData,
+
     #[command(flatten)]
     pub net: NetArgs,
+}
+
+/// Parses `--early-data`: `replay-window:N`, `idempotent` or `refuse`.
+fn early_data_arg(s: &str) -> Result<manyfold::EarlyData, String> {
+    match s {
+        "idempotent" => Ok(manyfold::EarlyData::Idempotent),
+        "refuse" => Ok(manyfold::EarlyData::Refuse),
+        _ => {
+            let n = s.strip_prefix("replay-window:").ok_or_else(|| {
+                format!("unknown policy {s:?}: use replay-window:N (N first packets remembered), idempotent or refuse")
+            })?;
+            match n.parse::<usize>() {
+                Ok(n) if n > 0 => Ok(manyfold::EarlyData::ReplayWindow(n)),
+                _ => Err(format!("replay-window needs a positive number of entries, not {n:?}")),
+            }
+        }
+    }
 }
 
 #[derive(Args, Debug)]
@@ -79,6 +104,15 @@ pub struct RrClientArgs {
     /// again (paper 02's "waiting time"; RFC 6298 asks 1 s on unknown paths).
     #[arg(long, value_name = "MS", default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..=60_000))]
     pub initial_rto: u64,
+
+    /// Repeat-client mode (0-RTT, spec §6.9): ask the server for an
+    /// address-validation token and send each later request, with the
+    /// FIN, on the SYN itself, so that the reply comes one round trip after
+    /// the session starts. Only for requests the server may see twice, or
+    /// servers that keep a replay window (rr-server's default). Plain
+    /// sessions only.
+    #[arg(long)]
+    pub reuse_token: bool,
 
     #[command(flatten)]
     pub net: NetArgs,
@@ -114,6 +148,7 @@ pub async fn run_server(args: RrServerArgs) -> Result<()> {
     let addr = net::resolve(&args.listen).await?;
     let mut config = args.net.config()?;
     config.endpoint.accept_backlog = args.backlog;
+    config.endpoint.early_data = args.early_data;
     let mode = net::mode(&config);
     let config_encrypted = config.endpoint.security.is_some();
     let sockets = args.sockets.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
@@ -157,8 +192,12 @@ pub async fn run_server(args: RrServerArgs) -> Result<()> {
         _ = serving.join_next() => {}
     }
     let (mut refused, mut rejected, mut malformed, mut mismatched) = (0, 0, 0, 0);
+    let (mut early, mut replayed, mut stale) = (0, 0, 0);
     for e in &endpoints {
         let s = e.stats();
+        early += s.early_accepted;
+        replayed += s.early_replayed;
+        stale += s.tokens_rejected;
         refused += s.refused_backlog;
         rejected += s.cookies_rejected;
         malformed += s.dropped_malformed_total();
@@ -167,9 +206,14 @@ pub async fn run_server(args: RrServerArgs) -> Result<()> {
     let served = served.load(Ordering::Relaxed);
     let mismatch_note =
         if mismatched > 0 { format!(", {mismatched} refused for an encryption mismatch") } else { String::new() };
+    let early_note = if early + replayed + stale > 0 {
+        format!("; {early} in one round trip (0-RTT), {replayed} replays and {stale} bad or stale tokens ran the full handshake")
+    } else {
+        String::new()
+    };
     let summary = format!(
         "served {served} sessions ({mode}); refused {refused} (backlog full){mismatch_note}, {rejected} cookies \
-         rejected, {malformed} malformed datagrams dropped"
+         rejected, {malformed} malformed datagrams dropped{early_note}"
     );
     // One object for the server's run, not one per session: its sessions
     // are many and short (thousands a second), each a request and a reply.
@@ -181,6 +225,9 @@ pub async fn run_server(args: RrServerArgs) -> Result<()> {
             "refused_encryption_mismatch": mismatched,
             "cookies_rejected": rejected,
             "malformed_dropped": malformed,
+            "early_accepted": early,
+            "early_replayed": replayed,
+            "tokens_rejected": stale,
             "encrypted": config_encrypted,
         })
     });
@@ -206,6 +253,12 @@ pub async fn run_client(args: RrClientArgs) -> Result<()> {
     let mut config = args.net.config()?;
     let security = keys::endpoint_protection(config.endpoint.security.as_ref());
     config.endpoint.connection.initial_rto = Duration::from_millis(args.initial_rto);
+    if args.reuse_token {
+        if config.endpoint.security.is_some() {
+            bail!("--reuse-token sends requests on the SYN in the clear; it cannot be combined with encryption");
+        }
+        config.endpoint.reuse_tokens = true;
+    }
     for _ in 0..sockets {
         endpoints.push(Arc::new(net::bind(net::unspecified_for(server), config.clone()).await?));
     }
@@ -235,6 +288,7 @@ pub async fn run_client(args: RrClientArgs) -> Result<()> {
     let mut latencies = Vec::with_capacity(args.clients as usize);
     let mut failures: Vec<String> = Vec::new();
     let mut next = 0u64;
+    let mut with_token = 0u64;
     let interrupted = net::interrupted();
     tokio::pin!(interrupted);
     loop {
@@ -242,6 +296,7 @@ pub async fn run_client(args: RrClientArgs) -> Result<()> {
             let (ep, i) = (endpoints[next as usize % sockets].clone(), next);
             tasks.spawn(async move {
                 let req = request_of(i, size);
+                let token = ep.has_token(server);
                 let t = Instant::now();
                 let r = tokio::time::timeout(limit, ep.request(server, &req, MAX_BODY)).await;
                 let took = t.elapsed();
@@ -251,7 +306,7 @@ pub async fn run_client(args: RrClientArgs) -> Result<()> {
                     Ok(Ok(reply)) if reply != reply_to(&req, reply_len) => {
                         Err(format!("session {i}: wrong reply ({} bytes, expected {reply_len})", reply.len()))
                     }
-                    Ok(Ok(_)) => Ok(took),
+                    Ok(Ok(_)) => Ok((took, token)),
                 }
             });
             next += 1;
@@ -262,7 +317,10 @@ pub async fn run_client(args: RrClientArgs) -> Result<()> {
         };
         let Some(done) = done else { break };
         match done.context("a session task failed")? {
-            Ok(took) => latencies.push(took),
+            Ok((took, token)) => {
+                latencies.push(took);
+                with_token += u64::from(token);
+            }
             Err(e) => failures.push(e),
         }
         bar.inc(1);
@@ -272,6 +330,7 @@ pub async fn run_client(args: RrClientArgs) -> Result<()> {
     tasks.abort_all();
     let mut summary = Summary::new(latencies, failures, elapsed, args.clients);
     summary.security = Some(security);
+    summary.with_token = args.reuse_token.then_some(with_token);
     report::emit(&summary, || summary.to_json());
     for ep in &endpoints {
         let _ = tokio::time::timeout(Duration::from_secs(1), ep.shutdown_within(Duration::from_millis(500))).await;
@@ -299,6 +358,8 @@ struct Summary {
     latencies: Vec<Duration>,
     /// Whether the sessions were encrypted.
     security: Option<manyfold::Protection>,
+    /// With --reuse-token: successful sessions that started holding a token.
+    with_token: Option<u64>,
 }
 
 impl Summary {
@@ -313,6 +374,7 @@ impl Summary {
             elapsed,
             latencies,
             security: None,
+            with_token: None,
         }
     }
 
@@ -337,6 +399,7 @@ impl Summary {
             "latency_p99_seconds": secs(self.percentile(0.99)),
             "latency_max_seconds": secs(self.latencies.last().copied()),
             "encrypted": matches!(self.security, Some(manyfold::Protection::Encrypted { .. })),
+            "sessions_with_token": self.with_token,
         })
     }
 }
@@ -360,6 +423,9 @@ impl std::fmt::Display for Summary {
         }
         if let Some(s) = self.security {
             write!(f, "\n  security  {s}")?;
+        }
+        if let Some(n) = self.with_token {
+            write!(f, "\n  tokens    {n} of {} sessions sent their request on the SYN (0-RTT)", self.ok)?;
         }
         Ok(())
     }

@@ -201,8 +201,40 @@ pub struct EndpointConfig {
     pub security: Option<crate::SecurityConfig>,
     /// Settings for every connection of this endpoint.
     pub connection: ConnectionConfig,
+    /// How long the address-validation tokens a listener hands out stay
+    /// good (spec §6.9). `Duration::ZERO` hands out none and takes no 0-RTT
+    /// data. At most 24 days (the timestamp's half range).
+    pub token_lifetime: Duration,
+    /// What a listener does with data on a SYN that presents a good token
+    /// (spec §6.9).
+    pub early_data: EarlyData,
+    /// As a client: ask listeners for tokens, keep the latest per server
+    /// address, and present it on the next SYN there, with the queued data
+    /// (0-RTT, spec §6.9). Only for requests the server may see twice, or
+    /// servers that keep a replay window. Off by default; protected
+    /// endpoints never use it.
+    pub reuse_tokens: bool,
+    /// Most servers whose token a client keeps; past it the oldest is
+    /// forgotten (spec §6.9).
+    pub max_tokens: usize,
 }
 
+/// A listener's policy for 0-RTT data (spec §6.9).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum EarlyData {
+    /// Take none: every SYN runs the full handshake (tokens are still
+    /// handed out, for a later policy).
+    Refuse,
+    /// Take it, and remember up to this many first packets for their
+    /// token's lifetime, so that a replayed one is not served twice: it
+    /// falls back to the full handshake. When the window is full, tokens
+    /// older than its oldest entry fall back too.
+    ReplayWindow(usize),
+    /// Take it with no replay window: the application says its requests
+    /// are safe to serve more than once.
+    Idempotent,
+}
 impl Default for EndpointConfig {
     fn default() -> Self {
         EndpointConfig {
@@ -217,6 +249,10 @@ impl Default for EndpointConfig {
             crypto_seed: [0; 32],
             security: None,
             connection: ConnectionConfig::default(),
+            token_lifetime: Duration::from_secs(600),
+            early_data: EarlyData::ReplayWindow(1 << 16),
+            reuse_tokens: false,
+            max_tokens: 1024,
         }
     }
 }

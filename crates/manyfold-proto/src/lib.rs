@@ -38,7 +38,7 @@ mod seq;
 mod timer;
 pub mod wire;
 
-pub use config::{CongestionAlgorithm, ConnectionConfig, EndpointConfig};
+pub use config::{CongestionAlgorithm, ConnectionConfig, EarlyData, EndpointConfig};
 pub use conn_handle::ConnHandle;
 pub use connection::qlog;
 pub use connection::{

@@ -138,6 +138,11 @@ pub struct DriverStats {
     pub datagrams_received: u64,
     /// `sendmsg` calls that carried more than one datagram (GSO).
     pub gso_sends: u64,
+    /// `sendmmsg` calls that carried more than one datagram: single
+    /// datagrams to several peers (or several to one) in one call.
+    pub mmsg_sends: u64,
+    /// Datagrams sent in those calls.
+    pub mmsg_datagrams: u64,
     /// Receive buffers that held more than one datagram (GRO).
     pub gro_receives: u64,
     /// Sends the kernel refused for lack of buffer space (retried later).

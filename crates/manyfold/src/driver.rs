@@ -6,7 +6,8 @@
 //!    and feed each to `handle_datagram`;
 //! 2. `handle_timeout`, then send what waits: a transmit the socket refused
 //!    earlier, held (fault-injected) datagrams that are due, then
-//!    `poll_transmit` until it has nothing (GSO batches when the kernel has GSO);
+//!    `poll_transmit` until it has nothing (GSO batches when the kernel has GSO;
+//!    single datagrams, for any peers, gathered into `sendmmsg` batches);
 //! 3. `poll_event` until empty, turning events into waker calls;
 //! 4. sleep until the socket is readable (or writable, when a send was
 //!    refused), an application command notifies us, or the next deadline.
@@ -23,6 +24,7 @@ use std::time::{Duration, Instant};
 use manyfold_proto::Transmit;
 use tokio::io::Interest;
 
+use crate::batch::SendBatch;
 use crate::icmp;
 use crate::qlog::QlogWriter;
 use crate::shared::{Inner, Phase, Shared};
@@ -32,10 +34,13 @@ use crate::trace::{Direction, PacketTrace};
 /// Receive calls per iteration before the driver sends and yields, so that a
 /// flood of input cannot starve output.
 const RECV_ROUNDS: usize = 8;
-/// `poll_transmit` calls per iteration before the driver releases the lock
-/// and yields: at most ~1 MiB sent per lock hold, so application calls wait
-/// well under a millisecond.
-const TRANSMIT_BUDGET: usize = 16;
+/// Cost of the `poll_transmit` calls of one iteration before the driver
+/// releases the lock and yields: a GSO batch costs 4, a single datagram 1,
+/// so at most ~1 MiB (16 GSO batches) or 64 small datagrams go per lock
+/// hold, and application calls wait well under a millisecond.
+const TRANSMIT_BUDGET: usize = 64;
+/// What a GSO batch costs of [`TRANSMIT_BUDGET`].
+const GSO_COST: usize = 4;
 
 /// How often a closing endpoint looks whether its connections have finished.
 pub(crate) const IDLE_POLL: Duration = Duration::from_millis(10);
@@ -63,6 +68,8 @@ pub(crate) struct Driver {
     /// Filled by `poll_transmit`; holds a refused transmit until it is sent.
     tx_buf: Vec<u8>,
     tx_pending: Option<Transmit>,
+    /// Single datagrams waiting for one `sendmmsg` (issue 21).
+    batch: SendBatch,
     max_datagram: usize,
     trace: PacketTrace,
     /// Writes the connections' qlog traces (spec §18), when asked for.
@@ -90,6 +97,7 @@ impl Driver {
             recv: RecvBatch::new(slot_len),
             tx_buf: Vec::with_capacity(tx_capacity),
             tx_pending: None,
+            batch: SendBatch::new(max_datagram),
             max_datagram,
             trace,
             qlog,
@@ -201,8 +209,9 @@ impl Driver {
         let now = now();
         inner.engine.handle_timeout(now);
 
-        let mut blocked = false;
-        if let Some(t) = self.tx_pending {
+        // What the socket refused last time goes first, in the order made.
+        let mut blocked = self.flush_batch(inner, now);
+        if let (Some(t), false) = (self.tx_pending, blocked) {
             blocked = self.send_plain(inner, now, t);
             if !blocked {
                 self.tx_pending = None;
@@ -213,17 +222,28 @@ impl Driver {
         }
         let mut busy = false;
         if !blocked {
-            for sent in 0.. {
-                if sent == TRANSMIT_BUDGET {
+            let mut cost = 0;
+            loop {
+                if cost >= TRANSMIT_BUDGET {
                     busy = true;
                     break;
                 }
                 let max = self.io.max_segments(self.max_datagram);
                 let Some(t) = inner.engine.poll_transmit(now, max, &mut self.tx_buf) else { break };
                 if inner.faults.is_some() {
+                    cost += GSO_COST;
                     blocked = self.send_faulty(inner, now, t);
+                } else if t.segment_size.is_none_or(|s| s >= t.size) {
+                    // One datagram: it joins the batch for one sendmmsg.
+                    cost += 1;
+                    self.batch.push(t.destination, &self.tx_buf[..t.size]);
+                    if self.batch.is_full() {
+                        blocked = self.flush_batch(inner, now);
+                    }
                 } else {
-                    blocked = self.send_plain(inner, now, t);
+                    cost += GSO_COST;
+                    // The batch leaves first, to keep the order made.
+                    blocked = self.flush_batch(inner, now) || self.send_plain(inner, now, t);
                     if blocked {
                         self.tx_pending = Some(t);
                     }
@@ -231,6 +251,9 @@ impl Driver {
                 if blocked {
                     break;
                 }
+            }
+            if !blocked {
+                blocked = self.flush_batch(inner, now);
             }
         }
         while let Some((h, ev)) = inner.engine.poll_event() {
@@ -247,6 +270,7 @@ impl Driver {
                 if inner.all_closed(now) || now >= limit {
                     inner.abort_all(now);
                     // Best effort: let the RSTs and last acks out before the socket closes.
+                    self.flush_batch(inner, now);
                     while let Some(t) = inner.engine.poll_transmit(now, 1, &mut self.tx_buf) {
                         let _ = self.io.send(t.destination, &self.tx_buf[..t.size], None);
                     }
@@ -273,6 +297,35 @@ impl Driver {
         if let Some(q) = self.qlog.as_mut() {
             while let Some((h, ev)) = inner.engine.poll_qlog() {
                 q.write(h, &ev);
+            }
+        }
+    }
+
+    /// Sends the batched single datagrams (issue 21). Returns true if the
+    /// socket refused some for now (they wait in the batch).
+    fn flush_batch(&mut self, inner: &mut Inner, now: Instant) -> bool {
+        if self.batch.is_empty() {
+            return false;
+        }
+        let stats = &mut inner.driver_stats;
+        let trace = &mut self.trace;
+        let mut multi = (0, 0);
+        let r = self.batch.flush(
+            &self.io,
+            |to, d| trace.log(now, Direction::Send, to, d),
+            |to, e| tracing::debug!(error = %e, destination = %to, "UDP send failed"),
+            |n| multi = (multi.0 + 1, multi.1 + n as u64),
+        );
+        let (sent, failed) = self.batch.take_counts();
+        stats.datagrams_sent += sent;
+        stats.send_errors += failed;
+        stats.mmsg_sends += multi.0;
+        stats.mmsg_datagrams += multi.1;
+        match r {
+            Ok(()) => false,
+            Err(_) => {
+                stats.send_would_block += 1;
+                true
             }
         }
     }

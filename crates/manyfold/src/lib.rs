@@ -114,6 +114,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+mod batch;
 pub mod blocking;
 pub mod config;
 mod connection;
@@ -158,6 +159,6 @@ pub use manyfold_proto::{
     Left, MessageOptions, Mode, PathStats, PeerId, PeerState, PeerStats, SecurityConfig, StreamId, StreamItem,
     Unreachable, UnreachableKind,
 };
-pub use manyfold_proto::{CongestionAlgorithm, ConnectionConfig, Refusal, RefusalCause};
+pub use manyfold_proto::{CongestionAlgorithm, ConnectionConfig, EarlyData, Refusal, RefusalCause};
 pub use message::IntoMessage;
 pub use session::REQUEST_TOO_LARGE;

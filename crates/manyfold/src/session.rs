@@ -5,6 +5,14 @@
 //! holds TIME-WAIT; the server, closing second, keeps no state once its
 //! FIN is acknowledged (spec §4.4).
 //!
+//! A repeat client can do it in one round trip (0-RTT, spec §6.9): with
+//! [`manyfold_proto::EndpointConfig::reuse_tokens`] set, the endpoint asks
+//! each server for an address-validation token, keeps the latest token of
+//! each server address (at most `max_tokens` servers), and sends the next
+//! request to that server on its SYN; the server's SYN-ACK brings the
+//! reply. Only for requests the server may safely see twice, or servers
+//! that keep a replay window (the default, [`crate::EarlyData`]).
+//!
 //! ```no_run
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
 //! let server = manyfold::Endpoint::bind("127.0.0.1:4000".parse()?, Default::default()).await?;
@@ -93,11 +101,13 @@ impl Endpoint {
     /// Dropping the future drops the connection, which then closes in the
     /// background; the request may have reached the server.
     pub async fn request(&self, addr: SocketAddr, request: &[u8], max_reply: usize) -> Result<Vec<u8>, RequestError> {
-        let conn = self.open(addr)?;
+        let (conn, queued) = self.open(addr, request)?;
         let (mut tx, mut rx) = conn.split();
-        // Queued while the handshake is under way: the cookie echo carries it.
-        tx.write_all(request).await.map_err(session_error)?;
-        tx.finish().map_err(|e| session_error(e.into()))?;
+        if queued < request.len() {
+            // The rest leaves once the handshake is done.
+            tx.write_all(&request[queued..]).await.map_err(session_error)?;
+            tx.finish().map_err(|e| session_error(e.into()))?;
+        }
         match read_limited(&mut rx, max_reply).await {
             Ok(Some(reply)) => Ok(reply),
             Ok(None) => Err(RequestError::ReplyTooLarge { max: max_reply }),
@@ -135,21 +145,37 @@ impl Endpoint {
         }
     }
 
-    /// Starts a connection without waiting for its handshake: what is
-    /// written now is queued and leaves with the cookie echo.
-    fn open(&self, addr: SocketAddr) -> Result<Connection, ConnectError> {
+    /// Has the endpoint a token from the server at `addr`, so that the
+    /// next [`Endpoint::request`] there goes on the SYN (spec §6.9)? Only
+    /// with [`manyfold_proto::EndpointConfig::reuse_tokens`].
+    pub fn has_token(&self, addr: SocketAddr) -> bool {
+        self.shared().lock().engine.has_token(addr)
+    }
+
+    /// Starts a connection without waiting for its handshake, with as much
+    /// of `request` queued as the send buffer takes and, if that is all of
+    /// it, the FIN: all before the driver first polls it, so that the SYN
+    /// (0-RTT, spec §6.9) or the cookie echo carries them. Returns the
+    /// connection and the bytes queued.
+    fn open(&self, addr: SocketAddr, request: &[u8]) -> Result<(Connection, usize), ConnectError> {
         let shared = self.shared();
-        let handle = {
+        let (handle, queued) = {
             let mut inner = shared.lock();
             if !inner.is_running() {
                 return Err(ConnectError::EndpointClosed);
             }
             let h = inner.engine.connect(now(), addr)?;
-            inner.conns.insert(h, ConnState::default());
-            h
+            let mut c = inner.engine.conn_mut(h);
+            let queued = c.send(request).unwrap_or(0);
+            let whole = queued == request.len();
+            if whole {
+                c.close();
+            }
+            inner.conns.insert(h, ConnState { close_requested: whole, ..ConnState::default() });
+            (h, queued)
         };
         shared.wake_driver();
-        Ok(Connection::new(ConnRef::new(shared.clone(), handle, addr)))
+        Ok((Connection::new(ConnRef::new(shared.clone(), handle, addr)), queued))
     }
 }
 

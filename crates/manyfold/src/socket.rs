@@ -98,6 +98,51 @@ impl UdpIo {
         self.socket.try_io(Interest::WRITABLE, || self.state.try_send((&self.socket).into(), &transmit))
     }
 
+    /// Sends single datagrams to their destinations in one `sendmmsg`
+    /// call (at most [`crate::batch::MAX_BATCH`]); returns how many the
+    /// kernel took, in order. An error means the first one was refused.
+    #[cfg(any(target_os = "linux", target_os = "android", target_os = "freebsd", target_os = "netbsd"))]
+    pub(crate) fn send_many<'a>(&self, datagrams: impl Iterator<Item = (SocketAddr, &'a [u8])>) -> io::Result<usize> {
+        use nix::sys::socket::{sendmmsg, MsgFlags, MultiHeaders, SockaddrStorage};
+        use std::io::IoSlice;
+        use std::os::fd::AsRawFd;
+        const N: usize = crate::batch::MAX_BATCH;
+        let mut slices: [[IoSlice<'a>; 1]; N] = std::array::from_fn(|_| [IoSlice::new(&[])]);
+        let mut addrs: [Option<SockaddrStorage>; N] = [None; N];
+        let mut n = 0;
+        for ((to, d), (slice, addr)) in datagrams.zip(slices.iter_mut().zip(addrs.iter_mut())) {
+            *slice = [IoSlice::new(d)];
+            *addr = Some(SockaddrStorage::from(self.to_socket_family(to)));
+            n += 1;
+        }
+        if n == 0 {
+            return Ok(0);
+        }
+        let fd = self.socket.as_raw_fd();
+        self.socket.try_io(Interest::WRITABLE, || {
+            let mut headers = MultiHeaders::<SockaddrStorage>::preallocate(n, None);
+            let cmsgs: [nix::sys::socket::ControlMessage<'_>; 0] = [];
+            sendmmsg(fd, &mut headers, &slices[..n], &addrs[..n], cmsgs, MsgFlags::empty())
+                .map(|sent| sent.count())
+                .map_err(io::Error::from)
+        })
+    }
+
+    /// Elsewhere: one `sendmsg` per datagram (quinn-udp), stopping at the
+    /// first refusal.
+    #[cfg(not(any(target_os = "linux", target_os = "android", target_os = "freebsd", target_os = "netbsd")))]
+    pub(crate) fn send_many<'a>(&self, datagrams: impl Iterator<Item = (SocketAddr, &'a [u8])>) -> io::Result<usize> {
+        let mut n = 0;
+        for (to, d) in datagrams {
+            match self.send(to, d, None) {
+                Ok(()) => n += 1,
+                Err(e) if n == 0 => return Err(e),
+                Err(_) => break,
+            }
+        }
+        Ok(n)
+    }
+
     /// Whether GSO was switched off after the kernel refused a batch; quinn-udp
     /// then reports 1 and the driver resends that batch one datagram at a time.
     pub(crate) fn gso_disabled(&self) -> bool {

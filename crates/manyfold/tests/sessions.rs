@@ -1,7 +1,8 @@
 //! Request/reply sessions over real sockets on 127.0.0.1 (spec §15):
 //! `request` and `serve` round trips of any size, 2,000 concurrent
 //! clients, a server that keeps nothing afterwards, an oversized request
-//! refused by a stream reset, and a full backlog refused at once.
+//! refused by a stream reset, a full backlog refused at once, and a
+//! repeat client's requests on its SYN with a token (0-RTT, spec §6.9).
 
 mod common;
 
@@ -86,6 +87,40 @@ async fn two_thousand_concurrent_clients_all_get_replies_and_the_server_keeps_no
         }
         assert_eq!(left, 0, "the server still holds connections");
         assert!(clients.iter().map(|c| c.connection_count()).sum::<usize>() > 0, "the clients hold TIME-WAIT");
+        // Issue 21: the server's answers to many clients share sendmmsg calls.
+        #[cfg(target_os = "linux")]
+        {
+            let d = srv.driver_stats();
+            assert!(d.mmsg_sends > 0 && d.mmsg_datagrams >= 2 * d.mmsg_sends, "{d:?}");
+        }
+        srv.shutdown().await;
+    })
+    .await
+    .expect("test timed out");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_repeat_client_with_reuse_tokens_sends_its_requests_on_the_syn() {
+    timeout(TEST_TIMEOUT, async {
+        let (srv, addr) = server(config(), 1 << 20).await;
+        let mut cfg = config();
+        cfg.endpoint.reuse_tokens = true;
+        let client = Endpoint::bind(localhost(), cfg).await.unwrap();
+        assert!(!client.has_token(addr), "no token before the first session");
+        let first = payload(0, 100);
+        assert!(client.request(addr, &first, 1 << 20).await.expect("first request") == reverse(&first));
+        assert!(client.has_token(addr), "the first session's SYN-ACK handed a token");
+        // Requests that fit the SYN and requests that do not (the rest
+        // follows the SYN-ACK) alike.
+        for (i, len) in [0usize, 1, 1000, 1400, 5000, 64 << 10].into_iter().enumerate() {
+            let req = payload(i as u64 + 1, len);
+            let reply = client.request(addr, &req, 1 << 20).await.unwrap_or_else(|e| panic!("{len} bytes: {e}"));
+            assert!(reply == reverse(&req), "reply to {len} bytes");
+        }
+        let stats = srv.stats();
+        assert_eq!(stats.early_accepted, 6, "every repeat session was 0-RTT: {stats:?}");
+        assert_eq!((stats.tokens_rejected, stats.early_replayed), (0, 0));
+        client.shutdown().await;
         srv.shutdown().await;
     })
     .await

@@ -12,6 +12,12 @@
 //! keeps the connection in TIME-WAIT, spec §4.4). TCP (tokio): `connect`,
 //! `set_nodelay`, `write_all`, `shutdown` (FIN), `read_to_end`, drop; the
 //! spread row binds request i's socket to 127.0.0.(2 + i mod 64) first.
+//! manyfold with tokens: the endpoints reuse tokens (spec §6.9) and a
+//! session is `Endpoint::request`, which queues the request and FIN before
+//! the SYN leaves, so that it rides on it once the endpoint holds a token
+//! (its connection's counters are not seen: no retransmission counts).
+//! An emulated round trip (`rtt`) adds half of it to every datagram the
+//! client endpoints send and half to every one they receive.
 //!
 //! Hold: ⌈sessions / per_endpoint⌉ endpoints; `concurrency` tasks open
 //! sessions 0..N in turn (session i on endpoint i mod E), each writing a
@@ -43,6 +49,8 @@ pub struct Load {
     pub per_endpoint: usize,
     /// Probability of dropping each datagram, each way (manyfold).
     pub loss: f64,
+    /// Round trip the client endpoints add (manyfold; zero: none).
+    pub rtt: Duration,
     pub seed: u64,
     pub rto: Rto,
     pub request_timeout: Duration,
@@ -105,14 +113,31 @@ pub fn run(load: &Load, limit: Duration) -> Result<()> {
     finish(&text)
 }
 
-/// `n` client endpoints on 127.0.0.1, with `loss` each way if nonzero.
-async fn endpoints(n: usize, rto: Rto, loss: f64, seed: u64) -> Result<Vec<manyfold::Endpoint>> {
+/// How the client endpoints of a load differ from the defaults.
+#[derive(Debug, Clone, Copy, Default)]
+struct Emulated {
+    /// Probability of dropping each datagram, each way.
+    loss: f64,
+    /// Round trip added: half on sending, half on receiving.
+    rtt: Duration,
+    /// Reuse address-validation tokens (spec §6.9).
+    tokens: bool,
+}
+
+/// `n` client endpoints on 127.0.0.1, with `e`'s loss, delay and tokens.
+async fn endpoints(n: usize, rto: Rto, e: Emulated, seed: u64) -> Result<Vec<manyfold::Endpoint>> {
     let mut eps = Vec::with_capacity(n);
     for i in 0..n {
         let mut config = manyfold::Config { endpoint: rto.endpoint_config(), ..Default::default() };
-        if loss > 0.0 {
-            config.faults =
-                manyfold::FaultConfig { seed: seed.wrapping_mul(1_000_003) + i as u64, loss, ..Default::default() };
+        config.endpoint.reuse_tokens = e.tokens;
+        if e.loss > 0.0 || !e.rtt.is_zero() {
+            config.faults = manyfold::FaultConfig {
+                seed: seed.wrapping_mul(1_000_003) + i as u64,
+                loss: e.loss,
+                delay: e.rtt / 2,
+                recv_delay: e.rtt / 2,
+                ..Default::default()
+            };
         }
         eps.push(manyfold::Endpoint::bind("127.0.0.1:0".parse()?, config).await?);
     }
@@ -121,8 +146,9 @@ async fn endpoints(n: usize, rto: Rto, loss: f64, seed: u64) -> Result<Vec<manyf
 
 async fn generate(load: &Load) -> Result<String> {
     let eps = match load.kind {
-        Kind::Manyfold => {
-            endpoints(load.concurrency.div_ceil(load.per_endpoint), load.rto, load.loss, load.seed).await?
+        Kind::Manyfold | Kind::ManyfoldTokens => {
+            let e = Emulated { loss: load.loss, rtt: load.rtt, tokens: load.kind == Kind::ManyfoldTokens };
+            endpoints(load.concurrency.div_ceil(load.per_endpoint), load.rto, e, load.seed).await?
         }
         Kind::Tcp | Kind::TcpSpread => Vec::new(),
     };
@@ -201,6 +227,10 @@ async fn session(
 ) -> Result<(Vec<u8>, Option<manyfold::ConnStats>)> {
     let mut reply = Vec::with_capacity(request.len());
     match ep {
+        Some(ep) if load.kind == Kind::ManyfoldTokens => {
+            let reply = ep.request(load.server, request, request.len()).await.context("the request")?;
+            Ok((reply, None))
+        }
         Some(ep) => {
             let conn = ep.connect(load.server).await.context("connect")?;
             let (mut tx, mut rx) = conn.split();
@@ -249,7 +279,7 @@ pub fn hold(h: &Hold, held: &Path, stop: &Path, limit: Duration) -> Result<()> {
 
 async fn hold_all(h: Hold, held: &Path, stop: &Path) -> Result<String> {
     let Hold { server, sessions, concurrency, per_endpoint, hello } = h;
-    let eps = Arc::new(endpoints(sessions.div_ceil(per_endpoint), Rto::default(), 0.0, 0).await?);
+    let eps = Arc::new(endpoints(sessions.div_ceil(per_endpoint), Rto::default(), Emulated::default(), 0).await?);
     let open = Arc::new(Mutex::new(Vec::with_capacity(sessions)));
     let next = Arc::new(AtomicUsize::new(0));
     let mut tasks = JoinSet::new();

@@ -16,6 +16,16 @@
 //!   and with emulated loss on the client endpoints (the driver's fault
 //!   injection: each datagram between client and server is dropped with
 //!   probability p, each way), where the setting matters;
+//! - **grid** also runs **manyfold with 0-RTT tokens** (spec §6.9): the
+//!   client endpoints reuse tokens, so after its endpoint's first session
+//!   each request goes on the SYN. Target: ≥ 2× TCP's requests/s;
+//! - **link**: manyfold with and without tokens over an emulated path of
+//!   `--link-rtt-ms` (default 50 ms: half of it added to every datagram
+//!   each client endpoint sends, half to every one it receives, by the
+//!   driver's fault injection), `--sweep-requests` sessions; p50 and p99 in
+//!   round trips. Target: p50 of one round trip with tokens (the full
+//!   handshake takes two). Kernel TCP is not in it: the kernel has no
+//!   netem here and the driver's delay applies to manyfold only;
 //! - **hold**: one listener holding `--hold` sessions established and idle,
 //!   once bare and once after each sent a 16-byte hello (data makes the
 //!   receiving side allocate its buffer); the server's RSS growth per
@@ -56,6 +66,10 @@ pub type Args = crate::ScenarioArgs<Internal, Options>;
 pub enum Kind {
     /// manyfold: connect, write, finish, read to the end; the server closes second.
     Manyfold,
+    /// manyfold whose client endpoints reuse address-validation tokens
+    /// (spec §6.9): `Endpoint::request`, which sends the request and FIN on
+    /// the SYN once the endpoint holds the server's token.
+    ManyfoldTokens,
     /// Kernel TCP (tokio): connect, write, shutdown(write), read to EOF, close.
     Tcp,
     /// Kernel TCP with the clients spread over [`TCP_SOURCES`] source
@@ -72,9 +86,15 @@ impl Kind {
     pub fn label(self) -> &'static str {
         match self {
             Kind::Manyfold => "manyfold",
+            Kind::ManyfoldTokens => "manyfold, 0-RTT tokens",
             Kind::Tcp => "kernel TCP",
             Kind::TcpSpread => "kernel TCP, 64 client addresses",
         }
+    }
+
+    /// Both manyfold rows (their server is the same).
+    pub fn is_manyfold(self) -> bool {
+        matches!(self, Kind::Manyfold | Kind::ManyfoldTokens)
     }
 
     fn arg(self) -> String {
@@ -168,6 +188,9 @@ pub enum Internal {
         /// Emulated loss on the client endpoints, percent each way (manyfold).
         #[arg(long, default_value_t = 0.0)]
         loss: f64,
+        /// Emulated round trip added by the client endpoints, ms (manyfold).
+        #[arg(long, default_value_t = 0)]
+        rtt_ms: u64,
         #[arg(long)]
         seed: u64,
         #[command(flatten)]
@@ -244,6 +267,9 @@ pub struct Options {
     /// Emulated loss of the rto sweep's lossy runs, percent each way (0: none).
     #[arg(long, default_value_t = 2.0)]
     pub rto_loss: f64,
+    /// Round trip of the link part's emulated path, ms.
+    #[arg(long, default_value_t = 50)]
+    pub link_rtt_ms: u64,
     /// Sessions the hold establishes and keeps idle [default: 100000; --quick: 10000].
     #[arg(long)]
     pub hold: Option<usize>,
@@ -292,6 +318,7 @@ pub fn run(args: Args) -> Result<()> {
             size,
             per_endpoint,
             loss,
+            rtt_ms,
             seed,
             rto,
             request_timeout,
@@ -305,6 +332,7 @@ pub fn run(args: Args) -> Result<()> {
                 size,
                 per_endpoint,
                 loss: loss / 100.0,
+                rtt: Duration::from_millis(rtt_ms),
                 seed,
                 rto,
                 request_timeout: Duration::from_secs_f64(request_timeout),
@@ -332,6 +360,7 @@ pub struct Plan {
     pub sweep_sizes: Vec<usize>,
     pub rtos: Vec<Rto>,
     pub rto_loss: f64,
+    pub link_rtt_ms: u64,
     pub hold: usize,
     pub hold_hello: Vec<usize>,
     pub hold_concurrency: usize,
@@ -354,7 +383,7 @@ impl Plan {
             Ok(b)
         };
         let plan = Plan {
-            parts: o.parts.clone().unwrap_or(vec![Part::Grid, Part::Sizes, Part::Rto, Part::Hold]),
+            parts: o.parts.clone().unwrap_or(vec![Part::Grid, Part::Sizes, Part::Rto, Part::Link, Part::Hold]),
             requests: o.requests.clone().unwrap_or(if q { vec![1000] } else { vec![1000, 10_000, 50_000] }),
             concurrency: o.concurrency.clone().unwrap_or(if q { vec![100] } else { vec![100, 1000] }),
             size: size_of(&o.size)?,
@@ -364,6 +393,7 @@ impl Plan {
             sweep_sizes: o.sweep_sizes.iter().map(size_of).collect::<Result<_>>()?,
             rtos: o.rto.iter().map(|s| Rto::parse(s)).collect::<Result<_>>()?,
             rto_loss: o.rto_loss,
+            link_rtt_ms: o.link_rtt_ms,
             hold: o.hold.unwrap_or(if q { 10_000 } else { 100_000 }),
             hold_hello: o.hold_hello.clone(),
             hold_concurrency: o.hold_concurrency,
@@ -381,6 +411,9 @@ impl Plan {
         }
         if plan.per_endpoint == 0 || plan.hold_per_endpoint == 0 || plan.hold_concurrency == 0 || plan.backlog == 0 {
             bail!("--per-endpoint, --hold-per-endpoint, --hold-concurrency and --backlog must be at least 1");
+        }
+        if plan.link_rtt_ms == 0 || plan.link_rtt_ms > 10_000 {
+            bail!("--link-rtt-ms must be 1 to 10000");
         }
         if !(0.0..50.0).contains(&plan.rto_loss) {
             bail!("--rto-loss is a percentage below 50");
@@ -400,6 +433,8 @@ pub struct Spec {
     pub rto: Rto,
     /// Emulated loss, percent each way (manyfold only).
     pub loss: f64,
+    /// Emulated round trip in ms (manyfold only; 0: none).
+    pub rtt_ms: u64,
 }
 
 fn measure(o: &Options) -> Result<()> {
@@ -417,12 +452,13 @@ fn measure(o: &Options) -> Result<()> {
         size,
         rto: Rto::default(),
         loss: 0.0,
+        rtt_ms: 0,
     };
     for rep in runs.iter_mut() {
         if plan.parts.contains(&Part::Grid) {
             for &n in &plan.requests {
                 for &c in &plan.concurrency {
-                    for kind in [Kind::Manyfold, Kind::Tcp, Kind::TcpSpread] {
+                    for kind in [Kind::Manyfold, Kind::ManyfoldTokens, Kind::Tcp, Kind::TcpSpread] {
                         rep.push(spec(Part::Grid, kind, n, c, plan.size));
                     }
                 }
@@ -443,6 +479,12 @@ fn measure(o: &Options) -> Result<()> {
                 for &rto in &plan.rtos {
                     rep.push(Spec { kind: Kind::Manyfold, rto, loss, ..base });
                 }
+            }
+        }
+        if plan.parts.contains(&Part::Link) {
+            for kind in [Kind::Manyfold, Kind::ManyfoldTokens] {
+                let s = spec(Part::Link, kind, plan.sweep_requests, plan.sweep_concurrency, plan.size);
+                rep.push(Spec { rtt_ms: plan.link_rtt_ms, ..s });
             }
         }
     }
@@ -569,6 +611,7 @@ fn run_one(bench: &Path, plan: &Plan, s: &Spec, dir: &Path) -> Result<RunResult>
     c.args(["--server", &addr.to_string(), "--requests", &s.requests.to_string()]);
     c.args(["--concurrency", &s.concurrency.to_string(), "--size", &s.size.to_string()]);
     c.args(["--per-endpoint", &plan.per_endpoint.to_string(), "--loss", &s.loss.to_string()]);
+    c.args(["--rtt-ms", &s.rtt_ms.to_string()]);
     c.args(["--seed", &plan.seed.to_string(), "--request-timeout", &plan.request_timeout.to_string()]);
     c.args(["--min-rto-ms", &s.rto.min_rto_ms.to_string(), "--initial-rto-ms", &s.rto.initial_rto_ms.to_string()]);
     c.args(["--limit", &plan.limit.as_secs_f64().to_string()]);

@@ -103,7 +103,7 @@ async fn serve(
     let held = Arc::new(Mutex::new(Vec::<manyfold::Connection>::new()));
     let mut endpoint = None;
     let addr = match kind {
-        Kind::Manyfold => {
+        Kind::Manyfold | Kind::ManyfoldTokens => {
             let mut config = manyfold::Config { endpoint: rto.endpoint_config(), ..Default::default() };
             config.endpoint.accept_backlog = backlog;
             let ep = manyfold::Endpoint::bind(any, config).await?;

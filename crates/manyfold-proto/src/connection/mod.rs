@@ -8,6 +8,7 @@
 
 mod acks;
 mod close;
+mod early;
 mod liveness;
 mod loss;
 mod path;
@@ -22,6 +23,7 @@ mod timer;
 mod transmit;
 mod types;
 
+pub(crate) use early::EarlySyn;
 pub use path::PathStats;
 pub(crate) use secure::{handshake_message, Security};
 pub use streams::{MessageOptions, StreamItem, INITIAL_STREAM_CREDIT};
@@ -90,6 +92,8 @@ pub(crate) struct Connection {
     /// The listener's cookie to echo on our first packet after its SYN-ACK.
     cookie: Option<Cookie>,
     cookie_seq: Option<Seq>,
+    /// Tokens and 0-RTT data (spec §6.9).
+    early: early::Early,
     recv: Option<Receiver>,
     peer_window: u64,
     /// The datagram size in use and the search for a larger one (spec §3.7).
@@ -177,6 +181,7 @@ impl Connection {
             fin_seq: None,
             cookie: None,
             cookie_seq: None,
+            early: early::Early::default(),
             recv: None,
             peer_window: 0,
             pmtu: PathMtu::new(config.max_datagram.max(MIN_DATAGRAM), 0, remote.is_ipv6()),
@@ -832,8 +837,11 @@ impl Connection {
             }
             if flags.contains(Flags::ACK) {
                 self.handle_ack(now, p);
-            } else if self.state == State::SynReceived {
-                // The peer's SYN again: our SYN-ACK was lost.
+                if early::is_early_answer(p) && self.state != State::Closed {
+                    self.handle_sequenced(now, p, protected);
+                }
+            } else if self.state == State::SynReceived || self.early_syn_outstanding() {
+                // The peer's SYN again: our SYN-ACK was lost (spec §4.3, §6.9).
                 self.sent.requeue(self.isn);
             }
             self.ack.immediate = true;
@@ -874,6 +882,7 @@ impl Connection {
                 return false;
             }
             self.learn_peer(h.seq, peer_id, params, h.window);
+            self.on_early_answer(p, params);
             self.cookie = p.cookie;
             self.set_state(State::Established);
             if self.security.is_some() {
@@ -897,6 +906,7 @@ impl Connection {
         } else {
             // spec §4.3: simultaneous open. Answer with our SYN again, now with ACK.
             self.learn_peer(h.seq, peer_id, params, h.window);
+            self.decline_early();
             self.set_state(State::SynReceived);
             self.sent.requeue(self.isn);
             false

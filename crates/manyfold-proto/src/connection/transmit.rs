@@ -240,6 +240,9 @@ impl Connection {
             if !self.sent.is_empty() {
                 return Sent::Blocked;
             }
+            if self.early_token_len() > 0 {
+                return self.send_early_syn(now, buf);
+            }
             return self.send_sequenced(now, buf, Flags::SYN, Chunks::default(), true, false);
         }
         if self.state == State::SynReceived {
@@ -257,10 +260,20 @@ impl Connection {
             return Sent::Blocked;
         }
         let echo = self.cookie.is_some() && self.cookie_seq.is_none();
+        // spec §6.9: an early connection's SYN-ACK, and 0-RTT data the
+        // listener declined, must go whatever else is queued.
+        let syn_ack = self.early_syn_due();
+        if syn_ack && !self.early_syn_ack_wanted() {
+            return Sent::Blocked;
+        }
         let mut control = Flags::empty();
         if echo {
             control.insert(Flags::CKE);
         }
+        if syn_ack {
+            control.insert(Flags::SYN);
+        }
+        let must = echo || syn_ack || self.has_declined();
         let sack_len = self.recv.as_ref().and_then(|r| r.sack_block(DATA_SACK_RANGES)).map_or(0, |s| s.encoded_len());
         // spec §5.6: a new ack-frequency request rides ahead of the data.
         let ack_request = self.ack_freq.due(now, self.cc.window(), self.max_datagram(), self.rtt.srtt());
@@ -275,7 +288,7 @@ impl Connection {
         let fin_due = self.fin_queued && queued == 0 && !sendable;
         // Data a full chunk of which could go now.
         let want = queued.min(full_room.saturating_sub(DATA_HEADER_LEN)).min(flow_room);
-        if !has_control && !fin_due && !echo {
+        if !has_control && !fin_due && !must {
             if !sendable {
                 return Sent::Blocked;
             }
@@ -304,10 +317,15 @@ impl Connection {
         if self.sent.bytes_in_flight() + est as u64 > self.cc.window() || self.paced(now, est) {
             return Sent::Blocked;
         }
-        let mut chunks = Chunks::default();
-        let cut = self.streams.fill(now, &mut chunks, room, flow_room);
+        let (mut chunks, declined_len, declined_data) = self.take_declined();
+        let cut = self.streams.fill(
+            now,
+            &mut chunks,
+            room.saturating_sub(declined_len),
+            flow_room.saturating_sub(declined_data),
+        );
         let fin = self.fin_queued && self.streams.queued() == 0 && !self.streams.has_sendable();
-        if chunks.is_empty() && !fin && !echo {
+        if chunks.is_empty() && !fin && !must {
             return Sent::Blocked;
         }
         if let Some(c) = request {
@@ -368,7 +386,7 @@ impl Connection {
         sent
     }
 
-    fn send_sequenced(
+    pub(super) fn send_sequenced(
         &mut self,
         now: Instant,
         buf: &mut [u8],
@@ -483,7 +501,7 @@ impl Connection {
     fn sections_len(&self, control: Flags) -> usize {
         let mut n = 0;
         if control.contains(Flags::SYN) {
-            n += PARAMS_LEN;
+            n += PARAMS_LEN + self.early_token_len();
         }
         if control.contains(Flags::CKE) {
             n += COOKIE_LEN;
@@ -513,10 +531,12 @@ impl Connection {
         let mut p =
             Packet::bare(PacketType::Segment, flags, ConnId::wire_or_zero(self.remote_id), seq.wire(), ack, window);
         if flags.contains(Flags::SYN) {
+            let (early, token) = self.early_params();
+            p.token = token;
             p.params = Some(HandshakeParams {
                 conn_id: self.local_id.wire(),
                 max_datagram: self.config.max_accepted_datagram(),
-                features: HandshakeParams::local_features(self.security.is_some()),
+                features: early | HandshakeParams::local_features(self.security.is_some()),
             });
         }
         if flags.contains(Flags::CKE) {
@@ -555,7 +575,7 @@ impl Connection {
     }
 }
 
-enum Sent {
+pub(super) enum Sent {
     Yes(usize),
     /// Nothing to send now (or congestion / flow control says wait).
     Blocked,

@@ -12,10 +12,11 @@ use std::time::{Duration, Instant};
 use rand_chacha::ChaCha8Rng;
 
 use super::{Endpoint, EndpointStats};
+use crate::config::EarlyData;
 use crate::config::EndpointConfig;
 use crate::conn_handle::ConnHandle;
 use crate::connection::{handshake_message, Connection, Event};
-use crate::handshake::{CookieBinding, ReplayCache, Secrets};
+use crate::handshake::{CookieBinding, EarlyReplay, ReplayCache, Secrets};
 use crate::ids::ConnId;
 use crate::wire::{ErrorCode, Flags, HandshakeParams, Packet, PacketType};
 
@@ -26,6 +27,9 @@ const AMPLIFICATION: usize = 3;
 const MAX_RESPONSES: usize = 4096;
 /// Most cookies remembered against replay (~32 bytes each).
 const REPLAY_CACHE_LIMIT: usize = 1 << 20;
+/// Buffers of sent stateless answers kept for the next ones, so that a
+/// SYN-ACK or RST allocates nothing once the listener is warm.
+const SPARE_RESPONSES: usize = 64;
 /// Refusals kept for [`Endpoint::poll_refusal`]; more are counted only.
 const MAX_REFUSALS: usize = 256;
 
@@ -78,8 +82,12 @@ pub(super) struct Listener {
     /// Cookie and ISN secrets (spec §6.2, §6.3).
     pub secrets: Secrets,
     replay: ReplayCache,
+    /// First packets of 0-RTT connections, against their replay (spec §6.9).
+    pub early_replay: EarlyReplay,
     /// Stateless answers (SYN-ACKs, RSTs) waiting to be sent.
     responses: VecDeque<(SocketAddr, Vec<u8>)>,
+    /// Buffers of answers already sent, for reuse (at most [`SPARE_RESPONSES`]).
+    spare: Vec<Vec<u8>>,
     /// The RST token bucket (spec §6.5).
     reset_rate: f64,
     reset_tokens: f64,
@@ -96,7 +104,12 @@ impl Listener {
             listening: false,
             secrets: Secrets::new(rng, now),
             replay: ReplayCache::new(REPLAY_CACHE_LIMIT),
+            early_replay: EarlyReplay::new(match config.early_data {
+                EarlyData::ReplayWindow(n) => n,
+                _ => 1,
+            }),
             responses: VecDeque::new(),
+            spare: Vec::new(),
             reset_rate: f64::from(config.max_resets_per_sec),
             reset_tokens: f64::from(config.max_resets_per_sec),
             reset_refill_at: None,
@@ -128,9 +141,17 @@ impl Listener {
         self.responses.is_empty()
     }
 
-    /// The next stateless answer to send.
+    /// The next stateless answer to send; hand its buffer back with
+    /// [`Listener::recycle`] once copied.
     pub fn poll_response(&mut self) -> Option<(SocketAddr, Vec<u8>)> {
         self.responses.pop_front()
+    }
+
+    /// Keeps a sent answer's buffer for the next answer.
+    pub fn recycle(&mut self, buf: Vec<u8>) {
+        if self.spare.len() < SPARE_RESPONSES {
+            self.spare.push(buf);
+        }
     }
 
     /// spec §6.5: RST (optionally with a refusal code) to a peer we hold no
@@ -163,7 +184,7 @@ impl Listener {
     /// Queues a stateless answer to a datagram of `to.1` bytes from `to.0`:
     /// at most [`AMPLIFICATION`] times its size, since that address is not
     /// validated (spec §6.6).
-    fn queue_response(&mut self, to: Requester, p: &Packet, stats: &mut EndpointStats) {
+    pub(super) fn queue_response(&mut self, to: Requester, p: &Packet, stats: &mut EndpointStats) {
         if p.len() > AMPLIFICATION * to.1 {
             stats.amplification_refused += 1;
             return;
@@ -172,7 +193,9 @@ impl Listener {
             stats.responses_dropped += 1;
             return;
         }
-        let mut v = vec![0u8; p.len()];
+        let mut v = self.spare.pop().unwrap_or_default();
+        v.clear();
+        v.resize(p.len(), 0);
         p.emit(&mut v);
         self.responses.push_back((to.0, v));
     }
@@ -196,6 +219,12 @@ impl Endpoint {
             self.deliver(idx, now, packet, false);
             return;
         }
+        // spec §6.9: a 0-RTT SYN again: the connection it created owes
+        // its SYN-ACK.
+        if let Some(idx) = self.early_connection(from, packet, params) {
+            self.deliver(idx, now, packet, false);
+            return;
+        }
         let refusal = Requester(from, len);
         let answer = (params.conn_id, h.seq.wrapping_add(1));
         if self.refused(now, refusal, answer) {
@@ -207,6 +236,9 @@ impl Endpoint {
             self.listener.note_refusal(from, RefusalCause::Protection, &mut self.stats);
             let code = Some(ErrorCode::PROTECTION_MISMATCH);
             self.listener.send_reset(now, refusal, answer, code, &mut self.stats);
+            return;
+        }
+        if self.take_early(now, from, packet, params) {
             return;
         }
         self.send_syn_cookie(now, from, packet, params);
@@ -255,6 +287,7 @@ impl Endpoint {
         let features = HandshakeParams::local_features(self.config.security.is_some());
         p.params = Some(HandshakeParams { conn_id: server_id.wire(), max_datagram, features });
         p.cookie = Some(cookie);
+        p.token = self.token_for(now, from, params);
         self.stats.syn_cookies_sent += 1;
         self.listener.queue_response(Requester(from, syn.len()), &p, &mut self.stats);
     }

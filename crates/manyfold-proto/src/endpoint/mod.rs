@@ -17,6 +17,7 @@
 //!   in group/host.rs.
 
 mod conn;
+mod early;
 mod listener;
 mod members;
 mod memory;
@@ -142,6 +143,17 @@ pub struct EndpointStats {
     /// they could not start a path challenge: an old sequence number, or
     /// a connection not synchronized (spec §6.8).
     pub dropped_stale_path: u64,
+    /// Address-validation tokens handed out on SYN-ACKs (spec §6.9).
+    pub tokens_sent: u64,
+    /// Tokens presented on SYNs that were bad (another listener's, another
+    /// address's) or expired: those SYNs ran the full handshake.
+    pub tokens_rejected: u64,
+    /// SYNs whose data was taken at once: 0-RTT connections (spec §6.9).
+    pub early_accepted: u64,
+    /// SYNs with a good token whose first packet the replay window had
+    /// seen (or whose token was below its floor): they ran the full
+    /// handshake, and their data was not taken (spec §6.9).
+    pub early_replayed: u64,
 }
 
 impl EndpointStats {
@@ -170,6 +182,8 @@ pub struct Endpoint {
     opened: Vec<u8>,
     stats: EndpointStats,
     groups: Groups,
+    /// As a client: the latest token of each server (spec §6.9).
+    tokens: early::TokenStore,
 }
 
 impl Endpoint {
@@ -178,6 +192,7 @@ impl Endpoint {
         let mut rng = ChaCha8Rng::seed_from_u64(config.seed);
         let crypto_rng = crate::secure::crypto_rng(config.seed, config.crypto_seed);
         let listener = Listener::new(&config, &mut rng, now);
+        let config_max_tokens = config.max_tokens;
         Endpoint {
             memory: Memory::new(config.max_buffered_bytes),
             config,
@@ -191,6 +206,7 @@ impl Endpoint {
             opened: Vec::new(),
             stats: EndpointStats::default(),
             groups: Groups::default(),
+            tokens: early::TokenStore::new(config_max_tokens),
         }
     }
 
@@ -246,11 +262,20 @@ impl Endpoint {
         let local_id = self.table.fresh_id(&mut self.rng);
         let isn = self.listener.secrets.isn(now, remote, (local_id.wire(), 0));
         let security = self.security(true);
-        let conn = Connection::new_client(config, now, remote, local_id, isn, security);
+        let mut conn = Connection::new_client(config, now, remote, local_id, isn, security);
+        if self.config.reuse_tokens && self.config.security.is_none() {
+            conn.use_tokens(self.tokens.get(remote));
+        }
         let h = self.table.insert(conn);
         self.table.note_syn_sent(remote, h.index());
         self.touch(h.index(), now);
         Ok(h)
+    }
+
+    /// Whether this endpoint, as a client that reuses tokens, holds one
+    /// from the server at `server` (spec §6.9).
+    pub fn has_token(&self, server: SocketAddr) -> bool {
+        self.tokens.get(server).is_some()
     }
 
     /// Takes the next connection a listener accepted, if any.
@@ -326,7 +351,9 @@ impl Endpoint {
         buf.clear();
         if let Some((to, bytes)) = self.listener.poll_response() {
             buf.extend_from_slice(&bytes);
-            return Some(Transmit { destination: to, size: bytes.len(), segment_size: None });
+            let size = bytes.len();
+            self.listener.recycle(bytes);
+            return Some(Transmit { destination: to, size, segment_size: None });
         }
         while let Some(idx) = self.schedule.next_to_transmit(&mut self.table) {
             let Some(conn) = self.table.at_mut(idx) else {

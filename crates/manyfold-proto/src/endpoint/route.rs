@@ -205,6 +205,9 @@ impl Endpoint {
         let had_remote_id = conn.remote_id();
         conn.set_memory_pressure(at_limit);
         conn.handle_packet(now, packet, protected);
+        if let Some(token) = conn.take_token() {
+            self.tokens.insert(conn.remote(), token);
+        }
         self.table.after_packet(idx, had_remote_id);
         self.touch(idx, now);
     }

@@ -2,7 +2,8 @@
 //!
 //! A datagram is one packet: a fixed 24-byte [`Header`] followed by a payload
 //! whose layout the header's flags announce, in this order (spec §3.3):
-//! SACK block (`SCK`), handshake parameters (`SYN`), cookie (`CKE`, or a
+//! SACK block (`SCK`), handshake parameters (`SYN`) and the token they may
+//! announce, cookie (`CKE`, or a
 //! SYN-ACK from a listener), error code (`ERR`), then application data.
 //!
 //! Parsing follows smoltcp's discipline: every length is checked once, up
@@ -18,7 +19,9 @@ mod payload;
 
 pub use header::{seal, Flags, Header, PacketType, HEADER_LEN, VERSION};
 pub use path::{PathKind, PathPacket, PATH_PACKET_LEN};
-pub use payload::{Cookie, ErrorCode, HandshakeParams, Packet, SackBlock, COOKIE_LEN, MAX_SACK_RANGES, PARAMS_LEN};
+pub use payload::{
+    Cookie, ErrorCode, HandshakeParams, Packet, SackBlock, Token, COOKIE_LEN, MAX_SACK_RANGES, PARAMS_LEN, TOKEN_LEN,
+};
 
 /// Why a datagram was rejected. Every variant is a silent drop plus a counter
 /// at the endpoint (spec §3.5); none is ever answered.

@@ -10,6 +10,8 @@ pub const MAX_SACK_RANGES: usize = 16;
 pub const PARAMS_LEN: usize = 8;
 /// Encoded length of [`Cookie`].
 pub const COOKIE_LEN: usize = 20;
+/// Encoded length of [`Token`].
+pub const TOKEN_LEN: usize = 12;
 
 /// Selective acknowledgement ranges above the cumulative ack (spec §3.3.1):
 /// a count byte, then `count` pairs of half-open `[start, end)` sequence
@@ -88,7 +90,8 @@ pub struct HandshakeParams {
     /// Largest datagram the sender accepts.
     pub max_datagram: u16,
     /// Feature bits (spec §3.3.2): [`HandshakeParams::PROTECTED`],
-    /// [`HandshakeParams::ACK_FREQUENCY`].
+    /// [`HandshakeParams::ACK_FREQUENCY`], [`HandshakeParams::TOKEN`],
+    /// [`HandshakeParams::WANT_TOKEN`], [`HandshakeParams::EARLY`].
     pub features: u16,
 }
 
@@ -97,6 +100,15 @@ impl HandshakeParams {
     pub const PROTECTED: u16 = 0x0001;
     /// The sender understands the ACK_FREQUENCY chunk (spec §5.6).
     pub const ACK_FREQUENCY: u16 = 0x0002;
+    /// An address-validation token section follows the parameters (spec
+    /// §3.3.5, §6.9). [`Packet::emit`] sets it exactly when the packet has a
+    /// [`Token`]; a parser reads the section when it is set.
+    pub const TOKEN: u16 = 0x0004;
+    /// The sender of a SYN asks the listener for a token (spec §6.9).
+    pub const WANT_TOKEN: u16 = 0x0008;
+    /// On a SYN-ACK: the listener took the data of the SYN it answers
+    /// (0-RTT, spec §6.9). Without it, that data must be sent again.
+    pub const EARLY: u16 = 0x0010;
 
     /// What this end announces: it understands ACK_FREQUENCY, and protects
     /// its packets if `protected`.
@@ -164,6 +176,32 @@ impl Cookie {
     }
 }
 
+/// An address-validation token (spec §3.3.5, §6.9): handed to a client by a
+/// listener, presented on a later SYN from the same IP address to send
+/// data with it. Opaque to the client; only its listener reads it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Token {
+    /// Milliseconds on the listener's clock when it was made.
+    pub timestamp: u32,
+    /// SipHash-2-4 under the listener's token key over the client's IP
+    /// address and the timestamp.
+    pub mac: u64,
+}
+
+impl Token {
+    fn parse(b: &[u8]) -> Result<Self, DecodeError> {
+        let b = b.get(..TOKEN_LEN).ok_or(DecodeError::Malformed)?;
+        Ok(Token {
+            timestamp: be32(&b[..4]),
+            mac: u64::from_be_bytes(b[4..12].try_into().map_err(|_| DecodeError::Malformed)?),
+        })
+    }
+    fn emit(&self, out: &mut [u8]) {
+        out[..4].copy_from_slice(&self.timestamp.to_be_bytes());
+        out[4..12].copy_from_slice(&self.mac.to_be_bytes());
+    }
+}
+
 /// Error code carried with `ERR` (spec §3.3.4, codes in §8.3).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct ErrorCode(pub u16);
@@ -220,6 +258,8 @@ pub struct Packet<'a> {
     pub sack: Option<SackBlock>,
     /// The handshake parameters (SYN, SYN-ACK).
     pub params: Option<HandshakeParams>,
+    /// The address-validation token (spec §3.3.5): only with `params`.
+    pub token: Option<Token>,
     /// The cookie (SYN-ACK, cookie echo).
     pub cookie: Option<Cookie>,
     /// The error code (RST).
@@ -258,6 +298,13 @@ impl<'a> Packet<'a> {
         } else {
             None
         };
+        let token = if params.is_some_and(|p| p.features & HandshakeParams::TOKEN != 0) {
+            let t = Token::parse(rest)?;
+            rest = &rest[TOKEN_LEN..];
+            Some(t)
+        } else {
+            None
+        };
         let cookie = if flags.contains(Flags::CKE) {
             let c = Cookie::parse(rest)?;
             rest = &rest[COOKIE_LEN..];
@@ -274,7 +321,7 @@ impl<'a> Packet<'a> {
         };
         // spec §13.2: the data area is a run of well-formed chunks.
         super::chunk::validate_chunks(rest)?;
-        Ok(Packet { header, sack, params, cookie, error, data: rest })
+        Ok(Packet { header, sack, params, token, cookie, error, data: rest })
     }
 
     /// Encoded length of the whole datagram.
@@ -295,6 +342,7 @@ impl<'a> Packet<'a> {
     fn sections_len(&self) -> usize {
         self.sack.map_or(0, |s| s.encoded_len())
             + self.params.map_or(0, |_| PARAMS_LEN)
+            + self.token.filter(|_| self.params.is_some()).map_or(0, |_| TOKEN_LEN)
             + self.cookie.map_or(0, |_| COOKIE_LEN)
             + self.error.map_or(0, |_| 2)
     }
@@ -332,8 +380,18 @@ impl<'a> Packet<'a> {
             at += s.emit(&mut out[at..]);
         }
         if let Some(p) = &self.params {
+            let mut p = *p;
+            // spec §3.3.5: the TOKEN bit announces exactly the token section.
+            p.features &= !HandshakeParams::TOKEN;
+            if self.token.is_some() {
+                p.features |= HandshakeParams::TOKEN;
+            }
             p.emit(&mut out[at..]);
             at += PARAMS_LEN;
+            if let Some(t) = &self.token {
+                t.emit(&mut out[at..]);
+                at += TOKEN_LEN;
+            }
         }
         if let Some(c) = &self.cookie {
             c.emit(&mut out[at..]);
@@ -354,6 +412,7 @@ impl<'a> Packet<'a> {
             header: Header { ptype, flags, payload_len: 0, conn_id, seq, ack, window },
             sack: None,
             params: None,
+            token: None,
             cookie: None,
             error: None,
             data: &[],
@@ -380,6 +439,7 @@ mod tests {
         let mut p = Packet::bare(PacketType::Segment, Flags::ACK, 9, 100, 5, 4096);
         p.sack = Some(sack);
         p.params = Some(HandshakeParams::new(0xdead_beef, 1452));
+        p.token = Some(Token { timestamp: 6, mac: 7 });
         p.cookie = Some(Cookie { timestamp: 1, client_id: 2, client_max_datagram: 3, mac: 4 });
         p.error = Some(ErrorCode::REFUSED);
         p.data = &[5, 5, 5, 5, 5]; // five one-byte pad chunks (spec §13.2)
@@ -399,7 +459,8 @@ mod tests {
         let payload: &[u8] = &v[HEADER_LEN..];
         let expected: &[u8] = &[
             2, 0, 0, 0, 10, 0, 0, 0, 12, 0, 0, 0, 20, 0, 0, 0, 25, // sack
-            0xde, 0xad, 0xbe, 0xef, 0x05, 0xac, 0, 0, // params
+            0xde, 0xad, 0xbe, 0xef, 0x05, 0xac, 0, 4, // params, TOKEN
+            0, 0, 0, 6, 0, 0, 0, 0, 0, 0, 0, 7, // token
             0, 0, 0, 1, 0, 0, 0, 2, 0, 3, 0, 0, 0, 0, 0, 0, 0, 0, 0, 4, // cookie
             0, 3, // error
             5, 5, 5, 5, 5,
@@ -412,6 +473,7 @@ mod tests {
         let v = encode(&full());
         let mut expect = full();
         expect.header.flags = Flags(v[1]);
+        expect.params = expect.params.map(|p| HandshakeParams { features: HandshakeParams::TOKEN, ..p });
         expect.header.payload_len = (v.len() - HEADER_LEN) as u16;
         assert_eq!(Packet::parse(&v), Ok(expect));
     }
@@ -446,6 +508,18 @@ mod tests {
         }
     }
 
+    #[test]
+    fn a_token_without_parameters_is_not_emitted_and_a_stray_token_bit_is_cleared() {
+        let mut p = Packet::bare(PacketType::Segment, Flags::ACK, 1, 2, 3, 4);
+        p.token = Some(Token { timestamp: 1, mac: 2 });
+        assert_eq!(encode(&p).len(), HEADER_LEN, "no SYN: no token section");
+        let mut p = Packet::bare(PacketType::Segment, Flags::empty(), 0, 2, 0, 4);
+        p.params = Some(HandshakeParams { conn_id: 5, max_datagram: 1452, features: HandshakeParams::TOKEN });
+        let v = encode(&p);
+        let back = Packet::parse(&v).expect("parses");
+        assert_eq!((back.token, back.params.map(|p| p.features)), (None, Some(0)));
+    }
+
     proptest! {
         #[test]
         fn any_packet_round_trips(
@@ -453,6 +527,7 @@ mod tests {
             conn_id: u32, seq: u32, ack: u32, window: u32,
             ranges in proptest::collection::vec((any::<u32>(), any::<u32>()), 0..=MAX_SACK_RANGES),
             params in proptest::option::of((any::<u32>(), any::<u16>())),
+            token in proptest::option::of((any::<u32>(), any::<u64>())),
             cookie in proptest::option::of((any::<u32>(), any::<u32>(), any::<u16>(), any::<u64>())),
             error in proptest::option::of(any::<u16>()),
             body in proptest::collection::vec(any::<u8>(), 0..300),
@@ -469,13 +544,18 @@ mod tests {
                 p.sack = Some(s);
             }
             p.params = params.map(|(conn_id, max_datagram)| HandshakeParams::new(conn_id, max_datagram));
+            p.token = token.map(|(timestamp, mac)| Token { timestamp, mac });
             p.cookie = cookie.map(|(timestamp, client_id, client_max_datagram, mac)| Cookie { timestamp, client_id, client_max_datagram, mac });
             p.error = error.map(ErrorCode);
             p.data = &data;
             let v = encode(&p);
             let back = Packet::parse(&v).unwrap();
             prop_assert_eq!(back.sack, p.sack);
-            prop_assert_eq!(back.params, p.params);
+            let expect_params = p.params.map(|pp| HandshakeParams {
+                features: if p.token.is_some() { HandshakeParams::TOKEN } else { 0 }, ..pp
+            });
+            prop_assert_eq!(back.params, expect_params);
+            prop_assert_eq!(back.token, p.token.filter(|_| p.params.is_some()));
             prop_assert_eq!(back.cookie, p.cookie);
             prop_assert_eq!(back.error, p.error);
             prop_assert_eq!(back.data, &data[..]);

@@ -1,0 +1,158 @@
+//! What one short request/reply session costs the engine in heap
+//! allocations (issue 21: "no malloc per session on the hot path"),
+//! counted by a global allocator wrapper: a client and a listener
+//! endpoint pass datagrams to each other directly (no simulator, whose own
+//! queues would count too), a warm-up of sessions grows every table
+//! first, then the next sessions are counted, with the full handshake and
+//! with 0-RTT tokens (spec §6.9). The figures are printed; the bounds are
+//! today's counts (36 and 35 per session with BBR, the default; 32 with NewReno) with a margin, so that a change that adds allocations
+//! per session fails here and says by how much.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use manyfold_proto::{ConnHandle, Endpoint, EndpointConfig};
+
+struct Counting;
+
+static COUNTING: AtomicBool = AtomicBool::new(false);
+static ALLOCS: AtomicU64 = AtomicU64::new(0);
+static BYTES: AtomicU64 = AtomicU64::new(0);
+
+// SAFETY: every call is passed to the system allocator unchanged; the
+// wrapper only counts (relaxed atomics, no allocation of its own).
+#[allow(unsafe_code)]
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        if COUNTING.load(Ordering::Relaxed) {
+            ALLOCS.fetch_add(1, Ordering::Relaxed);
+            BYTES.fetch_add(layout.size() as u64, Ordering::Relaxed);
+        }
+        // SAFETY: the caller's layout contract is the system allocator's.
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: `ptr` came from `System.alloc` with this layout.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        if COUNTING.load(Ordering::Relaxed) {
+            ALLOCS.fetch_add(1, Ordering::Relaxed);
+            BYTES.fetch_add(new_size as u64, Ordering::Relaxed);
+        }
+        // SAFETY: as for `dealloc`, and `new_size` is the caller's.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+const CLIENT: &str = "198.18.0.1:4000";
+const SERVER: &str = "198.18.0.2:4433";
+
+/// A client endpoint, a listener, and a clock that moves 1 ms per round.
+struct Pair {
+    client: Endpoint,
+    server: Endpoint,
+    now: Instant,
+    buf: Vec<u8>,
+    read: Vec<u8>,
+}
+
+impl Pair {
+    fn new(reuse_tokens: bool) -> Pair {
+        let now = Instant::now();
+        let mut cfg = EndpointConfig { reuse_tokens, ..EndpointConfig::default() };
+        // Freed at once: what is measured is the session, not TIME-WAIT.
+        cfg.connection.time_wait = Duration::from_millis(1);
+        let mut server = Endpoint::new(EndpointConfig { seed: 2, ..cfg.clone() }, now);
+        server.set_listening(true);
+        let client = Endpoint::new(EndpointConfig { seed: 1, ..cfg }, now);
+        Pair { client, server, now, buf: Vec::with_capacity(1 << 16), read: vec![0u8; 1 << 16] }
+    }
+
+    /// One session: request, reply, both ends closed and freed.
+    fn session(&mut self, request: &[u8]) {
+        let (client_addr, server_addr): (SocketAddr, SocketAddr) = (CLIENT.parse().unwrap(), SERVER.parse().unwrap());
+        let h = self.client.connect(self.now, server_addr).expect("connect");
+        assert_eq!(self.client.conn_mut(h).send(request), Ok(request.len()));
+        self.client.conn_mut(h).close();
+        let (mut served, mut answered, mut done): (Option<ConnHandle>, bool, bool) = (None, false, false);
+        for _ in 0..200 {
+            while let Some(t) = self.client.poll_transmit(self.now, 1, &mut self.buf) {
+                self.server.handle_datagram(self.now, client_addr, &self.buf[..t.size]);
+            }
+            if served.is_none() {
+                served = self.server.accept();
+            }
+            if let (Some(s), false) = (served, answered) {
+                while let Ok(Some(n)) = self.server.conn_mut(s).recv(&mut self.read) {
+                    if n == 0 {
+                        answered = true;
+                        assert_eq!(self.server.conn_mut(s).send(request), Ok(request.len()));
+                        self.server.conn_mut(s).close();
+                        self.server.conn_mut(s).release();
+                        break;
+                    }
+                }
+            }
+            while let Some(t) = self.server.poll_transmit(self.now, 1, &mut self.buf) {
+                self.client.handle_datagram(self.now, server_addr, &self.buf[..t.size]);
+            }
+            while let (Ok(Some(n)), false) = (self.client.conn_mut(h).recv(&mut self.read), done) {
+                if n == 0 {
+                    self.client.conn_mut(h).release();
+                    done = true;
+                    break;
+                }
+            }
+            while let Some(t) = self.client.poll_transmit(self.now, 1, &mut self.buf) {
+                self.server.handle_datagram(self.now, client_addr, &self.buf[..t.size]);
+            }
+            while self.client.poll_event().is_some() || self.server.poll_event().is_some() {}
+            self.now += Duration::from_millis(1);
+            self.client.handle_timeout(self.now);
+            self.server.handle_timeout(self.now);
+            if done && self.client.connection_count() == 0 && self.server.connection_count() == 0 {
+                return;
+            }
+        }
+        panic!(
+            "a session did not finish: done {done}, answered {answered}, client holds {}, server {}",
+            self.client.connection_count(),
+            self.server.connection_count()
+        );
+    }
+}
+
+/// Allocations and bytes per session over `n` sessions after `warm` ones.
+fn measure(reuse_tokens: bool, warm: usize, n: usize) -> (f64, f64) {
+    let mut pair = Pair::new(reuse_tokens);
+    let request = vec![7u8; 200];
+    for _ in 0..warm {
+        pair.session(&request);
+    }
+    ALLOCS.store(0, Ordering::Relaxed);
+    BYTES.store(0, Ordering::Relaxed);
+    COUNTING.store(true, Ordering::Relaxed);
+    for _ in 0..n {
+        pair.session(&request);
+    }
+    COUNTING.store(false, Ordering::Relaxed);
+    let (allocs, bytes) = (ALLOCS.load(Ordering::Relaxed), BYTES.load(Ordering::Relaxed));
+    (allocs as f64 / n as f64, bytes as f64 / n as f64)
+}
+
+/// One test, so that the two measurements never run at once (the
+/// counters are global).
+#[test]
+fn a_session_costs_the_engine_a_bounded_number_of_allocations() {
+    let (full, full_bytes) = measure(false, 200, 500);
+    let (early, early_bytes) = measure(true, 200, 500);
+    println!("engine allocations per session (client + server): full handshake {full:.1} ({full_bytes:.0} B), 0-RTT {early:.1} ({early_bytes:.0} B)");
+    assert!(full <= 40.0, "full handshake: {full:.1} allocations per session");
+    assert!(early <= 40.0, "0-RTT: {early:.1} allocations per session");
+}
