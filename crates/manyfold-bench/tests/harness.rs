@@ -43,7 +43,8 @@ fn loopback_scenario_runs_every_row() {
     for row in [
         "| manyfold (newreno) |",
         "| manyfold (cubic) |",
-        "| manyfold (newreno), encrypted |",
+        "| manyfold (bbr), encrypted |",
+        "| manyfold (bbr), datagrams fixed at 1452 B |",
         "| kernel TCP (cubic) |",
         "| kernel TCP (bbr) |",
         "| quinn (encrypts",
