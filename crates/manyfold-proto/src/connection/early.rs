@@ -114,8 +114,7 @@ impl Connection {
             || self.streams.has_sendable()
             || self.streams.has_control()
             || self.fin_queued
-            || self.ack.immediate
-            || self.ack.pending >= self.config.ack_frequency.max(1)
+            || self.ack.due()
     }
 
     /// Feature bits and token for a SYN or SYN-ACK we write (spec §3.3.2).
