@@ -145,7 +145,7 @@ mod trace;
 /// so that it can be named without depending on that crate.
 pub use bytes::Bytes;
 pub use config::{Config, DriverStats, FaultConfig, FaultStats};
-pub use connection::{Connection, Protection, RecvHalf, SendHalf, StreamIo, Streams};
+pub use connection::{BatchSendError, Connection, Protection, RecvHalf, SendHalf, StreamIo, Streams};
 pub use endpoint::{Endpoint, DEFAULT_SHUTDOWN_TIMEOUT};
 pub use error::{
     close_reason, peer_close_text, CloseError, ConnectError, ConnectionError, PeerClose, ReadError, RequestError,

@@ -214,3 +214,68 @@ fn blocking_facade_opens_and_accepts_streams_by_number() {
     c.close().unwrap();
     assert_eq!(server.join().unwrap(), (1, 2, b"numbered for me".to_vec()));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_of_small_messages_arrives_whole_in_order_and_is_read_in_batches() {
+    // issue 21: send_messages / recv_messages, one lock and one wake-up per
+    // batch. 20,000 messages of 32 bytes in batches of 500 (more than the
+    // send buffer's first grant, so a batch also waits for room).
+    const N: u32 = 20_000;
+    timeout(TEST_TIMEOUT, async {
+        let (server, client) = pair(config(), config()).await;
+        let addr = server.local_addr().unwrap();
+        let receiver = tokio::spawn(async move {
+            let conn = server.accept().await.expect("a connection");
+            let streams = conn.streams();
+            let (mut next, mut batches, mut finished) = (0u32, 0u32, false);
+            loop {
+                let got = streams.recv_messages(256).await.expect("recv_messages");
+                if got.is_empty() {
+                    break;
+                }
+                assert!(got.len() <= 256);
+                batches += 1;
+                for (stream, item) in got {
+                    assert_eq!(stream, 3);
+                    match item {
+                        StreamItem::Message(m) => {
+                            let mut want = [0u8; 32];
+                            want[..4].copy_from_slice(&next.to_be_bytes());
+                            assert_eq!(&m[..], &want[..], "message {next}");
+                            next += 1;
+                        }
+                        StreamItem::Finished => finished = true,
+                        other => panic!("unexpected {other:?}"),
+                    }
+                }
+            }
+            (next, batches, finished, conn, server)
+        });
+        let mut conn = client.connect(addr).await.expect("connect");
+        let streams = conn.streams();
+        for start in (0..N).step_by(500) {
+            let batch = (start..start + 500).map(|i| {
+                let mut m = vec![0u8; 32];
+                m[..4].copy_from_slice(&i.to_be_bytes());
+                m
+            });
+            streams.send_messages(3, batch).await.expect("send_messages");
+        }
+        streams.finish_stream(3).expect("finish");
+        streams.wait_for_send(3).await.expect("wait_for_send");
+        // A batch on a finished stream: nothing queued, the error says so.
+        let err = streams.send_messages(3, [b"late".to_vec()]).await.expect_err("the stream is finished");
+        assert_eq!(err.queued, 0);
+        assert!(matches!(err.error, SendError::Finished), "{err}");
+        conn.close().await.expect("close");
+        let (next, batches, finished, _conn, server) = receiver.await.unwrap();
+        assert_eq!(next, N, "every message arrived");
+        assert!(finished, "the stream's end was read");
+        assert!(batches < N, "{batches} reads for {N} messages: some read more than one");
+        eprintln!("{N} messages in {batches} reads");
+        server.shutdown().await;
+        client.shutdown().await;
+    })
+    .await
+    .expect("test timed out");
+}
