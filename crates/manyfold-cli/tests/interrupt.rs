@@ -321,10 +321,30 @@ fn a_killed_receiver_is_named_gone_at_once() {
     let (mut receiver, addr) = recv(&inbox, &[]);
     let sender = send(&src, &addr, &["--delay", "100"]);
     receiver.wait_for_line("receiving sample.bin", LIMIT);
+    // Killed once data flows: killed between printing that line and
+    // answering the list, it would leave a sender with nothing in flight,
+    // which only a keep-alive finds out (spec §4.7), not this test's case.
+    wait_for_partial_data(&inbox);
     let t = Instant::now();
     signal(&receiver, "KILL");
     reported(sender, t, "the receiver is gone (port unreachable)", "the sender");
     receiver.kill();
+}
+
+/// Waits until `recv`'s hidden partial file in `inbox` holds data.
+fn wait_for_partial_data(inbox: &Path) {
+    let deadline = Instant::now() + LIMIT;
+    loop {
+        let has_data = std::fs::read_dir(inbox).unwrap().flatten().any(|e| {
+            e.file_name().to_string_lossy().starts_with(".sample.bin.manyfold-partial-")
+                && e.metadata().map(|m| m.len()).unwrap_or(0) > 0
+        });
+        if has_data {
+            return;
+        }
+        assert!(Instant::now() < deadline, "no data reached {}", inbox.display());
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 /// Issue 19 item 1: a `--once` receiver waits for its last acks before it
