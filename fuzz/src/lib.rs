@@ -15,7 +15,9 @@ use manyfold_proto::wire::chunk::{parse_chunks, summary, validate_chunks, Chunk,
 use manyfold_proto::wire::mcast::{
     emit, emit_announcement, emit_bytes, emit_code, emit_invitation, emit_ranges, McPacket, UNKNOWN_TOTAL,
 };
-use manyfold_proto::wire::{seal, ErrorCode, Flags, Header, Packet, PacketType, COOKIE_LEN, HEADER_LEN, PARAMS_LEN};
+use manyfold_proto::wire::{
+    seal, ErrorCode, Flags, Header, Packet, PacketType, COOKIE_LEN, HEADER_LEN, PARAMS_LEN, TOKEN_LEN,
+};
 use manyfold_proto::{Endpoint, EndpointConfig};
 
 /// The virtual clock's origin: one `Instant` captured once per process, so
@@ -65,6 +67,10 @@ pub fn check_packet(d: &[u8]) -> Option<Packet<'_>> {
     if p.params.is_some() {
         reserved(at + 6..at + 8);
         at += PARAMS_LEN;
+        // spec §3.3.5: the token section follows parameters whose TOKEN bit is set.
+        if p.token.is_some() {
+            at += TOKEN_LEN;
+        }
     }
     if p.cookie.is_some() {
         reserved(at + 10..at + 12);
