@@ -109,7 +109,10 @@ fn retransmission_that_fills_the_last_gap_is_acked_at_once() {
         assert_eq!(w.dropped_by_rule(), 1, "{cc:?} seed {seed}");
         let lost = first.get().expect("data was sent").wrapping_add(1);
         let resent = sends_of(&w, lost);
-        assert_eq!(resent.len(), 1, "the lost packet was resent once ({cc:?} seed {seed})");
+        // spec §5.5.1: the sender has nothing else to send, so the resend
+        // goes twice, back to back.
+        assert_eq!(resent.len(), 2, "the lost packet was resent once, with its copy ({cc:?} seed {seed})");
+        assert_eq!(resent[0].at, resent[1].at, "the copy follows the resend at once ({cc:?} seed {seed})");
         let arrived = resent[0].at + one_way;
         // The server's first packet acknowledging all three.
         let ack = w
@@ -272,7 +275,8 @@ fn lost_tail_is_repaired_by_a_probe_before_the_rto() {
         let t = lost_tail(seed, cc, 20, 2);
         t.check("last 2 of 20 lost", seed, cc);
         let resent = t.after.retransmissions - t.before.retransmissions;
-        assert_eq!(resent, 2, "the probe and one RACK resend ({cc:?} seed {seed})");
+        // spec §5.5.1: the RACK resend of a flow with nothing queued goes twice.
+        assert_eq!(resent, 3, "the probe and one RACK resend with its copy ({cc:?} seed {seed})");
         let rtt = TAIL_ONE_WAY * 2;
         assert!(
             t.repaired <= t.probe + rtt * 2,

@@ -107,6 +107,8 @@ pub(crate) struct Connection {
     zero_window_since: Option<Instant>,
     /// A tail-loss probe is due (the sequence number to resend).
     tlp_due: Option<Seq>,
+    /// The second copy of a thin flow's retransmission is due (spec §5.5.1).
+    resend_copy_due: Option<Seq>,
     /// The process means to exit: repeat the final ack (spec §4.8).
     exiting: bool,
     /// Repeats of the final ack still to send in TIME-WAIT (spec §4.8).
@@ -192,6 +194,7 @@ impl Connection {
             persist_backoff: 0,
             zero_window_since: None,
             tlp_due: None,
+            resend_copy_due: None,
             exiting: false,
             reacks_left: 0,
             tlp_count: 0,
