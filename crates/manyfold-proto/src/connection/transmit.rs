@@ -268,6 +268,11 @@ impl Connection {
             return None;
         }
         let (payload, control) = (p.payload.clone(), p.control);
+        // spec §9.3: the copy waits for the pacer like any packet.
+        if self.paced(now, HEADER_LEN + payload.encoded_len()) {
+            self.resend_copy_due = Some(seq);
+            return None;
+        }
         let n = self.write(now, buf, control | Flags::KLV, seq, Some(&payload), DATA_SACK_RANGES)?;
         if self.sent.on_probe_sent(now, seq, n as u32) {
             self.count_resend(SendTrigger::Retransmit);
