@@ -5,6 +5,11 @@
 //! back to the pool when its last packet has been acknowledged. Bulk
 //! sending thus reuses the same few buffers instead of allocating (and
 //! page-faulting in) fresh memory for every write.
+//!
+//! Small writes (a stream of small messages, issue 21) are copied one
+//! after another into one shared buffer of [`TAIL`] bytes and handed out as
+//! slices of it: no allocation per write, and once every slice of it is
+//! acknowledged the same buffer is filled again from its start.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -17,6 +22,8 @@ const CHUNK: usize = 256 << 10;
 const MIN_POOLED_WRITE: usize = 16 << 10;
 /// Most spare chunks a connection keeps (2 MiB).
 const MAX_SPARE: usize = 8;
+/// Size of the buffer small writes are copied into.
+const TAIL: usize = 64 << 10;
 
 /// Spare chunks. Shared with the chunks in flight, which return themselves
 /// on drop (wherever the last packet referring to them is dropped).
@@ -58,6 +65,8 @@ pub(crate) struct SendBuffer {
     chunks: VecDeque<Bytes>,
     len: usize,
     pool: Pool,
+    /// Where small writes are copied; each is split off as a slice.
+    tail: BytesMut,
 }
 
 impl SendBuffer {
@@ -76,7 +85,13 @@ impl SendBuffer {
         }
         self.len += data.len();
         if data.len() < MIN_POOLED_WRITE {
-            self.chunks.push_back(Bytes::copy_from_slice(data));
+            if self.tail.capacity() < data.len() {
+                // Reclaims the whole buffer in place when no slice of it
+                // is held any more (all acknowledged); otherwise a fresh one.
+                self.tail.reserve(TAIL);
+            }
+            self.tail.extend_from_slice(data);
+            self.chunks.push_back(self.tail.split().freeze());
             return;
         }
         for piece in data.chunks(CHUNK) {
@@ -143,6 +158,32 @@ mod tests {
         assert_eq!(&s.take(10)[..], b"def");
         assert!(s.is_empty());
         assert!(s.take(4).is_empty());
+    }
+
+    #[test]
+    fn small_writes_are_slices_of_one_buffer_reused_once_released() {
+        let mut s = SendBuffer::default();
+        let first: Vec<Bytes> = (0..100u8)
+            .map(|i| {
+                s.push(&[i; 32]);
+                s.take(32)
+            })
+            .collect();
+        assert!(first.iter().enumerate().all(|(i, b)| b[..] == [i as u8; 32]), "each slice holds its write");
+        // Contiguous in one buffer: the writes were not copied apart.
+        assert_eq!(first[1].as_ptr(), first[0].as_ptr().wrapping_add(32));
+        let base = first[0].as_ptr();
+        drop(first);
+        // Fill the rest of the buffer, release it all, and write again:
+        // the same memory is reused from its start.
+        let mut held = Vec::new();
+        for _ in 0..(TAIL / 32 - 100) {
+            s.push(&[1; 32]);
+            held.push(s.take(32));
+        }
+        drop(held);
+        s.push(b"again");
+        assert_eq!(s.take(5).as_ptr(), base, "the released buffer is filled again");
     }
 
     #[test]
