@@ -1070,16 +1070,18 @@ fn check_scale(seed: u64, nets: u8, per_net: u8, slow_every: usize, file: u64, l
 #[test]
 fn a_hundred_receivers_on_ten_networks_under_loss_with_slow_ones_complete_near_the_bottleneck_time() {
     // The CI size of the scale scenario; the full one is the ignored test below.
-    // Measured 1.597× (2026-11-26): the data phase ends at 1.04× the
-    // bottleneck time, the slow receivers' repairs take the rest; issue
-    // 22's 1.1× is not met here yet.
-    check_scale(7951, 10, 10, 50, 8 << 20, 1.7);
+    // Measured 1.099× (2026-11-26; 1.597× before the pace to a receiver
+    // behind its network and the repairs' per-block deficit, spec §16.7,
+    // §16.9); the bound leaves room for the simulator's changes.
+    check_scale(7951, 10, 10, 50, 8 << 20, 1.15);
 }
 
 #[test]
 #[ignore = "full size (1,000 receivers), minutes: cargo test --release -p manyfold-sim --test mcast -- --ignored --nocapture thousand"]
 fn a_thousand_receivers_on_fifty_networks_under_loss_with_slow_ones_complete_near_the_bottleneck_time() {
-    // Measured 1.174× (2026-11-26): issue 22's 1.1× is not met at this
-    // size yet; the bound keeps what is reached from slipping.
-    check_scale(7952, 50, 20, 100, 16 << 20, 1.2);
+    // Measured 1.112× (2026-11-26; 1.174× before the pace to a receiver
+    // behind its network and the repairs' per-block deficit): issue 22's
+    // 1.1× is not met at this size yet (the data phase alone takes 1.10×);
+    // the bound keeps what is reached from slipping.
+    check_scale(7952, 50, 20, 100, 16 << 20, 1.15);
 }

@@ -7,66 +7,13 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::net::SocketAddr;
 use std::time::Duration;
 
-use common::{addr, header, is_cookie_echo};
+use common::rr::{reply_to, request_of, Server};
+use common::{client, header, is_cookie_echo, server};
 use manyfold_proto::wire::Flags;
 use manyfold_proto::{ConnHandle, Endpoint, EndpointConfig};
-use manyfold_sim::{pattern, LinkConfig, World};
-
-fn client() -> SocketAddr {
-    addr(1)
-}
-
-fn server() -> SocketAddr {
-    addr(2)
-}
-
-fn request_of(i: u64, len: usize) -> Vec<u8> {
-    let mut v = vec![0u8; len];
-    pattern(i, 0, &mut v);
-    v
-}
-
-fn reply_to(req: &[u8]) -> Vec<u8> {
-    req.iter().rev().copied().collect()
-}
-
-/// The server application: accept, read each request to the client's
-/// FIN, answer, close, release.
-#[derive(Default)]
-struct Server {
-    open: BTreeMap<ConnHandle, Vec<u8>>,
-    served: u64,
-}
-
-impl Server {
-    fn run(&mut self, ep: &mut Endpoint) {
-        while let Some(h) = ep.accept() {
-            self.open.insert(h, Vec::new());
-        }
-        let mut buf = vec![0u8; 64 * 1024];
-        let mut done = Vec::new();
-        for (&h, req) in self.open.iter_mut() {
-            while let Ok(Some(n)) = ep.conn_mut(h).recv(&mut buf) {
-                if n == 0 {
-                    let reply = reply_to(req);
-                    assert_eq!(ep.conn_mut(h).send(&reply), Ok(reply.len()), "the reply fits the send buffer");
-                    ep.conn_mut(h).close();
-                    ep.conn_mut(h).release();
-                    done.push(h);
-                    break;
-                }
-                req.extend_from_slice(&buf[..n]);
-            }
-        }
-        for h in done {
-            self.open.remove(&h);
-            self.served += 1;
-        }
-    }
-}
+use manyfold_sim::{LinkConfig, World};
 
 /// Client sessions in flight: the request each sent and the reply so far.
 #[derive(Default)]
@@ -172,7 +119,7 @@ fn ten_thousand_sessions_under_loss_leave_the_server_holding_nothing() {
         Duration::from_secs(600),
     );
     assert!(ok, "{} of {total} sessions done (seed {seed})", cli.done);
-    assert_eq!(srv.served, total, "seed {seed}");
+    assert_eq!(srv.total(), total, "seed {seed}");
     // The server closed second: its last FINs are acknowledged within a
     // few round trips, after which it holds no state at all.
     let idle = w.run_until(|w| w.endpoint(server()).connection_count() == 0, Duration::from_secs(5));

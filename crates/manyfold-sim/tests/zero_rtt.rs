@@ -8,71 +8,14 @@
 
 mod common;
 
-use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use common::{addr, header, is_syn, is_syn_ack};
+use common::rr::{reply_to, request_of, Server};
+use common::{addr, client, header, is_syn, is_syn_ack, server};
 use manyfold_proto::wire::{Flags, HandshakeParams, Packet};
 use manyfold_proto::{ConnHandle, EarlyData, Endpoint, EndpointConfig};
-use manyfold_sim::{pattern, LinkConfig, World};
-
-fn client() -> SocketAddr {
-    addr(1)
-}
-
-fn server() -> SocketAddr {
-    addr(2)
-}
-
-fn request_of(i: u64, len: usize) -> Vec<u8> {
-    let mut v = vec![0u8; len];
-    pattern(i, 0, &mut v);
-    v
-}
-
-fn reply_to(req: &[u8]) -> Vec<u8> {
-    req.iter().rev().copied().collect()
-}
-
-/// The server application: reads each request to the client's FIN,
-/// answers, closes; counts how often each request was served.
-#[derive(Default)]
-struct Server {
-    open: BTreeMap<ConnHandle, Vec<u8>>,
-    served: BTreeMap<Vec<u8>, u32>,
-}
-
-impl Server {
-    fn run(&mut self, ep: &mut Endpoint) {
-        while let Some(h) = ep.accept() {
-            self.open.insert(h, Vec::new());
-        }
-        let mut buf = vec![0u8; 64 * 1024];
-        let mut done = Vec::new();
-        for (&h, req) in self.open.iter_mut() {
-            while let Ok(Some(n)) = ep.conn_mut(h).recv(&mut buf) {
-                if n == 0 {
-                    let reply = reply_to(req);
-                    assert_eq!(ep.conn_mut(h).send(&reply), Ok(reply.len()));
-                    ep.conn_mut(h).close();
-                    ep.conn_mut(h).release();
-                    *self.served.entry(req.clone()).or_insert(0) += 1;
-                    done.push(h);
-                    break;
-                }
-                req.extend_from_slice(&buf[..n]);
-            }
-        }
-        for h in done {
-            self.open.remove(&h);
-        }
-    }
-
-    fn total(&self) -> u32 {
-        self.served.values().sum()
-    }
-}
+use manyfold_sim::{LinkConfig, World};
 
 /// One client session: its request, and the reply so far.
 struct Session {
@@ -192,7 +135,7 @@ fn a_stale_token_falls_back_to_the_full_handshake_and_is_served_once() {
     assert!(token_syn(&w.captured()[0].data), "the stale token was presented (seed {seed})");
     let stats = *w.endpoint(server()).stats();
     assert_eq!((stats.tokens_rejected, stats.early_accepted), (1, 0), "seed {seed}");
-    assert!(srv.served.values().all(|&n| n == 1) && srv.total() == 2, "served {:?} (seed {seed})", srv.served);
+    assert!(srv.each_once() && srv.total() == 2, "served {:?} (seed {seed})", srv.served);
     // The fallback handed a fresh token: the next session is 0-RTT again.
     let took = session(&mut w, &mut srv, server(), 3);
     assert!(took < Duration::from_millis(42), "took {took:?} (seed {seed})");
@@ -260,7 +203,7 @@ fn replay_first_packet(seed: u64, early_data: EarlyData) -> (Server, Endpoint) {
 fn a_replayed_first_packet_is_not_served_twice_under_a_replay_window() {
     let seed = 7105;
     let (srv, ep) = replay_first_packet(seed, EarlyData::ReplayWindow(1024));
-    assert!(srv.served.values().all(|&n| n == 1) && srv.total() == 2, "served {:?} (seed {seed})", srv.served);
+    assert!(srv.each_once() && srv.total() == 2, "served {:?} (seed {seed})", srv.served);
     let stats = ep.stats();
     assert_eq!((stats.early_accepted, stats.early_replayed), (1, 1), "seed {seed}");
 }
@@ -284,7 +227,7 @@ fn a_listener_that_refuses_early_data_runs_the_full_handshake_and_serves_once() 
     let took = session(&mut w, &mut srv, server(), 2);
     assert!(took >= Duration::from_millis(80) && took < Duration::from_millis(82), "took {took:?} (seed {seed})");
     assert!(token_syn(&w.captured()[0].data), "seed {seed}");
-    assert!(srv.served.values().all(|&n| n == 1) && srv.total() == 2, "served {:?} (seed {seed})", srv.served);
+    assert!(srv.each_once() && srv.total() == 2, "served {:?} (seed {seed})", srv.served);
 }
 
 #[test]
@@ -299,7 +242,7 @@ fn a_lost_early_syn_ack_is_sent_again_and_the_request_served_once() {
     // The client's SYN retransmission (1 s) reaches the connection its
     // first copy created, which answers at once.
     assert!(took < Duration::from_millis(1100), "took {took:?} (seed {seed})");
-    assert!(srv.served.values().all(|&n| n == 1) && srv.total() == 2, "served {:?} (seed {seed})", srv.served);
+    assert!(srv.each_once() && srv.total() == 2, "served {:?} (seed {seed})", srv.served);
     assert_eq!(w.endpoint(server()).stats().early_accepted, 1, "seed {seed}");
 }
 
@@ -313,7 +256,7 @@ fn a_lost_early_syn_is_sent_again_with_its_data() {
     let took = session(&mut w, &mut srv, server(), 2);
     assert_eq!(w.dropped_by_rule(), 1, "seed {seed}");
     assert!(took < Duration::from_millis(1100), "took {took:?} (seed {seed})");
-    assert!(srv.served.values().all(|&n| n == 1) && srv.total() == 2, "served {:?} (seed {seed})", srv.served);
+    assert!(srv.each_once() && srv.total() == 2, "served {:?} (seed {seed})", srv.served);
 }
 
 #[test]

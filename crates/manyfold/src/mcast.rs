@@ -211,7 +211,7 @@ struct Coalescer {
 impl Coalescer {
     const MAX: usize = 1 << 20;
 
-    fn push(&mut self, sink: &mut dyn McastSink, offset: u64, data: &[u8]) -> io::Result<()> {
+    fn push(&mut self, sink: &mut (dyn McastSink + Send), offset: u64, data: &[u8]) -> io::Result<()> {
         if !self.buf.is_empty()
             && (offset != self.offset + self.buf.len() as u64 || self.buf.len() + data.len() > Self::MAX)
         {
@@ -615,6 +615,50 @@ pub trait McastSink {
     fn verify(&mut self, info: &Announcement) -> io::Result<bool>;
 }
 
+/// Runs the sink's whole-file check on a thread of its own while this
+/// one keeps the receiver alive (spec §16.7): its timers run, what they
+/// send (STATUS every `status_interval`) goes out, and what arrives is
+/// read, so that a long check (a large file, a slow disk, many receivers
+/// of one host hashing at once) is not taken for a dead receiver by the
+/// sender's `receiver_timeout`, nor a quiet sender for a lost one. Blocks
+/// the calling task for the check's duration, as the check itself did.
+/// Events the engine raises meanwhile wait for the caller's loop.
+fn verify_alive(
+    r: &mut McastReceiver,
+    sink: &mut (dyn McastSink + Send),
+    info: &Announcement,
+    socks: &Sockets,
+    inbound: &mut Inbound,
+) -> io::Result<bool> {
+    /// How often the check is looked at and the engine's timers run.
+    const TURN: Duration = Duration::from_millis(20);
+    std::thread::scope(|scope| {
+        let check =
+            std::thread::Builder::new().name("mcast-verify".into()).spawn_scoped(scope, || sink.verify(info))?;
+        let mut buf = vec![0u8; 65_536];
+        while !check.is_finished() {
+            let now = Instant::now();
+            for (batch, io) in [(&mut inbound.unicast, &socks.unicast), (&mut inbound.group, &socks.group)] {
+                // Non-blocking; every packet is held, so nothing to store.
+                if let Ok(n) = batch.read(io) {
+                    for (from, d) in batch.datagrams(n) {
+                        r.handle_datagram(now, from, d);
+                    }
+                }
+            }
+            if r.poll_timeout().is_some_and(|t| t <= now) {
+                r.handle_timeout(now);
+            }
+            while let Some(t) = r.poll_transmit(now, &mut buf) {
+                // A full socket buffer loses one keep-alive; the next goes.
+                let _ = socks.unicast.send(t.destination, &buf[..t.size], None);
+            }
+            std::thread::sleep(TURN);
+        }
+        check.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+    })
+}
+
 /// How a receiver's session ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ReceiveOutcome {
@@ -679,7 +723,7 @@ pub struct ReceiverView {
 pub async fn receive(
     net: &McastNet,
     cfg: ReceiverConfig,
-    sink: &mut dyn McastSink,
+    sink: &mut (dyn McastSink + Send),
     wait: Option<Duration>,
     on_tick: impl FnMut(&ReceiverView),
 ) -> io::Result<(ReceiveOutcome, ReceiverView)> {
@@ -702,7 +746,7 @@ pub async fn receive(
 pub async fn receive_until(
     net: &McastNet,
     cfg: ReceiverConfig,
-    sink: &mut dyn McastSink,
+    sink: &mut (dyn McastSink + Send),
     wait: Option<Duration>,
     abort: impl std::future::Future<Output = ErrorCode>,
     on_tick: impl FnMut(&ReceiverView),
@@ -730,7 +774,7 @@ pub async fn receive_until(
 pub async fn receive_session(
     net: &McastNet,
     cfg: ReceiverConfig,
-    sink: &mut dyn McastSink,
+    sink: &mut (dyn McastSink + Send),
     wait: Option<Duration>,
     done: &mut HashSet<u32>,
     abort: impl std::future::Future<Output = ErrorCode>,
@@ -747,7 +791,7 @@ pub async fn receive_session(
 async fn receive_inner(
     net: &McastNet,
     cfg: ReceiverConfig,
-    sink: &mut dyn McastSink,
+    sink: &mut (dyn McastSink + Send),
     wait: Option<Duration>,
     skip: &HashSet<u32>,
     joined: &mut Option<u32>,
@@ -803,7 +847,7 @@ async fn receive_inner(
                 }
                 ReceiverEvent::Complete => {
                     let info = r.announcement().cloned().expect("complete implies announced");
-                    match sink.verify(&info) {
+                    match verify_alive(&mut r, sink, &info, &socks, &mut inbound) {
                         Ok(ok) => {
                             hash_ok = Some(ok);
                             r.finish(ok);

@@ -15,7 +15,7 @@ use common::netns;
 use manyfold::mcast::{
     receive_until, send_until, ErrorCode, McastNet, McastSink, ReceiveOutcome, SenderError, SenderView,
 };
-use manyfold_proto::mcast::{Announcement, ReceiverConfig, SenderConfig};
+use manyfold_proto::mcast::{Announcement, ReceiverConfig, ReceiverOutcome, SenderConfig};
 
 /// Runs `test` on a thread inside a fresh namespace whose loopback carries
 /// multicast; `tag` names the namespace.
@@ -174,4 +174,72 @@ fn an_interrupted_receiver_is_reported_by_its_sender_at_once() {
     assert_eq!(view.receivers[0].left, Some(ErrorCode::INTERRUPTED), "the sender says why it left");
     assert_eq!(view.failed, Some(SenderError::AllDropped), "its only receiver left");
     assert!(after < Duration::from_secs(1), "the sender knew after {after:?}, not a 5 s receiver timeout");
+}
+
+/// Holds nothing, and takes `check` to verify: a large file on a slow disk.
+struct SlowCheck {
+    check: Duration,
+}
+
+impl McastSink for SlowCheck {
+    fn announced(&mut self, _: &Announcement) -> io::Result<()> {
+        Ok(())
+    }
+    fn write_at(&mut self, _: u64, _: &[u8]) -> io::Result<()> {
+        Ok(())
+    }
+    fn read_at(&mut self, _: u64, out: &mut [u8]) -> io::Result<usize> {
+        out.fill(0);
+        Ok(out.len())
+    }
+    fn verify(&mut self, _: &Announcement) -> io::Result<bool> {
+        std::thread::sleep(self.check);
+        Ok(true)
+    }
+}
+
+#[test]
+fn a_receiver_checking_its_file_longer_than_the_senders_patience_stays_in_the_session() {
+    let got = in_namespace("v", || {
+        let path = std::env::temp_dir().join(format!("mf-mcast-v-{}", std::process::id()));
+        let file = std::fs::OpenOptions::new().read(true).write(true).create(true).truncate(true).open(&path).unwrap();
+        file.set_len(1 << 20).expect("set_len");
+        let net = net(7033);
+        let rx_net = net.clone();
+        // Its own thread, as another host's receiver would be: the check
+        // blocks the receiver's thread, not the sender's.
+        let receiver = std::thread::spawn(move || {
+            // The check takes three times the sender's receiver_timeout;
+            // the receiver's STATUS keep-alives come thrice as often.
+            let mut sink = SlowCheck { check: Duration::from_secs(3) };
+            let cfg =
+                ReceiverConfig { network: 1, status_interval: Duration::from_millis(300), ..ReceiverConfig::default() };
+            rt().block_on(receive_until(
+                &rx_net,
+                cfg,
+                &mut sink,
+                Some(Duration::from_secs(20)),
+                std::future::pending(),
+                |_| {},
+            ))
+            .map(|(o, _)| o)
+        });
+        let cfg =
+            SenderConfig { min_receivers: 1, receiver_timeout: Duration::from_secs(1), ..SenderConfig::default() };
+        let info = Announcement { size: Some(1 << 20), name: "small.bin".into(), ..info() };
+        let sent = rt().block_on(async move {
+            let sender = send_until(&net, cfg, info, file, None, std::future::pending(), |_| {}, |_| {});
+            tokio::time::timeout(Duration::from_secs(30), sender)
+                .await
+                .map_err(|_| io::Error::other("the session never ended"))?
+        });
+        let _ = std::fs::remove_file(path);
+        (sent, receiver.join().expect("the receiver's thread"))
+    });
+    let Some((sent, received)) = got else { return };
+    let view = sent.expect("the sender");
+    let outcomes: Vec<_> = view.receivers.iter().map(|r| r.outcome).collect();
+    assert_eq!(outcomes, [ReceiverOutcome::Completed], "the sender's view of its receiver");
+    assert_eq!(view.failed, None);
+    assert_eq!(received.expect("the receiver"), ReceiveOutcome::Completed);
 }

@@ -13,6 +13,8 @@ use manyfold_proto::wire::{Flags, Header, Packet};
 use manyfold_proto::{CongestionAlgorithm, ConnHandle, EndpointConfig, State, StreamId};
 use manyfold_sim::{LinkConfig, World};
 
+pub mod rr;
+
 /// Every congestion controller. Loss-recovery tests loop over this list:
 /// adding a controller to the engine means adding it here.
 pub const CONTROLLERS: &[CongestionAlgorithm] = &CongestionAlgorithm::ALL;

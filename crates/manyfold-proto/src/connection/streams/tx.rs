@@ -100,9 +100,14 @@ impl SendSide {
         }
     }
 
-    /// Whether the side has nothing more to do: finished and acked, or reset and acked.
+    /// Whether the side has nothing more to do: finished and acked, or
+    /// reset and acked, and in both cases no chunk of it still in flight.
+    /// A reset side's chunks in flight are acked or stripped before they
+    /// would be sent again (spec §13.9); forgotten earlier, the stream
+    /// could be reborn by the peer's data and their acks counted against
+    /// the new side (found by fuzzing: `unacked` went below zero).
     pub fn is_done(&self) -> bool {
-        (self.fin_acked() && self.unacked == 0) || (self.reset.is_some() && self.reset_acked)
+        self.unacked == 0 && (self.fin_acked() || (self.reset.is_some() && self.reset_acked))
     }
 
     /// Both offset spaces' FINs are acknowledged.
@@ -308,6 +313,20 @@ mod tests {
         assert_eq!(a.data.as_ptr(), data.as_ptr(), "the first chunk is a slice of the caller's buffer");
         assert_eq!(b.data.as_ptr(), data[1200..].as_ptr());
         assert_eq!((a.flags, b.offset), (data_flags::BEGIN, 1200));
+    }
+
+    #[test]
+    fn a_reset_side_is_not_done_while_a_chunk_of_it_is_in_flight() {
+        let mut s = SendSide::new(100);
+        s.write(b"abcd");
+        let c = s.cut(StreamId::new(3), 10, usize::MAX).unwrap();
+        s.reset(7);
+        s.reset_acked = true;
+        // Forgotten now, the stream could be reborn by the peer's data and
+        // this chunk's ack counted against the new side.
+        assert!(!s.is_done());
+        s.unacked -= c.data.len() as u64;
+        assert!(s.is_done());
     }
 
     #[test]

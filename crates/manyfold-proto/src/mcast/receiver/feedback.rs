@@ -171,7 +171,8 @@ impl McastReceiver {
         self.timers.set(ReceiverTimer::Repair, now + self.repair_interval());
         self.repair_round += 1;
         self.stats.repair_requests += 1;
-        let have = &self.have;
+        // spec §16.9: per FEC block, only the deficit beyond the parity held.
+        let ranges = self.repair_ranges(total);
         let n = emit(
             buf,
             PacketType::McRepair,
@@ -180,7 +181,7 @@ impl McastReceiver {
             self.repair_round,
             self.cfg.network,
             self.client,
-            |o| emit_ranges(o, have.gaps(0..total)).0,
+            |o| emit_ranges(o, ranges.iter().cloned()).0,
         )?;
         Some(McTransmit { destination: sender, size: n })
     }

@@ -4,6 +4,7 @@
 
 use super::McastReceiver;
 use crate::mcast::fec;
+use std::ops::Range;
 
 /// A numbered shard: (index, bytes).
 pub(super) type Shard = (u16, Vec<u8>);
@@ -38,6 +39,45 @@ impl McastReceiver {
         entry.1.push((index, shard.to_vec()));
         self.parity_bytes += shard.len();
         self.check_decodable(block);
+    }
+
+    /// spec §16.5, §16.9: the ranges a REPAIR names. With FEC, each
+    /// block's list stops at its **deficit**: the packets it misses there
+    /// less the parity shards of the block it holds (any that many more
+    /// shards, or that many of its missing packets, complete the block),
+    /// so that the sender sends exactly what is still needed, whichever
+    /// shards were lost on the way. A block its shards already cover is
+    /// not named (it is being rebuilt). Without FEC: every gap.
+    pub(super) fn repair_ranges(&self, total: u32) -> Vec<Range<u32>> {
+        let Some(k) = self.fec_k().map(u32::from) else { return self.have.gaps(0..total).collect() };
+        let mut out: Vec<Range<u32>> = Vec::new();
+        // (block, packets it may still name)
+        let mut budget: Option<(u32, u64)> = None;
+        for gap in self.have.gaps(0..total) {
+            let mut sn = gap.start;
+            while sn < gap.end {
+                let block = sn / k;
+                let end = gap.end.min(block.saturating_add(1).saturating_mul(k));
+                if budget.is_none_or(|(b, _)| b != block) {
+                    let start = block.saturating_mul(k);
+                    let missing = self.have.count_clear_upto(start..start.saturating_add(k).min(total));
+                    let held = self.parity.get(&block).map_or(0, |(_, shards)| shards.len() as u64);
+                    budget = Some((block, missing.saturating_sub(held)));
+                }
+                if let Some((_, left)) = budget.as_mut() {
+                    let take = u64::from(end - sn).min(*left) as u32;
+                    if take > 0 {
+                        match out.last_mut() {
+                            Some(last) if last.end == sn => last.end = sn + take,
+                            _ => out.push(sn..sn + take),
+                        }
+                        *left -= u64::from(take);
+                    }
+                }
+                sn = end;
+            }
+        }
+        out
     }
 
     pub(super) fn check_decodable(&mut self, block: u32) {

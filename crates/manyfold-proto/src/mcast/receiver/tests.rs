@@ -203,3 +203,33 @@ fn a_window_whose_last_packet_was_lost_is_acked_when_the_next_window_begins() {
     let sent = drain(&mut r, later);
     assert!(sent.iter().any(|x| x.1 == PacketType::McAck && x.2 == 9), "{sent:?}");
 }
+
+#[test]
+fn a_repair_names_per_fec_block_only_the_packets_missing_beyond_the_parity_held() {
+    // spec §16.9: blocks of 8 packets; block 0 misses 5 and holds 2 shards
+    // (names 3), block 1 misses 1 and holds 1 (names none: it is rebuilt),
+    // block 2 misses 2 and holds none (names both).
+    let t0 = Instant::now();
+    let cfg = ReceiverConfig { network: 1, seed: 3, ..ReceiverConfig::default() };
+    let mut r = McastReceiver::new(cfg, group());
+    let info = Announcement {
+        size: Some(24_000),
+        block: 1000,
+        artp_max_us: 600,
+        repair_interval_ms: 50,
+        fec_k: 8,
+        hash: Some([1; 32]),
+        name: "f".into(),
+    };
+    let client = r.client_id();
+    feed(&mut r, t0, PacketType::McAnnounce, Flags::empty(), 0, 24, 0, |o| emit_announcement(o, &info));
+    feed(&mut r, t0, PacketType::McRegister, Flags::ACK, 0, 1, client, |o| emit_announcement(o, &info));
+    let lost = [1, 2, 4, 5, 6, 12, 17, 20];
+    for sn in (0..24).filter(|sn| !lost.contains(sn)) {
+        feed(&mut r, t0, PacketType::McData, Flags::empty(), sn, 23, 24, |o| o[..1000].len());
+    }
+    for (block, index) in [(0, 0), (0, 1), (1, 0)] {
+        feed(&mut r, t0, PacketType::McParity, Flags::empty(), block, index, 8, |o| o[..1000].len());
+    }
+    assert_eq!(r.repair_ranges(24), [1..3, 4..5, 17..18, 20..21]);
+}

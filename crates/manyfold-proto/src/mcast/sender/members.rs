@@ -206,6 +206,8 @@ impl McastSender {
         }
         r.outcome = outcome;
         self.events.push_back(SenderEvent::ReceiverDone { client: r.client, outcome });
+        // spec §16.7: the data stays paced only while a live receiver is behind.
+        self.slowest_paced = self.receivers.iter().any(|r| r.behind && r.outcome == ReceiverOutcome::Active);
         let network = self.await_key(idx);
         let still = (0..self.receivers.len())
             .any(|i| self.receivers[i].outcome == ReceiverOutcome::Active && self.await_key(i) == network);

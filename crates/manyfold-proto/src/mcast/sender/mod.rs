@@ -175,6 +175,11 @@ pub struct McastSender {
     new_losses_behind: u32,
     /// Smoothed time from a window's last packet to its first ACK.
     ack_time: Option<Duration>,
+    /// Some live receiver is behind its network: the data is paced to the
+    /// windows' rate, which is the slowest admitted receiver's (spec §16.7).
+    slowest_paced: bool,
+    /// When the data phase began.
+    data_started: Option<Instant>,
     security: Option<Box<SenderSecurity>>,
     /// The packet `poll_plain` just wrote goes out unsealed.
     send_clear: bool,
@@ -239,6 +244,8 @@ impl McastSender {
             new_losses: 0,
             new_losses_behind: 0,
             ack_time: None,
+            slowest_paced: false,
+            data_started: None,
             security,
             send_clear: false,
             invite_due: false,
@@ -313,6 +320,7 @@ impl McastSender {
                 self.fail(SenderError::NoReceivers);
             } else {
                 self.stage = Stage::Data;
+                self.data_started = Some(now);
                 self.events.push_back(SenderEvent::DataStarted);
                 self.timers.set(SenderTimer::Announce, now);
             }
@@ -664,10 +672,13 @@ impl McastSender {
     }
 
     /// The flow control's pacing rate, bytes per second: recent windows'
-    /// rate, with `pace` or while repairing (spec §16.3); `None`: the
-    /// window's packets go back to back (the ceiling aside).
+    /// rate, with `pace`, while a live receiver is behind its network
+    /// (spec §16.7: the windows then wait for it, so their rate is its own)
+    /// or while repairing (spec §16.3); `None`: the window's packets go
+    /// back to back (the ceiling aside).
     fn pacing_rate(&self) -> Option<f64> {
-        self.rate.filter(|_| self.cfg.pace || self.stage == Stage::Repair).map(|r| r * 1.25)
+        let paced = self.cfg.pace || self.stage == Stage::Repair || self.slowest_paced;
+        self.rate.filter(|_| paced).map(|r| r * 1.25)
     }
 
     fn send_announce(&mut self, buf: &mut [u8]) -> Option<McTransmit> {

@@ -27,6 +27,12 @@ struct BlockLosses {
     per: Vec<(usize, u16)>,
     /// The most any one receiver reported.
     worst: u16,
+    /// The same among receivers not behind their network (spec §16.7):
+    /// what the automatic parity learns from. A receiver behind its own
+    /// bottleneck loses its queue's overflow, congestion that the pace
+    /// and the window answer; its losses are topped up, not sent to every
+    /// block in advance.
+    worst_shared: u16,
 }
 
 /// The sender's view of loss per FEC block (spec §16.9, "Parity first").
@@ -62,6 +68,7 @@ impl McastSender {
             return;
         }
         let mut touched = Vec::new();
+        let behind = self.receivers[idx].behind;
         for r in ranges {
             let r = r.start..r.end.min(self.next_sn);
             let mut sn = r.start.max(self.plan.settled.saturating_mul(k));
@@ -81,6 +88,9 @@ impl McastSender {
                     }
                 };
                 b.worst = b.worst.max(count);
+                if !behind {
+                    b.worst_shared = b.worst_shared.max(count);
+                }
                 if touched.last() != Some(&block) {
                     touched.push(block);
                 }
@@ -133,8 +143,8 @@ impl McastSender {
     }
 
     /// A window resolved: blocks wholly before `recent_from` are settled,
-    /// each one's worst loss (0 if nobody reported any) folded into the
-    /// automatic parity.
+    /// each one's worst loss among receivers not behind their network (0
+    /// if nobody reported any) folded into the automatic parity.
     pub(super) fn settle_blocks(&mut self) {
         let k = u32::from(self.cfg.fec_k);
         if k == 0 {
@@ -143,7 +153,7 @@ impl McastSender {
         let upto = self.recent_from / k;
         while self.plan.settled < upto {
             let b = self.plan.settled;
-            let worst = self.plan.blocks.remove(&b).map_or(0, |x| x.worst);
+            let worst = self.plan.blocks.remove(&b).map_or(0, |x| x.worst_shared);
             self.plan.auto += AUTO_GAIN * (f64::from(worst) - self.plan.auto);
             self.plan.settled += 1;
         }

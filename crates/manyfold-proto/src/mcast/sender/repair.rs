@@ -79,13 +79,12 @@ impl McastSender {
             }
             for (block, per) in blocks {
                 let next = self.parity_next.get(&block).copied().unwrap_or(0);
-                // A receiver holds the shards sent so far unless it lost
-                // some, so it needs what it misses beyond them, and one at
-                // least (it lost one, or it would have rebuilt the block):
-                // a receiver losing shards gets one more each pass.
-                let need = |n: u16| n.saturating_sub(next).max(1);
+                // spec §16.9: a receiver names, per block, only its
+                // deficit (what it misses beyond the parity it holds), so
+                // the worst deficit in new shards completes every
+                // requester, whichever earlier shards each one lost.
                 let live = per.iter().filter(|(&i, _)| self.receivers[i].outcome == ReceiverOutcome::Active);
-                let (count, worst) = live.fold((0, 0), |(c, w), (_, &n)| (c + 1, w.max(need(n))));
+                let (count, worst) = live.fold((0, 0), |(c, w), (_, &n)| (c + 1, w.max(n)));
                 // Parity first (spec §16.9): any block a live receiver
                 // misses packets of gets parity while its code has
                 // indexes left; a shard also serves whoever asks later.

@@ -12,6 +12,10 @@ use std::time::{Duration, Instant};
 /// What windows wait for: a network id, or one receiver of its own.
 pub(super) type AwaitKey = u64;
 
+/// The shortest span of ACKs whose rate seeds the pace when a receiver
+/// is first seen behind.
+const MIN_SEED_SPAN: Duration = Duration::from_millis(10);
+
 /// The span of ACKs one rate sample covers.
 const RATE_SPAN: Duration = Duration::from_secs(1);
 
@@ -37,6 +41,23 @@ impl McastSender {
             r.behind = true;
             let (client, addr) = (r.client, r.addr);
             self.events.push_back(SenderEvent::ReceiverBehind { client, addr });
+            // Its own bottleneck has a queue, which windows sent back to
+            // back (several in flight) overflow: from now on the data is
+            // paced at the windows' rate, which waits for it (spec §16.7).
+            self.slowest_paced = true;
+            // The windows' rate still holds the fast networks' samples; the
+            // pace starts at its own rate so far, from its cumulative ACKs.
+            // (Its earlier ACKs were mostly suppressed: without an anchor,
+            // from the data phase's start.)
+            let r = &self.receivers[idx];
+            let anchor = r.rate_anchor.or(self.data_started.map(|t| (t, 0)));
+            if let Some((since, from)) = anchor.filter(|a| lwsn > a.1) {
+                let span = now.saturating_duration_since(since).as_secs_f64();
+                if span >= MIN_SEED_SPAN.as_secs_f64() {
+                    let own = f64::from(lwsn - from) * f64::from(self.info.block) / span;
+                    self.rate = Some(self.rate.map_or(own, |rate| rate.min(own)));
+                }
+            }
             // A queue builds up in front of it: a sign of congestion, which
             // ends slow start and halves the window (spec §16.3).
             if self.slow_start {

@@ -1,0 +1,71 @@
+//! The request/reply application the session tests run (spec §15, §6.9):
+//! a client's request is a pattern of its index, the reply the request
+//! reversed, and the server counts how often it served each request.
+
+use std::collections::BTreeMap;
+
+use manyfold_proto::{ConnHandle, Endpoint};
+use manyfold_sim::pattern;
+
+/// Request number `i`, `len` bytes of its pattern.
+pub fn request_of(i: u64, len: usize) -> Vec<u8> {
+    let mut v = vec![0u8; len];
+    pattern(i, 0, &mut v);
+    v
+}
+
+/// What the server answers to `req`.
+pub fn reply_to(req: &[u8]) -> Vec<u8> {
+    req.iter().rev().copied().collect()
+}
+
+/// The server application: accepts, reads each request to the client's
+/// FIN, answers, closes, releases.
+#[derive(Default)]
+pub struct Server {
+    open: BTreeMap<ConnHandle, Vec<u8>>,
+    /// Times each request was served, by a hash of its bytes (a hundred
+    /// thousand sessions must not keep a hundred thousand requests).
+    pub served: BTreeMap<u64, u32>,
+}
+
+impl Server {
+    pub fn run(&mut self, ep: &mut Endpoint) {
+        while let Some(h) = ep.accept() {
+            self.open.insert(h, Vec::new());
+        }
+        let mut buf = vec![0u8; 64 * 1024];
+        let mut done = Vec::new();
+        for (&h, req) in self.open.iter_mut() {
+            while let Ok(Some(n)) = ep.conn_mut(h).recv(&mut buf) {
+                if n == 0 {
+                    let reply = reply_to(req);
+                    assert_eq!(ep.conn_mut(h).send(&reply), Ok(reply.len()), "the reply fits the send buffer");
+                    ep.conn_mut(h).close();
+                    ep.conn_mut(h).release();
+                    *self.served.entry(fnv1a(req)).or_insert(0) += 1;
+                    done.push(h);
+                    break;
+                }
+                req.extend_from_slice(&buf[..n]);
+            }
+        }
+        for h in done {
+            self.open.remove(&h);
+        }
+    }
+
+    /// Sessions served.
+    pub fn total(&self) -> u64 {
+        self.served.values().map(|&n| u64::from(n)).sum()
+    }
+
+    /// No request was served more than once.
+    pub fn each_once(&self) -> bool {
+        self.served.values().all(|&n| n == 1)
+    }
+}
+
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3))
+}
