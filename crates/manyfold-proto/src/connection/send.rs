@@ -7,9 +7,12 @@
 //! page-faulting in) fresh memory for every write.
 //!
 //! Small writes (a stream of small messages, issue 21) are copied one
-//! after another into one shared buffer of [`TAIL`] bytes and handed out as
-//! slices of it: no allocation per write, and once every slice of it is
-//! acknowledged the same buffer is filled again from its start.
+//! after another into one shared buffer and handed out as slices of it:
+//! no allocation per write, and once every slice of it is acknowledged
+//! the same buffer is filled again from its start. The buffer starts at
+//! [`MIN_TAIL`] bytes and doubles each time it runs out, up to [`TAIL`]:
+//! a short request/reply keeps a small one, a stream of messages grows
+//! it to its working size.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -22,8 +25,10 @@ const CHUNK: usize = 256 << 10;
 const MIN_POOLED_WRITE: usize = 16 << 10;
 /// Most spare chunks a connection keeps (2 MiB).
 const MAX_SPARE: usize = 8;
-/// Size of the buffer small writes are copied into.
+/// Largest buffer small writes are copied into.
 const TAIL: usize = 64 << 10;
+/// First buffer small writes are copied into.
+const MIN_TAIL: usize = 512;
 
 /// Spare chunks. Shared with the chunks in flight, which return themselves
 /// on drop (wherever the last packet referring to them is dropped).
@@ -67,6 +72,8 @@ pub(crate) struct SendBuffer {
     pool: Pool,
     /// Where small writes are copied; each is split off as a slice.
     tail: BytesMut,
+    /// Size of the last buffer `tail` was given.
+    tail_size: usize,
 }
 
 impl SendBuffer {
@@ -87,8 +94,11 @@ impl SendBuffer {
         if data.len() < MIN_POOLED_WRITE {
             if self.tail.capacity() < data.len() {
                 // Reclaims the whole buffer in place when no slice of it
-                // is held any more (all acknowledged); otherwise a fresh one.
-                self.tail.reserve(TAIL);
+                // is held any more (all acknowledged) and it is as large
+                // as wanted; otherwise a fresh one, twice the last.
+                let want = (2 * self.tail_size).max(data.len().next_power_of_two()).clamp(MIN_TAIL, TAIL);
+                self.tail_size = want;
+                self.tail.reserve(want);
             }
             self.tail.extend_from_slice(data);
             self.chunks.push_back(self.tail.split().freeze());
@@ -161,29 +171,28 @@ mod tests {
     }
 
     #[test]
-    fn small_writes_are_slices_of_one_buffer_reused_once_released() {
+    fn small_writes_are_slices_of_one_buffer_that_grows_to_its_working_size() {
         let mut s = SendBuffer::default();
-        let first: Vec<Bytes> = (0..100u8)
-            .map(|i| {
-                s.push(&[i; 32]);
-                s.take(32)
-            })
-            .collect();
-        assert!(first.iter().enumerate().all(|(i, b)| b[..] == [i as u8; 32]), "each slice holds its write");
-        // Contiguous in one buffer: the writes were not copied apart.
-        assert_eq!(first[1].as_ptr(), first[0].as_ptr().wrapping_add(32));
-        let base = first[0].as_ptr();
-        drop(first);
-        // Fill the rest of the buffer, release it all, and write again:
-        // the same memory is reused from its start.
-        let mut held = Vec::new();
-        for _ in 0..(TAIL / 32 - 100) {
-            s.push(&[1; 32]);
-            held.push(s.take(32));
+        s.push(&[7; 200]);
+        let first = s.take(200);
+        assert_eq!(s.tail_size, MIN_TAIL, "a short exchange keeps a small buffer");
+        s.push(&[8; 32]);
+        let second = s.take(32);
+        assert_eq!(second.as_ptr(), first.as_ptr().wrapping_add(200), "one after another in one buffer");
+        assert_eq!((&first[..], &second[..]), (&[7u8; 200][..], &[8u8; 32][..]));
+        // A stream of messages, each acknowledged at once: the buffer
+        // doubles up to its largest size and is then refilled in place.
+        let mut starts = std::collections::HashSet::new();
+        for i in 0..(8 * TAIL / 32) {
+            s.push(&[i as u8; 32]);
+            let b = s.take(32);
+            assert_eq!(&b[..], &[i as u8; 32][..]);
+            starts.insert(b.as_ptr() as usize);
         }
-        drop(held);
-        s.push(b"again");
-        assert_eq!(s.take(5).as_ptr(), base, "the released buffer is filled again");
+        assert_eq!(s.tail_size, TAIL);
+        // The growing buffers (512 B to 32 KiB) and the largest, reused:
+        // well under the 8 × TAIL / 32 places of a fresh buffer each time.
+        assert!(starts.len() <= 3 * TAIL / 32, "{} places used for 32-byte writes", starts.len());
     }
 
     #[test]
