@@ -28,7 +28,10 @@ fn rate_quick_checks_every_message_on_every_row() {
     let charts = tempfile::tempdir().expect("a temporary directory");
     let mut args = vec!["rate".to_string(), "--quick".into()];
     if aeron {
-        args.extend(["--rows".into(), "manyfold,manyfold-8,manyfold-unordered,manyfold-encrypted,tcp,aeron".into()]);
+        args.extend([
+            "--rows".into(),
+            "manyfold,manyfold-batch,manyfold-8,manyfold-unordered,manyfold-encrypted,tcp,aeron".into(),
+        ]);
         args.extend(["--aeron-pings".into(), "100".into()]);
     }
     args.extend([
@@ -42,6 +45,7 @@ fn rate_quick_checks_every_message_on_every_row() {
     assert!(ran.ok, "bench failed:\n{stdout}\n{stderr}");
     let rows = [
         ("manyfold, one stream", "no"),
+        ("manyfold, one stream, batch API", "no"),
         ("manyfold, 8 streams", "no"),
         ("manyfold, one stream, unordered", "no"),
         ("manyfold encrypted, one stream", "yes"),
@@ -61,9 +65,9 @@ fn rate_quick_checks_every_message_on_every_row() {
     assert!(stdout.contains("nproc") && stdout.contains("load average"), "{stdout}");
     let json = std::fs::read_to_string(json.path()).expect("reading the JSON");
     assert!(json.starts_with("{\"scenario\":\"rate\""), "{json}");
-    // Two sizes × five rows: a rate run and three paced runs each.
-    assert_eq!(json.matches("\"messages_per_s\":").count(), 10 + if aeron { 2 } else { 0 }, "{json}");
-    assert_eq!(json.matches("\"load_percent\":").count(), 30, "{json}");
+    // Two sizes × six rows: a rate run and three paced runs each.
+    assert_eq!(json.matches("\"messages_per_s\":").count(), 12 + if aeron { 2 } else { 0 }, "{json}");
+    assert_eq!(json.matches("\"load_percent\":").count(), 36, "{json}");
     assert!(!json.contains("\"error\":\""), "{json}");
     if aeron {
         let skipped = stdout.contains("Aeron: skipped:");

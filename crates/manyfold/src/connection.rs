@@ -11,14 +11,13 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use bytes::Bytes;
 use manyfold_proto::wire::ErrorCode;
 use manyfold_proto::{CloseReason, ConnHandle, ConnStats, MessageOptions, SendError, State, StreamId, StreamItem};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use crate::driver::now;
 use crate::error::{CloseError, ConnectionError, ReadError, SendError as MessageError, WriteError};
-use crate::message::IntoMessage;
+use crate::message::{IntoMessage, Payload};
 use crate::shared::{register, ConnState, Inner, Phase, Shared};
 
 /// The one reference to an engine connection behind a connection's halves.
@@ -142,14 +141,16 @@ impl ConnRef {
         &self,
         cx: &Context<'_>,
         stream: u16,
-        data: &Bytes,
+        data: &Payload<'_>,
         opts: MessageOptions,
     ) -> Poll<Result<(), MessageError>> {
         let mut guard = self.shared.lock();
         let inner = &mut *guard;
-        // A reference-counted clone: the engine holds the caller's buffer itself.
-        let queued =
-            inner.engine.conn_mut(self.handle).send_shared_message(now(), StreamId::new(stream), data.clone(), opts);
+        // Owned data is a reference-counted clone (the engine holds the
+        // caller's buffer itself); borrowed data is copied into the send
+        // buffer. No clock read unless the message has a lifetime.
+        let t = inner.message_time(&opts);
+        let queued = data.queue(&mut inner.engine.conn_mut(self.handle), t, StreamId::new(stream), opts);
         match queued {
             Ok(()) => {
                 drop(guard);
@@ -165,24 +166,24 @@ impl ConnRef {
         }
     }
 
-    /// Queues `msgs[*done..]` in order on `stream` under one lock and one
-    /// clock read, counting them in `done`; waits while the send buffer has
-    /// no room for the next. The driver is woken once per call that queued
-    /// any.
+    /// Queues `msgs[*done..]` in order on `stream` under one lock and at
+    /// most one clock read, counting them in `done`; waits while the send
+    /// buffer has no room for the next. The driver is woken once per call
+    /// that queued any.
     fn poll_send_messages(
         &self,
         cx: &Context<'_>,
         stream: u16,
-        msgs: &[Bytes],
+        msgs: &[Payload<'_>],
         done: &mut usize,
         opts: MessageOptions,
     ) -> Poll<Result<(), MessageError>> {
         let mut guard = self.shared.lock();
         let inner = &mut *guard;
-        let (before, t) = (*done, now());
+        let (before, t) = (*done, inner.message_time(&opts));
         let mut failed = None;
         while let Some(m) = msgs.get(*done) {
-            match inner.engine.conn_mut(self.handle).send_shared_message(t, StreamId::new(stream), m.clone(), opts) {
+            match m.queue(&mut inner.engine.conn_mut(self.handle), t, StreamId::new(stream), opts) {
                 Ok(()) => *done += 1,
                 Err(SendError::Blocked) => break,
                 Err(SendError::Closed(reason)) => {
@@ -229,6 +230,18 @@ impl ConnRef {
         }
     }
 
+    /// Runs `take` on the connection under one lock; wakes the driver
+    /// when it says it took something (reading frees receive buffer and
+    /// stream credit).
+    pub(crate) fn take_ready_with(&self, take: impl FnOnce(&mut manyfold_proto::ConnMut<'_>) -> bool) {
+        let mut guard = self.shared.lock();
+        let took = take(&mut guard.engine.conn_mut(self.handle));
+        drop(guard);
+        if took {
+            self.shared.wake_driver();
+        }
+    }
+
     /// The next message or stream event, of any stream or of `only`;
     /// `None` once the connection closed gracefully with nothing left.
     fn poll_recv_message(
@@ -236,14 +249,23 @@ impl ConnRef {
         cx: &Context<'_>,
         only: Option<u16>,
     ) -> Poll<Result<Option<(u16, StreamItem)>, ConnectionError>> {
+        self.poll_recv_with(cx, only, |conn| match only {
+            Some(id) => conn.recv_message_on(StreamId::new(id)).map(|o| o.map(|item| (id, item))),
+            None => conn.recv_message().map(|o| o.map(|(id, item)| (id.get(), item))),
+        })
+    }
+
+    /// The one waiting path of every read of messages: `take` takes the
+    /// next item from the engine (whole, or into a caller's buffer).
+    pub(crate) fn poll_recv_with<T>(
+        &self,
+        cx: &Context<'_>,
+        only: Option<u16>,
+        take: impl FnOnce(&mut manyfold_proto::ConnMut<'_>) -> Result<Option<T>, manyfold_proto::RecvError>,
+    ) -> Poll<Result<Option<T>, ConnectionError>> {
         let mut guard = self.shared.lock();
         let inner = &mut *guard;
-        let got = match only {
-            Some(id) => {
-                inner.engine.conn_mut(self.handle).recv_message_on(StreamId::new(id)).map(|o| o.map(|item| (id, item)))
-            }
-            None => inner.engine.conn_mut(self.handle).recv_message().map(|o| o.map(|(id, item)| (id.get(), item))),
-        };
+        let got = take(&mut inner.engine.conn_mut(self.handle));
         match got {
             Ok(Some(item)) => {
                 drop(guard);
@@ -690,7 +712,7 @@ impl Connection {
 /// ```
 #[derive(Debug, Clone)]
 pub struct Streams {
-    conn: Arc<ConnRef>,
+    pub(crate) conn: Arc<ConnRef>,
 }
 
 impl Streams {
@@ -739,7 +761,7 @@ impl Streams {
         data: impl IntoMessage,
         opts: MessageOptions,
     ) -> Result<(), MessageError> {
-        let data = data.into_message();
+        let data = data.into_payload();
         poll_fn(|cx| self.conn.poll_send_message(cx, stream, &data, opts)).await
     }
 
@@ -788,7 +810,7 @@ impl Streams {
         stream: u16,
         messages: impl IntoIterator<Item = M>,
     ) -> Result<(), BatchSendError> {
-        let msgs: Vec<Bytes> = messages.into_iter().map(IntoMessage::into_message).collect();
+        let msgs: Vec<Payload<'_>> = messages.into_iter().map(IntoMessage::into_payload).collect();
         let mut done = 0;
         poll_fn(|cx| self.conn.poll_send_messages(cx, stream, &msgs, &mut done, MessageOptions::default()))
             .await

@@ -179,6 +179,7 @@ impl Driver {
         let mut guard = self.shared.lock();
         let inner = &mut *guard;
         let now = now();
+        inner.clock = now;
         for slot in self.recv.slots(n) {
             let from = slot.from;
             if slot.coalesced() {
@@ -207,6 +208,7 @@ impl Driver {
     /// Timers, output and events, under one lock. `None`: the driver is done.
     fn step(&mut self, inner: &mut Inner) -> Option<Step> {
         let now = now();
+        inner.clock = now;
         inner.engine.handle_timeout(now);
 
         // What the socket refused last time goes first, in the order made.

@@ -126,6 +126,7 @@ mod group;
 mod icmp;
 pub mod mcast;
 mod message;
+mod message_batch;
 pub mod qlog;
 /// The protocol's specification, docs/spec.md, as shipped: the wire
 /// format and state machines in the numbered sections (§N) that the rest
@@ -161,4 +162,5 @@ pub use manyfold_proto::{
 };
 pub use manyfold_proto::{CongestionAlgorithm, ConnectionConfig, EarlyData, Refusal, RefusalCause};
 pub use message::IntoMessage;
+pub use message_batch::{BatchItem, MessageBatch};
 pub use session::REQUEST_TOO_LARGE;

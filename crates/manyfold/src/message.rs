@@ -1,7 +1,9 @@
 //! What a message can be made of ([`IntoMessage`]): owned buffers are
 //! taken as they are, without copying, and held as [`Bytes`] until the
 //! peer acknowledges them (spec §13.5, §14.4: one copy serves every
-//! retransmission and every receiver); borrowed bytes are copied once.
+//! retransmission and every receiver); borrowed bytes are copied once,
+//! into the connection's send buffer, with no allocation of their own
+//! (issue 21: a stream of small messages allocates nothing per message).
 
 use bytes::Bytes;
 
@@ -24,6 +26,42 @@ use bytes::Bytes;
 pub trait IntoMessage {
     /// The message's bytes.
     fn into_message(self) -> Bytes;
+
+    /// How the driver hands the message to the engine: owned data as it
+    /// is; borrowed data is copied by the engine into its send buffer.
+    #[doc(hidden)]
+    fn into_payload<'a>(self) -> Payload<'a>
+    where
+        Self: Sized + 'a,
+    {
+        Payload::Shared(self.into_message())
+    }
+}
+
+/// A message on its way to the engine ([`IntoMessage::into_payload`]).
+#[doc(hidden)]
+#[derive(Debug, Clone)]
+pub enum Payload<'a> {
+    /// Held as it is until acknowledged (a reference-counted clone).
+    Shared(Bytes),
+    /// Copied into the connection's send buffer when queued.
+    Borrowed(&'a [u8]),
+}
+
+impl Payload<'_> {
+    /// Queues it on `stream` of connection `conn`.
+    pub(crate) fn queue(
+        &self,
+        conn: &mut manyfold_proto::ConnMut<'_>,
+        now: std::time::Instant,
+        stream: manyfold_proto::StreamId,
+        opts: manyfold_proto::MessageOptions,
+    ) -> Result<(), manyfold_proto::SendError> {
+        match self {
+            Payload::Shared(b) => conn.send_shared_message(now, stream, b.clone(), opts),
+            Payload::Borrowed(s) => conn.send_message(now, stream, s, opts),
+        }
+    }
 }
 
 impl IntoMessage for Bytes {
@@ -60,11 +98,25 @@ impl IntoMessage for &[u8] {
     fn into_message(self) -> Bytes {
         Bytes::copy_from_slice(self)
     }
+
+    fn into_payload<'a>(self) -> Payload<'a>
+    where
+        Self: 'a,
+    {
+        Payload::Borrowed(self)
+    }
 }
 
 impl<const N: usize> IntoMessage for &[u8; N] {
     fn into_message(self) -> Bytes {
         Bytes::copy_from_slice(self)
+    }
+
+    fn into_payload<'a>(self) -> Payload<'a>
+    where
+        Self: 'a,
+    {
+        Payload::Borrowed(self)
     }
 }
 
@@ -72,17 +124,38 @@ impl IntoMessage for &Vec<u8> {
     fn into_message(self) -> Bytes {
         Bytes::copy_from_slice(self)
     }
+
+    fn into_payload<'a>(self) -> Payload<'a>
+    where
+        Self: 'a,
+    {
+        Payload::Borrowed(self)
+    }
 }
 
 impl IntoMessage for &str {
     fn into_message(self) -> Bytes {
         Bytes::copy_from_slice(self.as_bytes())
     }
+
+    fn into_payload<'a>(self) -> Payload<'a>
+    where
+        Self: 'a,
+    {
+        Payload::Borrowed(self.as_bytes())
+    }
 }
 
 impl IntoMessage for &String {
     fn into_message(self) -> Bytes {
         Bytes::copy_from_slice(self.as_bytes())
+    }
+
+    fn into_payload<'a>(self) -> Payload<'a>
+    where
+        Self: 'a,
+    {
+        Payload::Borrowed(self.as_bytes())
     }
 }
 
@@ -111,5 +184,15 @@ mod tests {
         assert_eq!(b"abc".into_message(), &b"abc"[..]);
         assert_eq!("xyz".into_message(), &b"xyz"[..]);
         assert_eq!((&v[1..]).into_message(), &[2u8, 3][..]);
+    }
+
+    #[test]
+    fn borrowed_bytes_go_to_the_engine_borrowed_and_owned_ones_shared() {
+        let v = vec![1u8, 2, 3];
+        assert!(matches!((&v).into_payload(), Payload::Borrowed(s) if s.as_ptr() == v.as_ptr()));
+        assert!(matches!("ab".into_payload(), Payload::Borrowed(b"ab")));
+        assert!(matches!(b"xy".into_payload(), Payload::Borrowed(b"xy")));
+        let p = v.as_ptr();
+        assert!(matches!(v.into_payload(), Payload::Shared(b) if b.as_ptr() == p));
     }
 }

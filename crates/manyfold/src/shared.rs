@@ -123,6 +123,11 @@ pub(crate) struct Inner {
     pub(crate) driver_stats: DriverStats,
     /// Groups the application holds (spec §14).
     pub(crate) groups: HashMap<manyfold_proto::GroupHandle, crate::group::GroupState>,
+    /// The driver's last clock reading: what a message send passes the
+    /// engine as `now` when nothing about the message depends on the time
+    /// (issue 21: no clock read per message); at most one driver
+    /// iteration old.
+    pub(crate) clock: Instant,
 }
 
 impl Inner {
@@ -137,6 +142,19 @@ impl Inner {
             faults,
             driver_stats: DriverStats::default(),
             groups: HashMap::new(),
+            clock: crate::driver::now(),
+        }
+    }
+
+    /// The `now` for queueing a message with `opts`: a message with a
+    /// lifetime reads the clock (its lifetime counts from now, spec
+    /// §13.6); any other takes the driver's last reading, which the engine
+    /// does not use for it.
+    pub(crate) fn message_time(&self, opts: &manyfold_proto::MessageOptions) -> Instant {
+        if opts.lifetime.is_some() {
+            crate::driver::now()
+        } else {
+            self.clock
         }
     }
 

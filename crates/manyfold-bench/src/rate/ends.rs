@@ -7,7 +7,8 @@
 //!
 //! manyfold: one connection on the library's async API (multi-thread
 //! tokio runtime, as the CLI runs it), `send_message_with` per message,
-//! `recv_message` per message; kernel TCP: one connection with
+//! `recv_message` per message; or, with `--batch N`, `send_messages` of
+//! every message due (up to N) and `recv_messages_into` one reused batch; kernel TCP: one connection with
 //! TCP_NODELAY, one `write` per length-prefixed message, the receiver
 //! reading through a 1 MiB buffer.
 //!
@@ -48,6 +49,10 @@ pub struct End {
     /// manyfold: protect the connection (spec §19, the lab's key).
     #[arg(long)]
     pub encrypt: bool,
+    /// manyfold: the batch API, up to this many messages per call (one
+    /// stream, ordered); 0: one message per call.
+    #[arg(long, default_value_t = 0)]
+    pub batch: usize,
     /// Bytes per message, header included.
     #[arg(long)]
     pub size: usize,
@@ -74,6 +79,10 @@ impl End {
         ensure!(self.secs.is_finite() && self.secs > 0.0, "--secs must be positive");
         ensure!(self.rate.is_finite() && self.rate >= 0.0, "--rate must be 0 or positive");
         ensure!(self.transport == Transport::Manyfold || self.streams == 1, "the TCP row has one stream");
+        ensure!(
+            self.batch == 0 || (self.transport == Transport::Manyfold && self.streams == 1 && !self.unordered),
+            "--batch is for manyfold on one stream, ordered"
+        );
         Ok(())
     }
 
@@ -146,7 +155,10 @@ fn mf_send(to: SocketAddr, e: &End) -> Result<()> {
         let mut msg = vec![0u8; e.size];
         let schedule = Schedule::new(e.rate, e.secs);
         let mut k = 0u64;
-        while let Some(due) = schedule.wait(k) {
+        if e.batch > 0 {
+            k = mf_send_batches(&streams, e, &schedule).await?;
+        }
+        while let (0, Some(due)) = (e.batch, schedule.wait(k)) {
             let (s, seq) = slot(k, e.streams);
             fill(e.seed, s, seq, due, &mut msg);
             streams.send_message_with(s, &msg, opts).await.with_context(|| format!("sending message {k}"))?;
@@ -178,6 +190,31 @@ fn mf_send(to: SocketAddr, e: &End) -> Result<()> {
     })
 }
 
+/// The batch row's sending: every message due now, up to `--batch`, in
+/// one `send_messages` call of borrowed slices of one buffer. Returns how
+/// many were sent.
+async fn mf_send_batches(streams: &manyfold::Streams, e: &End, schedule: &Schedule) -> Result<u64> {
+    let mut buf = vec![0u8; e.size * e.batch];
+    let mut k = 0u64;
+    while let Some(due) = schedule.wait(k) {
+        let mut n = 0;
+        fill(e.seed, 0, k, due, &mut buf[..e.size]);
+        n += 1;
+        while n < e.batch && schedule.is_due(k + n as u64) {
+            // The run may end between the two looks.
+            let Some(due) = schedule.wait(k + n as u64) else { break };
+            fill(e.seed, 0, k + n as u64, due, &mut buf[n * e.size..(n + 1) * e.size]);
+            n += 1;
+        }
+        streams
+            .send_messages(0, buf[..n * e.size].chunks(e.size))
+            .await
+            .with_context(|| format!("sending messages {k}..{}", k + n as u64))?;
+        k += n as u64;
+    }
+    Ok(k)
+}
+
 fn mf_recv(listen: SocketAddr, e: &End, checker: &mut Checker, meter: &mut Meter) -> Result<()> {
     let give_up = tokio::time::Instant::from_std(e.deadline());
     crate::runtime()?.block_on(async {
@@ -190,6 +227,9 @@ fn mf_recv(listen: SocketAddr, e: &End, checker: &mut Checker, meter: &mut Meter
             .context("the endpoint closed before a sender connected")?;
         check_protection(&conn, e.encrypt)?;
         let streams = conn.streams();
+        if e.batch > 0 {
+            mf_recv_batches(&streams, give_up, checker, meter).await?;
+        }
         while !checker.done() {
             match tokio::time::timeout_at(give_up, streams.recv_message()).await {
                 Err(_) => bail!("out of time after {} messages", checker.delivered),
@@ -217,6 +257,37 @@ fn mf_recv(listen: SocketAddr, e: &End, checker: &mut Checker, meter: &mut Meter
         let _ = tokio::time::timeout(Duration::from_secs(2), endpoint.shutdown_within(Duration::from_secs(1))).await;
         Ok(())
     })
+}
+
+/// The batch row's receiving: `recv_messages_into` one reused batch
+/// until every stream's end marker was checked.
+async fn mf_recv_batches(
+    streams: &manyfold::Streams,
+    give_up: tokio::time::Instant,
+    checker: &mut Checker,
+    meter: &mut Meter,
+) -> Result<()> {
+    let mut batch = manyfold::MessageBatch::with_capacity(1024, 64 << 10);
+    while !checker.done() {
+        let n = match tokio::time::timeout_at(give_up, streams.recv_messages_into(&mut batch, 1024)).await {
+            Err(_) => bail!("out of time after {} messages", checker.delivered),
+            Ok(r) => r.context("receiving")?,
+        };
+        ensure!(n > 0, "the connection ended after {} messages", checker.delivered);
+        let now = now_ns();
+        for (on, item) in batch.iter() {
+            match item {
+                manyfold::BatchItem::Message(m) => {
+                    if checker.take(m, on, now)? {
+                        meter.tick(now);
+                    }
+                }
+                manyfold::BatchItem::Finished if checker.ended(on) => {}
+                other => bail!("stream {on}: {other:?} after {} messages, before the end marker", checker.delivered),
+            }
+        }
+    }
+    Ok(())
 }
 
 fn tcp_send(to: SocketAddr, e: &End) -> Result<()> {

@@ -7,6 +7,9 @@
 //! Rows (each run: one sender process, one receiver process):
 //! - manyfold, every message on one stream (`send_message` /
 //!   `recv_message`), plain;
+//! - manyfold, one stream, through the batch API: `send_messages` of
+//!   every message due (up to 256 at once), `recv_messages_into` a reused
+//!   `MessageBatch` (issue 21 item 2);
 //! - manyfold, message k on stream k mod 8;
 //! - manyfold, one stream, every message unordered
 //!   (`MessageOptions { unordered: true }`);
@@ -70,8 +73,8 @@ pub struct Options {
     /// [default: 32,288,1024,16384; --quick: 32,1024].
     #[arg(long, value_delimiter = ',')]
     pub sizes: Option<Vec<usize>>,
-    /// Rows: manyfold, manyfold-8, manyfold-unordered, manyfold-encrypted,
-    /// tcp, aeron [default: all; --quick: all but aeron].
+    /// Rows: manyfold, manyfold-batch, manyfold-8, manyfold-unordered,
+    /// manyfold-encrypted, tcp, aeron [default: all; --quick: all but aeron].
     #[arg(long, value_delimiter = ',')]
     pub rows: Option<Vec<String>>,
     /// Seconds of each run at the highest rate [default: 3; --quick: 0.5].

@@ -54,6 +54,18 @@ impl Schedule {
         }
     }
 
+    /// Whether message `k` is due now (`wait` would not sleep for it).
+    pub fn is_due(&self, k: u64) -> bool {
+        if k >= self.count {
+            return false;
+        }
+        let now = now_ns();
+        if self.period_ns == 0.0 {
+            return now < self.end_ns;
+        }
+        self.t0 + (k as f64 * self.period_ns) as u64 <= now
+    }
+
     /// Waits until message `k` is due and returns its due time; `None`
     /// once the run is over.
     pub fn wait(&self, k: u64) -> Option<u64> {

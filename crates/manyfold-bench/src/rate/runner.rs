@@ -21,11 +21,14 @@ use crate::wan::probe::field as parse_field;
 /// One row of the table.
 #[derive(Debug, Clone)]
 pub enum Row {
-    /// manyfold on `streams` streams, unordered or not, encrypted or not.
+    /// manyfold on `streams` streams, unordered or not, encrypted or not;
+    /// `batch`: through the batch API (`send_messages` of whatever is
+    /// due, up to [`BATCH`] at once; `recv_messages_into`).
     Manyfold {
         streams: u16,
         unordered: bool,
         encrypted: bool,
+        batch: bool,
     },
     Tcp,
     Aeron(Aeron),
@@ -34,8 +37,9 @@ pub enum Row {
 impl Row {
     pub fn name(&self) -> String {
         match self {
-            Row::Manyfold { streams: 1, unordered: false, encrypted: false } => "manyfold, one stream".into(),
-            Row::Manyfold { streams, unordered: false, encrypted: false } => format!("manyfold, {streams} streams"),
+            Row::Manyfold { batch: true, .. } => "manyfold, one stream, batch API".into(),
+            Row::Manyfold { streams: 1, unordered: false, encrypted: false, .. } => "manyfold, one stream".into(),
+            Row::Manyfold { streams, unordered: false, encrypted: false, .. } => format!("manyfold, {streams} streams"),
             Row::Manyfold { unordered: true, .. } => "manyfold, one stream, unordered".into(),
             Row::Manyfold { encrypted: true, .. } => "manyfold encrypted, one stream".into(),
             Row::Tcp => "kernel TCP, TCP_NODELAY".into(),
@@ -51,8 +55,11 @@ impl Row {
     /// The ends' transport options.
     fn end_args(&self) -> Vec<String> {
         match self {
-            Row::Manyfold { streams, unordered, encrypted } => {
+            Row::Manyfold { streams, unordered, encrypted, batch } => {
                 let mut a = vec!["--transport".into(), "manyfold".into(), "--streams".into(), streams.to_string()];
+                if *batch {
+                    a.extend(["--batch".into(), BATCH.to_string()]);
+                }
                 if *unordered {
                     a.push("--unordered".into());
                 }
@@ -67,17 +74,28 @@ impl Row {
     }
 }
 
-pub const ALL_ROWS: &[&str] = &["manyfold", "manyfold-8", "manyfold-unordered", "manyfold-encrypted", "tcp", "aeron"];
+pub const ALL_ROWS: &[&str] =
+    &["manyfold", "manyfold-batch", "manyfold-8", "manyfold-unordered", "manyfold-encrypted", "tcp", "aeron"];
+
+/// Most messages the batch row hands over in one call.
+pub const BATCH: usize = 256;
 
 /// The rows asked for; Aeron's is left out with a note where it cannot run.
 fn rows(names: &[String], notes: &mut Vec<String>) -> Result<Vec<Row>> {
     let mut rows = Vec::new();
     for r in names {
         match r.as_str() {
-            "manyfold" => rows.push(Row::Manyfold { streams: 1, unordered: false, encrypted: false }),
-            "manyfold-8" => rows.push(Row::Manyfold { streams: 8, unordered: false, encrypted: false }),
-            "manyfold-unordered" => rows.push(Row::Manyfold { streams: 1, unordered: true, encrypted: false }),
-            "manyfold-encrypted" => rows.push(Row::Manyfold { streams: 1, unordered: false, encrypted: true }),
+            "manyfold" => rows.push(Row::Manyfold { streams: 1, unordered: false, encrypted: false, batch: false }),
+            "manyfold-batch" => {
+                rows.push(Row::Manyfold { streams: 1, unordered: false, encrypted: false, batch: true })
+            }
+            "manyfold-8" => rows.push(Row::Manyfold { streams: 8, unordered: false, encrypted: false, batch: false }),
+            "manyfold-unordered" => {
+                rows.push(Row::Manyfold { streams: 1, unordered: true, encrypted: false, batch: false })
+            }
+            "manyfold-encrypted" => {
+                rows.push(Row::Manyfold { streams: 1, unordered: false, encrypted: true, batch: false })
+            }
             "tcp" => rows.push(Row::Tcp),
             "aeron" => match aeron::find() {
                 Ok(a) => rows.push(Row::Aeron(a)),

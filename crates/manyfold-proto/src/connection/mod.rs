@@ -26,7 +26,7 @@ mod types;
 pub(crate) use early::EarlySyn;
 pub use path::PathStats;
 pub(crate) use secure::{handshake_message, Security};
-pub use streams::{MessageOptions, StreamItem, INITIAL_STREAM_CREDIT};
+pub use streams::{MessageOptions, ReadItem, StreamItem, INITIAL_STREAM_CREDIT};
 pub use types::{CloseReason, ConnStats, Event, RecvError, SendError, State, UnreachableKind};
 
 use std::collections::VecDeque;
@@ -715,6 +715,34 @@ impl Connection {
         let item = match only {
             Some(id) => self.streams.pop_on(id).map(|i| (id, i)),
             None => self.streams.pop_any(),
+        };
+        if item.is_some() {
+            self.window_update(before);
+            return Ok(item);
+        }
+        match self.close_reason {
+            Some(CloseReason::Graceful) | None => Ok(None),
+            Some(reason) => Err(RecvError::Closed(reason)),
+        }
+    }
+
+    /// [`Connection::recv_message`] with a message's bytes appended to
+    /// `buf` instead of handed as a new buffer (issue 21: a reader that
+    /// reuses `buf` allocates nothing per message).
+    pub fn recv_message_into(
+        &mut self,
+        only: Option<StreamId>,
+        buf: &mut Vec<u8>,
+    ) -> Result<Option<(StreamId, ReadItem)>, RecvError> {
+        let Some(before) = self.recv.as_ref().map(|r| r.window(self.streams.buffered())) else {
+            return match self.close_reason {
+                Some(reason) => Err(RecvError::Closed(reason)),
+                None => Ok(None),
+            };
+        };
+        let item = match only {
+            Some(id) => self.streams.pop_on_into(id, buf).map(|i| (id, i)),
+            None => self.streams.pop_any_into(buf),
         };
         if item.is_some() {
             self.window_update(before);

@@ -5,6 +5,14 @@
 //! back to the pool when its last packet has been acknowledged. Bulk
 //! sending thus reuses the same few buffers instead of allocating (and
 //! page-faulting in) fresh memory for every write.
+//!
+//! Small writes (a stream of small messages, issue 21) are copied one
+//! after another into one shared buffer and handed out as slices of it:
+//! no allocation per write, and once every slice of it is acknowledged
+//! the same buffer is filled again from its start. The buffer starts at
+//! [`MIN_TAIL`] bytes and doubles each time it runs out, up to [`TAIL`]:
+//! a short request/reply keeps a small one, a stream of messages grows
+//! it to its working size.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -17,6 +25,10 @@ const CHUNK: usize = 256 << 10;
 const MIN_POOLED_WRITE: usize = 16 << 10;
 /// Most spare chunks a connection keeps (2 MiB).
 const MAX_SPARE: usize = 8;
+/// Largest buffer small writes are copied into.
+const TAIL: usize = 64 << 10;
+/// First buffer small writes are copied into.
+const MIN_TAIL: usize = 512;
 
 /// Spare chunks. Shared with the chunks in flight, which return themselves
 /// on drop (wherever the last packet referring to them is dropped).
@@ -58,6 +70,10 @@ pub(crate) struct SendBuffer {
     chunks: VecDeque<Bytes>,
     len: usize,
     pool: Pool,
+    /// Where small writes are copied; each is split off as a slice.
+    tail: BytesMut,
+    /// Size of the last buffer `tail` was given.
+    tail_size: usize,
 }
 
 impl SendBuffer {
@@ -76,7 +92,16 @@ impl SendBuffer {
         }
         self.len += data.len();
         if data.len() < MIN_POOLED_WRITE {
-            self.chunks.push_back(Bytes::copy_from_slice(data));
+            if self.tail.capacity() < data.len() {
+                // Reclaims the whole buffer in place when no slice of it
+                // is held any more (all acknowledged) and it is as large
+                // as wanted; otherwise a fresh one, twice the last.
+                let want = (2 * self.tail_size).max(data.len().next_power_of_two()).clamp(MIN_TAIL, TAIL);
+                self.tail_size = want;
+                self.tail.reserve(want);
+            }
+            self.tail.extend_from_slice(data);
+            self.chunks.push_back(self.tail.split().freeze());
             return;
         }
         for piece in data.chunks(CHUNK) {
@@ -143,6 +168,31 @@ mod tests {
         assert_eq!(&s.take(10)[..], b"def");
         assert!(s.is_empty());
         assert!(s.take(4).is_empty());
+    }
+
+    #[test]
+    fn small_writes_are_slices_of_one_buffer_that_grows_to_its_working_size() {
+        let mut s = SendBuffer::default();
+        s.push(&[7; 200]);
+        let first = s.take(200);
+        assert_eq!(s.tail_size, MIN_TAIL, "a short exchange keeps a small buffer");
+        s.push(&[8; 32]);
+        let second = s.take(32);
+        assert_eq!(second.as_ptr(), first.as_ptr().wrapping_add(200), "one after another in one buffer");
+        assert_eq!((&first[..], &second[..]), (&[7u8; 200][..], &[8u8; 32][..]));
+        // A stream of messages, each acknowledged at once: the buffer
+        // doubles up to its largest size and is then refilled in place.
+        let mut starts = std::collections::HashSet::new();
+        for i in 0..(8 * TAIL / 32) {
+            s.push(&[i as u8; 32]);
+            let b = s.take(32);
+            assert_eq!(&b[..], &[i as u8; 32][..]);
+            starts.insert(b.as_ptr() as usize);
+        }
+        assert_eq!(s.tail_size, TAIL);
+        // The growing buffers (512 B to 32 KiB) and the largest, reused:
+        // well under the 8 × TAIL / 32 places of a fresh buffer each time.
+        assert!(starts.len() <= 3 * TAIL / 32, "{} places used for 32-byte writes", starts.len());
     }
 
     #[test]

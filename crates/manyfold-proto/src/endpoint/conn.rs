@@ -14,7 +14,9 @@ use bytes::Bytes;
 
 use super::Endpoint;
 use crate::conn_handle::ConnHandle;
-use crate::connection::{CloseReason, ConnStats, Connection, MessageOptions, RecvError, SendError, State, StreamItem};
+use crate::connection::{
+    CloseReason, ConnStats, Connection, MessageOptions, ReadItem, RecvError, SendError, State, StreamItem,
+};
 use crate::ids::StreamId;
 use crate::wire::ErrorCode;
 
@@ -173,6 +175,13 @@ impl ConnMut<'_> {
     /// stream, streams taking turns (spec §13.5); `Ok(None)`: nothing yet.
     pub fn recv_message(&mut self) -> Result<Option<(StreamId, StreamItem)>, RecvError> {
         self.ep.with_conn(self.h, |c| c.recv_message(None)).unwrap_or(Err(RecvError::UnknownConnection))
+    }
+
+    /// [`ConnMut::recv_message`] with a message's bytes appended to `buf`
+    /// (a [`ReadItem::Message`] says how many): a reader that reuses
+    /// `buf` allocates nothing per message (issue 21).
+    pub fn recv_message_into(&mut self, buf: &mut Vec<u8>) -> Result<Option<(StreamId, ReadItem)>, RecvError> {
+        self.ep.with_conn(self.h, |c| c.recv_message_into(None, buf)).unwrap_or(Err(RecvError::UnknownConnection))
     }
 
     /// Like [`ConnMut::recv_message`], for one stream.

@@ -10,7 +10,7 @@ mod open;
 mod rx;
 mod tx;
 
-pub use rx::StreamItem;
+pub use rx::{ReadItem, StreamItem};
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::time::{Duration, Instant};
@@ -506,6 +506,26 @@ impl Streams {
     /// The next item of stream `id`.
     pub fn pop_on(&mut self, id: StreamId) -> Option<StreamItem> {
         let item = self.with_rx(id, false, RecvSide::pop_item)?;
+        self.reap(id);
+        item
+    }
+
+    /// [`Streams::pop_any`] with a message's bytes appended to `buf`
+    /// (issue 21: no allocation per message read).
+    pub fn pop_any_into(&mut self, buf: &mut Vec<u8>) -> Option<(StreamId, ReadItem)> {
+        while let Some(id) = self.ready.pop_front() {
+            let Some(s) = self.map.get_mut(&id) else { continue };
+            s.in_ready = false;
+            if let Some(item) = self.pop_on_into(id, buf) {
+                return Some((id, item));
+            }
+        }
+        None
+    }
+
+    /// [`Streams::pop_on`] with a message's bytes appended to `buf`.
+    pub fn pop_on_into(&mut self, id: StreamId, buf: &mut Vec<u8>) -> Option<ReadItem> {
+        let item = self.with_rx(id, false, |rx| rx.pop_item_into(buf))?;
         self.reap(id);
         item
     }

@@ -26,6 +26,31 @@ pub enum StreamItem {
     Reset(u16),
 }
 
+/// What [`crate::ConnMut::recv_message_into`] took: a [`StreamItem`]
+/// whose message bytes went into the caller's buffer, so that reading a
+/// stream of messages allocates nothing per message (issue 21).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReadItem {
+    /// A whole message of `len` bytes, appended to the caller's buffer.
+    Message {
+        /// Its length: the last `len` bytes of the buffer.
+        len: usize,
+    },
+    /// The sender abandoned a message (partial reliability).
+    Abandoned,
+    /// The sender finished the stream: nothing follows.
+    Finished,
+    /// The sender reset the stream with this code: nothing follows.
+    Reset(u16),
+}
+
+/// The next item, either whole or with its bytes already copied out.
+enum Popped {
+    Item(StreamItem),
+    /// A message of this many bytes, appended to the caller's buffer.
+    Copied(usize),
+}
+
 #[derive(Debug)]
 enum Piece {
     Data {
@@ -463,50 +488,87 @@ impl RecvSide {
 
     /// The next item for the application (spec §13.5).
     pub fn pop_item(&mut self) -> Option<StreamItem> {
+        let mut m = Vec::new();
+        Some(match self.pop(&mut m)? {
+            Popped::Item(item) => item,
+            Popped::Copied(_) => StreamItem::Message(Bytes::from(m)),
+        })
+    }
+
+    /// [`RecvSide::pop_item`] with a message's bytes appended to `buf`,
+    /// which the caller reuses: no allocation once it is large enough.
+    pub fn pop_item_into(&mut self, buf: &mut Vec<u8>) -> Option<ReadItem> {
+        Some(match self.pop(buf)? {
+            Popped::Copied(len) => ReadItem::Message { len },
+            Popped::Item(StreamItem::Message(m)) => {
+                buf.extend_from_slice(&m);
+                ReadItem::Message { len: m.len() }
+            }
+            Popped::Item(StreamItem::Abandoned) => ReadItem::Abandoned,
+            Popped::Item(StreamItem::Finished) => ReadItem::Finished,
+            Popped::Item(StreamItem::Reset(code)) => ReadItem::Reset(code),
+        })
+    }
+
+    /// The one path of both: an ordered message is copied out of the ring
+    /// to the end of `out`; anything else is handed whole.
+    fn pop(&mut self, out: &mut Vec<u8>) -> Option<Popped> {
         if self.is_done() || (!self.used && self.reset.is_none()) {
             return None;
         }
         if let Some(code) = self.reset {
             self.reset_reported = true;
-            return Some(StreamItem::Reset(code));
+            return Some(Popped::Item(StreamItem::Reset(code)));
         }
         if let Some(item) = self.oob.pop_front() {
             if let StreamItem::Message(m) = &item {
                 self.buffered -= m.len();
             }
-            return Some(item);
+            return Some(Popped::Item(item));
         }
         match self.marks.pop_front() {
             Some(Mark::End(pos)) => {
-                let mut m = vec![0; (pos - self.popped) as usize];
-                let n = self.ring.read(&mut m);
+                let n = self.read_out((pos - self.popped) as usize, out);
                 self.popped += n as u64;
                 self.buffered -= n;
-                Some(StreamItem::Message(Bytes::from(m)))
+                Some(Popped::Copied(n))
             }
             Some(Mark::Abandoned(pos)) => {
                 let n = self.ring.discard((pos - self.popped) as usize);
                 self.popped += n as u64;
                 self.buffered -= n;
-                Some(StreamItem::Abandoned)
+                Some(Popped::Item(StreamItem::Abandoned))
             }
             None if self.finished() && self.held.is_empty() => {
                 // A message the stream ended in the middle of was abandoned.
                 if self.in_message {
                     self.mark_abandoned();
-                    return self.pop_item();
+                    return self.pop(out);
                 }
                 if self.ring.len() > 0 {
-                    let mut m = vec![0; self.ring.len()];
-                    let n = self.ring.read(&mut m);
+                    let n = self.read_out(self.ring.len(), out);
                     self.consume(n);
-                    return Some(StreamItem::Message(Bytes::from(m)));
+                    return Some(Popped::Copied(n));
                 }
                 self.finished_reported = true;
-                Some(StreamItem::Finished)
+                Some(Popped::Item(StreamItem::Finished))
             }
             None => None,
         }
+    }
+
+    /// Moves `len` bytes from the ring to the end of `out`; how many came.
+    fn read_out(&mut self, len: usize, out: &mut Vec<u8>) -> usize {
+        let at = out.len();
+        if out.capacity() == 0 {
+            // A fresh buffer (`pop_item`'s) is made exactly as large: a
+            // `Bytes` taken from it then needs no allocation of its own.
+            out.reserve_exact(len);
+        }
+        out.resize(at + len, 0);
+        let n = self.ring.read(&mut out[at..]);
+        out.truncate(at + n);
+        n
     }
 
     /// Byte-stream end of data: finished and everything read.
@@ -578,6 +640,22 @@ mod tests {
         assert_eq!(r.pop_item(), Some(StreamItem::Message(Bytes::from_static(b"abc"))));
         assert_eq!(r.pop_item(), Some(StreamItem::Message(Bytes::from_static(b"de"))));
         assert_eq!(r.pop_item(), None);
+        assert_eq!(r.buffered, 0);
+    }
+
+    #[test]
+    fn messages_read_into_a_buffer_are_appended_whole_of_either_space() {
+        let mut r = side();
+        r.on_data(&chunk(0, 0, B | E, b"abc")).unwrap();
+        r.on_data(&chunk(3, 0, B | E, b"de")).unwrap();
+        r.on_data(&chunk(0, 0, B | E | U, b"uu")).unwrap();
+        let mut buf = b">".to_vec();
+        // The unordered message is whole first; then the ordered ones.
+        assert_eq!(r.pop_item_into(&mut buf), Some(ReadItem::Message { len: 2 }));
+        assert_eq!(r.pop_item_into(&mut buf), Some(ReadItem::Message { len: 3 }));
+        assert_eq!(r.pop_item_into(&mut buf), Some(ReadItem::Message { len: 2 }));
+        assert_eq!(r.pop_item_into(&mut buf), None);
+        assert_eq!(&buf[..], b">uuabcde");
         assert_eq!(r.buffered, 0);
     }
 
