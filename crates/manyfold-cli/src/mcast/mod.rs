@@ -138,6 +138,11 @@ pub struct SendArgs {
     /// Largest window in packets (paper 03 uses 100; more keeps fast LANs busy during each window's ACK wait).
     #[arg(long, default_value_t = 256)]
     max_window: u32,
+    /// Windows sent before the oldest is confirmed (spec §16.3); 1 is
+    /// paper 03's stop-and-wait, more keeps the link busy during each
+    /// window's ACK wait.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=16))]
+    windows_in_flight: u32,
     /// Floor of the window timer in ms (paper 03's dflt_Tout).
     #[arg(long, default_value_t = 100)]
     timeout_floor: u64,

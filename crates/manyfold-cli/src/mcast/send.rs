@@ -209,6 +209,7 @@ pub(super) async fn send(a: SendArgs) -> Result<()> {
         artp_max: Duration::from_micros(a.artp_max),
         default_timeout: Duration::from_millis(a.timeout_floor.max(1)),
         max_window: a.max_window,
+        windows_in_flight: a.windows_in_flight,
         completion_timeout: secs(a.completion_timeout, "--completion-timeout")?,
         receiver_timeout: secs(a.receiver_timeout, "--receiver-timeout")?,
         max_repair_passes: a.max_passes,

@@ -11,6 +11,16 @@ use std::net::SocketAddr;
 use std::ops::Range;
 use std::time::{Duration, Instant};
 
+/// Fewest packets short of a neighbour's ACK that count as lagging (spec
+/// §16.7): in small windows a quarter is a packet or two, which a
+/// scheduling hiccup of a busy host is.
+const LAG_FLOOR: u32 = 8;
+/// Of the last 8 neighbours' ACKs, how many found a receiver lagging
+/// before it is `behind` (spec §16.7).
+const LAGS_TO_FALL_BEHIND: u32 = 6;
+/// Windows in a row held in time that end a receiver's `behind` (spec §16.7).
+const CAUGHT_UP: u8 = 8;
+
 impl McastReceiver {
     /// spec §16.4: a NACK after a backoff for a gap early in its window
     /// (once per window), none while nothing is missing; the ACK after a
@@ -69,19 +79,31 @@ impl McastReceiver {
     }
 
     /// spec §16.7, slow receivers: a neighbour's ACK of `lwsn` came while
-    /// this receiver was more than a quarter window short of it (a
-    /// bottleneck of its own, not a lost packet or two). Two windows in a
-    /// row make it `behind`: from then on its ACKs say so (KLV) and no
+    /// this receiver was more than a quarter window (and `LAG_FLOOR`
+    /// packets) short of it: a bottleneck of its own, not a lost packet or
+    /// two. Lagging at `LAGS_TO_FALL_BEHIND` of the last 8 such ACKs makes
+    /// it `behind` (a bottleneck lags at every window, a busy host's
+    /// stalls now and then): from then on its ACKs say so (KLV) and no
     /// neighbour's ACK suppresses them, so that the sender sees its pace.
+    /// `CAUGHT_UP` windows in a row that it held when its neighbour's ACK
+    /// came end that (the sender now paced to it, or the stall over): its
+    /// ACKs drop KLV and are suppressed again.
     fn check_lag(&mut self, lwsn: u32) {
         let Some(highest) = self.gaps.latest_sn() else { return };
         let short = lwsn.saturating_sub(highest);
-        if short > (self.last_w / 4).max(2) {
+        let lagged = short > (self.last_w / 4).max(LAG_FLOOR);
+        self.lag_history = (self.lag_history << 1) | u8::from(lagged);
+        if lagged {
             self.stats.lagged += 1;
-            self.lag_run = self.lag_run.saturating_add(1);
-            self.behind |= self.lag_run >= 2;
-        } else if highest >= lwsn {
-            self.lag_run = 0;
+            self.caught_up_run = 0;
+            self.behind |= self.lag_history.count_ones() >= LAGS_TO_FALL_BEHIND;
+        } else if highest >= lwsn && self.behind {
+            self.caught_up_run = self.caught_up_run.saturating_add(1);
+            if self.caught_up_run >= CAUGHT_UP {
+                self.behind = false;
+                self.caught_up_run = 0;
+                self.lag_history = 0;
+            }
         }
     }
 

@@ -77,8 +77,11 @@ pub struct McastReceiver {
     nacked_window: Option<u32>,
     /// The window size W the newest DATA carried.
     last_w: u32,
-    /// Windows in a row that a neighbour acked while we lagged behind.
-    lag_run: u8,
+    /// Whether we lagged at each of the last 8 neighbours' ACKs, newest
+    /// in the lowest bit (spec §16.7).
+    lag_history: u8,
+    /// Windows in a row held in time since it fell behind (spec §16.7).
+    caught_up_run: u8,
     /// This receiver falls behind its network (spec §16.7): its ACKs carry
     /// KLV and are never suppressed.
     behind: bool,
@@ -167,7 +170,8 @@ impl McastReceiver {
             feedback_copy: None,
             nacked_window: None,
             last_w: 1,
-            lag_run: 0,
+            lag_history: 0,
+            caught_up_run: 0,
             behind: false,
             events: VecDeque::new(),
             stats: ReceiverStats::default(),

@@ -65,6 +65,26 @@ impl McastSender {
                 self.w = (self.w / 2).max(1);
             }
         }
+        if !behind && self.receivers[idx].behind {
+            // spec §16.7: it caught up (a busy host's stall, or the pace
+            // now waits for it): awaited with its network again from the
+            // next window on, and the pace kept only for others behind.
+            let own = self.await_key(idx);
+            self.receivers[idx].behind = false;
+            let network = self.await_key(idx);
+            // Windows in flight that wait for it alone wait for its
+            // network instead, whose ACKs now stand for it.
+            for w in &mut self.windows {
+                if let Some(k) = w.awaited.iter().position(|&n| n == own) {
+                    w.awaited.swap_remove(k);
+                    if !w.awaited.contains(&network) {
+                        w.awaited.push(network);
+                    }
+                }
+            }
+            self.slowest_paced = self.receivers.iter().any(|r| r.behind && r.outcome == ReceiverOutcome::Active);
+            self.resolve_ready(now);
+        }
         self.measure_rate(now, idx, lwsn);
     }
 
