@@ -31,8 +31,13 @@ fn in_namespace<T: Send + 'static>(tag: &str, test: impl FnOnce() -> T + Send + 
     Some(netns::in_namespace(format!("mfmc{tag}{}", std::process::id()), setup, |_| test()))
 }
 
-/// Keeps nothing: the session is interrupted long before the end.
-struct Discard;
+/// Keeps nothing (the session is interrupted long before the end, or the
+/// test is about something else), and takes `check` to verify: a large
+/// file on a slow disk.
+#[derive(Default)]
+struct Discard {
+    check: Duration,
+}
 
 impl McastSink for Discard {
     fn announced(&mut self, _: &Announcement) -> io::Result<()> {
@@ -46,6 +51,7 @@ impl McastSink for Discard {
         Ok(out.len())
     }
     fn verify(&mut self, _: &Announcement) -> io::Result<bool> {
+        std::thread::sleep(self.check);
         Ok(true)
     }
 }
@@ -89,9 +95,16 @@ fn an_interrupted_sender_ends_its_receiver_at_once_with_its_code() {
             let rx_net = net.clone();
             let receiver = async move {
                 let cfg = ReceiverConfig { network: 1, ..ReceiverConfig::default() };
-                receive_until(&rx_net, cfg, &mut Discard, Some(Duration::from_secs(20)), std::future::pending(), |_| {})
-                    .await
-                    .map(|(o, _)| (o, Instant::now()))
+                receive_until(
+                    &rx_net,
+                    cfg,
+                    &mut Discard::default(),
+                    Some(Duration::from_secs(20)),
+                    std::future::pending(),
+                    |_| {},
+                )
+                .await
+                .map(|(o, _)| (o, Instant::now()))
             };
             // Interrupted 300 ms into the data phase.
             let (started, mut started_rx) = tokio::sync::watch::channel(false);
@@ -143,7 +156,9 @@ fn an_interrupted_receiver_is_reported_by_its_sender_at_once() {
                     tokio::time::sleep(Duration::from_millis(300)).await;
                     ErrorCode::INTERRUPTED
                 };
-                let r = receive_until(&rx_net, cfg, &mut Discard, Some(Duration::from_secs(20)), abort, |_| {}).await;
+                let r =
+                    receive_until(&rx_net, cfg, &mut Discard::default(), Some(Duration::from_secs(20)), abort, |_| {})
+                        .await;
                 (r.map(|_| ()), Instant::now())
             };
             let cfg = SenderConfig { min_receivers: 1, ..SenderConfig::default() };
@@ -176,28 +191,6 @@ fn an_interrupted_receiver_is_reported_by_its_sender_at_once() {
     assert!(after < Duration::from_secs(1), "the sender knew after {after:?}, not a 5 s receiver timeout");
 }
 
-/// Holds nothing, and takes `check` to verify: a large file on a slow disk.
-struct SlowCheck {
-    check: Duration,
-}
-
-impl McastSink for SlowCheck {
-    fn announced(&mut self, _: &Announcement) -> io::Result<()> {
-        Ok(())
-    }
-    fn write_at(&mut self, _: u64, _: &[u8]) -> io::Result<()> {
-        Ok(())
-    }
-    fn read_at(&mut self, _: u64, out: &mut [u8]) -> io::Result<usize> {
-        out.fill(0);
-        Ok(out.len())
-    }
-    fn verify(&mut self, _: &Announcement) -> io::Result<bool> {
-        std::thread::sleep(self.check);
-        Ok(true)
-    }
-}
-
 #[test]
 fn a_receiver_checking_its_file_longer_than_the_senders_patience_stays_in_the_session() {
     let got = in_namespace("v", || {
@@ -211,7 +204,7 @@ fn a_receiver_checking_its_file_longer_than_the_senders_patience_stays_in_the_se
         let receiver = std::thread::spawn(move || {
             // The check takes three times the sender's receiver_timeout;
             // the receiver's STATUS keep-alives come thrice as often.
-            let mut sink = SlowCheck { check: Duration::from_secs(3) };
+            let mut sink = Discard { check: Duration::from_secs(3) };
             let cfg =
                 ReceiverConfig { network: 1, status_interval: Duration::from_millis(300), ..ReceiverConfig::default() };
             rt().block_on(receive_until(
