@@ -12,6 +12,9 @@ pub(super) type Shard = (u16, Vec<u8>);
 /// Most parity bytes a receiver holds for blocks it cannot rebuild yet.
 pub(super) const MAX_PARITY_BYTES: usize = 16 << 20;
 
+/// Most FEC blocks one REPAIR's ranges are worked out for (spec §16.5).
+const MAX_SCAN_BLOCKS: usize = 1 << 16;
+
 impl McastReceiver {
     pub(super) fn fec_k(&self) -> Option<u16> {
         self.info.as_ref().map(|i| i.fec_k).filter(|&k| k > 0)
@@ -48,17 +51,27 @@ impl McastReceiver {
     /// so that the sender sends exactly what is still needed, whichever
     /// shards were lost on the way. A block its shards already cover is
     /// not named (it is being rebuilt). Without FEC: every gap.
+    ///
+    /// At most `MAX_SCAN_BLOCKS` blocks are looked at, lowest first: a
+    /// REPAIR names only what fits one packet, and the next names more
+    /// (an announced total of ~2^32 packets in blocks of 1 made one call
+    /// walk billions of blocks: found by fuzzing).
     pub(super) fn repair_ranges(&self, total: u32) -> Vec<Range<u32>> {
         let Some(k) = self.fec_k().map(u32::from) else { return self.have.gaps(0..total).collect() };
         let mut out: Vec<Range<u32>> = Vec::new();
         // (block, packets it may still name)
         let mut budget: Option<(u32, u64)> = None;
+        let mut scanned = 0usize;
         for gap in self.have.gaps(0..total) {
             let mut sn = gap.start;
             while sn < gap.end {
                 let block = sn / k;
                 let end = gap.end.min(block.saturating_add(1).saturating_mul(k));
                 if budget.is_none_or(|(b, _)| b != block) {
+                    scanned += 1;
+                    if scanned > MAX_SCAN_BLOCKS {
+                        return out;
+                    }
                     let start = block.saturating_mul(k);
                     let missing = self.have.count_clear_upto(start..start.saturating_add(k).min(total));
                     let held = self.parity.get(&block).map_or(0, |(_, shards)| shards.len() as u64);
