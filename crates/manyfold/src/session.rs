@@ -183,7 +183,8 @@ impl Endpoint {
     /// - A panic in it is caught: that session alone ends, the client
     ///   reads a stream reset with [`HANDLER_FAILED`], the panic is logged
     ///   and counted in [`InlineStats::handler_panics`], and the endpoint
-    ///   serves on.
+    ///   serves on. (With `panic = "abort"` in the build profile a panic
+    ///   ends the process, as anywhere.)
     /// - Handlers of sessions completed in the same driver iteration run
     ///   one after another, on the driver's thread.
     ///
