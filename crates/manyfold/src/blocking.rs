@@ -447,6 +447,13 @@ impl Stream {
     pub fn set_priority(&mut self, stream: u16, priority: u8, weight: u16) {
         self.conn.streams().set_priority(stream, priority, weight)
     }
+
+    /// Writes all of `data` without copying it, as the async
+    /// [`Connection::write_chunk`] does; blocks at most the write timeout
+    /// (then `WouldBlock`, with an unknown part of `data` queued).
+    pub fn write_chunk(&mut self, data: bytes::Bytes) -> io::Result<()> {
+        block_within(self.write_timeout, async { self.conn.write_chunk(data).await.map_err(io::Error::from) })
+    }
 }
 
 impl Read for Stream {

@@ -20,6 +20,8 @@ use crate::error::{CloseError, ConnectionError, ReadError, SendError as MessageE
 use crate::message::{IntoMessage, Payload};
 use crate::shared::{register, ConnState, Inner, Phase, Shared};
 
+mod write_chunk;
+
 /// The one reference to an engine connection behind a connection's halves.
 /// Dropping it releases the connection (closing it gracefully if needed).
 #[derive(Debug)]
@@ -119,20 +121,30 @@ impl ConnRef {
         if data.is_empty() {
             return Poll::Ready(Ok(0));
         }
+        self.poll_write_with(cx, |c| c.stream_send(StreamId::new(stream), data)).map_err(io::Error::from)
+    }
+
+    /// Queues what `send` takes (bytes copied or shared), waiting while
+    /// it takes nothing.
+    fn poll_write_with(
+        &self,
+        cx: &Context<'_>,
+        send: impl FnOnce(&mut manyfold_proto::ConnMut<'_>) -> Result<usize, SendError>,
+    ) -> Poll<Result<usize, WriteError>> {
         let mut guard = self.shared.lock();
         let inner = &mut *guard;
-        match inner.engine.conn_mut(self.handle).stream_send(StreamId::new(stream), data) {
+        match send(&mut inner.engine.conn_mut(self.handle)) {
             Ok(0) => match self.park(inner, cx, |c| &mut c.write) {
                 Ok(()) => Poll::Pending,
-                Err(reason) => Poll::Ready(Err(WriteError::from(self.gone(inner, reason)).into())),
+                Err(reason) => Poll::Ready(Err(WriteError::from(self.gone(inner, reason)))),
             },
             Ok(n) => {
                 drop(guard);
                 self.shared.wake_driver();
                 Poll::Ready(Ok(n))
             }
-            Err(SendError::Closed(reason)) => Poll::Ready(Err(WriteError::from(self.gone(inner, Some(reason))).into())),
-            Err(e) => Poll::Ready(Err(WriteError::from(e).into())),
+            Err(SendError::Closed(reason)) => Poll::Ready(Err(WriteError::from(self.gone(inner, Some(reason))))),
+            Err(e) => Poll::Ready(Err(WriteError::from(e))),
         }
     }
 

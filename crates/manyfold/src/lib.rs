@@ -23,7 +23,9 @@
 //!   end it at once with an [`ErrorCode`] ([`Connection::abort_with`]
 //!   adds the reason in words, which the peer's errors carry:
 //!   [`peer_close_text`]). [`Connection::stats`] has its
-//!   RTT, window and retransmissions.
+//!   RTT, window and retransmissions. Data already in a [`Bytes`] goes
+//!   without a copy through [`Connection::write_chunk`] (on any stream:
+//!   [`StreamIo::write_chunk`]), as quinn's `write_chunk`.
 //! - [`Streams`] ([`Connection::streams`]) are the connection's numbered
 //!   streams 1–65,535: each a byte stream ([`Streams::io`]) or a sequence
 //!   of whole messages ([`Streams::send_message`],

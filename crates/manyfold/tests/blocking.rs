@@ -49,14 +49,16 @@ fn blocking_echo_client_and_server() {
         // std::io traits work too.
         c.write_all(b"!").unwrap();
         c.flush().unwrap();
-        let mut back = vec![0u8; msg.len() + 1];
+        // And a chunk handed over without a copy.
+        c.write_chunk(bytes::Bytes::from_static(b"?")).expect("write_chunk");
+        let mut back = vec![0u8; msg.len() + 2];
         c.read_exact(&mut back).unwrap();
         assert_eq!(&back[..msg.len()], &msg[..]);
-        assert_eq!(back[msg.len()], b'!');
+        assert_eq!(&back[msg.len()..], b"!?");
         c.close().expect("client close");
         let mut buf = [0u8; 16];
         assert_eq!(c.receive(&mut buf).unwrap(), 0, "end of stream after the server closed");
-        assert_eq!(server.join().unwrap(), msg.len() + 1);
+        assert_eq!(server.join().unwrap(), msg.len() + 2);
     });
 }
 

@@ -40,17 +40,37 @@ impl Pattern {
         self.len.div_ceil(CHUNK as u64)
     }
 
+    /// Chunk `i`'s length, and the mask its words are XORed with
+    /// (splitmix64's increment: consecutive chunks get unrelated masks).
+    fn len_and_mask(&self, i: u64) -> (usize, u64) {
+        let start = i * CHUNK as u64;
+        let n = self.len.saturating_sub(start).min(CHUNK as u64) as usize;
+        (n, (i + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15))
+    }
+
     /// Writes chunk `i` into `out` (at least `CHUNK` bytes) and returns its
     /// length.
     pub fn fill(&self, i: u64, out: &mut [u8]) -> usize {
-        let start = i * CHUNK as u64;
-        let n = self.len.saturating_sub(start).min(CHUNK as u64) as usize;
-        // splitmix64's increment: consecutive chunks get unrelated masks.
-        let mask = (i + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        let (n, mask) = self.len_and_mask(i);
         for (dst, w) in out[..CHUNK].chunks_exact_mut(8).zip(&self.base) {
             dst.copy_from_slice(&(w ^ mask).to_le_bytes());
         }
         n
+    }
+
+    /// Chunk `i` as `Bytes` for a zero-copy write (`write_chunk`), made in
+    /// `buf`: its memory is reused once the transport has released every
+    /// earlier chunk made there.
+    pub fn chunk(&self, i: u64, buf: &mut bytes::BytesMut) -> bytes::Bytes {
+        use bytes::BufMut;
+        let (n, mask) = self.len_and_mask(i);
+        buf.clear();
+        buf.reserve(CHUNK);
+        for w in &self.base {
+            buf.put_u64_le(w ^ mask);
+        }
+        buf.truncate(n);
+        buf.split().freeze()
     }
 
     /// The BLAKE3 hash of the whole stream, in hex.
@@ -105,6 +125,17 @@ impl Check {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_chunk_as_bytes_is_the_chunk_filled_into_a_slice() {
+        let p = Pattern::new(3, 2 * CHUNK as u64 + 1000);
+        let mut buf = bytes::BytesMut::new();
+        let mut out = vec![0u8; CHUNK];
+        for i in 0..p.chunks() {
+            let n = p.fill(i, &mut out);
+            assert_eq!(&p.chunk(i, &mut buf)[..], &out[..n], "chunk {i}");
+        }
+    }
 
     #[test]
     fn chunks_differ_and_last_is_short() {

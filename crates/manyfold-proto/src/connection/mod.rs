@@ -559,14 +559,32 @@ impl Connection {
     /// Queues bytes on stream `id` (0 is the connection's byte stream);
     /// returns how many fitted the send buffer.
     pub fn send(&mut self, id: StreamId, data: &[u8]) -> Result<usize, SendError> {
+        self.queue_bytes(id, data.len(), |s, n| s.write(id, &data[..n]))
+    }
+
+    /// [`Connection::send`] without copying: the bytes that fit (at most
+    /// `limit`) are split off the front of `data`, and its packets are
+    /// slices of them.
+    pub fn send_shared(&mut self, id: StreamId, data: &mut Bytes, limit: usize) -> Result<usize, SendError> {
+        self.queue_bytes(id, data.len().min(limit), |s, n| s.write_shared(id, data.split_to(n)))
+    }
+
+    /// The one path of both: as many of `len` bytes as fit are queued by
+    /// `write` (copied or shared); returns how many.
+    fn queue_bytes(
+        &mut self,
+        id: StreamId,
+        len: usize,
+        write: impl FnOnce(&mut Streams, usize) -> Result<(), StreamRefusal>,
+    ) -> Result<usize, SendError> {
         self.check_open()?;
         self.streams.check_send(id).map_err(refusal)?;
-        let n = data.len().min(self.stream_capacity(id));
+        let n = len.min(self.stream_capacity(id));
         if n > 0 {
-            self.streams.write(id, &data[..n]).map_err(refusal)?;
+            write(&mut self.streams, n).map_err(refusal)?;
             self.send_acked_signalled = false;
         }
-        if n < data.len() {
+        if n < len {
             self.want_writable = true;
         }
         Ok(n)

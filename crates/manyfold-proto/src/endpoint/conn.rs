@@ -129,6 +129,20 @@ impl ConnMut<'_> {
         ep.with_conn(self.h, |c| c.send(stream, data)).unwrap_or(Err(SendError::UnknownConnection))
     }
 
+    /// [`ConnMut::stream_send`] without copying: the bytes that fit are
+    /// split off the front of `data` and held as they are (reference
+    /// counted) until acknowledged; packets are slices of them.
+    pub fn stream_send_shared(&mut self, stream: StreamId, data: &mut Bytes) -> Result<usize, SendError> {
+        let ep = &mut *self.ep;
+        if ep.memory.refuse(self.h, &mut ep.table) && !data.is_empty() {
+            ep.stats.sends_refused_memory += 1;
+            return Ok(0);
+        }
+        // No further past the limit than what the limit leaves.
+        let room = ep.memory.room();
+        ep.with_conn(self.h, |c| c.send_shared(stream, data, room)).unwrap_or(Err(SendError::UnknownConnection))
+    }
+
     /// Reads `stream`'s bytes in order, across message boundaries.
     pub fn stream_recv(&mut self, stream: StreamId, buf: &mut [u8]) -> Result<Option<usize>, RecvError> {
         self.ep.with_conn(self.h, |c| c.recv(stream, buf)).unwrap_or(Err(RecvError::UnknownConnection))

@@ -452,3 +452,41 @@ mod hostile_chunks {
         }
     }
 }
+
+/// A byte-stream write handed over as `Bytes` (issue 20 item 3) is held
+/// as it is, not copied: the engine keeps a slice of the caller's buffer
+/// until it is acknowledged, and the stream arrives whole under 10% loss.
+#[test]
+fn a_bytes_write_is_held_without_a_copy_and_arrives_whole_under_loss() {
+    let mut p = Pair::new();
+    p.loss_percent = 10;
+    let ca = p.a.connect(p.now, p.b_addr).unwrap();
+    p.run_until(|p| {
+        p.a.conn(ca).state() == Some(State::Established) && p.events_b.iter().any(|e| e.1 == Event::Incoming)
+    });
+    let cb = p.b.accept().expect("accepted");
+    let data: Vec<u8> = (0..300_000u32).map(|i| (i * 13 % 251) as u8).collect();
+    let whole = bytes::Bytes::from(data.clone());
+    let mut rest = whole.clone();
+    let n = p.a.conn_mut(ca).stream_send_shared(StreamId::new(0), &mut rest).unwrap();
+    assert!(n > 0 && rest.len() == data.len() - n, "the bytes that fit were taken from the front");
+    assert!(!whole.is_unique(), "the engine holds the caller's buffer, not a copy");
+    let mut got = Vec::new();
+    let mut buf = vec![0u8; 65536];
+    p.run_until(|p| {
+        if !rest.is_empty() {
+            p.a.conn_mut(ca).stream_send_shared(StreamId::new(0), &mut rest).unwrap();
+            if rest.is_empty() {
+                p.a.conn_mut(ca).close();
+            }
+        }
+        while let Ok(Some(n)) = p.b.conn_mut(cb).recv(&mut buf) {
+            got.extend_from_slice(&buf[..n]);
+            if n == 0 {
+                break;
+            }
+        }
+        got.len() >= data.len()
+    });
+    assert!(got == data, "data differs: got {} of {} bytes", got.len(), data.len());
+}

@@ -326,11 +326,22 @@ impl Streams {
 
     /// Queues bytes (`data` already fits the connection's send buffer).
     pub fn write(&mut self, id: StreamId, data: &[u8]) -> Result<(), StreamRefusal> {
-        let s = self.tx_stream(id)?;
-        s.tx.write(data);
-        self.queued += data.len();
-        self.schedule(id);
+        self.tx_stream(id)?.tx.write(data);
+        self.wrote(id, data.len());
         Ok(())
+    }
+
+    /// [`Streams::write`] without copying `data`.
+    pub fn write_shared(&mut self, id: StreamId, data: Bytes) -> Result<(), StreamRefusal> {
+        let len = data.len();
+        self.tx_stream(id)?.tx.write_shared(data);
+        self.wrote(id, len);
+        Ok(())
+    }
+
+    fn wrote(&mut self, id: StreamId, len: usize) {
+        self.queued += len;
+        self.schedule(id);
     }
 
     /// Queues one whole message (size checked by the caller).

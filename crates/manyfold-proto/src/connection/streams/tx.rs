@@ -171,11 +171,23 @@ impl SendSide {
     }
 
     pub fn write(&mut self, data: &[u8]) {
-        self.used = true;
         self.buf.push(data);
+        self.queued_bytes(data.len());
+    }
+
+    /// Like `write`, without copying: packets will be slices of `data`.
+    pub fn write_shared(&mut self, data: Bytes) {
+        let len = data.len();
+        self.buf.push_shared(data);
+        self.queued_bytes(len);
+    }
+
+    /// `len` bytes of byte-stream data joined the buffer.
+    fn queued_bytes(&mut self, len: usize) {
+        self.used = true;
         match self.segs.back_mut() {
-            Some(s) if s.kind == SegKind::Bytes => s.len += data.len(),
-            _ => self.segs.push_back(Seg { len: data.len(), kind: SegKind::Bytes, cut: 0, start: 0 }),
+            Some(s) if s.kind == SegKind::Bytes => s.len += len,
+            _ => self.segs.push_back(Seg { len, kind: SegKind::Bytes, cut: 0, start: 0 }),
         }
     }
 
