@@ -166,7 +166,7 @@ impl Connection {
     /// Takes a finished connection apart for [`Spare`].
     pub(crate) fn into_spare(self) -> Spare {
         let Connection { streams, mut events, .. } = self;
-        events.clear();
+        streams::keep_small(&mut events);
         Spare { streams, events }
     }
 

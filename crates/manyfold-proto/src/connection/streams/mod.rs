@@ -161,6 +161,17 @@ pub(crate) struct Streams {
     pub acked_tracked: VecDeque<u64>,
 }
 
+/// Most entries a reused queue keeps room for (issue 21, spec §15.3).
+pub(crate) const SPARE_ENTRIES: usize = 64;
+
+/// Empties `q`, keeping its memory only if it is small.
+pub(crate) fn keep_small<T>(q: &mut VecDeque<T>) {
+    q.clear();
+    if q.capacity() > SPARE_ENTRIES {
+        *q = VecDeque::new();
+    }
+}
+
 impl Streams {
     pub fn new(limits: Limits) -> Self {
         let mut s = Streams::empty(limits, VecDeque::new(), VecDeque::new(), HashMap::new());
@@ -179,9 +190,14 @@ impl Streams {
         // Stream 0 stays, so that the map keeps its leaf; any other goes.
         map.retain(|&id, _| id == StreamId::BYTES);
         let (mut ready, mut control, mut pr) = (self.ready, self.control, self.pr);
-        ready.clear();
-        control.clear();
+        // A bulk transfer's large queues are not kept (spec §15.3: a spare
+        // holds a short session's memory, ~1.5 KB).
+        keep_small(&mut ready);
+        keep_small(&mut control);
         pr.clear();
+        if pr.capacity() > SPARE_ENTRIES {
+            pr = HashMap::new();
+        }
         let mut s = Streams::empty(limits, ready, control, pr);
         let fresh = s.fresh(StreamId::BYTES);
         match map.get_mut(&StreamId::BYTES) {
@@ -998,5 +1014,20 @@ mod tests {
         let renewed = used.renew(limits());
         // Debug shows every field's contents (not the capacities kept).
         assert_eq!(format!("{renewed:?}"), format!("{:?}", Streams::new(limits())));
+    }
+
+    #[test]
+    fn renewed_streams_keep_no_large_queue() {
+        let mut used = Streams::new(limits());
+        let now = Instant::now();
+        for i in 0..1000u16 {
+            // Messages queue a segment each.
+            used.push_message(now, StreamId::BYTES, &i.to_be_bytes(), MessageOptions::default()).expect("queued");
+        }
+        assert!(used.map.get(&StreamId::BYTES).expect("stream 0").tx.segs_capacity() > SPARE_ENTRIES);
+        let renewed = used.renew(limits());
+        let zero = renewed.map.get(&StreamId::BYTES).expect("stream 0");
+        assert!(zero.tx.segs_capacity() <= SPARE_ENTRIES, "{}", zero.tx.segs_capacity());
+        assert!(renewed.ready.capacity() <= SPARE_ENTRIES);
     }
 }

@@ -83,13 +83,19 @@ pub(crate) struct SendSide {
 
 impl SendSide {
     /// Takes the segment queue's memory of `old` (a finished connection's
-    /// side, issue 21), emptied; everything else of `old` is dropped.
+    /// side, issue 21), emptied, if it is small; everything else of `old`
+    /// is dropped.
     pub fn keep_segs_of(&mut self, old: SendSide) {
         let mut segs = old.segs;
-        segs.clear();
+        super::keep_small(&mut segs);
         if self.segs.is_empty() {
             self.segs = segs;
         }
+    }
+
+    #[cfg(test)]
+    pub fn segs_capacity(&self) -> usize {
+        self.segs.capacity()
     }
 
     pub fn new(credit: u64) -> Self {
