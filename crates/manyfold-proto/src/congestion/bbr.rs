@@ -1,12 +1,23 @@
 //! A model-based controller in the style of BBR v1 (Cardwell et al., ACM
-//! Queue 2016; draft-cardwell-iccrg-bbr-congestion-control-00; spec §9.5).
+//! Queue 2016; draft-cardwell-iccrg-bbr-congestion-control-00; spec §9.5),
+//! with BBR v2's ProbeRTT (draft-cardwell-iccrg-bbr-congestion-control-02
+//! §4.3.4).
 //!
 //! It models the path by its bottleneck bandwidth (a windowed maximum of
 //! delivery-rate samples) and its round-trip propagation time (a windowed
 //! minimum of RTT samples), paces at gain × bandwidth and keeps about two
 //! bandwidth-delay products in flight. Random loss is not read as
 //! congestion: a lost packet changes neither estimate. An RTO still drops
-//! the window to a few packets until the path answers again.
+//! the window to a few packets until the path answers again; then the
+//! window it had comes back at once.
+//!
+//! ProbeRTT, which refreshes the minimum RTT every 10 s, holds the window
+//! at half a BDP (not BBR v1's 4 packets), and is skipped altogether by a
+//! flow whose own inflight sat that low recently (an application-limited
+//! flow): its RTT samples were already taken without a queue of its own.
+//! While the window is held down (ProbeRTT, after an RTO) the delivery
+//! rate measures the controller's own limit, not the path's, so those
+//! samples never lower the bandwidth estimate.
 //!
 //! Loss *with a standing queue* is another matter (spec §9.5). BBR v1 keeps
 //! two BDPs in flight whatever happens; against a loss-based flow (TCP
@@ -33,6 +44,10 @@ const BW_WINDOW_ROUNDS: u64 = 10;
 /// How long a minimum RTT stays valid before ProbeRTT refreshes it.
 const MIN_RTT_WINDOW: Duration = Duration::from_secs(10);
 const PROBE_RTT_DURATION: Duration = Duration::from_millis(200);
+/// ProbeRTT's window as a fraction of the BDP (BBR v2's
+/// `ProbeRTTCwndGain`, draft-02 §2.14.2): enough to drain the flow's own
+/// queue, which needs inflight ≤ 1 BDP, while still carrying half the rate.
+const PROBE_RTT_CWND_GAIN: f64 = 0.5;
 /// Least window, in packets.
 const MIN_PIPE_PACKETS: u64 = 4;
 /// Multiplicative decrease of the loss bound (CUBIC's β).
@@ -58,6 +73,20 @@ pub struct Bbr {
     cwnd: u64,
     /// Window kept before an RTO or ProbeRTT, restored after.
     prior_cwnd: u64,
+    /// After an RTO, until a packet sent after it is acknowledged: the
+    /// delivered count at the RTO (spec §9.5: the window comes back then).
+    rto_hold: Option<u64>,
+    /// Samples of packets sent before the delivered count reached this
+    /// (while the window was held down) are read as app-limited.
+    held_until: u64,
+    /// Delivered bytes at the latest rate sample.
+    delivered: u64,
+    /// Whether the latest rate sample was app-limited.
+    app_limited_now: bool,
+    /// The least RTT sampled while inflight was at or below ProbeRTT's
+    /// window, since the minimum RTT was last refreshed, and when: such a
+    /// sample is as good as one ProbeRTT would take (spec §9.5).
+    quiet_rtt: Option<(Duration, Instant)>,
     /// (round, max delivery rate in that round) for the last rounds.
     bw_rounds: Vec<(u64, f64)>,
     round: u64,
@@ -87,6 +116,11 @@ impl Bbr {
             mode: Mode::Startup,
             cwnd,
             prior_cwnd: cwnd,
+            rto_hold: None,
+            held_until: 0,
+            delivered: 0,
+            app_limited_now: false,
+            quiet_rtt: None,
             bw_rounds: Vec::with_capacity(BW_WINDOW_ROUNDS as usize + 1),
             round: 0,
             next_round_delivered: 0,
@@ -125,17 +159,54 @@ impl Bbr {
         (bw > 0.0).then_some((bw * rtt.as_secs_f64()) as u64)
     }
 
+    /// ProbeRTT's window: half a BDP, at least the minimum pipe (BBR v2's
+    /// `BBRProbeRTTCwnd`).
+    fn probe_rtt_window(&self) -> u64 {
+        let half = self.bdp().map_or(0, |b| (b as f64 * PROBE_RTT_CWND_GAIN) as u64);
+        half.max(self.min_pipe())
+    }
+
+    /// Whether the window is held below the model's (ProbeRTT, or after
+    /// an RTO until the path answers).
+    fn held(&self) -> bool {
+        matches!(self.mode, Mode::ProbeRtt { .. }) || self.rto_hold.is_some()
+    }
+
+    /// Notes the window to come back to after ProbeRTT or an RTO. If it is
+    /// already held down, the larger of the two is kept: a ProbeRTT during
+    /// an RTO's hold (or the reverse) must not make the cut window the one
+    /// that is restored (Linux's `bbr_save_cwnd`).
+    fn save_cwnd(&mut self) {
+        self.prior_cwnd = if self.held() { self.prior_cwnd.max(self.cwnd) } else { self.cwnd };
+    }
+
+    /// The window comes back; samples of packets sent from now on measure
+    /// the path again.
+    fn restore_cwnd(&mut self) {
+        self.cwnd = self.cwnd.max(self.prior_cwnd);
+        self.held_until = self.delivered;
+    }
+
     fn gains(&self) -> (f64, f64) {
         match self.mode {
             Mode::Startup => (STARTUP_GAIN, STARTUP_GAIN),
             Mode::Drain => (1.0 / STARTUP_GAIN, STARTUP_GAIN),
             Mode::ProbeBw { phase, .. } => (CYCLE[phase], CWND_GAIN),
-            Mode::ProbeRtt { .. } => (1.0, 1.0),
+            // The cap is in `window()`; the window underneath keeps
+            // following the model, to be restored at the end.
+            Mode::ProbeRtt { .. } => (1.0, CWND_GAIN),
         }
     }
 
+    /// Whether a sample says less about the path than about the sender:
+    /// the application left the window unfilled, or the packet was sent
+    /// while the window was held down (ProbeRTT, an RTO).
+    fn app_limited(&self, rs: &RateSample) -> bool {
+        rs.is_app_limited || self.held() || rs.prior_delivered < self.held_until
+    }
+
     fn update_bw(&mut self, rs: &RateSample) {
-        if rs.is_app_limited && rs.delivery_rate <= self.max_bw() {
+        if self.app_limited(rs) && rs.delivery_rate <= self.max_bw() {
             return; // an app-limited sample only counts when it raises the estimate
         }
         match self.bw_rounds.last_mut() {
@@ -183,16 +254,62 @@ impl Bbr {
                     self.mode = Mode::ProbeBw { phase: (phase + 1) % CYCLE.len(), since: now };
                 }
             }
-            Mode::ProbeRtt { until: None } if rs.bytes_in_flight <= self.min_pipe() => {
+            Mode::ProbeRtt { until: None } if rs.bytes_in_flight <= self.probe_rtt_window() => {
                 let rtt = self.min_rtt.unwrap_or_default();
                 self.mode = Mode::ProbeRtt { until: Some(now + PROBE_RTT_DURATION.max(rtt)) };
             }
             Mode::ProbeRtt { until: Some(t) } if now >= t => {
                 self.min_rtt_at = Some(now);
-                self.cwnd = self.cwnd.max(self.prior_cwnd);
+                self.quiet_rtt = None;
                 self.mode = if self.filled_pipe { Mode::ProbeBw { phase: 2, since: now } } else { Mode::Startup };
+                if self.rto_hold.is_none() {
+                    self.restore_cwnd();
+                }
             }
             _ => {}
+        }
+    }
+}
+
+impl Bbr {
+    /// The minimum-RTT filter and ProbeRTT's trigger (spec §9.5). A sample
+    /// at or below the minimum refreshes it. When the minimum is older
+    /// than `MIN_RTT_WINDOW`, the least RTT sampled since the last refresh
+    /// with inflight at or below ProbeRTT's window takes its place if
+    /// there is one (BBR v2: a flow that already ran that low, such as an
+    /// application-limited one, needs no ProbeRTT); otherwise ProbeRTT
+    /// drains the flow's queue to measure the bare path.
+    fn update_min_rtt(&mut self, now: Instant, rs: &RateSample) {
+        let Some(rtt) = rs.rtt else { return };
+        let probing = matches!(self.mode, Mode::ProbeRtt { .. });
+        if !probing && rs.bytes_in_flight <= self.probe_rtt_window() {
+            self.quiet_rtt = match self.quiet_rtt {
+                Some((q, at)) if q < rtt => Some((q, at)),
+                _ => Some((rtt, now)),
+            };
+        }
+        if self.min_rtt.is_none_or(|m| rtt <= m) {
+            self.min_rtt = Some(rtt);
+            self.min_rtt_at = Some(now);
+            return;
+        }
+        let expired = self.min_rtt_at.is_some_and(|t| now.saturating_duration_since(t) > MIN_RTT_WINDOW);
+        if !expired || probing {
+            return;
+        }
+        let quiet = self.quiet_rtt.take().filter(|&(_, at)| now.saturating_duration_since(at) <= MIN_RTT_WINDOW);
+        if let Some((q, at)) = quiet {
+            self.min_rtt = Some(q);
+            self.min_rtt_at = Some(at);
+            return;
+        }
+        self.min_rtt = Some(rtt);
+        self.min_rtt_at = Some(now);
+        if self.filled_pipe {
+            // Drain the queue for a moment to measure the bare path.
+            self.save_cwnd();
+            self.held_until = u64::MAX;
+            self.mode = Mode::ProbeRtt { until: None };
         }
     }
 }
@@ -200,7 +317,7 @@ impl Bbr {
 impl Controller for Bbr {
     fn window(&self) -> u64 {
         match self.mode {
-            Mode::ProbeRtt { .. } => self.cwnd.min(self.min_pipe()),
+            Mode::ProbeRtt { .. } => self.cwnd.min(self.probe_rtt_window()),
             _ => self.cwnd,
         }
     }
@@ -210,6 +327,14 @@ impl Controller for Bbr {
     }
 
     fn on_rate_sample(&mut self, now: Instant, rs: &RateSample) {
+        self.delivered = self.delivered.max(rs.delivered);
+        // spec §9.5: the path answered a packet sent after the RTO.
+        if self.rto_hold.is_some_and(|at| rs.newly_acked > 0 && rs.prior_delivered >= at) {
+            self.rto_hold = None;
+            if !matches!(self.mode, Mode::ProbeRtt { .. }) {
+                self.restore_cwnd();
+            }
+        }
         let round_start = rs.prior_delivered >= self.next_round_delivered;
         if round_start {
             self.next_round_delivered = rs.delivered;
@@ -229,17 +354,9 @@ impl Controller for Bbr {
                 self.loss_bound = Some(bound + self.mss);
             }
         }
-        let expired = self.min_rtt_at.is_some_and(|t| now.saturating_duration_since(t) > MIN_RTT_WINDOW);
-        if let Some(rtt) = rs.rtt.filter(|&r| self.min_rtt.is_none_or(|m| r <= m) || expired) {
-            self.min_rtt = Some(rtt);
-            self.min_rtt_at = Some(now);
-            if expired && !matches!(self.mode, Mode::ProbeRtt { .. }) && self.filled_pipe {
-                // Drain the queue for a moment to measure the bare path.
-                self.prior_cwnd = self.cwnd;
-                self.mode = Mode::ProbeRtt { until: None };
-            }
-        }
-        self.check_full_pipe(round_start, rs.is_app_limited);
+        self.update_min_rtt(now, rs);
+        self.app_limited_now = self.app_limited(rs);
+        self.check_full_pipe(round_start, self.app_limited_now);
         self.advance_mode(now, rs);
         // Window: grow with acks toward cwnd_gain × BDP (always, until the
         // pipe is full), never below the minimum pipe.
@@ -256,7 +373,11 @@ impl Controller for Bbr {
     fn on_congestion_event(&mut self, _now: Instant, _sent: Instant, _lost_bytes: u64) {
         // spec §9.5: loss alone is not congestion to a model-based
         // controller; loss while a queue stands is.
-        if !self.filled_pipe || self.bound_round == Some(self.round) {
+        // Nor is the loss of an application-limited flow: the application,
+        // not the window, sets what it sends, so a bound would only cut the
+        // window below what the application needs and leave a backlog
+        // (spec §9.5).
+        if !self.filled_pipe || self.bound_round == Some(self.round) || self.app_limited_now {
             return;
         }
         if self.queue_fraction().is_some_and(|q| q >= QUEUED) {
@@ -274,13 +395,18 @@ impl Controller for Bbr {
     }
 
     fn on_rto(&mut self, _now: Instant) {
-        self.prior_cwnd = self.cwnd;
+        self.save_cwnd();
         self.cwnd = self.min_pipe();
+        self.rto_hold = Some(self.delivered);
+        self.held_until = u64::MAX;
     }
 
     fn on_spurious_congestion(&mut self) {
-        self.cwnd = self.cwnd.max(self.prior_cwnd);
+        self.rto_hold = None;
         self.loss_bound = None;
+        if !matches!(self.mode, Mode::ProbeRtt { .. }) {
+            self.restore_cwnd();
+        }
     }
 
     fn pacing_rate(&self) -> Option<f64> {
