@@ -73,14 +73,20 @@ pub struct Bbr {
     cwnd: u64,
     /// Window kept before an RTO or ProbeRTT, restored after.
     prior_cwnd: u64,
-    /// After an RTO, until a packet sent after it is acknowledged: the
-    /// delivered count at the RTO (spec §9.5: the window comes back then).
+    /// Window before the latest RTO, which a spurious-loss undo restores
+    /// (spec §9: the latest reduction only).
+    undo_cwnd: u64,
+    /// After an RTO: the delivered count at which everything that was in
+    /// flight at the RTO has been delivered, by late acks or resends
+    /// (spec §9.5: the window comes back then; Linux leaves its Loss state
+    /// at the same point).
     rto_hold: Option<u64>,
     /// Samples of packets sent before the delivered count reached this
     /// (while the window was held down) are read as app-limited.
     held_until: u64,
-    /// Delivered bytes at the latest rate sample.
+    /// Delivered bytes and bytes in flight at the latest rate sample.
     delivered: u64,
+    inflight: u64,
     /// Whether the latest rate sample was app-limited.
     app_limited_now: bool,
     /// The least RTT sampled while inflight was at or below ProbeRTT's
@@ -116,9 +122,11 @@ impl Bbr {
             mode: Mode::Startup,
             cwnd,
             prior_cwnd: cwnd,
+            undo_cwnd: cwnd,
             rto_hold: None,
             held_until: 0,
             delivered: 0,
+            inflight: 0,
             app_limited_now: false,
             quiet_rtt: None,
             bw_rounds: Vec::with_capacity(BW_WINDOW_ROUNDS as usize + 1),
@@ -328,8 +336,9 @@ impl Controller for Bbr {
 
     fn on_rate_sample(&mut self, now: Instant, rs: &RateSample) {
         self.delivered = self.delivered.max(rs.delivered);
-        // spec §9.5: the path answered a packet sent after the RTO.
-        if self.rto_hold.is_some_and(|at| rs.newly_acked > 0 && rs.prior_delivered >= at) {
+        self.inflight = rs.bytes_in_flight;
+        // spec §9.5: what was in flight at the RTO has been delivered.
+        if self.rto_hold.is_some_and(|until| rs.delivered >= until) {
             self.rto_hold = None;
             if !matches!(self.mode, Mode::ProbeRtt { .. }) {
                 self.restore_cwnd();
@@ -396,17 +405,21 @@ impl Controller for Bbr {
 
     fn on_rto(&mut self, _now: Instant) {
         self.save_cwnd();
+        self.undo_cwnd = self.cwnd;
         self.cwnd = self.min_pipe();
-        self.rto_hold = Some(self.delivered);
+        // A second RTO before the first one's flight was delivered keeps
+        // the first one's point: the resends in between are all that the
+        // latest sample counted in flight.
+        let until = self.delivered + self.inflight.max(1);
+        self.rto_hold = Some(self.rto_hold.map_or(until, |u| u.max(until)));
         self.held_until = u64::MAX;
     }
 
     fn on_spurious_congestion(&mut self) {
-        self.rto_hold = None;
+        // The latest reduction is undone; a hold from an earlier RTO still
+        // ends when that RTO's flight has been delivered.
         self.loss_bound = None;
-        if !matches!(self.mode, Mode::ProbeRtt { .. }) {
-            self.restore_cwnd();
-        }
+        self.cwnd = self.cwnd.max(self.undo_cwnd);
     }
 
     fn pacing_rate(&self) -> Option<f64> {
@@ -520,6 +533,127 @@ mod tests {
         b.on_rto(t0);
         assert_eq!(b.window(), 4000);
         b.on_spurious_congestion();
+        assert_eq!(b.window(), before);
+    }
+
+    /// Feeds `secs` of samples every 50 ms at 1 MB/s, RTT `rtt_ms`, with
+    /// `inflight` bytes in flight; returns the time after, the least window
+    /// on the way, and whether ProbeRTT was entered.
+    fn run_for(
+        b: &mut Bbr,
+        from: Instant,
+        secs: u64,
+        rtt_ms: u64,
+        inflight: u64,
+        app_limited: bool,
+    ) -> (Instant, u64, bool) {
+        let (mut now, mut least, mut probed) = (from, u64::MAX, false);
+        let mut delivered = 100_000_000;
+        for _ in 0..secs * 20 {
+            now += Duration::from_millis(50);
+            let acked = 50_000;
+            let mut rs = sample(delivered + acked, delivered, 1e6, rtt_ms, inflight, acked);
+            rs.is_app_limited = app_limited;
+            delivered += acked;
+            b.on_rate_sample(now, &rs);
+            least = least.min(b.window());
+            probed |= matches!(b.mode, Mode::ProbeRtt { .. });
+        }
+        (now, least, probed)
+    }
+
+    #[test]
+    fn probe_rtt_holds_half_the_bdp_not_four_packets_and_restores_the_window_after() {
+        let t0 = Instant::now();
+        let mut b = Bbr::new(1000, 10);
+        let now = settle(&mut b, t0, 1e6, 20);
+        let before = b.window();
+        // A bulk flow whose RTT never comes back down to 50 ms: after 10 s
+        // the minimum expires and ProbeRTT runs.
+        let (now, least, probed) = run_for(&mut b, now, 11, 60, 100_000, false);
+        assert!(probed, "no ProbeRTT within 11 s of an expired minimum");
+        // BDP = 1 MB/s × min RTT (60 ms, the sample taken at expiry) = 60 kB.
+        assert_eq!(least, 30_000, "ProbeRTT's window is half the BDP");
+        // Inflight drains to the ProbeRTT window, 200 ms pass, the window
+        // comes back.
+        run_for(&mut b, now, 1, 60, 20_000, false);
+        assert!(!matches!(b.mode, Mode::ProbeRtt { .. }), "{:?}", b.mode);
+        assert!(b.window() >= before, "{} < {before}", b.window());
+    }
+
+    #[test]
+    fn an_app_limited_flow_refreshes_its_min_rtt_without_a_probe_rtt_dip() {
+        let t0 = Instant::now();
+        let mut b = Bbr::new(1000, 10);
+        let now = settle(&mut b, t0, 1e6, 20);
+        let before = b.window();
+        // Inflight 10 kB, under ProbeRTT's 25 kB, RTT 55 ms: for 30 s.
+        let (_, least, probed) = run_for(&mut b, now, 30, 55, 10_000, true);
+        assert!(!probed, "an app-limited flow entered ProbeRTT");
+        assert_eq!(least, before, "the window dipped");
+        assert_eq!(b.min_rtt, Some(Duration::from_millis(55)), "the minimum RTT was not refreshed");
+    }
+
+    #[test]
+    fn a_flow_above_probe_rtt_level_still_probes_even_when_app_limited() {
+        let t0 = Instant::now();
+        let mut b = Bbr::new(1000, 10);
+        let now = settle(&mut b, t0, 1e6, 20);
+        // Inflight 40 kB, above ProbeRTT's 25 kB: its RTT samples may hold
+        // its own queue, so ProbeRTT runs.
+        let (_, _, probed) = run_for(&mut b, now, 11, 55, 40_000, true);
+        assert!(probed);
+    }
+
+    #[test]
+    fn samples_taken_while_the_window_is_held_leave_the_bandwidth_alone() {
+        let t0 = Instant::now();
+        let mut b = Bbr::new(1000, 10);
+        let mut now = settle(&mut b, t0, 1e6, 20);
+        let (bw, before) = (b.max_bw(), b.window());
+        // 12 app-limited rounds later (the bandwidth window is 10), an RTO:
+        // the window is 4 packets, and what it delivers says nothing of
+        // the path.
+        let mut delivered = 50_000_000;
+        for _ in 0..12 {
+            now += Duration::from_millis(50);
+            let mut rs = sample(delivered + 50_000, delivered, 0.9e6, 50, 10_000, 50_000);
+            rs.is_app_limited = true;
+            b.on_rate_sample(now, &rs);
+            delivered += 50_000;
+        }
+        // 10 kB were in flight at the RTO.
+        b.on_rto(now);
+        assert_eq!(b.window(), 4000);
+        // Acks at a low rate of what the 4-packet window resends.
+        now += Duration::from_millis(50);
+        b.on_rate_sample(now, &sample(delivered + 4000, delivered, 80_000.0, 50, 0, 4000));
+        assert_eq!(b.max_bw(), bw, "a held window's sample lowered the bandwidth");
+        assert_eq!(b.window(), 4000 + 4000, "the window grows from 4 packets until what was in flight is delivered");
+        // All 10 kB delivered: the window comes back.
+        now += Duration::from_millis(50);
+        b.on_rate_sample(now, &sample(delivered + 12_000, delivered + 4000, 80_000.0, 50, 0, 8000));
+        assert!(b.window() >= before, "{} < {before}", b.window());
+        assert_eq!(b.max_bw(), bw);
+    }
+
+    #[test]
+    fn loss_of_an_app_limited_flow_does_not_bound_its_window() {
+        let t0 = Instant::now();
+        let mut b = Bbr::new(1000, 10);
+        let mut now = settle(&mut b, t0, 1e6, 20);
+        let before = b.window();
+        // Whole rounds at twice the minimum RTT (jitter, or another flow's
+        // queue), app-limited, with a loss in each.
+        let d = 10_000_000;
+        for i in 0..5 {
+            now += Duration::from_millis(100);
+            let mut rs = sample(d + (i + 1) * 20_000, d + i * 20_000, 0.4e6, 100, 20_000, 20_000);
+            rs.is_app_limited = true;
+            b.on_rate_sample(now, &rs);
+            b.on_congestion_event(now, now, 1000);
+        }
+        assert_eq!(b.loss_bound, None);
         assert_eq!(b.window(), before);
     }
 }
