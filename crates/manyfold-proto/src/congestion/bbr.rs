@@ -8,8 +8,9 @@
 //! minimum of RTT samples), paces at gain × bandwidth and keeps about two
 //! bandwidth-delay products in flight. Random loss is not read as
 //! congestion: a lost packet changes neither estimate. An RTO still drops
-//! the window to a few packets until the path answers again; then the
-//! window it had comes back at once.
+//! the window to a few packets until the path answers again: once as
+//! many bytes as were in flight at the RTO have been delivered, the window
+//! it had comes back at once.
 //!
 //! ProbeRTT, which refreshes the minimum RTT every 10 s, holds the window
 //! at half a BDP (not BBR v1's 4 packets), and is skipped altogether by a
@@ -175,7 +176,7 @@ impl Bbr {
     }
 
     /// Whether the window is held below the model's (ProbeRTT, or after
-    /// an RTO until the path answers).
+    /// an RTO until its flight has been delivered).
     fn held(&self) -> bool {
         matches!(self.mode, Mode::ProbeRtt { .. }) || self.rto_hold.is_some()
     }
