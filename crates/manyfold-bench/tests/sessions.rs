@@ -28,6 +28,7 @@ fn sessions_quick_answers_every_session_on_every_row() {
         assert_eq!(cells[runs + 6], "0", "failures in {l}");
     };
     no_failures(line(stdout, stderr, "| 1000 | 100 | kernel TCP, 64 client addresses |"));
+    no_failures(line(stdout, stderr, "| 1000 | 100 | manyfold, inline handler |"));
     for row in ["manyfold", "kernel TCP"] {
         no_failures(line(stdout, stderr, &format!("| 1000 | 100 | {row} |")));
         for size in ["64 B", "256 B", "1 KiB", "4 KiB", "16 KiB"] {
@@ -46,17 +47,18 @@ fn sessions_quick_answers_every_session_on_every_row() {
     }
     for target in [
         "Target, manyfold ≥ 3× TCP's requests/s",
-        "Target, no failures: 0 of 2000 manyfold sessions failed (met)",
+        "Target, no failures: 0 of 3000 manyfold sessions failed (met)",
+        "Target (issue 21), manyfold with an inline handler ≥ 1.5× TCP's requests/s",
         "Target, memory per idle session ≤ 4 KiB",
     ] {
         assert!(stdout.contains(target), "no line {target:?}:\n{stdout}");
     }
     let json = &quick.json;
     assert!(json.starts_with("{\"scenario\":\"sessions\""), "{json}");
-    // 3 grid + the 0-RTT tokens row + 2 link runs (with and without tokens)
-    // + 10 sizes + 11 rto runs + two holds, none failed.
-    assert_eq!(json.matches("\"error\":null").count(), 29, "{json}");
-    assert_eq!(json.matches("\"failures\":0,").count(), 29, "{json}");
+    // 3 grid + the 0-RTT tokens and inline handler rows + 2 link runs (with
+    // and without tokens) + 10 sizes + 11 rto runs + two holds, none failed.
+    assert_eq!(json.matches("\"error\":null").count(), 30, "{json}");
+    assert_eq!(json.matches("\"failures\":0,").count(), 30, "{json}");
     for png in ["sessions-rate.png", "sessions-p99.png", "sessions-sizes.png"] {
         let bytes = std::fs::read(quick.charts.path().join(png)).unwrap_or_else(|e| panic!("{png}: {e}\n{stderr}"));
         assert!(bytes.starts_with(b"\x89PNG"), "{png} is not a PNG");

@@ -26,6 +26,7 @@ use tokio::io::Interest;
 
 use crate::batch::SendBatch;
 use crate::icmp;
+use crate::inline::InlineWork;
 use crate::qlog::QlogWriter;
 use crate::shared::{Inner, Phase, Shared};
 use crate::socket::{canonical, RecvBatch, UdpIo};
@@ -83,6 +84,8 @@ pub(crate) struct Driver {
     /// Where ICMP errors' quotes of our datagrams are read (spec §6.7).
     icmp_buf: Box<[u8]>,
     icmp_control: Vec<u8>,
+    /// The inline sessions' reused buffers (spec §15.4).
+    inline: InlineWork,
 }
 
 impl Driver {
@@ -109,6 +112,7 @@ impl Driver {
             qlog,
             icmp_buf: vec![0u8; 2048].into_boxed_slice(),
             icmp_control: icmp::control_buffer(),
+            inline: InlineWork::default(),
             io,
         }
     }
@@ -136,6 +140,11 @@ impl Driver {
                 more_input = round + 1 == RECV_ROUNDS;
             }
             self.drain_icmp();
+            if shared.inline_on() {
+                // Requests complete now are answered before the transmit
+                // step, so that the reply carries their ack (spec §15.4).
+                self.inline.run(&shared);
+            }
 
             let step = {
                 let mut inner = shared.lock();
@@ -268,6 +277,8 @@ impl Driver {
         while let Some((h, ev)) = inner.engine.poll_event() {
             inner.dispatch(h, ev);
         }
+        // Inline sessions that moved are looked at without waiting for input.
+        busy |= inner.inline.as_ref().is_some_and(|s| s.has_ready());
         while let Some((g, ev)) = inner.engine.poll_group_event() {
             inner.dispatch_group(g, ev);
         }

@@ -126,6 +126,7 @@ mod error;
 mod fault;
 mod group;
 mod icmp;
+mod inline;
 pub mod mcast;
 mod message;
 mod message_batch;
@@ -155,6 +156,7 @@ pub use error::{
     SendError, WriteError,
 };
 pub use group::{Group, GroupError, Joined, PeerReader};
+pub use inline::InlineStats;
 pub use manyfold_proto::wire::chunk::MAX_CLOSE_REASON;
 pub use manyfold_proto::wire::ErrorCode;
 pub use manyfold_proto::{
@@ -165,4 +167,4 @@ pub use manyfold_proto::{
 pub use manyfold_proto::{CongestionAlgorithm, ConnectionConfig, EarlyData, Refusal, RefusalCause};
 pub use message::IntoMessage;
 pub use message_batch::{BatchItem, MessageBatch};
-pub use session::REQUEST_TOO_LARGE;
+pub use session::{HANDLER_FAILED, REQUEST_TOO_LARGE};

@@ -13,6 +13,13 @@
 //! reply. Only for requests the server may safely see twice, or servers
 //! that keep a replay window (the default, [`crate::EarlyData`]).
 //!
+//! A handler that needs no `.await` can run inside the endpoint's driver
+//! task instead ([`Endpoint::serve_inline`]): the request is read from the
+//! engine and the reply written into it in the same iteration of the
+//! driver that received the request's last datagram, so a session costs no
+//! task, no channel hand-off and no wake-up beyond the driver's own, and
+//! the reply carries the ack of the request (spec §15.4).
+//!
 //! ```no_run
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
 //! let server = manyfold::Endpoint::bind("127.0.0.1:4000".parse()?, Default::default()).await?;
@@ -25,9 +32,10 @@
 //! # Ok(()) }
 //! ```
 
-use std::future::Future;
+use std::future::{poll_fn, Future};
 use std::io;
 use std::net::SocketAddr;
+use std::task::Poll;
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 
@@ -35,10 +43,15 @@ use crate::connection::{ConnRef, Connection};
 use crate::driver::now;
 use crate::endpoint::Endpoint;
 use crate::error::{ConnectError, ReadError, RequestError, WriteError};
+use crate::inline::{InlineHandler, InlineServer, InlineStats};
 use crate::shared::ConnState;
 
 /// The stream-reset code a server answers a request over its limit with.
 pub const REQUEST_TOO_LARGE: u16 = 413;
+
+/// The stream-reset code an inline handler's session ends with when the
+/// handler panicked ([`Endpoint::serve_inline`]).
+pub const HANDLER_FAILED: u16 = 500;
 
 /// Reads `r` to its end: `Ok(None)` once it holds more than `limit` bytes.
 async fn read_limited(r: &mut (impl AsyncRead + Unpin), limit: usize) -> io::Result<Option<Vec<u8>>> {
@@ -145,6 +158,110 @@ impl Endpoint {
         }
     }
 
+    /// Serves request/reply sessions as [`Endpoint::serve`] does, with a
+    /// synchronous `handler` that the endpoint's driver task runs itself,
+    /// as soon as a request is complete (its FIN arrived): the request is
+    /// read from the engine's receive buffer into a buffer the driver
+    /// reuses, and the reply is written into the engine before the driver
+    /// next sends, so that it leaves with the ack of the request and our
+    /// FIN in one datagram when it fits (spec §15.4). A session costs no
+    /// task, no channel and no wake-up beyond the driver's own. Runs until
+    /// the endpoint shuts down.
+    ///
+    /// A request over `max_request` bytes is refused: the client reads a
+    /// stream reset with [`REQUEST_TOO_LARGE`]. Replies of any size go;
+    /// what the send buffer cannot take at once follows as it drains.
+    ///
+    /// # The handler's contract
+    ///
+    /// - It must be short and must not block: while it runs, no datagram
+    ///   of this endpoint moves (the driver's lock is not held, so it may
+    ///   call this endpoint's methods). A call that takes over 10 ms is
+    ///   logged (`tracing` warn) and counted in
+    ///   [`InlineStats::slow_handlers`]. A handler that awaits I/O or
+    ///   takes long belongs in [`Endpoint::serve`].
+    /// - A panic in it is caught: that session alone ends, the client
+    ///   reads a stream reset with [`HANDLER_FAILED`], the panic is logged
+    ///   and counted in [`InlineStats::handler_panics`], and the endpoint
+    ///   serves on. (With `panic = "abort"` in the build profile a panic
+    ///   ends the process, as anywhere.)
+    /// - Handlers of sessions completed in the same driver iteration run
+    ///   one after another, on the driver's thread.
+    ///
+    /// It starts listening itself, and takes every connection the endpoint
+    /// accepts while it runs (give a server its own endpoint). A second
+    /// call replaces the handler and the limit for the sessions that
+    /// follow.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future stops taking new sessions (later ones wait for
+    /// [`Endpoint::accept`]); those under way are finished by the driver.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let server = manyfold::Endpoint::bind("127.0.0.1:0".parse()?, Default::default()).await?;
+    /// let addr = server.local_addr()?;
+    /// let serving = server.clone();
+    /// tokio::spawn(async move {
+    ///     serving.serve_inline(1 << 16, |_peer, request: &[u8]| request.iter().rev().copied().collect::<Vec<u8>>()).await
+    /// });
+    /// let client = manyfold::Endpoint::bind("127.0.0.1:0".parse()?, Default::default()).await?;
+    /// let reply = client.request(addr, b"ping", 1 << 16).await?;
+    /// assert_eq!(reply, b"gnip");
+    /// assert_eq!(server.inline_stats().served, 1);
+    /// client.shutdown().await;
+    /// server.shutdown().await;
+    /// # Ok(()) }
+    /// ```
+    pub async fn serve_inline<F, R>(&self, max_request: usize, handler: F)
+    where
+        F: Fn(SocketAddr, &[u8]) -> R + Send + Sync + 'static,
+        R: AsRef<[u8]>,
+    {
+        let handler: Box<InlineHandler> = Box::new(move |peer: SocketAddr, request: &[u8], out: &mut Vec<u8>| {
+            out.extend_from_slice(handler(peer, request).as_ref())
+        });
+        let generation = {
+            let mut inner = self.shared().lock();
+            if !inner.is_running() {
+                return;
+            }
+            inner.engine.set_listening(true);
+            let generation = match inner.inline.as_mut() {
+                Some(server) => server.replace(handler.into(), max_request),
+                None => {
+                    inner.inline = Some(InlineServer::new(handler.into(), max_request));
+                    0
+                }
+            };
+            self.shared().set_inline(true);
+            generation
+        };
+        // Connections accepted before the call are taken at once.
+        self.shared().wake_driver();
+        let _stop = StopInline { endpoint: self, generation };
+        poll_fn(|cx| {
+            let mut inner = self.shared().lock();
+            if !inner.is_running() {
+                return Poll::Ready(());
+            }
+            if !inner.accept_waiters.iter().any(|w| w.will_wake(cx.waker())) {
+                inner.accept_waiters.push(cx.waker().clone());
+            }
+            Poll::Pending
+        })
+        .await;
+    }
+
+    /// What [`Endpoint::serve_inline`] did so far (all zero without it).
+    pub fn inline_stats(&self) -> InlineStats {
+        self.shared().lock().inline.as_ref().map(|s| s.stats).unwrap_or_default()
+    }
+
     /// Has the endpoint a token from the server at `addr`, so that the
     /// next [`Endpoint::request`] there goes on the SYN (spec §6.9)? Only
     /// with [`manyfold_proto::EndpointConfig::reuse_tokens`].
@@ -179,6 +296,32 @@ impl Endpoint {
     }
 }
 
+/// Stops an [`Endpoint::serve_inline`] from taking new sessions when its
+/// future ends or is dropped (unless a later call replaced it).
+struct StopInline<'a> {
+    endpoint: &'a Endpoint,
+    generation: u64,
+}
+
+impl Drop for StopInline<'_> {
+    fn drop(&mut self) {
+        let shared = self.endpoint.shared();
+        let mut inner = shared.lock();
+        let Some(server) = inner.inline.as_mut() else { return };
+        if server.generation() != self.generation {
+            return;
+        }
+        server.stop_accepting();
+        if server.is_idle() {
+            shared.set_inline(false);
+        }
+        // Whatever the engine accepted from now on waits for `accept`.
+        for w in inner.accept_waiters.drain(..) {
+            w.wake();
+        }
+    }
+}
+
 async fn serve_one<F, Fut>(conn: Connection, max_request: usize, handler: F) -> io::Result<()>
 where
     F: Fn(SocketAddr, Vec<u8>) -> Fut,
@@ -188,7 +331,9 @@ where
     let streams = conn.streams();
     let (mut tx, mut rx) = conn.split();
     let Some(request) = read_limited(&mut rx, max_request).await? else {
-        // spec §15: the client reads a reset with REQUEST_TOO_LARGE.
+        // spec §15: the client reads a reset with REQUEST_TOO_LARGE, and
+        // stops sending the rest (spec §13.9).
+        streams.stop_stream(0, REQUEST_TOO_LARGE);
         streams.reset_stream(0, REQUEST_TOO_LARGE);
         return Err(io::Error::new(io::ErrorKind::InvalidData, format!("a request over {max_request} bytes")));
     };

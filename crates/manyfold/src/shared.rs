@@ -11,6 +11,7 @@
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::task::{Context, Waker};
 use std::time::Instant;
@@ -21,6 +22,7 @@ use tokio::sync::Notify;
 
 use crate::config::DriverStats;
 use crate::fault::Faults;
+use crate::inline::InlineServer;
 
 /// What the driver task and every handle share.
 #[derive(Debug)]
@@ -29,11 +31,24 @@ pub(crate) struct Shared {
     /// Wakes the driver task after an application command.
     notify: Notify,
     pub(crate) local_addr: SocketAddr,
+    /// An inline server is installed (spec §15.4): the driver runs its
+    /// round each iteration. Read without the lock.
+    inline: AtomicBool,
 }
 
 impl Shared {
     pub(crate) fn new(inner: Inner, local_addr: SocketAddr) -> Self {
-        Shared { inner: Mutex::new(inner), notify: Notify::new(), local_addr }
+        Shared { inner: Mutex::new(inner), notify: Notify::new(), local_addr, inline: AtomicBool::new(false) }
+    }
+
+    /// Whether an inline server is installed ([`Inner::inline`]).
+    pub(crate) fn inline_on(&self) -> bool {
+        self.inline.load(Ordering::Acquire)
+    }
+
+    /// Set under the lock, together with [`Inner::inline`].
+    pub(crate) fn set_inline(&self, on: bool) {
+        self.inline.store(on, Ordering::Release);
     }
 
     /// Locks the state. A panic elsewhere (an engine bug) poisons the mutex;
@@ -128,6 +143,8 @@ pub(crate) struct Inner {
     /// (issue 21: no clock read per message); at most one driver
     /// iteration old.
     pub(crate) clock: Instant,
+    /// Sessions served by the driver itself (`serve_inline`, spec §15.4).
+    pub(crate) inline: Option<InlineServer>,
 }
 
 impl Inner {
@@ -143,6 +160,7 @@ impl Inner {
             driver_stats: DriverStats::default(),
             groups: HashMap::new(),
             clock: crate::driver::now(),
+            inline: None,
         }
     }
 
@@ -172,13 +190,22 @@ impl Inner {
                 self.engine.conn_mut(h).release();
                 return;
             }
+            if self.inline.as_ref().is_some_and(InlineServer::is_accepting) {
+                // The driver takes it from the accept queue itself.
+                return;
+            }
             self.conns.entry(h).or_insert_with(|| ConnState { connected: true, ..ConnState::default() });
             for w in self.accept_waiters.drain(..) {
                 w.wake();
             }
             return;
         }
-        let Some(c) = self.conns.get_mut(&h) else { return };
+        let Some(c) = self.conns.get_mut(&h) else {
+            if let Some(server) = self.inline.as_mut() {
+                server.note_event(h);
+            }
+            return;
+        };
         match ev {
             Event::Connected => {
                 c.connected = true;
@@ -272,6 +299,9 @@ impl Inner {
         for g in groups {
             self.engine.group_abort(g, now, code);
         }
+        if let Some(server) = self.inline.as_mut() {
+            server.abort_sessions(&mut self.engine, now, code);
+        }
         for w in self.accept_waiters.drain(..) {
             w.wake();
         }
@@ -297,6 +327,9 @@ impl Inner {
             .collect();
         for h in open {
             self.engine.conn_mut(h).abort(now, ErrorCode::APPLICATION);
+        }
+        if let Some(server) = self.inline.as_mut() {
+            server.abort_sessions(&mut self.engine, now, ErrorCode::APPLICATION);
         }
     }
 

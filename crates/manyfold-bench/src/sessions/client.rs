@@ -146,7 +146,7 @@ async fn endpoints(n: usize, rto: Rto, e: Emulated, seed: u64) -> Result<Vec<man
 
 async fn generate(load: &Load) -> Result<String> {
     let eps = match load.kind {
-        Kind::Manyfold | Kind::ManyfoldTokens => {
+        Kind::Manyfold | Kind::ManyfoldTokens | Kind::ManyfoldInline => {
             let e = Emulated { loss: load.loss, rtt: load.rtt, tokens: load.kind == Kind::ManyfoldTokens };
             endpoints(load.concurrency.div_ceil(load.per_endpoint), load.rto, e, load.seed).await?
         }

@@ -18,7 +18,10 @@
 //!   probability p, each way), where the setting matters;
 //! - **grid** also runs **manyfold with 0-RTT tokens** (spec §6.9): the
 //!   client endpoints reuse tokens, so after its endpoint's first session
-//!   each request goes on the SYN. Target: ≥ 2× TCP's requests/s;
+//!   each request goes on the SYN. Target: ≥ 2× TCP's requests/s; and
+//!   **manyfold with an inline handler** (spec §15.4): the server's
+//!   handler runs inside its driver task (`Endpoint::serve_inline`), the
+//!   clients as in the plain row;
 //! - **link**: manyfold with and without tokens over an emulated path of
 //!   `--link-rtt-ms` (default 50 ms: half of it added to every datagram
 //!   each client endpoint sends, half to every one it receives, by the
@@ -70,6 +73,10 @@ pub enum Kind {
     /// (spec §6.9): `Endpoint::request`, which sends the request and FIN on
     /// the SYN once the endpoint holds the server's token.
     ManyfoldTokens,
+    /// manyfold whose server runs its handler inside the driver task
+    /// (`Endpoint::serve_inline`, spec §15.4): no task per session. The
+    /// clients are the plain manyfold row's.
+    ManyfoldInline,
     /// Kernel TCP (tokio): connect, write, shutdown(write), read to EOF, close.
     Tcp,
     /// Kernel TCP with the clients spread over [`TCP_SOURCES`] source
@@ -79,6 +86,11 @@ pub enum Kind {
     TcpSpread,
 }
 
+/// The grid's rows, in the order each repetition runs them (manyfold and
+/// TCP alternate within a repetition).
+pub const GRID_ROWS: &[Kind] =
+    &[Kind::Manyfold, Kind::ManyfoldInline, Kind::ManyfoldTokens, Kind::Tcp, Kind::TcpSpread];
+
 /// Source addresses of the [`Kind::TcpSpread`] clients.
 pub const TCP_SOURCES: u8 = 64;
 
@@ -87,14 +99,15 @@ impl Kind {
         match self {
             Kind::Manyfold => "manyfold",
             Kind::ManyfoldTokens => "manyfold, 0-RTT tokens",
+            Kind::ManyfoldInline => "manyfold, inline handler",
             Kind::Tcp => "kernel TCP",
             Kind::TcpSpread => "kernel TCP, 64 client addresses",
         }
     }
 
-    /// Both manyfold rows (their server is the same).
+    /// The manyfold rows.
     pub fn is_manyfold(self) -> bool {
-        matches!(self, Kind::Manyfold | Kind::ManyfoldTokens)
+        matches!(self, Kind::Manyfold | Kind::ManyfoldTokens | Kind::ManyfoldInline)
     }
 
     fn arg(self) -> String {
@@ -458,7 +471,7 @@ fn measure(o: &Options) -> Result<()> {
         if plan.parts.contains(&Part::Grid) {
             for &n in &plan.requests {
                 for &c in &plan.concurrency {
-                    for kind in [Kind::Manyfold, Kind::ManyfoldTokens, Kind::Tcp, Kind::TcpSpread] {
+                    for &kind in GRID_ROWS {
                         rep.push(spec(Part::Grid, kind, n, c, plan.size));
                     }
                 }

@@ -2,6 +2,9 @@
 //! chooses), writes its address to the ready file, and serves until the
 //! stop file appears; then it prints its counters and exits.
 //!
+//! - Request-reply with an inline handler (`Endpoint::serve_inline`, spec
+//!   §15.4): the driver task reads each request, reverses it and closes;
+//!   the counters are the endpoint's `inline_stats`.
 //! - Request-reply: every session is one task that reads the request to its
 //!   end (the client's FIN), writes it back reversed and closes: manyfold
 //!   `Connection::close` (FIN, then waits until it is acknowledged: the
@@ -31,6 +34,9 @@ use crate::fanout::runs::write_ready;
 
 /// Longest a server task waits on one session.
 const SESSION_LIMIT: Duration = Duration::from_secs(60);
+
+/// The inline server's request limit: the largest size the lab takes.
+const MAX_REQUEST: usize = 16 << 20;
 
 /// How often the server looks for the stop and measure files.
 const POLL: Duration = Duration::from_millis(10);
@@ -103,6 +109,23 @@ async fn serve(
     let held = Arc::new(Mutex::new(Vec::<manyfold::Connection>::new()));
     let mut endpoint = None;
     let addr = match kind {
+        Kind::ManyfoldInline => {
+            if measure.is_some() {
+                bail!("the hold runs the plain manyfold server");
+            }
+            let mut config = manyfold::Config { endpoint: rto.endpoint_config(), ..Default::default() };
+            config.endpoint.accept_backlog = backlog;
+            let ep = manyfold::Endpoint::bind(any, config).await?;
+            ep.listen();
+            let addr = ep.local_addr()?;
+            let serving = ep.clone();
+            // The reply is the request reversed, written by the driver task.
+            tokio::spawn(async move {
+                serving.serve_inline(MAX_REQUEST, |_, req: &[u8]| req.iter().rev().copied().collect::<Vec<u8>>()).await
+            });
+            endpoint = Some(ep);
+            addr
+        }
         Kind::Manyfold | Kind::ManyfoldTokens => {
             let mut config = manyfold::Config { endpoint: rto.endpoint_config(), ..Default::default() };
             config.endpoint.accept_backlog = backlog;
@@ -186,6 +209,19 @@ async fn serve(
             d.datagrams_received,
             d.send_would_block,
         );
+    }
+    if let Some(ep) = endpoint.as_ref().filter(|_| kind == Kind::ManyfoldInline) {
+        // The driver served the sessions: its counters are the server's.
+        let s = ep.inline_stats();
+        counters.served.store(s.served, Ordering::Relaxed);
+        let failed = s.too_large + s.handler_panics + s.failed;
+        if failed > 0 {
+            counters.fail(format!(
+                "inline: {} over the limit, {} handler panics, {} ended early",
+                s.too_large, s.handler_panics, s.failed
+            ));
+            counters.failed.store(failed, Ordering::Relaxed);
+        }
     }
     let line = counters.line();
     let (first, rest) = line.split_once('\n').unwrap_or((&line, ""));

@@ -62,9 +62,10 @@ impl Connection {
         local_id: ConnId,
         isn: u32,
         early: EarlySyn<'_, '_>,
+        spare: Option<super::Spare>,
     ) -> Self {
         let recv_buffer = config.recv_buffer;
-        let mut c = Connection::new(config, now, remote, local_id, isn, super::State::Established);
+        let mut c = Connection::new(config, now, remote, local_id, isn, super::State::Established, spare);
         c.remote_id = Some(early.client_id);
         c.set_peer_max_datagram(early.params.max_datagram);
         c.ack_freq.peer_takes_it = early.params.takes_ack_frequency();

@@ -152,7 +152,24 @@ pub(crate) struct Connection {
     paths: path::Paths,
 }
 
+/// What a finished connection leaves for the next one the endpoint builds
+/// (issue 21, spec §15.3: no malloc per session): the containers of its
+/// state that keep their memory when emptied, emptied. It holds no state
+/// of the old connection.
+#[derive(Debug)]
+pub struct Spare {
+    streams: Streams,
+    events: VecDeque<Event>,
+}
+
 impl Connection {
+    /// Takes a finished connection apart for [`Spare`].
+    pub(crate) fn into_spare(self) -> Spare {
+        let Connection { streams, mut events, .. } = self;
+        events.clear();
+        Spare { streams, events }
+    }
+
     fn new(
         config: ConnectionConfig,
         now: Instant,
@@ -160,11 +177,22 @@ impl Connection {
         local_id: ConnId,
         isn: u32,
         state: State,
+        spare: Option<Spare>,
     ) -> Self {
         let mss = u64::from(config.max_datagram);
         let cc = congestion::build(config.congestion, mss, config.initial_window_packets);
         let rtt = RttEstimator::new(config.initial_rto, config.min_rto, config.max_rto, config.max_ack_delay);
         let isn = Seq::from_isn(isn);
+        let limits = Limits {
+            max_streams: config.max_streams.clamp(1, 1 << 16),
+            // A whole message must fit a stream's credit (spec §13.7).
+            stream_window: config.stream_window.max(config.max_message) as u64,
+            stream0_window: config.recv_buffer as u64,
+        };
+        let (streams, events) = match spare {
+            Some(spare) => (spare.streams.renew(limits), spare.events),
+            None => (Streams::new(limits), VecDeque::new()),
+        };
         let mut c = Connection {
             remote,
             local_id,
@@ -172,12 +200,7 @@ impl Connection {
             state,
             isn,
             sent: SentQueue::new(isn),
-            streams: Streams::new(Limits {
-                max_streams: config.max_streams.clamp(1, 1 << 16),
-                // A whole message must fit a stream's credit (spec §13.7).
-                stream_window: config.stream_window.max(config.max_message) as u64,
-                stream0_window: config.recv_buffer as u64,
-            }),
+            streams,
             fin_queued: false,
             opener: false,
             fin_seq: None,
@@ -205,7 +228,7 @@ impl Connection {
             rst_pending: None,
             rst_repeats: 0,
             close_text: close::CloseText::default(),
-            events: VecDeque::new(),
+            events,
             readable_signalled: false,
             want_writable: false,
             send_acked_signalled: true,
@@ -296,9 +319,10 @@ impl Connection {
         local_id: ConnId,
         isn: u32,
         security: Option<Box<Security>>,
+        spare: Option<Spare>,
     ) -> Self {
         let connect_timeout = config.connect_timeout;
-        let mut c = Connection::new(config, now, remote, local_id, isn, State::SynSent);
+        let mut c = Connection::new(config, now, remote, local_id, isn, State::SynSent, spare);
         c.opener = true;
         c.security = security;
         c.timers.set(Timer::Connect, now + connect_timeout);
@@ -321,10 +345,11 @@ impl Connection {
         max_datagram: u16,
         handshake_rtt: Duration,
         security: Option<Box<Security>>,
+        spare: Option<Spare>,
     ) -> Self {
         let recv_buffer = config.recv_buffer;
         let connect_timeout = config.connect_timeout;
-        let mut c = Connection::new(config, now, remote, local_id, isn, State::Established);
+        let mut c = Connection::new(config, now, remote, local_id, isn, State::Established, spare);
         if security.is_some() {
             // spec §19.2: the peer must finish its handshake in time.
             c.timers.set(Timer::Connect, now + connect_timeout);

@@ -105,7 +105,9 @@ impl Endpoint {
         let isn = self.listener.secrets.isn(now, from, (params.conn_id, server_id.wire()));
         let token = self.token_for(now, from, params);
         let early = EarlySyn { syn, client_id, params, token };
-        let conn = Connection::new_early_server(self.config.connection.clone(), now, from, server_id, isn, early);
+        let spare = self.spares.pop();
+        let conn =
+            Connection::new_early_server(self.config.connection.clone(), now, from, server_id, isn, early, spare);
         let handle = self.table.insert(conn);
         self.stats.connections_accepted += 1;
         self.stats.early_accepted += 1;

@@ -355,6 +355,7 @@ impl Endpoint {
             max_datagram,
             rtt,
             security,
+            self.spares.pop(),
         );
         self.accept_new(now, conn, protected, packet);
     }

@@ -37,7 +37,7 @@ use rand_chacha::ChaCha8Rng;
 
 use crate::config::{ConnectionConfig, EndpointConfig};
 use crate::conn_handle::ConnHandle;
-use crate::connection::{CloseReason, Connection, Event, Security};
+use crate::connection::{CloseReason, Connection, Event, Security, Spare};
 use crate::group::host::Groups;
 use crate::qlog::QlogEvent;
 use crate::secure::Handshake;
@@ -46,6 +46,12 @@ use listener::Listener;
 use memory::Memory;
 use schedule::Schedule;
 use table::Table;
+
+/// Most finished connections whose emptied containers an endpoint keeps
+/// for new ones (issue 21, spec §15.3): a session then costs no
+/// allocation for them. Each is ~1.5 KB; a burst of more sessions than
+/// this allocates for the rest, as without the pool.
+pub const SPARE_CONNECTIONS: usize = 256;
 
 /// One or more datagrams written contiguously into the caller's buffer, all
 /// to one destination. With `segment_size` set, the buffer holds several
@@ -184,6 +190,8 @@ pub struct Endpoint {
     groups: Groups,
     /// As a client: the latest token of each server (spec §6.9).
     tokens: early::TokenStore,
+    /// What finished connections left for new ones (issue 21, spec §15.3).
+    spares: Vec<Spare>,
 }
 
 impl Endpoint {
@@ -207,6 +215,7 @@ impl Endpoint {
             stats: EndpointStats::default(),
             groups: Groups::default(),
             tokens: early::TokenStore::new(config_max_tokens),
+            spares: Vec::new(),
         }
     }
 
@@ -262,7 +271,8 @@ impl Endpoint {
         let local_id = self.table.fresh_id(&mut self.rng);
         let isn = self.listener.secrets.isn(now, remote, (local_id.wire(), 0));
         let security = self.security(true);
-        let mut conn = Connection::new_client(config, now, remote, local_id, isn, security);
+        let spare = self.spares.pop();
+        let mut conn = Connection::new_client(config, now, remote, local_id, isn, security, spare);
         if self.config.reuse_tokens && self.config.security.is_none() {
             conn.use_tokens(self.tokens.get(remote));
         }
@@ -481,10 +491,44 @@ impl Endpoint {
         self.reap(idx);
     }
 
-    /// Frees a connection that is CLOSED, released, and has nothing left to send.
+    /// Frees a connection that is CLOSED, released, and has nothing left
+    /// to send; its emptied containers wait for the next connection, at
+    /// most [`SPARE_CONNECTIONS`] of them (issue 21).
     fn reap(&mut self, idx: u32) {
-        if let Some(buffered) = self.table.reap(idx) {
+        if let Some((buffered, conn)) = self.table.reap(idx) {
             self.memory.forget(buffered);
+            if self.spares.len() < SPARE_CONNECTIONS {
+                self.spares.push(conn.into_spare());
+            }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wire::ErrorCode;
+
+    #[test]
+    fn finished_connections_leave_at_most_spare_connections_spares() {
+        let now = Instant::now();
+        let mut ep = Endpoint::new(EndpointConfig { seed: 1, ..EndpointConfig::default() }, now);
+        let server = SocketAddr::from(([198, 18, 0, 2], 4433));
+        let handles: Vec<ConnHandle> =
+            (0..SPARE_CONNECTIONS + 40).map(|_| ep.connect(now, server).expect("connect")).collect();
+        let mut buf = Vec::new();
+        while ep.poll_transmit(now, 1, &mut buf).is_some() {}
+        for &h in &handles {
+            ep.conn_mut(h).abort(now, ErrorCode::APPLICATION);
+            ep.conn_mut(h).release();
+        }
+        while ep.poll_transmit(now, 1, &mut buf).is_some() {}
+        assert_eq!(ep.connection_count(), 0, "all reaped");
+        assert_eq!(ep.spares.len(), SPARE_CONNECTIONS, "the pool is bounded");
+        // New connections take from it, and work as any.
+        let h = ep.connect(now, server).expect("connect");
+        assert_eq!(ep.spares.len(), SPARE_CONNECTIONS - 1);
+        assert!(ep.poll_transmit(now, 1, &mut buf).is_some(), "its SYN goes");
+        assert_eq!(ep.conn(h).state(), Some(crate::State::SynSent));
     }
 }

@@ -220,8 +220,9 @@ impl Table {
     }
 
     /// Frees slot `idx` if its connection is CLOSED, released, and has
-    /// nothing left to send. Returns the memory it was counted for.
-    pub fn reap(&mut self, idx: u32) -> Option<u64> {
+    /// nothing left to send. Returns the memory it was counted for, and the
+    /// connection (whose memory the endpoint may reuse, issue 21).
+    pub fn reap(&mut self, idx: u32) -> Option<(u64, Connection)> {
         let slot = &mut self.slots[idx as usize];
         if !slot.released || !slot.conn.as_ref().is_some_and(|c| c.is_drained()) {
             return None;
@@ -243,7 +244,7 @@ impl Table {
         // The index may still sit in the transmit queue; a reused slot is
         // simply polled once more, which is harmless.
         self.free.push(idx);
-        Some(buffered)
+        Some((buffered, conn))
     }
 
     /// One connection fewer with a peer at `ip` (spec §6.4).
@@ -266,7 +267,7 @@ pub(super) mod tests {
     /// A client connection in SYN-SENT to 198.18.0.1:`port`, with our id `id`.
     pub(in crate::endpoint) fn client(now: Instant, port: u16, id: u32) -> Connection {
         let remote = SocketAddr::from(([198, 18, 0, 1], port));
-        Connection::new_client(ConnectionConfig::default(), now, remote, cid(id), 1000, None)
+        Connection::new_client(ConnectionConfig::default(), now, remote, cid(id), 1000, None, None)
     }
 
     fn cid(v: u32) -> ConnId {
@@ -304,9 +305,9 @@ pub(super) mod tests {
         let old = table.insert(client(now, 1, 7));
         table.note_syn_sent(SocketAddr::from(([198, 18, 0, 1], 1)), old.index());
         table.slot_mut(old.index()).released = true;
-        assert_eq!(table.reap(old.index()), None, "released but still in SYN-SENT");
+        assert!(table.reap(old.index()).is_none(), "released but still in SYN-SENT");
         finish(&mut table, old, now);
-        assert_eq!(table.reap(old.index()), Some(0));
+        assert_eq!(table.reap(old.index()).map(|(buffered, _)| buffered), Some(0));
         assert_eq!((table.live(), table.by_id(cid(7))), (0, None));
         assert_eq!(table.syn_sent(SocketAddr::from(([198, 18, 0, 1], 1))), None);
         assert_eq!(table.conns_from(SocketAddr::from(([198, 18, 0, 1], 1))), 0);

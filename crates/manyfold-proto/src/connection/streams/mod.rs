@@ -13,6 +13,7 @@ mod tx;
 pub use rx::{ReadItem, StreamItem};
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::ops::Bound;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -162,18 +163,59 @@ pub(crate) struct Streams {
 
 impl Streams {
     pub fn new(limits: Limits) -> Self {
-        let mut s = Streams {
+        let mut s = Streams::empty(limits, VecDeque::new(), VecDeque::new(), HashMap::new());
+        s.map.insert(StreamId::BYTES, Box::new(s.fresh(StreamId::BYTES)));
+        s
+    }
+
+    /// The streams of a new connection, built from those of a finished one
+    /// (issue 21, spec §15.3: no malloc per session): every field as
+    /// [`Streams::new`] makes it, but the containers that keep their memory
+    /// when emptied are emptied and kept — stream 0's box and its B-tree
+    /// leaf, its segment queue, the ready and control queues and the
+    /// message table. Nothing of the old connection's state survives.
+    pub fn renew(mut self, limits: Limits) -> Self {
+        let mut map = std::mem::take(&mut self.map);
+        // Stream 0 stays, so that the map keeps its leaf; any other goes.
+        map.retain(|&id, _| id == StreamId::BYTES);
+        let (mut ready, mut control, mut pr) = (self.ready, self.control, self.pr);
+        ready.clear();
+        control.clear();
+        pr.clear();
+        let mut s = Streams::empty(limits, ready, control, pr);
+        let fresh = s.fresh(StreamId::BYTES);
+        match map.get_mut(&StreamId::BYTES) {
+            Some(zero) => {
+                let old = std::mem::replace(&mut **zero, fresh);
+                zero.tx.keep_segs_of(old.tx);
+            }
+            None => {
+                map.insert(StreamId::BYTES, Box::new(fresh));
+            }
+        }
+        s.map = map;
+        s
+    }
+
+    /// Every field at its start, with these (empty) containers and no stream.
+    fn empty(
+        limits: Limits,
+        ready: VecDeque<StreamId>,
+        control: VecDeque<Chunk<Bytes>>,
+        pr: HashMap<u64, PrMsg>,
+    ) -> Self {
+        Streams {
             map: BTreeMap::new(),
             sched: BTreeMap::new(),
-            control: VecDeque::new(),
-            ready: VecDeque::new(),
+            control,
+            ready,
             closed_tx: IdSet::default(),
             closed_rx: IdSet::default(),
             reset_codes: BTreeMap::new(),
             refused: BTreeSet::new(),
             opened: VecDeque::new(),
             next_local: None,
-            pr: HashMap::new(),
+            pr,
             next_msg: 1,
             queued: 0,
             buffered: 0,
@@ -185,9 +227,7 @@ impl Streams {
             violations: 0,
             abandoned: 0,
             acked_tracked: VecDeque::new(),
-        };
-        s.map.insert(StreamId::BYTES, Box::new(s.fresh(StreamId::BYTES)));
-        s
+        }
     }
 
     fn fresh(&self, id: StreamId) -> Stream {
@@ -593,8 +633,10 @@ impl Streams {
     /// and credit no longer limits our sending (spec §13.7).
     pub fn on_conn_fin(&mut self) {
         self.peer_fin = true;
-        let ids: Vec<StreamId> = self.map.keys().copied().collect();
-        for id in ids {
+        // Stream by stream in order, without collecting the ids (no
+        // allocation per connection, issue 21).
+        let mut next = self.map.keys().next().copied();
+        while let Some(id) = next {
             if let Some(s) = self.map.get_mut(&id) {
                 s.rx.on_conn_fin();
                 s.tx.ord.credit = MAX_OFFSET;
@@ -602,6 +644,7 @@ impl Streams {
             }
             self.mark_ready(id);
             self.schedule(id);
+            next = self.map.range((Bound::Excluded(id), Bound::Unbounded)).next().map(|(&k, _)| k);
         }
     }
 
@@ -932,5 +975,28 @@ impl Streams {
             self.opened.push_back(id); // spec §13.11: the peer started it
         }
         true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn limits() -> Limits {
+        Limits { max_streams: 16, stream_window: 1 << 16, stream0_window: 1 << 16 }
+    }
+
+    #[test]
+    fn renewed_streams_are_in_the_state_new_ones_start_in() {
+        let mut used = Streams::new(limits());
+        used.write(StreamId::BYTES, &[7u8; 3000]).expect("stream 0 takes data");
+        used.write(StreamId::new(5), b"another stream").expect("stream 5 opens");
+        used.finish(StreamId::BYTES).expect("finish");
+        used.on_conn_fin();
+        used.set_discard();
+        assert_ne!(format!("{used:?}"), format!("{:?}", Streams::new(limits())), "the test used them");
+        let renewed = used.renew(limits());
+        // Debug shows every field's contents (not the capacities kept).
+        assert_eq!(format!("{renewed:?}"), format!("{:?}", Streams::new(limits())));
     }
 }

@@ -82,6 +82,16 @@ pub(crate) struct SendSide {
 }
 
 impl SendSide {
+    /// Takes the segment queue's memory of `old` (a finished connection's
+    /// side, issue 21), emptied; everything else of `old` is dropped.
+    pub fn keep_segs_of(&mut self, old: SendSide) {
+        let mut segs = old.segs;
+        segs.clear();
+        if self.segs.is_empty() {
+            self.segs = segs;
+        }
+    }
+
     pub fn new(credit: u64) -> Self {
         SendSide {
             buf: SendBuffer::default(),
