@@ -62,6 +62,11 @@ pub struct McastWorld {
     /// Loss before the group fans out: a multicast datagram of the sender
     /// is lost for every receiver at once with this probability.
     pub upstream_loss: f64,
+    /// Bottlenecks shared by some receivers (by index): a multicast
+    /// datagram of the sender is lost for all of one bottleneck's
+    /// receivers at once with its probability (a lossy router or link
+    /// upstream of them), independently of the others'.
+    pub shared_loss: Vec<(Vec<usize>, f64)>,
     rng: rand_chacha::ChaCha8Rng,
     /// A stream of unknown length (spec §16.6): bytes/s the source yields.
     stream_rate: Option<f64>,
@@ -136,6 +141,7 @@ impl McastWorld {
             sent_by_sender: 0,
             sent_bytes_by_sender: 0,
             upstream_loss: 0.0,
+            shared_loss: Vec::new(),
             rng: rand::SeedableRng::seed_from_u64(seed ^ 0x5eed),
             stream_rate: None,
             stream_done: false,
@@ -316,6 +322,16 @@ impl McastWorld {
                 return;
             }
         }
+        let mut cut: Vec<usize> = Vec::new();
+        if to == self.group && from == self.sender_addr {
+            use rand::Rng;
+            for (members, p) in &self.shared_loss {
+                if self.rng.gen_bool(p.clamp(0.0, 1.0)) {
+                    cut.extend(members);
+                }
+            }
+        }
+        let cut: Vec<SocketAddr> = cut.iter().filter_map(|&i| self.receivers.get(i).map(|r| r.addr)).collect();
         let targets: Vec<SocketAddr> = if to == self.group {
             let scope = match self.index.get(&from) {
                 Some(&i) if self.lan_scoped_feedback => Some(self.receivers[i].network),
@@ -325,7 +341,7 @@ impl McastWorld {
                 .chain(
                     self.receivers.iter().filter(|r| r.running && scope.is_none_or(|n| n == r.network)).map(|r| r.addr),
                 )
-                .filter(|&a| a != from)
+                .filter(|&a| a != from && !cut.contains(&a))
                 .collect()
         } else {
             vec![to]

@@ -52,6 +52,35 @@ impl McastReceiver {
         }
     }
 
+    /// The network id its feedback carries and heeds (spec §16.4): the
+    /// group the sender assigned (spec §16.12), else its configured one.
+    pub(super) fn feedback_network(&self) -> u32 {
+        self.assigned.map_or(self.cfg.network, |(_, group)| group)
+    }
+
+    /// The group the sender put this receiver in (spec §16.12), if any.
+    pub fn group(&self) -> Option<u32> {
+        self.assigned.map(|(_, group)| group)
+    }
+
+    /// spec §16.12: REGISTER+ACK with KLV assigns group `group` at
+    /// `epoch`; an older epoch (reordered) is ignored. Only a receiver
+    /// that registered without an operator's id takes it. Its lag count
+    /// stands: it measured its own pace against the data, which the move
+    /// does not change.
+    pub(super) fn on_group(&mut self, epoch: u32, group: u32) {
+        if !self.cfg.auto_group {
+            return;
+        }
+        let newer = self.assigned.is_none_or(|(e, _)| epoch.wrapping_sub(e) as i32 > 0);
+        if newer {
+            if self.feedback_network() != group {
+                self.stats.regrouped += 1;
+            }
+            self.assigned = Some((epoch, group));
+        }
+    }
+
     /// A feedback delay drawn uniformly in `[0, ARTP_max]` (spec §16.4).
     pub(super) fn backoff(&mut self) -> Duration {
         let max = self.artp_max();
@@ -148,7 +177,7 @@ impl McastReceiver {
         self.stats.acks_sent += 1;
         let ranges = self.gaps.take_pending();
         self.timers.cancel(ReceiverTimer::Nack);
-        let (lwsn, network, client) = (self.ack_lwsn, self.cfg.network, self.client);
+        let (lwsn, network, client) = (self.ack_lwsn, self.feedback_network(), self.client);
         // spec §16.7: KLV on an ACK: this receiver is behind its network.
         let flags = if self.behind { Flags::KLV } else { Flags::empty() };
         let n =
@@ -163,7 +192,7 @@ impl McastReceiver {
         self.nacked_window = self.gaps.latest_lwsn();
         self.stats.nacks_sent += 1;
         let ranges = self.gaps.take_pending();
-        let (highest, network, client) = (self.gaps.highest(), self.cfg.network, self.client);
+        let (highest, network, client) = (self.gaps.highest(), self.feedback_network(), self.client);
         let n = emit(buf, PacketType::McNack, Flags::empty(), session, highest, network, client, |o| {
             emit_ranges(o, ranges.iter()).0
         })?;
@@ -201,7 +230,7 @@ impl McastReceiver {
             Flags::empty(),
             session,
             self.repair_round,
-            self.cfg.network,
+            self.feedback_network(),
             self.client,
             |o| emit_ranges(o, ranges.iter().cloned()).0,
         )?;
@@ -213,9 +242,10 @@ impl McastReceiver {
         let (session, sender) = self.target()?;
         let held = self.have.ones().min(u64::from(u32::MAX)) as u32;
         self.stats.status_sent += 1;
-        let n = emit(buf, PacketType::McStatus, Flags::ERR, session, held, self.cfg.network, self.client, |o| {
-            emit_code(o, code)
-        })?;
+        let n =
+            emit(buf, PacketType::McStatus, Flags::ERR, session, held, self.feedback_network(), self.client, |o| {
+                emit_code(o, code)
+            })?;
         Some(McTransmit { destination: sender, size: n })
     }
 
@@ -241,9 +271,11 @@ impl McastReceiver {
         if code.is_some() && buf.len() < crate::wire::HEADER_LEN + 2 {
             return None;
         }
-        let n = emit(buf, PacketType::McStatus, flags, session, held, self.cfg.network, self.client, |o| match code {
+        let (network, signatures) = (self.feedback_network(), &self.signatures);
+        let n = emit(buf, PacketType::McStatus, flags, session, held, network, self.client, |o| match code {
             Some(c) => emit_code(o, c),
-            None => 0,
+            // spec §16.12: the loss signatures ride on a plain STATUS.
+            None => signatures.emit(o),
         })?;
         Some(McTransmit { destination: sender, size: n })
     }

@@ -258,3 +258,53 @@ fn a_repair_names_per_fec_block_only_the_packets_missing_beyond_the_parity_held(
     }
     assert_eq!(r.repair_ranges(24), [1..3, 4..5, 17..18, 20..21]);
 }
+
+#[test]
+fn a_group_assignment_is_taken_only_newer_and_only_by_a_receiver_without_an_operators_id() {
+    let now = Instant::now();
+    let mut r = registered(now);
+    let client = r.client_id();
+    let assign = |r: &mut McastReceiver, epoch: u32, group: u32| {
+        feed(r, now, PacketType::McRegister, Flags::ACK | Flags::KLV, epoch, group, client, |_| 0);
+    };
+    assign(&mut r, 5, 0xa000_0001);
+    assert_eq!(r.group(), None, "an operator's id holds");
+    r.cfg.auto_group = true;
+    assign(&mut r, 5, 0xa000_0001);
+    assert_eq!(r.group(), Some(0xa000_0001));
+    assign(&mut r, 4, 0xa000_0002);
+    assert_eq!(r.group(), Some(0xa000_0001), "an older epoch, reordered, is ignored");
+    assign(&mut r, 6, 0xa000_0002);
+    assert_eq!(r.group(), Some(0xa000_0002));
+    // Its feedback now names the group, and heeds the group's ACKs.
+    assert_eq!(r.feedback_network(), 0xa000_0002);
+    // Another client's assignment is not ours.
+    feed(&mut r, now, PacketType::McRegister, Flags::ACK | Flags::KLV, 7, 9, client ^ 1, |_| 0);
+    assert_eq!(r.group(), Some(0xa000_0002));
+}
+
+#[test]
+fn an_assignment_registers_nobody() {
+    let now = Instant::now();
+    let cfg = ReceiverConfig { network: 1, seed: 3, auto_group: true, ..ReceiverConfig::default() };
+    let mut r = McastReceiver::new(cfg, group());
+    let info = Announcement {
+        size: Some(20_000),
+        block: 1000,
+        artp_max_us: 600,
+        repair_interval_ms: 50,
+        fec_k: 0,
+        hash: Some([1; 32]),
+        name: "f".into(),
+    };
+    feed(&mut r, now, PacketType::McAnnounce, Flags::empty(), 0, 20, 0, |o| emit_announcement(o, &info));
+    let client = r.client_id();
+    feed(&mut r, now, PacketType::McRegister, Flags::ACK | Flags::KLV, 1, 0xa000_0001, client, |_| 0);
+    assert!(!r.is_registered());
+    // Its REGISTER says it may be regrouped (KLV).
+    let mut buf = vec![0u8; 1500];
+    let t = r.poll_transmit(now, &mut buf).expect("REGISTER");
+    let h = Header::parse(&buf[..t.size]).expect("header");
+    assert_eq!(h.ptype, PacketType::McRegister);
+    assert!(h.flags.contains(Flags::KLV));
+}
