@@ -130,6 +130,8 @@ pub struct ReceiverStats {
     pub lagged: u64,
     /// Times the sender moved it to another group (spec §16.12).
     pub regrouped: u64,
+    /// ACKs and NACKs held back after a stall of the process (spec §16.4).
+    pub held_after_stall: u64,
     /// Protected sessions (spec §19.7): plain packets a protected receiver
     /// does not take; sealed packets it has no key for (yet); sealed
     /// packets that failed authentication or came from the wrong source;

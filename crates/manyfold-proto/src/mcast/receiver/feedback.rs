@@ -20,6 +20,13 @@ const LAG_FLOOR: u32 = 8;
 const LAGS_TO_FALL_BEHIND: u32 = 6;
 /// Windows in a row held in time that end a receiver's `behind` (spec §16.7).
 const CAUGHT_UP: u8 = 8;
+/// A feedback timer found expired this long after its deadline says the
+/// process was not running (spec §16.4): a driver's timers fire a
+/// millisecond late at most.
+const STALL_LATE: Duration = Duration::from_millis(2);
+/// How much longer feedback found that late waits, once, so that what
+/// queued during the stall (a neighbour's ACK among it) is read first.
+const STALL_GRACE: Duration = Duration::from_millis(1);
 
 impl McastReceiver {
     /// spec §16.4: a NACK after a backoff for a gap early in its window
@@ -29,6 +36,7 @@ impl McastReceiver {
         if early_gap && !self.timers.is_set(ReceiverTimer::Nack) && self.nacked_window != Some(lwsn) {
             let at = now + self.backoff();
             self.timers.set(ReceiverTimer::Nack, at);
+            self.stall_held[1] = false;
         }
         if self.gaps.nothing_pending() {
             self.timers.cancel(ReceiverTimer::Nack);
@@ -46,6 +54,7 @@ impl McastReceiver {
         if !self.timers.is_set(ReceiverTimer::Ack) {
             let at = now + self.backoff();
             self.timers.set(ReceiverTimer::Ack, at);
+            self.stall_held[0] = false;
             self.ack_lwsn = lwsn;
         } else {
             self.ack_lwsn = self.ack_lwsn.max(lwsn);
@@ -78,6 +87,21 @@ impl McastReceiver {
                 self.stats.regrouped += 1;
             }
             self.assigned = Some((epoch, group));
+        }
+    }
+
+    /// spec §16.4, a busy host: an ACK or NACK whose backoff ran out more
+    /// than `STALL_LATE` ago was due while the process was not running,
+    /// and what arrived meanwhile (a neighbour's ACK that suppresses it)
+    /// may still wait to be read: it goes `STALL_GRACE` later, once.
+    pub(super) fn hold_after_stall(&mut self, now: Instant) {
+        for (i, t) in [ReceiverTimer::Ack, ReceiverTimer::Nack].into_iter().enumerate() {
+            let late = self.timers.get(t).is_some_and(|d| now.saturating_duration_since(d) > STALL_LATE);
+            if late && !self.stall_held[i] {
+                self.stall_held[i] = true;
+                self.timers.set(t, now + STALL_GRACE);
+                self.stats.held_after_stall += 1;
+            }
         }
     }
 

@@ -91,6 +91,9 @@ pub struct McastReceiver {
     signatures: LossSignatures,
     /// The group the sender put it in (spec §16.12): (epoch, group id).
     assigned: Option<(u32, u32)>,
+    /// The pending ACK / NACK was already held back once after a stall
+    /// (spec §16.4).
+    stall_held: [bool; 2],
     events: VecDeque<ReceiverEvent>,
     stats: ReceiverStats,
     security: Option<Box<ReceiverSecurity>>,
@@ -181,6 +184,7 @@ impl McastReceiver {
             behind: false,
             signatures: LossSignatures::default(),
             assigned: None,
+            stall_held: [false; 2],
             events: VecDeque::new(),
             stats: ReceiverStats::default(),
             security: cfg.security.clone().map(|config| {
@@ -655,6 +659,7 @@ impl McastReceiver {
                 Urgent::Status => self.send_status(now, buf, session, sender),
             };
         }
+        self.hold_after_stall(now);
         // The first send timer due, in `ReceiverTimer::ALL`'s order.
         let due =
             ReceiverTimer::ALL.iter().find(|&&t| t != ReceiverTimer::SenderLost && self.timers.expired(t, now))?;

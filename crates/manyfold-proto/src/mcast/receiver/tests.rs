@@ -169,12 +169,16 @@ fn a_receiver_lagging_its_neighbours_at_six_of_eight_windows_acks_unsuppressed_w
     }
     heard_ack(&mut r, t0, 99, 69);
     let mut buf = vec![0u8; 1500];
+    // Polled 50 ms late, the ACK waits a millisecond more (spec §16.4, a
+    // stalled process reads first), then goes.
     let later = t0 + Duration::from_millis(50);
     let mut acks = Vec::new();
-    while let Some(t) = r.poll_transmit(later, &mut buf) {
-        let h = Header::parse(&buf[..t.size]).expect("header");
-        if h.ptype == PacketType::McAck {
-            acks.push((h.seq, h.flags.contains(Flags::KLV)));
+    for at in [later, later + Duration::from_millis(2)] {
+        while let Some(t) = r.poll_transmit(at, &mut buf) {
+            let h = Header::parse(&buf[..t.size]).expect("header");
+            if h.ptype == PacketType::McAck {
+                acks.push((h.seq, h.flags.contains(Flags::KLV)));
+            }
         }
     }
     assert!(acks.contains(&(69, true)), "{acks:?}");
@@ -225,7 +229,8 @@ fn a_window_whose_last_packet_was_lost_is_acked_when_the_next_window_begins() {
         1000
     });
     let later = t0 + Duration::from_millis(50);
-    let sent = drain(&mut r, later);
+    let mut sent = drain(&mut r, later);
+    sent.extend(drain(&mut r, later + Duration::from_millis(2)));
     assert!(sent.iter().any(|x| x.1 == PacketType::McAck && x.2 == 9), "{sent:?}");
 }
 
@@ -307,4 +312,35 @@ fn an_assignment_registers_nobody() {
     let h = Header::parse(&buf[..t.size]).expect("header");
     assert_eq!(h.ptype, PacketType::McRegister);
     assert!(h.flags.contains(Flags::KLV));
+}
+
+#[test]
+fn an_ack_found_overdue_after_a_stall_waits_for_what_queued_and_a_neighbours_ack_suppresses_it() {
+    // spec §16.4: a process descheduled past its ACK's backoff reads what
+    // queued first; the neighbour's ACK of the same window among it
+    // suppresses ours. Without it (next window), the held ACK goes.
+    let t0 = Instant::now();
+    let mut r = registered(t0);
+    drain(&mut r, t0);
+    for sn in 0..10 {
+        feed(&mut r, t0, PacketType::McData, Flags::empty(), sn, 9, 10, |o| {
+            o[..1000].fill(1);
+            1000
+        });
+    }
+    let woke = t0 + Duration::from_millis(30);
+    assert!(drain(&mut r, woke).iter().all(|x| x.1 != PacketType::McAck), "held after the stall");
+    heard_ack(&mut r, woke, 99, 9);
+    assert!(drain(&mut r, woke + Duration::from_millis(2)).iter().all(|x| x.1 != PacketType::McAck));
+    assert_eq!((r.stats().held_after_stall, r.stats().acks_suppressed, r.stats().acks_sent), (1, 1, 0));
+    for sn in 10..20 {
+        feed(&mut r, woke, PacketType::McData, Flags::empty(), sn, 19, 10, |o| {
+            o[..1000].fill(1);
+            1000
+        });
+    }
+    let woke = woke + Duration::from_millis(40);
+    assert!(drain(&mut r, woke).iter().all(|x| x.1 != PacketType::McAck));
+    let sent = drain(&mut r, woke + Duration::from_millis(2));
+    assert!(sent.iter().any(|x| x.1 == PacketType::McAck && x.2 == 19), "held once, then sent: {sent:?}");
 }

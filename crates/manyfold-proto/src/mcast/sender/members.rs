@@ -98,10 +98,16 @@ pub struct ReceiverReport {
     /// Losses reported since the last window resolved.
     pub(super) window_lost: u64,
     /// The last ACK (true, LWSN) or NACK (false, digest) taken from it.
-    pub(super) last_feedback: Option<(bool, u32)>,
+    /// Kept for the last `FEEDBACK_KEPT` of them: the group's copy and
+    /// the unicast one come through two sockets, and a driver reading
+    /// them in batches may take several of each in turn.
+    pub(super) last_feedback: [Option<(bool, u32)>; FEEDBACK_KEPT],
     /// Before this, a repair request only repeats the last pass.
     pub(super) next_pass_at: Option<Instant>,
 }
+
+/// ACKs and NACKs remembered per receiver to take each copy once (spec §16.4).
+pub(super) const FEEDBACK_KEPT: usize = 8;
 
 impl McastSender {
     pub(super) fn live(&self) -> usize {
@@ -193,7 +199,7 @@ impl McastSender {
             answered_at: None,
             last_heard: now,
             window_lost: 0,
-            last_feedback: None,
+            last_feedback: [None; FEEDBACK_KEPT],
             next_pass_at: None,
         });
         self.by_client.insert(client, idx);

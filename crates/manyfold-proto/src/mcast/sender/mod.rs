@@ -430,7 +430,8 @@ impl McastSender {
         }
         self.receivers[idx].last_heard = now;
         // A receiver on another network sends its ACKs and NACKs twice
-        // (group and unicast, spec §16.4): take each once.
+        // (group and unicast, spec §16.4): take each once, though the
+        // copies of several come in turn (two sockets read in batches).
         let key = match &p {
             McPacket::Ack { lwsn, .. } => Some((true, *lwsn)),
             McPacket::Nack { highest, missing, .. } => {
@@ -439,10 +440,12 @@ impl McastSender {
             _ => None,
         };
         if key.is_some() {
-            if self.receivers[idx].last_feedback == key {
+            let seen = &mut self.receivers[idx].last_feedback;
+            if seen.contains(&key) {
                 return;
             }
-            self.receivers[idx].last_feedback = key;
+            seen.rotate_right(1);
+            seen[0] = key;
         }
         let ack = if let McPacket::Ack { lwsn, .. } = p { Some(lwsn) } else { None };
         // spec §16.7: KLV on an ACK: the receiver is behind its network.

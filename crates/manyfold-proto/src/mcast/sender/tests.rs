@@ -492,3 +492,15 @@ fn regroupable_receivers_sharing_losses_are_grouped_and_told_and_garbled_trailer
     assert_eq!(drain(&mut s, later).iter().filter(|x| x.1 == PacketType::McRegister).count(), 0);
     assert_eq!(s.stats().regrouped, 4);
 }
+
+#[test]
+fn copies_of_several_acks_read_in_turn_from_two_sockets_count_once() {
+    let t0 = Instant::now();
+    let mut s = sender(SenderConfig::default(), 5_000, &[(7, 1)], t0);
+    drain(&mut s, t0);
+    // The group's copies of three ACKs, then the unicast copies (spec §16.4).
+    for lwsn in [0, 2, 6, 0, 2, 6] {
+        ack(&mut s, t0, 7, 1, lwsn);
+    }
+    assert_eq!(s.stats().acks, 3);
+}
