@@ -1,7 +1,9 @@
-//! The receiver's feedback (spec §16.4–§16.5, §16.7): ACK and NACK after
-//! a backoff in `[0, ARTP_max]`, suppressed by its network's, copied to a
-//! sender on another network; REPAIR every repair interval; STATUS, and
-//! the STATUS with which an aborting receiver leaves.
+//! The receiver's feedback (spec §16.4–§16.5, §16.7, §16.12): ACK and
+//! NACK after a backoff in `[0, ARTP_max]`, suppressed by its network's
+//! (or the group the sender assigned), held once when found overdue after
+//! a stall, copied to a sender on another network; REPAIR every repair
+//! interval; STATUS with the loss signatures, and the STATUS with which
+//! an aborting receiver leaves.
 
 use super::{McastReceiver, ReceiverTimer};
 use crate::mcast::{network_of, uniform, McTransmit};

@@ -6,8 +6,9 @@
 //!
 //! - `config.rs`: parameters, deliveries, events, counters;
 //! - `gaps.rs`: gaps in the first sending, on a `RangeSet<u32>` (§16.4);
-//! - `feedback.rs`: ACK/NACK backoff and suppression, REPAIR, STATUS
-//!   (§16.4–§16.5, §16.7);
+//! - `feedback.rs`: ACK/NACK backoff and suppression (and their hold
+//!   after a stall), REPAIR, STATUS with its loss signatures, the group
+//!   the sender assigns (§16.4–§16.5, §16.7, §16.12);
 //! - `parity.rs`: Reed-Solomon shards and rebuilt blocks (§16.9);
 //! - `keys.rs`: a protected session's registration (§19.7);
 //! - `tests.rs`: unit tests without the simulator.
