@@ -7,8 +7,9 @@
 //! through quinn-udp one call each.
 //!
 //! The batch owns one buffer, allocated once: the datagrams are copied in
-//! back to back, which costs a memcpy of at most `max_datagram` each, far
-//! less than the system call it saves.
+//! back to back, which costs a memcpy of a few KiB at most each (the
+//! driver sends larger ones on their own), far less than the system call
+//! it saves.
 
 use std::io;
 use std::net::SocketAddr;

@@ -126,7 +126,7 @@ pub fn run(mut o: Options) -> Result<()> {
     }
     let work = tempfile::Builder::new().prefix("manyfold-bench-wan-").tempdir()?;
     super::netns::register_dir(work.path());
-    let mut lab = Lab::create(&bench)?;
+    let mut lab = Lab::with_mtu(&bench, o.mtu)?;
 
     if !o.skip_check {
         let secs = if o.quick { 1.0 } else { 3.0 };
@@ -171,7 +171,14 @@ pub fn run(mut o: Options) -> Result<()> {
                         let out = work.path().join(format!("out-{port}"));
                         std::fs::create_dir(&out)?;
                         let job = Job { row, cell: &cell, sample: &sample, port, out: &out };
-                        let t = transfer(&lab, &bench, &manyfold, job, &o);
+                        let before = lab.stats()?.a2b;
+                        let t = transfer(&lab, &bench, &manyfold, job, &o).and_then(|mut t| {
+                            let after = lab.stats()?.a2b;
+                            let packets = after.forwarded.saturating_sub(before.forwarded);
+                            let bytes = after.forwarded_bytes.saturating_sub(before.forwarded_bytes);
+                            t.mean_packet = (packets > 0).then(|| bytes as f64 / packets as f64);
+                            Ok(t)
+                        });
                         let _ = std::fs::remove_dir_all(&out);
                         match t {
                             Ok(t) => {
@@ -293,7 +300,7 @@ fn link_config(cell: &Cell, o: &Options) -> LinkConfig {
         loss: cell.loss_pct / 100.0,
         reorder: o.reorder / 100.0,
         reorder_gap: Duration::from_secs_f64(o.reorder_gap / 1e3),
-        queue_bytes: (bdp * o.queue_bdp).max(100.0 * 1500.0) as u64,
+        queue_bytes: (bdp * o.queue_bdp).max(100.0 * f64::from(o.mtu)) as u64,
         seed: o.seed,
     }
 }
@@ -435,6 +442,7 @@ fn transfer(lab: &Lab, bench: &Path, manyfold: &Path, job: Job, o: &Options) -> 
         recv_cpu: ru.cpu.as_secs_f64(),
         send_rss_mib: su.max_rss_kib as f64 / 1024.0,
         recv_rss_mib: ru.max_rss_kib as f64 / 1024.0,
+        mean_packet: None,
     };
     if let Some(tunnel) = tunnel {
         let (client, server) = tunnel.usage()?;

@@ -96,6 +96,8 @@ pub enum Verdict {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct LinkStats {
     pub forwarded: u64,
+    /// IP bytes of the packets forwarded.
+    pub forwarded_bytes: u64,
     pub lost: u64,
     pub queue_drops: u64,
     pub reordered: u64,
@@ -153,6 +155,7 @@ impl Link {
             self.last_delivery = Some(at);
         }
         self.stats.forwarded += 1;
+        self.stats.forwarded_bytes += len as u64;
         Verdict::Deliver(at)
     }
 }

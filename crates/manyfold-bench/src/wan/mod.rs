@@ -40,6 +40,9 @@ pub enum Internal {
         dev_a: String,
         #[arg(long)]
         dev_b: String,
+        /// The devices' MTU: the largest packet the relay reads.
+        #[arg(long, default_value_t = netns::DEFAULT_MTU)]
+        mtu: u32,
     },
     /// (internal) Self-check sender: paced UDP at a rate (bit/s of IP packets).
     #[command(hide = true)]
@@ -139,6 +142,12 @@ pub struct Options {
     /// How long a reordered packet is held back, ms.
     #[arg(long, default_value_t = 1.0)]
     pub reorder_gap: f64,
+    /// The emulated link's MTU in bytes (both TUN devices): 1500 is
+    /// Ethernet's; 9000 is a jumbo-frame link, where manyfold's path MTU
+    /// discovery should settle on 8,972-byte datagrams and TCP on an
+    /// 8,948-byte MSS.
+    #[arg(long, default_value_t = netns::DEFAULT_MTU, value_parser = clap::value_parser!(u32).range(1280..=65535))]
+    pub mtu: u32,
     /// Bottleneck queue in bandwidth-delay products (floor: 100 packets).
     #[arg(long, default_value_t = 1.0)]
     pub queue_bdp: f64,
@@ -169,7 +178,7 @@ pub struct Options {
 
 pub fn run(args: Args) -> Result<()> {
     match args.internal {
-        Some(Internal::Relay { dev_a, dev_b }) => relay::main(&dev_a, &dev_b),
+        Some(Internal::Relay { dev_a, dev_b, mtu }) => relay::main(&dev_a, &dev_b, mtu as usize),
         Some(Internal::UdpSend { to, rate, secs }) => probe::send(to, rate, secs, 1472),
         Some(Internal::TcpSend { file, to, cc }) => {
             crate::tcp::send_with(&file, to, |s| Ok(sys::set_tcp_congestion(s, &cc)?))

@@ -109,6 +109,9 @@ pub fn skip_reason() -> Option<String> {
     None
 }
 
+/// The devices' MTU unless a scenario asks for another: Ethernet's.
+pub const DEFAULT_MTU: u32 = 1500;
+
 /// Two namespaces joined by the relay.
 #[derive(Debug)]
 pub struct Lab {
@@ -132,6 +135,11 @@ impl Lab {
     /// Creates the namespaces, starts the relay (`bench wan relay`) and
     /// gives each side its address.
     pub fn create(bench: &Path) -> Result<Lab> {
+        Lab::with_mtu(bench, DEFAULT_MTU)
+    }
+
+    /// [`Lab::create`] with both devices at `mtu` bytes.
+    pub fn with_mtu(bench: &Path, mtu: u32) -> Result<Lab> {
         start_watcher();
         let pid = std::process::id();
         let (ns_a, ns_b) = (format!("mfb-{pid}-a"), format!("mfb-{pid}-b"));
@@ -140,7 +148,7 @@ impl Lab {
         ip(&["netns", "add", &ns_a])?;
         ip(&["netns", "add", &ns_b])?;
         let mut relay = Command::new(bench)
-            .args(["wan", "relay", "--dev-a", &dev_a, "--dev-b", &dev_b])
+            .args(["wan", "relay", "--dev-a", &dev_a, "--dev-b", &dev_b, "--mtu", &mtu.to_string()])
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .spawn()
@@ -160,7 +168,7 @@ impl Lab {
             // A deep device ring (the relay reads it): a relay that waits
             // a few ms for a core must not drop at line rate. When the
             // relay keeps up the ring is empty, so it adds no queueing.
-            ip(&["-n", ns, "link", "set", dev, "mtu", "1500", "txqueuelen", "10000", "up"])?;
+            ip(&["-n", ns, "link", "set", dev, "mtu", &mtu.to_string(), "txqueuelen", "10000", "up"])?;
             // Room for a 1 Gbit/s x 200 ms window (25 MB), for TCP as for
             // manyfold: a host tuned for long fat pipes.
             for (key, val) in
@@ -284,6 +292,8 @@ impl Drop for Lab {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct DirStats {
     pub forwarded: u64,
+    /// IP bytes of the packets forwarded.
+    pub forwarded_bytes: u64,
     pub lost: u64,
     pub queue_drops: u64,
     pub write_errors: u64,
@@ -314,6 +324,7 @@ impl RelayStats {
                     let d = cur.as_deref_mut()?;
                     match k {
                         "fwd" => d.forwarded = v,
+                        "fwdbytes" => d.forwarded_bytes = v,
                         "lost" => d.lost = v,
                         "qdrop" => d.queue_drops = v,
                         "werr" => d.write_errors = v,
@@ -335,12 +346,20 @@ mod tests {
     #[test]
     fn stats_line_parses() {
         let s = RelayStats::parse(
-            "a2b fwd=10 lost=1 qdrop=2 reord=0 werr=3 stalls=4 maxstall=1500 b2a fwd=5 lost=0 qdrop=0 reord=0 werr=0",
+            "a2b fwd=10 fwdbytes=15000 lost=1 qdrop=2 reord=0 werr=3 stalls=4 maxstall=1500 b2a fwd=5 lost=0 qdrop=0 reord=0 werr=0",
         )
         .unwrap();
         assert_eq!(
             s.a2b,
-            DirStats { forwarded: 10, lost: 1, queue_drops: 2, write_errors: 3, stalls: 4, max_stall_us: 1500 }
+            DirStats {
+                forwarded: 10,
+                forwarded_bytes: 15000,
+                lost: 1,
+                queue_drops: 2,
+                write_errors: 3,
+                stalls: 4,
+                max_stall_us: 1500
+            }
         );
         assert_eq!(s.b2a.forwarded, 5);
         assert_eq!(s.b2a.stalls, 0);

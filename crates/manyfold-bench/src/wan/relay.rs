@@ -20,8 +20,8 @@ use anyhow::{Context, Result};
 use super::link::{Link, LinkConfig, LinkStats, Verdict};
 use super::sys;
 
-/// Largest packet a TUN device hands us (MTU 1500 plus headroom).
-const MAX_PACKET: usize = 2048;
+/// Room above the devices' MTU in a packet buffer.
+const HEADROOM: usize = 64;
 /// Packets read per wake-up before delivering what is due.
 const READ_BATCH: usize = 64;
 /// Packets due this soon are delivered now: at 1 Gbit/s a packet is due
@@ -32,6 +32,7 @@ const SLACK: Duration = Duration::from_micros(50);
 #[derive(Debug, Default)]
 struct Counters {
     forwarded: AtomicU64,
+    forwarded_bytes: AtomicU64,
     lost: AtomicU64,
     queue_drops: AtomicU64,
     reordered: AtomicU64,
@@ -43,6 +44,7 @@ struct Counters {
 impl Counters {
     fn publish(&self, s: &LinkStats) {
         self.forwarded.store(s.forwarded, Ordering::Relaxed);
+        self.forwarded_bytes.store(s.forwarded_bytes, Ordering::Relaxed);
         self.lost.store(s.lost, Ordering::Relaxed);
         self.queue_drops.store(s.queue_drops, Ordering::Relaxed);
         self.reordered.store(s.reordered, Ordering::Relaxed);
@@ -55,8 +57,9 @@ impl Counters {
 
     fn line(&self) -> String {
         format!(
-            "fwd={} lost={} qdrop={} reord={} werr={} stalls={} maxstall={}",
+            "fwd={} fwdbytes={} lost={} qdrop={} reord={} werr={} stalls={} maxstall={}",
             self.forwarded.load(Ordering::Relaxed),
+            self.forwarded_bytes.load(Ordering::Relaxed),
             self.lost.load(Ordering::Relaxed),
             self.queue_drops.load(Ordering::Relaxed),
             self.reordered.load(Ordering::Relaxed),
@@ -78,7 +81,8 @@ struct Shared {
 /// One packet's bytes: a fixed buffer, recycled through a pool, so the
 /// packet path never allocates or zeroes memory once the pool has grown to
 /// the link's bandwidth-delay product.
-type Buf = Box<[u8; MAX_PACKET]>;
+/// Each is the devices' MTU plus [`HEADROOM`] long.
+type Buf = Box<[u8]>;
 
 /// A packet waiting in the delay line, ordered by delivery time (then by
 /// arrival, so equal times keep their order).
@@ -111,8 +115,9 @@ impl PartialOrd for Pending {
     }
 }
 
-/// Runs the relay between TUN devices `dev_a` and `dev_b` until stdin ends.
-pub fn main(dev_a: &str, dev_b: &str) -> Result<()> {
+/// Runs the relay between TUN devices `dev_a` and `dev_b`, whose MTU is
+/// `mtu`, until stdin ends.
+pub fn main(dev_a: &str, dev_b: &str, mtu: usize) -> Result<()> {
     let a = Arc::new(sys::open_tun(dev_a).with_context(|| format!("creating TUN device {dev_a}"))?);
     let b = Arc::new(sys::open_tun(dev_b).with_context(|| format!("creating TUN device {dev_b}"))?);
     let shared = Arc::new(Shared {
@@ -126,7 +131,7 @@ pub fn main(dev_a: &str, dev_b: &str) -> Result<()> {
         [(Arc::clone(&a), Arc::clone(&b)), (Arc::clone(&b), Arc::clone(&a))].into_iter().enumerate()
     {
         let shared = Arc::clone(&shared);
-        threads.push(std::thread::spawn(move || direction(dir, &from, &to, &shared)));
+        threads.push(std::thread::spawn(move || direction(dir, &from, &to, &shared, mtu + HEADROOM)));
     }
     let mut out = std::io::stdout().lock();
     writeln!(out, "ready")?;
@@ -194,7 +199,8 @@ const POOL_START: usize = 1024;
 /// it into `to` when due. Single-threaded per direction: no locks on the
 /// packet path, one `read` and one `write` per packet, and a wait only
 /// when nothing is readable and nothing is due.
-fn direction(dir: usize, from: &File, to: &File, shared: &Shared) {
+fn direction(dir: usize, from: &File, to: &File, shared: &Shared, buf_len: usize) {
+    let new_buf = || -> Buf { vec![0u8; buf_len].into_boxed_slice() };
     if let Err(e) = sys::set_realtime(RT_PRIORITY) {
         eprintln!(
             "wan relay: could not raise the packet thread to SCHED_FIFO ({e}); \
@@ -205,7 +211,7 @@ fn direction(dir: usize, from: &File, to: &File, shared: &Shared) {
     let mut link = Link::new(LinkConfig::default(), dir as u64);
     let mut heap: BinaryHeap<Pending> = BinaryHeap::with_capacity(POOL_START);
     let mut seq = 0u64;
-    let mut pool: Vec<Buf> = (0..POOL_START).map(|_| Box::new([0u8; MAX_PACKET])).collect();
+    let mut pool: Vec<Buf> = (0..POOL_START).map(|_| new_buf()).collect();
     let counters = &shared.counters[dir];
     let mut stalls = Stalls::default();
     // When the previous pass ended and how long it then meant to wait.
@@ -236,7 +242,7 @@ fn direction(dir: usize, from: &File, to: &File, shared: &Shared) {
         // Read what is waiting; wait only if nothing was.
         let mut read = 0;
         while read < READ_BATCH {
-            let mut buf = pool.pop().unwrap_or_else(|| Box::new([0u8; MAX_PACKET]));
+            let mut buf = pool.pop().unwrap_or_else(new_buf);
             match (&*from).read(&mut buf[..]) {
                 Ok(n) => {
                     read += 1;

@@ -21,6 +21,9 @@ pub struct Transfer {
     pub recv_cpu: f64,
     pub send_rss_mib: f64,
     pub recv_rss_mib: f64,
+    /// Mean IP packet size sender → receiver across the link during the
+    /// transfer (the datagram size a path MTU search settled on shows here).
+    pub mean_packet: Option<f64>,
 }
 
 #[derive(Debug)]
@@ -89,9 +92,10 @@ impl Report {
         println!("### wan: bulk transfers over an emulated link");
         println!();
         println!(
-            "`{}` · {} · seed {} · queue {} BDP (≥ 100 packets) · jitter {} ms · reordering {}% · up to {} reps per row",
+            "`{}` · {} · link MTU {} B · seed {} · queue {} BDP (≥ 100 packets) · jitter {} ms · reordering {}% · up to {} reps per row",
             self.command,
             crate::report::machine(),
+            o.mtu,
             o.seed,
             o.queue_bdp,
             o.jitter,
@@ -104,8 +108,8 @@ impl Report {
             self.print_notes();
             return;
         }
-        println!("| link | RTT ms | loss % | file MB | row | goodput Mbit/s (median, min–max) | of link | reps | sender CPU s/GB | receiver CPU s/GB | peak RSS MiB send / recv | ratio to TCP bbr | relay a→b lost / queue drops (cell) |");
-        println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+        println!("| link | RTT ms | loss % | file MB | row | goodput Mbit/s (median, min–max) | of link | reps | sender CPU s/GB | receiver CPU s/GB | peak RSS MiB send / recv | mean IP packet a→b B | ratio to TCP bbr | relay a→b lost / queue drops (cell) |");
+        println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
         for c in &self.cells {
             let mut first = true;
             let bbr =
@@ -124,6 +128,8 @@ impl Report {
             "Goodput = file bytes × 8 / time from the sender's start to its exit (connect, transfer, the receiver's hash confirmation), \
              so the RTT's handshakes count; the link rate counts whole IP packets, so payload goodput tops out near 96% of it. \
              Every transfer crosses the userspace relay between two namespaces, is written to disk and checked with BLAKE3. \
+             Mean IP packet a→b: the relay's bytes ÷ packets forwarded sender → receiver during the transfer (median over reps), \
+             where the datagram size a path MTU search settled on shows. \
              Rows alternate A B C A B C within a cell; a row that fails or times out in a cell is not repeated there."
         );
         self.print_notes();
@@ -177,8 +183,10 @@ impl Report {
             Some(_) => format!("{} + 1 failed", r.transfers.len()),
             None => r.transfers.len().to_string(),
         };
+        let sizes: Vec<f64> = r.transfers.iter().filter_map(|t| t.mean_packet).collect();
+        let packet = if sizes.is_empty() { "–".to_string() } else { format!("{:.0}", stats::median(&sizes)) };
         format!(
-            "| {} | {} | {} | {:.0} | {} | {gp} | {frac} | {reps} | {cpu_s} | {cpu_r} | {rss} | {ratio} | {relay} |",
+            "| {} | {} | {} | {:.0} | {} | {gp} | {frac} | {reps} | {cpu_s} | {cpu_r} | {rss} | {packet} | {ratio} | {relay} |",
             rate_label(c.cell.rate_bps),
             c.cell.rtt_ms,
             c.cell.loss_pct,
@@ -301,8 +309,9 @@ impl Report {
             .collect();
         let notes: Vec<String> = self.notes.iter().map(|n| format!("{n:?}")).collect();
         format!(
-            "{{\"scenario\":\"wan\",\"command\":{:?},\"seed\":{},\"checks\":[{}],\"cells\":[{}],\"notes\":[{}]}}\n",
+            "{{\"scenario\":\"wan\",\"command\":{:?},\"mtu\":{},\"seed\":{},\"checks\":[{}],\"cells\":[{}],\"notes\":[{}]}}\n",
             self.command,
+            self.opts.mtu,
             self.opts.seed,
             checks.join(","),
             cells.join(","),

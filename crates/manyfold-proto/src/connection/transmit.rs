@@ -264,7 +264,7 @@ impl Connection {
     /// is sent as a tail-loss probe is: the packet stays in flight once.
     fn send_resend_copy(&mut self, now: Instant, buf: &mut [u8], seq: Seq) -> Option<usize> {
         let p = self.sent.get(seq).filter(|p| p.state == PacketState::InFlight)?;
-        if !self.streams.may_resend(now, &p.payload, p.retx) {
+        if !self.streams.may_resend(now, &p.payload, p.retx()) {
             return None;
         }
         let (payload, control) = (p.payload.clone(), p.control);
@@ -522,7 +522,7 @@ impl Connection {
     /// exceed the congestion window by this one packet (RFC 8985 §7.3).
     fn send_probe(&mut self, now: Instant, buf: &mut [u8], seq: Seq) -> Option<usize> {
         let p = self.sent.get(seq)?;
-        if !self.streams.may_resend(now, &p.payload, p.retx + 1) {
+        if !self.streams.may_resend(now, &p.payload, p.retx() + 1) {
             // spec §13.6: data past its partial-reliability limit is not
             // sent again by a probe; a keep-alive probe draws the ack.
             self.probe_pending = true;

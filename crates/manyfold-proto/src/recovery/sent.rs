@@ -41,21 +41,26 @@ pub(crate) enum PacketState {
     Lost,
 }
 
-/// One sequenced packet: what to send again if it is lost.
+/// One sequenced packet: what to send again if it is lost. A sender keeps
+/// one per packet in flight to every peer, so it is kept small: 120 bytes
+/// (issue 20 item 6; a test holds it there).
 #[derive(Debug, Clone)]
 pub(crate) struct SentPacket {
     /// The chunks it carries (spec §13.2).
     pub payload: Chunks,
-    /// Times it was retransmitted (partial reliability counts them).
-    pub retx: u32,
-    /// The sequenced control flags it carries (SYN, FIN, CKE).
-    pub control: Flags,
     pub time_sent: Instant,
     pub tx: u64,
-    /// `tx` of the first transmission: how far a late original was overtaken.
-    pub first_tx: u64,
+    /// Delivery state when it was last sent (spec §9.4).
+    stamp: Stamp,
     /// Datagram bytes at its last transmission (what congestion control counts).
     pub size: u32,
+    /// `tx - first_tx`, where `first_tx` is the `tx` of its first
+    /// transmission: how far a late original was overtaken (saturating).
+    since_first_tx: u32,
+    /// Times it was retransmitted (saturating; see [`SentPacket::retx`]).
+    retx: u16,
+    /// The sequenced control flags it carries (SYN, FIN, CKE).
+    pub control: Flags,
     pub state: PacketState,
     pub retransmitted: bool,
     /// Declared lost at least once (by RACK or an RTO).
@@ -64,8 +69,27 @@ pub(crate) struct SentPacket {
     /// A path MTU probe (spec §3.7): its loss says the path is narrower,
     /// not that it is congested.
     pub probe: bool,
-    /// Delivery state when it was last sent (spec §9.4).
-    stamp: Stamp,
+}
+
+impl SentPacket {
+    /// Times it was retransmitted (partial reliability counts them).
+    pub fn retx(&self) -> u32 {
+        u32::from(self.retx)
+    }
+
+    /// `tx` of its first transmission.
+    pub fn first_tx(&self) -> u64 {
+        self.tx - u64::from(self.since_first_tx)
+    }
+
+    /// Records a new transmission `tx` at `now` (a resend or a probe).
+    fn resent(&mut self, now: Instant, tx: u64, stamp: Stamp) {
+        let first = self.first_tx();
+        self.since_first_tx = u32::try_from(tx - first).unwrap_or(u32::MAX);
+        self.tx = tx;
+        self.time_sent = now;
+        self.stamp = stamp;
+    }
 }
 
 /// What one acknowledgement changed. The connection feeds the congestion
@@ -137,8 +161,8 @@ impl AckScan {
         // RFC 8985 §6.2.1: an original transmission acked after a later
         // one was is reordering, not loss; remember how far.
         if let (true, Some(l)) = (!p.retransmitted || spurious, self.prior_largest) {
-            if p.first_tx < l {
-                self.reorder_distance = self.reorder_distance.max(l - p.first_tx);
+            if p.first_tx() < l {
+                self.reorder_distance = self.reorder_distance.max(l - p.first_tx());
             }
         }
     }
@@ -282,7 +306,8 @@ impl SentQueue {
     /// retransmission count so far); `f` returns the data bytes it removed.
     pub fn strip(&mut self, seq: Seq, f: impl FnOnce(&mut Chunks, u32) -> usize) {
         let Some(p) = self.index(seq).and_then(|i| self.packets.get_mut(i)) else { return };
-        let removed = f(&mut p.payload, p.retx);
+        let retx = p.retx();
+        let removed = f(&mut p.payload, retx);
         self.outstanding_data -= removed as u64;
     }
 
@@ -296,18 +321,18 @@ impl SentQueue {
         self.order.push_back((self.next_seq(), tx));
         self.packets.push_back(SentPacket {
             payload,
-            retx: 0,
-            control,
             time_sent: now,
             tx,
-            first_tx: tx,
+            stamp,
             size,
+            since_first_tx: 0,
+            retx: 0,
+            control,
             state: PacketState::InFlight,
             retransmitted: false,
             declared_lost: false,
             app_limited,
             probe: false,
-            stamp,
         });
     }
 
@@ -387,13 +412,11 @@ impl SentQueue {
         let Some(p) = self.packets.get_mut(i) else {
             return false;
         };
-        p.time_sent = now;
-        p.tx = tx;
+        p.resent(now, tx, stamp);
         p.size = size;
         p.state = PacketState::InFlight;
         p.retransmitted = true;
         p.retx = p.retx.saturating_add(1);
-        p.stamp = stamp;
         self.bytes_in_flight += u64::from(size);
         self.order.push_back((seq, tx));
         !p.probe
@@ -417,8 +440,9 @@ impl SentQueue {
             return false;
         }
         self.bytes_in_flight = self.bytes_in_flight - u64::from(p.size) + u64::from(size);
-        p.time_sent = now;
-        p.tx = tx;
+        // The probe carries the stamp of its last send, moved to now.
+        let stamp = p.stamp.moved(p.time_sent, now);
+        p.resent(now, tx, stamp);
         p.size = size;
         p.retransmitted = true;
         // spec §3.7: a path MTU probe unanswered for a probe timeout is
@@ -698,6 +722,13 @@ mod tests {
     use super::*;
     use crate::ids::StreamId;
     use crate::wire::chunk::{Chunk, DataChunk};
+
+    #[test]
+    fn a_sent_packet_record_takes_at_most_120_bytes() {
+        // A group sender keeps one per packet in flight to every peer
+        // (issue 20 item 6: 184 bytes before).
+        assert!(std::mem::size_of::<SentPacket>() <= 120, "{}", std::mem::size_of::<SentPacket>());
+    }
 
     /// Sequence number `n` (its wire value is `n`).
     fn s(n: u32) -> Seq {

@@ -438,46 +438,94 @@ fn get48(b: &[u8]) -> u64 {
 }
 
 /// The chunks of one sent packet, kept for retransmission. The common
-/// case, one chunk, needs no allocation.
+/// case, one chunk, needs no allocation, and the record is no larger than
+/// one chunk (64 bytes): a sender keeps one per packet in flight to every
+/// peer (issue 20 item 6).
 #[derive(Debug, Clone, Default)]
-pub struct Chunks {
-    first: Option<Chunk<Bytes>>,
-    rest: Vec<Chunk<Bytes>>,
-    /// One-byte PAD chunks after the others (spec §3.7's probes).
-    pad: usize,
+pub struct Chunks(Held);
+
+#[derive(Debug, Clone, Default)]
+enum Held {
+    #[default]
+    None,
+    One(Chunk<Bytes>),
+    Many(Vec<Chunk<Bytes>>),
+    /// Chunks followed by this many one-byte PAD chunks (spec §3.7's probes).
+    Padded(Vec<Chunk<Bytes>>, usize),
 }
 
 impl Chunks {
     /// `n` PAD chunks and nothing else: a path MTU probe's data area
     /// (spec §3.7).
     pub fn padding(n: usize) -> Self {
-        Chunks { pad: n, ..Chunks::default() }
+        Chunks(if n == 0 { Held::None } else { Held::Padded(Vec::new(), n) })
     }
 
-    /// Appends a chunk.
+    /// Appends a chunk (ahead of any padding).
     pub fn push(&mut self, c: Chunk<Bytes>) {
-        if self.first.is_none() {
-            self.first = Some(c);
-        } else {
-            self.rest.push(c);
-        }
+        self.0 = match std::mem::take(&mut self.0) {
+            Held::None => Held::One(c),
+            Held::One(first) => Held::Many(vec![first, c]),
+            Held::Many(mut v) => {
+                v.push(c);
+                Held::Many(v)
+            }
+            Held::Padded(mut v, pad) => {
+                v.push(c);
+                Held::Padded(v, pad)
+            }
+        };
     }
 
     /// Puts a chunk ahead of the others (control chunks go first, spec §13.2).
     pub fn push_front(&mut self, c: Chunk<Bytes>) {
-        if let Some(f) = self.first.replace(c) {
-            self.rest.insert(0, f);
-        }
+        self.0 = match std::mem::take(&mut self.0) {
+            Held::None => Held::One(c),
+            Held::One(first) => Held::Many(vec![c, first]),
+            Held::Many(mut v) => {
+                v.insert(0, c);
+                Held::Many(v)
+            }
+            Held::Padded(mut v, pad) => {
+                v.insert(0, c);
+                Held::Padded(v, pad)
+            }
+        };
     }
 
     /// Whether there is no chunk.
     pub fn is_empty(&self) -> bool {
-        self.first.is_none() && self.pad == 0
+        match &self.0 {
+            Held::None => true,
+            Held::One(_) => false,
+            Held::Many(v) => v.is_empty(),
+            Held::Padded(v, pad) => v.is_empty() && *pad == 0,
+        }
     }
 
     /// The chunks in order.
-    pub fn iter(&self) -> impl Iterator<Item = &Chunk<Bytes>> {
-        self.first.iter().chain(self.rest.iter())
+    pub fn iter(&self) -> std::slice::Iter<'_, Chunk<Bytes>> {
+        match &self.0 {
+            Held::None => [].iter(),
+            Held::One(c) => std::slice::from_ref(c).iter(),
+            Held::Many(v) | Held::Padded(v, _) => v.iter(),
+        }
+    }
+
+    fn pad(&self) -> usize {
+        match self.0 {
+            Held::Padded(_, pad) => pad,
+            _ => 0,
+        }
+    }
+
+    /// Takes every chunk out, leaving nothing (padding included).
+    fn take_all(&mut self) -> Vec<Chunk<Bytes>> {
+        match std::mem::take(&mut self.0) {
+            Held::None => Vec::new(),
+            Held::One(c) => vec![c],
+            Held::Many(v) | Held::Padded(v, _) => v,
+        }
     }
 
     /// Application bytes they carry.
@@ -487,17 +535,22 @@ impl Chunks {
 
     /// Bytes they take on the wire.
     pub fn encoded_len(&self) -> usize {
-        self.iter().map(Chunk::encoded_len).sum::<usize>() + self.pad
+        self.iter().map(Chunk::encoded_len).sum::<usize>() + self.pad()
     }
 
     /// Keeps only the chunks `keep` accepts; returns the data bytes removed.
+    /// Padding is kept.
     pub fn retain(&mut self, mut keep: impl FnMut(&Chunk<Bytes>) -> bool) -> usize {
         let before = self.data_len();
-        let mut all: Vec<Chunk<Bytes>> = self.first.take().into_iter().chain(self.rest.drain(..)).collect();
-        all.retain(|c| keep(c));
-        let mut it = all.into_iter();
-        self.first = it.next();
-        self.rest = it.collect();
+        match &mut self.0 {
+            Held::None => {}
+            Held::One(c) => {
+                if !keep(c) {
+                    self.0 = Held::None;
+                }
+            }
+            Held::Many(v) | Held::Padded(v, _) => v.retain(|c| keep(c)),
+        }
         before - self.data_len()
     }
 
@@ -507,8 +560,9 @@ impl Chunks {
         for c in self.iter() {
             at += c.emit(&mut out[at..]);
         }
-        out[at..at + self.pad].fill(KIND_PAD);
-        at + self.pad
+        let pad = self.pad();
+        out[at..at + pad].fill(KIND_PAD);
+        at + pad
     }
 
     /// Splits off what does not fit in `room` bytes of data area: the
@@ -518,8 +572,7 @@ impl Chunks {
     /// record (`msg`) of the data chunk cut in two, if one was. Padding is
     /// dropped.
     pub fn split_off(&mut self, room: usize) -> (Chunks, Option<u64>) {
-        let mut all: Vec<Chunk<Bytes>> = self.first.take().into_iter().chain(self.rest.drain(..)).collect();
-        self.pad = 0;
+        let mut all = self.take_all();
         let mut used = 0;
         let mut keep = 0;
         let mut tail = Chunks::default();
@@ -739,5 +792,24 @@ mod tests {
         }
         assert_eq!(cs.retain(|c| c.stream() != StreamId::new(1)), 11);
         assert_eq!(cs.iter().map(|c| c.stream().get()).collect::<Vec<_>>(), vec![0, 2]);
+    }
+
+    #[test]
+    fn chunks_keep_their_order_through_push_front_and_retain_and_stay_one_chunk_in_size() {
+        let stop = |s: u16| Chunk::Stop { stream: StreamId::new(s), code: 0 };
+        let mut cs = Chunks::default();
+        cs.push(stop(2));
+        cs.push_front(stop(1));
+        cs.push(stop(3));
+        assert_eq!(cs.iter().map(|c| c.stream().get()).collect::<Vec<_>>(), vec![1, 2, 3]);
+        cs.retain(|c| c.stream().get() == 2);
+        assert_eq!(cs.iter().map(|c| c.stream().get()).collect::<Vec<_>>(), vec![2]);
+        cs.retain(|_| false);
+        assert!(cs.is_empty());
+        let mut padded = Chunks::padding(3);
+        padded.push_front(stop(7));
+        assert_eq!(padded.encoded_len(), STOP_LEN + 3, "padding stays after the chunks");
+        // One record per packet in flight to every peer (issue 20 item 6).
+        assert_eq!(std::mem::size_of::<Chunks>(), std::mem::size_of::<Chunk<Bytes>>());
     }
 }
