@@ -432,8 +432,13 @@ impl McastSender {
         // A receiver on another network sends its ACKs and NACKs twice
         // (group and unicast, spec §16.4): take each once, though the
         // copies of several come in turn (two sockets read in batches).
+        // A copy is the same report: the same LWSN (highest SN), range
+        // count and flags; a later ACK of the same window (a probe's, or
+        // one that says it caught up) is not a copy.
         let key = match &p {
-            McPacket::Ack { lwsn, .. } => Some((true, *lwsn)),
+            McPacket::Ack { lwsn, missing, .. } => {
+                Some((true, lwsn ^ (missing.count() as u32).rotate_left(16) ^ u32::from(flags.0).rotate_right(8)))
+            }
             McPacket::Nack { highest, missing, .. } => {
                 Some((false, highest ^ (missing.count() as u32).rotate_left(16)))
             }
