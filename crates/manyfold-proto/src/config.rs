@@ -104,6 +104,13 @@ pub struct ConnectionConfig {
     /// request) waits for our reply to carry it, at most `max_ack_delay`;
     /// zero acks at once (spec §5.3).
     pub reply_ack_delay: Duration,
+    /// Longest a datagram that would carry less than a full packet of
+    /// stream data waits for more messages to join it, while packets are
+    /// in flight and the congestion window is open (spec §5.7): coalescing
+    /// on a timer, as Nagle's algorithm does on an ack. It never delays a
+    /// datagram when nothing is in flight, when a full packet is ready, or
+    /// when the window is closed. Zero, the default, sends at once.
+    pub flush_delay: Duration,
     /// Initial congestion window in packets (RFC 6928 uses 10).
     pub initial_window_packets: u32,
     /// The congestion controller.
@@ -151,6 +158,7 @@ impl Default for ConnectionConfig {
             max_ack_delay: Duration::from_millis(25),
             adaptive_acks: true,
             reply_ack_delay: Duration::from_millis(2),
+            flush_delay: Duration::ZERO,
             initial_window_packets: 10,
             congestion: CongestionAlgorithm::Bbr,
             max_streams: 1024,

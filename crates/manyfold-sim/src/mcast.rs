@@ -36,10 +36,39 @@ pub struct McReceiverNode {
     pub running: bool,
     /// Its network id (`ReceiverConfig::network`).
     pub network: u32,
+    /// Its process is descheduled now and then (a busy host): nothing is
+    /// read, no timer fires and nothing is sent while stalled; what
+    /// arrived meanwhile is read at the stall's end, in order.
+    pub stall: Option<Stall>,
     feedback_sent: u64,
     /// Light mode: bytes written, and deliveries that differed from the file.
     written: u64,
     mismatched: u64,
+}
+
+/// A receiver's process stalled for `length` every `period`, from
+/// `phase` on (the oversubscribed host of the lab: more processes than
+/// cores, each waiting for its time slice).
+#[derive(Debug, Clone, Copy)]
+pub struct Stall {
+    pub period: Duration,
+    pub length: Duration,
+    pub phase: Duration,
+    /// On waking, the process runs its due timers and sends before it
+    /// reads what queued meanwhile (a driver that does not drain its
+    /// sockets first: manyfold's before issue 22, whose `tokio::select!`
+    /// took the timer or one batch); else it reads everything first.
+    pub timers_first: bool,
+}
+
+impl Stall {
+    /// When a stall under way at `elapsed` ends, if one is.
+    fn until(&self, elapsed: Duration) -> Option<Duration> {
+        let since = elapsed.checked_sub(self.phase)?;
+        let period = self.period.max(Duration::from_micros(1));
+        let into = Duration::from_nanos((since.as_nanos() % period.as_nanos()) as u64);
+        (into < self.length).then(|| elapsed + (self.length - into))
+    }
 }
 
 /// The session: sender, receivers, network.
@@ -62,6 +91,11 @@ pub struct McastWorld {
     /// Loss before the group fans out: a multicast datagram of the sender
     /// is lost for every receiver at once with this probability.
     pub upstream_loss: f64,
+    /// Bottlenecks shared by some receivers (by index): a multicast
+    /// datagram of the sender is lost for all of one bottleneck's
+    /// receivers at once with its probability (a lossy router or link
+    /// upstream of them), independently of the others'.
+    pub shared_loss: Vec<(Vec<usize>, f64)>,
     rng: rand_chacha::ChaCha8Rng,
     /// A stream of unknown length (spec §16.6): bytes/s the source yields.
     stream_rate: Option<f64>,
@@ -109,6 +143,7 @@ impl McastWorld {
             .map(|(addr, cfg)| McReceiverNode {
                 addr,
                 network: cfg.network,
+                stall: None,
                 written: 0,
                 mismatched: 0,
                 engine: McastReceiver::new(cfg, group),
@@ -136,6 +171,7 @@ impl McastWorld {
             sent_by_sender: 0,
             sent_bytes_by_sender: 0,
             upstream_loss: 0.0,
+            shared_loss: Vec::new(),
             rng: rand::SeedableRng::seed_from_u64(seed ^ 0x5eed),
             stream_rate: None,
             stream_done: false,
@@ -264,8 +300,9 @@ impl McastWorld {
         while let Some(e) = self.sender.poll_event() {
             self.sender_events.push((self.clock.elapsed(), e));
         }
+        let elapsed = self.clock.elapsed();
         for i in 0..self.receivers.len() {
-            if !self.receivers[i].running {
+            if !self.receivers[i].running || self.stalled_until(i, elapsed).is_some() {
                 continue;
             }
             while let Some(t) = self.receivers[i].engine.poll_transmit(now, &mut self.buf) {
@@ -316,6 +353,16 @@ impl McastWorld {
                 return;
             }
         }
+        let mut cut: Vec<usize> = Vec::new();
+        if to == self.group && from == self.sender_addr {
+            use rand::Rng;
+            for (members, p) in &self.shared_loss {
+                if self.rng.gen_bool(p.clamp(0.0, 1.0)) {
+                    cut.extend(members);
+                }
+            }
+        }
+        let cut: Vec<SocketAddr> = cut.iter().filter_map(|&i| self.receivers.get(i).map(|r| r.addr)).collect();
         let targets: Vec<SocketAddr> = if to == self.group {
             let scope = match self.index.get(&from) {
                 Some(&i) if self.lan_scoped_feedback => Some(self.receivers[i].network),
@@ -325,7 +372,7 @@ impl McastWorld {
                 .chain(
                     self.receivers.iter().filter(|r| r.running && scope.is_none_or(|n| n == r.network)).map(|r| r.addr),
                 )
-                .filter(|&a| a != from)
+                .filter(|&a| a != from && !cut.contains(&a))
                 .collect()
         } else {
             vec![to]
@@ -339,6 +386,11 @@ impl McastWorld {
         }
     }
 
+    /// When receiver `i`'s stall under way at `elapsed` ends, if it is stalled.
+    fn stalled_until(&self, i: usize, elapsed: Duration) -> Option<Duration> {
+        self.receivers[i].stall.and_then(|s| s.until(elapsed))
+    }
+
     fn next_time(&self) -> Option<Instant> {
         let mut t = self.queue.peek_time();
         let mut take = |x: Option<Instant>| {
@@ -347,8 +399,11 @@ impl McastWorld {
             }
         };
         take(self.sender.poll_timeout());
-        for r in self.receivers.iter().filter(|r| r.running) {
-            take(r.engine.poll_timeout());
+        let (now, elapsed) = (self.clock.now(), self.clock.elapsed());
+        for (i, r) in self.receivers.iter().enumerate().filter(|(_, r)| r.running) {
+            // A stalled receiver wakes at its stall's end at the soonest.
+            let wake = self.stalled_until(i, elapsed).map(|end| now + (end - elapsed));
+            take(r.engine.poll_timeout().map(|d| wake.map_or(d, |w| d.max(w))));
         }
         t
     }
@@ -369,7 +424,17 @@ impl McastWorld {
         let Some(t) = next else { return false };
         let t = t.max(self.clock.now());
         self.clock.advance_to(t);
+        let elapsed = self.clock.elapsed();
         while let Some((_, (from, to, mut data))) = self.queue.pop_due(t) {
+            let stalled = self.index.get(&to).and_then(|&i| self.stalled_until(i, elapsed));
+            if let Some(end) = stalled {
+                // Read once the process runs again, in arrival order (after
+                // its timers and sends, with `timers_first`).
+                let late = self.index.get(&to).and_then(|&i| self.receivers[i].stall).is_some_and(|s| s.timers_first);
+                let read_at = t + (end - elapsed) + if late { Duration::from_micros(1) } else { Duration::ZERO };
+                self.queue.push(read_at, (from, to, data));
+                continue;
+            }
             if to == self.sender_addr {
                 self.sender.handle_datagram(t, from, &data);
             } else if let Some(&i) = self.index.get(&to).filter(|&&i| self.receivers[i].running) {
@@ -395,7 +460,7 @@ impl McastWorld {
         if self.sender.poll_timeout().is_some_and(|d| d <= t) {
             self.sender.handle_timeout(t);
         }
-        for r in self.receivers.iter_mut().filter(|r| r.running) {
+        for r in self.receivers.iter_mut().filter(|r| r.running && r.stall.is_none_or(|s| s.until(elapsed).is_none())) {
             if r.engine.poll_timeout().is_some_and(|d| d <= t) {
                 r.engine.handle_timeout(t);
             }

@@ -199,6 +199,68 @@ impl Inbound {
     fn datagrams(&mut self, n: usize) -> impl Iterator<Item = (SocketAddr, &mut [u8])> + '_ {
         if self.from_group { &mut self.group } else { &mut self.unicast }.datagrams(n)
     }
+
+    /// What is already queued on either socket (the group's first),
+    /// without waiting: `None` when neither has a datagram ready.
+    fn try_recv(&mut self, socks: &Sockets) -> Option<usize> {
+        for from_group in [true, false] {
+            let (batch, io) =
+                if from_group { (&mut self.group, &socks.group) } else { (&mut self.unicast, &socks.unicast) };
+            match batch.read(io) {
+                Ok(n) => {
+                    self.from_group = from_group;
+                    return Some(n);
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                // The blocking path (`recv`) counts and reports failures.
+                Err(e) => tracing::debug!(error = %e, "multicast receive failed; datagrams lost"),
+            }
+        }
+        None
+    }
+}
+
+/// Most receive batches read in one go before the receiver's timers run
+/// and its feedback goes (spec §16.4): bounded, so that a flood cannot
+/// keep it from sending.
+const DRAIN_BATCHES: usize = 64;
+
+/// What the receiver's loop feeds each datagram read to: the engine, and
+/// the sink through the coalescer (unless the sink already failed).
+struct Taker<'a> {
+    r: &'a mut McastReceiver,
+    skip: &'a HashSet<u32>,
+    writes: &'a mut Coalescer,
+    sink: &'a mut (dyn McastSink + Send),
+    error: &'a mut Option<io::Error>,
+}
+
+impl Taker<'_> {
+    /// The `n` slots `inbound` just read.
+    fn absorb(&mut self, inbound: &mut Inbound, n: usize) {
+        let now = Instant::now();
+        for (from, d) in inbound.datagrams(n) {
+            if !self.skip.is_empty() && Header::peek(d).is_some_and(|h| self.skip.contains(&h.conn_id)) {
+                continue;
+            }
+            if let Some(del) = self.r.handle_datagram(now, from, d) {
+                if self.error.is_some() {
+                    continue;
+                }
+                if let Err(e) = self.writes.push(self.sink, del.offset, &d[del.payload]) {
+                    *self.error = Some(e);
+                }
+            }
+        }
+    }
+
+    /// What is already queued, up to `DRAIN_BATCHES` reads.
+    fn drain(&mut self, inbound: &mut Inbound, socks: &Sockets) {
+        for _ in 0..DRAIN_BATCHES {
+            let Some(n) = inbound.try_recv(socks) else { break };
+            self.absorb(inbound, n);
+        }
+    }
 }
 
 /// Joins writes of consecutive bytes into one (a receiver gets a window's
@@ -911,25 +973,21 @@ async fn receive_inner(
             }
         }
         let deadline = r.poll_timeout().unwrap_or(now + Duration::from_millis(200));
+        // spec §16.4: everything already queued is read before the timers
+        // run and the feedback goes: on a busy host the process wakes
+        // after a stall with its backoff expired and a neighbour's ACK
+        // waiting behind the data, which must suppress ours first.
+        let mut take = Taker { r: &mut r, skip, writes: &mut writes, sink: &mut *sink, error: &mut sink_error };
         tokio::select! {
             res = inbound.recv(&socks) => {
                 let n = res?;
-                let now = Instant::now();
-                for (from, d) in inbound.datagrams(n) {
-                    if !skip.is_empty() && Header::peek(d).is_some_and(|h| skip.contains(&h.conn_id)) {
-                        continue;
-                    }
-                    if let Some(del) = r.handle_datagram(now, from, d) {
-                        if sink_error.is_some() {
-                            continue;
-                        }
-                        if let Err(e) = writes.push(sink, del.offset, &d[del.payload]) {
-                            sink_error = Some(e);
-                        }
-                    }
-                }
+                take.absorb(&mut inbound, n);
+                take.drain(&mut inbound, &socks);
             }
-            _ = tokio::time::sleep_until(deadline.into()) => r.handle_timeout(Instant::now()),
+            _ = tokio::time::sleep_until(deadline.into()) => {
+                take.drain(&mut inbound, &socks);
+                r.handle_timeout(Instant::now());
+            }
             code = &mut abort, if aborted.is_none() => {
                 // Its STATUS goes out at the top of the loop.
                 aborted = Some(code);

@@ -53,6 +53,10 @@ pub struct End {
     /// stream, ordered); 0: one message per call.
     #[arg(long, default_value_t = 0)]
     pub batch: usize,
+    /// manyfold: the connection's flush delay in µs (spec §5.7); 0 sends
+    /// at once, the library's default.
+    #[arg(long, default_value_t = 0)]
+    pub flush_delay_us: u64,
     /// Bytes per message, header included.
     #[arg(long)]
     pub size: usize,
@@ -83,6 +87,7 @@ impl End {
             self.batch == 0 || (self.transport == Transport::Manyfold && self.streams == 1 && !self.unordered),
             "--batch is for manyfold on one stream, ordered"
         );
+        ensure!(self.transport == Transport::Manyfold || self.flush_delay_us == 0, "--flush-delay-us is for manyfold");
         Ok(())
     }
 
@@ -100,6 +105,7 @@ impl End {
         if self.encrypt {
             encrypt(&mut config);
         }
+        config.endpoint.connection.flush_delay = Duration::from_micros(self.flush_delay_us);
         config
     }
 }

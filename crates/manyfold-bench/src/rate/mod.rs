@@ -10,6 +10,9 @@
 //! - manyfold, one stream, through the batch API: `send_messages` of
 //!   every message due (up to 256 at once), `recv_messages_into` a reused
 //!   `MessageBatch` (issue 21 item 2);
+//! - manyfold, one stream, with a flush delay (`--flush-delay`, spec
+//!   §5.7: partial datagrams wait for more messages while packets are in
+//!   flight);
 //! - manyfold, message k on stream k mod 8;
 //! - manyfold, one stream, every message unordered
 //!   (`MessageOptions { unordered: true }`);
@@ -73,8 +76,9 @@ pub struct Options {
     /// [default: 32,288,1024,16384; --quick: 32,1024].
     #[arg(long, value_delimiter = ',')]
     pub sizes: Option<Vec<usize>>,
-    /// Rows: manyfold, manyfold-batch, manyfold-8, manyfold-unordered,
-    /// manyfold-encrypted, tcp, aeron [default: all; --quick: all but aeron].
+    /// Rows: manyfold, manyfold-batch, manyfold-flush, manyfold-8,
+    /// manyfold-unordered, manyfold-encrypted, tcp, aeron [default: all;
+    /// --quick: all but aeron].
     #[arg(long, value_delimiter = ',')]
     pub rows: Option<Vec<String>>,
     /// Seconds of each run at the highest rate [default: 3; --quick: 0.5].
@@ -94,6 +98,11 @@ pub struct Options {
     /// warm-up of a tenth as many).
     #[arg(long, default_value_t = 1000)]
     pub aeron_pings: u64,
+    /// The flush delay of the manyfold-flush row, ms (spec §5.7: a
+    /// datagram short of a full packet waits up to this long for more
+    /// messages while packets are in flight).
+    #[arg(long, default_value_t = 1.0)]
+    pub flush_delay: f64,
     /// Seed of the messages' bytes.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,

@@ -116,10 +116,20 @@ pub struct LatencyRun {
     pub us: [f64; 4],
     pub send: Option<Usage>,
     pub recv: Option<Usage>,
+    /// The sender's counters (manyfold): datagrams per message at this load.
+    pub sender: String,
     pub error: Option<String>,
 }
 
 impl LatencyRun {
+    /// The sender's datagrams (acks included) per message, where it
+    /// printed its counters (manyfold rows).
+    pub fn datagrams_per_message(&self) -> Option<f64> {
+        let sent = field(&self.sender, "sent")?;
+        let packets = field(&self.sender, "packets_sent")?;
+        (sent > 0.0).then(|| packets / sent)
+    }
+
     pub fn from(row: String, size: usize, rep: usize, load: f64, offered: f64, r: Result<Pair>) -> LatencyRun {
         let parsed = r.and_then(|p| {
             let q = |k: &str| field(&p.recv.stdout, k).map(|ns| ns / 1e3).with_context(|| format!("no {k}"));
@@ -138,6 +148,7 @@ impl LatencyRun {
                 us,
                 send: Some(p.send.usage),
                 recv: Some(p.recv.usage),
+                sender: sender_words(&p.send),
                 error: None,
             },
             Err(e) => LatencyRun {
@@ -150,6 +161,7 @@ impl LatencyRun {
                 us: [f64::NAN; 4],
                 send: None,
                 recv: None,
+                sender: String::new(),
                 error: Some(error_text(&e)),
             },
         }
@@ -159,8 +171,15 @@ impl LatencyRun {
         match &self.error {
             Some(e) => format!("{} at {}%: failed: {e}", self.row, self.load),
             None => format!(
-                "{} at {}% ({:.0}/s, {} messages): p50 {:.1} µs, p99 {:.1} µs, p99.9 {:.1} µs",
-                self.row, self.load, self.offered, self.delivered, self.us[0], self.us[1], self.us[2]
+                "{} at {}% ({:.0}/s, {} messages): p50 {:.1} µs, p99 {:.1} µs, p99.9 {:.1} µs{}",
+                self.row,
+                self.load,
+                self.offered,
+                self.delivered,
+                self.us[0],
+                self.us[1],
+                self.us[2],
+                self.datagrams_per_message().map_or(String::new(), |d| format!(", {d:.3} datagrams per message"))
             ),
         }
     }

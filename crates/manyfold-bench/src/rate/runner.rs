@@ -23,12 +23,14 @@ use crate::wan::probe::field as parse_field;
 pub enum Row {
     /// manyfold on `streams` streams, unordered or not, encrypted or not;
     /// `batch`: through the batch API (`send_messages` of whatever is
-    /// due, up to [`BATCH`] at once; `recv_messages_into`).
+    /// due, up to [`BATCH`] at once; `recv_messages_into`); `flush_us`:
+    /// the connection's flush delay (spec §5.7), 0 for none.
     Manyfold {
         streams: u16,
         unordered: bool,
         encrypted: bool,
         batch: bool,
+        flush_us: u64,
     },
     Tcp,
     Aeron(Aeron),
@@ -38,6 +40,9 @@ impl Row {
     pub fn name(&self) -> String {
         match self {
             Row::Manyfold { batch: true, .. } => "manyfold, one stream, batch API".into(),
+            Row::Manyfold { flush_us: us @ 1.., .. } => {
+                format!("manyfold, one stream, flush delay {} ms", *us as f64 / 1e3)
+            }
             Row::Manyfold { streams: 1, unordered: false, encrypted: false, .. } => "manyfold, one stream".into(),
             Row::Manyfold { streams, unordered: false, encrypted: false, .. } => format!("manyfold, {streams} streams"),
             Row::Manyfold { unordered: true, .. } => "manyfold, one stream, unordered".into(),
@@ -55,8 +60,11 @@ impl Row {
     /// The ends' transport options.
     fn end_args(&self) -> Vec<String> {
         match self {
-            Row::Manyfold { streams, unordered, encrypted, batch } => {
+            Row::Manyfold { streams, unordered, encrypted, batch, flush_us } => {
                 let mut a = vec!["--transport".into(), "manyfold".into(), "--streams".into(), streams.to_string()];
+                if *flush_us > 0 {
+                    a.extend(["--flush-delay-us".into(), flush_us.to_string()]);
+                }
                 if *batch {
                     a.extend(["--batch".into(), BATCH.to_string()]);
                 }
@@ -74,27 +82,41 @@ impl Row {
     }
 }
 
-pub const ALL_ROWS: &[&str] =
-    &["manyfold", "manyfold-batch", "manyfold-8", "manyfold-unordered", "manyfold-encrypted", "tcp", "aeron"];
+pub const ALL_ROWS: &[&str] = &[
+    "manyfold",
+    "manyfold-batch",
+    "manyfold-flush",
+    "manyfold-8",
+    "manyfold-unordered",
+    "manyfold-encrypted",
+    "tcp",
+    "aeron",
+];
 
 /// Most messages the batch row hands over in one call.
 pub const BATCH: usize = 256;
 
 /// The rows asked for; Aeron's is left out with a note where it cannot run.
-fn rows(names: &[String], notes: &mut Vec<String>) -> Result<Vec<Row>> {
+fn rows(names: &[String], flush_us: u64, notes: &mut Vec<String>) -> Result<Vec<Row>> {
     let mut rows = Vec::new();
+    let plain = Row::Manyfold { streams: 1, unordered: false, encrypted: false, batch: false, flush_us: 0 };
     for r in names {
         match r.as_str() {
-            "manyfold" => rows.push(Row::Manyfold { streams: 1, unordered: false, encrypted: false, batch: false }),
+            "manyfold" => rows.push(plain.clone()),
             "manyfold-batch" => {
-                rows.push(Row::Manyfold { streams: 1, unordered: false, encrypted: false, batch: true })
+                rows.push(Row::Manyfold { streams: 1, unordered: false, encrypted: false, batch: true, flush_us: 0 })
             }
-            "manyfold-8" => rows.push(Row::Manyfold { streams: 8, unordered: false, encrypted: false, batch: false }),
+            "manyfold-flush" => {
+                rows.push(Row::Manyfold { streams: 1, unordered: false, encrypted: false, batch: false, flush_us })
+            }
+            "manyfold-8" => {
+                rows.push(Row::Manyfold { streams: 8, unordered: false, encrypted: false, batch: false, flush_us: 0 })
+            }
             "manyfold-unordered" => {
-                rows.push(Row::Manyfold { streams: 1, unordered: true, encrypted: false, batch: false })
+                rows.push(Row::Manyfold { streams: 1, unordered: true, encrypted: false, batch: false, flush_us: 0 })
             }
             "manyfold-encrypted" => {
-                rows.push(Row::Manyfold { streams: 1, unordered: false, encrypted: true, batch: false })
+                rows.push(Row::Manyfold { streams: 1, unordered: false, encrypted: true, batch: false, flush_us: 0 })
             }
             "tcp" => rows.push(Row::Tcp),
             "aeron" => match aeron::find() {
@@ -122,6 +144,8 @@ pub struct Plan {
     pub warmup: f64,
     pub seed: u64,
     pub aeron_pings: u64,
+    /// The manyfold-flush row's flush delay, µs.
+    pub flush_us: u64,
 }
 
 impl Plan {
@@ -140,6 +164,10 @@ impl Plan {
             ensure!(l.is_finite() && *l > 0.0 && *l <= 100.0, "--loads: {l} is not a percentage in (0, 100]");
         }
         ensure!(o.aeron_pings >= 10, "--aeron-pings must be at least 10");
+        ensure!(
+            o.flush_delay.is_finite() && o.flush_delay > 0.0 && o.flush_delay <= 1000.0,
+            "--flush-delay must be more than 0 and at most 1000 ms"
+        );
         Ok(Plan {
             sizes,
             secs,
@@ -150,6 +178,7 @@ impl Plan {
             warmup: (secs / 5.0).min(1.0),
             seed: o.seed,
             aeron_pings: o.aeron_pings,
+            flush_us: (o.flush_delay * 1e3).round().max(1.0) as u64,
         })
     }
 }
@@ -165,7 +194,7 @@ pub fn run(o: &Options) -> Result<()> {
         }
         None => ALL_ROWS.iter().map(|r| r.to_string()).collect(),
     };
-    let rows = rows(&names, &mut report.notes)?;
+    let rows = rows(&names, plan.flush_us, &mut report.notes)?;
     report.rows = rows.iter().map(|r| (r.name(), r.encrypts(), matches!(r, Row::Aeron(_)))).collect();
     if let Some(a) = rows.iter().find_map(|r| if let Row::Aeron(a) = r { Some(a) } else { None }) {
         report.aeron = Some(format!("{} ({})", a.jar.display(), a.java_version));

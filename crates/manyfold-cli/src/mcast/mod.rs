@@ -237,8 +237,9 @@ pub struct RecvArgs {
     #[arg(long, value_name = "HEX", value_parser = id_arg)]
     id: Option<u32>,
     /// Name of this receiver's network: receivers with the same name
-    /// suppress each other's acknowledgements [default: the /24 (IPv6:
-    /// /64) of the address the sender sees].
+    /// suppress each other's acknowledgements [default: none: the sender
+    /// groups receivers by the losses it observes, starting from the /24
+    /// (IPv6: /64) of the address it sees].
     #[arg(long)]
     network: Option<String>,
     /// Give up if no session is heard within this many seconds [default:

@@ -34,6 +34,8 @@ enum Ended {
 struct Setup {
     target: Target,
     network: u32,
+    /// No --network: the sender groups this receiver (spec §16.12).
+    auto_group: bool,
     mode: String,
     wait: Option<Duration>,
 }
@@ -60,7 +62,7 @@ pub(super) async fn recv(a: RecvArgs) -> Result<()> {
     let mode = crate::keys::describe(a.net.security()?.as_ref()).to_string();
     let wait = a.wait.map(|w| secs(w, "--wait")).transpose()?;
     secs(a.sender_timeout, "--sender-timeout")?;
-    let setup = Setup { target, network, mode, wait };
+    let setup = Setup { target, network, auto_group: a.network.is_none(), mode, wait };
     let mut done = HashSet::new();
     if !a.daemon {
         return match session(&a, &setup, &mut done).await? {
@@ -108,6 +110,7 @@ async fn session(a: &RecvArgs, setup: &Setup, done: &mut HashSet<u32>) -> Result
     let cfg = ReceiverConfig {
         seed: crate::net::random_u64(),
         network: setup.network,
+        auto_group: setup.auto_group,
         sender_timeout: secs(a.sender_timeout, "--sender-timeout")?,
         security: a.net.security()?,
         client_id: a.id,

@@ -1,12 +1,24 @@
 //! A model-based controller in the style of BBR v1 (Cardwell et al., ACM
-//! Queue 2016; draft-cardwell-iccrg-bbr-congestion-control-00; spec §9.5).
+//! Queue 2016; draft-cardwell-iccrg-bbr-congestion-control-00; spec §9.5),
+//! with BBR v2's ProbeRTT (draft-cardwell-iccrg-bbr-congestion-control-02
+//! §4.3.4).
 //!
 //! It models the path by its bottleneck bandwidth (a windowed maximum of
 //! delivery-rate samples) and its round-trip propagation time (a windowed
 //! minimum of RTT samples), paces at gain × bandwidth and keeps about two
 //! bandwidth-delay products in flight. Random loss is not read as
 //! congestion: a lost packet changes neither estimate. An RTO still drops
-//! the window to a few packets until the path answers again.
+//! the window to a few packets until the path answers again: once as
+//! many bytes as were in flight at the RTO have been delivered, the window
+//! it had comes back at once.
+//!
+//! ProbeRTT, which refreshes the minimum RTT every 10 s, holds the window
+//! at half a BDP (not BBR v1's 4 packets), and is skipped altogether by a
+//! flow whose own inflight sat that low recently (an application-limited
+//! flow): its RTT samples were already taken without a queue of its own.
+//! While the window is held down (ProbeRTT, after an RTO) the delivery
+//! rate measures the controller's own limit, not the path's, so those
+//! samples never lower the bandwidth estimate.
 //!
 //! Loss *with a standing queue* is another matter (spec §9.5). BBR v1 keeps
 //! two BDPs in flight whatever happens; against a loss-based flow (TCP
@@ -33,6 +45,10 @@ const BW_WINDOW_ROUNDS: u64 = 10;
 /// How long a minimum RTT stays valid before ProbeRTT refreshes it.
 const MIN_RTT_WINDOW: Duration = Duration::from_secs(10);
 const PROBE_RTT_DURATION: Duration = Duration::from_millis(200);
+/// ProbeRTT's window as a fraction of the BDP (BBR v2's
+/// `ProbeRTTCwndGain`, draft-02 §2.14.2): enough to drain the flow's own
+/// queue, which needs inflight ≤ 1 BDP, while still carrying half the rate.
+const PROBE_RTT_CWND_GAIN: f64 = 0.5;
 /// Least window, in packets.
 const MIN_PIPE_PACKETS: u64 = 4;
 /// Multiplicative decrease of the loss bound (CUBIC's β).
@@ -58,6 +74,26 @@ pub struct Bbr {
     cwnd: u64,
     /// Window kept before an RTO or ProbeRTT, restored after.
     prior_cwnd: u64,
+    /// Window before the latest RTO, which a spurious-loss undo restores
+    /// (spec §9: the latest reduction only).
+    undo_cwnd: u64,
+    /// After an RTO: the delivered count at which everything that was in
+    /// flight at the RTO has been delivered, by late acks or resends
+    /// (spec §9.5: the window comes back then; Linux leaves its Loss state
+    /// at the same point).
+    rto_hold: Option<u64>,
+    /// Samples of packets sent before the delivered count reached this
+    /// (while the window was held down) are read as app-limited.
+    held_until: u64,
+    /// Delivered bytes and bytes in flight at the latest rate sample.
+    delivered: u64,
+    inflight: u64,
+    /// Whether the latest rate sample was app-limited.
+    app_limited_now: bool,
+    /// The least RTT sampled while inflight was at or below ProbeRTT's
+    /// window, since the minimum RTT was last refreshed, and when: such a
+    /// sample is as good as one ProbeRTT would take (spec §9.5).
+    quiet_rtt: Option<(Duration, Instant)>,
     /// (round, max delivery rate in that round) for the last rounds.
     bw_rounds: Vec<(u64, f64)>,
     round: u64,
@@ -87,6 +123,13 @@ impl Bbr {
             mode: Mode::Startup,
             cwnd,
             prior_cwnd: cwnd,
+            undo_cwnd: cwnd,
+            rto_hold: None,
+            held_until: 0,
+            delivered: 0,
+            inflight: 0,
+            app_limited_now: false,
+            quiet_rtt: None,
             bw_rounds: Vec::with_capacity(BW_WINDOW_ROUNDS as usize + 1),
             round: 0,
             next_round_delivered: 0,
@@ -125,17 +168,54 @@ impl Bbr {
         (bw > 0.0).then_some((bw * rtt.as_secs_f64()) as u64)
     }
 
+    /// ProbeRTT's window: half a BDP, at least the minimum pipe (BBR v2's
+    /// `BBRProbeRTTCwnd`).
+    fn probe_rtt_window(&self) -> u64 {
+        let half = self.bdp().map_or(0, |b| (b as f64 * PROBE_RTT_CWND_GAIN) as u64);
+        half.max(self.min_pipe())
+    }
+
+    /// Whether the window is held below the model's (ProbeRTT, or after
+    /// an RTO until its flight has been delivered).
+    fn held(&self) -> bool {
+        matches!(self.mode, Mode::ProbeRtt { .. }) || self.rto_hold.is_some()
+    }
+
+    /// Notes the window to come back to after ProbeRTT or an RTO. If it is
+    /// already held down, the larger of the two is kept: a ProbeRTT during
+    /// an RTO's hold (or the reverse) must not make the cut window the one
+    /// that is restored (Linux's `bbr_save_cwnd`).
+    fn save_cwnd(&mut self) {
+        self.prior_cwnd = if self.held() { self.prior_cwnd.max(self.cwnd) } else { self.cwnd };
+    }
+
+    /// The window comes back; samples of packets sent from now on measure
+    /// the path again.
+    fn restore_cwnd(&mut self) {
+        self.cwnd = self.cwnd.max(self.prior_cwnd);
+        self.held_until = self.delivered;
+    }
+
     fn gains(&self) -> (f64, f64) {
         match self.mode {
             Mode::Startup => (STARTUP_GAIN, STARTUP_GAIN),
             Mode::Drain => (1.0 / STARTUP_GAIN, STARTUP_GAIN),
             Mode::ProbeBw { phase, .. } => (CYCLE[phase], CWND_GAIN),
-            Mode::ProbeRtt { .. } => (1.0, 1.0),
+            // The cap is in `window()`; the window underneath keeps
+            // following the model, to be restored at the end.
+            Mode::ProbeRtt { .. } => (1.0, CWND_GAIN),
         }
     }
 
+    /// Whether a sample says less about the path than about the sender:
+    /// the application left the window unfilled, or the packet was sent
+    /// while the window was held down (ProbeRTT, an RTO).
+    fn app_limited(&self, rs: &RateSample) -> bool {
+        rs.is_app_limited || self.held() || rs.prior_delivered < self.held_until
+    }
+
     fn update_bw(&mut self, rs: &RateSample) {
-        if rs.is_app_limited && rs.delivery_rate <= self.max_bw() {
+        if self.app_limited(rs) && rs.delivery_rate <= self.max_bw() {
             return; // an app-limited sample only counts when it raises the estimate
         }
         match self.bw_rounds.last_mut() {
@@ -183,16 +263,62 @@ impl Bbr {
                     self.mode = Mode::ProbeBw { phase: (phase + 1) % CYCLE.len(), since: now };
                 }
             }
-            Mode::ProbeRtt { until: None } if rs.bytes_in_flight <= self.min_pipe() => {
+            Mode::ProbeRtt { until: None } if rs.bytes_in_flight <= self.probe_rtt_window() => {
                 let rtt = self.min_rtt.unwrap_or_default();
                 self.mode = Mode::ProbeRtt { until: Some(now + PROBE_RTT_DURATION.max(rtt)) };
             }
             Mode::ProbeRtt { until: Some(t) } if now >= t => {
                 self.min_rtt_at = Some(now);
-                self.cwnd = self.cwnd.max(self.prior_cwnd);
+                self.quiet_rtt = None;
                 self.mode = if self.filled_pipe { Mode::ProbeBw { phase: 2, since: now } } else { Mode::Startup };
+                if self.rto_hold.is_none() {
+                    self.restore_cwnd();
+                }
             }
             _ => {}
+        }
+    }
+}
+
+impl Bbr {
+    /// The minimum-RTT filter and ProbeRTT's trigger (spec §9.5). A sample
+    /// at or below the minimum refreshes it. When the minimum is older
+    /// than `MIN_RTT_WINDOW`, the least RTT sampled since the last refresh
+    /// with inflight at or below ProbeRTT's window takes its place if
+    /// there is one (BBR v2: a flow that already ran that low, such as an
+    /// application-limited one, needs no ProbeRTT); otherwise ProbeRTT
+    /// drains the flow's queue to measure the bare path.
+    fn update_min_rtt(&mut self, now: Instant, rs: &RateSample) {
+        let Some(rtt) = rs.rtt else { return };
+        let probing = matches!(self.mode, Mode::ProbeRtt { .. });
+        if !probing && rs.bytes_in_flight <= self.probe_rtt_window() {
+            self.quiet_rtt = match self.quiet_rtt {
+                Some((q, at)) if q < rtt => Some((q, at)),
+                _ => Some((rtt, now)),
+            };
+        }
+        if self.min_rtt.is_none_or(|m| rtt <= m) {
+            self.min_rtt = Some(rtt);
+            self.min_rtt_at = Some(now);
+            return;
+        }
+        let expired = self.min_rtt_at.is_some_and(|t| now.saturating_duration_since(t) > MIN_RTT_WINDOW);
+        if !expired || probing {
+            return;
+        }
+        let quiet = self.quiet_rtt.take().filter(|&(_, at)| now.saturating_duration_since(at) <= MIN_RTT_WINDOW);
+        if let Some((q, at)) = quiet {
+            self.min_rtt = Some(q);
+            self.min_rtt_at = Some(at);
+            return;
+        }
+        self.min_rtt = Some(rtt);
+        self.min_rtt_at = Some(now);
+        if self.filled_pipe {
+            // Drain the queue for a moment to measure the bare path.
+            self.save_cwnd();
+            self.held_until = u64::MAX;
+            self.mode = Mode::ProbeRtt { until: None };
         }
     }
 }
@@ -200,7 +326,7 @@ impl Bbr {
 impl Controller for Bbr {
     fn window(&self) -> u64 {
         match self.mode {
-            Mode::ProbeRtt { .. } => self.cwnd.min(self.min_pipe()),
+            Mode::ProbeRtt { .. } => self.cwnd.min(self.probe_rtt_window()),
             _ => self.cwnd,
         }
     }
@@ -210,6 +336,15 @@ impl Controller for Bbr {
     }
 
     fn on_rate_sample(&mut self, now: Instant, rs: &RateSample) {
+        self.delivered = self.delivered.max(rs.delivered);
+        self.inflight = rs.bytes_in_flight;
+        // spec §9.5: what was in flight at the RTO has been delivered.
+        if self.rto_hold.is_some_and(|until| rs.delivered >= until) {
+            self.rto_hold = None;
+            if !matches!(self.mode, Mode::ProbeRtt { .. }) {
+                self.restore_cwnd();
+            }
+        }
         let round_start = rs.prior_delivered >= self.next_round_delivered;
         if round_start {
             self.next_round_delivered = rs.delivered;
@@ -229,17 +364,9 @@ impl Controller for Bbr {
                 self.loss_bound = Some(bound + self.mss);
             }
         }
-        let expired = self.min_rtt_at.is_some_and(|t| now.saturating_duration_since(t) > MIN_RTT_WINDOW);
-        if let Some(rtt) = rs.rtt.filter(|&r| self.min_rtt.is_none_or(|m| r <= m) || expired) {
-            self.min_rtt = Some(rtt);
-            self.min_rtt_at = Some(now);
-            if expired && !matches!(self.mode, Mode::ProbeRtt { .. }) && self.filled_pipe {
-                // Drain the queue for a moment to measure the bare path.
-                self.prior_cwnd = self.cwnd;
-                self.mode = Mode::ProbeRtt { until: None };
-            }
-        }
-        self.check_full_pipe(round_start, rs.is_app_limited);
+        self.update_min_rtt(now, rs);
+        self.app_limited_now = self.app_limited(rs);
+        self.check_full_pipe(round_start, self.app_limited_now);
         self.advance_mode(now, rs);
         // Window: grow with acks toward cwnd_gain × BDP (always, until the
         // pipe is full), never below the minimum pipe.
@@ -256,7 +383,11 @@ impl Controller for Bbr {
     fn on_congestion_event(&mut self, _now: Instant, _sent: Instant, _lost_bytes: u64) {
         // spec §9.5: loss alone is not congestion to a model-based
         // controller; loss while a queue stands is.
-        if !self.filled_pipe || self.bound_round == Some(self.round) {
+        // Nor is the loss of an application-limited flow: the application,
+        // not the window, sets what it sends, so a bound would only cut the
+        // window below what the application needs and leave a backlog
+        // (spec §9.5).
+        if !self.filled_pipe || self.bound_round == Some(self.round) || self.app_limited_now {
             return;
         }
         if self.queue_fraction().is_some_and(|q| q >= QUEUED) {
@@ -274,13 +405,22 @@ impl Controller for Bbr {
     }
 
     fn on_rto(&mut self, _now: Instant) {
-        self.prior_cwnd = self.cwnd;
+        self.save_cwnd();
+        self.undo_cwnd = self.cwnd;
         self.cwnd = self.min_pipe();
+        // A second RTO before the first one's flight was delivered keeps
+        // the first one's point: the resends in between are all that the
+        // latest sample counted in flight.
+        let until = self.delivered + self.inflight.max(1);
+        self.rto_hold = Some(self.rto_hold.map_or(until, |u| u.max(until)));
+        self.held_until = u64::MAX;
     }
 
     fn on_spurious_congestion(&mut self) {
-        self.cwnd = self.cwnd.max(self.prior_cwnd);
+        // The latest reduction is undone; a hold from an earlier RTO still
+        // ends when that RTO's flight has been delivered.
         self.loss_bound = None;
+        self.cwnd = self.cwnd.max(self.undo_cwnd);
     }
 
     fn pacing_rate(&self) -> Option<f64> {
@@ -394,6 +534,127 @@ mod tests {
         b.on_rto(t0);
         assert_eq!(b.window(), 4000);
         b.on_spurious_congestion();
+        assert_eq!(b.window(), before);
+    }
+
+    /// Feeds `secs` of samples every 50 ms at 1 MB/s, RTT `rtt_ms`, with
+    /// `inflight` bytes in flight; returns the time after, the least window
+    /// on the way, and whether ProbeRTT was entered.
+    fn run_for(
+        b: &mut Bbr,
+        from: Instant,
+        secs: u64,
+        rtt_ms: u64,
+        inflight: u64,
+        app_limited: bool,
+    ) -> (Instant, u64, bool) {
+        let (mut now, mut least, mut probed) = (from, u64::MAX, false);
+        let mut delivered = 100_000_000;
+        for _ in 0..secs * 20 {
+            now += Duration::from_millis(50);
+            let acked = 50_000;
+            let mut rs = sample(delivered + acked, delivered, 1e6, rtt_ms, inflight, acked);
+            rs.is_app_limited = app_limited;
+            delivered += acked;
+            b.on_rate_sample(now, &rs);
+            least = least.min(b.window());
+            probed |= matches!(b.mode, Mode::ProbeRtt { .. });
+        }
+        (now, least, probed)
+    }
+
+    #[test]
+    fn probe_rtt_holds_half_the_bdp_not_four_packets_and_restores_the_window_after() {
+        let t0 = Instant::now();
+        let mut b = Bbr::new(1000, 10);
+        let now = settle(&mut b, t0, 1e6, 20);
+        let before = b.window();
+        // A bulk flow whose RTT never comes back down to 50 ms: after 10 s
+        // the minimum expires and ProbeRTT runs.
+        let (now, least, probed) = run_for(&mut b, now, 11, 60, 100_000, false);
+        assert!(probed, "no ProbeRTT within 11 s of an expired minimum");
+        // BDP = 1 MB/s × min RTT (60 ms, the sample taken at expiry) = 60 kB.
+        assert_eq!(least, 30_000, "ProbeRTT's window is half the BDP");
+        // Inflight drains to the ProbeRTT window, 200 ms pass, the window
+        // comes back.
+        run_for(&mut b, now, 1, 60, 20_000, false);
+        assert!(!matches!(b.mode, Mode::ProbeRtt { .. }), "{:?}", b.mode);
+        assert!(b.window() >= before, "{} < {before}", b.window());
+    }
+
+    #[test]
+    fn an_app_limited_flow_refreshes_its_min_rtt_without_a_probe_rtt_dip() {
+        let t0 = Instant::now();
+        let mut b = Bbr::new(1000, 10);
+        let now = settle(&mut b, t0, 1e6, 20);
+        let before = b.window();
+        // Inflight 10 kB, under ProbeRTT's 25 kB, RTT 55 ms: for 30 s.
+        let (_, least, probed) = run_for(&mut b, now, 30, 55, 10_000, true);
+        assert!(!probed, "an app-limited flow entered ProbeRTT");
+        assert_eq!(least, before, "the window dipped");
+        assert_eq!(b.min_rtt, Some(Duration::from_millis(55)), "the minimum RTT was not refreshed");
+    }
+
+    #[test]
+    fn a_flow_above_probe_rtt_level_still_probes_even_when_app_limited() {
+        let t0 = Instant::now();
+        let mut b = Bbr::new(1000, 10);
+        let now = settle(&mut b, t0, 1e6, 20);
+        // Inflight 40 kB, above ProbeRTT's 25 kB: its RTT samples may hold
+        // its own queue, so ProbeRTT runs.
+        let (_, _, probed) = run_for(&mut b, now, 11, 55, 40_000, true);
+        assert!(probed);
+    }
+
+    #[test]
+    fn samples_taken_while_the_window_is_held_leave_the_bandwidth_alone() {
+        let t0 = Instant::now();
+        let mut b = Bbr::new(1000, 10);
+        let mut now = settle(&mut b, t0, 1e6, 20);
+        let (bw, before) = (b.max_bw(), b.window());
+        // 12 app-limited rounds later (the bandwidth window is 10), an RTO:
+        // the window is 4 packets, and what it delivers says nothing of
+        // the path.
+        let mut delivered = 50_000_000;
+        for _ in 0..12 {
+            now += Duration::from_millis(50);
+            let mut rs = sample(delivered + 50_000, delivered, 0.9e6, 50, 10_000, 50_000);
+            rs.is_app_limited = true;
+            b.on_rate_sample(now, &rs);
+            delivered += 50_000;
+        }
+        // 10 kB were in flight at the RTO.
+        b.on_rto(now);
+        assert_eq!(b.window(), 4000);
+        // Acks at a low rate of what the 4-packet window resends.
+        now += Duration::from_millis(50);
+        b.on_rate_sample(now, &sample(delivered + 4000, delivered, 80_000.0, 50, 0, 4000));
+        assert_eq!(b.max_bw(), bw, "a held window's sample lowered the bandwidth");
+        assert_eq!(b.window(), 4000 + 4000, "the window grows from 4 packets until what was in flight is delivered");
+        // All 10 kB delivered: the window comes back.
+        now += Duration::from_millis(50);
+        b.on_rate_sample(now, &sample(delivered + 12_000, delivered + 4000, 80_000.0, 50, 0, 8000));
+        assert!(b.window() >= before, "{} < {before}", b.window());
+        assert_eq!(b.max_bw(), bw);
+    }
+
+    #[test]
+    fn loss_of_an_app_limited_flow_does_not_bound_its_window() {
+        let t0 = Instant::now();
+        let mut b = Bbr::new(1000, 10);
+        let mut now = settle(&mut b, t0, 1e6, 20);
+        let before = b.window();
+        // Whole rounds at twice the minimum RTT (jitter, or another flow's
+        // queue), app-limited, with a loss in each.
+        let d = 10_000_000;
+        for i in 0..5 {
+            now += Duration::from_millis(100);
+            let mut rs = sample(d + (i + 1) * 20_000, d + i * 20_000, 0.4e6, 100, 20_000, 20_000);
+            rs.is_app_limited = true;
+            b.on_rate_sample(now, &rs);
+            b.on_congestion_event(now, now, 1000);
+        }
+        assert_eq!(b.loss_bound, None);
         assert_eq!(b.window(), before);
     }
 }

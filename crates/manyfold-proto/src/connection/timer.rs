@@ -33,9 +33,16 @@ pub(crate) enum Timer {
     Stall,
     /// The next path challenge may go (spec §6.8).
     Path,
+    /// A held partial datagram may go (spec §5.7): the wake-up at the end
+    /// of the hold `FlushHold` records.
+    Flush,
+    /// Not a wake-up (`Flush` is; `poll_timeout` and `handle_timeout`
+    /// leave it out): when the current hold of a partial datagram ends,
+    /// kept until the data queued during it is sent.
+    FlushHold,
 }
 
-const COUNT: usize = 13;
+const COUNT: usize = 15;
 
 impl Timer {
     pub const ALL: [Timer; COUNT] = [
@@ -52,6 +59,8 @@ impl Timer {
         Timer::Reack,
         Timer::Stall,
         Timer::Path,
+        Timer::Flush,
+        Timer::FlushHold,
     ];
 }
 

@@ -22,15 +22,19 @@ const ACK_SACK_RANGES: usize = 16;
 
 impl Connection {
     pub fn poll_timeout(&self) -> Option<Instant> {
-        self.timers.next()
+        // `FlushHold` is a record, not a wake-up (`Flush` is).
+        self.timers.next_of(|t| t != Timer::FlushHold)
     }
 
     pub fn handle_timeout(&mut self, now: Instant) {
         if let Some(q) = self.qlog.as_mut() {
             q.tick(now);
         }
+        if self.timers.next().is_none_or(|first| first > now) {
+            return; // nothing due
+        }
         for t in Timer::ALL {
-            if self.timers.get(t).is_some_and(|w| w <= now) {
+            if t != Timer::FlushHold && self.timers.get(t).is_some_and(|w| w <= now) {
                 self.timers.cancel(t);
                 self.on_timer(now, t);
             }
@@ -62,8 +66,9 @@ impl Connection {
                 self.check_probe(now);
             }
             Timer::DelayedAck => self.ack.immediate = true,
-            // Nothing to do: the endpoint polls us for the packet it let go.
-            Timer::Pacing => {}
+            // Nothing to do: the endpoint polls us for the packet it let go
+            // (the pacer's, or the held partial datagram, spec §5.7).
+            Timer::Pacing | Timer::Flush | Timer::FlushHold => {}
             Timer::Persist => {
                 let limit = self.config.zero_window_timeout;
                 if let (Some(since), Some(limit)) = (self.zero_window_since, limit) {
@@ -360,7 +365,16 @@ impl Connection {
         if room < est - HEADER_LEN - overhead {
             return Sent::NoRoom;
         }
-        if self.sent.bytes_in_flight() + est as u64 > self.cc.window() || self.paced(now, est) {
+        // spec §5.7: plain stream data short of a full packet may wait for
+        // more to join it. The wait runs while the window is closed too
+        // (it is not added to a wait for the window), and is decided before
+        // the pacer is asked, which would count the packet sent.
+        let partial = queued.saturating_add(DATA_HEADER_LEN) < full_room && flow_room >= full_room;
+        let hold = !has_control && !fin_due && !must && self.hold_partial(now, partial);
+        if self.sent.bytes_in_flight() + est as u64 > self.cc.window() || hold {
+            return Sent::Blocked;
+        }
+        if self.paced(now, est) {
             return Sent::Blocked;
         }
         let (mut chunks, declined_len, declined_data) = self.take_declined();
@@ -400,6 +414,11 @@ impl Connection {
                 self.ack_freq.on_sent(now, t);
             }
             self.stats.bytes_sent += cut as u64;
+            if self.streams.queued() == 0 {
+                // spec §5.7: what the hold waited for has gone.
+                self.timers.cancel(Timer::Flush);
+                self.timers.cancel(Timer::FlushHold);
+            }
             if fin {
                 self.fin_seq = Some(seq);
                 self.streams.on_fin_sent();
@@ -409,6 +428,33 @@ impl Connection {
             }
         }
         sent
+    }
+
+    /// spec §5.7: whether a datagram of new stream data waits for more
+    /// messages to join it: only if it is `partial` (less than a full
+    /// packet) and something is in flight, whose acks bring the next
+    /// sending chance anyway, and at most until `flush_delay` after data
+    /// first waited with packets in flight. Nagle's rule: a sender with
+    /// nothing in flight never waits.
+    fn hold_partial(&mut self, now: Instant, partial: bool) -> bool {
+        let delay = self.config.flush_delay;
+        if delay.is_zero() || self.sent.bytes_in_flight() == 0 {
+            self.timers.cancel(Timer::Flush);
+            self.timers.cancel(Timer::FlushHold);
+            return false;
+        }
+        // The clock starts when data first waits behind packets in flight,
+        // for whatever reason (the window, the pacer, this hold), so that
+        // no wait adds to another.
+        let end = self.timers.get(Timer::FlushHold).unwrap_or_else(|| {
+            self.timers.set(Timer::FlushHold, now + delay);
+            now + delay
+        });
+        if !partial || end <= now {
+            return false;
+        }
+        self.timers.set(Timer::Flush, end);
+        true
     }
 
     /// Sends a handshake message in a sequenced packet of its own; the
@@ -627,4 +673,199 @@ pub(super) enum Sent {
     Blocked,
     /// Something is due but does not fit the room given.
     NoRoom,
+}
+
+#[cfg(test)]
+mod tests {
+    //! spec §5.7: the flush delay, on two endpoints joined by a 20 ms
+    //! lossless wire in virtual time.
+
+    use std::net::SocketAddr;
+    use std::time::{Duration, Instant};
+
+    use crate::wire::chunk::{parse_chunks, Chunk};
+    use crate::wire::Packet;
+    use crate::{ConnHandle, Endpoint, EndpointConfig, MessageOptions, State, StreamId};
+
+    const ONE_WAY: Duration = Duration::from_millis(20);
+    const FLUSH: Duration = Duration::from_millis(5);
+
+    struct Link {
+        now: Instant,
+        a: Endpoint,
+        b: Endpoint,
+        a_addr: SocketAddr,
+        b_addr: SocketAddr,
+        /// (arrival, to b, datagram), in arrival order.
+        wire: Vec<(Instant, bool, Vec<u8>)>,
+        /// a → b datagrams that carried stream data: when, and how many bytes.
+        data_sent: Vec<(Instant, usize)>,
+    }
+
+    impl Link {
+        /// Two endpoints with `flush_delay`, connected; returns a's handle.
+        fn connected(flush_delay: Duration) -> (Link, ConnHandle) {
+            let now = Instant::now();
+            let mut cfg = EndpointConfig { seed: 7, ..Default::default() };
+            cfg.connection.flush_delay = flush_delay;
+            let mut b = Endpoint::new(EndpointConfig { seed: 8, ..cfg.clone() }, now);
+            b.set_listening(true);
+            let mut l = Link {
+                now,
+                a: Endpoint::new(cfg, now),
+                b,
+                a_addr: "127.0.0.1:1000".parse().unwrap(),
+                b_addr: "127.0.0.1:2000".parse().unwrap(),
+                wire: Vec::new(),
+                data_sent: Vec::new(),
+            };
+            let c = l.a.connect(now, l.b_addr).unwrap();
+            l.run_for(Duration::from_millis(200));
+            assert_eq!(l.a.conn(c).state(), Some(State::Established));
+            assert!(l.b.accept().is_some());
+            l.data_sent.clear();
+            (l, c)
+        }
+
+        fn pump(&mut self) {
+            let mut buf = Vec::new();
+            for to_b in [true, false] {
+                let ep = if to_b { &mut self.a } else { &mut self.b };
+                while let Some(t) = ep.poll_transmit(self.now, 1, &mut buf) {
+                    let d = buf[..t.size].to_vec();
+                    if to_b {
+                        let data = Packet::parse(&d).ok().map_or(0, |p| {
+                            parse_chunks(p.data)
+                                .filter_map(|c| match c {
+                                    Ok(Chunk::Data(dc)) => Some(dc.data.len()),
+                                    _ => None,
+                                })
+                                .sum()
+                        });
+                        if data > 0 {
+                            self.data_sent.push((self.now, data));
+                        }
+                    }
+                    self.wire.push((self.now + ONE_WAY, to_b, d));
+                }
+            }
+        }
+
+        /// Runs everything due up to `now + d`.
+        fn run_for(&mut self, d: Duration) {
+            let end = self.now + d;
+            loop {
+                self.pump();
+                let wire = self.wire.first().map(|w| w.0);
+                let timers = [self.a.poll_timeout(), self.b.poll_timeout()].into_iter().flatten().min();
+                let next = [wire, timers].into_iter().flatten().min().filter(|&t| t <= end);
+                let Some(t) = next else { break };
+                self.now = self.now.max(t);
+                while self.wire.first().is_some_and(|w| w.0 <= self.now) {
+                    let (_, to_b, d) = self.wire.remove(0);
+                    if to_b {
+                        self.b.handle_datagram(self.now, self.a_addr, &d);
+                    } else {
+                        self.a.handle_datagram(self.now, self.b_addr, &d);
+                    }
+                }
+                self.a.handle_timeout(self.now);
+                self.b.handle_timeout(self.now);
+            }
+            self.now = end;
+            self.a.handle_timeout(self.now);
+            self.b.handle_timeout(self.now);
+            self.pump();
+        }
+
+        fn send(&mut self, c: ConnHandle, size: usize) {
+            let msg = vec![0x5a; size];
+            self.a.conn_mut(c).send_message(self.now, StreamId::new(1), &msg, MessageOptions::default()).unwrap();
+            self.pump();
+        }
+    }
+
+    #[test]
+    fn a_partial_datagram_waits_while_data_is_in_flight_and_goes_at_the_deadline() {
+        let (mut l, c) = Link::connected(FLUSH);
+        // Nothing in flight: the first message goes at once (Nagle's rule).
+        l.send(c, 32);
+        assert_eq!(l.data_sent.len(), 1, "the first message waited with nothing in flight");
+        // In flight now: the next ones wait for company, up to FLUSH.
+        let held_at = l.now;
+        l.send(c, 32);
+        assert_eq!(l.data_sent.len(), 1, "a partial datagram went while data was in flight");
+        assert!(l.a.poll_timeout().is_some_and(|t| t <= held_at + FLUSH), "no wake-up at the flush deadline");
+        l.run_for(FLUSH / 2);
+        l.send(c, 32);
+        assert_eq!(l.data_sent.len(), 1, "the hold ended early");
+        l.run_for(FLUSH / 2);
+        assert_eq!(l.data_sent.len(), 2, "the held data did not go at the deadline");
+        let (at, bytes) = l.data_sent[1];
+        assert_eq!(at, held_at + FLUSH, "it went at the deadline, measured from the oldest message");
+        assert_eq!(bytes, 64, "both waiting messages share the datagram");
+    }
+
+    #[test]
+    fn nothing_waits_when_nothing_is_in_flight() {
+        let (mut l, c) = Link::connected(FLUSH);
+        for _ in 0..3 {
+            l.send(c, 32);
+            let n = l.data_sent.len();
+            assert_eq!(l.data_sent[n - 1].0, l.now, "sent at once");
+            // Everything acknowledged before the next one.
+            l.run_for(Duration::from_millis(100));
+        }
+        assert_eq!(l.data_sent.len(), 3);
+    }
+
+    #[test]
+    fn a_full_packet_never_waits() {
+        let (mut l, c) = Link::connected(FLUSH);
+        l.send(c, 32);
+        // With data in flight, a message bigger than a packet: its full
+        // packets go at once; only its tail may wait.
+        l.send(c, 4000);
+        assert!(l.data_sent.len() >= 3, "full packets were held: {:?}", l.data_sent);
+        assert!(l.data_sent.iter().all(|&(at, _)| at == l.now));
+        let sent: usize = l.data_sent.iter().map(|d| d.1).sum();
+        assert!(sent < 32 + 4000, "the tail should have waited");
+        l.run_for(FLUSH);
+        let sent: usize = l.data_sent.iter().map(|d| d.1).sum();
+        assert_eq!(sent, 32 + 4000, "the tail went at the deadline");
+    }
+
+    /// When the last of a 200 kB message and a 32-byte one queued behind
+    /// it leave, from the moment they were queued.
+    fn window_wait(flush_delay: Duration) -> Duration {
+        let (mut l, c) = Link::connected(flush_delay);
+        let start = l.now;
+        // More than the initial window of 10 packets: the window closes.
+        l.send(c, 200_000);
+        l.send(c, 32);
+        assert!(l.data_sent.len() < 20, "the window did not close");
+        for _ in 0..5000 {
+            if l.data_sent.iter().map(|d| d.1).sum::<usize>() == 200_032 {
+                return l.data_sent[l.data_sent.len() - 1].0 - start;
+            }
+            l.run_for(Duration::from_millis(1));
+        }
+        panic!("not all sent within 5 s");
+    }
+
+    #[test]
+    fn a_wait_for_the_window_counts_toward_the_flush_delay() {
+        // The tail and the small message waited for the window far longer
+        // than the flush delay: they go as soon as the window lets them.
+        assert_eq!(window_wait(FLUSH), window_wait(Duration::ZERO));
+    }
+
+    #[test]
+    fn without_a_flush_delay_every_message_goes_at_once() {
+        let (mut l, c) = Link::connected(Duration::ZERO);
+        for i in 1..=3 {
+            l.send(c, 32);
+            assert_eq!(l.data_sent.len(), i, "message {i} waited");
+        }
+    }
 }

@@ -14,6 +14,7 @@ mod fec;
 mod receiver;
 mod secure;
 mod sender;
+mod signature;
 
 use std::net::SocketAddr;
 use std::time::Duration;

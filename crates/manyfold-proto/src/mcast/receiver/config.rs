@@ -16,6 +16,11 @@ pub struct ReceiverConfig {
     /// each other's feedback. [`crate::mcast::network_of`] derives one from an
     /// address.
     pub network: u32,
+    /// No operator network id was given (spec §16.12): the sender may
+    /// group this receiver by what it observes (its losses), telling it
+    /// the group id its feedback then carries and heeds; `network` is the
+    /// group it starts in. `false`: `network` is the operator's and holds.
+    pub auto_group: bool,
     /// Accept only this session, if set.
     pub session: Option<u32>,
     /// This client id (spec §16.2) instead of one drawn from `seed`, so a
@@ -42,6 +47,7 @@ impl Default for ReceiverConfig {
         ReceiverConfig {
             seed: 0,
             network: 0,
+            auto_group: false,
             session: None,
             client_id: None,
             register_retry: Duration::from_millis(200),
@@ -122,6 +128,10 @@ pub struct ReceiverStats {
     /// Times a neighbour's ACK came while this receiver was more than a
     /// quarter window behind it (spec §16.7, slow receivers).
     pub lagged: u64,
+    /// Times the sender moved it to another group (spec §16.12).
+    pub regrouped: u64,
+    /// ACKs and NACKs held back after a stall of the process (spec §16.4).
+    pub held_after_stall: u64,
     /// Protected sessions (spec §19.7): plain packets a protected receiver
     /// does not take; sealed packets it has no key for (yet); sealed
     /// packets that failed authentication or came from the wrong source;

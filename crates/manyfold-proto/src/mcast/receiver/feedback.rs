@@ -1,7 +1,9 @@
-//! The receiver's feedback (spec §16.4–§16.5, §16.7): ACK and NACK after
-//! a backoff in `[0, ARTP_max]`, suppressed by its network's, copied to a
-//! sender on another network; REPAIR every repair interval; STATUS, and
-//! the STATUS with which an aborting receiver leaves.
+//! The receiver's feedback (spec §16.4–§16.5, §16.7, §16.12): ACK and
+//! NACK after a backoff in `[0, ARTP_max]`, suppressed by its network's
+//! (or the group the sender assigned), held once when found overdue after
+//! a stall, copied to a sender on another network; REPAIR every repair
+//! interval; STATUS with the loss signatures, and the STATUS with which
+//! an aborting receiver leaves.
 
 use super::{McastReceiver, ReceiverTimer};
 use crate::mcast::{network_of, uniform, McTransmit};
@@ -20,6 +22,13 @@ const LAG_FLOOR: u32 = 8;
 const LAGS_TO_FALL_BEHIND: u32 = 6;
 /// Windows in a row held in time that end a receiver's `behind` (spec §16.7).
 const CAUGHT_UP: u8 = 8;
+/// A feedback timer found expired this long after its deadline says the
+/// process was not running (spec §16.4): a driver's timers fire a
+/// millisecond late at most.
+const STALL_LATE: Duration = Duration::from_millis(2);
+/// How much longer feedback found that late waits, once, so that what
+/// queued during the stall (a neighbour's ACK among it) is read first.
+const STALL_GRACE: Duration = Duration::from_millis(1);
 
 impl McastReceiver {
     /// spec §16.4: a NACK after a backoff for a gap early in its window
@@ -29,6 +38,7 @@ impl McastReceiver {
         if early_gap && !self.timers.is_set(ReceiverTimer::Nack) && self.nacked_window != Some(lwsn) {
             let at = now + self.backoff();
             self.timers.set(ReceiverTimer::Nack, at);
+            self.stall_held[1] = false;
         }
         if self.gaps.nothing_pending() {
             self.timers.cancel(ReceiverTimer::Nack);
@@ -46,9 +56,54 @@ impl McastReceiver {
         if !self.timers.is_set(ReceiverTimer::Ack) {
             let at = now + self.backoff();
             self.timers.set(ReceiverTimer::Ack, at);
+            self.stall_held[0] = false;
             self.ack_lwsn = lwsn;
         } else {
             self.ack_lwsn = self.ack_lwsn.max(lwsn);
+        }
+    }
+
+    /// The network id its feedback carries and heeds (spec §16.4): the
+    /// group the sender assigned (spec §16.12), else its configured one.
+    pub(super) fn feedback_network(&self) -> u32 {
+        self.assigned.map_or(self.cfg.network, |(_, group)| group)
+    }
+
+    /// The group the sender put this receiver in (spec §16.12), if any.
+    pub fn group(&self) -> Option<u32> {
+        self.assigned.map(|(_, group)| group)
+    }
+
+    /// spec §16.12: REGISTER+ACK with KLV assigns group `group` at
+    /// `epoch`; an older epoch (reordered) is ignored. Only a receiver
+    /// that registered without an operator's id takes it. Its lag count
+    /// stands: it measured its own pace against the data, which the move
+    /// does not change.
+    pub(super) fn on_group(&mut self, epoch: u32, group: u32) {
+        if !self.cfg.auto_group {
+            return;
+        }
+        let newer = self.assigned.is_none_or(|(e, _)| epoch.wrapping_sub(e) as i32 > 0);
+        if newer {
+            if self.feedback_network() != group {
+                self.stats.regrouped += 1;
+            }
+            self.assigned = Some((epoch, group));
+        }
+    }
+
+    /// spec §16.4, a busy host: an ACK or NACK whose backoff ran out more
+    /// than `STALL_LATE` ago was due while the process was not running,
+    /// and what arrived meanwhile (a neighbour's ACK that suppresses it)
+    /// may still wait to be read: it goes `STALL_GRACE` later, once.
+    pub(super) fn hold_after_stall(&mut self, now: Instant) {
+        for (i, t) in [ReceiverTimer::Ack, ReceiverTimer::Nack].into_iter().enumerate() {
+            let late = self.timers.get(t).is_some_and(|d| now.saturating_duration_since(d) > STALL_LATE);
+            if late && !self.stall_held[i] {
+                self.stall_held[i] = true;
+                self.timers.set(t, now + STALL_GRACE);
+                self.stats.held_after_stall += 1;
+            }
         }
     }
 
@@ -148,7 +203,7 @@ impl McastReceiver {
         self.stats.acks_sent += 1;
         let ranges = self.gaps.take_pending();
         self.timers.cancel(ReceiverTimer::Nack);
-        let (lwsn, network, client) = (self.ack_lwsn, self.cfg.network, self.client);
+        let (lwsn, network, client) = (self.ack_lwsn, self.feedback_network(), self.client);
         // spec §16.7: KLV on an ACK: this receiver is behind its network.
         let flags = if self.behind { Flags::KLV } else { Flags::empty() };
         let n =
@@ -163,7 +218,7 @@ impl McastReceiver {
         self.nacked_window = self.gaps.latest_lwsn();
         self.stats.nacks_sent += 1;
         let ranges = self.gaps.take_pending();
-        let (highest, network, client) = (self.gaps.highest(), self.cfg.network, self.client);
+        let (highest, network, client) = (self.gaps.highest(), self.feedback_network(), self.client);
         let n = emit(buf, PacketType::McNack, Flags::empty(), session, highest, network, client, |o| {
             emit_ranges(o, ranges.iter()).0
         })?;
@@ -201,7 +256,7 @@ impl McastReceiver {
             Flags::empty(),
             session,
             self.repair_round,
-            self.cfg.network,
+            self.feedback_network(),
             self.client,
             |o| emit_ranges(o, ranges.iter().cloned()).0,
         )?;
@@ -213,9 +268,10 @@ impl McastReceiver {
         let (session, sender) = self.target()?;
         let held = self.have.ones().min(u64::from(u32::MAX)) as u32;
         self.stats.status_sent += 1;
-        let n = emit(buf, PacketType::McStatus, Flags::ERR, session, held, self.cfg.network, self.client, |o| {
-            emit_code(o, code)
-        })?;
+        let n =
+            emit(buf, PacketType::McStatus, Flags::ERR, session, held, self.feedback_network(), self.client, |o| {
+                emit_code(o, code)
+            })?;
         Some(McTransmit { destination: sender, size: n })
     }
 
@@ -241,9 +297,11 @@ impl McastReceiver {
         if code.is_some() && buf.len() < crate::wire::HEADER_LEN + 2 {
             return None;
         }
-        let n = emit(buf, PacketType::McStatus, flags, session, held, self.cfg.network, self.client, |o| match code {
+        let (network, signatures) = (self.feedback_network(), &self.signatures);
+        let n = emit(buf, PacketType::McStatus, flags, session, held, network, self.client, |o| match code {
             Some(c) => emit_code(o, c),
-            None => 0,
+            // spec §16.12: the loss signatures ride on a plain STATUS.
+            None => signatures.emit(o),
         })?;
         Some(McTransmit { destination: sender, size: n })
     }

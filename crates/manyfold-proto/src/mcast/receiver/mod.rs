@@ -6,8 +6,9 @@
 //!
 //! - `config.rs`: parameters, deliveries, events, counters;
 //! - `gaps.rs`: gaps in the first sending, on a `RangeSet<u32>` (§16.4);
-//! - `feedback.rs`: ACK/NACK backoff and suppression, REPAIR, STATUS
-//!   (§16.4–§16.5, §16.7);
+//! - `feedback.rs`: ACK/NACK backoff and suppression (and their hold
+//!   after a stall), REPAIR, STATUS with its loss signatures, the group
+//!   the sender assigns (§16.4–§16.5, §16.7, §16.12);
 //! - `parity.rs`: Reed-Solomon shards and rebuilt blocks (§16.9);
 //! - `keys.rs`: a protected session's registration (§19.7);
 //! - `tests.rs`: unit tests without the simulator.
@@ -25,10 +26,11 @@ pub use config::{Delivery, ReceiverConfig, ReceiverEvent, ReceiverStats};
 use crate::mcast::bitmap::Bitmap;
 use crate::mcast::secure::{Ignored, SEAL_OVERHEAD};
 use crate::mcast::sender::packets_for;
+use crate::mcast::signature::LossSignatures;
 use crate::mcast::McTransmit;
 use crate::timer::{TimerKind, Timers};
 use crate::wire::mcast::{emit, emit_bytes, Announcement, McPacket, Phase};
-use crate::wire::{ErrorCode, Flags, PacketType};
+use crate::wire::{ErrorCode, Flags, Header, PacketType};
 use gaps::Gaps;
 use keys::ReceiverSecurity;
 use parity::Shard;
@@ -85,6 +87,14 @@ pub struct McastReceiver {
     /// This receiver falls behind its network (spec §16.7): its ACKs carry
     /// KLV and are never suppressed.
     behind: bool,
+    /// What it lost of the first sending, per block, for its STATUS
+    /// (spec §16.12).
+    signatures: LossSignatures,
+    /// The group the sender put it in (spec §16.12): (epoch, group id).
+    assigned: Option<(u32, u32)>,
+    /// The pending ACK / NACK was already held back once after a stall
+    /// (spec §16.4).
+    stall_held: [bool; 2],
     events: VecDeque<ReceiverEvent>,
     stats: ReceiverStats,
     security: Option<Box<ReceiverSecurity>>,
@@ -173,6 +183,9 @@ impl McastReceiver {
             lag_history: 0,
             caught_up_run: 0,
             behind: false,
+            signatures: LossSignatures::default(),
+            assigned: None,
+            stall_held: [false; 2],
             events: VecDeque::new(),
             stats: ReceiverStats::default(),
             security: cfg.security.clone().map(|config| {
@@ -369,6 +382,16 @@ impl McastReceiver {
                 self.heard_sender(now);
             }
         }
+        if let McPacket::RegisterAck { client, network, from_sn, .. } = p {
+            // spec §16.12: KLV on REGISTER+ACK assigns a group.
+            let header = if source.is_some() { Header::parse_opened(data) } else { Header::parse(data) };
+            if header.is_ok_and(|h| h.flags.contains(Flags::KLV)) {
+                if client == self.client {
+                    self.on_group(from_sn, network);
+                }
+                return None;
+            }
+        }
         self.on_session_packet(now, from, p, at + data.len())
     }
 
@@ -391,13 +414,13 @@ impl McastReceiver {
                 self.on_data(now, sn, lwsn, last, repair, end - payload.len()..end)
             }
             McPacket::Ack { network, lwsn, missing, .. } => {
-                if network == self.cfg.network {
+                if network == self.feedback_network() {
                     self.on_heard_ack(lwsn, missing.iter());
                 }
                 None
             }
             McPacket::Nack { network, missing, .. } => {
-                if network == self.cfg.network {
+                if network == self.feedback_network() {
                     self.on_heard_nack(missing.iter());
                 }
                 None
@@ -518,6 +541,12 @@ impl McastReceiver {
             self.stats.duplicates += 1;
         }
         if !repair {
+            // spec §16.12: the losses of the first sending, for the signature.
+            let expected = self.gaps.latest_sn().map(|h| h.saturating_add(1));
+            self.signatures.advance(sn);
+            if let Some(e) = expected.filter(|&e| sn > e) {
+                self.signatures.on_lost(e..sn);
+            }
             let previous = self.gaps.latest_lwsn();
             let early_gap = self.gaps.on_first_send(sn, lwsn);
             // spec §16.3: the first packet of a later window says the last
@@ -631,6 +660,7 @@ impl McastReceiver {
                 Urgent::Status => self.send_status(now, buf, session, sender),
             };
         }
+        self.hold_after_stall(now);
         // The first send timer due, in `ReceiverTimer::ALL`'s order.
         let due =
             ReceiverTimer::ALL.iter().find(|&&t| t != ReceiverTimer::SenderLost && self.timers.expired(t, now))?;
@@ -651,13 +681,17 @@ impl McastReceiver {
         }
         self.timers.set(ReceiverTimer::Register, now + self.cfg.register_retry);
         let (network, client) = (self.cfg.network, self.client);
+        // spec §16.12: KLV: no operator network id, the sender may regroup it.
+        let regroupable = if self.cfg.auto_group { Flags::KLV } else { Flags::empty() };
         let n = match self.security.as_ref() {
-            None => emit(buf, PacketType::McRegister, Flags::empty(), session, 0, network, client, |_| 0)?,
+            None => emit(buf, PacketType::McRegister, regroupable, session, 0, network, client, |_| 0)?,
             Some(sec) => {
                 // Noise message 1, the same until answered (spec §19.7).
                 let m1 = &sec.pending.as_ref()?.m1;
                 let n =
-                    emit(buf, PacketType::McRegister, Flags::CKE, session, 0, network, client, |o| emit_bytes(o, m1))?;
+                    emit(buf, PacketType::McRegister, Flags::CKE | regroupable, session, 0, network, client, |o| {
+                        emit_bytes(o, m1)
+                    })?;
                 self.send_clear = true;
                 n
             }

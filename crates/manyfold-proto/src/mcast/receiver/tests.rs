@@ -169,12 +169,16 @@ fn a_receiver_lagging_its_neighbours_at_six_of_eight_windows_acks_unsuppressed_w
     }
     heard_ack(&mut r, t0, 99, 69);
     let mut buf = vec![0u8; 1500];
+    // Polled 50 ms late, the ACK waits a millisecond more (spec §16.4, a
+    // stalled process reads first), then goes.
     let later = t0 + Duration::from_millis(50);
     let mut acks = Vec::new();
-    while let Some(t) = r.poll_transmit(later, &mut buf) {
-        let h = Header::parse(&buf[..t.size]).expect("header");
-        if h.ptype == PacketType::McAck {
-            acks.push((h.seq, h.flags.contains(Flags::KLV)));
+    for at in [later, later + Duration::from_millis(2)] {
+        while let Some(t) = r.poll_transmit(at, &mut buf) {
+            let h = Header::parse(&buf[..t.size]).expect("header");
+            if h.ptype == PacketType::McAck {
+                acks.push((h.seq, h.flags.contains(Flags::KLV)));
+            }
         }
     }
     assert!(acks.contains(&(69, true)), "{acks:?}");
@@ -225,7 +229,8 @@ fn a_window_whose_last_packet_was_lost_is_acked_when_the_next_window_begins() {
         1000
     });
     let later = t0 + Duration::from_millis(50);
-    let sent = drain(&mut r, later);
+    let mut sent = drain(&mut r, later);
+    sent.extend(drain(&mut r, later + Duration::from_millis(2)));
     assert!(sent.iter().any(|x| x.1 == PacketType::McAck && x.2 == 9), "{sent:?}");
 }
 
@@ -257,4 +262,85 @@ fn a_repair_names_per_fec_block_only_the_packets_missing_beyond_the_parity_held(
         feed(&mut r, t0, PacketType::McParity, Flags::empty(), block, index, 8, |o| o[..1000].len());
     }
     assert_eq!(r.repair_ranges(24), [1..3, 4..5, 17..18, 20..21]);
+}
+
+#[test]
+fn a_group_assignment_is_taken_only_newer_and_only_by_a_receiver_without_an_operators_id() {
+    let now = Instant::now();
+    let mut r = registered(now);
+    let client = r.client_id();
+    let assign = |r: &mut McastReceiver, epoch: u32, group: u32| {
+        feed(r, now, PacketType::McRegister, Flags::ACK | Flags::KLV, epoch, group, client, |_| 0);
+    };
+    assign(&mut r, 5, 0xa000_0001);
+    assert_eq!(r.group(), None, "an operator's id holds");
+    r.cfg.auto_group = true;
+    assign(&mut r, 5, 0xa000_0001);
+    assert_eq!(r.group(), Some(0xa000_0001));
+    assign(&mut r, 4, 0xa000_0002);
+    assert_eq!(r.group(), Some(0xa000_0001), "an older epoch, reordered, is ignored");
+    assign(&mut r, 6, 0xa000_0002);
+    assert_eq!(r.group(), Some(0xa000_0002));
+    // Its feedback now names the group, and heeds the group's ACKs.
+    assert_eq!(r.feedback_network(), 0xa000_0002);
+    // Another client's assignment is not ours.
+    feed(&mut r, now, PacketType::McRegister, Flags::ACK | Flags::KLV, 7, 9, client ^ 1, |_| 0);
+    assert_eq!(r.group(), Some(0xa000_0002));
+}
+
+#[test]
+fn an_assignment_registers_nobody() {
+    let now = Instant::now();
+    let cfg = ReceiverConfig { network: 1, seed: 3, auto_group: true, ..ReceiverConfig::default() };
+    let mut r = McastReceiver::new(cfg, group());
+    let info = Announcement {
+        size: Some(20_000),
+        block: 1000,
+        artp_max_us: 600,
+        repair_interval_ms: 50,
+        fec_k: 0,
+        hash: Some([1; 32]),
+        name: "f".into(),
+    };
+    feed(&mut r, now, PacketType::McAnnounce, Flags::empty(), 0, 20, 0, |o| emit_announcement(o, &info));
+    let client = r.client_id();
+    feed(&mut r, now, PacketType::McRegister, Flags::ACK | Flags::KLV, 1, 0xa000_0001, client, |_| 0);
+    assert!(!r.is_registered());
+    // Its REGISTER says it may be regrouped (KLV).
+    let mut buf = vec![0u8; 1500];
+    let t = r.poll_transmit(now, &mut buf).expect("REGISTER");
+    let h = Header::parse(&buf[..t.size]).expect("header");
+    assert_eq!(h.ptype, PacketType::McRegister);
+    assert!(h.flags.contains(Flags::KLV));
+}
+
+#[test]
+fn an_ack_found_overdue_after_a_stall_waits_for_what_queued_and_a_neighbours_ack_suppresses_it() {
+    // spec §16.4: a process descheduled past its ACK's backoff reads what
+    // queued first; the neighbour's ACK of the same window among it
+    // suppresses ours. Without it (next window), the held ACK goes.
+    let t0 = Instant::now();
+    let mut r = registered(t0);
+    drain(&mut r, t0);
+    for sn in 0..10 {
+        feed(&mut r, t0, PacketType::McData, Flags::empty(), sn, 9, 10, |o| {
+            o[..1000].fill(1);
+            1000
+        });
+    }
+    let woke = t0 + Duration::from_millis(30);
+    assert!(drain(&mut r, woke).iter().all(|x| x.1 != PacketType::McAck), "held after the stall");
+    heard_ack(&mut r, woke, 99, 9);
+    assert!(drain(&mut r, woke + Duration::from_millis(2)).iter().all(|x| x.1 != PacketType::McAck));
+    assert_eq!((r.stats().held_after_stall, r.stats().acks_suppressed, r.stats().acks_sent), (1, 1, 0));
+    for sn in 10..20 {
+        feed(&mut r, woke, PacketType::McData, Flags::empty(), sn, 19, 10, |o| {
+            o[..1000].fill(1);
+            1000
+        });
+    }
+    let woke = woke + Duration::from_millis(40);
+    assert!(drain(&mut r, woke).iter().all(|x| x.1 != PacketType::McAck));
+    let sent = drain(&mut r, woke + Duration::from_millis(2));
+    assert!(sent.iter().any(|x| x.1 == PacketType::McAck && x.2 == 19), "held once, then sent: {sent:?}");
 }

@@ -286,4 +286,6 @@ pub struct SenderStats {
     /// sooner than `REANSWER_GAP`, or a second handshake for a registered
     /// client id (spec §19.7).
     pub registrations_ignored: u64,
+    /// Receivers moved to another group (spec §16.12).
+    pub regrouped: u64,
 }

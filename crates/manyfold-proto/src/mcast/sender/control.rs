@@ -1,6 +1,6 @@
 //! The sender's control packets (spec §16.2, §16.7, §19.7): REGISTER+ACK
 //! (with the session description, or a protected registration's Noise
-//! answer), STATUS confirmations, END to one receiver or (aborting) to
+//! answer; with KLV, the group assigned, spec §16.12), STATUS confirmations, END to one receiver or (aborting) to
 //! the group, and refusals in the clear.
 
 use crate::mcast::McTransmit;
@@ -18,6 +18,10 @@ pub(super) enum Control {
         idx: usize,
     },
     StatusAck {
+        idx: usize,
+    },
+    /// spec §16.12: the group a receiver is in (REGISTER+ACK with KLV).
+    Group {
         idx: usize,
     },
     EndOne {
@@ -55,6 +59,11 @@ impl McastSender {
                     emit_announcement(o, info)
                 })?;
                 (r.addr, n)
+            }
+            Control::Group { idx } => {
+                let (r, group, epoch) = (&self.receivers[idx], self.wire_group(idx), self.group_epoch);
+                let flags = Flags::ACK | Flags::KLV;
+                (r.addr, emit(buf, PacketType::McRegister, flags, s, epoch, group, r.client, |_| 0)?)
             }
             Control::StatusAck { idx } => {
                 let r = &self.receivers[idx];

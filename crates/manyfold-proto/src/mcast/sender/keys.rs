@@ -94,7 +94,15 @@ impl McastSender {
     /// spec §19.7: REGISTER carries Noise message 1; once it proves the
     /// receiver, REGISTER+ACK carries message 2 with the group key, the
     /// receiver's source number and the session description.
-    pub(super) fn on_keyed_register(&mut self, now: Instant, from: SocketAddr, client: u32, network: u32, m1: &[u8]) {
+    pub(super) fn on_keyed_register(
+        &mut self,
+        now: Instant,
+        from: SocketAddr,
+        client: u32,
+        network: u32,
+        regroupable: bool,
+        m1: &[u8],
+    ) {
         let known = self.by_client.get(&client).copied();
         if let Some(idx) = known {
             // Its registration stands: only the same message 1 (our answer
@@ -151,7 +159,7 @@ impl McastSender {
         };
         sec.next_source += 1;
         let peer_key = hs.peer_key();
-        let Some(idx) = self.admit(now, from, client, network) else { return };
+        let Some(idx) = self.admit(now, from, client, network, regroupable) else { return };
         if let Some(sec) = self.security.as_mut() {
             sec.granted.insert(source, idx);
         }

@@ -5,6 +5,7 @@
 use super::config::SenderEvent;
 use super::slow::AwaitKey;
 use super::{Control, McastSender, Stage};
+use crate::mcast::signature::{Signature, SIG_KEPT};
 use crate::secure::KEY_LEN;
 use crate::wire::ErrorCode;
 use std::net::SocketAddr;
@@ -73,6 +74,15 @@ pub struct ReceiverReport {
     pub peer_key: Option<[u8; KEY_LEN]>,
     /// It reported itself behind its network (spec §16.7): awaited on its own.
     pub behind: bool,
+    /// It registered without an operator's network id (KLV on REGISTER,
+    /// spec §16.12): the sender groups it by its losses.
+    pub regroupable: bool,
+    /// The group the sender put it in (spec §16.12); `None`: its network's.
+    pub group: Option<u32>,
+    /// Its last STATUS's loss signatures (spec §16.12).
+    pub(super) signatures: [Option<Signature>; SIG_KEPT],
+    /// When its group was last told.
+    pub(super) group_told_at: Option<Instant>,
     /// The rate it took data at over its last second of ACKs, bytes/s.
     pub rate: Option<f64>,
     /// Its ACK that began the current rate sample: (when, LWSN).
@@ -88,10 +98,16 @@ pub struct ReceiverReport {
     /// Losses reported since the last window resolved.
     pub(super) window_lost: u64,
     /// The last ACK (true, LWSN) or NACK (false, digest) taken from it.
-    pub(super) last_feedback: Option<(bool, u32)>,
+    /// Kept for the last `FEEDBACK_KEPT` of them: the group's copy and
+    /// the unicast one come through two sockets, and a driver reading
+    /// them in batches may take several of each in turn.
+    pub(super) last_feedback: [Option<(bool, u32)>; FEEDBACK_KEPT],
     /// Before this, a repair request only repeats the last pass.
     pub(super) next_pass_at: Option<Instant>,
 }
+
+/// ACKs and NACKs remembered per receiver to take each copy once (spec §16.4).
+pub(super) const FEEDBACK_KEPT: usize = 8;
 
 impl McastSender {
     pub(super) fn live(&self) -> usize {
@@ -104,6 +120,7 @@ impl McastSender {
         from: SocketAddr,
         client: u32,
         network: u32,
+        regroupable: bool,
         noise: Option<&[u8]>,
     ) {
         if client == 0 {
@@ -112,7 +129,7 @@ impl McastSender {
         }
         match (self.security.is_some(), noise) {
             (false, None) => {}
-            (true, Some(m1)) => return self.on_keyed_register(now, from, client, network, m1),
+            (true, Some(m1)) => return self.on_keyed_register(now, from, client, network, regroupable, m1),
             // No downgrade, either way (spec §19.7).
             _ => {
                 self.stats.refused += 1;
@@ -125,10 +142,14 @@ impl McastSender {
             let r = &mut self.receivers[idx];
             r.addr = from;
             r.last_heard = now;
+            let grouped = r.group.is_some();
             self.control.push_back(Control::RegisterAck { idx });
+            if grouped {
+                self.control.push_back(Control::Group { idx });
+            }
             return;
         }
-        if let Some(idx) = self.admit(now, from, client, network) {
+        if let Some(idx) = self.admit(now, from, client, network, regroupable) {
             self.control.push_back(Control::RegisterAck { idx });
         }
     }
@@ -140,7 +161,14 @@ impl McastSender {
 
     /// Adds a receiver to the table; refuses it if the table is full or
     /// the session ending.
-    pub(super) fn admit(&mut self, now: Instant, from: SocketAddr, client: u32, network: u32) -> Option<usize> {
+    pub(super) fn admit(
+        &mut self,
+        now: Instant,
+        from: SocketAddr,
+        client: u32,
+        network: u32,
+        regroupable: bool,
+    ) -> Option<usize> {
         if self.full() {
             self.stats.refused += 1;
             self.control.push_back(Control::Refuse { addr: from, client, code: ErrorCode::REFUSED });
@@ -160,6 +188,10 @@ impl McastSender {
             left: None,
             peer_key: None,
             behind: false,
+            regroupable,
+            group: None,
+            signatures: [None; SIG_KEPT],
+            group_told_at: None,
             rate: None,
             rate_anchor: None,
             source: 0,
@@ -167,7 +199,7 @@ impl McastSender {
             answered_at: None,
             last_heard: now,
             window_lost: 0,
-            last_feedback: None,
+            last_feedback: [None; FEEDBACK_KEPT],
             next_pass_at: None,
         });
         self.by_client.insert(client, idx);

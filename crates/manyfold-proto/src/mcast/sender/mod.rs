@@ -14,12 +14,14 @@
 //! - `parity.rs`: parity first: proactive, automatic and topped-up parity
 //!   per FEC block, and the shards (§16.9);
 //! - `slow.rs`: receivers behind their network, rates, `min_rate` (§16.7);
+//! - `grouping.rs`: receivers grouped by their observed losses (§16.12);
 //! - `keys.rs`: a protected session's registrations (§19.7);
 //! - `tests.rs`: unit tests of the parts, without the simulator.
 
 mod ceiling;
 mod config;
 mod control;
+mod grouping;
 mod keys;
 mod members;
 mod parity;
@@ -180,6 +182,8 @@ pub struct McastSender {
     slowest_paced: bool,
     /// When the data phase began.
     data_started: Option<Instant>,
+    /// The epoch of the latest regrouping (spec §16.12).
+    group_epoch: u32,
     security: Option<Box<SenderSecurity>>,
     /// The packet `poll_plain` just wrote goes out unsealed.
     send_clear: bool,
@@ -246,6 +250,7 @@ impl McastSender {
             ack_time: None,
             slowest_paced: false,
             data_started: None,
+            group_epoch: 0,
             security,
             send_clear: false,
             invite_due: false,
@@ -399,10 +404,13 @@ impl McastSender {
             self.stats.dropped_other_session += 1;
             return;
         }
+        let header = if source.is_some() { Header::parse_opened(data) } else { Header::parse(data) };
+        let flags = header.map_or(Flags::empty(), |h| h.flags);
         if let McPacket::Register { network, noise, .. } = p {
             // Registrations go in the clear: the receiver has no key yet.
             if source.is_none() {
-                self.on_register(now, from, client, network, noise);
+                // spec §16.12: KLV: registered without an operator's id.
+                self.on_register(now, from, client, network, flags.contains(Flags::KLV), noise);
             }
             return;
         }
@@ -422,26 +430,40 @@ impl McastSender {
         }
         self.receivers[idx].last_heard = now;
         // A receiver on another network sends its ACKs and NACKs twice
-        // (group and unicast, spec §16.4): take each once.
+        // (group and unicast, spec §16.4): take each once, though the
+        // copies of several come in turn (two sockets read in batches).
+        // A copy is the same report: the same LWSN (highest SN), range
+        // count and flags; a later ACK of the same window (a probe's, or
+        // one that says it caught up) is not a copy.
         let key = match &p {
-            McPacket::Ack { lwsn, .. } => Some((true, *lwsn)),
+            McPacket::Ack { lwsn, missing, .. } => {
+                Some((true, lwsn ^ (missing.count() as u32).rotate_left(16) ^ u32::from(flags.0).rotate_right(8)))
+            }
             McPacket::Nack { highest, missing, .. } => {
                 Some((false, highest ^ (missing.count() as u32).rotate_left(16)))
             }
             _ => None,
         };
         if key.is_some() {
-            if self.receivers[idx].last_feedback == key {
+            let seen = &mut self.receivers[idx].last_feedback;
+            if seen.contains(&key) {
                 return;
             }
-            self.receivers[idx].last_feedback = key;
+            seen.rotate_right(1);
+            seen[0] = key;
         }
         let ack = if let McPacket::Ack { lwsn, .. } = p { Some(lwsn) } else { None };
         // spec §16.7: KLV on an ACK: the receiver is behind its network.
-        let behind = ack.is_some() && {
-            let header = if source.is_some() { Header::parse_opened(data) } else { Header::parse(data) };
-            header.is_ok_and(|h| h.flags.contains(Flags::KLV))
-        };
+        let behind = ack.is_some() && flags.contains(Flags::KLV);
+        // spec §16.12: the group its feedback names, and its signatures.
+        match p {
+            McPacket::Ack { network, .. } | McPacket::Nack { network, .. } => self.check_group(now, idx, network),
+            McPacket::Status { network, error: None, .. } => {
+                self.check_group(now, idx, network);
+                self.on_signatures(idx, data.get(HEADER_LEN..).unwrap_or_default());
+            }
+            _ => {}
+        }
         // The losses an ACK reports count against the window it confirms
         // (spec §16.3), so they are taken first.
         self.on_report(now, idx, p);
@@ -551,6 +573,9 @@ impl McastSender {
             SenderTimer::Sweep => {
                 self.timers.set(SenderTimer::Sweep, now + SWEEP_INTERVAL);
                 self.drop_silent(now);
+                if matches!(self.stage, Stage::Data | Stage::Repair) {
+                    self.regroup(now);
+                }
             }
             SenderTimer::Completion => {
                 if self.stage == Stage::Repair {

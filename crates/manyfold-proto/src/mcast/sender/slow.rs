@@ -20,14 +20,16 @@ const MIN_SEED_SPAN: Duration = Duration::from_millis(10);
 const RATE_SPAN: Duration = Duration::from_secs(1);
 
 impl McastSender {
-    /// The key receiver `idx`'s ACKs count for: its network's, or its own
-    /// once it reported itself behind.
+    /// The key receiver `idx`'s ACKs count for: its network's (or the
+    /// group the sender put it in, spec §16.12), or its own once it
+    /// reported itself behind.
     pub(super) fn await_key(&self, idx: usize) -> AwaitKey {
         let r = &self.receivers[idx];
-        if r.behind {
-            (1 << 32) | idx as u64
-        } else {
-            u64::from(r.network)
+        match r.group {
+            _ if r.behind => (1 << 32) | idx as u64,
+            // spec §16.12: the group the sender put it in.
+            Some(g) if r.regroupable => Self::group_key(g),
+            _ => u64::from(r.network),
         }
     }
 

@@ -416,3 +416,91 @@ fn automatic_parity_follows_each_block_once_receivers_report_loss() {
     }
     assert_eq!(last_parity, 0, "no loss, no proactive parity");
 }
+
+// ---- grouping.rs: receivers grouped by their losses (spec §16.12) -------
+
+/// A STATUS trailer of version 1 (spec §16.12) with these blocks' bits.
+fn trailer(out: &mut [u8], blocks: &[(u32, [u64; 4])]) -> usize {
+    out[0] = 1;
+    out[1] = blocks.len() as u8;
+    let mut at = 2;
+    for (block, bits) in blocks {
+        out[at..at + 4].copy_from_slice(&block.to_be_bytes());
+        for (i, w) in bits.iter().enumerate() {
+            out[at + 4 + 8 * i..at + 12 + 8 * i].copy_from_slice(&w.to_be_bytes());
+        }
+        at += 36;
+    }
+    at
+}
+
+#[test]
+fn regroupable_receivers_sharing_losses_are_grouped_and_told_and_garbled_trailers_change_nothing() {
+    let t0 = Instant::now();
+    let mut s = sender(SenderConfig::default(), 50_000, &[], t0);
+    // Clients 1-4 register with KLV (no operator id), 5 without.
+    for c in 1..=4 {
+        feed(&mut s, t0, c, PacketType::McRegister, Flags::KLV, 0, 1, |_| 0);
+    }
+    feed(&mut s, t0, 5, PacketType::McRegister, Flags::empty(), 0, 1, |_| 0);
+    s.start(t0);
+    drain(&mut s, t0);
+    let a = [0x0000_0000_000f_ffff, 0, 0x00ff, 0];
+    let b = [0, 0xffff_f000_0000_0000, 0, 0xff00];
+    for (c, bits) in [(1, a), (2, a), (3, b), (4, b), (5, a)] {
+        feed(&mut s, t0, c, PacketType::McStatus, Flags::empty(), 0, 1, |o| trailer(o, &[(0, bits), (1, bits)]));
+    }
+    // Garbled trailers: a count past the entries, another version, a
+    // stray byte. Dropped as hints; the STATUS stands, nothing panics.
+    feed(&mut s, t0, 1, PacketType::McStatus, Flags::empty(), 0, 1, |o| {
+        o[..3].copy_from_slice(&[1, 4, 0]);
+        3
+    });
+    feed(&mut s, t0, 2, PacketType::McStatus, Flags::empty(), 0, 1, |o| {
+        let n = trailer(o, &[(0, a)]);
+        o[0] = 9;
+        n
+    });
+    feed(&mut s, t0, 3, PacketType::McStatus, Flags::empty(), 0, 1, |o| {
+        o[0] = 1;
+        1
+    });
+    let sweep = t0 + Duration::from_millis(600);
+    s.handle_timeout(sweep);
+    let told: Vec<Sent> = drain(&mut s, sweep)
+        .into_iter()
+        .filter(|x| x.1 == PacketType::McRegister && x.3.contains(Flags::ACK | Flags::KLV))
+        .collect();
+    let g: Vec<Option<u32>> = s.receivers().iter().map(|r| r.group).collect();
+    assert!(g[0].is_some() && g[0] == g[1], "{g:x?}");
+    assert!(g[2].is_some() && g[2] == g[3] && g[2] != g[0], "{g:x?}");
+    assert_eq!(g[4], None, "an operator's id stays");
+    let mut dests: Vec<SocketAddr> = told.iter().map(|x| x.0).collect();
+    dests.sort();
+    assert_eq!(dests, [addr(1), addr(2), addr(3), addr(4)], "each moved receiver is told once");
+    assert!(told.iter().all(|x| x.2 == 1), "the first regrouping's epoch");
+    // Feedback naming the old network: told again, at most every 100 ms.
+    ack(&mut s, sweep, 1, 1, 0);
+    assert_eq!(drain(&mut s, sweep).iter().filter(|x| x.1 == PacketType::McRegister).count(), 0, "just told");
+    let after = sweep + Duration::from_millis(150);
+    feed(&mut s, after, 1, PacketType::McStatus, Flags::empty(), 0, 1, |_| 0);
+    feed(&mut s, after, 1, PacketType::McStatus, Flags::empty(), 0, 1, |_| 0);
+    assert_eq!(drain(&mut s, after).iter().filter(|x| x.1 == PacketType::McRegister).count(), 1);
+    // The same losses again: nobody moves, nobody is told.
+    let later = sweep + Duration::from_millis(500);
+    s.handle_timeout(later);
+    assert_eq!(drain(&mut s, later).iter().filter(|x| x.1 == PacketType::McRegister).count(), 0);
+    assert_eq!(s.stats().regrouped, 4);
+}
+
+#[test]
+fn copies_of_several_acks_read_in_turn_from_two_sockets_count_once() {
+    let t0 = Instant::now();
+    let mut s = sender(SenderConfig::default(), 5_000, &[(7, 1)], t0);
+    drain(&mut s, t0);
+    // The group's copies of three ACKs, then the unicast copies (spec §16.4).
+    for lwsn in [0, 2, 6, 0, 2, 6] {
+        ack(&mut s, t0, 7, 1, lwsn);
+    }
+    assert_eq!(s.stats().acks, 3);
+}
