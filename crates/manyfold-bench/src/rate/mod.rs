@@ -76,9 +76,10 @@ pub struct Options {
     /// [default: 32,288,1024,16384; --quick: 32,1024].
     #[arg(long, value_delimiter = ',')]
     pub sizes: Option<Vec<usize>>,
-    /// Rows: manyfold, manyfold-batch, manyfold-flush, manyfold-8,
-    /// manyfold-unordered, manyfold-encrypted, tcp, aeron [default: all;
-    /// --quick: all but aeron].
+    /// Rows: manyfold, manyfold-batch, manyfold-8, manyfold-unordered,
+    /// manyfold-encrypted, tcp, aeron [default: all; --quick: all but
+    /// aeron]; and manyfold-flush (one stream with `--flush-delay`), run
+    /// only when named.
     #[arg(long, value_delimiter = ',')]
     pub rows: Option<Vec<String>>,
     /// Seconds of each run at the highest rate [default: 3; --quick: 0.5].

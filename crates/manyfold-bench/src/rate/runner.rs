@@ -82,16 +82,11 @@ impl Row {
     }
 }
 
-pub const ALL_ROWS: &[&str] = &[
-    "manyfold",
-    "manyfold-batch",
-    "manyfold-flush",
-    "manyfold-8",
-    "manyfold-unordered",
-    "manyfold-encrypted",
-    "tcp",
-    "aeron",
-];
+/// The rows run by default.
+pub const ALL_ROWS: &[&str] =
+    &["manyfold", "manyfold-batch", "manyfold-8", "manyfold-unordered", "manyfold-encrypted", "tcp", "aeron"];
+/// Rows run only when `--rows` names them.
+pub const EXTRA_ROWS: &[&str] = &["manyfold-flush"];
 
 /// Most messages the batch row hands over in one call.
 pub const BATCH: usize = 256;
@@ -126,7 +121,7 @@ fn rows(names: &[String], flush_us: u64, notes: &mut Vec<String>) -> Result<Vec<
                     notes.push(format!("Aeron: skipped: {why}"));
                 }
             },
-            other => bail!("unknown row {other:?} (one of {})", ALL_ROWS.join(", ")),
+            other => bail!("unknown row {other:?} (one of {}, {})", ALL_ROWS.join(", "), EXTRA_ROWS.join(", ")),
         }
     }
     ensure!(!rows.is_empty(), "no row to run");
