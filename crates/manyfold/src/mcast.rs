@@ -233,6 +233,21 @@ struct Taker<'a> {
     writes: &'a mut Coalescer,
     sink: &'a mut (dyn McastSink + Send),
     error: &'a mut Option<io::Error>,
+    described: &'a mut bool,
+}
+
+/// Tells `sink` of the session before its first write: the engine takes a
+/// session's data only once it is described, but the event that says so is
+/// handled after a drain that may already have flushed data (several
+/// batches read at once, spec §16.4). `announced` may come again.
+fn describe_first(r: &McastReceiver, sink: &mut (dyn McastSink + Send), described: &mut bool) -> io::Result<()> {
+    if !*described {
+        if let Some(info) = r.announcement() {
+            sink.announced(info)?;
+            *described = true;
+        }
+    }
+    Ok(())
 }
 
 impl Taker<'_> {
@@ -247,7 +262,9 @@ impl Taker<'_> {
                 if self.error.is_some() {
                     continue;
                 }
-                if let Err(e) = self.writes.push(self.sink, del.offset, &d[del.payload]) {
+                let pushed = describe_first(self.r, self.sink, self.described)
+                    .and_then(|()| self.writes.push(self.sink, del.offset, &d[del.payload]));
+                if let Err(e) = pushed {
                     *self.error = Some(e);
                 }
             }
@@ -891,6 +908,7 @@ async fn receive_inner(
     };
     // The sink's failure, told to the sender before it is returned.
     let mut sink_error: Option<io::Error> = None;
+    let mut described = false;
     let mut leave_by: Option<Instant> = None;
     loop {
         *joined = r.session_id();
@@ -903,6 +921,7 @@ async fn receive_inner(
                     if heard_at.get().is_none() {
                         heard_at.set(Some(Instant::now()));
                     }
+                    described = true;
                     if let Err(e) = sink.announced(&info) {
                         sink_error = Some(e);
                     }
@@ -977,7 +996,14 @@ async fn receive_inner(
         // run and the feedback goes: on a busy host the process wakes
         // after a stall with its backoff expired and a neighbour's ACK
         // waiting behind the data, which must suppress ours first.
-        let mut take = Taker { r: &mut r, skip, writes: &mut writes, sink: &mut *sink, error: &mut sink_error };
+        let mut take = Taker {
+            r: &mut r,
+            skip,
+            writes: &mut writes,
+            sink: &mut *sink,
+            error: &mut sink_error,
+            described: &mut described,
+        };
         tokio::select! {
             res = inbound.recv(&socks) => {
                 let n = res?;
@@ -1017,7 +1043,7 @@ async fn receive_inner(
             continue;
         }
         for (offset, bytes) in rebuilt {
-            if let Err(e) = sink.write_at(offset, &bytes) {
+            if let Err(e) = describe_first(&r, sink, &mut described).and_then(|()| sink.write_at(offset, &bytes)) {
                 sink_error.get_or_insert(e);
             }
         }

@@ -33,17 +33,23 @@ fn in_namespace<T: Send + 'static>(tag: &str, test: impl FnOnce() -> T + Send + 
 
 /// Keeps nothing (the session is interrupted long before the end, or the
 /// test is about something else), and takes `check` to verify: a large
-/// file on a slow disk.
+/// file on a slow disk. Like a file sink, it refuses data before the
+/// session was described to it (the driver's contract).
 #[derive(Default)]
 struct Discard {
     check: Duration,
+    described: bool,
 }
 
 impl McastSink for Discard {
     fn announced(&mut self, _: &Announcement) -> io::Result<()> {
+        self.described = true;
         Ok(())
     }
     fn write_at(&mut self, _: u64, _: &[u8]) -> io::Result<()> {
+        if !self.described {
+            return Err(io::Error::other("data before the session was described"));
+        }
         Ok(())
     }
     fn read_at(&mut self, _: u64, out: &mut [u8]) -> io::Result<usize> {
@@ -204,7 +210,7 @@ fn a_receiver_checking_its_file_longer_than_the_senders_patience_stays_in_the_se
         let receiver = std::thread::spawn(move || {
             // The check takes three times the sender's receiver_timeout;
             // the receiver's STATUS keep-alives come thrice as often.
-            let mut sink = Discard { check: Duration::from_secs(3) };
+            let mut sink = Discard { check: Duration::from_secs(3), ..Discard::default() };
             let cfg =
                 ReceiverConfig { network: 1, status_interval: Duration::from_millis(300), ..ReceiverConfig::default() };
             rt().block_on(receive_until(

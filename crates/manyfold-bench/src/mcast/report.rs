@@ -31,6 +31,11 @@ pub struct MfReport {
     pub networks: usize,
     /// Receivers whose outcome is not `Completed`.
     pub not_completed: usize,
+    /// Groups the sender formed from shared losses (spec §16.12).
+    pub groups: usize,
+    /// Receivers marked behind at the end (spec §16.7): each acks every
+    /// window unsuppressed, as a network of its own.
+    pub behind: usize,
 }
 
 /// The number after `"key":` in a flat JSON text.
@@ -50,6 +55,12 @@ impl MfReport {
             json.split("\"network\":").skip(1).filter_map(|s| s.split([',', '}']).next()).collect();
         let outcomes = json.matches("\"outcome\":").count();
         let completed = json.matches("\"outcome\":\"Completed\"").count();
+        let groups: BTreeSet<&str> = json
+            .split("\"group\":")
+            .skip(1)
+            .filter_map(|s| s.split([',', '}']).next())
+            .filter(|g| *g != "null")
+            .collect();
         Some(MfReport {
             elapsed_s: num(json, "elapsed_s")?,
             data_packets: u("data_packets")?,
@@ -64,6 +75,8 @@ impl MfReport {
             windows_expired: u("windows_expired")?,
             networks: networks.len(),
             not_completed: outcomes - completed,
+            groups: groups.len(),
+            behind: json.matches("\"behind\":true").count(),
         })
     }
 
@@ -75,7 +88,7 @@ impl MfReport {
 
     fn json(&self) -> String {
         format!(
-            "{{\"elapsed_s\":{},\"data_packets\":{},\"repair_multicast\":{},\"repair_unicast\":{},\"acks\":{},\"nacks\":{},\"late_acks\":{},\"repair_requests\":{},\"status_reports\":{},\"windows_confirmed\":{},\"windows_expired\":{},\"networks\":{}}}",
+            "{{\"elapsed_s\":{},\"data_packets\":{},\"repair_multicast\":{},\"repair_unicast\":{},\"acks\":{},\"nacks\":{},\"late_acks\":{},\"repair_requests\":{},\"status_reports\":{},\"windows_confirmed\":{},\"windows_expired\":{},\"networks\":{},\"groups\":{},\"behind\":{}}}",
             self.elapsed_s,
             self.data_packets,
             self.repair_multicast,
@@ -87,7 +100,9 @@ impl MfReport {
             self.status_reports,
             self.windows_confirmed,
             self.windows_expired,
-            self.networks
+            self.networks,
+            self.groups,
+            self.behind
         )
     }
 }
@@ -440,7 +455,7 @@ Settings: manyfold defaults (`manyfold mcast send --receivers N`); uftp 4 unencr
 mod tests {
     use super::*;
 
-    const SENDER_JSON: &str = "{\"name\":\"f\",\"elapsed_s\":2.5,\"packets\":14006,\"block\":1428,\"data_packets\":14006,\"repair_multicast\":3,\"repair_unicast\":1,\"acks\":380,\"nacks\":20,\"late_acks\":1,\"repair_requests\":2,\"status_reports\":4,\"windows_confirmed\":190,\"windows_expired\":10,\"artp_max_us\":600,\"receivers\":[{\"addr\":\"198.18.1.1:4\",\"network\":12980737,\"outcome\":\"Completed\",\"joined_at\":0,\"reported_lost\":0,\"repair_passes\":0},{\"addr\":\"198.18.2.1:5\",\"network\":12980738,\"outcome\":\"Completed\",\"joined_at\":0,\"reported_lost\":0,\"repair_passes\":0},{\"addr\":\"198.18.2.2:5\",\"network\":12980738,\"outcome\":\"Incomplete\",\"joined_at\":0,\"reported_lost\":0,\"repair_passes\":0}],\"windows\":[[1,1,2,100000]]}";
+    const SENDER_JSON: &str = "{\"name\":\"f\",\"elapsed_s\":2.5,\"packets\":14006,\"block\":1428,\"data_packets\":14006,\"repair_multicast\":3,\"repair_unicast\":1,\"acks\":380,\"nacks\":20,\"late_acks\":1,\"repair_requests\":2,\"status_reports\":4,\"windows_confirmed\":190,\"windows_expired\":10,\"artp_max_us\":600,\"receivers\":[{\"addr\":\"198.18.1.1:4\",\"network\":12980737,\"outcome\":\"Completed\",\"joined_at\":0,\"reported_lost\":0,\"repair_passes\":0},{\"addr\":\"198.18.2.1:5\",\"network\":12980738,\"group\":7,\"behind\":true,\"outcome\":\"Completed\",\"joined_at\":0,\"reported_lost\":0,\"repair_passes\":0},{\"addr\":\"198.18.2.2:5\",\"network\":12980738,\"group\":null,\"behind\":false,\"outcome\":\"Incomplete\",\"joined_at\":0,\"reported_lost\":0,\"repair_passes\":0}],\"windows\":[[1,1,2,100000]]}";
 
     #[test]
     fn the_sender_report_parses() {
@@ -450,6 +465,7 @@ mod tests {
         assert_eq!(r.windows_expired, 10);
         assert_eq!(r.networks, 2);
         assert_eq!(r.not_completed, 1);
+        assert_eq!((r.groups, r.behind), (1, 1));
         assert!((r.elapsed_s - 2.5).abs() < 1e-12);
         // 400 feedback packets, 200 windows, 2 networks.
         assert!((r.feedback_per_window_per_network() - 1.0).abs() < 1e-12);

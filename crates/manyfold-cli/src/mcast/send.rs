@@ -484,11 +484,13 @@ fn send_json(v: &SenderView, name: &str, mode: &str, data_phase: Option<Duration
     for (i, r) in v.receivers.iter().enumerate() {
         let _ = write!(
             s,
-            "{}{{\"addr\":\"{}\",\"client\":\"{:08x}\",\"network\":{},\"outcome\":\"{:?}\",\"joined_at\":{},\"reported_lost\":{},\"repair_passes\":{}}}",
+            "{}{{\"addr\":\"{}\",\"client\":\"{:08x}\",\"network\":{},\"group\":{},\"behind\":{},\"outcome\":\"{:?}\",\"joined_at\":{},\"reported_lost\":{},\"repair_passes\":{}}}",
             if i > 0 { "," } else { "" },
             r.addr,
             r.client,
             r.network,
+            r.group.map_or("null".to_string(), |g| g.to_string()),
+            r.behind,
             r.outcome,
             r.joined_at,
             r.reported_lost,
