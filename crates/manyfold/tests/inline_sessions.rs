@@ -17,11 +17,6 @@ use common::*;
 use manyfold::{Endpoint, FaultConfig, RequestError, HANDLER_FAILED, REQUEST_TOO_LARGE};
 use tokio::time::timeout;
 
-/// The reply to `req`: its bytes reversed.
-fn reverse(req: &[u8]) -> Vec<u8> {
-    req.iter().rev().copied().collect()
-}
-
 /// The handler of these tests: a request `boom` panics, `slow` sleeps
 /// 30 ms, anything else is answered reversed.
 fn handler(_peer: SocketAddr, req: &[u8]) -> Vec<u8> {
@@ -168,24 +163,7 @@ async fn two_thousand_concurrent_clients_are_served_inline_and_the_server_keeps_
         for _ in 0..4 {
             clients.push(Arc::new(Endpoint::bind(localhost(), config()).await.unwrap()));
         }
-        let mut tasks = tokio::task::JoinSet::new();
-        for i in 0..2000u64 {
-            let client = clients[(i % 4) as usize].clone();
-            tasks.spawn(async move {
-                let req = payload(i, 1000);
-                let reply = client.request(addr, &req, 4096).await.map_err(|e| format!("client {i}: {e}"))?;
-                if reply != reverse(&req) {
-                    return Err(format!("client {i}: wrong reply"));
-                }
-                Ok::<_, String>(())
-            });
-        }
-        let mut failures = Vec::new();
-        while let Some(r) = tasks.join_next().await {
-            if let Err(e) = r.unwrap() {
-                failures.push(e);
-            }
-        }
+        let failures = request_many(&clients, addr, 2000, |_| 1000).await;
         assert!(failures.is_empty(), "{} failures, first: {:?}", failures.len(), failures.first());
         assert_eq!(srv.inline_stats().served, 2000, "{:?}", srv.inline_stats());
         assert_eq!(wait_empty(&srv).await, 0, "the server still holds connections");
@@ -231,24 +209,7 @@ async fn inline_sessions_complete_under_five_percent_loss() {
         ccfg.endpoint.connection.initial_rto = Duration::from_millis(200);
         ccfg.endpoint.connection.connect_timeout = Duration::from_secs(10);
         let client = Arc::new(Endpoint::bind(localhost(), ccfg).await.unwrap());
-        let mut tasks = tokio::task::JoinSet::new();
-        for i in 0..300u64 {
-            let client = client.clone();
-            tasks.spawn(async move {
-                let req = payload(i, 1 + (i as usize * 37) % 3000);
-                let reply = client.request(addr, &req, 4096).await.map_err(|e| format!("client {i}: {e}"))?;
-                if reply != reverse(&req) {
-                    return Err(format!("client {i}: wrong reply"));
-                }
-                Ok::<_, String>(())
-            });
-        }
-        let mut failures = Vec::new();
-        while let Some(r) = tasks.join_next().await {
-            if let Err(e) = r.unwrap() {
-                failures.push(e);
-            }
-        }
+        let failures = request_many(&[client], addr, 300, |i| 1 + (i as usize * 37) % 3000).await;
         assert!(failures.is_empty(), "seed 21: {} failures, first: {:?}", failures.len(), failures.first());
         let faults = srv.fault_stats();
         assert!(faults.send_dropped + faults.recv_dropped > 0, "seed 21: the injector dropped nothing: {faults:?}");

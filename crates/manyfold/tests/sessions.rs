@@ -14,11 +14,6 @@ use common::*;
 use manyfold::{ConnectError, Endpoint, RequestError, REQUEST_TOO_LARGE};
 use tokio::time::timeout;
 
-/// The reply to `req`: its bytes reversed.
-fn reverse(req: &[u8]) -> Vec<u8> {
-    req.iter().rev().copied().collect()
-}
-
 async fn server(config: manyfold::Config, max_request: usize) -> (Arc<Endpoint>, SocketAddr) {
     let ep = Arc::new(Endpoint::bind(localhost(), config).await.expect("bind"));
     ep.listen();
@@ -56,24 +51,7 @@ async fn two_thousand_concurrent_clients_all_get_replies_and_the_server_keeps_no
         for _ in 0..4 {
             clients.push(Arc::new(Endpoint::bind(localhost(), config()).await.unwrap()));
         }
-        let mut tasks = tokio::task::JoinSet::new();
-        for i in 0..2000u64 {
-            let client = clients[(i % 4) as usize].clone();
-            tasks.spawn(async move {
-                let req = payload(i, 1000);
-                let reply = client.request(addr, &req, 4096).await.map_err(|e| format!("client {i}: {e}"))?;
-                if reply != reverse(&req) {
-                    return Err(format!("client {i}: wrong reply"));
-                }
-                Ok::<_, String>(())
-            });
-        }
-        let mut failures = Vec::new();
-        while let Some(r) = tasks.join_next().await {
-            if let Err(e) = r.unwrap() {
-                failures.push(e);
-            }
-        }
+        let failures = request_many(&clients, addr, 2000, |_| 1000).await;
         assert!(failures.is_empty(), "{} failures, first: {:?}", failures.len(), failures.first());
         // spec §15: the server closed second; once its FINs are acknowledged
         // it holds no connection (the clients hold TIME-WAIT).

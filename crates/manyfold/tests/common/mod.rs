@@ -67,3 +67,38 @@ pub async fn drain(mut recv: RecvHalf) -> (usize, blake3::Hash) {
         total += n;
     }
 }
+
+/// The reply the request/reply tests' servers give: the request reversed.
+pub fn reverse(req: &[u8]) -> Vec<u8> {
+    req.iter().rev().copied().collect()
+}
+
+/// Sends `n` requests to `addr` at once, request `i` being `payload(i,
+/// size(i))` from `clients[i % clients.len()]`, and checks each reply is
+/// the request reversed. Returns the failures, each naming its client.
+pub async fn request_many(
+    clients: &[std::sync::Arc<Endpoint>],
+    addr: SocketAddr,
+    n: u64,
+    size: impl Fn(u64) -> usize,
+) -> Vec<String> {
+    let mut tasks = tokio::task::JoinSet::new();
+    for i in 0..n {
+        let client = clients[(i % clients.len() as u64) as usize].clone();
+        let req = payload(i, size(i));
+        tasks.spawn(async move {
+            let reply = client.request(addr, &req, 4096).await.map_err(|e| format!("client {i}: {e}"))?;
+            if reply != reverse(&req) {
+                return Err(format!("client {i}: wrong reply"));
+            }
+            Ok::<_, String>(())
+        });
+    }
+    let mut failures = Vec::new();
+    while let Some(r) = tasks.join_next().await {
+        if let Err(e) = r.expect("a request task") {
+            failures.push(e);
+        }
+    }
+    failures
+}
