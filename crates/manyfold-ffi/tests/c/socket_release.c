@@ -56,14 +56,66 @@ static void *serve(void *arg) {
 static int port, before, most;
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 
-/* CYCLES / THREADS connect/close cycles, one after another. */
+/* The inode of the UDP socket bound to local port `local` (/proc/net/udp),
+ * 0 if there is none. */
+static unsigned long udp_inode(int local) {
+    FILE *f = fopen("/proc/net/udp", "r");
+    CHECK(f != NULL, "fopen /proc/net/udp");
+    char line[512];
+    unsigned long found = 0;
+    CHECK(fgets(line, sizeof line, f) != NULL, "/proc/net/udp is empty"); /* the header */
+    while (!found && fgets(line, sizeof line, f)) {
+        unsigned addr, lport, raddr, rport, st, uid;
+        unsigned long txq, rxq, tr, when, retr, timeout, inode;
+        if (sscanf(line, " %*d: %x:%x %x:%x %x %lx:%lx %lx:%lx %lx %u %lu %lu", &addr, &lport, &raddr, &rport,
+                   &st, &txq, &rxq, &tr, &when, &retr, &uid, &timeout, &inode) == 13 &&
+            (int)lport == local)
+            found = inode;
+    }
+    fclose(f);
+    return found;
+}
+
+/* Whether this process holds an open descriptor of socket `inode`. */
+static int holds_socket(unsigned long inode) {
+    char want[64];
+    snprintf(want, sizeof want, "socket:[%lu]", inode);
+    DIR *d = opendir("/proc/self/fd");
+    CHECK(d != NULL, "opendir /proc/self/fd");
+    int held = 0;
+    struct dirent *e;
+    char path[300], target[64];
+    while (!held && (e = readdir(d)) != NULL) {
+        if (e->d_name[0] == '.') continue;
+        snprintf(path, sizeof path, "/proc/self/fd/%s", e->d_name);
+        ssize_t len = readlink(path, target, sizeof target - 1);
+        if (len > 0) {
+            target[len] = '\0';
+            held = strcmp(target, want) == 0;
+        }
+    }
+    closedir(d);
+    return held;
+}
+
+/* CYCLES / THREADS connect/close cycles, one after another. After each
+ * close, the socket that connection used is no longer open in this
+ * process (its inode, found by its local port, has no descriptor). */
 static void *cycles(void *arg) {
     (void)arg;
     for (int i = 0; i < CYCLES / THREADS; i++) {
         int c = mf_connect("127.0.0.1", port);
         CHECK(c > 0, "mf_connect returned %d", c);
+        char addr[MF_ADDRSTRLEN];
+        CHECK(mf_local(c, addr, sizeof addr) > 0, "mf_local");
+        int local = atoi(strrchr(addr, ':') + 1);
+        unsigned long inode = udp_inode(local);
+        CHECK(inode != 0, "no UDP socket on local port %d (%s)", local, addr);
+        CHECK(holds_socket(inode), "socket %lu of the open connection is not among our descriptors", inode);
         CHECK(mf_send(c, "x", 1) == 1, "mf_send");
         CHECK(mf_close(c) == MF_OK, "mf_close");
+        CHECK(!holds_socket(inode), "socket %lu (local port %d) is still open after mf_close returned", inode,
+              local);
         pthread_mutex_lock(&lock);
         int now = sockets() - before;
         if (now > most) most = now;
@@ -89,13 +141,12 @@ int main(void) {
         after = sockets() - before;
     }
     printf("ok %d connect/close cycles (%d threads, the client closing first) in %.1f s: at most %d client "
-           "socket(s) open at once, %d at the end\n",
+           "socket(s) counted at once, each released by its mf_close, %d at the end\n",
            CYCLES, THREADS, took, most, after);
-    /* One per thread's open connection; the driver task of a connection
-     * just closed drops its socket a moment after mf_close returns (it
-     * signals its stop first), so another thread's count may see one or
-     * two of those still there. Before, every socket stayed for 15 s. */
-    CHECK(most <= THREADS + 2, "%d client sockets were open with %d connections at most", most, THREADS);
+    /* The process-wide count is for the report only: it races with the
+     * other threads' opens and closes while /proc/self/fd is read. Each
+     * close was checked exactly above. Before issue 19, every socket
+     * stayed for the engine's 15 s TIME-WAIT: all 200 at the end. */
     CHECK(after == 0, "%d client sockets open at the end", after);
     CHECK(mf_close(l) == MF_OK, "mf_close of the listener");
     return 0;
