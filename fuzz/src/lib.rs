@@ -13,7 +13,8 @@ use std::time::{Duration, Instant};
 use manyfold_proto::mcast::{Pattern, SEAL_OVERHEAD};
 use manyfold_proto::wire::chunk::{parse_chunks, summary, validate_chunks, Chunk, MAX_OFFSET};
 use manyfold_proto::wire::mcast::{
-    emit, emit_announcement, emit_bytes, emit_code, emit_invitation, emit_ranges, McPacket, UNKNOWN_TOTAL,
+    emit, emit_announcement, emit_bytes, emit_code, emit_invitation, emit_ranges, emit_signatures, McPacket, Signature,
+    MAX_SIGNATURES, UNKNOWN_TOTAL,
 };
 use manyfold_proto::wire::{
     seal, ErrorCode, Flags, Header, Packet, PacketType, COOKIE_LEN, HEADER_LEN, PARAMS_LEN, TOKEN_LEN,
@@ -152,8 +153,9 @@ pub fn emit_mc(p: &McPacket, out: &mut [u8]) -> Option<usize> {
         McPacket::Invite { session, pattern, key } => {
             emit(out, PacketType::McAnnounce, Flags::CKE, *session, 0, 0, 0, |o| emit_invitation(o, *pattern, key))
         }
-        McPacket::Register { session, client, network, noise } => {
-            emit(out, PacketType::McRegister, on(noise.is_some(), Flags::CKE), *session, 0, *network, *client, |o| {
+        McPacket::Register { session, client, network, auto_group, noise } => {
+            let flags = on(noise.is_some(), Flags::CKE) | on(*auto_group, Flags::KLV);
+            emit(out, PacketType::McRegister, flags, *session, 0, *network, *client, |o| {
                 emit_bytes(o, noise.unwrap_or_default())
             })
         }
@@ -166,6 +168,9 @@ pub fn emit_mc(p: &McPacket, out: &mut [u8]) -> Option<usize> {
             emit(out, PacketType::McRegister, Flags::ACK, *session, *from_sn, *network, *client, |o| {
                 info.as_ref().map_or(0, |i| emit_announcement(o, i))
             })
+        }
+        McPacket::GroupAssignment { session, client, epoch, group } => {
+            emit(out, PacketType::McRegister, Flags::ACK | Flags::KLV, *session, *epoch, *group, *client, |_| 0)
         }
         McPacket::Data { session, sn, lwsn, window, last, repair, payload } => emit(
             out,
@@ -180,8 +185,10 @@ pub fn emit_mc(p: &McPacket, out: &mut [u8]) -> Option<usize> {
                 payload.len()
             },
         ),
-        McPacket::Ack { session, client, network, lwsn, missing } => {
-            emit(out, PacketType::McAck, none, *session, *lwsn, *network, *client, |o| emit_ranges(o, missing.iter()).0)
+        McPacket::Ack { session, client, network, lwsn, behind, missing } => {
+            emit(out, PacketType::McAck, on(*behind, Flags::KLV), *session, *lwsn, *network, *client, |o| {
+                emit_ranges(o, missing.iter()).0
+            })
         }
         McPacket::Nack { session, client, network, highest, missing } => {
             emit(out, PacketType::McNack, none, *session, *highest, *network, *client, |o| {
@@ -193,7 +200,7 @@ pub fn emit_mc(p: &McPacket, out: &mut [u8]) -> Option<usize> {
                 emit_ranges(o, missing.iter()).0
             })
         }
-        McPacket::Status { session, client, network, held, complete, error, confirm } => emit(
+        McPacket::Status { session, client, network, held, complete, error, confirm, signatures } => emit(
             out,
             PacketType::McStatus,
             on(*complete, Flags::FIN) | on(*confirm, Flags::ACK) | on(error.is_some(), Flags::ERR),
@@ -201,7 +208,10 @@ pub fn emit_mc(p: &McPacket, out: &mut [u8]) -> Option<usize> {
             *held,
             *network,
             *client,
-            |o| emit_error(o, *error),
+            |o| {
+                let n = emit_error(o, *error);
+                n + signatures.map_or(0, |s| emit_signatures(&mut o[n..], s.iter()))
+            },
         ),
         McPacket::End { session, client, total, error } => {
             emit(out, PacketType::McEnd, on(error.is_some(), Flags::ERR), *session, *total, 0, *client, |o| {
@@ -229,6 +239,9 @@ pub fn check_mc(d: &[u8]) -> Option<McPacket<'_>> {
     let n = emit_mc(&p, &mut out).expect("room for the header");
     let q = McPacket::parse(&out[..n]).expect("a re-emitted multicast packet parses");
     assert_eq!(q, p, "McPacket round trip");
+    if let McPacket::Status { signatures: Some(s), .. } = &p {
+        assert!((1..=MAX_SIGNATURES).contains(&s.len()), "a trailer of {} signatures", s.len());
+    }
     if let McPacket::Ack { missing, .. } | McPacket::Nack { missing, .. } | McPacket::Repair { missing, .. } = &p {
         let mut prev = None;
         for r in missing.iter() {
@@ -439,6 +452,9 @@ impl<'a> Reader<'a> {
     pub fn u32(&mut self) -> u32 {
         u32::from_be_bytes(self.fixed())
     }
+    pub fn u64(&mut self) -> u64 {
+        u64::from_be_bytes(self.fixed())
+    }
     pub fn bool(&mut self) -> bool {
         self.u8() & 1 == 1
     }
@@ -535,8 +551,18 @@ pub fn write_mc(r: &mut Reader, out: &mut [u8], session: u32, client: u32) -> us
         7 | 8 => {
             let error = r.bool().then(|| ErrorCode(r.u16()));
             let flags = if error.is_some() { flags | Flags::ERR } else { flags };
-            let (ptype, ack) = if kind % 12 == 7 { (PacketType::McStatus, network) } else { (PacketType::McEnd, 0) };
-            emit(out, ptype, flags, session, seq, ack, client, |o| emit_error(o, error))
+            let status = kind % 12 == 7;
+            let (ptype, ack) = if status { (PacketType::McStatus, network) } else { (PacketType::McEnd, 0) };
+            // spec §16.12: a STATUS may carry loss signatures (0 to 4).
+            let sigs: Vec<Signature> = if status {
+                (0..r.u8() % 5).map(|_| Signature { block: r.u32(), bits: [r.u64(), r.u64(), r.u64(), r.u64()] }).collect()
+            } else {
+                Vec::new()
+            };
+            emit(out, ptype, flags, session, seq, ack, client, |o| {
+                let n = emit_error(o, error);
+                n + emit_signatures(&mut o[n..], sigs)
+            })
         }
         // A protected session's key exchange (spec §19.7): an invitation,
         // or a REGISTER (+ACK) carrying fuzzer bytes as its Noise message.

@@ -1,40 +1,23 @@
 //! Loss signatures (spec §16.12): which packets of the first sending a
 //! receiver lost, per block of `SIG_BLOCK` SNs, folded into 256 bits, as
-//! its STATUS carries them to the sender; and how alike two receivers'
-//! signatures are (receivers behind one bottleneck lose the same packets,
-//! receivers with independent loss do not). The receiver keeps the last
-//! `SIG_KEPT` blocks; the sender keeps as many per receiver: fixed size.
+//! its STATUS carries them to the sender (the trailer's bytes are
+//! `wire::mcast`'s: [`Signature`], `emit_signatures`); and how alike two
+//! receivers' signatures are (receivers behind one bottleneck lose the
+//! same packets, receivers with independent loss do not). The receiver
+//! keeps the last `SIG_KEPT` blocks; the sender keeps as many per
+//! receiver: fixed size.
 
 use std::ops::Range;
+
+pub(crate) use crate::wire::mcast::Signature;
+use crate::wire::mcast::MAX_SIGNATURES;
 
 /// SNs per signature block (spec §16.12).
 pub(crate) const SIG_BLOCK: u32 = 2048;
 /// Bits per block's signature.
 const SIG_BITS: u32 = 256;
 /// Blocks a STATUS carries, and a receiver's and the sender's memory of them.
-pub(crate) const SIG_KEPT: usize = 4;
-/// The trailer's version (spec §16.12): another is ignored.
-const TRAILER_VERSION: u8 = 1;
-
-/// The STATUS trailer's fields, smoltcp style (spec §16.12).
-mod field {
-    use core::ops::Range;
-    pub const VERSION: usize = 0;
-    pub const COUNT: usize = 1;
-    pub const ENTRIES: usize = 2;
-    /// Within one entry.
-    pub const BLOCK: Range<usize> = 0..4;
-    pub const BITS: Range<usize> = 4..36;
-    pub const ENTRY_LEN: usize = BITS.end;
-}
-
-/// The losses of one block of `SIG_BLOCK` SNs: bit `mix(sn) mod 256` for
-/// every SN lost in the first sending.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub(crate) struct Signature {
-    pub(crate) block: u32,
-    pub(crate) bits: [u64; 4],
-}
+pub(crate) const SIG_KEPT: usize = MAX_SIGNATURES;
 
 /// murmur3's 32-bit finaliser: neighbouring SNs land on unrelated bits.
 pub(crate) fn mix(mut h: u32) -> u32 {
@@ -152,56 +135,27 @@ impl LossSignatures {
         }
     }
 
-    /// Writes the STATUS trailer (spec §16.12); returns its length (0 if
-    /// no block is complete yet, or `out` is too short).
-    pub(crate) fn emit(&self, out: &mut [u8]) -> usize {
-        let done: Vec<&Signature> = self.done.iter().flatten().collect();
-        let n = field::ENTRIES + done.len() * field::ENTRY_LEN;
-        if done.is_empty() || out.len() < n {
-            return 0;
-        }
-        out[field::VERSION] = TRAILER_VERSION;
-        out[field::COUNT] = done.len() as u8;
-        for (i, s) in done.iter().enumerate() {
-            let e = &mut out[field::ENTRIES + i * field::ENTRY_LEN..][..field::ENTRY_LEN];
-            e[field::BLOCK].copy_from_slice(&s.block.to_be_bytes());
-            for (w, chunk) in s.bits.iter().zip(e[field::BITS].chunks_exact_mut(8)) {
-                chunk.copy_from_slice(&w.to_be_bytes());
-            }
-        }
-        n
+    /// The complete blocks a STATUS carries (spec §16.12), oldest first.
+    pub(crate) fn complete(&self) -> impl Iterator<Item = Signature> + '_ {
+        self.done.iter().flatten().copied()
     }
 }
 
-/// Parses a STATUS trailer (spec §16.12): at most `SIG_KEPT` blocks; `None`
-/// for no trailer, another version, a count above `SIG_KEPT` or entries
-/// past the end (the STATUS itself stands: the trailer is only a hint).
-pub(crate) fn parse_trailer(p: &[u8]) -> Option<[Option<Signature>; SIG_KEPT]> {
-    if *p.get(field::VERSION)? != TRAILER_VERSION {
-        return None;
-    }
-    let count = usize::from(*p.get(field::COUNT)?);
-    if count == 0 || count > SIG_KEPT {
-        return None;
-    }
-    let entries = p.get(field::ENTRIES..field::ENTRIES + count * field::ENTRY_LEN)?;
+/// The signatures of a STATUS's trailer, as the sender keeps them.
+pub(crate) fn kept_from(sigs: impl IntoIterator<Item = Signature>) -> [Option<Signature>; SIG_KEPT] {
     let mut out = [None; SIG_KEPT];
-    for (slot, e) in out.iter_mut().zip(entries.chunks_exact(field::ENTRY_LEN)) {
-        let mut bits = [0u64; 4];
-        for (w, chunk) in bits.iter_mut().zip(e[field::BITS].chunks_exact(8)) {
-            *w = u64::from_be_bytes(chunk.try_into().ok()?);
-        }
-        *slot = Some(Signature { block: u32::from_be_bytes(e[field::BLOCK].try_into().ok()?), bits });
+    for (slot, s) in out.iter_mut().zip(sigs) {
+        *slot = Some(s);
     }
-    Some(out)
+    out
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    /// Bytes of a trailer carrying `SIG_KEPT` blocks.
-    const TRAILER_MAX: usize = field::ENTRIES + SIG_KEPT * field::ENTRY_LEN;
+    use crate::wire::mcast::{emit_signatures, McPacket, MAX_TRAILER_LEN};
+    use crate::wire::{Flags, PacketType};
 
     fn losing(every: u32, offset: u32, blocks: u32) -> LossSignatures {
         let mut s = LossSignatures::default();
@@ -223,43 +177,35 @@ mod tests {
         s.done.iter().flatten().copied().collect()
     }
 
-    #[test]
-    fn the_trailer_emits_literal_bytes_and_round_trips() {
-        let mut s = LossSignatures::default();
-        s.advance(0);
-        s.on_lost(0..1);
-        s.advance(SIG_BLOCK);
-        let mut buf = [0u8; TRAILER_MAX];
-        let n = s.emit(&mut buf);
-        assert_eq!(n, 2 + 36);
-        let b = mix(0) % SIG_BITS;
-        let mut want = vec![1u8, 1, 0, 0, 0, 0];
-        let mut bits = [0u8; 32];
-        bits[(b / 64) as usize * 8 + 7 - (b % 64) as usize / 8] = 1 << (b % 8);
-        want.extend_from_slice(&bits);
-        assert_eq!(&buf[..n], &want[..]);
-        let parsed = parse_trailer(&buf[..n]).expect("parses");
-        assert_eq!(parsed[0], Some(kept(&s)[0]));
-        assert_eq!(parsed[1..], [None; SIG_KEPT - 1]);
+    /// `s`'s trailer in a STATUS, parsed back as the sender keeps it.
+    fn through_the_wire(s: &LossSignatures) -> [Option<Signature>; SIG_KEPT] {
+        let mut buf = [0u8; 24 + MAX_TRAILER_LEN];
+        let n = crate::wire::mcast::emit(&mut buf, PacketType::McStatus, Flags::empty(), 9, 1, 2, 3, |o| {
+            emit_signatures(o, s.complete())
+        })
+        .expect("fits");
+        match McPacket::parse(&buf[..n]) {
+            Ok(McPacket::Status { signatures, .. }) => kept_from(signatures.iter().flat_map(|s| s.iter())),
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]
-    fn every_truncated_prefix_and_a_bad_version_or_count_are_ignored() {
+    fn a_receivers_signatures_reach_the_sender_as_kept() {
+        let mut s = LossSignatures::default();
+        assert_eq!(through_the_wire(&s), [None; SIG_KEPT], "no complete block: no trailer");
+        s.advance(0);
+        s.on_lost(0..1);
+        s.advance(SIG_BLOCK);
+        let b = mix(0) % SIG_BITS;
+        let mut bits = [0u64; 4];
+        bits[(b / 64) as usize] = 1 << (b % 64);
+        let parsed = through_the_wire(&s);
+        assert_eq!(parsed[0], Some(Signature { block: 0, bits }));
+        assert_eq!(parsed[1..], [None; SIG_KEPT - 1]);
         let s = losing(50, 7, 5);
-        let mut buf = [0u8; TRAILER_MAX];
-        let n = s.emit(&mut buf);
-        assert_eq!(n, TRAILER_MAX);
-        assert!(parse_trailer(&buf[..n]).is_some());
-        for cut in 0..n {
-            assert!(parse_trailer(&buf[..cut]).is_none(), "prefix of {cut} bytes");
-        }
-        let mut bad = buf;
-        bad[0] = 2;
-        assert!(parse_trailer(&bad).is_none());
-        let mut bad = buf;
-        bad[1] = SIG_KEPT as u8 + 1;
-        assert!(parse_trailer(&bad).is_none());
-        assert_eq!(s.emit(&mut buf[..n - 1]), 0, "no room: nothing written");
+        let want: Vec<Option<Signature>> = kept(&s).into_iter().map(Some).collect();
+        assert_eq!(through_the_wire(&s).to_vec(), want);
     }
 
     #[test]

@@ -1,13 +1,17 @@
-//! The multicast session's packets (spec §16.2, §16.9, §19.7): the
-//! connection's 24-byte header and CRC (spec §3.1–§3.2) with its fields
-//! reused per packet type, and the payloads.
+//! The multicast session's packets (spec §16.2, §16.9, §16.12, §19.7):
+//! the connection's 24-byte header and CRC (spec §3.1–§3.2) with its
+//! fields reused per packet type, and the payloads: the session
+//! description, range lists, the grouping fields (REGISTER's and ACK's
+//! KLV, the group assignment, STATUS's loss-signature trailer).
 //!
 //! The header's fields by type (spec §16.2's table; [`McPacket`] names them):
 //!
 //! ```text
 //! type          conn id   seq              ack                window
 //! ANNOUNCE      session   next SN          total (2^32-1: ?)  phase
-//! REGISTER      session   SN received from network id         client id
+//! REGISTER      session   0                network id         client id
+//! REGISTER+ACK  session   SN received from network id         client id
+//! GROUP         session   epoch            group id           client id
 //! DATA          session   SN               LWSN               W
 //! ACK           session   LWSN             network id         client id
 //! NACK          session   highest SN held  network id         client id
@@ -57,6 +61,18 @@ mod field {
         pub const ENTRY_LEN: usize = END.end;
     }
 
+    /// STATUS's loss-signature trailer (spec §16.12).
+    pub mod trailer {
+        use core::ops::Range;
+        pub const VERSION: usize = 0;
+        pub const COUNT: usize = 1;
+        pub const ENTRIES: usize = 2;
+        /// Within one entry.
+        pub const BLOCK: Range<usize> = 0..4;
+        pub const BITS: Range<usize> = 4..36;
+        pub const ENTRY_LEN: usize = BITS.end;
+    }
+
     /// A protected session's invitation (spec §19.7).
     pub mod invite {
         use core::ops::Range;
@@ -71,6 +87,15 @@ const RANGE_LEN: usize = field::ranges::ENTRY_LEN;
 const ANNOUNCE_FIXED: usize = field::announce::NAME;
 /// Bytes of an invitation's payload.
 const INVITE_LEN: usize = field::invite::KEY.end;
+/// Bytes of one loss signature in STATUS's trailer: block and bits.
+const SIGNATURE_LEN: usize = field::trailer::ENTRY_LEN;
+/// Signatures a STATUS trailer carries at most (spec §16.12).
+pub const MAX_SIGNATURES: usize = 4;
+/// The STATUS trailer's version (spec §16.12): a trailer of another
+/// version is ignored, the STATUS stands.
+pub const SIGNATURE_VERSION: u8 = 1;
+/// Bytes of the longest STATUS trailer.
+pub const MAX_TRAILER_LEN: usize = field::trailer::ENTRIES + MAX_SIGNATURES * SIGNATURE_LEN;
 
 /// The Noise pattern of a protected session's registrations, announced in
 /// its invitation (spec §19.7).
@@ -182,6 +207,89 @@ pub fn emit_ranges(out: &mut [u8], ranges: impl IntoIterator<Item = Range<u32>>)
     (ENTRIES + n * RANGE_LEN, n)
 }
 
+/// The losses of one signature block (spec §16.12): bit `mix(sn) mod 256`
+/// (of `bits`, word 0's low bit first) for every SN of block `block` lost
+/// in the first sending.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Signature {
+    pub block: u32,
+    pub bits: [u64; 4],
+}
+
+/// A validated STATUS trailer of version 1 (spec §16.12): 1 to
+/// `MAX_SIGNATURES` signatures, oldest block first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Signatures<'a> {
+    raw: &'a [u8],
+}
+
+impl<'a> Signatures<'a> {
+    /// Parses what follows a STATUS's header (and error code): nothing, or
+    /// a trailer of another version, is `None`; a version-1 trailer whose
+    /// count is 0 or above `MAX_SIGNATURES`, or whose entries run past
+    /// the payload, is malformed. Bytes after the entries are ignored
+    /// (room for later extensions, as after a range list).
+    fn parse(p: &'a [u8]) -> Result<Option<Signatures<'a>>, DecodeError> {
+        use field::trailer::{COUNT, ENTRIES, VERSION};
+        match p.get(VERSION) {
+            None => return Ok(None),
+            Some(&v) if v != SIGNATURE_VERSION => return Ok(None),
+            Some(_) => {}
+        }
+        let n = usize::from(*p.get(COUNT).ok_or(DecodeError::Malformed)?);
+        if n == 0 || n > MAX_SIGNATURES {
+            return Err(DecodeError::Malformed);
+        }
+        let raw = p.get(ENTRIES..ENTRIES + n * SIGNATURE_LEN).ok_or(DecodeError::Malformed)?;
+        Ok(Some(Signatures { raw }))
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = Signature> + 'a {
+        use field::trailer::{BITS, BLOCK};
+        self.raw.chunks_exact(SIGNATURE_LEN).map(|e| {
+            let mut bits = [0u64; 4];
+            for (w, b) in bits.iter_mut().zip(e[BITS].chunks_exact(8)) {
+                *w = be64(b);
+            }
+            Signature { block: be32(&e[BLOCK]), bits }
+        })
+    }
+
+    /// Signatures carried (1 to `MAX_SIGNATURES`).
+    pub fn len(&self) -> usize {
+        self.raw.len() / SIGNATURE_LEN
+    }
+
+    /// Never: a trailer carries at least one signature.
+    pub fn is_empty(&self) -> bool {
+        self.raw.is_empty()
+    }
+}
+
+/// Writes a STATUS trailer (spec §16.12) of the first `MAX_SIGNATURES`
+/// of `sigs` into `out`; returns its length: 0 for no signature, or if
+/// `out` is too short for them all.
+pub fn emit_signatures(out: &mut [u8], sigs: impl IntoIterator<Item = Signature>) -> usize {
+    use field::trailer::{BITS, BLOCK, COUNT, ENTRIES, VERSION};
+    let mut n = 0;
+    for s in sigs.into_iter().take(MAX_SIGNATURES) {
+        let Some(e) = out.get_mut(ENTRIES + n * SIGNATURE_LEN..ENTRIES + (n + 1) * SIGNATURE_LEN) else {
+            return 0;
+        };
+        e[BLOCK].copy_from_slice(&s.block.to_be_bytes());
+        for (w, b) in s.bits.iter().zip(e[BITS].chunks_exact_mut(8)) {
+            b.copy_from_slice(&w.to_be_bytes());
+        }
+        n += 1;
+    }
+    if n == 0 {
+        return 0;
+    }
+    out[VERSION] = SIGNATURE_VERSION;
+    out[COUNT] = n as u8;
+    ENTRIES + n * SIGNATURE_LEN
+}
+
 /// One parsed multicast packet. Fields follow spec §16.2's table.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum McPacket<'a> {
@@ -200,10 +308,13 @@ pub enum McPacket<'a> {
         key: [u8; 32],
     },
     /// `noise`: Noise message 1 of a protected registration (CKE).
+    /// `auto_group` (KLV): registered without an operator's network id,
+    /// the sender may regroup it (spec §16.12).
     Register {
         session: u32,
         client: u32,
         network: u32,
+        auto_group: bool,
         noise: Option<&'a [u8]>,
     },
     /// A protected registration's answer (REGISTER with ACK and CKE):
@@ -222,6 +333,15 @@ pub enum McPacket<'a> {
         from_sn: u32,
         info: Option<Announcement>,
     },
+    /// The group the sender assigns a receiver (REGISTER with ACK and
+    /// KLV, spec §16.12): at `epoch` (serial, mod 2^32; an older one is
+    /// stale), feedback carries and heeds network id `group`.
+    GroupAssignment {
+        session: u32,
+        client: u32,
+        epoch: u32,
+        group: u32,
+    },
     Data {
         session: u32,
         sn: u32,
@@ -231,11 +351,13 @@ pub enum McPacket<'a> {
         repair: bool,
         payload: &'a [u8],
     },
+    /// `behind` (KLV): the receiver lags its network (spec §16.7).
     Ack {
         session: u32,
         client: u32,
         network: u32,
         lwsn: u32,
+        behind: bool,
         missing: RangeList<'a>,
     },
     Nack {
@@ -252,6 +374,8 @@ pub enum McPacket<'a> {
         round: u32,
         missing: RangeList<'a>,
     },
+    /// `signatures`: the receiver's loss signatures (spec §16.12), if
+    /// its trailer is of a version this parser knows.
     Status {
         session: u32,
         client: u32,
@@ -260,6 +384,7 @@ pub enum McPacket<'a> {
         complete: bool,
         error: Option<ErrorCode>,
         confirm: bool,
+        signatures: Option<Signatures<'a>>,
     },
     End {
         session: u32,
@@ -305,6 +430,8 @@ impl<'a> McPacket<'a> {
         let (client, network) = (h.window, h.ack);
         // CKE marks the clear packets of a protected session's key exchange.
         let keyed = h.flags.contains(Flags::CKE);
+        // spec §16.7, §16.12: KLV on REGISTER, REGISTER+ACK and ACK.
+        let klv = h.flags.contains(Flags::KLV);
         Ok(match h.ptype {
             PacketType::McAnnounce if keyed => {
                 if p.len() != INVITE_LEN {
@@ -331,14 +458,21 @@ impl<'a> McPacket<'a> {
                 if h.flags.contains(Flags::ACK) {
                     McPacket::RegisterKeys { session, client, noise: p }
                 } else {
-                    McPacket::Register { session, client, network, noise: Some(p) }
+                    McPacket::Register { session, client, network, auto_group: klv, noise: Some(p) }
                 }
+            }
+            PacketType::McRegister if h.flags.contains(Flags::ACK) && klv => {
+                // spec §16.12: a group assignment is the header alone.
+                if !p.is_empty() {
+                    return Err(DecodeError::Malformed);
+                }
+                McPacket::GroupAssignment { session, client, epoch: h.seq, group: h.ack }
             }
             PacketType::McRegister if h.flags.contains(Flags::ACK) => {
                 let info = if p.is_empty() { None } else { Some(parse_announcement(p)?) };
                 McPacket::RegisterAck { session, client, network, from_sn: h.seq, info }
             }
-            PacketType::McRegister => McPacket::Register { session, client, network, noise: None },
+            PacketType::McRegister => McPacket::Register { session, client, network, auto_group: klv, noise: None },
             PacketType::McData => McPacket::Data {
                 session,
                 sn: h.seq,
@@ -349,7 +483,7 @@ impl<'a> McPacket<'a> {
                 payload: p,
             },
             PacketType::McAck => {
-                McPacket::Ack { session, client, network, lwsn: h.seq, missing: RangeList::parse(p)?.0 }
+                McPacket::Ack { session, client, network, lwsn: h.seq, behind: klv, missing: RangeList::parse(p)?.0 }
             }
             PacketType::McNack => {
                 McPacket::Nack { session, client, network, highest: h.seq, missing: RangeList::parse(p)?.0 }
@@ -365,6 +499,7 @@ impl<'a> McPacket<'a> {
                 complete: h.flags.contains(Flags::FIN),
                 error,
                 confirm: h.flags.contains(Flags::ACK),
+                signatures: Signatures::parse(p)?,
             },
             PacketType::McEnd => McPacket::End { session, client: h.window, total: h.seq, error },
             PacketType::McParity => {
@@ -530,7 +665,7 @@ mod tests {
         let n = emit(&mut buf, PacketType::McAck, Flags::empty(), 9, 99, 3, 4, |o| emit_ranges(o, [2..5, 7..8]).0)
             .expect("fits");
         match McPacket::parse(&buf[..n]).expect("parses") {
-            McPacket::Ack { session: 9, client: 4, network: 3, lwsn: 99, missing } => {
+            McPacket::Ack { session: 9, client: 4, network: 3, lwsn: 99, behind: false, missing } => {
                 assert_eq!(missing.iter().collect::<Vec<_>>(), [2..5, 7..8]);
                 assert_eq!(missing.count(), 4);
             }
@@ -597,7 +732,25 @@ mod tests {
         add("end+err", n, &buf);
         let n = emit(&mut buf, PacketType::McParity, Flags::empty(), 9, 2, 1, 32, |o| emit_bytes(o, &[5; 4]));
         add("parity", n, &buf);
+        let n = emit(&mut buf, PacketType::McStatus, Flags::FIN, 9, 10, 3, 4, |o| emit_signatures(o, sigs()));
+        add("status+signatures", n, &buf);
+        let n = emit(&mut buf, PacketType::McStatus, Flags::ERR, 9, 10, 3, 4, |o| {
+            let c = emit_code(o, ErrorCode::INTERRUPTED);
+            c + emit_signatures(&mut o[c..], sigs().take(1))
+        });
+        add("status+err+signatures", n, &buf);
         out
+    }
+
+    /// Four signatures with every bit pattern kind: empty, one bit, full.
+    fn sigs() -> impl Iterator<Item = Signature> + Clone {
+        [
+            Signature { block: 7, bits: [0; 4] },
+            Signature { block: 8, bits: [1, 0, 0, 1 << 63] },
+            Signature { block: 9, bits: [u64::MAX; 4] },
+            Signature { block: u32::MAX, bits: [0x0102_0304_0506_0708, 0, 0, 0] },
+        ]
+        .into_iter()
     }
 
     #[test]
@@ -666,6 +819,7 @@ mod tests {
             complete: false,
             error: Some(ErrorCode::HASH_MISMATCH),
             confirm: false,
+            signatures: None,
         };
         assert_eq!(get(6), format!("{s:?}"));
         let end = McPacket::End { session: 9, client: 4, total: 7, error: Some(ErrorCode::INTERRUPTED) };
@@ -690,10 +844,99 @@ mod tests {
                 cut[2..4].copy_from_slice(&(n as u16).to_be_bytes());
                 seal(&mut cut);
                 let got = McPacket::parse(&cut);
-                let ok = name == "parity" && n > 0;
+                // A STATUS without its trailer stands (the trailer is
+                // optional); with a part of it, it is malformed.
+                let ok = (name == "parity" && n > 0)
+                    || (name == "status+signatures" && n == 0)
+                    || (name == "status+err+signatures" && n == 2);
                 assert_eq!(got.is_ok(), ok, "{name}: payload prefix {n}: {got:?}");
             }
         }
+    }
+
+    #[test]
+    fn group_fields_emit_literal_bytes() {
+        let mut buf = [0u8; 200];
+        // spec §16.12: the group assignment is REGISTER with ACK and KLV.
+        let n =
+            emit(&mut buf, PacketType::McRegister, Flags::ACK | Flags::KLV, 9, 3, 0xa000_0001, 4, |_| 0).expect("fits");
+        assert_eq!(buf[..20], [0x12, 0x12, 0, 0, 0, 0, 0, 9, 0, 0, 0, 3, 0xa0, 0, 0, 1, 0, 0, 0, 4]);
+        assert_eq!(
+            McPacket::parse(&buf[..n]),
+            Ok(McPacket::GroupAssignment { session: 9, client: 4, epoch: 3, group: 0xa000_0001 })
+        );
+        // The STATUS trailer: version, count, then block and 256 bits.
+        let mut out = [0u8; MAX_TRAILER_LEN];
+        let n = emit_signatures(&mut out, sigs().skip(1).take(1));
+        let mut want = vec![1, 1, 0, 0, 0, 8];
+        want.extend_from_slice(&[0, 0, 0, 0, 0, 0, 0, 1]);
+        want.extend_from_slice(&[0; 16]);
+        want.extend_from_slice(&[0x80, 0, 0, 0, 0, 0, 0, 0]);
+        assert_eq!(out[..n], want[..]);
+        assert_eq!(emit_signatures(&mut out, sigs()), MAX_TRAILER_LEN);
+        assert_eq!(emit_signatures(&mut out, sigs().chain(sigs())), MAX_TRAILER_LEN, "at most four");
+        assert_eq!(emit_signatures(&mut out[..MAX_TRAILER_LEN - 1], sigs()), 0, "no room: nothing");
+        assert_eq!(emit_signatures(&mut out, std::iter::empty()), 0, "no signature: no trailer");
+    }
+
+    #[test]
+    fn group_fields_round_trip() {
+        let mut buf = [0u8; 400];
+        for (flags, auto_group) in [(Flags::empty(), false), (Flags::KLV, true)] {
+            let n = emit(&mut buf, PacketType::McRegister, flags, 9, 0, 0x0a0b0c, 4, |_| 0).expect("fits");
+            assert_eq!(
+                McPacket::parse(&buf[..n]),
+                Ok(McPacket::Register { session: 9, client: 4, network: 0x0a0b0c, auto_group, noise: None })
+            );
+            let n = emit(&mut buf, PacketType::McAck, flags, 9, 99, 3, 4, |o| emit_ranges(o, [2..5, 7..8]).0)
+                .expect("fits");
+            assert!(matches!(McPacket::parse(&buf[..n]), Ok(McPacket::Ack { behind, .. }) if behind == auto_group));
+        }
+        let n = emit(&mut buf, PacketType::McRegister, Flags::CKE | Flags::KLV, 9, 0, 3, 4, |o| emit_bytes(o, b"m1"))
+            .expect("fits");
+        assert!(matches!(
+            McPacket::parse(&buf[..n]),
+            Ok(McPacket::Register { auto_group: true, noise: Some(b"m1"), .. })
+        ));
+        for (name, d) in structured().into_iter().filter(|(name, _)| name.ends_with("+signatures")) {
+            let Ok(McPacket::Status { signatures: Some(got), .. }) = McPacket::parse(&d) else {
+                panic!("{name}: {:?}", McPacket::parse(&d))
+            };
+            let want: Vec<Signature> = if name.contains("err") { sigs().take(1).collect() } else { sigs().collect() };
+            assert_eq!(got.iter().collect::<Vec<_>>(), want, "{name}");
+            assert_eq!(got.len(), want.len());
+        }
+        // A STATUS without a trailer has none.
+        let n = emit(&mut buf, PacketType::McStatus, Flags::empty(), 9, 1, 3, 4, |_| 0).expect("fits");
+        assert!(matches!(McPacket::parse(&buf[..n]), Ok(McPacket::Status { signatures: None, .. })));
+    }
+
+    #[test]
+    fn a_bad_trailer_is_malformed_and_another_version_is_ignored() {
+        let mut buf = [0u8; 400];
+        let mut status = |trailer: &[u8]| {
+            let n = emit(&mut buf, PacketType::McStatus, Flags::empty(), 9, 1, 3, 4, |o| emit_bytes(o, trailer))
+                .expect("fits");
+            McPacket::parse(&buf[..n]).map(|p| match p {
+                McPacket::Status { signatures, .. } => signatures.map(|s| s.len()),
+                other => panic!("{other:?}"),
+            })
+        };
+        let mut t = [0u8; MAX_TRAILER_LEN + 36];
+        let len = emit_signatures(&mut t, sigs());
+        assert_eq!(status(&t[..len]), Ok(Some(4)));
+        assert_eq!(status(&t[..len + 3]), Ok(Some(4)), "bytes after the entries are ignored");
+        t[1] = 0;
+        assert_eq!(status(&t[..len]), Err(DecodeError::Malformed), "count 0");
+        t[1] = 5;
+        assert_eq!(status(&t[..]), Err(DecodeError::Malformed), "count above four");
+        t[1] = 4;
+        t[0] = 2;
+        assert_eq!(status(&t[..len]), Ok(None), "another version: ignored, the STATUS stands");
+        // A group assignment carries nothing else.
+        let n = emit(&mut buf, PacketType::McRegister, Flags::ACK | Flags::KLV, 9, 3, 5, 4, |o| emit_bytes(o, b"x"))
+            .expect("fits");
+        assert_eq!(McPacket::parse(&buf[..n]), Err(DecodeError::Malformed));
     }
 
     #[test]

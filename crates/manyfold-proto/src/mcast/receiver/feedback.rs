@@ -7,7 +7,7 @@
 
 use super::{McastReceiver, ReceiverTimer};
 use crate::mcast::{network_of, uniform, McTransmit};
-use crate::wire::mcast::{emit, emit_code, emit_ranges};
+use crate::wire::mcast::{emit, emit_code, emit_ranges, emit_signatures};
 use crate::wire::{ErrorCode, Flags, PacketType};
 use std::net::SocketAddr;
 use std::ops::Range;
@@ -301,7 +301,7 @@ impl McastReceiver {
         let n = emit(buf, PacketType::McStatus, flags, session, held, network, self.client, |o| match code {
             Some(c) => emit_code(o, c),
             // spec §16.12: the loss signatures ride on a plain STATUS.
-            None => signatures.emit(o),
+            None => emit_signatures(o, signatures.complete()),
         })?;
         Some(McTransmit { destination: sender, size: n })
     }

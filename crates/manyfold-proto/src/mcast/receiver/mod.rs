@@ -30,7 +30,7 @@ use crate::mcast::signature::LossSignatures;
 use crate::mcast::McTransmit;
 use crate::timer::{TimerKind, Timers};
 use crate::wire::mcast::{emit, emit_bytes, Announcement, McPacket, Phase};
-use crate::wire::{ErrorCode, Flags, Header, PacketType};
+use crate::wire::{ErrorCode, Flags, PacketType};
 use gaps::Gaps;
 use keys::ReceiverSecurity;
 use parity::Shard;
@@ -324,6 +324,7 @@ impl McastReceiver {
             | McPacket::Invite { session, .. }
             | McPacket::RegisterKeys { session, .. }
             | McPacket::RegisterAck { session, .. }
+            | McPacket::GroupAssignment { session, .. }
             | McPacket::Data { session, .. }
             | McPacket::Ack { session, .. }
             | McPacket::Nack { session, .. }
@@ -353,6 +354,7 @@ impl McastReceiver {
             p,
             McPacket::Announce { .. }
                 | McPacket::RegisterAck { .. }
+                | McPacket::GroupAssignment { .. }
                 | McPacket::Data { .. }
                 | McPacket::Status { .. }
                 | McPacket::End { .. }
@@ -382,15 +384,12 @@ impl McastReceiver {
                 self.heard_sender(now);
             }
         }
-        if let McPacket::RegisterAck { client, network, from_sn, .. } = p {
-            // spec §16.12: KLV on REGISTER+ACK assigns a group.
-            let header = if source.is_some() { Header::parse_opened(data) } else { Header::parse(data) };
-            if header.is_ok_and(|h| h.flags.contains(Flags::KLV)) {
-                if client == self.client {
-                    self.on_group(from_sn, network);
-                }
-                return None;
+        if let McPacket::GroupAssignment { client, epoch, group, .. } = p {
+            // spec §16.12: REGISTER+ACK with KLV assigns a group.
+            if client == self.client {
+                self.on_group(epoch, group);
             }
+            return None;
         }
         self.on_session_packet(now, from, p, at + data.len())
     }

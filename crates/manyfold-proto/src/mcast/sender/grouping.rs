@@ -11,6 +11,7 @@ use super::members::ReceiverOutcome;
 use super::slow::AwaitKey;
 use super::McastSender;
 use crate::mcast::signature::{self, mix, Agreement, Signature};
+use crate::wire::mcast::Signatures;
 use std::cmp::Reverse;
 use std::time::{Duration, Instant};
 
@@ -49,14 +50,14 @@ impl McastSender {
     }
 
     /// spec §16.12: the loss signatures a plain STATUS of receiver `idx`
-    /// carries after its header (`payload`); another version or a
-    /// malformed trailer is ignored.
-    pub(super) fn on_signatures(&mut self, idx: usize, payload: &[u8]) {
+    /// carries in its trailer (`None`: none, or of another version, which
+    /// changes nothing).
+    pub(super) fn on_signatures(&mut self, idx: usize, sigs: Option<Signatures<'_>>) {
         if !self.receivers[idx].regroupable {
             return;
         }
-        if let Some(sigs) = signature::parse_trailer(payload) {
-            self.receivers[idx].signatures = sigs;
+        if let Some(sigs) = sigs {
+            self.receivers[idx].signatures = signature::kept_from(sigs.iter());
         }
     }
 

@@ -42,7 +42,7 @@ use crate::mcast::secure::SEAL_OVERHEAD;
 use crate::mcast::McTransmit;
 use crate::timer::{TimerKind, Timers};
 use crate::wire::mcast::{emit, emit_announcement, Announcement, McPacket, Phase, UNKNOWN_TOTAL};
-use crate::wire::{ErrorCode, Flags, Header, PacketType, HEADER_LEN};
+use crate::wire::{ErrorCode, Flags, PacketType, HEADER_LEN};
 use control::Control;
 use keys::SenderSecurity;
 use rand::{RngCore, SeedableRng};
@@ -404,13 +404,11 @@ impl McastSender {
             self.stats.dropped_other_session += 1;
             return;
         }
-        let header = if source.is_some() { Header::parse_opened(data) } else { Header::parse(data) };
-        let flags = header.map_or(Flags::empty(), |h| h.flags);
-        if let McPacket::Register { network, noise, .. } = p {
+        if let McPacket::Register { network, auto_group, noise, .. } = p {
             // Registrations go in the clear: the receiver has no key yet.
             if source.is_none() {
                 // spec §16.12: KLV: registered without an operator's id.
-                self.on_register(now, from, client, network, flags.contains(Flags::KLV), noise);
+                self.on_register(now, from, client, network, auto_group, noise);
             }
             return;
         }
@@ -436,7 +434,9 @@ impl McastSender {
         // count and flags; a later ACK of the same window (a probe's, or
         // one that says it caught up) is not a copy.
         let key = match &p {
-            McPacket::Ack { lwsn, missing, .. } => {
+            McPacket::Ack { lwsn, missing, behind, .. } => {
+                // The flags a receiver sets on an ACK: KLV alone (spec §16.7).
+                let flags = if *behind { Flags::KLV } else { Flags::empty() };
                 Some((true, lwsn ^ (missing.count() as u32).rotate_left(16) ^ u32::from(flags.0).rotate_right(8)))
             }
             McPacket::Nack { highest, missing, .. } => {
@@ -452,15 +452,15 @@ impl McastSender {
             seen.rotate_right(1);
             seen[0] = key;
         }
-        let ack = if let McPacket::Ack { lwsn, .. } = p { Some(lwsn) } else { None };
         // spec §16.7: KLV on an ACK: the receiver is behind its network.
-        let behind = ack.is_some() && flags.contains(Flags::KLV);
+        let (ack, behind) =
+            if let McPacket::Ack { lwsn, behind, .. } = p { (Some(lwsn), behind) } else { (None, false) };
         // spec §16.12: the group its feedback names, and its signatures.
         match p {
             McPacket::Ack { network, .. } | McPacket::Nack { network, .. } => self.check_group(now, idx, network),
-            McPacket::Status { network, error: None, .. } => {
+            McPacket::Status { network, error: None, signatures, .. } => {
                 self.check_group(now, idx, network);
-                self.on_signatures(idx, data.get(HEADER_LEN..).unwrap_or_default());
+                self.on_signatures(idx, signatures);
             }
             _ => {}
         }
