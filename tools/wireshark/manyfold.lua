@@ -12,14 +12,15 @@
 --     the packet number, the encrypted payload and the Poly1305 tag (the
 --     payload cannot be decoded without the connection's keys);
 --   * the multicast session's packets, types 1-9: ANNOUNCE, REGISTER,
---     REGISTER+ACK, DATA, ACK, NACK, REPAIR, STATUS, END, PARITY
---     (spec §16.2, §16.9);
+--     REGISTER+ACK, GROUP (REGISTER+ACK with KLV), DATA, ACK, NACK,
+--     REPAIR, STATUS (with its loss-signature trailer), END, PARITY
+--     (spec §16.2, §16.9, §16.12);
 --   * protected multicast sessions (spec §19.7): the clear key exchange
 --     (INVITE, REGISTER+CKE with Noise message 1, REGISTER+ACK+CKE with
 --     message 2) and sealed packets, type 11 (source, packet number, the
 --     encrypted inner packet, the tag).
 -- The layouts follow the encoders in crates/manyfold-proto/src/wire/ and
--- crates/manyfold-proto/src/mcast/wire.rs byte for byte.
+-- crates/manyfold-proto/src/wire/mcast.rs byte for byte.
 --
 -- Install, either:
 --   mkdir -p ~/.local/lib/wireshark/plugins
@@ -52,7 +53,7 @@ end
 
 ---------------------------------------------------------------------------
 -- Constants (crates/manyfold-proto/src/wire/header.rs, chunk.rs, payload.rs,
--- mcast/wire.rs)
+-- mcast.rs)
 ---------------------------------------------------------------------------
 
 local HEADER_LEN = 24
@@ -290,6 +291,18 @@ field("mc_confirm", ProtoField.bool("manyfold.mc.confirm", "Sender's confirmatio
 field("mc_data", ProtoField.bytes("manyfold.mc.data", "File data"))
 field("mc_shard", ProtoField.bytes("manyfold.mc.shard", "Parity shard"))
 field("mc_trailing", ProtoField.bytes("manyfold.mc.trailing", "Bytes after the range list"))
+-- spec §16.7, §16.12: the grouping fields (wire/mcast.rs)
+field("mc_auto_group", ProtoField.bool("manyfold.mc.auto_group", "May be regrouped (no operator's network id)"))
+field("mc_behind", ProtoField.bool("manyfold.mc.behind", "Behind its network"))
+field("mc_epoch", ProtoField.uint32("manyfold.mc.epoch", "Group assignment epoch", base.DEC))
+field("mc_group", ProtoField.uint32("manyfold.mc.group", "Group id", base.HEX))
+field("mc_sigs", ProtoField.bytes("manyfold.mc.signatures", "Loss signatures"))
+field("mc_sig_version", ProtoField.uint8("manyfold.mc.signatures.version", "Trailer version", base.DEC))
+field("mc_sig_count", ProtoField.uint8("manyfold.mc.signatures.count", "Signatures", base.DEC))
+field("mc_sig", ProtoField.bytes("manyfold.mc.signature", "Signature"))
+field("mc_sig_block", ProtoField.uint32("manyfold.mc.signature.block", "Signature block (2048 SNs)", base.DEC))
+field("mc_sig_bits", ProtoField.bytes("manyfold.mc.signature.bits", "Loss bits (256)"))
+field("mc_sig_losses", ProtoField.uint32("manyfold.mc.signature.losses", "Bits set", base.DEC))
 -- ANNOUNCE payload (mcast/wire.rs parse_announcement)
 field("mc_info", ProtoField.bytes("manyfold.mc.info", "Session description"))
 field("mc_size", ProtoField.uint64("manyfold.mc.size", "File size", base.DEC))
@@ -975,6 +988,81 @@ local function dissect_ranges(tvb, tree, at, stop)
     return text
 end
 
+local MAX_SIGNATURES = 4
+local SIGNATURE_LEN = 36
+
+local function popcount32(x)
+    local n = 0
+    while x ~= 0 do
+        x = band(x, x - 1)
+        n = n + 1
+    end
+    return n
+end
+
+-- A STATUS's loss-signature trailer (spec §16.12, wire/mcast.rs
+-- Signatures::parse): version 1, a count of 1 to 4, 36-byte entries.
+-- Returns the Info text, or nil when malformed.
+local function dissect_signatures(tvb, tree, at, stop)
+    if at >= stop then
+        return ""
+    end
+    local version = tvb(at, 1):uint()
+    if version ~= 1 then
+        local t = tree:add(f.mc_sigs, tvb(at, stop - at))
+        t:set_text(string.format("Loss signatures of version %d (ignored by the sender)", version))
+        t:add(f.mc_sig_version, tvb(at, 1))
+        t:add_proto_expert_info(ex.note, "a trailer of another version: ignored, the STATUS stands")
+        return " signatures=v" .. version
+    end
+    if stop - at < 2 then
+        local t = tree:add(f.mc_sigs, tvb(at, stop - at))
+        bad(t, nil, "loss-signature trailer without its count")
+        return nil
+    end
+    local n = tvb(at + 1, 1):uint()
+    if n == 0 or n > MAX_SIGNATURES then
+        local t = tree:add(f.mc_sigs, tvb(at, stop - at))
+        t:add(f.mc_sig_version, tvb(at, 1))
+        t:add(f.mc_sig_count, tvb(at + 1, 1))
+        bad(t, nil, string.format("%d signatures (1 to %d)", n, MAX_SIGNATURES))
+        return nil
+    end
+    local len = 2 + SIGNATURE_LEN * n
+    if stop - at < len then
+        local t = tree:add(f.mc_sigs, tvb(at, stop - at))
+        t:add(f.mc_sig_version, tvb(at, 1))
+        t:add(f.mc_sig_count, tvb(at + 1, 1))
+        bad(t, nil, string.format("%d signatures run past the payload", n))
+        return nil
+    end
+    local t = tree:add(f.mc_sigs, tvb(at, len))
+    t:add(f.mc_sig_version, tvb(at, 1))
+    t:add(f.mc_sig_count, tvb(at + 1, 1))
+    local texts = {}
+    for i = 0, n - 1 do
+        local o = at + 2 + SIGNATURE_LEN * i
+        local block = tvb(o, 4):uint()
+        local ones = 0
+        for w = 0, 7 do
+            ones = ones + popcount32(tvb(o + 4 + 4 * w, 4):uint())
+        end
+        local e = t:add(f.mc_sig, tvb(o, SIGNATURE_LEN))
+        e:set_text(string.format("Signature of block %u (SNs %u-%u): %d bits set", block, block * 2048,
+            block * 2048 + 2047, ones))
+        e:add(f.mc_sig_block, tvb(o, 4))
+        e:add(f.mc_sig_bits, tvb(o + 4, 32))
+        e:add(f.mc_sig_losses, ones):set_generated()
+        texts[#texts + 1] = string.format("%u:%d", block, ones)
+    end
+    t:set_text(string.format("Loss signatures: %d block%s", n, n == 1 and "" or "s"))
+    if at + len < stop then
+        local x = tree:add(f.mc_trailing, tvb(at + len, stop - at - len))
+        x:add_proto_expert_info(ex.note, "bytes after the loss signatures (ignored by the sender)")
+    end
+    return " signatures=" .. table.concat(texts, ",")
+end
+
 -- An ANNOUNCE payload (also REGISTER+ACK's); returns the file name or nil.
 local function dissect_announcement(tvb, tree, at, stop)
     local left = stop - at
@@ -1140,6 +1228,17 @@ local function dissect_mcast(tvb, pinfo, tree, ht, ptype, flags, stop)
         local fname = dissect_announcement(tvb, tree, at, stop)
         info = string.format(" next_sn=%u total=%s phase=%s name=%q", seq,
             ackn == UNKNOWN_TOTAL and "unknown" or tostring(ackn), phases[window] or tostring(window), fname or "?")
+    elseif ptype == 2 and has(flags, F_ACK) and has(flags, F_KLV) then
+        -- spec §16.12: the group the sender assigns (wire/mcast.rs GroupAssignment).
+        name = "GROUP"
+        ht:add(f.mc_epoch, r_seq)
+        ht:add(f.mc_group, r_ack)
+        ht:add(f.mc_client, r_win)
+        info = string.format(" client=%08x group=%08x epoch=%u", window, ackn, seq)
+        if payload > 0 then
+            bad(tree:add(tvb(at, payload), "Payload"), nil, "a group assignment carries no payload")
+            info = info .. " malformed"
+        end
     elseif ptype == 2 then
         ht:add(f.mc_network, r_ack)
         ht:add(f.mc_client, r_win)
@@ -1153,7 +1252,8 @@ local function dissect_mcast(tvb, pinfo, tree, ht, ptype, flags, stop)
             end
         else
             ht:add(f.mc_zero, r_seq)
-            info = string.format(" client=%08x network=%06x", window, ackn)
+            tree:add(f.mc_auto_group, has(flags, F_KLV)):set_generated()
+            info = string.format(" client=%08x network=%06x%s", window, ackn, has(flags, F_KLV) and " auto-group" or "")
         end
     elseif ptype == 3 then
         ht:add(f.mc_sn, r_seq)
@@ -1172,8 +1272,12 @@ local function dissect_mcast(tvb, pinfo, tree, ht, ptype, flags, stop)
         ht:add(first, r_seq)
         ht:add(f.mc_network, r_ack)
         ht:add(f.mc_client, r_win)
+        if ptype == 4 then
+            tree:add(f.mc_behind, has(flags, F_KLV)):set_generated()
+        end
         local text = dissect_ranges(tvb, tree, at, stop)
-        info = string.format(" client=%08x %s=%u%s", window, label, seq, text or " malformed ranges")
+        info = string.format(" client=%08x %s=%u%s%s", window, label, seq, text or " malformed ranges",
+            (ptype == 4 and has(flags, F_KLV)) and " behind" or "")
     elseif ptype == 7 then
         if has(flags, F_ACK) then
             name = "STATUS+ACK"
@@ -1184,9 +1288,9 @@ local function dissect_mcast(tvb, pinfo, tree, ht, ptype, flags, stop)
         tree:add(f.mc_complete, has(flags, F_FIN)):set_generated()
         tree:add(f.mc_confirm, has(flags, F_ACK)):set_generated()
         info = string.format(" client=%08x held=%u%s", window, seq, has(flags, F_FIN) and " complete" or "")
-        if payload > 0 then
-            tree:add(tvb(at, payload), "Unused payload")
-        end
+        -- spec §16.12: the loss-signature trailer, after the code if any.
+        local text = dissect_signatures(tvb, tree, at, stop)
+        info = info .. (text or " malformed signatures")
     elseif ptype == 8 then
         ht:add(f.mc_total, r_seq)
         ht:add(f.mc_zero, r_ack)
