@@ -98,5 +98,7 @@ fn mcast_quick_delivers_verified_copies_on_every_row_and_cleans_up() {
     assert_eq!(json.matches("\"error\":").count(), runs, "{json}");
     assert!(json.matches("\"error\":null").count() >= setups.len() * 2, "manyfold's runs: {json}");
     assert!(json.contains("\"feedback_per_window_per_network\":"), "{json}");
+    assert!(json.contains("\"feedback_per_window_per_group\":"), "{json}");
+    assert!(stdout.contains("| feedback per window per network | feedback per window per group |"), "{stdout}");
     common::assert_namespaces_removed(ran.pid);
 }

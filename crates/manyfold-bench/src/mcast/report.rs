@@ -36,6 +36,10 @@ pub struct MfReport {
     /// Receivers marked behind at the end (spec §16.7): each acks every
     /// window unsuppressed, as a network of its own.
     pub behind: usize,
+    /// What windows awaited an ACK from at the end (spec §16.3, §16.7,
+    /// §16.12): each receiver's assigned group, else its network, and each
+    /// receiver behind its network on its own.
+    pub feedback_groups: usize,
 }
 
 /// The number after `"key":` in a flat JSON text.
@@ -77,6 +81,7 @@ impl MfReport {
             not_completed: outcomes - completed,
             groups: groups.len(),
             behind: json.matches("\"behind\":true").count(),
+            feedback_groups: feedback_groups(json),
         })
     }
 
@@ -86,9 +91,17 @@ impl MfReport {
         (self.acks + self.nacks) as f64 / windows as f64 / self.networks.max(1) as f64
     }
 
+    /// (ACK + NACK) per window per feedback group (spec §16.12: the sets
+    /// whose ACKs windows await: automatic groups, networks, receivers
+    /// behind on their own), beside the per-network figure.
+    pub fn feedback_per_window_per_group(&self) -> f64 {
+        let windows = (self.windows_confirmed + self.windows_expired).max(1);
+        (self.acks + self.nacks) as f64 / windows as f64 / self.feedback_groups.max(1) as f64
+    }
+
     fn json(&self) -> String {
         format!(
-            "{{\"elapsed_s\":{},\"data_packets\":{},\"repair_multicast\":{},\"repair_unicast\":{},\"acks\":{},\"nacks\":{},\"late_acks\":{},\"repair_requests\":{},\"status_reports\":{},\"windows_confirmed\":{},\"windows_expired\":{},\"networks\":{},\"groups\":{},\"behind\":{}}}",
+            "{{\"elapsed_s\":{},\"data_packets\":{},\"repair_multicast\":{},\"repair_unicast\":{},\"acks\":{},\"nacks\":{},\"late_acks\":{},\"repair_requests\":{},\"status_reports\":{},\"windows_confirmed\":{},\"windows_expired\":{},\"networks\":{},\"groups\":{},\"behind\":{},\"feedback_groups\":{}}}",
             self.elapsed_s,
             self.data_packets,
             self.repair_multicast,
@@ -102,9 +115,29 @@ impl MfReport {
             self.windows_expired,
             self.networks,
             self.groups,
-            self.behind
+            self.behind,
+            self.feedback_groups
         )
     }
+}
+
+/// The feedback groups of a manyfold sender report's receivers (spec
+/// §16.12): a receiver behind its network is one of its own, else its
+/// assigned group, else its network.
+fn feedback_groups(json: &str) -> usize {
+    let mut keys = BTreeSet::new();
+    for r in json.split("{\"addr\":").skip(1) {
+        let r = r.split('}').next().unwrap_or("");
+        let key = if r.contains("\"behind\":true") {
+            format!("receiver {}", r.split(',').next().unwrap_or(""))
+        } else if let Some(g) = num(r, "group") {
+            format!("group {g}")
+        } else {
+            format!("network {}", num(r, "network").unwrap_or(f64::NAN))
+        };
+        keys.insert(key);
+    }
+    keys.len()
 }
 
 /// The receivers of a manyfold sender report that did not complete, as
@@ -177,6 +210,10 @@ impl RunResult {
         self.m.mf.as_ref().map(MfReport::feedback_per_window_per_network)
     }
 
+    fn fb_window_group(&self) -> Option<f64> {
+        self.m.mf.as_ref().map(MfReport::feedback_per_window_per_group)
+    }
+
     pub fn progress(&self, plan: &Plan) -> String {
         let what = format!("{} N={} {} rep {}", self.setup.key(), self.n, self.proto.label(), self.rep + 1);
         match &self.error {
@@ -188,7 +225,16 @@ impl RunResult {
                 self.bottleneck_pct(plan),
                 self.sent_per_byte(plan),
                 self.feedback_per_mb(plan),
-                self.fb_window().map(|f| format!(", {f:.2} per window per network")).unwrap_or_default(),
+                self.m
+                    .mf
+                    .as_ref()
+                    .map(|m| format!(
+                        ", {:.2} per window per network, {:.2} per window per group ({} groups)",
+                        m.feedback_per_window_per_network(),
+                        m.feedback_per_window_per_group(),
+                        m.feedback_groups
+                    ))
+                    .unwrap_or_default(),
                 self.m.counters.dropped,
             ),
         }
@@ -199,7 +245,7 @@ impl RunResult {
         let f = |v: f64| if v.is_finite() { format!("{v}") } else { "null".into() };
         let ok = self.error.is_none();
         format!(
-            "{{\"setup\":\"{}\",\"receivers\":{},\"row\":\"{}\",\"rep\":{},\"networks\":{},\"time_to_all_s\":{},\"goodput_mbps\":{},\"bottleneck_pct\":{},\"sent_bytes_per_file_byte\":{},\"sender_udp_packets\":{},\"sender_ip_bytes\":{},\"feedback_packets\":{},\"feedback_per_mb\":{},\"feedback_per_window_per_network\":{},\"dropped_by_loss_rule\":{},\"sender_cpu_s\":{},\"receivers_cpu_s\":{},\"sender_peak_rss_kib\":{},\"manyfold\":{},\"error\":{}}}",
+            "{{\"setup\":\"{}\",\"receivers\":{},\"row\":\"{}\",\"rep\":{},\"networks\":{},\"time_to_all_s\":{},\"goodput_mbps\":{},\"bottleneck_pct\":{},\"sent_bytes_per_file_byte\":{},\"sender_udp_packets\":{},\"sender_ip_bytes\":{},\"feedback_packets\":{},\"feedback_per_mb\":{},\"feedback_per_window_per_network\":{},\"feedback_per_window_per_group\":{},\"dropped_by_loss_rule\":{},\"sender_cpu_s\":{},\"receivers_cpu_s\":{},\"sender_peak_rss_kib\":{},\"manyfold\":{},\"error\":{}}}",
             self.setup.key(),
             self.n,
             self.proto.key(),
@@ -214,6 +260,7 @@ impl RunResult {
             c.feedback,
             f(if ok { self.feedback_per_mb(plan) } else { f64::NAN }),
             self.fb_window().map_or("null".into(), f),
+            self.fb_window_group().map_or("null".into(), f),
             c.dropped,
             f(self.m.send_cpu),
             f(self.m.recv_cpu),
@@ -306,8 +353,8 @@ impl Report {
         }
         for setup in self.setups() {
             t += &format!("#### {}\n\n", self.setup_title(setup));
-            t += "| N | row | ok | time to all s | goodput Mbit/s | % of bottleneck | bytes sent per file byte | feedback per window per network | feedback packets per MB | dropped by the loss rule | sender CPU s/GB | receivers' CPU s/GB (mean) | sender peak RSS MiB | manyfold ÷ row, time |\n";
-            t += "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
+            t += "| N | row | ok | time to all s | goodput Mbit/s | % of bottleneck | bytes sent per file byte | feedback per window per network | feedback per window per group | feedback packets per MB | dropped by the loss rule | sender CPU s/GB | receivers' CPU s/GB (mean) | sender peak RSS MiB | manyfold ÷ row, time |\n";
+            t += "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
             for &n in &p.receivers {
                 for &proto in &p.rows {
                     let all = self.of(setup, n, proto);
@@ -317,9 +364,10 @@ impl Report {
                     let ok = self.ok(setup, n, proto);
                     let col = |f: &dyn Fn(&RunResult) -> f64| ok.iter().map(|r| f(r)).collect::<Vec<f64>>();
                     let fbw: Vec<f64> = ok.iter().filter_map(|r| r.fb_window()).collect();
+                    let fbg: Vec<f64> = ok.iter().filter_map(|r| r.fb_window_group()).collect();
                     let ratio = if proto == Proto::Manyfold { vec![] } else { self.time_ratios(setup, n, proto) };
                     t += &format!(
-                        "| {n} | {} | {} of {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
+                        "| {n} | {} | {} of {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
                         proto.label(),
                         ok.len(),
                         all.len(),
@@ -328,6 +376,7 @@ impl Report {
                         med_range(&col(&|r| r.bottleneck_pct(p)), 0),
                         med_range(&col(&|r| r.sent_per_byte(p)), 3),
                         med_range(&fbw, 2),
+                        med_range(&fbg, 2),
                         med_range(&col(&|r| r.feedback_per_mb(p)), 1),
                         med_range(&col(&|r| r.m.counters.dropped as f64), 0),
                         med_range(&col(&|r| r.m.send_cpu / gb), 2),
@@ -362,8 +411,9 @@ impl Report {
                 }
                 let at = format!("{} N={n}", setup.key());
                 let f = median(&mf.iter().filter_map(|r| r.fb_window()).collect::<Vec<_>>());
+                let g = median(&mf.iter().filter_map(|r| r.fb_window_group()).collect::<Vec<_>>());
                 fb_met &= f <= 2.0;
-                fb.push(format!("{at} {f:.2}"));
+                fb.push(format!("{at} {f:.2} (per group {g:.2})"));
                 let g = median(&mf.iter().map(|r| r.bottleneck_pct(p)).collect::<Vec<_>>());
                 good_met &= g >= 90.0;
                 good.push(format!("{at} {g:.0}%"));
@@ -384,7 +434,7 @@ impl Report {
         };
         let mut t = String::new();
         t += &format!(
-            "Target, manyfold feedback ≤ 2 packets per window per network whatever N ((ACK + NACK) ÷ windows ÷ receiver networks, from its sender's report; median): {} — {}.\n\n",
+            "Target, manyfold feedback ≤ 2 packets per window per network whatever N ((ACK + NACK) ÷ windows ÷ receiver networks, from its sender's report, and in brackets ÷ feedback groups: automatic groups, networks without one, receivers behind on their own, at the end; median): {} — {}.\n\n",
             fb.join(", "),
             verdict(fb_met, !fb.is_empty())
         );
@@ -457,6 +507,31 @@ mod tests {
 
     const SENDER_JSON: &str = "{\"name\":\"f\",\"elapsed_s\":2.5,\"packets\":14006,\"block\":1428,\"data_packets\":14006,\"repair_multicast\":3,\"repair_unicast\":1,\"acks\":380,\"nacks\":20,\"late_acks\":1,\"repair_requests\":2,\"status_reports\":4,\"windows_confirmed\":190,\"windows_expired\":10,\"artp_max_us\":600,\"receivers\":[{\"addr\":\"198.18.1.1:4\",\"network\":12980737,\"outcome\":\"Completed\",\"joined_at\":0,\"reported_lost\":0,\"repair_passes\":0},{\"addr\":\"198.18.2.1:5\",\"network\":12980738,\"group\":7,\"behind\":true,\"outcome\":\"Completed\",\"joined_at\":0,\"reported_lost\":0,\"repair_passes\":0},{\"addr\":\"198.18.2.2:5\",\"network\":12980738,\"group\":null,\"behind\":false,\"outcome\":\"Incomplete\",\"joined_at\":0,\"reported_lost\":0,\"repair_passes\":0}],\"windows\":[[1,1,2,100000]]}";
 
+    fn receivers(rx: &[(&str, u32, &str, bool)]) -> String {
+        let one = |(addr, network, group, behind): &(&str, u32, &str, bool)| {
+            format!("{{\"addr\":\"{addr}\",\"network\":{network},\"group\":{group},\"behind\":{behind},\"outcome\":\"Completed\"}}")
+        };
+        format!("{{\"receivers\":[{}]}}", rx.iter().map(one).collect::<Vec<_>>().join(","))
+    }
+
+    #[test]
+    fn feedback_groups_are_assigned_groups_networks_and_receivers_behind() {
+        // Two of four receivers grouped across two networks: group 5 and
+        // networks 1 and 2.
+        let json = receivers(&[
+            ("a:1", 1, "5", false),
+            ("b:1", 2, "5", false),
+            ("c:1", 1, "null", false),
+            ("d:1", 2, "null", false),
+        ]);
+        assert_eq!(feedback_groups(&json), 3);
+        // Every receiver in one group: one.
+        assert_eq!(feedback_groups(&receivers(&[("a:1", 1, "5", false), ("b:1", 2, "5", false)])), 1);
+        // Two receivers behind: each on its own, beside their network.
+        let json = receivers(&[("a:1", 1, "null", true), ("b:1", 1, "null", true), ("c:1", 1, "null", false)]);
+        assert_eq!(feedback_groups(&json), 3);
+    }
+
     #[test]
     fn the_sender_report_parses() {
         let r = MfReport::parse(SENDER_JSON).unwrap();
@@ -466,6 +541,9 @@ mod tests {
         assert_eq!(r.networks, 2);
         assert_eq!(r.not_completed, 1);
         assert_eq!((r.groups, r.behind), (1, 1));
+        // Network 12980737; the receiver behind on its own; network 12980738.
+        assert_eq!(r.feedback_groups, 3);
+        assert!((r.feedback_per_window_per_group() - 2.0 / 3.0).abs() < 1e-12);
         assert!((r.elapsed_s - 2.5).abs() < 1e-12);
         // 400 feedback packets, 200 windows, 2 networks.
         assert!((r.feedback_per_window_per_network() - 1.0).abs() < 1e-12);
