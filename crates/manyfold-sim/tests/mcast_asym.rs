@@ -41,6 +41,11 @@ fn receiver(i: usize) -> SocketAddr {
 struct Breakdown {
     /// The lab's figure: (ACK + NACK) at the sender ÷ windows ÷ networks.
     per_window_per_network: f64,
+    /// The same ÷ the feedback groups at the end (what windows await: an
+    /// automatic group, else a network; a receiver behind on its own).
+    per_window_per_group: f64,
+    /// Each receiver's feedback group at the end (spec §16.12).
+    group_of: Vec<String>,
     windows: usize,
     acks: u64,
     nacks: u64,
@@ -118,8 +123,21 @@ fn asym_run(seed: u64, n: usize, file: u64, stall: Option<(Duration, Duration, b
         .unwrap_or_default();
     let st = w.sender.stats();
     let networks: std::collections::BTreeSet<u32> = w.sender.receivers().iter().map(|r| r.network).collect();
+    let group_of: Vec<String> = w
+        .sender
+        .receivers()
+        .iter()
+        .map(|r| match (r.behind, r.group) {
+            (true, _) => format!("alone {}", r.addr),
+            (false, Some(g)) => format!("group {g:08x}"),
+            (false, None) => format!("network {:06x}", r.network),
+        })
+        .collect();
+    let feedback_groups = group_of.iter().collect::<std::collections::BTreeSet<_>>().len();
     let mut b = Breakdown {
         per_window_per_network: (st.acks + st.nacks) as f64 / windows.len().max(1) as f64 / networks.len() as f64,
+        per_window_per_group: (st.acks + st.nacks) as f64 / windows.len().max(1) as f64 / feedback_groups as f64,
+        group_of,
         windows: windows.len(),
         acks: st.acks,
         nacks: st.nacks,
