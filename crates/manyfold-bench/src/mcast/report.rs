@@ -229,10 +229,11 @@ impl RunResult {
                     .mf
                     .as_ref()
                     .map(|m| format!(
-                        ", {:.2} per window per network, {:.2} per window per group ({} groups)",
+                        ", {:.2} per window per network, {:.2} per window per group ({} group{})",
                         m.feedback_per_window_per_network(),
                         m.feedback_per_window_per_group(),
-                        m.feedback_groups
+                        m.feedback_groups,
+                        if m.feedback_groups == 1 { "" } else { "s" }
                     ))
                     .unwrap_or_default(),
                 self.m.counters.dropped,
