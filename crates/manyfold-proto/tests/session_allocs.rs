@@ -17,47 +17,13 @@
 //! within the run); a change that adds one per session fails here and
 //! says by how much.
 
-use std::alloc::{GlobalAlloc, Layout, System};
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use manyfold_proto::{ConnHandle, Endpoint, EndpointConfig};
 
-struct Counting;
-
-static COUNTING: AtomicBool = AtomicBool::new(false);
-static ALLOCS: AtomicU64 = AtomicU64::new(0);
-static BYTES: AtomicU64 = AtomicU64::new(0);
-
-// SAFETY: every call is passed to the system allocator unchanged; the
-// wrapper only counts (relaxed atomics, no allocation of its own).
-#[allow(unsafe_code)]
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        if COUNTING.load(Ordering::Relaxed) {
-            ALLOCS.fetch_add(1, Ordering::Relaxed);
-            BYTES.fetch_add(layout.size() as u64, Ordering::Relaxed);
-        }
-        // SAFETY: the caller's layout contract is the system allocator's.
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: `ptr` came from `System.alloc` with this layout.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        if COUNTING.load(Ordering::Relaxed) {
-            ALLOCS.fetch_add(1, Ordering::Relaxed);
-            BYTES.fetch_add(new_size as u64, Ordering::Relaxed);
-        }
-        // SAFETY: as for `dealloc`, and `new_size` is the caller's.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
-
 #[global_allocator]
-static GLOBAL: Counting = Counting;
+static GLOBAL: manyfold_testalloc::Counting = manyfold_testalloc::Counting;
 
 const CLIENT: &str = "198.18.0.1:4000";
 const SERVER: &str = "198.18.0.2:4433";
@@ -144,14 +110,13 @@ fn measure(reuse_tokens: bool, warm: usize, n: usize) -> (f64, f64) {
     for _ in 0..warm {
         pair.session(&request);
     }
-    ALLOCS.store(0, Ordering::Relaxed);
-    BYTES.store(0, Ordering::Relaxed);
-    COUNTING.store(true, Ordering::Relaxed);
+    manyfold_testalloc::record_sites_from_env();
+    manyfold_testalloc::start();
     for _ in 0..n {
         pair.session(&request);
     }
-    COUNTING.store(false, Ordering::Relaxed);
-    let (allocs, bytes) = (ALLOCS.load(Ordering::Relaxed), BYTES.load(Ordering::Relaxed));
+    let manyfold_testalloc::Counts { allocs, bytes } = manyfold_testalloc::stop();
+    manyfold_testalloc::print_sites(n as u64);
     (allocs as f64 / n as f64, bytes as f64 / n as f64)
 }
 

@@ -13,9 +13,7 @@
 //! Of the 45, the engine's share is 26 (manyfold-proto's
 //! tests/session_allocs.rs).
 
-use std::alloc::{GlobalAlloc, Layout, System};
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use manyfold::Endpoint;
@@ -24,37 +22,8 @@ use tokio::time::timeout;
 mod common;
 use common::{config, localhost, payload, TEST_TIMEOUT};
 
-struct Counting;
-
-static COUNTING: AtomicBool = AtomicBool::new(false);
-static ALLOCS: AtomicU64 = AtomicU64::new(0);
-
-// SAFETY: every call is passed to the system allocator unchanged; the
-// wrapper only counts (relaxed atomics, no allocation of its own).
-#[allow(unsafe_code)]
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        if COUNTING.load(Ordering::Relaxed) {
-            ALLOCS.fetch_add(1, Ordering::Relaxed);
-        }
-        // SAFETY: the caller's layout contract is the system allocator's.
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: `ptr` came from `System.alloc` with this layout.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        if COUNTING.load(Ordering::Relaxed) {
-            ALLOCS.fetch_add(1, Ordering::Relaxed);
-        }
-        // SAFETY: as for `dealloc`, and `new_size` is the caller's.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
-
 #[global_allocator]
-static GLOBAL: Counting = Counting;
+static GLOBAL: manyfold_testalloc::Counting = manyfold_testalloc::Counting;
 
 const WARM: usize = 300;
 const MEASURED: usize = 1000;
@@ -66,14 +35,15 @@ async fn per_session(client: &Endpoint, addr: SocketAddr) -> f64 {
     for _ in 0..WARM {
         assert_eq!(client.request(addr, &request, 4096).await.expect("warm-up request").len(), 300);
     }
-    ALLOCS.store(0, Ordering::Relaxed);
-    COUNTING.store(true, Ordering::Relaxed);
+    manyfold_testalloc::record_sites_from_env();
+    manyfold_testalloc::start();
     for _ in 0..MEASURED {
         let reply = client.request(addr, &request, 4096).await.expect("request");
         assert_eq!(reply.len(), 300);
     }
-    COUNTING.store(false, Ordering::Relaxed);
-    ALLOCS.load(Ordering::Relaxed) as f64 / MEASURED as f64
+    let allocs = manyfold_testalloc::stop().allocs;
+    manyfold_testalloc::print_sites(MEASURED as u64);
+    allocs as f64 / MEASURED as f64
 }
 
 /// One test, so that the two measurements never run at once (the counter
