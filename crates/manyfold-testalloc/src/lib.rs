@@ -6,7 +6,9 @@
 //!
 //! Every call goes to the system allocator unchanged; while counting is on
 //! ([`start`] … [`stop`]), each allocation and reallocation in the process
-//! is counted with its size. With [`record_sites`] on, each counted
+//! is counted with its size, and apart for the side [`set_side`] last
+//! named (a test that drives a sender's and a receiver's calls in turn
+//! counts them apart). With [`record_sites`] on, each counted
 //! allocation also records where it came from (the first frames of its
 //! backtrace inside manyfold's crates), and [`sites`] lists them most
 //! frequent first: how a test finds what is left to remove.
@@ -16,7 +18,7 @@
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 /// The counting allocator: install it with
@@ -28,6 +30,9 @@ static COUNTING: AtomicBool = AtomicBool::new(false);
 static RECORDING: AtomicBool = AtomicBool::new(false);
 static ALLOCS: AtomicU64 = AtomicU64::new(0);
 static BYTES: AtomicU64 = AtomicU64::new(0);
+/// The side whose calls run now, and the allocations counted for each.
+static SIDE: AtomicUsize = AtomicUsize::new(0);
+static BY_SIDE: [AtomicU64; 2] = [AtomicU64::new(0), AtomicU64::new(0)];
 /// Allocation sites while recording: the backtrace's manyfold frames, and
 /// how many allocations came from there.
 static SITES: Mutex<Option<HashMap<String, u64>>> = Mutex::new(None);
@@ -45,12 +50,20 @@ pub struct Counts {
     pub allocs: u64,
     /// Bytes asked for by them (a reallocation counts its new size).
     pub bytes: u64,
+    /// The allocations of each side (see [`set_side`]).
+    pub by_side: [u64; 2],
+}
+
+/// Counts what follows for side `side` (0 or 1) until the next call.
+pub fn set_side(side: usize) {
+    SIDE.store(side & 1, Ordering::Relaxed);
 }
 
 /// Zeroes the counters and starts counting every allocation in the process.
 pub fn start() {
     ALLOCS.store(0, Ordering::Relaxed);
     BYTES.store(0, Ordering::Relaxed);
+    BY_SIDE.iter().for_each(|a| a.store(0, Ordering::Relaxed));
     if RECORDING.load(Ordering::Relaxed) {
         IN_RECORD.with(|r| r.set(true));
         *SITES.lock().unwrap_or_else(|e| e.into_inner()) = Some(HashMap::new());
@@ -62,7 +75,11 @@ pub fn start() {
 /// Stops counting; what was counted since [`start`].
 pub fn stop() -> Counts {
     COUNTING.store(false, Ordering::SeqCst);
-    Counts { allocs: ALLOCS.load(Ordering::Relaxed), bytes: BYTES.load(Ordering::Relaxed) }
+    Counts {
+        allocs: ALLOCS.load(Ordering::Relaxed),
+        bytes: BYTES.load(Ordering::Relaxed),
+        by_side: [BY_SIDE[0].load(Ordering::Relaxed), BY_SIDE[1].load(Ordering::Relaxed)],
+    }
 }
 
 /// Whether counted allocations also record their sites (slow: a
@@ -139,6 +156,7 @@ fn count(size: usize) {
     }
     ALLOCS.fetch_add(1, Ordering::Relaxed);
     BYTES.fetch_add(size as u64, Ordering::Relaxed);
+    BY_SIDE[SIDE.load(Ordering::Relaxed) & 1].fetch_add(1, Ordering::Relaxed);
     if RECORDING.load(Ordering::Relaxed) {
         IN_RECORD.with(|r| r.set(true));
         let s = site();
