@@ -6,7 +6,9 @@
 //! first, then the next sessions are counted, with the full handshake and
 //! with 0-RTT tokens (spec §6.9). The figures are printed; the bounds are
 //! today's counts: 12 per session with the full handshake and 11 with
-//! 0-RTT (client + server, BBR, the default), 2,736 and 2,608 bytes. They
+//! 0-RTT (client + server, BBR, the default), 2,736 and 2,608 bytes;
+//! without spares (`max_spare_connections` 0) 34 (7,120 bytes), which the
+//! test checks too, so the setting is seen to be obeyed. They
 //! were 38 and 37 before finished connections left their emptied
 //! containers for new ones (the endpoint's spares, spec §15.3), 26 and 25
 //! when the spares kept stream 0's box and B-tree leaf, its segment queue
@@ -46,9 +48,9 @@ struct Pair {
 }
 
 impl Pair {
-    fn new(reuse_tokens: bool) -> Pair {
+    fn new(reuse_tokens: bool, max_spare_connections: usize) -> Pair {
         let now = Instant::now();
-        let mut cfg = EndpointConfig { reuse_tokens, ..EndpointConfig::default() };
+        let mut cfg = EndpointConfig { reuse_tokens, max_spare_connections, ..EndpointConfig::default() };
         // Freed at once: what is measured is the session, not TIME-WAIT.
         cfg.connection.time_wait = Duration::from_millis(1);
         let mut server = Endpoint::new(EndpointConfig { seed: 2, ..cfg.clone() }, now);
@@ -112,8 +114,8 @@ impl Pair {
 }
 
 /// Allocations and bytes per session over `n` sessions after `warm` ones.
-fn measure(reuse_tokens: bool, warm: usize, n: usize) -> (f64, f64) {
-    let mut pair = Pair::new(reuse_tokens);
+fn measure(reuse_tokens: bool, spares: usize, warm: usize, n: usize) -> (f64, f64) {
+    let mut pair = Pair::new(reuse_tokens, spares);
     let request = vec![7u8; 200];
     for _ in 0..warm {
         pair.session(&request);
@@ -132,10 +134,15 @@ fn measure(reuse_tokens: bool, warm: usize, n: usize) -> (f64, f64) {
 /// counters are global).
 #[test]
 fn a_session_costs_the_engine_a_bounded_number_of_allocations() {
-    let (full, full_bytes) = measure(false, 200, 500);
-    let (early, early_bytes) = measure(true, 200, 500);
-    println!("engine allocations per session (client + server): full handshake {full:.1} ({full_bytes:.0} B), 0-RTT {early:.1} ({early_bytes:.0} B)");
+    let spares = EndpointConfig::default().max_spare_connections;
+    let (full, full_bytes) = measure(false, spares, 200, 500);
+    let (early, early_bytes) = measure(true, spares, 200, 500);
+    let (unpooled, unpooled_bytes) = measure(false, 0, 200, 500);
+    println!("engine allocations per session (client + server): full handshake {full:.1} ({full_bytes:.0} B), 0-RTT {early:.1} ({early_bytes:.0} B); without spares (max_spare_connections 0) {unpooled:.1} ({unpooled_bytes:.0} B)");
     // Half an allocation of margin: a table's rare growth within the run.
     assert!(full <= 12.5, "full handshake: {full:.3} allocations per session (12 expected)");
     assert!(early <= 11.5, "0-RTT: {early:.3} allocations per session (11 expected)");
+    // The setting is obeyed: without spares a session allocates what they
+    // hold (both ends build a connection from scratch).
+    assert!(unpooled >= full + 10.0, "without spares {unpooled:.1}, with {full:.1}");
 }
