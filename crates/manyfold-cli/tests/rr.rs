@@ -2,7 +2,9 @@
 //! (spec §15): many sessions all answered and checked, with a summary;
 //! a client whose server is absent fails, naming the first failure; a
 //! repeat client with --reuse-token sends its requests on the SYN (0-RTT,
-//! spec §6.9), and bad --early-data or --reuse-token use is refused.
+//! spec §6.9), and bad --early-data or --reuse-token use is refused; a
+//! server with --inline (handlers run by the driver, spec §15.4) gives
+//! every client its correct reply.
 
 mod common;
 
@@ -28,6 +30,25 @@ fn every_session_is_answered_and_summarized() {
     }
     let served = server.kill();
     assert!(served.stdout.contains("listening on"), "{served}");
+}
+
+#[test]
+fn an_inline_server_gives_every_client_its_correct_reply() {
+    let mut cmd = manyfold();
+    cmd.args(["rr-server", "--listen", "127.0.0.1:0", "--inline", "--reply-size", "3000"]);
+    let mut server = Running::spawn(cmd);
+    let addr = server.listening_addr().to_string();
+    // rr-client checks every byte of each reply against its own request.
+    let out = run_args(
+        &["rr-client", &addr, "--clients", "600", "--concurrency", "150", "--size", "700", "--reply-size", "3000"],
+        LIMIT,
+    );
+    out.assert_success();
+    for needle in ["600 sessions in", "failures  0"] {
+        assert!(out.stdout.contains(needle), "no {needle:?} in\n{out}");
+    }
+    let served = server.kill();
+    assert!(served.stdout.contains("replies computed in the driver (--inline)"), "{served}");
 }
 
 #[test]
