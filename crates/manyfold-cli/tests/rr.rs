@@ -14,10 +14,13 @@ use common::{manyfold, run_args, Running};
 
 const LIMIT: Duration = Duration::from_secs(60);
 
-#[test]
-fn every_session_is_answered_and_summarized() {
+/// Runs an rr-server with `extra` arguments and 600 rr-client sessions of
+/// 700-byte requests and 3,000-byte replies against it (rr-client checks
+/// every byte of each reply against its own request); the client must
+/// succeed and print `needles`. Returns the server's stdout.
+fn serve_600_sessions(extra: &[&str], needles: &[&str]) -> String {
     let mut cmd = manyfold();
-    cmd.args(["rr-server", "--listen", "127.0.0.1:0", "--reply-size", "3000"]);
+    cmd.args(["rr-server", "--listen", "127.0.0.1:0", "--reply-size", "3000"]).args(extra);
     let mut server = Running::spawn(cmd);
     let addr = server.listening_addr().to_string();
     let out = run_args(
@@ -25,30 +28,23 @@ fn every_session_is_answered_and_summarized() {
         LIMIT,
     );
     out.assert_success();
-    for needle in ["600 sessions in", "requests/s", "p50", "p99", "failures  0"] {
+    for needle in needles {
         assert!(out.stdout.contains(needle), "no {needle:?} in\n{out}");
     }
     let served = server.kill();
     assert!(served.stdout.contains("listening on"), "{served}");
+    served.stdout
+}
+
+#[test]
+fn every_session_is_answered_and_summarized() {
+    serve_600_sessions(&[], &["600 sessions in", "requests/s", "p50", "p99", "failures  0"]);
 }
 
 #[test]
 fn an_inline_server_gives_every_client_its_correct_reply() {
-    let mut cmd = manyfold();
-    cmd.args(["rr-server", "--listen", "127.0.0.1:0", "--inline", "--reply-size", "3000"]);
-    let mut server = Running::spawn(cmd);
-    let addr = server.listening_addr().to_string();
-    // rr-client checks every byte of each reply against its own request.
-    let out = run_args(
-        &["rr-client", &addr, "--clients", "600", "--concurrency", "150", "--size", "700", "--reply-size", "3000"],
-        LIMIT,
-    );
-    out.assert_success();
-    for needle in ["600 sessions in", "failures  0"] {
-        assert!(out.stdout.contains(needle), "no {needle:?} in\n{out}");
-    }
-    let served = server.kill();
-    assert!(served.stdout.contains("replies computed in the driver (--inline)"), "{served}");
+    let server = serve_600_sessions(&["--inline"], &["600 sessions in", "failures  0"]);
+    assert!(server.contains("replies computed in the driver (--inline)"), "{server}");
 }
 
 #[test]
