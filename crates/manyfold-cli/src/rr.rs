@@ -52,6 +52,15 @@ pub struct RrServerArgs {
     #[arg(long, value_name = "POLICY", default_value = "replay-window:65536", value_parser = early_data_arg)]
     pub early_data: manyfold::EarlyData,
 
+    /// Compute each reply inside the socket's driver task as soon as the
+    /// request is complete (spec §15.4), instead of in a task of its own per
+    /// session: no task, channel hand-off or wake-up per session, and the
+    /// reply leaves with the ack of the request and the server's FIN in one
+    /// datagram when it fits. The replies are the same; only the server's
+    /// cost per session changes.
+    #[arg(long)]
+    pub inline: bool,
+
     #[command(flatten)]
     pub net: NetArgs,
 }
@@ -162,18 +171,33 @@ pub async fn run_server(args: RrServerArgs) -> Result<()> {
         net::lifecycle::register(endpoint);
     }
     let local = endpoints[0].local_addr().context("cannot read the bound address")?;
+    let handlers = if args.inline { ", replies computed in the driver (--inline)" } else { "" };
     let banner = format!(
-        "manyfold rr-server: listening on {local} ({mode}) with {sockets} socket(s), backlog {} each (Ctrl-C to stop)",
+        "manyfold rr-server: listening on {local} ({mode}) with {sockets} socket(s), backlog {} each{handlers} (Ctrl-C to stop)",
         args.backlog
     );
     // With --json too: a script needs the address (port 0 picks one).
-    report::emit(&banner, || serde_json::json!({ "listening": local.to_string(), "sockets": sockets }));
+    report::emit(
+        &banner,
+        || serde_json::json!({ "listening": local.to_string(), "sockets": sockets, "inline": args.inline }),
+    );
     let start = Instant::now();
     let served = Arc::new(AtomicU64::new(0));
     let mut serving = JoinSet::new();
     for endpoint in &endpoints {
         endpoint.listen();
         let (endpoint, served, reply_size) = (endpoint.clone(), served.clone(), args.reply_size);
+        if args.inline {
+            serving.spawn(async move {
+                endpoint
+                    .serve_inline(MAX_BODY, move |_, req: &[u8]| {
+                        served.fetch_add(1, Ordering::Relaxed);
+                        reply_to(req, reply_size.map_or(req.len(), |n| n as usize))
+                    })
+                    .await
+            });
+            continue;
+        }
         serving.spawn(async move {
             endpoint
                 .serve(MAX_BODY, move |_, req: Vec<u8>| {

@@ -2,7 +2,9 @@
 //! (spec §15): many sessions all answered and checked, with a summary;
 //! a client whose server is absent fails, naming the first failure; a
 //! repeat client with --reuse-token sends its requests on the SYN (0-RTT,
-//! spec §6.9), and bad --early-data or --reuse-token use is refused.
+//! spec §6.9), and bad --early-data or --reuse-token use is refused; a
+//! server with --inline (handlers run by the driver, spec §15.4) gives
+//! every client its correct reply.
 
 mod common;
 
@@ -12,10 +14,13 @@ use common::{manyfold, run_args, Running};
 
 const LIMIT: Duration = Duration::from_secs(60);
 
-#[test]
-fn every_session_is_answered_and_summarized() {
+/// Runs an rr-server with `extra` arguments and 600 rr-client sessions of
+/// 700-byte requests and 3,000-byte replies against it (rr-client checks
+/// every byte of each reply against its own request); the client must
+/// succeed and print `needles`. Returns the server's stdout.
+fn serve_600_sessions(extra: &[&str], needles: &[&str]) -> String {
     let mut cmd = manyfold();
-    cmd.args(["rr-server", "--listen", "127.0.0.1:0", "--reply-size", "3000"]);
+    cmd.args(["rr-server", "--listen", "127.0.0.1:0", "--reply-size", "3000"]).args(extra);
     let mut server = Running::spawn(cmd);
     let addr = server.listening_addr().to_string();
     let out = run_args(
@@ -23,11 +28,23 @@ fn every_session_is_answered_and_summarized() {
         LIMIT,
     );
     out.assert_success();
-    for needle in ["600 sessions in", "requests/s", "p50", "p99", "failures  0"] {
+    for needle in needles {
         assert!(out.stdout.contains(needle), "no {needle:?} in\n{out}");
     }
     let served = server.kill();
     assert!(served.stdout.contains("listening on"), "{served}");
+    served.stdout
+}
+
+#[test]
+fn every_session_is_answered_and_summarized() {
+    serve_600_sessions(&[], &["600 sessions in", "requests/s", "p50", "p99", "failures  0"]);
+}
+
+#[test]
+fn an_inline_server_gives_every_client_its_correct_reply() {
+    let server = serve_600_sessions(&["--inline"], &["600 sessions in", "failures  0"]);
+    assert!(server.contains("replies computed in the driver (--inline)"), "{server}");
 }
 
 #[test]

@@ -225,6 +225,16 @@ pub struct EndpointConfig {
     /// Most servers whose token a client keeps; past it the oldest is
     /// forgotten (spec §6.9).
     pub max_tokens: usize,
+    /// Most finished connections whose emptied containers the endpoint
+    /// keeps for the connections it builds next (spec §15.3): a short
+    /// session then allocates less than half of what it would. Each spare
+    /// holds about 2.6 KB after a short session (stream 0's state, its
+    /// small queues and buffers; more only after a longer exchange: its
+    /// queues are kept up to 64 entries, its receive ring and write
+    /// buffer up to 1 KiB each), so the default, 256, holds under 1 MB.
+    /// A burst of more sessions than this allocates for the rest; 0 keeps
+    /// none.
+    pub max_spare_connections: usize,
 }
 
 /// A listener's policy for 0-RTT data (spec §6.9).
@@ -261,6 +271,7 @@ impl Default for EndpointConfig {
             early_data: EarlyData::ReplayWindow(1 << 16),
             reuse_tokens: false,
             max_tokens: 1024,
+            max_spare_connections: 256,
         }
     }
 }

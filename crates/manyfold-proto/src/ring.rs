@@ -81,6 +81,17 @@ impl ByteRing {
         *self = ByteRing::default();
     }
 
+    /// This ring emptied for a new connection's stream (issue 21, spec
+    /// §15.3): its storage is kept if it is at most `max` bytes (a short
+    /// session's), released otherwise. The old bytes stay in the storage
+    /// but no call can read them: only what is pushed next is held.
+    pub fn emptied(self, max: usize) -> ByteRing {
+        if self.buf.len() > max {
+            return ByteRing::default();
+        }
+        ByteRing { buf: self.buf, head: 0, len: 0 }
+    }
+
     /// Reallocates to at least `need` bytes (a power of two, at least
     /// `MIN_CAPACITY` and at least twice the old size, so a growing transfer
     /// copies each byte O(1) times) with the held bytes moved to the start.
@@ -101,6 +112,21 @@ impl ByteRing {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_emptied_ring_keeps_small_storage_and_holds_nothing() {
+        let mut r = ByteRing::default();
+        r.push(&[1; 200]);
+        let r = r.emptied(1024);
+        assert_eq!((r.len(), r.capacity()), (0, MIN_CAPACITY));
+        let mut r = r;
+        r.push(b"abc");
+        let mut out = [0u8; 8];
+        assert_eq!(r.read(&mut out), 3);
+        assert_eq!(&out[..3], b"abc", "only what was pushed after");
+        r.push(&[2; 4000]);
+        assert_eq!(r.emptied(1024).capacity(), 0, "a large ring is released");
+    }
 
     #[test]
     fn bytes_come_out_in_order_across_the_wrap() {

@@ -6,47 +6,14 @@
 //! one reused buffer; a warm-up grows every table and pool first, then
 //! the sender's calls and the receiver's calls are counted apart.
 
-use std::alloc::{GlobalAlloc, Layout, System};
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use manyfold_proto::{ConnHandle, Endpoint, EndpointConfig, MessageOptions, ReadItem, StreamId};
 
-struct Counting;
-
-static COUNTING: AtomicBool = AtomicBool::new(false);
-/// Which side's calls run now: 0 the sender's, 1 the receiver's.
-static SIDE: AtomicUsize = AtomicUsize::new(0);
-static ALLOCS: [AtomicU64; 2] = [AtomicU64::new(0), AtomicU64::new(0)];
-
-// SAFETY: every call is passed to the system allocator unchanged; the
-// wrapper only counts (relaxed atomics, no allocation of its own).
-#[allow(unsafe_code)]
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        if COUNTING.load(Ordering::Relaxed) {
-            ALLOCS[SIDE.load(Ordering::Relaxed) & 1].fetch_add(1, Ordering::Relaxed);
-        }
-        // SAFETY: the caller's layout contract is the system allocator's.
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: `ptr` came from `System.alloc` with this layout.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        if COUNTING.load(Ordering::Relaxed) {
-            ALLOCS[SIDE.load(Ordering::Relaxed) & 1].fetch_add(1, Ordering::Relaxed);
-        }
-        // SAFETY: as for `dealloc`, and `new_size` is the caller's.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
-
 #[global_allocator]
-static GLOBAL: Counting = Counting;
+static GLOBAL: manyfold_testalloc::Counting = manyfold_testalloc::Counting;
 
 const CLIENT: &str = "198.18.0.1:4000";
 const SERVER: &str = "198.18.0.2:4433";
@@ -82,7 +49,7 @@ struct Pair {
 }
 
 fn side(s: usize) {
-    SIDE.store(s, Ordering::Relaxed);
+    manyfold_testalloc::set_side(s);
 }
 
 impl Pair {
@@ -197,15 +164,13 @@ fn measure(handed: Handed, warm: usize, n: usize) -> (f64, f64, f64) {
     for _ in 0..warm {
         pair.round(handed);
     }
-    ALLOCS.iter().for_each(|a| a.store(0, Ordering::Relaxed));
     let datagrams = pair.datagrams;
-    COUNTING.store(true, Ordering::Relaxed);
+    manyfold_testalloc::start();
     for _ in 0..n {
         pair.round(handed);
     }
-    COUNTING.store(false, Ordering::Relaxed);
+    let [send, recv] = manyfold_testalloc::stop().by_side.map(|n| n as f64);
     let per = (n * PER_ROUND) as f64;
-    let (send, recv) = (ALLOCS[0].load(Ordering::Relaxed) as f64, ALLOCS[1].load(Ordering::Relaxed) as f64);
     (send / per, recv / per, (pair.datagrams - datagrams) as f64 / per)
 }
 

@@ -452,11 +452,14 @@ fn an_rto_that_late_acks_prove_spurious_resends_almost_nothing_and_undoes_the_cu
         assert!(c.rto_expiries >= 1, "{cc:?}: the held acks must outlast the RTO: {c:?} (seed {seed})");
         assert!(c.spurious_rtos >= 1, "{cc:?}: {c:?} (seed {seed})");
         assert!(c.lost_packets >= 50, "{cc:?}: the RTO must have declared a whole window lost: {c:?} (seed {seed})");
-        // Resends go out only as acks of earlier resends free the window
-        // before the late acks land: NewReno and CUBIC restart from two
-        // packets (under 10% resent), BBR from its pacing rate (about a third).
+        // Resends go out only as the shrunken window allows before the
+        // late acks land, and a late ack of a packet just resent counts as
+        // its transmission from before the RTO, so the resends do not run
+        // ahead of the late acks: 7 of 130 under NewReno and CUBIC, 19 of
+        // 118 under BBR (18-19 of 250 and 69 of 216 when it counted as the
+        // resend).
         assert!(
-            c.retransmissions * 2 <= c.lost_packets,
+            c.retransmissions * 5 <= c.lost_packets,
             "{cc:?}: {} of {} packets declared lost were resent (seed {seed})",
             c.retransmissions,
             c.lost_packets

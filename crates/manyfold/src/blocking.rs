@@ -101,6 +101,71 @@ impl Listener {
     pub fn endpoint(&self) -> &Endpoint {
         &self.endpoint
     }
+
+    /// Serves request/reply sessions with a synchronous `handler` run by
+    /// the endpoint's driver ([`Endpoint::serve_inline`], spec §15.4):
+    /// blocks the calling thread until the listener shuts down
+    /// ([`Listener::shutdown`], from another thread). Each session's
+    /// request is read to the client's FIN (at most `max_request` bytes; a
+    /// larger one is refused with a stream reset, code
+    /// [`crate::REQUEST_TOO_LARGE`]), the handler's reply is written and
+    /// the session closed, with no thread or task per session. The
+    /// handler's contract is [`Endpoint::serve_inline`]'s: short, never
+    /// blocking; a panic ends its own session only (reset with
+    /// [`crate::HANDLER_FAILED`]).
+    ///
+    /// A client reads the reply to its end: a blocking one with
+    /// [`Stream`] (write the request, `shutdown(Write)`, `read_to_end`),
+    /// an async one with [`Endpoint::request`].
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use std::io::{Read, Write};
+    /// use std::net::Shutdown;
+    /// use std::sync::Arc;
+    /// use manyfold::blocking::{Listener, Stream};
+    ///
+    /// # fn main() -> std::io::Result<()> {
+    /// let listener = Arc::new(Listener::listen("127.0.0.1:0")?);
+    /// let addr = listener.local()?;
+    /// let server = listener.clone();
+    /// let serving = std::thread::spawn(move || {
+    ///     server.serve_inline(1 << 16, |_peer, request: &[u8]| request.iter().rev().copied().collect::<Vec<u8>>())
+    /// });
+    ///
+    /// let mut session = Stream::connect(addr)?;
+    /// session.write_all(b"ping")?;
+    /// session.shutdown(Shutdown::Write)?;
+    /// let mut reply = Vec::new();
+    /// session.read_to_end(&mut reply)?;
+    /// assert_eq!(reply, b"gnip");
+    /// session.close()?;
+    ///
+    /// assert_eq!(listener.inline_stats().served, 1);
+    /// listener.shutdown();
+    /// serving.join().expect("the server thread");
+    /// # Ok(()) }
+    /// ```
+    pub fn serve_inline<F, R>(&self, max_request: usize, handler: F)
+    where
+        F: Fn(SocketAddr, &[u8]) -> R + Send + Sync + 'static,
+        R: AsRef<[u8]>,
+    {
+        runtime().block_on(self.endpoint.serve_inline(max_request, handler));
+    }
+
+    /// What [`Listener::serve_inline`] did so far (all zero without it).
+    pub fn inline_stats(&self) -> crate::InlineStats {
+        self.endpoint.inline_stats()
+    }
+
+    /// Shuts the listener's endpoint down gracefully ([`Endpoint::shutdown`]):
+    /// sessions under way finish, a [`Listener::serve_inline`] on another
+    /// thread returns, and later `accept`s fail. Blocks until done.
+    pub fn shutdown(&self) {
+        runtime().block_on(self.endpoint.shutdown());
+    }
 }
 
 /// A connection driven by the internal runtime (librusp's connection id).

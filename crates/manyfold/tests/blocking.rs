@@ -93,3 +93,45 @@ fn a_blocking_abort_with_a_reason_fails_the_peers_receive_with_its_words() {
         server.join().unwrap();
     });
 }
+
+/// Sends `request` on a new blocking stream and reads the reply to its end.
+fn blocking_request(addr: std::net::SocketAddr, request: &[u8]) -> std::io::Result<Vec<u8>> {
+    let mut s = Stream::connect(addr)?;
+    s.write_all(request)?;
+    s.shutdown(std::net::Shutdown::Write)?;
+    let mut reply = Vec::new();
+    s.read_to_end(&mut reply)?;
+    s.close()?;
+    Ok(reply)
+}
+
+#[test]
+fn blocking_serve_inline_answers_every_session_and_refuses_an_oversized_request() {
+    bounded(TEST_TIMEOUT, || {
+        let listener = std::sync::Arc::new(Listener::listen("127.0.0.1:0").expect("listen"));
+        let addr = listener.local().unwrap();
+        let server = listener.clone();
+        let serving = thread::spawn(move || server.serve_inline(4096, |_, req: &[u8]| reverse(req)));
+        let clients: Vec<_> = (0..3u64)
+            .map(|c| {
+                thread::spawn(move || {
+                    for i in 0..10u64 {
+                        let request = payload(c * 100 + i, 100 + (i as usize) * 37);
+                        let reply = blocking_request(addr, &request).expect("request");
+                        assert_eq!(reply, reverse(&request), "client {c}, session {i}");
+                    }
+                })
+            })
+            .collect();
+        for c in clients {
+            c.join().expect("client thread");
+        }
+        // Over the limit: the client's read fails with the server's reset.
+        let err = blocking_request(addr, &payload(9, 5000)).expect_err("an oversized request is refused");
+        assert!(err.to_string().contains("413"), "{err}");
+        let stats = listener.inline_stats();
+        assert_eq!(stats.served, 30);
+        listener.shutdown();
+        serving.join().expect("serve_inline returns after shutdown");
+    });
+}

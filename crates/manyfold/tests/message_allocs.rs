@@ -7,8 +7,7 @@
 //! the process (both endpoints, their drivers, tokio) while a measured
 //! run of messages flows after a warm-up has grown every buffer.
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use manyfold::{BatchItem, MessageBatch};
@@ -17,37 +16,8 @@ use tokio::time::timeout;
 mod common;
 use common::{config, pair, TEST_TIMEOUT};
 
-struct Counting;
-
-static COUNTING: AtomicBool = AtomicBool::new(false);
-static ALLOCS: AtomicU64 = AtomicU64::new(0);
-
-// SAFETY: every call is passed to the system allocator unchanged; the
-// wrapper only counts (relaxed atomics, no allocation of its own).
-#[allow(unsafe_code)]
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        if COUNTING.load(Ordering::Relaxed) {
-            ALLOCS.fetch_add(1, Ordering::Relaxed);
-        }
-        // SAFETY: the caller's layout contract is the system allocator's.
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: `ptr` came from `System.alloc` with this layout.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        if COUNTING.load(Ordering::Relaxed) {
-            ALLOCS.fetch_add(1, Ordering::Relaxed);
-        }
-        // SAFETY: as for `dealloc`, and `new_size` is the caller's.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
-
 #[global_allocator]
-static GLOBAL: Counting = Counting;
+static GLOBAL: manyfold_testalloc::Counting = manyfold_testalloc::Counting;
 
 const SIZE: usize = 32;
 const BATCH: usize = 500;
@@ -106,16 +76,16 @@ async fn small_messages_cost_no_allocation_per_message_through_the_driver() {
         let streams = conn.streams();
         let mut buf = vec![0u8; SIZE * BATCH];
         send(&streams, &got, &mut buf, 0, WARM).await;
-        ALLOCS.store(0, Ordering::Relaxed);
-        COUNTING.store(true, Ordering::Relaxed);
+        manyfold_testalloc::record_sites_from_env();
+        manyfold_testalloc::start();
         send(&streams, &got, &mut buf, WARM, MEASURED).await;
-        COUNTING.store(false, Ordering::Relaxed);
-        let per = ALLOCS.load(Ordering::Relaxed) as f64 / f64::from(MEASURED);
+        let allocs = manyfold_testalloc::stop().allocs;
+        manyfold_testalloc::print_sites(u64::from(MEASURED));
+        let per = allocs as f64 / f64::from(MEASURED);
         let stats = conn.stats();
         println!(
             "allocations per {SIZE}-byte message, both ends with their drivers: {per:.4} ({} in all for {MEASURED}; {} datagrams sent in all)",
-            ALLOCS.load(Ordering::Relaxed),
-            stats.packets_sent
+            allocs, stats.packets_sent
         );
         assert!(per < 0.1, "{per:.3} allocations per message");
         let (_conn, server) = receiver.await.unwrap();

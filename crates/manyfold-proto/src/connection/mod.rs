@@ -105,6 +105,9 @@ pub(crate) struct Connection {
     persist_backoff: u32,
     /// Since when the peer's window has been closed to data we hold (spec §7.3).
     zero_window_since: Option<Instant>,
+    /// When the current hold of partial datagrams ends (spec §5.7), kept
+    /// until the data queued during it is sent.
+    flush_hold_end: Option<Instant>,
     /// A tail-loss probe is due (the sequence number to resend).
     tlp_due: Option<Seq>,
     /// The second copy of a thin flow's retransmission is due (spec §5.5.1).
@@ -216,6 +219,7 @@ impl Connection {
             rto_backoff: 0,
             persist_backoff: 0,
             zero_window_since: None,
+            flush_hold_end: None,
             tlp_due: None,
             resend_copy_due: None,
             exiting: false,

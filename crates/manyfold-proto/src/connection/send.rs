@@ -69,7 +69,9 @@ impl Drop for Pooled {
 pub(crate) struct SendBuffer {
     chunks: VecDeque<Bytes>,
     len: usize,
-    pool: Pool,
+    /// Made by the first large write: a short session never needs one
+    /// (issue 21, spec §15.3: no allocation per session).
+    pool: Option<Pool>,
     /// Where small writes are copied; each is split off as a slice.
     tail: BytesMut,
     /// Size of the last buffer `tail` was given.
@@ -81,7 +83,6 @@ impl SendBuffer {
         self.len
     }
 
-    #[cfg(test)]
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
@@ -104,10 +105,11 @@ impl SendBuffer {
             self.chunks.push_back(self.tail.split().freeze());
             return;
         }
+        let pool = self.pool.get_or_insert_with(Pool::default);
         for piece in data.chunks(CHUNK) {
-            let mut buf = self.pool.take();
+            let mut buf = pool.take();
             buf.extend_from_slice(piece);
-            self.chunks.push_back(Bytes::from_owner(Pooled { buf, pool: self.pool.clone() }));
+            self.chunks.push_back(Bytes::from_owner(Pooled { buf, pool: pool.clone() }));
         }
     }
 
@@ -153,7 +155,25 @@ impl SendBuffer {
         self.chunks.clear();
         self.len = 0;
     }
+
+    /// This buffer emptied for a new connection's stream (issue 21, spec
+    /// §15.3): the chunk queue and the small-write buffer keep their memory
+    /// when they are small (at most [`SPARE_TAIL`] bytes, 64 queue
+    /// entries), so a session's first write allocates nothing; the chunk
+    /// pool and anything large are dropped.
+    pub fn renewed(self) -> SendBuffer {
+        let SendBuffer { mut chunks, tail, tail_size, .. } = self;
+        crate::connection::streams::keep_small(&mut chunks);
+        // The new connection's writes start small again (`tail_size` 0), in
+        // the kept buffer: its slices were all dropped with the old
+        // connection, so `reserve` reclaims it in place.
+        let tail = if tail_size <= SPARE_TAIL { tail } else { BytesMut::new() };
+        SendBuffer { chunks, len: 0, pool: None, tail, tail_size: 0 }
+    }
 }
+
+/// Largest small-write buffer a spare keeps (issue 21, spec §15.3).
+const SPARE_TAIL: usize = 2 * MIN_TAIL;
 
 #[cfg(test)]
 mod tests {
@@ -196,6 +216,35 @@ mod tests {
     }
 
     #[test]
+    fn a_renewed_buffer_writes_into_the_small_buffer_it_kept_and_drops_a_large_one() {
+        let mut s = SendBuffer::default();
+        s.push(&[7; 200]);
+        let first = s.take(200);
+        let first_at = first.as_ptr();
+        drop(first); // acknowledged: no slice of the buffer is held
+        let mut s = s.renewed();
+        assert!(s.pool.is_none() && s.is_empty() && s.tail_size == 0);
+        s.push(&[8; 312]);
+        let second = s.take(312);
+        assert_eq!(second.as_ptr(), first_at.wrapping_add(200), "the rest of the kept buffer");
+        drop(second);
+        s.push(&[9; 300]);
+        let third = s.take(300);
+        assert_eq!(third.as_ptr(), first_at, "the kept buffer, reclaimed in place when full");
+        assert_eq!(&third[..], &[9u8; 300][..]);
+        drop(third);
+        // A buffer grown past SPARE_TAIL by a stream of writes is not kept.
+        let mut s = SendBuffer::default();
+        for _ in 0..64 {
+            s.push(&[9; 200]);
+            let _ = s.take(200);
+        }
+        assert!(s.tail_size > SPARE_TAIL);
+        let s = s.renewed();
+        assert_eq!(s.tail.capacity(), 0);
+    }
+
+    #[test]
     fn chunks_return_to_the_pool_when_their_packets_are_dropped() {
         let mut s = SendBuffer::default();
         let data: Vec<u8> = (0..CHUNK + 1000).map(|i| i as u8).collect();
@@ -207,9 +256,9 @@ mod tests {
         let joined: Vec<u8> = packets.iter().flat_map(|p| p.iter().copied()).collect();
         assert_eq!(joined, data);
         drop(packets);
-        assert_eq!(s.pool.0.lock().unwrap().len(), 2);
+        assert_eq!(s.pool.as_ref().expect("made by the large write").0.lock().unwrap().len(), 2);
         // The next large write reuses them.
         s.push(&data);
-        assert!(s.pool.0.lock().unwrap().is_empty());
+        assert!(s.pool.as_ref().expect("made by the large write").0.lock().unwrap().is_empty());
     }
 }

@@ -33,16 +33,11 @@ pub(crate) enum Timer {
     Stall,
     /// The next path challenge may go (spec §6.8).
     Path,
-    /// A held partial datagram may go (spec §5.7): the wake-up at the end
-    /// of the hold `FlushHold` records.
+    /// A held partial datagram may go (spec §5.7).
     Flush,
-    /// Not a wake-up (`Flush` is; `poll_timeout` and `handle_timeout`
-    /// leave it out): when the current hold of a partial datagram ends,
-    /// kept until the data queued during it is sent.
-    FlushHold,
 }
 
-const COUNT: usize = 15;
+const COUNT: usize = 14;
 
 impl Timer {
     pub const ALL: [Timer; COUNT] = [
@@ -60,7 +55,6 @@ impl Timer {
         Timer::Stall,
         Timer::Path,
         Timer::Flush,
-        Timer::FlushHold,
     ];
 }
 

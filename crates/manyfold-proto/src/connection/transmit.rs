@@ -22,8 +22,7 @@ const ACK_SACK_RANGES: usize = 16;
 
 impl Connection {
     pub fn poll_timeout(&self) -> Option<Instant> {
-        // `FlushHold` is a record, not a wake-up (`Flush` is).
-        self.timers.next_of(|t| t != Timer::FlushHold)
+        self.timers.next()
     }
 
     pub fn handle_timeout(&mut self, now: Instant) {
@@ -34,7 +33,7 @@ impl Connection {
             return; // nothing due
         }
         for t in Timer::ALL {
-            if t != Timer::FlushHold && self.timers.get(t).is_some_and(|w| w <= now) {
+            if self.timers.get(t).is_some_and(|w| w <= now) {
                 self.timers.cancel(t);
                 self.on_timer(now, t);
             }
@@ -68,7 +67,7 @@ impl Connection {
             Timer::DelayedAck => self.ack.immediate = true,
             // Nothing to do: the endpoint polls us for the packet it let go
             // (the pacer's, or the held partial datagram, spec §5.7).
-            Timer::Pacing | Timer::Flush | Timer::FlushHold => {}
+            Timer::Pacing | Timer::Flush => {}
             Timer::Persist => {
                 let limit = self.config.zero_window_timeout;
                 if let (Some(since), Some(limit)) = (self.zero_window_since, limit) {
@@ -416,8 +415,7 @@ impl Connection {
             self.stats.bytes_sent += cut as u64;
             if self.streams.queued() == 0 {
                 // spec §5.7: what the hold waited for has gone.
-                self.timers.cancel(Timer::Flush);
-                self.timers.cancel(Timer::FlushHold);
+                self.end_flush_hold();
             }
             if fin {
                 self.fin_seq = Some(seq);
@@ -438,23 +436,29 @@ impl Connection {
     /// nothing in flight never waits.
     fn hold_partial(&mut self, now: Instant, partial: bool) -> bool {
         let delay = self.config.flush_delay;
-        if delay.is_zero() || self.sent.bytes_in_flight() == 0 {
-            self.timers.cancel(Timer::Flush);
-            self.timers.cancel(Timer::FlushHold);
+        if delay.is_zero() {
+            return false;
+        }
+        if self.sent.bytes_in_flight() == 0 {
+            self.end_flush_hold();
             return false;
         }
         // The clock starts when data first waits behind packets in flight,
         // for whatever reason (the window, the pacer, this hold), so that
         // no wait adds to another.
-        let end = self.timers.get(Timer::FlushHold).unwrap_or_else(|| {
-            self.timers.set(Timer::FlushHold, now + delay);
-            now + delay
-        });
+        let end = *self.flush_hold_end.get_or_insert(now + delay);
         if !partial || end <= now {
             return false;
         }
         self.timers.set(Timer::Flush, end);
         true
+    }
+
+    /// The data a hold waited for has gone, or nothing is in flight.
+    fn end_flush_hold(&mut self) {
+        if self.flush_hold_end.take().is_some() {
+            self.timers.cancel(Timer::Flush);
+        }
     }
 
     /// Sends a handshake message in a sequenced packet of its own; the

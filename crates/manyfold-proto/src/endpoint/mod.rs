@@ -47,12 +47,6 @@ use memory::Memory;
 use schedule::Schedule;
 use table::Table;
 
-/// Most finished connections whose emptied containers an endpoint keeps
-/// for new ones (issue 21, spec §15.3): a session then costs no
-/// allocation for them. Each is ~1.5 KB; a burst of more sessions than
-/// this allocates for the rest, as without the pool.
-pub const SPARE_CONNECTIONS: usize = 256;
-
 /// One or more datagrams written contiguously into the caller's buffer, all
 /// to one destination. With `segment_size` set, the buffer holds several
 /// datagrams of that size (the last may be shorter): one GSO send.
@@ -190,7 +184,8 @@ pub struct Endpoint {
     groups: Groups,
     /// As a client: the latest token of each server (spec §6.9).
     tokens: early::TokenStore,
-    /// What finished connections left for new ones (issue 21, spec §15.3).
+    /// What finished connections left for new ones (issue 21, spec §15.3),
+    /// at most `config.max_spare_connections`.
     spares: Vec<Spare>,
 }
 
@@ -493,14 +488,19 @@ impl Endpoint {
 
     /// Frees a connection that is CLOSED, released, and has nothing left
     /// to send; its emptied containers wait for the next connection, at
-    /// most [`SPARE_CONNECTIONS`] of them (issue 21).
+    /// most [`EndpointConfig::max_spare_connections`] of them (issue 21).
     fn reap(&mut self, idx: u32) {
         if let Some((buffered, conn)) = self.table.reap(idx) {
             self.memory.forget(buffered);
-            if self.spares.len() < SPARE_CONNECTIONS {
+            if self.spares.len() < self.config.max_spare_connections {
                 self.spares.push(conn.into_spare());
             }
         }
+    }
+
+    /// Finished connections held for reuse now (spec §15.3).
+    pub fn spare_connections(&self) -> usize {
+        self.spares.len()
     }
 }
 
@@ -509,25 +509,51 @@ mod tests {
     use super::*;
     use crate::wire::ErrorCode;
 
-    #[test]
-    fn finished_connections_leave_at_most_spare_connections_spares() {
+    /// An endpoint with `max_spare_connections` set to `max` after `n`
+    /// connections were opened and aborted together.
+    fn after_burst(max: usize, n: usize) -> (Endpoint, Instant) {
         let now = Instant::now();
-        let mut ep = Endpoint::new(EndpointConfig { seed: 1, ..EndpointConfig::default() }, now);
+        let cfg = EndpointConfig { seed: 1, max_spare_connections: max, ..EndpointConfig::default() };
+        let mut ep = Endpoint::new(cfg, now);
         let server = SocketAddr::from(([198, 18, 0, 2], 4433));
-        let handles: Vec<ConnHandle> =
-            (0..SPARE_CONNECTIONS + 40).map(|_| ep.connect(now, server).expect("connect")).collect();
+        let handles: Vec<ConnHandle> = (0..n).map(|_| ep.connect(now, server).expect("connect")).collect();
         let mut buf = Vec::new();
         while ep.poll_transmit(now, 1, &mut buf).is_some() {}
         for &h in &handles {
             ep.conn_mut(h).abort(now, ErrorCode::APPLICATION);
             ep.conn_mut(h).release();
+            assert!(ep.spare_connections() <= max, "never more than the setting");
         }
-        while ep.poll_transmit(now, 1, &mut buf).is_some() {}
+        while ep.poll_transmit(now, 1, &mut buf).is_some() {
+            assert!(ep.spare_connections() <= max, "never more than the setting");
+        }
         assert_eq!(ep.connection_count(), 0, "all reaped");
-        assert_eq!(ep.spares.len(), SPARE_CONNECTIONS, "the pool is bounded");
-        // New connections take from it, and work as any.
-        let h = ep.connect(now, server).expect("connect");
-        assert_eq!(ep.spares.len(), SPARE_CONNECTIONS - 1);
+        (ep, now)
+    }
+
+    #[test]
+    fn the_spare_pool_never_holds_more_than_max_spare_connections() {
+        let default = EndpointConfig::default().max_spare_connections;
+        assert_eq!(default, 256);
+        for (max, n) in [(default, default + 40), (5, 40), (40, 5)] {
+            let (mut ep, now) = after_burst(max, n);
+            assert_eq!(ep.spare_connections(), max.min(n), "max {max}, {n} finished");
+            // New connections take from it, and work as any.
+            let server = SocketAddr::from(([198, 18, 0, 3], 4433));
+            let h = ep.connect(now, server).expect("connect");
+            assert_eq!(ep.spare_connections(), max.min(n) - 1);
+            let mut buf = Vec::new();
+            assert!(ep.poll_transmit(now, 1, &mut buf).is_some(), "its SYN goes");
+            assert_eq!(ep.conn(h).state(), Some(crate::State::SynSent));
+        }
+    }
+
+    #[test]
+    fn max_spare_connections_zero_keeps_no_spare_and_connections_still_work() {
+        let (mut ep, now) = after_burst(0, 20);
+        assert_eq!(ep.spare_connections(), 0);
+        let h = ep.connect(now, SocketAddr::from(([198, 18, 0, 3], 4433))).expect("connect");
+        let mut buf = Vec::new();
         assert!(ep.poll_transmit(now, 1, &mut buf).is_some(), "its SYN goes");
         assert_eq!(ep.conn(h).state(), Some(crate::State::SynSent));
     }

@@ -137,16 +137,25 @@ impl AckScan {
     /// Notes one newly acknowledged packet, judged before its state changes.
     fn note(&mut self, p: &SentPacket) {
         self.out.newly_acked += 1;
-        if self.newest.is_none_or(|(tx, _, _)| p.tx > tx) {
-            self.newest = Some((p.tx, p.time_sent, p.retransmitted));
+        // A packet declared lost whose ack comes before a resend could
+        // have been acked: its first transmission arrived (spec §5.4).
+        let resend_too_recent = self.min_rtt.is_some_and(|m| self.now.saturating_duration_since(p.time_sent) < m);
+        // RFC 8985 §6.2 step 2: the late ack of a packet that was in flight
+        // at the last RTO and resent after it, come too soon for the resend,
+        // is for the transmission from before the RTO: it places the packet
+        // there in send order, not at the resend. Otherwise each late ack
+        // of a just-resent packet would make the packets sent between the
+        // two look overtaken and declare them lost in turn, and under CPU
+        // starvation the resends would run ahead of the late acks.
+        let before_rto = self.rto_mark.is_some_and(|mark| p.first_tx() < mark && p.tx >= mark);
+        let acked_tx = if before_rto && resend_too_recent { p.first_tx() } else { p.tx };
+        if self.newest.is_none_or(|(tx, _, _)| acked_tx > tx) {
+            self.newest = Some((acked_tx, p.time_sent, p.retransmitted));
         }
         if p.probe {
             // A probe's loss opened no episode and says nothing of reordering.
             return;
         }
-        // A packet declared lost whose ack comes before a resend could
-        // have been acked: its first transmission arrived (spec §5.4).
-        let resend_too_recent = self.min_rtt.is_some_and(|m| self.now.saturating_duration_since(p.time_sent) < m);
         let waiting = p.state == PacketState::Lost;
         let spurious = p.declared_lost && (waiting || resend_too_recent);
         // spec §5.4 step 7: a transmission from before the RTO arrived.
@@ -843,6 +852,36 @@ mod tests {
         let (out, _) = ack(&mut f, now + Duration::from_millis(5), 105, &[]);
         assert_eq!(out.spurious, 1);
         assert_eq!(out.rtt_sample, None, "Karn: no sample from a retransmitted packet");
+    }
+
+    #[test]
+    fn late_acks_after_a_spurious_rto_do_not_declare_the_restored_flight_lost() {
+        // spec §5.4 step 7: ten packets in flight, the RTO fires, two are
+        // resent; then the receiver's late acks arrive (a starved receiver).
+        let mut f = fixture(10);
+        f.rtt.on_sample(Duration::from_millis(40));
+        let rto = f.t0 + Duration::from_millis(100);
+        assert_eq!(f.q.on_rto(), 10);
+        f.q.on_retransmitted(rto, s(100), 100);
+        f.q.on_retransmitted(rto, s(101), 100);
+        // 5 ms after the resends: the acks are for the first transmissions.
+        let late = rto + Duration::from_millis(5);
+        let (out, lost) = ack(&mut f, late, 102, &[]);
+        assert!(!out.spurious_rto, "resent packets prove nothing");
+        assert_eq!(lost, 0);
+        let (out, lost) = ack(&mut f, late, 103, &[]);
+        assert!(out.spurious_rto, "102 still waited for its resend");
+        assert_eq!(f.q.bytes_in_flight(), 700, "103..110 are back in flight");
+        // The acks of 100 and 101 counted as their first transmissions, so
+        // nothing sent after those looks overtaken by the resends: no loss
+        // timer runs for the restored packets, and while the receiver
+        // stays silent none of them is declared lost again (counted as
+        // the resends, the time threshold declared all seven lost 30 ms on).
+        assert_eq!(lost, 0);
+        assert_eq!(f.q.loss_time(), None);
+        let losses = f.q.detect_lost(late + Duration::from_millis(30), &f.rtt);
+        assert_eq!(losses.packets, 0);
+        assert_eq!(f.q.peek_retransmit(), None);
     }
 
     #[test]

@@ -122,6 +122,10 @@ pub(crate) struct Streams {
     map: BTreeMap<StreamId, Box<Stream>>,
     /// Streams with something to send, by priority, in round-robin order.
     sched: BTreeMap<u8, VecDeque<StreamId>>,
+    /// An emptied queue of `sched`, kept (empty) for the next priority that
+    /// gets one: a burst or a session does not allocate one each time
+    /// (issue 21, spec §15.3).
+    spare_queue: VecDeque<StreamId>,
     control: VecDeque<Chunk<Bytes>>,
     /// Streams with an item for `pop_item`, in the order they got one.
     ready: VecDeque<StreamId>,
@@ -183,8 +187,10 @@ impl Streams {
     /// (issue 21, spec §15.3: no malloc per session): every field as
     /// [`Streams::new`] makes it, but the containers that keep their memory
     /// when emptied are emptied and kept — stream 0's box and its B-tree
-    /// leaf, its segment queue, the ready and control queues and the
-    /// message table. Nothing of the old connection's state survives.
+    /// leaf, its segment queue, send buffer and receive ring, the
+    /// scheduler's leaf and one of its queues, the ready and control
+    /// queues and the message table. Nothing of the old
+    /// connection's state survives.
     pub fn renew(mut self, limits: Limits) -> Self {
         let mut map = std::mem::take(&mut self.map);
         // Stream 0 stays, so that the map keeps its leaf; any other goes.
@@ -198,12 +204,25 @@ impl Streams {
         if pr.capacity() > SPARE_ENTRIES {
             pr = HashMap::new();
         }
+        // The scheduler's map keeps its leaf (entries are removed, the map
+        // not cleared), and one emptied queue is kept.
+        let (mut sched, mut spare_queue) = (std::mem::take(&mut self.sched), self.spare_queue);
+        sched.retain(|_, q| {
+            if spare_queue.capacity() == 0 && q.capacity() <= SPARE_ENTRIES {
+                spare_queue = std::mem::take(q);
+                spare_queue.clear();
+            }
+            false
+        });
+        keep_small(&mut spare_queue);
         let mut s = Streams::empty(limits, ready, control, pr);
+        (s.sched, s.spare_queue) = (sched, spare_queue);
         let fresh = s.fresh(StreamId::BYTES);
         match map.get_mut(&StreamId::BYTES) {
             Some(zero) => {
                 let old = std::mem::replace(&mut **zero, fresh);
-                zero.tx.keep_segs_of(old.tx);
+                zero.tx.keep_memory_of(old.tx);
+                zero.rx.keep_memory_of(old.rx);
             }
             None => {
                 map.insert(StreamId::BYTES, Box::new(fresh));
@@ -223,6 +242,7 @@ impl Streams {
         Streams {
             map: BTreeMap::new(),
             sched: BTreeMap::new(),
+            spare_queue: VecDeque::new(),
             control,
             ready,
             closed_tx: IdSet::default(),
@@ -331,7 +351,8 @@ impl Streams {
         let Some(s) = self.map.get_mut(&id) else { return };
         if !s.in_sched && s.tx.can_send() {
             s.in_sched = true;
-            self.sched.entry(s.tx.priority).or_default().push_back(id);
+            let spare = &mut self.spare_queue;
+            self.sched.entry(s.tx.priority).or_insert_with(|| std::mem::take(spare)).push_back(id);
         }
     }
 
@@ -711,13 +732,17 @@ impl Streams {
 
     fn next_chunk(&mut self, now: Instant, room: usize, flow: usize) -> Option<DataChunk<Bytes>> {
         loop {
-            // The front stream of the most urgent priority; empty queues go.
+            // The front stream of the most urgent priority; empty queues
+            // go (one is kept for the next, if small).
             let (prio, id) = loop {
                 let first = self.sched.first_entry()?;
                 match first.get().front() {
                     Some(&id) => break (*first.key(), id),
                     None => {
-                        first.remove();
+                        let q = first.remove();
+                        if self.spare_queue.capacity() == 0 && q.capacity() <= SPARE_ENTRIES {
+                            self.spare_queue = q;
+                        }
                     }
                 }
             };
@@ -1029,5 +1054,24 @@ mod tests {
         let zero = renewed.map.get(&StreamId::BYTES).expect("stream 0");
         assert!(zero.tx.segs_capacity() <= SPARE_ENTRIES, "{}", zero.tx.segs_capacity());
         assert!(renewed.ready.capacity() <= SPARE_ENTRIES);
+        assert!(renewed.spare_queue.capacity() <= SPARE_ENTRIES);
+    }
+
+    #[test]
+    fn renewed_streams_keep_the_scheduler_queue_and_still_send_in_order() {
+        let now = Instant::now();
+        let mut used = Streams::new(limits());
+        used.write(StreamId::BYTES, b"first session").expect("write");
+        let mut chunks = Chunks::default();
+        assert_eq!(used.fill(now, &mut chunks, 1400, 1 << 16), 13);
+        // The emptied queue went to the spare at the next fill.
+        assert_eq!(used.fill(now, &mut Chunks::default(), 1400, 1 << 16), 0);
+        assert!(used.sched.is_empty() && used.spare_queue.capacity() > 0);
+        let mut renewed = used.renew(limits());
+        assert!(renewed.spare_queue.capacity() > 0, "kept for the next connection");
+        renewed.write(StreamId::BYTES, b"second").expect("write");
+        renewed.write(StreamId::new(5), b"other").expect("write");
+        let mut chunks = Chunks::default();
+        assert_eq!(renewed.fill(now, &mut chunks, 1400, 1 << 16), 11, "both streams' data goes");
     }
 }

@@ -200,7 +200,19 @@ pub(crate) struct RecvSide {
     pub discard: bool,
 }
 
+/// Largest receive ring a spare keeps (issue 21, spec §15.3).
+const SPARE_RING: usize = 1024;
+
 impl RecvSide {
+    /// Takes the ring's storage of `old` (a finished connection's side,
+    /// issue 21), emptied, if it is at most [`SPARE_RING`] bytes; everything
+    /// else of `old` is dropped.
+    pub fn keep_memory_of(&mut self, old: RecvSide) {
+        if self.ring.len() == 0 {
+            self.ring = old.ring.emptied(SPARE_RING);
+        }
+    }
+
     pub fn new(credit: u64, window: u64) -> Self {
         RecvSide {
             next: 0,
@@ -602,7 +614,9 @@ impl RecvSide {
     /// Drops everything held (the application released the connection).
     pub fn set_discard(&mut self) {
         self.discard = true;
-        self.ring.clear();
+        // A short session's ring is kept, empty, for the spare the
+        // connection leaves when it is freed (issue 21, spec §15.3).
+        self.ring = std::mem::take(&mut self.ring).emptied(SPARE_RING);
         self.held.clear();
         self.uno.partial.clear();
         self.uno.done = RangeSet::new();

@@ -82,14 +82,17 @@ pub(crate) struct SendSide {
 }
 
 impl SendSide {
-    /// Takes the segment queue's memory of `old` (a finished connection's
-    /// side, issue 21), emptied, if it is small; everything else of `old`
-    /// is dropped.
-    pub fn keep_segs_of(&mut self, old: SendSide) {
-        let mut segs = old.segs;
+    /// Takes the memory of `old` (a finished connection's side, issue 21)
+    /// that is small, emptied: its segment queue and its send buffer's
+    /// queue and small-write buffer. Everything else of `old` is dropped.
+    pub fn keep_memory_of(&mut self, old: SendSide) {
+        let SendSide { mut segs, buf, .. } = old;
         super::keep_small(&mut segs);
         if self.segs.is_empty() {
             self.segs = segs;
+        }
+        if self.buf.is_empty() {
+            self.buf = buf.renewed();
         }
     }
 
