@@ -118,13 +118,21 @@ impl UdpIo {
         if n == 0 {
             return Ok(0);
         }
+        thread_local! {
+            /// The message headers of `sendmmsg`, made once per thread
+            /// rather than per call (three allocations each time). A call
+            /// fills and passes only the first `n`.
+            static HEADERS: std::cell::RefCell<MultiHeaders<SockaddrStorage>> =
+                std::cell::RefCell::new(MultiHeaders::preallocate(N, None));
+        }
         let fd = self.socket.as_raw_fd();
         self.socket.try_io(Interest::WRITABLE, || {
-            let mut headers = MultiHeaders::<SockaddrStorage>::preallocate(n, None);
-            let cmsgs: [nix::sys::socket::ControlMessage<'_>; 0] = [];
-            sendmmsg(fd, &mut headers, &slices[..n], &addrs[..n], cmsgs, MsgFlags::empty())
-                .map(|sent| sent.count())
-                .map_err(io::Error::from)
+            HEADERS.with_borrow_mut(|headers| {
+                let cmsgs: [nix::sys::socket::ControlMessage<'_>; 0] = [];
+                sendmmsg(fd, headers, &slices[..n], &addrs[..n], cmsgs, MsgFlags::empty())
+                    .map(|sent| sent.count())
+                    .map_err(io::Error::from)
+            })
         })
     }
 
