@@ -5,23 +5,22 @@
 //! queues would count too), a warm-up of sessions grows every table
 //! first, then the next sessions are counted, with the full handshake and
 //! with 0-RTT tokens (spec §6.9). The figures are printed; the bounds are
-//! today's counts: 12 per session with the full handshake and 11 with
-//! 0-RTT (client + server, BBR, the default), 2,736 and 2,608 bytes;
-//! without spares (`max_spare_connections` 0) 34 (7,120 bytes), which the
-//! test checks too, so the setting is seen to be obeyed. They
-//! were 38 and 37 before finished connections left their emptied
-//! containers for new ones (the endpoint's spares, spec §15.3), 26 and 25
-//! when the spares kept stream 0's box and B-tree leaf, its segment queue
-//! and the ready and event queues; the spares now also keep stream 0's
-//! send buffer (its chunk queue and small-write buffer, whose chunk pool
-//! is made only by a large write) and receive ring, and the scheduler's
-//! queue of the default priority. What remains, per side: the congestion
-//! controller's box and BBR's own allocation (congestion/), the sent
-//! queue's two containers and the ack list (recovery/sent.rs); and the
-//! chunk list of a packet that carries an ack-frequency request (spec
-//! §5.6) ahead of its data (wire/chunk.rs: one chunk is held without
-//! allocating, two in a `Vec`), twice per session with the full handshake
-//! and once with 0-RTT.
+//! today's counts: 2 per session with the full handshake and 1 with 0-RTT
+//! (client + server, BBR, the default), 480 and 352 bytes; without spares
+//! (`max_spare_connections` 0) 34 (7,120 bytes), which the test checks
+//! too, so the setting is seen to be obeyed. They were 38 and 37 before
+//! finished connections left their emptied containers for new ones (the
+//! endpoint's spares, spec §15.3), 26 and 25 when the spares kept stream
+//! 0's box and B-tree leaf, its segment queue and the ready and event
+//! queues, 12 and 11 when they also kept stream 0's send buffer and
+//! receive ring and the scheduler's queue; the spares now also keep the
+//! sent queue's containers (recovery/sent.rs, renewed in place, also when
+//! a listener's connection restarts it past its stateless SYN-ACK) and the
+//! congestion controller, reset in place for the same algorithm (its box
+//! and BBR's bandwidth filter). What remains: the chunk list of a packet
+//! that carries an ack-frequency request (spec §5.6) ahead of its data
+//! (wire/chunk.rs: one chunk is held without allocating, two in a `Vec`),
+//! twice per session with the full handshake and once with 0-RTT.
 //! `MANYFOLD_ALLOC_SITES=1 cargo test -p manyfold-proto --release --test
 //! session_allocs -- --nocapture` prints where each comes from. The bounds
 //! allow half an allocation more (a table's rare growth within the run); a
@@ -140,9 +139,9 @@ fn a_session_costs_the_engine_a_bounded_number_of_allocations() {
     let (unpooled, unpooled_bytes) = measure(false, 0, 200, 500);
     println!("engine allocations per session (client + server): full handshake {full:.1} ({full_bytes:.0} B), 0-RTT {early:.1} ({early_bytes:.0} B); without spares (max_spare_connections 0) {unpooled:.1} ({unpooled_bytes:.0} B)");
     // Half an allocation of margin: a table's rare growth within the run.
-    assert!(full <= 12.5, "full handshake: {full:.3} allocations per session (12 expected)");
-    assert!(early <= 11.5, "0-RTT: {early:.3} allocations per session (11 expected)");
+    assert!(full <= 2.5, "full handshake: {full:.3} allocations per session (2 expected)");
+    assert!(early <= 1.5, "0-RTT: {early:.3} allocations per session (1 expected)");
     // The setting is obeyed: without spares a session allocates what they
     // hold (both ends build a connection from scratch).
-    assert!(unpooled >= full + 10.0, "without spares {unpooled:.1}, with {full:.1}");
+    assert!(unpooled >= full + 30.0, "without spares {unpooled:.1}, with {full:.1}");
 }

@@ -100,10 +100,129 @@ pub(crate) struct ConnState {
 }
 
 impl ConnState {
+    /// Its waker lists.
+    fn lists(&mut self) -> [&mut Vec<Waker>; 5] {
+        [&mut self.read, &mut self.write, &mut self.acked, &mut self.connect, &mut self.close]
+    }
+
     fn wake_all(&mut self) {
-        for list in [&mut self.read, &mut self.write, &mut self.acked, &mut self.connect, &mut self.close] {
+        for list in self.lists() {
             wake(list);
         }
+    }
+}
+
+/// Waker lists a spare [`ConnState`] may keep, each (spec §15.3): more
+/// tasks than this waiting on one connection is not a short session's.
+const SPARE_WAKERS: usize = 8;
+
+/// The application-side states of the connections, by handle, with the
+/// emptied states of finished ones kept for new ones (issue 21, spec
+/// §15.3: no malloc per session; a connection's first waker would
+/// otherwise allocate its list). At most the engine's
+/// `max_spare_connections` are kept, each holding only small lists. Reads
+/// go to the map; [`Conns::insert`], [`Conns::entry`] and
+/// [`Conns::remove`] pass through the pool.
+#[derive(Debug, Default)]
+pub(crate) struct Conns {
+    map: HashMap<ConnHandle, ConnState>,
+    spares: Vec<ConnState>,
+    max_spares: usize,
+}
+
+impl Conns {
+    fn new(max_spares: usize) -> Self {
+        Conns { map: HashMap::new(), spares: Vec::new(), max_spares }
+    }
+
+    /// Emptied states kept for new connections.
+    #[cfg(test)]
+    fn spares(&self) -> usize {
+        self.spares.len()
+    }
+
+    /// `state`, with a spare's waker lists in place of its empty ones.
+    fn furnished(&mut self, mut state: ConnState) -> ConnState {
+        if let Some(mut spare) = self.spares.pop() {
+            for (list, kept) in state.lists().into_iter().zip(spare.lists()) {
+                if list.capacity() == 0 {
+                    std::mem::swap(list, kept);
+                }
+            }
+        }
+        state
+    }
+
+    /// Tracks `h` with `state` (its waker lists from a spare when it has
+    /// none of its own).
+    pub(crate) fn insert(&mut self, h: ConnHandle, state: ConnState) {
+        let state = self.furnished(state);
+        if let Some(old) = self.map.insert(h, state) {
+            self.keep(old);
+        }
+    }
+
+    /// `h`'s state, made by `make` (and furnished from a spare) if absent.
+    pub(crate) fn entry(&mut self, h: ConnHandle) -> ConnEntry<'_> {
+        ConnEntry { conns: self, h }
+    }
+
+    /// Stops tracking `h`; its state's memory is kept for the next one.
+    /// Wakers still listed are dropped unwoken, as a removed state's are.
+    pub(crate) fn remove(&mut self, h: &ConnHandle) -> bool {
+        match self.map.remove(h) {
+            Some(state) => {
+                self.keep(state);
+                true
+            }
+            None => false,
+        }
+    }
+
+    fn keep(&mut self, mut state: ConnState) {
+        if self.spares.len() >= self.max_spares {
+            return;
+        }
+        let mut spare = ConnState::default();
+        for (list, kept) in state.lists().into_iter().zip(spare.lists()) {
+            if list.capacity() <= SPARE_WAKERS {
+                list.clear();
+                std::mem::swap(list, kept);
+            }
+        }
+        self.spares.push(spare);
+    }
+}
+
+impl std::ops::Deref for Conns {
+    type Target = HashMap<ConnHandle, ConnState>;
+
+    fn deref(&self) -> &Self::Target {
+        &self.map
+    }
+}
+
+impl std::ops::DerefMut for Conns {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.map
+    }
+}
+
+/// [`Conns::entry`]: one handle's place in the table.
+pub(crate) struct ConnEntry<'a> {
+    conns: &'a mut Conns,
+    h: ConnHandle,
+}
+
+impl<'a> ConnEntry<'a> {
+    /// The state of the handle, inserting `make()`'s if it has none.
+    pub(crate) fn or_insert_with(self, make: impl FnOnce() -> ConnState) -> &'a mut ConnState {
+        let ConnEntry { conns, h } = self;
+        if !conns.map.contains_key(&h) {
+            let state = conns.furnished(make());
+            conns.map.insert(h, state);
+        }
+        conns.map.entry(h).or_default()
     }
 }
 
@@ -126,7 +245,7 @@ pub(crate) struct Inner {
     pub(crate) engine: manyfold_proto::Endpoint,
     /// Connections the application holds or has not finished with. An entry
     /// goes when the connection is both released and closed.
-    pub(crate) conns: HashMap<ConnHandle, ConnState>,
+    pub(crate) conns: Conns,
     pub(crate) accept_waiters: Vec<Waker>,
     /// Live `Endpoint` handles; at 0 the endpoint stops accepting, and the
     /// driver ends once its connections are gone.
@@ -150,8 +269,8 @@ pub(crate) struct Inner {
 impl Inner {
     pub(crate) fn new(engine: manyfold_proto::Endpoint, faults: Option<Faults>) -> Self {
         Inner {
+            conns: Conns::new(engine.config().max_spare_connections),
             engine,
-            conns: HashMap::new(),
             accept_waiters: Vec::new(),
             endpoint_refs: 1,
             phase: Phase::Running,
@@ -238,8 +357,13 @@ impl Inner {
         if let Some(c) = self.conns.get_mut(&h) {
             close_once(&mut self.engine, h, c, now);
             c.released = true;
-            let closed = c.closed.is_some() || matches!(self.engine.conn(h).state(), None | Some(State::Closed));
-            if closed {
+            // A connection in TIME-WAIT (spec §4.8) has nothing more for
+            // the application, which holds no handle of it: its state goes
+            // back to the pool now, not when TIME-WAIT ends (a client's
+            // sessions would otherwise each build a new one).
+            let state = self.engine.conn(h).state();
+            let done = c.closed.is_some() || matches!(state, None | Some(State::Closed) | Some(State::TimeWait));
+            if done {
                 self.conns.remove(&h);
             }
         }
@@ -356,5 +480,82 @@ fn close_once(engine: &mut manyfold_proto::Endpoint, h: ConnHandle, c: &mut Conn
             engine.conn_mut(h).close();
         }
         c.close_requested = true;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::net::SocketAddr;
+    use std::task::Waker;
+
+    use manyfold_proto::{ConnHandle, Endpoint, EndpointConfig};
+
+    use super::*;
+
+    /// `n` distinct handles (the table is keyed by them; the engine makes them).
+    fn handles(n: usize) -> Vec<ConnHandle> {
+        let mut ep = Endpoint::new(EndpointConfig::default(), Instant::now());
+        let server = SocketAddr::from(([198, 18, 0, 2], 4433));
+        (0..n).map(|_| ep.connect(Instant::now(), server).expect("connect")).collect()
+    }
+
+    /// A state whose read list holds a waker, as after a first poll.
+    fn waited_on() -> ConnState {
+        let mut c = ConnState::default();
+        c.read.push(Waker::noop().clone());
+        c
+    }
+
+    #[test]
+    fn a_finished_connections_waker_lists_serve_the_next_one_emptied() {
+        let h = handles(2);
+        let mut conns = Conns::new(4);
+        conns.insert(h[0], waited_on());
+        let kept = conns[&h[0]].read.as_ptr();
+        assert!(conns.remove(&h[0]));
+        assert_eq!(conns.spares(), 1);
+        conns.insert(h[1], ConnState { connected: true, ..ConnState::default() });
+        let c = &conns[&h[1]];
+        assert_eq!(c.read.as_ptr(), kept, "the list's memory was reused");
+        assert!(c.read.is_empty() && c.read.capacity() > 0 && c.connected && c.closed.is_none());
+        assert_eq!(conns.spares(), 0);
+        assert!(!conns.remove(&h[0]), "already gone");
+    }
+
+    #[test]
+    fn entry_furnishes_a_new_state_from_a_spare_and_keeps_an_existing_one() {
+        let h = handles(2);
+        let mut conns = Conns::new(4);
+        conns.insert(h[0], waited_on());
+        conns.remove(&h[0]);
+        let c = conns.entry(h[1]).or_insert_with(|| ConnState { connected: true, ..ConnState::default() });
+        assert!(c.connected && c.read.is_empty() && c.read.capacity() > 0);
+        c.close_requested = true;
+        let again = conns.entry(h[1]).or_insert_with(ConnState::default);
+        assert!(again.close_requested, "an existing state is left as it is");
+    }
+
+    #[test]
+    fn the_pool_keeps_at_most_max_spare_connections_and_no_long_list() {
+        let h = handles(10);
+        let mut conns = Conns::new(3);
+        for &x in &h {
+            conns.insert(x, waited_on());
+        }
+        for x in &h {
+            conns.remove(x);
+        }
+        assert_eq!(conns.spares(), 3);
+        let mut none = Conns::new(0);
+        none.insert(h[0], waited_on());
+        none.remove(&h[0]);
+        assert_eq!(none.spares(), 0, "max_spare_connections 0 keeps nothing");
+        let mut long = ConnState::default();
+        long.write.extend((0..=SPARE_WAKERS).map(|_| Waker::noop().clone()));
+        conns.insert(h[0], long);
+        conns.spares.clear();
+        conns.remove(&h[0]);
+        conns.insert(h[1], ConnState::default());
+        assert_eq!(conns[&h[1]].write.capacity(), 0, "a list past SPARE_WAKERS is not kept");
     }
 }

@@ -32,7 +32,7 @@
 
 use std::time::{Duration, Instant};
 
-use super::Controller;
+use super::{CongestionAlgorithm, Controller};
 use crate::recovery::{RateSample, RttEstimator};
 
 /// 2/ln 2: the smallest gain that doubles the delivery rate each round.
@@ -117,6 +117,12 @@ pub struct Bbr {
 impl Bbr {
     /// A controller for packets of `mss` bytes starting at `initial_window_packets`.
     pub fn new(mss: u64, initial_window_packets: u32) -> Self {
+        Self::with_rounds(mss, initial_window_packets, Vec::with_capacity(BW_WINDOW_ROUNDS as usize + 1))
+    }
+
+    /// [`Bbr::new`] keeping `bw_rounds`' memory: the filter is emptied.
+    fn with_rounds(mss: u64, initial_window_packets: u32, mut bw_rounds: Vec<(u64, f64)>) -> Self {
+        bw_rounds.clear();
         let cwnd = mss * u64::from(initial_window_packets.max(1));
         Bbr {
             mss,
@@ -130,7 +136,7 @@ impl Bbr {
             inflight: 0,
             app_limited_now: false,
             quiet_rtt: None,
-            bw_rounds: Vec::with_capacity(BW_WINDOW_ROUNDS as usize + 1),
+            bw_rounds,
             round: 0,
             next_round_delivered: 0,
             min_rtt: None,
@@ -426,6 +432,17 @@ impl Controller for Bbr {
     fn pacing_rate(&self) -> Option<f64> {
         let bw = self.max_bw();
         (bw > 0.0).then_some(self.gains().0 * bw)
+    }
+
+    fn reset(&mut self, mss: u64, initial_window_packets: u32) {
+        // The filter never holds more than BW_WINDOW_ROUNDS + 1 entries,
+        // so what it keeps is small.
+        let rounds = std::mem::take(&mut self.bw_rounds);
+        *self = Bbr::with_rounds(mss, initial_window_packets, rounds);
+    }
+
+    fn algorithm(&self) -> CongestionAlgorithm {
+        CongestionAlgorithm::Bbr
     }
 
     fn name(&self) -> &'static str {

@@ -5,7 +5,7 @@
 
 use std::time::{Duration, Instant};
 
-use super::Controller;
+use super::{CongestionAlgorithm, Controller};
 use crate::recovery::RttEstimator;
 
 /// RFC 9438 §4.2: C = 0.4.
@@ -158,6 +158,14 @@ impl Controller for Cubic {
 
     fn pacing_gain(&self) -> f64 {
         super::loss_based_pacing_gain(self.cwnd, self.ssthresh)
+    }
+
+    fn reset(&mut self, mss: u64, initial_window_packets: u32) {
+        *self = Cubic::new(mss, initial_window_packets);
+    }
+
+    fn algorithm(&self) -> CongestionAlgorithm {
+        CongestionAlgorithm::Cubic
     }
 
     fn name(&self) -> &'static str {

@@ -51,6 +51,12 @@ pub trait Controller: Send + std::fmt::Debug {
     }
     /// Name for stats and traces.
     fn name(&self) -> &'static str;
+    /// Which algorithm this is (what [`renew`] matches on).
+    fn algorithm(&self) -> CongestionAlgorithm;
+    /// Back to the state of a new controller for packets of `mss` bytes
+    /// starting at `initial_window_packets`, keeping its memory (spec
+    /// §15.3: a spare connection's controller serves the next one).
+    fn reset(&mut self, mss: u64, initial_window_packets: u32);
 }
 
 /// Builds the controller a connection config asks for.
@@ -59,6 +65,25 @@ pub fn build(alg: CongestionAlgorithm, mss: u64, initial_window_packets: u32) ->
         CongestionAlgorithm::NewReno => Box::new(NewReno::new(mss, initial_window_packets)),
         CongestionAlgorithm::Cubic => Box::new(Cubic::new(mss, initial_window_packets)),
         CongestionAlgorithm::Bbr => Box::new(Bbr::new(mss, initial_window_packets)),
+    }
+}
+
+/// The controller a connection config asks for, reusing `spare` (a finished
+/// connection's, spec §15.3) when it runs the same algorithm: it is reset
+/// in place, so the connection allocates no new one. Another algorithm
+/// gets a new controller.
+pub(crate) fn renew(
+    spare: Option<Box<dyn Controller>>,
+    alg: CongestionAlgorithm,
+    mss: u64,
+    initial_window_packets: u32,
+) -> Box<dyn Controller> {
+    match spare {
+        Some(mut cc) if cc.algorithm() == alg => {
+            cc.reset(mss, initial_window_packets);
+            cc
+        }
+        _ => build(alg, mss, initial_window_packets),
     }
 }
 
@@ -78,4 +103,80 @@ fn loss_based_pacing_gain(cwnd: u64, ssthresh: u64) -> f64 {
 fn test_rtt() -> RttEstimator {
     use std::time::Duration;
     RttEstimator::new(Duration::from_secs(1), Duration::from_millis(200), Duration::from_secs(60), Duration::ZERO)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    /// Drives `cc` through a fixed history: slow start, a loss, an RTO,
+    /// rate samples and an MSS change; returns what it shows after each
+    /// step (window, pacing rate and gain) and its whole state.
+    fn drive(cc: &mut dyn Controller, t0: Instant, steps: u64) -> (Vec<(u64, Option<u64>, u64)>, String) {
+        let mut rtt = test_rtt();
+        let mut seen = Vec::new();
+        let mut delivered = 0;
+        for i in 1..=steps {
+            let now = t0 + Duration::from_millis(20 * i);
+            rtt.on_sample(Duration::from_millis(20 + i % 7));
+            let sent = now - Duration::from_millis(20);
+            cc.on_ack(now, sent, 1200 * (i % 5 + 1), &rtt, i % 3 == 0);
+            let acked = 1200 * (i % 5 + 1);
+            cc.on_rate_sample(
+                now,
+                &RateSample {
+                    delivery_rate: 1e6 + (i * 10_000) as f64,
+                    delivered: delivered + acked,
+                    prior_delivered: delivered,
+                    is_app_limited: i % 4 == 0,
+                    rtt: Some(Duration::from_millis(20 + i % 7)),
+                    newly_acked: acked,
+                    bytes_in_flight: cc.window() / 2,
+                },
+            );
+            delivered += acked;
+            match i % 17 {
+                5 => cc.on_congestion_event(now, sent, 1200),
+                9 => cc.on_spurious_congestion(),
+                13 => cc.on_rto(now),
+                16 => cc.set_mss(1100 + i % 3 * 100),
+                _ => {}
+            }
+            seen.push((cc.window(), cc.pacing_rate().map(f64::to_bits), cc.pacing_gain().to_bits()));
+        }
+        (seen, format!("{cc:?}"))
+    }
+
+    #[test]
+    fn a_reset_controller_behaves_exactly_like_a_new_one() {
+        let t0 = Instant::now();
+        for alg in [CongestionAlgorithm::NewReno, CongestionAlgorithm::Cubic, CongestionAlgorithm::Bbr] {
+            // Used, then renewed with other settings than its first.
+            let mut used = build(alg, 1400, 4);
+            drive(used.as_mut(), t0, 120);
+            let addr = std::ptr::from_ref(used.as_ref()).cast::<u8>();
+            let mut renewed = renew(Some(used), alg, 1200, 10);
+            assert_eq!(std::ptr::from_ref(renewed.as_ref()).cast::<u8>(), addr, "{alg:?}: the same box");
+            let mut fresh = build(alg, 1200, 10);
+            assert_eq!(format!("{renewed:?}"), format!("{fresh:?}"), "{alg:?}: same state as a new one");
+            let t1 = t0 + Duration::from_secs(60);
+            assert_eq!(drive(renewed.as_mut(), t1, 200), drive(fresh.as_mut(), t1, 200), "{alg:?}");
+        }
+    }
+
+    #[test]
+    fn renewing_for_another_algorithm_builds_that_algorithm() {
+        for (from, to) in [
+            (CongestionAlgorithm::Bbr, CongestionAlgorithm::Cubic),
+            (CongestionAlgorithm::Cubic, CongestionAlgorithm::NewReno),
+            (CongestionAlgorithm::NewReno, CongestionAlgorithm::Bbr),
+        ] {
+            let cc = renew(Some(build(from, 1200, 10)), to, 1200, 10);
+            assert_eq!(cc.algorithm(), to);
+            assert_eq!(format!("{cc:?}"), format!("{:?}", build(to, 1200, 10)));
+        }
+        assert_eq!(renew(None, CongestionAlgorithm::Cubic, 1200, 10).algorithm(), CongestionAlgorithm::Cubic);
+    }
 }

@@ -3,7 +3,7 @@
 
 use std::time::Instant;
 
-use super::Controller;
+use super::{CongestionAlgorithm, Controller};
 use crate::recovery::RttEstimator;
 
 #[derive(Debug, Clone)]
@@ -104,6 +104,14 @@ impl Controller for NewReno {
 
     fn pacing_gain(&self) -> f64 {
         super::loss_based_pacing_gain(self.cwnd, self.ssthresh)
+    }
+
+    fn reset(&mut self, mss: u64, initial_window_packets: u32) {
+        *self = NewReno::new(mss, initial_window_packets);
+    }
+
+    fn algorithm(&self) -> CongestionAlgorithm {
+        CongestionAlgorithm::NewReno
     }
 
     fn name(&self) -> &'static str {

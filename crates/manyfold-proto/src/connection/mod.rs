@@ -163,14 +163,17 @@ pub(crate) struct Connection {
 pub struct Spare {
     streams: Streams,
     events: VecDeque<Event>,
+    sent: SentQueue,
+    /// Reset in place when the next connection runs the same algorithm.
+    cc: Box<dyn Controller>,
 }
 
 impl Connection {
     /// Takes a finished connection apart for [`Spare`].
     pub(crate) fn into_spare(self) -> Spare {
-        let Connection { streams, mut events, .. } = self;
+        let Connection { streams, mut events, sent, cc, .. } = self;
         streams::keep_small(&mut events);
-        Spare { streams, events }
+        Spare { streams, events, sent, cc }
     }
 
     fn new(
@@ -183,7 +186,6 @@ impl Connection {
         spare: Option<Spare>,
     ) -> Self {
         let mss = u64::from(config.max_datagram);
-        let cc = congestion::build(config.congestion, mss, config.initial_window_packets);
         let rtt = RttEstimator::new(config.initial_rto, config.min_rto, config.max_rto, config.max_ack_delay);
         let isn = Seq::from_isn(isn);
         let limits = Limits {
@@ -192,17 +194,18 @@ impl Connection {
             stream_window: config.stream_window.max(config.max_message) as u64,
             stream0_window: config.recv_buffer as u64,
         };
-        let (streams, events) = match spare {
-            Some(spare) => (spare.streams.renew(limits), spare.events),
-            None => (Streams::new(limits), VecDeque::new()),
+        let (streams, events, sent, cc) = match spare {
+            Some(spare) => (spare.streams.renew(limits), spare.events, spare.sent.renew(isn), Some(spare.cc)),
+            None => (Streams::new(limits), VecDeque::new(), SentQueue::new(isn), None),
         };
+        let cc = congestion::renew(cc, config.congestion, mss, config.initial_window_packets);
         let mut c = Connection {
             remote,
             local_id,
             remote_id: None,
             state,
             isn,
-            sent: SentQueue::new(isn),
+            sent,
             streams,
             fin_queued: false,
             opener: false,
@@ -360,7 +363,8 @@ impl Connection {
         }
         c.security = security;
         // Our SYN-ACK (seq isn) was sent statelessly and is acked by the echo.
-        c.sent = SentQueue::new(c.isn + 1);
+        // Renewed, not replaced: it keeps the spare's memory (spec §15.3).
+        c.sent = std::mem::replace(&mut c.sent, SentQueue::new(c.isn)).renew(c.isn + 1);
         c.remote_id = Some(remote_id);
         c.set_peer_max_datagram(max_datagram);
         c.recv = Some(Receiver::new(Seq::from_isn(peer_isn) + 1, recv_buffer));

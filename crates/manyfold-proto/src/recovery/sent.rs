@@ -259,6 +259,21 @@ impl SentQueue {
         }
     }
 
+    /// A new queue starting at `first_seq` that keeps this one's containers'
+    /// memory, emptied (spec §15.3: a spare connection's queue serves the
+    /// next connection, which then allocates none). A container that grew
+    /// past [`SPARE_ENTRIES`] is dropped, so a spare never keeps a large
+    /// window's worth. Nothing of the old connection's state is kept.
+    pub fn renew(self, first_seq: Seq) -> Self {
+        let SentQueue { packets, order, acked, .. } = self;
+        SentQueue {
+            packets: emptied_deque(packets),
+            order: emptied_deque(order),
+            acked: if acked.capacity() > SPARE_ENTRIES { Vec::new() } else { emptied(acked) },
+            ..SentQueue::new(first_seq)
+        }
+    }
+
     /// Starts recording the packets declared lost (spec §18).
     pub fn log_losses(&mut self) {
         self.lost_log.get_or_insert_with(Vec::new);
@@ -703,6 +718,25 @@ impl SentQueue {
     }
 }
 
+/// Entries a spare queue's container may keep (spec §15.3): a short
+/// session's packets in flight, at most 1,920 bytes of [`SentPacket`]s.
+const SPARE_ENTRIES: usize = 16;
+
+/// `q`, emptied, or a new deque if it grew past [`SPARE_ENTRIES`].
+fn emptied_deque<T>(mut q: VecDeque<T>) -> VecDeque<T> {
+    if q.capacity() > SPARE_ENTRIES {
+        return VecDeque::new();
+    }
+    q.clear();
+    q
+}
+
+/// `v`, emptied.
+fn emptied<T>(mut v: Vec<T>) -> Vec<T> {
+    v.clear();
+    v
+}
+
 /// A newly acknowledged packet leaves the flight if it was in it (and is
 /// reported for congestion control) and counts toward the delivery rate
 /// (spec §9.4).
@@ -785,6 +819,61 @@ mod tests {
             Duration::ZERO,
         );
         Fixture { t0, q, rtt }
+    }
+
+    /// Runs a fixed history on `f`'s queue from its base `b`: sends, a
+    /// SACK that declares a loss, its resend, an RTO, a cumulative ack.
+    /// Returns every outcome and the queue's final state.
+    fn history(f: &mut Fixture, b: u32) -> Vec<String> {
+        let mut seen = Vec::new();
+        let t = f.t0 + Duration::from_millis(30);
+        for i in 0..6 {
+            let flags = if i == 0 { Flags::SYN } else { Flags::empty() };
+            f.q.on_sent(t + Duration::from_millis(i), Chunks::default(), flags, 200, i % 2 == 0);
+        }
+        let (out, lost) = ack(f, t + Duration::from_millis(40), b + 1, &[(b + 2, b + 6)]);
+        seen.push(format!("{out:?} {lost} {:?}", f.q.take_acked().collect::<Vec<_>>()));
+        let resend = f.q.peek_retransmit();
+        seen.push(format!("{resend:?}"));
+        if let Some(r) = resend {
+            f.q.on_retransmitted(t + Duration::from_millis(41), r, 200);
+        }
+        seen.push(format!("{} {:?}", f.q.on_rto(), f.q.peek_retransmit()));
+        let (out, lost) = ack(f, t + Duration::from_millis(90), b + 6, &[]);
+        seen.push(format!("{out:?} {lost} {:?}", f.q.take_rate_sample(t + Duration::from_millis(90), &f.rtt)));
+        seen.push(format!("{:?}", f.q));
+        seen
+    }
+
+    #[test]
+    fn a_renewed_sent_queue_behaves_exactly_like_a_new_one() {
+        let mut used = fixture(12);
+        used.q.log_losses();
+        let now = used.t0 + Duration::from_millis(20);
+        ack(&mut used, now, 103, &[(105, 108)]);
+        used.q.on_rto();
+        let (pk, ord) = (used.q.packets.capacity(), used.q.order.capacity());
+        assert!(pk > 0 && ord > 0 && used.q.acked.capacity() > 0);
+        let renewed = used.q.renew(s(7));
+        assert_eq!(format!("{renewed:?}"), format!("{:?}", SentQueue::new(s(7))), "no state kept");
+        assert_eq!((renewed.packets.capacity(), renewed.order.capacity()), (pk, ord), "memory kept");
+        assert!(renewed.acked.capacity() > 0);
+        let mut a = Fixture { q: renewed, ..fixture(0) };
+        let mut b = Fixture { q: SentQueue::new(s(7)), ..fixture(0) };
+        b.t0 = a.t0;
+        assert_eq!(history(&mut a, 7), history(&mut b, 7));
+    }
+
+    #[test]
+    fn a_renewed_sent_queue_drops_a_large_window() {
+        let mut f = fixture(200);
+        let now = f.t0 + Duration::from_millis(300);
+        ack(&mut f, now, 300, &[]);
+        assert!(f.q.packets.capacity() > SPARE_ENTRIES && f.q.acked.capacity() > SPARE_ENTRIES);
+        let renewed = f.q.renew(s(1));
+        assert_eq!(renewed.packets.capacity(), 0);
+        assert!(renewed.order.capacity() <= SPARE_ENTRIES);
+        assert_eq!(renewed.acked.capacity(), 0);
     }
 
     #[test]
