@@ -15,7 +15,7 @@ use std::time::Duration;
 use manyfold_fuzz::{origin, Net, Writer};
 use manyfold_proto::mcast::{Announcement, McPacket, McastReceiver, McastSender, ReceiverConfig, SenderConfig};
 use manyfold_proto::wire::{ErrorCode, Packet};
-use manyfold_proto::{ConnectionConfig, EndpointConfig, MessageOptions};
+use manyfold_proto::{ConnectionConfig, EndpointConfig, MessageOptions, StreamId};
 
 fn write(target: &str, name: &str, data: &[u8]) {
     let dir = Path::new("corpus").join(target);
@@ -37,7 +37,7 @@ fn connection_datagrams() -> Vec<Vec<u8>> {
     net.record = Some(Vec::new());
     let a = net.a.connect(net.now, net.b_addr).expect("connect");
     // A request riding on the handshake (spec §15).
-    let _ = net.a.send(a, b"GET /");
+    let _ = net.a.conn_mut(a).stream_send(StreamId::new(0), b"GET /");
     net.flush(6, Duration::from_millis(5));
     let b = net.b.accept().expect("accepted");
     let mut lcg = 7u64;
@@ -56,36 +56,37 @@ fn connection_datagrams() -> Vec<Vec<u8>> {
         }
     };
     let block: Vec<u8> = (0..6000u32).map(|i| (i % 251) as u8).collect();
-    let _ = net.a.stream_send(a, 0, &block);
-    let _ = net.a.stream_send(a, 1, &block[..900]);
-    let _ = net.b.stream_send(b, 0, b"reply");
+    let _ = net.a.conn_mut(a).stream_send(StreamId::new(0), &block);
+    let _ = net.a.conn_mut(a).stream_send(StreamId::new(1), &block[..900]);
+    let _ = net.b.conn_mut(b).stream_send(StreamId::new(0), b"reply");
     let now = net.now;
-    let _ = net.a.send_message(a, now, 2, b"ordered", MessageOptions::default());
-    let _ = net.a.send_message(a, now, 2, b"", MessageOptions::default());
+    let _ = net.a.conn_mut(a).send_message(now, StreamId::new(2), b"ordered", MessageOptions::default());
+    let _ = net.a.conn_mut(a).send_message(now, StreamId::new(2), b"", MessageOptions::default());
     let un = MessageOptions { unordered: true, ..Default::default() };
-    let _ = net.a.send_message(a, now, 5, &block[..1500], un);
+    let _ = net.a.conn_mut(a).send_message(now, StreamId::new(5), &block[..1500], un);
     let pr = MessageOptions { lifetime: Some(Duration::from_millis(1)), ..Default::default() };
-    let _ = net.a.send_message(a, now, 4, &block[..2000], pr);
+    let _ = net.a.conn_mut(a).send_message(now, StreamId::new(4), &block[..2000], pr);
     lossy(&mut net, 20);
     let mut buf = vec![0u8; 1 << 16];
-    while let Ok(Some(n)) = net.b.recv(b, &mut buf) {
+    while let Ok(Some(n)) = net.b.conn_mut(b).stream_recv(StreamId::new(0), &mut buf) {
         if n == 0 {
             break;
         }
     }
-    while let Ok(Some(_)) = net.b.recv_message(b) {}
-    net.a.reset_stream(a, 1, 9);
-    net.b.stop_stream(b, 3, 4);
-    let _ = net.a.finish_stream(a, 2);
+    while let Ok(Some(_)) = net.b.conn_mut(b).recv_message() {}
+    net.a.conn_mut(a).reset_stream(StreamId::new(1), 9);
+    net.b.conn_mut(b).stop_stream(StreamId::new(3), 4);
+    let _ = net.a.conn_mut(a).finish_stream(StreamId::new(2));
     net.flush(4, Duration::from_millis(5));
-    net.a.close(a);
-    net.b.close(b);
+    net.a.conn_mut(a).close();
+    net.b.conn_mut(b).close();
     lossy(&mut net, 10);
     net.flush(6, Duration::from_millis(5));
     // A second connection, aborted (RST with a code).
     let a2 = net.a.connect(net.now, net.b_addr).expect("connect");
     net.flush(4, Duration::from_millis(5));
-    net.a.abort(a2, net.now, ErrorCode::APPLICATION);
+    let now = net.now;
+    net.a.conn_mut(a2).abort(now, ErrorCode::APPLICATION);
     net.flush(4, Duration::from_millis(5));
     // Refused: nobody listening.
     net.b.set_listening(false);
