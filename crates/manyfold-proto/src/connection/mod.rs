@@ -112,6 +112,9 @@ pub(crate) struct Connection {
     tlp_due: Option<Seq>,
     /// The second copy of a thin flow's retransmission is due (spec §5.5.1).
     resend_copy_due: Option<Seq>,
+    /// Resends since the last RTO while no ack has come (spec §5.4 step
+    /// 7): at `RTO_RESENDS`, nothing more is resent until one comes.
+    rto_resends: u8,
     /// The process means to exit: repeat the final ack (spec §4.8).
     exiting: bool,
     /// Repeats of the final ack still to send in TIME-WAIT (spec §4.8).
@@ -225,6 +228,7 @@ impl Connection {
             flush_hold_end: None,
             tlp_due: None,
             resend_copy_due: None,
+            rto_resends: 0,
             exiting: false,
             reacks_left: 0,
             tlp_count: 0,
@@ -924,7 +928,7 @@ impl Connection {
                 }
             } else if self.state == State::SynReceived || self.early_syn_outstanding() {
                 // The peer's SYN again: our SYN-ACK was lost (spec §4.3, §6.9).
-                self.sent.requeue(self.isn);
+                self.resend_syn_now();
             }
             self.ack.immediate = true;
             return;
@@ -990,7 +994,7 @@ impl Connection {
             self.learn_peer(h.seq, peer_id, params, h.window);
             self.decline_early();
             self.set_state(State::SynReceived);
-            self.sent.requeue(self.isn);
+            self.resend_syn_now();
             false
         }
     }

@@ -17,6 +17,8 @@ use crate::wire::{ErrorCode, Flags, HandshakeParams, Packet, PacketType, COOKIE_
 const DATA_SACK_RANGES: usize = 4;
 /// Tail-loss probes per flight before the RTO (spec §5.4).
 const MAX_TLPS: u32 = 3;
+/// Resends after an RTO before an ack must come (spec §5.4 step 7).
+const RTO_RESENDS: u8 = 2;
 /// SACK ranges on a pure ack.
 const ACK_SACK_RANGES: usize = 16;
 
@@ -126,6 +128,7 @@ impl Connection {
             return;
         }
         self.stats.lost_packets += self.sent.on_rto();
+        self.rto_resends = 0;
         self.check_probe(now);
         self.check_black_hole();
         self.cc.on_rto(now);
@@ -140,6 +143,13 @@ impl Connection {
         self.timers.cancel(Timer::Tlp);
         self.tlp_due = None;
         self.resend_copy_due = None;
+    }
+
+    /// The peer's SYN came (again): ours goes again at once, as SYN-ACK
+    /// (spec §4.3), whatever an RTO holds back (the peer is there).
+    pub(super) fn resend_syn_now(&mut self) {
+        self.sent.requeue(self.isn);
+        self.rto_resends = 0;
     }
 
     /// Writes the next datagram into `buf` (at most `buf.len()` bytes) and
@@ -173,7 +183,13 @@ impl Connection {
         }
         if self.state != State::TimeWait {
             if let Some(seq) = self.sent.peek_retransmit() {
-                match self.retransmit(now, buf, seq) {
+                // spec §5.4 step 7: after an RTO, two resends, then nothing
+                // until an ack comes (RFC 5682's first step, with a second
+                // packet against random loss): the acks of a starved
+                // receiver come late but come, and the first of them shows
+                // whether the flight was lost at all.
+                let after_rto = self.rto_backoff > 0 && self.rto_resends >= RTO_RESENDS;
+                match if after_rto { Sent::Blocked } else { self.retransmit(now, buf, seq) } {
                     Sent::Yes(n) => return Some(n),
                     Sent::NoRoom => return None,
                     Sent::Blocked => {}
@@ -235,6 +251,9 @@ impl Connection {
         // spec §5.3: a resend is what the peer waits for; ask for its ack now.
         match self.write(now, buf, control | Flags::KLV, seq, Some(&payload), DATA_SACK_RANGES) {
             Some(n) => {
+                if self.rto_backoff > 0 {
+                    self.rto_resends = self.rto_resends.saturating_add(1);
+                }
                 if self.sent.on_retransmitted(now, seq, n as u32) {
                     self.count_resend(SendTrigger::Retransmit);
                     if control == Flags::empty() && payload.data_len() > 0 && self.thin_with_room(n as u64) {
