@@ -801,6 +801,14 @@ fn every_packet_of_a_lossy_multicast_session_is_dissected_and_counted_as_the_sen
         "mc END",
     ];
     assert_seen(&seen, &kinds);
+    // spec §16.12: receivers given no --network register with KLV (the
+    // sender may regroup them), and the dissector says so on each REGISTER.
+    for fr in &frames {
+        let registers = fr.kinds().iter().filter(|k| *k == "mc REGISTER").count();
+        let auto = fr.all("manyfold.mc.auto_group");
+        assert_eq!(auto.len(), registers, "frame {}: auto_group on REGISTER only", fr.number());
+        assert!(auto.iter().all(|a| a == "1"), "frame {}: a REGISTER without --network lacks KLV", fr.number());
+    }
 
     // The dissected counts agree with the sender's own report.
     let stat = |k: &str| report[k].as_u64().unwrap_or_else(|| panic!("no {k} in {report}"));
