@@ -1,4 +1,5 @@
-//! The Wireshark dissector `tools/wireshark/manyfold.lua` against real
+//! The Wireshark dissector `tools/wireshark/manyfold.lua` (with its
+//! multicast half, `manyfold_mcast.lua`, loaded from beside it) against real
 //! traffic: tshark captures manyfold transfers (a lossy send/recv, an
 //! encrypted one (spec §19), a group send, request/reply sessions on
 //! 127.0.0.1, and a multicast session with loss in network namespaces),
@@ -7,7 +8,9 @@
 //! good CRC32C, carry the fields of its packet type, raise no malformed
 //! packet and no expert warning or error, and (for connections) agree field
 //! by field with what the sending process traced (`--trace`). A crafted
-//! capture checks that broken datagrams are flagged, not crashed on.
+//! capture checks each field's value and that exactly the broken datagrams
+//! are flagged, not crashed on, both with `-X lua_script:` and with the
+//! files copied into a plugins folder.
 //!
 //! Capturing needs root: without it the tests say so and pass without
 //! running. tshark is required when root: `.ci/run` installs it.
@@ -26,7 +29,12 @@ use common::netns::Lab;
 use common::{manyfold, samplegen, Running};
 
 const LIMIT: Duration = Duration::from_secs(90);
+/// The dissector's directory: manyfold.lua, which loads manyfold_mcast.lua
+/// from beside it.
+const LUA_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tools/wireshark");
 const LUA: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tools/wireshark/manyfold.lua");
+/// The files a plugins folder needs (tools/wireshark/README.md).
+const LUA_FILES: &[&str] = &["manyfold.lua", "manyfold_mcast.lua"];
 
 /// Expert severities as tshark prints `_ws.expert.severity` (PI_WARN, PI_ERROR).
 const SEVERITY_WARN: u64 = 0x0060_0000;
@@ -215,6 +223,14 @@ const FIELDS: &[&str] = &[
     "manyfold.mc.noise",
     "manyfold.mc.source",
     "manyfold.mc.seq",
+    "manyfold.mc.epoch",
+    "manyfold.mc.group",
+    "manyfold.mc.auto_group",
+    "manyfold.mc.behind",
+    "manyfold.mc.signatures.version",
+    "manyfold.mc.signatures.count",
+    "manyfold.mc.signature.block",
+    "manyfold.mc.signature.losses",
     "manyfold.reason",
     "manyfold.reason.length",
     "manyfold.ackfreq.threshold",
@@ -253,10 +269,34 @@ impl Frame {
     }
 }
 
+/// How tshark gets the dissector.
+#[derive(Clone, Copy)]
+enum Load<'a> {
+    /// `-X lua_script:…/manyfold.lua`, which finds its multicast half
+    /// (`manyfold_mcast.lua`) beside it.
+    Script,
+    /// From the personal plugins folder of a home directory (both files
+    /// copied there, as tools/wireshark/README.md says).
+    Plugins { home: &'a Path },
+}
+
 /// Reads `pcap` through the dissector, with `extra` tshark arguments.
 fn dissect(pcap: &Path, extra: &[&str]) -> Vec<Frame> {
+    dissect_loaded(pcap, extra, Load::Script)
+}
+
+/// Reads `pcap` through the dissector loaded as `load` says.
+fn dissect_loaded(pcap: &Path, extra: &[&str], load: Load) -> Vec<Frame> {
     let mut cmd = Command::new("tshark");
-    cmd.args(["-n", "-r"]).arg(pcap).arg("-X").arg(format!("lua_script:{LUA}"));
+    cmd.args(["-n", "-r"]).arg(pcap);
+    match load {
+        Load::Script => {
+            cmd.arg("-X").arg(format!("lua_script:{LUA}"));
+        }
+        Load::Plugins { home } => {
+            cmd.env("HOME", home).env_remove("XDG_CONFIG_HOME").env_remove("WIRESHARK_PLUGIN_DIR");
+        }
+    }
     // The heuristic claims datagrams on any port; tried first so that no
     // port-based dissector of another protocol gets an ephemeral port.
     cmd.args(["-o", "udp.try_heuristic_first:TRUE"]).args(extra);
@@ -321,6 +361,7 @@ fn required(kind: &str) -> &'static [&'static str] {
         ],
         "mc REGISTER" => &["manyfold.mc.session", "manyfold.mc.network", "manyfold.mc.client"],
         "mc REGISTER+ACK" => &["manyfold.mc.session", "manyfold.mc.client", "manyfold.mc.from_sn"],
+        "mc GROUP" => &["manyfold.mc.session", "manyfold.mc.epoch", "manyfold.mc.group", "manyfold.mc.client"],
         "mc DATA" => {
             &["manyfold.mc.session", "manyfold.mc.sn", "manyfold.mc.lwsn", "manyfold.mc.window", "manyfold.mc.data"]
         }
@@ -760,6 +801,14 @@ fn every_packet_of_a_lossy_multicast_session_is_dissected_and_counted_as_the_sen
         "mc END",
     ];
     assert_seen(&seen, &kinds);
+    // spec §16.12: receivers given no --network register with KLV (the
+    // sender may regroup them), and the dissector says so on each REGISTER.
+    for fr in &frames {
+        let registers = fr.kinds().iter().filter(|k| *k == "mc REGISTER").count();
+        let auto = fr.all("manyfold.mc.auto_group");
+        assert_eq!(auto.len(), registers, "frame {}: auto_group on REGISTER only", fr.number());
+        assert!(auto.iter().all(|a| a == "1"), "frame {}: a REGISTER without --network lacks KLV", fr.number());
+    }
 
     // The dissected counts agree with the sender's own report.
     let stat = |k: &str| report[k].as_u64().unwrap_or_else(|| panic!("no {k} in {report}"));
@@ -879,7 +928,10 @@ fn write_pcap(path: &Path, port: u16, datagrams: &[Vec<u8>]) {
 /// of warning level or above).
 fn crafted() -> Vec<(Vec<u8>, &'static str, &'static str)> {
     use bytes::Bytes;
-    use manyfold_proto::mcast::wire::{emit, emit_announcement, emit_invitation, emit_ranges, Announcement};
+    use manyfold_proto::mcast::wire::{
+        emit, emit_announcement, emit_bytes, emit_code, emit_invitation, emit_ranges, emit_signatures, Announcement,
+        Signature,
+    };
     use manyfold_proto::mcast::Pattern;
     use manyfold_proto::wire::chunk::{Chunk, DataChunk};
     use manyfold_proto::wire::{seal, Cookie, ErrorCode, Flags, HandshakeParams, Packet, PacketType, SackBlock};
@@ -1005,6 +1057,21 @@ fn crafted() -> Vec<(Vec<u8>, &'static str, &'static str)> {
             v[2..4].copy_from_slice(&plen.to_be_bytes());
         })
     };
+    // spec §16.12: a STATUS from client 4 holding 10 packets, with the
+    // error code when given, then `trailer`.
+    let status = |flags: Flags, code: Option<ErrorCode>, trailer: &dyn Fn(&mut [u8]) -> usize| {
+        mc(PacketType::McStatus, flags, 10, 3, 4, &|o| {
+            let at = code.map_or(0, |c| emit_code(o, c));
+            at + trailer(&mut o[at..])
+        })
+    };
+    // Bits set: 1; 65 (all of word 0, and bit 255); 3; none.
+    let sigs = [
+        Signature { block: 5, bits: [1, 0, 0, 0] },
+        Signature { block: 6, bits: [u64::MAX, 0, 0, 1 << 63] },
+        Signature { block: 7, bits: [0, 0b101, 0, 1 << 63] },
+        Signature { block: 8, bits: [0; 4] },
+    ];
     let rst = |code| {
         let mut p = Packet::bare(PacketType::Segment, Flags::RST, 9, 1, 0, 0);
         p.error = Some(code);
@@ -1075,12 +1142,68 @@ fn crafted() -> Vec<(Vec<u8>, &'static str, &'static str)> {
         ),
         (sealed(1 + 40 + 16), "SEALED", ""),
         (sealed(10), "SEALED", "a sealed packet needs 29 bytes after the header"),
+        // spec §16.12: the grouping fields (frames 38 to 52, checked below).
+        (group_from_spec(), "GROUP", ""),
+        (mc(PacketType::McRegister, Flags::ACK | Flags::KLV, 7, 0xa000_0002, 4, &|_| 0), "GROUP", ""),
+        (
+            mc(PacketType::McRegister, Flags::ACK | Flags::KLV, 7, 0xa000_0002, 4, &|o| emit_bytes(o, b"x")),
+            "GROUP",
+            "a group assignment carries no payload",
+        ),
+        (mc(PacketType::McRegister, Flags::KLV, 0, 0x0a0b0c, 4, &|_| 0), "REGISTER", ""),
+        (mc(PacketType::McAck, Flags::KLV, 99, 3, 4, &|o| emit_ranges(o, [2..5, 7..8]).0), "ACK", ""),
+        (status(Flags::empty(), None, &|o| emit_signatures(o, sigs[..1].iter().copied())), "STATUS", ""),
+        (status(Flags::empty(), None, &|o| emit_signatures(o, sigs.iter().copied())), "STATUS", ""),
+        (
+            status(Flags::ERR, Some(ErrorCode::TOO_SLOW), &|o| emit_signatures(o, sigs[..1].iter().copied())),
+            "STATUS",
+            "",
+        ),
+        (status(Flags::empty(), None, &|o| emit_bytes(o, &trailer_from_spec())), "STATUS", ""),
+        // The last entry cut short by one byte.
+        (
+            status(Flags::empty(), None, &|o| emit_signatures(o, sigs[..2].iter().copied()) - 1),
+            "STATUS",
+            "2 signatures run past the payload",
+        ),
+        (status(Flags::empty(), None, &|o| emit_bytes(o, &[1, 0])), "STATUS", "0 signatures (1 to 4)"),
+        (
+            status(Flags::empty(), None, &|o| {
+                let n = emit_signatures(o, sigs.iter().copied());
+                o[1] = 5;
+                n
+            }),
+            "STATUS",
+            "5 signatures (1 to 4)",
+        ),
+        (status(Flags::empty(), None, &|o| emit_bytes(o, &[1])), "STATUS", "loss-signature trailer without its count"),
+        // Another version: ignored, the STATUS stands (a note, no warning).
+        (status(Flags::empty(), None, &|o| emit_bytes(o, &[2, 9, 9])), "STATUS", ""),
+        (status(Flags::FIN, None, &|_| 0), "STATUS", ""),
         // spec §3.3.4: an abort's reason in words, within and over the limit.
         (reason_rst("disk full on /srv"), "ABORT", ""),
         (reason_rst(&"x".repeat(300)), "ABORT", ""),
         // spec §5.6: an ack-frequency request, a control chunk.
         (ack_frequency(), "CONTROL", ""),
     ]
+}
+
+/// spec §16.12's GROUP, byte by byte: client 4 of session 9 assigned to
+/// group 0xa0000001 at epoch 3 (the CRC32C sealed in).
+fn group_from_spec() -> Vec<u8> {
+    let mut v = vec![
+        0x12, 0x12, 0x00, 0x00, 0x00, 0x00, 0x00, 0x09, 0x00, 0x00, 0x00, 0x03, 0xa0, 0x00, 0x00, 0x01, 0x00, 0x00,
+        0x00, 0x04, 0, 0, 0, 0,
+    ];
+    manyfold_proto::wire::seal(&mut v);
+    v
+}
+
+/// spec §16.12's trailer example: one block, 5, whose only loss sets bit 0.
+fn trailer_from_spec() -> Vec<u8> {
+    let mut v = vec![0x01, 0x01, 0x00, 0x00, 0x00, 0x05, 0, 0, 0, 0, 0, 0, 0, 0x01];
+    v.extend_from_slice(&[0; 24]);
+    v
 }
 
 /// A sequenced packet carrying one ACK_FREQUENCY chunk (spec §5.6).
@@ -1189,4 +1312,98 @@ fn crafted_datagrams_of_every_kind_are_decoded_and_broken_ones_flagged_without_l
     let p = &frames[36];
     let got = ["manyfold.mc.source", "manyfold.protected.pn", "manyfold.protected.payload_len"].map(|f| p.one(f));
     assert_eq!(got, ["0", "7", "41"], "57 bytes: 41 encrypted, 16 of tag");
+    // spec §16.12: the group assignment's fields, the spec's own example first.
+    for (i, want) in
+        [(38, ["0x00000009", "3", "0xa0000001", "0x00000004"]), (39, ["0x0000abcd", "7", "0xa0000002", "0x00000004"])]
+    {
+        let got = ["manyfold.mc.session", "manyfold.mc.epoch", "manyfold.mc.group", "manyfold.mc.client"]
+            .map(|f| frames[i].one(f));
+        assert_eq!(got, want, "frame {i}");
+        assert!(frames[i].all("manyfold.mc.network").is_empty(), "frame {i}: a GROUP has no network id");
+    }
+    // REGISTER's KLV (auto-group) and ACK's KLV (behind), set and clear.
+    let flag = |i: usize, f: &str| frames[i].one(f).to_string();
+    assert_eq!((flag(41, "manyfold.mc.auto_group"), flag(13, "manyfold.mc.auto_group")), ("1".into(), "0".into()));
+    assert_eq!(frames[41].one("manyfold.mc.network"), "0x000a0b0c");
+    assert_eq!((flag(42, "manyfold.mc.behind"), flag(17, "manyfold.mc.behind")), ("1".into(), "0".into()));
+    // The loss-signature trailers: version, count, each block and its bits set.
+    let trailer = |i: usize| {
+        let fr = &frames[i];
+        (
+            fr.one("manyfold.mc.signatures.version"),
+            fr.one("manyfold.mc.signatures.count"),
+            fr.all("manyfold.mc.signature.block").join(","),
+            fr.all("manyfold.mc.signature.losses").join(","),
+        )
+    };
+    assert_eq!(trailer(43), ("1", "1", "5".into(), "1".into()));
+    assert_eq!(trailer(44), ("1", "4", "5,6,7,8".into(), "1,65,3,0".into()));
+    assert_eq!(trailer(45), ("1", "1", "5".into(), "1".into()), "after the error code");
+    assert_eq!(frames[45].one("manyfold.error"), "26");
+    assert_eq!(trailer(46), ("1", "1", "5".into(), "1".into()), "spec §16.12's example");
+    // Malformed ones show the count they carry and decode no entry.
+    assert_eq!(trailer(47), ("1", "2", String::new(), String::new()));
+    assert_eq!(trailer(48), ("1", "0", String::new(), String::new()));
+    assert_eq!(trailer(49), ("1", "5", String::new(), String::new()));
+    // Another version is named, noted and not decoded.
+    assert_eq!(trailer(51), ("2", "", String::new(), String::new()));
+    assert!(
+        frames[51].all("_ws.expert.message").iter().any(|m| m.contains("a trailer of another version")),
+        "{:?}",
+        frames[51].all("_ws.expert.message")
+    );
+    assert_eq!(trailer(52), ("", "", String::new(), String::new()), "no payload, no trailer");
+    for (i, fr) in frames.iter().enumerate().take(53).skip(38) {
+        let held = fr.all("manyfold.mc.held").len();
+        assert_eq!(held, usize::from(i >= 43), "frame {i}: held only on STATUS");
+    }
+}
+
+#[test]
+fn copying_both_lua_files_into_a_plugins_folder_installs_the_whole_dissector() {
+    if !has_tshark() {
+        assert!(!is_root(), "tshark is missing; .ci/run installs it (apt-get install tshark)");
+        eprintln!("skipped: tshark is missing (.ci/run installs it as root)");
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let pcap = tmp.path().join("crafted.pcap");
+    let datagrams: Vec<Vec<u8>> = crafted().into_iter().map(|c| c.0).collect();
+    write_pcap(&pcap, 7008, &datagrams);
+    // Every .lua file of the directory is one README.md tells to copy.
+    let mut found: Vec<String> = std::fs::read_dir(LUA_DIR)
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter(|n| n.ends_with(".lua"))
+        .collect();
+    found.sort();
+    assert_eq!(found, LUA_FILES, "tools/wireshark's files changed: update LUA_FILES and README.md");
+    let home = tmp.path().join("home");
+    let plugins = home.join(".local/lib/wireshark/plugins");
+    std::fs::create_dir_all(&plugins).unwrap();
+    for name in LUA_FILES {
+        std::fs::copy(Path::new(LUA_DIR).join(name), plugins.join(name)).unwrap();
+    }
+    // Installed, it decodes every field exactly as when loaded for one run
+    // (and `dissect_loaded` asserts tshark said nothing on stderr).
+    let by_script = dissect(&pcap, &[]);
+    let installed = dissect_loaded(&pcap, &[], Load::Plugins { home: &home });
+    assert_eq!(installed.len(), by_script.len());
+    for (a, b) in installed.iter().zip(&by_script) {
+        let protocols = a.one("frame.protocols");
+        assert!(protocols.ends_with(":udp:manyfold"), "frame {}: {protocols} when installed", a.number());
+        for f in FIELDS {
+            assert_eq!(a.all(f), b.all(f), "frame {}: {f} differs installed and by script", a.number());
+        }
+    }
+    // manyfold.lua alone: tshark names the missing file.
+    std::fs::remove_file(plugins.join("manyfold_mcast.lua")).unwrap();
+    let mut cmd = Command::new("tshark");
+    cmd.args(["-n", "-c", "1", "-r"]).arg(&pcap).env("HOME", &home).env_remove("XDG_CONFIG_HOME");
+    let out = run_bounded(cmd, Duration::from_secs(60));
+    assert!(
+        out.stderr.contains("manyfold.lua needs manyfold_mcast.lua in its own directory"),
+        "no error naming the missing file:\n{}",
+        out.stderr
+    );
 }
