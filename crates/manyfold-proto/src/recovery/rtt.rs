@@ -4,6 +4,8 @@ use std::time::Duration;
 
 /// Clock granularity G of RFC 6298 (2.2): the driver's timers are ~1 ms.
 const GRANULARITY: Duration = Duration::from_millis(1);
+/// The shortest probe timeout (spec §5.4).
+const MIN_PTO: Duration = Duration::from_millis(10);
 
 /// RFC 6298 smoothed RTT, variation and RTO, plus the minimum RTT seen.
 #[derive(Debug, Clone, Copy)]
@@ -93,8 +95,12 @@ impl RttEstimator {
     /// peer's ack delay — a flight's last packet asks for an immediate ack
     /// (spec §5.3) — so it comes the peer's ack delay less 1 ms before the
     /// RTO, and a spurious probe costs one datagram, never the window.
+    ///
+    /// At least `MIN_PTO` (10 ms, Linux's floor for its loss probe): on a
+    /// sub-millisecond path a few milliseconds without the CPU would
+    /// otherwise draw a probe from every flow of a loaded host.
     pub fn pto(&self) -> Duration {
-        self.srtt() + (self.rttvar * 4).max(GRANULARITY) + GRANULARITY
+        (self.srtt() + (self.rttvar * 4).max(GRANULARITY) + GRANULARITY).max(MIN_PTO)
     }
 
     /// RTO with `backoff` doublings (RFC 6298 (5.5)), within [min_rto, max_rto].
