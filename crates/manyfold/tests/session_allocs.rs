@@ -46,6 +46,14 @@ use common::{config, localhost, payload, TEST_TIMEOUT};
 #[global_allocator]
 static GLOBAL: manyfold_testalloc::Counting = manyfold_testalloc::Counting;
 
+/// The test configuration with 256 spare connections (the pool is off by
+/// default, `EndpointConfig::max_spare_connections`).
+fn pooled() -> manyfold::Config {
+    let mut c = config();
+    c.endpoint.max_spare_connections = 256;
+    c
+}
+
 const WARM: usize = 300;
 const MEASURED: usize = 1000;
 
@@ -74,7 +82,7 @@ async fn an_inline_session_costs_fewer_allocations_than_a_task_per_session() {
     timeout(TEST_TIMEOUT, async {
         let mut figures = Vec::new();
         for inline in [false, true] {
-            let server = Arc::new(Endpoint::bind(localhost(), config()).await.expect("bind"));
+            let server = Arc::new(Endpoint::bind(localhost(), pooled()).await.expect("bind"));
             server.listen();
             let addr = server.local_addr().unwrap();
             let serving = server.clone();
@@ -83,7 +91,7 @@ async fn an_inline_session_costs_fewer_allocations_than_a_task_per_session() {
             } else {
                 tokio::spawn(async move { serving.serve(4096, |_, req: Vec<u8>| async move { req }).await });
             }
-            let client = Endpoint::bind(localhost(), config()).await.expect("bind");
+            let client = Endpoint::bind(localhost(), pooled()).await.expect("bind");
             figures.push(per_session(&client, addr).await);
             client.shutdown().await;
             server.shutdown().await;
