@@ -54,6 +54,9 @@ async fn echo_example_sends_back_every_byte_and_both_ends_finish() {
     timeout(LIMIT, async {
         let endpoint = bind().await;
         let addr = endpoint.local_addr().unwrap();
+        // Listening before the client's SYN can arrive: the spawned task
+        // may start after it (the server listens again, harmlessly).
+        endpoint.listen();
         let server = tokio::spawn(echo::server(endpoint, 2));
         assert_eq!(echo::client(addr, b"hello world").await.unwrap(), b"hello world");
         let big = data(3 << 20);
