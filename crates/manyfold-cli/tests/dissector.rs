@@ -632,6 +632,17 @@ fn capture_send(n: usize, size: &str, loss: &str, extra: &[&str]) -> Sent {
     Sent { frames, seen, pcap: std::fs::read(&pcap).unwrap(), source: std::fs::read(&src).unwrap() }
 }
 
+/// Whether tshark is missing, so the test is skipped (said on stderr);
+/// as root (CI, which installs it) a missing tshark fails the test.
+fn skipped_without_tshark() -> bool {
+    if has_tshark() {
+        return false;
+    }
+    assert!(!is_root(), "tshark is missing; .ci/run installs it (apt-get install tshark)");
+    eprintln!("skipped: tshark is missing (.ci/run installs it as root)");
+    true
+}
+
 #[test]
 fn every_packet_of_a_lossy_transfer_is_dissected_as_the_sender_traced_it() {
     if !can_capture() {
@@ -1236,9 +1247,7 @@ fn reason_rst(text: &str) -> Vec<u8> {
 
 #[test]
 fn crafted_datagrams_of_every_kind_are_decoded_and_broken_ones_flagged_without_lua_errors() {
-    if !has_tshark() {
-        assert!(!is_root(), "tshark is missing; .ci/run installs it (apt-get install tshark)");
-        eprintln!("skipped: tshark is missing (.ci/run installs it as root)");
+    if skipped_without_tshark() {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();
@@ -1361,9 +1370,7 @@ fn crafted_datagrams_of_every_kind_are_decoded_and_broken_ones_flagged_without_l
 
 #[test]
 fn copying_both_lua_files_into_a_plugins_folder_installs_the_whole_dissector() {
-    if !has_tshark() {
-        assert!(!is_root(), "tshark is missing; .ci/run installs it (apt-get install tshark)");
-        eprintln!("skipped: tshark is missing (.ci/run installs it as root)");
+    if skipped_without_tshark() {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();
