@@ -466,3 +466,31 @@ fn an_rto_that_late_acks_prove_spurious_resends_almost_nothing_and_undoes_the_cu
         );
     }
 }
+
+#[test]
+fn a_probe_while_acks_are_late_sends_new_data_and_resends_nothing() {
+    // RFC 8985 §7.3, spec §5.4: acks held past the probe timeout but not
+    // the RTO (a receiver short of CPU) while the sender has data queued.
+    // The probes carry new data, so the late acks find nothing resent.
+    let seed = 612;
+    for &cc in CONTROLLERS {
+        let link = LinkConfig::with_delay(Duration::from_millis(10)).rate(100_000_000, 4 << 20);
+        let mut cfg = fixed_size(cc);
+        cfg.connection.adaptive_acks = true;
+        let mut w = pair(seed, link, cfg);
+        // 60 ms: two RTTs, past the probe timeout (~25 ms), short of the
+        // RTO after the probe restarted it.
+        w.set_rule(hold_acks(40, 30, Duration::from_millis(60)));
+        let t = Transfer::start(&mut w, client(), server(), 8 << 20, 0);
+        let r = t.run(&mut w, Duration::from_secs(120)).unwrap_or_else(|e| panic!("{cc:?}: {e} (seed {seed})"));
+        let c = r.client;
+        eprintln!(
+            "{cc:?}: {} probes, {} RTOs; {} lost, {} retransmitted; {:?}",
+            c.tail_loss_probes, c.rto_expiries, c.lost_packets, c.retransmissions, r.duration
+        );
+        assert!(c.tail_loss_probes >= 1, "{cc:?}: the held acks must outlast the probe timeout: {c:?} (seed {seed})");
+        assert_eq!(c.rto_expiries, 0, "{cc:?}: {c:?} (seed {seed})");
+        // Resending the newest packet instead cost one retransmission per probe.
+        assert_eq!((c.retransmissions, c.lost_packets), (0, 0), "{cc:?}: {c:?} (seed {seed})");
+    }
+}

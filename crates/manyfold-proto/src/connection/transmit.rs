@@ -198,7 +198,7 @@ impl Connection {
                 if let Some(n) = self.send_pmtu_probe(now, buf) {
                     return Some(n);
                 }
-                match self.send_new(now, buf) {
+                match self.send_new(now, buf, false) {
                     Sent::Yes(n) => return Some(n),
                     Sent::NoRoom => return None,
                     Sent::Blocked => {}
@@ -304,7 +304,11 @@ impl Connection {
     }
 
     /// The next new sequenced packet: SYN, cookie echo, stream chunks, FIN.
-    fn send_new(&mut self, now: Instant, buf: &mut [u8]) -> Sent {
+    /// New data (or SYN, cookie echo, FIN) if any may go. A `probe` (a
+    /// tail-loss probe of new data, spec §5.4) goes whatever the congestion
+    /// window, the pacer and the flush delay say; the peer's window still
+    /// binds it.
+    fn send_new(&mut self, now: Instant, buf: &mut [u8], probe: bool) -> Sent {
         if self.state == State::SynSent {
             if !self.sent.is_empty() {
                 return Sent::Blocked;
@@ -388,12 +392,14 @@ impl Connection {
         // (it is not added to a wait for the window), and is decided before
         // the pacer is asked, which would count the packet sent.
         let partial = queued.saturating_add(DATA_HEADER_LEN) < full_room && flow_room >= full_room;
-        let hold = !has_control && !fin_due && !must && self.hold_partial(now, partial);
-        if self.sent.bytes_in_flight() + est as u64 > self.cc.window() || hold {
-            return Sent::Blocked;
-        }
-        if self.paced(now, est) {
-            return Sent::Blocked;
+        if !probe {
+            let hold = !has_control && !fin_due && !must && self.hold_partial(now, partial);
+            if self.sent.bytes_in_flight() + est as u64 > self.cc.window() || hold {
+                return Sent::Blocked;
+            }
+            if self.paced(now, est) {
+                return Sent::Blocked;
+            }
         }
         let (mut chunks, declined_len, declined_data) = self.take_declined();
         let cut = self.streams.fill(
@@ -425,7 +431,8 @@ impl Connection {
         let room_after = self.cc.window().saturating_sub(self.sent.bytes_in_flight() + size as u64);
         let mss = u64::from(self.max_datagram());
         let small_window = self.cc.window() < 2 * u64::from(self.ack_freq.peer_threshold()) * mss;
-        let ack_now = app_limited || (room_after < mss && small_window);
+        // A probe asks for its ack at once, as a resent one does (spec §5.4).
+        let ack_now = probe || app_limited || (room_after < mss && small_window);
         let sent = self.send_sequenced(now, buf, control, chunks, app_limited, ack_now);
         if let Sent::Yes(_) = sent {
             if let Some(t) = ack_request {
@@ -587,9 +594,14 @@ impl Connection {
         self.timers.set(Timer::Tlp, now + self.rtt.pto() * (1 << self.tlp_count));
     }
 
-    /// Sends the probe for `seq` if it is still in flight. A probe may
-    /// exceed the congestion window by this one packet (RFC 8985 §7.3).
+    /// Sends a tail-loss probe (RFC 8985 §7.3, spec §5.4): a packet of new
+    /// data if the application has some and the peer's window takes it,
+    /// else the newest packet, `seq`, again if it is still in flight. A
+    /// probe may exceed the congestion window by this one packet.
     fn send_probe(&mut self, now: Instant, buf: &mut [u8], seq: Seq) -> Option<usize> {
+        if let Some(n) = self.send_new_probe(now, buf) {
+            return Some(n);
+        }
         let p = self.sent.get(seq)?;
         if !self.streams.may_resend(now, &p.payload, p.retx() + 1) {
             // spec §13.6: data past its partial-reliability limit is not
@@ -605,11 +617,37 @@ impl Connection {
             self.count_resend(SendTrigger::Probe);
         }
         self.check_probe(now);
+        self.on_probe_sent(now);
+        Some(n)
+    }
+
+    /// A tail-loss probe of new data (RFC 8985 §7.3: "if a previously
+    /// unsent segment exists and the receive window allows"). Its ack, or
+    /// the SACK of it, tells RACK whether the tail was lost, as a resend's
+    /// would; a receiver that was only late (a host short of CPU) then
+    /// costs the sender nothing resent. Only while our FIN has not gone
+    /// and no packet waits for its resend.
+    fn send_new_probe(&mut self, now: Instant, buf: &mut [u8]) -> Option<usize> {
+        let open = matches!(self.state, State::Established | State::CloseWait | State::FinWait1 | State::LastAck);
+        if !open || self.fin_seq.is_some() || self.sent.peek_retransmit().is_some() || !self.streams.has_sendable() {
+            return None;
+        }
+        match self.send_new(now, buf, true) {
+            Sent::Yes(n) => {
+                self.on_probe_sent(now);
+                Some(n)
+            }
+            Sent::NoRoom | Sent::Blocked => None,
+        }
+    }
+
+    /// Counts a tail-loss probe and arms the next one and the RTO.
+    fn on_probe_sent(&mut self, now: Instant) {
+        self.stats.tail_loss_probes += 1;
         self.tlp_count += 1;
         self.arm_tlp(now);
         // RFC 8985 §7.3: give the probe a whole RTO to be answered.
         self.timers.set(Timer::Rto, now + self.backed_off_rto());
-        Some(n)
     }
 
     /// Bytes of the SYN parameters and cookie sections `control` implies.

@@ -214,8 +214,13 @@ pub struct ConnStats {
     pub packets_sent: u64,
     /// Datagrams received.
     pub packets_received: u64,
-    /// Packets sent again because they were declared lost.
+    /// Packets sent again: resends of packets declared lost, tail-loss
+    /// probes that resent a packet, and thin-flow copies (spec §5.4, §5.5).
     pub retransmissions: u64,
+    /// Tail-loss probes sent (spec §5.4): new data sent past the congestion
+    /// window, or the newest packet resent (those also count in
+    /// `retransmissions`).
+    pub tail_loss_probes: u64,
     /// Packets declared lost (by SACK/RACK or RTO).
     pub lost_packets: u64,
     /// Packets declared lost whose first transmission arrived after all
