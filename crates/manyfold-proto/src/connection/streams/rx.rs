@@ -278,16 +278,31 @@ impl RecvSide {
             if off == self.next {
                 self.deliver(data, c.flags);
                 self.pull();
-            } else if c.span() > 0 {
+            } else if c.span() > 0 && self.held_len(off) < data.len() {
+                // A piece already held at this offset (the same bytes, cut
+                // otherwise when sent again, spec §3.7) gives way only to a
+                // longer one: a shorter one would drop the bytes past it.
+                let old = self.held.insert(off, Piece::Data { data: data.to_vec(), flags: c.flags });
+                if let Some(Piece::Data { data: old, .. }) = old {
+                    self.buffered -= old.len();
+                    self.pieces -= 1;
+                }
                 self.buffered += data.len();
                 self.pieces += 1;
-                self.held.insert(off, Piece::Data { data: data.to_vec(), flags: c.flags });
             }
         } else if c.span() == 0 && c.offset == self.next {
             // A bare FIN.
             self.deliver(&[], c.flags);
         }
         Ok(self.buffered.saturating_sub(before))
+    }
+
+    /// Bytes of the data piece held at exactly `off` (0 if none).
+    fn held_len(&self, off: u64) -> usize {
+        match self.held.get(&off) {
+            Some(Piece::Data { data, .. }) => data.len(),
+            _ => 0,
+        }
     }
 
     /// Whether `off` lies in a held skip (an abandoned range).
@@ -655,6 +670,27 @@ mod tests {
         assert_eq!(r.pop_item(), Some(StreamItem::Message(Bytes::from_static(b"de"))));
         assert_eq!(r.pop_item(), None);
         assert_eq!(r.buffered, 0);
+    }
+
+    #[test]
+    fn bytes_held_past_a_gap_survive_a_shorter_copy_at_the_same_offset() {
+        // [4, 10) is held behind the gap [0, 4); the same bytes come again
+        // cut shorter ([4, 6), a resend fitted to a narrower path) and must
+        // not replace the longer piece, nor count twice.
+        let mut r = side();
+        r.on_data(&chunk(4, 0, 0, b"efghij")).unwrap();
+        r.on_data(&chunk(4, 0, 0, b"ef")).unwrap();
+        assert_eq!((r.buffered, r.pieces), (6, 1));
+        // A longer copy replaces a shorter one.
+        let mut l = side();
+        l.on_data(&chunk(4, 0, 0, b"ef")).unwrap();
+        l.on_data(&chunk(4, 0, 0, b"efghij")).unwrap();
+        assert_eq!((l.buffered, l.pieces), (6, 1));
+        for r in [&mut r, &mut l] {
+            r.on_data(&chunk(0, 0, 0, b"abcd")).unwrap();
+            assert_eq!(r.next, 10, "every byte is in order");
+            assert_eq!((r.buffered, r.pieces), (10, 0), "all ten wait to be read, nothing held");
+        }
     }
 
     #[test]
