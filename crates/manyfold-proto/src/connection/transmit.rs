@@ -625,11 +625,16 @@ impl Connection {
     /// unsent segment exists and the receive window allows"). Its ack, or
     /// the SACK of it, tells RACK whether the tail was lost, as a resend's
     /// would; a receiver that was only late (a host short of CPU) then
-    /// costs the sender nothing resent. Only while our FIN has not gone
-    /// and no packet waits for its resend.
+    /// costs the sender nothing resent. Only for a bulk flow (a whole
+    /// datagram of data queued), while our FIN has not gone and no packet
+    /// waits for its resend.
     fn send_new_probe(&mut self, now: Instant, buf: &mut [u8]) -> Option<usize> {
         let open = matches!(self.state, State::Established | State::CloseWait | State::FinWait1 | State::LastAck);
-        if !open || self.fin_seq.is_some() || self.sent.peek_retransmit().is_some() || !self.streams.has_sendable() {
+        // A thin flow's tail is resent instead: new data would repair it
+        // only after its own ack and RACK's reordering window, about a
+        // round trip later (RESULTS §22: the messages lab's p99 rose).
+        let bulk = self.streams.queued() >= self.max_datagram() as usize;
+        if !open || !bulk || self.fin_seq.is_some() || self.sent.peek_retransmit().is_some() {
             return None;
         }
         match self.send_new(now, buf, true) {
