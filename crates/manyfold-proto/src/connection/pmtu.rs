@@ -174,7 +174,19 @@ impl Connection {
     /// Room the first datagram of a batch needs: a due probe's size, or
     /// the size in use.
     pub fn next_datagram_room(&self, now: Instant) -> usize {
-        usize::from(self.probe_due(now).unwrap_or(0).max(self.wire_max_datagram()))
+        usize::from(self.probe_due(now).unwrap_or(0).max(self.wire_max_datagram())).max(self.whole_resend_size())
+    }
+
+    /// The datagram size of the next retransmission if it goes whole though
+    /// larger than the size in use: a packet sent before our FIN is never
+    /// cut (spec §3.7).
+    fn whole_resend_size(&self) -> usize {
+        match (self.fin_seq, self.sent.first_lost()) {
+            (Some(fin), Some((seq, p))) if seq < fin => {
+                HEADER_LEN + self.sections_len(p.control) + p.payload.encoded_len() + self.protection_overhead()
+            }
+            _ => 0,
+        }
     }
 
     /// Sends the due probe into `buf` if it fits: a sequenced packet of

@@ -236,8 +236,11 @@ impl Connection {
             return Sent::Blocked;
         };
         let room = data_room(self.max_datagram() as usize, self.sections_len(p.control));
-        if p.payload.encoded_len() > room {
-            // spec §3.7: sent before the path narrowed.
+        // spec §3.7: sent before the path narrowed, it is cut to the size in
+        // use, except a packet sent before our FIN: the cut-off part would
+        // take sequence numbers after the FIN, which the peer reaches
+        // without them, and the stream would end short. It goes whole.
+        if p.payload.encoded_len() > room && self.fin_seq.is_none_or(|fin| seq >= fin) {
             self.fit_retransmission(seq, room);
         }
         let Some(p) = self.sent.get(seq) else {
@@ -245,7 +248,10 @@ impl Connection {
         };
         let (payload, control) = (p.payload.clone(), p.control);
         let size = HEADER_LEN + self.sections_len(control) + payload.encoded_len();
-        if self.sent.bytes_in_flight() + size as u64 > self.cc.window() || self.paced(now, size) {
+        // A packet larger than the window (one that goes whole after the
+        // path narrowed, spec §3.7) goes when nothing else is in flight.
+        let in_flight = self.sent.bytes_in_flight();
+        if (in_flight > 0 && in_flight + size as u64 > self.cc.window()) || self.paced(now, size) {
             return Sent::Blocked;
         }
         // spec §5.3: a resend is what the peer waits for; ask for its ack now.
@@ -656,7 +662,7 @@ impl Connection {
     }
 
     /// Bytes of the SYN parameters and cookie sections `control` implies.
-    fn sections_len(&self, control: Flags) -> usize {
+    pub(super) fn sections_len(&self, control: Flags) -> usize {
         let mut n = 0;
         if control.contains(Flags::SYN) {
             n += PARAMS_LEN + self.early_token_len();

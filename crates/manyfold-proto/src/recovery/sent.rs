@@ -422,6 +422,12 @@ impl SentQueue {
         None
     }
 
+    /// The lowest packet waiting to be retransmitted, without dropping
+    /// stale entries ([`SentQueue::peek_retransmit`] does that).
+    pub fn first_lost(&self) -> Option<(Seq, &SentPacket)> {
+        self.retransmit.iter().find_map(|&seq| self.get(seq).filter(|p| p.state == PacketState::Lost).map(|p| (seq, p)))
+    }
+
     /// Records that `seq` was sent again (spec §5.5: same sequence number).
     /// Returns whether that counts as a retransmission: a lost path MTU
     /// probe's small repeat carries no data (spec §3.7).

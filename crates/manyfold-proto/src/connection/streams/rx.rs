@@ -278,7 +278,7 @@ impl RecvSide {
             if off == self.next {
                 self.deliver(data, c.flags);
                 self.pull();
-            } else if c.span() > 0 && self.held_len(off) < data.len() {
+            } else if c.span() > 0 && self.held_span(off).is_none_or(|held| held < c.span()) {
                 // A piece already held at this offset (the same bytes, cut
                 // otherwise when sent again, spec §3.7) gives way only to a
                 // longer one: a shorter one would drop the bytes past it.
@@ -297,11 +297,11 @@ impl RecvSide {
         Ok(self.buffered.saturating_sub(before))
     }
 
-    /// Bytes of the data piece held at exactly `off` (0 if none).
-    fn held_len(&self, off: u64) -> usize {
+    /// Offsets the data piece held at exactly `off` takes, if one is.
+    fn held_span(&self, off: u64) -> Option<u64> {
         match self.held.get(&off) {
-            Some(Piece::Data { data, .. }) => data.len(),
-            _ => 0,
+            Some(Piece::Data { data, flags }) => Some(span(data.len(), *flags)),
+            _ => None,
         }
     }
 
