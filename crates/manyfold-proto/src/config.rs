@@ -233,12 +233,9 @@ pub struct EndpointConfig {
     /// entries, the congestion controller; more only after a longer
     /// exchange: its stream queues are kept up to 64 entries, its receive
     /// ring and write buffer up to 1 KiB each), so the default, 256, holds
-    /// under 1 MB at 256. The `manyfold` driver keeps as many emptied
+    /// under 1 MB. The `manyfold` driver keeps as many emptied
     /// per-connection states. A burst of more sessions than this
-    /// allocates for the rest; 0 keeps none. **Off (0) by default** since
-    /// 2026-11-26: a soak run saw one connection end early (a clean EOF
-    /// before all of the echo) once the spares kept stream buffers; until
-    /// that is explained, pooling is opt-in (256 is the figure measured).
+    /// allocates for the rest; 0 keeps none.
     pub max_spare_connections: usize,
 }
 
@@ -276,7 +273,7 @@ impl Default for EndpointConfig {
             early_data: EarlyData::ReplayWindow(1 << 16),
             reuse_tokens: false,
             max_tokens: 1024,
-            max_spare_connections: 0,
+            max_spare_connections: 256,
         }
     }
 }

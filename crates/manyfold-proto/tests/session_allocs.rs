@@ -133,7 +133,7 @@ fn measure(reuse_tokens: bool, spares: usize, warm: usize, n: usize) -> (f64, f6
 /// counters are global).
 #[test]
 fn a_session_costs_the_engine_a_bounded_number_of_allocations() {
-    // The pool is off by default (config.rs); measured at 256.
+    // The default pool (config.rs), and none.
     let spares = 256;
     let (full, full_bytes) = measure(false, spares, 200, 500);
     let (early, early_bytes) = measure(true, spares, 200, 500);

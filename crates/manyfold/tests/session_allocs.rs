@@ -46,8 +46,8 @@ use common::{config, localhost, payload, TEST_TIMEOUT};
 #[global_allocator]
 static GLOBAL: manyfold_testalloc::Counting = manyfold_testalloc::Counting;
 
-/// The test configuration with 256 spare connections (the pool is off by
-/// default, `EndpointConfig::max_spare_connections`).
+/// The test configuration with 256 spare connections (the default,
+/// `EndpointConfig::max_spare_connections`, set here explicitly).
 fn pooled() -> manyfold::Config {
     let mut c = config();
     c.endpoint.max_spare_connections = 256;

@@ -533,7 +533,7 @@ mod tests {
 
     #[test]
     fn the_spare_pool_never_holds_more_than_max_spare_connections() {
-        assert_eq!(EndpointConfig::default().max_spare_connections, 0, "off by default");
+        assert_eq!(EndpointConfig::default().max_spare_connections, 256);
         for (max, n) in [(256, 296), (5, 40), (40, 5)] {
             let (mut ep, now) = after_burst(max, n);
             assert_eq!(ep.spare_connections(), max.min(n), "max {max}, {n} finished");
