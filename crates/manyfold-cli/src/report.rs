@@ -256,7 +256,11 @@ impl std::fmt::Display for Report {
             );
         }
         let _ = writeln!(out, "  goodput          {}", human_rate(moved, self.elapsed));
-        let _ = writeln!(out, "  retransmissions  {} ({} retransmission timeouts)", s.retransmissions, s.rto_expiries);
+        let _ = writeln!(
+            out,
+            "  retransmissions  {} ({} retransmission timeouts, {} tail-loss probes)",
+            s.retransmissions, s.rto_expiries, s.tail_loss_probes
+        );
         let _ = writeln!(out, "  loss seen        {}", loss_seen(s.lost_packets, s.packets_sent));
         let _ = writeln!(out, "  packets          {} sent, {} received", s.packets_sent, s.packets_received);
         let _ = writeln!(out, "  rtt              srtt {}, min {}", human_duration(s.srtt), human_duration(s.min_rtt));
@@ -294,6 +298,7 @@ impl Report {
             "goodput_bytes_per_second": if secs > 0.0 { (self.bytes - self.resumed) as f64 / secs } else { 0.0 },
             "retransmissions": s.retransmissions,
             "retransmission_timeouts": s.rto_expiries,
+            "tail_loss_probes": s.tail_loss_probes,
             "lost_packets": s.lost_packets,
             "packets_sent": s.packets_sent,
             "packets_received": s.packets_received,
@@ -348,6 +353,7 @@ mod tests {
                 lost_packets: 50,
                 retransmissions: 52,
                 rto_expiries: 3,
+                tail_loss_probes: 4,
                 srtt: Duration::from_micros(310),
                 min_rtt: Duration::from_micros(40),
                 ..ConnStats::default()
@@ -360,7 +366,7 @@ mod tests {
         for needle in [
             "sent f.bin to 127.0.0.1:7008: 20.00 MB (20000000 bytes) in 2.00 s",
             "goodput          10.00 MB/s (80.0 Mbit/s)",
-            "retransmissions  52 (3 retransmission timeouts)",
+            "retransmissions  52 (3 retransmission timeouts, 4 tail-loss probes)",
             "loss seen        5.00% (50 of 1000 packets sent)",
             "srtt 310 µs, min 40 µs",
             "security         encrypted (Noise XX + ChaCha20-Poly1305), peer key abab",
