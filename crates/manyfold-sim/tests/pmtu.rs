@@ -141,10 +141,13 @@ fn a_packet_sent_before_the_fin_is_resent_whole_never_cut_past_it() {
     // resent whole instead.
     let seed = 3730;
     let bytes = 2 * MB;
+    // 20 Mbit/s: the pacer's bucket (2 ms at the rate) holds less than
+    // the whole packet, which must go all the same.
+    let link = || path(65_507).rate(20_000_000, 4 << 20);
     // A dry run finds the FIN's sequence number (runs are deterministic up
     // to the first datagram the rule below drops).
     let fin = {
-        let mut w = pair(seed, path(65_507), bbr());
+        let mut w = pair(seed, link(), bbr());
         w.set_capture(true);
         let t = Transfer::start(&mut w, client(), server(), bytes, 0);
         t.run(&mut w, Duration::from_secs(60)).unwrap_or_else(|e| panic!("{e} (seed {seed})"));
@@ -155,7 +158,7 @@ fn a_packet_sent_before_the_fin_is_resent_whole_never_cut_past_it() {
     // vanish, as if the path had narrowed: enough for two RTOs in a row and
     // the fall back. The path then carries it again.
     const VANISH: u32 = 8;
-    let mut w = pair(seed, path(65_507), bbr());
+    let mut w = pair(seed, link(), bbr());
     let mut vanished = 0;
     w.set_drop_rule(move |from, _, d| {
         let drop = from == client()

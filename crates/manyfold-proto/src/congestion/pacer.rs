@@ -31,13 +31,16 @@ impl Pacer {
             self.tokens = capacity;
         }
         self.last = Some(now);
-        let size = size as f64;
-        if self.tokens >= size {
+        // A packet larger than the bucket (one resent whole after the path
+        // narrowed, spec §3.7) goes once the bucket is full; the debt it
+        // leaves holds back what follows.
+        let need = (size as f64).min(capacity);
+        if self.tokens >= need {
             return None;
         }
         // Rounded up to whole microseconds, at least one, so that the
         // bucket holds enough when the timer fires (no zero-length waits).
-        let micros = ((size - self.tokens) / rate * 1e6).ceil().max(1.0);
+        let micros = ((need - self.tokens) / rate * 1e6).ceil().max(1.0);
         Some(now + Duration::from_micros(micros as u64))
     }
 
@@ -63,6 +66,24 @@ mod tests {
         let next = p.delay(t0, rate, 1000, 1000).expect("bucket empty");
         assert_eq!(next - t0, Duration::from_millis(1));
         assert_eq!(p.delay(next, rate, 1000, 1000), None);
+    }
+
+    #[test]
+    fn a_packet_larger_than_the_bucket_goes_once_it_is_full_and_its_debt_holds_the_next() {
+        let t0 = Instant::now();
+        let mut p = Pacer::default();
+        let rate = 1_000_000.0; // the bucket holds 10 packets of 1000 bytes
+        assert_eq!(p.delay(t0, rate, 1000, 1000), None);
+        p.on_sent(1000);
+        // 64,000 bytes never fit a 10,000-byte bucket: it waits only until
+        // the bucket is full again.
+        let full = p.delay(t0, rate, 1000, 64_000).expect("the bucket is not full");
+        assert_eq!(full - t0, Duration::from_millis(1));
+        assert_eq!(p.delay(full, rate, 1000, 64_000), None);
+        p.on_sent(64_000);
+        // 54,000 bytes of debt: the next packet waits 55 ms.
+        let next = p.delay(full, rate, 1000, 1000).expect("in debt");
+        assert_eq!(next - full, Duration::from_millis(55));
     }
 
     #[test]
