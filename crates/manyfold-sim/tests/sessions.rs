@@ -6,52 +6,13 @@
 
 mod common;
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
-use common::rr::{reply_to, request_of, Server};
+use common::rr::{Clients, Server};
 use common::{client, header, is_cookie_echo, server};
 use manyfold_proto::wire::Flags;
-use manyfold_proto::{ConnHandle, Endpoint, EndpointConfig};
+use manyfold_proto::EndpointConfig;
 use manyfold_sim::{LinkConfig, World};
-
-/// Client sessions in flight: the request each sent and the reply so far.
-#[derive(Default)]
-struct Clients {
-    open: BTreeMap<ConnHandle, (Vec<u8>, Vec<u8>)>,
-    done: u64,
-}
-
-impl Clients {
-    fn start(&mut self, ep: &mut Endpoint, now: std::time::Instant, i: u64, len: usize) {
-        let h = ep.connect(now, server()).expect("connect");
-        let req = request_of(i, len);
-        // Queued before the handshake completes, with the FIN right after.
-        assert_eq!(ep.conn_mut(h).send(&req), Ok(req.len()));
-        ep.conn_mut(h).close();
-        self.open.insert(h, (req, Vec::new()));
-    }
-
-    fn run(&mut self, ep: &mut Endpoint, seed: u64) {
-        let mut buf = vec![0u8; 64 * 1024];
-        let mut done = Vec::new();
-        for (&h, (req, reply)) in self.open.iter_mut() {
-            while let Ok(Some(n)) = ep.conn_mut(h).recv(&mut buf) {
-                if n == 0 {
-                    assert!(*reply == reply_to(req), "a wrong reply (seed {seed})");
-                    ep.conn_mut(h).release();
-                    done.push(h);
-                    break;
-                }
-                reply.extend_from_slice(&buf[..n]);
-            }
-        }
-        for h in done {
-            self.open.remove(&h);
-            self.done += 1;
-        }
-    }
-}
 
 fn world(seed: u64, link: LinkConfig) -> World {
     let mut w = World::new(seed);

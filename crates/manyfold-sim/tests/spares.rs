@@ -7,55 +7,12 @@
 
 mod common;
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
-use common::rr::{reply_to, request_of, Server};
+use common::rr::{Clients, Server};
 use common::{client, server};
-use manyfold_proto::{ConnHandle, Endpoint, EndpointConfig};
+use manyfold_proto::EndpointConfig;
 use manyfold_sim::{LinkConfig, World};
-
-/// Client sessions in flight: the request each sent and the reply so far.
-#[derive(Default)]
-struct Clients {
-    open: BTreeMap<ConnHandle, (Vec<u8>, Vec<u8>)>,
-    done: u64,
-}
-
-impl Clients {
-    fn start(&mut self, ep: &mut Endpoint, now: std::time::Instant, i: u64, len: usize) {
-        let h = ep.connect(now, server()).expect("connect");
-        let req = request_of(i, len);
-        assert_eq!(ep.conn_mut(h).send(&req), Ok(req.len()));
-        ep.conn_mut(h).close();
-        self.open.insert(h, (req, Vec::new()));
-    }
-
-    fn run(&mut self, ep: &mut Endpoint, seed: u64) {
-        let mut buf = vec![0u8; 64 * 1024];
-        let mut done = Vec::new();
-        for (&h, (req, reply)) in self.open.iter_mut() {
-            loop {
-                match ep.conn_mut(h).recv(&mut buf) {
-                    Ok(None) => break,
-                    Ok(Some(0)) => {
-                        assert_eq!(reply.len(), req.len(), "the reply's length (seed {seed}, {h:?})");
-                        assert!(*reply == reply_to(req), "a wrong reply (seed {seed}, {h:?})");
-                        ep.conn_mut(h).release();
-                        done.push(h);
-                        break;
-                    }
-                    Ok(Some(n)) => reply.extend_from_slice(&buf[..n]),
-                    Err(e) => panic!("session {h:?} failed: {e:?} (seed {seed})"),
-                }
-            }
-        }
-        for h in done {
-            self.open.remove(&h);
-            self.done += 1;
-        }
-    }
-}
 
 #[test]
 fn sessions_through_spare_connections_under_loss_return_every_byte() {

@@ -177,14 +177,14 @@ impl Connection {
         usize::from(self.probe_due(now).unwrap_or(0).max(self.wire_max_datagram())).max(self.whole_resend_size())
     }
 
-    /// The datagram size of the next retransmission if it goes whole though
-    /// larger than the size in use: a packet sent before our FIN is never
-    /// cut (spec §3.7).
+    /// The datagram size of the next retransmission if it goes whole,
+    /// which may be larger than the size in use (spec §3.7).
     fn whole_resend_size(&self) -> usize {
-        match (self.fin_seq, self.sent.first_lost()) {
-            (Some(fin), Some((seq, p))) if seq < fin => {
-                HEADER_LEN + self.sections_len(p.control) + p.payload.encoded_len() + self.protection_overhead()
-            }
+        if self.fin_seq.is_none() {
+            return 0;
+        }
+        match self.sent.first_lost() {
+            Some((seq, p)) if self.goes_whole(seq) => self.packet_size(p) + self.protection_overhead(),
             _ => 0,
         }
     }

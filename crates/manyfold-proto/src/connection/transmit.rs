@@ -8,7 +8,7 @@ use super::qlog::{QlogData, SendTrigger};
 use super::timer::Timer;
 use super::{advertised_window, data_room, CloseReason, Connection, State, LONE_FIN_MAX_RTO};
 use crate::ids::ConnId;
-use crate::recovery::PacketState;
+use crate::recovery::{PacketState, SentPacket};
 use crate::seq::Seq;
 use crate::wire::chunk::{Chunk, Chunks, DATA_HEADER_LEN};
 use crate::wire::{ErrorCode, Flags, HandshakeParams, Packet, PacketType, COOKIE_LEN, HEADER_LEN, PARAMS_LEN};
@@ -237,17 +237,15 @@ impl Connection {
         };
         let room = data_room(self.max_datagram() as usize, self.sections_len(p.control));
         // spec §3.7: sent before the path narrowed, it is cut to the size in
-        // use, except a packet sent before our FIN: the cut-off part would
-        // take sequence numbers after the FIN, which the peer reaches
-        // without them, and the stream would end short. It goes whole.
-        if p.payload.encoded_len() > room && self.fin_seq.is_none_or(|fin| seq >= fin) {
+        // use, unless it must go whole.
+        if p.payload.encoded_len() > room && !self.goes_whole(seq) {
             self.fit_retransmission(seq, room);
         }
         let Some(p) = self.sent.get(seq) else {
             return Sent::Blocked;
         };
+        let size = self.packet_size(p);
         let (payload, control) = (p.payload.clone(), p.control);
-        let size = HEADER_LEN + self.sections_len(control) + payload.encoded_len();
         // A packet larger than the window (one that goes whole after the
         // path narrowed, spec §3.7) goes when nothing else is in flight.
         let in_flight = self.sent.bytes_in_flight();
@@ -310,10 +308,9 @@ impl Connection {
     }
 
     /// The next new sequenced packet: SYN, cookie echo, stream chunks, FIN.
-    /// New data (or SYN, cookie echo, FIN) if any may go. A `probe` (a
-    /// tail-loss probe of new data, spec §5.4) goes whatever the congestion
-    /// window, the pacer and the flush delay say; the peer's window still
-    /// binds it.
+    /// A `probe` (a tail-loss probe of new data, spec §5.4) goes whatever
+    /// the congestion window, the pacer and the flush delay say; the peer's
+    /// window still binds it.
     fn send_new(&mut self, now: Instant, buf: &mut [u8], probe: bool) -> Sent {
         if self.state == State::SynSent {
             if !self.sent.is_empty() {
@@ -661,8 +658,21 @@ impl Connection {
         self.timers.set(Timer::Rto, now + self.backed_off_rto());
     }
 
+    /// spec §3.7: whether `seq`, if larger than the size in use, is resent
+    /// whole rather than cut: a packet sent before our FIN. The cut-off
+    /// part would take sequence numbers after the FIN, which the peer
+    /// reaches without them, and its streams would end short.
+    pub(super) fn goes_whole(&self, seq: Seq) -> bool {
+        self.fin_seq.is_some_and(|fin| seq < fin)
+    }
+
+    /// Bytes of `p` sent again, unprotected and without SACK ranges.
+    pub(super) fn packet_size(&self, p: &SentPacket) -> usize {
+        HEADER_LEN + self.sections_len(p.control) + p.payload.encoded_len()
+    }
+
     /// Bytes of the SYN parameters and cookie sections `control` implies.
-    pub(super) fn sections_len(&self, control: Flags) -> usize {
+    fn sections_len(&self, control: Flags) -> usize {
         let mut n = 0;
         if control.contains(Flags::SYN) {
             n += PARAMS_LEN + self.early_token_len();

@@ -9,7 +9,7 @@ mod sent;
 
 pub use delivery::RateSample;
 pub use rtt::RttEstimator;
-pub(crate) use sent::{AckOutcome, PacketState, SentQueue};
+pub(crate) use sent::{AckOutcome, PacketState, SentPacket, SentQueue};
 
 /// What declared a packet lost (spec §5.4).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

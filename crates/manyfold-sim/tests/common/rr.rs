@@ -7,6 +7,8 @@ use std::collections::BTreeMap;
 use manyfold_proto::{ConnHandle, Endpoint};
 use manyfold_sim::pattern;
 
+use super::server;
+
 /// Request number `i`, `len` bytes of its pattern.
 pub fn request_of(i: u64, len: usize) -> Vec<u8> {
     let mut v = vec![0u8; len];
@@ -17,6 +19,51 @@ pub fn request_of(i: u64, len: usize) -> Vec<u8> {
 /// What the server answers to `req`.
 pub fn reply_to(req: &[u8]) -> Vec<u8> {
     req.iter().rev().copied().collect()
+}
+
+/// The client application: sessions in flight, the request each sent and
+/// the reply so far. A session ends when its reply is read to the end,
+/// which must be the whole reversed request; a session that fails fails
+/// the test.
+#[derive(Default)]
+pub struct Clients {
+    pub open: BTreeMap<ConnHandle, (Vec<u8>, Vec<u8>)>,
+    pub done: u64,
+}
+
+impl Clients {
+    pub fn start(&mut self, ep: &mut Endpoint, now: std::time::Instant, i: u64, len: usize) {
+        let h = ep.connect(now, server()).expect("connect");
+        let req = request_of(i, len);
+        assert_eq!(ep.conn_mut(h).send(&req), Ok(req.len()));
+        ep.conn_mut(h).close();
+        self.open.insert(h, (req, Vec::new()));
+    }
+
+    pub fn run(&mut self, ep: &mut Endpoint, seed: u64) {
+        let mut buf = vec![0u8; 64 * 1024];
+        let mut done = Vec::new();
+        for (&h, (req, reply)) in self.open.iter_mut() {
+            loop {
+                match ep.conn_mut(h).recv(&mut buf) {
+                    Ok(None) => break,
+                    Ok(Some(0)) => {
+                        assert_eq!(reply.len(), req.len(), "the reply's length (seed {seed}, {h:?})");
+                        assert!(*reply == reply_to(req), "a wrong reply (seed {seed}, {h:?})");
+                        ep.conn_mut(h).release();
+                        done.push(h);
+                        break;
+                    }
+                    Ok(Some(n)) => reply.extend_from_slice(&buf[..n]),
+                    Err(e) => panic!("session {h:?} failed: {e:?} (seed {seed})"),
+                }
+            }
+        }
+        for h in done {
+            self.open.remove(&h);
+            self.done += 1;
+        }
+    }
 }
 
 /// The server application: accepts, reads each request to the client's
