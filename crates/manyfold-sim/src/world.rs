@@ -66,6 +66,10 @@ pub struct NodeStats {
     /// the endpoint's `dropped_malformed_total()`.
     pub corrupted_received: u64,
     pub timeouts_handled: u64,
+    /// Datagrams the node's interface refused as larger than its MTU
+    /// ([`World::set_interface_mtu`]); each was reported to the endpoint
+    /// as the kernel's EMSGSIZE would be, and never reached a link.
+    pub refused_too_large: u64,
     /// Virtual time of the last datagram delivered to the node.
     pub last_received_at: Option<Duration>,
 }
@@ -85,6 +89,9 @@ struct Node {
     armed: Option<Instant>,
     /// An application command may have created output to drain.
     dirty: bool,
+    /// Largest UDP payload the node's own interface sends (DF set): a
+    /// larger datagram is refused at the host, as Linux's EMSGSIZE.
+    interface_mtu: Option<usize>,
     stats: NodeStats,
 }
 
@@ -276,6 +283,7 @@ impl World {
             qlog: Vec::new(),
             armed: None,
             dirty: true,
+            interface_mtu: None,
             stats: NodeStats::default(),
         });
     }
@@ -309,6 +317,16 @@ impl World {
         self.unbound.insert(old);
         self.unbound.remove(&to);
         self.by_addr.insert(to, i);
+    }
+
+    /// The node at `addr` sends through an interface that carries UDP
+    /// payloads of at most `mtu` bytes with fragmentation forbidden: a
+    /// larger datagram never leaves the host, and the endpoint is told at
+    /// once (`Endpoint::handle_too_large`), as a driver told by the
+    /// kernel's EMSGSIZE tells it. Links' own MTUs drop silently instead.
+    pub fn set_interface_mtu(&mut self, addr: SocketAddr, mtu: usize) {
+        let i = self.index(addr);
+        self.nodes[i].interface_mtu = Some(mtu);
     }
 
     pub fn addresses(&self) -> impl Iterator<Item = SocketAddr> + '_ {
@@ -489,6 +507,11 @@ impl World {
             let segment = t.segment_size.unwrap_or(t.size);
             assert!(segment > 0 || t.size == 0, "GSO batch with segment size 0 (seed {})", self.seed);
             for datagram in self.buf[..t.size].chunks(segment.max(1)) {
+                if node.interface_mtu.is_some_and(|mtu| datagram.len() > mtu) {
+                    node.stats.refused_too_large += 1;
+                    node.endpoint.handle_too_large(now, t.destination, datagram);
+                    continue;
+                }
                 node.stats.datagrams_sent += 1;
                 self.wire.send(now, elapsed, node.wire_addr, t.destination, datagram.to_vec());
             }

@@ -72,6 +72,27 @@ fn an_ethernet_path_settles_on_1472_bytes_over_ipv4() {
     assert_eq!(c.pmtu_probes_lost, 6, "{} (seed {seed})", summary(c));
 }
 
+/// An Ethernet interface at the sender itself: the kernel refuses the
+/// 65,507- and 8,972-byte probes (EMSGSIZE, DF set) and the driver says
+/// so. Each refusal rules its size out at once, so the search is one
+/// probe per size, and a refused probe never holds congestion window
+/// for the round trip a probe lost on the path would.
+#[test]
+fn probes_the_local_interface_refuses_rule_their_size_out_at_once() {
+    let seed = 3707;
+    let mut w = pair(seed, path(1_472), bbr());
+    w.set_interface_mtu(client(), 1_472);
+    let t = Transfer::start(&mut w, client(), server(), 4 * MB, 0);
+    let r = t.run(&mut w, Duration::from_secs(600)).unwrap_or_else(|e| panic!("{e} (seed {seed})"));
+    assert_eq!(r.client_close, Some(CloseReason::Graceful), "seed {seed}");
+    let c = &r.client;
+    assert_eq!(c.datagram_size, 1_472, "{} (seed {seed})", summary(c));
+    assert_eq!(w.node_stats(client()).refused_too_large, 2, "{} (seed {seed})", summary(c));
+    // Without the refusal each size would take three lost probes.
+    assert_eq!((c.pmtu_probes_sent, c.pmtu_probes_lost), (3, 2), "{} (seed {seed})", summary(c));
+    assert_eq!(w.link_stats(client(), server()).dropped_mtu, 0, "nothing oversized reached the link (seed {seed})");
+}
+
 #[test]
 fn discovery_finds_the_path_under_5pct_loss_each_way() {
     for seed in 3710..3714 {

@@ -149,6 +149,10 @@ pub struct DriverStats {
     pub send_would_block: u64,
     /// Sends that failed with another error (the datagrams are lost).
     pub send_errors: u64,
+    /// Path MTU probes the kernel refused as larger than the interface
+    /// allows (EMSGSIZE): expected on any path narrower than loopback,
+    /// each rules its size out at once (spec §3.7). Not in `send_errors`.
+    pub probes_refused: u64,
     /// Receive calls that failed with an error other than would-block
     /// (an ICMP error's echo as the socket's pending error not counted).
     pub recv_errors: u64,

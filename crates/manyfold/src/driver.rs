@@ -383,14 +383,15 @@ impl Driver {
                             self.trace.log(now, Direction::Send, t.destination, datagram);
                         }
                         // Lost like any datagram; recovery retransmits it.
-                        Err(_) => inner.driver_stats.send_errors += 1,
+                        Err(e) => inner.send_failed(now, t.destination, datagram, &e),
                     }
                 }
                 false
             }
             Err(e) => {
-                inner.driver_stats.send_errors += 1;
                 tracing::debug!(error = %e, destination = %t.destination, "UDP send failed");
+                let first = &contents[..segment.min(contents.len())];
+                inner.send_failed(now, t.destination, first, &e);
                 false
             }
         }
@@ -399,7 +400,7 @@ impl Driver {
     /// Sends the transmit in `tx_buf` through fault injection, datagram by
     /// datagram. Whatever the socket refuses waits in the delay queue.
     fn send_faulty(&mut self, inner: &mut Inner, now: Instant, t: Transmit) -> bool {
-        let Inner { faults, driver_stats, .. } = inner;
+        let Inner { faults, driver_stats, engine, .. } = inner;
         let Some(faults) = faults.as_mut() else { return false };
         let segment = t.segment_size.unwrap_or(t.size).max(1);
         let mut blocked = false;
@@ -424,7 +425,7 @@ impl Driver {
                         blocked = true;
                         faults.hold(now, t.destination, datagram);
                     }
-                    Err(_) => driver_stats.send_errors += 1,
+                    Err(e) => send_failed(engine, driver_stats, now, t.destination, datagram, &e),
                 }
             }
         }
@@ -453,11 +454,37 @@ impl Driver {
                     driver_stats.send_would_block += 1;
                     return true;
                 }
-                Err(_) => driver_stats.send_errors += 1,
+                Err(e) => send_failed(engine, driver_stats, now, destination, datagram, &e),
             }
             faults.pop();
         }
         false
+    }
+}
+
+/// A datagram the socket refused for good (not `WouldBlock`): counted, and
+/// when the kernel found it larger than the interface allows (EMSGSIZE:
+/// the socket sets DF, so a path MTU probe too large for the first hop
+/// fails here), the engine hears of it at once (spec §3.7) instead of
+/// waiting a round trip to call the probe lost.
+fn send_failed(
+    engine: &mut manyfold_proto::Endpoint,
+    stats: &mut crate::DriverStats,
+    now: Instant,
+    destination: std::net::SocketAddr,
+    datagram: &[u8],
+    e: &io::Error,
+) {
+    if crate::socket::is_too_large(e) && engine.handle_too_large(now, destination, datagram) {
+        stats.probes_refused += 1;
+    } else {
+        stats.send_errors += 1;
+    }
+}
+
+impl Inner {
+    fn send_failed(&mut self, now: Instant, destination: std::net::SocketAddr, datagram: &[u8], e: &io::Error) {
+        send_failed(&mut self.engine, &mut self.driver_stats, now, destination, datagram, e);
     }
 }
 

@@ -20,6 +20,14 @@ const SOCKET_BUFFER: usize = 8 << 20;
 /// bits, and the kernel refuses (EMSGSIZE) a batch that exceeds it.
 const MAX_GSO_BYTES: usize = 65_000;
 
+/// Whether a send failed because the datagram is larger than the
+/// interface's MTU allows (EMSGSIZE). quinn-udp sets DF on the socket
+/// (`IP_PMTUDISC_PROBE`), so the kernel refuses such a datagram rather
+/// than fragmenting it; path MTU discovery relies on that (spec §3.7).
+pub(crate) fn is_too_large(e: &io::Error) -> bool {
+    e.raw_os_error() == Some(libc::EMSGSIZE)
+}
+
 /// Creates, configures and binds a non-blocking UDP socket, with
 /// SO_REUSEPORT if `reuse_port` (several sockets on one port, the kernel
 /// spreading peers over them by address hash; spec §15). Errors keep

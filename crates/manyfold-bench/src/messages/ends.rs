@@ -17,6 +17,7 @@
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpStream, UdpSocket};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
@@ -95,11 +96,23 @@ pub struct End {
     pub limit: f64,
     #[command(flatten)]
     pub workload: Workload,
+    /// manyfold rows: write this end's qlog trace (spec §18) into this
+    /// directory.
+    #[arg(long)]
+    pub qlog: Option<PathBuf>,
 }
 
 impl End {
     fn limit(&self) -> Duration {
         Duration::from_secs_f64(self.limit.max(0.0))
+    }
+
+    /// The manyfold endpoint's configuration: the controller, and the
+    /// qlog directory when one was asked for.
+    fn mf_config(&self) -> Result<manyfold::Config> {
+        let mut config = crate::loopback::mf::config_for(&self.cc)?;
+        config.qlog_dir = self.qlog.clone();
+        Ok(config)
     }
 }
 
@@ -107,7 +120,9 @@ pub fn send(to: SocketAddr, e: &End) -> Result<()> {
     let w = &e.workload;
     w.check()?;
     match e.kind {
-        Kind::Manyfold | Kind::ManyfoldOne | Kind::ManyfoldUnordered => mf_send(e.kind, to, &e.cc, w, e.limit()),
+        Kind::Manyfold | Kind::ManyfoldOne | Kind::ManyfoldUnordered => {
+            mf_send(e.kind, to, e.mf_config()?, w, e.limit())
+        }
         Kind::Tcp => tcp_send(to, &e.cc, w, e.limit()),
     }
 }
@@ -117,7 +132,9 @@ pub fn recv(listen: SocketAddr, e: &End) -> Result<()> {
     w.check()?;
     let deadline = Instant::now() + e.limit();
     let t = match e.kind {
-        Kind::Manyfold | Kind::ManyfoldOne | Kind::ManyfoldUnordered => mf_recv(e.kind, listen, &e.cc, w, deadline)?,
+        Kind::Manyfold | Kind::ManyfoldOne | Kind::ManyfoldUnordered => {
+            mf_recv(e.kind, listen, e.mf_config()?, w, deadline)?
+        }
         Kind::Tcp => tcp_recv(listen, &e.cc, w, deadline)?,
     };
     let mut out = String::new();
@@ -129,9 +146,9 @@ pub fn recv(listen: SocketAddr, e: &End) -> Result<()> {
     Ok(())
 }
 
-fn mf_send(kind: Kind, to: SocketAddr, cc: &str, w: &Workload, limit: Duration) -> Result<()> {
+fn mf_send(kind: Kind, to: SocketAddr, config: manyfold::Config, w: &Workload, limit: Duration) -> Result<()> {
     let rt = crate::runtime()?;
-    let endpoint = rt.block_on(manyfold::Endpoint::bind("0.0.0.0:0".parse()?, crate::loopback::mf::config_for(cc)?))?;
+    let endpoint = rt.block_on(manyfold::Endpoint::bind("0.0.0.0:0".parse()?, config))?;
     let mut conn = rt.block_on(endpoint.connect(to)).with_context(|| format!("connecting to {to}"))?;
     let streams = conn.streams();
     // Messages that found the congestion window full when queued: they
@@ -167,12 +184,16 @@ fn mf_send(kind: Kind, to: SocketAddr, cc: &str, w: &Workload, limit: Duration) 
     Ok(())
 }
 
-fn mf_recv(kind: Kind, listen: SocketAddr, cc: &str, w: &Workload, deadline: Instant) -> Result<Tracker> {
+fn mf_recv(
+    kind: Kind,
+    listen: SocketAddr,
+    config: manyfold::Config,
+    w: &Workload,
+    deadline: Instant,
+) -> Result<Tracker> {
     let give_up = tokio::time::Instant::from_std(deadline);
     crate::runtime()?.block_on(async {
-        let endpoint = manyfold::Endpoint::bind(listen, crate::loopback::mf::config_for(cc)?)
-            .await
-            .with_context(|| format!("binding {listen}"))?;
+        let endpoint = manyfold::Endpoint::bind(listen, config).await.with_context(|| format!("binding {listen}"))?;
         endpoint.listen();
         let conn = tokio::time::timeout_at(give_up, endpoint.accept())
             .await

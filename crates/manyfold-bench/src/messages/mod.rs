@@ -136,6 +136,10 @@ pub struct Options {
     /// Seed of the emulator and of the messages' bytes.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
+    /// Also write the qlog traces (spec §18) of both ends of every
+    /// manyfold run into DIR/run-<n>-<row>/ (`manyfold trace` reads them).
+    #[arg(long, value_name = "DIR")]
+    pub qlog: Option<std::path::PathBuf>,
     #[command(flatten)]
     pub out: crate::report::Outputs,
 }

@@ -58,6 +58,11 @@ impl Row {
         }
     }
 
+    /// A manyfold row (its ends can write qlog traces).
+    fn is_manyfold(&self) -> bool {
+        self.kind() != Kind::Tcp
+    }
+
     fn kind_arg(&self) -> &'static str {
         match self.kind() {
             Kind::Manyfold => "manyfold",
@@ -250,6 +255,11 @@ fn run_one(
     dir: &Path,
 ) -> Result<RunResult> {
     let w = &plan.workload;
+    // --qlog: DIR/run-<n>-<row>/, after the run's own directory.
+    let qlog = o.qlog.as_ref().filter(|_| row.is_manyfold()).map(|q| {
+        let run = dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        q.join(format!("{run}-{}", row.kind_arg()))
+    });
     let limit = super::ends::LEAD.as_secs_f64() + w.span_secs() + o.timeout;
     // The KCP row: its TCP receiver on b's loopback, the tunnel's server
     // forwarding to it, the TCP sender into the tunnel's client on a's.
@@ -267,6 +277,9 @@ fn run_one(
         c.args(["--count", &w.count.to_string(), "--streams", &w.streams.to_string()]);
         c.args(["--interval-ms", &w.interval_ms.to_string(), "--size", &w.size.to_string()]);
         c.args(["--seed", &w.seed.to_string()]);
+        if let Some(q) = &qlog {
+            c.arg("--qlog").arg(q);
+        }
         c
     };
     let recv = child::launch(args("recv", "--listen", &listen), dir, "recv", format!("{} receiver", row.name(o)))?;

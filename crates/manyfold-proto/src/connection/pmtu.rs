@@ -122,6 +122,17 @@ impl PathMtu {
         }
     }
 
+    /// The probe never left this host: the local interface's MTU is below
+    /// its size, so that size (and every larger one) is ruled out at once,
+    /// without the two further tries a loss on the path gets.
+    pub fn on_probe_refused(&mut self, now: Instant) {
+        if let Some(p) = self.probe.take() {
+            self.failed = self.failed.min(u32::from(p.size));
+            self.tries = 0;
+            self.rest_if_done(now);
+        }
+    }
+
     /// Consecutive retransmission timeouts with packets larger than the
     /// base size in flight: the path may have narrowed under us (a black
     /// hole, RFC 8899 §4.3). Falls back to the base size and searches
@@ -225,6 +236,21 @@ impl Connection {
             }
             Some(_) => {}
         }
+    }
+
+    /// The driver could not send a datagram of ours: the kernel refused it
+    /// as larger than the interface allows (EMSGSIZE). `seq` is the
+    /// sequence number in its header. If it was the path MTU probe in
+    /// flight, the probe is lost now and its size ruled out (spec §3.7);
+    /// otherwise nothing changes. Returns whether it was the probe.
+    pub fn handle_too_large(&mut self, now: Instant, seq: u32) -> bool {
+        let seq = Seq::from_wire(seq, self.sent.next_seq());
+        if self.pmtu.probe().is_none_or(|p| p.seq != seq) || !self.sent.refuse_probe(seq) {
+            return false;
+        }
+        self.stats.pmtu_probes_lost += 1;
+        self.pmtu.on_probe_refused(now);
+        true
     }
 
     /// A second retransmission timeout in a row while packets larger than

@@ -180,6 +180,20 @@ impl Endpoint {
         }
     }
 
+    /// The kernel refused to send `datagram` to `destination` as larger
+    /// than the interface allows (EMSGSIZE; the driver reports it). When
+    /// it was a connection's path MTU probe, the probe is lost at once and
+    /// its size ruled out (spec §3.7); anything else changes nothing. Returns
+    /// whether it was such a probe.
+    pub fn handle_too_large(&mut self, now: Instant, destination: SocketAddr, datagram: &[u8]) -> bool {
+        let Some((idx, seq)) = self.icmp_target(destination, datagram) else { return false };
+        let refused = self.table.at_mut(idx).is_some_and(|c| c.handle_too_large(now, seq));
+        if refused {
+            self.touch(idx, now);
+        }
+        refused
+    }
+
     /// The connection an ICMP quote names, and the quoted sequence number.
     fn icmp_target(&self, destination: SocketAddr, quote: &[u8]) -> Option<(u32, u32)> {
         let h = Header::peek(quote)?;

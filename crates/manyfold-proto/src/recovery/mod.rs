@@ -20,6 +20,9 @@ pub enum LossTrigger {
     Time,
     /// The retransmission timer expired.
     Rto,
+    /// The local host refused to send it: larger than the interface's MTU
+    /// (a path MTU probe, spec §3.7).
+    Refused,
 }
 
 impl LossTrigger {
@@ -29,6 +32,7 @@ impl LossTrigger {
             LossTrigger::Reordering => "reordering_threshold",
             LossTrigger::Time => "time_threshold",
             LossTrigger::Rto => "rto",
+            LossTrigger::Refused => "refused",
         }
     }
 }

@@ -482,6 +482,23 @@ impl SentQueue {
         !p.probe
     }
 
+    /// Path MTU probe `seq`, still in flight, never left this host (the
+    /// kernel refused a datagram that large, spec §3.7): it is lost now,
+    /// not after a round trip, so that it stops holding congestion window.
+    /// Returns whether `seq` was such a probe.
+    pub fn refuse_probe(&mut self, seq: Seq) -> bool {
+        let Some(p) = self.index(seq).and_then(|i| self.packets.get_mut(i)) else { return false };
+        if !p.probe || p.state != PacketState::InFlight {
+            return false;
+        }
+        p.state = PacketState::Lost;
+        p.declared_lost = true;
+        self.bytes_in_flight -= u64::from(p.size);
+        Self::log_lost(&mut self.lost_log, seq, p.size, LossTrigger::Refused);
+        self.retransmit.insert(seq);
+        true
+    }
+
     /// Queues `seq` for sending again at once without calling it lost (the
     /// SYN of a simultaneous open, answered as SYN-ACK; spec §4.3).
     pub fn requeue(&mut self, seq: Seq) {
