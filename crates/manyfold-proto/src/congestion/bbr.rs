@@ -51,6 +51,12 @@ const PROBE_RTT_DURATION: Duration = Duration::from_millis(200);
 const PROBE_RTT_CWND_GAIN: f64 = 0.5;
 /// Least window, in packets.
 const MIN_PIPE_PACKETS: u64 = 4;
+/// Rounds over which the ack aggregation estimate keeps its maximum
+/// (BBR's `BBRExtraAckedFilterLen`).
+const EXTRA_ACKED_ROUNDS: usize = 10;
+/// Most window the ack aggregation estimate adds, as time at the bandwidth
+/// estimate (Linux's `bbr_extra_acked_max_us`).
+const EXTRA_ACKED_MAX: Duration = Duration::from_millis(100);
 /// Multiplicative decrease of the loss bound (CUBIC's β).
 const LOSS_BETA: f64 = 0.7;
 /// Queueing delay, as a fraction of the minimum RTT, above which a loss is
@@ -108,6 +114,13 @@ pub struct Bbr {
     /// delayed acks and jitter raise only some samples.
     round_rtt: Option<Duration>,
     standing_rtt: Option<Duration>,
+    /// Ack aggregation (spec §9.5): when the current measuring interval
+    /// began and the bytes acknowledged since.
+    aggregation_start: Option<Instant>,
+    aggregation_acked: u64,
+    /// Per slot `round % EXTRA_ACKED_ROUNDS`: (round, most bytes acked in
+    /// an interval beyond bandwidth × its length).
+    extra_acked: [(u64, u64); EXTRA_ACKED_ROUNDS],
     /// Upper bound on the window after congestive loss, if any.
     loss_bound: Option<u64>,
     /// Round of the last cut of `loss_bound` (one per round).
@@ -146,6 +159,9 @@ impl Bbr {
             filled_pipe: false,
             round_rtt: None,
             standing_rtt: None,
+            aggregation_start: None,
+            aggregation_acked: 0,
+            extra_acked: [(0, 0); EXTRA_ACKED_ROUNDS],
             loss_bound: None,
             bound_round: None,
         }
@@ -230,6 +246,42 @@ impl Bbr {
         }
         let oldest = self.round.saturating_sub(BW_WINDOW_ROUNDS - 1);
         self.bw_rounds.retain(|&(r, _)| r >= oldest);
+    }
+
+    /// The ack aggregation estimate (BBR's `BBRUpdateACKAggregation`,
+    /// Linux's `bbr_update_ack_aggregation`): how many more bytes the acks
+    /// of an interval acknowledged than the bandwidth estimate explains.
+    /// Acks that a jittery path or a receiver's ack delay holds back and
+    /// then releases together show up here; without room for them in the
+    /// window, the sender stalls until they come (spec §9.5).
+    fn update_ack_aggregation(&mut self, now: Instant, newly_acked: u64) {
+        let bw = self.max_bw();
+        if bw <= 0.0 || newly_acked == 0 {
+            return;
+        }
+        let mut expected = self.aggregation_start.map_or(0.0, |t| bw * now.saturating_duration_since(t).as_secs_f64());
+        // An interval whose acks came no faster than the bandwidth ends.
+        if self.aggregation_start.is_none() || self.aggregation_acked as f64 <= expected {
+            self.aggregation_start = Some(now);
+            self.aggregation_acked = 0;
+            expected = 0.0;
+        }
+        self.aggregation_acked += newly_acked;
+        let extra = ((self.aggregation_acked as f64 - expected).max(0.0) as u64).min(self.cwnd);
+        let slot = &mut self.extra_acked[(self.round % EXTRA_ACKED_ROUNDS as u64) as usize];
+        if slot.0 != self.round {
+            *slot = (self.round, 0);
+        }
+        slot.1 = slot.1.max(extra);
+    }
+
+    /// The window the ack aggregation estimate adds: the most of the last
+    /// [`EXTRA_ACKED_ROUNDS`] rounds, at most [`EXTRA_ACKED_MAX`] at the
+    /// bandwidth estimate.
+    fn extra_acked(&self) -> u64 {
+        let oldest = self.round.saturating_sub(EXTRA_ACKED_ROUNDS as u64 - 1);
+        let most = self.extra_acked.iter().filter(|&&(r, _)| r >= oldest).map(|&(_, e)| e).max().unwrap_or(0);
+        most.min((self.max_bw() * EXTRA_ACKED_MAX.as_secs_f64()) as u64)
     }
 
     /// Startup ends once three rounds in a row grew the bandwidth by < 25%.
@@ -357,6 +409,7 @@ impl Controller for Bbr {
             self.round += 1;
         }
         self.update_bw(rs);
+        self.update_ack_aggregation(now, rs.newly_acked);
         if round_start {
             self.standing_rtt = self.round_rtt.take().or(self.standing_rtt);
         }
@@ -377,7 +430,7 @@ impl Controller for Bbr {
         // Window: grow with acks toward cwnd_gain × BDP (always, until the
         // pipe is full), never below the minimum pipe.
         let (_, cwnd_gain) = self.gains();
-        let target = self.bdp().map(|b| (cwnd_gain * b as f64) as u64 + 3 * self.mss);
+        let target = self.bdp().map(|b| (cwnd_gain * b as f64) as u64 + 3 * self.mss + self.extra_acked());
         self.cwnd = match (self.filled_pipe, target) {
             (true, Some(t)) => (self.cwnd + rs.newly_acked).min(t),
             _ => self.cwnd + rs.newly_acked,
@@ -466,18 +519,53 @@ mod tests {
         }
     }
 
-    /// Feeds rounds at a fixed path bandwidth until the model settles.
+    /// Feeds rounds of 50 ms at a fixed path bandwidth until the model
+    /// settles: ten evenly spaced acks per round, as a path without ack
+    /// aggregation returns them.
     fn settle(b: &mut Bbr, t0: Instant, bw: f64, rounds: u64) -> Instant {
         let mut now = t0;
         let mut delivered = 0;
+        let acked = (bw * 0.005) as u64;
         for _ in 0..rounds {
-            now += Duration::from_millis(50);
-            let acked = (bw * 0.05) as u64;
-            let prior = delivered;
-            delivered += acked;
-            b.on_rate_sample(now, &sample(delivered, prior, bw, 50, acked, acked));
+            let round_start = delivered;
+            for _ in 0..10 {
+                now += Duration::from_millis(5);
+                delivered += acked;
+                b.on_rate_sample(now, &sample(delivered, round_start, bw, 50, 10 * acked, acked));
+            }
         }
         now
+    }
+
+    #[test]
+    fn acks_that_come_in_bursts_widen_the_window_by_what_they_hold_back() {
+        let t0 = Instant::now();
+        let bw = 1e6;
+        let mut smooth = Bbr::new(1000, 10);
+        let now = settle(&mut smooth, t0, bw, 20);
+        assert!(smooth.extra_acked() <= 5_000, "even acks: {}", smooth.extra_acked());
+        // The same rate, its acks held back 40 ms and released at once (a
+        // jittery path keeping order): 40 kB more than the bandwidth
+        // explains arrives in one burst each round.
+        let mut bursty = smooth.clone();
+        let mut now = now;
+        let mut delivered = bursty.delivered;
+        for _ in 0..10 {
+            let round_start = delivered;
+            now += Duration::from_millis(40);
+            for _ in 0..8 {
+                delivered += 5_000;
+                bursty.on_rate_sample(now, &sample(delivered, round_start, bw, 50, 40_000, 5_000));
+            }
+            now += Duration::from_millis(10);
+            delivered += 10_000;
+            bursty.on_rate_sample(now, &sample(delivered, round_start, bw, 50, 40_000, 10_000));
+        }
+        let extra = bursty.extra_acked();
+        assert!((35_000..=50_000).contains(&extra), "burst of 40 ms at 1 MB/s: {extra}");
+        assert!(bursty.window() >= smooth.window() + 30_000, "{} against {}", bursty.window(), smooth.window());
+        // Never more than 100 ms at the bandwidth estimate.
+        assert!(extra <= 100_000);
     }
 
     #[test]
@@ -534,9 +622,11 @@ mod tests {
         b.on_rate_sample(now, &sample(d + 100_000, d, 1e6, 100, cut, 1000));
         assert_eq!(b.window(), cut + 1000);
         // The queue drains for a round: the model alone sets the window again.
-        for i in 2..4 {
-            now += Duration::from_millis(50);
-            b.on_rate_sample(now, &sample(d + i * 100_000, d + (i - 1) * 100_000, 1e6, 50, cut, 50_000));
+        for i in 2..5 {
+            for k in 1..=10 {
+                now += Duration::from_millis(5);
+                b.on_rate_sample(now, &sample(d + i * 100_000 + k * 5_000, d + (i - 1) * 100_000, 1e6, 50, cut, 5_000));
+            }
         }
         assert_eq!(b.loss_bound, None);
         assert_eq!(b.window(), before);
@@ -568,14 +658,18 @@ mod tests {
         let (mut now, mut least, mut probed) = (from, u64::MAX, false);
         let mut delivered = 100_000_000;
         for _ in 0..secs * 20 {
-            now += Duration::from_millis(50);
-            let acked = 50_000;
-            let mut rs = sample(delivered + acked, delivered, 1e6, rtt_ms, inflight, acked);
-            rs.is_app_limited = app_limited;
-            delivered += acked;
-            b.on_rate_sample(now, &rs);
-            least = least.min(b.window());
-            probed |= matches!(b.mode, Mode::ProbeRtt { .. });
+            // Ten acks 5 ms apart, as in `settle`: no ack aggregation.
+            let round_start = delivered;
+            for _ in 0..10 {
+                now += Duration::from_millis(5);
+                let acked = 5_000;
+                delivered += acked;
+                let mut rs = sample(delivered, round_start, 1e6, rtt_ms, inflight, acked);
+                rs.is_app_limited = app_limited;
+                b.on_rate_sample(now, &rs);
+                least = least.min(b.window());
+                probed |= matches!(b.mode, Mode::ProbeRtt { .. });
+            }
         }
         (now, least, probed)
     }
@@ -672,6 +766,7 @@ mod tests {
             b.on_congestion_event(now, now, 1000);
         }
         assert_eq!(b.loss_bound, None);
-        assert_eq!(b.window(), before);
+        // Never cut; the acks of 100 ms rounds coming at once add room.
+        assert!(b.window() >= before, "{} < {before}", b.window());
     }
 }

@@ -278,9 +278,7 @@ impl Connection {
     /// datagram per loss, never a packet of new data held back; and only
     /// while the congestion window has room for the copy as well.
     fn thin_with_room(&mut self, size: u64) -> bool {
-        self.streams.queued() == 0
-            && !self.streams.has_sendable()
-            && self.sent.peek_retransmit().is_none()
+        self.streams.queued() < usize::from(self.max_datagram())
             && self.sent.bytes_in_flight() + size <= self.cc.window()
     }
 
