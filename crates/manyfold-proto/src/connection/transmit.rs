@@ -273,11 +273,12 @@ impl Connection {
 
     /// spec §5.5.1: whether a retransmission of `size` bytes just sent goes
     /// twice (the caller checked that it carries stream data and no SYN,
-    /// cookie or FIN). Only a thin flow's: the application has nothing queued and
-    /// no other packet waits for its resend, so what the copy costs is one
-    /// datagram per loss, never a packet of new data held back; and only
-    /// while the congestion window has room for the copy as well.
-    fn thin_with_room(&mut self, size: u64) -> bool {
+    /// cookie or FIN). Only a thin flow's: the application has less than a
+    /// datagram queued, so what the copy costs is one datagram per loss
+    /// and at most one message held back for a pacing interval (a bulk
+    /// flow always has more queued); and only while the congestion window
+    /// has room for the copy as well.
+    fn thin_with_room(&self, size: u64) -> bool {
         self.streams.queued() < usize::from(self.max_datagram())
             && self.sent.bytes_in_flight() + size <= self.cc.window()
     }
