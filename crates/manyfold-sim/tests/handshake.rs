@@ -337,9 +337,12 @@ fn handshake_survives_a_lost_cookie_echo_and_a_duplicated_syn_ack() {
 fn handshake_survives_five_lost_cookie_echoes_after_a_lost_syn_ack() {
     // With the first SYN-ACK lost there is no RTT sample (Karn), so the echo
     // is resent 1, 2, 4, 8 s apart and the 15 s keep-alive comes before the
-    // sixth echo.
+    // sixth echo. connect_timeout bounds the handshake until the echo is
+    // acknowledged (spec §4.7): 60 s here, so that the sixth echo is sent.
     let seed = 116;
-    let mut w = pair(seed, LinkConfig::default(), EndpointConfig::default());
+    let mut cfg = EndpointConfig::default();
+    cfg.connection.connect_timeout = Duration::from_secs(60);
+    let mut w = pair(seed, LinkConfig::default(), cfg);
     let mut syn_ack = drop_first(1, server(), client(), is_syn_ack);
     let mut echoes = drop_first(5, client(), server(), is_cookie_echo);
     w.set_drop_rule(move |f, t, d| syn_ack(f, t, d) || echoes(f, t, d));
@@ -545,4 +548,43 @@ fn full_response_queue_drops_syn_acks_and_counts_them() {
     assert_eq!(st.resets_suppressed, 0, "{st:?} (seed {seed})");
     w.flush();
     assert_eq!(w.node_stats(server()).datagrams_sent, 4096, "seed {seed}");
+}
+
+/// spec §4.7: the handshake is bounded by `connect_timeout` until the
+/// cookie echo is acknowledged, not only until the SYN-ACK. Here every
+/// datagram of the listener after its SYN-ACK is lost: the listener makes
+/// the connection from the echo, but its acks never arrive. The client
+/// gives up at `connect_timeout` (before: only after `max_retransmissions`
+/// backed-off RTOs, minutes) and its RST ends the listener's side at once
+/// rather than at the idle timeout.
+#[test]
+fn an_unacknowledged_cookie_echo_ends_at_connect_timeout_and_tells_the_listener() {
+    let seed = 111;
+    let mut cfg = EndpointConfig::default();
+    cfg.connection.connect_timeout = Duration::from_secs(7);
+    let mut w = pair(seed, LinkConfig::default(), cfg);
+    let mut from_server = 0;
+    w.set_drop_rule(move |from, _, _| {
+        if from != server() {
+            return false;
+        }
+        from_server += 1;
+        from_server > 1
+    });
+    w.endpoint_mut(server()).set_listening(true);
+    let h = w.connect(client(), server());
+    let mut accepted = None;
+    let ok = w.run_until(
+        |w| {
+            accepted = accepted.or_else(|| w.endpoint_mut(server()).accept());
+            w.closed(client(), h).is_some() && accepted.is_some_and(|s| w.closed(server(), s).is_some())
+        },
+        Duration::from_secs(60),
+    );
+    assert!(ok, "client closed: {:?}, listener's side: {accepted:?} (seed {seed})", w.closed(client(), h));
+    w.saw(client(), h, Event::Connected).unwrap_or_else(|| panic!("no Connected event (seed {seed})"));
+    assert_eq!(w.closed(client(), h), Some((Duration::from_secs(7), CloseReason::ConnectTimeout)), "seed {seed}");
+    let (at, why) = w.closed(server(), accepted.expect("accepted")).expect("closed");
+    assert!(at <= Duration::from_secs(8), "the listener's side lasted until {at:?} ({why:?}) (seed {seed})");
+    assert!(matches!(why, CloseReason::PeerReset(_)), "{why:?} (seed {seed})");
 }

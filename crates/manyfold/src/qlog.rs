@@ -318,6 +318,8 @@ pub struct Summary {
     pub lost_by_time: u64,
     /// Losses declared by a retransmission timeout.
     pub lost_by_rto: u64,
+    /// Path MTU probes the sender's own interface refused (spec §3.7).
+    pub lost_refused: u64,
     /// Retransmission timeouts that fired.
     pub rto_expiries: u64,
     /// Received packets acknowledging something.
@@ -401,6 +403,7 @@ impl Trace {
                     match d["trigger"].as_str() {
                         Some("rto") => out.lost_by_rto += 1,
                         Some("time_threshold") => out.lost_by_time += 1,
+                        Some("refused") => out.lost_refused += 1,
                         _ => out.lost_by_reordering += 1,
                     }
                 }
@@ -474,8 +477,13 @@ impl std::fmt::Display for Summary {
         )?;
         writeln!(
             w,
-            "  packets lost      {} (reordering {}, time {}, RTO {}); RTO expiries {}",
-            self.packets_lost, self.lost_by_reordering, self.lost_by_time, self.lost_by_rto, self.rto_expiries
+            "  packets lost      {} (reordering {}, time {}, RTO {}, refused by the interface {}); RTO expiries {}",
+            self.packets_lost,
+            self.lost_by_reordering,
+            self.lost_by_time,
+            self.lost_by_rto,
+            self.lost_refused,
+            self.rto_expiries
         )?;
         writeln!(
             w,

@@ -976,7 +976,11 @@ impl Connection {
                 // within connect_timeout still.
                 self.start_handshake();
             } else {
-                self.timers.cancel(Timer::Connect);
+                // spec §4.7: Connect bounds the handshake until the cookie
+                // echo is acknowledged, not only until this SYN-ACK.
+                if !self.awaiting_echo_ack() {
+                    self.timers.cancel(Timer::Connect);
+                }
                 self.events.push_back(Event::Connected);
             }
             if self.fin_queued {
@@ -1115,6 +1119,10 @@ impl Connection {
         }
         if self.awaiting_echo_ack() && self.cookie_seq.is_some_and(|s| una > s) {
             self.cookie = None;
+            // The handshake is done (a protected one once its keys are, too).
+            if !self.awaiting_keys() {
+                self.timers.cancel(Timer::Connect);
+            }
         }
         if self.want_writable && self.send_capacity() >= self.writable_threshold() {
             self.want_writable = false;

@@ -153,8 +153,11 @@ impl Connection {
         if s.handshake.is_finished() {
             s.protection = Some(s.handshake.keys(s.initiator));
             let initiator = s.initiator;
-            // Both ends: connect_timeout covered the handshake until now.
-            self.timers.cancel(Timer::Connect);
+            // Both ends: connect_timeout covered the handshake until now
+            // (and still does while a cookie echo waits for its ack).
+            if !self.awaiting_echo_ack() {
+                self.timers.cancel(Timer::Connect);
+            }
             self.touch_idle(now);
             if initiator {
                 self.events.push_back(Event::Connected);

@@ -48,7 +48,16 @@ impl Connection {
         }
         match t {
             Timer::Connect => {
-                if matches!(self.state, State::SynSent | State::SynReceived) || self.handshake_unfinished() {
+                let echo_unconfirmed = self.awaiting_echo_ack() && self.state != State::Closed;
+                if echo_unconfirmed && self.remote_id.is_some() {
+                    // The listener may have made the connection and only
+                    // its acks were lost: tell it, as a stall does.
+                    self.rst_pending = Some(ErrorCode::IDLE_TIMEOUT);
+                }
+                if matches!(self.state, State::SynSent | State::SynReceived)
+                    || self.handshake_unfinished()
+                    || echo_unconfirmed
+                {
                     self.enter_closed(CloseReason::ConnectTimeout);
                 }
             }
