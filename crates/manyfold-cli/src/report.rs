@@ -115,9 +115,10 @@ pub fn with_keys(style: ProgressStyle) -> ProgressStyle {
         })
 }
 
-/// `7s`, `3m05s`, `1h02m`: an ETA at a glance.
+/// `7s`, `3m05s`, `1h02m`: an ETA at a glance, rounded up to the second,
+/// so that work still left never reads "0s" (0.8 s left is "1s").
 fn human_duration_short(d: Duration) -> String {
-    let s = d.as_secs();
+    let s = d.as_secs() + u64::from(d.subsec_nanos() > 0);
     match s {
         0..=59 => format!("{s}s"),
         60..=3599 => format!("{}m{:02}s", s / 60, s % 60),
@@ -337,6 +338,11 @@ mod tests {
         assert_eq!(human_duration_short(Duration::from_secs(7)), "7s");
         assert_eq!(human_duration_short(Duration::from_secs(185)), "3m05s");
         assert_eq!(human_duration_short(Duration::from_secs(3720)), "1h02m");
+        // Rounded up: a bar mid-way never says 0 s (CI saw "eta 0s" with
+        // 99 MB left at 130 MB/s, 0.77 s).
+        assert_eq!(human_duration_short(Duration::from_millis(770)), "1s");
+        assert_eq!(human_duration_short(Duration::from_millis(59_200)), "1m00s");
+        assert_eq!(human_duration_short(Duration::ZERO), "0s");
     }
 
     #[test]
