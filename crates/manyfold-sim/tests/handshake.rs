@@ -13,6 +13,13 @@ use manyfold_sim::{LinkConfig, Transfer, Verdict, World};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
+/// The default configuration with `connect_timeout` of `secs`.
+fn with_connect_timeout(secs: u64) -> EndpointConfig {
+    let mut cfg = EndpointConfig::default();
+    cfg.connection.connect_timeout = Duration::from_secs(secs);
+    cfg
+}
+
 /// Drops the first handshake packet matching `pred` (sent `from` -> `to`)
 /// and checks a small transfer both ways still completes.
 fn handshake_survives_losing(
@@ -172,8 +179,7 @@ fn connect_to_a_non_listening_endpoint_is_refused() {
 #[test]
 fn connect_to_a_silent_address_times_out_after_connect_timeout() {
     let seed = 109;
-    let mut cfg = EndpointConfig::default();
-    cfg.connection.connect_timeout = Duration::from_secs(7);
+    let cfg = with_connect_timeout(7);
     let mut w = World::new(seed);
     w.add_node(client(), cfg);
     // Nothing sits at addr(50): every SYN vanishes.
@@ -189,8 +195,7 @@ fn connect_to_a_silent_address_times_out_after_connect_timeout() {
 #[test]
 fn connect_through_a_dead_link_times_out() {
     let seed = 110;
-    let mut cfg = EndpointConfig::default();
-    cfg.connection.connect_timeout = Duration::from_secs(4);
+    let cfg = with_connect_timeout(4);
     let mut w = pair(seed, LinkConfig::blackhole(), cfg);
     w.endpoint_mut(server()).set_listening(true);
     let h = w.connect(client(), server());
@@ -340,8 +345,7 @@ fn handshake_survives_five_lost_cookie_echoes_after_a_lost_syn_ack() {
     // sixth echo. connect_timeout bounds the handshake until the echo is
     // acknowledged (spec §4.7): 60 s here, so that the sixth echo is sent.
     let seed = 116;
-    let mut cfg = EndpointConfig::default();
-    cfg.connection.connect_timeout = Duration::from_secs(60);
+    let cfg = with_connect_timeout(60);
     let mut w = pair(seed, LinkConfig::default(), cfg);
     let mut syn_ack = drop_first(1, server(), client(), is_syn_ack);
     let mut echoes = drop_first(5, client(), server(), is_cookie_echo);
@@ -368,8 +372,7 @@ fn handshake_survives_a_duplicated_syn() {
 #[test]
 fn connect_timeout_governs_the_handshake_even_when_longer_than_idle_timeout() {
     let seed = 118;
-    let mut cfg = EndpointConfig::default();
-    cfg.connection.connect_timeout = Duration::from_secs(90);
+    let mut cfg = with_connect_timeout(90);
     cfg.connection.idle_timeout = Some(Duration::from_secs(30));
     let mut w = World::new(seed);
     w.add_node(client(), cfg);
@@ -559,9 +562,8 @@ fn full_response_queue_drops_syn_acks_and_counts_them() {
 /// rather than at the idle timeout.
 #[test]
 fn an_unacknowledged_cookie_echo_ends_at_connect_timeout_and_tells_the_listener() {
-    let seed = 111;
-    let mut cfg = EndpointConfig::default();
-    cfg.connection.connect_timeout = Duration::from_secs(7);
+    let seed = 124;
+    let cfg = with_connect_timeout(7);
     let mut w = pair(seed, LinkConfig::default(), cfg);
     let mut from_server = 0;
     w.set_drop_rule(move |from, _, _| {
