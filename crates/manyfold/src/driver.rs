@@ -195,7 +195,20 @@ impl Driver {
         let inner = &mut *guard;
         let now = now();
         inner.clock = now;
-        for slot in self.recv.slots(n) {
+        for i in 0..n {
+            // spec §7.2: a datagram that fills its slot goes over whole, and
+            // the engine keeps large in-order data as slices of it (not
+            // under fault injection, which may repeat a datagram).
+            if inner.faults.is_none() {
+                if let Some(datagram) = self.recv.take_owned(i) {
+                    let from = self.recv.source(i);
+                    inner.driver_stats.datagrams_received += 1;
+                    self.trace.log(now, Direction::Recv, from, &datagram);
+                    inner.engine.handle_datagram_owned(now, from, datagram);
+                    continue;
+                }
+            }
+            let slot = self.recv.slot(i);
             let from = slot.from;
             if slot.coalesced() {
                 inner.driver_stats.gro_receives += 1;

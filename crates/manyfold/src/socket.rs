@@ -4,9 +4,11 @@
 //! receive buffers of one batched read and splits what it got into
 //! datagrams, for the unicast driver and the multicast driver alike.
 
+use std::collections::VecDeque;
 use std::io::{self, IoSliceMut};
 use std::net::{SocketAddr, SocketAddrV6};
 
+use bytes::{Bytes, BytesMut};
 use quinn_udp::{RecvMeta, UdpSocketState, BATCH_SIZE};
 use socket2::{Domain, Protocol, Socket, Type};
 use tokio::io::Interest;
@@ -179,12 +181,24 @@ impl UdpIo {
 /// The buffers of one batched read: `BATCH_SIZE` slots (recvmmsg where
 /// available), each holding one datagram or, with GRO, several of one
 /// stride coalesced by the kernel.
+///
+/// A slot holding one datagram that fills most of it can be handed to the
+/// engine whole ([`RecvBatch::take_owned`]), which may keep slices of it
+/// instead of copying its payload (spec §7.2); the slot gets a buffer the
+/// engine has released, or a new one.
 #[derive(Debug)]
 pub(crate) struct RecvBatch {
-    buf: Box<[u8]>,
+    slots: Vec<BytesMut>,
     slot_len: usize,
     metas: [RecvMeta; BATCH_SIZE],
+    /// Buffers handed over whole, oldest first, to be reused once the engine
+    /// lets go of them (at most `MAX_LENT` remembered).
+    lent: VecDeque<Bytes>,
 }
+
+/// Buffers handed over that a [`RecvBatch`] remembers for reuse: at 64 KiB
+/// each, 64 MiB, a default receive window's worth.
+const MAX_LENT: usize = 1024;
 
 impl RecvBatch {
     /// `BATCH_SIZE` slots of `slot_len` bytes each. A GRO batch larger than
@@ -192,18 +206,19 @@ impl RecvBatch {
     /// datagram.
     pub(crate) fn new(slot_len: usize) -> Self {
         RecvBatch {
-            buf: vec![0u8; slot_len * BATCH_SIZE].into_boxed_slice(),
+            slots: (0..BATCH_SIZE).map(|_| BytesMut::zeroed(slot_len)).collect(),
             slot_len,
             metas: [RecvMeta::default(); BATCH_SIZE],
+            lent: VecDeque::new(),
         }
     }
 
     /// One non-blocking receive call into every slot; returns how many
     /// slots were filled (`WouldBlock` when nothing is waiting).
     pub(crate) fn read(&mut self, io: &UdpIo) -> io::Result<usize> {
-        let mut slots = self.buf.chunks_mut(self.slot_len);
+        let mut slots = self.slots.iter_mut();
         let mut bufs: [IoSliceMut<'_>; BATCH_SIZE] =
-            std::array::from_fn(|_| IoSliceMut::new(slots.next().expect("buf holds BATCH_SIZE slots")));
+            std::array::from_fn(|_| IoSliceMut::new(slots.next().expect("BATCH_SIZE slots")));
         io.recv(&mut bufs, &mut self.metas)
     }
 
@@ -212,11 +227,17 @@ impl RecvBatch {
     /// §19.7).
     pub(crate) fn slots(&mut self, n: usize) -> impl Iterator<Item = RecvSlot<'_>> {
         let slot_len = self.slot_len;
-        self.buf.chunks_mut(slot_len).zip(self.metas.iter()).take(n).map(move |(slot, meta)| {
-            let buf = &mut slot[..meta.len.min(slot_len)];
-            let stride = if meta.stride == 0 { buf.len().max(1) } else { meta.stride };
-            RecvSlot { from: canonical(meta.addr), buf, stride }
-        })
+        self.slots.iter_mut().zip(self.metas.iter()).take(n).map(move |(slot, meta)| filled(slot, meta, slot_len))
+    }
+
+    /// Slot `i` of the last read (`i` below what it returned).
+    pub(crate) fn slot(&mut self, i: usize) -> RecvSlot<'_> {
+        filled(&mut self.slots[i], &self.metas[i], self.slot_len)
+    }
+
+    /// The source of slot `i` of the last read, canonical.
+    pub(crate) fn source(&self, i: usize) -> SocketAddr {
+        canonical(self.metas[i].addr)
     }
 
     /// The datagrams of the first `n` slots, with their sources.
@@ -226,6 +247,48 @@ impl RecvBatch {
             slot.datagrams().map(move |d| (from, d))
         })
     }
+
+    /// Slot `i` of the last read as one owned datagram, if it holds one
+    /// datagram of at least half the slot (so that whatever the engine
+    /// keeps of it holds little more memory than it carries); the slot gets
+    /// another buffer. `None` leaves the slot as it is.
+    pub(crate) fn take_owned(&mut self, i: usize) -> Option<Bytes> {
+        let meta = self.metas.get(i)?;
+        let len = meta.len.min(self.slot_len);
+        let single = meta.stride == 0 || meta.stride >= len;
+        if !single || 2 * len < self.slot_len {
+            return None;
+        }
+        let fresh = self.reclaim().unwrap_or_else(|| BytesMut::zeroed(self.slot_len));
+        let whole = std::mem::replace(&mut self.slots[i], fresh).freeze();
+        if self.lent.len() == MAX_LENT {
+            self.lent.pop_front();
+        }
+        self.lent.push_back(whole.clone());
+        Some(whole.slice(..len))
+    }
+
+    /// A buffer handed over that nothing else holds any more, if one of the
+    /// oldest few is free (one still held goes to the back: a stream the
+    /// application does not read does not stop the reuse of the others).
+    fn reclaim(&mut self) -> Option<BytesMut> {
+        for _ in 0..4 {
+            let oldest = self.lent.pop_front()?;
+            match oldest.try_into_mut() {
+                Ok(buf) if buf.len() == self.slot_len => return Some(buf),
+                Ok(_) => {}
+                Err(held) => self.lent.push_back(held),
+            }
+        }
+        None
+    }
+}
+
+/// What `meta` says `slot` holds.
+fn filled<'a>(slot: &'a mut [u8], meta: &RecvMeta, slot_len: usize) -> RecvSlot<'a> {
+    let buf = &mut slot[..meta.len.min(slot_len)];
+    let stride = if meta.stride == 0 { buf.len().max(1) } else { meta.stride };
+    RecvSlot { from: canonical(meta.addr), buf, stride }
 }
 
 /// One filled slot of a [`RecvBatch`]: the bytes from one source, one
@@ -299,6 +362,52 @@ mod tests {
         let from = peer.local_addr().expect("peer addr");
         let want: Vec<(SocketAddr, Vec<u8>)> = sent.iter().map(|d| (from, d.to_vec())).collect();
         assert_eq!(got, want);
+    }
+
+    /// A datagram filling most of its slot is handed over whole; the slot's
+    /// buffer comes back once the engine let go of it, and a small datagram
+    /// stays in its slot (spec §7.2).
+    #[tokio::test]
+    async fn a_full_slot_is_handed_over_and_its_buffer_reused_once_released() {
+        let io = UdpIo::new(bind("127.0.0.1:0".parse().expect("literal"), false).expect("bind")).expect("io");
+        let to = io.socket.local_addr().expect("local addr");
+        let peer = std::net::UdpSocket::bind("127.0.0.1:0").expect("bind peer");
+        let slot_len = 16_384;
+        let mut batch = RecvBatch::new(slot_len);
+        async fn read_one(batch: &mut RecvBatch, io: &UdpIo, peer: &std::net::UdpSocket, to: SocketAddr, d: &[u8]) {
+            peer.send_to(d, to).expect("send");
+            loop {
+                io.socket.readable().await.expect("readable");
+                match batch.read(io) {
+                    Ok(n) => {
+                        assert_eq!(n, 1);
+                        return;
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                    Err(e) => panic!("receive failed: {e}"),
+                }
+            }
+        }
+        read_one(&mut batch, &io, &peer, to, &[1; 10_000]).await;
+        let first = batch.take_owned(0).expect("10,000 of 16,384 bytes");
+        assert_eq!(&first[..], &[1; 10_000][..]);
+        let at = first.as_ptr();
+        read_one(&mut batch, &io, &peer, to, &[2; 12_000]).await;
+        let held = batch.take_owned(0).expect("12,000 bytes");
+        assert_ne!(held.as_ptr(), at, "the first buffer is still held");
+        drop(first);
+        read_one(&mut batch, &io, &peer, to, &[3; 9_000]).await;
+        let third = batch.take_owned(0).expect("9,000 bytes");
+        assert_eq!(&third[..], &[3; 9_000][..]);
+        // The released buffer replaced the third's in the slot.
+        read_one(&mut batch, &io, &peer, to, &[5; 16_000]).await;
+        let fourth = batch.take_owned(0).expect("16,000 bytes");
+        assert_eq!(fourth.as_ptr(), at, "the first buffer, released, was reused");
+        assert_eq!(&fourth[..], &[5; 16_000][..]);
+        assert_eq!(&held[..], &[2; 12_000][..], "a held buffer is never reused");
+        read_one(&mut batch, &io, &peer, to, &[4; 1_000]).await;
+        assert!(batch.take_owned(0).is_none(), "a small datagram is not worth its slot");
+        assert_eq!(batch.datagrams(1).next().map(|(_, d)| d.len()), Some(1_000));
     }
 
     #[test]

@@ -22,7 +22,7 @@ use anyhow::{bail, Context, Result};
 use manyfold_proto::CongestionAlgorithm;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use super::data::{Check, Pattern, CHUNK};
+use super::data::{Check, ChunkPool, Pattern, CHUNK};
 
 /// Every controller the lab runs a row for: all of them
 /// (`CongestionAlgorithm::ALL`), so a new controller gets its row.
@@ -156,9 +156,9 @@ pub fn send(to: SocketAddr, opts: &MfOpts, pattern: &Pattern) -> Result<()> {
         let mut conn = connect_mf(&endpoint, to).await?;
         check_protection(&conn, opts.encrypt)?;
         // Each chunk is handed over without a copy, as quinn's row does.
-        let mut buf = bytes::BytesMut::with_capacity(CHUNK);
+        let mut pool = ChunkPool::default();
         for i in 0..pattern.chunks() {
-            conn.write_chunk(pattern.chunk(i, &mut buf)).await?;
+            conn.write_chunk(pool.chunk(pattern, i)).await?;
         }
         conn.close().await.context("closing")?;
         let mut reply = Vec::new();

@@ -17,7 +17,7 @@ use std::time::Duration;
 use anyhow::{bail, Context, Result};
 use quinn::rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
 
-use super::data::{Check, Pattern, CHUNK};
+use super::data::{Check, ChunkPool, Pattern, CHUNK};
 
 const SERVER_NAME: &str = "localhost";
 
@@ -89,9 +89,9 @@ pub fn send_tuned(to: SocketAddr, cert_path: &Path, pattern: &Pattern, window: O
         let conn = endpoint.connect(to, SERVER_NAME)?.await.context("connecting")?;
         let (mut send, mut recv) = conn.open_bi().await?;
         // Each chunk is handed over without a copy, as manyfold's row does.
-        let mut buf = bytes::BytesMut::with_capacity(CHUNK);
+        let mut pool = ChunkPool::default();
         for i in 0..pattern.chunks() {
-            send.write_chunk(pattern.chunk(i, &mut buf)).await?;
+            send.write_chunk(pool.chunk(pattern, i)).await?;
         }
         send.finish()?;
         let reply = recv.read_to_end(16).await.context("waiting for the receiver's verdict")?;

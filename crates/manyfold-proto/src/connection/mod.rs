@@ -148,6 +148,10 @@ pub(crate) struct Connection {
     /// The endpoint holds its `max_buffered_bytes`: new data is not stored
     /// and windows do not grow (spec §7.5).
     memory_pressure: bool,
+    /// The datagram being handled, when the driver handed it over owned
+    /// (`Endpoint::handle_datagram_owned`): large in-order data is kept as
+    /// slices of it. Set only for the length of one `handle_packet`.
+    rx_source: Option<Bytes>,
     /// Since when data has been outstanding without an ack (spec §4.7).
     stalled_since: Option<Instant>,
     /// When the peer last sent us anything, and ICMP unreachables matched
@@ -249,6 +253,7 @@ impl Connection {
             qlog: config.qlog.then(|| Box::new(Recorder::new(now))),
             security: None,
             memory_pressure: false,
+            rx_source: None,
             stalled_since: None,
             last_heard: now,
             unreachables: 0,
@@ -437,6 +442,7 @@ impl Connection {
         s.unacked_bytes = self.streams.queued() as u64 + self.sent.outstanding_data();
         s.open_streams = self.streams.open_count();
         s.abandoned_messages = self.streams.abandoned;
+        s.bytes_kept = self.streams.kept;
         s.stream_violations = self.streams.violations;
         s.stalled_since = self.stalled_since;
         s.datagram_size = self.wire_max_datagram();
@@ -868,6 +874,15 @@ impl Connection {
     }
 
     // ---- input -------------------------------------------------------------
+
+    /// [`Connection::handle_packet`] of a packet parsed from `source`, the
+    /// datagram as the driver handed it over (spec §7.2): large in-order
+    /// data is kept as slices of it instead of copied.
+    pub fn handle_packet_from(&mut self, now: Instant, p: &Packet, protected: bool, source: Option<&Bytes>) {
+        self.rx_source = source.cloned();
+        self.handle_packet(now, p, protected);
+        self.rx_source = None;
+    }
 
     /// Takes one packet; `protected` says it arrived protected (spec §19.3).
     pub fn handle_packet(&mut self, now: Instant, p: &Packet, protected: bool) {

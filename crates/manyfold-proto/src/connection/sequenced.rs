@@ -36,7 +36,7 @@ impl Connection {
         let streams_see_it = protected || self.security.is_none();
         if first_time && streams_see_it && !p.data.is_empty() {
             // spec §13.4: the chunks go to their streams now, in order or not.
-            let arrived = self.streams.on_chunks(p.data);
+            let arrived = self.streams.on_chunks_from(p.data, self.rx_source.as_ref());
             if !self.memory_pressure {
                 r.autotune(now, arrived, self.rtt.srtt());
             }

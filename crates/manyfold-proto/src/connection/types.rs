@@ -210,6 +210,9 @@ pub struct ConnStats {
     pub bytes_sent: u64,
     /// Application bytes delivered in order to the application's buffer.
     pub bytes_received: u64,
+    /// Of those, bytes kept as slices of their datagrams until read
+    /// instead of copied into the stream's buffer (spec §7.2).
+    pub bytes_kept: u64,
     /// Datagrams sent.
     pub packets_sent: u64,
     /// Datagrams received.

@@ -32,6 +32,7 @@ use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::time::Instant;
 
+use bytes::Bytes;
 use rand::{RngCore, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
@@ -187,6 +188,9 @@ pub struct Endpoint {
     /// What finished connections left for new ones (issue 21, spec §15.3),
     /// at most `config.max_spare_connections`.
     spares: Vec<Spare>,
+    /// The datagram being routed, when handed over owned
+    /// ([`Endpoint::handle_datagram_owned`]).
+    rx_source: Option<Bytes>,
 }
 
 impl Endpoint {
@@ -211,6 +215,7 @@ impl Endpoint {
             groups: Groups::default(),
             tokens: early::TokenStore::new(config_max_tokens),
             spares: Vec::new(),
+            rx_source: None,
         }
     }
 
@@ -324,6 +329,20 @@ impl Endpoint {
     /// dropped and counted; nothing here panics on any input.
     pub fn handle_datagram(&mut self, now: Instant, from: SocketAddr, datagram: &[u8]) {
         self.route_datagram(now, from, datagram);
+        self.run_groups(now);
+    }
+
+    /// [`Endpoint::handle_datagram`] of a datagram the caller hands over:
+    /// a large in-order piece of stream data is then kept as a slice of it
+    /// until the application reads it, instead of copied (spec §7.2). A
+    /// kept slice holds at least half of its datagram, so a caller that
+    /// passes datagrams filling most of their allocation keeps memory within
+    /// about twice what is buffered; small datagrams in large buffers are
+    /// better passed to `handle_datagram`.
+    pub fn handle_datagram_owned(&mut self, now: Instant, from: SocketAddr, datagram: Bytes) {
+        self.rx_source = Some(datagram.clone());
+        self.route_datagram(now, from, &datagram);
+        self.rx_source = None;
         self.run_groups(now);
     }
 

@@ -218,7 +218,7 @@ impl Endpoint {
         };
         let had_remote_id = conn.remote_id();
         conn.set_memory_pressure(at_limit);
-        conn.handle_packet(now, packet, protected);
+        conn.handle_packet_from(now, packet, protected, self.rx_source.as_ref());
         if let Some(token) = conn.take_token() {
             self.tokens.insert(conn.remote(), token);
         }

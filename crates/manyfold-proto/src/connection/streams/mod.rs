@@ -161,6 +161,8 @@ pub(crate) struct Streams {
     pub violations: u64,
     /// Messages abandoned by partial reliability.
     pub abandoned: u64,
+    /// Bytes received and kept as slices of their datagrams (spec §7.2).
+    pub kept: u64,
     /// Tracked messages now wholly acknowledged, for the connection to report.
     pub acked_tracked: VecDeque<u64>,
 }
@@ -262,6 +264,7 @@ impl Streams {
             peer_fin: false,
             violations: 0,
             abandoned: 0,
+            kept: 0,
             acked_tracked: VecDeque::new(),
         }
     }
@@ -543,9 +546,10 @@ impl Streams {
             return None;
         }
         let s = self.map.get_mut(&id)?;
-        let (before, pieces_before) = (s.rx.buffered, s.rx.pieces);
+        let (before, pieces_before, kept_before) = (s.rx.buffered, s.rx.pieces, s.rx.kept);
         let r = f(&mut s.rx);
         self.buffered = self.buffered - before + s.rx.buffered;
+        self.kept += s.rx.kept - kept_before;
         self.pieces = self.pieces - pieces_before + s.rx.pieces;
         // The credit and ready list, without looking the stream up again.
         if !fin_sent {
@@ -947,22 +951,30 @@ impl Streams {
 
     /// Takes the chunks of one new sequenced packet. Returns the data
     /// bytes it carried.
+    #[cfg(test)]
     pub fn on_chunks(&mut self, data: &[u8]) -> usize {
+        self.on_chunks_from(data, None)
+    }
+
+    /// [`Streams::on_chunks`] of a packet parsed from `source`, the
+    /// datagram as the driver handed it over (`Endpoint::handle_datagram_owned`):
+    /// large in-order data is then kept as slices of it, not copied.
+    pub fn on_chunks_from(&mut self, data: &[u8], source: Option<&Bytes>) -> usize {
         let mut arrived = 0;
         for c in crate::wire::chunk::parse_chunks(data) {
             // The endpoint validated the chunks before handing the packet on.
             let Ok(c) = c else { break };
             arrived += c.data_len();
-            self.on_chunk(&c);
+            self.on_chunk(&c, source);
         }
         arrived
     }
 
-    fn on_chunk(&mut self, c: &Chunk<&[u8]>) {
+    fn on_chunk(&mut self, c: &Chunk<&[u8]>, source: Option<&Bytes>) {
         let id = c.stream();
         match c {
             Chunk::Data(d) => {
-                if let Some(Err(_)) = self.with_rx(id, true, |rx| rx.on_data(d)) {
+                if let Some(Err(_)) = self.with_rx(id, true, |rx| rx.on_data_from(d, source)) {
                     self.violations += 1;
                 }
             }

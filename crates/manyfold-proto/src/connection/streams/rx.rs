@@ -12,6 +12,23 @@ use crate::rangeset::RangeSet;
 use crate::ring::ByteRing;
 use crate::wire::chunk::{data_flags, span, DataChunk, MAX_OFFSET};
 
+/// The least a piece must hold to be kept as a slice of its datagram
+/// rather than copied: below it the copy costs less than the bookkeeping.
+const KEEP_MIN: usize = 8 * 1024;
+
+/// `data` as a slice of `source`, the datagram it was parsed from, when
+/// keeping it saves a copy worth saving: it is at least [`KEEP_MIN`] bytes
+/// and at least half of the datagram, so what a kept slice holds alive is
+/// at most twice what it carries (the driver hands over datagrams that fill
+/// most of their allocation; spec §7.2). `None` when `data` lies elsewhere
+/// (an opened protected packet's plaintext).
+fn kept_slice(source: Option<&Bytes>, data: &[u8]) -> Option<Bytes> {
+    let source = source?;
+    let inside = source.as_ptr_range().start <= data.as_ptr_range().start
+        && data.as_ptr_range().end <= source.as_ptr_range().end;
+    (inside && data.len() >= KEEP_MIN && 2 * data.len() >= source.len()).then(|| source.slice_ref(data))
+}
+
 /// What the application gets from a stream, in order (spec §13.5).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum StreamItem {
@@ -54,13 +71,13 @@ enum Popped {
 #[derive(Debug)]
 enum Piece {
     Data {
-        data: Vec<u8>,
+        data: Bytes,
         flags: u8,
+        /// `data` is a kept slice of its datagram (spec §7.2), not a copy.
+        kept: bool,
     },
     /// `[key, end)` was abandoned by the sender.
-    Skip {
-        end: u64,
-    },
+    Skip { end: u64 },
 }
 
 /// A boundary in the ring, as a count of bytes ever pushed.
@@ -193,6 +210,8 @@ pub(crate) struct RecvSide {
     /// Entries of bookkeeping: held pieces, unordered fragments, done
     /// ranges. The connection bounds their sum (spec §13.8).
     pub pieces: usize,
+    /// Bytes delivered in order as kept slices of their datagrams.
+    pub kept: u64,
     window: u64,
     /// The peer has sent on it.
     pub used: bool,
@@ -231,6 +250,7 @@ impl RecvSide {
             reset_reported: false,
             buffered: 0,
             pieces: 0,
+            kept: 0,
             window,
             used: false,
             discard: false,
@@ -260,7 +280,15 @@ impl RecvSide {
     }
 
     /// Takes one data chunk (spec §13.4). Returns the bytes newly held.
+    #[cfg(test)]
     pub fn on_data(&mut self, c: &DataChunk<&[u8]>) -> Result<usize, Refused> {
+        self.on_data_from(c, None)
+    }
+
+    /// [`RecvSide::on_data`] of a chunk parsed from `source`, the datagram
+    /// as the driver handed it over, if it did (a large in-order piece is
+    /// then kept as a slice of it; see [`kept_slice`]).
+    pub fn on_data_from(&mut self, c: &DataChunk<&[u8]>, source: Option<&Bytes>) -> Result<usize, Refused> {
         self.used = true;
         if c.flags & data_flags::UNORDERED != 0 {
             return self.on_unordered(c);
@@ -276,18 +304,26 @@ impl RecvSide {
             let data = &c.data[skip..];
             let off = c.offset.max(self.next);
             if off == self.next {
-                self.deliver(data, c.flags);
+                match kept_slice(source, data) {
+                    Some(kept) => self.deliver_kept(kept, c.flags),
+                    None => self.deliver(data, c.flags),
+                }
                 self.pull();
             } else if c.span() > 0 && self.held_span(off).is_none_or(|held| held < c.span()) {
                 // A piece already held at this offset (the same bytes, cut
                 // otherwise when sent again, spec §3.7) gives way only to a
                 // longer one: a shorter one would drop the bytes past it.
-                let old = self.held.insert(off, Piece::Data { data: data.to_vec(), flags: c.flags });
+                let (data, kept) = match kept_slice(source, data) {
+                    Some(slice) => (slice, true),
+                    None => (Bytes::copy_from_slice(data), false),
+                };
+                let len = data.len();
+                let old = self.held.insert(off, Piece::Data { data, flags: c.flags, kept });
                 if let Some(Piece::Data { data: old, .. }) = old {
                     self.buffered -= old.len();
                     self.pieces -= 1;
                 }
-                self.buffered += data.len();
+                self.buffered += len;
                 self.pieces += 1;
             }
         } else if c.span() == 0 && c.offset == self.next {
@@ -300,7 +336,7 @@ impl RecvSide {
     /// Offsets the data piece held at exactly `off` takes, if one is.
     fn held_span(&self, off: u64) -> Option<u64> {
         match self.held.get(&off) {
-            Some(Piece::Data { data, flags }) => Some(span(data.len(), *flags)),
+            Some(Piece::Data { data, flags, .. }) => Some(span(data.len(), *flags)),
             _ => None,
         }
     }
@@ -412,17 +448,40 @@ impl RecvSide {
     }
 
     fn deliver(&mut self, data: &[u8], flags: u8) {
-        self.next += span(data.len(), flags);
+        if self.accept(data.len(), flags) {
+            self.ring.push(data);
+            self.after_push(data.len(), flags);
+        }
+    }
+
+    /// [`RecvSide::deliver`] of a slice of the received datagram, kept as
+    /// it is instead of copied (see [`kept_slice`]).
+    fn deliver_kept(&mut self, data: Bytes, flags: u8) {
+        let len = data.len();
+        if self.accept(len, flags) {
+            self.kept += len as u64;
+            self.ring.push_shared(data);
+            self.after_push(len, flags);
+        }
+    }
+
+    /// The stream moves past `len` bytes that arrived in order; whether the
+    /// application is to get them.
+    fn accept(&mut self, len: usize, flags: u8) -> bool {
+        self.next += span(len, flags);
         if self.discard {
-            return;
+            return false;
         }
         if flags & data_flags::BEGIN != 0 {
             self.end_message();
             self.in_message = true;
         }
-        self.ring.push(data);
-        self.buffered += data.len();
-        self.pushed += data.len() as u64;
+        true
+    }
+
+    fn after_push(&mut self, len: usize, flags: u8) {
+        self.buffered += len;
+        self.pushed += len as u64;
         if flags & data_flags::END != 0 {
             self.marks.push_back(Mark::End(self.pushed));
             self.in_message = false;
@@ -451,11 +510,16 @@ impl RecvSide {
             }
             let off = *entry.key();
             match entry.remove() {
-                Piece::Data { data, flags } => {
+                Piece::Data { data, flags, kept } => {
                     self.buffered -= data.len();
                     self.pieces -= 1;
                     if off + span(data.len(), flags) > self.next {
-                        self.deliver(&data[(self.next - off) as usize..], flags);
+                        let rest = data.slice((self.next - off) as usize..);
+                        if kept {
+                            self.deliver_kept(rest, flags);
+                        } else {
+                            self.deliver(&rest, flags);
+                        }
                     }
                 }
                 Piece::Skip { end } => {
@@ -645,6 +709,19 @@ impl RecvSide {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_large_pieces_of_the_datagram_itself_are_kept() {
+        let datagram = Bytes::from(vec![7u8; 20_000]);
+        let kept = kept_slice(Some(&datagram), &datagram[100..19_000]).expect("most of it");
+        assert_eq!(kept.as_ptr(), datagram[100..].as_ptr(), "a slice, not a copy");
+        assert!(kept_slice(Some(&datagram), &datagram[..9_000]).is_none(), "less than half of it");
+        let small = Bytes::from(vec![7u8; 6_000]);
+        assert!(kept_slice(Some(&small), &small[..5_000]).is_none(), "below KEEP_MIN");
+        let elsewhere = vec![7u8; 20_000];
+        assert!(kept_slice(Some(&datagram), &elsewhere[..19_000]).is_none(), "an opened packet's plaintext");
+        assert!(kept_slice(None, &datagram[..19_000]).is_none(), "a borrowed datagram");
+    }
     use crate::ids::StreamId;
 
     fn chunk(offset: u64, in_msg: u32, flags: u8, data: &[u8]) -> DataChunk<&[u8]> {
