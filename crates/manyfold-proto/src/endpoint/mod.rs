@@ -61,6 +61,13 @@ pub struct Transmit {
     pub segment_size: Option<usize>,
 }
 
+/// Makes `buf` at least `len` bytes long; what it held stays (scratch).
+pub(crate) fn room(buf: &mut Vec<u8>, len: usize) {
+    if buf.len() < len {
+        buf.resize(len, 0);
+    }
+}
+
 /// Why [`Endpoint::connect`] refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
@@ -369,13 +376,16 @@ impl Endpoint {
         }
     }
 
-    /// Writes the next datagram(s) to send into `buf` (cleared first). Up to
-    /// `max_datagrams` datagrams of one connection are batched for GSO.
+    /// Writes the next datagram(s) to send into the first
+    /// [`Transmit::size`] bytes of `buf`. Up to `max_datagrams` datagrams of
+    /// one connection are batched for GSO. `buf` is scratch: it is grown as
+    /// needed and never shrunk, so that its memory is not zeroed again for
+    /// every datagram (3% of a bulk sender's CPU); read only `buf[..size]`.
     pub fn poll_transmit(&mut self, now: Instant, max_datagrams: usize, buf: &mut Vec<u8>) -> Option<Transmit> {
-        buf.clear();
         if let Some((to, bytes)) = self.listener.poll_response() {
-            buf.extend_from_slice(&bytes);
             let size = bytes.len();
+            room(buf, size);
+            buf[..size].copy_from_slice(&bytes);
             self.listener.recycle(bytes);
             return Some(Transmit { destination: to, size, segment_size: None });
         }
@@ -385,16 +395,14 @@ impl Endpoint {
             };
             // spec §6.8: a path challenge or response goes alone, to its own address.
             if conn.path_due(now) {
-                buf.resize(PATH_PACKET_LEN, 0);
-                if let Some((destination, size)) = conn.poll_path(now, buf) {
-                    buf.truncate(size);
+                room(buf, PATH_PACKET_LEN);
+                if let Some((destination, size)) = conn.poll_path(now, &mut buf[..PATH_PACKET_LEN]) {
                     self.mark(idx);
                     self.touch_timers_and_events(idx, now);
                     return Some(Transmit { destination, size, segment_size: None });
                 }
-                buf.clear();
             }
-            let (count, segment) = schedule::fill_batch(conn, now, max_datagrams, buf);
+            let (count, segment, size) = schedule::fill_batch(conn, now, max_datagrams, buf);
             let destination = conn.remote();
             if count > 0 {
                 // It may have more: back of the queue, round-robin between connections.
@@ -403,7 +411,7 @@ impl Endpoint {
             self.touch_timers_and_events(idx, now);
             self.run_groups(now);
             if count > 0 {
-                return Some(Transmit { destination, size: buf.len(), segment_size: (count > 1).then_some(segment) });
+                return Some(Transmit { destination, size, segment_size: (count > 1).then_some(segment) });
             }
         }
         None

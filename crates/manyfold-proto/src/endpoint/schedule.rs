@@ -84,8 +84,9 @@ impl Schedule {
 /// length field's 64 KiB less headers. A larger datagram goes alone.
 pub const MAX_BATCH_BYTES: usize = 65_000;
 
-/// Writes up to `max_datagrams` of `conn`'s datagrams into `buf` behind
-/// what it holds. Returns how many, and the size of each but the last.
+/// Writes up to `max_datagrams` of `conn`'s datagrams at the start of
+/// `buf` (scratch, grown as needed, never shrunk or zeroed again). Returns
+/// how many, the size of each but the last, and the bytes written.
 ///
 /// spec §2: a batch is datagrams of one size (the first one's), the last
 /// possibly shorter, at most [`MAX_BATCH_BYTES`] in all past the first;
@@ -96,33 +97,26 @@ pub(super) fn fill_batch(
     now: Instant,
     max_datagrams: usize,
     buf: &mut Vec<u8>,
-) -> (usize, usize) {
+) -> (usize, usize, usize) {
     let mut count = 0;
+    let mut len = 0;
     // The first datagram may be a path MTU probe, larger (spec §3.7).
     let mut segment = conn.next_datagram_room(now);
     while count < max_datagrams.max(1) {
         if count > 0 && (count + 1) * segment > MAX_BATCH_BYTES {
             break;
         }
-        let start = buf.len();
-        buf.resize(start + segment, 0);
-        match conn.poll_transmit(now, &mut buf[start..]) {
-            Some(n) => {
-                buf.truncate(start + n);
-                count += 1;
-                if count == 1 {
-                    segment = n;
-                } else if n < segment {
-                    break;
-                }
-            }
-            None => {
-                buf.truncate(start);
-                break;
-            }
+        super::room(buf, len + segment);
+        let Some(n) = conn.poll_transmit(now, &mut buf[len..len + segment]) else { break };
+        len += n;
+        count += 1;
+        if count == 1 {
+            segment = n;
+        } else if n < segment {
+            break;
         }
     }
-    (count, segment)
+    (count, segment, len)
 }
 
 #[cfg(test)]
@@ -169,10 +163,12 @@ mod tests {
         let mut conn = client(now, 1, 7);
         let mut buf = Vec::new();
         // A client in SYN-SENT has one SYN to send, then nothing.
-        let (count, segment) = fill_batch(&mut conn, now, 8, &mut buf);
+        let (count, segment, len) = fill_batch(&mut conn, now, 8, &mut buf);
         assert_eq!(count, 1);
-        assert!(segment > 0 && segment == buf.len(), "one SYN of {segment} bytes, {} written", buf.len());
-        assert_eq!(fill_batch(&mut conn, now, 8, &mut buf).0, 0, "nothing more");
-        assert_eq!(buf.len(), segment, "a declined datagram leaves the buffer as it was");
+        assert!(segment > 0 && segment == len, "one SYN of {segment} bytes, {len} written");
+        let syn = buf[..len].to_vec();
+        let (count, _, len_after) = fill_batch(&mut conn, now, 8, &mut buf);
+        assert_eq!((count, len_after), (0, 0), "nothing more");
+        assert_eq!(buf[..len], syn[..], "a declined datagram leaves the buffer as it was");
     }
 }

@@ -10,6 +10,31 @@ use crate::{ConnHandle, Endpoint, EndpointConfig, Event, State, StreamId};
 mod acks;
 mod lifecycle;
 
+/// `poll_transmit` keeps its buffer as scratch and never zeroes it again:
+/// what it writes must not depend on what the buffer held. A transfer under
+/// loss puts the same datagrams on the wire from a buffer full of garbage
+/// as from an empty one.
+#[test]
+fn datagrams_do_not_depend_on_what_the_scratch_buffer_held() {
+    let wire = |fill: Option<u8>| {
+        let mut p = Pair::new();
+        p.loss_percent = 5;
+        p.scratch_fill = fill;
+        p.log = Some(Vec::new());
+        transfer(&mut p, 1_000_000);
+        p.log.take().expect("logged")
+    };
+    let clean = wire(None);
+    assert!(clean.len() > 100, "{} datagrams", clean.len());
+    for fill in [0xa5, 0xff] {
+        let dirty = wire(Some(fill));
+        assert_eq!(dirty.len(), clean.len(), "fill {fill:#x}");
+        for (i, (d, c)) in dirty.iter().zip(&clean).enumerate() {
+            assert!(d == c, "datagram {i} differs with the scratch full of {fill:#x}");
+        }
+    }
+}
+
 pub(super) struct Pair {
     now: Instant,
     a: Endpoint,
@@ -28,6 +53,8 @@ pub(super) struct Pair {
     rewrite: Option<fn(bool, &mut [u8])>,
     /// Every datagram put on the wire, when set.
     log: Option<Vec<(bool, Vec<u8>)>>,
+    /// `poll_transmit`'s scratch buffer starts full of this byte, not empty.
+    scratch_fill: Option<u8>,
 }
 
 impl Pair {
@@ -49,11 +76,12 @@ impl Pair {
             lcg: 12345,
             rewrite: None,
             log: None,
+            scratch_fill: None,
         }
     }
 
     pub(super) fn drain(&mut self) {
-        let mut buf = Vec::new();
+        let mut buf = self.scratch_fill.map_or_else(Vec::new, |b| vec![b; 70_000]);
         for to_b in [true, false] {
             let ep = if to_b { &mut self.a } else { &mut self.b };
             while let Some(t) = ep.poll_transmit(self.now, 10, &mut buf) {
