@@ -496,17 +496,33 @@ impl World {
         let elapsed = self.clock.elapsed();
         let node = &mut self.nodes[i];
         node.dirty = false;
-        while let Some(t) = node.endpoint.poll_transmit(now, MAX_BATCH, &mut self.buf) {
+        // Taken as the driver takes them: a datagram may come in two pieces
+        // (spec §7.2), joined here on the wire.
+        while let Some((t, tail)) = node.endpoint.poll_transmit_gather(now, MAX_BATCH, &mut self.buf) {
+            let head = t.size - tail.as_ref().map_or(0, |t| t.len());
             assert!(
-                t.size <= self.buf.len(),
+                head <= self.buf.len(),
                 "transmit of {} bytes in a buffer of {} (seed {})",
                 t.size,
                 self.buf.len(),
                 self.seed
             );
+            assert!(
+                tail.is_none() || t.segment_size.is_none(),
+                "a datagram in two pieces in a batch (seed {})",
+                self.seed
+            );
+            let joined;
+            let out = match &tail {
+                Some(tail) => {
+                    joined = [&self.buf[..head], &tail[..]].concat();
+                    &joined[..]
+                }
+                None => &self.buf[..t.size],
+            };
             let segment = t.segment_size.unwrap_or(t.size);
             assert!(segment > 0 || t.size == 0, "GSO batch with segment size 0 (seed {})", self.seed);
-            for datagram in self.buf[..t.size].chunks(segment.max(1)) {
+            for datagram in out.chunks(segment.max(1)) {
                 if node.interface_mtu.is_some_and(|mtu| datagram.len() > mtu) {
                     node.stats.refused_too_large += 1;
                     node.endpoint.handle_too_large(now, t.destination, datagram);

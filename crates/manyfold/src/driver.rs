@@ -21,6 +21,7 @@ use std::io;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use bytes::Bytes;
 use manyfold_proto::Transmit;
 use tokio::io::Interest;
 
@@ -74,7 +75,9 @@ pub(crate) struct Driver {
     recv: RecvBatch,
     /// Filled by `poll_transmit`; holds a refused transmit until it is sent.
     tx_buf: Vec<u8>,
-    tx_pending: Option<Transmit>,
+    /// A transmit the socket refused, still in `tx_buf`, with the payload
+    /// the engine left out of it (spec §7.2).
+    tx_pending: Option<(Transmit, Option<Bytes>)>,
     /// Single datagrams waiting for one `sendmmsg` (issue 21).
     batch: SendBatch,
     max_datagram: usize,
@@ -241,10 +244,10 @@ impl Driver {
 
         // What the socket refused last time goes first, in the order made.
         let mut blocked = self.flush_batch(inner, now);
-        if let (Some(t), false) = (self.tx_pending, blocked) {
-            blocked = self.send_plain(inner, now, t);
-            if !blocked {
-                self.tx_pending = None;
+        if let (Some((t, tail)), false) = (self.tx_pending.take(), blocked) {
+            blocked = self.send_plain(inner, now, t, tail.as_ref());
+            if blocked {
+                self.tx_pending = Some((t, tail));
             }
         }
         if !blocked {
@@ -259,11 +262,17 @@ impl Driver {
                     break;
                 }
                 let max = self.io.max_segments(self.max_datagram);
-                let Some(t) = inner.engine.poll_transmit(now, max, &mut self.tx_buf) else { break };
+                // Fault injection takes datagrams whole; otherwise a large
+                // payload may stay out of `tx_buf` (spec §7.2).
+                let next = match inner.faults {
+                    Some(_) => inner.engine.poll_transmit(now, max, &mut self.tx_buf).map(|t| (t, None)),
+                    None => inner.engine.poll_transmit_gather(now, max, &mut self.tx_buf),
+                };
+                let Some((t, tail)) = next else { break };
                 if inner.faults.is_some() {
                     cost += GSO_COST;
                     blocked = self.send_faulty(inner, now, t);
-                } else if t.size <= BATCH_COPY_MAX && t.segment_size.is_none_or(|s| s >= t.size) {
+                } else if tail.is_none() && t.size <= BATCH_COPY_MAX && t.segment_size.is_none_or(|s| s >= t.size) {
                     // One small datagram: it joins the batch for one sendmmsg.
                     cost += 1;
                     self.batch.push(t.destination, &self.tx_buf[..t.size]);
@@ -274,9 +283,9 @@ impl Driver {
                     // A GSO batch, or one large datagram.
                     cost += if t.segment_size.is_some_and(|s| s < t.size) { GSO_COST } else { 1 };
                     // The batch leaves first, to keep the order made.
-                    blocked = self.flush_batch(inner, now) || self.send_plain(inner, now, t);
+                    blocked = self.flush_batch(inner, now) || self.send_plain(inner, now, t, tail.as_ref());
                     if blocked {
-                        self.tx_pending = Some(t);
+                        self.tx_pending = Some((t, tail));
                     }
                 }
                 if blocked {
@@ -365,7 +374,10 @@ impl Driver {
 
     /// Sends the transmit in `tx_buf` as is. Returns true if the socket
     /// refused it for now (the caller keeps it and waits for writability).
-    fn send_plain(&mut self, inner: &mut Inner, now: Instant, t: Transmit) -> bool {
+    fn send_plain(&mut self, inner: &mut Inner, now: Instant, t: Transmit, tail: Option<&Bytes>) -> bool {
+        if let Some(tail) = tail {
+            return self.send_gathered(inner, now, t, tail);
+        }
         let contents = &self.tx_buf[..t.size];
         let segment = t.segment_size.unwrap_or(t.size).max(1);
         match self.io.send(t.destination, contents, t.segment_size) {
@@ -405,6 +417,30 @@ impl Driver {
                 tracing::debug!(error = %e, destination = %t.destination, "UDP send failed");
                 let first = &contents[..segment.min(contents.len())];
                 inner.send_failed(now, t.destination, first, &e);
+                false
+            }
+        }
+    }
+
+    /// Sends one datagram that is `tx_buf`'s head then `tail` (spec §7.2).
+    /// Returns whether the socket was full (the caller keeps it pending).
+    fn send_gathered(&mut self, inner: &mut Inner, now: Instant, t: Transmit, tail: &Bytes) -> bool {
+        let head = &self.tx_buf[..t.size - tail.len()];
+        match self.io.send_gathered(t.destination, head, tail) {
+            Ok(()) => {
+                inner.driver_stats.datagrams_sent += 1;
+                if self.trace.is_on() {
+                    self.trace.log(now, Direction::Send, t.destination, &[head, &tail[..]].concat());
+                }
+                false
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                inner.driver_stats.send_would_block += 1;
+                true
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, destination = %t.destination, "UDP send failed");
+                inner.send_failed(now, t.destination, &[head, &tail[..]].concat(), &e);
                 false
             }
         }

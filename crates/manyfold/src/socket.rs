@@ -108,6 +108,28 @@ impl UdpIo {
         self.socket.try_io(Interest::WRITABLE, || self.state.try_send((&self.socket).into(), &transmit))
     }
 
+    /// Sends one datagram made of `head` then `tail` (spec §7.2: the engine
+    /// left a large payload out of its buffer), as one `sendmsg` with two
+    /// iovecs: the payload is not copied in user space.
+    #[cfg(any(target_os = "linux", target_os = "android", target_os = "freebsd", target_os = "netbsd"))]
+    pub(crate) fn send_gathered(&self, destination: SocketAddr, head: &[u8], tail: &[u8]) -> io::Result<()> {
+        use nix::sys::socket::{sendmsg, MsgFlags, SockaddrStorage};
+        use std::io::IoSlice;
+        use std::os::fd::AsRawFd;
+        let iov = [IoSlice::new(head), IoSlice::new(tail)];
+        let addr = SockaddrStorage::from(self.to_socket_family(destination));
+        let fd = self.socket.as_raw_fd();
+        self.socket.try_io(Interest::WRITABLE, || {
+            sendmsg(fd, &iov, &[], MsgFlags::empty(), Some(&addr)).map(|_| ()).map_err(io::Error::from)
+        })
+    }
+
+    /// Elsewhere: the two pieces joined, one datagram through quinn-udp.
+    #[cfg(not(any(target_os = "linux", target_os = "android", target_os = "freebsd", target_os = "netbsd")))]
+    pub(crate) fn send_gathered(&self, destination: SocketAddr, head: &[u8], tail: &[u8]) -> io::Result<()> {
+        self.send(destination, &[head, tail].concat(), None)
+    }
+
     /// Sends single datagrams to their destinations in one `sendmmsg`
     /// call (at most [`crate::batch::MAX_BATCH`]); returns how many the
     /// kernel took, in order. An error means the first one was refused.

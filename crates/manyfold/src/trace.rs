@@ -58,9 +58,16 @@ impl PacketTrace {
         PacketTrace { enabled, epoch: *EPOCH.get_or_init(|| now) }
     }
 
+    /// Whether `log` would write anything: a caller that must first make
+    /// the datagram it logs asks.
+    #[inline]
+    pub(crate) fn is_on(&self) -> bool {
+        self.enabled && tracing::enabled!(target: "manyfold::packet", tracing::Level::DEBUG)
+    }
+
     #[inline]
     pub(crate) fn log(&self, now: Instant, dir: Direction, peer: SocketAddr, datagram: &[u8]) {
-        if !self.enabled || !tracing::enabled!(target: "manyfold::packet", tracing::Level::DEBUG) {
+        if !self.is_on() {
             return;
         }
         let t = now.saturating_duration_since(self.epoch);

@@ -152,6 +152,11 @@ pub(crate) struct Connection {
     /// (`Endpoint::handle_datagram_owned`): large in-order data is kept as
     /// slices of it. Set only for the length of one `handle_packet`.
     rx_source: Option<Bytes>,
+    /// The caller takes a datagram in two pieces (spec §7.2): set only for
+    /// the length of one `poll_transmit`.
+    gather: bool,
+    /// The second piece of the datagram just written, if it was split.
+    gathered: Option<Bytes>,
     /// Since when data has been outstanding without an ack (spec §4.7).
     stalled_since: Option<Instant>,
     /// When the peer last sent us anything, and ICMP unreachables matched
@@ -254,6 +259,8 @@ impl Connection {
             security: None,
             memory_pressure: false,
             rx_source: None,
+            gather: false,
+            gathered: None,
             stalled_since: None,
             last_heard: now,
             unreachables: 0,
@@ -882,6 +889,19 @@ impl Connection {
         self.rx_source = source.cloned();
         self.handle_packet(now, p, protected);
         self.rx_source = None;
+    }
+
+    /// Whether the caller of `poll_transmit` takes a datagram whose large
+    /// last DATA payload is left out of the buffer (spec §7.2); see
+    /// [`Connection::take_gathered`].
+    pub(crate) fn set_gather(&mut self, on: bool) {
+        self.gather = on;
+    }
+
+    /// The payload left out of the datagram `poll_transmit` just wrote: the
+    /// datagram is what the buffer got, less this many bytes, then these.
+    pub(crate) fn take_gathered(&mut self) -> Option<Bytes> {
+        self.gathered.take()
     }
 
     /// Takes one packet; `protected` says it arrived protected (spec §19.3).

@@ -21,6 +21,10 @@ const MAX_TLPS: u32 = 3;
 const RTO_RESENDS: u8 = 2;
 /// SACK ranges on a pure ack.
 const ACK_SACK_RANGES: usize = 16;
+/// The least DATA payload sent as a second piece of its datagram (spec
+/// §7.2): datagrams this large go one per send anyway (a GSO batch holds
+/// at most 64 KiB), so keeping the payload apart costs no batching.
+const GATHER_MIN: usize = 32 * 1024;
 
 impl Connection {
     pub fn poll_timeout(&self) -> Option<Instant> {
@@ -734,16 +738,36 @@ impl Connection {
             let fit = (buf.len() - base).saturating_sub(1) / 8;
             p.sack = r.sack_block(fit.min(sack_max));
         }
-        let n = p.emit_with(buf, data_len, |out| {
-            if let Some(c) = chunks {
-                c.emit(out);
-            }
-        });
+        // spec §7.2: a large DATA payload at the end goes as a second piece
+        // of the datagram, not copied, when the caller takes such datagrams
+        // (a protected packet is sealed in place, so it is always whole).
+        let tail = chunks
+            .filter(|_| self.gather && self.security.is_none())
+            .and_then(|c| c.gatherable_tail(GATHER_MIN))
+            .cloned();
+        let n = match (&tail, chunks) {
+            (Some(tail), Some(c)) => p.emit_gathered(buf, data_len, tail, |out| {
+                c.emit_head(out);
+            }),
+            _ => p.emit_with(buf, data_len, |out| {
+                if let Some(c) = chunks {
+                    c.emit(out);
+                }
+            }),
+        };
         if let Some(s) = self.security.as_mut() {
             s.last_was_handshake = chunks.is_some_and(|c| c.iter().any(|c| matches!(c, Chunk::Handshake(_))));
         }
         self.stats.packets_sent += 1;
-        self.record_sent(now, &buf[..n]);
+        match &tail {
+            Some(t) if self.qlog.is_some() => {
+                let whole = [&buf[..n - t.len()], &t[..]].concat();
+                self.record_sent(now, &whole);
+            }
+            Some(_) => {}
+            None => self.record_sent(now, &buf[..n]),
+        }
+        self.gathered = tail;
         if flags.contains(Flags::ACK) {
             self.ack.on_ack_sent();
             self.timers.cancel(Timer::DelayedAck);

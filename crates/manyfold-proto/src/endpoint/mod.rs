@@ -85,6 +85,9 @@ pub enum ConnectError {
 pub struct EndpointStats {
     /// Datagrams passed to `handle_datagram`.
     pub datagrams_received: u64,
+    /// Datagrams `poll_transmit_gather` gave in two pieces, the large DATA
+    /// payload not copied (spec §7.2).
+    pub datagrams_gathered: u64,
     /// Datagrams dropped because they failed to decode, by cause.
     pub dropped_truncated: u64,
     /// Dropped: bad checksum.
@@ -382,12 +385,37 @@ impl Endpoint {
     /// needed and never shrunk, so that its memory is not zeroed again for
     /// every datagram (3% of a bulk sender's CPU); read only `buf[..size]`.
     pub fn poll_transmit(&mut self, now: Instant, max_datagrams: usize, buf: &mut Vec<u8>) -> Option<Transmit> {
+        self.next_transmit(now, max_datagrams, buf, false).map(|(t, _)| t)
+    }
+
+    /// [`Endpoint::poll_transmit`] for a caller that can send a datagram in
+    /// two pieces (spec §7.2; `sendmsg` with two iovecs): a datagram whose
+    /// last DATA chunk carries at least 32 KiB may come with that payload
+    /// left out of `buf` and returned here, not copied. The datagram is then
+    /// `buf[..size - tail.len()]` followed by `tail`, alone (no
+    /// `segment_size`); its checksum covers both pieces.
+    pub fn poll_transmit_gather(
+        &mut self,
+        now: Instant,
+        max_datagrams: usize,
+        buf: &mut Vec<u8>,
+    ) -> Option<(Transmit, Option<Bytes>)> {
+        self.next_transmit(now, max_datagrams, buf, true)
+    }
+
+    fn next_transmit(
+        &mut self,
+        now: Instant,
+        max_datagrams: usize,
+        buf: &mut Vec<u8>,
+        gather: bool,
+    ) -> Option<(Transmit, Option<Bytes>)> {
         if let Some((to, bytes)) = self.listener.poll_response() {
             let size = bytes.len();
             room(buf, size);
             buf[..size].copy_from_slice(&bytes);
             self.listener.recycle(bytes);
-            return Some(Transmit { destination: to, size, segment_size: None });
+            return Some((Transmit { destination: to, size, segment_size: None }, None));
         }
         while let Some(idx) = self.schedule.next_to_transmit(&mut self.table) {
             let Some(conn) = self.table.at_mut(idx) else {
@@ -399,10 +427,10 @@ impl Endpoint {
                 if let Some((destination, size)) = conn.poll_path(now, &mut buf[..PATH_PACKET_LEN]) {
                     self.mark(idx);
                     self.touch_timers_and_events(idx, now);
-                    return Some(Transmit { destination, size, segment_size: None });
+                    return Some((Transmit { destination, size, segment_size: None }, None));
                 }
             }
-            let (count, segment, size) = schedule::fill_batch(conn, now, max_datagrams, buf);
+            let (count, segment, size, tail) = schedule::fill_batch(conn, now, max_datagrams, buf, gather);
             let destination = conn.remote();
             if count > 0 {
                 // It may have more: back of the queue, round-robin between connections.
@@ -411,7 +439,8 @@ impl Endpoint {
             self.touch_timers_and_events(idx, now);
             self.run_groups(now);
             if count > 0 {
-                return Some(Transmit { destination, size, segment_size: (count > 1).then_some(segment) });
+                self.stats.datagrams_gathered += u64::from(tail.is_some());
+                return Some((Transmit { destination, size, segment_size: (count > 1).then_some(segment) }, tail));
             }
         }
         None

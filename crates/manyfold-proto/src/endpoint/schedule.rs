@@ -8,6 +8,8 @@ use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 use std::time::Instant;
 
+use bytes::Bytes;
+
 use super::table::{Slot, Table};
 use crate::connection::Connection;
 
@@ -86,7 +88,9 @@ pub const MAX_BATCH_BYTES: usize = 65_000;
 
 /// Writes up to `max_datagrams` of `conn`'s datagrams at the start of
 /// `buf` (scratch, grown as needed, never shrunk or zeroed again). Returns
-/// how many, the size of each but the last, and the bytes written.
+/// how many, the size of each but the last, the bytes of the datagrams,
+/// and with `gather` the payload left out of a lone first datagram (spec
+/// §7.2: the buffer then holds all of it but that payload).
 ///
 /// spec §2: a batch is datagrams of one size (the first one's), the last
 /// possibly shorter, at most [`MAX_BATCH_BYTES`] in all past the first;
@@ -97,7 +101,8 @@ pub(super) fn fill_batch(
     now: Instant,
     max_datagrams: usize,
     buf: &mut Vec<u8>,
-) -> (usize, usize, usize) {
+    gather: bool,
+) -> (usize, usize, usize, Option<Bytes>) {
     let mut count = 0;
     let mut len = 0;
     // The first datagram may be a path MTU probe, larger (spec §3.7).
@@ -107,16 +112,23 @@ pub(super) fn fill_batch(
             break;
         }
         super::room(buf, len + segment);
-        let Some(n) = conn.poll_transmit(now, &mut buf[len..len + segment]) else { break };
+        conn.set_gather(gather && count == 0);
+        let sent = conn.poll_transmit(now, &mut buf[len..len + segment]);
+        conn.set_gather(false);
+        let Some(n) = sent else { break };
         len += n;
         count += 1;
+        if let Some(tail) = conn.take_gathered() {
+            // Only a first datagram is split, and it goes alone.
+            return (count, n, len, Some(tail));
+        }
         if count == 1 {
             segment = n;
         } else if n < segment {
             break;
         }
     }
-    (count, segment, len)
+    (count, segment, len, None)
 }
 
 #[cfg(test)]
@@ -163,11 +175,11 @@ mod tests {
         let mut conn = client(now, 1, 7);
         let mut buf = Vec::new();
         // A client in SYN-SENT has one SYN to send, then nothing.
-        let (count, segment, len) = fill_batch(&mut conn, now, 8, &mut buf);
+        let (count, segment, len, _) = fill_batch(&mut conn, now, 8, &mut buf, false);
         assert_eq!(count, 1);
         assert!(segment > 0 && segment == len, "one SYN of {segment} bytes, {len} written");
         let syn = buf[..len].to_vec();
-        let (count, _, len_after) = fill_batch(&mut conn, now, 8, &mut buf);
+        let (count, _, len_after, _) = fill_batch(&mut conn, now, 8, &mut buf, false);
         assert_eq!((count, len_after), (0, 0), "nothing more");
         assert_eq!(buf[..len], syn[..], "a declined datagram leaves the buffer as it was");
     }

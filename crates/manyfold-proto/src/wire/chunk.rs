@@ -117,6 +117,16 @@ impl<D: AsRef<[u8]>> DataChunk<D> {
     pub fn span(&self) -> u64 {
         span(self.data.as_ref().len(), self.flags)
     }
+
+    /// Writes the chunk's 16-byte header (spec §13.2) into `out`.
+    fn emit_header(&self, out: &mut [u8]) {
+        out[0] = KIND_DATA;
+        out[1] = self.flags;
+        out[2..4].copy_from_slice(&self.stream.get().to_be_bytes());
+        out[4..6].copy_from_slice(&(self.data.as_ref().len() as u16).to_be_bytes());
+        put48(&mut out[6..12], self.offset);
+        out[12..16].copy_from_slice(&self.in_msg.to_be_bytes());
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -275,13 +285,8 @@ impl<D: AsRef<[u8]>> Chunk<D> {
         out[2..4].copy_from_slice(&self.stream().get().to_be_bytes());
         match self {
             Chunk::Data(d) => {
-                let data = d.data.as_ref();
-                out[0] = KIND_DATA;
-                out[1] = d.flags;
-                out[4..6].copy_from_slice(&(data.len() as u16).to_be_bytes());
-                put48(&mut out[6..12], d.offset);
-                out[12..16].copy_from_slice(&d.in_msg.to_be_bytes());
-                out[16..].copy_from_slice(data);
+                d.emit_header(out);
+                out[DATA_HEADER_LEN..].copy_from_slice(d.data.as_ref());
             }
             Chunk::Reset { code, final_size, .. } => {
                 out[0] = KIND_RESET;
@@ -554,6 +559,34 @@ impl Chunks {
         before - self.data_len()
     }
 
+    /// The payload of the last chunk, when it is a DATA chunk of at least
+    /// `min` bytes and nothing follows it: the datagram can then go as what
+    /// [`Chunks::emit_head`] writes followed by these bytes, not copied
+    /// (spec §7.2).
+    pub fn gatherable_tail(&self, min: usize) -> Option<&Bytes> {
+        if self.pad() > 0 {
+            return None;
+        }
+        match self.iter().last()? {
+            Chunk::Data(d) if d.data.len() >= min => Some(&d.data),
+            _ => None,
+        }
+    }
+
+    /// [`Chunks::emit`] less the last chunk's payload (see
+    /// [`Chunks::gatherable_tail`]); returns the length written.
+    pub fn emit_head(&self, out: &mut [u8]) -> usize {
+        let Some((Chunk::Data(last), before)) = self.iter().as_slice().split_last() else {
+            return self.emit(out);
+        };
+        let mut at = 0;
+        for c in before {
+            at += c.emit(&mut out[at..]);
+        }
+        last.emit_header(&mut out[at..]);
+        at + DATA_HEADER_LEN
+    }
+
     /// Writes every chunk into `out` (sized by the caller); returns the length.
     pub fn emit(&self, out: &mut [u8]) -> usize {
         let mut at = 0;
@@ -723,6 +756,33 @@ mod tests {
         assert_eq!(span(0, 0), 0);
         assert_eq!(span(5, BEGIN | END), 5);
         assert_eq!(span(5, BEGIN), 5);
+    }
+
+    #[test]
+    fn a_gathered_data_area_is_the_head_then_the_last_payload() {
+        let big = Chunk::Data(DataChunk {
+            stream: StreamId::new(3),
+            flags: data_flags::BEGIN,
+            offset: 1 << 33,
+            in_msg: 5,
+            data: Bytes::from((0..40_000).map(|i| (i * 7) as u8).collect::<Vec<u8>>()),
+            msg: 0,
+        });
+        let mut cs = Chunks::default();
+        cs.push(Chunk::Credit { stream: StreamId::new(5), unordered: false, max: 99 });
+        cs.push(big);
+        let tail = cs.gatherable_tail(32 * 1024).expect("a 40,000-byte payload ends it").clone();
+        assert!(cs.gatherable_tail(40_001).is_none(), "below the minimum");
+        let mut whole = vec![0u8; cs.encoded_len()];
+        assert_eq!(cs.emit(&mut whole), whole.len());
+        let mut head = vec![0u8; cs.encoded_len() - tail.len()];
+        assert_eq!(cs.emit_head(&mut head), head.len());
+        assert!([&head[..], &tail[..]].concat() == whole, "head then payload is the data area");
+        cs.push(Chunk::Stop { stream: StreamId::new(1), code: 2 });
+        assert!(cs.gatherable_tail(1).is_none(), "a chunk after the data");
+        let mut padded = Chunks::padding(3);
+        padded.push_front(Chunk::Stop { stream: StreamId::new(1), code: 2 });
+        assert!(padded.gatherable_tail(1).is_none(), "padding after the chunks");
     }
 
     #[test]

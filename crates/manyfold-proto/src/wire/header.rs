@@ -276,8 +276,14 @@ impl Header {
 /// Fills in the CRC32C of a complete datagram whose header was emitted with
 /// [`Header::emit`] (spec §3.2).
 pub fn seal(datagram: &mut [u8]) {
-    let crc = checksum(datagram);
-    datagram[field::CRC].copy_from_slice(&crc.to_be_bytes());
+    seal_gathered(datagram, &[]);
+}
+
+/// [`seal`] of the datagram `head` followed by `tail` (sent together as
+/// two pieces, spec §3.2): the CRC in `head` covers both.
+pub fn seal_gathered(head: &mut [u8], tail: &[u8]) {
+    let crc = crc32c::crc32c_append(checksum(head), tail);
+    head[field::CRC].copy_from_slice(&crc.to_be_bytes());
 }
 
 /// CRC32C over the datagram with the CRC field taken as zero.
@@ -349,6 +355,16 @@ mod tests {
             zeroed[field::CRC].copy_from_slice(&[0; 4]);
             assert_eq!(checksum(&d), crc32c::crc32c(&zeroed), "length {len}");
         }
+    }
+
+    #[test]
+    fn a_gathered_datagram_is_sealed_as_the_whole() {
+        let mut whole: Vec<u8> = (0..40_000).map(|i| (i * 31 + 5) as u8).collect();
+        Header { payload_len: (whole.len() - HEADER_LEN) as u16, ..sample() }.emit(&mut whole);
+        let mut head = whole[..1_000].to_vec();
+        seal(&mut whole);
+        seal_gathered(&mut head, &whole[1_000..]);
+        assert_eq!(head[..], whole[..1_000], "the same CRC in the header");
     }
 
     #[test]

@@ -17,7 +17,7 @@ pub mod mcast;
 mod path;
 mod payload;
 
-pub use header::{seal, Flags, Header, PacketType, HEADER_LEN, VERSION};
+pub use header::{seal, seal_gathered, Flags, Header, PacketType, HEADER_LEN, VERSION};
 pub use path::{PathKind, PathPacket, PATH_PACKET_LEN};
 pub use payload::{
     Cookie, ErrorCode, HandshakeParams, Packet, SackBlock, Token, COOKIE_LEN, MAX_SACK_RANGES, PARAMS_LEN, TOKEN_LEN,

@@ -1,7 +1,7 @@
 //! The payload sections a header's flags announce (spec §3.3) and the whole
 //! packet's parsed form, [`Packet`].
 
-use super::header::{seal, Flags, Header, PacketType, HEADER_LEN};
+use super::header::{seal_gathered, Flags, Header, PacketType, HEADER_LEN};
 use super::DecodeError;
 
 /// At most this many SACK ranges in one packet (spec §3.3.1).
@@ -359,8 +359,23 @@ impl<'a> Packet<'a> {
     /// Like [`Packet::emit`], with `data_len` bytes of data (in place of
     /// `self.data`) written by `write_data` into the slice it is given.
     pub fn emit_with(&self, out: &mut [u8], data_len: usize, write_data: impl FnOnce(&mut [u8])) -> usize {
+        self.emit_gathered(out, data_len, &[], write_data)
+    }
+
+    /// Like [`Packet::emit_with`] for a datagram sent as two pieces: `out`
+    /// gets all but its last `tail.len()` bytes, which are `tail` (the
+    /// payload of its last DATA chunk, not copied; spec §3.2, §7.2).
+    /// `write_data` writes the data area less `tail`. The CRC covers both.
+    /// Returns the whole datagram's length.
+    pub fn emit_gathered(
+        &self,
+        out: &mut [u8],
+        data_len: usize,
+        tail: &[u8],
+        write_data: impl FnOnce(&mut [u8]),
+    ) -> usize {
         let total = HEADER_LEN + self.sections_len() + data_len;
-        let out = &mut out[..total];
+        let out = &mut out[..total - tail.len()];
         let mut header = self.header;
         header.payload_len = (total - HEADER_LEN) as u16;
         let mut set = |on: bool, f: Flags| {
@@ -402,7 +417,7 @@ impl<'a> Packet<'a> {
             at += 2;
         }
         write_data(&mut out[at..]);
-        seal(out);
+        seal_gathered(out, tail);
         total
     }
 
@@ -430,6 +445,7 @@ fn be32(b: &[u8]) -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::wire::seal;
     use proptest::prelude::*;
 
     fn full() -> Packet<'static> {
