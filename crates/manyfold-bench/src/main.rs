@@ -171,9 +171,6 @@ pub(crate) fn sh(cmd: &str, args: &[&str]) -> String {
 /// The tokio runtime the lab's manyfold and quinn ends run on: multi-thread,
 /// as the CLI runs the library.
 pub(crate) fn runtime() -> Result<tokio::runtime::Runtime> {
-    if std::env::var_os("MF_RT_CURRENT").is_some() {
-        return Ok(tokio::runtime::Builder::new_current_thread().enable_all().build()?);
-    }
     Ok(tokio::runtime::Builder::new_multi_thread().enable_all().build()?)
 }
 
