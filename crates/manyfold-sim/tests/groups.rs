@@ -124,15 +124,17 @@ struct Pump {
     g: GroupHandle,
     next: u64,
     count: u64,
+    /// Message `seq`'s length.
+    size: fn(u64) -> usize,
 }
 
 impl Pump {
     fn run(&mut self, w: &mut World) {
         while self.next < self.count {
             let (g, seq) = (self.g, self.next);
-            match w
-                .act(sender(), |ep, now| ep.group_send(g, now, message(seq, size_of(seq)), MessageOptions::default()))
-            {
+            match w.act(sender(), |ep, now| {
+                ep.group_send(g, now, message(seq, (self.size)(seq)), MessageOptions::default())
+            }) {
                 Ok(s) => {
                     assert_eq!(s, seq, "group sequence numbers follow the sends (seed {})", w.seed());
                     self.next += 1;
@@ -171,7 +173,7 @@ fn transfer(
     within: Duration,
     mut during: impl FnMut(&mut World, &Pump),
 ) -> bool {
-    let mut pump = Pump { g, next: 0, count };
+    let mut pump = Pump { g, next: 0, count, size: size_of };
     w.run_until(
         |w| {
             pump.run(w);
@@ -283,6 +285,35 @@ fn all_mode_delivers_every_message_to_every_peer_under_loss() {
         let stats = w.endpoint(sender()).group(g).unwrap().stats();
         assert_eq!((stats.messages_delivered, stats.outstanding_bytes), (300, 0), "seed {seed}");
     }
+}
+
+/// spec §7.2: on paths of 64 KiB datagrams each peer's datagrams go in two
+/// pieces, the group's shared message not copied into them; under loss
+/// every message still reaches every peer whole.
+#[test]
+fn large_group_messages_go_in_two_pieces_and_arrive_intact_under_loss() {
+    let seed = 5101;
+    let links: Vec<LinkConfig> = [10, 20, 35, 50].iter().map(|&d| lossy(d, 0.03).mtu(65_507)).collect();
+    let mut w = world_with(seed, &links, CongestionAlgorithm::Bbr);
+    let peers: Vec<SocketAddr> = (0..4).map(peer).collect();
+    let g = open(&mut w, &peers, GroupConfig::default());
+    let mut rx = Receivers::default();
+    let mut pump = Pump { g, next: 0, count: 60, size: |seq| 200_000 + (seq as usize * 7919) % 100_000 };
+    let ok = w.run_until(
+        |w| {
+            pump.run(w);
+            rx.take(w, &peers);
+            pump.next == 60 && peers.iter().all(|&p| rx.on(p, 0).len() == 60)
+        },
+        Duration::from_secs(300),
+    );
+    assert!(ok, "not delivered (seed {seed})");
+    for &p in &peers {
+        assert_eq!(rx.on(p, 0), (0..60).collect::<Vec<_>>(), "{p} (seed {seed})");
+    }
+    // 60 messages of 200-300 KB to 4 peers: at least 4 x 60 x 3 datagrams.
+    let gathered = w.endpoint(sender()).stats().datagrams_gathered;
+    assert!(gathered >= 4 * 60 * 3, "{gathered} datagrams in two pieces (seed {seed})");
 }
 
 #[test]
@@ -541,7 +572,7 @@ fn closing_the_group_reports_closed_once_every_peer_has_everything() {
     let peers: Vec<SocketAddr> = (0..3).map(peer).collect();
     let g = open(&mut w, &peers, GroupConfig::default());
     let mut rx = Receivers::default();
-    let mut pump = Pump { g, next: 0, count: 80 };
+    let mut pump = Pump { g, next: 0, count: 80, size: size_of };
     assert!(
         w.run_until(
             |w| {
