@@ -78,6 +78,31 @@ impl ByteRing {
         self.take(out.len(), Some(out))
     }
 
+    /// Up to `max` bytes from the front as one buffer: a kept slice is
+    /// handed over as it is (no copy); copied bytes are copied out, as far
+    /// as the next kept slice.
+    pub fn read_chunk(&mut self, max: usize) -> Bytes {
+        let n = max.min(self.len);
+        if let Some(Seg::Shared(b)) = self.segs.front_mut() {
+            let out = b.split_to(n.min(b.len()));
+            if b.is_empty() {
+                self.segs.pop_front();
+            }
+            self.len -= out.len();
+            if self.len == 0 {
+                self.segs.clear();
+            }
+            return out;
+        }
+        let k = match self.segs.front() {
+            Some(Seg::Copied(left)) => n.min(*left),
+            _ => n,
+        };
+        let mut out = vec![0u8; k];
+        self.read(&mut out);
+        Bytes::from(out)
+    }
+
     /// Drops up to `n` bytes from the front; returns how many.
     pub fn discard(&mut self, n: usize) -> usize {
         self.take(n, None)
@@ -279,6 +304,23 @@ mod tests {
         assert_eq!(r.len(), 0);
         assert!(got == expect, "bytes out differ from bytes in");
         assert!(r.segs.is_empty(), "an empty ring keeps no slices");
+    }
+
+    #[test]
+    fn a_chunk_read_hands_a_kept_slice_over_and_copies_the_rest() {
+        let mut r = ByteRing::default();
+        r.push(b"abc");
+        let kept = Bytes::from(vec![9u8; 10_000]);
+        r.push_shared(kept.clone());
+        r.push(b"de");
+        assert_eq!(&r.read_chunk(100)[..], b"abc", "copied bytes up to the kept slice");
+        let first = r.read_chunk(4_000);
+        assert_eq!(first.as_ptr(), kept.as_ptr(), "the kept slice itself");
+        assert_eq!(first.len(), 4_000);
+        assert_eq!(r.read_chunk(100_000).len(), 6_000, "the rest of the slice, not past it");
+        assert_eq!(&r.read_chunk(100_000)[..], b"de");
+        assert!(r.read_chunk(10).is_empty());
+        assert_eq!(r.len(), 0);
     }
 
     #[test]

@@ -519,6 +519,17 @@ impl Stream {
     pub fn write_chunk(&mut self, data: bytes::Bytes) -> io::Result<()> {
         block_within(self.write_timeout, async { self.conn.write_chunk(data).await.map_err(io::Error::from) })
     }
+
+    /// Reads up to `max` bytes as one buffer, as the async
+    /// [`Connection::read_chunk`] does (a large piece of a received
+    /// datagram uncopied); `None` at the end of the peer's stream. Blocks
+    /// at most the read timeout (then `WouldBlock`).
+    pub fn read_chunk(&mut self, max: usize) -> io::Result<Option<bytes::Bytes>> {
+        if self.read_shut {
+            return Ok(None);
+        }
+        block_within(self.read_timeout, async { self.conn.read_chunk(max).await.map_err(io::Error::from) })
+    }
 }
 
 impl Read for Stream {

@@ -11,6 +11,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
+use bytes::Bytes;
 use manyfold_proto::wire::ErrorCode;
 use manyfold_proto::{CloseReason, ConnHandle, ConnStats, MessageOptions, SendError, State, StreamId, StreamItem};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
@@ -20,7 +21,7 @@ use crate::error::{CloseError, ConnectionError, ReadError, SendError as MessageE
 use crate::message::{IntoMessage, Payload};
 use crate::shared::{register, ConnState, Inner, Phase, Shared};
 
-mod write_chunk;
+mod chunks;
 
 /// The one reference to an engine connection behind a connection's halves.
 /// Dropping it releases the connection (closing it gracefully if needed).
@@ -96,24 +97,53 @@ impl ConnRef {
         if buf.remaining() == 0 {
             return Poll::Ready(Ok(()));
         }
-        let mut guard = self.shared.lock();
-        let inner = &mut *guard;
-        match inner.engine.conn_mut(self.handle).stream_recv(StreamId::new(stream), buf.initialize_unfilled()) {
+        let got = self.poll_read_with(cx, |c| c.stream_recv(StreamId::new(stream), buf.initialize_unfilled()), |n| *n);
+        got.map(|r| match r {
             Ok(Some(n)) => {
                 buf.advance(n);
+                Ok(())
+            }
+            Ok(None) => Ok(()),
+            Err(e) => Err(e.into()),
+        })
+    }
+
+    /// Up to `max` bytes of `stream` as one buffer; `None` at its end.
+    fn poll_read_chunk(&self, cx: &Context<'_>, stream: u16, max: usize) -> Poll<Result<Option<Bytes>, ReadError>> {
+        let got = self.poll_read_with(cx, |c| c.stream_recv_chunk(StreamId::new(stream), max), Bytes::len);
+        got.map(|r| r.map(|b| b.filter(|b| !b.is_empty() || max == 0)))
+    }
+
+    /// The one waiting path of every byte read: what `recv` read (`len`
+    /// bytes of it); `Ok(None)` at the end of a gracefully closed
+    /// connection, pending while nothing is there yet.
+    fn poll_read_with<T>(
+        &self,
+        cx: &Context<'_>,
+        recv: impl FnOnce(&mut manyfold_proto::ConnMut<'_>) -> Result<Option<T>, manyfold_proto::RecvError>,
+        len: impl Fn(&T) -> usize,
+    ) -> Poll<Result<Option<T>, ReadError>> {
+        let mut guard = self.shared.lock();
+        let inner = &mut *guard;
+        let gone = |inner: &Inner, reason| match self.gone(inner, reason) {
+            ConnectionError::Closed(CloseReason::Graceful) => Ok(None),
+            other => Err(ReadError::from(other)),
+        };
+        match recv(&mut inner.engine.conn_mut(self.handle)) {
+            Ok(Some(t)) => {
                 drop(guard);
-                if n > 0 {
+                if len(&t) > 0 {
                     // Reading frees receive buffer: the window may open.
                     self.shared.wake_driver();
                 }
-                Poll::Ready(Ok(()))
+                Poll::Ready(Ok(Some(t)))
             }
             Ok(None) => match self.park(inner, cx, |c| &mut c.read) {
                 Ok(()) => Poll::Pending,
-                Err(reason) => Poll::Ready(read_end(self.gone(inner, reason))),
+                Err(reason) => Poll::Ready(gone(inner, reason)),
             },
-            Err(manyfold_proto::RecvError::Closed(reason)) => Poll::Ready(read_end(self.gone(inner, Some(reason)))),
-            Err(e) => Poll::Ready(Err(ReadError::from(e).into())),
+            Err(manyfold_proto::RecvError::Closed(reason)) => Poll::Ready(gone(inner, Some(reason))),
+            Err(e) => Poll::Ready(Err(ReadError::from(e))),
         }
     }
 
@@ -486,15 +516,6 @@ impl std::fmt::Display for Protection {
             }
             Protection::Encrypted { peer_key: None } => write!(f, "encrypted (Noise XX + ChaCha20-Poly1305)"),
         }
-    }
-}
-
-/// What a read returns once the connection or endpoint is gone: end of
-/// stream after a graceful close, an error otherwise.
-fn read_end(gone: ConnectionError) -> io::Result<()> {
-    match gone {
-        ConnectionError::Closed(CloseReason::Graceful) => Ok(()),
-        other => Err(ReadError::from(other).into()),
     }
 }
 

@@ -51,11 +51,14 @@ fn blocking_echo_client_and_server() {
         c.flush().unwrap();
         // And a chunk handed over without a copy.
         c.write_chunk(bytes::Bytes::from_static(b"?")).expect("write_chunk");
-        let mut back = vec![0u8; msg.len() + 2];
+        let mut back = vec![0u8; msg.len()];
         c.read_exact(&mut back).unwrap();
-        assert_eq!(&back[..msg.len()], &msg[..]);
-        assert_eq!(&back[msg.len()..], b"!?");
+        assert_eq!(&back[..], &msg[..]);
+        // The rest read as chunks of at most 1 byte.
+        assert_eq!(c.read_chunk(1).expect("a chunk").as_deref(), Some(&b"!"[..]));
+        assert_eq!(c.read_chunk(1).expect("a chunk").as_deref(), Some(&b"?"[..]));
         c.close().expect("client close");
+        assert_eq!(c.read_chunk(16).expect("the end"), None, "end of stream after the server closed");
         let mut buf = [0u8; 16];
         assert_eq!(c.receive(&mut buf).unwrap(), 0, "end of stream after the server closed");
         assert_eq!(server.join().unwrap(), msg.len() + 2);

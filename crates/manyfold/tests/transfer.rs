@@ -404,3 +404,51 @@ async fn bytes_written_as_chunks_arrive_whole_under_loss() {
     .await
     .expect("test timed out");
 }
+
+/// `read_chunk` hands received bytes over as `Bytes` (spec §7.2): 16 MiB
+/// on stream 0 and 4 MiB on an opened stream, read as chunks of at most
+/// 1 MiB, arrive whole and end with `None`; on loopback's 64 KiB datagrams
+/// most of them are slices of the datagrams they came in, never copied.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bytes_read_as_chunks_arrive_whole_and_mostly_uncopied() {
+    timeout(TEST_TIMEOUT, async {
+        let (server, client) = pair(config(), config()).await;
+        let server_addr = server.local_addr().unwrap();
+        let data = bytes::Bytes::from(payload(7, 16 << 20));
+        let expect = (data.len(), blake3::hash(&data));
+        let srv = tokio::spawn(async move {
+            let mut conn = server.accept().await.expect("a connection");
+            let mut other = conn.accept_stream().await.expect("no error").expect("a stream");
+            let mut on_other = blake3::Hasher::new();
+            let mut n_other = 0;
+            while let Some(chunk) = other.read_chunk(1 << 20).await.expect("read the opened stream") {
+                assert!(!chunk.is_empty() && chunk.len() <= 1 << 20, "{} bytes", chunk.len());
+                n_other += chunk.len();
+                on_other.update(&chunk);
+            }
+            let mut on_zero = blake3::Hasher::new();
+            let mut n_zero = 0;
+            while let Some(chunk) = conn.read_chunk(1 << 20).await.expect("read stream 0") {
+                assert!(!chunk.is_empty() && chunk.len() <= 1 << 20, "{} bytes", chunk.len());
+                n_zero += chunk.len();
+                on_zero.update(&chunk);
+            }
+            let stats = conn.stats();
+            ((n_zero, on_zero.finalize()), (n_other, on_other.finalize()), stats, server)
+        });
+        let mut conn = client.connect(server_addr).await.expect("connect");
+        let mut other = conn.open_stream().expect("open a stream");
+        other.write_chunk(data.slice(..4 << 20)).await.expect("write_chunk on the stream");
+        other.shutdown().await.expect("finish the stream");
+        conn.write_chunk(data.clone()).await.expect("write_chunk");
+        conn.close().await.expect("close");
+        let (on_zero, on_other, stats, server) = srv.await.unwrap();
+        assert_eq!(on_zero, expect, "stream 0");
+        assert_eq!(on_other, (4 << 20, blake3::hash(&data[..4 << 20])), "the opened stream");
+        assert!(stats.bytes_kept * 2 > stats.bytes_received, "{stats:?}");
+        server.shutdown().await;
+        client.shutdown().await;
+    })
+    .await
+    .expect("test timed out");
+}

@@ -750,19 +750,36 @@ impl Connection {
     /// Reads bytes of stream `id`: `Ok(Some(0))` at its end, `Ok(None)`
     /// when nothing is there yet.
     pub fn recv(&mut self, id: StreamId, buf: &mut [u8]) -> Result<Option<usize>, RecvError> {
+        self.recv_by(|s| s.read(id, buf), |n| *n)
+    }
+
+    /// [`Connection::recv`] of up to `max` bytes as one buffer: `Ok(Some)`
+    /// of an empty one at the end. A kept slice of a received datagram
+    /// (spec §7.2) is handed over without a copy.
+    pub fn recv_chunk(&mut self, id: StreamId, max: usize) -> Result<Option<Bytes>, RecvError> {
+        self.recv_by(|s| s.read_chunk(id, max), Bytes::len)
+    }
+
+    /// What `read` took from the streams (`len` bytes of it), with the
+    /// window update reading may open and the connection's end.
+    fn recv_by<T>(
+        &mut self,
+        read: impl FnOnce(&mut Streams) -> Result<Option<T>, u16>,
+        len: impl Fn(&T) -> usize,
+    ) -> Result<Option<T>, RecvError> {
         let Some(before) = self.recv.as_ref().map(|r| r.window(self.streams.buffered())) else {
             return match self.close_reason {
                 Some(reason) => Err(RecvError::Closed(reason)),
                 None => Ok(None),
             };
         };
-        match self.streams.read(id, buf) {
+        match read(&mut self.streams) {
             Err(code) => Err(RecvError::StreamReset(code)),
-            Ok(Some(n)) => {
-                if n > 0 {
+            Ok(Some(t)) => {
+                if len(&t) > 0 {
                     self.window_update(before);
                 }
-                Ok(Some(n))
+                Ok(Some(t))
             }
             Ok(None) => match self.close_reason {
                 Some(CloseReason::Graceful) | None => Ok(None),

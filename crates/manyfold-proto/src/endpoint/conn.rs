@@ -148,6 +148,13 @@ impl ConnMut<'_> {
         self.ep.with_conn(self.h, |c| c.recv(stream, buf)).unwrap_or(Err(RecvError::UnknownConnection))
     }
 
+    /// [`ConnMut::stream_recv`] of up to `max` bytes as one buffer (empty
+    /// at the end): a large piece the driver handed over owned comes
+    /// without a copy (spec §7.2).
+    pub fn stream_recv_chunk(&mut self, stream: StreamId, max: usize) -> Result<Option<Bytes>, RecvError> {
+        self.ep.with_conn(self.h, |c| c.recv_chunk(stream, max)).unwrap_or(Err(RecvError::UnknownConnection))
+    }
+
     /// Queues one whole message on `stream` (spec §13.5): all of it, or
     /// nothing and an error ([`SendError::Blocked`] when the send buffer
     /// has no room for it yet, or the endpoint is at its memory limit).

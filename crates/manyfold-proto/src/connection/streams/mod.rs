@@ -570,14 +570,37 @@ impl Streams {
 
     /// Reads bytes from a stream. `Ok(None)`: nothing yet; `Ok(Some(0))`: its end.
     pub fn read(&mut self, id: StreamId, buf: &mut [u8]) -> Result<Option<usize>, u16> {
+        self.read_by(id, 0, |rx| {
+            let n = rx.read(buf);
+            (n, n)
+        })
+    }
+
+    /// [`Streams::read`] of up to `max` bytes as one buffer, a kept slice
+    /// of a datagram uncopied (spec §7.2); empty at the end.
+    pub fn read_chunk(&mut self, id: StreamId, max: usize) -> Result<Option<Bytes>, u16> {
+        self.read_by(id, Bytes::new(), |rx| {
+            let b = rx.read_chunk(max);
+            (b.len(), b)
+        })
+    }
+
+    /// What `take` read of stream `id` (and how many bytes), `at_end` once
+    /// the stream is gone, `None` while nothing is there yet.
+    fn read_by<T>(
+        &mut self,
+        id: StreamId,
+        at_end: T,
+        take: impl FnOnce(&mut RecvSide) -> (usize, T),
+    ) -> Result<Option<T>, u16> {
         if !self.map.contains_key(&id) {
-            return Ok(self.closed_rx.contains(id).then_some(0));
+            return Ok(self.closed_rx.contains(id).then_some(at_end));
         }
         let got = self.with_rx(id, false, |rx| match rx.reset_code() {
             Some(code) => Err(code),
             None => {
-                let n = rx.read(buf);
-                Ok(if n > 0 || rx.at_eof() { Some(n) } else { None })
+                let (n, t) = take(rx);
+                Ok(if n > 0 || rx.at_eof() { Some(t) } else { None })
             }
         });
         got.unwrap_or(Ok(None))

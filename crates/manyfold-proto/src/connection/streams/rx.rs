@@ -562,6 +562,14 @@ impl RecvSide {
         n
     }
 
+    /// Up to `max` ordered bytes as one buffer, ignoring message
+    /// boundaries; a kept slice of a datagram is handed over uncopied.
+    pub fn read_chunk(&mut self, max: usize) -> Bytes {
+        let b = self.ring.read_chunk(max);
+        self.consume(b.len());
+        b
+    }
+
     /// Byte reads pass over the boundaries they read across.
     fn consume(&mut self, n: usize) {
         if n == 0 {
