@@ -216,7 +216,13 @@ pub(crate) struct RecvBatch {
     /// Buffers handed over whole, oldest first, to be reused once the engine
     /// lets go of them (at most `MAX_LENT` remembered).
     lent: VecDeque<Bytes>,
+    /// Buffers the engine let go of beyond the one reused, at most `SPARE`:
+    /// more are freed, so that a burst of held buffers is not kept after.
+    spare: Vec<BytesMut>,
 }
+
+/// Free buffers a [`RecvBatch`] keeps for the next datagrams.
+const SPARE: usize = 8;
 
 /// Buffers handed over that a [`RecvBatch`] remembers for reuse: at 64 KiB
 /// each, 64 MiB, a default receive window's worth.
@@ -232,6 +238,7 @@ impl RecvBatch {
             slot_len,
             metas: [RecvMeta::default(); BATCH_SIZE],
             lent: VecDeque::new(),
+            spare: Vec::new(),
         }
     }
 
@@ -290,19 +297,25 @@ impl RecvBatch {
         Some(whole.slice(..len))
     }
 
-    /// A buffer handed over that nothing else holds any more, if one of the
-    /// oldest few is free (one still held goes to the back: a stream the
-    /// application does not read does not stop the reuse of the others).
+    /// A buffer handed over that nothing else holds any more. The oldest
+    /// are looked at until four still held were passed (those go to the
+    /// back: a stream the application does not read does not stop the
+    /// reuse of the others); of the free ones, one is reused, up to
+    /// `SPARE` are kept and the rest freed.
     fn reclaim(&mut self) -> Option<BytesMut> {
-        for _ in 0..4 {
-            let oldest = self.lent.pop_front()?;
+        let mut held_passed = 0;
+        while held_passed < 4 {
+            let Some(oldest) = self.lent.pop_front() else { break };
             match oldest.try_into_mut() {
-                Ok(buf) if buf.len() == self.slot_len => return Some(buf),
+                Ok(buf) if buf.len() == self.slot_len && self.spare.len() < SPARE => self.spare.push(buf),
                 Ok(_) => {}
-                Err(held) => self.lent.push_back(held),
+                Err(held) => {
+                    self.lent.push_back(held);
+                    held_passed += 1;
+                }
             }
         }
-        None
+        self.spare.pop()
     }
 }
 
@@ -387,8 +400,9 @@ mod tests {
     }
 
     /// A datagram filling most of its slot is handed over whole; the slot's
-    /// buffer comes back once the engine let go of it, and a small datagram
-    /// stays in its slot (spec §7.2).
+    /// buffer comes back once the engine let go of it, no more than `SPARE`
+    /// free buffers are kept after a burst, and a small datagram stays in
+    /// its slot (spec §7.2).
     #[tokio::test]
     async fn a_full_slot_is_handed_over_and_its_buffer_reused_once_released() {
         let io = UdpIo::new(bind("127.0.0.1:0".parse().expect("literal"), false).expect("bind")).expect("io");
@@ -427,6 +441,22 @@ mod tests {
         assert_eq!(fourth.as_ptr(), at, "the first buffer, released, was reused");
         assert_eq!(&fourth[..], &[5; 16_000][..]);
         assert_eq!(&held[..], &[2; 12_000][..], "a held buffer is never reused");
+        // A burst held, then released: only SPARE free buffers stay.
+        let mut burst = Vec::new();
+        for _ in 0..20 {
+            read_one(&mut batch, &io, &peer, to, &[6; 15_000]).await;
+            burst.push(batch.take_owned(0).expect("15,000 bytes"));
+        }
+        drop((burst, held, third, fourth));
+        read_one(&mut batch, &io, &peer, to, &[7; 15_000]).await;
+        let last = batch.take_owned(0).expect("15,000 bytes");
+        assert!(
+            batch.spare.len() < SPARE && batch.lent.len() <= 1,
+            "{} spare, {} lent",
+            batch.spare.len(),
+            batch.lent.len()
+        );
+        drop(last);
         read_one(&mut batch, &io, &peer, to, &[4; 1_000]).await;
         assert!(batch.take_owned(0).is_none(), "a small datagram is not worth its slot");
         assert_eq!(batch.datagrams(1).next().map(|(_, d)| d.len()), Some(1_000));
