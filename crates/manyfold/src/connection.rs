@@ -108,10 +108,14 @@ impl ConnRef {
         })
     }
 
-    /// Up to `max` bytes of `stream` as one buffer; `None` at its end.
+    /// Up to `max` bytes of `stream` as one buffer; `None` at its end. With
+    /// `max` 0, an empty buffer at once (as a read into an empty buffer).
     fn poll_read_chunk(&self, cx: &Context<'_>, stream: u16, max: usize) -> Poll<Result<Option<Bytes>, ReadError>> {
+        if max == 0 {
+            return Poll::Ready(Ok(Some(Bytes::new())));
+        }
         let got = self.poll_read_with(cx, |c| c.stream_recv_chunk(StreamId::new(stream), max), Bytes::len);
-        got.map(|r| r.map(|b| b.filter(|b| !b.is_empty() || max == 0)))
+        got.map(|r| r.map(|b| b.filter(|b| !b.is_empty())))
     }
 
     /// The one waiting path of every byte read: what `recv` read (`len`

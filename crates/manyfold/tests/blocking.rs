@@ -54,6 +54,7 @@ fn blocking_echo_client_and_server() {
         let mut back = vec![0u8; msg.len()];
         c.read_exact(&mut back).unwrap();
         assert_eq!(&back[..], &msg[..]);
+        assert_eq!(c.read_chunk(0).expect("no wait").as_deref(), Some(&b""[..]), "asked for nothing");
         // The rest read as chunks of at most 1 byte.
         assert_eq!(c.read_chunk(1).expect("a chunk").as_deref(), Some(&b"!"[..]));
         assert_eq!(c.read_chunk(1).expect("a chunk").as_deref(), Some(&b"?"[..]));

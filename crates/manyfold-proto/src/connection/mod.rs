@@ -850,13 +850,13 @@ impl Connection {
         self.streams.rx_done(id) || (self.state == State::Closed && !self.streams.has_ready())
     }
 
-    /// spec §7.3: a window update when a nearly closed window reopens
-    /// (receiver-side silly window avoidance, RFC 1122 4.2.3.3).
     /// An ack is due at once, or control chunks wait to be sent.
     pub(crate) fn reply_due(&self) -> bool {
         self.ack.immediate || self.streams.has_control()
     }
 
+    /// spec §7.3: a window update when a nearly closed window reopens
+    /// (receiver-side silly window avoidance, RFC 1122 4.2.3.3).
     fn window_update(&mut self, before: u64) {
         let Some(r) = self.recv.as_ref() else { return };
         let after = r.window(self.streams.buffered());

@@ -346,9 +346,9 @@ impl Endpoint {
     /// a large in-order piece of stream data is then kept as a slice of it
     /// until the application reads it, instead of copied (spec §7.2). A
     /// kept slice holds at least half of its datagram, so a caller that
-    /// passes datagrams filling most of their allocation keeps memory within
-    /// about twice what is buffered; small datagrams in large buffers are
-    /// better passed to `handle_datagram`.
+    /// passes only datagrams filling at least half of their allocation
+    /// keeps memory within about four times what is buffered; small
+    /// datagrams in large buffers are better passed to `handle_datagram`.
     pub fn handle_datagram_owned(&mut self, now: Instant, from: SocketAddr, datagram: Bytes) {
         self.rx_source = Some(datagram.clone());
         self.route_datagram(now, from, &datagram);

@@ -305,7 +305,7 @@ impl RecvSide {
             let off = c.offset.max(self.next);
             if off == self.next {
                 match kept_slice(source, data) {
-                    Some(kept) => self.deliver_kept(kept, c.flags),
+                    Some(kept) => self.deliver_shared(kept, c.flags, true),
                     None => self.deliver(data, c.flags),
                 }
                 self.pull();
@@ -454,12 +454,16 @@ impl RecvSide {
         }
     }
 
-    /// [`RecvSide::deliver`] of a slice of the received datagram, kept as
-    /// it is instead of copied (see [`kept_slice`]).
-    fn deliver_kept(&mut self, data: Bytes, flags: u8) {
+    /// [`RecvSide::deliver`] of bytes already in a buffer of their own (a
+    /// kept slice of the received datagram, see [`kept_slice`], or a held
+    /// piece's copy): pushed as they are, not copied again. `kept`: a slice
+    /// of a datagram.
+    fn deliver_shared(&mut self, data: Bytes, flags: u8, kept: bool) {
         let len = data.len();
         if self.accept(len, flags) {
-            self.kept += len as u64;
+            if kept {
+                self.kept += len as u64;
+            }
             self.ring.push_shared(data);
             self.after_push(len, flags);
         }
@@ -514,12 +518,7 @@ impl RecvSide {
                     self.buffered -= data.len();
                     self.pieces -= 1;
                     if off + span(data.len(), flags) > self.next {
-                        let rest = data.slice((self.next - off) as usize..);
-                        if kept {
-                            self.deliver_kept(rest, flags);
-                        } else {
-                            self.deliver(&rest, flags);
-                        }
+                        self.deliver_shared(data.slice((self.next - off) as usize..), flags, kept);
                     }
                 }
                 Piece::Skip { end } => {
@@ -717,6 +716,7 @@ impl RecvSide {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ids::StreamId;
 
     #[test]
     fn only_large_pieces_of_the_datagram_itself_are_kept() {
@@ -730,7 +730,6 @@ mod tests {
         assert!(kept_slice(Some(&datagram), &elsewhere[..19_000]).is_none(), "an opened packet's plaintext");
         assert!(kept_slice(None, &datagram[..19_000]).is_none(), "a borrowed datagram");
     }
-    use crate::ids::StreamId;
 
     fn chunk(offset: u64, in_msg: u32, flags: u8, data: &[u8]) -> DataChunk<&[u8]> {
         DataChunk { stream: StreamId::new(1), flags, offset, in_msg, data, msg: 0 }
