@@ -387,3 +387,42 @@ mod tests {
         }
     }
 }
+
+/// Writes a file's data to disk in the background while it is still being
+/// written, so that the `sync_all` before it is installed ([`install_at`])
+/// finds little left to write: after every [`Writeback::EVERY`] bytes
+/// written, a thread of its own calls `sync_data` (one at a time; a
+/// request while one runs waits for it, further ones are dropped). Errors
+/// there are ignored: the final `sync_all` reports any. Dropping it lets
+/// the thread end after the sync it is in.
+#[derive(Debug)]
+pub struct Writeback {
+    ask: std::sync::mpsc::SyncSender<()>,
+    since: u64,
+}
+
+impl Writeback {
+    /// Bytes written between two background syncs.
+    pub const EVERY: u64 = 16 << 20;
+
+    pub fn new(file: &File) -> io::Result<Writeback> {
+        let file = file.try_clone()?;
+        let (ask, asked) = std::sync::mpsc::sync_channel::<()>(1);
+        std::thread::Builder::new().name("writeback".into()).spawn(move || {
+            while asked.recv().is_ok() {
+                let _ = file.sync_data();
+            }
+        })?;
+        Ok(Writeback { ask, since: 0 })
+    }
+
+    /// `n` more bytes were written.
+    pub fn wrote(&mut self, n: u64) {
+        self.since += n;
+        if self.since >= Self::EVERY {
+            // Full: a sync is asked for already, and covers these bytes.
+            let _ = self.ask.try_send(());
+            self.since = 0;
+        }
+    }
+}

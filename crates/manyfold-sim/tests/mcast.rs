@@ -106,6 +106,33 @@ fn a_receiver_that_joins_mid_transfer_gets_the_whole_file() {
 }
 
 #[test]
+fn the_sender_ends_with_three_ends_within_tens_of_milliseconds_of_the_last_report_under_loss() {
+    let seed = 7010;
+    let mut w = McastWorld::new(seed, SenderConfig::default(), 1 << 20, group(), sender(), receivers(seed, &[(1, 3)]));
+    w.set_default_link(lan().loss(0.05));
+    w.capture = Some(Vec::new());
+    assert!(w.run_to_end(Duration::from_secs(60)), "not done (seed {seed})");
+    assert_all_completed(&w, seed);
+    let at = |f: &dyn Fn(&SenderEvent) -> bool| w.sender_events.iter().filter(|(_, e)| f(e)).map(|(t, _)| *t).max();
+    let last_done = at(&|e| matches!(e, SenderEvent::ReceiverDone { .. })).expect("receivers done");
+    let finished = at(&|e| *e == SenderEvent::Finished).expect("finished");
+    // spec §16.1 step 4: END at once, twice more END_GAP (20 ms) apart,
+    // then the end: not an announce interval's wait for each.
+    let linger = finished - last_done;
+    assert!(linger <= Duration::from_millis(60), "the sender lingered {linger:?} (seed {seed})");
+    let ends = w
+        .capture
+        .as_ref()
+        .expect("captured")
+        .iter()
+        .filter(|(from, to, d)| {
+            *from == sender() && *to == group() && Header::parse(d).is_ok_and(|h| h.ptype == PacketType::McEnd)
+        })
+        .count();
+    assert_eq!(ends, 3, "END copies (seed {seed})");
+}
+
+#[test]
 fn a_dead_receiver_is_dropped_and_the_others_complete() {
     let seed = 7003;
     let cfg = SenderConfig { receiver_timeout: Duration::from_secs(3), ..SenderConfig::default() };

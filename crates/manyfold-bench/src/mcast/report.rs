@@ -17,6 +17,12 @@ use crate::stats::{self, med_range, median};
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct MfReport {
     pub elapsed_s: f64,
+    /// From the first DATA until every packet went out once (the data
+    /// phase); absent when no data went.
+    pub data_s: Option<f64>,
+    /// From the first DATA to the end: the data phase, then repairs and
+    /// confirmations. `elapsed_s − transfer_s` is the announce phase.
+    pub transfer_s: Option<f64>,
     pub data_packets: u64,
     pub repair_multicast: u64,
     pub repair_unicast: u64,
@@ -40,6 +46,11 @@ pub struct MfReport {
     /// §16.12): each receiver's assigned group, else its network, and each
     /// receiver behind its network on its own.
     pub feedback_groups: usize,
+}
+
+/// A JSON number, or `null`.
+fn opt(v: Option<f64>) -> String {
+    v.map_or("null".to_string(), |v| v.to_string())
 }
 
 /// The number after `"key":` in a flat JSON text.
@@ -67,6 +78,8 @@ impl MfReport {
             .collect();
         Some(MfReport {
             elapsed_s: num(json, "elapsed_s")?,
+            data_s: num(json, "data_s"),
+            transfer_s: num(json, "transfer_s"),
             data_packets: u("data_packets")?,
             repair_multicast: u("repair_multicast")?,
             repair_unicast: u("repair_unicast")?,
@@ -101,8 +114,10 @@ impl MfReport {
 
     fn json(&self) -> String {
         format!(
-            "{{\"elapsed_s\":{},\"data_packets\":{},\"repair_multicast\":{},\"repair_unicast\":{},\"acks\":{},\"nacks\":{},\"late_acks\":{},\"repair_requests\":{},\"status_reports\":{},\"windows_confirmed\":{},\"windows_expired\":{},\"networks\":{},\"groups\":{},\"behind\":{},\"feedback_groups\":{}}}",
+            "{{\"elapsed_s\":{},\"data_s\":{},\"transfer_s\":{},\"data_packets\":{},\"repair_multicast\":{},\"repair_unicast\":{},\"acks\":{},\"nacks\":{},\"late_acks\":{},\"repair_requests\":{},\"status_reports\":{},\"windows_confirmed\":{},\"windows_expired\":{},\"networks\":{},\"groups\":{},\"behind\":{},\"feedback_groups\":{}}}",
             self.elapsed_s,
+            opt(self.data_s),
+            opt(self.transfer_s),
             self.data_packets,
             self.repair_multicast,
             self.repair_unicast,

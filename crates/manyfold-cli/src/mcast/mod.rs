@@ -1,12 +1,13 @@
 //! `manyfold mcast send` and `manyfold mcast recv`: files, directories,
 //! disk images or standard input to many receivers over IP multicast
 //! (spec §16, paper 03's SOMA; bundles §16.10). This module owns the
-//! commands' options; `send.rs`, `recv.rs`, `sink.rs`, `hosts.rs` and
-//! `bundle.rs` the rest.
+//! commands' options; `send.rs`, `recv.rs`, `sink.rs` (with `running.rs`,
+//! its hash kept while writing), `hosts.rs` and `bundle.rs` the rest.
 
 mod bundle;
 mod hosts;
 mod recv;
+mod running;
 mod send;
 mod sink;
 

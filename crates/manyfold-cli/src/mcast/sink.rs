@@ -10,7 +10,8 @@ use manyfold::mcast::McastSink;
 use manyfold_proto::mcast::Announcement;
 
 use super::bundle::Manifest;
-use crate::fsutil::PartFile;
+use super::running::RunningHash;
+use crate::fsutil::{PartFile, Writeback};
 
 /// The receiver's store: a temporary file renamed once verified, or a
 /// device written in place.
@@ -26,6 +27,10 @@ pub(super) struct Sink {
     /// The name of the session described to us (its failures are the
     /// session's), once one was.
     pub heard: Option<String>,
+    /// The hash of what was written, kept as it is written.
+    pub running: RunningHash,
+    /// Syncs what was written in the background, once the file is open.
+    pub writeback: Option<Writeback>,
 }
 
 #[derive(Debug, Clone)]
@@ -37,12 +42,28 @@ pub(super) enum Target {
 
 impl Sink {
     pub fn new(target: Target, overwrite: bool) -> Sink {
-        Sink { target, overwrite, part: None, device: None, size: None, written: 0, bundle: None, heard: None }
+        Sink {
+            target,
+            overwrite,
+            part: None,
+            device: None,
+            size: None,
+            written: 0,
+            bundle: None,
+            heard: None,
+            running: RunningHash::default(),
+            writeback: None,
+        }
     }
 
     fn file(&self) -> Option<&File> {
-        self.device.as_ref().or(self.part.as_ref().map(|p| p.file()))
+        stored(&self.device, &self.part)
     }
+}
+
+/// The file written: the device, else the temporary file.
+fn stored<'a>(device: &'a Option<File>, part: &'a Option<PartFile>) -> Option<&'a File> {
+    device.as_ref().or(part.as_ref().map(|p| p.file()))
 }
 
 fn is_block_device(path: &Path) -> bool {
@@ -85,6 +106,9 @@ impl McastSink for Sink {
                 }
             }
         }
+        if let (None, Some(f)) = (&self.writeback, self.file()) {
+            self.writeback = Some(Writeback::new(f)?);
+        }
         if let (Some(size), None) = (info.size, self.size) {
             self.size = Some(size);
             if let Some(p) = &self.part {
@@ -95,8 +119,13 @@ impl McastSink for Sink {
     }
 
     fn write_at(&mut self, offset: u64, data: &[u8]) -> std::io::Result<()> {
-        let f = self.file().ok_or_else(|| std::io::Error::other("data before the session was described"))?;
+        let f = stored(&self.device, &self.part)
+            .ok_or_else(|| std::io::Error::other("data before the session was described"))?;
         f.write_all_at(data, offset)?;
+        self.running.wrote(f, offset, data)?;
+        if let Some(w) = &mut self.writeback {
+            w.wrote(data.len() as u64);
+        }
         self.written += data.len() as u64;
         Ok(())
     }
@@ -134,18 +163,12 @@ impl McastSink for Sink {
             self.bundle = Some(manifest);
             return Ok(all);
         }
-        let mut hasher = blake3::Hasher::new();
-        let mut buf = vec![0u8; 1 << 20];
-        let mut at = 0u64;
-        while at < size {
-            let want_n = ((size - at) as usize).min(buf.len());
-            let n = f.read_at(&mut buf[..want_n], at)?;
-            if n == 0 {
-                return Ok(false);
-            }
-            hasher.update(&buf[..n]);
-            at += n as u64;
+        // What was hashed as it was written decides a match; a mismatch
+        // (or no running hash) is decided by reading the file again.
+        if self.running.finish(size) == Some(want) {
+            return Ok(true);
         }
-        Ok(*hasher.finalize().as_bytes() == want)
+        let (hasher, at) = crate::fsutil::hash_prefix(f, size)?;
+        Ok(at == size && *hasher.finalize().as_bytes() == want)
     }
 }

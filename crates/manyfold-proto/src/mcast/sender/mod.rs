@@ -122,6 +122,11 @@ const ABORT_ENDS: usize = 3;
 /// How often silent receivers are looked for.
 const SWEEP_INTERVAL: Duration = Duration::from_millis(500);
 
+/// ENDs a session's clean end sends (spec §16.1 step 4), `END_GAP` apart:
+/// a receiver whose confirmation was lost ends on any of them.
+const END_COPIES: u8 = 3;
+const END_GAP: Duration = Duration::from_millis(20);
+
 /// The sender of one multicast file session (spec §16), sans-IO: announce, windows of DATA, repairs, completion; fed the receivers' feedback, it says what to send to the group or to one receiver, and reports events.
 #[derive(Debug)]
 pub struct McastSender {
@@ -521,6 +526,9 @@ impl McastSender {
                 }
                 if complete || error.is_some() {
                     self.control.push_back(Control::StatusAck { idx });
+                    // The last report in ends the session now, not at the
+                    // next timer.
+                    self.check_end();
                 }
             }
             _ => {}
@@ -647,18 +655,19 @@ impl McastSender {
         match self.stage {
             Stage::Done => return None,
             Stage::Ending { sent } => {
-                if !self.timers.expired(SenderTimer::End, now) {
-                    return None;
-                }
-                if sent >= 3 {
+                // spec §16.1 step 4: the last END handed out ends the session.
+                if sent >= END_COPIES {
                     self.stage = Stage::Done;
                     if !self.events.iter().any(|e| matches!(e, SenderEvent::Failed(_))) {
                         self.events.push_back(SenderEvent::Finished);
                     }
                     return None;
                 }
+                if !self.timers.expired(SenderTimer::End, now) {
+                    return None;
+                }
                 self.stage = Stage::Ending { sent: sent + 1 };
-                self.timers.set(SenderTimer::End, now + self.cfg.announce_interval);
+                self.timers.set(SenderTimer::End, now + END_GAP);
                 let total = self.total.unwrap_or(self.next_sn);
                 let n = emit(buf, PacketType::McEnd, Flags::FIN, self.session, total, 0, 0, |_| 0)?;
                 return Some(McTransmit { destination: self.group, size: n });
