@@ -462,7 +462,7 @@ fn send_json(v: &SenderView, name: &str, mode: &str, data_phase: Option<Duration
     let mut s = String::new();
     let _ = write!(
         s,
-        "{{\"name\":{name:?},\"mode\":{mode:?},\"data_s\":{},\"elapsed_s\":{},\"transfer_s\":{},\"packets\":{},\"block\":{},\"data_packets\":{},\"repair_multicast\":{},\"repair_unicast\":{},\"parity_packets\":{},\"acks\":{},\"nacks\":{},\"late_acks\":{},\"repair_requests\":{},\"status_reports\":{},\"windows_confirmed\":{},\"windows_expired\":{},\"artp_max_us\":{},\"receivers\":[",
+        "{{\"name\":{name:?},\"mode\":{mode:?},\"data_s\":{},\"elapsed_s\":{},\"transfer_s\":{},\"packets\":{},\"block\":{},\"data_packets\":{},\"repair_multicast\":{},\"repair_unicast\":{},\"parity_packets\":{},\"parity_proactive\":{},\"parity_topped_up\":{},\"parity_repair\":{},\"acks\":{},\"nacks\":{},\"late_acks\":{},\"repair_requests\":{},\"status_reports\":{},\"windows_confirmed\":{},\"windows_expired\":{},\"artp_max_us\":{},\"receivers\":[",
         data_phase.map_or("null".to_string(), |d| d.as_secs_f64().to_string()),
         v.elapsed.as_secs_f64(),
         v.transfer.as_secs_f64(),
@@ -472,6 +472,9 @@ fn send_json(v: &SenderView, name: &str, mode: &str, data_phase: Option<Duration
         st.repair_multicast,
         st.repair_unicast,
         st.parity_packets,
+        st.parity_proactive,
+        st.parity_topped_up,
+        st.parity_repair,
         st.acks,
         st.nacks,
         st.late_acks,

@@ -246,6 +246,15 @@ pub struct SenderStats {
     pub repair_unicast: u64,
     /// Parity shards multicast (proactive and repair).
     pub parity_packets: u64,
+    /// Of the parity shards queued (spec §16.9): those following each
+    /// block as it went out (the automatic count, `fec_proactive`, what
+    /// was reported already) ...
+    pub parity_proactive: u64,
+    /// ... those topping up a sent block in the data phase when a
+    /// receiver reported more losses there than it had parity for ...
+    pub parity_topped_up: u64,
+    /// ... and those answering the repair phase's REPAIRs.
+    pub parity_repair: u64,
     /// ANNOUNCE packets sent.
     pub announces: u64,
     /// ACKs received (spec §16.3).

@@ -20,19 +20,28 @@ const MAX_TRACKED_BLOCKS: usize = 4096;
 /// Weight of one block in the smoothed worst loss per block.
 const AUTO_GAIN: f64 = 1.0 / 16.0;
 
+/// Longest run of consecutive losses the automatic parity learns from.
+/// Independent random loss of a few percent hardly ever loses three
+/// packets in a row (2%: once in ~125,000 packets); a queue's overflow
+/// loses the tail of a burst, many in a row. Parity sent in advance for
+/// that would only load the bottleneck that dropped them.
+const SCATTERED_RUN: u32 = 2;
+
 /// The losses receivers reported in one FEC block.
 #[derive(Debug, Default)]
 struct BlockLosses {
-    /// (receiver index, packets of this block it reported lost).
-    per: Vec<(usize, u16)>,
+    /// (receiver index, packets of this block it reported lost, of which
+    /// in runs of at most `SCATTERED_RUN`).
+    per: Vec<(usize, u16, u16)>,
     /// The most any one receiver reported.
     worst: u16,
-    /// The same among receivers not behind their network (spec §16.7):
-    /// what the automatic parity learns from. A receiver behind its own
-    /// bottleneck loses its queue's overflow, congestion that the pace
-    /// and the window answer; its losses are topped up, not sent to every
-    /// block in advance.
-    worst_shared: u16,
+    /// The most scattered losses (runs of at most `SCATTERED_RUN`) one
+    /// receiver not behind its network (spec §16.7) reported: what the
+    /// automatic parity learns from. Bursts are a queue's overflow, and a
+    /// receiver behind its own bottleneck loses its queue's overflow:
+    /// congestion that the pace and the window answer; those losses are
+    /// topped up, not sent to every block in advance.
+    worst_scattered: u16,
 }
 
 /// The sender's view of loss per FEC block (spec §16.9, "Parity first").
@@ -76,20 +85,22 @@ impl McastSender {
                 let block = sn / k;
                 let end = (block.saturating_add(1)).saturating_mul(k).min(r.end);
                 let n = u16::try_from(end - sn).unwrap_or(u16::MAX);
+                let scattered = if r.end - r.start <= SCATTERED_RUN { n } else { 0 };
                 let b = self.plan.blocks.entry(block).or_default();
-                let count = match b.per.iter_mut().find(|(i, _)| *i == idx) {
-                    Some((_, c)) => {
+                let (count, scattered) = match b.per.iter_mut().find(|(i, _, _)| *i == idx) {
+                    Some((_, c, s)) => {
                         *c = c.saturating_add(n);
-                        *c
+                        *s = s.saturating_add(scattered);
+                        (*c, *s)
                     }
                     None => {
-                        b.per.push((idx, n));
-                        n
+                        b.per.push((idx, n, scattered));
+                        (n, scattered)
                     }
                 };
                 b.worst = b.worst.max(count);
                 if !behind {
-                    b.worst_shared = b.worst_shared.max(count);
+                    b.worst_scattered = b.worst_scattered.max(scattered);
                 }
                 if touched.last() != Some(&block) {
                     touched.push(block);
@@ -106,7 +117,7 @@ impl McastSender {
                 let worst = self.plan.blocks.get(&block).map_or(0, |b| b.worst);
                 // At most a quarter of the block in the data phase: a
                 // receiver losing more is served in the repair phase.
-                self.top_up(block, worst.min(self.cfg.fec_k.div_ceil(4)));
+                self.stats.parity_topped_up += u64::from(self.top_up(block, worst.min(self.cfg.fec_k.div_ceil(4))));
             }
         }
     }
@@ -116,14 +127,17 @@ impl McastSender {
         self.total.is_some_and(|t| t <= self.next_sn && (t - 1) / u32::from(self.cfg.fec_k.max(1)) == block)
     }
 
-    /// Sends parity for `block` until it has had `want` shards.
-    fn top_up(&mut self, block: u32, want: u16) {
+    /// Sends parity for `block` until it has had `want` shards; returns
+    /// how many more that queued.
+    fn top_up(&mut self, block: u32, want: u16) -> u16 {
         let next = self.parity_next.get(&block).copied().unwrap_or(0);
         let want = want.min(fec::PARITY_SHARDS);
-        if want > next {
-            self.parity_jobs.push_back((block, next, want - next));
-            self.parity_next.insert(block, want);
+        if want <= next {
+            return 0;
         }
+        self.parity_jobs.push_back((block, next, want - next));
+        self.parity_next.insert(block, want);
+        want - next
     }
 
     /// DATA `sn` went out in the data phase: a block it completes gets its
@@ -139,12 +153,12 @@ impl McastSender {
         let auto = if self.cfg.fec_auto { self.plan.auto_parity() } else { 0 };
         let reported = self.plan.blocks.get(&block).map_or(0, |b| b.worst.min(self.cfg.fec_k.div_ceil(4)));
         let proactive = self.cfg.fec_proactive.max(auto).min(fec::PARITY_SHARDS / 2);
-        self.top_up(block, proactive.max(reported));
+        self.stats.parity_proactive += u64::from(self.top_up(block, proactive.max(reported)));
     }
 
     /// A window resolved: blocks wholly before `recent_from` are settled,
-    /// each one's worst loss among receivers not behind their network (0
-    /// if nobody reported any) folded into the automatic parity.
+    /// each one's worst scattered loss among receivers not behind their
+    /// network (0 if nobody reported any) folded into the automatic parity.
     pub(super) fn settle_blocks(&mut self) {
         let k = u32::from(self.cfg.fec_k);
         if k == 0 {
@@ -153,7 +167,7 @@ impl McastSender {
         let upto = self.recent_from / k;
         while self.plan.settled < upto {
             let b = self.plan.settled;
-            let worst = self.plan.blocks.remove(&b).map_or(0, |x| x.worst_shared);
+            let worst = self.plan.blocks.remove(&b).map_or(0, |x| x.worst_scattered);
             self.plan.auto += AUTO_GAIN * (f64::from(worst) - self.plan.auto);
             self.plan.settled += 1;
         }

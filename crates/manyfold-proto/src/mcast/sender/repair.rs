@@ -90,6 +90,7 @@ impl McastSender {
                 // indexes left; a shard also serves whoever asks later.
                 if count >= 1 && next.saturating_add(worst) <= fec::PARITY_SHARDS {
                     self.parity_jobs.push_back((block, next, worst));
+                    self.stats.parity_repair += u64::from(worst);
                     self.parity_next.insert(block, next + worst);
                     by_parity.insert(block);
                 }

@@ -376,9 +376,11 @@ fn losses_reported_in_the_data_phase_are_topped_up_with_parity_at_once() {
     assert_eq!(parity_blocks(&drain(&mut s, t0)), [0]);
 }
 
-#[test]
-fn automatic_parity_follows_each_block_once_receivers_report_loss() {
-    let t0 = Instant::now();
+/// A sender with blocks of 4 and windows of 8 whose one receiver
+/// reports `lost(first)` of each of 12 windows (first: its first SN) in
+/// its ACK; returns the sender and the blocks of the last window that got
+/// parity before any report of them (proactive).
+fn proactive_after(lost: fn(u32) -> Vec<std::ops::Range<u32>>, t0: Instant) -> (McastSender, Vec<u32>) {
     let cfg = SenderConfig {
         fec_k: 4,
         initial_window: 8,
@@ -395,11 +397,16 @@ fn automatic_parity_follows_each_block_once_receivers_report_loss() {
         let (first, last) = (sns[0], sns[sns.len() - 1]);
         // Parity sent before any report of this window's blocks.
         proactive = parity_blocks(&sent).into_iter().filter(|&b| b >= first / 4).collect();
-        // Two losses in each block of the window, reported in its ACK.
-        feed(&mut s, t0, 7, PacketType::McAck, Flags::empty(), last, 1, |o| {
-            emit_ranges(o, [first..first + 2, first + 4..first + 6]).0
-        });
+        feed(&mut s, t0, 7, PacketType::McAck, Flags::empty(), last, 1, |o| emit_ranges(o, lost(first)).0);
     }
+    (s, proactive)
+}
+
+#[test]
+fn automatic_parity_follows_each_block_once_receivers_report_loss() {
+    let t0 = Instant::now();
+    // Two losses in each block of the window.
+    let (mut s, proactive) = proactive_after(|first| vec![first..first + 2, first + 4..first + 6], t0);
     // Smoothed, the worst loss per block grew past one: each new block
     // gets a shard as it goes, before anyone reports.
     assert!(!proactive.is_empty(), "proactive parity once loss was reported");
@@ -415,6 +422,19 @@ fn automatic_parity_follows_each_block_once_receivers_report_loss() {
         ack(&mut s, t0, 7, 1, sns[sns.len() - 1]);
     }
     assert_eq!(last_parity, 0, "no loss, no proactive parity");
+}
+
+#[test]
+fn bursts_of_loss_are_topped_up_but_get_no_parity_in_advance() {
+    let t0 = Instant::now();
+    // A queue's overflow: the last three packets of each block, in a row.
+    let (s, proactive) = proactive_after(|first| vec![first + 1..first + 4, first + 5..first + 8], t0);
+    assert_eq!(proactive, Vec::<u32>::new(), "no parity in advance for bursts");
+    let st = s.stats();
+    assert_eq!(st.parity_proactive, 0);
+    // Each block topped up once reported: by a quarter of its 4 packets,
+    // the most in the data phase (the rest waits for the repair phase).
+    assert_eq!(st.parity_topped_up, 2 * 12, "{st:?}");
 }
 
 // ---- grouping.rs: receivers grouped by their losses (spec §16.12) -------
