@@ -95,8 +95,6 @@ pub struct ReceiverReport {
     /// When that answer last went out.
     pub(super) answered_at: Option<Instant>,
     pub(super) last_heard: Instant,
-    /// Losses reported since the last window resolved.
-    pub(super) window_lost: u64,
     /// The last ACK (true, LWSN) or NACK (false, digest) taken from it.
     /// Kept for the last `FEEDBACK_KEPT` of them: the group's copy and
     /// the unicast one come through two sockets, and a driver reading
@@ -198,7 +196,6 @@ impl McastSender {
             registration: None,
             answered_at: None,
             last_heard: now,
-            window_lost: 0,
             last_feedback: [None; FEEDBACK_KEPT],
             next_pass_at: None,
         });

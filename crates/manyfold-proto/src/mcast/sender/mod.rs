@@ -176,10 +176,6 @@ pub struct McastSender {
     artp_windows: u32,
     artp_networks: u64,
     artp_acks_at: u64,
-    /// The most losses one receiver reported since the last window resolved.
-    new_losses: u32,
-    /// The same, among receivers behind their network (spec §16.7).
-    new_losses_behind: u32,
     /// Smoothed time from a window's last packet to its first ACK.
     ack_time: Option<Duration>,
     /// Some live receiver is behind its network: the data is paced to the
@@ -250,8 +246,6 @@ impl McastSender {
             artp_windows: 0,
             artp_networks: 0,
             artp_acks_at: 0,
-            new_losses: 0,
-            new_losses_behind: 0,
             ack_time: None,
             slowest_paced: false,
             data_started: None,
@@ -500,8 +494,7 @@ impl McastSender {
         }
         match p {
             McPacket::Ack { missing, .. } => {
-                let lost = self.count_losses(missing.iter());
-                self.note_losses(idx, lost);
+                self.note_losses(idx, missing.iter());
                 self.note_block_losses(idx, missing.iter());
             }
             McPacket::Nack { missing, .. } => {
@@ -509,8 +502,7 @@ impl McastSender {
                 if let Some(w) = self.windows.back_mut() {
                     w.feedback += 1;
                 }
-                let lost = self.count_losses(missing.iter());
-                self.note_losses(idx, lost);
+                self.note_losses(idx, missing.iter());
                 self.note_block_losses(idx, missing.iter());
             }
             McPacket::Repair { missing, .. } => self.on_repair(now, idx, missing.iter()),

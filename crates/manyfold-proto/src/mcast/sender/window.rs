@@ -32,6 +32,14 @@ pub(super) struct Window {
     pub(super) deadline: Option<Instant>,
     /// When its last packet goes again if no network acked by then.
     pub(super) probe_at: Option<Instant>,
+    /// Losses of its packets each receiver reported (receiver index,
+    /// count): what judges it (spec §16.3). The oldest open window also
+    /// takes late reports of packets sent since the previous window began.
+    pub(super) lost: Vec<(usize, u32)>,
+    /// The most of them one receiver not behind its network reported ...
+    pub(super) worst_lost: u32,
+    /// ... and one behind it (spec §16.7).
+    pub(super) worst_lost_behind: u32,
 }
 
 /// Packets a file of `size` bytes takes (an empty file is one empty packet).
@@ -66,19 +74,32 @@ pub(super) fn loss_allowance(tolerance: f64, size: f64, receivers: usize) -> f64
 }
 
 impl McastSender {
-    /// spec §16.3: the window shrinks by one for each report that names a
-    /// loss not reported before. Returns how many SNs the report names.
-    /// Also returns how many of them were sent since the previous window
-    /// began: the losses that speak of the path now (a receiver whose
-    /// reports were suppressed may report older ones late).
-    pub(super) fn count_losses(&mut self, ranges: impl Iterator<Item = std::ops::Range<u32>>) -> (u64, u64) {
+    /// spec §16.3: receiver `idx` reported `ranges` missing. With the
+    /// paper's rule the window shrinks by one for each report that names a
+    /// loss not reported before. Each open window counts the losses of its
+    /// own packets, per receiver (the loss tolerance's measure: one
+    /// receiver's rate, not the sum of all); the oldest also counts those
+    /// of packets sent since the previous window began (a receiver whose
+    /// reports were suppressed may report them late), and older losses
+    /// count for none. With windows in flight one report names losses of
+    /// several windows: each judges its own (but a receiver behind its
+    /// network's, below).
+    pub(super) fn note_losses(&mut self, idx: usize, ranges: impl Iterator<Item = std::ops::Range<u32>>) {
         let mut named = 0u64;
-        let mut recent = 0u64;
         let mut new = 0u32;
+        let mut per_window = [0u32; 8];
+        let mut later = 0u32;
         for r in ranges {
             let r = r.start..r.end.min(self.next_sn);
             named += u64::from(r.end.saturating_sub(r.start));
-            recent += u64::from(r.end.saturating_sub(r.start.max(self.recent_from)));
+            for (i, w) in self.windows.iter().enumerate() {
+                let from = if i == 0 { self.recent_from.min(w.first) } else { w.first };
+                let n = r.end.min(w.lwsn.saturating_add(1)).saturating_sub(r.start.max(from));
+                match per_window.get_mut(i) {
+                    Some(c) => *c = c.saturating_add(n),
+                    None => later = later.saturating_add(n),
+                }
+            }
             for sn in r {
                 new += u32::from(self.nacked.set(sn) == Some(true));
             }
@@ -87,23 +108,35 @@ impl McastSender {
             self.w = self.w.saturating_sub(1).max(1);
             self.slow_start = false;
         }
-        (named, recent)
-    }
-
-    /// A receiver reported `lost` packets: its total, and the most any one
-    /// receiver reported since the last window resolved (the loss
-    /// tolerance's measure: one receiver's rate, not the sum of all).
-    pub(super) fn note_losses(&mut self, idx: usize, (lost, recent): (u64, u64)) {
-        let r = &mut self.receivers[idx];
-        r.reported_lost += lost;
-        r.window_lost += recent;
-        let lost = r.window_lost.min(u64::from(u32::MAX)) as u32;
+        // More windows in flight than `per_window` holds: the rest count
+        // for the last of them.
+        if let Some(c) = per_window.get_mut(self.windows.len().clamp(1, 8) - 1) {
+            *c = c.saturating_add(later);
+        }
+        self.receivers[idx].reported_lost += named;
         // A receiver behind its own bottleneck is judged alone (spec §16.7):
-        // its losses are its queue's, not one draw among many.
-        if r.behind {
-            self.new_losses_behind = self.new_losses_behind.max(lost);
-        } else {
-            self.new_losses = self.new_losses.max(lost);
+        // its losses are its queue's, not one draw among many, and all of
+        // them since the previous window began judge the next window to
+        // resolve: congestion to answer at once.
+        let behind = self.receivers[idx].behind;
+        if behind {
+            let all = per_window.iter().fold(0u32, |a, &n| a.saturating_add(n));
+            per_window = [0; 8];
+            per_window[0] = all;
+        }
+        for (w, &n) in self.windows.iter_mut().zip(&per_window).filter(|(_, &n)| n > 0) {
+            let total = match w.lost.iter_mut().find(|(i, _)| *i == idx) {
+                Some((_, c)) => {
+                    *c = c.saturating_add(n);
+                    *c
+                }
+                None => {
+                    w.lost.push((idx, n));
+                    n
+                }
+            };
+            let worst = if behind { &mut w.worst_lost_behind } else { &mut w.worst_lost };
+            *worst = (*worst).max(total);
         }
     }
 
@@ -195,11 +228,11 @@ impl McastSender {
             let size = f64::from(w.lwsn + 1 - w.first);
             let tolerance = self.cfg.loss_tolerance;
             let over = |lost: u32, n: usize| f64::from(lost) > loss_allowance(tolerance, size, n);
-            if tolerance > 0.0 && (over(self.new_losses, self.live()) || over(self.new_losses_behind, 1)) {
+            if tolerance > 0.0 && (over(w.worst_lost, self.live()) || over(w.worst_lost_behind, 1)) {
                 // Shrink in proportion to the loss (a receiver losing half
                 // a window behind its own bottleneck halves it in two
                 // windows), by one at least.
-                let worst = self.new_losses.max(self.new_losses_behind);
+                let worst = w.worst_lost.max(w.worst_lost_behind);
                 let f = (f64::from(worst) / size).min(1.0);
                 let scaled = (f64::from(self.w) * (1.0 - f / 2.0)) as u32;
                 self.w = scaled.min(self.w.saturating_sub(1)).max(1);
@@ -229,13 +262,8 @@ impl McastSender {
             self.slow_start = false;
         }
         self.last_resolved = Some(now);
-        self.new_losses = 0;
-        self.new_losses_behind = 0;
         self.recent_from = w.first;
         self.settle_blocks();
-        for r in &mut self.receivers {
-            r.window_lost = 0;
-        }
         self.adapt_artp(now, w.awaited.len());
         self.events.push_back(SenderEvent::Window(WindowRecord {
             first: w.first,
@@ -335,6 +363,9 @@ impl McastSender {
                 timeout: self.timeout,
                 deadline: None,
                 probe_at: None,
+                lost: Vec::new(),
+                worst_lost: 0,
+                worst_lost_behind: 0,
             });
         }
         let (sn, lwsn) = self.windows.back().filter(|w| w.next <= w.lwsn).map(|w| (w.next, w.lwsn))?;
