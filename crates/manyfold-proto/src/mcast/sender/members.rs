@@ -246,6 +246,9 @@ impl McastSender {
             }
             self.resolve_ready(now);
         }
+        // The last one done: the session ends now, not at the next timer
+        // (data would go on to nobody, a finished session would linger).
+        self.check_end();
     }
 
     /// A receiver ended its part with `code`: it is no longer awaited.
@@ -255,9 +258,6 @@ impl McastSender {
         let (client, addr) = (r.client, r.addr);
         self.events.push_back(SenderEvent::ReceiverLeft { client, addr, code });
         self.finish_receiver(now, idx, ReceiverOutcome::Incomplete);
-        // The last one gone: the session ends now, not at the next timer
-        // (data would go on to nobody until then).
-        self.check_end();
     }
 
     /// spec §16.7: receivers silent for `receiver_timeout` are dropped.

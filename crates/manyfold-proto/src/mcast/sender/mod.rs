@@ -518,9 +518,6 @@ impl McastSender {
                 }
                 if complete || error.is_some() {
                     self.control.push_back(Control::StatusAck { idx });
-                    // The last report in ends the session now, not at the
-                    // next timer.
-                    self.check_end();
                 }
             }
             _ => {}

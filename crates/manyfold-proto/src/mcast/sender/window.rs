@@ -82,23 +82,25 @@ impl McastSender {
     /// of packets sent since the previous window began (a receiver whose
     /// reports were suppressed may report them late), and older losses
     /// count for none. With windows in flight one report names losses of
-    /// several windows: each judges its own (but a receiver behind its
-    /// network's, below).
+    /// several windows: each judges its own (a receiver behind its
+    /// network excepted, below).
     pub(super) fn note_losses(&mut self, idx: usize, ranges: impl Iterator<Item = std::ops::Range<u32>>) {
+        // A receiver behind its own bottleneck is judged alone (spec §16.7):
+        // its losses are its queue's, not one draw among many, and all of
+        // them since the previous window began judge the next window to
+        // resolve: congestion to answer at once.
+        let behind = self.receivers[idx].behind;
         let mut named = 0u64;
         let mut new = 0u32;
-        let mut per_window = [0u32; 8];
-        let mut later = 0u32;
+        let mut per_window = vec![0u32; self.windows.len()];
         for r in ranges {
             let r = r.start..r.end.min(self.next_sn);
             named += u64::from(r.end.saturating_sub(r.start));
             for (i, w) in self.windows.iter().enumerate() {
                 let from = if i == 0 { self.recent_from.min(w.first) } else { w.first };
                 let n = r.end.min(w.lwsn.saturating_add(1)).saturating_sub(r.start.max(from));
-                match per_window.get_mut(i) {
-                    Some(c) => *c = c.saturating_add(n),
-                    None => later = later.saturating_add(n),
-                }
+                let at = if behind { 0 } else { i };
+                per_window[at] = per_window[at].saturating_add(n);
             }
             for sn in r {
                 new += u32::from(self.nacked.set(sn) == Some(true));
@@ -108,22 +110,7 @@ impl McastSender {
             self.w = self.w.saturating_sub(1).max(1);
             self.slow_start = false;
         }
-        // More windows in flight than `per_window` holds: the rest count
-        // for the last of them.
-        if let Some(c) = per_window.get_mut(self.windows.len().clamp(1, 8) - 1) {
-            *c = c.saturating_add(later);
-        }
         self.receivers[idx].reported_lost += named;
-        // A receiver behind its own bottleneck is judged alone (spec §16.7):
-        // its losses are its queue's, not one draw among many, and all of
-        // them since the previous window began judge the next window to
-        // resolve: congestion to answer at once.
-        let behind = self.receivers[idx].behind;
-        if behind {
-            let all = per_window.iter().fold(0u32, |a, &n| a.saturating_add(n));
-            per_window = [0; 8];
-            per_window[0] = all;
-        }
         for (w, &n) in self.windows.iter_mut().zip(&per_window).filter(|(_, &n)| n > 0) {
             let total = match w.lost.iter_mut().find(|(i, _)| *i == idx) {
                 Some((_, c)) => {
