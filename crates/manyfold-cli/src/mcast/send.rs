@@ -248,6 +248,7 @@ pub(super) async fn send(a: SendArgs) -> Result<()> {
     let size_known = src.size;
     // The data phase, first DATA to all data sent once: what --rate holds.
     let (data_start, data_end) = (Cell::new(None), Cell::new(None));
+    let left = RefCell::new(Vec::new());
     let on_event = |e: &SenderEvent| match e {
         SenderEvent::DataStarted => data_start.set(Some(Instant::now())),
         SenderEvent::ReceiverJoined { addr, from_sn, .. } => {
@@ -257,7 +258,14 @@ pub(super) async fn send(a: SendArgs) -> Result<()> {
             }
             bars.borrow_mut().push((*addr, bar));
         }
-        SenderEvent::ReceiverDone { client, outcome } if *outcome != ReceiverOutcome::Completed => {
+        // A receiver that left says why (its ReceiverDone, Incomplete, follows).
+        SenderEvent::ReceiverLeft { client, code, .. } => {
+            left.borrow_mut().push(*client);
+            multi.println(format!("receiver {client:08x}: {}", left_text(*code))).ok();
+        }
+        SenderEvent::ReceiverDone { client, outcome }
+            if *outcome != ReceiverOutcome::Completed && !left.borrow().contains(client) =>
+        {
             multi.println(format!("receiver {client:08x}: {}", outcome_text(*outcome))).ok();
         }
         SenderEvent::RepairStarted => {

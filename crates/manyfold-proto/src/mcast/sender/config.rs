@@ -226,7 +226,7 @@ pub enum SenderError {
     #[error("no receiver registered within the announce wait")]
     NoReceivers,
     /// Every receiver was dropped before it completed (spec §16.7).
-    #[error("every receiver was dropped")]
+    #[error("every receiver left or was dropped before completing")]
     AllDropped,
     /// `McastSender::abort` ended the session with this code.
     #[error("aborted with error code {}{}", .0 .0, if *.0 == ErrorCode::INTERRUPTED { " (interrupted)" } else { "" })]
