@@ -104,6 +104,12 @@ pub struct Options {
     /// Also write every run as JSON to this file.
     #[arg(long)]
     pub json: Option<PathBuf>,
+    /// Keep each manyfold sender's whole `--json` report (per-receiver
+    /// losses, every window) in this directory, as
+    /// `SETUP-nN-repR.json`, and each receiver's as `…-rI.json` (created
+    /// if missing).
+    #[arg(long)]
+    pub keep_reports: Option<PathBuf>,
 }
 
 /// Everything the runs need, resolved from the options.
@@ -212,6 +218,19 @@ pub fn run(o: Options) -> Result<()> {
                         Err(e) => RunResult::failed(setup, n, proto, rep, format!("{e:#}")),
                     };
                     eprintln!("{} ({:.0} s)", r.progress(&plan), started.elapsed().as_secs_f64());
+                    if let (Some(keep), true) = (&o.keep_reports, proto.is_manyfold()) {
+                        std::fs::create_dir_all(keep)?;
+                        let stem = format!("{}-n{n}-rep{rep}", setup.key());
+                        let keep_one = |from: &str, to: String| {
+                            if let Err(e) = std::fs::copy(dir.join(from), keep.join(&to)) {
+                                eprintln!("note: could not keep {from} as {to}: {e}");
+                            }
+                        };
+                        keep_one("sender.json", format!("{stem}.json"));
+                        for i in 0..n {
+                            keep_one(&format!("r{i}.out"), format!("{stem}-r{i}.json"));
+                        }
+                    }
                     report.runs.push(r);
                     // The copies can be N × the file: gone before the next run.
                     std::fs::remove_dir_all(&dir)?;

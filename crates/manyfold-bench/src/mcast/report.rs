@@ -343,7 +343,7 @@ impl Report {
         let rate = crate::wan::rate_label(p.rate_bps);
         match s {
             Setup::Asym => format!("asym: one bridge; receivers 0, 2, 4, … behind tbf {rate} each (on the bridge's port towards them), the others unlimited"),
-            Setup::Lossy => format!("lossy: as asym, and receivers with i mod 4 < 2 (slow and fast alike) drop {}% of the UDP they receive (nftables `numgen random`)", p.loss),
+            Setup::Lossy => format!("lossy: as asym, and receivers with i mod 4 < 2 (slow and fast alike) drop {}% of the UDP datagrams they receive, one by one (nftables `numgen random`; their bridge ports segment GSO batches)", p.loss),
             Setup::Routed => format!("routed: net A (sender, receivers 1, 3, …) and net B (receivers 0, 2, …) on two bridges joined by an smcroute router, tbf {rate} on its interface towards B (shared by B's receivers)"),
         }
     }

@@ -359,7 +359,7 @@ fn receiver(proto: Proto, job: &Job, i: usize, out: &Path) -> Result<(Command, P
         Proto::Manyfold | Proto::ManyfoldEncrypted => {
             let mut c = Topo::exec(&r.ns, job.manyfold.context("no manyfold binary")?);
             c.args(["mcast", "recv", "--group", &format!("{}:{MANYFOLD_PORT}", group(1)), "--iface", "eth0"]);
-            c.args(["--ttl", &ttl, "--wait", &wait_secs(job), "--dir"]).arg(out);
+            c.args(["--ttl", &ttl, "--wait", &wait_secs(job), "--json", "--dir"]).arg(out);
             key_flag(proto, job, &mut c);
             c
         }

@@ -10,7 +10,8 @@
 //!   a /15 prefix, so unicast between the /24s stays on the bridge; the
 //!   /24 is the network id manyfold receivers derive (spec §16.4). In
 //!   **lossy**, receivers with i mod 4 < 2 (slow and fast alike) drop a
-//!   fraction of the UDP they receive at random (nftables `numgen random`).
+//!   fraction of the UDP they receive at random (nftables `numgen random`),
+//!   datagram by datagram: their bridge ports segment GSO batches.
 //! - **routed**: two bridges, net A (198.18.1.0/24: the sender and the fast
 //!   receivers) and net B (198.18.2.0/24: the slow receivers), joined by a
 //!   router namespace (198.18.1.254, 198.18.2.254) whose smcroute forwards
@@ -217,6 +218,17 @@ impl Topo {
                 ip(&["-n", &r.ns, "route", "add", "default", "via", gateway(r.slow)])?;
             } else if r.slow {
                 tbf(&sw, &port, &rate)?;
+            }
+            if r.lossy {
+                // A GSO batch (manyfold's sender makes them; uftp and
+                // udpcast send one datagram per call) crosses the bridge
+                // whole, as a NIC's GRO would hand a socket that asks for
+                // it consecutive datagrams merged. Towards a lossy
+                // receiver the port segments it first, as a wire carries
+                // frames, so that its random drop takes datagrams one by
+                // one: whole batches would be bursts, not the independent
+                // loss this setup means.
+                ip(&["-n", &sw, "link", "set", "dev", &port, "gso_max_segs", "1"])?;
             }
             nft(&r.ns, &ruleset(r.lossy.then_some(loss)))?;
         }

@@ -202,7 +202,10 @@ pub struct SendArgs {
     /// (proactive FEC); repairs still send parity on demand.
     #[arg(long, default_value_t = 0, value_name = "P")]
     fec_proactive: u16,
-    /// Write the figures (per receiver and per window) as JSON to this file.
+    /// Write the figures (per receiver and per window) as JSON to this
+    /// file. Each window is `[size, confirmed (1/0), feedback packets,
+    /// timer µs, most losses one receiver reported, that receiver's index
+    /// in "receivers" (-1: none), shrunk for loss (1/0)]`.
     #[arg(long, value_name = "FILE")]
     json: Option<PathBuf>,
 }
@@ -260,7 +263,9 @@ pub struct RecvArgs {
     /// the packet counts `data_packets`, `repairs_received`,
     /// `fec_recovered`, `parity_received`, `duplicates`, `acks_sent`,
     /// `acks_suppressed`, `nacks_sent`, `nacks_suppressed`,
-    /// `repair_requests`.
+    /// `repair_requests`, `dropped_malformed`, `dropped_beyond_limit`,
+    /// and `lagged` / `held_after_stall` (feedback found late: the process
+    /// was not running, spec §16.4, §16.7).
     #[arg(long, conflicts_with = "stdout")]
     pub json: bool,
 }

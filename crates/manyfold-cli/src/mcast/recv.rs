@@ -338,6 +338,13 @@ fn recv_json(
         "nacks_sent": st.nacks_sent,
         "nacks_suppressed": st.nacks_suppressed,
         "repair_requests": st.repair_requests,
+        "dropped_malformed": st.dropped_malformed,
+        "dropped_beyond_limit": st.dropped_beyond_limit,
+        "lagged": st.lagged,
+        "held_after_stall": st.held_after_stall,
+        "reordered": st.reordered,
+        "reorder_delay_max_us": st.reorder_delay_max.as_micros() as u64,
+        "late_after_report": st.late_after_report,
     })
 }
 

@@ -512,12 +512,15 @@ fn send_json(v: &SenderView, name: &str, mode: &str, data_phase: Option<Duration
     for (i, w) in v.windows.iter().enumerate() {
         let _ = write!(
             s,
-            "{}[{},{},{},{}]",
+            "{}[{},{},{},{},{},{},{}]",
             if i > 0 { "," } else { "" },
             w.size,
             u8::from(w.confirmed),
             w.feedback,
-            w.timeout.as_micros()
+            w.timeout.as_micros(),
+            w.worst_lost,
+            w.worst_receiver.map_or(-1, |r| r as i64),
+            u8::from(w.cut_for_loss)
         );
     }
     s.push_str("]}\n");

@@ -40,6 +40,10 @@ pub struct ReceiverConfig {
     pub security: Option<SecurityConfig>,
     /// The handshake's randomness (spec §19.1); all zeros derives it from `seed`.
     pub crypto_seed: [u8; 32],
+    /// The least a gap must stay open before it is reported lost (spec
+    /// §16.4, reordering); the receiver widens it to what it sees the
+    /// path reorder.
+    pub reorder_window: Duration,
 }
 
 impl Default for ReceiverConfig {
@@ -56,6 +60,7 @@ impl Default for ReceiverConfig {
             sender_timeout: Duration::from_secs(30),
             security: None,
             crypto_seed: [0; 32],
+            reorder_window: Duration::ZERO,
         }
     }
 }
@@ -132,6 +137,14 @@ pub struct ReceiverStats {
     pub regrouped: u64,
     /// ACKs and NACKs held back after a stall of the process (spec §16.4).
     pub held_after_stall: u64,
+    /// First sendings that came after a later packet had opened their
+    /// gap, before it was reported: the path reordered them (spec §16.4).
+    pub reordered: u64,
+    /// The longest such a gap was open.
+    pub reorder_delay_max: Duration,
+    /// First sendings that came after their gap had been reported (by
+    /// this receiver or a neighbour): reordering taken for loss.
+    pub late_after_report: u64,
     /// Protected sessions (spec §19.7): plain packets a protected receiver
     /// does not take; sealed packets it has no key for (yet); sealed
     /// packets that failed authentication or came from the wrong source;

@@ -5,6 +5,7 @@
 //! interval; STATUS with the loss signatures, and the STATUS with which
 //! an aborting receiver leaves.
 
+use super::gaps::Seen;
 use super::{McastReceiver, ReceiverTimer};
 use crate::mcast::{network_of, uniform, McTransmit};
 use crate::wire::mcast::{emit, emit_code, emit_ranges, emit_signatures};
@@ -29,6 +30,9 @@ const STALL_LATE: Duration = Duration::from_millis(2);
 /// How much longer feedback found that late waits, once, so that what
 /// queued during the stall (a neighbour's ACK among it) is read first.
 const STALL_GRACE: Duration = Duration::from_millis(1);
+/// The longest a gap waits for a reordered packet before it is reported
+/// (spec §16.4): a quarter of the window timer's floor.
+pub(super) const REORDER_CAP: Duration = Duration::from_millis(25);
 
 impl McastReceiver {
     /// spec §16.4: a NACK after a backoff for a gap early in its window
@@ -104,6 +108,21 @@ impl McastReceiver {
                 self.timers.set(t, now + STALL_GRACE);
                 self.stats.held_after_stall += 1;
             }
+        }
+    }
+
+    /// spec §16.4: what a new first-sent packet said of the path's
+    /// reordering. A gap it filled widens the reorder window to a quarter
+    /// more than that gap waited (at most `REORDER_CAP`); each ACK sent
+    /// narrows it by a sixteenth, down to the configured floor.
+    pub(super) fn note_reordering(&mut self, seen: Seen) {
+        if let Some(d) = seen.filled_after {
+            self.reorder = self.reorder.max((d + d / 4).min(REORDER_CAP));
+            self.stats.reordered += 1;
+            self.stats.reorder_delay_max = self.stats.reorder_delay_max.max(d);
+        }
+        if seen.late_after_report {
+            self.stats.late_after_report += 1;
         }
     }
 
@@ -198,10 +217,17 @@ impl McastReceiver {
 
     /// spec §16.4: the window's ACK, to the group, with the gaps not yet
     /// reported (so no NACK is needed).
-    pub(super) fn send_ack(&mut self, buf: &mut [u8], session: u32, sender: SocketAddr) -> Option<McTransmit> {
+    pub(super) fn send_ack(
+        &mut self,
+        now: Instant,
+        buf: &mut [u8],
+        session: u32,
+        sender: SocketAddr,
+    ) -> Option<McTransmit> {
         self.timers.cancel(ReceiverTimer::Ack);
         self.stats.acks_sent += 1;
-        let ranges = self.gaps.take_pending();
+        let ranges = self.gaps.take_pending(now, self.reorder);
+        self.reorder = (self.reorder - self.reorder / 16).max(self.cfg.reorder_window);
         self.timers.cancel(ReceiverTimer::Nack);
         let (lwsn, network, client) = (self.ack_lwsn, self.feedback_network(), self.client);
         // spec §16.7: KLV on an ACK: this receiver is behind its network.
@@ -213,11 +239,25 @@ impl McastReceiver {
     }
 
     /// spec §16.4: the NACK of the gaps seen, to the group.
-    pub(super) fn send_nack(&mut self, buf: &mut [u8], session: u32, sender: SocketAddr) -> Option<McTransmit> {
+    pub(super) fn send_nack(
+        &mut self,
+        now: Instant,
+        buf: &mut [u8],
+        session: u32,
+        sender: SocketAddr,
+    ) -> Option<McTransmit> {
         self.timers.cancel(ReceiverTimer::Nack);
+        let ranges = self.gaps.take_pending(now, self.reorder);
+        if ranges.is_empty() {
+            // Every gap is still young (it may be reordering): look again
+            // once the oldest is old enough.
+            if let Some(at) = self.gaps.first_ready(now, self.reorder) {
+                self.timers.set(ReceiverTimer::Nack, at);
+            }
+            return None;
+        }
         self.nacked_window = self.gaps.latest_lwsn();
         self.stats.nacks_sent += 1;
-        let ranges = self.gaps.take_pending();
         let (highest, network, client) = (self.gaps.highest(), self.feedback_network(), self.client);
         let n = emit(buf, PacketType::McNack, Flags::empty(), session, highest, network, client, |o| {
             emit_ranges(o, ranges.iter()).0

@@ -39,7 +39,7 @@ use rand_chacha::ChaCha8Rng;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::net::SocketAddr;
 use std::ops::Range;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// One receiver of a multicast file session (spec §16), sans-IO: fed datagrams from the group and from the sender, it reports what to write where ([`Delivery`]), the feedback to send, and its events.
 #[derive(Debug)]
@@ -59,6 +59,8 @@ pub struct McastReceiver {
     gaps: Gaps,
     /// The window the pending ACK (`ReceiverTimer::Ack`) confirms.
     ack_lwsn: u32,
+    /// How long a gap stays open before it is reported (spec §16.4).
+    reorder: Duration,
     repair_round: u32,
     timers: Timers<ReceiverTimer>,
     complete_told: bool,
@@ -166,6 +168,7 @@ impl McastReceiver {
             registered: false,
             have: Bitmap::new(cfg.max_packets),
             gaps: Gaps::default(),
+            reorder: cfg.reorder_window,
             ack_lwsn: 0,
             timers: Timers::default(),
             repair_round: 0,
@@ -547,7 +550,11 @@ impl McastReceiver {
                 self.signatures.on_lost(e..sn);
             }
             let previous = self.gaps.latest_lwsn();
-            let early_gap = self.gaps.on_first_send(sn, lwsn);
+            let seen = self.gaps.on_first_send(now, sn, lwsn);
+            if fresh {
+                self.note_reordering(seen);
+            }
+            let early_gap = seen.early_gap;
             // spec §16.3: the first packet of a later window says the last
             // one ended, though its own last packet was lost (a tail drop,
             // often): ACK it now, as its LWSN would have.
@@ -665,8 +672,8 @@ impl McastReceiver {
             ReceiverTimer::ALL.iter().find(|&&t| t != ReceiverTimer::SenderLost && self.timers.expired(t, now))?;
         match due {
             ReceiverTimer::Register => self.send_register(now, buf, session, sender),
-            ReceiverTimer::Ack => self.send_ack(buf, session, sender),
-            ReceiverTimer::Nack => self.send_nack(buf, session, sender),
+            ReceiverTimer::Ack => self.send_ack(now, buf, session, sender),
+            ReceiverTimer::Nack => self.send_nack(now, buf, session, sender),
             ReceiverTimer::Repair => self.send_repair(now, buf, session, sender),
             ReceiverTimer::Status => self.send_status(now, buf, session, sender),
             ReceiverTimer::SenderLost => None,

@@ -168,6 +168,14 @@ pub struct WindowRecord {
     pub timeout: Duration,
     /// ACK and NACK packets that arrived while it was open.
     pub feedback: u32,
+    /// The most losses of its packets one receiver reported (spec §16.3's
+    /// loss rule judges the window by it).
+    pub worst_lost: u32,
+    /// That receiver's index in the session's receiver list (the order of
+    /// [`crate::mcast::McastSender::receivers`]); `None`: no loss reported.
+    pub worst_receiver: Option<usize>,
+    /// The window shrank for its losses (the loss rule fired).
+    pub cut_for_loss: bool,
 }
 
 /// What the sender reports, in order, from [`crate::mcast::McastSender::poll_event`] (spec §16.1).

@@ -204,6 +204,7 @@ impl McastSender {
         let Some(w) = self.windows.remove(idx) else { return };
         self.rearm_window_timers();
         let sent = w.sent_at.unwrap_or(now);
+        let mut cut_for_loss = false;
         // A window confirmed only thanks to a probe lost its last packet
         // everywhere: the flow control reacts as to an expiry (the paper's
         // congestion signal), though the window was saved in time.
@@ -215,7 +216,8 @@ impl McastSender {
             let size = f64::from(w.lwsn + 1 - w.first);
             let tolerance = self.cfg.loss_tolerance;
             let over = |lost: u32, n: usize| f64::from(lost) > loss_allowance(tolerance, size, n);
-            if tolerance > 0.0 && (over(w.worst_lost, self.live()) || over(w.worst_lost_behind, 1)) {
+            cut_for_loss = tolerance > 0.0 && (over(w.worst_lost, self.live()) || over(w.worst_lost_behind, 1));
+            if cut_for_loss {
                 // Shrink in proportion to the loss (a receiver losing half
                 // a window behind its own bottleneck halves it in two
                 // windows), by one at least.
@@ -261,6 +263,9 @@ impl McastSender {
             resolved: now,
             timeout: w.timeout,
             feedback: w.feedback,
+            worst_lost: w.lost.iter().map(|&(_, n)| n).max().unwrap_or(0),
+            worst_receiver: w.lost.iter().max_by_key(|&&(_, n)| n).map(|&(i, _)| i),
+            cut_for_loss,
         }));
         if self.windows.is_empty() && self.total.is_some_and(|t| self.next_sn >= t) {
             self.enter_repair(now);
