@@ -217,7 +217,10 @@ fn mean_ack_delay_is_artp_max_over_n_plus_one_eq_9() {
         // One-packet windows: every packet is a window and draws one ACK race.
         let cfg = SenderConfig { max_window: 1, adapt_artp: false, ..stop_and_wait() };
         let k = cfg.artp_max.as_secs_f64() * 1e6;
-        let mut w = McastWorld::new(seed, cfg, 3000 * 1428, group(), sender(), receivers(seed, &[(1, n)]));
+        // The paper's receivers: every one races for every window.
+        let racing =
+            receivers(seed, &[(1, n)]).into_iter().map(|(a, c)| (a, ReceiverConfig { defer_to_acker: false, ..c }));
+        let mut w = McastWorld::new(seed, cfg, 3000 * 1428, group(), sender(), racing.collect());
         w.set_default_link(LinkConfig::with_delay(d));
         assert!(w.run_to_end(Duration::from_secs(60)), "seed {seed}");
         // A window resolves at its first ACK: sent + d + min(ARTP_i) + d.
@@ -1143,4 +1146,62 @@ fn reordering_without_loss_is_not_reported_as_loss() {
     assert!(reordered > 1000, "the path reordered (seed {seed})");
     assert!(reported * 50 < reordered, "at most 2% of reordered packets reported lost (seed {seed})");
     assert!(late * 50 < reordered, "seed {seed}");
+}
+
+/// Eight receivers of one /24 that hear each other's ACKs 30 ms late, as
+/// receivers each behind a queue of their own do: no backoff is long
+/// enough for suppression, and each used to ACK every window.
+fn late_neighbours(seed: u64) -> McastWorld {
+    let mut w = McastWorld::new(seed, SenderConfig::default(), 32 << 20, group(), sender(), receivers(seed, &[(1, 8)]));
+    w.set_default_link(lan().rate(100_000_000, 1 << 20));
+    for a in 0..8 {
+        for b in (0..8).filter(|&b| b != a) {
+            w.set_link(receiver(1, a), receiver(1, b), LinkConfig::with_delay(Duration::from_millis(30)));
+        }
+    }
+    w
+}
+
+/// spec §16.4, the network's acker: the receivers that hear a lower
+/// client id ACK let it speak for them when they have nothing to report.
+#[test]
+fn receivers_that_hear_each_other_late_leave_the_acks_to_one_acker() {
+    let seed = 7612;
+    let mut w = late_neighbours(seed);
+    assert!(w.run_to_end(Duration::from_secs(60)), "seed {seed}");
+    assert_all_completed(&w, seed);
+    // Until a receiver has heard a lower id (30 ms), it ACKs: the mean
+    // is taken after the first windows.
+    let windows = w.windows();
+    let steady = &windows[20..];
+    let feedback: u32 = steady.iter().map(|x| x.feedback).sum();
+    let per_window = f64::from(feedback) / steady.len() as f64;
+    let deferred: u64 = w.receivers.iter().map(|r| r.engine.stats().acks_deferred).sum();
+    eprintln!("{per_window:.2} feedback packets per window after the first 20, {deferred} ACKs deferred (seed {seed})");
+    assert!(per_window <= 1.5, "{per_window:.2} per window (seed {seed})");
+    assert!(windows.iter().all(|x| x.confirmed), "no window expired (seed {seed})");
+}
+
+/// spec §16.4: when the acker dies, the others ACK again once they have
+/// not heard it for 200 ms, the lowest id left takes over, and the
+/// session goes on.
+#[test]
+fn when_the_acker_dies_another_takes_over() {
+    let seed = 7613;
+    let mut w = late_neighbours(seed);
+    let quarter = (8u32 << 20) / u32::from(w.sender.block());
+    assert!(w.run_until(|w| w.sender.progress().0 >= quarter, Duration::from_secs(60)), "seed {seed}");
+    let acker =
+        (0..8).min_by_key(|&i| w.sender.receivers().iter().find(|r| r.addr == receiver(1, i)).map(|r| r.client));
+    let acker = usize::from(acker.expect("eight receivers"));
+    w.receivers[acker].running = false;
+    assert!(w.run_to_end(Duration::from_secs(60)), "seed {seed}");
+    for (i, r) in w.receivers.iter().enumerate().filter(|&(i, _)| i != acker) {
+        assert_eq!(r.verified, Some(true), "receiver {i} (seed {seed})");
+    }
+    let expired = w.windows().iter().filter(|x| !x.confirmed).count();
+    eprintln!("acker {acker} died; {expired} windows expired, took {:?} (seed {seed})", w.elapsed());
+    // The windows in flight when it died, and those of the next round,
+    // may expire once each before the others hear nothing for 200 ms.
+    assert!(expired <= 9, "{expired} windows expired (seed {seed})");
 }

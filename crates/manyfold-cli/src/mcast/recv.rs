@@ -335,6 +335,7 @@ fn recv_json(
         "duplicates": st.duplicates,
         "acks_sent": st.acks_sent,
         "acks_suppressed": st.acks_suppressed,
+        "acks_deferred": st.acks_deferred,
         "nacks_sent": st.nacks_sent,
         "nacks_suppressed": st.nacks_suppressed,
         "repair_requests": st.repair_requests,

@@ -44,6 +44,10 @@ pub struct ReceiverConfig {
     /// §16.4, reordering); the receiver widens it to what it sees the
     /// path reorder.
     pub reorder_window: Duration,
+    /// Let the network's acker speak for this receiver when it has
+    /// nothing to report (spec §16.4). `false`: every receiver races for
+    /// every window, as paper 03's model (eq. 9) assumes.
+    pub defer_to_acker: bool,
 }
 
 impl Default for ReceiverConfig {
@@ -61,6 +65,7 @@ impl Default for ReceiverConfig {
             security: None,
             crypto_seed: [0; 32],
             reorder_window: Duration::ZERO,
+            defer_to_acker: true,
         }
     }
 }
@@ -112,6 +117,9 @@ pub struct ReceiverStats {
     pub acks_sent: u64,
     /// ACKs not sent because another receiver of the network sent one (spec §16.4).
     pub acks_suppressed: u64,
+    /// ACKs not sent because the network's acker speaks for this receiver,
+    /// which had no gap to report (spec §16.4).
+    pub acks_deferred: u64,
     /// NACKs sent (spec §16.4).
     pub nacks_sent: u64,
     /// NACKs not sent because another receiver's covered them (spec §16.4).

@@ -30,6 +30,15 @@ const STALL_LATE: Duration = Duration::from_millis(2);
 /// How much longer feedback found that late waits, once, so that what
 /// queued during the stall (a neighbour's ACK among it) is read first.
 const STALL_GRACE: Duration = Duration::from_millis(1);
+/// How long a receiver lets its network's acker speak for it without
+/// hearing it (spec §16.4): then the acker left, or its ACKs no longer
+/// reach us, and we ACK again ourselves. Above a queue's delay (the lab's
+/// tbf holds 50 ms), about two of the window timer's floor.
+const ACKER_QUIET: Duration = Duration::from_millis(200);
+/// A receiver that lets the acker speak for it still ACKs this often, so
+/// that the sender does not take it for gone (its `receiver_timeout`, 5 s
+/// by default, must be well above this).
+const ACK_KEEPALIVE: Duration = Duration::from_secs(1);
 /// The longest a gap waits for a reordered packet before it is reported
 /// (spec §16.4): a quarter of the window timer's floor.
 pub(super) const REORDER_CAP: Duration = Duration::from_millis(25);
@@ -91,6 +100,8 @@ impl McastReceiver {
         if newer {
             if self.feedback_network() != group {
                 self.stats.regrouped += 1;
+                // Another network: its acker is yet to be heard.
+                self.acker = None;
             }
             self.assigned = Some((epoch, group));
         }
@@ -126,6 +137,11 @@ impl McastReceiver {
         }
     }
 
+    /// Whether an acker last heard at `heard` still speaks for us.
+    fn acker_heard_within(&self, now: Instant, heard: Instant) -> bool {
+        now.saturating_duration_since(heard) < ACKER_QUIET
+    }
+
     /// A feedback delay drawn uniformly in `[0, ARTP_max]` (spec §16.4).
     pub(super) fn backoff(&mut self) -> Duration {
         let max = self.artp_max();
@@ -142,8 +158,23 @@ impl McastReceiver {
 
     /// spec §16.4: an ACK heard from this network suppresses ours for the
     /// same window, or an earlier one (ACKs are cumulative, §16.3); the
-    /// gaps it names are reported.
-    pub(super) fn on_heard_ack(&mut self, lwsn: u32, missing: impl Iterator<Item = Range<u32>>) {
+    /// gaps it names are reported. Its sender, if its client id is the
+    /// lowest heard and below ours (and it is not behind), is the
+    /// network's acker.
+    pub(super) fn on_heard_ack(
+        &mut self,
+        now: Instant,
+        client: u32,
+        behind: bool,
+        lwsn: u32,
+        missing: impl Iterator<Item = Range<u32>>,
+    ) {
+        if !behind && client < self.client {
+            let keep = self.acker.is_some_and(|(a, heard)| a < client && self.acker_heard_within(now, heard));
+            if !keep {
+                self.acker = Some((client, now));
+            }
+        }
         self.check_lag(lwsn);
         if !self.behind && self.timers.is_set(ReceiverTimer::Ack) && self.ack_lwsn <= lwsn {
             self.timers.cancel(ReceiverTimer::Ack);
@@ -225,9 +256,19 @@ impl McastReceiver {
         sender: SocketAddr,
     ) -> Option<McTransmit> {
         self.timers.cancel(ReceiverTimer::Ack);
-        self.stats.acks_sent += 1;
         let ranges = self.gaps.take_pending(now, self.reorder);
         self.reorder = (self.reorder - self.reorder / 16).max(self.cfg.reorder_window);
+        // spec §16.4: with nothing to report, a receiver that is not
+        // behind lets its network's acker speak for it while it hears it,
+        // and ACKs once a second itself at least.
+        let acker_heard = self.acker.is_some_and(|(_, heard)| self.acker_heard_within(now, heard));
+        let keepalive_due = self.last_ack_sent.is_none_or(|t| now.saturating_duration_since(t) >= ACK_KEEPALIVE);
+        if self.cfg.defer_to_acker && ranges.is_empty() && !self.behind && acker_heard && !keepalive_due {
+            self.stats.acks_deferred += 1;
+            return None;
+        }
+        self.last_ack_sent = Some(now);
+        self.stats.acks_sent += 1;
         self.timers.cancel(ReceiverTimer::Nack);
         let (lwsn, network, client) = (self.ack_lwsn, self.feedback_network(), self.client);
         // spec §16.7: KLV on an ACK: this receiver is behind its network.

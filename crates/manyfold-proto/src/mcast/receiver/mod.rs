@@ -86,6 +86,13 @@ pub struct McastReceiver {
     lag_history: u8,
     /// Windows in a row held in time since it fell behind (spec §16.7).
     caught_up_run: u8,
+    /// The network's acker (spec §16.4): the lowest client id heard
+    /// ACKing on our feedback network (not behind it), if below ours, and
+    /// when we last heard it.
+    acker: Option<(u32, Instant)>,
+    /// When we last sent an ACK (a deferring receiver still sends one
+    /// every `ACK_KEEPALIVE`, so that the sender hears it, spec §16.7).
+    last_ack_sent: Option<Instant>,
     /// This receiver falls behind its network (spec §16.7): its ACKs carry
     /// KLV and are never suppressed.
     behind: bool,
@@ -185,6 +192,8 @@ impl McastReceiver {
             last_w: 1,
             lag_history: 0,
             caught_up_run: 0,
+            acker: None,
+            last_ack_sent: None,
             behind: false,
             signatures: LossSignatures::default(),
             assigned: None,
@@ -415,9 +424,9 @@ impl McastReceiver {
                 }
                 self.on_data(now, sn, lwsn, last, repair, end - payload.len()..end)
             }
-            McPacket::Ack { network, lwsn, missing, .. } => {
+            McPacket::Ack { network, lwsn, missing, client, behind, .. } => {
                 if network == self.feedback_network() {
-                    self.on_heard_ack(lwsn, missing.iter());
+                    self.on_heard_ack(now, client, behind, lwsn, missing.iter());
                 }
                 None
             }
