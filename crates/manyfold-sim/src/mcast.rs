@@ -483,7 +483,9 @@ impl McastWorld {
 
     /// Runs until the sender is done (or `max`).
     pub fn run_to_end(&mut self, max: Duration) -> bool {
-        self.run_until(|w| w.sender.is_done(), max)
+        // The sender's last packets (its ENDs, a confirmation) may still be
+        // queued on a slow link when it is done: they are delivered too.
+        self.run_until(|w| w.sender.is_done(), max) && self.run_until(|w| w.queue.is_empty(), max)
     }
 }
 

@@ -841,6 +841,9 @@ fn an_interrupted_sender_tells_every_receiver_at_once_under_loss() {
         assert!(w.run_until(|w| w.sender.progress().0 >= quarter, Duration::from_secs(60)), "seed {seed}");
         let (at, sent) = (w.elapsed(), w.sent_by_sender);
         let now = w.now();
+        // Under 10% loss a receiver may still be registering (its REGISTER
+        // or the answer lost): it hears the group's ENDs only.
+        let registered = w.sender.receivers().iter().filter(|r| r.outcome == ReceiverOutcome::Active).count() as u64;
         w.sender.abort(now, ErrorCode::INTERRUPTED);
         assert!(w.sender.is_done(), "seed {seed}");
         assert!(
@@ -855,8 +858,8 @@ fn an_interrupted_sender_tells_every_receiver_at_once_under_loss() {
             let want = Some(ReceiverEvent::Ended { error: Some(ErrorCode::INTERRUPTED) });
             assert_eq!(r.ended, want, "receiver {i} is told the sender was interrupted (seed {seed})");
         }
-        // Three ENDs to the group and one to each receiver, then nothing.
-        assert_eq!(w.sent_by_sender - sent, 3 + 8, "seed {seed}");
+        // Three ENDs to the group and one to each registered receiver, then nothing.
+        assert_eq!(w.sent_by_sender - sent, 3 + registered, "seed {seed}");
         let aborted = SenderEvent::Failed(SenderError::Aborted(ErrorCode::INTERRUPTED));
         assert!(w.sender_events.iter().any(|(_, e)| *e == aborted), "seed {seed}");
     }
@@ -1153,7 +1156,8 @@ fn reordering_without_loss_is_not_reported_as_loss() {
 /// enough for suppression, and each used to ACK every window.
 fn late_neighbours(seed: u64) -> McastWorld {
     let mut w = McastWorld::new(seed, SenderConfig::default(), 32 << 20, group(), sender(), receivers(seed, &[(1, 8)]));
-    w.set_default_link(lan().rate(100_000_000, 1 << 20));
+    // 1 Gbit/s, with room for every window in flight (no overflow loss).
+    w.set_default_link(lan().rate(1_000_000_000, 8 << 20));
     for a in 0..8 {
         for b in (0..8).filter(|&b| b != a) {
             w.set_link(receiver(1, a), receiver(1, b), LinkConfig::with_delay(Duration::from_millis(30)));
@@ -1178,8 +1182,12 @@ fn receivers_that_hear_each_other_late_leave_the_acks_to_one_acker() {
     let per_window = f64::from(feedback) / steady.len() as f64;
     let deferred: u64 = w.receivers.iter().map(|r| r.engine.stats().acks_deferred).sum();
     eprintln!("{per_window:.2} feedback packets per window after the first 20, {deferred} ACKs deferred (seed {seed})");
-    assert!(per_window <= 1.5, "{per_window:.2} per window (seed {seed})");
-    assert!(windows.iter().all(|x| x.confirmed), "no window expired (seed {seed})");
+    // The acker's ACK (cumulative, often for several windows), one in 16
+    // of the others' (one in 2n, n = 8) and their ACKs once a second: 0.81
+    // here; all eight racing, 2.22.
+    assert!(per_window <= 1.2, "{per_window:.2} per window (seed {seed})");
+    let expired: Vec<usize> = windows.iter().enumerate().filter(|(_, x)| !x.confirmed).map(|(i, _)| i).collect();
+    assert!(expired.is_empty(), "windows {expired:?} of {} expired (seed {seed})", windows.len());
 }
 
 /// spec §16.4: when the acker dies, the others ACK again once they have

@@ -33,8 +33,12 @@ const STALL_GRACE: Duration = Duration::from_millis(1);
 /// How long a receiver lets its network's acker speak for it without
 /// hearing it (spec §16.4): then the acker left, or its ACKs no longer
 /// reach us, and we ACK again ourselves. Above a queue's delay (the lab's
-/// tbf holds 50 ms), about two of the window timer's floor.
-const ACKER_QUIET: Duration = Duration::from_millis(200);
+/// tbf holds 50 ms), and at the window timer's floor (100 ms).
+const ACKER_QUIET: Duration = Duration::from_millis(100);
+/// Neighbours a receiver counts (spec §16.4), and how long one it no
+/// longer hears is counted (above `ACK_KEEPALIVE`).
+const MAX_NEIGHBOURS: usize = 256;
+const NEIGHBOUR_FORGET: Duration = Duration::from_secs(3);
 /// A receiver that lets the acker speak for it still ACKs this often, so
 /// that the sender does not take it for gone (its `receiver_timeout`, 5 s
 /// by default, must be well above this).
@@ -100,8 +104,9 @@ impl McastReceiver {
         if newer {
             if self.feedback_network() != group {
                 self.stats.regrouped += 1;
-                // Another network: its acker is yet to be heard.
+                // Another network: its acker and receivers are yet to be heard.
                 self.acker = None;
+                self.neighbours.clear();
             }
             self.assigned = Some((epoch, group));
         }
@@ -137,6 +142,18 @@ impl McastReceiver {
         }
     }
 
+    /// Counts `client` among the receivers heard on our network.
+    fn note_neighbour(&mut self, now: Instant, client: u32) {
+        if let Some(n) = self.neighbours.iter_mut().find(|(c, _)| *c == client) {
+            n.1 = now;
+            return;
+        }
+        self.neighbours.retain(|&(_, t)| now.saturating_duration_since(t) < NEIGHBOUR_FORGET);
+        if self.neighbours.len() < MAX_NEIGHBOURS {
+            self.neighbours.push((client, now));
+        }
+    }
+
     /// Whether an acker last heard at `heard` still speaks for us.
     fn acker_heard_within(&self, now: Instant, heard: Instant) -> bool {
         now.saturating_duration_since(heard) < ACKER_QUIET
@@ -169,6 +186,14 @@ impl McastReceiver {
         lwsn: u32,
         missing: impl Iterator<Item = Range<u32>>,
     ) {
+        if client != self.client {
+            self.note_neighbour(now, client);
+        }
+        if behind && self.acker.is_some_and(|(a, _)| a == client) {
+            // Our acker fell behind the network (spec §16.7): the sender
+            // awaits it on its own now, so it no longer speaks for us.
+            self.acker = None;
+        }
         if !behind && client < self.client {
             let keep = self.acker.is_some_and(|(a, heard)| a < client && self.acker_heard_within(now, heard));
             if !keep {
@@ -264,9 +289,20 @@ impl McastReceiver {
         let acker_heard = self.acker.is_some_and(|(_, heard)| self.acker_heard_within(now, heard));
         let keepalive_due = self.last_ack_sent.is_none_or(|t| now.saturating_duration_since(t) >= ACK_KEEPALIVE);
         if self.cfg.defer_to_acker && ranges.is_empty() && !self.behind && acker_heard && !keepalive_due {
-            self.stats.acks_deferred += 1;
-            return None;
+            // One ACK in 2n goes anyway (n: the receivers heard here),
+            // so that an acker stalled for a moment (a busy host) does not
+            // leave the network's windows to expire: about one such ACK
+            // every two windows, whatever n, and cumulative, it confirms
+            // the windows before it too (spec §16.3).
+            let every = 2 * (self.neighbours.len() as u32 + 1);
+            if self.deferred_run + 1 < every {
+                self.deferred_run += 1;
+                self.stats.acks_deferred += 1;
+                return None;
+            }
         }
+        // Each receiver starts its count elsewhere, so that they take turns.
+        self.deferred_run = self.client % (2 * (self.neighbours.len() as u32 + 1));
         self.last_ack_sent = Some(now);
         self.stats.acks_sent += 1;
         self.timers.cancel(ReceiverTimer::Nack);

@@ -93,6 +93,12 @@ pub struct McastReceiver {
     /// When we last sent an ACK (a deferring receiver still sends one
     /// every `ACK_KEEPALIVE`, so that the sender hears it, spec §16.7).
     last_ack_sent: Option<Instant>,
+    /// ACKs let go in a row (spec §16.4): a deferring receiver sends one
+    /// of every 2n, n the receivers heard on its network.
+    deferred_run: u32,
+    /// Receivers heard ACKing on our network, and when last (at most
+    /// `MAX_NEIGHBOURS`, forgotten after `NEIGHBOUR_FORGET`).
+    neighbours: Vec<(u32, Instant)>,
     /// This receiver falls behind its network (spec §16.7): its ACKs carry
     /// KLV and are never suppressed.
     behind: bool,
@@ -194,6 +200,8 @@ impl McastReceiver {
             caught_up_run: 0,
             acker: None,
             last_ack_sent: None,
+            deferred_run: 0,
+            neighbours: Vec::new(),
             behind: false,
             signatures: LossSignatures::default(),
             assigned: None,
