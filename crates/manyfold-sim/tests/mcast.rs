@@ -1155,7 +1155,9 @@ fn reordering_without_loss_is_not_reported_as_loss() {
 /// receivers each behind a queue of their own do: no backoff is long
 /// enough for suppression, and each used to ACK every window.
 fn late_neighbours(seed: u64) -> McastWorld {
-    let mut w = McastWorld::new(seed, SenderConfig::default(), 32 << 20, group(), sender(), receivers(seed, &[(1, 8)]));
+    let deferring =
+        receivers(seed, &[(1, 8)]).into_iter().map(|(a, c)| (a, ReceiverConfig { defer_to_acker: true, ..c }));
+    let mut w = McastWorld::new(seed, SenderConfig::default(), 32 << 20, group(), sender(), deferring.collect());
     // 1 Gbit/s, with room for every window in flight (no overflow loss).
     w.set_default_link(lan().rate(1_000_000_000, 8 << 20));
     for a in 0..8 {
