@@ -154,9 +154,10 @@ impl McastReceiver {
         }
     }
 
-    /// Whether an acker last heard at `heard` still speaks for us.
-    fn acker_heard_within(&self, now: Instant, heard: Instant) -> bool {
-        now.saturating_duration_since(heard) < ACKER_QUIET
+    /// A deferring receiver sends one ACK in this many (spec §16.4): 2n,
+    /// n the receivers heard on its network, counting itself.
+    fn defer_period(&self) -> u32 {
+        2 * (self.neighbours.len() as u32 + 1)
     }
 
     /// A feedback delay drawn uniformly in `[0, ARTP_max]` (spec §16.4).
@@ -195,7 +196,7 @@ impl McastReceiver {
             self.acker = None;
         }
         if !behind && client < self.client {
-            let keep = self.acker.is_some_and(|(a, heard)| a < client && self.acker_heard_within(now, heard));
+            let keep = self.acker.is_some_and(|(a, heard)| a < client && acker_heard_within(now, heard));
             if !keep {
                 self.acker = Some((client, now));
             }
@@ -286,7 +287,7 @@ impl McastReceiver {
         // spec §16.4: with nothing to report, a receiver that is not
         // behind lets its network's acker speak for it while it hears it,
         // and ACKs once a second itself at least.
-        let acker_heard = self.acker.is_some_and(|(_, heard)| self.acker_heard_within(now, heard));
+        let acker_heard = self.acker.is_some_and(|(_, heard)| acker_heard_within(now, heard));
         let keepalive_due = self.last_ack_sent.is_none_or(|t| now.saturating_duration_since(t) >= ACK_KEEPALIVE);
         if self.cfg.defer_to_acker && ranges.is_empty() && !self.behind && acker_heard && !keepalive_due {
             // One ACK in 2n goes anyway (n: the receivers heard here),
@@ -294,15 +295,14 @@ impl McastReceiver {
             // leave the network's windows to expire: about one such ACK
             // every two windows, whatever n, and cumulative, it confirms
             // the windows before it too (spec §16.3).
-            let every = 2 * (self.neighbours.len() as u32 + 1);
-            if self.deferred_run + 1 < every {
+            if self.deferred_run + 1 < self.defer_period() {
                 self.deferred_run += 1;
                 self.stats.acks_deferred += 1;
                 return None;
             }
         }
         // Each receiver starts its count elsewhere, so that they take turns.
-        self.deferred_run = self.client % (2 * (self.neighbours.len() as u32 + 1));
+        self.deferred_run = self.client % self.defer_period();
         self.last_ack_sent = Some(now);
         self.stats.acks_sent += 1;
         self.timers.cancel(ReceiverTimer::Nack);
@@ -422,4 +422,9 @@ impl McastReceiver {
         })?;
         Some(McTransmit { destination: sender, size: n })
     }
+}
+
+/// Whether an acker last heard at `heard` still speaks for us (spec §16.4).
+fn acker_heard_within(now: Instant, heard: Instant) -> bool {
+    now.saturating_duration_since(heard) < ACKER_QUIET
 }

@@ -202,6 +202,7 @@ impl McastSender {
     /// its timer expired.
     pub(super) fn resolve_window(&mut self, now: Instant, idx: usize, confirmed: bool) {
         let Some(w) = self.windows.remove(idx) else { return };
+        let worst = w.lost.iter().copied().max_by_key(|&(_, n)| n);
         self.rearm_window_timers();
         let sent = w.sent_at.unwrap_or(now);
         let mut cut_for_loss = false;
@@ -263,8 +264,8 @@ impl McastSender {
             resolved: now,
             timeout: w.timeout,
             feedback: w.feedback,
-            worst_lost: w.lost.iter().map(|&(_, n)| n).max().unwrap_or(0),
-            worst_receiver: w.lost.iter().max_by_key(|&&(_, n)| n).map(|&(i, _)| i),
+            worst_lost: worst.map_or(0, |(_, n)| n),
+            worst_receiver: worst.map(|(i, _)| i),
             cut_for_loss,
         }));
         if self.windows.is_empty() && self.total.is_some_and(|t| self.next_sn >= t) {
