@@ -42,8 +42,8 @@ pub use config::{CongestionAlgorithm, ConnectionConfig, EarlyData, EndpointConfi
 pub use conn_handle::ConnHandle;
 pub use connection::qlog;
 pub use connection::{
-    CloseReason, ConnStats, Event, MessageOptions, PathStats, ReadItem, RecvError, SendError, State, StreamItem,
-    UnreachableKind, INITIAL_STREAM_CREDIT,
+    CloseReason, ConnStats, Event, MessageOptions, PathStats, ReadItem, RecvError, SendError, SendLimits, State,
+    StreamItem, UnreachableKind, INITIAL_STREAM_CREDIT,
 };
 pub use endpoint::{ConnMut, ConnRef, ConnectError, Endpoint, EndpointStats, Refusal, RefusalCause, Transmit};
 pub use group::{

@@ -343,3 +343,45 @@ fn windows_grow_to_fill_a_long_fat_pipe() {
     eprintln!("100 MB over 200 ms RTT: {:?}, cwnd {}", r.duration, r.client.cwnd);
     assert!(r.duration < Duration::from_secs(6), "seed {seed}: took {:?}", r.duration);
 }
+
+/// spec §8.2: a sender says what held its data back. A reader that takes
+/// 64 KiB every 3 s leaves the sender waiting on the peer's window; a
+/// bulk transfer through a 10 Mbit/s bottleneck waits on the path (the
+/// congestion window and the pacer), never on the peer's window.
+#[test]
+fn a_sender_says_what_held_its_data_back() {
+    let seed = 211;
+    let mut cfg = EndpointConfig::default();
+    cfg.connection.recv_buffer = 64 << 10;
+    let mut w = pair(seed, LinkConfig::with_delay(Duration::from_millis(10)), cfg);
+    let (c, s) = establish(&mut w);
+    let mut source = Source::new(seed, 512 << 10);
+    let mut sink = Sink::new(seed, 512 << 10);
+    for _ in 0..4 {
+        for _ in 0..30 {
+            let _ = w.act(client(), |ep, _| source.push(ep, c));
+            w.run_for(Duration::from_millis(100));
+        }
+        w.act(server(), |ep, _| sink.pull(ep, s, 64 << 10)).expect("intact");
+    }
+    let _ = w.act(client(), |ep, _| source.push(ep, c));
+    w.run_for(Duration::from_millis(100));
+    let slow = w.endpoint(client()).conn(c).stats().expect("client").limited;
+    assert!(
+        slow.peer_window > Duration::from_secs(9) && slow.congestion + slow.pacing < Duration::from_secs(1),
+        "a slow reader: {slow:?} (seed {seed})"
+    );
+
+    let link = LinkConfig::with_delay(Duration::from_millis(10)).rate(10_000_000, 64 << 10);
+    let mut w = pair(seed, link, config(CongestionAlgorithm::Bbr));
+    let t = Transfer::start(&mut w, client(), server(), 4 * MB, 0);
+    let r = t.run(&mut w, Duration::from_secs(60)).unwrap_or_else(|e| panic!("seed {seed}: {e}"));
+    let bulk = r.client.limited;
+    let path = bulk.congestion + bulk.pacing;
+    eprintln!("slow reader {slow:?}; bottleneck {bulk:?} over {:?}", r.duration);
+    assert!(
+        path > r.duration / 2 && bulk.peer_window < r.duration / 20,
+        "a bottleneck: {bulk:?} over {:?} (seed {seed})",
+        r.duration
+    );
+}

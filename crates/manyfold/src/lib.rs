@@ -161,8 +161,8 @@ pub use manyfold_proto::wire::chunk::MAX_CLOSE_REASON;
 pub use manyfold_proto::wire::ErrorCode;
 pub use manyfold_proto::{
     CloseReason, ConnStats, Destination, EndpointConfig, EndpointStats, Eviction, GroupConfig, GroupEvent, GroupStats,
-    Left, MessageOptions, Mode, PathStats, PeerId, PeerState, PeerStats, SecurityConfig, StreamId, StreamItem,
-    Unreachable, UnreachableKind,
+    Left, MessageOptions, Mode, PathStats, PeerId, PeerState, PeerStats, SecurityConfig, SendLimits, StreamId,
+    StreamItem, Unreachable, UnreachableKind,
 };
 pub use manyfold_proto::{CongestionAlgorithm, ConnectionConfig, EarlyData, Refusal, RefusalCause};
 pub use message::IntoMessage;

@@ -90,8 +90,15 @@ pub fn json_fields(s: &Sample) -> String {
     );
     if let Some(m) = s.mf {
         f += &format!(
-            ",\"packets_sent\":{},\"retransmissions\":{},\"lost_packets\":{},\"rto_expiries\":{}",
-            m.packets_sent, m.retransmissions, m.lost_packets, m.rto_expiries
+            ",\"packets_sent\":{},\"retransmissions\":{},\"lost_packets\":{},\"rto_expiries\":{},\"limited_us\":{{\"application\":{},\"peer_window\":{},\"congestion\":{},\"pacing\":{}}}",
+            m.packets_sent,
+            m.retransmissions,
+            m.lost_packets,
+            m.rto_expiries,
+            m.limited_app_us,
+            m.limited_peer_us,
+            m.limited_cwnd_us,
+            m.limited_pacing_us
         );
     }
     f

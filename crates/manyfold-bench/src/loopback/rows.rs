@@ -105,6 +105,12 @@ pub struct MfStats {
     pub retransmissions: u64,
     pub lost_packets: u64,
     pub rto_expiries: u64,
+    /// Microseconds new data was held back, by cause (`ConnStats::limited`):
+    /// nothing queued, the receiver's window, the congestion window, the pacer.
+    pub limited_app_us: u64,
+    pub limited_peer_us: u64,
+    pub limited_cwnd_us: u64,
+    pub limited_pacing_us: u64,
 }
 
 impl MfStats {
@@ -120,6 +126,10 @@ impl MfStats {
                 "retransmissions" => s.retransmissions = value,
                 "lost_packets" => s.lost_packets = value,
                 "rto_expiries" => s.rto_expiries = value,
+                "limited_app_us" => s.limited_app_us = value,
+                "limited_peer_us" => s.limited_peer_us = value,
+                "limited_cwnd_us" => s.limited_cwnd_us = value,
+                "limited_pacing_us" => s.limited_pacing_us = value,
                 _ => {}
             }
         }
@@ -383,9 +393,17 @@ mod tests {
 
     #[test]
     fn sender_counters_are_read_from_its_stdout() {
-        let out = "something else\nmf-stats packets_sent=10 retransmissions=2 lost_packets=3 rto_expiries=1\n";
+        let out = "something else\nmf-stats packets_sent=10 retransmissions=2 lost_packets=3 rto_expiries=1 cwnd=9 limited_cwnd_us=7\n";
         let s = MfStats::parse(out).unwrap();
-        assert_eq!(s, MfStats { packets_sent: 10, retransmissions: 2, lost_packets: 3, rto_expiries: 1 });
+        let want = MfStats {
+            packets_sent: 10,
+            retransmissions: 2,
+            lost_packets: 3,
+            rto_expiries: 1,
+            limited_cwnd_us: 7,
+            ..Default::default()
+        };
+        assert_eq!(s, want);
         assert_eq!(MfStats::parse("no counters here"), None);
         assert_eq!(MfStats::parse("mf-stats packets_sent=ten"), None);
     }

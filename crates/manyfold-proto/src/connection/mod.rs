@@ -27,7 +27,8 @@ pub(crate) use early::EarlySyn;
 pub use path::PathStats;
 pub(crate) use secure::{handshake_message, Security};
 pub use streams::{MessageOptions, ReadItem, StreamItem, INITIAL_STREAM_CREDIT};
-pub use types::{CloseReason, ConnStats, Event, RecvError, SendError, State, UnreachableKind};
+use types::Limit;
+pub use types::{CloseReason, ConnStats, Event, RecvError, SendError, SendLimits, State, UnreachableKind};
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
@@ -108,6 +109,8 @@ pub(crate) struct Connection {
     /// When the current hold of partial datagrams ends (spec §5.7), kept
     /// until the data queued during it is sent.
     flush_hold_end: Option<Instant>,
+    /// What holds new data back since when (`ConnStats::limited`).
+    limit: Option<(Limit, Instant)>,
     /// A tail-loss probe is due (the sequence number to resend).
     tlp_due: Option<Seq>,
     /// The second copy of a thin flow's retransmission is due (spec §5.5.1).
@@ -235,6 +238,7 @@ impl Connection {
             persist_backoff: 0,
             zero_window_since: None,
             flush_hold_end: None,
+            limit: None,
             tlp_due: None,
             resend_copy_due: None,
             rto_resends: 0,
@@ -454,6 +458,18 @@ impl Connection {
         s.stalled_since = self.stalled_since;
         s.datagram_size = self.wire_max_datagram();
         s
+    }
+
+    /// spec §8.2: new data is held back by `limit` from `now` on (`None`:
+    /// it just went); the span of the cause before ends.
+    fn note_limit(&mut self, now: Instant, limit: Option<Limit>) {
+        if self.limit.map(|(l, _)| l) == limit {
+            return;
+        }
+        if let Some((l, since)) = self.limit.take() {
+            self.stats.limited.add(l, now.saturating_duration_since(since));
+        }
+        self.limit = limit.map(|l| (l, now));
     }
 
     /// Bytes this connection holds: queued and unacknowledged to send,

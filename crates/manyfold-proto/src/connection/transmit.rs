@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use super::qlog::{QlogData, SendTrigger};
 use super::timer::Timer;
-use super::{advertised_window, data_room, CloseReason, Connection, State, LONE_FIN_MAX_RTO};
+use super::{advertised_window, data_room, CloseReason, Connection, Limit, State, LONE_FIN_MAX_RTO};
 use crate::ids::ConnId;
 use crate::recovery::{PacketState, SentPacket};
 use crate::seq::Seq;
@@ -378,9 +378,13 @@ impl Connection {
         let want = queued.min(full_room.saturating_sub(DATA_HEADER_LEN)).min(flow_room);
         if !has_control && !fin_due && !must {
             if !sendable {
+                // Queued data a stream's credit holds back, or none at all.
+                let limit = if queued > 0 { Limit::PeerWindow } else { Limit::Application };
+                self.note_limit(now, Some(limit));
                 return Sent::Blocked;
             }
             if flow_room == 0 {
+                self.note_limit(now, Some(Limit::PeerWindow));
                 if queued > 0 && outstanding == 0 {
                     // spec §7.3: closed to us with nothing in flight.
                     self.zero_window_since.get_or_insert(now);
@@ -394,6 +398,7 @@ impl Connection {
             // Sender-side silly window avoidance (RFC 1122 4.2.3.4): while
             // acks are still due, don't send a runt cut short by the peer's window.
             if flow_room < full_room && flow_room < queued && outstanding > 0 {
+                self.note_limit(now, Some(Limit::PeerWindow));
                 return Sent::Blocked;
             }
         }
@@ -410,9 +415,13 @@ impl Connection {
         if !probe {
             let hold = !has_control && !fin_due && !must && self.hold_partial(now, partial);
             if self.sent.bytes_in_flight() + est as u64 > self.cc.window() || hold {
+                // A hold waits for the application's next message.
+                let limit = if hold { Limit::Application } else { Limit::Congestion };
+                self.note_limit(now, Some(limit));
                 return Sent::Blocked;
             }
             if self.paced(now, est) {
+                self.note_limit(now, Some(Limit::Pacing));
                 return Sent::Blocked;
             }
         }
@@ -450,6 +459,7 @@ impl Connection {
         let ack_now = probe || app_limited || (room_after < mss && small_window);
         let sent = self.send_sequenced(now, buf, control, chunks, app_limited, ack_now);
         if let Sent::Yes(_) = sent {
+            self.note_limit(now, None);
             if let Some(t) = ack_request {
                 self.ack_freq.on_sent(now, t);
             }

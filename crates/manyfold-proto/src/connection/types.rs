@@ -281,4 +281,47 @@ pub struct ConnStats {
     /// Reasons in words on a peer's RST dropped as longer than
     /// `MAX_CLOSE_REASON` bytes or not UTF-8 (spec §3.3.4); the RST acted.
     pub close_texts_dropped: u64,
+    /// How long new data was held back, and by what (spec §8.2).
+    pub limited: SendLimits,
+}
+
+/// How long the sender was held back from sending new data, by each
+/// cause (spec §8.2), as Linux's TCP_INFO counts busy, rwnd-limited and
+/// sndbuf-limited time: a span starts when an attempt to send new data
+/// finds the cause and ends at the next new data sent or another cause.
+/// On a bulk transfer, `application` says the application did not keep
+/// up, `peer_window` that the receiver did not, `congestion` and
+/// `pacing` that the path (or its estimate) did not.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SendLimits {
+    /// Nothing queued to send.
+    pub application: Duration,
+    /// The peer's receive window or a stream's credit was used up (spec §7.3, §13.7).
+    pub peer_window: Duration,
+    /// The congestion window was full (spec §9).
+    pub congestion: Duration,
+    /// The pacer held the next packet (spec §9.3).
+    pub pacing: Duration,
+}
+
+/// One cause of [`SendLimits`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Limit {
+    Application,
+    PeerWindow,
+    Congestion,
+    Pacing,
+}
+
+impl SendLimits {
+    /// Adds `d` to `limit`'s span.
+    pub(crate) fn add(&mut self, limit: Limit, d: Duration) {
+        let total = match limit {
+            Limit::Application => &mut self.application,
+            Limit::PeerWindow => &mut self.peer_window,
+            Limit::Congestion => &mut self.congestion,
+            Limit::Pacing => &mut self.pacing,
+        };
+        *total += d;
+    }
 }
