@@ -76,31 +76,27 @@ pub(super) fn loss_allowance(tolerance: f64, size: f64, receivers: usize) -> f64
 impl McastSender {
     /// spec §16.3: receiver `idx` reported `ranges` missing. With the
     /// paper's rule the window shrinks by one for each report that names a
-    /// loss not reported before. Each open window counts the losses of its
-    /// own packets, per receiver (the loss tolerance's measure: one
-    /// receiver's rate, not the sum of all); the oldest also counts those
-    /// of packets sent since the previous window began (a receiver whose
-    /// reports were suppressed may report them late), and older losses
-    /// count for none. With windows in flight one report names losses of
-    /// several windows: each judges its own (a receiver behind its
-    /// network excepted, below).
+    /// loss not reported before. Otherwise the oldest open window counts,
+    /// per receiver (the loss tolerance's measure: one receiver's rate, not
+    /// the sum of all), the reported losses of every packet sent since the
+    /// previous window began, its own and those of the windows in flight
+    /// after it; older losses count for none. A loss is congestion to
+    /// answer at the next window to resolve, not two or three windows
+    /// later when the window that carried the packet resolves: with three
+    /// windows in flight the queue overflowing at a slow receiver kept
+    /// overflowing meanwhile, and the simulator's 1,000 receivers took
+    /// 1.124x the bottleneck time (898 packets repaired at the end) against
+    /// 1.082x (none) this way.
     pub(super) fn note_losses(&mut self, idx: usize, ranges: impl Iterator<Item = std::ops::Range<u32>>) {
-        // A receiver behind its own bottleneck is judged alone (spec §16.7):
-        // its losses are its queue's, not one draw among many, and all of
-        // them since the previous window began judge the next window to
-        // resolve: congestion to answer at once.
-        let behind = self.receivers[idx].behind;
+        let from = self.windows.front().map(|w| self.recent_from.min(w.first));
         let mut named = 0u64;
+        let mut recent = 0u32;
         let mut new = 0u32;
-        let mut per_window = vec![0u32; self.windows.len()];
         for r in ranges {
             let r = r.start..r.end.min(self.next_sn);
             named += u64::from(r.end.saturating_sub(r.start));
-            for (i, w) in self.windows.iter().enumerate() {
-                let from = if i == 0 { self.recent_from.min(w.first) } else { w.first };
-                let n = r.end.min(w.lwsn.saturating_add(1)).saturating_sub(r.start.max(from));
-                let at = if behind { 0 } else { i };
-                per_window[at] = per_window[at].saturating_add(n);
+            if let Some(from) = from {
+                recent = recent.saturating_add(r.end.saturating_sub(r.start.max(from)));
             }
             for sn in r {
                 new += u32::from(self.nacked.set(sn) == Some(true));
@@ -111,20 +107,22 @@ impl McastSender {
             self.slow_start = false;
         }
         self.receivers[idx].reported_lost += named;
-        for (w, &n) in self.windows.iter_mut().zip(&per_window).filter(|(_, &n)| n > 0) {
-            let total = match w.lost.iter_mut().find(|(i, _)| *i == idx) {
-                Some((_, c)) => {
-                    *c = c.saturating_add(n);
-                    *c
-                }
-                None => {
-                    w.lost.push((idx, n));
-                    n
-                }
-            };
-            let worst = if behind { &mut w.worst_lost_behind } else { &mut w.worst_lost };
-            *worst = (*worst).max(total);
-        }
+        // A receiver behind its own bottleneck is judged alone (spec §16.7):
+        // its losses are its queue's, not one draw among many.
+        let behind = self.receivers[idx].behind;
+        let Some(w) = self.windows.front_mut().filter(|_| recent > 0) else { return };
+        let total = match w.lost.iter_mut().find(|(i, _)| *i == idx) {
+            Some((_, c)) => {
+                *c = c.saturating_add(recent);
+                *c
+            }
+            None => {
+                w.lost.push((idx, recent));
+                recent
+            }
+        };
+        let worst = if behind { &mut w.worst_lost_behind } else { &mut w.worst_lost };
+        *worst = (*worst).max(total);
     }
 
     /// spec §16.3: an ACK of LWSN `lwsn` from `network` confirms, for that
