@@ -336,6 +336,7 @@ fn recv_json(
         "acks_sent": st.acks_sent,
         "acks_suppressed": st.acks_suppressed,
         "acks_deferred": st.acks_deferred,
+        "acker_overtaken": st.acker_overtaken,
         "nacks_sent": st.nacks_sent,
         "nacks_suppressed": st.nacks_suppressed,
         "repair_requests": st.repair_requests,

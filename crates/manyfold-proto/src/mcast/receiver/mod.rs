@@ -90,6 +90,9 @@ pub struct McastReceiver {
     /// ACKing on our feedback network (not behind it), if below ours, and
     /// when we last heard it.
     acker: Option<(u32, Instant)>,
+    /// The oldest window whose ACK we let the acker send and have not yet
+    /// heard it send (or a later one), and when (spec §16.4).
+    acker_owes: Option<(u32, Instant)>,
     /// When we last sent an ACK (a deferring receiver still sends one
     /// every `ACK_KEEPALIVE`, so that the sender hears it, spec §16.7).
     last_ack_sent: Option<Instant>,
@@ -199,6 +202,7 @@ impl McastReceiver {
             lag_history: 0,
             caught_up_run: 0,
             acker: None,
+            acker_owes: None,
             last_ack_sent: None,
             deferred_run: 0,
             neighbours: Vec::new(),
