@@ -414,9 +414,11 @@ impl Connection {
         let partial = queued.saturating_add(DATA_HEADER_LEN) < full_room && flow_room >= full_room;
         if !probe {
             let hold = !has_control && !fin_due && !must && self.hold_partial(now, partial);
-            if self.sent.bytes_in_flight() + est as u64 > self.cc.window() || hold {
-                // A hold waits for the application's next message.
-                let limit = if hold { Limit::Application } else { Limit::Congestion };
+            let window_full = self.sent.bytes_in_flight() + est as u64 > self.cc.window();
+            if window_full || hold {
+                // A hold waits for the application's next message, unless
+                // a full packet could not go either.
+                let limit = if window_full { Limit::Congestion } else { Limit::Application };
                 self.note_limit(now, Some(limit));
                 return Sent::Blocked;
             }

@@ -286,15 +286,17 @@ pub struct ConnStats {
 }
 
 /// How long the sender was held back from sending new data, by each
-/// cause (spec §8.2), as Linux's TCP_INFO counts busy, rwnd-limited and
-/// sndbuf-limited time: a span starts when an attempt to send new data
-/// finds the cause and ends at the next new data sent or another cause.
+/// cause (spec §8.2), modelled on the chrono of Linux's TCP_INFO: a span
+/// starts when an attempt to send new data finds the cause and ends at
+/// the next new data sent or another cause; a span still running is not
+/// counted yet.
 /// On a bulk transfer, `application` says the application did not keep
 /// up, `peer_window` that the receiver did not, `congestion` and
 /// `pacing` that the path (or its estimate) did not.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct SendLimits {
-    /// Nothing queued to send.
+    /// Nothing queued to send, or a partial datagram held for more
+    /// (`flush_delay`, spec §5.7).
     pub application: Duration,
     /// The peer's receive window or a stream's credit was used up (spec §7.3, §13.7).
     pub peer_window: Duration,

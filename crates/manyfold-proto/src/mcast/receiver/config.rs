@@ -46,7 +46,7 @@ pub struct ReceiverConfig {
     pub reorder_window: Duration,
     /// Let the network's acker speak for this receiver when it has
     /// nothing to report, while the acker ACKs what it lets it ACK within
-    /// 50 ms (spec §16.4). On by default. `false`: every receiver races
+    /// 25 ms (spec §16.4). On by default. `false`: every receiver races
     /// for every window, as paper 03's model (eq. 9) assumes.
     pub defer_to_acker: bool,
 }
@@ -121,8 +121,8 @@ pub struct ReceiverStats {
     /// ACKs not sent because the network's acker speaks for this receiver,
     /// which had no gap to report (spec §16.4).
     pub acks_deferred: u64,
-    /// ACKs sent because the acker had not ACKed, within 50 ms, a window
-    /// this receiver let it ACK (spec §16.4).
+    /// ACKs sent because nobody had ACKed for the network, within 25 ms,
+    /// a window this receiver let the acker ACK (spec §16.4).
     pub acker_overtaken: u64,
     /// NACKs sent (spec §16.4).
     pub nacks_sent: u64,

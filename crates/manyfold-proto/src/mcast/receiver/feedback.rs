@@ -85,6 +85,10 @@ impl McastReceiver {
             self.stall_held[0] = false;
             self.ack_lwsn = lwsn;
         } else {
+            if lwsn > self.ack_lwsn {
+                // A new window's ACK now waits on this timer too.
+                self.ack_recheck = false;
+            }
             self.ack_lwsn = self.ack_lwsn.max(lwsn);
         }
     }
@@ -206,23 +210,29 @@ impl McastReceiver {
             // awaits it on its own now, so it no longer speaks for us.
             self.acker = None;
         }
-        if from_acker && self.acker_owes.is_some_and(|(owed, _)| lwsn >= owed) {
+        // The acker's ACK of the owed window or a later one, not behind
+        // (the sender counts it for the network, §16.7), settles the debt.
+        // Only the acker's: a neighbour's ACK confirms the window as well,
+        // but the acker may still be slower than we are, and our ACKs are
+        // what shows it (in the simulator, settling on any ACK let an
+        // acker at half its neighbours' rate go unseen: 1.65× the
+        // bottleneck time against 1.12×).
+        if from_acker && !behind && self.acker_owes.is_some_and(|(owed, _)| lwsn >= owed) {
             self.acker_owes = None;
         }
         if !behind && client < self.client {
             let keep = self.acker.is_some_and(|(a, heard)| a < client && acker_heard_within(now, heard));
             if !keep {
-                if self.acker.is_none_or(|(a, _)| a != client) {
-                    // A new acker owes us nothing yet.
-                    self.acker_owes = None;
-                }
                 self.acker = Some((client, now));
             }
         }
         self.check_lag(lwsn);
         if !self.behind && self.timers.is_set(ReceiverTimer::Ack) && self.ack_lwsn <= lwsn {
             self.timers.cancel(ReceiverTimer::Ack);
-            self.stats.acks_suppressed += 1;
+            // A look at a window already let go is no ACK suppressed.
+            if !std::mem::take(&mut self.ack_recheck) {
+                self.stats.acks_suppressed += 1;
+            }
         }
         self.forget_reported(missing);
     }
@@ -300,6 +310,7 @@ impl McastReceiver {
         sender: SocketAddr,
     ) -> Option<McTransmit> {
         self.timers.cancel(ReceiverTimer::Ack);
+        self.ack_recheck = false;
         let ranges = self.gaps.take_pending(now, self.reorder);
         self.reorder = (self.reorder - self.reorder / 16).max(self.cfg.reorder_window);
         // spec §16.4: with nothing to report, a receiver that is not
@@ -311,12 +322,11 @@ impl McastReceiver {
         // `ACKER_DUE` lost its last packet or is slower than we are: we
         // ACK ourselves, and our ACKs show it its lag.
         let acker_late = self.acker_owes.is_some_and(|(_, since)| now.saturating_duration_since(since) >= ACKER_DUE);
-        if acker_late {
+        let may_defer = self.cfg.defer_to_acker && ranges.is_empty() && !self.behind && acker_heard && !keepalive_due;
+        if may_defer && acker_late {
             self.stats.acker_overtaken += 1;
-            self.acker_owes = None;
         }
-        if self.cfg.defer_to_acker && ranges.is_empty() && !self.behind && acker_heard && !keepalive_due && !acker_late
-        {
+        if may_defer && !acker_late {
             // One ACK in 2n goes anyway (n: the receivers heard here),
             // so that an acker stalled for a moment (a busy host) does not
             // leave the network's windows to expire: about one such ACK
@@ -325,13 +335,18 @@ impl McastReceiver {
             if self.deferred_run + 1 < self.defer_period() {
                 self.deferred_run += 1;
                 self.stats.acks_deferred += 1;
-                // Looked at again when the acker's time is up, unless its
-                // ACK (or a neighbour's) covers the window first.
+                // Looked at again when the acker's time is up, unless an
+                // ACK heard (the acker's or a neighbour's) covers the
+                // window first and cancels the timer.
                 let (_, since) = *self.acker_owes.get_or_insert((self.ack_lwsn, now));
                 self.timers.set(ReceiverTimer::Ack, since + ACKER_DUE);
+                self.ack_recheck = true;
+                self.stall_held[0] = false;
                 return None;
             }
         }
+        // Our ACK confirms the owed window (its LWSN is at least that).
+        self.acker_owes = None;
         // Each receiver starts its count elsewhere, so that they take turns.
         self.deferred_run = self.client % self.defer_period();
         self.last_ack_sent = Some(now);

@@ -91,8 +91,12 @@ pub struct McastReceiver {
     /// when we last heard it.
     acker: Option<(u32, Instant)>,
     /// The oldest window whose ACK we let the acker send and have not yet
-    /// heard it send (or a later one), and when (spec §16.4).
+    /// heard anyone ACK for the network (it or a later one), and when
+    /// (spec §16.4).
     acker_owes: Option<(u32, Instant)>,
+    /// The pending ACK timer only looks again at a window let go to the
+    /// acker (spec §16.4): its cancelling is no ACK suppressed.
+    ack_recheck: bool,
     /// When we last sent an ACK (a deferring receiver still sends one
     /// every `ACK_KEEPALIVE`, so that the sender hears it, spec §16.7).
     last_ack_sent: Option<Instant>,
@@ -203,6 +207,7 @@ impl McastReceiver {
             caught_up_run: 0,
             acker: None,
             acker_owes: None,
+            ack_recheck: false,
             last_ack_sent: None,
             deferred_run: 0,
             neighbours: Vec::new(),

@@ -168,8 +168,9 @@ pub struct WindowRecord {
     pub timeout: Duration,
     /// ACK and NACK packets that arrived while it was open.
     pub feedback: u32,
-    /// The most losses of its packets one receiver reported (spec §16.3's
-    /// loss rule judges the window by it).
+    /// The most losses one receiver reported while this was the oldest
+    /// open window, of packets sent since the previous window began (spec
+    /// §16.3's loss rule judges the window by it).
     pub worst_lost: u32,
     /// That receiver's index in the session's receiver list (the order of
     /// [`crate::mcast::McastSender::receivers`]); `None`: no loss reported.

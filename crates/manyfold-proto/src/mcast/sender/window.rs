@@ -32,9 +32,9 @@ pub(super) struct Window {
     pub(super) deadline: Option<Instant>,
     /// When its last packet goes again if no network acked by then.
     pub(super) probe_at: Option<Instant>,
-    /// Losses of its packets each receiver reported (receiver index,
-    /// count): what judges it (spec §16.3). The oldest open window also
-    /// takes late reports of packets sent since the previous window began.
+    /// Losses each receiver reported while this was the oldest open
+    /// window, of packets sent since the previous window began (receiver
+    /// index, count): what judges it (spec §16.3).
     pub(super) lost: Vec<(usize, u32)>,
     /// The most of them one receiver not behind its network reported ...
     pub(super) worst_lost: u32,
