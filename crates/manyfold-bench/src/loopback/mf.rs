@@ -166,23 +166,7 @@ pub fn send(to: SocketAddr, opts: &MfOpts, pattern: &Pattern) -> Result<()> {
         if reply != b"ok" {
             bail!("receiver did not confirm");
         }
-        let s = conn.stats();
-        println!(
-            "{STATS_PREFIX} packets_sent={} retransmissions={} lost_packets={} rto_expiries={} cwnd={} srtt_us={} min_rtt_us={} datagram={} packets_received={} limited_app_us={} limited_peer_us={} limited_cwnd_us={} limited_pacing_us={}",
-            s.packets_sent,
-            s.retransmissions,
-            s.lost_packets,
-            s.rto_expiries,
-            s.cwnd,
-            s.srtt.as_micros(),
-            s.min_rtt.as_micros(),
-            s.datagram_size,
-            s.packets_received,
-            s.limited.application.as_micros(),
-            s.limited.peer_window.as_micros(),
-            s.limited.congestion.as_micros(),
-            s.limited.pacing.as_micros()
-        );
+        println!("{}", super::rows::MfStats::from_conn(&conn.stats()).line());
         let _ = tokio::time::timeout(Duration::from_secs(2), endpoint.shutdown_within(Duration::from_secs(1))).await;
         Ok(())
     })

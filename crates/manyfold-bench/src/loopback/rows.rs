@@ -105,6 +105,11 @@ pub struct MfStats {
     pub retransmissions: u64,
     pub lost_packets: u64,
     pub rto_expiries: u64,
+    pub packets_received: u64,
+    pub cwnd: u64,
+    pub srtt_us: u64,
+    pub min_rtt_us: u64,
+    pub datagram: u64,
     /// Microseconds new data was held back, by cause (`ConnStats::limited`):
     /// nothing queued, the receiver's window, the congestion window, the pacer.
     pub limited_app_us: u64,
@@ -114,6 +119,53 @@ pub struct MfStats {
 }
 
 impl MfStats {
+    pub fn from_conn(s: &manyfold::ConnStats) -> MfStats {
+        let us = |d: Duration| d.as_micros().min(u128::from(u64::MAX)) as u64;
+        MfStats {
+            packets_sent: s.packets_sent,
+            retransmissions: s.retransmissions,
+            lost_packets: s.lost_packets,
+            rto_expiries: s.rto_expiries,
+            packets_received: s.packets_received,
+            cwnd: s.cwnd,
+            srtt_us: us(s.srtt),
+            min_rtt_us: us(s.min_rtt),
+            datagram: u64::from(s.datagram_size),
+            limited_app_us: us(s.limited.application),
+            limited_peer_us: us(s.limited.peer_window),
+            limited_cwnd_us: us(s.limited.congestion),
+            limited_pacing_us: us(s.limited.pacing),
+        }
+    }
+
+    /// Every field under its key: the one list the line and its parser share.
+    fn fields(&mut self) -> [(&'static str, &mut u64); 13] {
+        [
+            ("packets_sent", &mut self.packets_sent),
+            ("retransmissions", &mut self.retransmissions),
+            ("lost_packets", &mut self.lost_packets),
+            ("rto_expiries", &mut self.rto_expiries),
+            ("packets_received", &mut self.packets_received),
+            ("cwnd", &mut self.cwnd),
+            ("srtt_us", &mut self.srtt_us),
+            ("min_rtt_us", &mut self.min_rtt_us),
+            ("datagram", &mut self.datagram),
+            ("limited_app_us", &mut self.limited_app_us),
+            ("limited_peer_us", &mut self.limited_peer_us),
+            ("limited_cwnd_us", &mut self.limited_cwnd_us),
+            ("limited_pacing_us", &mut self.limited_pacing_us),
+        ]
+    }
+
+    /// The `mf-stats key=value ...` line `mf-send` prints.
+    pub fn line(mut self) -> String {
+        let mut line = STATS_PREFIX.to_string();
+        for (key, value) in self.fields() {
+            line += &format!(" {key}={value}");
+        }
+        line
+    }
+
     /// Reads the `mf-stats key=value ...` line out of a sender's stdout.
     pub fn parse(stdout: &str) -> Option<MfStats> {
         let line = stdout.lines().find_map(|l| l.strip_prefix(STATS_PREFIX))?;
@@ -121,16 +173,8 @@ impl MfStats {
         for field in line.split_whitespace() {
             let (key, value) = field.split_once('=')?;
             let value: u64 = value.parse().ok()?;
-            match key {
-                "packets_sent" => s.packets_sent = value,
-                "retransmissions" => s.retransmissions = value,
-                "lost_packets" => s.lost_packets = value,
-                "rto_expiries" => s.rto_expiries = value,
-                "limited_app_us" => s.limited_app_us = value,
-                "limited_peer_us" => s.limited_peer_us = value,
-                "limited_cwnd_us" => s.limited_cwnd_us = value,
-                "limited_pacing_us" => s.limited_pacing_us = value,
-                _ => {}
+            if let Some((_, v)) = s.fields().into_iter().find(|(k, _)| *k == key) {
+                *v = value;
             }
         }
         Some(s)
@@ -400,10 +444,14 @@ mod tests {
             retransmissions: 2,
             lost_packets: 3,
             rto_expiries: 1,
+            cwnd: 9,
             limited_cwnd_us: 7,
             ..Default::default()
         };
         assert_eq!(s, want);
+        // What the sender prints is what the parent reads back.
+        let printed = MfStats { srtt_us: 1827, limited_pacing_us: 36_000, ..want };
+        assert_eq!(MfStats::parse(&printed.line()), Some(printed));
         assert_eq!(MfStats::parse("no counters here"), None);
         assert_eq!(MfStats::parse("mf-stats packets_sent=ten"), None);
     }

@@ -91,8 +91,8 @@ pub struct McastReceiver {
     /// when we last heard it.
     acker: Option<(u32, Instant)>,
     /// The oldest window whose ACK we let the acker send and have not yet
-    /// heard anyone ACK for the network (it or a later one), and when
-    /// (spec §16.4).
+    /// heard the acker ACK (it or a later one, without KLV), and when
+    /// (spec §16.4); our own ACK settles it too.
     acker_owes: Option<(u32, Instant)>,
     /// The pending ACK timer only looks again at a window let go to the
     /// acker (spec §16.4): its cancelling is no ACK suppressed.
