@@ -286,7 +286,7 @@ pub(super) async fn send(a: SendArgs) -> Result<()> {
                 bar.set_position((u64::from(r.held) * block).min(main.length().unwrap_or(0)));
                 // Dropped or failed: its bar ends there, saying so.
                 if !matches!(r.outcome, ReceiverOutcome::Active | ReceiverOutcome::Completed) {
-                    crate::report::end_failed(bar, outcome_text(r.outcome).trim_start_matches("FAILED: "));
+                    crate::report::end_failed(bar, ending_text(r).trim_start_matches("FAILED: "));
                 }
             }
         }
@@ -329,9 +329,7 @@ pub(super) async fn send(a: SendArgs) -> Result<()> {
     let joined_text = if joined.is_empty() { "none".to_string() } else { joined.join(", ") };
     // Every host of --hosts must have the file; those that do not are named.
     if let Some(h) = &hosts {
-        let missing = h.missing(&view.receivers, &|r: &ReceiverReport| {
-            r.left.map_or_else(|| outcome_text(r.outcome).into(), left_text)
-        });
+        let missing = h.missing(&view.receivers, &ending_text);
         if !missing.is_empty() {
             bail!(
                 "{} of the {} receivers in --hosts did not get the file: {}; joined: {joined_text}",
@@ -371,6 +369,12 @@ fn left_text(code: manyfold::ErrorCode) -> String {
         }
         c => format!("LEFT with error code {c}"),
     }
+}
+
+/// How a receiver's part ended, in words: why it left, if it did, else
+/// its outcome (a receiver that left ends Incomplete).
+fn ending_text(r: &ReceiverReport) -> String {
+    r.left.map_or_else(|| outcome_text(r.outcome).into(), left_text)
 }
 
 pub(super) fn outcome_text(o: ReceiverOutcome) -> &'static str {
@@ -442,7 +446,7 @@ fn print_send_report(v: &SenderView, name: &str, mode: &str, data_phase: Option<
     for r in &v.receivers {
         all &= r.outcome == ReceiverOutcome::Completed;
         let key = r.peer_key.map_or(String::new(), |k| format!("; key {}…", &manyfold_proto::secure::hex(&k)[..16]));
-        let outcome = r.left.map_or_else(|| outcome_text(r.outcome).to_string(), left_text);
+        let outcome = ending_text(r);
         println!(
             "  {:<21} id {:08x}: {}; joined at packet {}, reported {} lost, {} repair request(s){key}",
             r.addr.to_string(),
