@@ -174,6 +174,13 @@ pub(crate) fn runtime() -> Result<tokio::runtime::Runtime> {
     Ok(tokio::runtime::Builder::new_multi_thread().enable_all().build()?)
 }
 
+/// A runtime on the calling thread alone: the connection's I/O driver and
+/// the task reading or writing its stream wake each other without a
+/// cross-thread hand-off (quinn's own bulk benchmark runs so).
+pub(crate) fn one_thread_runtime() -> Result<tokio::runtime::Runtime> {
+    Ok(tokio::runtime::Builder::new_current_thread().enable_all().build()?)
+}
+
 /// A free UDP+TCP port on 127.0.0.1 (bind, read, release). The port the
 /// kernel gives for UDP may still be held for TCP (a connection's
 /// ephemeral port, after a run of many short TCP sessions): such a port

@@ -1,6 +1,6 @@
 //! The manyfold rows: `mf-send` / `mf-recv`, two processes on the
 //! `manyfold` library (async API, multi-thread tokio runtime as the CLI
-//! uses). The sender writes the stream, closes (FIN, complete when the peer
+//! uses; one row on a current-thread runtime). The sender writes the stream, closes (FIN, complete when the peer
 //! acknowledged everything) and waits for the receiver's "ok", which comes
 //! only after the receiver's BLAKE3 matched.
 //!
@@ -63,6 +63,10 @@ pub struct MfOpts {
     /// Fix every datagram at this size, path MTU discovery off (spec §3.7).
     #[arg(long)]
     pub max_datagram: Option<u16>,
+    /// Run on a one-thread (current-thread) tokio runtime instead of the
+    /// multi-thread one.
+    #[arg(long)]
+    pub one_thread: bool,
 }
 
 /// The pre-shared key of the lab's encrypted rows (both sides hold it; a
@@ -99,6 +103,14 @@ pub(crate) fn config_for(cc: &str) -> Result<manyfold::Config> {
 pub const STATS_PREFIX: &str = "mf-stats";
 
 impl MfOpts {
+    fn runtime(&self) -> Result<tokio::runtime::Runtime> {
+        if self.one_thread {
+            crate::one_thread_runtime()
+        } else {
+            crate::runtime()
+        }
+    }
+
     fn config(&self) -> Result<manyfold::Config> {
         let mut config = config_for(&self.cc)?;
         let conn = &mut config.endpoint.connection;
@@ -151,7 +163,7 @@ pub(crate) async fn connect_mf(endpoint: &manyfold::Endpoint, to: SocketAddr) ->
 }
 
 pub fn send(to: SocketAddr, opts: &MfOpts, pattern: &Pattern) -> Result<()> {
-    crate::runtime()?.block_on(async {
+    opts.runtime()?.block_on(async {
         let endpoint = manyfold::Endpoint::bind("127.0.0.1:0".parse()?, opts.config()?).await?;
         let mut conn = connect_mf(&endpoint, to).await?;
         check_protection(&conn, opts.encrypt)?;
@@ -173,7 +185,7 @@ pub fn send(to: SocketAddr, opts: &MfOpts, pattern: &Pattern) -> Result<()> {
 }
 
 pub fn recv(listen: SocketAddr, opts: &MfOpts, len: u64, hash: &str) -> Result<()> {
-    crate::runtime()?.block_on(async {
+    opts.runtime()?.block_on(async {
         let endpoint = manyfold::Endpoint::bind(listen, opts.config()?).await?;
         endpoint.listen();
         let mut conn = endpoint.accept().await.context("endpoint closed")?;

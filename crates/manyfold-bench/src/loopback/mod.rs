@@ -267,6 +267,10 @@ impl LoopbackArgs {
             // A 1,500-byte path's datagrams (spec §3.7 off): what discovery gains.
             let ethernet = MfRow { max_datagram: Some(1452), ..MfRow::default() };
             r.insert(mf::controllers().count() + 1, Row::Manyfold(ethernet));
+            // The default controller on a current-thread runtime: what the
+            // hand-off between the driver's and the application's threads
+            // costs (issue 20 item 4).
+            r.insert(mf::controllers().count() + 2, Row::Manyfold(MfRow { one_thread: true, ..MfRow::default() }));
             r.extend(tcp::CONTROLS.iter().map(|&cc| Row::Tcp(cc)));
             r.push(Row::Quic);
             r.push(Row::Blast);
@@ -291,7 +295,9 @@ fn print_notes(args: &LoopbackArgs, encrypted_rows: bool, gen_cost: f64, hash_co
     println!(
         "Medians of {} repetitions, (min–max) beside them; rows alternate A B C … in each repetition, and ratios are taken within a repetition, then their median. \
          Time runs from the sender's start to its exit, which follows the receiver's \"ok\" after its BLAKE3 matched (the ceiling: to the last datagram's arrival). \
-         MB = 10^6 bytes. Every row's sender makes the stream as it goes ({gen_cost:.2} s/GB of its CPU) and every receiver but the ceiling's hashes it ({hash_cost:.2} s/GB).",
+         MB = 10^6 bytes. Every row's sender makes the stream as it goes ({gen_cost:.2} s/GB of its CPU) and every receiver but the ceiling's hashes it ({hash_cost:.2} s/GB). \
+         manyfold and quinn rows run each process on a multi-thread tokio runtime (two workers here; the application's task on the main thread, as the CLI runs it), \
+         but the \"one-thread runtime\" row: a current-thread runtime, the connection's I/O driver and the task writing or reading the stream on one thread.",
         args.reps
     );
     if args.windows {

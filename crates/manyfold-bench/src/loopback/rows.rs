@@ -39,6 +39,8 @@ pub struct MfRow {
     pub encrypted: bool,
     /// Every datagram this size, path MTU discovery off (spec §3.7).
     pub max_datagram: Option<u16>,
+    /// Both processes on a current-thread tokio runtime.
+    pub one_thread: bool,
 }
 
 /// What one row moves and how.
@@ -73,6 +75,9 @@ impl Row {
                 }
                 if let Some(d) = m.max_datagram {
                     l += &format!(", datagrams fixed at {d} B");
+                }
+                if m.one_thread {
+                    l += ", one-thread runtime";
                 }
                 l
             }
@@ -322,6 +327,9 @@ impl MfRow {
         }
         if let Some(d) = self.max_datagram {
             c.arg("--max-datagram").arg(d.to_string());
+        }
+        if self.one_thread {
+            c.arg("--one-thread");
         }
     }
 }
