@@ -35,11 +35,20 @@ const READ_BUF: usize = 256 << 10;
 /// Starts the sender's line of group figures.
 pub const GROUP_PREFIX: &str = "group";
 
-pub fn send(kind: Kind, file: &Path, peers_file: &Path, chunk: usize, limit: Duration) -> Result<()> {
+/// The runtime a manyfold end runs on.
+fn manyfold_runtime(one_thread: bool) -> Result<tokio::runtime::Runtime> {
+    if one_thread {
+        crate::one_thread_runtime()
+    } else {
+        crate::runtime()
+    }
+}
+
+pub fn send(kind: Kind, file: &Path, peers_file: &Path, chunk: usize, limit: Duration, one_thread: bool) -> Result<()> {
     let text = std::fs::read_to_string(peers_file).with_context(|| format!("reading {}", peers_file.display()))?;
     let peers: Vec<SocketAddr> = text.split_whitespace().map(str::parse).collect::<Result<_, _>>()?;
     match kind {
-        Kind::Manyfold => crate::runtime()?.block_on(async {
+        Kind::Manyfold => manyfold_runtime(one_thread)?.block_on(async {
             tokio::time::timeout(limit, send_group(file, &peers, chunk))
                 .await
                 .unwrap_or_else(|_| bail!("the group send did not finish within {limit:?}"))
@@ -111,8 +120,17 @@ async fn send_group(file: &Path, peers: &[SocketAddr], chunk: usize) -> Result<(
     Ok(())
 }
 
-pub fn recv(kind: Kind, n: usize, bytes: u64, hash: &str, ready: &Path, limit: Duration) -> Result<()> {
-    crate::runtime()?.block_on(async {
+pub fn recv(
+    kind: Kind,
+    n: usize,
+    bytes: u64,
+    hash: &str,
+    ready: &Path,
+    limit: Duration,
+    one_thread: bool,
+) -> Result<()> {
+    let rt = if kind == Kind::Manyfold { manyfold_runtime(one_thread)? } else { crate::runtime()? };
+    rt.block_on(async {
         tokio::time::timeout(limit, recv_all(kind, n, bytes, hash, ready))
             .await
             .unwrap_or_else(|_| bail!("the receivers did not all finish within {limit:?}"))
@@ -220,9 +238,9 @@ mod tests {
         let real = write_sample(&file, &Pattern::new(5, LEN)).unwrap();
         let expect = hash.unwrap_or(&real).to_string();
         let r = ready.clone();
-        let recv = std::thread::spawn(move || recv(kind, 3, LEN, &expect, &r, Duration::from_secs(60)));
+        let recv = std::thread::spawn(move || recv(kind, 3, LEN, &expect, &r, Duration::from_secs(60), false));
         wait_for_file(&ready, Duration::from_secs(10)).unwrap();
-        let sent = send(kind, &file, &ready, 64 << 10, Duration::from_secs(60));
+        let sent = send(kind, &file, &ready, 64 << 10, Duration::from_secs(60), false);
         (sent, recv.join().unwrap())
     }
 

@@ -82,6 +82,9 @@ pub enum Internal {
         /// Seconds before the sender gives up.
         #[arg(long)]
         limit: f64,
+        /// manyfold on a current-thread runtime.
+        #[arg(long)]
+        one_thread: bool,
     },
     /// (internal) The N receivers in one process; writes their addresses
     /// to `--ready` once all are bound.
@@ -99,6 +102,9 @@ pub enum Internal {
         ready: PathBuf,
         #[arg(long)]
         limit: f64,
+        /// manyfold on a current-thread runtime.
+        #[arg(long)]
+        one_thread: bool,
     },
 }
 
@@ -133,17 +139,22 @@ pub struct Options {
     /// Where to make the scratch directory (the file; always deleted).
     #[arg(long)]
     pub scratch: Option<PathBuf>,
+    /// Run manyfold's sender and receivers on a current-thread tokio
+    /// runtime (the driver and the application's tasks on one thread)
+    /// instead of the multi-thread one.
+    #[arg(long)]
+    pub one_thread: bool,
     #[command(flatten)]
     pub out: crate::report::Outputs,
 }
 
 pub fn run(args: Args) -> Result<()> {
     match args.internal {
-        Some(Internal::Send { kind, file, peers_file, chunk, limit }) => {
-            ends::send(kind, &file, &peers_file, chunk, Duration::from_secs_f64(limit))
+        Some(Internal::Send { kind, file, peers_file, chunk, limit, one_thread }) => {
+            ends::send(kind, &file, &peers_file, chunk, Duration::from_secs_f64(limit), one_thread)
         }
-        Some(Internal::Recv { kind, peers, bytes, hash, ready, limit }) => {
-            ends::recv(kind, peers, bytes, &hash, &ready, Duration::from_secs_f64(limit))
+        Some(Internal::Recv { kind, peers, bytes, hash, ready, limit, one_thread }) => {
+            ends::recv(kind, peers, bytes, &hash, &ready, Duration::from_secs_f64(limit), one_thread)
         }
         None => measure(&args.opts),
     }
@@ -158,6 +169,8 @@ pub struct Plan {
     pub chunk: usize,
     pub seed: u64,
     pub limit: Duration,
+    /// manyfold on a current-thread runtime.
+    pub one_thread: bool,
 }
 
 impl Plan {
@@ -175,7 +188,8 @@ impl Plan {
             bail!("--chunk must be 1 byte to 64 MiB");
         }
         let reps = o.reps.unwrap_or(if o.quick { 1 } else { 3 }).max(1);
-        Ok(Plan { sizes, peers, reps, chunk, seed: o.seed, limit: Duration::from_secs(o.timeout.max(1)) })
+        let limit = Duration::from_secs(o.timeout.max(1));
+        Ok(Plan { sizes, peers, reps, chunk, seed: o.seed, limit, one_thread: o.one_thread })
     }
 }
 
@@ -256,6 +270,9 @@ fn run_one(
     let mut r = std::process::Command::new(bench);
     r.env("RUST_BACKTRACE", "0").args(["fanout", "recv", "--kind", &kind_arg, "--peers", &n.to_string()]);
     r.args(["--bytes", &bytes.to_string(), "--hash", hash, "--limit", &limit]).arg("--ready").arg(&ready);
+    if plan.one_thread {
+        r.arg("--one-thread");
+    }
     let recv = child::launch(r, dir, "recv", format!("{} receivers ({n})", kind.label()))?;
     if let Err(e) = wait_for_file(&ready, Duration::from_secs(30)) {
         recv.kill();
@@ -264,6 +281,9 @@ fn run_one(
     let mut s = std::process::Command::new(bench);
     s.env("RUST_BACKTRACE", "0").args(["fanout", "send", "--kind", &kind_arg, "--chunk", &plan.chunk.to_string()]);
     s.args(["--limit", &limit]).arg("--file").arg(file).arg("--peers-file").arg(&ready);
+    if plan.one_thread {
+        s.arg("--one-thread");
+    }
     let send = match child::launch(s, dir, "send", format!("{} sender ({n})", kind.label())) {
         Ok(s) => s,
         Err(e) => {

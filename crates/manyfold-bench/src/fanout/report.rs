@@ -217,8 +217,13 @@ impl Figures for Report {
              TCP: N threads, one connection each, each re-reading the file in 1 MiB reads (its own buffer) and waiting for its receiver's \"ok\"; kernel default congestion control. \
              Time to all: the sender's CLOCK_MONOTONIC stamp before connecting to the last receiver's stamp after its hash matched. Aggregate goodput = N × size / time (MB = 10^6 bytes). CPU (user + sys) and peak RSS from wait4(2) per process. \
              Group buffer peak: the most bytes of group messages not yet acknowledged by every peer (`GroupStats::outstanding_bytes`, read after each send), i.e. what the sender holds of the file. \
-             Medians of the repetitions with (min–max); rows alternate manyfold, TCP for each N within a repetition.\n",
-            p.chunk
+             Medians of the repetitions with (min–max); rows alternate manyfold, TCP for each N within a repetition. {}\n",
+            p.chunk,
+            if p.one_thread {
+                "manyfold's sender and receiver processes run on a current-thread tokio runtime (`--one-thread`: the driver and the application's tasks on one thread); the TCP receivers on the multi-thread one."
+            } else {
+                "Every process runs a multi-thread tokio runtime (two workers here)."
+            }
         );
         out
     }
@@ -288,7 +293,15 @@ mod tests {
     }
 
     fn plan() -> Plan {
-        Plan { sizes: vec![1000], peers: vec![1, 2], reps: 1, chunk: 100, seed: 1, limit: Duration::from_secs(9) }
+        Plan {
+            sizes: vec![1000],
+            peers: vec![1, 2],
+            reps: 1,
+            chunk: 100,
+            seed: 1,
+            limit: Duration::from_secs(9),
+            one_thread: false,
+        }
     }
 
     #[test]
