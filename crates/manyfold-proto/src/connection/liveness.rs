@@ -5,7 +5,7 @@
 use std::time::{Duration, Instant};
 
 use super::timer::Timer;
-use super::{CloseReason, Connection, State, UnreachableKind, FINAL_ACK_REPEATS};
+use super::{CloseReason, Connection, State, UnreachableKind, FINAL_ACK_REPEATS, LONE_FIN_MAX_RTO};
 use crate::seq::Seq;
 use crate::wire::ErrorCode;
 
@@ -89,16 +89,22 @@ impl Connection {
     /// CLOSED with nothing left to send, in FIN-WAIT-2 if `half_closed`
     /// (everything of ours acknowledged; the peer's later FIN meets ICMP and
     /// ends gracefully), or in TIME-WAIT and quiet for
-    /// `linger` (four RTOs, at least 250 ms, at most `time_wait`) since the
-    /// last repeated FIN, so that a peer whose last ack was lost has had
-    /// time to ask again.
+    /// `linger` (four RTOs, at least 250 ms, at most one second and
+    /// `time_wait`) since the last repeated FIN, so that a peer whose last
+    /// ack was lost has had time to ask again: it repeats a lone FIN at
+    /// least every `LONE_FIN_MAX_RTO` (250 ms) whatever its RTO, so a
+    /// second holds four repeats even where a lossy path's RTT samples
+    /// have blown our RTO up to a second or more.
     pub fn is_finished(&self, now: Instant, half_closed: bool) -> bool {
         match self.state {
             State::Closed => self.rst_pending.is_none(),
             State::FinWait2 => half_closed,
             State::TimeWait => {
                 let Some(end) = self.timers.get(Timer::TimeWait) else { return true };
-                let linger = (self.rtt.rto(0) * 4).max(Duration::from_millis(250)).min(self.config.time_wait);
+                let linger = (self.rtt.rto(0) * 4)
+                    .min(LONE_FIN_MAX_RTO * 4)
+                    .max(Duration::from_millis(250))
+                    .min(self.config.time_wait);
                 now + self.config.time_wait >= end + linger
             }
             _ => false,

@@ -216,6 +216,28 @@ fn time_wait_lingers_before_the_endpoint_may_exit() {
     assert_eq!(p.a.conn(ca).state(), Some(State::TimeWait), "TIME-WAIT itself lasts on");
 }
 
+/// spec §4.8: the linger is four RTOs, but at most a second: the peer
+/// repeats a lone FIN every 250 ms at most whatever its RTO, and a lossy
+/// path's RTT samples can blow an RTO up to seconds (a `--once` receiver's
+/// sender lingered 4 s after it at 30% loss).
+#[test]
+fn a_long_rto_keeps_an_exiting_endpoint_lingering_a_second_at_most() {
+    let mut p = Pair::new();
+    p.delay = Duration::from_millis(300);
+    let (ca, _) = transfer(&mut p, 10_000);
+    assert_eq!(p.a.conn(ca).state(), Some(State::TimeWait));
+    let st = p.a.conn(ca).stats().unwrap();
+    let rto = st.srtt + st.rttvar * 4;
+    assert!(rto * 4 > Duration::from_secs(2), "the path's RTO is {rto:?}");
+    assert!(!p.a.is_idle(p.now), "a peer whose last ack was lost could still ask");
+    let start = p.now;
+    while !p.a.is_idle(p.now) {
+        p.now += Duration::from_millis(10);
+        assert!(p.now - start <= Duration::from_secs(1), "still lingering with an RTO of {rto:?}");
+    }
+    assert!(p.now - start >= Duration::from_millis(250), "the linger's floor");
+}
+
 #[test]
 fn an_exiting_endpoint_sends_its_lost_final_ack_again_before_the_peer_repeats_its_fin() {
     let mut p = Pair::new();
