@@ -174,11 +174,20 @@ pub(crate) fn runtime() -> Result<tokio::runtime::Runtime> {
     Ok(tokio::runtime::Builder::new_multi_thread().enable_all().build()?)
 }
 
-/// A runtime on the calling thread alone: the connection's I/O driver and
-/// the task reading or writing its stream wake each other without a
-/// cross-thread hand-off (quinn's own bulk benchmark runs so).
-pub(crate) fn one_thread_runtime() -> Result<tokio::runtime::Runtime> {
-    Ok(tokio::runtime::Builder::new_current_thread().enable_all().build()?)
+/// The multi-thread runtime, or with `one_thread` a runtime on the
+/// calling thread alone: the connection's I/O driver and the task reading
+/// or writing its stream then wake each other without a cross-thread
+/// hand-off (quinn's own bulk benchmark runs so).
+pub(crate) fn runtime_for(one_thread: bool) -> Result<tokio::runtime::Runtime> {
+    if one_thread {
+        return Ok(tokio::runtime::Builder::new_current_thread().enable_all().build()?);
+    }
+    runtime()
+}
+
+/// Worker threads of the multi-thread runtime on this machine (one per core).
+pub(crate) fn runtime_workers() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
 /// A free UDP+TCP port on 127.0.0.1 (bind, read, release). The port the

@@ -213,15 +213,17 @@ fn at_the_labs_asym_setup_on_a_busy_host_feedback_stays_within_two_packets_per_w
 
 /// The lab's lossy setup at N = 32 (issue 22): half the receivers drop 2%
 /// of what they receive, one by one, on top of asym's rate limits. The
-/// proactive and topped-up parity repairs nearly all of it, feedback stays
-/// within the bound, and the bytes sent stay near the headers' 1.017 plus
-/// the loss. Measured at 32 MiB (seeds 2301–2303): 1.054×, 1.052× and
-/// 1.181× the bottleneck time, 1.055–1.057 bytes per file byte, 1.35–1.40
-/// feedback packets per window per network. Receivers that reported only
-/// what their block's parity would not repair (NORM's rule) took
-/// 1.054–1.103× and 1.066–1.094 bytes per file byte: the window's flow
-/// control learns a rate limit's overflow from those same single losses
-/// (RESULTS §28).
+/// parity (proactive, topped up, then in the repair phase) repairs all of
+/// it with no retransmission, feedback stays within the bound, and the
+/// bytes sent stay near the headers' 1.017 plus the loss. This test's
+/// 16 MiB: 1.184× the bottleneck time (the start weighs more), 1.056 bytes
+/// per file byte, 1.41 feedback packets per window per network. At 32 MiB
+/// (seeds 2301–2303): 1.054×, 1.052× and 1.181×, 1.055–1.057 bytes per
+/// file byte, 1.35–1.40 per window per network. Receivers that reported
+/// only what their block's parity would not repair (NORM's rule) took
+/// 1.054–1.103× and 1.066–1.094 bytes per file byte there: the window's
+/// flow control learns a rate limit's overflow from those same single
+/// losses (RESULTS §28).
 #[test]
 fn at_the_labs_lossy_setup_parity_repairs_32_receivers_independent_loss_within_the_feedback_bound() {
     let seed = 2301u64;
@@ -239,6 +241,7 @@ fn at_the_labs_lossy_setup_parity_repairs_32_receivers_independent_loss_within_t
     );
     assert!(b.per_window_per_network <= 2.0, "{:.2} per window per network (seed {seed})", b.per_window_per_network);
     assert!(bytes <= 1.07, "{bytes:.4} bytes per file byte (seed {seed})");
-    assert!(rebuilt * 2 > st.repair_multicast + st.repair_unicast, "parity, not retransmission (seed {seed}): {st:?}");
+    assert!(rebuilt > 0, "nothing rebuilt from parity (seed {seed})");
+    assert_eq!(st.repair_multicast + st.repair_unicast, 0, "parity, not retransmission (seed {seed}): {st:?}");
     assert!(ratio <= 1.25, "{ratio:.3}x the bottleneck time (seed {seed})");
 }

@@ -36,12 +36,14 @@ use crate::trace::{Direction, PacketTrace};
 /// Receive calls per iteration before the driver sends and yields, so that a
 /// flood of input cannot starve output.
 const RECV_ROUNDS: usize = 8;
-/// Bytes received per iteration before the driver sends and yields: one
-/// call of 32 datagrams of 64 KiB (spec §3.7) already holds 2 MiB. Acks
-/// sent and readers woken only after 16 MiB held a loopback sender's
-/// window full, and on a current-thread runtime, where the reader runs
-/// only when the driver yields, the receive window too: 1 GiB took 0.92 s
-/// where it takes 0.65 s with this bound (issue 20).
+/// Bytes received per iteration before the driver sends and yields: it
+/// stops after the receive call that brings the iteration to this or
+/// more (one call of 32 datagrams of 64 KiB, spec §3.7, holds 2 MiB).
+/// Acks sent and readers woken only after up to 16 MiB held a loopback
+/// sender's window full, and on a current-thread runtime, where the
+/// reader runs only when the driver yields, the receive window too: 1 GiB
+/// took 0.77 s (median of five) where it takes 0.65 s with this bound
+/// (issue 20, RESULTS §28).
 const RECV_BYTES: usize = 1 << 20;
 /// Cost of the `poll_transmit` calls of one iteration before the driver
 /// releases the lock and yields: a GSO batch costs 4, a single datagram 1,

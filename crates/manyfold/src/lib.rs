@@ -120,8 +120,9 @@
 //!   current-thread runtime (`#[tokio::main(flavor = "current_thread")]`,
 //!   as quinn's own bulk benchmark runs) keeps the driver and the task
 //!   writing or reading on one thread, with no hand-off between threads.
-//!   A gigabyte over loopback took 0.66 s against 0.91 s on the
-//!   multi-thread runtime, with 30–45% less CPU per byte on each side.
+//!   A gigabyte over loopback took 0.65 s against 1.08 s on the
+//!   multi-thread runtime with the work in `#[tokio::main]`'s body, with
+//!   30–45% less CPU per byte on each side.
 //! - **Many small messages on one connection**: the multi-thread runtime.
 //!   The task sending and the driver packing run on two cores at once
 //!   (32-byte messages one at a time: 2.3 against 1.5 million a second;
@@ -132,9 +133,10 @@
 //!
 //! If you stay on the multi-thread runtime for a bulk connection, run
 //! its work in a spawned task (`tokio::spawn`) rather than in
-//! `Runtime::block_on`'s future: a task woken by the driver then runs on
-//! the same worker, where `block_on`'s future always runs on another
-//! thread (1.08 against 0.91 s for the gigabyte).
+//! `Runtime::block_on`'s future, which `#[tokio::main]`'s body is: a task
+//! woken by the driver then runs on the same worker, where `block_on`'s
+//! future always runs on another thread (0.91 against 1.08 s for the
+//! gigabyte).
 //!
 //! Public modules: [`config`] (settings, fault model), [`blocking`],
 //! [`mcast`], [`qlog`] (trace files), [`spec`].

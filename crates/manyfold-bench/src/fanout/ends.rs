@@ -35,20 +35,11 @@ const READ_BUF: usize = 256 << 10;
 /// Starts the sender's line of group figures.
 pub const GROUP_PREFIX: &str = "group";
 
-/// The runtime a manyfold end runs on.
-fn manyfold_runtime(one_thread: bool) -> Result<tokio::runtime::Runtime> {
-    if one_thread {
-        crate::one_thread_runtime()
-    } else {
-        crate::runtime()
-    }
-}
-
 pub fn send(kind: Kind, file: &Path, peers_file: &Path, chunk: usize, limit: Duration, one_thread: bool) -> Result<()> {
     let text = std::fs::read_to_string(peers_file).with_context(|| format!("reading {}", peers_file.display()))?;
     let peers: Vec<SocketAddr> = text.split_whitespace().map(str::parse).collect::<Result<_, _>>()?;
     match kind {
-        Kind::Manyfold => manyfold_runtime(one_thread)?.block_on(async {
+        Kind::Manyfold => crate::runtime_for(one_thread)?.block_on(async {
             tokio::time::timeout(limit, send_group(file, &peers, chunk))
                 .await
                 .unwrap_or_else(|_| bail!("the group send did not finish within {limit:?}"))
@@ -129,7 +120,7 @@ pub fn recv(
     limit: Duration,
     one_thread: bool,
 ) -> Result<()> {
-    let rt = if kind == Kind::Manyfold { manyfold_runtime(one_thread)? } else { crate::runtime()? };
+    let rt = crate::runtime_for(kind == Kind::Manyfold && one_thread)?;
     rt.block_on(async {
         tokio::time::timeout(limit, recv_all(kind, n, bytes, hash, ready))
             .await

@@ -116,6 +116,14 @@ impl Report {
         median(&self.ok(bytes, n, kind).into_iter().map(f).collect::<Vec<f64>>())
     }
 
+    /// A row's name: manyfold's says when it ran on one thread.
+    fn label(&self, kind: Kind) -> String {
+        match kind {
+            Kind::Manyfold if self.plan.one_thread => format!("{}, one-thread runtime", kind.label()),
+            _ => kind.label().to_string(),
+        }
+    }
+
     fn row(&self, bytes: u64, n: usize, kind: Kind) -> String {
         let runs = self.ok(bytes, n, kind);
         let total = self.runs.iter().filter(|r| r.bytes == bytes && r.peers == n && r.kind == kind).count();
@@ -133,7 +141,7 @@ impl Report {
         };
         format!(
             "| {n} | {} | {} of {total} | {} | {} | {ratio} | {} | {} | {rss_ratio} | {outstanding} | {} | {} | {retrans} |\n",
-            kind.label(),
+            self.label(kind),
             runs.len(),
             med_range(&col(&|r| r.time_to_all), 2),
             med_range(&col(&|r| r.goodput()), 0),
@@ -220,21 +228,30 @@ impl Figures for Report {
              Medians of the repetitions with (min–max); rows alternate manyfold, TCP for each N within a repetition. {}\n",
             p.chunk,
             if p.one_thread {
-                "manyfold's sender and receiver processes run on a current-thread tokio runtime (`--one-thread`: the driver and the application's tasks on one thread); the TCP receivers on the multi-thread one."
+                format!(
+                    "manyfold's sender and receiver processes run on a current-thread tokio runtime (`--one-thread`: the driver and the application's tasks on one thread); the TCP receivers on the multi-thread one ({} workers here), the TCP sender on plain threads.",
+                    crate::runtime_workers()
+                )
             } else {
-                "Every process runs a multi-thread tokio runtime (two workers here)."
+                format!(
+                    "manyfold's processes and the TCP receivers run a multi-thread tokio runtime ({} workers here); the TCP sender plain threads.",
+                    crate::runtime_workers()
+                )
             }
         );
         out
     }
 
     fn json(&self) -> String {
-        let fields = format!("\"seed\":{},\"chunk\":{}", self.plan.seed, self.plan.chunk);
+        let fields = format!(
+            "\"seed\":{},\"chunk\":{},\"one_thread\":{}",
+            self.plan.seed, self.plan.chunk, self.plan.one_thread
+        );
         self.json_document("fanout", &fields, |r| {
             let num = |v: f64| json_fixed(v, 6);
             format!(
                 "{{\"row\":{},\"peers\":{},\"bytes\":{},\"rep\":{},\"time_to_all_s\":{},\"goodput_mb_s\":{},\"sender\":{},\"receivers\":{},\"group\":{},\"error\":{}}}",
-                json_str(r.kind.label()),
+                json_str(&self.label(r.kind)),
                 r.peers,
                 r.bytes,
                 r.rep,
@@ -256,7 +273,7 @@ impl Figures for Report {
             for &bytes in &self.plan.sizes {
                 for kind in [Kind::Manyfold, Kind::Tcp] {
                     let pts = self.plan.peers.iter().map(|&n| (n as f64, self.median_of(bytes, n, kind, f))).collect();
-                    s.push((format!("{}, {}", kind.label(), human(bytes)), pts));
+                    s.push((format!("{}, {}", self.label(kind), human(bytes)), pts));
                 }
             }
             s

@@ -104,11 +104,7 @@ pub const STATS_PREFIX: &str = "mf-stats";
 
 impl MfOpts {
     fn runtime(&self) -> Result<tokio::runtime::Runtime> {
-        if self.one_thread {
-            crate::one_thread_runtime()
-        } else {
-            crate::runtime()
-        }
+        crate::runtime_for(self.one_thread)
     }
 
     fn config(&self) -> Result<manyfold::Config> {

@@ -234,7 +234,8 @@ pub fn run(args: &LoopbackArgs) -> Result<()> {
         print!("{}", report::encryption_table(bytes, &samples, &pairs));
         println!();
     }
-    print_notes(args, !pairs.is_empty(), gen_cost, hash_cost);
+    let one_thread_row = rows.iter().any(|r| matches!(r, Row::Manyfold(m) if m.one_thread));
+    print_notes(args, !pairs.is_empty(), one_thread_row, gen_cost, hash_cost);
     args.out.write_json(|| report::json_document(mode, args.seed, &log))?;
     args.out.draw(|dir| {
         let what = format!("loopback, {} over 127.0.0.1", human(bytes));
@@ -291,15 +292,20 @@ impl LoopbackArgs {
 }
 
 /// What the bulk tables' figures mean, under them.
-fn print_notes(args: &LoopbackArgs, encrypted_rows: bool, gen_cost: f64, hash_cost: f64) {
+fn print_notes(args: &LoopbackArgs, encrypted_rows: bool, one_thread_row: bool, gen_cost: f64, hash_cost: f64) {
     println!(
         "Medians of {} repetitions, (min–max) beside them; rows alternate A B C … in each repetition, and ratios are taken within a repetition, then their median. \
          Time runs from the sender's start to its exit, which follows the receiver's \"ok\" after its BLAKE3 matched (the ceiling: to the last datagram's arrival). \
          MB = 10^6 bytes. Every row's sender makes the stream as it goes ({gen_cost:.2} s/GB of its CPU) and every receiver but the ceiling's hashes it ({hash_cost:.2} s/GB). \
-         manyfold and quinn rows run each process on a multi-thread tokio runtime (two workers here; the application's task on the main thread, as the CLI runs it), \
-         but the \"one-thread runtime\" row: a current-thread runtime, the connection's I/O driver and the task writing or reading the stream on one thread.",
-        args.reps
+         manyfold and quinn rows run each process on a multi-thread tokio runtime ({} workers here; the application's work in `block_on` on the main thread, as the CLI runs it).",
+        args.reps,
+        crate::runtime_workers()
     );
+    if one_thread_row {
+        println!(
+            "The \"one-thread runtime\" row: both processes on a current-thread runtime, the connection's I/O driver and the task writing or reading the stream on one thread."
+        );
+    }
     if args.windows {
         let d = manyfold_proto::ConnectionConfig::default();
         println!(

@@ -99,6 +99,10 @@ impl Connection {
         match self.state {
             State::Closed => self.rst_pending.is_none(),
             State::FinWait2 => half_closed,
+            // The final ack's repeats go first (an exiting endpoint's,
+            // spec §4.8): a peer whose FIN rode with data repeats it only
+            // after its whole RTO, and hears from us only through them.
+            State::TimeWait if self.reacks_left > 0 => false,
             State::TimeWait => {
                 let Some(end) = self.timers.get(Timer::TimeWait) else { return true };
                 let linger = (self.rtt.rto(0) * 4)

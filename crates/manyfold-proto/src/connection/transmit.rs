@@ -112,7 +112,9 @@ impl Connection {
                     self.reacks_left -= 1;
                     self.ack.immediate = true;
                     if self.reacks_left > 0 {
-                        self.timers.set(Timer::Reack, now + self.rtt.rto(0));
+                        // An RTO later, but within the exit's linger (at
+                        // most a second, spec §4.8) whatever the RTO.
+                        self.timers.set(Timer::Reack, now + self.rtt.rto(0).min(LONE_FIN_MAX_RTO * 2));
                     }
                 }
             }
