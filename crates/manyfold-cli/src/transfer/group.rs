@@ -431,7 +431,11 @@ async fn answers(
             };
             let r = match tokio::time::timeout(limit, read).await {
                 Err(_) => Err(anyhow::anyhow!("no answer from {addr} within {}", human_duration(limit))),
-                Ok(r) => r.with_context(|| format!("connection to {addr} lost before it answered")),
+                // Said by its role, as after the answers ("the receiver
+                // was interrupted"), not in the library's words alone.
+                Ok(r) => r
+                    .with_context(|| format!("connection to {addr} lost before it answered"))
+                    .map_err(|e| net::explain(e, Role::Receiver)),
             };
             (i, r, Instant::now())
         });
