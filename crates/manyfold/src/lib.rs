@@ -72,6 +72,7 @@
 //! let mut incoming = server.accept().await.expect("endpoint open");
 //! let mut got = Vec::new();
 //! incoming.read_to_end(&mut got).await?;
+//! incoming.close().await?; // our FIN: the client's connection can finish
 //! client.wait_idle().await; // nothing left to finish: the process may exit
 //! # Ok(()) }
 //! ```
@@ -94,7 +95,11 @@
 //!    the queued data; returns once the peer acknowledged all of it.
 //! 2. [`Endpoint::wait_idle`]: returns once every connection has finished
 //!    with its peer, including the short TIME-WAIT linger that repeats a
-//!    lost last ack (a fraction of a second; spec §4.8). Then exit.
+//!    lost last ack (a fraction of a second; spec §4.8). Then exit. A
+//!    connection has finished only once both sides closed: if the peer
+//!    keeps its side open (it read to the end but never closed or dropped
+//!    its connection), `wait_idle` waits for it, at most twice
+//!    `time_wait` (30 s by default).
 //!
 //! Dropping a [`Connection`] closes it gracefully *in the background*
 //! (it finishes only while the runtime runs); dropping the last
