@@ -42,8 +42,8 @@ const RECV_ROUNDS: usize = 8;
 /// Acks sent and readers woken only after up to 16 MiB held a loopback
 /// sender's window full, and on a current-thread runtime, where the
 /// reader runs only when the driver yields, the receive window too: 1 GiB
-/// took 0.77 s (median of five) where it takes 0.65 s with this bound
-/// (issue 20, RESULTS §28).
+/// took 0.76 s (median of five) on one thread before this bound and
+/// 0.63–0.77 s in four sets after (issue 20, RESULTS §28).
 const RECV_BYTES: usize = 1 << 20;
 /// Cost of the `poll_transmit` calls of one iteration before the driver
 /// releases the lock and yields: a GSO batch costs 4, a single datagram 1,

@@ -125,9 +125,10 @@
 //!   current-thread runtime (`#[tokio::main(flavor = "current_thread")]`,
 //!   as quinn's own bulk benchmark runs) keeps the driver and the task
 //!   writing or reading on one thread, with no hand-off between threads.
-//!   A gigabyte over loopback took 0.65 s against 1.08 s on the
-//!   multi-thread runtime with the work in `#[tokio::main]`'s body, with
-//!   30–45% less CPU per byte on each side.
+//!   A gigabyte over loopback took 0.63–0.77 s (medians of five, in
+//!   several sets) against 1.08 s on the multi-thread runtime with the
+//!   work in `#[tokio::main]`'s body, with 30–45% less CPU per byte on
+//!   each side.
 //! - **Many small messages on one connection**: the multi-thread runtime.
 //!   The task sending and the driver packing run on two cores at once
 //!   (32-byte messages one at a time: 2.3 against 1.5 million a second;
