@@ -1,8 +1,9 @@
 //! The manyfold rows: `mf-send` / `mf-recv`, two processes on the
 //! `manyfold` library (async API, multi-thread tokio runtime as the CLI
-//! uses; one row on a current-thread runtime). The sender writes the stream, closes (FIN, complete when the peer
-//! acknowledged everything) and waits for the receiver's "ok", which comes
-//! only after the receiver's BLAKE3 matched.
+//! uses; one row on a current-thread runtime). The sender writes the
+//! stream, closes (FIN, complete when the peer acknowledged everything)
+//! and waits for the receiver's "ok", which comes only after the
+//! receiver's BLAKE3 matched.
 //!
 //! Optionally each side's driver drops a share of the datagrams it sends
 //! (`manyfold::FaultConfig::send_loss`, the fault injection `manyfold send
