@@ -111,6 +111,15 @@ pub struct ConnectionConfig {
     /// datagram when nothing is in flight, when a full packet is ready, or
     /// when the window is closed. Zero, the default, sends at once.
     pub flush_delay: Duration,
+    /// How long a client's cookie echo, with nothing to carry, waits for
+    /// the application's first write after the SYN-ACK (spec §6.2), so
+    /// that the request rides on it: one datagram fewer each way for a
+    /// client that connects and then writes (the echo alone, then the data
+    /// and the listener's ack of the echo). A FIN, data or a stream's
+    /// control queued meanwhile sends it at once. A server that speaks
+    /// first hears of the connection this much later. Zero sends the echo
+    /// at once. Default 1 ms.
+    pub echo_delay: Duration,
     /// Initial congestion window in packets (RFC 6928 uses 10).
     pub initial_window_packets: u32,
     /// The congestion controller.
@@ -159,6 +168,7 @@ impl Default for ConnectionConfig {
             adaptive_acks: true,
             reply_ack_delay: Duration::from_millis(2),
             flush_delay: Duration::ZERO,
+            echo_delay: Duration::from_millis(1),
             initial_window_packets: 10,
             congestion: CongestionAlgorithm::Bbr,
             max_streams: 1024,

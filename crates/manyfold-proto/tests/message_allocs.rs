@@ -55,7 +55,9 @@ fn side(s: usize) {
 impl Pair {
     fn new() -> Pair {
         let now = Instant::now();
-        let cfg = EndpointConfig::default();
+        let mut cfg = EndpointConfig::default();
+        // This pair's clock stands still: the echo goes at once (spec §6.2).
+        cfg.connection.echo_delay = std::time::Duration::ZERO;
         let mut server = Endpoint::new(EndpointConfig { seed: 2, ..cfg.clone() }, now);
         server.set_listening(true);
         let mut client = Endpoint::new(EndpointConfig { seed: 1, ..cfg }, now);

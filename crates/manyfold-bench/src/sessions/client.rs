@@ -190,6 +190,12 @@ async fn generate(load: &Load) -> Result<String> {
         all.merge(t.context("a client task panicked")?);
     }
     let wall = start.elapsed().as_secs_f64();
+    // The sessions' own datagrams: counted before the exit's repeats of
+    // the final acks below, which the sessions do not wait for.
+    let (sent, received) = eps.iter().fold((0, 0), |(s, r), e| {
+        let d = e.driver_stats();
+        (s + d.datagrams_sent, r + d.datagrams_received)
+    });
     // spec §4.8: the last sessions' final acks go out (and TIME-WAIT
     // lingers) before this process exits; otherwise the server learns of
     // the exit from ICMP with its reply unacknowledged.
@@ -199,10 +205,6 @@ async fn generate(load: &Load) -> Result<String> {
     let lat = crate::stats::sorted(&all.latencies);
     let ms = |q: f64| crate::stats::percentile(&lat, q) * 1e3;
     let mean = lat.iter().sum::<f64>() / lat.len().max(1) as f64 * 1e3;
-    let (sent, received) = eps.iter().fold((0, 0), |(s, r), e| {
-        let d = e.driver_stats();
-        (s + d.datagrams_sent, r + d.datagrams_received)
-    });
     Ok(format!(
         "result ok={} failures={} wall_s={wall:.6} rps={:.1} p50_ms={:.4} p99_ms={:.4} max_ms={:.4} mean_ms={mean:.4} retransmissions={} rto_expiries={} datagrams_sent={sent} datagrams_received={received} endpoints={}\nfirst_error: {}\n",
         lat.len(),

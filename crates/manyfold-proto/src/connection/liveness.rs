@@ -103,24 +103,31 @@ impl Connection {
             // spec §4.8): a peer whose FIN rode with data repeats it only
             // after its whole RTO, and hears from us only through them.
             State::TimeWait if self.reacks_left > 0 => false,
-            State::TimeWait => {
-                let Some(end) = self.timers.get(Timer::TimeWait) else { return true };
-                let linger = (self.rtt.rto(0) * 4)
-                    .min(LONE_FIN_MAX_RTO * 4)
-                    .max(Duration::from_millis(250))
-                    .min(self.config.time_wait);
-                now + self.config.time_wait >= end + linger
-            }
+            State::TimeWait => self.lingered(now),
             _ => false,
         }
     }
 
+    /// In TIME-WAIT, whether `linger` has passed since it was entered or a
+    /// repeated FIN was last acked (spec §4.8): a peer whose last ack was
+    /// lost would have asked again by now.
+    fn lingered(&self, now: Instant) -> bool {
+        let Some(end) = self.timers.get(Timer::TimeWait) else { return true };
+        let linger = (self.rtt.rto(0) * 4).clamp(LONE_FIN_MAX_RTO, LONE_FIN_MAX_RTO * 4).min(self.config.time_wait);
+        now + self.config.time_wait >= end + linger
+    }
+
     /// The process means to exit (spec §4.8): from TIME-WAIT, now or when
-    /// it is entered, the final ack is sent again, unasked.
+    /// it is entered, the final ack is sent again, unasked; not by a
+    /// TIME-WAIT already past its linger, whose peer has had the ack (or
+    /// would have asked again). A client that ran 10,000 short sessions
+    /// holds them all in TIME-WAIT at its exit: it re-acked every one
+    /// twice, and the server answered each repeat with a reset (four
+    /// datagrams per session more than the session's five).
     pub fn prepare_exit(&mut self, now: Instant) {
         if !self.exiting {
             self.exiting = true;
-            if self.state == State::TimeWait {
+            if self.state == State::TimeWait && !self.lingered(now) {
                 self.repeat_final_ack(now);
             }
         }

@@ -1086,13 +1086,22 @@ impl Connection {
 
     fn handle_rst(&mut self, p: &Packet) {
         let h = &p.header;
+        if self.state == State::TimeWait {
+            // RFC 1337: TIME-WAIT ignores RSTs. But a RST at exactly the
+            // sequence after the peer's FIN answers our repeated final ack
+            // (spec §4.8): the peer holds nothing, so it had the ack (or
+            // gave up), and the repeats stop.
+            if self.recv.as_ref().is_some_and(|r| Seq::from_wire(h.seq, r.next()) == r.next()) {
+                self.reacks_left = 0;
+                self.timers.cancel(Timer::Reack);
+            }
+            return;
+        }
         // A refusal of our SYN or of our cookie echo carries its seq + 1.
         let refused_echo = self.awaiting_echo_ack() && self.cookie_seq.is_some_and(|s| h.seq == (s + 1).wire());
         let acceptable = refused_echo
             || match self.state {
                 State::SynSent => h.seq == (self.isn + 1).wire(),
-                // RFC 1337: TIME-WAIT ignores RSTs.
-                State::TimeWait => false,
                 _ => self.recv.as_ref().is_some_and(|r| {
                     let s = Seq::from_wire(h.seq, r.next());
                     s + RST_WINDOW >= r.next() && s <= r.next() + RST_WINDOW

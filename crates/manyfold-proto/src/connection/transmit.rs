@@ -364,6 +364,13 @@ impl Connection {
             control.insert(Flags::SYN);
         }
         let must = echo || syn_ack || self.has_declined();
+        // spec §6.2: an echo with nothing to carry waits a little for the
+        // application's first write, which then rides on it.
+        let idle = self.streams.queued() == 0 && !self.streams.has_control() && !self.fin_queued;
+        if echo && !syn_ack && !self.has_declined() && self.hold_echo(now, idle) {
+            self.note_limit(now, Some(Limit::Application));
+            return Sent::Blocked;
+        }
         let sack_len = self.recv.as_ref().and_then(|r| r.sack_block(DATA_SACK_RANGES)).map_or(0, |s| s.encoded_len());
         // spec §5.6: a new ack-frequency request rides ahead of the data.
         let ack_request = self.ack_freq.due(now, self.cc.window(), self.max_datagram(), self.rtt.srtt());
@@ -478,6 +485,8 @@ impl Connection {
             }
             if echo {
                 self.cookie_seq = Some(seq);
+                // spec §6.2: the echo's hold, if any, is over.
+                self.end_flush_hold();
             }
         }
         sent
@@ -503,6 +512,24 @@ impl Connection {
         // no wait adds to another.
         let end = *self.flush_hold_end.get_or_insert(now + delay);
         if !partial || end <= now {
+            return false;
+        }
+        self.timers.set(Timer::Flush, end);
+        true
+    }
+
+    /// spec §6.2: whether the cookie echo waits for the application's
+    /// first write: only while there is nothing for it to carry (`idle`),
+    /// and at most `echo_delay` after it was first due. The hold shares
+    /// the flush delay's clock and timer (§5.7): no data can wait behind
+    /// the echo's hold, since data ends it.
+    fn hold_echo(&mut self, now: Instant, idle: bool) -> bool {
+        let delay = self.config.echo_delay;
+        if delay.is_zero() || !idle {
+            return false;
+        }
+        let end = *self.flush_hold_end.get_or_insert(now + delay);
+        if end <= now {
             return false;
         }
         self.timers.set(Timer::Flush, end);

@@ -159,6 +159,11 @@ fn a_receiver_whose_rtt_came_from_a_retransmitted_echo_still_repeats_its_fin_eve
     // later. b's only sample, the cookie's age, is that second.
     take_from_a(&mut p);
     p.run_until(|p| p.a.conn(ca).state() == Some(State::Established));
+    // The echo, with nothing to carry, goes after its hold (spec §6.2).
+    p.run_until(|p| {
+        p.drain();
+        p.wire.iter().any(|w| w.1)
+    });
     take_from_a(&mut p);
     p.run_until(|p| !p.events_b.is_empty());
     let cb = p.b.accept().unwrap();
@@ -326,10 +331,65 @@ fn time_wait_of_an_endpoint_that_stays_sends_nothing_unasked() {
     p.a.handle_timeout(p.now);
     p.drain();
     assert_eq!(p.a.conn(ca).stats().unwrap().packets_sent, before, "no repeat of the final ack");
-    // Once it means to exit, the repeats go.
-    p.a.prepare_exit(p.now);
-    for _ in 0..20 {
-        p.step();
+}
+
+/// spec §4.8: at the exit, the final ack goes again only where the peer
+/// could still be waiting for it: a TIME-WAIT within its linger repeats it,
+/// one past its linger (its peer would have asked again) stays
+/// quiet. A client that held 10,000 short sessions in TIME-WAIT sent
+/// 20,000 repeats at its exit, each answered by a reset.
+#[test]
+fn an_exiting_endpoint_repeats_the_final_ack_only_within_the_linger() {
+    for (waited, repeats) in [(Duration::from_millis(20), true), (Duration::from_millis(1100), false)] {
+        let mut p = Pair::new();
+        let (ca, _) = transfer(&mut p, 10_000);
+        assert_eq!(p.a.conn(ca).state(), Some(State::TimeWait));
+        p.now += waited;
+        p.a.handle_timeout(p.now);
+        p.drain();
+        let before = p.a.conn(ca).stats().unwrap().packets_sent;
+        assert_eq!(p.a.is_idle(p.now), !repeats, "after {waited:?} in TIME-WAIT");
+        p.a.prepare_exit(p.now);
+        for _ in 0..20 {
+            p.step();
+        }
+        let sent = p.a.conn(ca).stats().unwrap().packets_sent - before;
+        assert_eq!(sent > 0, repeats, "after {waited:?} in TIME-WAIT");
     }
-    assert_eq!(p.a.conn(ca).stats().unwrap().packets_sent, before + 2);
+}
+
+/// spec §4.8: a peer that holds nothing answers a repeated final ack with
+/// a RST; the repeats stop there (one repeat and one RST, not two of
+/// each), and TIME-WAIT itself stays (RFC 1337). With the RST lost, both
+/// repeats go.
+#[test]
+fn a_reset_for_a_repeated_final_ack_stops_the_repeats() {
+    for rst_arrives in [true, false] {
+        let mut p = Pair::new();
+        let (ca, cb) = transfer(&mut p, 10_000);
+        assert_eq!(p.a.conn(ca).state(), Some(State::TimeWait));
+        p.b.conn_mut(cb).release();
+        p.run_until(|p| p.b.connection_count() == 0);
+        let before = p.a.conn(ca).stats().unwrap().packets_sent;
+        p.a.prepare_exit(p.now);
+        let start = p.now;
+        while p.now - start < Duration::from_secs(2) {
+            p.drain();
+            p.now += Duration::from_millis(5);
+            while p.wire.front().is_some_and(|w| w.0 <= p.now) {
+                let (_, to_b, d) = p.wire.pop_front().unwrap();
+                if to_b {
+                    p.b.handle_datagram(p.now, p.a_addr, &d);
+                } else if rst_arrives {
+                    p.a.handle_datagram(p.now, p.b_addr, &d);
+                }
+            }
+            p.a.handle_timeout(p.now);
+            p.b.handle_timeout(p.now);
+        }
+        let repeats = p.a.conn(ca).stats().unwrap().packets_sent - before;
+        assert_eq!(repeats, if rst_arrives { 1 } else { 2 }, "the RST arrives: {rst_arrives}");
+        assert!(p.a.is_idle(p.now), "the linger is over");
+        assert_eq!(p.a.conn(ca).state(), Some(State::TimeWait), "TIME-WAIT ignores the RST otherwise");
+    }
 }
