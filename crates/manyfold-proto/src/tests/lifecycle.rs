@@ -393,3 +393,40 @@ fn a_reset_for_a_repeated_final_ack_stops_the_repeats() {
         assert_eq!(p.a.conn(ca).state(), Some(State::TimeWait), "TIME-WAIT ignores the RST otherwise");
     }
 }
+
+/// spec §6.2: with nothing queued when the SYN-ACK comes, the cookie echo
+/// waits up to `echo_delay` (1 ms) for the application's first write; a
+/// request written within it rides on the echo (the client's second and
+/// last datagram before the reply), and without one the echo goes alone
+/// when the delay ends.
+#[test]
+fn the_cookie_echo_waits_a_millisecond_for_the_first_write_and_carries_it() {
+    for write_after in [Some(Duration::from_micros(500)), None] {
+        let mut p = Pair::new();
+        let ca = p.a.connect(p.now, p.b_addr).unwrap();
+        p.run_until(|p| p.a.conn(ca).state() == Some(State::Established));
+        let connected = p.now;
+        assert_eq!(p.a.conn(ca).stats().unwrap().packets_sent, 1, "the SYN");
+        p.drain();
+        assert!(!p.wire.iter().any(|w| w.1), "the echo waits");
+        if let Some(d) = write_after {
+            p.now += d;
+            p.a.handle_timeout(p.now);
+            p.drain();
+            assert!(!p.wire.iter().any(|w| w.1), "the echo still waits after {d:?}");
+            p.a.conn_mut(ca).send(&[9u8; 1000]).unwrap();
+            p.a.conn_mut(ca).close();
+            p.drain();
+            let echo = take_from_a(&mut p);
+            assert!(echo.len() > 1000, "the echo carries the request: {} bytes", echo.len());
+            assert_eq!(p.a.conn(ca).stats().unwrap().packets_sent, 2, "SYN, then the echo with the request");
+        } else {
+            p.run_until(|p| {
+                p.drain();
+                p.wire.iter().any(|w| w.1)
+            });
+            assert_eq!(p.now - connected, Duration::from_millis(1), "the echo goes alone after echo_delay");
+        }
+        p.run_until(|p| p.events_b.iter().any(|e| e.1 == Event::Incoming));
+    }
+}
