@@ -5,8 +5,8 @@
 //! queues would count too), a warm-up of sessions grows every table
 //! first, then the next sessions are counted, with the full handshake and
 //! with 0-RTT tokens (spec §6.9). The figures are printed; the bounds are
-//! today's counts: 2 per session with the full handshake and 1 with 0-RTT
-//! (client + server, BBR, the default), 480 and 352 bytes; without spares
+//! today's counts: 3 per session with the full handshake and 2 with 0-RTT
+//! (client + server, BBR, the default), 544 and 416 bytes; without spares
 //! (`max_spare_connections` 0) 34 (7,120 bytes), which the test checks
 //! too, so the setting is seen to be obeyed. They were 38 and 37 before
 //! finished connections left their emptied containers for new ones (the
@@ -20,7 +20,11 @@
 //! and BBR's bandwidth filter). What remains: the chunk list of a packet
 //! that carries an ack-frequency request (spec §5.6) ahead of its data
 //! (wire/chunk.rs: one chunk is held without allocating, two in a `Vec`),
-//! twice per session with the full handshake and once with 0-RTT.
+//! twice per session with the full handshake and once with 0-RTT; and
+//! the client's event queue for its `Closed` event when TIME-WAIT ends:
+//! a released connection in TIME-WAIT hands its containers on at once
+//! (spec §15.3), its event queue too, so that it holds ~8 KB less for
+//! TIME-WAIT's 15 s.
 //! `MANYFOLD_ALLOC_SITES=1 cargo test -p manyfold-proto --release --test
 //! session_allocs -- --nocapture` prints where each comes from. The bounds
 //! allow half an allocation more (a table's rare growth within the run); a
@@ -140,8 +144,8 @@ fn a_session_costs_the_engine_a_bounded_number_of_allocations() {
     let (unpooled, unpooled_bytes) = measure(false, 0, 200, 500);
     println!("engine allocations per session (client + server): full handshake {full:.1} ({full_bytes:.0} B), 0-RTT {early:.1} ({early_bytes:.0} B); without spares (max_spare_connections 0) {unpooled:.1} ({unpooled_bytes:.0} B)");
     // Half an allocation of margin: a table's rare growth within the run.
-    assert!(full <= 2.5, "full handshake: {full:.3} allocations per session (2 expected)");
-    assert!(early <= 1.5, "0-RTT: {early:.3} allocations per session (1 expected)");
+    assert!(full <= 3.5, "full handshake: {full:.3} allocations per session (3 expected)");
+    assert!(early <= 2.5, "0-RTT: {early:.3} allocations per session (2 expected)");
     // The setting is obeyed: without spares a session allocates what they
     // hold (both ends build a connection from scratch).
     assert!(unpooled >= full + 30.0, "without spares {unpooled:.1}, with {full:.1}");

@@ -59,6 +59,31 @@ pub trait Controller: Send + std::fmt::Debug {
     fn reset(&mut self, mss: u64, initial_window_packets: u32);
 }
 
+/// The controller of a connection that will send nothing more: a released
+/// one in TIME-WAIT, whose own controller went on to the next connection
+/// (spec §15.3). A zero-sized type, so its box allocates nothing. Its
+/// window is closed; nothing asks it anything else.
+#[derive(Debug)]
+pub(crate) struct Finished;
+
+impl Controller for Finished {
+    fn window(&self) -> u64 {
+        0
+    }
+    fn on_ack(&mut self, _: Instant, _: Instant, _: u64, _: &RttEstimator, _: bool) {}
+    fn on_congestion_event(&mut self, _: Instant, _: Instant, _: u64) {}
+    fn on_rto(&mut self, _: Instant) {}
+    fn set_mss(&mut self, _: u64) {}
+    fn name(&self) -> &'static str {
+        "finished"
+    }
+    /// Never matched: a finished controller is dropped, not renewed.
+    fn algorithm(&self) -> CongestionAlgorithm {
+        CongestionAlgorithm::NewReno
+    }
+    fn reset(&mut self, _: u64, _: u32) {}
+}
+
 /// Builds the controller a connection config asks for.
 pub fn build(alg: CongestionAlgorithm, mss: u64, initial_window_packets: u32) -> Box<dyn Controller> {
     match alg {

@@ -122,6 +122,8 @@ pub(crate) struct Connection {
     exiting: bool,
     /// Repeats of the final ack still to send in TIME-WAIT (spec §4.8).
     reacks_left: u8,
+    /// Released in TIME-WAIT, its containers handed on (spec §15.3).
+    shed: bool,
     /// Probes sent since an ack last made progress (spec §5.4: at most
     /// `MAX_TLPS` per flight, each after twice the previous wait).
     tlp_count: u32,
@@ -184,11 +186,34 @@ pub struct Spare {
 }
 
 impl Connection {
-    /// Takes a finished connection apart for [`Spare`].
-    pub(crate) fn into_spare(self) -> Spare {
-        let Connection { streams, mut events, sent, cc, .. } = self;
+    /// Takes a finished connection apart for [`Spare`]; `None` if it was
+    /// shed (its containers went on already, it holds only empty ones).
+    pub(crate) fn into_spare(self) -> Option<Spare> {
+        let Connection { streams, mut events, sent, cc, shed, .. } = self;
         streams::keep_small(&mut events);
-        Spare { streams, events, sent, cc }
+        (!shed).then_some(Spare { streams, events, sent, cc })
+    }
+
+    /// spec §15.3: a released connection in TIME-WAIT only answers a
+    /// repeated FIN (§4.4) and repeats its final ack (§4.8). Its streams,
+    /// sent queue, event queue and congestion controller go to the next
+    /// connection now, not when
+    /// TIME-WAIT ends 15 s later: a client running one short session
+    /// after another otherwise allocated them all anew for each (the pool
+    /// stayed empty while every session of the last 15 s held its own),
+    /// and held ~8 KB per session. Once per connection; `None` otherwise.
+    pub(crate) fn shed_for_time_wait(&mut self) -> Option<Spare> {
+        if self.shed || !self.released || self.state != State::TimeWait || !self.events.is_empty() {
+            return None;
+        }
+        self.shed = true;
+        let next = self.sent.next_seq();
+        Some(Spare {
+            streams: self.streams.take_containers(),
+            events: std::mem::take(&mut self.events),
+            sent: std::mem::replace(&mut self.sent, SentQueue::new(next)),
+            cc: std::mem::replace(&mut self.cc, Box::new(congestion::Finished)),
+        })
     }
 
     fn new(
@@ -244,6 +269,7 @@ impl Connection {
             rto_resends: 0,
             exiting: false,
             reacks_left: 0,
+            shed: false,
             tlp_count: 0,
             timers: Timers::default(),
             ack: AckState::new(config.ack_frequency, config.max_ack_delay),

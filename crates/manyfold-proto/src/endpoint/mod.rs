@@ -546,10 +546,17 @@ impl Endpoint {
     /// to send; its emptied containers wait for the next connection, at
     /// most [`EndpointConfig::max_spare_connections`] of them (issue 21).
     fn reap(&mut self, idx: u32) {
+        let room = self.spares.len() < self.config.max_spare_connections;
         if let Some((buffered, conn)) = self.table.reap(idx) {
             self.memory.forget(buffered);
-            if self.spares.len() < self.config.max_spare_connections {
-                self.spares.push(conn.into_spare());
+            if let Some(spare) = conn.into_spare().filter(|_| room) {
+                self.spares.push(spare);
+            }
+        } else if let Some(spare) = self.table.slot_mut(idx).conn.as_mut().and_then(|c| c.shed_for_time_wait()) {
+            // A released TIME-WAIT's containers (spec §15.3), kept if
+            // there is room, freed otherwise: either way it holds none.
+            if room {
+                self.spares.push(spare);
             }
         }
     }

@@ -430,3 +430,30 @@ fn the_cookie_echo_waits_a_millisecond_for_the_first_write_and_carries_it() {
         p.run_until(|p| p.events_b.iter().any(|e| e.1 == Event::Incoming));
     }
 }
+
+/// spec §15.3: a released connection in TIME-WAIT hands its containers
+/// (streams, sent queue, events, controller) to the next connection at
+/// once, not 15 s later when TIME-WAIT ends; it still sends its final
+/// ack, and it ends in TIME-WAIT's time without handing on a second set.
+#[test]
+fn a_released_time_wait_hands_its_containers_to_the_next_connection_at_once() {
+    let mut p = Pair::new();
+    let (ca, _) = transfer(&mut p, 10_000);
+    assert_eq!(p.a.conn(ca).state(), Some(State::TimeWait));
+    assert_eq!(p.a.spare_connections(), 0);
+    p.a.conn_mut(ca).release();
+    assert_eq!(p.a.spare_connections(), 1, "handed on in TIME-WAIT");
+    assert_eq!(p.a.connection_count(), 1, "TIME-WAIT itself stays");
+    // It still sends its final ack (here the exit's repeat, spec §4.8).
+    let sent = p.a.conn(ca).stats().unwrap().packets_sent;
+    p.a.prepare_exit(p.now);
+    p.run_until(|p| p.a.conn(ca).stats().unwrap().packets_sent > sent);
+    // The next connection takes the containers.
+    let next = p.a.connect(p.now, p.b_addr).unwrap();
+    assert_eq!(p.a.spare_connections(), 0, "the next connection took them");
+    p.run_until(|p| p.a.conn(next).state() == Some(State::Established));
+    p.a.conn_mut(next).abort(p.now, crate::wire::ErrorCode::APPLICATION);
+    p.a.conn_mut(next).release();
+    p.run_until(|p| p.a.connection_count() == 0);
+    assert_eq!(p.a.spare_connections(), 1, "the next connection's set only; the shed one holds none");
+}

@@ -234,6 +234,15 @@ impl Streams {
         s
     }
 
+    /// Hands every container over (for [`Streams::renew`] in the next
+    /// connection) and leaves streams that hold and allocate nothing: all
+    /// a released connection in TIME-WAIT needs of them (spec §15.3).
+    pub fn take_containers(&mut self) -> Streams {
+        let none =
+            Streams { discard: true, ..Streams::empty(self.limits, VecDeque::new(), VecDeque::new(), HashMap::new()) };
+        std::mem::replace(self, none)
+    }
+
     /// Every field at its start, with these (empty) containers and no stream.
     fn empty(
         limits: Limits,
