@@ -115,8 +115,9 @@ pub struct ConnectionConfig {
     /// the application's first write after the SYN-ACK (spec §6.2), so
     /// that the request rides on it: one datagram fewer each way for a
     /// client that connects and then writes (the echo alone, then the data
-    /// and the listener's ack of the echo). A FIN, data or a stream's
-    /// control queued meanwhile sends it at once. A server that speaks
+    /// and the listener's ack of the echo). Anything queued meanwhile
+    /// (data, an empty message, a stream's FIN or control, the FIN) sends
+    /// it at once. A server that speaks
     /// first hears of the connection this much later. Zero sends the echo
     /// at once. Default 1 ms.
     pub echo_delay: Duration,

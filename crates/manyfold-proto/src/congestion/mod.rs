@@ -103,6 +103,8 @@ pub(crate) fn renew(
     mss: u64,
     initial_window_packets: u32,
 ) -> Box<dyn Controller> {
+    // A finished controller (a shed connection's) never goes into a spare.
+    debug_assert!(spare.as_ref().is_none_or(|cc| cc.name() != "finished"), "a finished controller renewed");
     match spare {
         Some(mut cc) if cc.algorithm() == alg => {
             cc.reset(mss, initial_window_packets);

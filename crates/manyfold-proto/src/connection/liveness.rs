@@ -113,24 +113,38 @@ impl Connection {
     /// lost would have asked again by now.
     fn lingered(&self, now: Instant) -> bool {
         let Some(end) = self.timers.get(Timer::TimeWait) else { return true };
-        let linger = (self.rtt.rto(0) * 4).clamp(LONE_FIN_MAX_RTO, LONE_FIN_MAX_RTO * 4).min(self.config.time_wait);
-        now + self.config.time_wait >= end + linger
+        now + self.config.time_wait >= end + self.linger()
+    }
+
+    /// Four RTOs, at least 250 ms, at most a second and `time_wait`.
+    fn linger(&self) -> Duration {
+        (self.rtt.rto(0) * 4).clamp(LONE_FIN_MAX_RTO, LONE_FIN_MAX_RTO * 4).min(self.config.time_wait)
     }
 
     /// The process means to exit (spec §4.8): from TIME-WAIT, now or when
     /// it is entered, the final ack is sent again, unasked; not by a
-    /// TIME-WAIT already past its linger, whose peer has had the ack (or
-    /// would have asked again). A client that ran 10,000 short sessions
+    /// TIME-WAIT already quiet for twice the longer of its linger and its
+    /// RTO, whose peer has had the ack (or would have asked again). A client that ran 10,000 short sessions
     /// holds them all in TIME-WAIT at its exit: it re-acked every one
     /// twice, and the server answered each repeat with a reset (four
     /// datagrams per session more than the session's five).
     pub fn prepare_exit(&mut self, now: Instant) {
         if !self.exiting {
             self.exiting = true;
-            if self.state == State::TimeWait && !self.lingered(now) {
+            if self.state == State::TimeWait && !self.quiet_past_any_repeat(now) {
                 self.repeat_final_ack(now);
             }
         }
+    }
+
+    /// In TIME-WAIT, quiet for twice the longer of the linger and the RTO
+    /// since it was entered or last re-acked a FIN (spec §4.8): a peer
+    /// whose FIN rode with data repeats it only after its whole RTO, which
+    /// can exceed the linger's one-second cap.
+    fn quiet_past_any_repeat(&self, now: Instant) -> bool {
+        let Some(end) = self.timers.get(Timer::TimeWait) else { return true };
+        let wait = (self.linger() * 2).max(self.rtt.rto(0) * 2);
+        now + self.config.time_wait >= end + wait
     }
 
     /// spec §4.8: the final ack goes again a quarter RTT later (not in the

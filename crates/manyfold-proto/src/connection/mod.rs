@@ -208,9 +208,11 @@ impl Connection {
         }
         self.shed = true;
         let next = self.sent.next_seq();
+        let mut events = std::mem::take(&mut self.events);
+        streams::keep_small(&mut events);
         Some(Spare {
             streams: self.streams.take_containers(),
-            events: std::mem::take(&mut self.events),
+            events,
             sent: std::mem::replace(&mut self.sent, SentQueue::new(next)),
             cc: std::mem::replace(&mut self.cc, Box::new(congestion::Finished)),
         })

@@ -366,7 +366,10 @@ impl Connection {
         let must = echo || syn_ack || self.has_declined();
         // spec §6.2: an echo with nothing to carry waits a little for the
         // application's first write, which then rides on it.
-        let idle = self.streams.queued() == 0 && !self.streams.has_control() && !self.fin_queued;
+        let idle = self.streams.queued() == 0
+            && !self.streams.has_sendable()
+            && !self.streams.has_control()
+            && !self.fin_queued;
         if echo && !syn_ack && !self.has_declined() && self.hold_echo(now, idle) {
             self.note_limit(now, Some(Limit::Application));
             return Sent::Blocked;

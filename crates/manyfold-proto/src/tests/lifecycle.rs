@@ -457,3 +457,17 @@ fn a_released_time_wait_hands_its_containers_to_the_next_connection_at_once() {
     p.run_until(|p| p.a.connection_count() == 0);
     assert_eq!(p.a.spare_connections(), 1, "the next connection's set only; the shed one holds none");
 }
+
+/// spec §6.2: a stream's FIN with no data queued also ends the echo's
+/// hold: the echo carries it at once.
+#[test]
+fn a_stream_fin_queued_after_the_syn_ack_sends_the_echo_at_once() {
+    let mut p = Pair::new();
+    let ca = p.a.connect(p.now, p.b_addr).unwrap();
+    p.run_until(|p| p.a.conn(ca).state() == Some(State::Established));
+    p.drain();
+    assert!(!p.wire.iter().any(|w| w.1), "the echo waits");
+    p.a.conn_mut(ca).finish_stream(crate::StreamId::BYTES).unwrap();
+    p.drain();
+    assert!(p.wire.iter().any(|w| w.1), "the echo left with the stream's FIN, without waiting");
+}

@@ -238,8 +238,12 @@ impl Streams {
     /// connection) and leaves streams that hold and allocate nothing: all
     /// a released connection in TIME-WAIT needs of them (spec §15.3).
     pub fn take_containers(&mut self) -> Streams {
-        let none =
-            Streams { discard: true, ..Streams::empty(self.limits, VecDeque::new(), VecDeque::new(), HashMap::new()) };
+        let none = Streams {
+            discard: true,
+            // stats() still reports it.
+            abandoned: self.abandoned,
+            ..Streams::empty(self.limits, VecDeque::new(), VecDeque::new(), HashMap::new())
+        };
         std::mem::replace(self, none)
     }
 
