@@ -169,6 +169,33 @@ fn an_interrupted_group_receiver_is_named_in_the_senders_report() {
     b.wait(LIMIT).assert_success();
 }
 
+/// The last receiver of a group interrupted in the data phase (the other
+/// refused the file: it has one): the sender's error names it and says
+/// why, not only the library's "no peer can take the message".
+#[test]
+fn the_last_group_receiver_interrupted_mid_data_is_named_in_the_senders_error() {
+    let (_tmp, src, inbox) = setup("40MB");
+    let (a_dir, b_dir) = (inbox.join("a"), inbox.join("b"));
+    std::fs::create_dir(&a_dir).unwrap();
+    std::fs::create_dir(&b_dir).unwrap();
+    std::fs::write(b_dir.join("sample.bin"), b"already here").unwrap();
+    let (mut a, a_addr) = recv(&a_dir, &[]);
+    let (b, b_addr) = recv(&b_dir, &[]);
+    let sender = send(&src, &format!("{a_addr},{b_addr}"), &SLOW);
+    a.wait_for_line("receiving sample.bin", LIMIT);
+    // The answers are in: the sender is sending data to a alone.
+    std::thread::sleep(Duration::from_millis(1000));
+    let t = Instant::now();
+    interrupt(&a);
+    let out = reported(sender, t, "the receiver was interrupted", "the sender");
+    let line = out.stderr.lines().find(|l| l.contains("error:")).unwrap_or_else(|| panic!("no error\n{out}"));
+    assert!(line.contains("while sending data"), "{line}\n{out}");
+    assert!(line.contains(&format!("{a_addr}: left the group: the receiver was interrupted")), "{line}\n{out}");
+    assert!(line.contains(&format!("{b_addr}: refused: file exists")), "{line}\n{out}");
+    interrupted_itself(a, "SIGINT", 130);
+    b.wait(LIMIT).assert_failure();
+}
+
 /// The line a server prints when a client's session ends, timed from
 /// `since`; on a timeout, everything the server printed.
 fn server_line(mut server: Running, since: Instant, needle: &str) -> String {

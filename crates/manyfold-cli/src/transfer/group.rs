@@ -306,7 +306,11 @@ pub async fn send_to_group(
                 } else {
                     buf
                 };
-                group.send(Bytes::from(message)).await.context("the group failed while sending data")?;
+                group
+                    .send(Bytes::from(message))
+                    .await
+                    .context("the group failed while sending data")
+                    .map_err(|e| gone(&group, e, &accepted, &outcomes))?;
                 offset += want as u64;
                 if tick.elapsed() >= Duration::from_millis(100) {
                     progress(&group);
@@ -315,7 +319,11 @@ pub async fn send_to_group(
             }
             let hash = hasher.finalize();
             if !spread {
-                group.send(hash.as_bytes().to_vec()).await.context("the group failed while sending the hash")?;
+                group
+                    .send(hash.as_bytes().to_vec())
+                    .await
+                    .context("the group failed while sending the hash")
+                    .map_err(|e| gone(&group, e, &accepted, &outcomes))?;
             }
             (Some(hash), None)
         }
@@ -326,6 +334,7 @@ pub async fn send_to_group(
             if let Err(e) = tree::stream_files(&items, Default::default(), &mut sink, &mut pacer, &mut sent).await {
                 // Each receiver learns it at once and keeps nothing of this file.
                 let _ = group.send(tree::wire::abandon(&format!("{e:#}"))).await;
+                let e = gone(&group, e, &accepted, &outcomes);
                 let _ = tokio::time::timeout(Duration::from_secs(5), group.close()).await;
                 return Err(e);
             }
@@ -400,6 +409,45 @@ pub async fn send_to_group(
         spread,
         security,
     })
+}
+
+/// `e` said again when it is the library's "no peer can take the
+/// message" (every receiver it was sending to is gone): which receivers
+/// those were and why each went ("127.0.0.1:7008: left the group: the
+/// receiver was interrupted"), from the group's events, as when no
+/// receiver accepted; the library's words name neither. Any other error
+/// is returned as it is.
+fn gone(
+    group: &Group,
+    e: anyhow::Error,
+    accepted: &[(PeerId, SocketAddr)],
+    outcomes: &BTreeMap<SocketAddr, (Outcome, Duration)>,
+) -> anyhow::Error {
+    let no_peers = |c: &(dyn std::error::Error + 'static)| {
+        matches!(c.downcast_ref::<manyfold::SendError>(), Some(manyfold::SendError::NoPeers))
+    };
+    if !e.chain().any(no_peers) {
+        return e;
+    }
+    let mut left = BTreeMap::new();
+    while let Some(ev) = group.try_event() {
+        if let manyfold::GroupEvent::PeerLeft { addr, why, .. } = ev {
+            left.insert(addr, why);
+        }
+    }
+    let mut why: BTreeMap<SocketAddr, String> = outcomes.iter().map(|(a, (o, _))| (*a, text(o).to_string())).collect();
+    for &(_, addr) in accepted {
+        let text = match left.get(&addr) {
+            Some(w) => format!("left the group: {}", net::left(*w, Role::Receiver)),
+            None => "left the group".to_string(),
+        };
+        why.insert(addr, text);
+    }
+    let why: Vec<String> = why.iter().map(|(a, t)| format!("{a}: {t}")).collect();
+    // What the CLI said about the failure, without the library's words.
+    let mut text: Vec<String> = e.chain().take_while(|c| !no_peers(*c)).map(|c| c.to_string()).collect();
+    text.push(format!("no receiver is left ({})", why.join("; ")));
+    anyhow::anyhow!(text.join(": "))
 }
 
 fn text(o: &Outcome) -> &str {
