@@ -25,7 +25,10 @@
 //!   [`peer_close_text`]). [`Connection::stats`] has its
 //!   RTT, window and retransmissions. Data already in a [`Bytes`] goes
 //!   without a copy through [`Connection::write_chunk`] (on any stream:
-//!   [`StreamIo::write_chunk`]), as quinn's `write_chunk`.
+//!   [`StreamIo::write_chunk`]), as quinn's `write_chunk`. What a client
+//!   writes as soon as `connect` returns rides on the handshake's last
+//!   packet: that packet waits up to [`ConnectionConfig::echo_delay`]
+//!   (1 ms) for it. Where the server speaks first, set it to zero.
 //! - [`Streams`] ([`Connection::streams`]) are the connection's numbered
 //!   streams 1–65,535: each a byte stream ([`Streams::io`]) or a sequence
 //!   of whole messages ([`Streams::send_message`],
