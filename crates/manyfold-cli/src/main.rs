@@ -76,7 +76,8 @@ enum Command {
     /// renamed to its final name, with the sender's mode and mtime. Paths
     /// that would leave DIR (`..`, absolute, links pointing outside) are
     /// refused, and so are existing files unless --overwrite. A transfer
-    /// that breaks off keeps its partial file: the same send resumes it.
+    /// that breaks off keeps its partial file: the same send resumes it (a
+    /// send to several receivers starts again).
     Recv(transfer::RecvArgs),
 
     /// Send files, directories (like `rsync -a`) or standard input to a

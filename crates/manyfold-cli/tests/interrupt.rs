@@ -192,7 +192,12 @@ fn the_last_group_receiver_interrupted_mid_data_is_named_in_the_senders_error() 
     assert!(line.contains("while sending data"), "{line}\n{out}");
     assert!(line.contains(&format!("{a_addr}: left the group: the receiver was interrupted")), "{line}\n{out}");
     assert!(line.contains(&format!("{b_addr}: refused: file exists")), "{line}\n{out}");
-    interrupted_itself(a, "SIGINT", 130);
+    // A group's partial file is not kept (no resume: every receiver gets
+    // the same bytes), and the receiver's words do not promise one.
+    let out = interrupted_itself(a, "SIGINT", 130);
+    assert!(out.stderr.contains("a group's transfer starts again"), "{out}");
+    let left: Vec<_> = std::fs::read_dir(&a_dir).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert!(left.is_empty(), "left in the interrupted receiver's directory: {left:?}");
     b.wait(LIMIT).assert_failure();
 }
 

@@ -37,7 +37,8 @@ pub struct RecvArgs {
     /// Exit after one transfer; the exit status tells whether it succeeded.
     /// Without it, the receiver serves until Ctrl-C or SIGTERM. The partial
     /// files of transfers still in progress are kept: the same send resumes
-    /// them (see --partial-max-age).
+    /// them (see --partial-max-age); a group's (`send --to A,B`) starts
+    /// again.
     #[arg(long)]
     pub once: bool,
 
@@ -114,8 +115,9 @@ pub async fn run(args: RecvArgs) -> Result<()> {
             signal = &mut ctrl_c => {
                 // The connections are already reset (the senders know).
                 // Transfers that ended before the signal count as what they
-                // were; the others are stopped (their partial files are kept
-                // for a resume).
+                // were; the others are stopped (a single sender's partial
+                // file is kept for a resume; a group's, which every
+                // receiver gets alike and so cannot resume, is removed).
                 while let Some(joined) = tasks.try_join_next() {
                     let _ = tally.record(joined, &multi, args.once);
                 }
@@ -124,8 +126,8 @@ pub async fn run(args: RecvArgs) -> Result<()> {
                 let saved = if tally.saved > 0 { format!("{} transfer(s) saved; ", tally.saved) } else { String::new() };
                 if active > 0 {
                     break Err(net::lifecycle::account(format!(
-                        "interrupted by {} with {active} transfer(s) in progress ({saved}what arrived is kept: the \
-                         same send resumes it)",
+                        "interrupted by {} with {active} transfer(s) in progress ({saved}what arrived from a single \
+                         sender is kept, and the same send resumes it; a group's transfer starts again)",
                         signal.name()
                     )));
                 }
