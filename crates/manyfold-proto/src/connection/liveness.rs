@@ -124,10 +124,11 @@ impl Connection {
     /// The process means to exit (spec §4.8): from TIME-WAIT, now or when
     /// it is entered, the final ack is sent again, unasked; not by a
     /// TIME-WAIT already quiet for twice the longer of its linger and its
-    /// RTO, whose peer has had the ack (or would have asked again). A client that ran 10,000 short sessions
-    /// holds them all in TIME-WAIT at its exit: it re-acked every one
-    /// twice, and the server answered each repeat with a reset (four
-    /// datagrams per session more than the session's five).
+    /// RTO, whose peer has had the ack (or would have asked again). A
+    /// client that ran 10,000 short sessions holds them all in TIME-WAIT
+    /// at its exit: it re-acked every one twice, and the server answered
+    /// each repeat with a reset (four datagrams per session more than the
+    /// session's five).
     pub fn prepare_exit(&mut self, now: Instant) {
         if !self.exiting {
             self.exiting = true;

@@ -197,11 +197,11 @@ impl Connection {
     /// spec §15.3: a released connection in TIME-WAIT only answers a
     /// repeated FIN (§4.4) and repeats its final ack (§4.8). Its streams,
     /// sent queue, event queue and congestion controller go to the next
-    /// connection now, not when
-    /// TIME-WAIT ends 15 s later: a client running one short session
-    /// after another otherwise allocated them all anew for each (the pool
-    /// stayed empty while every session of the last 15 s held its own),
-    /// and held ~8 KB per session. Once per connection; `None` otherwise.
+    /// connection now, not when TIME-WAIT ends 15 s later: a client
+    /// running one short session after another otherwise allocated them
+    /// all anew for each (the pool stayed empty while every session of the
+    /// last 15 s held its own), and held ~8 KB per session. Once per
+    /// connection; `None` otherwise.
     pub(crate) fn shed_for_time_wait(&mut self) -> Option<Spare> {
         if self.shed || !self.released || self.state != State::TimeWait || !self.events.is_empty() {
             return None;
