@@ -61,6 +61,14 @@ fn reported(p: Running, since: Instant, needle: &str, who: &str) -> Output {
     out
 }
 
+/// Two receivers' directories, `a` and `b`, made under `inbox`.
+fn two_dirs(inbox: &std::path::Path) -> (std::path::PathBuf, std::path::PathBuf) {
+    let (a, b) = (inbox.join("a"), inbox.join("b"));
+    std::fs::create_dir(&a).unwrap();
+    std::fs::create_dir(&b).unwrap();
+    (a, b)
+}
+
 /// The interrupted side's own account: exit status 130 (SIGINT) or 143
 /// (SIGTERM) and a message naming the signal.
 fn interrupted_itself(p: Running, name: &str, code: i32) -> Output {
@@ -126,9 +134,7 @@ fn a_terminated_receiver_is_reported_by_the_sender() {
 #[test]
 fn an_interrupted_group_sender_is_reported_by_every_receiver() {
     let (_tmp, src, inbox) = setup("40MB");
-    let (a_dir, b_dir) = (inbox.join("a"), inbox.join("b"));
-    std::fs::create_dir(&a_dir).unwrap();
-    std::fs::create_dir(&b_dir).unwrap();
+    let (a_dir, b_dir) = two_dirs(&inbox);
     let (mut a, a_addr) = recv(&a_dir, &SLOW);
     let (mut b, b_addr) = recv(&b_dir, &SLOW);
     let sender = send(&src, &format!("{a_addr},{b_addr}"), &[]);
@@ -152,9 +158,7 @@ fn an_interrupted_group_sender_is_reported_by_every_receiver() {
 #[test]
 fn an_interrupted_group_receiver_is_named_in_the_senders_report() {
     let (_tmp, src, inbox) = setup("40MB");
-    let (a_dir, b_dir) = (inbox.join("a"), inbox.join("b"));
-    std::fs::create_dir(&a_dir).unwrap();
-    std::fs::create_dir(&b_dir).unwrap();
+    let (a_dir, b_dir) = two_dirs(&inbox);
     let (mut a, a_addr) = recv(&a_dir, &[]);
     let (mut b, b_addr) = recv(&b_dir, &[]);
     let sender = send(&src, &format!("{a_addr},{b_addr}"), &SLOW);
@@ -175,9 +179,7 @@ fn an_interrupted_group_receiver_is_named_in_the_senders_report() {
 #[test]
 fn the_last_group_receiver_interrupted_mid_data_is_named_in_the_senders_error() {
     let (_tmp, src, inbox) = setup("40MB");
-    let (a_dir, b_dir) = (inbox.join("a"), inbox.join("b"));
-    std::fs::create_dir(&a_dir).unwrap();
-    std::fs::create_dir(&b_dir).unwrap();
+    let (a_dir, b_dir) = two_dirs(&inbox);
     std::fs::write(b_dir.join("sample.bin"), b"already here").unwrap();
     let (mut a, a_addr) = recv(&a_dir, &[]);
     let (b, b_addr) = recv(&b_dir, &[]);

@@ -151,7 +151,7 @@ impl Driver {
                     }
                 }
                 more_input = round + 1 == RECV_ROUNDS || received >= RECV_BYTES;
-                if received >= RECV_BYTES {
+                if more_input {
                     break;
                 }
             }

@@ -437,17 +437,17 @@ fn gone(
     }
     let mut why: BTreeMap<SocketAddr, String> = outcomes.iter().map(|(a, (o, _))| (*a, text(o).to_string())).collect();
     for &(_, addr) in accepted {
-        let text = match left.get(&addr) {
+        let went = match left.get(&addr) {
             Some(w) => format!("left the group: {}", net::left(*w, Role::Receiver)),
             None => "left the group".to_string(),
         };
-        why.insert(addr, text);
+        why.insert(addr, went);
     }
     let why: Vec<String> = why.iter().map(|(a, t)| format!("{a}: {t}")).collect();
     // What the CLI said about the failure, without the library's words.
-    let mut text: Vec<String> = e.chain().take_while(|c| !no_peers(*c)).map(|c| c.to_string()).collect();
-    text.push(format!("no receiver is left ({})", why.join("; ")));
-    anyhow::anyhow!(text.join(": "))
+    let mut said: Vec<String> = e.chain().take_while(|c| !no_peers(*c)).map(|c| c.to_string()).collect();
+    said.push(format!("no receiver is left ({})", why.join("; ")));
+    anyhow::anyhow!(said.join(": "))
 }
 
 fn text(o: &Outcome) -> &str {

@@ -112,8 +112,17 @@ impl Connection {
     /// repeated FIN was last acked (spec §4.8): a peer whose last ack was
     /// lost would have asked again by now.
     fn lingered(&self, now: Instant) -> bool {
-        let Some(end) = self.timers.get(Timer::TimeWait) else { return true };
-        now + self.config.time_wait >= end + self.linger()
+        self.quiet_for(now) >= self.linger()
+    }
+
+    /// In TIME-WAIT, how long since it was entered or last re-acked a FIN
+    /// (its timer was then set to `time_wait` from that moment); forever
+    /// without the timer.
+    fn quiet_for(&self, now: Instant) -> Duration {
+        match self.timers.get(Timer::TimeWait) {
+            Some(end) => (now + self.config.time_wait).saturating_duration_since(end),
+            None => Duration::MAX,
+        }
     }
 
     /// Four RTOs, at least 250 ms, at most a second and `time_wait`.
@@ -143,9 +152,7 @@ impl Connection {
     /// whose FIN rode with data repeats it only after its whole RTO, which
     /// can exceed the linger's one-second cap.
     fn quiet_past_any_repeat(&self, now: Instant) -> bool {
-        let Some(end) = self.timers.get(Timer::TimeWait) else { return true };
-        let wait = (self.linger() * 2).max(self.rtt.rto(0) * 2);
-        now + self.config.time_wait >= end + wait
+        self.quiet_for(now) >= self.linger().max(self.rtt.rto(0)) * 2
     }
 
     /// spec §4.8: the final ack goes again a quarter RTT later (not in the

@@ -366,11 +366,7 @@ impl Connection {
         let must = echo || syn_ack || self.has_declined();
         // spec §6.2: an echo with nothing to carry waits a little for the
         // application's first write, which then rides on it.
-        let idle = self.streams.queued() == 0
-            && !self.streams.has_sendable()
-            && !self.streams.has_control()
-            && !self.fin_queued;
-        if echo && !syn_ack && !self.has_declined() && self.hold_echo(now, idle) {
+        if echo && !syn_ack && !self.has_declined() && self.hold_echo(now) {
             self.note_limit(now, Some(Limit::Application));
             return Sent::Blocked;
         }
@@ -522,12 +518,17 @@ impl Connection {
     }
 
     /// spec §6.2: whether the cookie echo waits for the application's
-    /// first write: only while there is nothing for it to carry (`idle`),
-    /// and at most `echo_delay` after it was first due. The hold shares
-    /// the flush delay's clock and timer (§5.7): no data can wait behind
-    /// the echo's hold, since data ends it.
-    fn hold_echo(&mut self, now: Instant, idle: bool) -> bool {
+    /// first write: only while there is nothing for it to carry (no data,
+    /// empty message, stream FIN or control, nor the FIN), and at most
+    /// `echo_delay` after it was first due. The hold shares the flush
+    /// delay's clock and timer (§5.7): no data can wait behind the echo's
+    /// hold, since data ends it.
+    fn hold_echo(&mut self, now: Instant) -> bool {
         let delay = self.config.echo_delay;
+        let idle = self.streams.queued() == 0
+            && !self.streams.has_sendable()
+            && !self.streams.has_control()
+            && !self.fin_queued;
         if delay.is_zero() || !idle {
             return false;
         }
