@@ -248,6 +248,16 @@ pub struct EndpointConfig {
     /// per-connection states. A burst of more sessions than this
     /// allocates for the rest; 0 keeps none.
     pub max_spare_connections: usize,
+    /// Most peers whose round trip the endpoint remembers between
+    /// connections (spec §5.4.1); past it the peer remembered first is
+    /// forgotten. A new connection's first RTO then allows for the time
+    /// the peer took to answer data before, not only for its handshake's
+    /// round trip, which a stateless listener answers at once. 0
+    /// remembers nothing.
+    pub max_peer_rtts: usize,
+    /// How long a remembered round trip stays good after the last
+    /// connection to that peer reported it (spec §5.4.1).
+    pub peer_rtt_lifetime: Duration,
 }
 
 /// A listener's policy for 0-RTT data (spec §6.9).
@@ -285,6 +295,8 @@ impl Default for EndpointConfig {
             reuse_tokens: false,
             max_tokens: 1024,
             max_spare_connections: 256,
+            max_peer_rtts: 1024,
+            peer_rtt_lifetime: Duration::from_secs(600),
         }
     }
 }

@@ -119,3 +119,70 @@ fn a_server_that_served_a_hundred_thousand_sessions_holds_no_state_for_them() {
     assert!(idle, "server still holds {} (seed {seed})", w.endpoint(server()).connection_count());
     assert_eq!(w.endpoint(server()).stats().connections_accepted, total, "seed {seed}");
 }
+
+/// `total` sessions at concurrency 20 to a server whose application
+/// answers 40 ms after a request is whole and which holds the request's
+/// ack up to 25 ms for the reply to carry it (`reply_ack_delay`, as a TCP
+/// server's delayed ack would), over a 0.2 ms round trip with `loss` each
+/// way. Even sessions send the request on the cookie echo; odd ones
+/// connect, and write it 5 ms later, on a packet after the echo. Returns
+/// the packets the clients sent again, after checking that every session
+/// got its reply.
+fn sessions_to_a_server_that_thinks(seed: u64, max_peer_rtts: usize, loss: f64, total: u64) -> u64 {
+    let link = LinkConfig::with_delay(Duration::from_micros(100)).loss(loss);
+    let mut w = World::new(seed);
+    let mut server_cfg = EndpointConfig { accept_backlog: 1 << 14, ..EndpointConfig::default() };
+    server_cfg.connection.reply_ack_delay = Duration::from_millis(25);
+    w.add_node(client(), EndpointConfig { max_peer_rtts, ..EndpointConfig::default() });
+    w.add_node(server(), server_cfg);
+    w.endpoint_mut(server()).set_listening(true);
+    w.set_link(client(), server(), link);
+    let (mut srv, mut cli) = (Server::default(), Clients::default());
+    srv.think = Duration::from_millis(40);
+    let mut started = 0u64;
+    let deadline = w.elapsed() + Duration::from_secs(120);
+    while cli.done < total && w.elapsed() < deadline {
+        while cli.open.len() < 20 && started < total {
+            let i = started;
+            w.act(client(), |ep, now| match i % 2 {
+                0 => cli.start(ep, now, i, 1000),
+                _ => cli.start_unwritten(ep, now, i, 1000, now + Duration::from_millis(5)),
+            });
+            started += 1;
+        }
+        w.run_for(Duration::from_millis(1));
+        w.act(server(), |ep, now| srv.run_at(ep, now));
+        w.act(client(), |ep, now| cli.run_at(ep, now, seed));
+    }
+    assert_eq!(cli.done, total, "sessions done (seed {seed}, max_peer_rtts {max_peer_rtts}, loss {loss})");
+    cli.resent
+}
+
+/// spec §5.4.1: the handshake's round trip (0.2 ms; a stateless listener
+/// answers at once) gives a client a probe timeout of 10 ms (its floor),
+/// so a request sent after the echo, which the server acks 25 ms later,
+/// is probed before its ack comes: every such session resends, without
+/// the endpoint's memory of the peer. With it, only sessions that started
+/// before one had finished do; later ones start from the round trip
+/// their predecessors measured.
+#[test]
+fn a_servers_remembered_answer_time_spares_later_requests_a_spurious_resend() {
+    let seed = 6010;
+    let remembered = sessions_to_a_server_that_thinks(seed, 1024, 0.0, 300);
+    let forgotten = sessions_to_a_server_that_thinks(seed, 0, 0.0, 300);
+    assert!(forgotten >= 150, "without memory each late request resends: {forgotten} (seed {seed})");
+    // The first wave's ten late requests, and a few whose predecessors
+    // left a short estimate (one sample of 25 ms moves SRTT an eighth).
+    assert!(remembered <= 30, "with memory {remembered}, without {forgotten} (seed {seed})");
+}
+
+/// spec §5.4.1 under loss: with requests, replies and acks lost (2% each
+/// way), every session still gets its reply, and the memory still spares
+/// most resends (a real loss is repaired a remembered RTO later).
+#[test]
+fn with_two_percent_loss_remembered_round_trips_still_repair_every_session_with_fewer_resends() {
+    let seed = 6011;
+    let remembered = sessions_to_a_server_that_thinks(seed, 1024, 0.02, 300);
+    let forgotten = sessions_to_a_server_that_thinks(seed, 0, 0.02, 300);
+    assert!(remembered * 3 < forgotten, "resent {remembered} with memory, {forgotten} without (seed {seed})");
+}

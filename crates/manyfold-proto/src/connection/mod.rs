@@ -40,7 +40,7 @@ use crate::config::ConnectionConfig;
 use crate::congestion::pacer::Pacer;
 use crate::congestion::{self, Controller};
 use crate::ids::{ConnId, StreamId};
-use crate::recovery::{RttEstimator, SentQueue};
+use crate::recovery::{RttEstimator, RttReport, SentQueue};
 use crate::seq::Seq;
 use crate::wire::{Cookie, ErrorCode, Flags, HandshakeParams, Packet, HEADER_LEN};
 use acks::{AckFrequency, AckState};
@@ -124,6 +124,8 @@ pub(crate) struct Connection {
     reacks_left: u8,
     /// Released in TIME-WAIT, its containers handed on (spec §15.3).
     shed: bool,
+    /// Its round trip went to the endpoint's memory of the peer (spec §5.4.1).
+    rtt_reported: bool,
     /// Probes sent since an ack last made progress (spec §5.4: at most
     /// `MAX_TLPS` per flight, each after twice the previous wait).
     tlp_count: u32,
@@ -218,6 +220,39 @@ impl Connection {
         })
     }
 
+    /// spec §5.4.1: the peer's round trip as earlier connections left it.
+    pub(crate) fn remember_rtt(&mut self, srtt: Duration, rttvar: Duration) {
+        self.rtt.remember(srtt, rttvar);
+    }
+
+    /// spec §5.4.1: what this connection tells the endpoint's memory of
+    /// its peer, once, when it is released and done with data (TIME-WAIT
+    /// or CLOSED): its estimate if it took a sample beyond the
+    /// handshake's with no timeout unanswered, `Failed` if it ended by a
+    /// timeout or an unreachable peer, nothing otherwise (an abort, a
+    /// connection that never carried data). With it, when the peer was
+    /// last heard: the report's age.
+    pub(crate) fn take_rtt_report(&mut self) -> Option<(RttReport, Instant)> {
+        if self.rtt_reported || !self.released || !matches!(self.state, State::TimeWait | State::Closed) {
+            return None;
+        }
+        self.rtt_reported = true;
+        let report = match self.close_reason {
+            Some(
+                CloseReason::ConnectTimeout
+                | CloseReason::RetransmitTimeout
+                | CloseReason::StallTimeout
+                | CloseReason::IdleTimeout
+                | CloseReason::Unreachable(_),
+            ) => RttReport::Failed,
+            _ if self.rtt.samples() >= 2 && self.rto_backoff == 0 => {
+                RttReport::Measured { srtt: self.rtt.srtt(), rttvar: self.rtt.rttvar() }
+            }
+            _ => return None,
+        };
+        Some((report, self.last_heard))
+    }
+
     fn new(
         config: ConnectionConfig,
         now: Instant,
@@ -272,6 +307,7 @@ impl Connection {
             exiting: false,
             reacks_left: 0,
             shed: false,
+            rtt_reported: false,
             tlp_count: 0,
             timers: Timers::default(),
             ack: AckState::new(config.ack_frequency, config.max_ack_delay),

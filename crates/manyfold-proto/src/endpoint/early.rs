@@ -4,7 +4,6 @@
 //! routes that SYN's retransmissions to it; a client keeps the latest
 //! token of each server, bounded.
 
-use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
 use std::time::Instant;
 
@@ -13,47 +12,6 @@ use crate::config::EarlyData;
 use crate::connection::{Connection, EarlySyn, Event};
 use crate::ids::ConnId;
 use crate::wire::{HandshakeParams, Packet, Token};
-
-/// A client's tokens, one per server address, at most `limit`; the
-/// oldest server is forgotten first.
-#[derive(Debug)]
-pub(super) struct TokenStore {
-    tokens: HashMap<SocketAddr, Token>,
-    order: VecDeque<SocketAddr>,
-    limit: usize,
-}
-
-impl TokenStore {
-    pub fn new(limit: usize) -> Self {
-        TokenStore { tokens: HashMap::new(), order: VecDeque::new(), limit }
-    }
-
-    pub fn get(&self, server: SocketAddr) -> Option<Token> {
-        self.tokens.get(&server).copied()
-    }
-
-    /// Keeps `token` as `server`'s latest.
-    pub fn insert(&mut self, server: SocketAddr, token: Token) {
-        if self.limit == 0 {
-            return;
-        }
-        if let Some(t) = self.tokens.get_mut(&server) {
-            *t = token;
-            return;
-        }
-        while self.tokens.len() >= self.limit {
-            let Some(old) = self.order.pop_front() else { break };
-            self.tokens.remove(&old);
-        }
-        self.tokens.insert(server, token);
-        self.order.push_back(server);
-    }
-
-    #[cfg(test)]
-    fn len(&self) -> usize {
-        self.tokens.len()
-    }
-}
 
 impl Endpoint {
     /// The fresh token a SYN-ACK to `from` carries: only if the SYN asked
@@ -106,8 +64,9 @@ impl Endpoint {
         let token = self.token_for(now, from, params);
         let early = EarlySyn { syn, client_id, params, token };
         let spare = self.spares.pop();
-        let conn =
+        let mut conn =
             Connection::new_early_server(self.config.connection.clone(), now, from, server_id, isn, early, spare);
+        self.recall_rtt(now, &mut conn);
         let handle = self.table.insert(conn);
         self.stats.connections_accepted += 1;
         self.stats.early_accepted += 1;
@@ -115,30 +74,5 @@ impl Endpoint {
         self.events.push_back((handle, Event::Incoming));
         self.touch(handle.index(), now);
         true
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn addr(port: u16) -> SocketAddr {
-        SocketAddr::from(([127, 0, 0, 1], port))
-    }
-
-    #[test]
-    fn the_token_store_keeps_the_latest_per_server_and_forgets_the_oldest_server() {
-        let mut s = TokenStore::new(2);
-        let t = |n| Token { timestamp: n, mac: u64::from(n) };
-        s.insert(addr(1), t(1));
-        s.insert(addr(2), t(2));
-        s.insert(addr(1), t(3));
-        assert_eq!((s.get(addr(1)), s.len()), (Some(t(3)), 2), "a newer token replaces the old");
-        s.insert(addr(3), t(4));
-        assert_eq!((s.get(addr(1)), s.get(addr(2)), s.get(addr(3))), (None, Some(t(2)), Some(t(4))));
-        assert_eq!(s.len(), 2);
-        let mut none = TokenStore::new(0);
-        none.insert(addr(1), t(1));
-        assert_eq!(none.get(addr(1)), None);
     }
 }

@@ -344,7 +344,7 @@ impl Endpoint {
         let max_datagram = cookie.client_max_datagram;
         // The cookie's age is the SYN-ACK round trip (ms resolution).
         let rtt = Duration::from_millis(u64::from(timestamp.wrapping_sub(cookie.timestamp)));
-        let conn = Connection::new_server(
+        let mut conn = Connection::new_server(
             self.config.connection.clone(),
             now,
             from,
@@ -357,6 +357,7 @@ impl Endpoint {
             security,
             self.spares.pop(),
         );
+        self.recall_rtt(now, &mut conn);
         self.accept_new(now, conn, protected, packet);
     }
 

@@ -14,13 +14,16 @@
 //! - conn.rs: the application's view of one connection ([`ConnRef`],
 //!   [`ConnMut`]): each call forwards to it once;
 //! - members.rs: the endpoint as host of its groups (spec §14), which run
-//!   in group/host.rs.
+//!   in group/host.rs;
+//! - peers.rs: what it remembers of each peer between connections, its
+//!   tokens and its round trip (spec §5.4.1, §6.9).
 
 mod conn;
 mod early;
 mod listener;
 mod members;
 mod memory;
+mod peers;
 mod route;
 mod schedule;
 mod table;
@@ -194,7 +197,9 @@ pub struct Endpoint {
     stats: EndpointStats,
     groups: Groups,
     /// As a client: the latest token of each server (spec §6.9).
-    tokens: early::TokenStore,
+    tokens: peers::PeerMap<crate::wire::Token>,
+    /// Each peer's round trip as finished connections left it (spec §5.4.1).
+    rtts: peers::RttMemory,
     /// What finished connections left for new ones (issue 21, spec §15.3),
     /// at most `config.max_spare_connections`.
     spares: Vec<Spare>,
@@ -209,7 +214,8 @@ impl Endpoint {
         let mut rng = ChaCha8Rng::seed_from_u64(config.seed);
         let crypto_rng = crate::secure::crypto_rng(config.seed, config.crypto_seed);
         let listener = Listener::new(&config, &mut rng, now);
-        let config_max_tokens = config.max_tokens;
+        let tokens = peers::PeerMap::new(config.max_tokens);
+        let rtts = peers::RttMemory::new(config.max_peer_rtts, config.peer_rtt_lifetime);
         Endpoint {
             memory: Memory::new(config.max_buffered_bytes),
             config,
@@ -223,7 +229,8 @@ impl Endpoint {
             opened: Vec::new(),
             stats: EndpointStats::default(),
             groups: Groups::default(),
-            tokens: early::TokenStore::new(config_max_tokens),
+            tokens,
+            rtts,
             spares: Vec::new(),
             rx_source: None,
         }
@@ -284,8 +291,9 @@ impl Endpoint {
         let spare = self.spares.pop();
         let mut conn = Connection::new_client(config, now, remote, local_id, isn, security, spare);
         if self.config.reuse_tokens && self.config.security.is_none() {
-            conn.use_tokens(self.tokens.get(remote));
+            conn.use_tokens(self.tokens.get(remote).copied());
         }
+        self.recall_rtt(now, &mut conn);
         let h = self.table.insert(conn);
         self.table.note_syn_sent(remote, h.index());
         self.touch(h.index(), now);
@@ -545,7 +553,14 @@ impl Endpoint {
     /// Frees a connection that is CLOSED, released, and has nothing left
     /// to send; its emptied containers wait for the next connection, at
     /// most [`EndpointConfig::max_spare_connections`] of them (issue 21).
+    /// Its round trip goes to the endpoint's memory of the peer first
+    /// (spec §5.4.1).
     fn reap(&mut self, idx: u32) {
+        if let Some(c) = self.table.slot_mut(idx).conn.as_mut() {
+            if let Some((report, at)) = c.take_rtt_report() {
+                self.rtts.learn(at, c.remote(), report);
+            }
+        }
         let room = self.spares.len() < self.config.max_spare_connections;
         if let Some((buffered, conn)) = self.table.reap(idx) {
             self.memory.forget(buffered);
@@ -558,6 +573,14 @@ impl Endpoint {
             if room {
                 self.spares.push(spare);
             }
+        }
+    }
+
+    /// spec §5.4.1: a new connection starts from what earlier ones to the
+    /// same peer measured.
+    fn recall_rtt(&self, now: Instant, conn: &mut Connection) {
+        if let Some((srtt, rttvar)) = self.rtts.get(now, conn.remote()) {
+            conn.remember_rtt(srtt, rttvar);
         }
     }
 

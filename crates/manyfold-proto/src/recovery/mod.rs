@@ -8,7 +8,7 @@ mod rtt;
 mod sent;
 
 pub use delivery::RateSample;
-pub use rtt::RttEstimator;
+pub use rtt::{RttEstimator, RttReport};
 pub(crate) use sent::{AckOutcome, PacketState, SentPacket, SentQueue};
 
 /// What declared a packet lost (spec §5.4).

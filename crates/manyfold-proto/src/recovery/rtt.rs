@@ -21,6 +21,25 @@ pub struct RttEstimator {
     max_rto: Duration,
     /// The longest the peer delays an ack (its `max_ack_delay`).
     ack_delay: Duration,
+    /// The peer's round trip as earlier connections left it (spec §5.4.1):
+    /// a floor under the first sample's SRTT and RTTVAR.
+    remembered: Option<(Duration, Duration)>,
+}
+
+/// What a finished connection tells its endpoint's memory of the peer
+/// (spec §5.4.1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RttReport {
+    /// Samples beyond the handshake's, and no timeout left unanswered.
+    Measured {
+        /// The connection's smoothed round trip at its end.
+        srtt: Duration,
+        /// Its round-trip variation.
+        rttvar: Duration,
+    },
+    /// The connection ended by a timeout or an unreachable peer: what
+    /// was remembered no longer holds.
+    Failed,
 }
 
 impl RttEstimator {
@@ -36,6 +55,22 @@ impl RttEstimator {
             min_rto,
             max_rto,
             ack_delay,
+            remembered: None,
+        }
+    }
+
+    /// Takes the peer's remembered round trip (spec §5.4.1): the first
+    /// sample's SRTT and RTTVAR are at least `srtt` and `rttvar` (RFC 6298
+    /// (2.2) with a floor), and a sample already taken is raised to them.
+    /// The handshake's sample measures a listener that answers at once;
+    /// the peer's application may take longer to answer the first data.
+    pub fn remember(&mut self, srtt: Duration, rttvar: Duration) {
+        match self.srtt {
+            None => self.remembered = Some((srtt, rttvar)),
+            Some(s) => {
+                self.srtt = Some(s.max(srtt));
+                self.rttvar = self.rttvar.max(rttvar);
+            }
         }
     }
 
@@ -47,9 +82,11 @@ impl RttEstimator {
         self.min = if self.srtt.is_none() { r } else { self.min.min(r) };
         match self.srtt {
             // RFC 6298 (2.2): SRTT <- R, RTTVAR <- R/2.
+            // spec §5.4.1: no lower than the peer's remembered round trip.
             None => {
-                self.srtt = Some(r);
-                self.rttvar = r / 2;
+                let (srtt, rttvar) = self.remembered.take().unwrap_or_default();
+                self.srtt = Some(r.max(srtt));
+                self.rttvar = (r / 2).max(rttvar);
             }
             // RFC 6298 (2.3): alpha = 1/8, beta = 1/4.
             Some(srtt) => {
@@ -165,6 +202,24 @@ mod tests {
         }
         assert!(e.pto() < e.rto(0));
         assert!(e.rto(0) - e.pto() >= Duration::from_millis(24));
+    }
+
+    #[test]
+    fn a_remembered_round_trip_floors_the_first_sample_only() {
+        let ms = Duration::from_millis;
+        let mut e = est();
+        e.remember(ms(40), ms(10));
+        assert_eq!(e.rto(0), Duration::from_secs(1), "no sample yet: the initial RTO");
+        e.on_sample(Duration::from_micros(50));
+        assert_eq!((e.srtt(), e.rttvar()), (ms(40), ms(10)));
+        assert_eq!(e.min(), Duration::from_micros(50), "the path's least RTT is the sample's");
+        e.on_sample(ms(8));
+        assert_eq!(e.srtt(), ms(36), "later samples move it as any: 7/8 * 40 + 1/8 * 8");
+        // Remembered after the first sample: raised at once, never lowered.
+        let mut e = est();
+        e.on_sample(ms(60));
+        e.remember(ms(40), ms(40));
+        assert_eq!((e.srtt(), e.rttvar()), (ms(60), ms(40)));
     }
 
     #[test]
