@@ -117,9 +117,12 @@ pub struct ConnectionConfig {
     /// client that connects and then writes (the echo alone, then the data
     /// and the listener's ack of the echo). Anything queued meanwhile
     /// (data, an empty message, a stream's FIN or control, the FIN) sends
-    /// it at once. A server that speaks
+    /// it at once, and so does [`crate::ConnMut::end_echo_hold`], which a
+    /// driver calls when the application waits to read (a protocol whose
+    /// server speaks first). Without that call, a server that speaks
     /// first hears of the connection this much later. Zero sends the echo
-    /// at once. Default 1 ms.
+    /// at once. Default 10 ms: a loaded client's task may run its first
+    /// write several milliseconds after the SYN-ACK (RESULTS §30).
     pub echo_delay: Duration,
     /// Initial congestion window in packets (RFC 6928 uses 10).
     pub initial_window_packets: u32,
@@ -169,7 +172,7 @@ impl Default for ConnectionConfig {
             adaptive_acks: true,
             reply_ack_delay: Duration::from_millis(2),
             flush_delay: Duration::ZERO,
-            echo_delay: Duration::from_millis(1),
+            echo_delay: Duration::from_millis(10),
             initial_window_packets: 10,
             congestion: CongestionAlgorithm::Bbr,
             max_streams: 1024,

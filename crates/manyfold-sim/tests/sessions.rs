@@ -125,7 +125,8 @@ fn a_server_that_served_a_hundred_thousand_sessions_holds_no_state_for_them() {
 /// ack up to 25 ms for the reply to carry it (`reply_ack_delay`, as a TCP
 /// server's delayed ack would), over a 0.2 ms round trip with `loss` each
 /// way. Even sessions send the request on the cookie echo; odd ones
-/// connect, and write it 5 ms later, on a packet after the echo. Returns
+/// connect, and write it 15 ms later (past the echo's 10 ms wait for
+/// a write, spec §6.2), on a packet after the echo. Returns
 /// the packets the clients sent again, after checking that every session
 /// got its reply.
 fn sessions_to_a_server_that_thinks(seed: u64, max_peer_rtts: usize, loss: f64, total: u64) -> u64 {
@@ -146,7 +147,7 @@ fn sessions_to_a_server_that_thinks(seed: u64, max_peer_rtts: usize, loss: f64, 
             let i = started;
             w.act(client(), |ep, now| match i % 2 {
                 0 => cli.start(ep, now, i, 1000),
-                _ => cli.start_unwritten(ep, now, i, 1000, now + Duration::from_millis(5)),
+                _ => cli.start_unwritten(ep, now, i, 1000, now + Duration::from_millis(15)),
             });
             started += 1;
         }

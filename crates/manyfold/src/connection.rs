@@ -87,6 +87,17 @@ impl ConnRef {
         Ok(())
     }
 
+    /// [`Self::park`] for a reader. A client that waits to read before it
+    /// wrote anything ends its cookie echo's hold for a first write (spec
+    /// §6.2): its server is the one to speak first, and hears of the
+    /// connection at once.
+    fn park_reader(&self, inner: &mut Inner, cx: &Context<'_>) -> Result<(), Option<CloseReason>> {
+        if inner.engine.conn_mut(self.handle).end_echo_hold(crate::driver::now()) {
+            self.shared.wake_driver();
+        }
+        self.park(inner, cx, |c| &mut c.read)
+    }
+
     /// The error of a connection (`Some(reason)`) or endpoint (`None`)
     /// that is gone, with the peer's words when its RST had some (spec §3.3.4).
     fn gone(&self, inner: &Inner, reason: Option<CloseReason>) -> ConnectionError {
@@ -145,7 +156,7 @@ impl ConnRef {
                 }
                 Poll::Ready(Ok(Some(t)))
             }
-            Ok(None) => match self.park(inner, cx, |c| &mut c.read) {
+            Ok(None) => match self.park_reader(inner, cx) {
                 Ok(()) => Poll::Pending,
                 Err(reason) => Poll::Ready(gone(inner, reason)),
             },
@@ -329,7 +340,7 @@ impl ConnRef {
             {
                 Poll::Ready(Ok(None))
             }
-            Ok(None) => match self.park(inner, cx, |c| &mut c.read) {
+            Ok(None) => match self.park_reader(inner, cx) {
                 Ok(()) => Poll::Pending,
                 Err(Some(CloseReason::Graceful)) => Poll::Ready(Ok(None)),
                 Err(reason) => Poll::Ready(Err(self.gone(inner, reason))),
@@ -387,7 +398,7 @@ impl ConnRef {
         if peer_done {
             return Poll::Ready(Ok(None));
         }
-        match self.park(inner, cx, |c| &mut c.read) {
+        match self.park_reader(inner, cx) {
             Ok(()) => Poll::Pending,
             Err(Some(CloseReason::Graceful)) => Poll::Ready(Ok(None)),
             Err(reason) => Poll::Ready(Err(self.gone(inner, reason))),

@@ -28,7 +28,8 @@
 //!   [`StreamIo::write_chunk`]), as quinn's `write_chunk`. What a client
 //!   writes as soon as `connect` returns rides on the handshake's last
 //!   packet: that packet waits up to [`ConnectionConfig::echo_delay`]
-//!   (1 ms) for it. Where the server speaks first, set it to zero.
+//!   (10 ms) for it, or until the client first waits to read (a server
+//!   that speaks first hears of the client at once).
 //! - [`Streams`] ([`Connection::streams`]) are the connection's numbered
 //!   streams 1–65,535: each a byte stream ([`Streams::io`]) or a sequence
 //!   of whole messages ([`Streams::send_message`],

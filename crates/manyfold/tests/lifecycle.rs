@@ -197,3 +197,37 @@ async fn no_peer_is_stranded_when_a_process_exits_after_wait_idle() {
     .await
     .expect("test timed out");
 }
+
+/// spec §6.2: a client's cookie echo waits up to `echo_delay` for the
+/// first write, so that the request rides on it. A client that reads
+/// first (its server speaks first) ends the wait: here, with the wait
+/// set to 5 s, the server hears of the connection and its greeting
+/// arrives well before; a client that neither reads nor writes keeps the
+/// server waiting.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_reads_first_is_heard_by_its_server_at_once() {
+    timeout(TEST_TIMEOUT, async {
+        let mut client_cfg = config();
+        client_cfg.endpoint.connection.echo_delay = Duration::from_secs(5);
+        let (server, client) = pair(config(), client_cfg).await;
+        let addr = server.local_addr().unwrap();
+        let started = Instant::now();
+        let greeter = tokio::spawn(async move {
+            let mut conn = server.accept().await.expect("accepted");
+            conn.write_all(b"220 ready\r\n").await.unwrap();
+            (server, conn)
+        });
+        let mut conn = client.connect(addr).await.unwrap();
+        let mut buf = [0u8; 11];
+        conn.read_exact(&mut buf).await.unwrap();
+        assert_eq!(&buf, b"220 ready\r\n");
+        let took = started.elapsed();
+        assert!(took < Duration::from_secs(2), "the greeting took {took:?} (the echo's wait is 5 s)");
+        let (server, _greeted) = greeter.await.unwrap();
+        // A client that does neither: its server does not hear of it yet.
+        let _idle = client.connect(addr).await.unwrap();
+        assert!(timeout(Duration::from_millis(500), server.accept()).await.is_err(), "the echo still waits");
+    })
+    .await
+    .expect("test timed out");
+}

@@ -540,6 +540,19 @@ impl Connection {
         true
     }
 
+    /// spec §6.2: the application waits to read before it wrote: the
+    /// cookie echo held for its first write goes now. True if one was
+    /// held (or not yet due, then it is not held at all).
+    pub fn end_echo_hold(&mut self, now: Instant) -> bool {
+        let pending = self.cookie.is_some() && self.cookie_seq.is_none();
+        if !pending || self.flush_hold_end.is_some_and(|end| end <= now) {
+            return false;
+        }
+        self.flush_hold_end = Some(now);
+        self.timers.cancel(Timer::Flush);
+        true
+    }
+
     /// The data a hold waited for has gone, or nothing is in flight.
     fn end_flush_hold(&mut self) {
         if self.flush_hold_end.take().is_some() {

@@ -267,6 +267,15 @@ impl ConnMut<'_> {
         ep.table.get(self.h).map_or(0, |c| c.stream_capacity(StreamId::BYTES))
     }
 
+    /// The application waits to read before it wrote anything (spec
+    /// §6.2): a client's cookie echo that waits up to `echo_delay` for
+    /// the first write goes at the next `poll_transmit`, so that a
+    /// server that speaks first hears of the connection at once. Returns
+    /// whether an echo was held (the driver then has something to send).
+    pub fn end_echo_hold(&mut self, now: Instant) -> bool {
+        self.ep.with_conn(self.h, |c| c.end_echo_hold(now)).unwrap_or(false)
+    }
+
     /// Graceful close of our sending side (spec §4.4): a FIN follows the data
     /// already queued; we keep receiving until the peer finishes too (half-close).
     pub fn close(&mut self) {

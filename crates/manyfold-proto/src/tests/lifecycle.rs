@@ -395,13 +395,13 @@ fn a_reset_for_a_repeated_final_ack_stops_the_repeats() {
 }
 
 /// spec §6.2: with nothing queued when the SYN-ACK comes, the cookie echo
-/// waits up to `echo_delay` (1 ms) for the application's first write; a
+/// waits up to `echo_delay` (10 ms) for the application's first write; a
 /// request written within it rides on the echo (the client's second and
 /// last datagram before the reply), and without one the echo goes alone
 /// when the delay ends.
 #[test]
-fn the_cookie_echo_waits_a_millisecond_for_the_first_write_and_carries_it() {
-    for write_after in [Some(Duration::from_micros(500)), None] {
+fn the_cookie_echo_waits_for_the_first_write_and_carries_it() {
+    for write_after in [Some(Duration::from_millis(8)), None] {
         let mut p = Pair::new();
         let ca = p.a.connect(p.now, p.b_addr).unwrap();
         p.run_until(|p| p.a.conn(ca).state() == Some(State::Established));
@@ -425,7 +425,7 @@ fn the_cookie_echo_waits_a_millisecond_for_the_first_write_and_carries_it() {
                 p.drain();
                 p.wire.iter().any(|w| w.1)
             });
-            assert_eq!(p.now - connected, Duration::from_millis(1), "the echo goes alone after echo_delay");
+            assert_eq!(p.now - connected, Duration::from_millis(10), "the echo goes alone after echo_delay");
         }
         p.run_until(|p| p.events_b.iter().any(|e| e.1 == Event::Incoming));
     }
@@ -470,4 +470,22 @@ fn a_stream_fin_queued_after_the_syn_ack_sends_the_echo_at_once() {
     p.a.conn_mut(ca).finish_stream(crate::StreamId::BYTES).unwrap();
     p.drain();
     assert!(p.wire.iter().any(|w| w.1), "the echo left with the stream's FIN, without waiting");
+}
+
+/// spec §6.2: an application that waits to read before it wrote (its
+/// server speaks first) ends the echo's hold: the echo goes at once.
+#[test]
+fn a_client_that_waits_to_read_first_sends_the_echo_at_once() {
+    let mut p = Pair::new();
+    let ca = p.a.connect(p.now, p.b_addr).unwrap();
+    p.run_until(|p| p.a.conn(ca).state() == Some(State::Established));
+    p.drain();
+    assert!(!p.wire.iter().any(|w| w.1), "the echo waits for a write");
+    let at = p.now;
+    assert!(p.a.conn_mut(ca).end_echo_hold(p.now), "an echo was held");
+    p.drain();
+    assert!(p.wire.iter().any(|w| w.1), "the echo left at once");
+    assert!(!p.a.conn_mut(ca).end_echo_hold(p.now), "nothing held any more");
+    p.run_until(|p| p.events_b.iter().any(|e| e.1 == Event::Incoming));
+    assert_eq!(p.now - at, p.delay, "the server knows one way later");
 }
