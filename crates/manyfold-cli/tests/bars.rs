@@ -53,9 +53,7 @@ fn a_failed_group_receivers_bar_ends_with_the_failure() {
     let tmp = tempfile::tempdir().unwrap();
     let src = tmp.path().join("g.bin");
     samplegen(&src, "40MB", 5);
-    let (a_dir, b_dir) = (tmp.path().join("a"), tmp.path().join("b"));
-    std::fs::create_dir(&a_dir).unwrap();
-    std::fs::create_dir(&b_dir).unwrap();
+    let (a_dir, b_dir) = common::two_dirs(tmp.path());
     let (_a, a_addr) = common::recv_into(&a_dir, &["--once"]);
     let (mut b, b_addr) = common::recv_into(&b_dir, &["--once"]);
     // 40 MB at 4 MB/s: ten seconds to look at the bars.

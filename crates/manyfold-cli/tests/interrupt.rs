@@ -18,7 +18,7 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use common::{entries, interrupt, manyfold, samplegen, signal, wait_in_thread, Output, Running};
+use common::{entries, interrupt, manyfold, samplegen, signal, two_dirs, wait_in_thread, Output, Running};
 
 const LIMIT: Duration = Duration::from_secs(60);
 
@@ -62,13 +62,6 @@ fn reported(p: Running, since: Instant, needle: &str, who: &str) -> Output {
 }
 
 /// Two receivers' directories, `a` and `b`, made under `inbox`.
-fn two_dirs(inbox: &std::path::Path) -> (std::path::PathBuf, std::path::PathBuf) {
-    let (a, b) = (inbox.join("a"), inbox.join("b"));
-    std::fs::create_dir(&a).unwrap();
-    std::fs::create_dir(&b).unwrap();
-    (a, b)
-}
-
 /// The interrupted side's own account: exit status 130 (SIGINT) or 143
 /// (SIGTERM) and a message naming the signal.
 fn interrupted_itself(p: Running, name: &str, code: i32) -> Output {

@@ -80,9 +80,7 @@ fn send_and_recv_print_one_json_object_each_with_every_field() {
 #[test]
 fn group_send_prints_one_json_object_with_a_line_per_receiver() {
     let (_tmp, src, inbox) = setup("1MB");
-    let (a_dir, b_dir) = (inbox.join("a"), inbox.join("b"));
-    std::fs::create_dir(&a_dir).unwrap();
-    std::fs::create_dir(&b_dir).unwrap();
+    let (a_dir, b_dir) = common::two_dirs(&inbox);
     let ((a, a_addr), (b, b_addr)) = (recv_json(&a_dir), recv_json(&b_dir));
     let to = format!("{a_addr},{b_addr}");
     let sent = run_args(&["send", src.to_str().unwrap(), "--to", &to, "--json"], LIMIT);
@@ -241,9 +239,7 @@ fn rate_caps_a_tree_sent_to_a_group_within_ten_percent_over_five_seconds() {
     std::fs::create_dir(&tree).unwrap();
     samplegen(&tree.join("a.bin"), "5MB", 21);
     samplegen(&tree.join("b.bin"), "5MB", 22);
-    let (a_dir, b_dir) = (tmp.path().join("a"), tmp.path().join("b"));
-    std::fs::create_dir(&a_dir).unwrap();
-    std::fs::create_dir(&b_dir).unwrap();
+    let (a_dir, b_dir) = common::two_dirs(tmp.path());
     let (a, a_addr) = common::recv_into(&a_dir, &["--once"]);
     let (b, b_addr) = common::recv_into(&b_dir, &["--once"]);
     let to = format!("{a_addr},{b_addr}");

@@ -253,10 +253,10 @@ pub struct EndpointConfig {
     pub max_spare_connections: usize,
     /// Most peers whose round trip the endpoint remembers between
     /// connections (spec §5.4.1); past it the peer remembered first is
-    /// forgotten. A new connection's first RTO then allows for the time
-    /// the peer took to answer data before, not only for its handshake's
-    /// round trip, which a stateless listener answers at once. 0
-    /// remembers nothing.
+    /// forgotten. Until its first sample of data, a new connection's PTO
+    /// and RTO then allow for the time the peer took to answer data
+    /// before, not only for its handshake's round trip, which a stateless
+    /// listener answers at once. 0 remembers nothing.
     pub max_peer_rtts: usize,
     /// How long a remembered round trip stays good after the last
     /// connection to that peer reported it (spec §5.4.1).

@@ -200,6 +200,14 @@ pub fn run_args(args: &[&str], limit: Duration) -> Output {
 }
 
 /// Names in `dir`, sorted.
+/// Two receivers' directories, `a` and `b`, made under `parent`.
+pub fn two_dirs(parent: &Path) -> (std::path::PathBuf, std::path::PathBuf) {
+    let (a, b) = (parent.join("a"), parent.join("b"));
+    std::fs::create_dir(&a).unwrap();
+    std::fs::create_dir(&b).unwrap();
+    (a, b)
+}
+
 pub fn entries(dir: &Path) -> Vec<String> {
     let mut names: Vec<String> = std::fs::read_dir(dir)
         .expect("read_dir")

@@ -21,8 +21,10 @@ impl Connection {
         if out.undo_reduction {
             self.cc.on_spurious_congestion();
         }
-        if let Some(sample) = out.rtt_sample {
-            self.rtt.on_sample(sample);
+        match out.rtt_sample {
+            Some(sample) if out.rtt_sample_handshake => self.rtt.on_handshake_sample(sample),
+            Some(sample) => self.rtt.on_sample(sample),
+            None => {}
         }
         let lost = self.detect_lost(now);
         if let Some(sample) = self.sent.take_rate_sample(now, &self.rtt) {

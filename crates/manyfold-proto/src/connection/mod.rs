@@ -227,11 +227,10 @@ impl Connection {
 
     /// spec §5.4.1: what this connection tells the endpoint's memory of
     /// its peer, once, when it is released and done with data (TIME-WAIT
-    /// or CLOSED): its estimate if it took a sample beyond the
-    /// handshake's with no timeout unanswered, `Failed` if it ended by a
-    /// timeout or an unreachable peer, nothing otherwise (an abort, a
-    /// connection that never carried data). With it, when the peer was
-    /// last heard: the report's age.
+    /// or CLOSED): `Failed` if it ended by a timeout or an unreachable
+    /// peer; otherwise the estimate of its samples of data, if it took
+    /// any and no RTO is backed off. With it, when the peer was last
+    /// heard: the report's age.
     pub(crate) fn take_rtt_report(&mut self) -> Option<(RttReport, Instant)> {
         if self.rtt_reported || !self.released || !matches!(self.state, State::TimeWait | State::Closed) {
             return None;
@@ -245,10 +244,10 @@ impl Connection {
                 | CloseReason::IdleTimeout
                 | CloseReason::Unreachable(_),
             ) => RttReport::Failed,
-            _ if self.rtt.samples() >= 2 && self.rto_backoff == 0 => {
-                RttReport::Measured { srtt: self.rtt.srtt(), rttvar: self.rtt.rttvar() }
-            }
-            _ => return None,
+            _ => match self.rtt.of_data() {
+                Some((srtt, rttvar)) if self.rto_backoff == 0 => RttReport::Measured { srtt, rttvar },
+                _ => return None,
+            },
         };
         Some((report, self.last_heard))
     }
@@ -453,7 +452,7 @@ impl Connection {
         c.set_peer_max_datagram(max_datagram);
         c.recv = Some(Receiver::new(Seq::from_isn(peer_isn) + 1, recv_buffer));
         // The cookie's timestamp measured the SYN-ACK round trip.
-        c.rtt.on_sample(handshake_rtt);
+        c.rtt.on_handshake_sample(handshake_rtt);
         c.start_qlog(now, false);
         tracing::debug!(target: "manyfold::state", conn = %local_id, to = "ESTABLISHED", %remote, "accepted");
         c

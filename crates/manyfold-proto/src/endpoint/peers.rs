@@ -16,7 +16,8 @@ pub(super) struct PeerMap<V> {
     map: HashMap<SocketAddr, (u64, V)>,
     /// Addresses in the order they were added. An entry whose number no
     /// longer matches the map's (removed, or removed and added again) is
-    /// stale; stale entries are dropped before there are `2 · limit`.
+    /// stale; a removal that finds `2 · limit` entries drops the stale
+    /// ones, so there are never more than `3 · limit`.
     order: VecDeque<(SocketAddr, u64)>,
     next: u64,
     limit: usize,

@@ -22,19 +22,22 @@ pub struct RttEstimator {
     /// The longest the peer delays an ack (its `max_ack_delay`).
     ack_delay: Duration,
     /// The peer's round trip as earlier connections left it (spec §5.4.1):
-    /// a floor under the first sample's SRTT and RTTVAR.
+    /// a floor under the PTO and the RTO until the first sample of data.
     remembered: Option<(Duration, Duration)>,
+    /// SRTT and RTTVAR over the samples of data only (not of a SYN or a
+    /// lone cookie echo): what the connection reports at its end.
+    of_data: Option<(Duration, Duration)>,
 }
 
 /// What a finished connection tells its endpoint's memory of the peer
 /// (spec §5.4.1).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RttReport {
-    /// Samples beyond the handshake's, and no timeout left unanswered.
+    /// Samples of data (not of the handshake), and no RTO backed off.
     Measured {
-        /// The connection's smoothed round trip at its end.
+        /// The smoothed round trip of the data's samples.
         srtt: Duration,
-        /// Its round-trip variation.
+        /// Their round-trip variation.
         rttvar: Duration,
     },
     /// The connection ended by a timeout or an unreachable peer: what
@@ -56,45 +59,48 @@ impl RttEstimator {
             max_rto,
             ack_delay,
             remembered: None,
+            of_data: None,
         }
     }
 
-    /// Takes the peer's remembered round trip (spec §5.4.1): the first
-    /// sample's SRTT and RTTVAR are at least `srtt` and `rttvar` (RFC 6298
-    /// (2.2) with a floor), and a sample already taken is raised to them.
-    /// The handshake's sample measures a listener that answers at once;
-    /// the peer's application may take longer to answer the first data.
+    /// Takes the peer's remembered round trip (spec §5.4.1): until the
+    /// first sample of data, the PTO and the RTO are at least what
+    /// `srtt` and `rttvar` give (as Linux sets a new connection's RTO
+    /// from its cached RTT). The handshake's samples measure a peer that
+    /// answers without its application; the estimate itself stays the
+    /// connection's own.
     pub fn remember(&mut self, srtt: Duration, rttvar: Duration) {
-        match self.srtt {
-            None => self.remembered = Some((srtt, rttvar)),
-            Some(s) => {
-                self.srtt = Some(s.max(srtt));
-                self.rttvar = self.rttvar.max(rttvar);
-            }
-        }
+        self.remembered = Some((srtt, rttvar));
     }
 
-    /// Feeds one sample. Callers apply Karn's rule: never a sample from a
-    /// retransmitted packet (RFC 6298 (3)).
+    /// Feeds one sample of data. Callers apply Karn's rule: never a
+    /// sample from a retransmitted packet (RFC 6298 (3)).
     pub fn on_sample(&mut self, r: Duration) {
+        self.on_handshake_sample(r);
+        self.remembered = None;
+        self.of_data = Some(rfc6298(self.of_data, r));
+    }
+
+    /// Feeds one sample of a SYN or a lone cookie echo (spec §5.4.1): it
+    /// moves the estimate as any, but neither ends the remembered floor
+    /// nor goes into what the connection reports.
+    pub fn on_handshake_sample(&mut self, r: Duration) {
         self.samples += 1;
         self.latest = r;
         self.min = if self.srtt.is_none() { r } else { self.min.min(r) };
-        match self.srtt {
-            // RFC 6298 (2.2): SRTT <- R, RTTVAR <- R/2.
-            // spec §5.4.1: no lower than the peer's remembered round trip.
-            None => {
-                let (srtt, rttvar) = self.remembered.take().unwrap_or_default();
-                self.srtt = Some(r.max(srtt));
-                self.rttvar = (r / 2).max(rttvar);
-            }
-            // RFC 6298 (2.3): alpha = 1/8, beta = 1/4.
-            Some(srtt) => {
-                let diff = srtt.abs_diff(r);
-                self.rttvar = (self.rttvar * 3 + diff) / 4;
-                self.srtt = Some((srtt * 7 + r) / 8);
-            }
-        }
+        let (srtt, rttvar) = rfc6298(self.srtt.map(|s| (s, self.rttvar)), r);
+        (self.srtt, self.rttvar) = (Some(srtt), rttvar);
+    }
+
+    /// SRTT and RTTVAR of the samples of data, if any (spec §5.4.1).
+    pub fn of_data(&self) -> Option<(Duration, Duration)> {
+        self.of_data
+    }
+
+    /// spec §5.4.1: the floor the remembered round trip puts under a
+    /// timeout of SRTT + max(4·RTTVAR, G) + `extra`, until a sample of data.
+    fn remembered_floor(&self, extra: Duration) -> Duration {
+        self.remembered.map_or(Duration::ZERO, |(srtt, rttvar)| srtt + (rttvar * 4).max(GRANULARITY) + extra)
     }
 
     /// Whether any sample was taken.
@@ -137,7 +143,9 @@ impl RttEstimator {
     /// sub-millisecond path a few milliseconds without the CPU would
     /// otherwise draw a probe from every flow of a loaded host.
     pub fn pto(&self) -> Duration {
-        (self.srtt() + (self.rttvar * 4).max(GRANULARITY) + GRANULARITY).max(MIN_PTO)
+        (self.srtt() + (self.rttvar * 4).max(GRANULARITY) + GRANULARITY)
+            .max(MIN_PTO)
+            .max(self.remembered_floor(GRANULARITY))
     }
 
     /// RTO with `backoff` doublings (RFC 6298 (5.5)), within [min_rto, max_rto].
@@ -147,11 +155,21 @@ impl RttEstimator {
             // RFC 6298 (2.3): RTO <- SRTT + max(G, K*RTTVAR), K = 4, plus the
             // peer's ack delay as RFC 9002 §6.2.1 adds it: an ack legitimately
             // delayed must not look like a lost flight.
-            Some(srtt) => srtt + (self.rttvar * 4).max(GRANULARITY) + self.ack_delay,
+            Some(srtt) => {
+                (srtt + (self.rttvar * 4).max(GRANULARITY) + self.ack_delay).max(self.remembered_floor(self.ack_delay))
+            }
         };
         // RFC 6298 (2.4) floors the RTO; spec §5.4 makes the floor configurable.
         let base = base.max(self.min_rto);
         base.checked_mul(1u32 << backoff.min(16)).unwrap_or(self.max_rto).min(self.max_rto)
+    }
+}
+
+/// RFC 6298 (2.2) for the first sample, (2.3) after: α = 1/8, β = 1/4.
+fn rfc6298(prev: Option<(Duration, Duration)>, r: Duration) -> (Duration, Duration) {
+    match prev {
+        None => (r, r / 2),
+        Some((srtt, rttvar)) => ((srtt * 7 + r) / 8, (rttvar * 3 + srtt.abs_diff(r)) / 4),
     }
 }
 
@@ -205,21 +223,19 @@ mod tests {
     }
 
     #[test]
-    fn a_remembered_round_trip_floors_the_first_sample_only() {
+    fn a_remembered_round_trip_floors_the_timeouts_until_the_first_sample_of_data() {
         let ms = Duration::from_millis;
-        let mut e = est();
+        let mut e = RttEstimator::new(Duration::from_secs(1), ms(20), Duration::from_secs(60), ms(25));
         e.remember(ms(40), ms(10));
         assert_eq!(e.rto(0), Duration::from_secs(1), "no sample yet: the initial RTO");
-        e.on_sample(Duration::from_micros(50));
-        assert_eq!((e.srtt(), e.rttvar()), (ms(40), ms(10)));
-        assert_eq!(e.min(), Duration::from_micros(50), "the path's least RTT is the sample's");
+        e.on_handshake_sample(Duration::from_micros(200));
+        assert_eq!(e.srtt(), Duration::from_micros(200), "the estimate stays the connection's own");
+        assert_eq!(e.pto(), ms(81), "40 + 4 * 10 + 1");
+        assert_eq!(e.rto(0), ms(105), "40 + 4 * 10 + 25");
+        assert_eq!(e.of_data(), None, "a handshake sample is not reported");
         e.on_sample(ms(8));
-        assert_eq!(e.srtt(), ms(36), "later samples move it as any: 7/8 * 40 + 1/8 * 8");
-        // Remembered after the first sample: raised at once, never lowered.
-        let mut e = est();
-        e.on_sample(ms(60));
-        e.remember(ms(40), ms(40));
-        assert_eq!((e.srtt(), e.rttvar()), (ms(60), ms(40)));
+        assert_eq!(e.of_data(), Some((ms(8), ms(4))), "the data's own estimate");
+        assert!(e.pto() < ms(20), "the floor ends at the first sample of data: {:?}", e.pto());
     }
 
     #[test]

@@ -110,6 +110,8 @@ pub(crate) struct AckOutcome {
     /// Time since the newest newly acknowledged packet was sent, unless it
     /// was a retransmission (Karn's rule, RFC 6298 (3)).
     pub rtt_sample: Option<Duration>,
+    /// That sample is of a SYN or a lone cookie echo (spec §5.4.1).
+    pub rtt_sample_handshake: bool,
     /// The last RTO proved spurious (spec §5.4 step 7): the ack took a
     /// packet the RTO declared lost before its resend went out. The
     /// packets still waiting for theirs went back in flight.
@@ -124,7 +126,8 @@ struct AckScan {
     prior_largest: Option<u64>,
     out: AckOutcome,
     /// `(tx, time_sent, retransmitted)` of the newest acknowledged.
-    newest: Option<(u64, Instant, bool)>,
+    /// The newest acknowledged packet: (tx, sent, retransmitted, handshake).
+    newest: Option<(u64, Instant, bool, bool)>,
     reorder_distance: u64,
     /// Packets declared lost whose loss proved real.
     resolved_real: u64,
@@ -149,8 +152,12 @@ impl AckScan {
         // starvation the resends would run ahead of the late acks.
         let before_rto = self.rto_mark.is_some_and(|mark| p.first_tx() < mark && p.tx >= mark);
         let acked_tx = if before_rto && resend_too_recent { p.first_tx() } else { p.tx };
-        if self.newest.is_none_or(|(tx, _, _)| acked_tx > tx) {
-            self.newest = Some((acked_tx, p.time_sent, p.retransmitted));
+        if self.newest.is_none_or(|(tx, ..)| acked_tx > tx) {
+            // spec §5.4.1: a SYN or a lone cookie echo measures the
+            // handshake, which the peer answers without its application.
+            let handshake =
+                (p.control.contains(Flags::SYN) || p.control.contains(Flags::CKE)) && p.payload.data_len() == 0;
+            self.newest = Some((acked_tx, p.time_sent, p.retransmitted, handshake));
         }
         if p.probe {
             // A probe's loss opened no episode and says nothing of reordering.
@@ -563,10 +570,11 @@ impl SentQueue {
         // spec §5.4 step 7: Eifel's response (RFC 4015): the RTO's
         // reduction is undone.
         out.undo_reduction |= out.spurious_rto;
-        if let Some((tx, sent, retransmitted)) = scan.newest {
+        if let Some((tx, sent, retransmitted, handshake)) = scan.newest {
             // Karn's rule (RFC 6298 (3)): no sample from a retransmitted packet.
             if !retransmitted {
                 out.rtt_sample = Some(now.saturating_duration_since(sent));
+                out.rtt_sample_handshake = handshake;
             }
             self.largest_acked_tx = Some(self.largest_acked_tx.map_or(tx, |l| l.max(tx)));
         }
