@@ -61,7 +61,6 @@ fn reported(p: Running, since: Instant, needle: &str, who: &str) -> Output {
     out
 }
 
-/// Two receivers' directories, `a` and `b`, made under `inbox`.
 /// The interrupted side's own account: exit status 130 (SIGINT) or 143
 /// (SIGTERM) and a message naming the signal.
 fn interrupted_itself(p: Running, name: &str, code: i32) -> Output {
@@ -110,6 +109,23 @@ fn an_interrupted_receiver_is_reported_by_the_sender() {
     assert!(out.stderr.contains("1 transfer(s) in progress"), "{out}");
     assert!(out.stderr.contains("the same send resumes it"), "{out}");
     only_a_partial_file(&inbox);
+}
+
+/// A receiver whose own datagrams an emulated delay holds (`--delay`)
+/// still tells the sender why it left: at its exit the RST goes out
+/// early instead of being lost with the socket (the sender then learnt
+/// of it only from ICMP: "port unreachable").
+#[test]
+fn an_interrupted_receiver_behind_an_emulated_delay_is_reported_by_the_sender() {
+    let (_tmp, src, inbox) = setup("40MB");
+    let (mut receiver, addr) = recv(&inbox, &["--delay", "200"]);
+    let sender = send(&src, &addr, &SLOW);
+    receiver.wait_for_line("receiving sample.bin", LIMIT);
+    std::thread::sleep(Duration::from_millis(500));
+    let t = Instant::now();
+    interrupt(&receiver);
+    reported(sender, t, "the receiver was interrupted", "the sender");
+    interrupted_itself(receiver, "SIGINT", 130);
 }
 
 #[test]
