@@ -95,17 +95,24 @@ fn only_a_partial_file(inbox: &Path) {
     );
 }
 
-#[test]
-fn an_interrupted_receiver_is_reported_by_the_sender() {
-    let (_tmp, src, inbox) = setup("40MB");
-    let (mut receiver, addr) = recv(&inbox, &[]);
-    let sender = send(&src, &addr, &SLOW);
+/// A receiver (`recv_flags`) interrupted half a second into a slow
+/// transfer into `inbox`: the sender must say so; returns the receiver's
+/// own account.
+fn receiver_interrupted_mid_transfer(src: &Path, inbox: &Path, recv_flags: &[&str]) -> Output {
+    let (mut receiver, addr) = recv(inbox, recv_flags);
+    let sender = send(src, &addr, &SLOW);
     receiver.wait_for_line("receiving sample.bin", LIMIT);
     std::thread::sleep(Duration::from_millis(500));
     let t = Instant::now();
     interrupt(&receiver);
     reported(sender, t, "the receiver was interrupted", "the sender");
-    let out = interrupted_itself(receiver, "SIGINT", 130);
+    interrupted_itself(receiver, "SIGINT", 130)
+}
+
+#[test]
+fn an_interrupted_receiver_is_reported_by_the_sender() {
+    let (_tmp, src, inbox) = setup("40MB");
+    let out = receiver_interrupted_mid_transfer(&src, &inbox, &[]);
     assert!(out.stderr.contains("1 transfer(s) in progress"), "{out}");
     assert!(out.stderr.contains("the same send resumes it"), "{out}");
     only_a_partial_file(&inbox);
@@ -118,14 +125,7 @@ fn an_interrupted_receiver_is_reported_by_the_sender() {
 #[test]
 fn an_interrupted_receiver_behind_an_emulated_delay_is_reported_by_the_sender() {
     let (_tmp, src, inbox) = setup("40MB");
-    let (mut receiver, addr) = recv(&inbox, &["--delay", "200"]);
-    let sender = send(&src, &addr, &SLOW);
-    receiver.wait_for_line("receiving sample.bin", LIMIT);
-    std::thread::sleep(Duration::from_millis(500));
-    let t = Instant::now();
-    interrupt(&receiver);
-    reported(sender, t, "the receiver was interrupted", "the sender");
-    interrupted_itself(receiver, "SIGINT", 130);
+    receiver_interrupted_mid_transfer(&src, &inbox, &["--delay", "200"]);
 }
 
 #[test]

@@ -92,7 +92,8 @@ impl ConnRef {
     /// §6.2): its server is the one to speak first, and hears of the
     /// connection at once.
     fn park_reader(&self, inner: &mut Inner, cx: &Context<'_>) -> Result<(), Option<CloseReason>> {
-        if inner.engine.conn_mut(self.handle).end_echo_hold(crate::driver::now()) {
+        // The driver's last clock reading: no clock read per park.
+        if inner.engine.conn_mut(self.handle).end_echo_hold(inner.clock) {
             self.shared.wake_driver();
         }
         self.park(inner, cx, |c| &mut c.read)

@@ -199,7 +199,6 @@ pub fn run_args(args: &[&str], limit: Duration) -> Output {
     run(cmd, limit)
 }
 
-/// Names in `dir`, sorted.
 /// Two receivers' directories, `a` and `b`, made under `parent`.
 pub fn two_dirs(parent: &Path) -> (std::path::PathBuf, std::path::PathBuf) {
     let (a, b) = (parent.join("a"), parent.join("b"));
@@ -208,6 +207,7 @@ pub fn two_dirs(parent: &Path) -> (std::path::PathBuf, std::path::PathBuf) {
     (a, b)
 }
 
+/// Names in `dir`, sorted.
 pub fn entries(dir: &Path) -> Vec<String> {
     let mut names: Vec<String> = std::fs::read_dir(dir)
         .expect("read_dir")

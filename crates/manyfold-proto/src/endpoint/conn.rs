@@ -272,8 +272,14 @@ impl ConnMut<'_> {
     /// the first write goes at the next `poll_transmit`, so that a
     /// server that speaks first hears of the connection at once. Returns
     /// whether an echo was held (the driver then has something to send).
+    /// Cheap when nothing is held: a driver calls it whenever a reader
+    /// waits, and only a released echo marks the connection for output.
     pub fn end_echo_hold(&mut self, now: Instant) -> bool {
-        self.ep.with_conn(self.h, |c| c.end_echo_hold(now)).unwrap_or(false)
+        let ended = self.ep.table.get_mut(self.h).is_some_and(|c| c.end_echo_hold(now));
+        if ended {
+            self.ep.mark(self.h.index());
+        }
+        ended
     }
 
     /// Graceful close of our sending side (spec §4.4): a FIN follows the data

@@ -394,6 +394,17 @@ fn a_reset_for_a_repeated_final_ack_stops_the_repeats() {
     }
 }
 
+/// A client connected (its SYN-ACK in) with nothing written: its cookie
+/// echo is held for a first write (spec §6.2), nothing of it on the wire.
+fn echo_held() -> (Pair, crate::ConnHandle) {
+    let mut p = Pair::new();
+    let ca = p.a.connect(p.now, p.b_addr).unwrap();
+    p.run_until(|p| p.a.conn(ca).state() == Some(State::Established));
+    p.drain();
+    assert!(!p.wire.iter().any(|w| w.1), "the echo waits for a write");
+    (p, ca)
+}
+
 /// spec §6.2: with nothing queued when the SYN-ACK comes, the cookie echo
 /// waits up to `echo_delay` (10 ms) for the application's first write; a
 /// request written within it rides on the echo (the client's second and
@@ -402,13 +413,9 @@ fn a_reset_for_a_repeated_final_ack_stops_the_repeats() {
 #[test]
 fn the_cookie_echo_waits_for_the_first_write_and_carries_it() {
     for write_after in [Some(Duration::from_millis(8)), None] {
-        let mut p = Pair::new();
-        let ca = p.a.connect(p.now, p.b_addr).unwrap();
-        p.run_until(|p| p.a.conn(ca).state() == Some(State::Established));
+        let (mut p, ca) = echo_held();
         let connected = p.now;
         assert_eq!(p.a.conn(ca).stats().unwrap().packets_sent, 1, "the SYN");
-        p.drain();
-        assert!(!p.wire.iter().any(|w| w.1), "the echo waits");
         if let Some(d) = write_after {
             p.now += d;
             p.a.handle_timeout(p.now);
@@ -462,11 +469,7 @@ fn a_released_time_wait_hands_its_containers_to_the_next_connection_at_once() {
 /// hold: the echo carries it at once.
 #[test]
 fn a_stream_fin_queued_after_the_syn_ack_sends_the_echo_at_once() {
-    let mut p = Pair::new();
-    let ca = p.a.connect(p.now, p.b_addr).unwrap();
-    p.run_until(|p| p.a.conn(ca).state() == Some(State::Established));
-    p.drain();
-    assert!(!p.wire.iter().any(|w| w.1), "the echo waits");
+    let (mut p, ca) = echo_held();
     p.a.conn_mut(ca).finish_stream(crate::StreamId::BYTES).unwrap();
     p.drain();
     assert!(p.wire.iter().any(|w| w.1), "the echo left with the stream's FIN, without waiting");
@@ -476,11 +479,7 @@ fn a_stream_fin_queued_after_the_syn_ack_sends_the_echo_at_once() {
 /// server speaks first) ends the echo's hold: the echo goes at once.
 #[test]
 fn a_client_that_waits_to_read_first_sends_the_echo_at_once() {
-    let mut p = Pair::new();
-    let ca = p.a.connect(p.now, p.b_addr).unwrap();
-    p.run_until(|p| p.a.conn(ca).state() == Some(State::Established));
-    p.drain();
-    assert!(!p.wire.iter().any(|w| w.1), "the echo waits for a write");
+    let (mut p, ca) = echo_held();
     let at = p.now;
     assert!(p.a.conn_mut(ca).end_echo_hold(p.now), "an echo was held");
     p.drain();
