@@ -206,9 +206,11 @@ async fn mf_send_batches(streams: &manyfold::Streams, e: &End, schedule: &Schedu
         let mut n = 0;
         fill(e.seed, 0, k, due, &mut buf[..e.size]);
         n += 1;
-        while n < e.batch && schedule.is_due(k + n as u64) {
-            // The run may end between the two looks.
-            let Some(due) = schedule.wait(k + n as u64) else { break };
+        // One clock reading for the rest of the batch (a reading per
+        // message was 7% of this row's CPU at 32 bytes).
+        let now = now_ns();
+        while n < e.batch {
+            let Some(due) = schedule.due_at(k + n as u64, now) else { break };
             fill(e.seed, 0, k + n as u64, due, &mut buf[n * e.size..(n + 1) * e.size]);
             n += 1;
         }

@@ -54,16 +54,18 @@ impl Schedule {
         }
     }
 
-    /// Whether message `k` is due now (`wait` would not sleep for it).
-    pub fn is_due(&self, k: u64) -> bool {
+    /// Message `k`'s due time if it is due at `now` (a clock reading the
+    /// caller took once for a whole batch); `None` if it is not due yet or
+    /// the run is over. Unpaced, every message is due at `now`.
+    pub fn due_at(&self, k: u64, now: u64) -> Option<u64> {
         if k >= self.count {
-            return false;
+            return None;
         }
-        let now = now_ns();
         if self.period_ns == 0.0 {
-            return now < self.end_ns;
+            return (now < self.end_ns).then_some(now);
         }
-        self.t0 + (k as f64 * self.period_ns) as u64 <= now
+        let due = self.t0 + (k as f64 * self.period_ns) as u64;
+        (due <= now).then_some(due)
     }
 
     /// Waits until message `k` is due and returns its due time; `None`
@@ -157,5 +159,17 @@ mod tests {
         assert!(s.wait(1000).is_none());
         let unpaced = Schedule::new(0.0, 0.0);
         assert!(unpaced.wait(0).is_none(), "a run of no time sends nothing");
+    }
+
+    #[test]
+    fn a_batch_takes_only_the_messages_due_at_its_one_clock_reading() {
+        let s = Schedule::new(1e6, 1.0);
+        let now = s.t0 + 2_500;
+        assert_eq!(s.due_at(2, now), Some(s.t0 + 2_000));
+        assert_eq!(s.due_at(3, now), None, "due 500 ns after the reading");
+        assert_eq!(s.due_at(s.count, u64::MAX), None, "past the count");
+        let unpaced = Schedule::new(0.0, 1.0);
+        assert_eq!(unpaced.due_at(7, unpaced.t0 + 1), Some(unpaced.t0 + 1), "due at the reading");
+        assert_eq!(unpaced.due_at(7, unpaced.end_ns), None, "the run is over");
     }
 }
