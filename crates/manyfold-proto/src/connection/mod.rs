@@ -538,7 +538,7 @@ impl Connection {
     /// Bytes this connection holds: queued and unacknowledged to send,
     /// buffered received (spec §7.5).
     pub(crate) fn memory(&self) -> u64 {
-        (self.streams.queued() + self.streams.buffered()) as u64 + self.sent.outstanding_data()
+        (self.streams.queued() + self.streams.held_memory()) as u64 + self.sent.outstanding_data()
     }
 
     /// spec §7.5: the endpoint is at its memory limit (or no longer).
@@ -846,7 +846,7 @@ impl Connection {
         read: impl FnOnce(&mut Streams) -> Result<Option<T>, u16>,
         len: impl Fn(&T) -> usize,
     ) -> Result<Option<T>, RecvError> {
-        let Some(before) = self.recv.as_ref().map(|r| r.window(self.streams.buffered())) else {
+        let Some(before) = self.recv.as_ref().map(|r| r.window(self.streams.held_memory())) else {
             return match self.close_reason {
                 Some(reason) => Err(RecvError::Closed(reason)),
                 None => Ok(None),
@@ -870,7 +870,7 @@ impl Connection {
     /// The next message or stream event of any stream (spec §13.5), or of
     /// stream `only`.
     pub fn recv_message(&mut self, only: Option<StreamId>) -> Result<Option<(StreamId, StreamItem)>, RecvError> {
-        let Some(before) = self.recv.as_ref().map(|r| r.window(self.streams.buffered())) else {
+        let Some(before) = self.recv.as_ref().map(|r| r.window(self.streams.held_memory())) else {
             return match self.close_reason {
                 Some(reason) => Err(RecvError::Closed(reason)),
                 None => Ok(None),
@@ -898,7 +898,7 @@ impl Connection {
         only: Option<StreamId>,
         buf: &mut Vec<u8>,
     ) -> Result<Option<(StreamId, ReadItem)>, RecvError> {
-        let Some(before) = self.recv.as_ref().map(|r| r.window(self.streams.buffered())) else {
+        let Some(before) = self.recv.as_ref().map(|r| r.window(self.streams.held_memory())) else {
             return match self.close_reason {
                 Some(reason) => Err(RecvError::Closed(reason)),
                 None => Ok(None),
@@ -938,7 +938,7 @@ impl Connection {
     /// (receiver-side silly window avoidance, RFC 1122 4.2.3.3).
     fn window_update(&mut self, before: u64) {
         let Some(r) = self.recv.as_ref() else { return };
-        let after = r.window(self.streams.buffered());
+        let after = r.window(self.streams.held_memory());
         let half = (r.capacity() / 2) as u64;
         let mss = u64::from(self.max_datagram());
         if before < half.min(4 * mss) && after >= half.min(4 * mss).max(before + mss) {
