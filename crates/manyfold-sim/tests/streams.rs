@@ -1214,3 +1214,45 @@ fn tiny_unread_messages_count_their_records_against_the_receive_buffer() {
     assert!(ok, "{} of {total} read (seed {seed})", inbox.messages());
     inbox.verify(&out).unwrap_or_else(|e| panic!("{e} (seed {seed})"));
 }
+
+#[test]
+fn reads_of_small_messages_reopen_a_closed_window_at_once() {
+    // spec §7.3: a closed window reopens as a reader takes small messages
+    // one at a time, each freeing 72 bytes of it, without waiting for the
+    // sender's zero-window probes (here 200 ms and more apart).
+    let seed = 1118;
+    let recv_buffer = 64 * 1024;
+    let mut w = World::new(seed);
+    let mut reader = EndpointConfig::default();
+    reader.connection.recv_buffer = recv_buffer;
+    // Probes no sooner than Linux's 200 ms RTO floor would send them.
+    let mut sender = EndpointConfig::default();
+    sender.connection.min_rto = ms(200);
+    w.add_node(client(), sender);
+    w.add_node(server(), reader);
+    w.set_link(client(), server(), LinkConfig::with_delay(ms(5)));
+    let (c, s) = open(&mut w);
+    let mut out = Outbox::default();
+    let mut inbox = Inbox::default();
+    let total = 20_000;
+    for _ in 0..total {
+        out.send(&mut w, client(), c, 1, 8, ORDERED);
+    }
+    // The reader waits until the window is closed, then reads everything
+    // as it comes, one message at a time.
+    w.run_for(secs(1));
+    let start = w.elapsed();
+    let ok = w.run_until(
+        |w| {
+            inbox.take(w, server(), s);
+            inbox.messages() == total
+        },
+        secs(30),
+    );
+    assert!(ok, "{} of {total} read (seed {seed})", inbox.messages());
+    let took = w.elapsed() - start;
+    eprintln!("{total} messages of 8 bytes read in {took:?} after the reader started");
+    // About 23 windows of 64 KiB at a 10 ms round trip each.
+    assert!(took < secs(2), "the window reopened slowly: {took:?} (seed {seed})");
+    inbox.verify(&out).unwrap_or_else(|e| panic!("{e} (seed {seed})"));
+}

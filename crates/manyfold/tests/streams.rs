@@ -285,8 +285,10 @@ async fn a_writer_refused_at_the_memory_limit_resumes_when_a_reader_frees_memory
     // spec §7.5: the server's endpoint holds at most 1 MiB. Connection A
     // fills it with messages the server does not read yet; a reply of
     // 64 KiB on connection B is then refused and its writer waits. Reading
-    // A's messages one at a time (a read does not always wake the driver)
-    // must bring B's writer the room back.
+    // A's messages one at a time must bring B's writer the room back.
+    // (A's sender keeps resending what the limit refused, so the driver
+    // is woken by arrivals here too; the wake after a read that freed the
+    // room is not isolated by this test.)
     timeout(TEST_TIMEOUT, async {
         let mut server_config = config();
         server_config.endpoint.max_buffered_bytes = 1 << 20;

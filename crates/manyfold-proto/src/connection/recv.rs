@@ -4,9 +4,10 @@
 //! its packet arrives, in order or not (spec §13.4).
 //!
 //! Unlike paper 04's RUSP and paper 02's RUDP, nothing a compliant sender
-//! sends is ever dropped for lack of room: the advertised window is the
-//! free buffer beyond the cumulative ack, and the sender counts everything
-//! above the cumulative ack against it (spec §7.1).
+//! sends is dropped for lack of room (bar the bound on tiny messages'
+//! records): the advertised window is the free buffer beyond the
+//! cumulative ack, and the sender counts everything above the cumulative
+//! ack against it (spec §7.1).
 
 use std::collections::BTreeMap;
 use std::ops::Range;
@@ -108,7 +109,8 @@ impl Receiver {
     /// spec §7.4, after Linux's receive-buffer auto-tuning: if more than
     /// half the window arrived within one round trip, the window may be
     /// what holds the sender back: double it (up to `capacity`). The limit
-    /// only grows, so the advertised right edge never moves back.
+    /// only grows, so the advertised right edge moves back only by unread
+    /// items' cost (spec §7.1).
     pub fn autotune(&mut self, now: Instant, arrived: usize, srtt: Duration) {
         let start = *self.round_start.get_or_insert(now);
         self.round_bytes += arrived;
@@ -159,7 +161,8 @@ impl Receiver {
         // spec §7.1: the bytes fit the buffer, and the unread items' records
         // (each chunk may leave one) stay within a second buffer's worth.
         let records = held_memory.saturating_add(len + entries * UNREAD_ITEM_COST);
-        let no_room = len > self.capacity.saturating_sub(buffered) || (entries > 0 && records > 2 * self.capacity);
+        let no_room =
+            len > self.capacity.saturating_sub(buffered) || (entries > 0 && records > self.capacity.saturating_mul(2));
         if self.fin_reached || no_room || too_many {
             return Arrival::Dropped;
         }

@@ -19,12 +19,10 @@ impl Connection {
         let (len, entries) = crate::wire::chunk::summary(p.data);
         // spec §7.5: at the endpoint's memory limit new data is not stored;
         // the sender repairs it later like a loss.
-        let held = if self.memory_pressure {
-            // Nothing of data; what carries none still counts (spec §7.5).
-            (usize::MAX, 0)
-        } else {
-            (self.streams.buffered(), self.streams.held_memory())
-        };
+        // spec §7.5: at the endpoint's memory limit no data is stored;
+        // the records' bound still holds for chunks without data.
+        let bytes = if self.memory_pressure { usize::MAX } else { self.streams.buffered() };
+        let held = (bytes, self.streams.held_memory());
         let arrival = r.on_packet(seq, len, fin, held, (self.streams.pieces(), entries));
         let first_time = matches!(arrival, Arrival::InOrder | Arrival::OutOfOrder);
         if first_time && self.security.is_some() {

@@ -30,7 +30,7 @@ pub const INITIAL_STREAM_CREDIT: u64 = 1 << 20;
 pub const DEFAULT_PRIORITY: u8 = 128;
 
 /// What the receive window and the memory limit count for each message or
-/// stream event delivered and not yet read, beyond its bytes (spec §7.3):
+/// stream event delivered and not yet read, beyond its bytes (spec §7.1):
 /// its record (a boundary mark, 16 bytes, or a queued item, 40) and its
 /// buffer's allocation, at most.
 pub const UNREAD_ITEM_COST: usize = 64;
@@ -154,9 +154,9 @@ pub(crate) struct Streams {
     queued: usize,
     /// Bytes held for the application, all streams.
     buffered: usize,
-    /// Bookkeeping entries of all receiving sides (spec §13.8).
     /// Messages and stream events delivered and not yet read, all streams.
     items: usize,
+    /// Bookkeeping entries of all receiving sides (spec §13.8).
     pieces: usize,
     limits: Limits,
     discard: bool,
@@ -309,7 +309,7 @@ impl Streams {
     }
 
     /// What the receiving side holds for the application, as the receive
-    /// window and the memory limit count it (spec §7.3, §7.5): its bytes,
+    /// window and the memory limit count it (spec §7.1, §7.5): its bytes,
     /// and [`UNREAD_ITEM_COST`] for every message or stream event not yet
     /// read, so that a peer's one-byte messages cannot make it hold many
     /// times its receive buffer in records (as Linux counts an skb's

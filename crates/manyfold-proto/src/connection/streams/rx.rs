@@ -407,7 +407,9 @@ impl RecvSide {
             return;
         }
         if start == end {
-            self.oob.push_back(StreamItem::Abandoned);
+            if !self.discard {
+                self.oob.push_back(StreamItem::Abandoned);
+            }
             return;
         }
         if unordered {
@@ -420,7 +422,9 @@ impl RecvSide {
             }
             let (before, after) = self.uno.mark_done(start, end);
             self.pieces = self.pieces + after - before;
-            self.oob.push_back(StreamItem::Abandoned);
+            if !self.discard {
+                self.oob.push_back(StreamItem::Abandoned);
+            }
             return;
         }
         if end <= self.next || self.covered(start) {
@@ -513,7 +517,10 @@ impl RecvSide {
 
     /// The bytes since the last boundary belong to an abandoned message.
     fn mark_abandoned(&mut self) {
-        self.marks.push_back(Mark::Abandoned(self.pushed));
+        // A released connection's notices would never be read.
+        if !self.discard {
+            self.marks.push_back(Mark::Abandoned(self.pushed));
+        }
         self.in_message = false;
     }
 
