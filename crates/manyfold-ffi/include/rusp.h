@@ -119,12 +119,16 @@ static inline ConnectionId ruspConnect(const char *ip, const int port) {
 }
 
 /* Closes `connid`, blocking until the shutdown handshake is complete; on
- * failure errno says why (the id is closed all the same). */
+ * failure errno says why (the id is closed all the same). On success errno
+ * is left as it was: the close runs the library's event loop on this
+ * thread, whose non-blocking socket calls may set it (EAGAIN) on the way,
+ * and a caller of this void function can only tell failure by errno. */
 static inline void ruspClose(const ConnectionId connid) {
     int d = rusp_desc(connid);
     if (d == 0) return;
+    int saved = errno;
     int rc = mf_close(d);
-    if (rc < 0) errno = rusp_errno(rc);
+    errno = rc < 0 ? rusp_errno(rc) : saved;
 }
 
 /* Sends the `msgs` bytes at `msg`. Returns `msgs`, or -1. */
