@@ -538,7 +538,7 @@ impl Connection {
     /// Bytes this connection holds: queued and unacknowledged to send,
     /// buffered received (spec §7.5).
     pub(crate) fn memory(&self) -> u64 {
-        (self.streams.queued() + self.streams.held_memory()) as u64 + self.sent.outstanding_data()
+        (self.streams.queued() + self.streams.buffered()) as u64 + self.sent.outstanding_data()
     }
 
     /// spec §7.5: the endpoint is at its memory limit (or no longer).
@@ -846,17 +846,17 @@ impl Connection {
         read: impl FnOnce(&mut Streams) -> Result<Option<T>, u16>,
         len: impl Fn(&T) -> usize,
     ) -> Result<Option<T>, RecvError> {
-        if self.recv.is_none() {
+        let Some(before) = self.recv.as_ref().map(|r| r.window(self.streams.buffered())) else {
             return match self.close_reason {
                 Some(reason) => Err(RecvError::Closed(reason)),
                 None => Ok(None),
             };
-        }
+        };
         match read(&mut self.streams) {
             Err(code) => Err(RecvError::StreamReset(code)),
             Ok(Some(t)) => {
                 if len(&t) > 0 {
-                    self.window_update();
+                    self.window_update(before);
                 }
                 Ok(Some(t))
             }
@@ -870,18 +870,18 @@ impl Connection {
     /// The next message or stream event of any stream (spec §13.5), or of
     /// stream `only`.
     pub fn recv_message(&mut self, only: Option<StreamId>) -> Result<Option<(StreamId, StreamItem)>, RecvError> {
-        if self.recv.is_none() {
+        let Some(before) = self.recv.as_ref().map(|r| r.window(self.streams.buffered())) else {
             return match self.close_reason {
                 Some(reason) => Err(RecvError::Closed(reason)),
                 None => Ok(None),
             };
-        }
+        };
         let item = match only {
             Some(id) => self.streams.pop_on(id).map(|i| (id, i)),
             None => self.streams.pop_any(),
         };
         if item.is_some() {
-            self.window_update();
+            self.window_update(before);
             return Ok(item);
         }
         match self.close_reason {
@@ -898,18 +898,18 @@ impl Connection {
         only: Option<StreamId>,
         buf: &mut Vec<u8>,
     ) -> Result<Option<(StreamId, ReadItem)>, RecvError> {
-        if self.recv.is_none() {
+        let Some(before) = self.recv.as_ref().map(|r| r.window(self.streams.buffered())) else {
             return match self.close_reason {
                 Some(reason) => Err(RecvError::Closed(reason)),
                 None => Ok(None),
             };
-        }
+        };
         let item = match only {
             Some(id) => self.streams.pop_on_into(id, buf).map(|i| (id, i)),
             None => self.streams.pop_any_into(buf),
         };
         if item.is_some() {
-            self.window_update();
+            self.window_update(before);
             return Ok(item);
         }
         match self.close_reason {
@@ -935,17 +935,13 @@ impl Connection {
     }
 
     /// spec §7.3: a window update when a nearly closed window reopens
-    /// (receiver-side silly window avoidance, RFC 1122 4.2.3.3), judged
-    /// against the window last advertised: reads of small messages free
-    /// a little each, and together they reopen it.
-    fn window_update(&mut self) {
+    /// (receiver-side silly window avoidance, RFC 1122 4.2.3.3).
+    fn window_update(&mut self, before: u64) {
         let Some(r) = self.recv.as_ref() else { return };
-        let after = r.window(self.streams.held_memory());
-        let last = self.ack.advertised;
+        let after = r.window(self.streams.buffered());
         let half = (r.capacity() / 2) as u64;
         let mss = u64::from(self.max_datagram());
-        let t = half.min(4 * mss);
-        if last < t && after >= t.max(last + mss) {
+        if before < half.min(4 * mss) && after >= half.min(4 * mss).max(before + mss) {
             self.ack.immediate = true;
         }
     }
