@@ -269,7 +269,7 @@ impl Driver {
             }
         }
         if !blocked {
-            blocked = self.flush_held(inner, now);
+            blocked = self.flush_held(inner, now, now);
         }
         let mut busy = false;
         if !blocked {
@@ -330,9 +330,11 @@ impl Driver {
                 if inner.all_closed(now) || now >= limit {
                     inner.abort_all(now);
                     // Best effort: let the RSTs and last acks out before the socket closes,
-                    // those the fault emulation still delays first, early.
+                    // those the fault emulation still delays first, early (an interrupted
+                    // receiver's RST held by `--delay` would otherwise be lost with the
+                    // socket, and its peer learn of the exit only from ICMP).
                     self.flush_batch(inner, now);
-                    self.send_held_now(inner, now);
+                    self.flush_held(inner, now, now + Duration::from_secs(86_400));
                     while let Some(t) = inner.engine.poll_transmit(now, 1, &mut self.tx_buf) {
                         let _ = self.io.send(t.destination, &self.tx_buf[..t.size], None);
                     }
@@ -501,29 +503,13 @@ impl Driver {
         blocked
     }
 
-    /// At the exit: the datagrams the fault emulation still holds to send
-    /// go now, before their time (an interrupted receiver's RST, held by
-    /// `--delay`, would otherwise be lost with the socket, and its peer
-    /// learn of the exit only from ICMP); held received ones are dropped.
-    fn send_held_now(&mut self, inner: &mut Inner, now: Instant) {
-        let Some(faults) = inner.faults.as_mut() else { return };
-        while let Some(at) = faults.next_release() {
-            if let Some(due) = faults.peek_due(at).filter(|d| !d.inbound) {
-                if self.io.send(due.peer, due.data, None).is_ok() {
-                    inner.driver_stats.datagrams_sent += 1;
-                    self.trace.log(now, Direction::Send, due.peer, due.data);
-                }
-            }
-            faults.pop();
-        }
-    }
-
-    /// Releases held datagrams that are due: received ones to the engine,
-    /// sent ones to the socket. Returns true if the socket refused one.
-    fn flush_held(&mut self, inner: &mut Inner, now: Instant) -> bool {
+    /// Releases held datagrams due by `until` (`now`, or later at the
+    /// exit): received ones to the engine, sent ones to the socket.
+    /// Returns true if the socket refused one.
+    fn flush_held(&mut self, inner: &mut Inner, now: Instant, until: Instant) -> bool {
         let Inner { faults, driver_stats, engine, .. } = inner;
         let Some(faults) = faults.as_mut() else { return false };
-        while let Some(due) = faults.peek_due(now) {
+        while let Some(due) = faults.peek_due(until) {
             let (destination, datagram) = (due.peer, due.data);
             if due.inbound {
                 self.trace.log(now, Direction::Recv, destination, datagram);

@@ -64,8 +64,13 @@ impl Schedule {
         if self.period_ns == 0.0 {
             return (now < self.end_ns).then_some(now);
         }
-        let due = self.t0 + (k as f64 * self.period_ns) as u64;
+        let due = self.due_of(k);
         (due <= now).then_some(due)
+    }
+
+    /// When paced message `k` is due.
+    fn due_of(&self, k: u64) -> u64 {
+        self.t0 + (k as f64 * self.period_ns) as u64
     }
 
     /// Waits until message `k` is due and returns its due time; `None`
@@ -78,7 +83,7 @@ impl Schedule {
         if self.period_ns == 0.0 {
             return (now < self.end_ns).then_some(now);
         }
-        let due = self.t0 + (k as f64 * self.period_ns) as u64;
+        let due = self.due_of(k);
         if due > now + MIN_SLEEP_NS {
             std::thread::sleep(Duration::from_nanos(due - now));
         }
