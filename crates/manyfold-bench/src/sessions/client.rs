@@ -124,11 +124,21 @@ struct Emulated {
     tokens: bool,
 }
 
-/// `n` client endpoints on 127.0.0.1, with `e`'s loss, delay and tokens.
-async fn endpoints(n: usize, rto: Rto, e: Emulated, seed: u64) -> Result<Vec<manyfold::Endpoint>> {
+/// `n` client endpoints on 127.0.0.1, with `e`'s loss, delay and tokens,
+/// whose connects give up after `connect_timeout` (None: the library's).
+async fn endpoints(
+    n: usize,
+    rto: Rto,
+    e: Emulated,
+    seed: u64,
+    connect_timeout: Option<Duration>,
+) -> Result<Vec<manyfold::Endpoint>> {
     let mut eps = Vec::with_capacity(n);
     for i in 0..n {
         let mut config = manyfold::Config { endpoint: rto.endpoint_config(), ..Default::default() };
+        if let Some(t) = connect_timeout {
+            config.endpoint.connection.connect_timeout = t;
+        }
         config.endpoint.reuse_tokens = e.tokens;
         if e.loss > 0.0 || !e.rtt.is_zero() {
             config.faults = manyfold::FaultConfig {
@@ -148,7 +158,15 @@ async fn generate(load: &Load) -> Result<String> {
     let eps = match load.kind {
         Kind::Manyfold | Kind::ManyfoldTokens | Kind::ManyfoldInline => {
             let e = Emulated { loss: load.loss, rtt: load.rtt, tokens: load.kind == Kind::ManyfoldTokens };
-            endpoints(load.concurrency.div_ceil(load.per_endpoint), load.rto, e, load.seed).await?
+            // A connect may take as long as its session may: with the
+            // library's 10 s, the 3 s initial_rto row gets three SYNs (at 0,
+            // 3 and 9 s), and at 2% loss each way all three round trips
+            // fail with odds (1 − 0.98²)³ ≈ 6·10⁻⁵, a failed session in
+            // every eighth run of 2,000 (seen: "peer did not answer the
+            // handshake"). With the 30 s request limit it gets four (odds
+            // 2.5·10⁻⁶), and a 1 s initial_rto gets five.
+            let connect = Some(load.request_timeout);
+            endpoints(load.concurrency.div_ceil(load.per_endpoint), load.rto, e, load.seed, connect).await?
         }
         Kind::Tcp | Kind::TcpSpread => Vec::new(),
     };
@@ -281,7 +299,7 @@ pub fn hold(h: &Hold, held: &Path, stop: &Path, limit: Duration) -> Result<()> {
 
 async fn hold_all(h: Hold, held: &Path, stop: &Path) -> Result<String> {
     let Hold { server, sessions, concurrency, per_endpoint, hello } = h;
-    let eps = Arc::new(endpoints(sessions.div_ceil(per_endpoint), Rto::default(), Emulated::default(), 0).await?);
+    let eps = Arc::new(endpoints(sessions.div_ceil(per_endpoint), Rto::default(), Emulated::default(), 0, None).await?);
     let open = Arc::new(Mutex::new(Vec::with_capacity(sessions)));
     let next = Arc::new(AtomicUsize::new(0));
     let mut tasks = JoinSet::new();
