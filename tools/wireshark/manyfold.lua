@@ -219,7 +219,7 @@ field("cookie", ProtoField.bytes("manyfold.cookie", "Cookie"))
 field("cookie_timestamp", ProtoField.uint32("manyfold.cookie.timestamp", "Timestamp (ms)", base.DEC))
 field("cookie_client_id", ProtoField.uint32("manyfold.cookie.client_id", "Client connection id", base.HEX))
 field("cookie_max_datagram", ProtoField.uint16("manyfold.cookie.max_datagram", "Client max datagram", base.DEC))
-field("cookie_reserved", ProtoField.uint16("manyfold.cookie.reserved", "Reserved", base.HEX))
+field("cookie_echo_delay", ProtoField.uint16("manyfold.cookie.echo_delay", "Echo delay (ms after the SYN-ACK; 0 in a SYN-ACK)", base.DEC))
 field("cookie_mac", ProtoField.uint64("manyfold.cookie.mac", "MAC (SipHash-2-4)", base.HEX))
 field("error", ProtoField.uint16("manyfold.error", "Error code", base.DEC, error_codes))
 
@@ -760,7 +760,7 @@ local function dissect_segment(tvb, pinfo, tree, ht, flags, stop)
         ct:add(f.cookie_timestamp, tvb(at, 4))
         ct:add(f.cookie_client_id, tvb(at + 4, 4))
         ct:add(f.cookie_max_datagram, tvb(at + 8, 2))
-        ct:add(f.cookie_reserved, tvb(at + 10, 2))
+        ct:add(f.cookie_echo_delay, tvb(at + 10, 2))
         ct:add(f.cookie_mac, tvb(at + 12, 8))
         at = at + COOKIE_LEN
     end

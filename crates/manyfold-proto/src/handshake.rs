@@ -70,7 +70,7 @@ impl Secrets {
     }
 
     pub fn make_cookie(&self, now: Instant, client_id: u32, client_max_datagram: u16, b: CookieBinding) -> Cookie {
-        let mut c = Cookie { timestamp: self.timestamp(now), client_id, client_max_datagram, mac: 0 };
+        let mut c = Cookie { timestamp: self.timestamp(now), client_id, client_max_datagram, echo_delay: 0, mac: 0 };
         c.mac = self.mac(&c, &b);
         c
     }

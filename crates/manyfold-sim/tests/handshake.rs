@@ -315,7 +315,13 @@ fn forged_cookie_echo_creates_no_connection() {
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     for _ in 0..1000 {
         let mut p = Packet::bare(PacketType::Segment, Flags::ACK, rng.gen::<u32>() | 1, rng.gen(), rng.gen(), 65_535);
-        p.cookie = Some(Cookie { timestamp: 0, client_id: rng.gen(), client_max_datagram: 1400, mac: rng.gen() });
+        p.cookie = Some(Cookie {
+            timestamp: 0,
+            client_id: rng.gen(),
+            client_max_datagram: 1400,
+            echo_delay: 0,
+            mac: rng.gen(),
+        });
         let mut v = vec![0u8; p.len()];
         p.emit(&mut v);
         w.inject(addr(300), server(), v);
@@ -589,4 +595,41 @@ fn an_unacknowledged_cookie_echo_ends_at_connect_timeout_and_tells_the_listener(
     let (at, why) = w.closed(server(), accepted.expect("accepted")).expect("closed");
     assert!(at <= Duration::from_secs(8), "the listener's side lasted until {at:?} ({why:?}) (seed {seed})");
     assert!(matches!(why, CloseReason::PeerReset(_)), "{why:?} (seed {seed})");
+}
+
+#[test]
+fn a_listener_measures_the_round_trip_not_the_wait_of_a_retransmitted_echo() {
+    // spec §3.3.3, §6.2: the echo says how long after the SYN-ACK it went,
+    // and the listener takes that off the cookie's age. Two lost echoes
+    // (the SYN-ACK lost first, so no RTT sample: resent 1 s, then 2 s
+    // later) made the listener's only sample 3 s, its RTO 9 s, and three
+    // lost repeats of its reply overran its 15 s stall timeout (RESULTS §32,
+    // the soak's "reset by peer (error code 4)"). Now its sample is the
+    // path's 20 ms, and its reply's losses are repaired at that pace.
+    let seed = 1201;
+    let mut w = pair(seed, LinkConfig::with_delay(Duration::from_millis(10)), EndpointConfig::default());
+    let mut syn_ack = drop_first(1, server(), client(), is_syn_ack);
+    let mut echoes = drop_first(2, client(), server(), is_cookie_echo);
+    w.set_drop_rule(move |f, t, d| syn_ack(f, t, d) || echoes(f, t, d));
+    // Then every fourth data packet of the reply is lost.
+    let mut t = Transfer::start(&mut w, client(), server(), 1000, 200_000);
+    let ok = w.run_until(|w| t.server_conn().is_some() || t.pump(w), Duration::from_secs(30));
+    assert!(ok && t.server_conn().is_some(), "never accepted (seed {seed})");
+    assert_eq!(w.dropped_by_rule(), 3, "seed {seed}");
+    let s = t.server_conn().unwrap();
+    let srtt = w.endpoint(server()).conn(s).stats().unwrap().srtt;
+    assert!(
+        srtt >= Duration::from_millis(15) && srtt <= Duration::from_millis(40),
+        "the listener's first sample: {srtt:?}, the path's round trip 20 ms (seed {seed})"
+    );
+    let mut n = 0u32;
+    w.set_drop_rule(move |f, _, d| {
+        n += u32::from(f == server() && is_data(d));
+        f == server() && is_data(d) && n.is_multiple_of(4)
+    });
+    let start = w.elapsed();
+    let ok = w.run_until(|w| t.pump(w), Duration::from_secs(60));
+    assert!(ok && t.error().is_none(), "{:?} (seed {seed})", t.error());
+    let took = w.elapsed() - start;
+    assert!(took < Duration::from_secs(3), "the reply under loss took {took:?} (seed {seed})");
 }

@@ -72,11 +72,36 @@ async fn echo(mut conn: manyfold::Connection, plan: &Plan, tally: &Tally) -> Res
         (n, _) => bail!("the request ended after {n} whole frames (expected one, then the end)"),
     };
     conn.write_all(&frame(f.id, f.len)).await.context("sending the echo")?;
-    match tokio::time::timeout(CLOSE_LINGER, conn.close()).await {
-        Ok(Ok(())) => {}
-        _ => Tally::add(&tally.server_close_unconfirmed, 1),
-    }
+    let why = match tokio::time::timeout(CLOSE_LINGER, conn.close()).await {
+        Ok(Ok(())) => return Ok(()),
+        Ok(Err(e)) => e.to_string(),
+        Err(_) => format!("not within {} s", CLOSE_LINGER.as_secs()),
+    };
+    Tally::add(&tally.server_close_unconfirmed, 1);
+    eprintln!(
+        "note: echo server, connection from {}: close unconfirmed ({why}); {}",
+        conn.peer_addr(),
+        recovery(&conn)
+    );
     Ok(())
+}
+
+/// What a failed connection's loss recovery had come to, for the log.
+fn recovery(conn: &manyfold::Connection) -> String {
+    let s = conn.stats();
+    format!(
+        "srtt {:?}, rttvar {:?}, min_rtt {:?}, {} packets sent, {} received, {} retransmissions, {} RTO expiries, \
+         {} tail-loss probes, {} unacknowledged bytes",
+        s.srtt,
+        s.rttvar,
+        s.min_rtt,
+        s.packets_sent,
+        s.packets_received,
+        s.retransmissions,
+        s.rto_expiries,
+        s.tail_loss_probes,
+        s.unacked_bytes
+    )
 }
 
 /// Client `i`: connections one after another until the deadline.
@@ -138,7 +163,10 @@ async fn exchange(
     let mut check = FrameCheck::new(Some(id), plan.max_payload);
     let mut buf = vec![0u8; READ];
     loop {
-        let n = conn.read(&mut buf).await.context("reading the echo")?;
+        let n = match conn.read(&mut buf).await {
+            Ok(n) => n,
+            Err(e) => bail!("reading the echo: {e} ({})", recovery(&conn)),
+        };
         if n == 0 {
             break;
         }

@@ -90,8 +90,10 @@ pub(crate) struct Connection {
     /// We sent the SYN (spec §13.11: our own streams get odd numbers).
     opener: bool,
     fin_seq: Option<Seq>,
-    /// The listener's cookie to echo on our first packet after its SYN-ACK.
+    /// The listener's cookie to echo on our first packet after its SYN-ACK,
+    /// and when that SYN-ACK arrived (the echo says how long after, §3.3.3).
     cookie: Option<Cookie>,
+    cookie_since: Option<Instant>,
     cookie_seq: Option<Seq>,
     /// Tokens and 0-RTT data (spec §6.9).
     early: early::Early,
@@ -287,6 +289,7 @@ impl Connection {
             opener: false,
             fin_seq: None,
             cookie: None,
+            cookie_since: None,
             cookie_seq: None,
             early: early::Early::default(),
             recv: None,
@@ -1036,7 +1039,7 @@ impl Connection {
             self.handle_rst(p);
             return;
         }
-        if self.state == State::SynSent && !self.handle_syn_sent(p) {
+        if self.state == State::SynSent && !self.handle_syn_sent(now, p) {
             return;
         }
         if self.state == State::TimeWait {
@@ -1085,7 +1088,7 @@ impl Connection {
 
     /// SYN-SENT (spec §4.2, §4.3). Returns whether to go on processing the
     /// packet as an established connection would.
-    fn handle_syn_sent(&mut self, p: &Packet) -> bool {
+    fn handle_syn_sent(&mut self, now: Instant, p: &Packet) -> bool {
         let h = &p.header;
         let (Some(params), true) = (p.params, h.flags.contains(Flags::SYN)) else {
             return false;
@@ -1106,6 +1109,7 @@ impl Connection {
             self.learn_peer(h.seq, peer_id, params, h.window);
             self.on_early_answer(p, params);
             self.cookie = p.cookie;
+            self.cookie_since = Some(now);
             self.set_state(State::Established);
             if self.security.is_some() {
                 // Connected once the listener's handshake message proves it,

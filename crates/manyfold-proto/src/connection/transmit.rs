@@ -629,7 +629,8 @@ impl Connection {
     /// takes a few repeats, and they must come within the peer's linger
     /// or soon after its exit. The RTO is no guide here: a connection that
     /// sent nothing but its FIN has only the handshake's RTT sample, which
-    /// a retransmitted cookie echo inflates to seconds.
+    /// a retransmitted cookie echo inflates to seconds when its client does
+    /// not report the echo's delay (spec §3.3.3).
     pub(super) fn backed_off_rto(&self) -> Duration {
         let rto = self.rtt.rto(self.rto_backoff);
         if self.lone_fin() {
@@ -784,8 +785,13 @@ impl Connection {
             });
         }
         if flags.contains(Flags::CKE) {
-            p.cookie = self.cookie;
-            p.cookie?;
+            // spec §3.3.3: the echo says how long after the SYN-ACK it goes
+            // (the hold for a first write, a retransmission's wait), which
+            // the listener takes off the cookie's age, its RTT sample.
+            let mut cookie = self.cookie?;
+            let since = self.cookie_since.map_or(Duration::ZERO, |t| now.saturating_duration_since(t));
+            cookie.echo_delay = u16::try_from(since.as_millis()).unwrap_or(u16::MAX);
+            p.cookie = Some(cookie);
         }
         let data_len = chunks.map_or(0, Chunks::encoded_len);
         let base = p.len_with(data_len);

@@ -342,8 +342,10 @@ impl Endpoint {
         }
         let security = self.security(false);
         let max_datagram = cookie.client_max_datagram;
-        // The cookie's age is the SYN-ACK round trip (ms resolution).
-        let rtt = Duration::from_millis(u64::from(timestamp.wrapping_sub(cookie.timestamp)));
+        // The cookie's age less the echo's delay after the SYN-ACK arrived
+        // is the SYN-ACK round trip (ms resolution, spec §6.2).
+        let age = timestamp.wrapping_sub(cookie.timestamp);
+        let rtt = Duration::from_millis(u64::from(age.saturating_sub(u32::from(cookie.echo_delay))));
         let mut conn = Connection::new_server(
             self.config.connection.clone(),
             now,

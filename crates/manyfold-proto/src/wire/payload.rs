@@ -152,6 +152,10 @@ pub struct Cookie {
     pub client_id: u32,
     /// The client's `max_datagram` from its SYN.
     pub client_max_datagram: u16,
+    /// Milliseconds the client's echo of it was sent after the SYN-ACK
+    /// arrived (its hold, its retransmissions; spec §3.3.3): zero in the
+    /// SYN-ACK; outside the MAC.
+    pub echo_delay: u16,
     /// SipHash-2-4 under the listener's secret over everything above plus the
     /// client's address, both initial sequence numbers and the listener's id.
     pub mac: u64,
@@ -164,6 +168,7 @@ impl Cookie {
             timestamp: be32(&b[..4]),
             client_id: be32(&b[4..8]),
             client_max_datagram: be16(&b[8..10]),
+            echo_delay: be16(&b[10..12]),
             mac: u64::from_be_bytes(b[12..20].try_into().map_err(|_| DecodeError::Malformed)?),
         })
     }
@@ -171,7 +176,7 @@ impl Cookie {
         out[..4].copy_from_slice(&self.timestamp.to_be_bytes());
         out[4..8].copy_from_slice(&self.client_id.to_be_bytes());
         out[8..10].copy_from_slice(&self.client_max_datagram.to_be_bytes());
-        out[10..12].copy_from_slice(&[0, 0]);
+        out[10..12].copy_from_slice(&self.echo_delay.to_be_bytes());
         out[12..20].copy_from_slice(&self.mac.to_be_bytes());
     }
 }
@@ -456,7 +461,7 @@ mod tests {
         p.sack = Some(sack);
         p.params = Some(HandshakeParams::new(0xdead_beef, 1452));
         p.token = Some(Token { timestamp: 6, mac: 7 });
-        p.cookie = Some(Cookie { timestamp: 1, client_id: 2, client_max_datagram: 3, mac: 4 });
+        p.cookie = Some(Cookie { timestamp: 1, client_id: 2, client_max_datagram: 3, echo_delay: 5, mac: 4 });
         p.error = Some(ErrorCode::REFUSED);
         p.data = &[5, 5, 5, 5, 5]; // five one-byte pad chunks (spec §13.2)
         p
@@ -477,7 +482,7 @@ mod tests {
             2, 0, 0, 0, 10, 0, 0, 0, 12, 0, 0, 0, 20, 0, 0, 0, 25, // sack
             0xde, 0xad, 0xbe, 0xef, 0x05, 0xac, 0, 4, // params, TOKEN
             0, 0, 0, 6, 0, 0, 0, 0, 0, 0, 0, 7, // token
-            0, 0, 0, 1, 0, 0, 0, 2, 0, 3, 0, 0, 0, 0, 0, 0, 0, 0, 0, 4, // cookie
+            0, 0, 0, 1, 0, 0, 0, 2, 0, 3, 0, 5, 0, 0, 0, 0, 0, 0, 0, 4, // cookie, echo delay 5
             0, 3, // error
             5, 5, 5, 5, 5,
         ];
@@ -561,7 +566,7 @@ mod tests {
             }
             p.params = params.map(|(conn_id, max_datagram)| HandshakeParams::new(conn_id, max_datagram));
             p.token = token.map(|(timestamp, mac)| Token { timestamp, mac });
-            p.cookie = cookie.map(|(timestamp, client_id, client_max_datagram, mac)| Cookie { timestamp, client_id, client_max_datagram, mac });
+            p.cookie = cookie.map(|(timestamp, client_id, client_max_datagram, mac)| Cookie { timestamp, client_id, client_max_datagram, echo_delay: 0, mac });
             p.error = error.map(ErrorCode);
             p.data = &data;
             let v = encode(&p);
