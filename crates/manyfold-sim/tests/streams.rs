@@ -1156,3 +1156,103 @@ fn a_stream_reset_before_it_sent_anything_stays_closed_after_it_is_forgotten() {
     let r = w.act(client(), |ep, _| ep.conn_mut(c).stream_send(StreamId::new(1), &[9u8; 3072]));
     assert_eq!(r, Err(SendError::Finished), "seed {seed}");
 }
+
+#[test]
+fn tiny_unread_messages_count_their_records_against_the_receive_buffer() {
+    // spec §7.1: an unread message costs its bytes plus 64 for its record.
+    // 8-byte messages to a reader that does not read for 3 s: without the
+    // records counted, 64 KiB of them would be 8,192 records (nine times
+    // the buffer's worth); with them, at most two buffers' worth.
+    let seed = 1117;
+    let recv_buffer = 64 * 1024;
+    let mut w = World::new(seed);
+    let mut reader = EndpointConfig::default();
+    reader.connection.recv_buffer = recv_buffer;
+    w.add_node(client(), EndpointConfig::default());
+    w.add_node(server(), reader);
+    w.set_link(client(), server(), LinkConfig::with_delay(ms(5)));
+    let (c, s) = open(&mut w);
+    let mut out = Outbox::default();
+    let mut inbox = Inbox::default();
+    let total = 20_000;
+    let top_up = |w: &mut World, out: &mut Outbox| {
+        while out.sent.len() < total {
+            let (stream, opts) = if out.sent.len().is_multiple_of(2) { (1, ORDERED) } else { (2, UNORDERED) };
+            match out.try_send(w, client(), c, stream, 8, opts) {
+                Ok(_) => {}
+                Err(SendError::Blocked) => return,
+                Err(e) => panic!("{e} (seed {seed})"),
+            }
+        }
+    };
+    let unread = |w: &World, read: usize| {
+        let st = w.endpoint(server()).conn(s).stats().unwrap();
+        st.bytes_received as usize / 8 - read
+    };
+    let mut most = 0;
+    w.run_until(
+        |w| {
+            top_up(w, &mut out);
+            most = most.max(unread(w, 0));
+            false
+        },
+        secs(3),
+    );
+    eprintln!("{most} unread 8-byte messages at most, {} records' worth", most * (8 + 64));
+    assert!(most * (8 + 64) <= 2 * recv_buffer, "{most} unread messages held (seed {seed})");
+    assert!(most * (8 + 64) > recv_buffer / 2, "the buffer was never used: {most} (seed {seed})");
+    // Then the reader reads: every message arrives, intact, the dropped
+    // ones repaired.
+    let ok = w.run_until(
+        |w| {
+            top_up(w, &mut out);
+            inbox.take(w, server(), s);
+            inbox.messages() == total
+        },
+        secs(120),
+    );
+    assert!(ok, "{} of {total} read (seed {seed})", inbox.messages());
+    inbox.verify(&out).unwrap_or_else(|e| panic!("{e} (seed {seed})"));
+}
+
+#[test]
+fn reads_of_small_messages_reopen_a_closed_window_at_once() {
+    // spec §7.3: a closed window reopens as a reader takes small messages
+    // one at a time, each freeing 72 bytes of it, without waiting for the
+    // sender's zero-window probes (here 200 ms and more apart).
+    let seed = 1118;
+    let recv_buffer = 64 * 1024;
+    let mut w = World::new(seed);
+    let mut reader = EndpointConfig::default();
+    reader.connection.recv_buffer = recv_buffer;
+    // Probes no sooner than Linux's 200 ms RTO floor would send them.
+    let mut sender = EndpointConfig::default();
+    sender.connection.min_rto = ms(200);
+    w.add_node(client(), sender);
+    w.add_node(server(), reader);
+    w.set_link(client(), server(), LinkConfig::with_delay(ms(5)));
+    let (c, s) = open(&mut w);
+    let mut out = Outbox::default();
+    let mut inbox = Inbox::default();
+    let total = 20_000;
+    for _ in 0..total {
+        out.send(&mut w, client(), c, 1, 8, ORDERED);
+    }
+    // The reader waits until the window is closed, then reads everything
+    // as it comes, one message at a time.
+    w.run_for(secs(1));
+    let start = w.elapsed();
+    let ok = w.run_until(
+        |w| {
+            inbox.take(w, server(), s);
+            inbox.messages() == total
+        },
+        secs(30),
+    );
+    assert!(ok, "{} of {total} read (seed {seed})", inbox.messages());
+    let took = w.elapsed() - start;
+    eprintln!("{total} messages of 8 bytes read in {took:?} after the reader started");
+    // About 23 windows of 64 KiB at a 10 ms round trip each.
+    assert!(took < secs(2), "the window reopened slowly: {took:?} (seed {seed})");
+    inbox.verify(&out).unwrap_or_else(|e| panic!("{e} (seed {seed})"));
+}

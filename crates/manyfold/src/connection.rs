@@ -99,6 +99,18 @@ impl ConnRef {
         self.park(inner, cx, |c| &mut c.read)
     }
 
+    /// Whether the driver has work after the application took something:
+    /// reading frees receive buffer and stream credit, but the driver is
+    /// woken only if that is to be said now (a window reopened, a stream's
+    /// credit, spec §7.3 and §13.7) or if room under the memory limit
+    /// woke refused writers (§7.5); otherwise what reading freed rides on
+    /// the next ack. A wake per read cost a chunk reader ~0.2 s of CPU
+    /// per GB, and a reader of 32-byte messages a third of its time in
+    /// the lock the woken driver then took (RESULTS §31).
+    fn read_wants_driver(&self, inner: &Inner) -> bool {
+        inner.engine.conn(self.handle).reply_due() || inner.engine.has_events()
+    }
+
     /// The error of a connection (`Some(reason)`) or endpoint (`None`)
     /// that is gone, with the peer's words when its RST had some (spec §3.3.4).
     fn gone(&self, inner: &Inner, reason: Option<CloseReason>) -> ConnectionError {
@@ -147,10 +159,7 @@ impl ConnRef {
         };
         match recv(&mut inner.engine.conn_mut(self.handle)) {
             Ok(Some(t)) => {
-                // Reading frees receive buffer: the window may open. The
-                // driver is woken only if that is to be said now (a wake
-                // per read cost a chunk reader ~0.2 s of CPU per GB).
-                let wake = len(&t) > 0 && inner.engine.conn(self.handle).reply_due();
+                let wake = len(&t) > 0 && self.read_wants_driver(inner);
                 drop(guard);
                 if wake {
                     self.shared.wake_driver();
@@ -284,21 +293,22 @@ impl ConnRef {
                 _ => break,
             }
         }
+        let wake = out.len() > before && self.read_wants_driver(&guard);
         drop(guard);
-        if out.len() > before {
-            // Reading frees receive buffer and stream credit.
+        if wake {
             self.shared.wake_driver();
         }
     }
 
     /// Runs `take` on the connection under one lock; wakes the driver
-    /// when it says it took something (reading frees receive buffer and
-    /// stream credit).
+    /// when it says it took something and the driver has work for it
+    /// ([`Self::read_wants_driver`]).
     pub(crate) fn take_ready_with(&self, take: impl FnOnce(&mut manyfold_proto::ConnMut<'_>) -> bool) {
         let mut guard = self.shared.lock();
         let took = take(&mut guard.engine.conn_mut(self.handle));
+        let wake = took && self.read_wants_driver(&guard);
         drop(guard);
-        if took {
+        if wake {
             self.shared.wake_driver();
         }
     }
@@ -329,8 +339,11 @@ impl ConnRef {
         let got = take(&mut inner.engine.conn_mut(self.handle));
         match got {
             Ok(Some(item)) => {
+                let wake = self.read_wants_driver(inner);
                 drop(guard);
-                self.shared.wake_driver();
+                if wake {
+                    self.shared.wake_driver();
+                }
                 Poll::Ready(Ok(Some(item)))
             }
             Ok(None)

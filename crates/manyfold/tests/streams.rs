@@ -279,3 +279,65 @@ async fn a_batch_of_small_messages_arrives_whole_in_order_and_is_read_in_batches
     .await
     .expect("test timed out");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_writer_refused_at_the_memory_limit_resumes_when_a_reader_frees_memory() {
+    // spec §7.5: the server's endpoint holds at most 1 MiB. Connection A
+    // fills it with messages the server does not read yet; a reply of
+    // 64 KiB on connection B is then refused and its writer waits. Reading
+    // A's messages one at a time must bring B's writer the room back.
+    // (A's sender keeps resending what the limit refused, so the driver
+    // is woken by arrivals here too; the wake after a read that freed the
+    // room is not isolated by this test.)
+    timeout(TEST_TIMEOUT, async {
+        let mut server_config = config();
+        server_config.endpoint.max_buffered_bytes = 1 << 20;
+        let (server, client) = pair(server_config, config()).await;
+        let addr = server.local_addr().unwrap();
+        let mut a = client.connect(addr).await.expect("connect A");
+        let a_conn = server.accept().await.expect("A accepted");
+        let mut b = client.connect(addr).await.expect("connect B");
+        let b_conn = server.accept().await.expect("B accepted");
+        let filler = tokio::spawn(async move {
+            let streams = a.streams();
+            for i in 0..64u32 {
+                let mut m = vec![0u8; 32 << 10];
+                m[..4].copy_from_slice(&i.to_be_bytes());
+                streams.send_message(0, m).await.expect("send on A");
+            }
+            a.close().await.expect("close A");
+        });
+        // Until the server's memory is at its limit: A's sender stalls.
+        let a_streams = a_conn.streams();
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+        let b_streams = b_conn.streams();
+        let writer = tokio::spawn(async move {
+            b_streams.send_message(0, vec![7u8; 64 << 10]).await.expect("send on B");
+            b_streams
+        });
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        assert!(!writer.is_finished(), "B's writer waits for room at the memory limit");
+        let mut next = 0u32;
+        while let Some((_, item)) = a_streams.recv_message().await.expect("recv on A") {
+            if let StreamItem::Message(m) = item {
+                assert_eq!(&m[..4], &next.to_be_bytes(), "message {next}");
+                next += 1;
+            }
+        }
+        assert_eq!(next, 64, "every message of A arrived");
+        filler.await.unwrap();
+        let b_streams = timeout(std::time::Duration::from_secs(5), writer)
+            .await
+            .expect("B's writer resumed once A's reader freed memory")
+            .unwrap();
+        let (_, item) = b.recv_message().await.expect("recv on B").expect("a message on B");
+        assert!(matches!(item, StreamItem::Message(m) if m.len() == 64 << 10));
+        drop(b_streams);
+        drop(b_conn);
+        b.close().await.expect("close B");
+        server.shutdown().await;
+        client.shutdown().await;
+    })
+    .await
+    .expect("test timed out");
+}

@@ -43,6 +43,8 @@ pub(super) struct AckState {
     pub max_delay: Duration,
     /// Number of the last ACK_FREQUENCY request applied (spec §5.6).
     applied: Option<u32>,
+    /// The window our last packet advertised (spec §7.3's update rule).
+    pub advertised: u64,
 }
 
 impl AckState {
@@ -56,6 +58,7 @@ impl AckState {
             threshold: threshold.max(1),
             max_delay,
             applied: None,
+            advertised: u64::MAX,
         }
     }
 

@@ -541,7 +541,7 @@ impl Connection {
     /// Bytes this connection holds: queued and unacknowledged to send,
     /// buffered received (spec §7.5).
     pub(crate) fn memory(&self) -> u64 {
-        (self.streams.queued() + self.streams.buffered()) as u64 + self.sent.outstanding_data()
+        (self.streams.queued() + self.streams.held_memory()) as u64 + self.sent.outstanding_data()
     }
 
     /// spec §7.5: the endpoint is at its memory limit (or no longer).
@@ -849,17 +849,17 @@ impl Connection {
         read: impl FnOnce(&mut Streams) -> Result<Option<T>, u16>,
         len: impl Fn(&T) -> usize,
     ) -> Result<Option<T>, RecvError> {
-        let Some(before) = self.recv.as_ref().map(|r| r.window(self.streams.buffered())) else {
+        if self.recv.is_none() {
             return match self.close_reason {
                 Some(reason) => Err(RecvError::Closed(reason)),
                 None => Ok(None),
             };
-        };
+        }
         match read(&mut self.streams) {
             Err(code) => Err(RecvError::StreamReset(code)),
             Ok(Some(t)) => {
                 if len(&t) > 0 {
-                    self.window_update(before);
+                    self.window_update();
                 }
                 Ok(Some(t))
             }
@@ -873,18 +873,18 @@ impl Connection {
     /// The next message or stream event of any stream (spec §13.5), or of
     /// stream `only`.
     pub fn recv_message(&mut self, only: Option<StreamId>) -> Result<Option<(StreamId, StreamItem)>, RecvError> {
-        let Some(before) = self.recv.as_ref().map(|r| r.window(self.streams.buffered())) else {
+        if self.recv.is_none() {
             return match self.close_reason {
                 Some(reason) => Err(RecvError::Closed(reason)),
                 None => Ok(None),
             };
-        };
+        }
         let item = match only {
             Some(id) => self.streams.pop_on(id).map(|i| (id, i)),
             None => self.streams.pop_any(),
         };
         if item.is_some() {
-            self.window_update(before);
+            self.window_update();
             return Ok(item);
         }
         match self.close_reason {
@@ -901,18 +901,18 @@ impl Connection {
         only: Option<StreamId>,
         buf: &mut Vec<u8>,
     ) -> Result<Option<(StreamId, ReadItem)>, RecvError> {
-        let Some(before) = self.recv.as_ref().map(|r| r.window(self.streams.buffered())) else {
+        if self.recv.is_none() {
             return match self.close_reason {
                 Some(reason) => Err(RecvError::Closed(reason)),
                 None => Ok(None),
             };
-        };
+        }
         let item = match only {
             Some(id) => self.streams.pop_on_into(id, buf).map(|i| (id, i)),
             None => self.streams.pop_any_into(buf),
         };
         if item.is_some() {
-            self.window_update(before);
+            self.window_update();
             return Ok(item);
         }
         match self.close_reason {
@@ -938,13 +938,17 @@ impl Connection {
     }
 
     /// spec §7.3: a window update when a nearly closed window reopens
-    /// (receiver-side silly window avoidance, RFC 1122 4.2.3.3).
-    fn window_update(&mut self, before: u64) {
+    /// (receiver-side silly window avoidance, RFC 1122 4.2.3.3), judged
+    /// against the window last advertised: reads of small messages free
+    /// a little each, and together they reopen it.
+    fn window_update(&mut self) {
         let Some(r) = self.recv.as_ref() else { return };
-        let after = r.window(self.streams.buffered());
+        let after = r.window(self.streams.held_memory());
+        let last = self.ack.advertised;
         let half = (r.capacity() / 2) as u64;
         let mss = u64::from(self.max_datagram());
-        if before < half.min(4 * mss) && after >= half.min(4 * mss).max(before + mss) {
+        let t = half.min(4 * mss);
+        if last < t && after >= t.max(last + mss) {
             self.ack.immediate = true;
         }
     }

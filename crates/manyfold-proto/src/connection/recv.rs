@@ -4,14 +4,16 @@
 //! its packet arrives, in order or not (spec §13.4).
 //!
 //! Unlike paper 04's RUSP and paper 02's RUDP, nothing a compliant sender
-//! sends is ever dropped for lack of room: the advertised window is the
-//! free buffer beyond the cumulative ack, and the sender counts everything
-//! above the cumulative ack against it (spec §7.1).
+//! sends is dropped for lack of room (bar the bound on tiny messages'
+//! records): the advertised window is the free buffer beyond the
+//! cumulative ack, and the sender counts everything above the cumulative
+//! ack against it (spec §7.1).
 
 use std::collections::BTreeMap;
 use std::ops::Range;
 use std::time::{Duration, Instant};
 
+use super::streams::UNREAD_ITEM_COST;
 use crate::rangeset::RangeSet;
 use crate::seq::Seq;
 use crate::wire::{SackBlock, MAX_SACK_RANGES};
@@ -107,7 +109,8 @@ impl Receiver {
     /// spec §7.4, after Linux's receive-buffer auto-tuning: if more than
     /// half the window arrived within one round trip, the window may be
     /// what holds the sender back: double it (up to `capacity`). The limit
-    /// only grows, so the advertised right edge never moves back.
+    /// only grows, so the advertised right edge moves back only by unread
+    /// items' cost (spec §7.1).
     pub fn autotune(&mut self, now: Instant, arrived: usize, srtt: Duration) {
         let start = *self.round_start.get_or_insert(now);
         self.round_bytes += arrived;
@@ -131,14 +134,15 @@ impl Receiver {
     }
 
     /// Takes one sequenced packet carrying `len` data bytes while the
-    /// streams hold `buffered` bytes and `pieces` bookkeeping entries, to
+    /// streams hold `buffered` bytes (`held_memory` with their unread
+    /// items counted, spec §7.1) and `pieces` bookkeeping entries, to
     /// which it may add `entries`: whether it is new, and whether in order.
     pub fn on_packet(
         &mut self,
         seq: Seq,
         len: usize,
         fin: bool,
-        buffered: usize,
+        (buffered, held_memory): (usize, usize),
         (pieces, entries): (usize, usize),
     ) -> Arrival {
         if seq < self.next || self.held.contains_key(&seq) {
@@ -154,7 +158,12 @@ impl Receiver {
         // spec §13.8: the streams' entries are bounded like the packets
         // above a gap; only tiny chunks can reach it.
         let too_many = entries > 0 && pieces + entries > self.max_held_packets;
-        if self.fin_reached || len > self.capacity.saturating_sub(buffered) || too_many {
+        // spec §7.1: the bytes fit the buffer, and the unread items' records
+        // (each chunk may leave one) stay within a second buffer's worth.
+        let records = held_memory.saturating_add(len + entries * UNREAD_ITEM_COST);
+        let no_room =
+            len > self.capacity.saturating_sub(buffered) || (entries > 0 && records > self.capacity.saturating_mul(2));
+        if self.fin_reached || no_room || too_many {
             return Arrival::Dropped;
         }
         if seq > self.next {
@@ -225,11 +234,11 @@ mod tests {
     #[test]
     fn a_gap_is_reported_until_filled() {
         let mut r = Receiver::new(s(10), 1000);
-        assert_eq!(r.on_packet(s(11), 2, false, 0, (0, 1)), Arrival::OutOfOrder);
-        assert_eq!(r.on_packet(s(12), 2, true, 0, (0, 1)), Arrival::OutOfOrder);
+        assert_eq!(r.on_packet(s(11), 2, false, (0, 0), (0, 1)), Arrival::OutOfOrder);
+        assert_eq!(r.on_packet(s(12), 2, true, (0, 0), (0, 1)), Arrival::OutOfOrder);
         assert_eq!(r.sack_block(4).unwrap().ranges(), &[(11, 13)]);
         assert!(!r.fin_reached());
-        assert_eq!(r.on_packet(s(10), 2, false, 0, (0, 1)), Arrival::InOrder);
+        assert_eq!(r.on_packet(s(10), 2, false, (0, 0), (0, 1)), Arrival::InOrder);
         assert!(r.fin_reached());
         assert_eq!(r.next(), s(13));
         assert!(r.sack_block(4).is_none());
@@ -238,22 +247,31 @@ mod tests {
     #[test]
     fn duplicates_are_reported() {
         let mut r = Receiver::new(s(0), 1000);
-        r.on_packet(s(0), 1, false, 0, (0, 1));
-        r.on_packet(s(2), 1, false, 0, (0, 1));
-        assert_eq!(r.on_packet(s(0), 1, false, 0, (0, 1)), Arrival::Duplicate);
-        assert_eq!(r.on_packet(s(2), 1, false, 0, (0, 1)), Arrival::Duplicate);
+        r.on_packet(s(0), 1, false, (0, 0), (0, 1));
+        r.on_packet(s(2), 1, false, (0, 0), (0, 1));
+        assert_eq!(r.on_packet(s(0), 1, false, (0, 0), (0, 1)), Arrival::Duplicate);
+        assert_eq!(r.on_packet(s(2), 1, false, (0, 0), (0, 1)), Arrival::Duplicate);
+    }
+
+    #[test]
+    fn unread_items_records_are_held_to_a_second_buffers_worth() {
+        // spec §7.1: 10 bytes fit a buffer of 1,000 holding 100 bytes, but
+        // not when the unread items' records already count 1,950.
+        let mut r = Receiver::new(s(0), 1000);
+        assert_eq!(r.on_packet(s(0), 10, false, (100, 1950), (0, 1)), Arrival::Dropped);
+        assert_eq!(r.on_packet(s(0), 10, false, (100, 1900), (0, 1)), Arrival::InOrder);
     }
 
     #[test]
     fn window_is_free_buffer_beyond_the_cumulative_ack() {
         let mut r = Receiver::new(s(0), 100);
-        r.on_packet(s(0), 60, false, 0, (0, 1));
+        r.on_packet(s(0), 60, false, (0, 0), (0, 1));
         assert_eq!(r.window(60), 40);
         // Data of packets above the gap is the sender's to count.
-        r.on_packet(s(2), 30, false, 60, (0, 1));
+        r.on_packet(s(2), 30, false, (60, 60), (0, 1));
         assert_eq!(r.window(90), 40);
         // But nothing beyond capacity is ever held.
-        assert_eq!(r.on_packet(s(3), 20, false, 90, (0, 1)), Arrival::Dropped);
+        assert_eq!(r.on_packet(s(3), 20, false, (90, 90), (0, 1)), Arrival::Dropped);
         assert_eq!(r.window(30), 100);
     }
 
@@ -286,8 +304,8 @@ mod tests {
     #[test]
     fn sack_reports_the_last_changed_range_first() {
         let mut r = Receiver::new(s(0), 1000);
-        r.on_packet(s(5), 1, false, 0, (0, 1));
-        r.on_packet(s(2), 1, false, 0, (0, 1));
+        r.on_packet(s(5), 1, false, (0, 0), (0, 1));
+        r.on_packet(s(2), 1, false, (0, 0), (0, 1));
         assert_eq!(r.sack_block(4).unwrap().ranges(), &[(2, 3), (5, 6)]);
     }
 }

@@ -19,8 +19,11 @@ impl Connection {
         let (len, entries) = crate::wire::chunk::summary(p.data);
         // spec §7.5: at the endpoint's memory limit new data is not stored;
         // the sender repairs it later like a loss.
-        let buffered = if self.memory_pressure { usize::MAX } else { self.streams.buffered() };
-        let arrival = r.on_packet(seq, len, fin, buffered, (self.streams.pieces(), entries));
+        // spec §7.5: at the endpoint's memory limit no data is stored;
+        // the records' bound still holds for chunks without data.
+        let bytes = if self.memory_pressure { usize::MAX } else { self.streams.buffered() };
+        let held = (bytes, self.streams.held_memory());
+        let arrival = r.on_packet(seq, len, fin, held, (self.streams.pieces(), entries));
         let first_time = matches!(arrival, Arrival::InOrder | Arrival::OutOfOrder);
         if first_time && self.security.is_some() {
             if let Some(m) = secure::handshake_message(p) {

@@ -766,7 +766,11 @@ impl Connection {
         sack_max: usize,
     ) -> Option<usize> {
         let (ack, window) = match &self.recv {
-            Some(r) => (r.next().wire(), advertised_window(r.window(self.streams.buffered()) as usize)),
+            Some(r) => {
+                let window = r.window(self.streams.held_memory());
+                self.ack.advertised = window;
+                (r.next().wire(), advertised_window(window as usize))
+            }
             None => (0, advertised_window(super::recv::initial_window(self.config.recv_buffer))),
         };
         let mut flags = flags;

@@ -466,6 +466,14 @@ impl Endpoint {
         self.events.pop_front()
     }
 
+    /// Whether application events wait for [`Endpoint::poll_event`]: a
+    /// read that freed room under the memory limit (spec §7.5) queues
+    /// `Writable` for the connections refused, which only a driver's pass
+    /// delivers.
+    pub fn has_events(&self) -> bool {
+        !self.events.is_empty()
+    }
+
     /// The next trace event of any connection, oldest first (spec §18; only
     /// with [`crate::ConnectionConfig::qlog`] set).
     pub fn poll_qlog(&mut self) -> Option<(ConnHandle, QlogEvent)> {

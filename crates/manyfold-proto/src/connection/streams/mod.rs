@@ -29,6 +29,12 @@ pub const INITIAL_STREAM_CREDIT: u64 = 1 << 20;
 /// Priority of a stream nobody set one for (0 is the most urgent).
 pub const DEFAULT_PRIORITY: u8 = 128;
 
+/// What the receive window and the memory limit count for each message or
+/// stream event delivered and not yet read, beyond its bytes (spec §7.1):
+/// its record (a boundary mark, 16 bytes, or a queued item, 40) and its
+/// buffer's allocation, at most.
+pub const UNREAD_ITEM_COST: usize = 64;
+
 /// How one message is sent (spec §13.5, §13.6).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct MessageOptions {
@@ -148,6 +154,8 @@ pub(crate) struct Streams {
     queued: usize,
     /// Bytes held for the application, all streams.
     buffered: usize,
+    /// Messages and stream events delivered and not yet read, all streams.
+    items: usize,
     /// Bookkeeping entries of all receiving sides (spec §13.8).
     pieces: usize,
     limits: Limits,
@@ -270,6 +278,7 @@ impl Streams {
             next_msg: 1,
             queued: 0,
             buffered: 0,
+            items: 0,
             pieces: 0,
             limits,
             discard: false,
@@ -297,6 +306,16 @@ impl Streams {
 
     pub fn buffered(&self) -> usize {
         self.buffered
+    }
+
+    /// What the receiving side holds for the application, as the receive
+    /// window and the memory limit count it (spec §7.1, §7.5): its bytes,
+    /// and [`UNREAD_ITEM_COST`] for every message or stream event not yet
+    /// read, so that a peer's one-byte messages cannot make it hold many
+    /// times its receive buffer in records (as Linux counts an skb's
+    /// truesize, not its length, against the socket's buffer).
+    pub fn held_memory(&self) -> usize {
+        self.buffered + self.items * UNREAD_ITEM_COST
     }
 
     /// Held pieces, unordered fragments and done ranges, all streams.
@@ -560,8 +579,10 @@ impl Streams {
         }
         let s = self.map.get_mut(&id)?;
         let (before, pieces_before, kept_before) = (s.rx.buffered, s.rx.pieces, s.rx.kept);
+        let items_before = s.rx.unread_items();
         let r = f(&mut s.rx);
         self.buffered = self.buffered - before + s.rx.buffered;
+        self.items = self.items - items_before + s.rx.unread_items();
         self.kept += s.rx.kept - kept_before;
         self.pieces = self.pieces - pieces_before + s.rx.pieces;
         // The credit and ready list, without looking the stream up again.
@@ -684,6 +705,7 @@ impl Streams {
         let s = self.map.remove(&id).expect("stream present");
         // Normally nothing is left; whatever is goes with the stream.
         self.buffered -= s.rx.buffered;
+        self.items -= s.rx.unread_items();
         self.pieces -= s.rx.pieces;
         if s.tx.used {
             self.closed_tx.insert(id);
@@ -703,6 +725,7 @@ impl Streams {
             s.rx.set_discard();
         }
         self.buffered = 0;
+        self.items = 0;
         self.pieces = 0;
     }
 
