@@ -1256,3 +1256,44 @@ fn reads_of_small_messages_reopen_a_closed_window_at_once() {
     assert!(took < secs(2), "the window reopened slowly: {took:?} (seed {seed})");
     inbox.verify(&out).unwrap_or_else(|e| panic!("{e} (seed {seed})"));
 }
+
+#[test]
+fn a_stream_of_tiny_unread_unordered_messages_does_not_hold_back_another_stream() {
+    // spec §13.7: the unordered space's credit counts what the reader has
+    // not taken (its messages' bytes and records, §7.1), not only what
+    // arrived whole. 250,000 unordered messages of 8 bytes (18 MB as the
+    // window counts them) that nobody reads would otherwise fill a 16 MiB
+    // buffer and stop stream 2's 1 KiB messages; now stream 3 holds no
+    // more than its first 1 MiB of credit (9.4 MB counted).
+    let seed = 1119;
+    let mut w = World::new(seed);
+    let mut reader = EndpointConfig::default();
+    reader.connection.recv_buffer = 16 << 20;
+    reader.connection.stream_window = 1 << 20;
+    reader.connection.max_message = 64 * 1024;
+    w.add_node(client(), EndpointConfig::default());
+    w.add_node(server(), reader);
+    w.set_link(client(), server(), LinkConfig::with_delay(ms(5)));
+    let (c, s) = open(&mut w);
+    let mut out = Outbox::default();
+    for _ in 0..250_000 {
+        out.send(&mut w, client(), c, 3, 8, UNORDERED);
+    }
+    // Stream 3 first takes what the credit and the window let it.
+    w.run_for(secs(3));
+    for _ in 0..300 {
+        out.send(&mut w, client(), c, 2, 1024, ORDERED);
+    }
+    // Only stream 2 is read.
+    let mut got = 0;
+    let ok = w.run_until(
+        |w| {
+            while let Ok(Some(_)) = w.act(server(), |ep, _| ep.conn_mut(s).recv_message_on(StreamId::new(2))) {
+                got += 1;
+            }
+            got == 300
+        },
+        secs(10),
+    );
+    assert!(ok, "stream 2 delivered {got} of 300 while stream 3 went unread (seed {seed})");
+}

@@ -8,6 +8,7 @@ use std::collections::{BTreeMap, VecDeque};
 
 use bytes::Bytes;
 
+use super::UNREAD_ITEM_COST;
 use crate::rangeset::RangeSet;
 use crate::ring::ByteRing;
 use crate::wire::chunk::{data_flags, span, DataChunk, MAX_OFFSET};
@@ -196,6 +197,8 @@ pub(crate) struct RecvSide {
     uno: Unordered,
     /// Unordered messages (or their abandonment) ready before the ordered ones.
     oob: VecDeque<StreamItem>,
+    /// The bytes of the messages in `oob`.
+    oob_bytes: usize,
     /// Credit, FIN and reach of the ordered space.
     bounds: Bounds,
     /// A message began in the ring and has not ended.
@@ -242,6 +245,7 @@ impl RecvSide {
             popped: 0,
             uno: Unordered { partial: BTreeMap::new(), floor: 0, done: RangeSet::new(), bounds: Bounds::new(credit) },
             oob: VecDeque::new(),
+            oob_bytes: 0,
             bounds: Bounds::new(credit),
             in_message: false,
             conn_fin: false,
@@ -365,6 +369,7 @@ impl RecvSide {
             self.pieces = self.pieces + after - before;
             if !self.discard {
                 self.buffered += c.data.len();
+                self.oob_bytes += c.data.len();
                 self.oob.push_back(StreamItem::Message(Bytes::copy_from_slice(c.data)));
             }
             return Ok(c.data.len());
@@ -394,6 +399,7 @@ impl RecvSide {
         if self.discard {
             self.buffered -= msg.len();
         } else {
+            self.oob_bytes += msg.len();
             self.oob.push_back(StreamItem::Message(Bytes::from(msg)));
         }
         Ok(c.data.len())
@@ -563,6 +569,7 @@ impl RecvSide {
         self.uno.done = RangeSet::new();
         self.pieces = 0;
         self.oob.clear();
+        self.oob_bytes = 0;
         self.marks.clear();
         self.buffered = 0;
     }
@@ -639,6 +646,7 @@ impl RecvSide {
         if let Some(item) = self.oob.pop_front() {
             if let StreamItem::Message(m) = &item {
                 self.buffered -= m.len();
+                self.oob_bytes -= m.len();
             }
             return Some(Popped::Item(item));
         }
@@ -705,8 +713,16 @@ impl RecvSide {
         if self.reset.is_some() || self.conn_fin {
             return (None, None);
         }
+        // spec §13.7: what the application has not read counts against the
+        // stream's credit as against the connection's window (§7.1): the
+        // ordered space's unread messages by their records (their bytes
+        // are in the ring, not yet consumed), the unordered space's by
+        // their bytes and records (done, so past its floor, but unread).
+        let cost = |items: usize| (items * UNREAD_ITEM_COST) as u64;
         let consumed = self.next - self.ring.len() as u64;
-        (self.bounds.grant(consumed, self.window), self.uno.bounds.grant(self.uno.floor, self.window))
+        let ordered = consumed.saturating_sub(cost(self.marks.len()));
+        let unordered = self.uno.floor.saturating_sub(self.oob_bytes as u64 + cost(self.oob.len()));
+        (self.bounds.grant(ordered, self.window), self.uno.bounds.grant(unordered, self.window))
     }
 
     /// Our connection FIN is out: no credit limits the peer any more.
@@ -733,6 +749,7 @@ impl RecvSide {
         self.uno.done = RangeSet::new();
         self.pieces = 0;
         self.oob.clear();
+        self.oob_bytes = 0;
         self.marks.clear();
         self.buffered = 0;
     }
