@@ -983,7 +983,7 @@ fn crafted() -> Vec<(Vec<u8>, &'static str, &'static str)> {
     sack.push(20, 25);
     let mut full = Packet::bare(PacketType::Segment, Flags::ACK | Flags::FIN, 9, 100, 5, 4096);
     full.sack = Some(sack);
-    full.cookie = Some(Cookie { timestamp: 1, client_id: 2, client_max_datagram: 3, mac: 4 });
+    full.cookie = Some(Cookie { timestamp: 1, client_id: 2, client_max_datagram: 3, echo_delay: 5, mac: 4 });
     full.data = &area;
     let full = encode(&full);
 
@@ -1035,7 +1035,7 @@ fn crafted() -> Vec<(Vec<u8>, &'static str, &'static str)> {
         c.emit(&mut area);
         let mut p = Packet::bare(PacketType::Segment, flags, 9, 100, 5, 4096);
         if flags.contains(Flags::CKE) {
-            p.cookie = Some(Cookie { timestamp: 1, client_id: 2, client_max_datagram: 3, mac: 4 });
+            p.cookie = Some(Cookie { timestamp: 1, client_id: 2, client_max_datagram: 3, echo_delay: 5, mac: 4 });
         }
         p.data = &area;
         encode(&p)
