@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Context, Result};
 
-use super::pace::{precise_sleep, Meter, Schedule};
+use super::pace::{precise_sleep, LoopClock, Meter, Schedule};
 use super::wire::{self, fill, fill_end, now_ns, slot, Checker, HEADER, PREFIX};
 use crate::loopback::mf::{check_protection, connect_mf, encrypt};
 use crate::stats;
@@ -160,11 +160,12 @@ fn mf_send(to: SocketAddr, e: &End) -> Result<()> {
         let opts = manyfold::MessageOptions { unordered: e.unordered, ..Default::default() };
         let mut msg = vec![0u8; e.size];
         let schedule = Schedule::new(e.rate, e.secs);
+        let mut clock = LoopClock::new(schedule.is_paced());
         let mut k = 0u64;
         if e.batch > 0 {
             k = mf_send_batches(&streams, e, &schedule).await?;
         }
-        while let (0, Some(due)) = (e.batch, schedule.wait(k)) {
+        while let (0, Some(due)) = (e.batch, schedule.wait_with(k, &mut clock)) {
             let (s, seq) = slot(k, e.streams);
             fill(e.seed, s, seq, due, &mut msg);
             streams.send_message_with(s, &msg, opts).await.with_context(|| format!("sending message {k}"))?;
@@ -223,6 +224,16 @@ async fn mf_send_batches(streams: &manyfold::Streams, e: &End, schedule: &Schedu
     Ok(k)
 }
 
+/// `fut`'s output if it is ready at its first poll.
+fn poll_once<F: std::future::Future>(fut: F) -> Option<F::Output> {
+    let mut fut = std::pin::pin!(fut);
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    match fut.as_mut().poll(&mut cx) {
+        std::task::Poll::Ready(v) => Some(v),
+        std::task::Poll::Pending => None,
+    }
+}
+
 fn mf_recv(listen: SocketAddr, e: &End, checker: &mut Checker, meter: &mut Meter) -> Result<()> {
     let give_up = tokio::time::Instant::from_std(e.deadline());
     crate::runtime()?.block_on(async {
@@ -238,11 +249,19 @@ fn mf_recv(listen: SocketAddr, e: &End, checker: &mut Checker, meter: &mut Meter
         if e.batch > 0 {
             mf_recv_batches(&streams, give_up, checker, meter).await?;
         }
+        let mut clock = LoopClock::new(checker.latencies_ns.is_some());
         while !checker.done() {
-            match tokio::time::timeout_at(give_up, streams.recv_message()).await {
+            // A message already there is taken without arming a timer (a
+            // reader without a deadline pays none); otherwise wait for one
+            // until the run's deadline.
+            let next = match poll_once(streams.recv_message()) {
+                Some(r) => Ok(r),
+                None => tokio::time::timeout_at(give_up, streams.recv_message()).await,
+            };
+            match next {
                 Err(_) => bail!("out of time after {} messages", checker.delivered),
                 Ok(Ok(Some((on, manyfold::StreamItem::Message(m))))) => {
-                    let now = now_ns();
+                    let now = clock.now();
                     if checker.take(&m, on, now)? {
                         meter.tick(now);
                     }
@@ -304,8 +323,9 @@ fn tcp_send(to: SocketAddr, e: &End) -> Result<()> {
     let mut msg = vec![0u8; e.size];
     let mut frame = Vec::with_capacity(PREFIX + e.size);
     let schedule = Schedule::new(e.rate, e.secs);
+    let mut clock = LoopClock::new(schedule.is_paced());
     let mut k = 0u64;
-    while let Some(due) = schedule.wait(k) {
+    while let Some(due) = schedule.wait_with(k, &mut clock) {
         fill(e.seed, 0, k, due, &mut msg);
         wire::frame(&msg, &mut frame);
         s.write_all(&frame).with_context(|| format!("sending message {k}"))?;
@@ -351,13 +371,14 @@ fn tcp_recv(listen: SocketAddr, e: &End, checker: &mut Checker, meter: &mut Mete
     s.set_read_timeout(Some(deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(1))))?;
     let mut r = BufReader::with_capacity(1 << 20, &s);
     let mut msg = vec![0u8; e.size];
+    let mut clock = LoopClock::new(checker.latencies_ns.is_some());
     while !checker.done() {
         let mut prefix = [0u8; PREFIX];
         r.read_exact(&mut prefix).with_context(|| format!("reading after {} messages", checker.delivered))?;
         let len = u32::from_be_bytes(prefix) as usize;
         ensure!(len == e.size, "a frame of {len} bytes, expected {}", e.size);
         r.read_exact(&mut msg).with_context(|| format!("reading after {} messages", checker.delivered))?;
-        let now = now_ns();
+        let now = clock.now();
         if checker.take(&msg, 0, now)? {
             meter.tick(now);
         }

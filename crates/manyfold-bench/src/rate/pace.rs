@@ -18,6 +18,41 @@ use super::wire::{now_ns, MAX_MESSAGES};
 /// No sleep shorter than this: the message is sent at once.
 const MIN_SLEEP_NS: u64 = 5_000;
 
+/// Calls between two clock reads of an unpaced loop ([`LoopClock`]).
+pub const COARSE_EVERY: u32 = 64;
+
+/// The clock of one sending or receiving loop. Paced runs stamp and time
+/// every message, so it reads the clock at every call there; an unpaced
+/// run only needs its first and last arrivals and its end, so it reads the
+/// clock once every [`COARSE_EVERY`] calls. At millions of 32-byte
+/// messages a second one read per message was a third of the sending
+/// thread's time (RESULTS §32), a cost of the lab's and not of the
+/// transport's (Aeron's samples read no clock per message). The error is
+/// at most 63 messages' time, some microseconds in a run of seconds.
+#[derive(Debug, Clone, Copy)]
+pub struct LoopClock {
+    every: u32,
+    left: u32,
+    last: u64,
+}
+
+impl LoopClock {
+    /// Exact (every call reads the clock) or coarse.
+    pub fn new(exact: bool) -> LoopClock {
+        LoopClock { every: if exact { 1 } else { COARSE_EVERY }, left: 0, last: 0 }
+    }
+
+    /// Nanoseconds on the lab's clock, as of at most `every − 1` calls ago.
+    pub fn now(&mut self) -> u64 {
+        if self.left == 0 {
+            self.last = now_ns();
+            self.left = self.every;
+        }
+        self.left -= 1;
+        self.last
+    }
+}
+
 /// Asks the kernel to wake this thread's sleeps on time (timer slack 1 ns).
 pub fn precise_sleep() {
     // SAFETY: PR_SET_TIMERSLACK takes an integer and touches no memory of
@@ -71,6 +106,20 @@ impl Schedule {
     /// When paced message `k` is due.
     fn due_of(&self, k: u64) -> u64 {
         self.t0 + (k as f64 * self.period_ns) as u64
+    }
+
+    /// Whether messages are due at their own times (not as fast as taken).
+    pub fn is_paced(&self) -> bool {
+        self.period_ns != 0.0
+    }
+
+    /// [`Schedule::wait`], with an unpaced run's clock read through
+    /// `clock` (made with `LoopClock::new(self.is_paced())`).
+    pub fn wait_with(&self, k: u64, clock: &mut LoopClock) -> Option<u64> {
+        if self.is_paced() {
+            return self.wait(k);
+        }
+        self.due_at(k, clock.now())
     }
 
     /// Waits until message `k` is due and returns its due time; `None`
@@ -139,6 +188,26 @@ impl Meter {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_unpaced_loop_reads_the_clock_once_every_64_calls_and_a_paced_one_at_every_call() {
+        let mut coarse = LoopClock::new(false);
+        let first = coarse.now();
+        std::thread::sleep(Duration::from_millis(2));
+        for _ in 1..COARSE_EVERY {
+            assert_eq!(coarse.now(), first, "read again within its 64 calls");
+        }
+        assert!(coarse.now() >= first + 2_000_000, "the 65th call reads the clock");
+        let mut exact = LoopClock::new(true);
+        let a = exact.now();
+        std::thread::sleep(Duration::from_millis(2));
+        assert!(exact.now() >= a + 2_000_000, "a paced loop's clock is read at every call");
+        // An unpaced schedule takes its due time from the loop's clock.
+        let s = Schedule::new(0.0, 10.0);
+        let mut c = LoopClock::new(s.is_paced());
+        let due = s.wait_with(0, &mut c).expect("due");
+        assert_eq!(s.wait_with(1, &mut c), Some(due));
+    }
 
     #[test]
     fn meter_counts_after_the_warm_up() {
