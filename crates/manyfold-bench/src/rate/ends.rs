@@ -184,13 +184,18 @@ fn mf_send(to: SocketAddr, e: &End) -> Result<()> {
         }
         let st = conn.stats();
         println!(
-            "sent={k} packets_sent={} packets_received={} retransmissions={} lost_packets={} rto_expiries={} srtt_us={:.0}",
+            "sent={k} packets_sent={} packets_received={} retransmissions={} lost_packets={} rto_expiries={} srtt_us={:.0} \
+             held_ms: application={} peer_window={} congestion={} pacing={}",
             st.packets_sent,
             st.packets_received,
             st.retransmissions,
             st.lost_packets,
             st.rto_expiries,
-            st.srtt.as_secs_f64() * 1e6
+            st.srtt.as_secs_f64() * 1e6,
+            st.limited.application.as_millis(),
+            st.limited.peer_window.as_millis(),
+            st.limited.congestion.as_millis(),
+            st.limited.pacing.as_millis()
         );
         let _ = tokio::time::timeout(Duration::from_secs(2), endpoint.shutdown_within(Duration::from_secs(1))).await;
         Ok(())
