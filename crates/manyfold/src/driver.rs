@@ -169,8 +169,8 @@ impl Driver {
             let Some(step) = step else {
                 // What the last step left to send goes before the socket
                 // closes (an abort's RST, the last acks).
-                if let Some(now) = self.tx_pending.as_ref().and_then(|(_, tail)| tail.is_none().then(now)) {
-                    self.send_unlocked(now);
+                if matches!(self.tx_pending, Some((_, None))) {
+                    self.send_unlocked(now());
                 }
                 break;
             };
@@ -398,15 +398,24 @@ impl Driver {
             self.tx_pending = Some((t, None));
             return;
         }
+        Self::count_sent(&mut self.shared.lock().driver_stats, &mut self.trace, now, &t, contents);
+    }
+
+    /// Counts and traces the datagrams of `t` (`contents`, in segments of
+    /// `t.segment_size`) that the socket took.
+    fn count_sent(
+        stats: &mut crate::DriverStats,
+        trace: &mut PacketTrace,
+        now: Instant,
+        t: &Transmit,
+        contents: &[u8],
+    ) {
         let segment = t.segment_size.unwrap_or(t.size).max(1);
         let count = t.size.div_ceil(segment) as u64;
-        {
-            let stats = &mut self.shared.lock().driver_stats;
-            stats.datagrams_sent += count;
-            stats.gso_sends += u64::from(count > 1);
-        }
+        stats.datagrams_sent += count;
+        stats.gso_sends += u64::from(count > 1);
         for datagram in contents.chunks(segment) {
-            self.trace.log(now, Direction::Send, t.destination, datagram);
+            trace.log(now, Direction::Send, t.destination, datagram);
         }
     }
 
@@ -458,15 +467,7 @@ impl Driver {
         let segment = t.segment_size.unwrap_or(t.size).max(1);
         match self.io.send(t.destination, contents, t.segment_size) {
             Ok(()) => {
-                let stats = &mut inner.driver_stats;
-                let count = t.size.div_ceil(segment) as u64;
-                stats.datagrams_sent += count;
-                if count > 1 {
-                    stats.gso_sends += 1;
-                }
-                for datagram in contents.chunks(segment) {
-                    self.trace.log(now, Direction::Send, t.destination, datagram);
-                }
+                Self::count_sent(&mut inner.driver_stats, &mut self.trace, now, &t, contents);
                 false
             }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {

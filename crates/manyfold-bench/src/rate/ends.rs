@@ -213,8 +213,9 @@ async fn mf_send_batches(streams: &manyfold::Streams, e: &End, schedule: &Schedu
         fill(e.seed, 0, k, due, &mut buf[..e.size]);
         n += 1;
         // One clock reading for the rest of the batch (a reading per
-        // message was 7% of this row's CPU at 32 bytes).
-        let now = now_ns();
+        // message was 7% of this row's CPU at 32 bytes); unpaced, `wait`
+        // has just read it.
+        let now = if schedule.is_paced() { now_ns() } else { due };
         while n < e.batch {
             let Some(due) = schedule.due_at(k + n as u64, now) else { break };
             fill(e.seed, 0, k + n as u64, due, &mut buf[n * e.size..(n + 1) * e.size]);
