@@ -566,7 +566,9 @@ impl Drop for ConnRef {
 /// gracefully in the background: FIN after what is queued, data arriving
 /// afterwards acknowledged and discarded. That happens only while the
 /// endpoint's runtime runs; await [`Connection::close`] and then
-/// [`crate::Endpoint::wait_idle`] before a process exits.
+/// [`crate::Endpoint::wait_idle`] before a process exits. If the runtime
+/// goes first (a program returns from `main` with connections open), the
+/// peers get a reset (`PeerReset(Some(ErrorCode::APPLICATION))`, spec §8.3).
 #[derive(Debug)]
 pub struct Connection {
     send: SendHalf,

@@ -22,6 +22,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use manyfold_proto::wire::ErrorCode;
 use manyfold_proto::Transmit;
 use tokio::io::Interest;
 
@@ -101,6 +102,9 @@ pub(crate) struct Driver {
     icmp_control: Vec<u8>,
     /// The inline sessions' reused buffers (spec §15.4).
     inline: InlineWork,
+    /// The loop ended: the endpoint shut down or has nothing left. A
+    /// driver dropped before that resets its peers ([`Drop`]).
+    finished: bool,
 }
 
 impl Driver {
@@ -128,6 +132,7 @@ impl Driver {
             icmp_buf: vec![0u8; 2048].into_boxed_slice(),
             icmp_control: icmp::control_buffer(),
             inline: InlineWork::default(),
+            finished: false,
             io,
         }
     }
@@ -196,6 +201,7 @@ impl Driver {
         }
         // The socket closes before the stop guard wakes `shutdown`'s
         // waiters: once it returns, the port is free.
+        self.finished = true;
         drop(self);
     }
 
@@ -628,6 +634,27 @@ fn min_deadline(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
     match (a, b) {
         (Some(a), Some(b)) => Some(a.min(b)),
         (a, b) => a.or(b),
+    }
+}
+
+/// spec §8.3: a driver dropped before its loop ended was dropped with its
+/// runtime, which is shutting down: a program returned from `main` (with
+/// an error, maybe) or dropped its runtime with connections open. Its
+/// peers hear of it now, by a RST each (code APPLICATION), instead of
+/// from their keep-alive or stall timeout half a minute later: what a
+/// kernel does for a TCP socket whose process exits. Best effort, and
+/// not while unwinding from a panic in the engine.
+impl Drop for Driver {
+    fn drop(&mut self) {
+        if self.finished || std::thread::panicking() {
+            return;
+        }
+        let mut inner = self.shared.lock();
+        let now = now();
+        inner.abort_everything(now, ErrorCode::APPLICATION);
+        while let Some(t) = inner.engine.poll_transmit(now, 1, &mut self.tx_buf) {
+            let _ = self.io.send_last(t.destination, &self.tx_buf[..t.size]);
+        }
     }
 }
 

@@ -409,6 +409,12 @@ impl Inner {
             return;
         }
         self.phase = Phase::ShuttingDown { deadline: now };
+        self.abort_everything(now, code);
+    }
+
+    /// [`Inner::begin_abort`]'s aborts, whatever the phase: the RSTs wait
+    /// in the engine for the caller to send.
+    pub(crate) fn abort_everything(&mut self, now: Instant, code: ErrorCode) {
         self.engine.set_listening(false);
         while let Some(h) = self.engine.accept() {
             self.engine.conn_mut(h).abort(now, code);

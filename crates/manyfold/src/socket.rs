@@ -108,6 +108,20 @@ impl UdpIo {
         self.socket.try_io(Interest::WRITABLE, || self.state.try_send((&self.socket).into(), &transmit))
     }
 
+    /// Sends one datagram without asking tokio whether the socket is
+    /// writable: for the last datagrams of an endpoint whose runtime is
+    /// going away, when its reactor may be gone already. Best effort.
+    pub(crate) fn send_last(&self, destination: SocketAddr, contents: &[u8]) -> io::Result<()> {
+        let transmit = quinn_udp::Transmit {
+            destination: self.to_socket_family(destination),
+            ecn: None,
+            contents,
+            segment_size: None,
+            src_ip: None,
+        };
+        self.state.try_send((&self.socket).into(), &transmit)
+    }
+
     /// Sends one datagram made of `head` then `tail` (spec §7.2: the engine
     /// left a large payload out of its buffer), as one `sendmsg` with two
     /// iovecs: the payload is not copied in user space.

@@ -40,7 +40,7 @@ async fn connect_to_a_closed_port_is_refused_at_once_by_icmp() {
 
 /// Runs `body` as another process would: on a runtime of its own in a
 /// thread. When `body` returns, the runtime is dropped without any
-/// shutdown, so its sockets close and nothing more is sent: `kill -9`.
+/// shutdown of the endpoint, as a program's is when `main` returns.
 fn process<F, T>(body: impl FnOnce() -> F + Send + 'static) -> std::thread::JoinHandle<T>
 where
     F: std::future::Future<Output = T>,
@@ -54,23 +54,37 @@ where
     })
 }
 
+/// The `echo` example's server as a process of its own (built beside
+/// this test by `cargo test`), and the address it serves on.
+fn echo_server_process() -> (std::process::Child, std::net::SocketAddr) {
+    use std::io::BufRead;
+    let exe = std::env::current_exe().unwrap();
+    let bin = exe.parent().and_then(|deps| deps.parent()).unwrap().join("examples").join("echo");
+    assert!(bin.exists(), "{} is missing: `cargo test` builds the examples", bin.display());
+    let mut child = std::process::Command::new(&bin)
+        .args(["server", "127.0.0.1:0"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+    let addr = line.trim().strip_prefix("echoing on ").unwrap_or_else(|| panic!("echo printed {line:?}"));
+    (child, addr.parse().unwrap())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sender_learns_at_once_that_its_receiver_was_killed() {
     timeout(TEST_TIMEOUT, async {
-        let (addr_tx, addr_rx) = tokio::sync::oneshot::channel();
-        let receiver = process(move || async move {
-            let server = Endpoint::bind(localhost(), config()).await.unwrap();
-            server.listen();
-            addr_tx.send(server.local_addr().unwrap()).unwrap();
-            let mut accepted = server.accept().await.unwrap();
-            let mut buf = vec![0u8; 100_000];
-            accepted.read_exact(&mut buf).await.unwrap();
-            // Killed here: the runtime goes, with the socket.
-        });
+        let (mut receiver, addr) = echo_server_process();
         let client = Endpoint::bind(localhost(), config()).await.unwrap();
-        let mut conn = client.connect(addr_rx.await.unwrap()).await.unwrap();
+        let mut conn = client.connect(addr).await.unwrap();
         conn.write_all(&payload(1, 100_000)).await.unwrap();
-        tokio::task::spawn_blocking(move || receiver.join().unwrap()).await.unwrap();
+        let mut echoed = vec![0u8; 100_000];
+        conn.read_exact(&mut echoed).await.unwrap();
+        assert_eq!(echoed, payload(1, 100_000));
+        // SIGKILL: nothing more is sent, the socket closes with the process.
+        receiver.kill().unwrap();
+        receiver.wait().unwrap();
         let started = Instant::now();
         let data = payload(2, 1 << 20);
         let err = loop {
@@ -84,6 +98,44 @@ async fn a_sender_learns_at_once_that_its_receiver_was_killed() {
         assert!(matches!(reason, Some(CloseReason::Unreachable(_))), "{err:?} after {took:?}");
         assert!(took < Duration::from_secs(1), "took {took:?}");
         assert!(err.to_string().contains("port unreachable"), "{err}");
+    })
+    .await
+    .expect("test timed out");
+}
+
+/// spec §8.3: a program that returns from `main` (an error, say) with a
+/// connection open drops its runtime, and the endpoint's driver resets
+/// the peer on its way out: a reader waiting for data hears of it at
+/// once, not from its keep-alive half a minute later.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_program_that_exits_with_a_connection_open_resets_its_peer_at_once() {
+    timeout(TEST_TIMEOUT, async {
+        let (server, _) = pair(config(), config()).await;
+        let addr = server.local_addr().unwrap();
+        let (fail_tx, fail_rx) = tokio::sync::oneshot::channel::<()>();
+        let program = process(move || async move {
+            let client = Endpoint::bind(localhost(), config()).await.unwrap();
+            let mut conn = client.connect(addr).await.unwrap();
+            conn.write_all(b"hello").await.unwrap();
+            // `main` fails here, with the connection open: no close.
+            fail_rx.await.unwrap();
+            (client, conn)
+        });
+        let mut accepted = server.accept().await.unwrap();
+        let mut hello = [0u8; 5];
+        accepted.read_exact(&mut hello).await.unwrap();
+        let started = Instant::now();
+        fail_tx.send(()).unwrap();
+        let mut buf = [0u8; 16];
+        let err = timeout(Duration::from_secs(20), accepted.read(&mut buf))
+            .await
+            .expect("the read must fail, not wait for the keep-alive")
+            .expect_err("the peer's program exited");
+        let took = started.elapsed();
+        assert_eq!(manyfold::close_reason(&err), Some(CloseReason::PeerReset(Some(ErrorCode::APPLICATION))), "{err:?}");
+        assert!(took < Duration::from_secs(1), "took {took:?}");
+        // The program's handles outlived its runtime: dropping them now is harmless.
+        drop(tokio::task::spawn_blocking(move || program.join().unwrap()).await.unwrap());
     })
     .await
     .expect("test timed out");
