@@ -29,14 +29,14 @@ use bytes::{Bytes, BytesMut};
 const CHUNK: usize = 256 << 10;
 /// Writes shorter than this share the small-write buffer; longer ones are
 /// copied into pooled chunks.
-const MIN_POOLED_WRITE: usize = CHUNK / 2;
+const MIN_POOLED_WRITE: usize = TAIL;
 /// Most spare chunks a connection keeps (2 MiB).
 const MAX_SPARE: usize = 8;
 /// Largest buffer smaller writes are copied into.
-const TAIL: usize = CHUNK;
+const TAIL: usize = 64 << 10;
 /// Most full small-write buffers kept for reuse while slices of them are
-/// in flight (2 MiB at [`TAIL`]).
-const MAX_SPENT: usize = 8;
+/// in flight (256 KiB at [`TAIL`]; an idle connection keeps them too).
+const MAX_SPENT: usize = 4;
 /// First buffer small writes are copied into.
 const MIN_TAIL: usize = 512;
 
