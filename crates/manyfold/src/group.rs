@@ -283,7 +283,16 @@ impl Group {
                 if let Some(m) = inner.engine.group_recv_message(self.handle) {
                     return Some(Some(m));
                 }
-                (s.closed || inner.phase == Phase::Stopped).then_some(None)
+                if s.closed || inner.phase == Phase::Stopped {
+                    return Some(None);
+                }
+                // spec §6.2: waiting to read before the first message ends
+                // every member's echo hold (the receivers speak first).
+                let clock = inner.clock;
+                for h in inner.engine.group_conns(self.handle) {
+                    inner.engine.conn_mut(h).end_echo_hold(clock);
+                }
+                None
             })
         })
         .await
@@ -503,6 +512,9 @@ impl tokio::io::AsyncRead for PeerReader {
                 Some(reason) => Poll::Ready(closed(reason)),
                 None if inner.phase == Phase::Stopped => Poll::Ready(Err(ReadError::EndpointClosed.into())),
                 None => {
+                    // spec §6.2: a sender that reads before it wrote ends
+                    // this member's echo hold, as a connection's reader does.
+                    inner.engine.conn_mut(h).end_echo_hold(inner.clock);
                     if let Some(s) = inner.groups.get_mut(&self.group) {
                         register(&mut s.wakers, cx);
                     }

@@ -158,3 +158,81 @@ fn the_blocking_group_sends_to_every_blocking_listener() {
         assert!(r.join().unwrap() == data);
     }
 }
+
+/// spec §6.2: each member connection's cookie echo waits up to
+/// `echo_delay` for the group's first message. A sender that reads from
+/// its receivers first (they speak first) ends the wait, as a client that
+/// reads first does: here, with the wait set to 5 s, the receivers hear of
+/// the group and their greetings arrive well before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_group_sender_that_reads_first_is_heard_by_its_receivers_at_once() {
+    timeout(TEST_TIMEOUT, async {
+        let rx = receivers(2).await;
+        let addrs: Vec<SocketAddr> = rx.iter().map(|e| e.local_addr().unwrap()).collect();
+        let greeters: Vec<_> = rx
+            .into_iter()
+            .map(|ep| {
+                tokio::spawn(async move {
+                    let mut conn = ep.accept().await.expect("a connection");
+                    tokio::io::AsyncWriteExt::write_all(&mut conn, b"220 ready\r\n").await.unwrap();
+                    (ep, conn)
+                })
+            })
+            .collect();
+        let mut cfg = config();
+        cfg.endpoint.connection.echo_delay = Duration::from_secs(5);
+        let sender = Endpoint::bind(localhost(), cfg).await.unwrap();
+        let started = std::time::Instant::now();
+        let (group, unreachable) = sender.group(&addrs, GroupConfig::default()).await.expect("group");
+        assert!(unreachable.is_empty());
+        for (peer, _) in group.peers() {
+            let mut buf = [0u8; 11];
+            group.reader(peer, 0).read_exact(&mut buf).await.unwrap();
+            assert_eq!(&buf, b"220 ready\r\n");
+        }
+        let took = started.elapsed();
+        assert!(took < Duration::from_secs(2), "the greetings took {took:?} (the echo's wait is 5 s)");
+        for g in greeters {
+            drop(g.await.unwrap());
+        }
+    })
+    .await
+    .expect("test timed out");
+}
+
+/// The same with messages: `Group::recv_message` waiting first ends every
+/// member's echo hold.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_group_sender_that_waits_for_a_message_first_is_heard_by_its_receivers_at_once() {
+    timeout(TEST_TIMEOUT, async {
+        let rx = receivers(2).await;
+        let addrs: Vec<SocketAddr> = rx.iter().map(|e| e.local_addr().unwrap()).collect();
+        let greeters: Vec<_> = rx
+            .into_iter()
+            .map(|ep| {
+                tokio::spawn(async move {
+                    let conn = ep.accept().await.expect("a connection");
+                    conn.send_message(0, b"ready".to_vec()).await.unwrap();
+                    (ep, conn)
+                })
+            })
+            .collect();
+        let mut cfg = config();
+        cfg.endpoint.connection.echo_delay = Duration::from_secs(5);
+        let sender = Endpoint::bind(localhost(), cfg).await.unwrap();
+        let started = std::time::Instant::now();
+        let (group, unreachable) = sender.group(&addrs, GroupConfig::default()).await.expect("group");
+        assert!(unreachable.is_empty());
+        for _ in 0..2 {
+            let (_, item) = group.recv_message().await.expect("a message");
+            assert!(matches!(item, manyfold::StreamItem::Message(ref m) if &m[..] == b"ready"), "{item:?}");
+        }
+        let took = started.elapsed();
+        assert!(took < Duration::from_secs(2), "the messages took {took:?} (the echo's wait is 5 s)");
+        for g in greeters {
+            drop(g.await.unwrap());
+        }
+    })
+    .await
+    .expect("test timed out");
+}
