@@ -364,14 +364,7 @@ impl Driver {
                     // those the fault emulation still delays first, early (an interrupted
                     // receiver's RST held by `--delay` would otherwise be lost with the
                     // socket, and its peer learn of the exit only from ICMP).
-                    self.flush_batch(inner, now);
-                    if let Some((t, tail)) = self.tx_pending.take() {
-                        self.send_plain(inner, now, t, tail.as_ref());
-                    }
-                    self.flush_held(inner, now, now + Duration::from_secs(86_400));
-                    while let Some(t) = inner.engine.poll_transmit(now, 1, &mut self.tx_buf) {
-                        let _ = self.io.send(t.destination, &self.tx_buf[..t.size], None);
-                    }
+                    self.send_all_at_exit(inner, now);
                     self.write_qlog(inner);
                     return None;
                 }
@@ -388,6 +381,21 @@ impl Driver {
             deadline = min_deadline(deadline, f.next_release());
         }
         Some(Step { deadline, blocked, busy, send })
+    }
+
+    /// Everything left to send, at the endpoint's exit, best effort: the
+    /// batch, a pending transmit, every held datagram (also those not yet
+    /// due) and whatever the engine still has, straight to the socket
+    /// (the runtime's reactor may be gone already).
+    fn send_all_at_exit(&mut self, inner: &mut Inner, now: Instant) {
+        self.flush_batch(inner, now);
+        if let Some((t, tail)) = self.tx_pending.take() {
+            self.send_plain(inner, now, t, tail.as_ref());
+        }
+        self.flush_held(inner, now, now + Duration::from_secs(86_400));
+        while let Some(t) = inner.engine.poll_transmit(now, 1, &mut self.tx_buf) {
+            let _ = self.io.send_last(t.destination, &self.tx_buf[..t.size]);
+        }
     }
 
     /// Sends the GSO batch or large datagram that [`Driver::step`] left in
@@ -649,12 +657,11 @@ impl Drop for Driver {
         if self.finished || std::thread::panicking() {
             return;
         }
-        let mut inner = self.shared.lock();
+        let shared = self.shared.clone();
+        let mut inner = shared.lock();
         let now = now();
         inner.abort_everything(now, ErrorCode::APPLICATION);
-        while let Some(t) = inner.engine.poll_transmit(now, 1, &mut self.tx_buf) {
-            let _ = self.io.send_last(t.destination, &self.tx_buf[..t.size]);
-        }
+        self.send_all_at_exit(&mut inner, now);
     }
 }
 

@@ -288,10 +288,7 @@ impl Group {
                 }
                 // spec §6.2: waiting to read before the first message ends
                 // every member's echo hold (the receivers speak first).
-                let clock = inner.clock;
-                for h in inner.engine.group_conns(self.handle) {
-                    inner.engine.conn_mut(h).end_echo_hold(clock);
-                }
+                inner.engine.group_end_echo_holds(self.handle, inner.clock);
                 None
             })
         })

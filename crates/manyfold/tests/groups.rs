@@ -8,8 +8,11 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use common::*;
-use manyfold::{Config, Endpoint, FaultConfig, GroupConfig, GroupError, GroupEvent, Unreachable};
-use tokio::io::AsyncReadExt;
+use std::time::Instant;
+
+use manyfold::{Config, Connection, Endpoint, FaultConfig, Group, GroupConfig, GroupError, GroupEvent, Unreachable};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::task::JoinHandle;
 use tokio::time::timeout;
 
 async fn receivers(n: usize) -> Vec<Endpoint> {
@@ -159,6 +162,38 @@ fn the_blocking_group_sends_to_every_blocking_listener() {
     }
 }
 
+/// Two receivers that speak first, each on the connection it accepts
+/// (`as_message`: a message "ready", else the bytes "220 ready\r\n"),
+/// and a group to them from a sender whose members' cookie echo waits up
+/// to 5 s for the group's first message (spec §6.2). Returns the sender's
+/// endpoint (kept open), its group, the greeters and when the sender
+/// started.
+async fn greeted_group(as_message: bool) -> (Endpoint, Group, Vec<JoinHandle<(Endpoint, Connection)>>, Instant) {
+    let rx = receivers(2).await;
+    let addrs: Vec<SocketAddr> = rx.iter().map(|e| e.local_addr().unwrap()).collect();
+    let greeters = rx
+        .into_iter()
+        .map(|ep| {
+            tokio::spawn(async move {
+                let mut conn = ep.accept().await.expect("a connection");
+                if as_message {
+                    conn.send_message(0, b"ready".to_vec()).await.unwrap();
+                } else {
+                    conn.write_all(b"220 ready\r\n").await.unwrap();
+                }
+                (ep, conn)
+            })
+        })
+        .collect();
+    let mut cfg = config();
+    cfg.endpoint.connection.echo_delay = Duration::from_secs(5);
+    let sender = Endpoint::bind(localhost(), cfg).await.unwrap();
+    let started = Instant::now();
+    let (group, unreachable) = sender.group(&addrs, GroupConfig::default()).await.expect("group");
+    assert!(unreachable.is_empty());
+    (sender, group, greeters, started)
+}
+
 /// spec §6.2: each member connection's cookie echo waits up to
 /// `echo_delay` for the group's first message. A sender that reads from
 /// its receivers first (they speak first) ends the wait, as a client that
@@ -167,24 +202,7 @@ fn the_blocking_group_sends_to_every_blocking_listener() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_group_sender_that_reads_first_is_heard_by_its_receivers_at_once() {
     timeout(TEST_TIMEOUT, async {
-        let rx = receivers(2).await;
-        let addrs: Vec<SocketAddr> = rx.iter().map(|e| e.local_addr().unwrap()).collect();
-        let greeters: Vec<_> = rx
-            .into_iter()
-            .map(|ep| {
-                tokio::spawn(async move {
-                    let mut conn = ep.accept().await.expect("a connection");
-                    tokio::io::AsyncWriteExt::write_all(&mut conn, b"220 ready\r\n").await.unwrap();
-                    (ep, conn)
-                })
-            })
-            .collect();
-        let mut cfg = config();
-        cfg.endpoint.connection.echo_delay = Duration::from_secs(5);
-        let sender = Endpoint::bind(localhost(), cfg).await.unwrap();
-        let started = std::time::Instant::now();
-        let (group, unreachable) = sender.group(&addrs, GroupConfig::default()).await.expect("group");
-        assert!(unreachable.is_empty());
+        let (_sender, group, greeters, started) = greeted_group(false).await;
         for (peer, _) in group.peers() {
             let mut buf = [0u8; 11];
             group.reader(peer, 0).read_exact(&mut buf).await.unwrap();
@@ -205,24 +223,7 @@ async fn a_group_sender_that_reads_first_is_heard_by_its_receivers_at_once() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_group_sender_that_waits_for_a_message_first_is_heard_by_its_receivers_at_once() {
     timeout(TEST_TIMEOUT, async {
-        let rx = receivers(2).await;
-        let addrs: Vec<SocketAddr> = rx.iter().map(|e| e.local_addr().unwrap()).collect();
-        let greeters: Vec<_> = rx
-            .into_iter()
-            .map(|ep| {
-                tokio::spawn(async move {
-                    let conn = ep.accept().await.expect("a connection");
-                    conn.send_message(0, b"ready".to_vec()).await.unwrap();
-                    (ep, conn)
-                })
-            })
-            .collect();
-        let mut cfg = config();
-        cfg.endpoint.connection.echo_delay = Duration::from_secs(5);
-        let sender = Endpoint::bind(localhost(), cfg).await.unwrap();
-        let started = std::time::Instant::now();
-        let (group, unreachable) = sender.group(&addrs, GroupConfig::default()).await.expect("group");
-        assert!(unreachable.is_empty());
+        let (_sender, group, greeters, started) = greeted_group(true).await;
         for _ in 0..2 {
             let (_, item) = group.recv_message().await.expect("a message");
             assert!(matches!(item, manyfold::StreamItem::Message(ref m) if &m[..] == b"ready"), "{item:?}");

@@ -125,6 +125,19 @@ impl Endpoint {
         self.groups.conns(g)
     }
 
+    /// The group's sender waits to read before its first message (spec
+    /// §6.2): every member's cookie echo held for a first write goes at
+    /// the next `poll_transmit`, as [`crate::ConnMut::end_echo_hold`]
+    /// does for one connection. Cheap when nothing is held.
+    pub fn group_end_echo_holds(&mut self, g: GroupHandle, now: Instant) {
+        let Some(group) = self.groups.get(g) else { return };
+        for conn in group.peers.iter().map(|p| p.conn) {
+            if self.table.get_mut(conn).is_some_and(|c| c.end_echo_hold(now)) {
+                self.schedule.mark(conn.index(), self.table.slot_mut(conn.index()));
+            }
+        }
+    }
+
     /// The next group event.
     pub fn poll_group_event(&mut self) -> Option<(GroupHandle, GroupEvent)> {
         self.groups.poll_event()
