@@ -145,7 +145,7 @@ mod tests {
                 }
                 match flushed {
                     Ok(()) => break,
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => io.socket.writable().await.expect("writable"),
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => io.writable().await.expect("writable"),
                     Err(e) => panic!("flush failed: {e}"),
                 }
             }
@@ -156,7 +156,7 @@ mod tests {
                 let mut buf = [0u8; 16];
                 for k in 0..2u8 {
                     let (n, from) = p.recv_from(&mut buf).expect("a datagram");
-                    assert_eq!((&buf[..n], from), (&[round, i as u8, k][..], io.socket.local_addr().expect("addr")));
+                    assert_eq!((&buf[..n], from), (&[round, i as u8, k][..], io.local_addr().expect("addr")));
                 }
             }
         }
@@ -173,11 +173,11 @@ mod tests {
         batch.push(to, &vec![7u8; 70_000]);
         batch.push(to, b"after");
         let (mut sent, mut failed) = (0, 0);
-        io.socket.writable().await.expect("writable");
+        io.writable().await.expect("writable");
         loop {
             match batch.flush(&io, |_, _| sent += 1, |_, _| failed += 1, |_| {}) {
                 Ok(()) => break,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => io.socket.writable().await.expect("writable"),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => io.writable().await.expect("writable"),
                 Err(e) => panic!("flush failed: {e}"),
             }
         }

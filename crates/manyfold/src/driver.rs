@@ -24,7 +24,6 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use manyfold_proto::wire::ErrorCode;
 use manyfold_proto::Transmit;
-use tokio::io::Interest;
 
 use crate::batch::SendBatch;
 use crate::icmp;
@@ -193,9 +192,9 @@ impl Driver {
             }
             tokio::select! {
                 _ = shared.notified() => {}
-                _ = self.io.socket.readable() => {}
-                _ = self.io.socket.ready(Interest::ERROR) => {}
-                _ = self.io.socket.writable(), if step.blocked => {}
+                _ = self.io.readable() => {}
+                _ = self.io.error_ready() => {}
+                _ = self.io.writable(), if step.blocked => {}
                 _ = &mut sleep, if step.deadline.is_some() => {}
             }
         }
@@ -211,8 +210,8 @@ impl Driver {
         let Driver { shared, io, icmp_buf, icmp_control, .. } = self;
         let mut inner = shared.lock();
         let now = now();
-        let read = io.socket.try_io(Interest::ERROR, || {
-            icmp::drain(&io.socket, icmp_buf, icmp_control, |to, kind, quote| {
+        let read = io.try_error(|socket| {
+            icmp::drain(socket, icmp_buf, icmp_control, |to, kind, quote| {
                 inner.engine.handle_icmp(now, canonical(to), kind, quote);
             })
         });
@@ -394,7 +393,7 @@ impl Driver {
         }
         self.flush_held(inner, now, now + Duration::from_secs(86_400));
         while let Some(t) = inner.engine.poll_transmit(now, 1, &mut self.tx_buf) {
-            let _ = self.io.send_last(t.destination, &self.tx_buf[..t.size]);
+            let _ = self.io.send(t.destination, &self.tx_buf[..t.size], None);
         }
     }
 

@@ -110,8 +110,8 @@ impl Endpoint {
         let io = UdpIo::new(socket::bind(addr, reuse_port)?)?;
         // spec §6.7: ICMP errors for our datagrams, read by the driver. (The
         // multicast sockets leave them off: spec §16 ignores ICMP.)
-        crate::icmp::enable(&io.socket, addr.is_ipv6());
-        let local_addr = io.socket.local_addr()?;
+        crate::icmp::enable(io.get_ref(), addr.is_ipv6());
+        let local_addr = io.local_addr()?;
         let start = now();
         let engine = manyfold_proto::Endpoint::new(engine_config, start);
         let faults = faults.is_active().then(|| Faults::new(faults));

@@ -19,7 +19,7 @@ use manyfold_proto::UnreachableKind;
 
 /// Asks the kernel to queue ICMP errors on `socket` (both families on a
 /// dual-stack IPv6 socket). A refusal only costs the early warning.
-pub(crate) fn enable(socket: &tokio::net::UdpSocket, ipv6: bool) {
+pub(crate) fn enable(socket: &std::net::UdpSocket, ipv6: bool) {
     #[cfg(target_os = "linux")]
     {
         use nix::sys::socket::{setsockopt, sockopt};
@@ -67,7 +67,7 @@ pub(crate) fn control_buffer() -> Vec<u8> {
 /// value's second field. Ends with `WouldBlock` when the queue is empty.
 #[cfg(target_os = "linux")]
 pub(crate) fn drain(
-    socket: &tokio::net::UdpSocket,
+    socket: &std::net::UdpSocket,
     buf: &mut [u8],
     control: &mut [u8],
     mut each: impl FnMut(SocketAddr, UnreachableKind, &[u8]),
@@ -108,7 +108,7 @@ pub(crate) fn drain(
 
 #[cfg(not(target_os = "linux"))]
 pub(crate) fn drain(
-    _socket: &tokio::net::UdpSocket,
+    _socket: &std::net::UdpSocket,
     _buf: &mut [u8],
     _control: &mut [u8],
     _each: impl FnMut(SocketAddr, UnreachableKind, &[u8]),

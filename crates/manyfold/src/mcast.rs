@@ -127,10 +127,9 @@ struct Sockets {
 /// goes again one datagram at a time.
 async fn send_io(io: &UdpIo, dest: SocketAddr, contents: &[u8], seg: Option<usize>) -> io::Result<()> {
     loop {
-        io.socket.writable().await?;
         match io.send(dest, contents, seg) {
             Ok(()) => return Ok(()),
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => io.writable().await?,
             Err(e) => match seg {
                 Some(seg) if io.gso_disabled() => {
                     for d in contents.chunks(seg) {
@@ -160,7 +159,7 @@ const RECV_SLOT: usize = 1 << 17;
 async fn recv_io(batch: &mut RecvBatch, io: &UdpIo) -> io::Result<usize> {
     let mut failures = 0;
     loop {
-        io.socket.readable().await?;
+        io.readable().await?;
         match batch.read(io) {
             Ok(n) => return Ok(n),
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,

@@ -11,6 +11,9 @@ use std::net::{SocketAddr, SocketAddrV6};
 use bytes::{Bytes, BytesMut};
 use quinn_udp::{RecvMeta, UdpSocketState, BATCH_SIZE};
 use socket2::{Domain, Protocol, Socket, Type};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+
+use tokio::io::unix::AsyncFd;
 use tokio::io::Interest;
 
 /// Kernel buffer size asked for in each direction. The kernel may cap it
@@ -61,11 +64,22 @@ pub(crate) fn bind(addr: SocketAddr, reuse_port: bool) -> io::Result<std::net::U
     Ok(socket.into())
 }
 
-/// A bound socket with quinn-udp's state. Every call is non-blocking and
-/// clears tokio's readiness on `WouldBlock`, so the driver can await it.
+/// A bound socket with quinn-udp's state.
+///
+/// The socket is registered with the runtime for reading (and its error
+/// queue) only. A UDP socket becomes writable again each time the kernel
+/// frees one of its sent datagrams, so a registration for writing would
+/// wake the runtime's poller once per datagram sent, on the sending
+/// thread, for nothing: sends are tried at once, and only a driver whose
+/// send was refused for lack of room waits for writability, through a
+/// second registration of a duplicate descriptor that lives as long as
+/// that wait ([`UdpIo::writable`]).
 #[derive(Debug)]
 pub(crate) struct UdpIo {
-    pub(crate) socket: tokio::net::UdpSocket,
+    socket: AsyncFd<std::net::UdpSocket>,
+    /// A duplicate of the socket's descriptor, registered for writing
+    /// only while a driver waits for room.
+    room: OwnedFd,
     state: UdpSocketState,
     ipv6: bool,
 }
@@ -74,9 +88,53 @@ impl UdpIo {
     /// Wraps a socket from [`bind`]; must run inside a tokio runtime.
     pub(crate) fn new(socket: std::net::UdpSocket) -> io::Result<Self> {
         let ipv6 = socket.local_addr()?.is_ipv6();
-        let socket = tokio::net::UdpSocket::from_std(socket)?;
+        let room = socket.as_fd().try_clone_to_owned()?;
         let state = UdpSocketState::new((&socket).into())?;
-        Ok(UdpIo { socket, state, ipv6 })
+        // Deprecated for owners that may swap their descriptor; a
+        // `std::net::UdpSocket` holds one for its whole life.
+        #[allow(deprecated)]
+        let socket = AsyncFd::with_interest(socket, Interest::READABLE | Interest::ERROR)?;
+        Ok(UdpIo { socket, room, state, ipv6 })
+    }
+
+    /// The socket itself, for its options and address.
+    pub(crate) fn get_ref(&self) -> &std::net::UdpSocket {
+        self.socket.get_ref()
+    }
+
+    /// The socket's local address.
+    pub(crate) fn local_addr(&self) -> io::Result<SocketAddr> {
+        self.get_ref().local_addr()
+    }
+
+    /// Waits until a datagram may be waiting (the next [`UdpIo::recv`]
+    /// clears that when there was none).
+    pub(crate) async fn readable(&self) -> io::Result<()> {
+        self.socket.readable().await?.retain_ready();
+        Ok(())
+    }
+
+    /// Waits until the socket's error queue may hold an error (ICMP).
+    pub(crate) async fn error_ready(&self) -> io::Result<()> {
+        self.socket.ready(Interest::ERROR).await?.retain_ready();
+        Ok(())
+    }
+
+    /// Reads the error queue with `read` (which returns `WouldBlock` once
+    /// it is empty; readiness is then cleared until the next error).
+    pub(crate) fn try_error<R>(&self, read: impl FnOnce(&std::net::UdpSocket) -> io::Result<R>) -> io::Result<R> {
+        self.socket.try_io(Interest::ERROR, read)
+    }
+
+    /// Waits until the socket has room for a datagram: for a sender whose
+    /// last send was refused with `WouldBlock`. Registers the duplicate
+    /// descriptor for writing for the length of the wait.
+    pub(crate) async fn writable(&self) -> io::Result<()> {
+        // As in `new`: the borrowed descriptor stays open for the wait.
+        #[allow(deprecated)]
+        let wait = AsyncFd::with_interest(self.room.as_fd(), Interest::WRITABLE)?;
+        wait.writable().await?.retain_ready();
+        Ok(())
     }
 
     /// How many datagrams the kernel reads into one buffer (GRO); 1 without GRO.
@@ -92,7 +150,7 @@ impl UdpIo {
     /// Receives up to `bufs.len()` buffers; each may hold several datagrams
     /// of `meta.stride` bytes (GRO).
     pub(crate) fn recv(&self, bufs: &mut [IoSliceMut<'_>], meta: &mut [RecvMeta]) -> io::Result<usize> {
-        self.socket.try_io(Interest::READABLE, || self.state.recv((&self.socket).into(), bufs, meta))
+        self.socket.try_io(Interest::READABLE, |s| self.state.recv(s.into(), bufs, meta))
     }
 
     /// Sends `contents` to `destination`: one datagram, or with
@@ -105,21 +163,7 @@ impl UdpIo {
             segment_size,
             src_ip: None,
         };
-        self.socket.try_io(Interest::WRITABLE, || self.state.try_send((&self.socket).into(), &transmit))
-    }
-
-    /// Sends one datagram without asking tokio whether the socket is
-    /// writable: for the last datagrams of an endpoint whose runtime is
-    /// going away, when its reactor may be gone already. Best effort.
-    pub(crate) fn send_last(&self, destination: SocketAddr, contents: &[u8]) -> io::Result<()> {
-        let transmit = quinn_udp::Transmit {
-            destination: self.to_socket_family(destination),
-            ecn: None,
-            contents,
-            segment_size: None,
-            src_ip: None,
-        };
-        self.state.try_send((&self.socket).into(), &transmit)
+        self.state.try_send(self.get_ref().into(), &transmit)
     }
 
     /// Sends one datagram made of `head` then `tail` (spec §7.2: the engine
@@ -129,13 +173,10 @@ impl UdpIo {
     pub(crate) fn send_gathered(&self, destination: SocketAddr, head: &[u8], tail: &[u8]) -> io::Result<()> {
         use nix::sys::socket::{sendmsg, MsgFlags, SockaddrStorage};
         use std::io::IoSlice;
-        use std::os::fd::AsRawFd;
         let iov = [IoSlice::new(head), IoSlice::new(tail)];
         let addr = SockaddrStorage::from(self.to_socket_family(destination));
         let fd = self.socket.as_raw_fd();
-        self.socket.try_io(Interest::WRITABLE, || {
-            sendmsg(fd, &iov, &[], MsgFlags::empty(), Some(&addr)).map(|_| ()).map_err(io::Error::from)
-        })
+        sendmsg(fd, &iov, &[], MsgFlags::empty(), Some(&addr)).map(|_| ()).map_err(io::Error::from)
     }
 
     /// Elsewhere: the two pieces joined, one datagram through quinn-udp.
@@ -151,7 +192,6 @@ impl UdpIo {
     pub(crate) fn send_many<'a>(&self, datagrams: impl Iterator<Item = (SocketAddr, &'a [u8])>) -> io::Result<usize> {
         use nix::sys::socket::{sendmmsg, MsgFlags, MultiHeaders, SockaddrStorage};
         use std::io::IoSlice;
-        use std::os::fd::AsRawFd;
         const N: usize = crate::batch::MAX_BATCH;
         let mut slices: [[IoSlice<'a>; 1]; N] = std::array::from_fn(|_| [IoSlice::new(&[])]);
         let mut addrs: [Option<SockaddrStorage>; N] = [None; N];
@@ -172,13 +212,11 @@ impl UdpIo {
                 std::cell::RefCell::new(MultiHeaders::preallocate(N, None));
         }
         let fd = self.socket.as_raw_fd();
-        self.socket.try_io(Interest::WRITABLE, || {
-            HEADERS.with_borrow_mut(|headers| {
-                let cmsgs: [nix::sys::socket::ControlMessage<'_>; 0] = [];
-                sendmmsg(fd, headers, &slices[..n], &addrs[..n], cmsgs, MsgFlags::empty())
-                    .map(|sent| sent.count())
-                    .map_err(io::Error::from)
-            })
+        HEADERS.with_borrow_mut(|headers| {
+            let cmsgs: [nix::sys::socket::ControlMessage<'_>; 0] = [];
+            sendmmsg(fd, headers, &slices[..n], &addrs[..n], cmsgs, MsgFlags::empty())
+                .map(|sent| sent.count())
+                .map_err(io::Error::from)
         })
     }
 
@@ -387,12 +425,39 @@ mod tests {
         assert_eq!(canonical(v6), v6);
     }
 
+    /// Waiting for room registers the socket's duplicate for that wait only:
+    /// a socket with room answers at once, again and again (a registration
+    /// left behind would make the next one fail), and a datagram sent
+    /// meanwhile still arrives.
+    #[tokio::test]
+    async fn a_wait_for_room_ends_at_once_on_a_socket_with_room_and_can_repeat() {
+        let io = UdpIo::new(bind("127.0.0.1:0".parse().expect("literal"), false).expect("bind")).expect("io");
+        let to = io.local_addr().expect("local addr");
+        for _ in 0..3 {
+            tokio::time::timeout(std::time::Duration::from_secs(5), io.writable())
+                .await
+                .expect("a socket with room is writable at once")
+                .expect("registration");
+        }
+        io.send(to, b"after", None).expect("send");
+        let mut batch = RecvBatch::new(1 << 16);
+        let got = loop {
+            io.readable().await.expect("readable");
+            match batch.read(&io) {
+                Ok(n) => break batch.datagrams(n).map(|(_, d)| d.to_vec()).collect::<Vec<_>>(),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                Err(e) => panic!("receive failed: {e}"),
+            }
+        };
+        assert_eq!(got, vec![b"after".to_vec()]);
+    }
+
     /// Three datagrams (the last shorter, so GRO may coalesce them into one
     /// slot) come out of a batch as three, in order, from their source.
     #[tokio::test]
     async fn a_batch_splits_into_its_datagrams() {
         let io = UdpIo::new(bind("127.0.0.1:0".parse().expect("literal"), false).expect("bind")).expect("io");
-        let to = io.socket.local_addr().expect("local addr");
+        let to = io.local_addr().expect("local addr");
         let peer = std::net::UdpSocket::bind("127.0.0.1:0").expect("bind peer");
         let sent: [&[u8]; 3] = [&[1; 100], &[2; 100], &[3; 40]];
         for d in sent {
@@ -401,7 +466,7 @@ mod tests {
         let mut batch = RecvBatch::new(1 << 16);
         let mut got: Vec<(SocketAddr, Vec<u8>)> = Vec::new();
         while got.len() < sent.len() {
-            io.socket.readable().await.expect("readable");
+            io.readable().await.expect("readable");
             match batch.read(&io) {
                 Ok(n) => got.extend(batch.datagrams(n).map(|(from, d)| (from, d.to_vec()))),
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
@@ -420,14 +485,14 @@ mod tests {
     #[tokio::test]
     async fn a_full_slot_is_handed_over_and_its_buffer_reused_once_released() {
         let io = UdpIo::new(bind("127.0.0.1:0".parse().expect("literal"), false).expect("bind")).expect("io");
-        let to = io.socket.local_addr().expect("local addr");
+        let to = io.local_addr().expect("local addr");
         let peer = std::net::UdpSocket::bind("127.0.0.1:0").expect("bind peer");
         let slot_len = 16_384;
         let mut batch = RecvBatch::new(slot_len);
         async fn read_one(batch: &mut RecvBatch, io: &UdpIo, peer: &std::net::UdpSocket, to: SocketAddr, d: &[u8]) {
             peer.send_to(d, to).expect("send");
             loop {
-                io.socket.readable().await.expect("readable");
+                io.readable().await.expect("readable");
                 match batch.read(io) {
                     Ok(n) => {
                         assert_eq!(n, 1);
