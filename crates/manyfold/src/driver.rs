@@ -205,18 +205,20 @@ impl Driver {
     }
 
     /// Feeds the ICMP errors the kernel queued for our datagrams to the
-    /// engine (spec §6.7). Reads only when the socket reports an error.
+    /// engine (spec §6.7). Reads only when the socket reports an error,
+    /// and takes the lock only then.
     fn drain_icmp(&mut self) {
         let Driver { shared, io, icmp_buf, icmp_control, .. } = self;
-        let mut inner = shared.lock();
+        let mut inner = None;
         let now = now();
         let read = io.try_error(|socket| {
             icmp::drain(socket, icmp_buf, icmp_control, |to, kind, quote| {
+                let inner = inner.get_or_insert_with(|| shared.lock());
                 inner.engine.handle_icmp(now, canonical(to), kind, quote);
             })
         });
         if let Ok((_, other)) = read {
-            inner.driver_stats.other_socket_errors += other as u64;
+            inner.get_or_insert_with(|| shared.lock()).driver_stats.other_socket_errors += other as u64;
         }
     }
 
