@@ -382,6 +382,10 @@ impl Bbr {
 }
 
 impl Controller for Bbr {
+    fn bdp(&self) -> Option<u64> {
+        Bbr::bdp(self)
+    }
+
     fn window(&self) -> u64 {
         match self.mode {
             Mode::ProbeRtt { .. } => self.cwnd.min(self.probe_rtt_window()),

@@ -49,6 +49,12 @@ pub trait Controller: Send + std::fmt::Debug {
     fn pacing_gain(&self) -> f64 {
         1.25
     }
+    /// The controller's estimate of the path's bandwidth-delay product in
+    /// bytes, if it keeps a model of the path (BBR); `None` otherwise. The
+    /// send buffer follows it where the window runs ahead of it (spec §7.4).
+    fn bdp(&self) -> Option<u64> {
+        None
+    }
     /// Name for stats and traces.
     fn name(&self) -> &'static str;
     /// Which algorithm this is (what [`renew`] matches on).

@@ -619,23 +619,36 @@ impl Connection {
     }
 
     /// spec §7.4: the send buffer follows what can be in flight: twice the
-    /// smaller of the congestion and the peer's window, at most
-    /// `send_buffer`, and at least the initial window and room for a
-    /// largest message beside the other streams' reserve (§13.5).
+    /// smaller of the congestion and the peer's window (and of twice the
+    /// controller's bandwidth-delay product, where it has one), at most
+    /// `send_buffer`, at least the initial window.
     fn send_limit(&self) -> usize {
-        let useful = self.cc.window().min(self.peer_window).saturating_mul(2) as usize;
-        let floor = recv::INITIAL_WINDOW.max(self.config.max_message + STREAM_RESERVE);
-        useful.clamp(floor.min(self.config.send_buffer), self.config.send_buffer)
+        send::send_limit(self.cc.window(), self.peer_window, self.cc.bdp(), self.config.send_buffer)
+    }
+
+    /// The send limit a whole message of `len` bytes meets: room for it
+    /// beside the other streams' reserve (§13.5) even where the window's
+    /// limit is smaller, so that a largest message fits an idle connection.
+    fn message_limit(&self, len: usize) -> usize {
+        self.send_limit().max(len.saturating_add(STREAM_RESERVE).min(self.config.send_buffer))
     }
 
     /// spec §13.5: bytes stream `id` may still queue. One stream may hold
     /// all of the send buffer but a reserve, so that a bulk writer never
     /// leaves the other streams' messages without room.
     pub fn stream_capacity(&self, id: StreamId) -> usize {
-        let limit = self.send_limit();
+        self.capacity_within(id, self.send_limit())
+    }
+
+    /// [`Connection::stream_capacity`] under `limit`.
+    fn capacity_within(&self, id: StreamId, limit: usize) -> usize {
+        if self.fin_queued || self.state == State::Closed {
+            return 0;
+        }
         let reserve = (limit / 8).min(STREAM_RESERVE);
         let own = (limit - reserve).saturating_sub(self.streams.held_by(id));
-        own.min(self.send_capacity())
+        let used = self.streams.queued() + self.sent.outstanding_data() as usize;
+        own.min(limit.saturating_sub(used))
     }
 
     /// The largest message `send_message` can ever take.
@@ -742,7 +755,7 @@ impl Connection {
             return Err(SendError::MessageTooLarge { size: len, max: self.max_message() });
         }
         self.streams.check_send(id).map_err(refusal)?;
-        if len > self.stream_capacity(id) {
+        if len > self.capacity_within(id, self.message_limit(len)) {
             self.want_writable = true;
             return Err(SendError::Blocked);
         }

@@ -211,12 +211,46 @@ impl SendBuffer {
     }
 }
 
+/// spec §7.4: how many bytes the send buffer may hold, queued and in
+/// flight: twice what can usefully be in flight, which is the smaller of
+/// the congestion window and the peer's window and, where the controller
+/// models the path, of twice its bandwidth-delay product (BBR's window
+/// adds the acks' aggregation on top of that: on loopback, where acks
+/// come a receive call's worth at a time, several megabytes that only
+/// queued in front of the receiver and overflowed its socket; RESULTS §34).
+/// At least the initial window, at most `send_buffer`.
+pub(crate) fn send_limit(window: u64, peer_window: u64, bdp: Option<u64>, send_buffer: usize) -> usize {
+    let model = bdp.map_or(u64::MAX, |b| b.saturating_mul(2));
+    let useful = window.min(peer_window).min(model).saturating_mul(2);
+    let useful = usize::try_from(useful).unwrap_or(usize::MAX);
+    useful.clamp(super::recv::INITIAL_WINDOW.min(send_buffer), send_buffer)
+}
+
 /// Largest small-write buffer a spare keeps (issue 21, spec §15.3).
 const SPARE_TAIL: usize = 2 * MIN_TAIL;
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_send_limit_is_twice_what_can_usefully_be_in_flight() {
+        const MB: u64 = 1 << 20;
+        let cap = 64 << 20;
+        // Twice the smaller window.
+        assert_eq!(send_limit(10 * MB, 12 * MB, None, cap), 20 << 20);
+        assert_eq!(send_limit(10 * MB, 6 * MB, None, cap), 12 << 20);
+        // A model's BDP bounds a window that runs ahead of it (BBR's
+        // aggregation allowance on a short path) ...
+        assert_eq!(send_limit(9 * MB, 64 * MB, Some(3 * MB), cap), 12 << 20);
+        assert_eq!(send_limit(9 * MB, 64 * MB, Some(100 << 10), cap), 4 << 20);
+        // ... but not a window within twice the BDP.
+        assert_eq!(send_limit(5 * MB, 64 * MB, Some(3 * MB), cap), 10 << 20);
+        // The initial window is the floor, `send_buffer` the ceiling.
+        assert_eq!(send_limit(64 << 10, 64 * MB, None, cap), 4 << 20);
+        assert_eq!(send_limit(64 * MB, 64 * MB, None, cap), cap);
+        assert_eq!(send_limit(64 << 10, 64 * MB, None, 1 << 20), 1 << 20);
+    }
 
     #[test]
     fn take_joins_small_writes_and_splits_large_ones() {
