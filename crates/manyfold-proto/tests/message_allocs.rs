@@ -187,12 +187,13 @@ fn a_small_message_costs_no_allocation_on_either_side_in_the_steady_state() {
             "engine allocations per {SIZE}-byte message ({handed:?}): sender {send:.4} ({per_datagram:.2} per datagram, {:.1} messages per datagram), receiver {recv:.4}",
             1.0 / datagrams
         );
-        // What remains on the sender is per datagram (8 with datagrams of
-        // 200 messages on this path: the record of the packet in flight,
-        // its acknowledgement and timers), not per message: 1.04 per
-        // message before small writes were copied into one buffer.
-        assert!(send < 0.1, "{handed:?}: the sender allocates {send:.3} times per message");
-        assert!(per_datagram <= 12.0, "{handed:?}: the sender allocates {per_datagram:.2} times per datagram");
+        // Nothing per message (1.04 before small writes were copied into
+        // one buffer) and, once warm, nothing per datagram either: the
+        // record of a packet in flight takes an acknowledged one's chunk
+        // list (8 allocations per datagram of 200 messages before: the
+        // list grown anew, RESULTS §34).
+        assert!(send < 0.01, "{handed:?}: the sender allocates {send:.3} times per message");
+        assert!(per_datagram <= 0.5, "{handed:?}: the sender allocates {per_datagram:.2} times per datagram");
         assert!(recv < 0.01, "{handed:?}: the receiver allocates {recv:.3} times per message");
     }
 }

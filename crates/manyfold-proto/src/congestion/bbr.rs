@@ -102,6 +102,9 @@ pub struct Bbr {
     quiet_rtt: Option<(Duration, Instant)>,
     /// (round, max delivery rate in that round) for the last rounds.
     bw_rounds: Vec<(u64, f64)>,
+    /// The largest of `bw_rounds`, kept as it changes: the send buffer's
+    /// limit asks for the BDP on every write (spec §7.4).
+    bw_max: f64,
     round: u64,
     next_round_delivered: u64,
     min_rtt: Option<Duration>,
@@ -150,6 +153,7 @@ impl Bbr {
             app_limited_now: false,
             quiet_rtt: None,
             bw_rounds,
+            bw_max: 0.0,
             round: 0,
             next_round_delivered: 0,
             min_rtt: None,
@@ -176,7 +180,7 @@ impl Bbr {
     }
 
     fn max_bw(&self) -> f64 {
-        self.bw_rounds.iter().map(|&(_, b)| b).fold(0.0, f64::max)
+        self.bw_max
     }
 
     fn min_pipe(&self) -> u64 {
@@ -246,6 +250,7 @@ impl Bbr {
         }
         let oldest = self.round.saturating_sub(BW_WINDOW_ROUNDS - 1);
         self.bw_rounds.retain(|&(r, _)| r >= oldest);
+        self.bw_max = self.bw_rounds.iter().map(|&(_, b)| b).fold(0.0, f64::max);
     }
 
     /// The ack aggregation estimate (BBR's `BBRUpdateACKAggregation`,

@@ -436,6 +436,9 @@ impl Connection {
             }
         }
         let (mut chunks, declined_len, declined_data) = self.take_declined();
+        if chunks.is_empty() {
+            chunks = self.sent.chunk_list();
+        }
         let cut = self.streams.fill(
             now,
             &mut chunks,
@@ -444,6 +447,7 @@ impl Connection {
         );
         let fin = self.fin_queued && self.streams.queued() == 0 && !self.streams.has_sendable();
         if chunks.is_empty() && !fin && !must {
+            self.sent.keep_list(chunks);
             return Sent::Blocked;
         }
         if let Some(c) = request {
