@@ -7,12 +7,11 @@
 use std::collections::VecDeque;
 use std::io::{self, IoSliceMut};
 use std::net::{SocketAddr, SocketAddrV6};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 
 use bytes::{Bytes, BytesMut};
 use quinn_udp::{RecvMeta, UdpSocketState, BATCH_SIZE};
 use socket2::{Domain, Protocol, Socket, Type};
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
-
 use tokio::io::unix::AsyncFd;
 use tokio::io::Interest;
 

@@ -162,6 +162,16 @@ fn the_blocking_group_sends_to_every_blocking_listener() {
     }
 }
 
+/// The receivers' greetings (`what`) arrived well within the echo's 5 s
+/// wait; the greeters then end.
+async fn heard_at_once(started: Instant, greeters: Vec<JoinHandle<(Endpoint, Connection)>>, what: &str) {
+    let took = started.elapsed();
+    assert!(took < Duration::from_secs(2), "the {what} took {took:?} (the echo's wait is 5 s)");
+    for g in greeters {
+        drop(g.await.unwrap());
+    }
+}
+
 /// Two receivers that speak first, each on the connection it accepts
 /// (`as_message`: a message "ready", else the bytes "220 ready\r\n"),
 /// and a group to them from a sender whose members' cookie echo waits up
@@ -208,11 +218,7 @@ async fn a_group_sender_that_reads_first_is_heard_by_its_receivers_at_once() {
             group.reader(peer, 0).read_exact(&mut buf).await.unwrap();
             assert_eq!(&buf, b"220 ready\r\n");
         }
-        let took = started.elapsed();
-        assert!(took < Duration::from_secs(2), "the greetings took {took:?} (the echo's wait is 5 s)");
-        for g in greeters {
-            drop(g.await.unwrap());
-        }
+        heard_at_once(started, greeters, "greetings").await;
     })
     .await
     .expect("test timed out");
@@ -228,11 +234,7 @@ async fn a_group_sender_that_waits_for_a_message_first_is_heard_by_its_receivers
             let (_, item) = group.recv_message().await.expect("a message");
             assert!(matches!(item, manyfold::StreamItem::Message(ref m) if &m[..] == b"ready"), "{item:?}");
         }
-        let took = started.elapsed();
-        assert!(took < Duration::from_secs(2), "the messages took {took:?} (the echo's wait is 5 s)");
-        for g in greeters {
-            drop(g.await.unwrap());
-        }
+        heard_at_once(started, greeters, "messages").await;
     })
     .await
     .expect("test timed out");

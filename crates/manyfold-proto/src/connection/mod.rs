@@ -611,11 +611,17 @@ impl Connection {
 
     /// Bytes `send` would accept now.
     pub fn send_capacity(&self) -> usize {
+        self.room_within(self.send_limit())
+    }
+
+    /// Bytes of all streams together that fit under `limit`: none once
+    /// the connection's sending side is done.
+    fn room_within(&self, limit: usize) -> usize {
         if self.fin_queued || self.state == State::Closed {
             return 0;
         }
         let used = self.streams.queued() + self.sent.outstanding_data() as usize;
-        self.send_limit().saturating_sub(used)
+        limit.saturating_sub(used)
     }
 
     /// spec §7.4: the send buffer follows what can be in flight: twice the
@@ -642,13 +648,9 @@ impl Connection {
 
     /// [`Connection::stream_capacity`] under `limit`.
     fn capacity_within(&self, id: StreamId, limit: usize) -> usize {
-        if self.fin_queued || self.state == State::Closed {
-            return 0;
-        }
         let reserve = (limit / 8).min(STREAM_RESERVE);
         let own = (limit - reserve).saturating_sub(self.streams.held_by(id));
-        let used = self.streams.queued() + self.sent.outstanding_data() as usize;
-        own.min(limit.saturating_sub(used))
+        own.min(self.room_within(limit))
     }
 
     /// The largest message `send_message` can ever take.
