@@ -5,6 +5,7 @@
 //! its hash kept while writing), `hosts.rs` and `bundle.rs` the rest.
 
 mod bundle;
+mod direct;
 mod hosts;
 mod recv;
 mod running;

@@ -4,19 +4,20 @@
 //!
 //! Packets arrive mostly in order (a window's packets in sequence); what
 //! comes after a gap is written where it belongs and remembered as a
-//! range, and is read back from the file (the page cache) once the gap is
+//! range, and is read back (from the file or the direct-write window) once the gap is
 //! filled. A session with more separate ranges than [`MAX_RANGES`]
 //! waiting for their gaps gives up, and the check reads the whole file as
 //! before: the running hash is only ever a shortcut.
 
 use std::collections::BTreeMap;
-use std::fs::File;
 use std::io;
-use std::os::unix::fs::FileExt;
 
 /// Separate written ranges past the hashed prefix kept at most (a few
 /// MB of table); beyond, the running hash is dropped.
 pub(super) const MAX_RANGES: usize = 65_536;
+
+/// Reads the file's bytes at an offset into the whole buffer given.
+pub(super) type ReadBack<'a> = &'a mut dyn FnMut(u64, &mut [u8]) -> io::Result<()>;
 
 /// Largest read when a filled gap lets the hash run over data written
 /// earlier.
@@ -40,8 +41,9 @@ impl Default for RunningHash {
 }
 
 impl RunningHash {
-    /// `data` was just written at `offset` of `file`.
-    pub fn wrote(&mut self, file: &File, offset: u64, data: &[u8]) -> io::Result<()> {
+    /// `data` was just written at `offset`; `read` reads back what was
+    /// written earlier (exactly the length asked).
+    pub fn wrote(&mut self, offset: u64, data: &[u8], read: ReadBack<'_>) -> io::Result<()> {
         let end = offset + data.len() as u64;
         if self.gave_up || end <= self.done {
             return Ok(());
@@ -54,7 +56,7 @@ impl RunningHash {
         // packet holds the same bytes).
         self.hasher.update(&data[(self.done - offset) as usize..]);
         self.done = end;
-        self.catch_up(file)
+        self.catch_up(read)
     }
 
     /// The hash of the file's first `size` bytes, if every one of them
@@ -64,7 +66,7 @@ impl RunningHash {
     }
 
     /// Hashes the written ranges that now follow `done`, read back.
-    fn catch_up(&mut self, file: &File) -> io::Result<()> {
+    fn catch_up(&mut self, read: ReadBack<'_>) -> io::Result<()> {
         let mut buf = Vec::new();
         while let Some((&start, &end)) = self.ahead.first_key_value() {
             if start > self.done {
@@ -74,7 +76,7 @@ impl RunningHash {
             while self.done < end {
                 let n = ((end - self.done) as usize).min(READ_BACK);
                 buf.resize(n, 0);
-                file.read_exact_at(&mut buf, self.done)?;
+                read(self.done, &mut buf)?;
                 self.hasher.update(&buf);
                 self.done += n as u64;
             }
@@ -109,6 +111,8 @@ impl RunningHash {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::fs::File;
+    use std::os::unix::fs::FileExt;
 
     /// Writes `data` in pieces in the given order to a scratch file,
     /// feeding a running hash; returns the hash.
@@ -119,7 +123,7 @@ mod tests {
         let mut h = RunningHash::default();
         for &(a, b) in pieces {
             file.write_all_at(&data[a..b], a as u64).unwrap();
-            h.wrote(&file, a as u64, &data[a..b]).unwrap();
+            h.wrote(a as u64, &data[a..b], &mut |at, buf| file.read_exact_at(buf, at)).unwrap();
         }
         h
     }
@@ -164,10 +168,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let file = File::create(dir.path().join("f")).unwrap();
         for i in 0..=MAX_RANGES as u64 {
-            h.wrote(&file, 2 + 2 * i, &[0]).unwrap();
+            h.wrote(2 + 2 * i, &[0], &mut |at, buf| file.read_exact_at(buf, at)).unwrap();
         }
         assert!(h.gave_up && h.ahead.is_empty());
-        h.wrote(&file, 0, &[0, 0]).unwrap();
+        h.wrote(0, &[0, 0], &mut |at, buf| file.read_exact_at(buf, at)).unwrap();
         assert_eq!(h.finish(2), None);
     }
 }
