@@ -14,11 +14,9 @@
 //! The window holds `[base, base + WINDOW)` of the file, `base` a multiple
 //! of [`ALIGN`]. It only ever covers bytes never written before it took
 //! them (it starts at or past the highest byte written so far), so a hole
-//! it writes (a packet not yet received) overwrites nothing. It writes the
-//! blocks before its first hole when it is full, and blocks with holes
-//! only when that leaves no room: a hole's repair that comes after its
-//! block was written goes through the page cache, which must read the
-//! block back from the disk first.
+//! it writes (a packet not yet received) overwrites nothing; the packet's
+//! repair comes later and goes through the page cache, which reads the
+//! block back.
 
 use std::fs::File;
 use std::io;
@@ -29,12 +27,8 @@ use std::path::Path;
 /// (the logical block size of nearly every device is 512 or 4,096).
 pub(super) const ALIGN: usize = 4096;
 
-/// Bytes gathered before a direct write: 0.7 s at 100 Mbit/s, long
-/// enough for most losses to be repaired while their block is here.
-pub(super) const WINDOW: usize = 8 << 20;
-
-/// Holes tracked in the window at most.
-const MAX_RANGES: usize = 4096;
+/// Bytes gathered before a direct write.
+pub(super) const WINDOW: usize = 2 << 20;
 
 fn align_down(x: u64) -> u64 {
     x & !(ALIGN as u64 - 1)
@@ -91,17 +85,19 @@ pub(super) struct Window {
     held: usize,
     /// One past the highest byte ever written, gathered or not.
     high: u64,
-    /// The byte ranges gathered, sorted, apart from each other.
-    filled: Vec<(u64, u64)>,
-    /// Bytes written through the page cache.
-    cached: u64,
 }
 
 impl Window {
     pub fn new(direct: Option<File>) -> Window {
         let buf = vec![0u8; ALIGN + WINDOW];
         let at = buf.as_ptr().align_offset(ALIGN);
-        Window { direct, buf, at, base: 0, held: 0, high: 0, filled: Vec::new(), cached: 0 }
+        Window { direct, buf, at, base: 0, held: 0, high: 0 }
+    }
+
+    /// Whether writes still go past the page cache.
+    #[cfg(test)]
+    pub fn is_direct(&self) -> bool {
+        self.direct.is_some()
     }
 
     /// Stores `data` at `offset` of the file that `plain` (a handle through
@@ -129,7 +125,6 @@ impl Window {
             self.buf[self.at + from..self.at + from + data.len()].copy_from_slice(data);
             self.held = self.held.max(from + data.len());
             self.high = self.high.max(end);
-            self.fill(offset, end);
         }
         Ok(())
     }
@@ -154,33 +149,27 @@ impl Window {
     pub fn flush(&mut self, plain: &File) -> io::Result<()> {
         let whole = align_down(self.held as u64) as usize;
         self.write_blocks(plain, whole)?;
-        let tail = &self.buf[self.at + whole..self.at + self.held];
+        let tail = &self.buf[self.at..self.at + self.held];
         if !tail.is_empty() {
-            plain.write_all_at(tail, self.base + whole as u64)?;
-            self.cached += tail.len() as u64;
+            plain.write_all_at(tail, self.base)?;
         }
         self.buf[self.at..self.at + self.held].fill(0);
         self.base = align_up(self.high.max(self.base + self.held as u64));
         self.held = 0;
-        self.filled.clear();
         Ok(())
     }
 
-    /// Moves the window so that a write at `offset` (ending past it) fits.
-    /// First the whole blocks before the first hole are written (a hole is
-    /// a packet still to come: written now, its repair would have to read
-    /// its block back from the disk); if that is not room enough, every
-    /// whole block gathered; a write further ahead than that restarts the
-    /// window.
+    /// Moves the window so that a write at `offset` (ending past it) fits:
+    /// whole blocks gathered are written and the partial last one moves to
+    /// the front; a write further ahead than that restarts the window.
     fn advance(&mut self, plain: &File, offset: u64, end: u64) -> io::Result<()> {
-        let whole = match self.filled.first() {
-            Some(&(from, to)) if from == self.base => align_down(to - self.base) as usize,
-            _ => 0,
-        };
-        self.write_front(plain, whole)?;
-        if end > self.base + WINDOW as u64 {
-            self.write_front(plain, align_down(self.held as u64) as usize)?;
-        }
+        let whole = align_down(self.held as u64) as usize;
+        self.write_blocks(plain, whole)?;
+        let tail = self.held - whole;
+        self.buf.copy_within(self.at + whole..self.at + self.held, self.at);
+        self.buf[self.at + tail..self.at + self.held].fill(0);
+        self.base += whole as u64;
+        self.held = tail;
         if end > self.base + WINDOW as u64 {
             self.flush(plain)?;
             // Start at the write's block if nothing there was written yet.
@@ -190,44 +179,8 @@ impl Window {
         Ok(())
     }
 
-    /// Writes the window's first `len` bytes (whole blocks) and moves the
-    /// rest to the front.
-    fn write_front(&mut self, plain: &File, len: usize) -> io::Result<()> {
-        if len == 0 {
-            return Ok(());
-        }
-        self.write_blocks(plain, len)?;
-        self.buf.copy_within(self.at + len..self.at + self.held, self.at);
-        self.buf[self.at + self.held - len..self.at + self.held].fill(0);
-        self.base += len as u64;
-        self.held -= len;
-        let base = self.base;
-        self.filled.retain_mut(|r| {
-            r.0 = r.0.max(base);
-            r.0 < r.1
-        });
-        Ok(())
-    }
-
-    /// Adds `[from, to)` to the gathered ranges, merged with those it
-    /// touches. Past [`MAX_RANGES`] (a sender skipping every other packet)
-    /// the holes are no longer tracked: the next move writes every block.
-    fn fill(&mut self, from: u64, to: u64) {
-        let i = self.filled.partition_point(|r| r.1 < from);
-        let mut j = i;
-        let (mut a, mut b) = (from, to);
-        while j < self.filled.len() && self.filled[j].0 <= to {
-            a = a.min(self.filled[j].0);
-            b = b.max(self.filled[j].1);
-            j += 1;
-        }
-        self.filled.splice(i..j, [(a, b)]);
-        if self.filled.len() > MAX_RANGES {
-            self.filled.clear();
-        }
-    }
-
-    /// Writes the window's first `len` bytes (whole blocks).
+    /// Writes the window's first `len` bytes (whole blocks) and forgets
+    /// nothing: the caller moves what follows.
     fn write_blocks(&mut self, plain: &File, len: usize) -> io::Result<()> {
         if len == 0 {
             return Ok(());
@@ -242,14 +195,11 @@ impl Window {
                 }
             }
         }
-        plain.write_all_at(blocks, self.base)?;
-        self.cached += len as u64;
-        Ok(())
+        plain.write_all_at(blocks, self.base)
     }
 
     fn write_plain(&mut self, plain: &File, offset: u64, data: &[u8]) -> io::Result<()> {
         plain.write_all_at(data, offset)?;
-        self.cached += data.len() as u64;
         self.high = self.high.max(offset + data.len() as u64);
         Ok(())
     }
@@ -270,7 +220,7 @@ mod tests {
     /// Writes `data` as `pieces` (in that order) through a window, checks
     /// every read on the way, and returns the file's contents after the
     /// final flush.
-    fn through_window(data: &[u8], pieces: &[(usize, usize)], direct: bool) -> (Vec<u8>, Option<u64>) {
+    fn through_window(data: &[u8], pieces: &[(usize, usize)], direct: bool) -> (Vec<u8>, bool) {
         let dir = tempfile::tempdir().unwrap();
         let plain = scratch(dir.path());
         plain.set_len(data.len() as u64).unwrap();
@@ -290,7 +240,7 @@ mod tests {
             }
         }
         w.flush(&plain).unwrap();
-        (std::fs::read(dir.path().join("f")).unwrap(), w.direct.is_some().then_some(w.cached))
+        (std::fs::read(dir.path().join("f")).unwrap(), w.is_direct())
     }
 
     /// 1,428-byte packets in order, with `lost` ones left out and written
@@ -307,24 +257,12 @@ mod tests {
     #[test]
     fn packets_in_order_are_stored_whole_by_direct_writes() {
         let data = sample(7 * WINDOW + 1234);
-        let (got, cached) = through_window(&data, &packets(data.len(), &[], 0), true);
+        let (got, direct) = through_window(&data, &packets(data.len(), &[], 0), true);
         assert!(got == data, "contents differ");
         // The test directory's file system takes direct writes on Linux
         // (ext4, xfs, tmpfs since 6.6); elsewhere the window falls back.
         if cfg!(target_os = "linux") {
-            // Only the last partial block goes through the page cache.
-            assert_eq!(cached, Some(1234), "the window fell back to the page cache");
-        }
-    }
-
-    #[test]
-    fn losses_repaired_while_their_block_is_gathered_are_written_directly() {
-        let data = sample(5 * WINDOW);
-        let lost: Vec<usize> = (7..data.len() / 1428).step_by(50).collect();
-        let (got, cached) = through_window(&data, &packets(data.len(), &lost, 200), true);
-        assert!(got == data, "contents differ");
-        if cfg!(target_os = "linux") {
-            assert_eq!(cached, Some(0), "a hole's block was written before its repair came");
+            assert!(direct, "the window fell back to the page cache");
         }
     }
 
@@ -355,7 +293,7 @@ mod tests {
             w.write(&plain, a as u64, &data[a..b]).unwrap();
         }
         w.flush(&plain).unwrap();
-        assert!(w.direct.is_none());
+        assert!(!w.is_direct());
         assert!(std::fs::read(dir.path().join("f")).unwrap() == data, "contents differ");
     }
 
