@@ -5,7 +5,6 @@
 //! its hash kept while writing), `hosts.rs` and `bundle.rs` the rest.
 
 mod bundle;
-mod direct;
 mod hosts;
 mod recv;
 mod running;

@@ -4,20 +4,19 @@
 //!
 //! Packets arrive mostly in order (a window's packets in sequence); what
 //! comes after a gap is written where it belongs and remembered as a
-//! range, and is read back (from the file or the direct-write window) once the gap is
+//! range, and is read back from the file (the page cache) once the gap is
 //! filled. A session with more separate ranges than [`MAX_RANGES`]
 //! waiting for their gaps gives up, and the check reads the whole file as
 //! before: the running hash is only ever a shortcut.
 
 use std::collections::BTreeMap;
+use std::fs::File;
 use std::io;
+use std::os::unix::fs::FileExt;
 
 /// Separate written ranges past the hashed prefix kept at most (a few
 /// MB of table); beyond, the running hash is dropped.
 pub(super) const MAX_RANGES: usize = 65_536;
-
-/// Reads the file's bytes at an offset into the whole buffer given.
-pub(super) type ReadBack<'a> = &'a mut dyn FnMut(u64, &mut [u8]) -> io::Result<()>;
 
 /// Largest read when a filled gap lets the hash run over data written
 /// earlier.
@@ -41,9 +40,8 @@ impl Default for RunningHash {
 }
 
 impl RunningHash {
-    /// `data` was just written at `offset`; `read` reads back what was
-    /// written earlier (exactly the length asked).
-    pub fn wrote(&mut self, offset: u64, data: &[u8], read: ReadBack<'_>) -> io::Result<()> {
+    /// `data` was just written at `offset` of `file`.
+    pub fn wrote(&mut self, file: &File, offset: u64, data: &[u8]) -> io::Result<()> {
         let end = offset + data.len() as u64;
         if self.gave_up || end <= self.done {
             return Ok(());
@@ -56,7 +54,7 @@ impl RunningHash {
         // packet holds the same bytes).
         self.hasher.update(&data[(self.done - offset) as usize..]);
         self.done = end;
-        self.catch_up(read)
+        self.catch_up(file)
     }
 
     /// The hash of the file's first `size` bytes, if every one of them
@@ -66,7 +64,7 @@ impl RunningHash {
     }
 
     /// Hashes the written ranges that now follow `done`, read back.
-    fn catch_up(&mut self, read: ReadBack<'_>) -> io::Result<()> {
+    fn catch_up(&mut self, file: &File) -> io::Result<()> {
         let mut buf = Vec::new();
         while let Some((&start, &end)) = self.ahead.first_key_value() {
             if start > self.done {
@@ -76,7 +74,7 @@ impl RunningHash {
             while self.done < end {
                 let n = ((end - self.done) as usize).min(READ_BACK);
                 buf.resize(n, 0);
-                read(self.done, &mut buf)?;
+                file.read_exact_at(&mut buf, self.done)?;
                 self.hasher.update(&buf);
                 self.done += n as u64;
             }
@@ -111,8 +109,6 @@ impl RunningHash {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::fs::File;
-    use std::os::unix::fs::FileExt;
 
     /// Writes `data` in pieces in the given order to a scratch file,
     /// feeding a running hash; returns the hash.
@@ -123,7 +119,7 @@ mod tests {
         let mut h = RunningHash::default();
         for &(a, b) in pieces {
             file.write_all_at(&data[a..b], a as u64).unwrap();
-            h.wrote(a as u64, &data[a..b], &mut |at, buf| file.read_exact_at(buf, at)).unwrap();
+            h.wrote(&file, a as u64, &data[a..b]).unwrap();
         }
         h
     }
@@ -168,10 +164,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let file = File::create(dir.path().join("f")).unwrap();
         for i in 0..=MAX_RANGES as u64 {
-            h.wrote(2 + 2 * i, &[0], &mut |at, buf| file.read_exact_at(buf, at)).unwrap();
+            h.wrote(&file, 2 + 2 * i, &[0]).unwrap();
         }
         assert!(h.gave_up && h.ahead.is_empty());
-        h.wrote(0, &[0, 0], &mut |at, buf| file.read_exact_at(buf, at)).unwrap();
+        h.wrote(&file, 0, &[0, 0]).unwrap();
         assert_eq!(h.finish(2), None);
     }
 }

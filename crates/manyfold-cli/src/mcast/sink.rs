@@ -10,7 +10,6 @@ use manyfold::mcast::McastSink;
 use manyfold_proto::mcast::Announcement;
 
 use super::bundle::Manifest;
-use super::direct::{open_direct, read_full, Window};
 use super::running::RunningHash;
 use crate::fsutil::{PartFile, Writeback};
 
@@ -32,8 +31,6 @@ pub(super) struct Sink {
     pub running: RunningHash,
     /// Syncs what was written in the background, once the file is open.
     pub writeback: Option<Writeback>,
-    /// Gathers the writes for direct writes, once the file is open.
-    pub window: Option<Window>,
 }
 
 #[derive(Debug, Clone)]
@@ -56,7 +53,6 @@ impl Sink {
             heard: None,
             running: RunningHash::default(),
             writeback: None,
-            window: None,
         }
     }
 
@@ -68,15 +64,6 @@ impl Sink {
 /// The file written: the device, else the temporary file.
 fn stored<'a>(device: &'a Option<File>, part: &'a Option<PartFile>) -> Option<&'a File> {
     device.as_ref().or(part.as_ref().map(|p| p.file()))
-}
-
-/// Reads what was stored at `offset` (gathered in the window or in the
-/// file); returns how many bytes the store holds there.
-fn read_stored(f: &File, window: Option<&Window>, offset: u64, out: &mut [u8]) -> std::io::Result<usize> {
-    match window {
-        Some(w) => w.read(f, offset, out),
-        None => read_full(f, offset, out),
-    }
 }
 
 fn is_block_device(path: &Path) -> bool {
@@ -122,14 +109,6 @@ impl McastSink for Sink {
         if let (None, Some(f)) = (&self.writeback, self.file()) {
             self.writeback = Some(Writeback::new(f)?);
         }
-        if self.window.is_none() {
-            let path = match (&self.device, &self.part, &self.target) {
-                (Some(_), _, Target::Path(p)) => Some(p.as_path()),
-                (_, Some(part), _) => Some(part.path()),
-                _ => None,
-            };
-            self.window = path.map(|p| Window::new(open_direct(p)));
-        }
         if let (Some(size), None) = (info.size, self.size) {
             self.size = Some(size);
             if let Some(p) = &self.part {
@@ -140,19 +119,10 @@ impl McastSink for Sink {
     }
 
     fn write_at(&mut self, offset: u64, data: &[u8]) -> std::io::Result<()> {
-        let Sink { device, part, window, running, .. } = self;
-        let f = stored(device, part).ok_or_else(|| std::io::Error::other("data before the session was described"))?;
-        match window {
-            Some(w) => w.write(f, offset, data)?,
-            None => f.write_all_at(data, offset)?,
-        }
-        running.wrote(offset, data, &mut |at, buf| {
-            let n = read_stored(f, window.as_ref(), at, buf)?;
-            if n < buf.len() {
-                return Err(std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "stored data ends early"));
-            }
-            Ok(())
-        })?;
+        let f = stored(&self.device, &self.part)
+            .ok_or_else(|| std::io::Error::other("data before the session was described"))?;
+        f.write_all_at(data, offset)?;
+        self.running.wrote(f, offset, data)?;
         if let Some(w) = &mut self.writeback {
             w.wrote(data.len() as u64);
         }
@@ -162,14 +132,17 @@ impl McastSink for Sink {
 
     fn read_at(&mut self, offset: u64, out: &mut [u8]) -> std::io::Result<usize> {
         let f = self.file().ok_or_else(|| std::io::Error::other("no data stored yet"))?;
-        read_stored(f, self.window.as_ref(), offset, out)
+        let mut got = 0;
+        while got < out.len() {
+            match f.read_at(&mut out[got..], offset + got as u64)? {
+                0 => break,
+                n => got += n,
+            }
+        }
+        Ok(got)
     }
 
     fn verify(&mut self, info: &Announcement) -> std::io::Result<bool> {
-        // Everything gathered is in the file before it is read or renamed.
-        if let (Some(w), Some(f)) = (&mut self.window, stored(&self.device, &self.part)) {
-            w.flush(f)?;
-        }
         let (Some(f), Some(size), Some(want)) = (self.file(), info.size, info.hash) else {
             return Ok(false);
         };
