@@ -305,13 +305,17 @@ impl McastWorld {
             if !self.receivers[i].running || self.stalled_until(i, elapsed).is_some() {
                 continue;
             }
-            while let Some(t) = self.receivers[i].engine.poll_transmit(now, &mut self.buf) {
-                self.receivers[i].feedback_sent += 1;
-                let data = self.buf[..t.size].to_vec();
-                let from = self.receivers[i].addr;
-                self.send(now, from, t.destination, data, &mut arrivals);
+            // Twice: what its events make it send (a finished file's
+            // report, spec §16.1 step 4) goes at once, as a driver sends it.
+            for _ in 0..2 {
+                while let Some(t) = self.receivers[i].engine.poll_transmit(now, &mut self.buf) {
+                    self.receivers[i].feedback_sent += 1;
+                    let data = self.buf[..t.size].to_vec();
+                    let from = self.receivers[i].addr;
+                    self.send(now, from, t.destination, data, &mut arrivals);
+                }
+                self.drain_receiver_events(i);
             }
-            self.drain_receiver_events(i);
         }
     }
 

@@ -245,3 +245,18 @@ fn at_the_labs_lossy_setup_parity_repairs_32_receivers_independent_loss_within_t
     assert_eq!(st.repair_multicast + st.repair_unicast, 0, "parity, not retransmission (seed {seed}): {st:?}");
     assert!(ratio <= 1.25, "{ratio:.3}x the bottleneck time (seed {seed})");
 }
+
+/// The sender ends within the ENDs' 40 ms and a round trip of the last
+/// receiver holding the file (spec §16.1 step 4): its report goes when
+/// the file is checked, not with its next timer. (The simulator polled a
+/// receiver's sends before its events, so the report of a receiver that
+/// finished in the repair phase waited for the next ANNOUNCE, 200 ms.)
+#[test]
+fn the_sender_ends_as_soon_as_the_last_receiver_has_the_file() {
+    let seed = 2202u64;
+    let (b, w) = asym_run(seed, 8, 8 << 20, None, 0.0);
+    let finished =
+        w.sender_events.iter().find_map(|(t, e)| matches!(e, SenderEvent::Finished).then_some(*t)).expect("finished");
+    let lag = finished.saturating_sub(b.took);
+    assert!(lag <= Duration::from_millis(45), "the sender finished {lag:?} after the last receiver (seed {seed})");
+}

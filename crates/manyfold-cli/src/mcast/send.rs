@@ -301,6 +301,7 @@ pub(super) async fn send(a: SendArgs) -> Result<()> {
         }
         ok
     };
+    let started = Instant::now();
     let view = manyfold::mcast::send_admitting(
         &a.net.net(),
         cfg,
@@ -319,7 +320,8 @@ pub(super) async fn send(a: SendArgs) -> Result<()> {
     let data_phase = data_start.get().zip(data_end.get()).map(|(a, b)| b.saturating_duration_since(a));
     let ok = print_send_report(&view, &name, &mode, data_phase);
     if let Some(path) = &a.json {
-        std::fs::write(path, send_json(&view, &name, &mode, data_phase))
+        let announce = data_start.get().map(|t| t.saturating_duration_since(started));
+        std::fs::write(path, send_json(&view, &name, &mode, announce, data_phase))
             .with_context(|| format!("cannot write {}", path.display()))?;
     }
     if crate::net::lifecycle::signal().is_some() {
@@ -468,13 +470,22 @@ fn sent_bytes(v: &SenderView) -> u64 {
     packets * (u64::from(v.block) + manyfold_proto::wire::HEADER_LEN as u64)
 }
 
-fn send_json(v: &SenderView, name: &str, mode: &str, data_phase: Option<Duration>) -> String {
+/// `announce`: from the start to the first DATA; `data_phase`: from there
+/// until every packet was sent once.
+fn send_json(
+    v: &SenderView,
+    name: &str,
+    mode: &str,
+    announce: Option<Duration>,
+    data_phase: Option<Duration>,
+) -> String {
     use std::fmt::Write as _;
     let st = &v.stats;
     let mut s = String::new();
     let _ = write!(
         s,
-        "{{\"name\":{name:?},\"mode\":{mode:?},\"data_s\":{},\"elapsed_s\":{},\"transfer_s\":{},\"packets\":{},\"block\":{},\"data_packets\":{},\"repair_multicast\":{},\"repair_unicast\":{},\"parity_packets\":{},\"parity_proactive\":{},\"parity_topped_up\":{},\"parity_repair\":{},\"acks\":{},\"nacks\":{},\"late_acks\":{},\"repair_requests\":{},\"status_reports\":{},\"windows_confirmed\":{},\"windows_expired\":{},\"artp_max_us\":{},\"receivers\":[",
+        "{{\"name\":{name:?},\"mode\":{mode:?},\"announce_s\":{},\"data_s\":{},\"elapsed_s\":{},\"transfer_s\":{},\"packets\":{},\"block\":{},\"data_packets\":{},\"repair_multicast\":{},\"repair_unicast\":{},\"parity_packets\":{},\"parity_proactive\":{},\"parity_topped_up\":{},\"parity_repair\":{},\"acks\":{},\"nacks\":{},\"late_acks\":{},\"repair_requests\":{},\"status_reports\":{},\"windows_confirmed\":{},\"windows_expired\":{},\"artp_max_us\":{},\"receivers\":[",
+        announce.map_or("null".to_string(), |d| d.as_secs_f64().to_string()),
         data_phase.map_or("null".to_string(), |d| d.as_secs_f64().to_string()),
         v.elapsed.as_secs_f64(),
         v.transfer.as_secs_f64(),
