@@ -711,10 +711,16 @@ fn verify_alive(
     /// How often the check is looked at and the engine's timers run.
     const TURN: Duration = Duration::from_millis(20);
     std::thread::scope(|scope| {
-        let check =
-            std::thread::Builder::new().name("mcast-verify".into()).spawn_scoped(scope, || sink.verify(info))?;
+        // The check says when it is done, so that a quick one (the hash
+        // kept while writing) ends the wait at once, not a TURN later.
+        let (done, finished) = std::sync::mpsc::sync_channel::<()>(1);
+        let check = std::thread::Builder::new().name("mcast-verify".into()).spawn_scoped(scope, move || {
+            let ok = sink.verify(info);
+            let _ = done.send(());
+            ok
+        })?;
         let mut buf = vec![0u8; 65_536];
-        while !check.is_finished() {
+        while finished.recv_timeout(TURN) == Err(std::sync::mpsc::RecvTimeoutError::Timeout) {
             let now = Instant::now();
             for (batch, io) in [(&mut inbound.unicast, &socks.unicast), (&mut inbound.group, &socks.group)] {
                 // Non-blocking; every packet is held, so nothing to store.
@@ -731,7 +737,6 @@ fn verify_alive(
                 // A full socket buffer loses one keep-alive; the next goes.
                 let _ = socks.unicast.send(t.destination, &buf[..t.size], None);
             }
-            std::thread::sleep(TURN);
         }
         check.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic))
     })

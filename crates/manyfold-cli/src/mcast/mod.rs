@@ -205,7 +205,9 @@ pub struct SendArgs {
     /// Write the figures (per receiver and per window) as JSON to this
     /// file. Each window is `[size, confirmed (1/0), feedback packets,
     /// timer µs, most losses one receiver reported, that receiver's index
-    /// in "receivers" (-1: none), shrunk for loss (1/0)]`.
+    /// in "receivers" (-1: none), shrunk for loss (1/0)]`. The phases:
+    /// `announce_s` (start to the first DATA), `data_s` (from there until
+    /// every packet went out once), `transfer_s` (first DATA to the end).
     #[arg(long, value_name = "FILE")]
     json: Option<PathBuf>,
 }
@@ -265,7 +267,9 @@ pub struct RecvArgs {
     /// `acks_suppressed`, `nacks_sent`, `nacks_suppressed`,
     /// `repair_requests`, `dropped_malformed`, `dropped_beyond_limit`,
     /// and `lagged` / `held_after_stall` (feedback found late: the process
-    /// was not running, spec §16.4, §16.7).
+    /// was not running, spec §16.4, §16.7); `check_s` and `check_reread`:
+    /// how long the whole-file check took and whether it read the file
+    /// again (null before a check).
     #[arg(long, conflicts_with = "stdout")]
     pub json: bool,
 }

@@ -203,7 +203,7 @@ async fn session(a: &RecvArgs, setup: &Setup, done: &mut HashSet<u32>) -> Result
     );
     let bundle = sink.bundle.take();
     let failed = |why: String| -> Result<Ended> {
-        crate::report::emit_json(|| recv_json(&view, None, bundle.as_ref(), Some(&why), encrypted));
+        crate::report::emit_json(|| recv_json(&view, None, bundle.as_ref(), sink.check, Some(&why), encrypted));
         if crate::report::output() == crate::report::Output::Text && a.daemon {
             eprintln!("{}", status_line(&view, &name, Some(&why)));
         }
@@ -265,7 +265,7 @@ async fn session(a: &RecvArgs, setup: &Setup, done: &mut HashSet<u32>) -> Result
                     eprintln!("{text}");
                 }
                 crate::report::Output::Json => {
-                    println!("{}", recv_json(&view, stored.as_deref(), bundle.as_ref(), None, encrypted))
+                    println!("{}", recv_json(&view, stored.as_deref(), bundle.as_ref(), sink.check, None, encrypted))
                 }
                 crate::report::Output::Quiet => {}
             }
@@ -297,6 +297,7 @@ fn recv_json(
     view: &ReceiverView,
     stored: Option<&Path>,
     bundle: Option<&Manifest>,
+    check: Option<(std::time::Duration, bool)>,
     error: Option<&str>,
     encrypted: bool,
 ) -> Value {
@@ -347,6 +348,8 @@ fn recv_json(
         "reordered": st.reordered,
         "reorder_delay_max_us": st.reorder_delay_max.as_micros() as u64,
         "late_after_report": st.late_after_report,
+        "check_s": check.map(|c| c.0.as_secs_f64()),
+        "check_reread": check.map(|c| c.1),
     })
 }
 

@@ -31,6 +31,9 @@ pub(super) struct Sink {
     pub running: RunningHash,
     /// Syncs what was written in the background, once the file is open.
     pub writeback: Option<Writeback>,
+    /// The whole-file check: how long it took, and whether it read the
+    /// file again (the hash kept while writing was missing or differed).
+    pub check: Option<(std::time::Duration, bool)>,
 }
 
 #[derive(Debug, Clone)]
@@ -53,6 +56,7 @@ impl Sink {
             heard: None,
             running: RunningHash::default(),
             writeback: None,
+            check: None,
         }
     }
 
@@ -165,10 +169,13 @@ impl McastSink for Sink {
         }
         // What was hashed as it was written decides a match; a mismatch
         // (or no running hash) is decided by reading the file again.
+        let started = std::time::Instant::now();
         if self.running.finish(size) == Some(want) {
+            self.check = Some((started.elapsed(), false));
             return Ok(true);
         }
         let (hasher, at) = crate::fsutil::hash_prefix(f, size)?;
+        self.check = Some((started.elapsed(), true));
         Ok(at == size && *hasher.finalize().as_bytes() == want)
     }
 }
