@@ -195,9 +195,10 @@ fn under_shared_loss_feedback_stays_within_two_packets_per_window_per_network() 
 // ---- paper 03's analytic results, checked against the implementation ----
 
 /// Paper 03's sender: one window awaits its ACKs at a time (the model's
-/// stop-and-wait; spec §16.3, windows in flight).
+/// stop-and-wait; spec §16.3, windows in flight), and the window grows
+/// whatever the ACKs' delay (the model has no queue-delay rule).
 fn stop_and_wait() -> SenderConfig {
-    SenderConfig { windows_in_flight: 1, ..SenderConfig::default() }
+    SenderConfig { windows_in_flight: 1, queue_target: None, ..SenderConfig::default() }
 }
 
 /// Virtual time from the first DATA packet to the last window's resolution,

@@ -95,6 +95,12 @@ pub struct SenderConfig {
     /// of it, so random loss on receivers' links does not throttle the
     /// session (timer expiries still do).
     pub loss_tolerance: f64,
+    /// spec §16.3, "Queue delay": a confirmed window whose slowest network
+    /// acked more than this (plus `ARTP_max`, the ACK's own backoff) later
+    /// than the least such delay of recent windows does not grow the
+    /// window: a bottleneck's queue is building, and growing into it until
+    /// it overflows costs parity and repairs. `None`: the paper's growth.
+    pub queue_target: Option<Duration>,
     /// Protect the session (spec §19.7): a group key handed to each
     /// receiver in its registration's Noise handshake, every packet sealed.
     pub security: Option<SecurityConfig>,
@@ -142,6 +148,7 @@ impl Default for SenderConfig {
             fec_proactive: 0,
             fec_auto: true,
             loss_tolerance: 0.05,
+            queue_target: Some(Duration::from_millis(10)),
             security: None,
             crypto_seed: [0; 32],
             max_handshakes_per_sec: 500,
@@ -280,6 +287,9 @@ pub struct SenderStats {
     pub windows_confirmed: u64,
     /// Windows whose timer expired first.
     pub windows_expired: u64,
+    /// Confirmed windows that did not grow the window: their ACK came
+    /// later than `queue_target` allows (spec §16.3, "Queue delay").
+    pub growth_held: u64,
     /// Last packets of a window sent again because no ACK came (a lost LWSN).
     pub probes: u64,
     /// Datagrams that did not parse (dropped and counted).

@@ -178,6 +178,10 @@ pub struct McastSender {
     artp_acks_at: u64,
     /// Smoothed time from a window's last packet to its first ACK.
     ack_time: Option<Duration>,
+    /// The least time from a confirmed window's last packet to its
+    /// confirmation, and the windows confirmed since it was taken (spec
+    /// §16.3, "Queue delay").
+    least_delay: Option<(Duration, u32)>,
     /// Some live receiver is behind its network: the data is paced to the
     /// windows' rate, which is the slowest admitted receiver's (spec §16.7).
     slowest_paced: bool,
@@ -247,6 +251,7 @@ impl McastSender {
             artp_networks: 0,
             artp_acks_at: 0,
             ack_time: None,
+            least_delay: None,
             slowest_paced: false,
             data_started: None,
             group_epoch: 0,

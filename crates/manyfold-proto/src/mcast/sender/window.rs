@@ -225,6 +225,8 @@ impl McastSender {
                 let scaled = (f64::from(self.w) * (1.0 - f / 2.0)) as u32;
                 self.w = scaled.min(self.w.saturating_sub(1)).max(1);
                 self.slow_start = false;
+            } else if self.queue_building(now.saturating_duration_since(sent)) {
+                self.stats.growth_held += 1;
             } else if self.slow_start {
                 self.w = self.w.saturating_mul(2).min(self.cfg.max_window.max(1));
             } else {
@@ -269,6 +271,24 @@ impl McastSender {
         if self.windows.is_empty() && self.total.is_some_and(|t| self.next_sn >= t) {
             self.enter_repair(now);
         }
+    }
+
+    /// spec §16.3, "Queue delay": whether a window confirmed `delay` after
+    /// its last packet left says a queue is building: later than the least
+    /// delay of the last `DELAY_WINDOWS` confirmed windows by more than
+    /// `queue_target` and the ACK's own backoff bound. Also keeps that
+    /// least delay (a newer one once it is that many windows old, so that
+    /// a receiver further away, or a standing queue, becomes the base).
+    fn queue_building(&mut self, delay: Duration) -> bool {
+        /// Confirmed windows a least delay stands for.
+        const DELAY_WINDOWS: u32 = 256;
+        let Some(target) = self.cfg.queue_target else { return false };
+        let least = match self.least_delay {
+            Some((d, age)) if d <= delay && age < DELAY_WINDOWS => (d, age + 1),
+            _ => (delay, 0),
+        };
+        self.least_delay = Some(least);
+        delay > least.0 + target + self.artp_max()
     }
 
     /// spec §16.4: suppression works when the backoff spread is wide
