@@ -226,7 +226,10 @@ impl McastSender {
                 self.w = scaled.min(self.w.saturating_sub(1)).max(1);
                 self.slow_start = false;
             } else if self.queue_building(now.saturating_duration_since(sent)) {
+                // A queue building ends slow start, as HyStart's delay
+                // signal does TCP's: doubling on would overshoot it.
                 self.stats.growth_held += 1;
+                self.slow_start = false;
             } else if self.slow_start {
                 self.w = self.w.saturating_mul(2).min(self.cfg.max_window.max(1));
             } else {
