@@ -272,7 +272,7 @@ fn the_sender_ends_as_soon_as_the_last_receiver_has_the_file() {
     assert!(lag <= Duration::from_millis(45), "the sender finished {lag:?} after the last receiver (seed {seed})");
 }
 
-/// spec §16.3, "Queue delay": at the lab's asym setup (a 100 Mbit/s
+/// spec §16.3, "Queue delay" (`--queue-target 10`): at the lab's asym setup (a 100 Mbit/s
 /// bottleneck with a 50 ms queue towards half the receivers) the sender
 /// stops growing the window while the bottleneck's queue builds, instead
 /// of growing into it until it overflows: less parity for its overflow,
@@ -291,7 +291,7 @@ fn with_the_queue_delay_rule_the_bottleneck_queue_overflows_less_at_the_same_spe
         (b.took, w.sent_bytes_by_sender as f64 / file as f64, st.parity_topped_up, st.growth_held)
     };
     let (took_off, bytes_off, topped_off, held_off) = run(None);
-    let (took_on, bytes_on, topped_on, held_on) = run(SenderConfig::default().queue_target);
+    let (took_on, bytes_on, topped_on, held_on) = run(Some(Duration::from_millis(10)));
     eprintln!(
         "seed {seed}: off {took_off:?} {bytes_off:.4} bytes per file byte, {topped_off} parity topped up; on \
          {took_on:?} {bytes_on:.4}, {topped_on}, growth held {held_on} times"

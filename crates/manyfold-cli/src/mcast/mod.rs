@@ -168,6 +168,13 @@ pub struct SendArgs {
     /// Pace each window's packets at the rate of recent windows instead of sending them back to back.
     #[arg(long)]
     pace: bool,
+    /// Queue delay, in milliseconds, above which a window's ACKs stop its
+    /// growth (spec §16.3, "Queue delay"): a bottleneck's queue is
+    /// building, and growing into it until it overflows costs parity.
+    /// 10 suits receivers that each have a host of their own; 0 (the
+    /// default): the window grows until a loss, as paper 03's does.
+    #[arg(long, value_name = "MS", default_value_t = 0)]
+    queue_target: u64,
     /// Cap the sending rate, whatever the flow control allows, to share a
     /// LAN: bytes per second (10MB, 1.5MiB/s) or bits per second (80Mbit,
     /// 1Gbit/s), of the datagrams sent to the group, headers and repairs

@@ -215,6 +215,7 @@ pub(super) async fn send(a: SendArgs) -> Result<()> {
         max_repair_passes: a.max_passes,
         max_loss: a.max_loss.map(|p| p / 100.0),
         pace: a.pace,
+        queue_target: (a.queue_target > 0).then(|| Duration::from_millis(a.queue_target)),
         max_rate: a.rate,
         min_rate: a.min_rate,
         alpha: a.alpha,
