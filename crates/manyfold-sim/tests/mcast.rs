@@ -1265,3 +1265,22 @@ fn when_the_acker_dies_another_takes_over() {
     // may expire once each before the others hear nothing for 200 ms.
     assert!(expired <= 9, "{expired} windows expired (seed {seed})");
 }
+
+/// spec §16.7: a receiver that caught up with its network says so in an
+/// ACK (without KLV) that no neighbour's ACK suppresses and no acker
+/// speaks for, since the sender awaits it on its own until that ACK
+/// comes. Before, its caught-up ACKs were suppressed like any other, the
+/// windows waited for it until they expired, and each expiry grew the
+/// timer by half: with this seed 34 windows expired and the file took
+/// 18.9× the bottleneck time (16 MiB, seeds 7953 and 7955: 26.98× and
+/// 7.65×; now 1.084× and 1.120×, RESULTS §35).
+#[test]
+fn a_receiver_that_caught_up_is_heard_and_no_window_waits_for_it_in_vain() {
+    let seed = 7953;
+    let (s, w) = scale_run(seed, 50, 20, 100, 4 << 20);
+    let st = w.sender.stats();
+    let ratio = s.took.as_secs_f64() / s.bottleneck.as_secs_f64();
+    eprintln!("seed {seed}: {ratio:.3}× the bottleneck time, {} windows expired", st.windows_expired);
+    assert_eq!(st.windows_expired, 0, "seed {seed}: {st:?}");
+    assert!(ratio <= 2.0, "{ratio:.3}× the bottleneck time (seed {seed})");
+}

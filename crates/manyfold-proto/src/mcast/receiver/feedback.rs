@@ -227,7 +227,8 @@ impl McastReceiver {
             }
         }
         self.check_lag(lwsn);
-        if !self.behind && self.timers.is_set(ReceiverTimer::Ack) && self.ack_lwsn <= lwsn {
+        let suppressible = !self.behind && !self.tell_caught_up;
+        if suppressible && self.timers.is_set(ReceiverTimer::Ack) && self.ack_lwsn <= lwsn {
             self.timers.cancel(ReceiverTimer::Ack);
             // A look at a window already let go is no ACK suppressed.
             if !std::mem::take(&mut self.ack_recheck) {
@@ -260,6 +261,7 @@ impl McastReceiver {
             self.caught_up_run = self.caught_up_run.saturating_add(1);
             if self.caught_up_run >= CAUGHT_UP {
                 self.behind = false;
+                self.tell_caught_up = true;
                 self.caught_up_run = 0;
                 self.lag_history = 0;
             }
@@ -322,7 +324,12 @@ impl McastReceiver {
         // `ACKER_DUE` lost its last packet or is slower than we are: we
         // ACK ourselves, and our ACKs show it its lag.
         let acker_late = self.acker_owes.is_some_and(|(_, since)| now.saturating_duration_since(since) >= ACKER_DUE);
-        let may_defer = self.cfg.defer_to_acker && ranges.is_empty() && !self.behind && acker_heard && !keepalive_due;
+        let may_defer = self.cfg.defer_to_acker
+            && ranges.is_empty()
+            && !self.behind
+            && !self.tell_caught_up
+            && acker_heard
+            && !keepalive_due;
         if may_defer && acker_late {
             self.stats.acker_overtaken += 1;
         }
@@ -355,6 +362,7 @@ impl McastReceiver {
         let (lwsn, network, client) = (self.ack_lwsn, self.feedback_network(), self.client);
         // spec §16.7: KLV on an ACK: this receiver is behind its network.
         let flags = if self.behind { Flags::KLV } else { Flags::empty() };
+        self.tell_caught_up = false;
         let n =
             emit(buf, PacketType::McAck, flags, session, lwsn, network, client, |o| emit_ranges(o, ranges.iter()).0)?;
         self.copy_to_remote_sender(sender, &buf[..n]);

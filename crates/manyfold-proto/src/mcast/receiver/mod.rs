@@ -86,6 +86,10 @@ pub struct McastReceiver {
     lag_history: u8,
     /// Windows in a row held in time since it fell behind (spec §16.7).
     caught_up_run: u8,
+    /// It was behind and caught up: its next ACK (without KLV) goes
+    /// whatever it hears, so that the sender, which awaits it on its own
+    /// until such an ACK comes, learns it (spec §16.7).
+    tell_caught_up: bool,
     /// The network's acker (spec §16.4): the lowest client id heard
     /// ACKing on our feedback network (not behind it), if below ours, and
     /// when we last heard it.
@@ -205,6 +209,7 @@ impl McastReceiver {
             last_w: 1,
             lag_history: 0,
             caught_up_run: 0,
+            tell_caught_up: false,
             acker: None,
             acker_owes: None,
             ack_recheck: false,
