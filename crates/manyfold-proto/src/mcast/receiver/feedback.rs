@@ -227,8 +227,7 @@ impl McastReceiver {
             }
         }
         self.check_lag(lwsn);
-        let suppressible = !self.behind && !self.tell_caught_up;
-        if suppressible && self.timers.is_set(ReceiverTimer::Ack) && self.ack_lwsn <= lwsn {
+        if !self.speaks_for_itself() && self.timers.is_set(ReceiverTimer::Ack) && self.ack_lwsn <= lwsn {
             self.timers.cancel(ReceiverTimer::Ack);
             // A look at a window already let go is no ACK suppressed.
             if !std::mem::take(&mut self.ack_recheck) {
@@ -266,6 +265,14 @@ impl McastReceiver {
                 self.lag_history = 0;
             }
         }
+    }
+
+    /// spec §16.7: its ACKs go whatever it hears (no neighbour's ACK
+    /// suppresses them, no acker speaks for it): while it is behind its
+    /// network, and for its first ACK after it caught up, the one that
+    /// tells the sender to stop awaiting it on its own.
+    fn speaks_for_itself(&self) -> bool {
+        self.behind || self.tell_caught_up
     }
 
     /// Whether this receiver reports itself as behind its network.
@@ -324,12 +331,8 @@ impl McastReceiver {
         // `ACKER_DUE` lost its last packet or is slower than we are: we
         // ACK ourselves, and our ACKs show it its lag.
         let acker_late = self.acker_owes.is_some_and(|(_, since)| now.saturating_duration_since(since) >= ACKER_DUE);
-        let may_defer = self.cfg.defer_to_acker
-            && ranges.is_empty()
-            && !self.behind
-            && !self.tell_caught_up
-            && acker_heard
-            && !keepalive_due;
+        let may_defer =
+            self.cfg.defer_to_acker && ranges.is_empty() && !self.speaks_for_itself() && acker_heard && !keepalive_due;
         if may_defer && acker_late {
             self.stats.acker_overtaken += 1;
         }
@@ -362,9 +365,9 @@ impl McastReceiver {
         let (lwsn, network, client) = (self.ack_lwsn, self.feedback_network(), self.client);
         // spec §16.7: KLV on an ACK: this receiver is behind its network.
         let flags = if self.behind { Flags::KLV } else { Flags::empty() };
-        self.tell_caught_up = false;
         let n =
             emit(buf, PacketType::McAck, flags, session, lwsn, network, client, |o| emit_ranges(o, ranges.iter()).0)?;
+        self.tell_caught_up = false;
         self.copy_to_remote_sender(sender, &buf[..n]);
         Some(McTransmit { destination: self.group, size: n })
     }
