@@ -276,10 +276,11 @@ fn the_sender_ends_as_soon_as_the_last_receiver_has_the_file() {
 /// bottleneck with a 50 ms queue towards half the receivers) the sender
 /// stops growing the window while the bottleneck's queue builds, instead
 /// of growing into it until it overflows: less parity for its overflow,
-/// fewer bytes, the same time. Seed 2201, 32 MiB: 394 → 207 parity
-/// packets topped up, 1.050 → 1.041 bytes per file byte, 0.974× the
-/// bottleneck time either way (the lab: 94.2% → 95.1% of the bottleneck,
-/// RESULTS §35).
+/// fewer bytes, the same time. Seed 2201, 32 MiB: 375 → 207 parity
+/// packets topped up, 1.042 → 1.041 bytes per file byte, the same time
+/// (before slow start ended on its own delay signal, spec §16.3: 394 →
+/// 207, 1.050 → 1.041; the lab: 94.2% → 95.1% of the bottleneck, RESULTS
+/// §35).
 #[test]
 fn with_the_queue_delay_rule_the_bottleneck_queue_overflows_less_at_the_same_speed() {
     let seed = 2201u64;
@@ -299,6 +300,6 @@ fn with_the_queue_delay_rule_the_bottleneck_queue_overflows_less_at_the_same_spe
     assert_eq!(held_off, 0, "seed {seed}");
     assert!(held_on > 0, "the rule never held the window (seed {seed})");
     assert!(topped_on * 10 < topped_off * 7, "{topped_on} against {topped_off} parity topped up (seed {seed})");
-    assert!(bytes_on < bytes_off - 0.005, "{bytes_on:.4} against {bytes_off:.4} bytes per file byte (seed {seed})");
+    assert!(bytes_on < bytes_off, "{bytes_on:.4} against {bytes_off:.4} bytes per file byte (seed {seed})");
     assert!(took_on.as_secs_f64() <= took_off.as_secs_f64() * 1.005, "{took_on:?} against {took_off:?} (seed {seed})");
 }

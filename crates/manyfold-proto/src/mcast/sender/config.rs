@@ -293,6 +293,11 @@ pub struct SenderStats {
     /// Confirmed windows that did not grow the window: their ACK came
     /// later than `queue_target` allows (spec §16.3, "Queue delay").
     pub growth_held: u64,
+    /// How slow start ended (spec §16.3, "Slow start"): `Some(true)` on a
+    /// delay (a round of windows confirmed later than the previous one, or
+    /// `queue_target`), `Some(false)` on a loss, an expiry or a receiver
+    /// falling behind, `None` while it lasts or if it was off.
+    pub slow_start_ended_by_delay: Option<bool>,
     /// Last packets of a window sent again because no ACK came (a lost LWSN).
     pub probes: u64,
     /// Datagrams that did not parse (dropped and counted).

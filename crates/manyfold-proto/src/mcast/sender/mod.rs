@@ -182,6 +182,14 @@ pub struct McastSender {
     /// confirmation, and the windows confirmed since it was taken (spec
     /// §16.3, "Queue delay").
     least_delay: Option<(Duration, u32)>,
+    /// Slow start's rounds (spec §16.3, "Slow start"): the least delay of
+    /// the previous round of `windows_in_flight` confirmed windows and the
+    /// size of the window that had it; the current round's so far, with
+    /// its windows counted.
+    round_least: Option<(Duration, u32)>,
+    this_round: Option<(Duration, u32, u32)>,
+    /// The highest delivery rate a confirmed window has shown, bytes/s.
+    peak_rate: f64,
     /// Some live receiver is behind its network: the data is paced to the
     /// windows' rate, which is the slowest admitted receiver's (spec §16.7).
     slowest_paced: bool,
@@ -252,6 +260,9 @@ impl McastSender {
             artp_acks_at: 0,
             ack_time: None,
             least_delay: None,
+            round_least: None,
+            this_round: None,
+            peak_rate: 0.0,
             slowest_paced: false,
             data_started: None,
             group_epoch: 0,
