@@ -63,7 +63,7 @@ impl McastSender {
             // A queue builds up in front of it: a sign of congestion, which
             // ends slow start and halves the window (spec §16.3).
             if self.slow_start {
-                self.end_slow_start_on_loss();
+                self.end_slow_start(false);
                 self.w = (self.w / 2).max(1);
             }
         }

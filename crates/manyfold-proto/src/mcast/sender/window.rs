@@ -128,7 +128,7 @@ impl McastSender {
         }
         if new > 0 && self.cfg.loss_tolerance <= 0.0 {
             self.w = self.w.saturating_sub(1).max(1);
-            self.end_slow_start_on_loss();
+            self.end_slow_start(false);
         }
         self.receivers[idx].reported_lost += named;
         // A receiver behind its own bottleneck is judged alone (spec §16.7):
@@ -257,22 +257,18 @@ impl McastSender {
                 let f = (f64::from(worst) / size).min(1.0);
                 let scaled = (f64::from(self.w) * (1.0 - f / 2.0)) as u32;
                 self.w = scaled.min(self.w.saturating_sub(1)).max(1);
-                self.end_slow_start_on_loss();
+                self.end_slow_start(false);
             } else if self.queue_building(now.saturating_duration_since(sent)) {
                 // A queue building ends slow start, as HyStart's delay
                 // signal does TCP's: doubling on would overshoot it.
                 self.stats.growth_held += 1;
-                if self.slow_start {
-                    self.slow_start = false;
-                    self.stats.slow_start_ended_by_delay = Some(true);
-                }
+                self.end_slow_start(true);
             } else if self.slow_start && self.round_took_longer(now.saturating_duration_since(sent), w.lwsn + 1 - w.first) {
                 // The rise was measured on windows sized before the ones
                 // now in flight, each of which doubled again: halve, as
                 // the loss rule would once the queue overflowed.
-                self.slow_start = false;
+                self.end_slow_start(true);
                 self.w = (self.w / 2).max(1);
-                self.stats.slow_start_ended_by_delay = Some(true);
             } else if self.slow_start {
                 self.w = self.w.saturating_mul(2).min(self.cfg.max_window.max(1));
             } else {
@@ -286,7 +282,7 @@ impl McastSender {
             }
             self.timeout = self.timeout.mul_f64(self.cfg.alpha).min(self.cfg.max_timeout);
             self.w = self.w.saturating_sub(1).max(1);
-            self.end_slow_start_on_loss();
+            self.end_slow_start(false);
         }
         self.last_resolved = Some(now);
         self.recent_from = w.first;
@@ -328,12 +324,13 @@ impl McastSender {
         delay > least.0 + target + self.artp_max()
     }
 
-    /// spec §16.3, "Slow start": a loss above the tolerance, an expiry or a
-    /// receiver falling behind its network (§16.7) ends it.
-    pub(super) fn end_slow_start_on_loss(&mut self) {
+    /// spec §16.3, "Slow start": a delay (`by_delay`), or a loss above the
+    /// tolerance, an expiry or a receiver falling behind its network
+    /// (§16.7) ends it.
+    pub(super) fn end_slow_start(&mut self, by_delay: bool) {
         if self.slow_start {
             self.slow_start = false;
-            self.stats.slow_start_ended_by_delay = Some(false);
+            self.stats.slow_start_ended_by_delay = Some(by_delay);
         }
     }
 
