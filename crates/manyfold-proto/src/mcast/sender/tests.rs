@@ -252,7 +252,8 @@ fn the_loss_allowance_is_the_poisson_tail_that_random_loss_passes_nineteen_windo
     // What it promises: random loss at the tolerated rate trips it at most
     // one window in twenty (checked by the tail itself, 20 packets, 50 receivers).
     let (m, k) = (0.05 * 20.0, loss_allowance(0.05, 20.0, 50) as i32);
-    let below: f64 = (0..=k).map(|i| (-m + f64::from(i) * f64::ln(m)).exp() / (1..=i).map(f64::from).product::<f64>()).sum();
+    let below: f64 =
+        (0..=k).map(|i| (-m + f64::from(i) * f64::ln(m)).exp() / (1..=i).map(f64::from).product::<f64>()).sum();
     assert!(50.0 * (1.0 - below) <= 0.05, "k {k}");
     let below_one_less = below - (-m + f64::from(k) * f64::ln(m)).exp() / (1..=k).map(f64::from).product::<f64>();
     assert!(50.0 * (1.0 - below_one_less) > 0.05, "k {k} is the least");

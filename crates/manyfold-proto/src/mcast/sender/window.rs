@@ -263,7 +263,9 @@ impl McastSender {
                 // signal does TCP's: doubling on would overshoot it.
                 self.stats.growth_held += 1;
                 self.end_slow_start(true);
-            } else if self.slow_start && self.round_took_longer(now.saturating_duration_since(sent), w.lwsn + 1 - w.first) {
+            } else if self.slow_start
+                && self.round_took_longer(now.saturating_duration_since(sent), w.lwsn + 1 - w.first)
+            {
                 // The rise was measured on windows sized before the ones
                 // now in flight, each of which doubled again: halve, as
                 // the loss rule would once the queue overflowed.
@@ -363,7 +365,8 @@ impl McastSender {
             && self.round_least.is_some_and(|(prev, prev_size)| {
                 let eta = (prev / 8).clamp(Duration::from_millis(4), Duration::from_millis(16));
                 let grown = f64::from(at.saturating_sub(prev_size)) * f64::from(self.info.block);
-                let own = if self.peak_rate > 0.0 { Duration::from_secs_f64(grown / self.peak_rate) } else { Duration::ZERO };
+                let own =
+                    if self.peak_rate > 0.0 { Duration::from_secs_f64(grown / self.peak_rate) } else { Duration::ZERO };
                 least > prev + eta + own
             });
         if n >= per_round {
