@@ -646,22 +646,22 @@ pub async fn send_admitting(
             return Ok(view(&s, start, data_start, &windows, failed));
         }
         let deadline = s.poll_timeout().unwrap_or(now + Duration::from_secs(1));
+        // What a turn read (and refused) from the receivers.
+        let mut refused = Vec::new();
         tokio::select! {
             r = inbound.recv(&socks) => {
                 let n = r?;
-                let now = Instant::now();
-                let mut refused = Vec::new();
-                for (from, d) in inbound.datagrams(n) {
-                    match refusal(&mut admission, from, d, &mut buf) {
-                        Some(len) => refused.push((from, buf[..len].to_vec())),
-                        None => s.handle_datagram(now, from, d),
-                    }
-                }
-                for (to, end) in refused {
-                    send_io(&socks.unicast, to, &end, None).await?;
-                }
+                take_feedback(&mut s, &mut inbound, n, &mut admission, &mut buf, &mut refused);
+                drain_feedback(&mut s, &mut inbound, &socks, &mut admission, &mut buf, &mut refused);
             }
-            _ = tokio::time::sleep_until(deadline.into()) => s.handle_timeout(Instant::now()),
+            _ = tokio::time::sleep_until(deadline.into()) => {
+                // spec §16.7: what the receivers said is read before the
+                // timers run, or on a busy host their feedback waits in
+                // the sockets behind this loop's sends until a receiver
+                // that is speaking seems silent (RESULTS §36).
+                drain_feedback(&mut s, &mut inbound, &socks, &mut admission, &mut buf, &mut refused);
+                s.handle_timeout(Instant::now());
+            }
             code = &mut abort, if !aborted => {
                 // Its ENDs go out at the top of the loop, then `is_done`.
                 aborted = true;
@@ -678,6 +678,44 @@ pub async fn send_admitting(
             }
             _ = tick.tick() => on_tick(&view(&s, start, data_start, &windows, failed)),
         }
+        for (to, end) in refused {
+            send_io(&socks.unicast, to, &end, None).await?;
+        }
+    }
+}
+
+/// The sender takes the `n` datagrams `inbound` read; a registration the
+/// admission refuses gets its END (queued in `refused`).
+fn take_feedback(
+    s: &mut McastSender,
+    inbound: &mut Inbound,
+    n: usize,
+    admission: &mut dyn Admission,
+    buf: &mut [u8],
+    refused: &mut Vec<(SocketAddr, Vec<u8>)>,
+) {
+    let now = Instant::now();
+    for (from, d) in inbound.datagrams(n) {
+        match refusal(admission, from, d, buf) {
+            Some(len) => refused.push((from, buf[..len].to_vec())),
+            None => s.handle_datagram(now, from, d),
+        }
+    }
+}
+
+/// The sender reads what is already queued on both its sockets, at most
+/// `DRAIN_BATCHES` batches, without waiting.
+fn drain_feedback(
+    s: &mut McastSender,
+    inbound: &mut Inbound,
+    socks: &Sockets,
+    admission: &mut dyn Admission,
+    buf: &mut [u8],
+    refused: &mut Vec<(SocketAddr, Vec<u8>)>,
+) {
+    for _ in 0..DRAIN_BATCHES {
+        let Some(n) = inbound.try_recv(socks) else { break };
+        take_feedback(s, inbound, n, admission, buf, refused);
     }
 }
 
