@@ -527,18 +527,6 @@ fn three_windows_in_flight_fill_a_path_with_a_round_trip_faster_than_stop_and_wa
     // BDP, regained one packet per window.
     let seed = 7701;
     let rtt = Duration::from_millis(20);
-    if std::env::var("MF_PIPE").is_ok() {
-        for f in 1..=3 {
-            for rtt in [1u64, 20, 50] {
-                let (t, w) = pipelined_run(seed, f, Duration::from_millis(rtt));
-                eprintln!(
-                    "PIPE F={f} rtt={rtt}ms {t:?} sse={:?} maxw={}",
-                    w.sender.stats().slow_start_ended_by_delay,
-                    w.windows().iter().map(|x| x.size).max().unwrap()
-                );
-            }
-        }
-    }
     let (paper, _) = pipelined_run(seed, 1, rtt);
     let (pipelined, w) = pipelined_run(seed, 3, rtt);
     let ratio = paper.as_secs_f64() / pipelined.as_secs_f64();
