@@ -63,6 +63,10 @@ pub struct RunResult {
     /// and those it forwarded.
     pub lost: (u64, u64),
     pub forwarded: (u64, u64),
+    /// IP bytes the sender put on the link a→b (forwarded or dropped),
+    /// and of those the dropped ones.
+    pub wire_bytes: u64,
+    pub dropped_bytes: u64,
     pub error: Option<String>,
 }
 
@@ -107,6 +111,8 @@ impl RunResult {
             recv: Some(got.usage),
             lost: (0, 0),
             forwarded: (0, 0),
+            wire_bytes: 0,
+            dropped_bytes: 0,
             error: None,
         })
     }
@@ -123,6 +129,8 @@ impl RunResult {
             recv: None,
             lost: (0, 0),
             forwarded: (0, 0),
+            wire_bytes: 0,
+            dropped_bytes: 0,
             error: Some(error),
         }
     }
@@ -131,6 +139,19 @@ impl RunResult {
     pub fn set_relay(&mut self, before: &RelayStats, after: &RelayStats) {
         self.lost = (after.a2b.lost - before.a2b.lost, after.b2a.lost - before.b2a.lost);
         self.forwarded = (after.a2b.forwarded - before.a2b.forwarded, after.b2a.forwarded - before.b2a.forwarded);
+        self.dropped_bytes = after.a2b.dropped_bytes - before.a2b.dropped_bytes;
+        self.wire_bytes = after.a2b.forwarded_bytes - before.a2b.forwarded_bytes + self.dropped_bytes;
+    }
+
+    /// Bytes on the link a→b (IP, UDP and every header included) over
+    /// what the messages carry plus one resend of every dropped packet:
+    /// issue 21's measure of a thin flow's overhead (≤ 1.10). NaN for a
+    /// failed run.
+    pub fn wire_overhead(&self, message_bytes: u64) -> f64 {
+        if self.error.is_some() || self.wire_bytes == 0 {
+            return f64::NAN;
+        }
+        self.wire_bytes as f64 / (message_bytes + self.dropped_bytes) as f64
     }
 
     pub fn p(&self, q: f64) -> f64 {
@@ -279,10 +300,10 @@ impl Report {
         let measured = self.measured_rtt();
         let _ = writeln!(
             o,
-            "| row | runs | delivered | p50 ms | p99 ms | max ms | p99 in RTTs (configured {rtt:.1} ms) | p99 in RTTs (measured {}) | p99 ÷ TCP's p99, same rep |",
+            "| row | runs | delivered | p50 ms | p99 ms | max ms | p99 in RTTs (configured {rtt:.1} ms) | p99 in RTTs (measured {}) | p99 ÷ TCP's p99, same rep | bytes a→b ÷ (messages + resent drops) |",
             measured.map_or("–".into(), |m| format!("{m:.1} ms"))
         );
-        let _ = writeln!(o, "|---|---|---|---|---|---|---|---|---|");
+        let _ = writeln!(o, "|---|---|---|---|---|---|---|---|---|---|");
         for row in self.rows() {
             let runs: Vec<&RunResult> = self.runs_of(row).collect();
             let failed = self.runs.iter().filter(|r| r.row == row && r.error.is_some()).count();
@@ -292,9 +313,10 @@ impl Report {
             let vs_tcp = self.p99_vs_tcp(row);
             let delivered: usize = runs.iter().map(|r| r.latencies_ms.len()).sum();
             let expected: usize = runs.iter().map(|r| r.expected).sum();
+            let overhead: Vec<f64> = runs.iter().map(|r| r.wire_overhead(self.message_bytes())).collect();
             let _ = writeln!(
                 o,
-                "| {row} | {}{} | {delivered} of {expected} | {} | {} | {} | {} | {} | {} |",
+                "| {row} | {}{} | {delivered} of {expected} | {} | {} | {} | {} | {} | {} | {} |",
                 runs.len(),
                 if failed > 0 { format!(" (+{failed} failed)") } else { String::new() },
                 med_range(&col(50.0), 1),
@@ -303,6 +325,7 @@ impl Report {
                 med_range(&in_rtts(rtt), 2),
                 measured.map_or("–".into(), |m| med_range(&in_rtts(m), 2)),
                 if vs_tcp.is_empty() { "–".into() } else { med_range(&vs_tcp, 2) },
+                med_range(&overhead, 3),
             );
         }
         let _ = writeln!(o);
@@ -343,12 +366,50 @@ impl Report {
         let _ = writeln!(o);
         let _ = writeln!(o, "{}", self.verdict());
         let _ = writeln!(o);
+        let _ = writeln!(o, "{}", self.verdict_against_kcp());
+        let _ = writeln!(o);
         let _ = writeln!(o, "{}", self.method());
         for n in &self.notes {
             let _ = writeln!(o);
             let _ = writeln!(o, "{n}");
         }
         o
+    }
+
+    /// Bytes the messages of one run carry.
+    fn message_bytes(&self) -> u64 {
+        let w = &self.plan.workload;
+        u64::from(w.count) * u64::from(w.size)
+    }
+
+    /// Issue 21's targets for the manyfold streams row: p99 ≤ KCP's in the
+    /// same repetition, and at most 10% more bytes on the link than the
+    /// messages plus one resend of each dropped packet.
+    fn verdict_against_kcp(&self) -> String {
+        let rows = self.rows();
+        let (Some(mf), Some(kcp)) = (
+            rows.iter().find(|r| r.starts_with("manyfold") && r.ends_with(" streams")),
+            rows.iter().find(|r| r.starts_with("KCP")),
+        ) else {
+            return "Target (issue 21): not judged, the manyfold streams row or the KCP row did not run.".into();
+        };
+        let p99 = |r: &RunResult| (r.rep, r.p(99.0));
+        let vs = stats::ratios_by_rep(self.runs_of(mf).map(p99), &self.runs_of(kcp).map(p99).collect::<Vec<_>>());
+        let over = |row: &str| self.runs_of(row).map(|r| r.wire_overhead(self.message_bytes())).collect::<Vec<f64>>();
+        let (ours, theirs) = (over(mf), over(kcp));
+        if vs.is_empty() || ours.is_empty() {
+            return "Target (issue 21): not judged, no repetition where both rows completed.".into();
+        }
+        format!(
+            "Target (issue 21), {mf}: p99 ≤ KCP's in the same repetition: {} (median ratio {:.2}, below or at in {} of {}); bytes a→b ≤ 1.10 × (messages + one resend of each dropped packet): {} (median {:.3}; KCP's {:.3}).",
+            if median(&vs) <= 1.0 { "met" } else { "missed" },
+            median(&vs),
+            vs.iter().filter(|v| **v <= 1.0).count(),
+            vs.len(),
+            if median(&ours) <= 1.10 { "met" } else { "missed" },
+            median(&ours),
+            median(&theirs),
+        )
     }
 
     /// The issue's target for the manyfold streams row, said plainly.
@@ -417,7 +478,7 @@ impl Report {
             let lat: Vec<String> =
                 r.by_message.iter().map(|x| x.map_or("null".into(), |x| format!("{x:.3}"))).collect();
             runs.push(format!(
-                "{{\"row\":{},\"rep\":{},\"expected\":{},\"delivered\":{},\"p50_ms\":{},\"p99_ms\":{},\"max_ms\":{},\"lost_a2b\":{},\"lost_b2a\":{},\"send_cpu_s\":{},\"recv_cpu_s\":{},\"sender\":{},\"error\":{},\"latency_ms_by_message\":[{}]}}",
+                "{{\"row\":{},\"rep\":{},\"expected\":{},\"delivered\":{},\"p50_ms\":{},\"p99_ms\":{},\"max_ms\":{},\"lost_a2b\":{},\"lost_b2a\":{},\"wire_bytes_a2b\":{},\"dropped_bytes_a2b\":{},\"wire_overhead\":{},\"send_cpu_s\":{},\"recv_cpu_s\":{},\"sender\":{},\"error\":{},\"latency_ms_by_message\":[{}]}}",
                 json_str(&r.row),
                 r.rep,
                 r.expected,
@@ -427,6 +488,9 @@ impl Report {
                 num(r.p(100.0)),
                 r.lost.0,
                 r.lost.1,
+                r.wire_bytes,
+                r.dropped_bytes,
+                num(r.wire_overhead(self.message_bytes())),
                 r.send.map_or("null".into(), |u| num(u.cpu.as_secs_f64())),
                 r.recv.map_or("null".into(), |u| num(u.cpu.as_secs_f64())),
                 json_str(&r.sender),
@@ -528,6 +592,23 @@ mod tests {
         assert_eq!(percentile(&v, 102, 99.0), f64::INFINITY);
         assert_eq!(percentile(&v, 102, 50.0), 51.0);
         assert!(percentile(&[], 0, 50.0).is_nan());
+    }
+
+    #[test]
+    fn wire_overhead_counts_one_resend_of_each_dropped_packet_as_due() {
+        let mut r = RunResult::failed("manyfold".into(), 0, String::new());
+        r.error = None;
+        let before = RelayStats::default();
+        let mut after = RelayStats::default();
+        after.a2b.forwarded_bytes = 1_050_000;
+        after.a2b.dropped_bytes = 50_000;
+        after.b2a.dropped_bytes = 7; // acks lost on the way back: not the sender's bytes
+        r.set_relay(&before, &after);
+        assert_eq!((r.wire_bytes, r.dropped_bytes), (1_100_000, 50_000));
+        // 1 MB of messages + 50 kB dropped and sent again = the ideal; 1.1 MB sent is 1.0476 of it.
+        assert!((r.wire_overhead(1_000_000) - 1_100_000.0 / 1_050_000.0).abs() < 1e-12);
+        r.error = Some("timed out".into());
+        assert!(r.wire_overhead(1_000_000).is_nan(), "a failed run has no figure");
     }
 
     #[test]

@@ -100,6 +100,8 @@ pub struct LinkStats {
     pub forwarded_bytes: u64,
     pub lost: u64,
     pub queue_drops: u64,
+    /// IP bytes of the packets lost or dropped at the full queue.
+    pub dropped_bytes: u64,
     pub reordered: u64,
 }
 
@@ -128,6 +130,7 @@ impl Link {
     pub fn offer(&mut self, len: usize, now: Instant) -> Verdict {
         if self.cfg.loss > 0.0 && self.rng.unit() < self.cfg.loss {
             self.stats.lost += 1;
+            self.stats.dropped_bytes += len as u64;
             return Verdict::Lost;
         }
         let departure = if self.cfg.rate_bps == 0 {
@@ -137,6 +140,7 @@ impl Link {
             let backlog = (start - now).as_secs_f64() * self.cfg.rate_bps as f64 / 8.0;
             if backlog + len as f64 > self.cfg.queue_bytes as f64 {
                 self.stats.queue_drops += 1;
+                self.stats.dropped_bytes += len as u64;
                 return Verdict::QueueFull;
             }
             let tx = Duration::from_secs_f64(len as f64 * 8.0 / self.cfg.rate_bps as f64);
@@ -225,6 +229,7 @@ mod tests {
         assert!(verdicts[..10].iter().all(|v| matches!(v, Verdict::Deliver(_))), "{verdicts:?}");
         assert!(verdicts[10..].iter().all(|v| *v == Verdict::QueueFull), "{verdicts:?}");
         assert_eq!(l.stats.queue_drops, 2);
+        assert_eq!((l.stats.forwarded_bytes, l.stats.dropped_bytes), (10_000, 2_000), "both counted in bytes");
     }
 
     #[test]
@@ -236,6 +241,7 @@ mod tests {
             l.offer(100, t0);
         }
         assert!((4_500..5_500).contains(&l.stats.lost), "{:?}", l.stats);
+        assert_eq!(l.stats.dropped_bytes, l.stats.lost * 100, "lost packets counted in bytes");
         // Same seed, same decisions.
         let mut again = Link::new(c, 1);
         for _ in 0..100_000 {

@@ -296,6 +296,8 @@ pub struct DirStats {
     pub forwarded_bytes: u64,
     pub lost: u64,
     pub queue_drops: u64,
+    /// IP bytes of the packets lost or dropped at the full queue.
+    pub dropped_bytes: u64,
     pub write_errors: u64,
     /// Times the relay's packet thread was held off its core for more than
     /// a millisecond since the link was last configured, and the longest
@@ -327,6 +329,7 @@ impl RelayStats {
                         "fwdbytes" => d.forwarded_bytes = v,
                         "lost" => d.lost = v,
                         "qdrop" => d.queue_drops = v,
+                        "dropbytes" => d.dropped_bytes = v,
                         "werr" => d.write_errors = v,
                         "stalls" => d.stalls = v,
                         "maxstall" => d.max_stall_us = v,
@@ -346,7 +349,7 @@ mod tests {
     #[test]
     fn stats_line_parses() {
         let s = RelayStats::parse(
-            "a2b fwd=10 fwdbytes=15000 lost=1 qdrop=2 reord=0 werr=3 stalls=4 maxstall=1500 b2a fwd=5 lost=0 qdrop=0 reord=0 werr=0",
+            "a2b fwd=10 fwdbytes=15000 lost=1 qdrop=2 dropbytes=4500 reord=0 werr=3 stalls=4 maxstall=1500 b2a fwd=5 lost=0 qdrop=0 reord=0 werr=0",
         )
         .unwrap();
         assert_eq!(
@@ -356,6 +359,7 @@ mod tests {
                 forwarded_bytes: 15000,
                 lost: 1,
                 queue_drops: 2,
+                dropped_bytes: 4500,
                 write_errors: 3,
                 stalls: 4,
                 max_stall_us: 1500

@@ -35,6 +35,7 @@ struct Counters {
     forwarded_bytes: AtomicU64,
     lost: AtomicU64,
     queue_drops: AtomicU64,
+    dropped_bytes: AtomicU64,
     reordered: AtomicU64,
     write_errors: AtomicU64,
     stalls: AtomicU64,
@@ -47,6 +48,7 @@ impl Counters {
         self.forwarded_bytes.store(s.forwarded_bytes, Ordering::Relaxed);
         self.lost.store(s.lost, Ordering::Relaxed);
         self.queue_drops.store(s.queue_drops, Ordering::Relaxed);
+        self.dropped_bytes.store(s.dropped_bytes, Ordering::Relaxed);
         self.reordered.store(s.reordered, Ordering::Relaxed);
     }
 
@@ -57,11 +59,12 @@ impl Counters {
 
     fn line(&self) -> String {
         format!(
-            "fwd={} fwdbytes={} lost={} qdrop={} reord={} werr={} stalls={} maxstall={}",
+            "fwd={} fwdbytes={} lost={} qdrop={} dropbytes={} reord={} werr={} stalls={} maxstall={}",
             self.forwarded.load(Ordering::Relaxed),
             self.forwarded_bytes.load(Ordering::Relaxed),
             self.lost.load(Ordering::Relaxed),
             self.queue_drops.load(Ordering::Relaxed),
+            self.dropped_bytes.load(Ordering::Relaxed),
             self.reordered.load(Ordering::Relaxed),
             self.write_errors.load(Ordering::Relaxed),
             self.stalls.load(Ordering::Relaxed),
