@@ -64,7 +64,7 @@ fn lost_bare_cookie_echo_is_resent_until_the_server_accepts() {
     let mut w = pair(seed, LinkConfig::default(), EndpointConfig::default());
     w.set_drop_rule(drop_first(1, client(), server(), is_cookie_echo));
     w.endpoint_mut(server()).set_listening(true);
-    w.connect(client(), server());
+    let c = w.connect(client(), server());
     let mut accepted = None;
     let ok = w.run_until(
         |w| {
@@ -76,6 +76,9 @@ fn lost_bare_cookie_echo_is_resent_until_the_server_accepts() {
     assert!(ok, "server never accepted after a lost cookie echo (seed {seed})");
     assert_eq!(w.dropped_by_rule(), 1, "seed {seed}");
     assert_eq!(w.endpoint(server()).conn(accepted.unwrap()).state(), Some(State::Established), "seed {seed}");
+    // spec §5.4: with nothing waiting behind it the echo keeps to its RTO
+    // (a listener slow to answer a request riding in it costs no copies).
+    assert_eq!(w.endpoint(client()).conn(c).stats().unwrap().tail_loss_probes, 0, "seed {seed}");
 }
 
 #[test]
@@ -632,4 +635,49 @@ fn a_listener_measures_the_round_trip_not_the_wait_of_a_retransmitted_echo() {
     assert!(ok && t.error().is_none(), "{:?} (seed {seed})", t.error());
     let took = w.elapsed() - start;
     assert!(took < Duration::from_secs(3), "the reply under loss took {took:?} (seed {seed})");
+}
+
+/// The client's connect returns at the SYN-ACK, its bare cookie echo
+/// leaves after `echo_delay` and is lost; 200 ms later the application
+/// writes. Returns when the listener accepted, from the write, and the
+/// client's tail-loss probes.
+fn lost_echo_with_a_write_behind_it(seed: u64) -> (Duration, u64) {
+    let mut w = pair(seed, LinkConfig::with_delay(Duration::from_millis(50)), EndpointConfig::default());
+    w.set_drop_rule(drop_first(1, client(), server(), is_cookie_echo));
+    w.endpoint_mut(server()).set_listening(true);
+    let c = w.connect(client(), server());
+    let ok = w.run_until(|w| w.saw(client(), c, Event::Connected).is_some(), Duration::from_secs(5));
+    assert!(ok, "never connected (seed {seed})");
+    w.run_for(Duration::from_millis(200));
+    assert_eq!(w.dropped_by_rule(), 1, "the bare echo was not sent and lost (seed {seed})");
+    w.act(client(), |ep, _| ep.conn_mut(c).send(b"first message")).unwrap();
+    let wrote = w.elapsed();
+    let mut accepted = None;
+    let ok = w.run_until(
+        |w| {
+            accepted = accepted.or_else(|| w.endpoint_mut(server()).accept());
+            accepted.is_some()
+        },
+        Duration::from_secs(10),
+    );
+    assert!(ok, "never accepted (seed {seed})");
+    let probes = w.endpoint(client()).conn(c).stats().unwrap().tail_loss_probes;
+    (w.elapsed() - wrote, probes)
+}
+
+#[test]
+fn a_lost_cookie_echo_with_data_behind_it_is_probed_once_overdue_not_at_the_rto() {
+    // spec §5.4, §6.2: nothing may pass an unacknowledged echo, and after
+    // the handshake's one RTT sample (100 ms) its RTO is about 3 RTTs.
+    // With data waiting, the echo is overdue at 1.25 SRTT + the ack delay,
+    // long past by the write here: it goes again at once, and the listener
+    // accepts half a round trip later (the messages lab's first messages
+    // waited 300–900 ms after a lost echo, RESULTS §37).
+    let seed = 1202;
+    let (took, probes) = lost_echo_with_a_write_behind_it(seed);
+    assert_eq!(probes, 1, "seed {seed}");
+    assert!(
+        took <= Duration::from_millis(60),
+        "accepted {took:?} after the write; the one-way delay is 50 ms (seed {seed})"
+    );
 }

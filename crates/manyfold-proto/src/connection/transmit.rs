@@ -345,8 +345,12 @@ impl Connection {
         if self.fin_seq.is_some() || self.awaiting_keys() {
             return Sent::Blocked;
         }
-        // spec §6.2: nothing beyond the cookie echo until it is acknowledged.
+        // spec §6.2: nothing beyond the cookie echo until it is acknowledged;
+        // what waits behind it has the echo probed once it is overdue.
         if self.awaiting_echo_ack() && self.cookie_seq.is_some() {
+            if !self.timers.is_set(Timer::Tlp) {
+                self.arm_echo_probe(now);
+            }
             return Sent::Blocked;
         }
         let echo = self.cookie.is_some() && self.cookie_seq.is_none();
@@ -665,11 +669,36 @@ impl Connection {
     /// out per flight, each wait twice the last, before the RTO (which is
     /// always later, see [`crate::recovery::RttEstimator::pto`]) collapses the window.
     pub(super) fn arm_tlp(&mut self, now: Instant) {
-        if self.tlp_count >= MAX_TLPS || !self.rtt.has_sample() || self.awaiting_echo_ack() {
+        if self.awaiting_echo_ack() {
+            return self.arm_echo_probe(now);
+        }
+        if self.tlp_count >= MAX_TLPS || !self.rtt.has_sample() {
             self.timers.cancel(Timer::Tlp);
             return;
         }
         self.timers.set(Timer::Tlp, now + self.rtt.pto() * (1 << self.tlp_count));
+    }
+
+    /// spec §5.4, §6.2: while the cookie echo is unacknowledged nothing
+    /// else may leave, so data queued behind it waits for its ack; a lost
+    /// echo would hold that data until the RTO (about 3·SRTT after the
+    /// handshake's one sample, then twice that). With data or a FIN
+    /// waiting, the echo is sent again as a tail-loss probe once it is
+    /// overdue ([`crate::recovery::RttEstimator::overdue_after`] since its
+    /// last send, doubling per probe, at most `MAX_TLPS`). An echo with
+    /// nothing behind it (a session's request rides in the echo itself)
+    /// keeps to the RTO, so a listener that is slow to answer costs no
+    /// spurious copies.
+    fn arm_echo_probe(&mut self, now: Instant) {
+        let waiting = self.streams.queued() > 0 || self.fin_queued;
+        let last_sent = self.cookie_seq.and_then(|s| self.sent.get(s)).map(|p| p.time_sent);
+        match last_sent {
+            Some(at) if waiting && self.tlp_count < MAX_TLPS && self.rtt.has_sample() => {
+                let due = at + self.rtt.overdue_after() * (1 << self.tlp_count);
+                self.timers.set(Timer::Tlp, due.max(now));
+            }
+            _ => self.timers.cancel(Timer::Tlp),
+        }
     }
 
     /// Sends a tail-loss probe (RFC 8985 §7.3, spec §5.4): a packet of new
@@ -712,7 +741,8 @@ impl Connection {
         // only after its own ack and RACK's reordering window, about a
         // round trip later (RESULTS §22: the messages lab's p99 rose).
         let bulk = self.streams.queued() >= self.max_datagram() as usize;
-        if !open || !bulk || self.fin_seq.is_some() || self.sent.peek_retransmit().is_some() {
+        if !open || !bulk || self.fin_seq.is_some() || self.sent.peek_retransmit().is_some() || self.awaiting_echo_ack()
+        {
             return None;
         }
         match self.send_new(now, buf, true) {

@@ -148,6 +148,18 @@ impl RttEstimator {
             .max(self.remembered_floor(GRANULARITY))
     }
 
+    /// When a lone packet is overdue (spec §5.4, §6.2: the cookie echo
+    /// with data waiting behind it): RACK's time threshold, SRTT + SRTT/4
+    /// (RFC 8985 §6.2's reordering window), plus the peer's ack delay and
+    /// the clock's granularity; at least `MIN_PTO`. Nothing follows such a
+    /// packet, so no later ack can declare it lost, and the probe timeout's
+    /// 4·RTTVAR (3·SRTT after the handshake's single sample) is what a lost
+    /// echo would otherwise cost the data behind it.
+    pub fn overdue_after(&self) -> Duration {
+        let srtt = self.srtt();
+        (srtt + srtt / 4 + self.ack_delay + GRANULARITY).max(MIN_PTO)
+    }
+
     /// RTO with `backoff` doublings (RFC 6298 (5.5)), within [min_rto, max_rto].
     pub fn rto(&self, backoff: u32) -> Duration {
         let base = match self.srtt {
