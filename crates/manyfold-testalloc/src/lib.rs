@@ -18,7 +18,7 @@
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 /// The counting allocator: install it with
@@ -30,6 +30,10 @@ static COUNTING: AtomicBool = AtomicBool::new(false);
 static RECORDING: AtomicBool = AtomicBool::new(false);
 static ALLOCS: AtomicU64 = AtomicU64::new(0);
 static BYTES: AtomicU64 = AtomicU64::new(0);
+/// Bytes allocated and not yet freed, in the whole process, always kept
+/// (counting on or off): what a test reads to see how much memory a
+/// state it built holds ([`live_bytes`]).
+static LIVE: AtomicI64 = AtomicI64::new(0);
 /// The side whose calls run now, and the allocations counted for each.
 static SIDE: AtomicUsize = AtomicUsize::new(0);
 static BY_SIDE: [AtomicU64; 2] = [AtomicU64::new(0), AtomicU64::new(0)];
@@ -80,6 +84,13 @@ pub fn stop() -> Counts {
         bytes: BYTES.load(Ordering::Relaxed),
         by_side: [BY_SIDE[0].load(Ordering::Relaxed), BY_SIDE[1].load(Ordering::Relaxed)],
     }
+}
+
+/// Heap bytes the process holds now (asked for, not yet freed; the
+/// allocator's own rounding and headers not included): the difference
+/// across building some state is what that state holds.
+pub fn live_bytes() -> i64 {
+    LIVE.load(Ordering::Relaxed)
 }
 
 /// Whether counted allocations also record their sites (slow: a
@@ -175,20 +186,24 @@ fn count(size: usize) {
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         count(layout.size());
+        LIVE.fetch_add(layout.size() as i64, Ordering::Relaxed);
         // SAFETY: the caller's layout contract is the system allocator's.
         unsafe { System.alloc(layout) }
     }
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
         count(layout.size());
+        LIVE.fetch_add(layout.size() as i64, Ordering::Relaxed);
         // SAFETY: as for `alloc`.
         unsafe { System.alloc_zeroed(layout) }
     }
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        LIVE.fetch_sub(layout.size() as i64, Ordering::Relaxed);
         // SAFETY: `ptr` came from `System.alloc` with this layout.
         unsafe { System.dealloc(ptr, layout) }
     }
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
         count(new_size);
+        LIVE.fetch_add(new_size as i64 - layout.size() as i64, Ordering::Relaxed);
         // SAFETY: as for `dealloc`, and `new_size` is the caller's.
         unsafe { System.realloc(ptr, layout, new_size) }
     }

@@ -133,7 +133,9 @@ pub struct Bbr {
 impl Bbr {
     /// A controller for packets of `mss` bytes starting at `initial_window_packets`.
     pub fn new(mss: u64, initial_window_packets: u32) -> Self {
-        Self::with_rounds(mss, initial_window_packets, Vec::with_capacity(BW_WINDOW_ROUNDS as usize + 1))
+        // The filter's memory comes with its first sample: a connection
+        // that never sends data (an idle session's listener) holds none.
+        Self::with_rounds(mss, initial_window_packets, Vec::new())
     }
 
     /// [`Bbr::new`] keeping `bw_rounds`' memory: the filter is emptied.
@@ -246,7 +248,12 @@ impl Bbr {
         }
         match self.bw_rounds.last_mut() {
             Some((r, b)) if *r == self.round => *b = b.max(rs.delivery_rate),
-            _ => self.bw_rounds.push((self.round, rs.delivery_rate)),
+            _ => {
+                if self.bw_rounds.capacity() == 0 {
+                    self.bw_rounds.reserve_exact(BW_WINDOW_ROUNDS as usize + 1);
+                }
+                self.bw_rounds.push((self.round, rs.delivery_rate))
+            }
         }
         let oldest = self.round.saturating_sub(BW_WINDOW_ROUNDS - 1);
         self.bw_rounds.retain(|&(r, _)| r >= oldest);

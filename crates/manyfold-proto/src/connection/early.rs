@@ -5,6 +5,7 @@
 //! does when the listener takes its SYN's data or declines it.
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Instant;
 
 use super::recv::Receiver;
@@ -56,7 +57,7 @@ impl Connection {
     /// (sequence number `isn`), which goes with the ack of that data and
     /// with whatever reply is queued by then.
     pub fn new_early_server(
-        config: ConnectionConfig,
+        config: Arc<ConnectionConfig>,
         now: Instant,
         remote: SocketAddr,
         local_id: ConnId,
@@ -72,7 +73,9 @@ impl Connection {
         c.peer_window = u64::from(early.syn.header.window);
         // The SYN's own sequence number carries the data: receive from it.
         c.recv = Some(Receiver::new(Seq::from_isn(early.syn.header.seq), recv_buffer));
-        c.early.send = early.token;
+        if early.token.is_some() {
+            c.early().send = early.token;
+        }
         c.start_qlog(now, false);
         c.stats.packets_received += 1;
         c.handle_sequenced(now, early.syn, false);
@@ -87,13 +90,14 @@ impl Connection {
     /// A client that reuses tokens (spec §6.9): asks for one on its SYN
     /// and, holding `token`, presents it with the queued data.
     pub fn use_tokens(&mut self, token: Option<Token>) {
-        self.early.want = true;
-        self.early.send = token;
+        let e = self.early();
+        e.want = true;
+        e.send = token;
     }
 
     /// The token a listener handed us, once.
     pub fn take_token(&mut self) -> Option<Token> {
-        self.early.received.take()
+        self.early.as_deref_mut().and_then(|e| e.received.take())
     }
 
     /// The listener's early connection has not yet had its SYN-ACK
@@ -121,19 +125,19 @@ impl Connection {
     /// Feature bits and token for a SYN or SYN-ACK we write (spec §3.3.2).
     pub(super) fn early_params(&self) -> (u16, Option<Token>) {
         let mut features = 0;
-        if self.opener && self.early.want {
+        if self.opener && self.wants_tokens() {
             features |= HandshakeParams::WANT_TOKEN;
         }
         if !self.opener {
             // Only an early connection writes a SYN as the passive side.
             features |= HandshakeParams::EARLY;
         }
-        (features, self.early.send)
+        (features, self.early.as_deref().and_then(|e| e.send))
     }
 
     /// Bytes the token section adds to a SYN we write.
     pub(super) fn early_token_len(&self) -> usize {
-        if self.early.send.is_some() {
+        if self.early.as_deref().is_some_and(|e| e.send.is_some()) {
             TOKEN_LEN
         } else {
             0
@@ -165,14 +169,15 @@ impl Connection {
     /// taken (`EARLY`: the SYN-ACK's own sequence number then carries the
     /// reply's start) or must go again.
     pub(super) fn on_early_answer(&mut self, p: &Packet, params: HandshakeParams) {
-        if self.early.want {
-            self.early.received = p.token.or(self.early.received);
+        let Some(e) = self.early.as_deref_mut() else { return };
+        if e.want {
+            e.received = p.token.or(e.received);
         }
-        if self.early.send.is_none() {
+        if e.send.is_none() {
             return;
         }
         if params.features & HandshakeParams::EARLY != 0 {
-            self.early.send = None;
+            e.send = None;
             self.recv = Some(Receiver::new(Seq::from_isn(p.header.seq), self.config.recv_buffer));
         } else {
             self.decline_early();
@@ -185,7 +190,7 @@ impl Connection {
     /// chunks leave the SYN's record and go first on the next packet, and
     /// a FIN that rode the SYN is sent again after them.
     pub(super) fn decline_early(&mut self) {
-        if self.early.send.take().is_none() {
+        if self.early.as_deref_mut().and_then(|e| e.send.take()).is_none() {
             return;
         }
         let mut taken = Chunks::default();
@@ -193,21 +198,31 @@ impl Connection {
             taken = std::mem::take(c);
             taken.data_len()
         });
-        self.early.declined = taken;
+        self.early().declined = taken;
         if self.fin_seq == Some(self.isn) {
             self.fin_seq = None;
         }
     }
 
+    /// The connection's 0-RTT state, made on first use.
+    fn early(&mut self) -> &mut Early {
+        self.early.get_or_insert_with(Box::default)
+    }
+
+    /// A client that asks listeners for tokens.
+    fn wants_tokens(&self) -> bool {
+        self.early.as_deref().is_some_and(|e| e.want)
+    }
+
     /// Declined 0-RTT data waits to go again (spec §6.9).
     pub(super) fn has_declined(&self) -> bool {
-        !self.early.declined.is_empty()
+        self.early.as_deref().is_some_and(|e| !e.declined.is_empty())
     }
 
     /// The declined chunks, to lead the next packet, and their encoded
     /// and data lengths.
     pub(super) fn take_declined(&mut self) -> (Chunks, usize, usize) {
-        let c = std::mem::take(&mut self.early.declined);
+        let c = self.early.as_deref_mut().map(|e| std::mem::take(&mut e.declined)).unwrap_or_default();
         let (enc, data) = (c.encoded_len(), c.data_len());
         (c, enc, data)
     }

@@ -32,6 +32,7 @@ pub use types::{CloseReason, ConnStats, Event, RecvError, SendError, SendLimits,
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -75,7 +76,9 @@ pub(crate) fn advertised_window(bytes: usize) -> u32 {
 
 #[derive(Debug)]
 pub(crate) struct Connection {
-    config: ConnectionConfig,
+    /// Shared with the endpoint's other connections made with the same
+    /// settings (an idle connection's memory, spec §15.3).
+    config: Arc<ConnectionConfig>,
     remote: SocketAddr,
     local_id: ConnId,
     remote_id: Option<ConnId>,
@@ -96,7 +99,9 @@ pub(crate) struct Connection {
     cookie_since: Option<Instant>,
     cookie_seq: Option<Seq>,
     /// Tokens and 0-RTT data (spec §6.9).
-    early: early::Early,
+    /// 0-RTT state (spec §6.9), made when tokens are used: an idle
+    /// connection that used none does not carry it (spec §15.3).
+    early: Option<Box<early::Early>>,
     recv: Option<Receiver>,
     peer_window: u64,
     /// The datagram size in use and the search for a larger one (spec §3.7).
@@ -173,7 +178,9 @@ pub(crate) struct Connection {
     last_heard: Instant,
     unreachables: u32,
     /// Path validation after the peer's address changed (spec §6.8).
-    paths: path::Paths,
+    /// Made on the first packet from a new address or PATH challenge: an
+    /// idle connection does not carry it (spec §15.3).
+    paths: Option<Box<path::Paths>>,
 }
 
 /// What a finished connection leaves for the next one the endpoint builds
@@ -187,15 +194,17 @@ pub struct Spare {
     sent: SentQueue,
     /// Reset in place when the next connection runs the same algorithm.
     cc: Box<dyn Controller>,
+    /// A 0-RTT user's early state, emptied (its box is all it keeps).
+    early: Option<Box<early::Early>>,
 }
 
 impl Connection {
     /// Takes a finished connection apart for [`Spare`]; `None` if it was
     /// shed (its containers went on already, it holds only empty ones).
     pub(crate) fn into_spare(self) -> Option<Spare> {
-        let Connection { streams, mut events, sent, cc, shed, .. } = self;
+        let Connection { streams, mut events, sent, cc, shed, early, .. } = self;
         streams::keep_small(&mut events);
-        (!shed).then_some(Spare { streams, events, sent, cc })
+        (!shed).then_some(Spare { streams, events, sent, cc, early })
     }
 
     /// spec §15.3: a released connection in TIME-WAIT only answers a
@@ -219,6 +228,9 @@ impl Connection {
             events,
             sent: std::mem::replace(&mut self.sent, SentQueue::new(next)),
             cc: std::mem::replace(&mut self.cc, Box::new(congestion::Finished)),
+            // Its token went to the endpoint when it came (route.rs), and
+            // nothing declined waits once the connection is done.
+            early: self.early.take(),
         })
     }
 
@@ -255,7 +267,7 @@ impl Connection {
     }
 
     fn new(
-        config: ConnectionConfig,
+        config: Arc<ConnectionConfig>,
         now: Instant,
         remote: SocketAddr,
         local_id: ConnId,
@@ -272,9 +284,15 @@ impl Connection {
             stream_window: config.stream_window.max(config.max_message) as u64,
             stream0_window: config.recv_buffer as u64,
         };
-        let (streams, events, sent, cc) = match spare {
-            Some(spare) => (spare.streams.renew(limits), spare.events, spare.sent.renew(isn), Some(spare.cc)),
-            None => (Streams::new(limits), VecDeque::new(), SentQueue::new(isn), None),
+        let (streams, events, sent, cc, early) = match spare {
+            Some(spare) => {
+                let early = spare.early.map(|mut e| {
+                    *e = early::Early::default();
+                    e
+                });
+                (spare.streams.renew(limits), spare.events, spare.sent.renew(isn), Some(spare.cc), early)
+            }
+            None => (Streams::new(limits), VecDeque::new(), SentQueue::new(isn), None, None),
         };
         let cc = congestion::renew(cc, config.congestion, mss, config.initial_window_packets);
         let mut c = Connection {
@@ -291,7 +309,7 @@ impl Connection {
             cookie: None,
             cookie_since: None,
             cookie_seq: None,
-            early: early::Early::default(),
+            early,
             recv: None,
             peer_window: 0,
             pmtu: PathMtu::new(config.max_datagram.max(MIN_DATAGRAM), 0, remote.is_ipv6()),
@@ -334,7 +352,7 @@ impl Connection {
             stalled_since: None,
             last_heard: now,
             unreachables: 0,
-            paths: path::Paths::default(),
+            paths: None,
             config,
         };
         c.touch_idle(now);
@@ -406,7 +424,7 @@ impl Connection {
 
     /// An active open: SYN-SENT; the SYN goes out on the next poll_transmit.
     pub fn new_client(
-        config: ConnectionConfig,
+        config: Arc<ConnectionConfig>,
         now: Instant,
         remote: SocketAddr,
         local_id: ConnId,
@@ -428,7 +446,7 @@ impl Connection {
     /// SYN-RECEIVED state lived in the cookie; we start ESTABLISHED.
     #[allow(clippy::too_many_arguments)]
     pub fn new_server(
-        config: ConnectionConfig,
+        config: Arc<ConnectionConfig>,
         now: Instant,
         remote: SocketAddr,
         local_id: ConnId,
@@ -1337,3 +1355,4 @@ fn refusal(r: StreamRefusal) -> SendError {
 fn data_room(max: usize, sections: usize) -> usize {
     max.saturating_sub(HEADER_LEN + sections)
 }
+

@@ -86,11 +86,11 @@ impl Connection {
             self.stats.path.stale += 1;
             return false;
         }
-        match self.paths.probe.as_mut() {
+        match self.paths.as_deref_mut().and_then(|p| p.probe.as_mut()) {
             Some(pr) if pr.addr == from => pr.received += len,
             _ => {
                 self.stats.path.challenges += 1;
-                self.paths.probe = Some(Probe { addr: from, token, tries: 0, due: now, received: len, sent: 0 });
+                self.paths().probe = Some(Probe { addr: from, token, tries: 0, due: now, received: len, sent: 0 });
                 self.timers.set(Timer::Path, now);
             }
         }
@@ -104,12 +104,14 @@ impl Connection {
         }
         match p.kind {
             PathKind::Challenge => {
-                if self.paths.responses.len() < MAX_RESPONSES {
-                    self.paths.responses.push_back((from, p.token));
+                let paths = self.paths();
+                if paths.responses.len() < MAX_RESPONSES {
+                    paths.responses.push_back((from, p.token));
                 }
             }
             PathKind::Response => {
-                let matches = self.paths.probe.as_ref().is_some_and(|pr| pr.addr == from && pr.token == p.token);
+                let probe = self.paths.as_deref().and_then(|p| p.probe.as_ref());
+                let matches = probe.is_some_and(|pr| pr.addr == from && pr.token == p.token);
                 if matches {
                     self.migrate(now, from);
                 }
@@ -120,8 +122,9 @@ impl Connection {
     /// The new address answered: it becomes the peer's address.
     fn migrate(&mut self, now: Instant, to: SocketAddr) {
         let from = std::mem::replace(&mut self.remote, to);
-        self.paths.probe = None;
-        self.paths.moved_from = Some(from);
+        let paths = self.paths();
+        paths.probe = None;
+        paths.moved_from = Some(from);
         self.timers.cancel(Timer::Path);
         self.stats.path.migrations += 1;
         tracing::debug!(target: "manyfold::state", conn = %self.local_id, %from, %to, "path validated: migrated");
@@ -140,7 +143,7 @@ impl Connection {
     /// Takes the address this connection moved away from, once (the
     /// endpoint updates its tables by it).
     pub(crate) fn take_moved_from(&mut self) -> Option<SocketAddr> {
-        self.paths.moved_from.take()
+        self.paths.as_deref_mut().and_then(|p| p.moved_from.take())
     }
 
     /// The next PATH packet to send, and where: a response first, then a
@@ -151,18 +154,18 @@ impl Connection {
         }
         let (Some(id), seq) = (self.remote_id, self.sent.next_seq().wire()) else { return None };
         let ack = self.recv.as_ref().map_or(0, |r| r.next().wire());
-        if let Some((to, token)) = self.paths.responses.pop_front() {
+        if let Some((to, token)) = self.paths.as_deref_mut().and_then(|p| p.responses.pop_front()) {
             let n = PathPacket::new(PathKind::Response, id.wire(), seq, ack, token).emit(buf);
             self.stats.packets_sent += 1;
             return Some((to, n));
         }
         let rto = self.rtt.rto(0);
-        let pr = self.paths.probe.as_mut()?;
+        let pr = self.paths.as_deref_mut()?.probe.as_mut()?;
         if pr.due > now {
             return None;
         }
         if pr.tries >= MAX_CHALLENGES {
-            self.paths.probe = None;
+            self.paths().probe = None;
             self.stats.path.failed += 1;
             self.timers.cancel(Timer::Path);
             return None;
@@ -183,6 +186,11 @@ impl Connection {
 
     /// Whether a challenge or response waits to go out now.
     pub(crate) fn path_due(&self, now: Instant) -> bool {
-        !self.paths.responses.is_empty() || self.paths.probe.as_ref().is_some_and(|p| p.due <= now)
+        self.paths.as_deref().is_some_and(|p| !p.responses.is_empty() || p.probe.as_ref().is_some_and(|pr| pr.due <= now))
+    }
+
+    /// The connection's path state, made on first use.
+    fn paths(&mut self) -> &mut Paths {
+        self.paths.get_or_insert_with(Box::default)
     }
 }

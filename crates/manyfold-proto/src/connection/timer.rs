@@ -1,8 +1,6 @@
 //! One table of timers per connection, indexed by an enum; the next
 //! deadline is its minimum (STYLE §2; spec §4.7).
 
-use std::time::Instant;
-
 use crate::timer::TimerKind;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -59,7 +57,7 @@ impl Timer {
 }
 
 impl TimerKind for Timer {
-    type Slots = [Option<Instant>; COUNT];
+    type Slots = [u64; COUNT];
     const ALL: &'static [Timer] = &Timer::ALL;
     fn index(self) -> usize {
         self as usize

@@ -347,7 +347,7 @@ impl Endpoint {
         let age = timestamp.wrapping_sub(cookie.timestamp);
         let rtt = Duration::from_millis(u64::from(age.saturating_sub(u32::from(cookie.echo_delay))));
         let mut conn = Connection::new_server(
-            self.config.connection.clone(),
+            self.conn_config.clone(),
             now,
             from,
             id,

@@ -33,6 +33,7 @@ pub use listener::{Refusal, RefusalCause};
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::Bytes;
@@ -181,6 +182,9 @@ impl EndpointStats {
 #[derive(Debug)]
 pub struct Endpoint {
     config: EndpointConfig,
+    /// `config.connection`, shared by every connection made with it: an
+    /// idle connection does not carry its own copy (spec §15.3).
+    conn_config: Arc<ConnectionConfig>,
     rng: ChaCha8Rng,
     /// Noise handshakes' randomness (spec §19.1), from `crypto_seed`.
     crypto_rng: rand_chacha::ChaCha20Rng,
@@ -218,6 +222,7 @@ impl Endpoint {
         let rtts = peers::RttMemory::new(config.max_peer_rtts, config.peer_rtt_lifetime);
         Endpoint {
             memory: Memory::new(config.max_buffered_bytes),
+            conn_config: Arc::new(config.connection.clone()),
             config,
             rng,
             crypto_rng,
@@ -269,7 +274,7 @@ impl Endpoint {
 
     /// Starts an active open (spec §4.2): sends a SYN and enters SYN-SENT.
     pub fn connect(&mut self, now: Instant, remote: SocketAddr) -> Result<ConnHandle, ConnectError> {
-        self.connect_with(now, remote, self.config.connection.clone())
+        self.connect_sharing(now, remote, self.conn_config.clone())
     }
 
     /// Like [`Endpoint::connect`], with settings of its own for this connection.
@@ -278,6 +283,15 @@ impl Endpoint {
         now: Instant,
         remote: SocketAddr,
         config: ConnectionConfig,
+    ) -> Result<ConnHandle, ConnectError> {
+        self.connect_sharing(now, remote, Arc::new(config))
+    }
+
+    fn connect_sharing(
+        &mut self,
+        now: Instant,
+        remote: SocketAddr,
+        config: Arc<ConnectionConfig>,
     ) -> Result<ConnHandle, ConnectError> {
         if remote.ip().is_unspecified() || remote.port() == 0 {
             return Err(ConnectError::InvalidAddress(remote));

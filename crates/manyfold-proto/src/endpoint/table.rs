@@ -267,7 +267,7 @@ pub(super) mod tests {
     /// A client connection in SYN-SENT to 198.18.0.1:`port`, with our id `id`.
     pub(in crate::endpoint) fn client(now: Instant, port: u16, id: u32) -> Connection {
         let remote = SocketAddr::from(([198, 18, 0, 1], port));
-        Connection::new_client(ConnectionConfig::default(), now, remote, cid(id), 1000, None, None)
+        Connection::new_client(std::sync::Arc::new(ConnectionConfig::default()), now, remote, cid(id), 1000, None, None)
     }
 
     fn cid(v: u32) -> ConnId {

@@ -154,7 +154,7 @@ enum ReceiverTimer {
 }
 
 impl TimerKind for ReceiverTimer {
-    type Slots = [Option<Instant>; 6];
+    type Slots = [u64; 6];
     const ALL: &'static [ReceiverTimer] = &[
         ReceiverTimer::Register,
         ReceiverTimer::Ack,

@@ -87,7 +87,7 @@ enum SenderTimer {
 }
 
 impl TimerKind for SenderTimer {
-    type Slots = [Option<Instant>; 9];
+    type Slots = [u64; 9];
     const ALL: &'static [SenderTimer] = &[
         SenderTimer::AnnounceWait,
         SenderTimer::Pace,
