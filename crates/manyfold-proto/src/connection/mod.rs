@@ -1355,4 +1355,3 @@ fn refusal(r: StreamRefusal) -> SendError {
 fn data_room(max: usize, sections: usize) -> usize {
     max.saturating_sub(HEADER_LEN + sections)
 }
-

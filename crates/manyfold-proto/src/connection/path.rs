@@ -186,7 +186,9 @@ impl Connection {
 
     /// Whether a challenge or response waits to go out now.
     pub(crate) fn path_due(&self, now: Instant) -> bool {
-        self.paths.as_deref().is_some_and(|p| !p.responses.is_empty() || p.probe.as_ref().is_some_and(|pr| pr.due <= now))
+        self.paths
+            .as_deref()
+            .is_some_and(|p| !p.responses.is_empty() || p.probe.as_ref().is_some_and(|pr| pr.due <= now))
     }
 
     /// The connection's path state, made on first use.

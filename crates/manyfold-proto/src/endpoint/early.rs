@@ -64,8 +64,7 @@ impl Endpoint {
         let token = self.token_for(now, from, params);
         let early = EarlySyn { syn, client_id, params, token };
         let spare = self.spares.pop();
-        let mut conn =
-            Connection::new_early_server(self.conn_config.clone(), now, from, server_id, isn, early, spare);
+        let mut conn = Connection::new_early_server(self.conn_config.clone(), now, from, server_id, isn, early, spare);
         self.recall_rtt(now, &mut conn);
         let handle = self.table.insert(conn);
         self.stats.connections_accepted += 1;

@@ -1146,4 +1146,3 @@ mod tests {
         assert_eq!(renewed.fill(now, &mut chunks, 1400, 1 << 16), 11, "both streams' data goes");
     }
 }
-
