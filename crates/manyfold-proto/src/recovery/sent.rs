@@ -668,13 +668,6 @@ impl SentQueue {
         }
     }
 
-    /// Whether the path showed reordering: an original acknowledged after
-    /// a later transmission (the packet threshold grew) or a loss that
-    /// proved spurious (the reordering window widened).
-    fn reordering_seen(&self) -> bool {
-        self.packet_threshold != PACKET_THRESHOLD || self.reo_mult > 0
-    }
-
     /// The in-flight packets the last [`SentQueue::on_ack`] acknowledged,
     /// in order.
     pub fn take_acked(&mut self) -> std::vec::Drain<'_, Acked> {
@@ -698,17 +691,9 @@ impl SentQueue {
             return losses;
         };
         // RFC 8985 §6.2: RTT plus a reordering window, srtt/8 until the path
-        // showed spurious losses, then min_rtt/4 per such episode (≤ srtt);
-        // none during a loss episode on a path never seen to reorder
-        // (RFC 8985 §6.2 step 4, "in loss recovery": the loss is real, and
-        // a thin flow's next loss is then repaired an eighth of a round
-        // trip sooner).
+        // showed spurious losses, then min_rtt/4 per such episode (≤ srtt).
         let base = rtt.srtt().max(rtt.latest());
-        let reo_wnd = if self.reordering_seen() || self.episode_open == 0 {
-            (rtt.min() / 4 * self.reo_mult).max(rtt.srtt() / 8).min(rtt.srtt())
-        } else {
-            Duration::ZERO
-        };
+        let reo_wnd = (rtt.min() / 4 * self.reo_mult).max(rtt.srtt() / 8).min(rtt.srtt());
         let window = (base + reo_wnd).max(Duration::from_millis(1));
         let threshold = self.packet_threshold;
         // In tx order, send times never decrease: once one transmission is
@@ -994,42 +979,6 @@ mod tests {
         assert_eq!(losses.packets, 1);
         assert_eq!(losses.bytes, 100);
         assert_eq!(losses.newest_sent, Some(f.t0));
-    }
-
-    #[test]
-    fn a_loss_during_an_episode_on_a_path_that_never_reordered_waits_no_reordering_window() {
-        // Packets 100..110 sent at t0 + 0..9 ms. 105 and 106 missing with
-        // one later packet (107) acknowledged: 105 is lost at its send +
-        // max(SRTT, latest RTT), plus SRTT/8 only when no loss episode is
-        // open (RFC 8985 §6.2).
-        let now = |f: &Fixture| f.t0 + Duration::from_millis(10);
-        let sent_105 = |f: &Fixture| f.t0 + Duration::from_millis(5);
-        let base = |f: &Fixture| f.rtt.srtt().max(f.rtt.latest());
-
-        let mut calm = fixture(10);
-        calm.rtt.on_sample(Duration::from_millis(100));
-        let at = now(&calm);
-        let (_, lost) = ack(&mut calm, at, 105, &[(107, 108)]);
-        assert_eq!(lost, 0);
-        let reo_wnd = calm.rtt.srtt() / 8;
-        assert_eq!(calm.q.loss_time(), Some(sent_105(&calm) + base(&calm) + reo_wnd), "no episode: the window");
-
-        let mut episode = fixture(10);
-        episode.rtt.on_sample(Duration::from_millis(100));
-        // 100 is lost by the packet threshold (four later ones acked): an
-        // episode opens; then 105 and 106 go missing behind 107.
-        let at = now(&episode);
-        let (_, lost) = ack(&mut episode, at, 100, &[(101, 105)]);
-        assert_eq!(lost, 1);
-        let (_, lost) = ack(&mut episode, at, 100, &[(101, 105), (107, 108)]);
-        assert_eq!(lost, 0);
-        assert!(!episode.q.reordering_seen());
-        assert_eq!(episode.q.loss_time(), Some(sent_105(&episode) + base(&episode)), "in an episode: none");
-
-        // A path that reordered keeps its window, episode or not.
-        episode.q.reo_mult = 1;
-        episode.q.detect_lost(at, &episode.rtt);
-        assert!(episode.q.loss_time() > Some(sent_105(&episode) + base(&episode)));
     }
 
     #[test]
