@@ -98,9 +98,8 @@ pub(crate) struct Connection {
     cookie: Option<Cookie>,
     cookie_since: Option<Instant>,
     cookie_seq: Option<Seq>,
-    /// Tokens and 0-RTT data (spec §6.9).
-    /// 0-RTT state (spec §6.9), made when tokens are used: an idle
-    /// connection that used none does not carry it (spec §15.3).
+    /// Tokens and 0-RTT data (spec §6.9), made when tokens are used: an
+    /// idle connection that used none does not carry it (spec §15.3).
     early: Option<Box<early::Early>>,
     recv: Option<Receiver>,
     peer_window: u64,
@@ -177,8 +176,8 @@ pub(crate) struct Connection {
     /// since then (spec §6.7).
     last_heard: Instant,
     unreachables: u32,
-    /// Path validation after the peer's address changed (spec §6.8).
-    /// Made on the first packet from a new address or PATH challenge: an
+    /// Path validation after the peer's address changed (spec §6.8),
+    /// made on the first packet from a new address or PATH challenge: an
     /// idle connection does not carry it (spec §15.3).
     paths: Option<Box<path::Paths>>,
 }
