@@ -20,6 +20,19 @@ fn with_connect_timeout(secs: u64) -> EndpointConfig {
     cfg
 }
 
+/// Runs until the listener accepts a connection (at most `max`).
+fn accept_within(w: &mut World, max: Duration) -> Option<manyfold_proto::ConnHandle> {
+    let mut accepted = None;
+    w.run_until(
+        |w| {
+            accepted = accepted.or_else(|| w.endpoint_mut(server()).accept());
+            accepted.is_some()
+        },
+        max,
+    );
+    accepted
+}
+
 /// Drops the first handshake packet matching `pred` (sent `from` -> `to`)
 /// and checks a small transfer both ways still completes.
 fn handshake_survives_losing(
@@ -65,17 +78,10 @@ fn lost_bare_cookie_echo_is_resent_until_the_server_accepts() {
     w.set_drop_rule(drop_first(1, client(), server(), is_cookie_echo));
     w.endpoint_mut(server()).set_listening(true);
     let c = w.connect(client(), server());
-    let mut accepted = None;
-    let ok = w.run_until(
-        |w| {
-            accepted = accepted.or_else(|| w.endpoint_mut(server()).accept());
-            accepted.is_some()
-        },
-        Duration::from_secs(30),
-    );
-    assert!(ok, "server never accepted after a lost cookie echo (seed {seed})");
+    let accepted = accept_within(&mut w, Duration::from_secs(30))
+        .unwrap_or_else(|| panic!("server never accepted after a lost cookie echo (seed {seed})"));
     assert_eq!(w.dropped_by_rule(), 1, "seed {seed}");
-    assert_eq!(w.endpoint(server()).conn(accepted.unwrap()).state(), Some(State::Established), "seed {seed}");
+    assert_eq!(w.endpoint(server()).conn(accepted).state(), Some(State::Established), "seed {seed}");
     // spec §5.4: with nothing waiting behind it the echo keeps to its RTO
     // (a listener slow to answer a request riding in it costs no copies).
     assert_eq!(w.endpoint(client()).conn(c).stats().unwrap().tail_loss_probes, 0, "seed {seed}");
@@ -652,15 +658,7 @@ fn lost_echo_with_a_write_behind_it(seed: u64) -> (Duration, u64) {
     assert_eq!(w.dropped_by_rule(), 1, "the bare echo was not sent and lost (seed {seed})");
     w.act(client(), |ep, _| ep.conn_mut(c).send(b"first message")).unwrap();
     let wrote = w.elapsed();
-    let mut accepted = None;
-    let ok = w.run_until(
-        |w| {
-            accepted = accepted.or_else(|| w.endpoint_mut(server()).accept());
-            accepted.is_some()
-        },
-        Duration::from_secs(10),
-    );
-    assert!(ok, "never accepted (seed {seed})");
+    accept_within(&mut w, Duration::from_secs(10)).unwrap_or_else(|| panic!("never accepted (seed {seed})"));
     let probes = w.endpoint(client()).conn(c).stats().unwrap().tail_loss_probes;
     (w.elapsed() - wrote, probes)
 }

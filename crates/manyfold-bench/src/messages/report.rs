@@ -245,9 +245,18 @@ impl Report {
 
     /// Per repetition, `row`'s p99 over TCP's p99 in the same repetition.
     fn p99_vs_tcp(&self, row: &str) -> Vec<f64> {
-        let Some(tcp) = self.tcp_row() else { return vec![] };
+        self.tcp_row().map_or_else(Vec::new, |tcp| self.p99_vs(row, tcp))
+    }
+
+    /// Per repetition, `row`'s p99 over `anchor`'s in the same repetition.
+    fn p99_vs(&self, row: &str, anchor: &str) -> Vec<f64> {
         let p99 = |r: &RunResult| (r.rep, r.p(99.0));
-        stats::ratios_by_rep(self.runs_of(row).map(p99), &self.runs_of(tcp).map(p99).collect::<Vec<_>>())
+        stats::ratios_by_rep(self.runs_of(row).map(p99), &self.runs_of(anchor).map(p99).collect::<Vec<_>>())
+    }
+
+    /// The manyfold row with one manyfold stream per stream, if it ran.
+    fn streams_row(&self) -> Option<&str> {
+        self.rows().into_iter().find(|r| r.starts_with("manyfold") && r.ends_with(" streams"))
     }
 
     fn measured_rtt(&self) -> Option<f64> {
@@ -386,15 +395,11 @@ impl Report {
     /// same repetition, and at most 10% more bytes on the link than the
     /// messages plus one resend of each dropped packet.
     fn verdict_against_kcp(&self) -> String {
-        let rows = self.rows();
-        let (Some(mf), Some(kcp)) = (
-            rows.iter().find(|r| r.starts_with("manyfold") && r.ends_with(" streams")),
-            rows.iter().find(|r| r.starts_with("KCP")),
-        ) else {
+        let kcp = self.rows().into_iter().find(|r| r.starts_with("KCP"));
+        let (Some(mf), Some(kcp)) = (self.streams_row(), kcp) else {
             return "Target (issue 21): not judged, the manyfold streams row or the KCP row did not run.".into();
         };
-        let p99 = |r: &RunResult| (r.rep, r.p(99.0));
-        let vs = stats::ratios_by_rep(self.runs_of(mf).map(p99), &self.runs_of(kcp).map(p99).collect::<Vec<_>>());
+        let vs = self.p99_vs(mf, kcp);
         let over = |row: &str| self.runs_of(row).map(|r| r.wire_overhead(self.message_bytes())).collect::<Vec<f64>>();
         let (ours, theirs) = (over(mf), over(kcp));
         if vs.is_empty() || ours.is_empty() {
@@ -414,8 +419,7 @@ impl Report {
 
     /// The issue's target for the manyfold streams row, said plainly.
     fn verdict(&self) -> String {
-        let rows = self.rows();
-        let Some(mf) = rows.iter().find(|r| r.starts_with("manyfold") && r.ends_with(" streams")) else {
+        let Some(mf) = self.streams_row() else {
             return "Target (issue 4): not judged, the manyfold streams row did not run.".into();
         };
         let p99: Vec<f64> = self.runs_of(mf).map(|r| r.p(99.0)).collect();
