@@ -1,6 +1,7 @@
 //! Path MTU discovery (spec §3.7): the size a bulk connection settles on
 //! for loopback, jumbo and Ethernet paths, under loss, when the path
-//! narrows mid-transfer (a black hole), and with discovery off.
+//! narrows mid-transfer (a black hole) or widens under a settled
+//! connection, and with discovery off.
 
 mod common;
 
@@ -131,6 +132,52 @@ fn a_path_that_narrows_mid_transfer_falls_back_and_the_transfer_completes() {
     assert_eq!(c.pmtu_black_holes, 1, "{} (seed {seed})", summary(c));
     assert_eq!(c.datagram_size, 1_472, "searched again below the vanished size: {} (seed {seed})", summary(c));
     assert_eq!(r.client.bytes_sent, 200 * MB, "seed {seed}");
+}
+
+/// spec §3.7 "Search done": a connection that settled on an Ethernet path
+/// tries the larger sizes again after RFC 8899's PMTU_RAISE_TIMER (600 s),
+/// so a path that widened under it (a jumbo link now) is found then, not
+/// never; until then it sends no probe.
+#[test]
+fn a_path_that_widens_mid_connection_is_found_after_the_raise_timer() {
+    let seed = 3725;
+    // 1 Mbit/s: 90 MB take over 700 s, so the connection outlives the timer.
+    let slow = |mtu| path(mtu).rate(1_000_000, 64 << 10);
+    let mut w = pair(seed, slow(1_472), bbr());
+    let mut t = Transfer::start(&mut w, client(), server(), 90 * MB, 0);
+    let stats = |w: &World, t: &Transfer| w.endpoint(client()).conn(t.client_conn()).stats().expect("client stats");
+    // Settled: three tries each rule 65,507 and 8,972 out, 1,472 passes.
+    let settled = w.run_until(
+        |w| {
+            t.pump(w);
+            let s = stats(w, &t);
+            s.datagram_size == 1_472 && s.pmtu_probes_sent == 7
+        },
+        Duration::from_secs(120),
+    );
+    assert!(settled, "{} (seed {seed})", summary(&stats(&w, &t)));
+    let (settled_at, probes) = (w.elapsed(), stats(&w, &t).pmtu_probes_sent);
+    w.set_link(client(), server(), slow(8_972));
+    let found = w.run_until(
+        |w| {
+            t.pump(w);
+            stats(w, &t).datagram_size == 8_972
+        },
+        Duration::from_secs(700),
+    );
+    let after = w.elapsed() - settled_at;
+    let s = stats(&w, &t);
+    assert!(found, "not found in 700 s: {} (seed {seed})", summary(&s));
+    eprintln!("settled at {settled_at:?}, widened size found {after:?} later: {}", summary(&s));
+    assert!(
+        after >= Duration::from_secs(590) && after <= Duration::from_secs(620),
+        "found {after:?} after settling; the raise timer is 600 s (seed {seed})"
+    );
+    // 65,507 ruled out again in three tries, then 8,972 passes.
+    assert_eq!(s.pmtu_probes_sent - probes, 4, "{} (seed {seed})", summary(&s));
+    let r = t.run(&mut w, Duration::from_secs(600)).unwrap_or_else(|e| panic!("{e} (seed {seed})"));
+    assert_eq!(r.client_close, Some(CloseReason::Graceful), "seed {seed}");
+    assert_eq!(r.client.bytes_sent, 90 * MB, "seed {seed}");
 }
 
 #[test]

@@ -110,13 +110,32 @@ pub(super) struct AckFrequency {
     pub peer_takes_it: bool,
     /// Number of the next request.
     next_seq: u32,
-    /// The threshold last asked for, and when.
-    asked: Option<(u16, Instant)>,
-    /// The delay we ask for: our `max_ack_delay`, the one our RTO allows for.
+    /// What we last asked for, and when.
+    asked: Option<(AckRequest, Instant)>,
+    /// The longest delay we ask for: our `max_ack_delay`, the one our RTO
+    /// allows for.
     max_delay: Duration,
     /// The peer's threshold before any request: our own `ack_frequency`.
     default_threshold: u32,
 }
+
+/// One ack-frequency request's two values (spec §5.6).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct AckRequest {
+    /// Ack-eliciting packets the peer lets pass before it acks.
+    pub threshold: u16,
+    /// Longest the peer holds an ack back.
+    pub delay: Duration,
+}
+
+/// The shortest ack delay asked for: below it, timer wake-ups cost more
+/// than the acks they save.
+const MIN_REQUESTED_ACK_DELAY: Duration = Duration::from_millis(1);
+
+/// Fraction of the smoothed RTT an ack may wait (spec §5.6): a quarter
+/// keeps RTT samples and the ack clock within a quarter of a round trip
+/// of what an immediate ack would give.
+const RTT_FRACTION: u32 = 4;
 
 impl AckFrequency {
     pub fn new(enabled: bool, max_delay: Duration, default_threshold: u32) -> Self {
@@ -126,38 +145,42 @@ impl AckFrequency {
     /// The packets the peer lets pass before it acks: what we last asked
     /// for, or the default.
     pub fn peer_threshold(&self) -> u32 {
-        self.asked.map_or(self.default_threshold, |(t, _)| u32::from(t))
+        self.asked.map_or(self.default_threshold, |(r, _)| u32::from(r.threshold))
     }
 
-    /// The threshold to ask for now, if a request is due: the first one as
-    /// soon as the peer takes it (it tells a listener that we take them
-    /// too), then whenever a window's eighth moved at least twofold from
-    /// what was asked, at most once per smoothed RTT.
-    pub fn due(&self, now: Instant, cwnd: u64, mss: u16, srtt: Duration) -> Option<u16> {
+    /// The request to send now, if one is due: the first one as soon as
+    /// the peer takes it (it tells a listener that we take them too), then
+    /// whenever a window's eighth, or a quarter of the smoothed RTT, moved
+    /// at least twofold from what was asked, at most once per smoothed RTT.
+    pub fn due(&self, now: Instant, cwnd: u64, mss: u16, srtt: Duration) -> Option<AckRequest> {
         if !self.enabled || !self.peer_takes_it {
             return None;
         }
         let packets = cwnd / (WINDOW_FRACTION * u64::from(mss.max(1)));
-        let want = packets.clamp(2, u64::from(MAX_ACK_THRESHOLD)) as u16;
+        let threshold = packets.clamp(2, u64::from(MAX_ACK_THRESHOLD)) as u16;
+        let delay = (srtt / RTT_FRACTION).clamp(MIN_REQUESTED_ACK_DELAY.min(self.max_delay), self.max_delay);
+        let want = AckRequest { threshold, delay };
         match self.asked {
             None => Some(want),
             Some((asked, at)) => {
-                let moved = want >= asked.saturating_mul(2) || want.saturating_mul(2) <= asked;
+                let twofold = |a: u128, b: u128| a >= b.saturating_mul(2) || a.saturating_mul(2) <= b;
+                let moved = twofold(u128::from(want.threshold), u128::from(asked.threshold))
+                    || twofold(want.delay.as_micros(), asked.delay.as_micros());
                 (moved && now.saturating_duration_since(at) >= srtt).then_some(want)
             }
         }
     }
 
     /// The request's chunk; call [`AckFrequency::on_sent`] once it left.
-    pub fn chunk<D>(&self, threshold: u16) -> Chunk<D> {
-        let max_delay_us = u32::try_from(self.max_delay.as_micros()).unwrap_or(u32::MAX);
-        Chunk::AckFrequency { seq: self.next_seq, threshold, max_delay_us }
+    pub fn chunk<D>(&self, request: AckRequest) -> Chunk<D> {
+        let max_delay_us = u32::try_from(request.delay.as_micros()).unwrap_or(u32::MAX);
+        Chunk::AckFrequency { seq: self.next_seq, threshold: request.threshold, max_delay_us }
     }
 
-    /// A request for `threshold` went out.
-    pub fn on_sent(&mut self, now: Instant, threshold: u16) {
+    /// `request` went out.
+    pub fn on_sent(&mut self, now: Instant, request: AckRequest) {
         self.next_seq = self.next_seq.wrapping_add(1);
-        self.asked = Some((threshold, now));
+        self.asked = Some((request, now));
     }
 }
 
@@ -195,23 +218,47 @@ mod tests {
     #[test]
     fn the_threshold_asked_is_an_eighth_of_the_window_moved_twofold_once_per_rtt() {
         let t0 = Instant::now();
-        let srtt = Duration::from_millis(10);
+        let srtt = Duration::from_millis(100);
         let mut f = AckFrequency::new(true, Duration::from_millis(25), 2);
+        let threshold = |r: Option<AckRequest>| r.map(|r| r.threshold);
         assert_eq!(f.due(t0, 1 << 20, 1452, srtt), None, "not before the peer takes it");
         f.peer_takes_it = true;
         // 10 packets of window: the first request asks for the floor, 2.
-        assert_eq!(f.due(t0, 14_520, 1452, srtt), Some(2));
-        f.on_sent(t0, 2);
+        let first = f.due(t0, 14_520, 1452, srtt).expect("first request");
+        assert_eq!(first.threshold, 2);
+        f.on_sent(t0, first);
         assert_eq!(f.due(t0, 14_520, 1452, srtt), None);
         // 1 MiB of window = 722 packets: an eighth is 90, capped at 64,
         // but not within one RTT of the last request.
         assert_eq!(f.due(t0 + srtt / 2, 1 << 20, 1452, srtt), None);
-        assert_eq!(f.due(t0 + srtt, 1 << 20, 1452, srtt), Some(MAX_ACK_THRESHOLD));
-        f.on_sent(t0 + srtt, MAX_ACK_THRESHOLD);
+        let big = f.due(t0 + srtt, 1 << 20, 1452, srtt).expect("twofold");
+        assert_eq!(big.threshold, MAX_ACK_THRESHOLD);
+        f.on_sent(t0 + srtt, big);
         // 40 wanted against 64 asked: not twofold, no request.
         assert_eq!(f.due(t0 + srtt * 3, 40 * 8 * 1452, 1452, srtt), None);
-        assert_eq!(f.due(t0 + srtt * 3, 30 * 8 * 1452, 1452, srtt), Some(30));
-        assert!(matches!(f.chunk::<&[u8]>(30), Chunk::AckFrequency { seq: 2, threshold: 30, max_delay_us: 25_000 }));
+        let r = f.due(t0 + srtt * 3, 30 * 8 * 1452, 1452, srtt).expect("halved");
+        assert_eq!(threshold(Some(r)), Some(30));
+        assert!(matches!(f.chunk::<&[u8]>(r), Chunk::AckFrequency { seq: 2, threshold: 30, max_delay_us: 25_000 }));
+    }
+
+    #[test]
+    fn the_delay_asked_is_a_quarter_of_the_rtt_within_1_ms_and_max_ack_delay() {
+        let t0 = Instant::now();
+        let mut f = AckFrequency::new(true, Duration::from_millis(25), 2);
+        f.peer_takes_it = true;
+        let delay = |f: &AckFrequency, at, srtt| f.due(at, 14_520, 1452, srtt).map(|r| r.delay);
+        // A 200 ms path: capped at our own max_ack_delay, which the RTO allows for.
+        assert_eq!(delay(&f, t0, Duration::from_millis(200)), Some(Duration::from_millis(25)));
+        // A 20 ms path: 5 ms.
+        let r = f.due(t0, 14_520, 1452, Duration::from_millis(20)).expect("first request");
+        assert_eq!(r.delay, Duration::from_millis(5));
+        f.on_sent(t0, r);
+        // 12 ms is not twofold from 20 ms; 8 ms is, once an RTT has passed.
+        assert_eq!(delay(&f, t0 + Duration::from_millis(20), Duration::from_millis(12)), None);
+        assert_eq!(delay(&f, t0 + Duration::from_millis(5), Duration::from_millis(8)), None, "within one RTT");
+        assert_eq!(delay(&f, t0 + Duration::from_millis(20), Duration::from_millis(8)), Some(Duration::from_millis(2)));
+        // Loopback's 50 µs: the 1 ms floor.
+        assert_eq!(delay(&f, t0 + Duration::from_secs(1), Duration::from_micros(50)), Some(Duration::from_millis(1)));
     }
 
     #[test]

@@ -377,7 +377,7 @@ impl Connection {
         let sack_len = self.recv.as_ref().and_then(|r| r.sack_block(DATA_SACK_RANGES)).map_or(0, |s| s.encoded_len());
         // spec §5.6: a new ack-frequency request rides ahead of the data.
         let ack_request = self.ack_freq.due(now, self.cc.window(), self.max_datagram(), self.rtt.srtt());
-        let request = ack_request.map(|t| self.ack_freq.chunk::<bytes::Bytes>(t));
+        let request = ack_request.map(|r| self.ack_freq.chunk::<bytes::Bytes>(r));
         let overhead = sack_len + self.sections_len(control) + request.as_ref().map_or(0, Chunk::encoded_len);
         let full_room = data_room(self.max_datagram() as usize, overhead);
         let outstanding = self.sent.outstanding_data();
@@ -478,8 +478,8 @@ impl Connection {
         let sent = self.send_sequenced(now, buf, control, chunks, app_limited, ack_now);
         if let Sent::Yes(_) = sent {
             self.note_limit(now, None);
-            if let Some(t) = ack_request {
-                self.ack_freq.on_sent(now, t);
+            if let Some(r) = ack_request {
+                self.ack_freq.on_sent(now, r);
             }
             self.stats.bytes_sent += cut as u64;
             if self.streams.queued() == 0 {

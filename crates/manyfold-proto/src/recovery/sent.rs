@@ -637,6 +637,7 @@ impl SentQueue {
             self.keep_list(p.payload);
         }
         self.sacked.remove_below(self.base);
+        shrink_to_use(&mut self.packets);
     }
 
     /// The selective part of an ack: only what it adds to the SACKed set.
@@ -728,6 +729,7 @@ impl SentQueue {
             }
             self.order.pop_front();
         }
+        shrink_to_use(&mut self.order);
         losses
     }
 
@@ -781,6 +783,22 @@ impl SentQueue {
         self.loss_time = None;
         self.order.clear();
         lost
+    }
+}
+
+/// Records a queue keeps room for whatever it holds: below this, a
+/// ring is left alone.
+const KEPT_ENTRIES: usize = 64;
+
+/// Gives back a ring's memory once it holds under a quarter of its room,
+/// keeping twice what it holds (spec §14.4): a flight that peaked (a slow
+/// start's overshoot into a deep queue) no longer holds its peak's memory
+/// for the rest of the connection, which a group's sender pays N times
+/// over (RESULTS §38). The gap between a quarter and twice keeps a flight
+/// that swings around one size from reallocating each round.
+fn shrink_to_use<T>(q: &mut VecDeque<T>) {
+    if q.capacity() > KEPT_ENTRIES && q.len() < q.capacity() / 4 {
+        q.shrink_to((q.len() * 2).max(KEPT_ENTRIES));
     }
 }
 
@@ -928,6 +946,24 @@ mod tests {
         let mut b = Fixture { q: SentQueue::new(s(7)), ..fixture(0) };
         b.t0 = a.t0;
         assert_eq!(history(&mut a, 7), history(&mut b, 7));
+    }
+
+    #[test]
+    fn a_queue_gives_back_a_peak_flights_memory_once_the_flight_shrinks() {
+        // A slow start's overshoot: 2,000 packets in flight (fixture base 100).
+        let mut f = fixture(2_000);
+        let peak = f.q.packets.capacity();
+        assert!(peak >= 2_000);
+        let now = f.t0 + Duration::from_secs(3);
+        // Half acknowledged: still over a quarter of the room, kept.
+        ack(&mut f, now, 1_100, &[]);
+        assert_eq!(f.q.packets.capacity(), peak, "no reallocation while the flight is near its size");
+        // 100 left: room for twice that.
+        ack(&mut f, now, 2_000, &[]);
+        assert!(f.q.packets.capacity() <= 256 && f.q.order.capacity() <= 256, "{}", f.q.packets.capacity());
+        // All acknowledged: what an idle connection keeps.
+        ack(&mut f, now, 2_100, &[]);
+        assert!(f.q.packets.capacity() <= 2 * KEPT_ENTRIES, "{}", f.q.packets.capacity());
     }
 
     #[test]

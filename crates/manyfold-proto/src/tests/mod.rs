@@ -344,8 +344,8 @@ fn spec_example_datagrams_are_as_documented() {
     let sent: Vec<(bool, String)> = log.iter().map(|(c, d)| (*c, hex(d))).collect();
     // The client's SYN and the listener's "hello", as printed in spec §3.6.
     let syn = "10 01 00 08 00 00 00 00 4f 37 51 4c 00 00 00 00 00 40 00 00 44 24 7d 85 d5 1b cb e5 ff e3 00 02";
-    let hello = "10 12 00 21 d5 1b cb e5 73 40 24 da 4f 37 51 4e 00 40 00 00 d8 2c 20 5f \
-                 07 00 00 02 00 00 00 00 00 00 61 a8 \
+    let hello = "10 12 00 21 d5 1b cb e5 73 40 24 da 4f 37 51 4e 00 40 00 00 4a aa 84 60 \
+                 07 00 00 02 00 00 00 00 00 00 13 88 \
                  00 00 00 00 00 05 00 00 00 00 00 00 00 00 00 00 68 65 6c 6c 6f";
     let hello = hello.split_whitespace().collect::<Vec<_>>().join(" ");
     assert_eq!(sent[0], (true, syn.to_string()));
