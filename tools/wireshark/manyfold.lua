@@ -5,9 +5,11 @@
 --   * a segment's payload sections: SACK block, handshake parameters,
 --     cookie, error code (spec §3.3), and the chunks of its data area:
 --     DATA, RESET, STOP, CREDIT, ABANDON, PAD (spec §13.2), HANDSHAKE
---     (a Noise message, spec §19.2), ACK_FREQUENCY (spec §5.6) and an
---     abort's REASON in words (spec §3.3.4). Connections, groups (spec §14) and
---     request/reply sessions (spec §15) are all segments on the wire;
+--     (a Noise message, spec §19.2), ACK_FREQUENCY (spec §5.6), an
+--     abort's REASON in words (spec §3.3.4) and a resend's RESENT count
+--     (spec §5.4.2), which the SACK block's echo answers (spec §3.3.1).
+--     Connections, groups (spec §14) and request/reply sessions (spec §15)
+--     are all segments on the wire;
 --   * protected segments, type 10 (spec §19.3): the header in the clear,
 --     the packet number, the encrypted payload and the Poly1305 tag (the
 --     payload cannot be decoded without the connection's keys);
@@ -62,6 +64,12 @@ end
 local HEADER_LEN = 24
 local VERSION = 1
 local MAX_SACK_RANGES = 16
+-- the SACK count byte (spec §3.3.1): the high bit says an echo (spec
+-- §5.4.2) follows the ranges, the low seven bits count the ranges.
+local SACK_ECHO = 0x80
+local SACK_RANGES_MASK = 0x7f
+local ECHO_LEN = 5 -- the echo: sequence number u32, RESENT count u8
+local RESENT_LEN = 2 -- the RESENT chunk: kind, count (spec §5.4.2)
 local PARAMS_LEN = 8
 local COOKIE_LEN = 20
 local DATA_HEADER_LEN = 16
@@ -76,7 +84,8 @@ local FEATURE_ACK_FREQUENCY = 0x0002
 local FEATURE_TOKEN = 0x0004
 local FEATURE_WANT_TOKEN = 0x0008
 local FEATURE_EARLY = 0x0010
-local FEATURES_KNOWN = 0x001f
+local FEATURE_TX_ECHO = 0x0020
+local FEATURES_KNOWN = 0x003f
 local TOKEN_LEN = 12 -- the token section (spec §3.3.5)
 local MAX_OFFSET = 281474976710655 -- 2^48 - 1, exact in a Lua double
 
@@ -141,6 +150,7 @@ local chunk_kinds = {
     [6] = "HANDSHAKE",
     [7] = "ACK_FREQUENCY",
     [8] = "REASON",
+    [9] = "RESENT",
 }
 
 local crc_status_names = { [0] = "Bad", [1] = "Good", [2] = "Unverified" }
@@ -180,9 +190,17 @@ field("crc_status", ProtoField.uint8("manyfold.crc.status", "CRC32C status", bas
 
 -- Sections (spec §3.3)
 field("sack", ProtoField.bytes("manyfold.sack", "SACK block"))
-field("sack_count", ProtoField.uint8("manyfold.sack.count", "Ranges", base.DEC))
+field("sack_echo", ProtoField.bool("manyfold.sack.echo", "ECHO", 8, nil, SACK_ECHO,
+    "an echo follows the ranges (spec §5.4.2)"))
+field("sack_count", ProtoField.uint8("manyfold.sack.count", "Ranges", base.DEC, nil, SACK_RANGES_MASK))
 field("sack_start", ProtoField.uint32("manyfold.sack.start", "Start", base.DEC))
 field("sack_end", ProtoField.uint32("manyfold.sack.end", "End", base.DEC))
+field("sack_echo_seq", ProtoField.uint32("manyfold.sack.echo.seq", "Echoed sequence number", base.DEC))
+field(
+    "sack_echo_count",
+    ProtoField.uint8("manyfold.sack.echo.count", "Echoed RESENT count", base.DEC, nil, nil,
+        "which transmission of that packet arrived: 0 the first, n its n-th resend")
+)
 field("params", ProtoField.bytes("manyfold.params", "Handshake parameters"))
 field("params_conn_id", ProtoField.uint32("manyfold.params.conn_id", "Connection id", base.HEX))
 field("params_max_datagram", ProtoField.uint16("manyfold.params.max_datagram", "Max datagram", base.DEC))
@@ -211,6 +229,11 @@ field(
     "params_early",
     ProtoField.bool("manyfold.params.features.early", "EARLY", 16, nil, FEATURE_EARLY,
         "the listener took the SYN's data (0-RTT, spec §6.9)")
+)
+field(
+    "params_tx_echo",
+    ProtoField.bool("manyfold.params.features.tx_echo", "TX_ECHO", 16, nil, FEATURE_TX_ECHO,
+        "the sender takes RESENT chunks and echoes (spec §5.4.2)")
 )
 field("token", ProtoField.bytes("manyfold.token", "Token"))
 field("token_timestamp", ProtoField.uint32("manyfold.token.timestamp", "Timestamp (ms)", base.DEC))
@@ -251,6 +274,7 @@ field("ackfreq_seq", ProtoField.uint32("manyfold.ackfreq.seq", "Request number",
 field("ackfreq_max_delay", ProtoField.uint32("manyfold.ackfreq.max_delay", "Max ack delay (us)", base.DEC))
 field("reason_length", ProtoField.uint16("manyfold.reason.length", "Reason length", base.DEC))
 field("reason", ProtoField.string("manyfold.reason", "Reason (the aborting application's words)", base.UNICODE))
+field("resent_count", ProtoField.uint8("manyfold.resent.count", "Resend (1 = the first)", base.DEC))
 field("handshake_which", ProtoField.string("manyfold.handshake.which", "Which message"))
 
 -- PATH packet (spec §6.8)
@@ -437,31 +461,31 @@ end
 
 -- Parses the chunks of a data area; returns the summary strings, the
 -- number of chunks, how many of them are DATA, whether they were all
--- well formed, and how many are HANDSHAKE. `cke`: the packet is a cookie
--- echo (for naming a Noise message).
+-- well formed, how many are HANDSHAKE and how many RESENT. `cke`: the
+-- packet is a cookie echo (for naming a Noise message).
 local function dissect_chunks(tvb, tree, at, stop, cke)
     local summary = {}
-    local count, ndata, nhandshake = 0, 0, 0
+    local count, ndata, nhandshake, nresent = 0, 0, 0, 0
     while at < stop do
         local left = stop - at
         local kind = tvb(at, 1):uint()
         local name = chunk_kinds[kind] or ("kind " .. kind)
         count = count + 1
         local fixed = ({ [0] = DATA_HEADER_LEN, [1] = 12, [2] = 6, [3] = 10, [4] = 16, [5] = 1, [6] = HANDSHAKE_HEADER_LEN,
-            [7] = 12, [8] = HANDSHAKE_HEADER_LEN })[kind]
+            [7] = 12, [8] = HANDSHAKE_HEADER_LEN, [9] = RESENT_LEN })[kind]
         if fixed == nil then
             local ct = tree:add(f.chunk, tvb(at, left))
             ct:set_text("Chunk of unknown kind " .. kind)
             ct:add(f.chunk_kind, tvb(at, 1))
             bad(ct, nil, "unknown chunk kind " .. kind)
-            return summary, count, ndata, false, nhandshake
+            return summary, count, ndata, false, nhandshake, nresent
         end
         if left < fixed then
             local ct = tree:add(f.chunk, tvb(at, left))
             ct:set_text(name .. " chunk, truncated")
             ct:add(f.chunk_kind, tvb(at, 1))
             bad(ct, nil, string.format("%s chunk needs %d bytes, %d left", name, fixed, left))
-            return summary, count, ndata, false, nhandshake
+            return summary, count, ndata, false, nhandshake, nresent
         end
         local size = fixed
         if kind == 0 then
@@ -473,7 +497,7 @@ local function dissect_chunks(tvb, tree, at, stop, cke)
                 ct:add(f.chunk_kind, tvb(at, 1))
                 ct:add(f.chunk_length, tvb(at + 4, 2))
                 bad(ct, nil, string.format("DATA chunk of %d bytes runs past the payload (%d left)", size, left))
-                return summary, count, ndata, false, nhandshake
+                return summary, count, ndata, false, nhandshake, nresent
             end
         elseif kind == 6 then
             nhandshake = nhandshake + 1
@@ -484,7 +508,7 @@ local function dissect_chunks(tvb, tree, at, stop, cke)
                 ct:add(f.chunk_kind, tvb(at, 1))
                 ct:add(f.handshake_length, tvb(at + 2, 2))
                 bad(ct, nil, string.format("HANDSHAKE chunk of %d bytes runs past the payload (%d left)", size, left))
-                return summary, count, ndata, false, nhandshake
+                return summary, count, ndata, false, nhandshake, nresent
             end
         elseif kind == 8 then
             size = HANDSHAKE_HEADER_LEN + tvb(at + 2, 2):uint()
@@ -494,7 +518,7 @@ local function dissect_chunks(tvb, tree, at, stop, cke)
                 ct:add(f.chunk_kind, tvb(at, 1))
                 ct:add(f.reason_length, tvb(at + 2, 2))
                 bad(ct, nil, string.format("REASON chunk of %d bytes runs past the payload (%d left)", size, left))
-                return summary, count, ndata, false, nhandshake
+                return summary, count, ndata, false, nhandshake, nresent
             end
         end
         local ct = tree:add(f.chunk, tvb(at, size))
@@ -520,6 +544,20 @@ local function dissect_chunks(tvb, tree, at, stop, cke)
             if threshold == 0 then
                 bad(ti, nil, "ACK_FREQUENCY threshold of 0")
                 ok = false
+            end
+        elseif kind == 9 then
+            -- chunk.rs: [9][count u8], first in a resent packet (spec §5.4.2).
+            nresent = nresent + 1
+            local n = tvb(at + 1, 1):uint()
+            local ri = ct:add(f.resent_count, tvb(at + 1, 1))
+            ct:set_text(string.format("RESENT chunk: resend %d", n))
+            summary[#summary + 1] = string.format("RESENT#%d", n)
+            if n == 0 then
+                bad(ri, nil, "RESENT count of 0 (1 to 255; a first transmission carries none)")
+                ok = false
+            elseif count > 1 then
+                ct:add_proto_expert_info(ex.note,
+                    "a RESENT chunk that is not the first chunk: manyfold ignores it (spec §5.4.2)")
             end
         elseif kind == 8 then
             -- chunk.rs: [8][0][length u16][UTF-8 text], on a RST (spec §3.3.4).
@@ -638,11 +676,11 @@ local function dissect_chunks(tvb, tree, at, stop, cke)
             end
         end
         if not ok then
-            return summary, count, ndata, false, nhandshake
+            return summary, count, ndata, false, nhandshake, nresent
         end
         at = at + size
     end
-    return summary, count, ndata, true, nhandshake
+    return summary, count, ndata, true, nhandshake, nresent
 end
 
 -- The packet's role, as in spec §3.1's table; HANDSHAKE: a plain packet
@@ -699,14 +737,26 @@ local function dissect_segment(tvb, pinfo, tree, ht, flags, stop)
     end
 
     if ok and has(flags, F_SCK) and not short("SACK block", 1) then
-        local n = tvb(at, 1):uint()
-        if n == 0 or n > MAX_SACK_RANGES then
+        -- payload.rs: [ECHO bit | count N][N x (start u32, end u32)], then
+        -- with ECHO [seq u32][RESENT count u8] (spec §3.3.1, §5.4.2).
+        local b = tvb(at, 1):uint()
+        local n, echoed = band(b, SACK_RANGES_MASK), has(b, SACK_ECHO)
+        local len = 1 + 8 * n + (echoed and ECHO_LEN or 0)
+        if n > MAX_SACK_RANGES or (n == 0 and not echoed) then
             local st = tree:add(f.sack, tvb(at, 1))
+            st:add(f.sack_echo, tvb(at, 1))
             st:add(f.sack_count, tvb(at, 1))
-            bad(st, nil, string.format("SACK count %d (must be 1 to %d)", n, MAX_SACK_RANGES))
+            if n > MAX_SACK_RANGES then
+                bad(st, nil, string.format("SACK count %d%s (at most %d)", n, echoed and " with ECHO" or "",
+                    MAX_SACK_RANGES))
+            else
+                bad(st, nil, string.format("SACK count 0 without ECHO (1 to %d ranges, or 0 and an echo)",
+                    MAX_SACK_RANGES))
+            end
             ok = false
-        elseif not short("SACK block", 1 + 8 * n) then
-            local st = tree:add(f.sack, tvb(at, 1 + 8 * n))
+        elseif not short("SACK block", len) then
+            local st = tree:add(f.sack, tvb(at, len))
+            st:add(f.sack_echo, tvb(at, 1))
             st:add(f.sack_count, tvb(at, 1))
             local ranges = {}
             for i = 0, n - 1 do
@@ -716,9 +766,24 @@ local function dissect_segment(tvb, pinfo, tree, ht, flags, stop)
                 st:add(f.sack_end, tvb(o + 4, 4))
                 ranges[#ranges + 1] = string.format("%u-%u", s, e)
             end
-            sack_text = " SACK=" .. table.concat(ranges, ",")
-            st:set_text("SACK block: " .. table.concat(ranges, ", "))
-            at = at + 1 + 8 * n
+            local text = n > 0 and table.concat(ranges, ", ") or "no range"
+            if n > 0 then
+                sack_text = " SACK=" .. table.concat(ranges, ",")
+            end
+            if echoed then
+                -- The packet whose arrival this ack answers, and which of
+                -- its transmissions that was (0: the first).
+                local o = at + 1 + 8 * n
+                local eseq, ecount = tvb(o, 4):uint(), tvb(o + 4, 1):uint()
+                local which = ecount == 0 and "first transmission" or string.format("resend %d", ecount)
+                local et = st:add(tvb(o, ECHO_LEN), string.format("Echo: seq %u, %s", eseq, which))
+                et:add(f.sack_echo_seq, tvb(o, 4))
+                et:add(f.sack_echo_count, tvb(o + 4, 1))
+                text = string.format("%s; echo of seq %u, %s", text, eseq, which)
+                sack_text = string.format("%s ECHO=%u/%d", sack_text, eseq, ecount)
+            end
+            st:set_text("SACK block: " .. text)
+            at = at + len
         end
     end
     if ok and has(flags, F_SYN) and not short("Handshake parameters", PARAMS_LEN) then
@@ -733,6 +798,7 @@ local function dissect_segment(tvb, pinfo, tree, ht, flags, stop)
         fi:add(f.params_token, tvb(at + 6, 2))
         fi:add(f.params_want_token, tvb(at + 6, 2))
         fi:add(f.params_early, tvb(at + 6, 2))
+        fi:add(f.params_tx_echo, tvb(at + 6, 2))
         if has(features, FEATURE_PROTECTED) then
             fi:append_text(" (PROTECTED)")
         end
@@ -770,11 +836,11 @@ local function dissect_segment(tvb, pinfo, tree, ht, flags, stop)
         at = at + 2
     end
 
-    local summary, nchunks, ndata, nhandshake = {}, 0, 0, 0
+    local summary, nchunks, ndata, nhandshake, nresent = {}, 0, 0, 0, 0
     if ok and at < stop then
         local dt = tree:add(tvb(at, stop - at), "Data area")
         local chunks_ok
-        summary, nchunks, ndata, chunks_ok, nhandshake = dissect_chunks(tvb, dt, at, stop, has(flags, F_CKE))
+        summary, nchunks, ndata, chunks_ok, nhandshake, nresent = dissect_chunks(tvb, dt, at, stop, has(flags, F_CKE))
         dt:set_text(string.format("Data area: %d chunk%s, %d bytes", nchunks, nchunks == 1 and "" or "s", stop - at))
         ok = ok and chunks_ok
     end
@@ -783,7 +849,9 @@ local function dissect_segment(tvb, pinfo, tree, ht, flags, stop)
         bad(tree, nil, "destination connection id 0 on a packet that is not an initial SYN")
     end
 
-    local role = segment_role(flags, error_code, nchunks, ndata, nhandshake)
+    -- A resend has its first transmission's role: a RESENT chunk alone
+    -- does not make a packet CONTROL (spec §5.4.2).
+    local role = segment_role(flags, error_code, nchunks - nresent, ndata, nhandshake)
     tree:add(f.packet, role):set_generated()
     if has(flags, F_RST) then
         tree:add_proto_expert_info(ex.reset, role .. (error_code and (" with code " .. (error_codes[error_code] or error_code)) or ""))

@@ -176,9 +176,14 @@ const FIELDS: &[&str] = &[
     "manyfold.sack.count",
     "manyfold.sack.start",
     "manyfold.sack.end",
+    "manyfold.sack.echo",
+    "manyfold.sack.echo.seq",
+    "manyfold.sack.echo.count",
     "manyfold.params.conn_id",
     "manyfold.params.max_datagram",
     "manyfold.params.features.protected",
+    "manyfold.params.features.ack_frequency",
+    "manyfold.params.features.tx_echo",
     "manyfold.handshake.length",
     "manyfold.protected.pn",
     "manyfold.protected.payload_len",
@@ -236,6 +241,7 @@ const FIELDS: &[&str] = &[
     "manyfold.ackfreq.threshold",
     "manyfold.ackfreq.seq",
     "manyfold.ackfreq.max_delay",
+    "manyfold.resent.count",
 ];
 
 /// One frame of a capture: each field's occurrences, in order (a frame
@@ -418,14 +424,27 @@ fn check_all_dissected(frames: &[Frame]) -> BTreeMap<String, usize> {
             }
             *seen.entry(k.clone()).or_default() += 1;
         }
-        // A SACK block on any plain segment (a protected one's is encrypted).
+        // A SACK block on any plain segment (a protected one's is encrypted):
+        // its count, as many ranges as it counts, and an echo where its ECHO
+        // bit is set (spec §3.3.1, §5.4.2). "SACK": one with ranges.
         let types = fr.all("manyfold.type");
         let sacks =
             fr.all("manyfold.flags").iter().zip(types).filter(|(f, t)| *t == "0" && flags_value(f) & 0x40 != 0).count();
-        if sacks > 0 {
-            *seen.entry("SACK".to_string()).or_default() += sacks;
-            for f in ["manyfold.sack.count", "manyfold.sack.start", "manyfold.sack.end"] {
-                *need.entry(f).or_default() += sacks;
+        let counts: Vec<usize> =
+            fr.all("manyfold.sack.count").iter().map(|c| c.parse().unwrap_or_else(|_| panic!("count {c:?}"))).collect();
+        assert_eq!(counts.len(), sacks, "frame {n}: one SACK count per SACK block");
+        let ranges: usize = counts.iter().sum();
+        for f in ["manyfold.sack.start", "manyfold.sack.end"] {
+            assert_eq!(fr.all(f).len(), ranges, "frame {n}: {f} once per range counted");
+        }
+        let echoes = fr.all("manyfold.sack.echo").iter().filter(|e| is_set(e)).count();
+        for f in ["manyfold.sack.echo.seq", "manyfold.sack.echo.count"] {
+            assert_eq!(fr.all(f).len(), echoes, "frame {n}: {f} once per ECHO bit");
+        }
+        let resent = fr.all("manyfold.resent.count").len();
+        for (k, times) in [("SACK", counts.iter().filter(|c| **c > 0).count()), ("ECHO", echoes), ("RESENT", resent)] {
+            if times > 0 {
+                *seen.entry(k.to_string()).or_default() += times;
             }
         }
         for (f, want) in need {
@@ -434,6 +453,12 @@ fn check_all_dissected(frames: &[Frame]) -> BTreeMap<String, usize> {
         }
     }
     seen
+}
+
+/// A boolean field's value as tshark prints it set (1, or True in newer
+/// versions).
+fn is_set(v: &str) -> bool {
+    v == "1" || v == "True"
 }
 
 fn flags_value(s: &str) -> u8 {
@@ -650,9 +675,19 @@ fn every_packet_of_a_lossy_transfer_is_dissected_as_the_sender_traced_it() {
     }
     // 1,452-byte datagrams: 1 MB in ~700 packets, so that 5% loss surely
     // leaves gaps (SACK); in 64 KiB datagrams it is only ~16 packets.
-    let seen = capture_send(1, "1MB", "5", &["--max-datagram", "1452"]).seen;
-    assert_seen(&seen, &["SYN", "SYN-ACK", "COOKIE-ECHO", "DATA", "ACK", "SACK", "FIN"]);
+    let sent = capture_send(1, "1MB", "5", &["--max-datagram", "1452"]);
+    let seen = &sent.seen;
+    // spec §5.4.2: both ends announce TX_ECHO, so resends say which they
+    // are and acks echo what drew them.
+    assert_seen(seen, &["SYN", "SYN-ACK", "COOKIE-ECHO", "DATA", "ACK", "SACK", "FIN", "RESENT", "ECHO"]);
     assert!(!seen.contains_key("PROTECTED") && !seen.contains_key("HANDSHAKE"), "plain: {seen:?}");
+    for fr in &sent.frames {
+        if fr.kinds().iter().any(|k| k == "SYN" || k == "SYN-ACK") {
+            let bits =
+                ["manyfold.params.features.ack_frequency", "manyfold.params.features.tx_echo"].map(|f| fr.all(f));
+            assert!(bits.iter().all(|b| b.len() == 1 && is_set(&b[0])), "frame {}: features {bits:?}", fr.number());
+        }
+    }
 }
 
 #[test]
@@ -695,7 +730,7 @@ fn every_packet_of_a_lossy_group_transfer_is_dissected_as_the_sender_traced_it()
         return;
     }
     let seen = capture_send(3, "600kB", "3", &[]).seen;
-    assert_seen(&seen, &["SYN", "SYN-ACK", "COOKIE-ECHO", "DATA", "ACK", "SACK", "FIN"]);
+    assert_seen(&seen, &["SYN", "SYN-ACK", "COOKIE-ECHO", "DATA", "ACK", "SACK", "FIN", "ECHO"]);
     assert!(seen["SYN"] >= 3, "one handshake per receiver: {seen:?}");
 }
 
@@ -945,7 +980,7 @@ fn crafted() -> Vec<(Vec<u8>, &'static str, &'static str)> {
     };
     use manyfold_proto::mcast::Pattern;
     use manyfold_proto::wire::chunk::{Chunk, DataChunk};
-    use manyfold_proto::wire::{seal, Cookie, ErrorCode, Flags, HandshakeParams, Packet, PacketType, SackBlock};
+    use manyfold_proto::wire::{seal, Cookie, Echo, ErrorCode, Flags, HandshakeParams, Packet, PacketType, SackBlock};
     use manyfold_proto::StreamId;
 
     let encode = |p: &Packet| {
@@ -1089,6 +1124,59 @@ fn crafted() -> Vec<(Vec<u8>, &'static str, &'static str)> {
         encode(&p)
     };
 
+    // spec §5.4.2: the TX_ECHO feature bit, RESENT chunks and echoes.
+    let mut esyn = Packet::bare(PacketType::Segment, Flags::SYN, 0, 7, 0, 65536);
+    esyn.params = Some(HandshakeParams {
+        conn_id: 0x1234,
+        max_datagram: 1452,
+        features: HandshakeParams::ACK_FREQUENCY | HandshakeParams::TX_ECHO,
+    });
+    let esyn = encode(&esyn);
+    // A sequenced packet of `chunks`: a resend puts its RESENT chunk first.
+    let sequenced = |flags, chunks: &[Chunk<Bytes>]| {
+        let mut area = Vec::new();
+        for c in chunks {
+            let mut b = vec![0u8; c.encoded_len()];
+            c.emit(&mut b);
+            area.extend_from_slice(&b);
+        }
+        let mut p = Packet::bare(PacketType::Segment, flags, 9, 100, 5, 4096);
+        p.data = &area;
+        encode(&p)
+    };
+    let hi = || {
+        Chunk::Data(DataChunk {
+            stream: StreamId::new(7),
+            flags: 0x01,
+            offset: 0,
+            in_msg: 0,
+            data: Bytes::from_static(b"hi"),
+            msg: 0,
+        })
+    };
+    let resent_data = sequenced(Flags::ACK | Flags::KLV, &[Chunk::Resent { count: 2 }, hi()]);
+    // A lone FIN's repeat: 26 bytes (spec §5.4).
+    let resent_fin = sequenced(Flags::ACK | Flags::FIN | Flags::KLV, &[Chunk::Resent { count: 1 }]);
+    let resent_zero = resealed(resent_fin.clone(), &|v| v[25] = 0);
+    let resent_later = sequenced(Flags::ACK, &[hi(), Chunk::Resent { count: 1 }]);
+    let acking = |sack: SackBlock| {
+        let mut p = Packet::bare(PacketType::Segment, Flags::ACK, 9, 101, 100, 4096);
+        p.sack = Some(sack);
+        encode(&p)
+    };
+    // spec §3.6's pure ack: no range, only the echo (30 bytes).
+    let pure_echo = acking(SackBlock::new().with_echo(Echo { seq: 0x7340_24da, count: 0 }));
+    let mut two = SackBlock::new();
+    two.push(10, 12);
+    two.push(20, 25);
+    let ranges_echo = acking(two.with_echo(Echo { seq: 9, count: 3 }));
+    // An ACK whose SACK section is `section`, as it stands.
+    let sack_section = |section: &[u8]| {
+        let mut p = Packet::bare(PacketType::Segment, Flags::ACK, 9, 101, 100, 4096);
+        p.data = section;
+        resealed(encode(&p), &|v| v[1] |= Flags::SCK.0)
+    };
+
     vec![
         (syn.clone(), "SYN", ""),
         (full, "COOKIE-ECHO", ""),
@@ -1196,6 +1284,17 @@ fn crafted() -> Vec<(Vec<u8>, &'static str, &'static str)> {
         (reason_rst(&"x".repeat(300)), "ABORT", ""),
         // spec §5.6: an ack-frequency request, a control chunk.
         (ack_frequency(), "CONTROL", ""),
+        // spec §5.4.2 (frames 56 to 65, checked below): TX_ECHO, RESENT, echoes.
+        (esyn, "SYN", ""),
+        (resent_data, "DATA", ""),
+        (resent_fin, "FIN", ""),
+        (resent_zero, "FIN", "RESENT count of 0"),
+        (resent_later, "DATA", ""),
+        (pure_echo, "ACK", ""),
+        (ranges_echo, "ACK", ""),
+        (sack_section(&[0x00, 0, 0, 0, 9, 0]), "ACK", "SACK count 0 without ECHO"),
+        (sack_section(&[0x91; 200]), "ACK", "SACK count 17 with ECHO"),
+        (sack_section(&[0x80, 1, 2, 3]), "ACK", "SACK block needs 6 bytes, 4 left"),
     ]
 }
 
@@ -1302,7 +1401,7 @@ fn crafted_datagrams_of_every_kind_are_decoded_and_broken_ones_flagged_without_l
     assert_eq!(p.one("manyfold.protected.tag").len(), 32, "16 bytes of tag");
     assert_eq!((frames[31].one("manyfold.error"), frames[32].one("manyfold.error")), ("8", "9"));
     // spec §3.3.4: the reason's text, and a note on one manyfold would drop.
-    let (said, long) = (&frames[frames.len() - 3], &frames[frames.len() - 2]);
+    let (said, long) = (&frames[53], &frames[54]);
     assert_eq!((said.one("manyfold.chunk.kind"), said.one("manyfold.reason")), ("8", "disk full on /srv"));
     assert_eq!(long.one("manyfold.reason.length"), "300");
     assert!(
@@ -1310,7 +1409,7 @@ fn crafted_datagrams_of_every_kind_are_decoded_and_broken_ones_flagged_without_l
         "{:?}",
         long.all("_ws.expert.message")
     );
-    let freq = &frames[frames.len() - 1];
+    let freq = &frames[55];
     let got =
         ["manyfold.chunk.kind", "manyfold.ackfreq.threshold", "manyfold.ackfreq.seq", "manyfold.ackfreq.max_delay"]
             .map(|f| freq.one(f));
@@ -1366,6 +1465,68 @@ fn crafted_datagrams_of_every_kind_are_decoded_and_broken_ones_flagged_without_l
         let held = fr.all("manyfold.mc.held").len();
         assert_eq!(held, usize::from(i >= 43), "frame {i}: held only on STATUS");
     }
+    // spec §3.3.2: the TX_ECHO feature bit, beside ACK_FREQUENCY.
+    let features = |i: usize| {
+        ["manyfold.params.features.ack_frequency", "manyfold.params.features.tx_echo"].map(|f| frames[i].one(f))
+    };
+    assert_eq!(features(56), ["1", "1"]);
+    assert_eq!(features(0), ["0", "0"]);
+    // spec §5.4.2: a RESENT chunk first, with its count; a lone FIN's
+    // repeat is still a FIN; a count of 0 is shown and flagged; one that
+    // is not first is noted as ignored.
+    let resent = |i: usize| (frames[i].all("manyfold.chunk.kind").join(","), frames[i].one("manyfold.resent.count"));
+    assert_eq!(resent(57), ("9,0".into(), "2"));
+    assert_eq!(resent(58), ("9".into(), "1"));
+    assert_eq!(frames[58].one("manyfold.length"), "2");
+    assert_eq!(resent(59), ("9".into(), "0"));
+    assert_eq!(resent(60), ("0,9".into(), "1"));
+    assert!(
+        frames[60].all("_ws.expert.message").iter().any(|m| m.contains("not the first chunk: manyfold ignores it")),
+        "{:?}",
+        frames[60].all("_ws.expert.message")
+    );
+    // spec §3.3.1: the count byte's ECHO bit and ranges, then the echo.
+    let sack = |i: usize| {
+        [
+            "manyfold.sack.echo",
+            "manyfold.sack.count",
+            "manyfold.sack.start",
+            "manyfold.sack.end",
+            "manyfold.sack.echo.seq",
+            "manyfold.sack.echo.count",
+        ]
+        .map(|f| frames[i].all(f).join(","))
+    };
+    assert_eq!(sack(1), ["0", "2", "10,20", "12,25", "", ""], "no echo");
+    assert_eq!(sack(61), ["1", "0", "", "", "1933583578", "0"], "only the echo");
+    assert_eq!(frames[61].one("manyfold.length"), "6", "a pure ack of 30 bytes");
+    assert_eq!(sack(62), ["1", "2", "10,20", "12,25", "9", "3"]);
+    // Broken count bytes show the bit and the count they carry.
+    assert_eq!(sack(63), ["0", "0", "", "", "", ""]);
+    assert_eq!(sack(64), ["1", "17", "", "", "", ""]);
+    // The Info column names them as it does SACK ranges and ACK_FREQUENCY.
+    let info = info_column(&pcap);
+    assert_eq!(info.len(), frames.len());
+    for (i, want) in [
+        (55, "ACKFREQ#3 10pkts/25000us"),
+        (57, "RESENT#2 s7@0+2"),
+        (58, "RESENT#1"),
+        (61, " ECHO=1933583578/0"),
+        (62, " SACK=10-12,20-25 ECHO=9/3"),
+    ] {
+        assert!(info[i].contains(want), "frame {i}: {want:?} not in {:?}", info[i]);
+    }
+    assert!(!info[1].contains(" ECHO=") && !info[61].contains("SACK="), "{:?} {:?}", info[1], info[61]);
+}
+
+/// Each frame's Info column, as the dissector sets it.
+fn info_column(pcap: &Path) -> Vec<String> {
+    let mut cmd = Command::new("tshark");
+    cmd.args(["-n", "-r"]).arg(pcap).arg("-X").arg(format!("lua_script:{LUA}"));
+    cmd.args(["-o", "udp.try_heuristic_first:TRUE", "-o", r#"gui.column.format:"Info","%i""#]);
+    let out = run_bounded(cmd, Duration::from_secs(60));
+    assert!(out.status.success(), "tshark failed on {}:\n{}", pcap.display(), out.stderr);
+    out.stdout.lines().map(|l| l.trim().to_string()).collect()
 }
 
 #[test]

@@ -5,7 +5,7 @@
 //! delivered: what dropping its endpoint frees, with a counting allocator.
 //! Per peer it adds a connection and the records of its packets in
 //! flight (spec §5.4), not a copy of the messages: flat in N where each
-//! peer's flight is small against the data held, 120 bytes per packet of
+//! peer's flight is small against the data held, 128 bytes per packet of
 //! each peer's flight where it is not.
 
 use std::net::SocketAddr;
@@ -110,7 +110,7 @@ fn a_group_senders_heap_at_16_receivers_is_within_1_2x_of_one_receivers() {
 }
 
 /// 10 ms each way and a 1 MB queue: each peer's flight (up to ~1.2 MB,
-/// ~850 packets) is recorded at 120 bytes a packet in a ring that doubles
+/// ~850 packets) is recorded at 128 bytes a packet in a ring that doubles
 /// (311 KB per peer, RESULTS §38). A copy of the messages would cost each
 /// peer all the group holds undelivered (3.5 MB).
 #[test]

@@ -16,8 +16,9 @@ use manyfold_proto::{CongestionAlgorithm, ConnHandle, ConnStats, ConnectionConfi
 use manyfold_sim::{Captured, LinkConfig, Sink, Source, Transfer, Verdict, World};
 
 /// Data bytes in a full packet without SACK ranges: 1452 − 24 (header)
-/// − 16 (data chunk header, spec §13.2).
-const FULL: u64 = 1412;
+/// − 16 (data chunk header, spec §13.2) − 2 kept free for the RESENT
+/// chunk of its resend (spec §5.4.2).
+const FULL: u64 = 1410;
 
 /// Default settings with path MTU discovery and ack-frequency requests
 /// off: these tests count packets of one size (`FULL`), and a probe is a
@@ -175,6 +176,9 @@ struct LostTail {
     /// The client's stats before the burst and once all of it was acked.
     before: ConnStats,
     after: ConnStats,
+    /// Its stats just before the probe left: the RTT estimate the probe
+    /// was timed with (the probe's own ack gives a sample, spec §5.4.2).
+    timed: ConnStats,
 }
 
 const TAIL_ONE_WAY: Duration = Duration::from_millis(20);
@@ -197,9 +201,22 @@ fn lost_tail(seed: u64, cc: CongestionAlgorithm, n: u32, lost: u32) -> LostTail 
     let start = w.elapsed();
     let total = u64::from(n) * FULL;
     let (mut source, mut sink) = (Source::new(seed ^ 1, total), Sink::new(seed ^ 1, total));
-    assert!(deliver(&mut w, conns, &mut source, &mut sink, Duration::from_secs(10)), "{cc:?} seed {seed}");
+    let (c, s) = conns;
+    let mut timed = before;
+    let delivered = w.run_until(
+        |w| {
+            w.act(client(), |ep, _| source.push(ep, c)).unwrap_or_else(|e| panic!("{e} (seed {seed})"));
+            w.act(server(), |ep, _| sink.pull(ep, s, usize::MAX)).unwrap_or_else(|e| panic!("{e} (seed {seed})"));
+            let probed = first.get().is_some_and(|f| !sends_of(w, f.wrapping_add(n - 1)).is_empty());
+            if !probed {
+                timed = w.endpoint(client()).conn(c).stats().unwrap();
+            }
+            source.is_done() && sink.received() == source.sent()
+        },
+        Duration::from_secs(10),
+    );
+    assert!(delivered, "{cc:?} seed {seed}");
     let repaired = w.elapsed();
-    let c = conns.0;
     let acked =
         w.run_until(|w| w.endpoint(client()).conn(c).stats().unwrap().unacked_bytes == 0, Duration::from_secs(10));
     assert!(acked, "burst never fully acknowledged ({cc:?} seed {seed})");
@@ -224,22 +241,20 @@ fn lost_tail(seed: u64, cc: CongestionAlgorithm, n: u32, lost: u32) -> LostTail 
         .filter(|&at| at <= probe)
         .max()
         .expect("acks before the probe");
-    LostTail { w, cfg: cfg.connection, start, newest, last_ack, probe, repaired, before, after }
+    LostTail { w, cfg: cfg.connection, start, newest, last_ack, probe, repaired, before, after, timed }
 }
 
 impl LostTail {
     /// What every lost tail must show: no RTO; the probe a PTO after the
     /// last ack, well before the RTO; the window kept.
     fn check(&self, what: &str, seed: u64, cc: CongestionAlgorithm) {
-        // No RTT sample is taken after the probe (Karn), so the estimate
-        // now is the one the probe was timed with.
-        let (rto, pto) = timeouts(&self.after, &self.cfg);
+        let (rto, pto) = timeouts(&self.timed, &self.cfg);
         let wait = self.probe - self.last_ack;
         eprintln!(
             "{cc:?} {what}: srtt {:?} rttvar {:?}; PTO {pto:?}, RTO {rto:?}; after the burst: last ack {:?}, \
              probe {:?}, all read {:?}; {} retransmissions; cwnd {} -> {}",
-            self.after.srtt,
-            self.after.rttvar,
+            self.timed.srtt,
+            self.timed.rttvar,
             self.last_ack - self.start,
             self.probe - self.start,
             self.repaired - self.start,
@@ -493,4 +508,43 @@ fn a_probe_while_acks_are_late_sends_new_data_and_resends_nothing() {
         // Resending the newest packet instead cost one retransmission per probe.
         assert_eq!((c.retransmissions, c.lost_packets), (0, 0), "{cc:?}: {c:?} (seed {seed})");
     }
+}
+
+/// spec §5.4.2: a slow link (200 kbit/s, 5 ms each way) whose queue holds
+/// 256 KB, ten seconds of it. The first flight outlasts the RTO that the
+/// handshake's round trip gave, which fires with the originals still
+/// queued. Without the echo every ack after it named a packet resent
+/// since, so it gave no RTT sample (Karn) and could not prove the RTO
+/// spurious: an RTO per flight, 2 MB in 174 s with 1,397 of 3,506
+/// packets declared lost. The echo names the originals: the first such
+/// ack undoes the RTO, and its sample takes the queue's delay into the RTO.
+#[test]
+fn a_deep_queue_on_a_slow_link_costs_one_spurious_rto_not_a_storm() {
+    let seed = 421;
+    let mut cfg = config(CongestionAlgorithm::Bbr);
+    cfg.connection.path_mtu_discovery = None;
+    let link = LinkConfig::with_delay(Duration::from_millis(5)).rate(200_000, 256 << 10);
+    let mut w = pair(seed, link, cfg);
+    let bytes = 2u64 << 20;
+    let t = Transfer::start(&mut w, client(), server(), bytes, 0);
+    let r = t.run(&mut w, Duration::from_secs(600)).unwrap_or_else(|e| panic!("{e} (seed {seed})"));
+    let c = &r.client;
+    let ideal = Duration::from_secs_f64(bytes as f64 * 8.0 / 200_000.0);
+    eprintln!(
+        "{:?} (the link alone: {ideal:?}); packets {}, resent {}, lost {}, RTOs {} ({} spurious), srtt {:?}",
+        r.duration, c.packets_sent, c.retransmissions, c.lost_packets, c.rto_expiries, c.spurious_rtos, c.srtt
+    );
+    assert!(c.spurious_rtos >= 1, "the echo proved no RTO spurious (seed {seed})");
+    assert!(c.rto_expiries <= 5, "{} RTOs (seed {seed})", c.rto_expiries);
+    assert!(
+        c.retransmissions * 10 <= c.packets_sent,
+        "{} of {} resent (seed {seed})",
+        c.retransmissions,
+        c.packets_sent
+    );
+    assert!(
+        r.duration.as_secs_f64() <= ideal.as_secs_f64() * 1.10,
+        "{:?} for {ideal:?} of link time (seed {seed})",
+        r.duration
+    );
 }

@@ -47,7 +47,11 @@ fn header(client: bool, local_id: u32, remote: &str, reference_ms: f64) -> Value
 fn frames(p: &PacketInfo) -> Vec<Value> {
     let mut out = Vec::with_capacity(p.chunks.len() + 1);
     if p.flags.contains(manyfold_proto::wire::Flags::ACK) {
-        out.push(json!({ "frame_type": "ack", "cumulative": p.ack, "sack": p.sack }));
+        let mut ack = json!({ "frame_type": "ack", "cumulative": p.ack, "sack": p.sack });
+        if let Some(e) = p.echo {
+            ack["echo"] = json!({ "packet_number": e.seq, "resent": e.count });
+        }
+        out.push(ack);
     }
     for c in &p.chunks {
         out.push(match *c {
@@ -78,6 +82,7 @@ fn frames(p: &PacketInfo) -> Vec<Value> {
                 "ack_eliciting_threshold": threshold,
                 "request_max_ack_delay": max_delay_us
             }),
+            Chunk::Resent { count } => json!({ "frame_type": "resent", "count": count }),
         });
     }
     out

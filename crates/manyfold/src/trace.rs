@@ -133,6 +133,7 @@ fn chunks(datagram: &[u8]) -> String {
             Chunk::AckFrequency { seq, threshold, max_delay_us } => {
                 write!(out, "ackfreq#{seq}:{threshold}pkts/{max_delay_us}us")
             }
+            Chunk::Resent { count } => write!(out, "resent#{count}"),
         };
     }
     out

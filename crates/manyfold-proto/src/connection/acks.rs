@@ -12,6 +12,7 @@
 use std::time::{Duration, Instant};
 
 use crate::wire::chunk::{parse_chunks, Chunk};
+use crate::wire::Echo;
 
 /// Largest ack threshold a request may set (spec §5.6); larger ones are
 /// lowered to it. At a 1,452-byte datagram, 64 packets are 93 KB.
@@ -45,6 +46,12 @@ pub(super) struct AckState {
     applied: Option<u32>,
     /// The window our last packet advertised (spec §7.3's update rule).
     pub advertised: u64,
+    /// The peer takes RESENT chunks and echoes (spec §5.4.2): it announced
+    /// `TX_ECHO`, or sent one of them.
+    pub peer_echoes: bool,
+    /// Which transmission of which packet arrived last: the echo our next
+    /// ack carries to such a peer (spec §5.4.2).
+    pub echo: Option<Echo>,
 }
 
 impl AckState {
@@ -59,6 +66,8 @@ impl AckState {
             max_delay,
             applied: None,
             advertised: u64::MAX,
+            peer_echoes: false,
+            echo: None,
         }
     }
 

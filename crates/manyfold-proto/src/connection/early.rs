@@ -70,6 +70,7 @@ impl Connection {
         c.remote_id = Some(early.client_id);
         c.set_peer_max_datagram(early.params.max_datagram);
         c.ack_freq.peer_takes_it = early.params.takes_ack_frequency();
+        c.ack.peer_echoes = early.params.takes_tx_echo();
         c.peer_window = u64::from(early.syn.header.window);
         // The SYN's own sequence number carries the data: receive from it.
         c.recv = Some(Receiver::new(Seq::from_isn(early.syn.header.seq), recv_buffer));

@@ -1183,6 +1183,7 @@ impl Connection {
         self.remote_id = Some(conn_id);
         self.set_peer_max_datagram(params.max_datagram);
         self.ack_freq.peer_takes_it = params.takes_ack_frequency();
+        self.ack.peer_echoes = params.takes_tx_echo();
         self.peer_window = u64::from(window);
         self.recv = Some(Receiver::new(Seq::from_isn(peer_isn) + 1, self.config.recv_buffer));
     }
@@ -1245,8 +1246,12 @@ impl Connection {
             .map(|&(a, b)| (Seq::from_wire(a, base), Seq::from_wire(b, base)));
         let streams = &mut self.streams;
         let mut stream_idle = false;
+        // spec §5.4.2: which transmission drew the ack; sending one also
+        // shows that the peer takes ours.
+        let echo = p.sack.and_then(|s| s.echo()).map(|e| (Seq::from_wire(e.seq, base), e.count));
+        self.ack.peer_echoes |= echo.is_some();
         let min_rtt = self.rtt.has_sample().then(|| self.rtt.min());
-        let out = self.sent.on_ack(now, cum, sacks, min_rtt, |p| {
+        let out = self.sent.on_ack(now, cum, sacks, echo, min_rtt, |p| {
             stream_idle |= streams.on_acked(&p.payload);
         });
         let newly_lost = self.after_ack(now, &out);

@@ -125,6 +125,8 @@ pub struct PacketInfo {
     pub size: u32,
     /// SACK ranges `[start, end)` of sequence numbers (spec §3.3.1).
     pub sack: Vec<(u32, u32)>,
+    /// Which transmission of which packet drew the ack (spec §5.4.2).
+    pub echo: Option<crate::wire::Echo>,
     /// The chunks of the data area, in order, each payload replaced by its
     /// length in bytes (a trace keeps no application bytes).
     pub chunks: Vec<Chunk<u32>>,
@@ -144,6 +146,7 @@ impl PacketInfo {
             window: h.window,
             size: size as u32,
             sack: p.sack.map(|s| s.ranges().to_vec()).unwrap_or_default(),
+            echo: p.sack.and_then(|s| s.echo()),
             chunks,
         }
     }

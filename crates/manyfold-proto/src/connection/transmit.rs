@@ -10,8 +10,10 @@ use super::{advertised_window, data_room, CloseReason, Connection, Limit, State,
 use crate::ids::ConnId;
 use crate::recovery::{PacketState, SentPacket};
 use crate::seq::Seq;
-use crate::wire::chunk::{Chunk, Chunks, DATA_HEADER_LEN};
-use crate::wire::{ErrorCode, Flags, HandshakeParams, Packet, PacketType, COOKIE_LEN, HEADER_LEN, PARAMS_LEN};
+use crate::wire::chunk::{emit_resent, Chunk, Chunks, DATA_HEADER_LEN, RESENT_LEN};
+use crate::wire::{
+    ErrorCode, Flags, HandshakeParams, Packet, PacketType, COOKIE_LEN, ECHO_LEN, HEADER_LEN, PARAMS_LEN,
+};
 
 /// SACK ranges on a data packet (each costs 8 bytes of payload).
 const DATA_SACK_RANGES: usize = 4;
@@ -250,7 +252,7 @@ impl Connection {
         let Some(p) = self.sent.get(seq) else {
             return Sent::Blocked;
         };
-        let room = data_room(self.max_datagram() as usize, self.sections_len(p.control));
+        let room = data_room(self.max_datagram() as usize, self.sections_len(p.control) + self.resent_room());
         // spec §3.7: sent before the path narrowed, it is cut to the size in
         // use, unless it must go whole.
         if p.payload.encoded_len() > room && !self.goes_whole(seq) {
@@ -374,7 +376,9 @@ impl Connection {
             self.note_limit(now, Some(Limit::Application));
             return Sent::Blocked;
         }
-        let sack_len = self.recv.as_ref().and_then(|r| r.sack_block(DATA_SACK_RANGES)).map_or(0, |s| s.encoded_len());
+        // The ack's sections, and room kept for this packet's resend to say
+        // which one it is (spec §5.4.2).
+        let sack_len = self.ack_sections_len(DATA_SACK_RANGES) + self.resent_room();
         // spec §5.6: a new ack-frequency request rides ahead of the data.
         let ack_request = self.ack_freq.due(now, self.cc.window(), self.max_datagram(), self.rtt.srtt());
         let request = ack_request.map(|r| self.ack_freq.chunk::<bytes::Bytes>(r));
@@ -773,7 +777,51 @@ impl Connection {
 
     /// Bytes of `p` sent again, unprotected and without SACK ranges.
     pub(super) fn packet_size(&self, p: &SentPacket) -> usize {
-        HEADER_LEN + self.sections_len(p.control) + p.payload.encoded_len()
+        HEADER_LEN + self.sections_len(p.control) + self.resent_room() + p.payload.encoded_len()
+    }
+
+    /// Bytes every sequenced packet keeps free for the RESENT chunk its
+    /// resend carries to a peer that takes echoes (spec §5.4.2), so that a
+    /// full packet's resend still fits the datagram.
+    fn resent_room(&self) -> usize {
+        if self.ack.peer_echoes {
+            RESENT_LEN
+        } else {
+            0
+        }
+    }
+
+    /// Bytes of the SACK section the next packet carries with at most
+    /// `ranges` ranges: the ranges and the echo (spec §3.3.1, §5.4.2).
+    fn ack_sections_len(&self, ranges: usize) -> usize {
+        let sack = self.recv.as_ref().and_then(|r| r.sack_block(ranges)).map_or(0, |s| s.encoded_len());
+        match self.echo_due() {
+            Some(_) if sack == 0 => 1 + ECHO_LEN,
+            Some(_) => sack + ECHO_LEN,
+            None => sack,
+        }
+    }
+
+    /// The echo the next ack carries (spec §5.4.2): the last arrival's, to
+    /// a peer that takes echoes.
+    fn echo_due(&self) -> Option<crate::wire::Echo> {
+        self.ack.echo.filter(|_| self.ack.peer_echoes && self.recv.is_some())
+    }
+
+    /// The RESENT count `seq` carries if this write is a resend of it to a
+    /// peer that takes echoes (spec §5.4.2): never on handshake packets
+    /// (SYN, cookie echo, a protected handshake message), which keep their
+    /// layout.
+    fn resent_count(&self, seq: Seq, flags: Flags, chunks: Option<&Chunks>) -> Option<u8> {
+        let c = chunks?;
+        if !self.ack.peer_echoes
+            || flags.contains(Flags::SYN)
+            || flags.contains(Flags::CKE)
+            || c.iter().any(|c| matches!(c, Chunk::Handshake(_)))
+        {
+            return None;
+        }
+        self.sent.get(seq).map(SentPacket::next_resent_count)
     }
 
     /// Bytes of the SYN parameters and cookie sections `control` implies.
@@ -831,14 +879,23 @@ impl Connection {
             cookie.echo_delay = u16::try_from(since.as_millis()).unwrap_or(u16::MAX);
             p.cookie = Some(cookie);
         }
-        let data_len = chunks.map_or(0, Chunks::encoded_len);
+        let resent = self.resent_count(seq, flags, chunks);
+        let resent_len = resent.map_or(0, |_| RESENT_LEN);
+        let data_len = chunks.map_or(0, Chunks::encoded_len) + resent_len;
         let base = p.len_with(data_len);
         if base > buf.len() {
             return None;
         }
         if let Some(r) = &self.recv {
-            let fit = (buf.len() - base).saturating_sub(1) / 8;
+            // spec §5.4.2: the echo goes when there is room for it.
+            let room = buf.len() - base;
+            let echo = self.echo_due().filter(|_| room > ECHO_LEN);
+            let fit = room.saturating_sub(1 + echo.map_or(0, |_| ECHO_LEN)) / 8;
             p.sack = r.sack_block(fit.min(sack_max));
+            if let Some(e) = echo {
+                p.sack = Some(p.sack.unwrap_or_default().with_echo(e));
+                self.ack.echo = None;
+            }
         }
         // spec §7.2: a large DATA payload at the end goes as a second piece
         // of the datagram, not copied, when the caller takes such datagrams
@@ -847,13 +904,16 @@ impl Connection {
             .filter(|_| self.gather && self.security.is_none())
             .and_then(|c| c.gatherable_tail(GATHER_MIN))
             .cloned();
+        let put_resent = |out: &mut [u8]| resent.map_or(0, |count| emit_resent(out, count));
         let n = match (&tail, chunks) {
             (Some(tail), Some(c)) => p.emit_gathered(buf, data_len, tail, |out| {
-                c.emit_head(out);
+                let at = put_resent(out);
+                c.emit_head(&mut out[at..]);
             }),
             _ => p.emit_with(buf, data_len, |out| {
+                let at = put_resent(out);
                 if let Some(c) = chunks {
-                    c.emit(out);
+                    c.emit(&mut out[at..]);
                 }
             }),
         };

@@ -44,8 +44,9 @@ pub(crate) enum PacketState {
 }
 
 /// One sequenced packet: what to send again if it is lost. A sender keeps
-/// one per packet in flight to every peer, so it is kept small: 120 bytes
-/// (issue 20 item 6; a test holds it there).
+/// one per packet in flight to every peer, so it is kept small: 128 bytes
+/// (issue 20 item 6: 184 before; 120, then 8 more for the transmission
+/// count and first send time an echo needs, spec §5.4.2; a test holds it).
 #[derive(Debug, Clone)]
 pub(crate) struct SentPacket {
     /// The chunks it carries (spec §13.2).
@@ -61,6 +62,13 @@ pub(crate) struct SentPacket {
     since_first_tx: u32,
     /// Times it was retransmitted (saturating; see [`SentPacket::retx`]).
     retx: u16,
+    /// Transmissions after the first, probes included (saturating): the
+    /// RESENT count its latest transmission carried (spec §5.4.2).
+    sends: u8,
+    /// Microseconds from its first transmission to its latest
+    /// (saturating): when an echo names the first, its RTT sample starts
+    /// there.
+    sent_span_us: u32,
     /// The sequenced control flags it carries (SYN, FIN, CKE).
     pub control: Flags,
     pub state: PacketState,
@@ -84,10 +92,39 @@ impl SentPacket {
         self.tx - u64::from(self.since_first_tx)
     }
 
+    /// The RESENT count its next transmission carries (spec §5.4.2).
+    pub fn next_resent_count(&self) -> u8 {
+        self.sends.saturating_add(1)
+    }
+
+    /// When its first transmission left.
+    fn first_sent(&self) -> Instant {
+        let span = Duration::from_micros(u64::from(self.sent_span_us));
+        self.time_sent.checked_sub(span).unwrap_or(self.time_sent)
+    }
+
+    /// spec §5.4.2: the send time of the transmission an echo of RESENT
+    /// count `count` names, when the record still knows it (the first or
+    /// the latest; not past 255 transmissions, where counts saturate).
+    fn echoed_send_time(&self, count: u8) -> Option<Instant> {
+        if self.sends == u8::MAX {
+            None
+        } else if count == self.sends {
+            Some(self.time_sent)
+        } else if count == 0 {
+            Some(self.first_sent())
+        } else {
+            None
+        }
+    }
+
     /// Records a new transmission `tx` at `now` (a resend or a probe).
     fn resent(&mut self, now: Instant, tx: u64, stamp: Stamp) {
         let first = self.first_tx();
         self.since_first_tx = u32::try_from(tx - first).unwrap_or(u32::MAX);
+        let gap = u32::try_from(now.saturating_duration_since(self.time_sent).as_micros()).unwrap_or(u32::MAX);
+        self.sent_span_us = self.sent_span_us.saturating_add(gap);
+        self.sends = self.sends.saturating_add(1);
         self.tx = tx;
         self.time_sent = now;
         self.stamp = stamp;
@@ -136,15 +173,27 @@ struct AckScan {
     /// `tx` below which packets were in flight when the last RTO fired,
     /// while some of them wait for their resend (spec §5.4 step 7).
     rto_mark: Option<u64>,
+    /// The ack's echo (spec §5.4.2): which transmission of which packet drew it.
+    echo: Option<(Seq, u8)>,
+    /// The RTT sample the echo gave: from the send time of the
+    /// transmission it names, retransmitted or not.
+    echo_sample: Option<Duration>,
 }
 
 impl AckScan {
-    /// Notes one newly acknowledged packet, judged before its state changes.
-    fn note(&mut self, p: &SentPacket) {
+    /// Notes newly acknowledged packet `seq`, judged before its state changes.
+    fn note(&mut self, seq: Seq, p: &SentPacket) {
         self.out.newly_acked += 1;
         // A packet declared lost whose ack comes before a resend could
         // have been acked: its first transmission arrived (spec §5.4).
         let resend_too_recent = self.min_rtt.is_some_and(|m| self.now.saturating_duration_since(p.time_sent) < m);
+        // spec §5.4.2: the echo says which transmission arrived; one that
+        // names the first of a resent packet proves the resend needless.
+        let echoed = self.echo.filter(|&(s, _)| s == seq).map(|(_, count)| count);
+        let original_arrived = p.sends > 0 && echoed == Some(0);
+        if let Some(sent) = echoed.and_then(|count| p.echoed_send_time(count)) {
+            self.echo_sample = Some(self.now.saturating_duration_since(sent));
+        }
         // RFC 8985 §6.2 step 2: the late ack of a packet that was in flight
         // at the last RTO and resent after it, come too soon for the resend,
         // is for the transmission from before the RTO: it places the packet
@@ -153,7 +202,7 @@ impl AckScan {
         // two look overtaken and declare them lost in turn, and under CPU
         // starvation the resends would run ahead of the late acks.
         let before_rto = self.rto_mark.is_some_and(|mark| p.first_tx() < mark && p.tx >= mark);
-        let acked_tx = if before_rto && resend_too_recent { p.first_tx() } else { p.tx };
+        let acked_tx = if (before_rto && resend_too_recent) || original_arrived { p.first_tx() } else { p.tx };
         if self.newest.is_none_or(|(tx, ..)| acked_tx > tx) {
             // spec §5.4.1: a SYN or a lone cookie echo measures the
             // handshake, which the peer answers without its application.
@@ -166,9 +215,11 @@ impl AckScan {
             return;
         }
         let waiting = p.state == PacketState::Lost;
-        let spurious = p.declared_lost && (waiting || resend_too_recent);
-        // spec §5.4 step 7: a transmission from before the RTO arrived.
-        if waiting && self.rto_mark.is_some_and(|mark| p.tx < mark) {
+        let spurious = p.declared_lost && (waiting || resend_too_recent || original_arrived);
+        // spec §5.4 step 7: a transmission from before the RTO arrived: one
+        // still waiting for its resend, or a resent one the echo names first.
+        let arrived_tx = if original_arrived { Some(p.first_tx()) } else { waiting.then_some(p.tx) };
+        if arrived_tx.is_some_and(|tx| self.rto_mark.is_some_and(|mark| tx < mark)) {
             self.out.spurious_rto = true;
         }
         if spurious {
@@ -392,6 +443,8 @@ impl SentQueue {
             size,
             since_first_tx: 0,
             retx: 0,
+            sends: 0,
+            sent_span_us: 0,
             control,
             state: PacketState::InFlight,
             retransmitted: false,
@@ -561,6 +614,7 @@ impl SentQueue {
         now: Instant,
         cum: Seq,
         sacks: impl Iterator<Item = (Seq, Seq)>,
+        echo: Option<(Seq, u8)>,
         min_rtt: Option<Duration>,
         mut on_acked: impl FnMut(&SentPacket),
     ) -> AckOutcome {
@@ -574,6 +628,8 @@ impl SentQueue {
             reorder_distance: 0,
             resolved_real: 0,
             rto_mark: self.rto_mark,
+            echo,
+            echo_sample: None,
         };
         self.ack_cumulative(cum, &mut scan, &mut on_acked);
         self.ack_selective(sacks, &mut scan, &mut on_acked);
@@ -605,10 +661,16 @@ impl SentQueue {
         // reduction is undone.
         out.undo_reduction |= out.spurious_rto;
         if let Some((tx, sent, retransmitted, handshake)) = scan.newest {
-            // Karn's rule (RFC 6298 (3)): no sample from a retransmitted packet.
-            if !retransmitted {
-                out.rtt_sample = Some(now.saturating_duration_since(sent));
-                out.rtt_sample_handshake = handshake;
+            match scan.echo_sample.filter(|_| !handshake) {
+                // spec §5.4.2: the echo names the transmission, so even a
+                // retransmitted packet gives a sample.
+                Some(sample) => out.rtt_sample = Some(sample),
+                // Karn's rule (RFC 6298 (3)): no sample from a retransmitted packet.
+                None if !retransmitted => {
+                    out.rtt_sample = Some(now.saturating_duration_since(sent));
+                    out.rtt_sample_handshake = handshake;
+                }
+                None => {}
             }
             self.largest_acked_tx = Some(self.largest_acked_tx.map_or(tx, |l| l.max(tx)));
         }
@@ -623,6 +685,7 @@ impl SentQueue {
             let Some(p) = self.packets.pop_front() else {
                 break;
             };
+            let seq = self.base;
             self.base += 1;
             scan.out.cumulative_advanced = true;
             let data = p.payload.data_len() as u64;
@@ -631,7 +694,7 @@ impl SentQueue {
             // A SACKed packet was settled when its SACK came.
             if p.state != PacketState::Sacked {
                 on_acked(&p);
-                scan.note(&p);
+                scan.note(seq, &p);
                 settle(&p, scan.now, &mut self.bytes_in_flight, &mut self.acked, &mut self.delivery);
             }
             self.keep_list(p.payload);
@@ -661,7 +724,7 @@ impl SentQueue {
                     continue;
                 }
                 on_acked(p);
-                scan.note(p);
+                scan.note(base + i, p);
                 settle(p, scan.now, &mut self.bytes_in_flight, &mut self.acked, &mut self.delivery);
                 p.state = PacketState::Sacked;
             }
@@ -851,10 +914,10 @@ mod tests {
     use crate::wire::chunk::{Chunk, DataChunk};
 
     #[test]
-    fn a_sent_packet_record_takes_at_most_120_bytes() {
+    fn a_sent_packet_record_takes_at_most_128_bytes() {
         // A group sender keeps one per packet in flight to every peer
         // (issue 20 item 6: 184 bytes before).
-        assert!(std::mem::size_of::<SentPacket>() <= 120, "{}", std::mem::size_of::<SentPacket>());
+        assert!(std::mem::size_of::<SentPacket>() <= 128, "{}", std::mem::size_of::<SentPacket>());
     }
 
     /// Sequence number `n` (its wire value is `n`).
@@ -873,7 +936,7 @@ mod tests {
     fn ack(f: &mut Fixture, now: Instant, cum: u32, sacks: &[(u32, u32)]) -> (AckOutcome, u64) {
         let min_rtt = f.rtt.has_sample().then(|| f.rtt.min());
         let sacks = sacks.iter().map(|&(a, b)| (s(a), s(b)));
-        let out = f.q.on_ack(now, s(cum), sacks, min_rtt, |_| {});
+        let out = f.q.on_ack(now, s(cum), sacks, None, min_rtt, |_| {});
         if let Some(sample) = out.rtt_sample {
             f.rtt.on_sample(sample);
         }

@@ -343,7 +343,7 @@ fn spec_example_datagrams_are_as_documented() {
     let hex = |d: &[u8]| d.iter().map(|b| format!("{b:02x}")).collect::<Vec<_>>().join(" ");
     let sent: Vec<(bool, String)> = log.iter().map(|(c, d)| (*c, hex(d))).collect();
     // The client's SYN and the listener's "hello", as printed in spec §3.6.
-    let syn = "10 01 00 08 00 00 00 00 4f 37 51 4c 00 00 00 00 00 40 00 00 44 24 7d 85 d5 1b cb e5 ff e3 00 02";
+    let syn = "10 01 00 08 00 00 00 00 4f 37 51 4c 00 00 00 00 00 40 00 00 64 99 f3 5b d5 1b cb e5 ff e3 00 22";
     let hello = "10 12 00 21 d5 1b cb e5 73 40 24 da 4f 37 51 4e 00 40 00 00 4a aa 84 60 \
                  07 00 00 02 00 00 00 00 00 00 13 88 \
                  00 00 00 00 00 05 00 00 00 00 00 00 00 00 00 00 68 65 6c 6c 6f";
@@ -351,9 +351,11 @@ fn spec_example_datagrams_are_as_documented() {
     assert_eq!(sent[0], (true, syn.to_string()));
     assert_eq!(sent[3], (false, hello));
     // SYN-ACK 52 bytes, echo 78 (cookie, an ack-frequency request and one
-    // 6-byte data chunk), a pure ack last.
+    // 6-byte data chunk), a pure ack last, its SACK section only the echo
+    // of the "hello" packet (spec §5.4.2).
     let lens: Vec<usize> = log.iter().map(|(_, d)| d.len()).collect();
-    assert_eq!(lens, [32, 52, 78, 57, 24]);
+    assert_eq!(lens, [32, 52, 78, 57, 30]);
+    assert!(sent[4].1.ends_with("80 73 40 24 da 00"), "{}", sent[4].1);
 }
 
 #[test]

@@ -26,6 +26,8 @@ const STOP_LEN: usize = 6;
 const CREDIT_LEN: usize = 10;
 const ABANDON_LEN: usize = 16;
 const ACK_FREQUENCY_LEN: usize = 12;
+/// Bytes of a RESENT chunk (spec §5.4.2): kind and count.
+pub const RESENT_LEN: usize = 2;
 
 const KIND_DATA: u8 = 0;
 const KIND_RESET: u8 = 1;
@@ -36,6 +38,7 @@ const KIND_PAD: u8 = 5;
 const KIND_HANDSHAKE: u8 = 6;
 const KIND_ACK_FREQUENCY: u8 = 7;
 const KIND_REASON: u8 = 8;
+const KIND_RESENT: u8 = 9;
 /// Kind, zero, length (u16) before a handshake message or a reason's text.
 const HANDSHAKE_HEADER_LEN: usize = 4;
 /// The longest close reason, in bytes of UTF-8, that an end sends or takes
@@ -192,6 +195,14 @@ pub enum Chunk<D> {
         /// Longest an ack may wait, in microseconds.
         max_delay_us: u32,
     },
+    /// The packet is the `count`-th retransmission of its sequence number
+    /// (1 to 255, saturating), so that the ack it draws can say which
+    /// transmission arrived (spec §5.4.2). First among the chunks; only
+    /// to a peer that announced `TX_ECHO`.
+    Resent {
+        /// Which retransmission: 1 for the first.
+        count: u8,
+    },
 }
 
 impl<D> Chunk<D> {
@@ -217,13 +228,14 @@ impl<D> Chunk<D> {
             Chunk::AckFrequency { seq, threshold, max_delay_us } => {
                 Chunk::AckFrequency { seq, threshold, max_delay_us }
             }
+            Chunk::Resent { count } => Chunk::Resent { count },
         }
     }
 }
 
 impl<D: AsRef<[u8]>> Chunk<D> {
-    /// The stream it concerns (0 for padding, handshake, ack-frequency and
-    /// reason chunks).
+    /// The stream it concerns (0 for padding, handshake, ack-frequency,
+    /// reason and resent chunks).
     pub fn stream(&self) -> StreamId {
         match self {
             Chunk::Data(d) => d.stream,
@@ -231,7 +243,9 @@ impl<D: AsRef<[u8]>> Chunk<D> {
             | Chunk::Stop { stream, .. }
             | Chunk::Credit { stream, .. }
             | Chunk::Abandon { stream, .. } => *stream,
-            Chunk::Pad | Chunk::Handshake(_) | Chunk::AckFrequency { .. } | Chunk::Reason(_) => StreamId::new(0),
+            Chunk::Pad | Chunk::Handshake(_) | Chunk::AckFrequency { .. } | Chunk::Reason(_) | Chunk::Resent { .. } => {
+                StreamId::new(0)
+            }
         }
     }
 
@@ -254,6 +268,7 @@ impl<D: AsRef<[u8]>> Chunk<D> {
             Chunk::Pad => 1,
             Chunk::Handshake(m) | Chunk::Reason(m) => HANDSHAKE_HEADER_LEN + m.as_ref().len(),
             Chunk::AckFrequency { .. } => ACK_FREQUENCY_LEN,
+            Chunk::Resent { .. } => RESENT_LEN,
         }
     }
 
@@ -280,6 +295,11 @@ impl<D: AsRef<[u8]>> Chunk<D> {
             out[2..4].copy_from_slice(&threshold.to_be_bytes());
             out[4..8].copy_from_slice(&seq.to_be_bytes());
             out[8..12].copy_from_slice(&max_delay_us.to_be_bytes());
+            return n;
+        }
+        if let Chunk::Resent { count } = self {
+            out[0] = KIND_RESENT;
+            out[1] = *count;
             return n;
         }
         out[2..4].copy_from_slice(&self.stream().get().to_be_bytes());
@@ -310,7 +330,8 @@ impl<D: AsRef<[u8]>> Chunk<D> {
                 put48(&mut out[4..10], *start);
                 put48(&mut out[10..16], *end);
             }
-            Chunk::Pad | Chunk::Handshake(_) | Chunk::AckFrequency { .. } | Chunk::Reason(_) => {}
+            Chunk::Pad | Chunk::Handshake(_) | Chunk::AckFrequency { .. } | Chunk::Reason(_) | Chunk::Resent { .. } => {
+            }
         }
         n
     }
@@ -344,6 +365,20 @@ pub fn summary(b: &[u8]) -> (usize, usize) {
         Ok(Chunk::Abandon { .. }) => (len, entries + 1),
         _ => (len, entries),
     })
+}
+
+/// The RESENT count of a data area (spec §5.4.2): the first chunk's, or
+/// 0 when the packet is a first transmission.
+pub fn resent_count(b: &[u8]) -> u8 {
+    match b {
+        [KIND_RESENT, count, ..] => *count,
+        _ => 0,
+    }
+}
+
+/// Writes a RESENT chunk of `count` at the start of `out`; its length.
+pub fn emit_resent(out: &mut [u8], count: u8) -> usize {
+    Chunk::<&[u8]>::Resent { count }.emit(out)
 }
 
 /// Checks that a data area is a well-formed run of chunks (spec §3.5).
@@ -428,6 +463,11 @@ fn parse_one(b: &[u8]) -> Result<(Chunk<&[u8]>, usize), DecodeError> {
             let max_delay_us = u32::from_be_bytes([h[8], h[9], h[10], h[11]]);
             Ok((Chunk::AckFrequency { seq, threshold, max_delay_us }, ACK_FREQUENCY_LEN))
         }
+        // spec §5.4.2: a count of 0 is malformed (an original carries none).
+        KIND_RESENT => match fixed(RESENT_LEN)?[1] {
+            0 => Err(bad),
+            count => Ok((Chunk::Resent { count }, RESENT_LEN)),
+        },
         _ => Err(bad),
     }
 }
@@ -692,6 +732,7 @@ mod tests {
             &Chunk::AckFrequency { seq, threshold, max_delay_us } => {
                 Chunk::AckFrequency { seq, threshold, max_delay_us }
             }
+            &Chunk::Resent { count } => Chunk::Resent { count },
         };
         assert_eq!(back, c);
     }
@@ -717,6 +758,8 @@ mod tests {
         roundtrip(Chunk::AckFrequency { seq: u32::MAX, threshold: 64, max_delay_us: 25_000 });
         roundtrip(Chunk::Reason(Bytes::from_static("disk full: 0 B free".as_bytes())));
         roundtrip(Chunk::Reason(Bytes::new()));
+        roundtrip(Chunk::Resent { count: 1 });
+        roundtrip(Chunk::Resent { count: u8::MAX });
     }
 
     #[test]
@@ -743,7 +786,7 @@ mod tests {
     fn malformed_chunks_are_rejected() {
         // Unknown kind, truncated header, data running past the end,
         // unknown flag bits, an abandon range that runs backwards.
-        assert!(validate_chunks(&[9]).is_err());
+        assert!(validate_chunks(&[10]).is_err());
         assert!(validate_chunks(&[0, 0, 0]).is_err());
         let mut d = [0u8; 17];
         d[5] = 2;
@@ -764,6 +807,10 @@ mod tests {
         assert!(validate_chunks(&f).is_ok());
         f[1] = 1;
         assert!(validate_chunks(&f).is_err());
+        // spec §5.4.2: a RESENT chunk cut short, or counting 0.
+        assert!(validate_chunks(&[KIND_RESENT]).is_err());
+        assert!(validate_chunks(&[KIND_RESENT, 0]).is_err());
+        assert!(validate_chunks(&[KIND_RESENT, 3]).is_ok());
     }
 
     #[test]

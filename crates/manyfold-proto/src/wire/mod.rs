@@ -20,7 +20,8 @@ mod payload;
 pub use header::{seal, seal_gathered, Flags, Header, PacketType, HEADER_LEN, VERSION};
 pub use path::{PathKind, PathPacket, PATH_PACKET_LEN};
 pub use payload::{
-    Cookie, ErrorCode, HandshakeParams, Packet, SackBlock, Token, COOKIE_LEN, MAX_SACK_RANGES, PARAMS_LEN, TOKEN_LEN,
+    Cookie, Echo, ErrorCode, HandshakeParams, Packet, SackBlock, Token, COOKIE_LEN, ECHO_LEN, MAX_SACK_RANGES,
+    PARAMS_LEN, TOKEN_LEN,
 };
 
 /// Why a datagram was rejected. Every variant is a silent drop plus a counter

@@ -15,17 +15,45 @@ pub const TOKEN_LEN: usize = 12;
 
 /// Selective acknowledgement ranges above the cumulative ack (spec §3.3.1):
 /// a count byte, then `count` pairs of half-open `[start, end)` sequence
-/// numbers, most recently changed range first. Held inline: no allocation.
+/// numbers, most recently changed range first, then (with the count byte's
+/// `ECHO` bit) the [`Echo`] of the packet that drew the ack (spec §5.4.2).
+/// Held inline: no allocation.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub struct SackBlock {
     len: u8,
     ranges: [(u32, u32); MAX_SACK_RANGES],
+    echo: Option<Echo>,
 }
+
+/// Which transmission of which packet drew an ack (spec §5.4.2): the
+/// latest sequenced packet the receiver took, and the count of the RESENT
+/// chunk it carried (0 for none: the first transmission).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Echo {
+    /// The packet's sequence number (low 32 bits).
+    pub seq: u32,
+    /// Its RESENT count: 0 for a first transmission.
+    pub count: u8,
+}
+
+/// The count byte's bit that announces an [`Echo`] after the ranges.
+const ECHO_BIT: u8 = 0x80;
+/// Bytes of an [`Echo`] on the wire.
+pub const ECHO_LEN: usize = 5;
 
 impl SackBlock {
     /// No range.
     pub const fn new() -> Self {
-        SackBlock { len: 0, ranges: [(0, 0); MAX_SACK_RANGES] }
+        SackBlock { len: 0, ranges: [(0, 0); MAX_SACK_RANGES], echo: None }
+    }
+    /// The same ranges, followed by `echo`.
+    pub fn with_echo(mut self, echo: Echo) -> Self {
+        self.echo = Some(echo);
+        self
+    }
+    /// The echo it carries, if any.
+    pub fn echo(&self) -> Option<Echo> {
+        self.echo
     }
     /// Appends a range; returns false (and drops it) when full.
     pub fn push(&mut self, start: u32, end: u32) -> bool {
@@ -46,11 +74,13 @@ impl SackBlock {
     }
     /// Bytes it takes on the wire.
     pub fn encoded_len(&self) -> usize {
-        1 + 8 * self.len as usize
+        1 + 8 * self.len as usize + if self.echo.is_some() { ECHO_LEN } else { 0 }
     }
     fn parse(b: &[u8]) -> Result<(SackBlock, usize), DecodeError> {
-        let n = *b.first().ok_or(DecodeError::Malformed)? as usize;
-        if n == 0 || n > MAX_SACK_RANGES {
+        let first = *b.first().ok_or(DecodeError::Malformed)?;
+        let (n, echoed) = (usize::from(first & !ECHO_BIT), first & ECHO_BIT != 0);
+        // spec §3.3.1: no ranges is malformed unless an echo follows.
+        if (n == 0 && !echoed) || n > MAX_SACK_RANGES {
             return Err(DecodeError::Malformed);
         }
         let body = b.get(1..1 + 8 * n).ok_or(DecodeError::Malformed)?;
@@ -58,13 +88,24 @@ impl SackBlock {
         for pair in body.chunks_exact(8) {
             s.push(be32(&pair[..4]), be32(&pair[4..]));
         }
-        Ok((s, 1 + 8 * n))
+        let mut len = 1 + 8 * n;
+        if echoed {
+            let e = b.get(len..len + ECHO_LEN).ok_or(DecodeError::Malformed)?;
+            s.echo = Some(Echo { seq: be32(&e[..4]), count: e[4] });
+            len += ECHO_LEN;
+        }
+        Ok((s, len))
     }
     fn emit(&self, out: &mut [u8]) -> usize {
-        out[0] = self.len;
+        out[0] = self.len | if self.echo.is_some() { ECHO_BIT } else { 0 };
         for (i, (a, b)) in self.ranges().iter().enumerate() {
             out[1 + 8 * i..5 + 8 * i].copy_from_slice(&a.to_be_bytes());
             out[5 + 8 * i..9 + 8 * i].copy_from_slice(&b.to_be_bytes());
+        }
+        if let Some(e) = self.echo {
+            let at = 1 + 8 * self.len as usize;
+            out[at..at + 4].copy_from_slice(&e.seq.to_be_bytes());
+            out[at + 4] = e.count;
         }
         self.encoded_len()
     }
@@ -78,7 +119,12 @@ impl Default for SackBlock {
 
 impl core::fmt::Debug for SackBlock {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        f.debug_list().entries(self.ranges().iter().map(|(a, b)| a..b)).finish()
+        let mut l = f.debug_list();
+        l.entries(self.ranges().iter().map(|(a, b)| a..b));
+        if let Some(e) = self.echo {
+            l.entry(&e);
+        }
+        l.finish()
     }
 }
 
@@ -91,7 +137,8 @@ pub struct HandshakeParams {
     pub max_datagram: u16,
     /// Feature bits (spec §3.3.2): [`HandshakeParams::PROTECTED`],
     /// [`HandshakeParams::ACK_FREQUENCY`], [`HandshakeParams::TOKEN`],
-    /// [`HandshakeParams::WANT_TOKEN`], [`HandshakeParams::EARLY`].
+    /// [`HandshakeParams::WANT_TOKEN`], [`HandshakeParams::EARLY`],
+    /// [`HandshakeParams::TX_ECHO`].
     pub features: u16,
 }
 
@@ -109,11 +156,14 @@ impl HandshakeParams {
     /// On a SYN-ACK: the listener took the data of the SYN it answers
     /// (0-RTT, spec §6.9). Without it, that data must be sent again.
     pub const EARLY: u16 = 0x0010;
+    /// The sender understands RESENT chunks and echoes in SACK sections
+    /// (spec §5.4.2): it may be sent both.
+    pub const TX_ECHO: u16 = 0x0020;
 
-    /// What this end announces: it understands ACK_FREQUENCY, and protects
-    /// its packets if `protected`.
+    /// What this end announces: it understands ACK_FREQUENCY and
+    /// TX_ECHO, and protects its packets if `protected`.
     pub fn local_features(protected: bool) -> u16 {
-        Self::ACK_FREQUENCY | if protected { Self::PROTECTED } else { 0 }
+        Self::ACK_FREQUENCY | Self::TX_ECHO | if protected { Self::PROTECTED } else { 0 }
     }
 
     /// Plain parameters: no feature bits.
@@ -124,6 +174,11 @@ impl HandshakeParams {
     /// Whether the `PROTECTED` feature bit is set (spec §19.2).
     pub fn is_protected(&self) -> bool {
         self.features & Self::PROTECTED != 0
+    }
+
+    /// Whether the `TX_ECHO` feature bit is set (spec §5.4.2).
+    pub fn takes_tx_echo(&self) -> bool {
+        self.features & Self::TX_ECHO != 0
     }
 
     /// Whether the `ACK_FREQUENCY` feature bit is set (spec §5.6).
@@ -530,6 +585,31 @@ mod tests {
     }
 
     #[test]
+    fn an_echo_follows_the_ranges_and_may_stand_alone() {
+        // spec §3.3.1, §5.4.2: count byte 0x80 | N, N ranges, seq u32, count u8.
+        let mut p = Packet::bare(PacketType::Segment, Flags::ACK, 1, 2, 3, 4);
+        p.sack = Some(SackBlock::new().with_echo(Echo { seq: 0x0102_0304, count: 2 }));
+        let v = encode(&p);
+        assert_eq!(&v[HEADER_LEN..], &[0x80, 1, 2, 3, 4, 2]);
+        assert_eq!(Packet::parse(&v).unwrap().sack, p.sack);
+        let mut s = SackBlock::new();
+        s.push(10, 12);
+        p.sack = Some(s.with_echo(Echo { seq: 9, count: 0 }));
+        let v = encode(&p);
+        assert_eq!(&v[HEADER_LEN..], &[0x81, 0, 0, 0, 10, 0, 0, 0, 12, 0, 0, 0, 9, 0]);
+        assert_eq!(Packet::parse(&v).unwrap().sack, p.sack);
+        // Cut short of its echo, or 17 ranges with the bit: malformed.
+        for bad in [&[0x80u8, 1, 2, 3][..], &[0x91; 200][..]] {
+            let mut q = Packet::bare(PacketType::Segment, Flags::ACK, 1, 2, 3, 4);
+            q.data = bad;
+            let mut v = encode(&q);
+            v[1] |= Flags::SCK.0;
+            seal(&mut v);
+            assert_eq!(Packet::parse(&v), Err(DecodeError::Malformed), "{bad:?}");
+        }
+    }
+
+    #[test]
     fn a_token_without_parameters_is_not_emitted_and_a_stray_token_bit_is_cleared() {
         let mut p = Packet::bare(PacketType::Segment, Flags::ACK, 1, 2, 3, 4);
         p.token = Some(Token { timestamp: 1, mac: 2 });
@@ -547,6 +627,7 @@ mod tests {
             flags in 0u8..=0xff,
             conn_id: u32, seq: u32, ack: u32, window: u32,
             ranges in proptest::collection::vec((any::<u32>(), any::<u32>()), 0..=MAX_SACK_RANGES),
+            echo in proptest::option::of((any::<u32>(), any::<u8>())),
             params in proptest::option::of((any::<u32>(), any::<u16>())),
             token in proptest::option::of((any::<u32>(), any::<u64>())),
             cookie in proptest::option::of((any::<u32>(), any::<u32>(), any::<u16>(), any::<u64>())),
@@ -559,9 +640,10 @@ mod tests {
             let mut data = vec![0u8; chunk.encoded_len()];
             chunk.emit(&mut data);
             let mut p = Packet::bare(PacketType::Segment, Flags(flags), conn_id, seq, ack, window);
-            if !ranges.is_empty() {
+            if !ranges.is_empty() || echo.is_some() {
                 let mut s = SackBlock::new();
                 for (a, b) in &ranges { s.push(*a, *b); }
+                if let Some((seq, count)) = echo { s = s.with_echo(Echo { seq, count }); }
                 p.sack = Some(s);
             }
             p.params = params.map(|(conn_id, max_datagram)| HandshakeParams::new(conn_id, max_datagram));

@@ -1061,7 +1061,8 @@ impl Streams {
             }
             // The connection takes handshake messages before its streams see the packet.
             // spec §3.3.4: a REASON chunk counts only on a RST.
-            Chunk::Pad | Chunk::Handshake(_) | Chunk::AckFrequency { .. } | Chunk::Reason(_) => {}
+            Chunk::Pad | Chunk::Handshake(_) | Chunk::AckFrequency { .. } | Chunk::Reason(_) | Chunk::Resent { .. } => {
+            }
         }
     }
 
