@@ -148,70 +148,150 @@ pub fn run(mut o: Options) -> Result<()> {
         return o.out.write_json(|| report.json());
     }
 
-    let mut samples: BTreeMap<u64, Sample> = BTreeMap::new();
-    let with_stream = rows.iter().any(|r| matches!(r, RowKind::Quic));
-    let mut port = 20_000u16;
+    let mut run = Run {
+        o: &o,
+        bench: &bench,
+        manyfold: &manyfold,
+        work: work.path(),
+        reps,
+        with_stream: rows.iter().any(|r| matches!(r, RowKind::Quic)),
+        samples: BTreeMap::new(),
+        port: 20_000,
+    };
     for &rate_bps in &rates {
         for &rtt_ms in &rtts {
             for &loss_pct in &losses {
                 let cell = Cell { rate_bps, rtt_ms, loss_pct };
-                lab.configure(&link_config(&cell, &o))?;
-                let sample = sample_for(&cell, &o, &manyfold, work.path(), with_stream, &mut samples)?;
-                let bytes = sample.bytes;
-                let mut results: Vec<RowResult> =
-                    rows.iter().map(|r| RowResult { name: r.name(), transfers: vec![], note: None }).collect();
-                for rep in 0..reps {
-                    for (row, res) in rows.iter().zip(results.iter_mut()) {
-                        if res.note.is_some() {
-                            continue; // timed out or failed in this cell already
-                        }
-                        // Two ports per transfer: the KCP row's tunnel and
-                        // TCP receiver need one each.
-                        port = if port >= 60_000 { 20_002 } else { port + 2 };
-                        let out = work.path().join(format!("out-{port}"));
-                        std::fs::create_dir(&out)?;
-                        let job = Job { row, cell: &cell, sample: &sample, port, out: &out };
-                        let before = lab.stats()?.a2b;
-                        let t = transfer(&lab, &bench, &manyfold, job, &o).and_then(|mut t| {
-                            let after = lab.stats()?.a2b;
-                            let packets = after.forwarded.saturating_sub(before.forwarded);
-                            let bytes = after.forwarded_bytes.saturating_sub(before.forwarded_bytes);
-                            t.mean_packet = (packets > 0).then(|| bytes as f64 / packets as f64);
-                            Ok(t)
-                        });
-                        let _ = std::fs::remove_dir_all(&out);
-                        match t {
-                            Ok(t) => {
-                                eprintln!(
-                                    "{} rtt {rtt_ms} ms loss {loss_pct}% rep {} {}: {:.1} Mbit/s",
-                                    super::rate_label(rate_bps),
-                                    rep + 1,
-                                    res.name,
-                                    bytes as f64 * 8.0 / t.wall / 1e6
-                                );
-                                res.transfers.push(t);
-                            }
-                            Err(e) => {
-                                lab.kill_leftovers();
-                                eprintln!("{} rep {}: {e:#}", res.name, rep + 1);
-                                res.note = Some(format!("{e:#}"));
-                            }
-                        }
-                    }
-                }
-                let stats = lab.stats()?;
-                report.cells.push(CellResult { cell, bytes, rows: results, relay: stats });
+                report.cells.push(run.cell(&mut lab, o.mtu, cell, &rows, "")?);
             }
         }
         // Large samples of this rate are not needed by the next one.
-        for (_, s) in std::mem::take(&mut samples) {
-            let _ = std::fs::remove_file(s.file);
+        run.drop_samples();
+    }
+    // The standing jumbo rows (issue 20): path MTU discovery measured off
+    // loopback, on the same emulator with 9,000-byte devices.
+    if let Some((mtu, cells, jumbo_rows)) = jumbo_section(&o, &rows, &rates, &rtts, &losses) {
+        drop(lab);
+        lab = Lab::with_mtu(&bench, mtu)?;
+        let suffix = format!(" · {mtu}-byte MTU");
+        for cell in cells {
+            report.cells.push(run.cell(&mut lab, mtu, cell, &jumbo_rows, &suffix)?);
         }
+        run.drop_samples();
     }
     drop(lab);
     report.print();
     o.out.write_json(|| report.json())?;
     o.out.draw(|dir| report.charts(dir))
+}
+
+/// What every cell's transfers share.
+struct Run<'a> {
+    o: &'a Options,
+    bench: &'a Path,
+    manyfold: &'a Path,
+    work: &'a Path,
+    reps: usize,
+    /// The quinn row runs: samples need the stream's hash too.
+    with_stream: bool,
+    samples: BTreeMap<u64, Sample>,
+    /// The last port pair handed out.
+    port: u16,
+}
+
+impl Run<'_> {
+    /// Runs every row of `rows` in `cell` on `lab`, whose devices take
+    /// `mtu` bytes, alternating A B C A B C, each row's name followed by
+    /// `suffix`.
+    fn cell(&mut self, lab: &mut Lab, mtu: u32, cell: Cell, rows: &[RowKind], suffix: &str) -> Result<CellResult> {
+        let o = self.o;
+        lab.configure(&link_config(&cell, o, mtu))?;
+        let sample = sample_for(&cell, o, self.manyfold, self.work, self.with_stream, &mut self.samples)?;
+        let bytes = sample.bytes;
+        let mut results: Vec<RowResult> =
+            rows.iter().map(|r| RowResult { name: r.name() + suffix, transfers: vec![], note: None }).collect();
+        for rep in 0..self.reps {
+            for (row, res) in rows.iter().zip(results.iter_mut()) {
+                if res.note.is_some() {
+                    continue; // timed out or failed in this cell already
+                }
+                // Two ports per transfer: the KCP row's tunnel and
+                // TCP receiver need one each.
+                self.port = if self.port >= 60_000 { 20_002 } else { self.port + 2 };
+                let port = self.port;
+                let out = self.work.join(format!("out-{port}"));
+                std::fs::create_dir(&out)?;
+                let job = Job { row, cell: &cell, sample: &sample, port, out: &out };
+                let before = lab.stats()?.a2b;
+                let t = transfer(lab, self.bench, self.manyfold, job, o).and_then(|mut t| {
+                    let after = lab.stats()?.a2b;
+                    let packets = after.forwarded.saturating_sub(before.forwarded);
+                    let bytes = after.forwarded_bytes.saturating_sub(before.forwarded_bytes);
+                    t.mean_packet = (packets > 0).then(|| bytes as f64 / packets as f64);
+                    Ok(t)
+                });
+                let _ = std::fs::remove_dir_all(&out);
+                match t {
+                    Ok(t) => {
+                        eprintln!(
+                            "{} rtt {} ms loss {}% rep {} {}: {:.1} Mbit/s",
+                            super::rate_label(cell.rate_bps),
+                            cell.rtt_ms,
+                            cell.loss_pct,
+                            rep + 1,
+                            res.name,
+                            bytes as f64 * 8.0 / t.wall / 1e6
+                        );
+                        res.transfers.push(t);
+                    }
+                    Err(e) => {
+                        lab.kill_leftovers();
+                        eprintln!("{} rep {}: {e:#}", res.name, rep + 1);
+                        res.note = Some(format!("{e:#}"));
+                    }
+                }
+            }
+        }
+        let relay = lab.stats()?;
+        Ok(CellResult { cell, bytes, rows: results, relay })
+    }
+
+    fn drop_samples(&mut self) {
+        for (_, s) in std::mem::take(&mut self.samples) {
+            let _ = std::fs::remove_file(s.file);
+        }
+    }
+}
+
+/// The jumbo section of the grid (`--jumbo-mtu`, issue 20: "an emulator
+/// row with a 9,000-byte MTU"): the fastest rate, the RTTs up to 50 ms
+/// and the losses up to 0.1% of the grid, for manyfold's default
+/// controller and the kernel TCP rows, on devices of that MTU. None with
+/// `--quick`, with `--jumbo-mtu 0`, or when the grid itself runs at it.
+fn jumbo_section(
+    o: &Options,
+    rows: &[RowKind],
+    rates: &[u64],
+    rtts: &[f64],
+    losses: &[f64],
+) -> Option<(u32, Vec<Cell>, Vec<RowKind>)> {
+    let mtu = Some(o.jumbo_mtu).filter(|&m| m != 0 && m != o.mtu && !o.quick)?;
+    let rate_bps = rates.iter().copied().max()?;
+    let default_cc = manyfold::EndpointConfig::default().connection.congestion.name().to_string();
+    let manyfold_row = rows
+        .iter()
+        .find(|r| matches!(r, RowKind::Manyfold(Some(cc)) if *cc == default_cc))
+        .or_else(|| rows.iter().find(|r| matches!(r, RowKind::Manyfold(_))));
+    let jumbo_rows: Vec<RowKind> =
+        manyfold_row.into_iter().chain(rows.iter().filter(|r| matches!(r, RowKind::Tcp(_)))).cloned().collect();
+    let cells: Vec<Cell> = rtts
+        .iter()
+        .filter(|&&r| r <= 50.0)
+        .flat_map(|&rtt_ms| {
+            losses.iter().filter(|&&l| l <= 0.1).map(move |&loss_pct| Cell { rate_bps, rtt_ms, loss_pct })
+        })
+        .collect();
+    (!cells.is_empty() && !jumbo_rows.is_empty()).then_some((mtu, cells, jumbo_rows))
 }
 
 /// The rows asked for; manyfold once per controller when `send --help`
@@ -290,7 +370,9 @@ fn cc_values(help: &str) -> Vec<String> {
     found
 }
 
-fn link_config(cell: &Cell, o: &Options) -> LinkConfig {
+/// The link of `cell` on devices of `mtu` bytes (the queue's floor is
+/// 100 of their packets).
+fn link_config(cell: &Cell, o: &Options, mtu: u32) -> LinkConfig {
     let one_way = Duration::from_secs_f64(cell.rtt_ms / 2.0 / 1e3);
     let bdp = cell.rate_bps as f64 / 8.0 * (cell.rtt_ms / 1e3);
     LinkConfig {
@@ -300,7 +382,7 @@ fn link_config(cell: &Cell, o: &Options) -> LinkConfig {
         loss: cell.loss_pct / 100.0,
         reorder: o.reorder / 100.0,
         reorder_gap: Duration::from_secs_f64(o.reorder_gap / 1e3),
-        queue_bytes: (bdp * o.queue_bdp).max(100.0 * f64::from(o.mtu)) as u64,
+        queue_bytes: (bdp * o.queue_bdp).max(100.0 * f64::from(mtu)) as u64,
         seed: o.seed,
     }
 }
@@ -582,7 +664,7 @@ fn run_transfer(
 /// counts what arrives.
 fn self_check(lab: &mut Lab, bench: &Path, rate: u64, secs: f64, o: &Options) -> Result<CheckResult> {
     let cell = Cell { rate_bps: rate, rtt_ms: 1.0, loss_pct: 0.0 };
-    lab.configure(&link_config(&cell, o))?;
+    lab.configure(&link_config(&cell, o, o.mtu))?;
     let port = 19_999u16;
     let drops_before = lab.host_drops();
     let relay_before = lab.relay_cpu()?;
