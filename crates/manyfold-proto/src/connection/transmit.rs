@@ -376,14 +376,17 @@ impl Connection {
             self.note_limit(now, Some(Limit::Application));
             return Sent::Blocked;
         }
-        // The ack's sections, and room kept for this packet's resend to say
-        // which one it is (spec §5.4.2).
-        let sack_len = self.ack_sections_len(DATA_SACK_RANGES) + self.resent_room();
+        let sack_len = self.ack_sections_len(DATA_SACK_RANGES);
         // spec §5.6: a new ack-frequency request rides ahead of the data.
         let ack_request = self.ack_freq.due(now, self.cc.window(), self.max_datagram(), self.rtt.srtt());
         let request = ack_request.map(|r| self.ack_freq.chunk::<bytes::Bytes>(r));
         let overhead = sack_len + self.sections_len(control) + request.as_ref().map_or(0, Chunk::encoded_len);
-        let full_room = data_room(self.max_datagram() as usize, overhead);
+        // A new packet leaves room for its resend to say which one it is
+        // (spec §5.4.2). The largest new datagram is that much smaller, so
+        // a GSO batch's slots, sized by its first datagram, take the next
+        // ones whole.
+        let max_new = self.max_datagram() as usize - self.resent_room();
+        let full_room = data_room(max_new, overhead);
         let outstanding = self.sent.outstanding_data();
         let flow_room = self.peer_window.saturating_sub(outstanding) as usize;
         let queued = self.streams.queued();
@@ -419,7 +422,7 @@ impl Connection {
             }
         }
         let est = HEADER_LEN + overhead + (want + DATA_HEADER_LEN).min(full_room);
-        let room = data_room(buf.len().min(self.max_datagram() as usize), overhead);
+        let room = data_room(buf.len().min(max_new), overhead);
         if room < est - HEADER_LEN - overhead {
             return Sent::NoRoom;
         }

@@ -178,6 +178,9 @@ struct AckScan {
     /// The RTT sample the echo gave: from the send time of the
     /// transmission it names, retransmitted or not.
     echo_sample: Option<Duration>,
+    /// A loss proved spurious by timing (spec §5.4 step 5): RACK's
+    /// reordering window widens.
+    widen: bool,
 }
 
 impl AckScan {
@@ -215,7 +218,13 @@ impl AckScan {
             return;
         }
         let waiting = p.state == PacketState::Lost;
-        let spurious = p.declared_lost && (waiting || resend_too_recent || original_arrived);
+        let timed = waiting || resend_too_recent;
+        let spurious = p.declared_lost && (timed || original_arrived);
+        // spec §5.4 step 5: only the timing proof widens RACK's window; the
+        // echo's alone undoes the cut (step 6) but widening on it made
+        // every later real loss wait longer (a thin flow's p99 rose from
+        // 2.05 to 2.36 RTT).
+        self.widen |= p.declared_lost && timed;
         // spec §5.4 step 7: a transmission from before the RTO arrived: one
         // still waiting for its resend, or a resent one the echo names first.
         let arrived_tx = if original_arrived { Some(p.first_tx()) } else { waiting.then_some(p.tx) };
@@ -630,10 +639,13 @@ impl SentQueue {
             rto_mark: self.rto_mark,
             echo,
             echo_sample: None,
+            widen: false,
         };
         self.ack_cumulative(cum, &mut scan, &mut on_acked);
         self.ack_selective(sacks, &mut scan, &mut on_acked);
         let mut out = scan.out;
+        // An RTO's flight was still being judged when this ack came.
+        let after_rto = scan.rto_mark.is_some() || out.spurious_rto;
         if self.retransmit.is_empty() {
             // Nothing the RTO declared lost still waits: no ack can judge it now.
             self.rto_mark = None;
@@ -653,24 +665,28 @@ impl SentQueue {
         self.episode_open = self.episode_open.saturating_sub(out.spurious + scan.resolved_real);
         self.episode_real |= scan.resolved_real > 0;
         if out.spurious > 0 {
-            // RFC 8985 §6.2.4: widen the reordering window.
-            self.reo_mult = (self.reo_mult + 1).min(MAX_REO_MULT);
+            if scan.widen {
+                // RFC 8985 §6.2.4: widen the reordering window.
+                self.reo_mult = (self.reo_mult + 1).min(MAX_REO_MULT);
+            }
             out.undo_reduction = self.episode_open == 0 && !self.episode_real;
         }
         // spec §5.4 step 7: Eifel's response (RFC 4015): the RTO's
         // reduction is undone.
         out.undo_reduction |= out.spurious_rto;
         if let Some((tx, sent, retransmitted, handshake)) = scan.newest {
-            match scan.echo_sample.filter(|_| !handshake) {
-                // spec §5.4.2: the echo names the transmission, so even a
-                // retransmitted packet gives a sample.
-                Some(sample) => out.rtt_sample = Some(sample),
-                // Karn's rule (RFC 6298 (3)): no sample from a retransmitted packet.
-                None if !retransmitted => {
-                    out.rtt_sample = Some(now.saturating_duration_since(sent));
-                    out.rtt_sample_handshake = handshake;
-                }
-                None => {}
+            if !retransmitted {
+                out.rtt_sample = Some(now.saturating_duration_since(sent));
+                out.rtt_sample_handshake = handshake;
+            } else if let Some(sample) = scan.echo_sample.filter(|_| !handshake && after_rto) {
+                // Karn's rule (RFC 6298 (3)) leaves a retransmitted packet
+                // without a sample; after an RTO that keeps the RTO where
+                // it fired, and a path whose acks come later than that
+                // fires it flight after flight. spec §5.4.2: the echo names
+                // the transmission that drew the ack, which gives the
+                // sample then. (Taken for every resent packet, it moved a
+                // thin flow's p99 from 2.17 to 2.36 RTT in the simulator.)
+                out.rtt_sample = Some(sample);
             }
             self.largest_acked_tx = Some(self.largest_acked_tx.map_or(tx, |l| l.max(tx)));
         }
