@@ -171,7 +171,11 @@ pub fn run(mut o: Options) -> Result<()> {
     // The standing jumbo rows (issue 20): path MTU discovery measured off
     // loopback, on the same emulator with 9,000-byte devices.
     if let Some((mtu, cells, jumbo_rows)) = jumbo_section(&o, &rows, &rates, &rtts, &losses) {
+        // Dropping a lab deletes what it registered, the work directory
+        // included: make it again (the first full run lost its report here).
         drop(lab);
+        std::fs::create_dir_all(work.path())?;
+        super::netns::register_dir(work.path());
         lab = Lab::with_mtu(&bench, mtu)?;
         let suffix = format!(" · {mtu}-byte MTU");
         for cell in cells {
