@@ -817,14 +817,12 @@ impl Connection {
     /// layout.
     fn resent_count(&self, seq: Seq, flags: Flags, chunks: Option<&Chunks>) -> Option<u8> {
         let c = chunks?;
-        if !self.ack.peer_echoes
-            || flags.contains(Flags::SYN)
-            || flags.contains(Flags::CKE)
-            || c.iter().any(|c| matches!(c, Chunk::Handshake(_)))
-        {
+        if !self.ack.peer_echoes || flags.contains(Flags::SYN) || flags.contains(Flags::CKE) {
             return None;
         }
-        self.sent.get(seq).map(SentPacket::next_resent_count)
+        // A new packet has no record yet: only a resend's chunks are looked at.
+        let count = self.sent.get(seq).map(SentPacket::next_resent_count)?;
+        (!c.iter().any(|c| matches!(c, Chunk::Handshake(_)))).then_some(count)
     }
 
     /// Bytes of the SYN parameters and cookie sections `control` implies.
