@@ -43,7 +43,7 @@ use crate::congestion::{self, Controller};
 use crate::ids::{ConnId, StreamId};
 use crate::recovery::{RttEstimator, RttReport, SentQueue};
 use crate::seq::Seq;
-use crate::wire::{Cookie, ErrorCode, Flags, HandshakeParams, Packet, HEADER_LEN};
+use crate::wire::{Cookie, ErrorCode, Flags, HandshakeParams, Packet, PayloadCrcs, HEADER_LEN};
 use acks::{AckFrequency, AckState};
 use pmtu::PathMtu;
 use qlog::{Metrics, PacketInfo, QlogData, QlogEvent, Recorder, SendTrigger};
@@ -165,9 +165,10 @@ pub(crate) struct Connection {
     /// (`Endpoint::handle_datagram_owned`): large in-order data is kept as
     /// slices of it. Set only for the length of one `handle_packet`.
     rx_source: Option<Bytes>,
-    /// The caller takes a datagram in two pieces (spec §7.2): set only for
-    /// the length of one `poll_transmit`.
-    gather: bool,
+    /// The caller takes a datagram in two pieces (spec §7.2), and lends
+    /// the endpoint's memo of payload checksums with it: set only for the
+    /// length of one `poll_transmit`.
+    gather: Option<Box<PayloadCrcs>>,
     /// The second piece of the datagram just written, if it was split.
     gathered: Option<Bytes>,
     /// Since when data has been outstanding without an ack (spec §4.7).
@@ -346,7 +347,7 @@ impl Connection {
             security: None,
             memory_pressure: false,
             rx_source: None,
-            gather: false,
+            gather: None,
             gathered: None,
             stalled_since: None,
             last_heard: now,
@@ -1032,10 +1033,16 @@ impl Connection {
     }
 
     /// Whether the caller of `poll_transmit` takes a datagram whose large
-    /// last DATA payload is left out of the buffer (spec §7.2); see
-    /// [`Connection::take_gathered`].
-    pub(crate) fn set_gather(&mut self, on: bool) {
-        self.gather = on;
+    /// last DATA payload is left out of the buffer (spec §7.2; see
+    /// [`Connection::take_gathered`]): `Some` lends the endpoint's memo of
+    /// payload checksums, which [`Connection::end_gather`] gives back.
+    pub(crate) fn set_gather(&mut self, crcs: Option<Box<PayloadCrcs>>) {
+        self.gather = crcs;
+    }
+
+    /// Ends what [`Connection::set_gather`] began: the memo lent, if any.
+    pub(crate) fn end_gather(&mut self) -> Option<Box<PayloadCrcs>> {
+        self.gather.take()
     }
 
     /// The payload left out of the datagram `poll_transmit` just wrote: the

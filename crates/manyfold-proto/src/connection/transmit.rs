@@ -902,12 +902,12 @@ impl Connection {
         // of the datagram, not copied, when the caller takes such datagrams
         // (a protected packet is sealed in place, so it is always whole).
         let tail = chunks
-            .filter(|_| self.gather && self.security.is_none())
+            .filter(|_| self.gather.is_some() && self.security.is_none())
             .and_then(|c| c.gatherable_tail(GATHER_MIN))
             .cloned();
         let put_resent = |out: &mut [u8]| resent.map_or(0, |count| emit_resent(out, count));
         let n = match (&tail, chunks) {
-            (Some(tail), Some(c)) => p.emit_gathered(buf, data_len, tail, |out| {
+            (Some(tail), Some(c)) => p.emit_gathered(buf, data_len, tail, self.gather.as_deref_mut(), |out| {
                 let at = put_resent(out);
                 c.emit_head(&mut out[at..]);
             }),

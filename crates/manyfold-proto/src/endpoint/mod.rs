@@ -46,7 +46,7 @@ use crate::connection::{CloseReason, Connection, Event, Security, Spare};
 use crate::group::host::Groups;
 use crate::qlog::QlogEvent;
 use crate::secure::Handshake;
-use crate::wire::PATH_PACKET_LEN;
+use crate::wire::{PayloadCrcs, PATH_PACKET_LEN};
 use listener::Listener;
 use memory::Memory;
 use schedule::Schedule;
@@ -92,6 +92,10 @@ pub struct EndpointStats {
     /// Datagrams `poll_transmit_gather` gave in two pieces, the large DATA
     /// payload not copied (spec §7.2).
     pub datagrams_gathered: u64,
+    /// Of those, datagrams whose payload's checksum was not computed again:
+    /// a group member's copy of a payload another member already got
+    /// (spec §14.4).
+    pub payload_crcs_reused: u64,
     /// Datagrams dropped because they failed to decode, by cause.
     pub dropped_truncated: u64,
     /// Dropped: bad checksum.
@@ -200,6 +204,9 @@ pub struct Endpoint {
     opened: Vec<u8>,
     stats: EndpointStats,
     groups: Groups,
+    /// Checksums of payloads a group sends to each of its members, computed
+    /// once (spec §14.4).
+    payload_crcs: Box<PayloadCrcs>,
     /// As a client: the latest token of each server (spec §6.9).
     tokens: peers::PeerMap<crate::wire::Token>,
     /// Each peer's round trip as finished connections left it (spec §5.4.1).
@@ -234,6 +241,7 @@ impl Endpoint {
             opened: Vec::new(),
             stats: EndpointStats::default(),
             groups: Groups::default(),
+            payload_crcs: Box::default(),
             tokens,
             rtts,
             spares: Vec::new(),
@@ -432,6 +440,8 @@ impl Endpoint {
         buf: &mut Vec<u8>,
         gather: bool,
     ) -> Option<(Transmit, Option<Bytes>)> {
+        // A group's members share their payloads' checksums (spec §14.4).
+        self.payload_crcs.set_members(self.groups.member_count());
         if let Some((to, bytes)) = self.listener.poll_response() {
             let size = bytes.len();
             room(buf, size);
@@ -452,7 +462,8 @@ impl Endpoint {
                     return Some((Transmit { destination, size, segment_size: None }, None));
                 }
             }
-            let (count, segment, size, tail) = schedule::fill_batch(conn, now, max_datagrams, buf, gather);
+            let crcs = gather.then_some(&mut self.payload_crcs);
+            let (count, segment, size, tail) = schedule::fill_batch(conn, now, max_datagrams, buf, crcs);
             let destination = conn.remote();
             if count > 0 {
                 // It may have more: back of the queue, round-robin between connections.
@@ -462,6 +473,7 @@ impl Endpoint {
             self.run_groups(now);
             if count > 0 {
                 self.stats.datagrams_gathered += u64::from(tail.is_some());
+                self.stats.payload_crcs_reused = self.payload_crcs.hits;
                 return Some((Transmit { destination, size, segment_size: (count > 1).then_some(segment) }, tail));
             }
         }

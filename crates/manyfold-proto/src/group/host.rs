@@ -82,6 +82,11 @@ impl Groups {
         }
     }
 
+    /// Connections that are some group's members.
+    pub fn member_count(&self) -> usize {
+        self.member_of.len()
+    }
+
     pub fn get(&self, g: GroupHandle) -> Option<&Group> {
         self.table.get(&g.0)
     }

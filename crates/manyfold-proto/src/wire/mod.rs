@@ -10,6 +10,7 @@
 //! front, against the datagram; no accessor can panic on untrusted input.
 
 pub mod chunk;
+mod crc;
 mod header;
 // The multicast packets' items are not all documented yet (see lib.rs).
 #[allow(missing_docs)]
@@ -17,6 +18,7 @@ pub mod mcast;
 mod path;
 mod payload;
 
+pub(crate) use crc::PayloadCrcs;
 pub use header::{seal, seal_gathered, Flags, Header, PacketType, HEADER_LEN, VERSION};
 pub use path::{PathKind, PathPacket, PATH_PACKET_LEN};
 pub use payload::{

@@ -2,7 +2,8 @@
 //! packet's parsed form, [`Packet`].
 
 use super::header::{seal_gathered, Flags, Header, PacketType, HEADER_LEN};
-use super::DecodeError;
+use super::{DecodeError, PayloadCrcs};
+use bytes::Bytes;
 
 /// At most this many SACK ranges in one packet (spec §3.3.1).
 pub const MAX_SACK_RANGES: usize = 16;
@@ -419,19 +420,22 @@ impl<'a> Packet<'a> {
     /// Like [`Packet::emit`], with `data_len` bytes of data (in place of
     /// `self.data`) written by `write_data` into the slice it is given.
     pub fn emit_with(&self, out: &mut [u8], data_len: usize, write_data: impl FnOnce(&mut [u8])) -> usize {
-        self.emit_gathered(out, data_len, &[], write_data)
+        self.emit_gathered(out, data_len, &Bytes::new(), None, write_data)
     }
 
     /// Like [`Packet::emit_with`] for a datagram sent as two pieces: `out`
     /// gets all but its last `tail.len()` bytes, which are `tail` (the
     /// payload of its last DATA chunk, not copied; spec §3.2, §7.2).
-    /// `write_data` writes the data area less `tail`. The CRC covers both.
-    /// Returns the whole datagram's length.
-    pub fn emit_gathered(
+    /// `write_data` writes the data area less `tail`. The CRC covers both;
+    /// with `crcs`, `tail`'s part of it may come from that memo (a group's
+    /// members get the same payloads, spec §14.4). Returns the whole
+    /// datagram's length.
+    pub(crate) fn emit_gathered(
         &self,
         out: &mut [u8],
         data_len: usize,
-        tail: &[u8],
+        tail: &Bytes,
+        crcs: Option<&mut PayloadCrcs>,
         write_data: impl FnOnce(&mut [u8]),
     ) -> usize {
         let total = HEADER_LEN + self.sections_len() + data_len;
@@ -477,7 +481,10 @@ impl<'a> Packet<'a> {
             at += 2;
         }
         write_data(&mut out[at..]);
-        seal_gathered(out, tail);
+        match crcs {
+            Some(memo) if !tail.is_empty() => memo.seal(out, tail),
+            _ => seal_gathered(out, tail),
+        }
         total
     }
 
