@@ -341,14 +341,16 @@ fn large_group_messages_go_in_two_pieces_and_arrive_intact_under_loss() {
 /// spec §14.4: on like paths the members' datagrams end with the same
 /// slices of the shared messages, and a slice's checksum is computed for
 /// the first member only. Messages written while some members' buffers
-/// ran dry cut them at other places, so not every copy matches: at 1%
-/// loss over a third do (none without the memo).
+/// ran dry cut them at other places, and the memo empties whenever the
+/// group lets go of a message, so not every copy matches: at 1% loss over
+/// a fifth do (none without the memo; in the 16-peer loopback fan-out the
+/// CRC fell from 21% to 7.5% of the sender's CPU).
 #[test]
 fn a_group_computes_a_payload_checksum_once_for_members_on_like_paths() {
     let seed = 5102;
     let links: Vec<LinkConfig> = (0..4).map(|_| lossy(10, 0.01).mtu(65_507)).collect();
     let (gathered, reused) = large_messages_to_four(seed, &links);
-    assert!(reused * 3 >= gathered, "{reused} of {gathered} payload checksums reused (seed {seed})");
+    assert!(reused * 5 >= gathered, "{reused} of {gathered} payload checksums reused (seed {seed})");
 }
 
 /// 60 messages of 200-300 KB to four peers over `links`, each checked on

@@ -441,7 +441,7 @@ impl Endpoint {
         gather: bool,
     ) -> Option<(Transmit, Option<Bytes>)> {
         // A group's members share their payloads' checksums (spec §14.4).
-        self.payload_crcs.set_members(self.groups.member_count());
+        self.payload_crcs.fit(self.groups.member_count(), self.groups.releases());
         if let Some((to, bytes)) = self.listener.poll_response() {
             let size = bytes.len();
             room(buf, size);

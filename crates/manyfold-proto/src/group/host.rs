@@ -67,6 +67,10 @@ pub(crate) struct Groups {
     /// Member connections' events, for their group to take ([`settle`]).
     inbox: VecDeque<(u32, ConnHandle, Event)>,
     events: VecDeque<(GroupHandle, GroupEvent)>,
+    /// Times a group let go of messages (done with them, or released):
+    /// the endpoint's memo of payload checksums then lets go of its copies
+    /// (spec §14.4), so that it never keeps a message alive.
+    releases: u64,
 }
 
 impl Groups {
@@ -85,6 +89,11 @@ impl Groups {
     /// Connections that are some group's members.
     pub fn member_count(&self) -> usize {
         self.member_of.len()
+    }
+
+    /// Times a group let go of messages, so far.
+    pub fn releases(&self) -> u64 {
+        self.releases
     }
 
     pub fn get(&self, g: GroupHandle) -> Option<&Group> {
@@ -125,7 +134,12 @@ impl Groups {
 /// passed on. `None` when there is no such group.
 fn run<M: Members, R>(m: &mut M, id: u32, f: impl FnOnce(&mut M, &mut Group) -> R) -> Option<R> {
     let mut group = m.groups().table.remove(&id)?;
+    let done = |g: &Group| g.stats.messages_delivered + g.stats.messages_undeliverable;
+    let before = done(&group);
     let r = f(m, &mut group);
+    if done(&group) != before {
+        m.groups().releases += 1;
+    }
     m.groups().put_back(id, group);
     Some(r)
 }
@@ -380,6 +394,7 @@ pub(crate) fn close<M: Members>(m: &mut M, g: GroupHandle, now: Instant, code: O
 /// Forgets the group; its connections are freed once closed.
 pub(crate) fn release<M: Members>(m: &mut M, g: GroupHandle) {
     let Some(group) = m.groups().table.remove(&g.0) else { return };
+    m.groups().releases += 1;
     for p in &group.peers {
         m.groups().member_of.remove(&p.conn);
         m.release(p.conn);

@@ -66,8 +66,11 @@ fn shift_for(len: usize) -> u32 {
 /// An entry holds its payload (a `Bytes` slice of the shared message), so
 /// its address cannot be freed and reused for other bytes while the entry
 /// lives: address and length name the bytes exactly. Entries go after
-/// `uses` lookups (each member's send of them) or, oldest first, past
-/// `limit` entries; `limit` 0 turns the memo off (no group members: every
+/// `uses` lookups (each member's send of them), oldest first past `limit`
+/// entries, and all at once whenever a group lets go of a message: the
+/// memo never keeps a message alive longer than the group does (entries
+/// a member never used, cut elsewhere, had held up to 30 MiB at 64
+/// members). `limit` 0 turns the memo off (no group members: every
 /// payload goes once).
 #[derive(Debug, Default)]
 pub(crate) struct PayloadCrcs {
@@ -78,6 +81,8 @@ pub(crate) struct PayloadCrcs {
     /// The last length's shift, `(len, x^(8·len))`: payloads are nearly
     /// all of one size.
     shift: (usize, u32),
+    /// The groups' release count when last fitted.
+    releases: u64,
     /// Lookups answered from the memo.
     pub hits: u64,
 }
@@ -90,12 +95,18 @@ struct Known {
 }
 
 impl PayloadCrcs {
-    /// Sizes the memo for `members` peers that get the same payloads: an
-    /// entry serves `members` sends, at most `16 × members` (up to 1,024)
-    /// entries live: members a few round trips apart still share.
-    pub fn set_members(&mut self, members: usize) {
-        self.limit = if members > 1 { (16 * members).min(1024) } else { 0 };
+    /// Sizes the memo for `members` peers that get the same payloads (an
+    /// entry serves `members` sends; at most `2 × members`, up to 256,
+    /// live), and empties it if the groups let go of messages since
+    /// (`releases` moved on).
+    pub fn fit(&mut self, members: usize, releases: u64) {
+        self.limit = if members > 1 { (2 * members).min(256) } else { 0 };
         self.uses = u32::try_from(members).unwrap_or(u32::MAX);
+        if releases != self.releases {
+            self.releases = releases;
+            self.known.clear();
+            self.order.clear();
+        }
         while self.known.len() > self.limit {
             self.evict_oldest();
         }
@@ -193,7 +204,7 @@ mod tests {
     #[test]
     fn a_payload_checksum_is_computed_once_per_group_and_dropped_after_every_member_used_it() {
         let mut memo = PayloadCrcs::default();
-        memo.set_members(3);
+        memo.fit(3, 0);
         let message = Bytes::from(bytes(100_000, 9));
         let a = message.slice(0..40_000);
         let b = message.slice(40_000..80_000);
@@ -212,14 +223,19 @@ mod tests {
     #[test]
     fn the_memo_holds_at_most_its_limit_and_nothing_without_a_group() {
         let mut memo = PayloadCrcs::default();
-        memo.set_members(4);
+        memo.fit(4, 0);
         let message = Bytes::from(bytes(100 * 1000, 3));
         for i in 0..100 {
             let p = message.slice(i * 1000..(i + 1) * 1000);
             assert_eq!(memo.crc_of(&p), crc32c::crc32c(&p));
-            assert!(memo.len() <= 64);
+            assert!(memo.len() <= 8);
         }
-        memo.set_members(1);
+        memo.fit(4, 1);
+        assert!(memo.is_empty(), "a group let go of messages: so does the memo");
+        let p = message.slice(0..1000);
+        memo.crc_of(&p);
+        assert_eq!(memo.len(), 1);
+        memo.fit(1, 1);
         assert!(memo.is_empty());
         let p = message.slice(0..1000);
         assert_eq!(memo.crc_of(&p), crc32c::crc32c(&p));
