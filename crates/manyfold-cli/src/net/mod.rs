@@ -18,7 +18,7 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use clap::Args;
 
-pub use manyfold::{Config, Connection, Endpoint, FaultConfig, SendHalf};
+pub use manyfold::{Config, Connection, Endpoint, FaultConfig, RecvHalf, SendHalf};
 
 /// Flags shared by the networking subcommands.
 #[derive(Args, Debug, Clone)]

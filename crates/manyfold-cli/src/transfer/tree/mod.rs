@@ -57,6 +57,13 @@
 //! write failure, a hash mismatch), and the sender, which reads while it
 //! sends, stops at once.
 //!
+//! The receiver closes the connection right after its last answer; the
+//! sender closes only once that FIN came (the list's framing, not a FIN,
+//! ends the data). The side that closes first lingers in TIME-WAIT before
+//! its process may exit (spec §4.8: four RTOs, at least 250 ms); this way
+//! that is the receiver, and `manyfold send` exits one round trip after
+//! the verdict, as a TCP sender does.
+//!
 //! The receiver makes each directory as it comes (its mode and mtime are
 //! set last, deepest first, so a read-only directory can still be
 //! filled), each link under a temporary name then renamed, and each file
