@@ -72,6 +72,14 @@ impl Running {
         }
     }
 
+    /// [`Running::wait`] with `grace` counted from now, not from the
+    /// child's start: for a child that outlives another by a bounded time
+    /// (a receiver that closes last, after a sender of any length).
+    pub fn wait_more(self, grace: Duration) -> Result<Usage> {
+        let limit = self.started.elapsed() + grace;
+        self.wait(limit)
+    }
+
     pub fn kill(mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
