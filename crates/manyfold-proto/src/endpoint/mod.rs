@@ -205,8 +205,8 @@ pub struct Endpoint {
     stats: EndpointStats,
     groups: Groups,
     /// Checksums of payloads a group sends to each of its members, computed
-    /// once (spec §14.4).
-    payload_crcs: Box<PayloadCrcs>,
+    /// once (spec §14.4); `None` only while lent to a connection.
+    payload_crcs: Option<Box<PayloadCrcs>>,
     /// As a client: the latest token of each server (spec §6.9).
     tokens: peers::PeerMap<crate::wire::Token>,
     /// Each peer's round trip as finished connections left it (spec §5.4.1).
@@ -241,7 +241,7 @@ impl Endpoint {
             opened: Vec::new(),
             stats: EndpointStats::default(),
             groups: Groups::default(),
-            payload_crcs: Box::default(),
+            payload_crcs: Some(Box::default()),
             tokens,
             rtts,
             spares: Vec::new(),
@@ -441,7 +441,9 @@ impl Endpoint {
         gather: bool,
     ) -> Option<(Transmit, Option<Bytes>)> {
         // A group's members share their payloads' checksums (spec §14.4).
-        self.payload_crcs.fit(self.groups.member_count(), self.groups.releases());
+        if let Some(memo) = self.payload_crcs.as_mut() {
+            memo.fit(self.groups.member_count(), self.groups.releases());
+        }
         if let Some((to, bytes)) = self.listener.poll_response() {
             let size = bytes.len();
             room(buf, size);
@@ -462,8 +464,13 @@ impl Endpoint {
                     return Some((Transmit { destination, size, segment_size: None }, None));
                 }
             }
-            let crcs = gather.then_some(&mut self.payload_crcs);
-            let (count, segment, size, tail) = schedule::fill_batch(conn, now, max_datagrams, buf, crcs);
+            // Lent to the connection for a gathered datagram (taken, so
+            // that a datagram sent whole takes nothing).
+            let mut lent = if gather { self.payload_crcs.take() } else { None };
+            let (count, segment, size, tail) = schedule::fill_batch(conn, now, max_datagrams, buf, &mut lent);
+            if lent.is_some() {
+                self.payload_crcs = lent;
+            }
             let destination = conn.remote();
             if count > 0 {
                 // It may have more: back of the queue, round-robin between connections.
@@ -473,7 +480,7 @@ impl Endpoint {
             self.run_groups(now);
             if count > 0 {
                 self.stats.datagrams_gathered += u64::from(tail.is_some());
-                self.stats.payload_crcs_reused = self.payload_crcs.hits;
+                self.stats.payload_crcs_reused = self.payload_crcs.as_ref().map_or(0, |m| m.hits);
                 return Some((Transmit { destination, size, segment_size: (count > 1).then_some(segment) }, tail));
             }
         }

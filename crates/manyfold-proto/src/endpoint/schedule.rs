@@ -90,8 +90,8 @@ pub const MAX_BATCH_BYTES: usize = 65_000;
 /// Writes up to `max_datagrams` of `conn`'s datagrams at the start of
 /// `buf` (scratch, grown as needed, never shrunk or zeroed again). Returns
 /// how many, the size of each but the last, the bytes of the datagrams,
-/// and with `crcs` (the endpoint's memo of payload checksums, lent to the
-/// connection) the payload left out of a lone first datagram (spec §7.2:
+/// and with `crcs` (the endpoint's memo of payload checksums, moved to the
+/// connection and back: no copy, no allocation) the payload left out of a lone first datagram (spec §7.2:
 /// the buffer then holds all of it but that payload).
 ///
 /// spec §2: a batch is datagrams of one size (the first one's), the last
@@ -103,7 +103,7 @@ pub(super) fn fill_batch(
     now: Instant,
     max_datagrams: usize,
     buf: &mut Vec<u8>,
-    mut crcs: Option<&mut Box<PayloadCrcs>>,
+    crcs: &mut Option<Box<PayloadCrcs>>,
 ) -> (usize, usize, usize, Option<Bytes>) {
     let mut count = 0;
     let mut len = 0;
@@ -114,12 +114,12 @@ pub(super) fn fill_batch(
             break;
         }
         super::room(buf, len + segment);
-        if let (Some(memo), 0) = (crcs.as_deref_mut(), count) {
-            conn.set_gather(Some(std::mem::take(memo)));
+        if count == 0 {
+            conn.set_gather(crcs.take());
         }
         let sent = conn.poll_transmit(now, &mut buf[len..len + segment]);
-        if let (Some(memo), Some(lent)) = (crcs.as_deref_mut(), conn.end_gather()) {
-            *memo = lent;
+        if let Some(lent) = conn.end_gather() {
+            *crcs = Some(lent);
         }
         let Some(n) = sent else { break };
         len += n;
@@ -181,11 +181,11 @@ mod tests {
         let mut conn = client(now, 1, 7);
         let mut buf = Vec::new();
         // A client in SYN-SENT has one SYN to send, then nothing.
-        let (count, segment, len, _) = fill_batch(&mut conn, now, 8, &mut buf, None);
+        let (count, segment, len, _) = fill_batch(&mut conn, now, 8, &mut buf, &mut None);
         assert_eq!(count, 1);
         assert!(segment > 0 && segment == len, "one SYN of {segment} bytes, {len} written");
         let syn = buf[..len].to_vec();
-        let (count, _, len_after, _) = fill_batch(&mut conn, now, 8, &mut buf, None);
+        let (count, _, len_after, _) = fill_batch(&mut conn, now, 8, &mut buf, &mut None);
         assert_eq!((count, len_after), (0, 0), "nothing more");
         assert_eq!(buf[..len], syn[..], "a declined datagram leaves the buffer as it was");
     }
