@@ -122,6 +122,35 @@ struct Sockets {
     group: UdpIo,
 }
 
+/// Which side of a session opens the sockets: a sender's group socket
+/// takes only the receivers' feedback (spec §16.4).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Side {
+    Sender,
+    Receiver,
+}
+
+/// A socket filter (classic BPF) that drops DATA and PARITY packets in the
+/// kernel: a sender's group socket gets its own multicast back
+/// (`IP_MULTICAST_LOOP`, on so that receivers on the sender's host get
+/// the data), 8,000 datagrams a second at 100 Mbit/s that it would copy
+/// out, check and throw away (RESULTS §36). A UDP socket's filter sees the
+/// UDP header at offset 0, so the packet type is the low nibble of byte 8
+/// (spec §3.1). Sealed packets (spec §19.7) hide their type and pass.
+fn feedback_only(sock: &Socket) -> io::Result<()> {
+    const UDP_HEADER: u32 = 8;
+    let op = |code: u32, jt: u8, jf: u8, k: u32| libc::sock_filter { code: code as u16, jt, jf, k };
+    let program = [
+        op(libc::BPF_LD | libc::BPF_B | libc::BPF_ABS, 0, 0, UDP_HEADER),
+        op(libc::BPF_ALU | libc::BPF_AND | libc::BPF_K, 0, 0, 0x0f),
+        op(libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K, 2, 0, PacketType::McData as u32),
+        op(libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K, 1, 0, PacketType::McParity as u32),
+        op(libc::BPF_RET | libc::BPF_K, 0, 0, u32::MAX),
+        op(libc::BPF_RET | libc::BPF_K, 0, 0, 0),
+    ];
+    sock.attach_filter(&program)
+}
+
 /// Sends one datagram, or a GSO batch of `seg`-byte datagrams (the last may
 /// be shorter), waiting for room in the socket. A batch the kernel refuses
 /// goes again one datagram at a time.
@@ -311,7 +340,7 @@ impl Coalescer {
     }
 }
 
-fn open(net: &McastNet) -> io::Result<Sockets> {
+fn open(net: &McastNet, side: Side) -> io::Result<Sockets> {
     net.check()?;
     let ctx = |what: &str, e: io::Error| io::Error::new(e.kind(), format!("{what}: {e}"));
     let index = net.iface.as_deref().map(ifindex).transpose()?;
@@ -359,6 +388,9 @@ fn open(net: &McastNet) -> io::Result<Sockets> {
             grp.bind(&net.group.into()).map_err(|e| ctx(&format!("cannot bind the group {}", net.group), e))?;
             grp.join_multicast_v6(g.ip(), index.unwrap_or(0)).map_err(join_err)?;
         }
+    }
+    if side == Side::Sender {
+        feedback_only(&grp).map_err(|e| ctx("cannot filter the group socket", e))?;
     }
     grp.set_nonblocking(true)?;
     let grp: std::net::UdpSocket = grp.into();
@@ -573,7 +605,7 @@ pub async fn send_admitting(
     let mut aborted = false;
     let mut cfg = cfg;
     crate::endpoint::prepare_security(cfg.security.as_ref(), &mut cfg.crypto_seed)?;
-    let socks = open(net)?;
+    let socks = open(net, Side::Sender)?;
     let start = Instant::now();
     let group = net.group;
     let mut s = McastSender::new(cfg, group, info, start);
@@ -923,7 +955,7 @@ async fn receive_inner(
     let mut aborted: Option<ErrorCode> = None;
     let mut cfg = cfg;
     crate::endpoint::prepare_security(cfg.security.as_ref(), &mut cfg.crypto_seed)?;
-    let socks = open(net)?;
+    let socks = open(net, Side::Receiver)?;
     let start = Instant::now();
     let mut r = McastReceiver::new(cfg, net.group);
     let mut buf = vec![0u8; 65_536];
@@ -1089,5 +1121,57 @@ async fn receive_inner(
                 sink_error.get_or_insert(e);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The sender's group socket filter lets feedback through and drops
+    /// DATA and PARITY in the kernel (its own multicast looped back).
+    #[test]
+    fn a_senders_group_socket_takes_feedback_and_not_data_or_parity() {
+        let sock = Socket::new(Domain::IPV4, Type::DGRAM, Some(Protocol::UDP)).expect("socket");
+        sock.bind(&SocketAddr::from((Ipv4Addr::LOCALHOST, 0)).into()).expect("bind");
+        feedback_only(&sock).expect("attach the filter");
+        let sock: std::net::UdpSocket = sock.into();
+        sock.set_nonblocking(true).expect("nonblocking");
+        let to = sock.local_addr().expect("local addr");
+        let peer = std::net::UdpSocket::bind("127.0.0.1:0").expect("bind peer");
+        let packet = |t: PacketType, tag: u8| {
+            let mut p = vec![tag; 64];
+            p[0] = (1 << 4) | t as u8;
+            p
+        };
+        let sent = [
+            packet(PacketType::McData, 1),
+            packet(PacketType::McAck, 2),
+            packet(PacketType::McParity, 3),
+            packet(PacketType::McNack, 4),
+            packet(PacketType::McData, 5),
+            packet(PacketType::McStatus, 6),
+            packet(PacketType::McSealed, 7),
+        ];
+        for p in &sent {
+            peer.send_to(p, to).expect("send");
+        }
+        // Loopback delivers on send; what was kept is queued by now.
+        let mut got = Vec::new();
+        let mut buf = [0u8; 128];
+        let deadline = Instant::now() + Duration::from_secs(2);
+        while got.len() < 4 && Instant::now() < deadline {
+            match sock.recv(&mut buf) {
+                Ok(n) => got.push(buf[..n].to_vec()),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => std::thread::sleep(Duration::from_millis(5)),
+                Err(e) => panic!("receive failed: {e}"),
+            }
+        }
+        std::thread::sleep(Duration::from_millis(50));
+        if let Ok(n) = sock.recv(&mut buf) {
+            got.push(buf[..n].to_vec());
+        }
+        let tags: Vec<u8> = got.iter().map(|p| p[1]).collect();
+        assert_eq!(tags, [2, 4, 6, 7], "ACK, NACK, STATUS and a sealed packet pass; DATA and PARITY do not");
     }
 }

@@ -390,7 +390,13 @@ impl McastSender {
 
     /// Takes one datagram from a receiver (REGISTER, ACK, NACK, REPAIR, STATUS); malformed ones are dropped and counted.
     pub fn handle_datagram(&mut self, now: Instant, from: SocketAddr, data: &[u8]) {
-        if data.first().is_none_or(|b| b & 0x0f != PacketType::McSealed as u8) {
+        let ptype = data.first().map(|b| b & 0x0f);
+        if ptype == Some(PacketType::McData as u8) || ptype == Some(PacketType::McParity as u8) {
+            // Our own multicast looped back, or another sender's: not
+            // parsed (its checksum is not worth checking).
+            return;
+        }
+        if ptype != Some(PacketType::McSealed as u8) {
             return self.on_packet(now, from, data, None);
         }
         self.on_sealed(now, from, data);
