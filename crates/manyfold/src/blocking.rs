@@ -530,6 +530,17 @@ impl Stream {
         }
         block_within(self.read_timeout, async { self.conn.read_chunk(max).await.map_err(io::Error::from) })
     }
+
+    /// Reads a batch of chunks into the front of `bufs`, as the async
+    /// [`Connection::read_chunks`] does (the bulk reader's call: no copy,
+    /// one lock per batch); how many were filled, `None` at the end of the
+    /// peer's stream. Blocks at most the read timeout (then `WouldBlock`).
+    pub fn read_chunks(&mut self, bufs: &mut [bytes::Bytes]) -> io::Result<Option<usize>> {
+        if self.read_shut {
+            return Ok(None);
+        }
+        block_within(self.read_timeout, async { self.conn.read_chunks(bufs).await.map_err(io::Error::from) })
+    }
 }
 
 impl Read for Stream {

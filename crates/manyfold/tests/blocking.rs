@@ -59,6 +59,8 @@ fn blocking_echo_client_and_server() {
         assert_eq!(c.read_chunk(1).expect("a chunk").as_deref(), Some(&b"!"[..]));
         assert_eq!(c.read_chunk(1).expect("a chunk").as_deref(), Some(&b"?"[..]));
         c.close().expect("client close");
+        let mut bufs = vec![bytes::Bytes::new(); 4];
+        assert_eq!(c.read_chunks(&mut bufs).expect("the end"), None, "end of stream after the server closed");
         assert_eq!(c.read_chunk(16).expect("the end"), None, "end of stream after the server closed");
         let mut buf = [0u8; 16];
         assert_eq!(c.receive(&mut buf).unwrap(), 0, "end of stream after the server closed");

@@ -447,6 +447,53 @@ async fn bytes_read_as_chunks_arrive_whole_and_mostly_uncopied() {
     .expect("test timed out");
 }
 
+/// `read_chunks` takes a batch of chunks per call (spec §7.2): 16 MiB on
+/// stream 0 and 4 MiB on an opened stream, read into 32 slots at a time,
+/// arrive whole and end with `None`; on loopback's 64 KiB datagrams most
+/// bytes are slices of the datagrams they came in, and calls hold more
+/// than one chunk.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bytes_read_as_batches_of_chunks_arrive_whole_and_mostly_uncopied() {
+    timeout(TEST_TIMEOUT, async {
+        let (server, client) = pair(config(), config()).await;
+        let server_addr = server.local_addr().unwrap();
+        let data = bytes::Bytes::from(payload(8, 16 << 20));
+        let expect = (data.len(), blake3::hash(&data));
+        let srv = tokio::spawn(async move {
+            let mut conn = server.accept().await.expect("a connection");
+            let mut other = conn.accept_stream().await.expect("no error").expect("a stream");
+            let mut bufs = vec![bytes::Bytes::new(); 32];
+            let (mut on_other, mut on_zero, mut calls) = (Vec::new(), Vec::new(), 0);
+            while let Some(n) = other.read_chunks(&mut bufs).await.expect("read the opened stream") {
+                assert!(n > 0, "a batch holds a chunk");
+                on_other.extend_from_slice(&bufs[..n]);
+            }
+            while let Some(n) = conn.read_chunks(&mut bufs).await.expect("read stream 0") {
+                calls += 1;
+                on_zero.extend_from_slice(&bufs[..n]);
+            }
+            assert_eq!(conn.read_chunks(&mut bufs).await.expect("after the end"), None, "the end stays the end");
+            let stats = conn.stats();
+            (length_and_hash(&on_zero), length_and_hash(&on_other), on_zero.len(), calls, stats, server)
+        });
+        let mut conn = client.connect(server_addr).await.expect("connect");
+        let mut other = conn.open_stream().expect("open a stream");
+        other.write_chunk(data.slice(..4 << 20)).await.expect("write_chunk on the stream");
+        other.shutdown().await.expect("finish the stream");
+        conn.write_chunk(data.clone()).await.expect("write_chunk");
+        conn.close().await.expect("close");
+        let (on_zero, on_other, chunks, calls, stats, server) = srv.await.unwrap();
+        assert_eq!(on_zero, expect, "stream 0");
+        assert_eq!(on_other, (4 << 20, blake3::hash(&data[..4 << 20])), "the opened stream");
+        assert!(stats.bytes_kept * 2 > stats.bytes_received, "{stats:?}");
+        assert!(chunks > calls, "{chunks} chunks in {calls} calls: no call took more than one");
+        server.shutdown().await;
+        client.shutdown().await;
+    })
+    .await
+    .expect("test timed out");
+}
+
 /// The total length and hash of chunks read with `read_chunk(1 MiB)`, each
 /// checked to be neither empty nor longer than asked.
 fn length_and_hash(chunks: &[bytes::Bytes]) -> (usize, blake3::Hash) {

@@ -192,7 +192,9 @@ pub fn recv(listen: SocketAddr, opts: &MfOpts, len: u64, hash: &str) -> Result<(
         // worth at a time would: `read_chunk` hands over at most one
         // datagram's payload per call, and its per-call cost (a lock, an
         // engine call) made this receiver 20% slower (0.55 against 0.45 s
-        // of CPU per GB).
+        // of CPU per GB). `read_chunks` (32 chunks a call, uncopied) took
+        // as much CPU as this: the copy it saves moved into the hash,
+        // which then reads the datagrams' memory cold (RESULTS §40).
         let mut buf = vec![0u8; CHUNK];
         loop {
             let n = conn.read(&mut buf).await?;
