@@ -411,40 +411,18 @@ async fn bytes_written_as_chunks_arrive_whole_under_loss() {
 /// most of them are slices of the datagrams they came in, never copied.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bytes_read_as_chunks_arrive_whole_and_mostly_uncopied() {
-    timeout(TEST_TIMEOUT, async {
-        let (server, client) = pair(config(), config()).await;
-        let server_addr = server.local_addr().unwrap();
-        let data = bytes::Bytes::from(payload(7, 16 << 20));
-        let expect = (data.len(), blake3::hash(&data));
-        let srv = tokio::spawn(async move {
-            let mut conn = server.accept().await.expect("a connection");
-            let mut other = conn.accept_stream().await.expect("no error").expect("a stream");
-            let mut on_other = Vec::new();
-            while let Some(chunk) = other.read_chunk(1 << 20).await.expect("read the opened stream") {
-                on_other.push(chunk);
-            }
-            let mut on_zero = Vec::new();
-            while let Some(chunk) = conn.read_chunk(1 << 20).await.expect("read stream 0") {
-                on_zero.push(chunk);
-            }
-            let stats = conn.stats();
-            (length_and_hash(&on_zero), length_and_hash(&on_other), stats, server)
-        });
-        let mut conn = client.connect(server_addr).await.expect("connect");
-        let mut other = conn.open_stream().expect("open a stream");
-        other.write_chunk(data.slice(..4 << 20)).await.expect("write_chunk on the stream");
-        other.shutdown().await.expect("finish the stream");
-        conn.write_chunk(data.clone()).await.expect("write_chunk");
-        conn.close().await.expect("close");
-        let (on_zero, on_other, stats, server) = srv.await.unwrap();
-        assert_eq!(on_zero, expect, "stream 0");
-        assert_eq!(on_other, (4 << 20, blake3::hash(&data[..4 << 20])), "the opened stream");
-        assert!(stats.bytes_kept * 2 > stats.bytes_received, "{stats:?}");
-        server.shutdown().await;
-        client.shutdown().await;
+    chunks_on_two_streams(7, |mut conn, mut other| async move {
+        let mut on_other = Vec::new();
+        while let Some(chunk) = other.read_chunk(1 << 20).await.expect("read the opened stream") {
+            on_other.push(chunk);
+        }
+        let mut on_zero = Vec::new();
+        while let Some(chunk) = conn.read_chunk(1 << 20).await.expect("read stream 0") {
+            on_zero.push(chunk);
+        }
+        (on_zero, on_other, conn.stats())
     })
-    .await
-    .expect("test timed out");
+    .await;
 }
 
 /// `read_chunks` takes a batch of chunks per call (spec §7.2): 16 MiB on
@@ -455,27 +433,42 @@ async fn bytes_read_as_chunks_arrive_whole_and_mostly_uncopied() {
 /// receive call's worth of datagrams at once).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bytes_read_as_batches_of_chunks_arrive_whole_and_mostly_uncopied() {
+    chunks_on_two_streams(8, |mut conn, mut other| async move {
+        let mut bufs = vec![bytes::Bytes::new(); 32];
+        let (mut on_other, mut on_zero, mut largest) = (Vec::new(), Vec::new(), 0);
+        while let Some(n) = other.read_chunks(&mut bufs).await.expect("read the opened stream") {
+            assert!(n > 0, "a batch holds a chunk");
+            on_other.extend_from_slice(&bufs[..n]);
+        }
+        while let Some(n) = conn.read_chunks(&mut bufs).await.expect("read stream 0") {
+            largest = largest.max(n);
+            on_zero.extend_from_slice(&bufs[..n]);
+        }
+        assert_eq!(conn.read_chunks(&mut bufs).await.expect("after the end"), None, "the end stays the end");
+        assert!(largest > 1, "no call took more than one chunk");
+        (on_zero, on_other, conn.stats())
+    })
+    .await;
+}
+
+/// A client writes 4 MiB (payload `seed`) on an opened stream, then the
+/// whole 16 MiB on stream 0, as uncopied chunks; `read` takes the server's
+/// connection and that stream and returns the chunks read from stream 0,
+/// from the opened stream, and the connection's stats. Both arrive whole,
+/// and most bytes were kept as slices of their datagrams, not copied.
+async fn chunks_on_two_streams<F, Fut>(seed: u64, read: F)
+where
+    F: FnOnce(manyfold::Connection, manyfold::StreamIo) -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = (Vec<bytes::Bytes>, Vec<bytes::Bytes>, manyfold::ConnStats)> + Send,
+{
     timeout(TEST_TIMEOUT, async {
         let (server, client) = pair(config(), config()).await;
         let server_addr = server.local_addr().unwrap();
-        let data = bytes::Bytes::from(payload(8, 16 << 20));
-        let expect = (data.len(), blake3::hash(&data));
+        let data = bytes::Bytes::from(payload(seed, 16 << 20));
         let srv = tokio::spawn(async move {
-            let mut conn = server.accept().await.expect("a connection");
-            let mut other = conn.accept_stream().await.expect("no error").expect("a stream");
-            let mut bufs = vec![bytes::Bytes::new(); 32];
-            let (mut on_other, mut on_zero, mut largest) = (Vec::new(), Vec::new(), 0);
-            while let Some(n) = other.read_chunks(&mut bufs).await.expect("read the opened stream") {
-                assert!(n > 0, "a batch holds a chunk");
-                on_other.extend_from_slice(&bufs[..n]);
-            }
-            while let Some(n) = conn.read_chunks(&mut bufs).await.expect("read stream 0") {
-                largest = largest.max(n);
-                on_zero.extend_from_slice(&bufs[..n]);
-            }
-            assert_eq!(conn.read_chunks(&mut bufs).await.expect("after the end"), None, "the end stays the end");
-            let stats = conn.stats();
-            (length_and_hash(&on_zero), length_and_hash(&on_other), largest, stats, server)
+            let conn = server.accept().await.expect("a connection");
+            let other = conn.accept_stream().await.expect("no error").expect("a stream");
+            (read(conn, other).await, server)
         });
         let mut conn = client.connect(server_addr).await.expect("connect");
         let mut other = conn.open_stream().expect("open a stream");
@@ -483,11 +476,10 @@ async fn bytes_read_as_batches_of_chunks_arrive_whole_and_mostly_uncopied() {
         other.shutdown().await.expect("finish the stream");
         conn.write_chunk(data.clone()).await.expect("write_chunk");
         conn.close().await.expect("close");
-        let (on_zero, on_other, largest, stats, server) = srv.await.unwrap();
-        assert_eq!(on_zero, expect, "stream 0");
-        assert_eq!(on_other, (4 << 20, blake3::hash(&data[..4 << 20])), "the opened stream");
+        let ((on_zero, on_other, stats), server) = srv.await.unwrap();
+        assert_eq!(length_and_hash(&on_zero), (data.len(), blake3::hash(&data)), "stream 0");
+        assert_eq!(length_and_hash(&on_other), (4 << 20, blake3::hash(&data[..4 << 20])), "the opened stream");
         assert!(stats.bytes_kept * 2 > stats.bytes_received, "{stats:?}");
-        assert!(largest > 1, "no call took more than one chunk");
         server.shutdown().await;
         client.shutdown().await;
     })
