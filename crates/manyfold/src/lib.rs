@@ -146,7 +146,8 @@
 //! `Runtime::block_on`'s future, which `#[tokio::main]`'s body is: a task
 //! woken by the driver then runs on the same worker, where `block_on`'s
 //! future always runs on another thread (0.91 against 1.08 s for the
-//! gigabyte).
+//! gigabyte; in RESULTS §41, 1,485–1,526 against 1,292–1,345 MB/s). The
+//! `manyfold` command line runs its commands so.
 //!
 //! Public modules: [`config`] (settings, fault model), [`blocking`],
 //! [`mcast`], [`qlog`] (trace files), [`spec`].

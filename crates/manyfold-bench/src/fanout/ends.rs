@@ -39,10 +39,13 @@ pub fn send(kind: Kind, file: &Path, peers_file: &Path, chunk: usize, limit: Dur
     let text = std::fs::read_to_string(peers_file).with_context(|| format!("reading {}", peers_file.display()))?;
     let peers: Vec<SocketAddr> = text.split_whitespace().map(str::parse).collect::<Result<_, _>>()?;
     match kind {
-        Kind::Manyfold => crate::runtime_for(one_thread)?.block_on(async {
-            tokio::time::timeout(limit, send_group(file, &peers, chunk))
-                .await
-                .unwrap_or_else(|_| bail!("the group send did not finish within {limit:?}"))
+        Kind::Manyfold => crate::run_app(crate::runtime_for(one_thread)?, {
+            let file = file.to_path_buf();
+            async move {
+                tokio::time::timeout(limit, send_group(&file, &peers, chunk))
+                    .await
+                    .unwrap_or_else(|_| bail!("the group send did not finish within {limit:?}"))
+            }
         }),
         Kind::Tcp => {
             // Threads cannot be cancelled: each write blocks at most as long
@@ -121,8 +124,9 @@ pub fn recv(
     one_thread: bool,
 ) -> Result<()> {
     let rt = crate::runtime_for(kind == Kind::Manyfold && one_thread)?;
-    rt.block_on(async {
-        tokio::time::timeout(limit, recv_all(kind, n, bytes, hash, ready))
+    let (hash, ready) = (hash.to_string(), ready.to_path_buf());
+    crate::run_app(rt, async move {
+        tokio::time::timeout(limit, recv_all(kind, n, bytes, &hash, &ready))
             .await
             .unwrap_or_else(|_| bail!("the receivers did not all finish within {limit:?}"))
     })

@@ -160,7 +160,10 @@ pub(crate) async fn connect_mf(endpoint: &manyfold::Endpoint, to: SocketAddr) ->
 }
 
 pub fn send(to: SocketAddr, opts: &MfOpts, pattern: &Pattern) -> Result<()> {
-    opts.runtime()?.block_on(async {
+    let (opts, pattern) = (opts.clone(), pattern.clone());
+    crate::run_app(opts.runtime()?, async move {
+        let opts = &opts;
+        let pattern = &pattern;
         let endpoint = manyfold::Endpoint::bind("127.0.0.1:0".parse()?, opts.config()?).await?;
         let mut conn = connect_mf(&endpoint, to).await?;
         check_protection(&conn, opts.encrypt)?;
@@ -182,7 +185,10 @@ pub fn send(to: SocketAddr, opts: &MfOpts, pattern: &Pattern) -> Result<()> {
 }
 
 pub fn recv(listen: SocketAddr, opts: &MfOpts, len: u64, hash: &str) -> Result<()> {
-    opts.runtime()?.block_on(async {
+    let (opts, hash) = (opts.clone(), hash.to_string());
+    crate::run_app(opts.runtime()?, async move {
+        let opts = &opts;
+        let hash = hash.as_str();
         let endpoint = manyfold::Endpoint::bind(listen, opts.config()?).await?;
         endpoint.listen();
         let mut conn = endpoint.accept().await.context("endpoint closed")?;

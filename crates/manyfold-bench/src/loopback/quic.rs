@@ -47,7 +47,8 @@ pub fn recv_tuned(listen: SocketAddr, cert_path: &Path, len: u64, hash: &str, wi
     if let Some(t) = transport(window)? {
         config.transport_config(t);
     }
-    crate::runtime()?.block_on(async {
+    let hash = hash.to_string();
+    crate::run_app(crate::runtime()?, async move {
         let endpoint = quinn::Endpoint::server(config, listen)?;
         let conn = endpoint.accept().await.context("endpoint closed")?.await?;
         let (mut send, mut recv) = conn.accept_bi().await?;
@@ -55,7 +56,7 @@ pub fn recv_tuned(listen: SocketAddr, cert_path: &Path, len: u64, hash: &str, wi
         while let Some(chunk) = recv.read_chunk(CHUNK, true).await? {
             check.update(&chunk.bytes);
         }
-        check.finish(len, hash)?;
+        check.finish(len, &hash)?;
         send.write_all(b"ok").await?;
         send.finish()?;
         // The sender closes once it has read the verdict.
@@ -79,7 +80,8 @@ pub fn send_tuned(to: SocketAddr, cert_path: &Path, pattern: &Pattern, window: O
     if let Some(t) = transport(window)? {
         config.transport_config(t);
     }
-    crate::runtime()?.block_on(async {
+    let pattern = pattern.clone();
+    crate::run_app(crate::runtime()?, async move {
         // The unspecified address of `to`'s family: the kernel picks the
         // source (127.0.0.1 on loopback, the namespace's own address in
         // the wan lab).
@@ -91,7 +93,7 @@ pub fn send_tuned(to: SocketAddr, cert_path: &Path, pattern: &Pattern, window: O
         // Each chunk is handed over without a copy, as manyfold's row does.
         let mut pool = ChunkPool::default();
         for i in 0..pattern.chunks() {
-            send.write_chunk(pool.chunk(pattern, i)).await?;
+            send.write_chunk(pool.chunk(&pattern, i)).await?;
         }
         send.finish()?;
         let reply = recv.read_to_end(16).await.context("waiting for the receiver's verdict")?;

@@ -503,7 +503,7 @@ async fn answers(
 /// message, held once for every receiver.
 struct GroupSink<'a> {
     group: &'a Group,
-    progress: &'a dyn Fn(&Group),
+    progress: &'a (dyn Fn(&Group) + Sync),
     tick: Instant,
 }
 
