@@ -169,6 +169,7 @@ mod inline;
 pub mod mcast;
 mod message;
 mod message_batch;
+mod pool;
 pub mod qlog;
 /// The protocol's specification, docs/spec.md, as shipped: the wire
 /// format and state machines in the numbered sections (§N) that the rest
@@ -206,4 +207,5 @@ pub use manyfold_proto::{
 pub use manyfold_proto::{CongestionAlgorithm, ConnectionConfig, EarlyData, Refusal, RefusalCause};
 pub use message::IntoMessage;
 pub use message_batch::{BatchItem, MessageBatch};
+pub use pool::BufferPool;
 pub use session::{HANDLER_FAILED, REQUEST_TOO_LARGE};

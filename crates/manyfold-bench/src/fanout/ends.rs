@@ -20,7 +20,6 @@ use std::path::Path;
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
-use bytes::Bytes;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::task::JoinSet;
 
@@ -66,6 +65,18 @@ pub fn send(kind: Kind, file: &Path, peers_file: &Path, chunk: usize, limit: Dur
     }
 }
 
+/// Fills `buf` from `f` as far as the file goes; returns the bytes read.
+fn read_full(f: &mut std::fs::File, buf: &mut [u8]) -> std::io::Result<usize> {
+    let mut n = 0;
+    while n < buf.len() {
+        match f.read(&mut buf[n..])? {
+            0 => break,
+            got => n += got,
+        }
+    }
+    Ok(n)
+}
+
 async fn send_group(file: &Path, peers: &[SocketAddr], chunk: usize) -> Result<()> {
     let mut f = std::fs::File::open(file).with_context(|| format!("opening {}", file.display()))?;
     let size = f.metadata()?.len();
@@ -76,15 +87,19 @@ async fn send_group(file: &Path, peers: &[SocketAddr], chunk: usize) -> Result<(
         bail!("{} of {} receivers unreachable: {unreachable:?}", unreachable.len(), peers.len());
     }
     let mut outstanding_peak = 0;
+    // Each message in a buffer used again once every peer acknowledged it.
+    let mut pool = manyfold::BufferPool::new(chunk, crate::loopback::data::POOL_CHUNKS);
     loop {
         // Read from the page cache inside the task: at most `chunk` bytes
         // at a time, a fraction of a millisecond.
-        let mut buf = Vec::with_capacity(chunk);
-        (&mut f).take(chunk as u64).read_to_end(&mut buf)?;
-        if buf.is_empty() {
+        let mut buf = pool.take();
+        buf.resize(chunk, 0);
+        let n = read_full(&mut f, &mut buf)?;
+        if n == 0 {
             break;
         }
-        group.send(Bytes::from(buf)).await?;
+        buf.truncate(n);
+        group.send(pool.keep(buf)).await?;
         // The shared buffer's use after each message: what the sender's
         // memory holds of the file (spec §14.4).
         outstanding_peak = outstanding_peak.max(group.stats().outstanding_bytes);

@@ -71,43 +71,31 @@ impl Pattern {
 }
 
 /// Chunks as `Bytes` for zero-copy writes (`write_chunk`), made in buffers
-/// reused once the transport has released them, as an application that
-/// keeps its own buffers would: a chunk costs the same one pass over warm
-/// memory that `Pattern::fill` costs the rows that copy, not a fresh
-/// allocation's page faults and a second pass (which charged the zero-copy
-/// rows ~0.14 s/GB of sender CPU more than the others).
-#[derive(Debug, Default)]
-pub struct ChunkPool {
-    /// Chunks handed out, oldest first; the transport releases in order.
-    out: std::collections::VecDeque<bytes::Bytes>,
-}
+/// reused once the transport has released them ([`manyfold::BufferPool`]),
+/// as an application that keeps its own buffers would: a chunk costs the
+/// same one pass over warm memory that `Pattern::fill` costs the rows that
+/// copy, not a fresh allocation's page faults and a second pass (which
+/// charged the zero-copy rows ~0.14 s/GB of sender CPU more than the others).
+#[derive(Debug)]
+pub struct ChunkPool(manyfold::BufferPool);
 
 /// Chunks the pool remembers: more than a 64 MiB send buffer holds.
-const POOL_CHUNKS: usize = 128;
+pub const POOL_CHUNKS: usize = 128;
+
+impl Default for ChunkPool {
+    fn default() -> Self {
+        ChunkPool(manyfold::BufferPool::new(CHUNK, POOL_CHUNKS))
+    }
+}
 
 impl ChunkPool {
     /// Chunk `i` of `pattern`.
     pub fn chunk(&mut self, pattern: &Pattern, i: u64) -> bytes::Bytes {
-        let reused = match self.out.pop_front() {
-            Some(oldest) => match oldest.try_into_mut() {
-                Ok(buf) => Some(buf),
-                Err(still_held) => {
-                    self.out.push_front(still_held);
-                    None
-                }
-            },
-            None => None,
-        };
-        let mut buf = reused.unwrap_or_else(|| bytes::BytesMut::zeroed(CHUNK));
+        let mut buf = self.0.take();
         buf.resize(CHUNK, 0);
         let n = pattern.fill(i, &mut buf);
         buf.truncate(n);
-        let chunk = buf.freeze();
-        if self.out.len() == POOL_CHUNKS {
-            self.out.pop_front();
-        }
-        self.out.push_back(chunk.clone());
-        chunk
+        self.0.keep(buf)
     }
 }
 
