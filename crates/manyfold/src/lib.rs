@@ -25,7 +25,9 @@
 //!   [`peer_close_text`]). [`Connection::stats`] has its
 //!   RTT, window and retransmissions. Data already in a [`Bytes`] goes
 //!   without a copy through [`Connection::write_chunk`] (on any stream:
-//!   [`StreamIo::write_chunk`]), as quinn's `write_chunk`. What a client
+//!   [`StreamIo::write_chunk`]), as quinn's `write_chunk`; a
+//!   [`BufferPool`] gives you those buffers again once the peer has
+//!   acknowledged them, instead of a fresh allocation each. What a client
 //!   writes as soon as `connect` returns rides on the handshake's last
 //!   packet: that packet waits up to [`ConnectionConfig::echo_delay`]
 //!   (10 ms) for it, or until the client first waits to read (a server
