@@ -92,8 +92,7 @@ async fn send_group(file: &Path, peers: &[SocketAddr], chunk: usize) -> Result<(
     loop {
         // Read from the page cache inside the task: at most `chunk` bytes
         // at a time, a fraction of a millisecond.
-        let mut buf = pool.take();
-        buf.resize(chunk, 0);
+        let mut buf = pool.take(chunk);
         let n = read_full(&mut f, &mut buf)?;
         if n == 0 {
             break;

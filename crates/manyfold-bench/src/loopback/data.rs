@@ -91,8 +91,7 @@ impl Default for ChunkPool {
 impl ChunkPool {
     /// Chunk `i` of `pattern`.
     pub fn chunk(&mut self, pattern: &Pattern, i: u64) -> bytes::Bytes {
-        let mut buf = self.0.take();
-        buf.resize(CHUNK, 0);
+        let mut buf = self.0.take(CHUNK);
         let n = pattern.fill(i, &mut buf);
         buf.truncate(n);
         self.0.keep(buf)

@@ -302,8 +302,7 @@ pub async fn send_to_group(
             let mut pool = manyfold::BufferPool::new(MESSAGE, POOL_MESSAGES);
             while offset < size {
                 let want = (size - offset).min(MESSAGE as u64) as usize;
-                let mut buf = pool.take();
-                buf.resize(want, 0);
+                let mut buf = pool.take(want);
                 source.read_exact_into(&mut buf).await?;
                 hasher.update(&buf);
                 let message = if spread {
