@@ -169,7 +169,7 @@ pub(crate) fn sh(cmd: &str, args: &[&str]) -> String {
 }
 
 /// The tokio runtime the lab's manyfold and quinn ends run on: multi-thread,
-/// as the CLI runs the library.
+/// as the CLI's.
 pub(crate) fn runtime() -> Result<tokio::runtime::Runtime> {
     Ok(tokio::runtime::Builder::new_multi_thread().enable_all().build()?)
 }
@@ -185,12 +185,14 @@ pub(crate) fn runtime_for(one_thread: bool) -> Result<tokio::runtime::Runtime> {
     runtime()
 }
 
-/// Runs a lab end's future `app` on `rt` as the CLI runs its command: as
-/// a task on the runtime's workers, not on the calling thread. A task woken
-/// by the running one runs next on the same worker, so the wake-ups between
-/// `app` and the connections' driver tasks stay on one thread, where from
-/// `block_on`'s thread each crossed threads (RESULTS §41: +13–15% on
-/// loopback with manyfold's default controller).
+/// Runs a lab end's future `app` on `rt` as a task on the runtime's
+/// workers, not on the calling thread. A task woken by the running one
+/// runs next on the same worker, so the wake-ups between `app` and the
+/// connections' driver tasks stay on one thread, where from `block_on`'s
+/// thread each crossed threads (RESULTS §41: +13–15% on loopback with
+/// manyfold's default controller). These ends do little work of their own
+/// per byte; the `manyfold` command line, which reads and hashes files,
+/// runs its commands in `block_on` for the overlap (same section).
 pub(crate) fn run_app<T: Send + 'static>(
     rt: tokio::runtime::Runtime,
     app: impl std::future::Future<Output = Result<T>> + Send + 'static,

@@ -292,14 +292,14 @@ fn run(cli: Cli) -> Result<()> {
     if let Command::Ftp(args) = &cli.command {
         lifecycle::set_local_interrupt(ftp::is_interactive(args));
     }
+    // The command runs on this thread, beside the runtime's workers, not
+    // as a task on them: its own work per byte (reading and hashing files)
+    // then overlaps the driver's. As a task, woken by the driver it ran
+    // after it on the same worker, and `send` over the emulated 1 Gbit/s
+    // link fell from 743–792 to 647–768 Mbit/s (RESULTS §41).
     let result = runtime.block_on(async move {
         lifecycle::install();
-        // The command runs as a task on the runtime's workers, not on this
-        // thread: its wake-ups to and from the connections' driver tasks
-        // then stay on a worker (tokio runs a task woken by the running one
-        // next on the same thread), where from `block_on`'s thread each
-        // crossed threads. 1 GiB over loopback: +13–15% (RESULTS §41).
-        let command = Spawned(tokio::spawn(run_command(cli.command)));
+        let command = run_command(cli.command);
         tokio::pin!(command);
         let result = tokio::select! {
             result = &mut command => result,
@@ -329,29 +329,6 @@ fn run(cli: Cli) -> Result<()> {
     // stdin, say): the process is about to exit.
     runtime.shutdown_timeout(Duration::from_millis(500));
     result
-}
-
-/// The command's task: awaiting it gives the command's result (a panic
-/// goes on as a panic); dropping it, when the cleanup after a signal took
-/// too long, stops the command.
-struct Spawned(tokio::task::JoinHandle<Result<()>>);
-
-impl std::future::Future for Spawned {
-    type Output = Result<()>;
-
-    fn poll(mut self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<Result<()>> {
-        std::pin::Pin::new(&mut self.0).poll(cx).map(|joined| match joined {
-            Ok(result) => result,
-            Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
-            Err(e) => Err(anyhow!("the command's task ended early: {e}")),
-        })
-    }
-}
-
-impl Drop for Spawned {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
 }
 
 async fn run_command(command: Command) -> Result<()> {

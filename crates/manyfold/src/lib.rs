@@ -143,13 +143,17 @@
 //!   so that the application's work spreads over the cores beside the
 //!   driver's.
 //!
-//! If you stay on the multi-thread runtime for a bulk connection, run
-//! its work in a spawned task (`tokio::spawn`) rather than in
-//! `Runtime::block_on`'s future, which `#[tokio::main]`'s body is: a task
-//! woken by the driver then runs on the same worker, where `block_on`'s
-//! future always runs on another thread (0.91 against 1.08 s for the
-//! gigabyte; in RESULTS §41, 1,485–1,526 against 1,292–1,345 MB/s). The
-//! `manyfold` command line runs its commands so.
+//! If you stay on the multi-thread runtime for a bulk connection whose
+//! task does little per byte besides moving it, run that work in a
+//! spawned task (`tokio::spawn`) rather than in `Runtime::block_on`'s
+//! future, which `#[tokio::main]`'s body is: a task woken by the driver
+//! then runs on the same worker, where `block_on`'s future always runs on
+//! another thread (0.91 against 1.08 s for the gigabyte; in RESULTS §41,
+//! 1,485–1,526 against 1,292–1,345 MB/s). A task with real work per byte
+//! (reading and hashing a file, as `manyfold send` does) is better off
+//! in `block_on`: there its work overlaps the driver's instead of taking
+//! turns with it on one worker (`manyfold send` over a 1 Gbit/s emulated
+//! link: 743–792 Mbit/s from `block_on`, 647–768 as a task).
 //!
 //! Public modules: [`config`] (settings, fault model), [`blocking`],
 //! [`mcast`], [`qlog`] (trace files), [`spec`].

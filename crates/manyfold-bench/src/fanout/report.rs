@@ -234,7 +234,7 @@ impl Figures for Report {
                 )
             } else {
                 format!(
-                    "manyfold's processes and the TCP receivers run a multi-thread tokio runtime ({} workers here); the TCP sender plain threads.",
+                    "manyfold's processes and the TCP receivers run a multi-thread tokio runtime ({} workers here; the application's work as a task on them); the TCP sender plain threads.",
                     crate::runtime_workers()
                 )
             }

@@ -297,7 +297,7 @@ fn print_notes(args: &LoopbackArgs, encrypted_rows: bool, one_thread_row: bool, 
         "Medians of {} repetitions, (min–max) beside them; rows alternate A B C … in each repetition, and ratios are taken within a repetition, then their median. \
          Time runs from the sender's start to its exit, which follows the receiver's \"ok\" after its BLAKE3 matched (the ceiling: to the last datagram's arrival). \
          MB = 10^6 bytes. Every row's sender makes the stream as it goes ({gen_cost:.2} s/GB of its CPU) and every receiver but the ceiling's hashes it ({hash_cost:.2} s/GB). \
-         manyfold and quinn rows run each process on a multi-thread tokio runtime ({} workers here; the application's work in `block_on` on the main thread, as the CLI runs it).",
+         manyfold and quinn rows run each process on a multi-thread tokio runtime ({} workers here; the application's work as a task on them, not in `block_on` on the main thread: RESULTS §41).",
         args.reps,
         crate::runtime_workers()
     );

@@ -508,7 +508,7 @@ async fn answers(
 /// message, held once for every receiver.
 struct GroupSink<'a> {
     group: &'a Group,
-    progress: &'a (dyn Fn(&Group) + Sync),
+    progress: &'a dyn Fn(&Group),
     tick: Instant,
 }
 
