@@ -22,7 +22,7 @@ use bytes::{Bytes, BytesMut};
 /// connection or a group releases its data in the order it was sent, so
 /// the oldest buffer is the first to come free. It remembers at most
 /// `limit` buffers; beyond that the oldest is forgotten (its last holder
-/// frees it), so the pool never holds more than `limit` × `size` bytes.
+/// frees it), so the pool never holds more than `limit` buffers.
 ///
 /// ```
 /// # async fn run(conn: &mut manyfold::Connection, mut file: std::fs::File) -> Result<(), Box<dyn std::error::Error>> {
@@ -50,9 +50,9 @@ pub struct BufferPool {
 
 impl BufferPool {
     /// A pool of buffers of `size` bytes (a larger `take` makes a larger
-    /// one) that remembers at most
-    /// `limit` of them (at least one). Size `limit` to what the send
-    /// buffer holds: `send_buffer / size`, plus a few.
+    /// one) that remembers at most `limit` of them (at least one). Size
+    /// `limit` to what the send buffer holds: `send_buffer / size`, plus
+    /// a few.
     pub fn new(size: usize, limit: usize) -> BufferPool {
         let limit = limit.max(1);
         BufferPool { out: VecDeque::with_capacity(limit), size, limit }
@@ -64,14 +64,15 @@ impl BufferPool {
     /// zeroing it matters: a memset of every megabyte cost a sender 10%
     /// of its CPU (RESULTS §41).
     pub fn take(&mut self, len: usize) -> BytesMut {
-        let mut buf = match self.out.pop_front().map(Bytes::try_into_mut) {
-            Some(Ok(buf)) => buf,
+        let released = match self.out.pop_front().map(Bytes::try_into_mut) {
+            Some(Ok(buf)) => Some(buf),
             Some(Err(held)) => {
                 self.out.push_front(held);
-                BytesMut::zeroed(self.size.max(len))
+                None
             }
-            None => BytesMut::zeroed(self.size.max(len)),
+            None => None,
         };
+        let mut buf = released.unwrap_or_else(|| BytesMut::zeroed(self.size.max(len)));
         if buf.len() >= len {
             buf.truncate(len);
         } else {

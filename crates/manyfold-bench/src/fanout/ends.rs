@@ -65,18 +65,6 @@ pub fn send(kind: Kind, file: &Path, peers_file: &Path, chunk: usize, limit: Dur
     }
 }
 
-/// Fills `buf` from `f` as far as the file goes; returns the bytes read.
-fn read_full(f: &mut std::fs::File, buf: &mut [u8]) -> std::io::Result<usize> {
-    let mut n = 0;
-    while n < buf.len() {
-        match f.read(&mut buf[n..])? {
-            0 => break,
-            got => n += got,
-        }
-    }
-    Ok(n)
-}
-
 async fn send_group(file: &Path, peers: &[SocketAddr], chunk: usize) -> Result<()> {
     let mut f = std::fs::File::open(file).with_context(|| format!("opening {}", file.display()))?;
     let size = f.metadata()?.len();
@@ -89,15 +77,13 @@ async fn send_group(file: &Path, peers: &[SocketAddr], chunk: usize) -> Result<(
     let mut outstanding_peak = 0;
     // Each message in a buffer used again once every peer acknowledged it.
     let mut pool = manyfold::BufferPool::new(chunk, crate::loopback::data::POOL_CHUNKS);
-    loop {
+    let mut left = size;
+    while left > 0 {
         // Read from the page cache inside the task: at most `chunk` bytes
         // at a time, a fraction of a millisecond.
-        let mut buf = pool.take(chunk);
-        let n = read_full(&mut f, &mut buf)?;
-        if n == 0 {
-            break;
-        }
-        buf.truncate(n);
+        let mut buf = pool.take(left.min(chunk as u64) as usize);
+        f.read_exact(&mut buf).with_context(|| format!("reading {}", file.display()))?;
+        left -= buf.len() as u64;
         group.send(pool.keep(buf)).await?;
         // The shared buffer's use after each message: what the sender's
         // memory holds of the file (spec §14.4).

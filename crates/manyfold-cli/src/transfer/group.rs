@@ -305,11 +305,14 @@ pub async fn send_to_group(
                 let mut buf = pool.take(want);
                 source.read_exact_into(&mut buf).await?;
                 hasher.update(&buf);
+                // Kept in either case: a spread block's encoding is a copy,
+                // so its buffer comes back at once for the next block.
+                let data = pool.keep(buf);
                 let message = if spread {
-                    let hash = *blake3::hash(&buf).as_bytes();
-                    Bytes::from(BlockMsg::Block { offset, hash, data: &buf }.encode())
+                    let hash = *blake3::hash(&data).as_bytes();
+                    Bytes::from(BlockMsg::Block { offset, hash, data: &data }.encode())
                 } else {
-                    pool.keep(buf)
+                    data
                 };
                 group
                     .send(message)
