@@ -141,14 +141,14 @@ async fn open_unchanged(path: &Path, entry: &wire::Entry) -> Result<tokio::fs::F
 }
 
 /// The BLAKE3 of the first `len` bytes of `file`, read again from the
-/// start; `None` if it no longer has that many.
+/// start (on two threads, [`crate::fsutil::hash_file`]); `None` if it no
+/// longer has that many.
 async fn reread_hash(file: &tokio::fs::File, len: u64) -> Result<Option<blake3::Hash>> {
     let file = file.try_clone().await.context("cannot read the file again")?.into_std().await;
-    let (hasher, n) = tokio::task::spawn_blocking(move || crate::fsutil::hash_prefix(&file, len))
+    tokio::task::spawn_blocking(move || crate::fsutil::hash_file(&file, len))
         .await
         .map_err(|e| anyhow::anyhow!("hash task failed: {e}"))?
-        .context("cannot read the file again")?;
-    Ok((n == len).then(|| hasher.finalize()))
+        .context("cannot read the file again")
 }
 
 /// Whether a file's size, mtime or ctime moved between two looks.
