@@ -15,7 +15,7 @@ use tokio::io::{AsyncReadExt, AsyncSeekExt, AsyncWriteExt};
 
 use super::wire::{self, Chunk, Entry, Kind};
 use super::FileLine;
-use crate::fsutil::{available_space, hash_prefix, hidden_name, PartFile, ResumeFile, PARTIAL_SUFFIX};
+use crate::fsutil::{available_space, hash_prefix, hidden_name, PartFile, ResumeFile, Writeback, PARTIAL_SUFFIX};
 use crate::net::Connection;
 use crate::report::{self, Direction, Report};
 use crate::size::human_bytes;
@@ -298,14 +298,21 @@ async fn receive_file(
     };
     let std_file = target.file().try_clone().context("cannot duplicate the file handle")?;
     std_file.set_len(from).context("cannot size the partial file")?;
-    let mut file = tokio::fs::File::from_std(std_file);
-    file.seek(std::io::SeekFrom::Start(from)).await.context("cannot seek in the partial file")?;
+    // A large file is synced in the background as it is written, so that
+    // the sync before the rename finds little left (as the multicast
+    // receiver does); a small one is not worth the thread.
+    let writeback = match e.known_size() {
+        Some(size) if size.saturating_sub(from) < Writeback::EVERY => None,
+        _ => Some(Writeback::new(&std_file).context("cannot start the partial file's background sync")?),
+    };
+    let mut out = FileOut { file: tokio::fs::File::from_std(std_file), writeback };
+    out.file.seek(std::io::SeekFrom::Start(from)).await.context("cannot seek in the partial file")?;
     bar.inc(from);
-    let streamed = stream_into(conn, &mut file, &mut hasher, e, from, bar, buf).await;
+    let streamed = stream_into(conn, &mut out, &mut hasher, e, from, bar, buf).await;
     let (theirs, got) = match streamed {
         Ok(done) => done,
         Err(err) if crate::net::close_reason(&err).is_some() => {
-            let _ = file.sync_data().await;
+            let _ = out.file.sync_data().await;
             return Err(err);
         }
         Err(err) => {
@@ -341,11 +348,17 @@ async fn receive_file(
     Ok(FileLine { path: e.path.clone(), bytes: got, resumed: from, hash })
 }
 
-/// Writes a file's chunks to `file` until its end; returns the sender's
+/// A partial file being written, and its background sync if large.
+struct FileOut {
+    file: tokio::fs::File,
+    writeback: Option<Writeback>,
+}
+
+/// Writes a file's chunks to `out` until its end; returns the sender's
 /// hash and the file's length. Checks the size announced.
 async fn stream_into(
     conn: &mut Connection,
-    file: &mut tokio::fs::File,
+    out: &mut FileOut,
     hasher: &mut blake3::Hasher,
     e: &Entry,
     from: u64,
@@ -361,7 +374,10 @@ async fn stream_into(
                     bail!("{}: more data than its size of {} bytes", e.path, e.size);
                 }
                 hasher.update(buf);
-                file.write_all(buf).await.with_context(|| format!("writing {}", e.path))?;
+                out.file.write_all(buf).await.with_context(|| format!("writing {}", e.path))?;
+                if let Some(w) = &mut out.writeback {
+                    w.wrote(buf.len() as u64);
+                }
                 if bar.length().is_some_and(|len| bar.position() + buf.len() as u64 > len) {
                     bar.inc_length(buf.len() as u64);
                 }
@@ -374,7 +390,7 @@ async fn stream_into(
     if e.known_size().is_some_and(|size| got != size) {
         bail!("{}: {got} bytes arrived of the {} announced", e.path, e.size);
     }
-    file.flush().await.with_context(|| format!("writing {}", e.path))?;
+    out.file.flush().await.with_context(|| format!("writing {}", e.path))?;
     Ok((theirs, got))
 }
 
