@@ -502,6 +502,18 @@ impl Writeback {
     /// Bytes written between two background syncs.
     pub const EVERY: u64 = 16 << 20;
 
+    /// A background sync for `file`, which is to get `bytes` more (`None`:
+    /// not known), if that is at least [`Writeback::EVERY`]: a smaller file
+    /// is not worth the thread. Every receiver of a file uses it (unicast,
+    /// multicast, ftp), so that the sync before the rename finds little
+    /// left: 0.34 s for 625 MB here otherwise (RESULTS §42).
+    pub fn for_bytes(file: &File, bytes: Option<u64>) -> io::Result<Option<Writeback>> {
+        match bytes {
+            Some(n) if n < Self::EVERY => Ok(None),
+            _ => Self::new(file).map(Some),
+        }
+    }
+
     pub fn new(file: &File) -> io::Result<Writeback> {
         let file = file.try_clone()?;
         let (ask, asked) = std::sync::mpsc::sync_channel::<()>(1);

@@ -298,13 +298,8 @@ async fn receive_file(
     };
     let std_file = target.file().try_clone().context("cannot duplicate the file handle")?;
     std_file.set_len(from).context("cannot size the partial file")?;
-    // A large file is synced in the background as it is written, so that
-    // the sync before the rename finds little left (as the multicast
-    // receiver does); a small one is not worth the thread.
-    let writeback = match e.known_size() {
-        Some(size) if size.saturating_sub(from) < Writeback::EVERY => None,
-        _ => Some(Writeback::new(&std_file).context("cannot start the partial file's background sync")?),
-    };
+    let writeback = Writeback::for_bytes(&std_file, e.known_size().map(|size| size.saturating_sub(from)))
+        .context("cannot start the partial file's background sync")?;
     let mut out = FileOut { file: tokio::fs::File::from_std(std_file), writeback };
     out.file.seek(std::io::SeekFrom::Start(from)).await.context("cannot seek in the partial file")?;
     bar.inc(from);
