@@ -274,7 +274,7 @@ impl Client {
             bail!("the server offered {remote} from byte {from} of {size}; this client holds {have}");
         }
         let mut hasher = if from == have { hasher } else { blake3::Hasher::new() };
-        let mut writeback = crate::fsutil::Writeback::for_bytes(part.file(), Some(size - from))?;
+        let mut writeback = crate::fsutil::Writeback::new(part.file())?;
         let mut file = tokio::fs::File::from_std(part.file().try_clone()?);
         file.set_len(from).await?;
         tokio::io::AsyncSeekExt::seek(&mut file, std::io::SeekFrom::Start(from)).await?;
@@ -316,9 +316,7 @@ impl Client {
             // Read slower, the stream's window holds the server back.
             self.pacer.lock().await.wait(n).await;
             file.write_all(&buf[..n]).await?;
-            if let Some(w) = &mut writeback {
-                w.wrote(n as u64);
-            }
+            writeback.wrote(n as u64);
             left -= n as u64;
             progress(size - left, size);
         }

@@ -575,7 +575,7 @@ async fn put(
         0 => blake3::Hasher::new(),
         f => return Err(Failure::new(Code::BadRequest, format!("resume from {f}, the server holds {have}"))),
     };
-    let mut writeback = crate::fsutil::Writeback::for_bytes(&upload.file, Some(size - from)).map_err(cut)?;
+    let mut writeback = crate::fsutil::Writeback::new(&upload.file).map_err(cut)?;
     let mut file = tokio::fs::File::from_std(upload.file.try_clone().map_err(cut)?);
     file.set_len(from).await.map_err(cut)?;
     tokio::io::AsyncSeekExt::seek(&mut file, std::io::SeekFrom::Start(from)).await.map_err(cut)?;
@@ -597,9 +597,7 @@ async fn put(
         }
         hasher.update(&buf[..n]);
         file.write_all(&buf[..n]).await.map_err(cut)?;
-        if let Some(w) = &mut writeback {
-            w.wrote(n as u64);
-        }
+        writeback.wrote(n as u64);
         left -= n as u64;
     }
     file.flush().await.map_err(cut)?;

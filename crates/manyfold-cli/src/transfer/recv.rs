@@ -388,8 +388,7 @@ async fn receive_data(
     bar: &ProgressBar,
 ) -> Result<(blake3::Hash, Option<anyhow::Error>)> {
     let std_file = part.file().try_clone().context("cannot duplicate the file handle")?;
-    let mut writeback = crate::fsutil::Writeback::for_bytes(&std_file, Some(size))
-        .context("cannot start the partial file's background sync")?;
+    let mut writeback = crate::fsutil::Writeback::new(&std_file).context("cannot duplicate the file handle")?;
     let mut file = tokio::fs::File::from_std(std_file);
     let mut hasher = blake3::Hasher::new();
     let mut write_error: Option<anyhow::Error> = None;
@@ -404,11 +403,7 @@ async fn receive_data(
         hasher.update(&buf[..n]);
         if write_error.is_none() {
             match file.write_all(&buf[..n]).await {
-                Ok(()) => {
-                    if let Some(w) = &mut writeback {
-                        w.wrote(n as u64);
-                    }
-                }
+                Ok(()) => writeback.wrote(n as u64),
                 Err(e) => write_error = Some(anyhow!(e).context(format!("writing {}", part.path().display()))),
             }
         }

@@ -298,8 +298,7 @@ async fn receive_file(
     };
     let std_file = target.file().try_clone().context("cannot duplicate the file handle")?;
     std_file.set_len(from).context("cannot size the partial file")?;
-    let writeback = Writeback::for_bytes(&std_file, e.known_size().map(|size| size.saturating_sub(from)))
-        .context("cannot start the partial file's background sync")?;
+    let writeback = Writeback::new(&std_file).context("cannot duplicate the file handle")?;
     let mut out = FileOut { file: tokio::fs::File::from_std(std_file), writeback };
     out.file.seek(std::io::SeekFrom::Start(from)).await.context("cannot seek in the partial file")?;
     bar.inc(from);
@@ -343,10 +342,10 @@ async fn receive_file(
     Ok(FileLine { path: e.path.clone(), bytes: got, resumed: from, hash })
 }
 
-/// A partial file being written, and its background sync if large.
+/// A partial file being written, and its background sync.
 struct FileOut {
     file: tokio::fs::File,
-    writeback: Option<Writeback>,
+    writeback: Writeback,
 }
 
 /// Writes a file's chunks to `out` until its end; returns the sender's
@@ -370,9 +369,7 @@ async fn stream_into(
                 }
                 hasher.update(buf);
                 out.file.write_all(buf).await.with_context(|| format!("writing {}", e.path))?;
-                if let Some(w) = &mut out.writeback {
-                    w.wrote(buf.len() as u64);
-                }
+                out.writeback.wrote(buf.len() as u64);
                 if bar.length().is_some_and(|len| bar.position() + buf.len() as u64 > len) {
                     bar.inc_length(buf.len() as u64);
                 }
