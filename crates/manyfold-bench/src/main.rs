@@ -225,10 +225,65 @@ pub(crate) fn free_addr() -> Result<SocketAddr> {
     bail!("no port on 127.0.0.1 is free for both UDP and TCP (100 tries)")
 }
 
+/// Runs `f` on a [`free_addr`], and again on a new one (up to 3 tries in
+/// all) when it failed because a process bound the port between
+/// `free_addr` releasing it and `f`'s receiver binding it: tests run
+/// in parallel, and another test's socket may take that ephemeral port.
+pub(crate) fn on_free_addr<T>(mut f: impl FnMut(SocketAddr) -> Result<T>) -> Result<T> {
+    let mut tries = 0;
+    loop {
+        let addr = free_addr()?;
+        tries += 1;
+        match f(addr) {
+            Err(e) if tries < 3 && format!("{e:#}").contains("Address already in use") => {
+                eprintln!("port {addr} was taken meanwhile by another process; trying another port");
+            }
+            done => return done,
+        }
+    }
+}
+
 /// The BLAKE3 hash of a file, streamed (a lab process stays small).
 pub(crate) fn hash_file(path: &Path) -> Result<String> {
     let f = std::fs::File::open(path).with_context(|| format!("reading {}", path.display()))?;
     let mut h = blake3::Hasher::new();
     h.update_reader(f)?;
     Ok(h.finalize().to_hex().to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_port_taken_before_the_receiver_binds_it_is_retried_on_another_port() {
+        let mut seen = Vec::new();
+        let got = on_free_addr(|addr| {
+            seen.push(addr);
+            if seen.len() < 3 {
+                bail!("receiver said \"cannot bind UDP socket to {addr}: Address already in use (os error 98)\"");
+            }
+            Ok(addr)
+        });
+        assert_eq!(got.unwrap(), seen[2]);
+        assert_eq!(seen.len(), 3);
+    }
+
+    #[test]
+    fn other_failures_and_a_third_clash_are_returned_at_once() {
+        let mut calls = 0;
+        let e = on_free_addr(|_| -> Result<()> {
+            calls += 1;
+            bail!("sender said \"connection refused\"")
+        });
+        assert!(e.is_err());
+        assert_eq!(calls, 1);
+        calls = 0;
+        let e = on_free_addr(|_| -> Result<()> {
+            calls += 1;
+            bail!("Address already in use")
+        });
+        assert!(e.unwrap_err().to_string().contains("Address already in use"));
+        assert_eq!(calls, 3);
+    }
 }

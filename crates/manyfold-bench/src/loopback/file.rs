@@ -5,6 +5,7 @@
 //! (processes, `wait4` costs, the children's errors); the table is
 //! loopback's figures in this scenario's own columns.
 
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -64,12 +65,14 @@ pub fn run(args: &FileArgs) -> Result<()> {
     let tcp_row = format!("kernel TCP ({}, the system default)", cc.trim());
     let mut rows: Vec<(String, Vec<Sample>)> = vec![("manyfold (NewReno)".into(), vec![]), (tcp_row, vec![])];
     let mut log = Vec::new();
+    let me = std::env::current_exe()?;
     for rep in 0..args.reps {
         for (i, (name, samples)) in rows.iter_mut().enumerate() {
             let out_dir = work.path().join(format!("out-{rep}-{i}"));
             std::fs::create_dir(&out_dir)?;
-            let transfer = transfer(i, &bin, &src, &out_dir, &hash, args.loss)?;
-            let s = transfer.run(work.path(), bytes, limit)?;
+            let s = crate::on_free_addr(|addr| {
+                transfer(i, addr, &bin, &me, &src, &out_dir, &hash, args.loss).run(work.path(), bytes, limit)
+            })?;
             if crate::hash_file(&out_dir.join("sample.bin"))? != hash {
                 bail!("{name}: stored file hash differs");
             }
@@ -95,8 +98,18 @@ pub fn run(args: &FileArgs) -> Result<()> {
 }
 
 /// Row `row`'s receiver (storing into `out_dir`) and sender of `src`.
-fn transfer(row: usize, bin: &Path, src: &Path, out_dir: &Path, hash: &str, loss: f64) -> Result<Transfer> {
-    let addr = crate::free_addr()?;
+/// `bin` is the manyfold CLI, `me` this lab's own binary.
+#[allow(clippy::too_many_arguments)]
+fn transfer(
+    row: usize,
+    addr: SocketAddr,
+    bin: &Path,
+    me: &Path,
+    src: &Path,
+    out_dir: &Path,
+    hash: &str,
+    loss: f64,
+) -> Transfer {
     if row == MANYFOLD {
         let mut recv = Command::new(bin);
         recv.arg("recv").arg("--listen").arg(addr.to_string()).arg("--dir").arg(out_dir).arg("--once");
@@ -112,14 +125,13 @@ fn transfer(row: usize, bin: &Path, src: &Path, out_dir: &Path, hash: &str, loss
         for c in [&mut recv, &mut send] {
             c.stdout(Stdio::null());
         }
-        Ok(Transfer { recv, send, what: "manyfold".into(), ready: Some(addr) })
+        Transfer { recv, send, what: "manyfold".into(), ready: Some(addr) }
     } else {
-        let me = std::env::current_exe()?;
-        let mut recv = Command::new(&me);
+        let mut recv = Command::new(me);
         recv.arg("tcp-recv").arg(addr.to_string()).arg(out_dir.join("sample.bin")).arg(hash);
-        let mut send = Command::new(&me);
+        let mut send = Command::new(me);
         send.arg("tcp-send").arg(src).arg(addr.to_string());
-        Ok(Transfer { recv, send, what: "tcp".into(), ready: None })
+        Transfer { recv, send, what: "tcp".into(), ready: None }
     }
 }
 

@@ -236,7 +236,18 @@ impl Sample {
 /// A sender still running after `limit` is killed and the error is a
 /// [`TimedOut`]; any other failure carries what the children printed.
 pub fn run(row: &Row, work: &Path, bytes: u64, seed: u64, hash: &str, limit: Duration) -> Result<Sample> {
-    let addr = crate::free_addr()?;
+    crate::on_free_addr(|addr| run_on(row, addr, work, bytes, seed, hash, limit))
+}
+
+fn run_on(
+    row: &Row,
+    addr: SocketAddr,
+    work: &Path,
+    bytes: u64,
+    seed: u64,
+    hash: &str,
+    limit: Duration,
+) -> Result<Sample> {
     let (mut r, mut s) = commands(row, addr, work, hash)?;
     // The manyfold sender's counters, the ceiling receiver's count.
     let out = scratch(work, "out")?;

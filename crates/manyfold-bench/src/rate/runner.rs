@@ -253,7 +253,21 @@ fn run_pair(
     dir: &Path,
     name: &str,
 ) -> Result<Pair> {
-    let addr = crate::free_addr()?;
+    crate::on_free_addr(|addr| run_pair_on(addr, bench, row, plan, size, rate, secs, dir, name))
+}
+
+#[allow(clippy::too_many_arguments)]
+fn run_pair_on(
+    addr: SocketAddr,
+    bench: &Path,
+    row: &Row,
+    plan: &Plan,
+    size: usize,
+    rate: f64,
+    secs: f64,
+    dir: &Path,
+    name: &str,
+) -> Result<Pair> {
     let limit = secs * 3.0 + 30.0;
     let cmd = |role: &str, flag: &str, addr: SocketAddr| {
         let mut c = Command::new(bench);
