@@ -99,14 +99,17 @@ async fn send_group(file: &Path, peers: &[SocketAddr], chunk: usize) -> Result<(
     let conns: Vec<_> = peers_now.iter().filter_map(|(_, p)| p.conn).collect();
     let srtt_ms: Vec<f64> = conns.iter().map(|c| c.srtt.as_secs_f64() * 1e3).collect();
     println!(
-        "{GROUP_PREFIX} closed_ns={closed} peers={} outstanding_peak_mib={:.1} retransmissions={} tail_loss_probes={} lost_packets={} spurious_losses={} rto_expiries={} srtt_ms_max={:.3}",
+        "{GROUP_PREFIX} closed_ns={closed} peers={} outstanding_peak_mib={:.1} retransmissions={} tail_loss_probes={} probe_resends={} late_probes={} lost_packets={} spurious_losses={} rto_expiries={} spurious_rtos={} srtt_ms_max={:.3}",
         peers_now.len(),
         outstanding_peak as f64 / (1 << 20) as f64,
         conns.iter().map(|c| c.retransmissions).sum::<u64>(),
         conns.iter().map(|c| c.tail_loss_probes).sum::<u64>(),
+        conns.iter().map(|c| c.probe_resends).sum::<u64>(),
+        conns.iter().map(|c| c.late_probes).sum::<u64>(),
         conns.iter().map(|c| c.lost_packets).sum::<u64>(),
         conns.iter().map(|c| c.spurious_losses).sum::<u64>(),
         conns.iter().map(|c| c.rto_expiries).sum::<u64>(),
+        conns.iter().map(|c| c.spurious_rtos).sum::<u64>(),
         srtt_ms.iter().cloned().fold(0.0, f64::max),
     );
     drop(group);

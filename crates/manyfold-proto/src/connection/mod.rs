@@ -135,6 +135,9 @@ pub(crate) struct Connection {
     /// Probes sent since an ack last made progress (spec §5.4: at most
     /// `MAX_TLPS` per flight, each after twice the previous wait).
     tlp_count: u32,
+    /// The transmission number of the last tail-loss probe, until an ack
+    /// with an echo judges it (spec §5.4 step 8).
+    probe_tx: Option<u64>,
     timers: Timers,
     ack: AckState,
     /// What we last asked the peer's acks to be (spec §5.6).
@@ -329,6 +332,7 @@ impl Connection {
             shed: false,
             rtt_reported: false,
             tlp_count: 0,
+            probe_tx: None,
             timers: Timers::default(),
             ack: AckState::new(config.ack_frequency, config.max_ack_delay),
             ack_freq: AckFrequency::new(config.adaptive_acks, config.max_ack_delay, config.ack_frequency),
@@ -394,6 +398,7 @@ impl Connection {
     /// §3.7).
     fn count_resend(&mut self, trigger: SendTrigger) {
         self.stats.retransmissions += 1;
+        self.stats.probe_resends += u64::from(trigger == SendTrigger::Probe);
         if let Some(q) = self.qlog.as_mut() {
             q.mark_last_sent(trigger);
         }
@@ -1276,8 +1281,20 @@ impl Connection {
         }
         self.stats.lost_packets += newly_lost;
         self.stats.spurious_losses += out.spurious;
+        self.rtt.relax(now);
+        // spec §5.4 step 8: the first ack after a probe that acknowledges
+        // anything judges it; one that proves a transmission from before
+        // the probe arrived shows the probe premature.
+        if let Some(probe) = self.probe_tx.filter(|_| out.newly_acked > 0) {
+            if out.earliest_arrived_tx.is_some_and(|tx| tx < probe) {
+                self.stats.late_probes += 1;
+                self.rtt.on_late_ack(now);
+            }
+            self.probe_tx = None;
+        }
         if out.spurious_rto {
             self.stats.spurious_rtos += 1;
+            self.rtt.on_late_ack(now);
             tracing::debug!(
                 target: "manyfold::recovery",
                 conn = %self.local_id,

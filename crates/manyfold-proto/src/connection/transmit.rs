@@ -764,6 +764,7 @@ impl Connection {
     /// Counts a tail-loss probe and arms the next one and the RTO.
     fn on_probe_sent(&mut self, now: Instant) {
         self.stats.tail_loss_probes += 1;
+        self.probe_tx = Some(self.sent.last_tx());
         self.tlp_count += 1;
         self.arm_tlp(now);
         // RFC 8985 §7.3: give the probe a whole RTO to be answered.

@@ -224,6 +224,12 @@ pub struct ConnStats {
     /// window, or the newest packet resent (those also count in
     /// `retransmissions`).
     pub tail_loss_probes: u64,
+    /// Of the tail-loss probes, those that resent a packet (also counted
+    /// in `retransmissions`); the others sent new data.
+    pub probe_resends: u64,
+    /// Tail-loss probes an ack proved premature: it was drawn by a
+    /// transmission sent before the probe (spec §5.4 step 8).
+    pub late_probes: u64,
     /// Packets declared lost (by SACK/RACK or RTO).
     pub lost_packets: u64,
     /// Packets declared lost whose first transmission arrived after all

@@ -1,11 +1,16 @@
 //! Round-trip time estimation and the retransmission timeout (RFC 6298).
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Clock granularity G of RFC 6298 (2.2): the driver's timers are ~1 ms.
 const GRANULARITY: Duration = Duration::from_millis(1);
 /// The shortest probe timeout (spec §5.4).
 const MIN_PTO: Duration = Duration::from_millis(10);
+/// The most doublings late acks put on the PTO and the RTO (spec §5.4 step 8).
+const MAX_LATE: u8 = 3;
+/// The least time after which one doubling comes off again (spec §5.4
+/// step 8); 16 SRTTs if longer.
+const LATE_RELAX: Duration = Duration::from_secs(1);
 
 /// RFC 6298 smoothed RTT, variation and RTO, plus the minimum RTT seen.
 #[derive(Debug, Clone, Copy)]
@@ -27,6 +32,10 @@ pub struct RttEstimator {
     /// SRTT and RTTVAR over the samples of data only (not of a SYN or a
     /// lone cookie echo): what the connection reports at its end.
     of_data: Option<(Duration, Duration)>,
+    /// Doublings of the PTO and the RTO since acks came later than they
+    /// allowed (spec §5.4 step 8), and when the last was added or taken off.
+    late: u8,
+    late_at: Option<Instant>,
 }
 
 /// What a finished connection tells its endpoint's memory of the peer
@@ -60,6 +69,8 @@ impl RttEstimator {
             ack_delay,
             remembered: None,
             of_data: None,
+            late: 0,
+            late_at: None,
         }
     }
 
@@ -142,10 +153,37 @@ impl RttEstimator {
     /// At least `MIN_PTO` (10 ms, Linux's floor for its loss probe): on a
     /// sub-millisecond path a few milliseconds without the CPU would
     /// otherwise draw a probe from every flow of a loaded host.
+    ///
+    /// Doubled once for each [`RttEstimator::on_late_ack`] still in force.
     pub fn pto(&self) -> Duration {
         (self.srtt() + (self.rttvar * 4).max(GRANULARITY) + GRANULARITY)
             .max(MIN_PTO)
             .max(self.remembered_floor(GRANULARITY))
+            * (1 << self.late)
+    }
+
+    /// spec §5.4 step 8: an ack drawn by a transmission sent before a probe
+    /// or an RTO fired came after it: the peer's acks come later than the
+    /// timers allow (a receiver short of CPU), and each such timer resends
+    /// for nothing. Both timers double, at most `MAX_LATE` times.
+    pub fn on_late_ack(&mut self, now: Instant) {
+        self.late = (self.late + 1).min(MAX_LATE);
+        self.late_at = Some(now);
+    }
+
+    /// spec §5.4 step 8: one doubling comes off per `LATE_RELAX` (or 16
+    /// SRTTs, if longer) without a late ack.
+    pub fn relax(&mut self, now: Instant) {
+        let Some(at) = self.late_at.filter(|_| self.late > 0) else { return };
+        if now.saturating_duration_since(at) >= (self.srtt() * 16).max(LATE_RELAX) {
+            self.late -= 1;
+            self.late_at = Some(now);
+        }
+    }
+
+    /// Doublings late acks put on the timers now (spec §5.4 step 8).
+    pub fn late_doublings(&self) -> u8 {
+        self.late
     }
 
     /// When a lone packet is overdue (spec §5.4, §6.2: the cookie echo
@@ -160,7 +198,8 @@ impl RttEstimator {
         (srtt + srtt / 4 + self.ack_delay + GRANULARITY).max(MIN_PTO)
     }
 
-    /// RTO with `backoff` doublings (RFC 6298 (5.5)), within [min_rto, max_rto].
+    /// RTO with `backoff` doublings (RFC 6298 (5.5)) and those of late acks
+    /// (spec §5.4 step 8), within [min_rto, max_rto].
     pub fn rto(&self, backoff: u32) -> Duration {
         let base = match self.srtt {
             None => self.initial_rto, // RFC 6298 (2.1)
@@ -173,7 +212,8 @@ impl RttEstimator {
         };
         // RFC 6298 (2.4) floors the RTO; spec §5.4 makes the floor configurable.
         let base = base.max(self.min_rto);
-        base.checked_mul(1u32 << backoff.min(16)).unwrap_or(self.max_rto).min(self.max_rto)
+        let doublings = backoff.saturating_add(u32::from(self.late)).min(16);
+        base.checked_mul(1u32 << doublings).unwrap_or(self.max_rto).min(self.max_rto)
     }
 }
 

@@ -155,6 +155,11 @@ pub(crate) struct AckOutcome {
     /// packet the RTO declared lost before its resend went out. The
     /// packets still waiting for theirs went back in flight.
     pub spurious_rto: bool,
+    /// The earliest transmission this ack proves arrived: the smallest
+    /// transmission number of the newly acknowledged packets that were
+    /// sent once, or whose first transmission the echo names (spec §5.4
+    /// step 8).
+    pub earliest_arrived_tx: Option<u64>,
 }
 
 /// What one ack's packets showed, gathered as they are acknowledged.
@@ -196,6 +201,10 @@ impl AckScan {
         let original_arrived = p.sends > 0 && echoed == Some(0);
         if let Some(sent) = echoed.and_then(|count| p.echoed_send_time(count)) {
             self.echo_sample = Some(self.now.saturating_duration_since(sent));
+        }
+        if p.sends == 0 || original_arrived {
+            let tx = p.first_tx();
+            self.out.earliest_arrived_tx = Some(self.out.earliest_arrived_tx.map_or(tx, |e| e.min(tx)));
         }
         // RFC 8985 §6.2 step 2: the late ack of a packet that was in flight
         // at the last RTO and resent after it, come too soon for the resend,
@@ -395,6 +404,11 @@ impl SentQueue {
     /// snd_una: lowest unacknowledged sequence number.
     pub fn base(&self) -> Seq {
         self.base
+    }
+
+    /// The transmission number of the last transmission sent.
+    pub fn last_tx(&self) -> u64 {
+        self.next_tx.saturating_sub(1)
     }
 
     /// snd_nxt: the sequence number the next new packet gets.
