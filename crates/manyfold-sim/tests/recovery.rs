@@ -510,6 +510,66 @@ fn a_probe_while_acks_are_late_sends_new_data_and_resends_nothing() {
     }
 }
 
+/// A receiver that loses the CPU now and then: the acks the server sends
+/// in the first `stall` of every `period` of virtual time (read from
+/// `clock`, which the test keeps at the world's elapsed time) leave only
+/// when the stall ends.
+fn stall_acks(
+    clock: Rc<Cell<Duration>>,
+    period: Duration,
+    stall: Duration,
+) -> impl FnMut(SocketAddr, SocketAddr, &[u8]) -> Verdict {
+    move |from, _, _| {
+        let into = Duration::from_nanos((clock.get().as_nanos() % period.as_nanos()) as u64);
+        if from != server() || into >= stall {
+            return Verdict::Pass;
+        }
+        Verdict::Delay(stall - into)
+    }
+}
+
+#[test]
+fn acks_late_again_and_again_lengthen_the_probe_timeout_instead_of_drawing_probes_each_time() {
+    // spec §5.4 step 8: every 100 ms the receiver's acks stall 40 ms: past
+    // the probe timeout (~25 ms on this 20 ms path), short of the RTO. The
+    // first probes' late acks prove them premature and double the probe
+    // timeout; the later stalls pass without a probe: 1, 1 and 2 probes
+    // for 32-45 stalls. Without step 8: 5, 2 and 10.
+    let seed = 613;
+    for &cc in CONTROLLERS {
+        let link = LinkConfig::with_delay(Duration::from_millis(10)).rate(100_000_000, 256 << 10);
+        let mut cfg = fixed_size(cc);
+        cfg.connection.adaptive_acks = true;
+        let mut w = pair(seed, link, cfg);
+        let clock = Rc::new(Cell::new(Duration::ZERO));
+        w.set_rule(stall_acks(clock.clone(), Duration::from_millis(100), Duration::from_millis(40)));
+        let mut t = Transfer::start(&mut w, client(), server(), 32 << 20, 0);
+        let done = w.run_until(
+            |w| {
+                clock.set(w.elapsed());
+                t.pump(w)
+            },
+            Duration::from_secs(120),
+        );
+        assert!(done && t.error().is_none(), "{cc:?}: {:?} (seed {seed})", t.error());
+        let r = t.report(&w);
+        let c = r.client;
+        let stalls = r.duration.as_millis() / 100;
+        eprintln!(
+            "{cc:?}: {stalls} stalls; {} probes, {} premature; {} RTOs; {} lost, {} retransmitted; {:?}",
+            c.tail_loss_probes, c.late_probes, c.rto_expiries, c.lost_packets, c.retransmissions, r.duration
+        );
+        assert!(stalls >= 20, "{cc:?}: too few stalls to judge: {stalls} (seed {seed})");
+        assert!(c.late_probes >= 1, "{cc:?}: {c:?} (seed {seed})");
+        assert!(
+            u128::from(c.tail_loss_probes) * 10 <= stalls,
+            "{cc:?}: {} probes for {stalls} stalls (seed {seed})",
+            c.tail_loss_probes
+        );
+        assert_eq!(c.rto_expiries, 0, "{cc:?}: {c:?} (seed {seed})");
+    }
+}
+
 /// spec §5.4.2: a slow link (200 kbit/s, 5 ms each way) whose queue holds
 /// 256 KB, ten seconds of it. The first flight outlasts the RTO that the
 /// handshake's round trip gave, which fires with the originals still

@@ -291,6 +291,31 @@ mod tests {
     }
 
     #[test]
+    fn late_acks_double_both_timers_up_to_three_times_and_a_quiet_second_takes_one_off() {
+        let t0 = Instant::now();
+        let mut e = est();
+        e.on_sample(Duration::from_millis(40));
+        let (pto, rto) = (e.pto(), e.rto(0));
+        e.on_late_ack(t0);
+        assert_eq!((e.pto(), e.rto(0)), (pto * 2, rto * 2));
+        assert_eq!(e.rto(1), rto * 4, "backoff and late doublings add up");
+        for _ in 0..5 {
+            e.on_late_ack(t0);
+        }
+        assert_eq!(e.late_doublings(), MAX_LATE);
+        assert_eq!(e.pto(), pto * 8);
+        e.relax(t0 + Duration::from_millis(999));
+        assert_eq!(e.late_doublings(), 3, "not yet a second without a late ack");
+        e.relax(t0 + Duration::from_secs(1));
+        assert_eq!(e.late_doublings(), 2);
+        e.relax(t0 + Duration::from_millis(1500));
+        assert_eq!(e.late_doublings(), 2, "the next second counts from the last change");
+        e.relax(t0 + Duration::from_secs(4));
+        e.relax(t0 + Duration::from_secs(5));
+        assert_eq!((e.late_doublings(), e.pto(), e.rto(0)), (0, pto, rto));
+    }
+
+    #[test]
     fn rto_is_floored_and_capped() {
         let mut e = est();
         e.on_sample(Duration::from_millis(1));
