@@ -40,6 +40,7 @@ impl Connection {
         let losses = self.sent.detect_lost(now, &self.rtt);
         if let Some(sent) = losses.newest_sent {
             self.cc.on_congestion_event(now, sent, losses.bytes);
+            self.rtt.on_loss(now);
             tracing::debug!(
                 target: "manyfold::recovery",
                 conn = %self.local_id,

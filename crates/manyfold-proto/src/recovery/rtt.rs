@@ -33,8 +33,12 @@ pub struct RttEstimator {
     /// lone cookie echo): what the connection reports at its end.
     of_data: Option<(Duration, Duration)>,
     /// Doublings of the PTO and the RTO since acks came later than they
-    /// allowed (spec §5.4 step 8), and when the last was added or taken off.
+    /// allowed (spec §5.4 step 8).
     late: u8,
+    /// Doublings are barred: RACK declared a loss at `late_at`.
+    late_barred: bool,
+    /// When the last doubling was added or taken off, or the loss that
+    /// bars them was declared.
     late_at: Option<Instant>,
 }
 
@@ -70,6 +74,7 @@ impl RttEstimator {
             remembered: None,
             of_data: None,
             late: 0,
+            late_barred: false,
             late_at: None,
         }
     }
@@ -162,23 +167,42 @@ impl RttEstimator {
             * (1 << self.late)
     }
 
-    /// spec §5.4 step 8: an ack drawn by a transmission sent before a probe
-    /// or an RTO fired came after it: the peer's acks come later than the
+    /// spec §5.4 step 8: an ack that a transmission sent before a probe
+    /// or an RTO drew came after it: the peer's acks come later than the
     /// timers allow (a receiver short of CPU), and each such timer resends
-    /// for nothing. Both timers double, at most `MAX_LATE` times.
+    /// for nothing. Both timers double, at most `MAX_LATE` times, unless
+    /// RACK declared a loss within the quiet period: on a lossy path the
+    /// ack that came before the probe may have been lost, not late.
     pub fn on_late_ack(&mut self, now: Instant) {
+        if self.late_barred && self.late_at.is_some_and(|at| now.saturating_duration_since(at) < self.quiet()) {
+            return;
+        }
+        self.late_barred = false;
         self.late = (self.late + 1).min(MAX_LATE);
         self.late_at = Some(now);
     }
 
-    /// spec §5.4 step 8: one doubling comes off per `LATE_RELAX` (or 16
-    /// SRTTs, if longer) without a late ack.
+    /// spec §5.4 step 8: RACK declared a loss. The doublings end: a lost
+    /// tail is repaired one probe timeout after it, not eight.
+    pub fn on_loss(&mut self, now: Instant) {
+        self.late = 0;
+        self.late_barred = true;
+        self.late_at = Some(now);
+    }
+
+    /// spec §5.4 step 8: one doubling comes off per quiet period without a
+    /// late ack.
     pub fn relax(&mut self, now: Instant) {
         let Some(at) = self.late_at.filter(|_| self.late > 0) else { return };
-        if now.saturating_duration_since(at) >= (self.srtt() * 16).max(LATE_RELAX) {
+        if now.saturating_duration_since(at) >= self.quiet() {
             self.late -= 1;
             self.late_at = Some(now);
         }
+    }
+
+    /// `LATE_RELAX`, or 16 SRTTs if longer (spec §5.4 step 8).
+    fn quiet(&self) -> Duration {
+        (self.srtt() * 16).max(LATE_RELAX)
     }
 
     /// Doublings late acks put on the timers now (spec §5.4 step 8).
@@ -313,6 +337,22 @@ mod tests {
         e.relax(t0 + Duration::from_secs(4));
         e.relax(t0 + Duration::from_secs(5));
         assert_eq!((e.late_doublings(), e.pto(), e.rto(0)), (0, pto, rto));
+    }
+
+    #[test]
+    fn a_loss_ends_the_doublings_and_bars_them_for_a_quiet_second() {
+        let t0 = Instant::now();
+        let mut e = est();
+        e.on_sample(Duration::from_millis(40));
+        let pto = e.pto();
+        e.on_late_ack(t0);
+        e.on_late_ack(t0);
+        e.on_loss(t0 + Duration::from_millis(10));
+        assert_eq!((e.late_doublings(), e.pto()), (0, pto));
+        e.on_late_ack(t0 + Duration::from_millis(500));
+        assert_eq!(e.late_doublings(), 0, "the late ack may be a lost one's successor");
+        e.on_late_ack(t0 + Duration::from_millis(1010));
+        assert_eq!(e.late_doublings(), 1);
     }
 
     #[test]
