@@ -135,8 +135,9 @@ pub(crate) struct Connection {
     /// Probes sent since an ack last made progress (spec §5.4: at most
     /// `MAX_TLPS` per flight, each after twice the previous wait).
     tlp_count: u32,
-    /// The transmission number of the last tail-loss probe, until an ack
-    /// with an echo judges it (spec §5.4 step 8).
+    /// The transmission number of the last tail-loss probe, until the
+    /// first ack after it that acknowledges anything judges it (spec §5.4
+    /// step 8).
     probe_tx: Option<u64>,
     timers: Timers,
     ack: AckState,

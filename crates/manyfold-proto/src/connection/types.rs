@@ -227,8 +227,9 @@ pub struct ConnStats {
     /// Of the tail-loss probes, those that resent a packet (also counted
     /// in `retransmissions`); the others sent new data.
     pub probe_resends: u64,
-    /// Tail-loss probes an ack proved premature: it was drawn by a
-    /// transmission sent before the probe (spec §5.4 step 8).
+    /// Tail-loss probes an ack proved premature: the first ack after the
+    /// probe showed that a transmission sent before it had arrived (spec
+    /// §5.4 step 8).
     pub late_probes: u64,
     /// Packets declared lost (by SACK/RACK or RTO).
     pub lost_packets: u64,
