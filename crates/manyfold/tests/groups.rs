@@ -59,10 +59,18 @@ async fn every_receiver_gets_every_byte_under_loss() {
             let got = r.await.unwrap();
             assert!(got == data, "receiver {i}: {} bytes, differ", got.len());
         }
-        for (_, p) in group.peers() {
-            let c = p.conn.unwrap();
-            assert!(c.retransmissions > 0, "5% loss was repaired per peer");
-        }
+        // The drops fall on whichever datagrams the seeded injector hits,
+        // in an order the three peers' interleaving decides: one peer's
+        // ~130 datagrams escape every drop at 5% now and then (0.95^130,
+        // 0.13% per peer; 1 failed run in 300 seen). Across the group,
+        // drops occur in all but about 1 run in 10^9.
+        let peers: Vec<(u64, u64)> =
+            group.peers().iter().map(|(_, p)| p.conn.map(|c| (c.packets_sent, c.retransmissions)).unwrap()).collect();
+        assert!(
+            peers.iter().map(|p| p.1).sum::<u64>() > 0,
+            "5% loss was repaired: (packets sent, retransmissions) per peer {peers:?}"
+        );
+        eprintln!("(packets sent, retransmissions) per peer: {peers:?}");
         sender.shutdown().await;
     })
     .await
