@@ -236,49 +236,39 @@ impl Sample {
 /// A sender still running after `limit` is killed and the error is a
 /// [`TimedOut`]; any other failure carries what the children printed.
 pub fn run(row: &Row, work: &Path, bytes: u64, seed: u64, hash: &str, limit: Duration) -> Result<Sample> {
-    crate::on_free_addr(|addr| run_on(row, addr, work, bytes, seed, hash, limit))
-}
-
-fn run_on(
-    row: &Row,
-    addr: SocketAddr,
-    work: &Path,
-    bytes: u64,
-    seed: u64,
-    hash: &str,
-    limit: Duration,
-) -> Result<Sample> {
-    let (mut r, mut s) = commands(row, addr, work, hash)?;
-    // The manyfold sender's counters, the ceiling receiver's count.
-    let out = scratch(work, "out")?;
-    match row {
-        Row::Manyfold(_) => drop(s.stdout(out.reopen()?)),
-        Row::Blast => drop(r.stdout(out.reopen()?)),
-        _ => {}
-    }
-    for c in [&mut r, &mut s] {
-        c.arg("--bytes").arg(bytes.to_string()).arg("--seed").arg(seed.to_string());
-    }
-    let what = row.label();
-    // The TCP rows' sender retries connecting; the others need the receiver bound first.
-    let ready = if matches!(row, Row::Tcp(_)) { None } else { Some(addr) };
-    let Measured { mut sample, started } =
-        Transfer { recv: r, send: s, what: what.clone(), ready }.measure(work, bytes, limit)?;
-    let text = std::fs::read_to_string(out.path()).with_context(|| format!("reading {}", out.path().display()))?;
-    if let Row::Manyfold(_) = row {
-        sample.mf =
-            Some(MfStats::parse(&text).with_context(|| format!("{what}: sender printed no counters: {text:?}"))?);
-    }
-    if let Row::Blast = row {
-        let mut f = text.split_whitespace().skip(1).map(|w| w.parse::<u128>());
-        let (Some(Ok(got)), Some(Ok(last))) = (f.next(), f.next()) else {
-            bail!("blast receiver printed {text:?}");
-        };
-        let start = started.duration_since(UNIX_EPOCH)?.as_nanos();
-        sample.delivered = got as u64;
-        sample.wall = last.saturating_sub(start) as f64 / 1e9;
-    }
-    Ok(sample)
+    crate::on_free_addr(|addr| {
+        let (mut r, mut s) = commands(row, addr, work, hash)?;
+        // The manyfold sender's counters, the ceiling receiver's count.
+        let out = scratch(work, "out")?;
+        match row {
+            Row::Manyfold(_) => drop(s.stdout(out.reopen()?)),
+            Row::Blast => drop(r.stdout(out.reopen()?)),
+            _ => {}
+        }
+        for c in [&mut r, &mut s] {
+            c.arg("--bytes").arg(bytes.to_string()).arg("--seed").arg(seed.to_string());
+        }
+        let what = row.label();
+        // The TCP rows' sender retries connecting; the others need the receiver bound first.
+        let ready = if matches!(row, Row::Tcp(_)) { None } else { Some(addr) };
+        let Measured { mut sample, started } =
+            Transfer { recv: r, send: s, what: what.clone(), ready }.measure(work, bytes, limit)?;
+        let text = std::fs::read_to_string(out.path()).with_context(|| format!("reading {}", out.path().display()))?;
+        if let Row::Manyfold(_) = row {
+            sample.mf =
+                Some(MfStats::parse(&text).with_context(|| format!("{what}: sender printed no counters: {text:?}"))?);
+        }
+        if let Row::Blast = row {
+            let mut f = text.split_whitespace().skip(1).map(|w| w.parse::<u128>());
+            let (Some(Ok(got)), Some(Ok(last))) = (f.next(), f.next()) else {
+                bail!("blast receiver printed {text:?}");
+            };
+            let start = started.duration_since(UNIX_EPOCH)?.as_nanos();
+            sample.delivered = got as u64;
+            sample.wall = last.saturating_sub(start) as f64 / 1e9;
+        }
+        Ok(sample)
+    })
 }
 
 /// A file in `work` for a child's output, deleted when dropped.

@@ -253,57 +253,44 @@ fn run_pair(
     dir: &Path,
     name: &str,
 ) -> Result<Pair> {
-    crate::on_free_addr(|addr| run_pair_on(addr, bench, row, plan, size, rate, secs, dir, name))
-}
-
-#[allow(clippy::too_many_arguments)]
-fn run_pair_on(
-    addr: SocketAddr,
-    bench: &Path,
-    row: &Row,
-    plan: &Plan,
-    size: usize,
-    rate: f64,
-    secs: f64,
-    dir: &Path,
-    name: &str,
-) -> Result<Pair> {
-    let limit = secs * 3.0 + 30.0;
-    let cmd = |role: &str, flag: &str, addr: SocketAddr| {
-        let mut c = Command::new(bench);
-        c.env("RUST_BACKTRACE", "0").env("RUST_LIB_BACKTRACE", "0");
-        c.args(["rate", role, flag, &addr.to_string()]);
-        c.args(row.end_args());
-        c.args(["--size", &size.to_string(), "--secs", &secs.to_string(), "--rate", &format!("{rate:.3}")]);
-        c.args(["--warmup", &plan.warmup.to_string(), "--seed", &plan.seed.to_string()]);
-        c.args(["--limit", &limit.to_string()]);
-        c
-    };
-    let what = |role: &str| format!("{} {role} ({size} B, {name})", row.name());
-    let recv = child::launch(cmd("recv", "--listen", addr), dir, &format!("{name}-recv"), what("receiver"))?;
-    let bound = match row {
-        Row::Tcp => wait_tcp_listening(addr),
-        _ => wait_udp_bound(addr),
-    };
-    if let Err(e) = bound {
-        recv.kill();
-        return Err(e);
-    }
-    let send = match child::launch(cmd("send", "--to", addr), dir, &format!("{name}-send"), what("sender")) {
-        Ok(s) => s,
-        Err(e) => {
+    crate::on_free_addr(|addr| {
+        let limit = secs * 3.0 + 30.0;
+        let cmd = |role: &str, flag: &str, addr: SocketAddr| {
+            let mut c = Command::new(bench);
+            c.env("RUST_BACKTRACE", "0").env("RUST_LIB_BACKTRACE", "0");
+            c.args(["rate", role, flag, &addr.to_string()]);
+            c.args(row.end_args());
+            c.args(["--size", &size.to_string(), "--secs", &secs.to_string(), "--rate", &format!("{rate:.3}")]);
+            c.args(["--warmup", &plan.warmup.to_string(), "--seed", &plan.seed.to_string()]);
+            c.args(["--limit", &limit.to_string()]);
+            c
+        };
+        let what = |role: &str| format!("{} {role} ({size} B, {name})", row.name());
+        let recv = child::launch(cmd("recv", "--listen", addr), dir, &format!("{name}-recv"), what("receiver"))?;
+        let bound = match row {
+            Row::Tcp => wait_tcp_listening(addr),
+            _ => wait_udp_bound(addr),
+        };
+        if let Err(e) = bound {
             recv.kill();
             return Err(e);
         }
-    };
-    let limit = Duration::from_secs_f64(limit + 10.0);
-    let recv = recv.finish(limit);
-    let send = send.finish(limit);
-    let pair = Pair { send: send?, recv: recv? };
-    let sent = parse_field(&pair.send.stdout, "sent").context("the sender printed no count")?;
-    let got = parse_field(&pair.recv.stdout, "delivered").context("the receiver printed no count")?;
-    ensure!(sent == got, "the sender sent {sent} messages, the receiver checked {got}");
-    Ok(pair)
+        let send = match child::launch(cmd("send", "--to", addr), dir, &format!("{name}-send"), what("sender")) {
+            Ok(s) => s,
+            Err(e) => {
+                recv.kill();
+                return Err(e);
+            }
+        };
+        let limit = Duration::from_secs_f64(limit + 10.0);
+        let recv = recv.finish(limit);
+        let send = send.finish(limit);
+        let pair = Pair { send: send?, recv: recv? };
+        let sent = parse_field(&pair.send.stdout, "sent").context("the sender printed no count")?;
+        let got = parse_field(&pair.recv.stdout, "delivered").context("the receiver printed no count")?;
+        ensure!(sent == got, "the sender sent {sent} messages, the receiver checked {got}");
+        Ok(pair)
+    })
 }
 
 /// How long a receiver may take to start: seconds on a busy machine.

@@ -205,11 +205,6 @@ impl RttEstimator {
         (self.srtt() * 16).max(LATE_RELAX)
     }
 
-    /// Doublings late acks put on the timers now (spec §5.4 step 8).
-    pub fn late_doublings(&self) -> u8 {
-        self.late
-    }
-
     /// When a lone packet is overdue (spec §5.4, §6.2: the cookie echo
     /// with data waiting behind it): RACK's time threshold, SRTT + SRTT/4
     /// (RFC 8985 §6.2's reordering window), plus the peer's ack delay and
@@ -326,17 +321,17 @@ mod tests {
         for _ in 0..5 {
             e.on_late_ack(t0);
         }
-        assert_eq!(e.late_doublings(), MAX_LATE);
+        assert_eq!(e.late, MAX_LATE);
         assert_eq!(e.pto(), pto * 8);
         e.relax(t0 + Duration::from_millis(999));
-        assert_eq!(e.late_doublings(), 3, "not yet a second without a late ack");
+        assert_eq!(e.late, 3, "not yet a second without a late ack");
         e.relax(t0 + Duration::from_secs(1));
-        assert_eq!(e.late_doublings(), 2);
+        assert_eq!(e.late, 2);
         e.relax(t0 + Duration::from_millis(1500));
-        assert_eq!(e.late_doublings(), 2, "the next second counts from the last change");
+        assert_eq!(e.late, 2, "the next second counts from the last change");
         e.relax(t0 + Duration::from_secs(4));
         e.relax(t0 + Duration::from_secs(5));
-        assert_eq!((e.late_doublings(), e.pto(), e.rto(0)), (0, pto, rto));
+        assert_eq!((e.late, e.pto(), e.rto(0)), (0, pto, rto));
     }
 
     #[test]
@@ -348,11 +343,11 @@ mod tests {
         e.on_late_ack(t0);
         e.on_late_ack(t0);
         e.on_loss(t0 + Duration::from_millis(10));
-        assert_eq!((e.late_doublings(), e.pto()), (0, pto));
+        assert_eq!((e.late, e.pto()), (0, pto));
         e.on_late_ack(t0 + Duration::from_millis(500));
-        assert_eq!(e.late_doublings(), 0, "the late ack may be a lost one's successor");
+        assert_eq!(e.late, 0, "the late ack may be a lost one's successor");
         e.on_late_ack(t0 + Duration::from_millis(1010));
-        assert_eq!(e.late_doublings(), 1);
+        assert_eq!(e.late, 1);
     }
 
     #[test]
