@@ -163,6 +163,29 @@ pub fn hidden_name(name: &str, suffix: &str) -> String {
     format!(".{}~{tag}{suffix}", &name[..cut])
 }
 
+/// One read of `file` at `offset` into `buf[at..]`, on a blocking thread
+/// and straight into `buf`: tokio's `File` reads into a buffer of its own
+/// and copies out of it, one more pass over every byte sent (RESULTS §44).
+/// Returns `buf` and how many bytes the read gave (0 at the end of the
+/// file; fewer than asked is not the end).
+pub async fn read_at(
+    file: &std::sync::Arc<File>,
+    mut buf: bytes::BytesMut,
+    at: usize,
+    offset: u64,
+) -> io::Result<(bytes::BytesMut, usize)> {
+    use std::os::unix::fs::FileExt;
+    let file = std::sync::Arc::clone(file);
+    tokio::task::spawn_blocking(move || loop {
+        match file.read_at(&mut buf[at..], offset) {
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            read => return read.map(|n| (buf, n)),
+        }
+    })
+    .await
+    .map_err(io::Error::other)?
+}
+
 /// BLAKE3 state after the first `len` bytes of `file` (fewer if it is
 /// shorter; the count read is returned too): how both ends of a resume
 /// check that a partial file holds the start of the same data.

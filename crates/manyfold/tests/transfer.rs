@@ -405,6 +405,57 @@ async fn bytes_written_as_chunks_arrive_whole_under_loss() {
     .expect("test timed out");
 }
 
+/// `write_chunk_some` is the cancel-safe partial form of `write_chunk`: a
+/// call that a timeout drops while the send buffer is full has taken
+/// nothing (the bytes would arrive twice otherwise), and repeated calls
+/// hand over the whole buffer. The server reads nothing until the client
+/// has seen a write time out against its full buffer (its receive buffer
+/// of 1 MiB and the client's send buffer hold a third of the data).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partial_chunk_write_dropped_while_waiting_takes_nothing_and_every_byte_arrives_once() {
+    timeout(TEST_TIMEOUT, async {
+        let mut small = config();
+        small.endpoint.connection.recv_buffer = 1 << 20;
+        let (server, client) = pair(small, config()).await;
+        let server_addr = server.local_addr().unwrap();
+        let data = bytes::Bytes::from(payload(9, 16 << 20));
+        let expect = blake3::hash(&data);
+        let (go, wait) = tokio::sync::oneshot::channel::<()>();
+        let srv = tokio::spawn(async move {
+            let conn = server.accept().await.expect("a connection");
+            let _ = wait.await;
+            let (_, recv) = conn.split();
+            (drain(recv).await, server)
+        });
+        let mut conn = client.connect(server_addr).await.expect("connect");
+        let (mut left, mut taken, mut dropped, mut go) = (data.clone(), 0, 0, Some(go));
+        while !left.is_empty() {
+            match timeout(Duration::from_millis(50), conn.write_chunk_some(&mut left)).await {
+                Ok(written) => {
+                    let n = written.expect("write_chunk_some");
+                    assert!(n > 0, "a call on a non-empty buffer takes something");
+                    taken += n;
+                    assert_eq!(taken + left.len(), data.len(), "what was taken is what `left` lost");
+                }
+                Err(_) => {
+                    dropped += 1;
+                    if let Some(go) = go.take() {
+                        let _ = go.send(());
+                    }
+                }
+            }
+        }
+        assert!(dropped > 0, "no call waited long enough to be dropped: the send buffer never filled");
+        conn.close().await.expect("close");
+        let (got, server) = srv.await.unwrap();
+        assert_eq!(got, (data.len(), expect), "every byte once, in order");
+        server.shutdown().await;
+        client.shutdown().await;
+    })
+    .await
+    .expect("test timed out");
+}
+
 /// `read_chunk` hands received bytes over as `Bytes` (spec §7.2): 16 MiB
 /// on stream 0 and 4 MiB on an opened stream, read as chunks of at most
 /// 1 MiB, arrive whole and end with `None`; on loopback's 64 KiB datagrams

@@ -32,8 +32,6 @@ use crate::size::{human_bytes, human_duration, human_rate};
 /// that per-message costs vanish, small enough that the 64 MiB shared
 /// buffer holds many.
 const MESSAGE: usize = 1 << 20;
-/// Message buffers kept for use again: more than the shared buffer holds.
-const POOL_MESSAGES: usize = 80;
 /// How long a receiver may take to answer the request.
 const ANSWER_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -299,11 +297,10 @@ pub async fn send_to_group(
             let mut tick = Instant::now();
             // Each message in a buffer used again once every receiver
             // acknowledged it: no fresh megabyte per message (RESULTS §41).
-            let mut pool = manyfold::BufferPool::new(MESSAGE, POOL_MESSAGES);
+            let mut pool = manyfold::BufferPool::new(MESSAGE, tree::POOL_BUFFERS);
             while offset < size {
                 let want = (size - offset).min(MESSAGE as u64) as usize;
-                let mut buf = pool.take(want);
-                source.read_exact_into(&mut buf).await?;
+                let buf = source.read_exact_into(pool.take(want)).await?;
                 hasher.update(&buf);
                 // Kept in either case: a spread block's encoding is a copy,
                 // so its buffer comes back at once for the next block.
@@ -516,8 +513,8 @@ struct GroupSink<'a> {
 }
 
 impl tree::Sink for GroupSink<'_> {
-    async fn put(&mut self, bytes: &[u8], _done: u64) -> Result<()> {
-        self.group.send(Bytes::copy_from_slice(bytes)).await.context("the group failed while sending data")?;
+    async fn put(&mut self, bytes: Bytes, _done: u64) -> Result<()> {
+        self.group.send(bytes).await.context("the group failed while sending data")?;
         if self.tick.elapsed() >= Duration::from_millis(100) {
             (self.progress)(self.group);
             self.tick = Instant::now();

@@ -4,9 +4,9 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
+use bytes::BytesMut;
 use clap::Args;
 use indicatif::ProgressBar;
-use tokio::io::AsyncReadExt;
 
 use super::group::Payload;
 use super::tree::{self, Origin, Planned};
@@ -178,7 +178,9 @@ fn fraction_arg(text: &str) -> Result<f64, String> {
 #[derive(Debug)]
 pub struct Source {
     path: PathBuf,
-    file: tokio::fs::File,
+    file: std::sync::Arc<std::fs::File>,
+    /// Where the next read starts.
+    offset: u64,
     size: u64,
     /// Reads are paced to `--rate`.
     pacer: Pacer,
@@ -186,12 +188,14 @@ pub struct Source {
 
 impl Source {
     pub async fn open(path: &Path) -> Result<Source> {
-        let file = tokio::fs::File::open(path).await.with_context(|| format!("cannot open {}", path.display()))?;
-        let meta = file.metadata().await.with_context(|| format!("cannot read the metadata of {}", path.display()))?;
+        let opened = tokio::fs::File::open(path).await.with_context(|| format!("cannot open {}", path.display()))?;
+        let meta =
+            opened.metadata().await.with_context(|| format!("cannot read the metadata of {}", path.display()))?;
         if !meta.is_file() {
             bail!("{} is not a regular file", path.display());
         }
-        Ok(Source { path: path.to_path_buf(), file, size: meta.len(), pacer: Pacer::new(None) })
+        let file = std::sync::Arc::new(opened.into_std().await);
+        Ok(Source { path: path.to_path_buf(), file, offset: 0, size: meta.len(), pacer: Pacer::new(None) })
     }
 
     /// The same source read no faster than `rate` bytes per second.
@@ -203,14 +207,21 @@ impl Source {
         self.size
     }
 
-    /// Fills `buf` from the file; a file that shrank meanwhile is an error.
-    pub async fn read_exact_into(&mut self, buf: &mut [u8]) -> Result<()> {
-        self.file
-            .read_exact(buf)
-            .await
-            .with_context(|| format!("cannot read {} (did it shrink while being sent?)", self.path.display()))?;
+    /// Fills `buf` from the file, straight into it (no copy through
+    /// tokio's buffer); a file that shrank meanwhile is an error.
+    pub async fn read_exact_into(&mut self, mut buf: BytesMut) -> Result<BytesMut> {
+        let mut at = 0;
+        while at < buf.len() {
+            let (back, n) = crate::fsutil::read_at(&self.file, buf, at, self.offset)
+                .await
+                .with_context(|| format!("cannot read {}", self.path.display()))?;
+            if n == 0 {
+                bail!("cannot read {}: it ended early (did it shrink while being sent?)", self.path.display());
+            }
+            (buf, at, self.offset) = (back, at + n, self.offset + n as u64);
+        }
         self.pacer.wait(buf.len()).await;
-        Ok(())
+        Ok(buf)
     }
 }
 

@@ -69,9 +69,20 @@ impl ConnRef {
     /// does; nothing of it is copied.
     async fn write_chunk(&self, stream: u16, mut data: Bytes) -> Result<(), WriteError> {
         while !data.is_empty() {
-            poll_fn(|cx| self.poll_write_with(cx, |c| c.stream_send_shared(StreamId::new(stream), &mut data))).await?;
+            self.write_chunk_some(stream, &mut data).await?;
         }
         Ok(())
+    }
+
+    /// Queues as much of the front of `data` as `stream` takes now,
+    /// waiting until it takes some, and advances `data` past it; nothing
+    /// is copied. Taking is the last step of a poll that completes, so a
+    /// call dropped while it waits has taken nothing.
+    async fn write_chunk_some(&self, stream: u16, data: &mut Bytes) -> Result<usize, WriteError> {
+        if data.is_empty() {
+            return Ok(0);
+        }
+        poll_fn(|cx| self.poll_write_with(cx, |c| c.stream_send_shared(StreamId::new(stream), &mut *data))).await
     }
 }
 
@@ -89,6 +100,30 @@ impl Connection {
     /// ```
     pub async fn write_chunk(&mut self, data: Bytes) -> Result<(), WriteError> {
         self.send.write_chunk(data).await
+    }
+
+    /// Writes as much of the front of `data` as the send buffer takes now,
+    /// waiting until it takes some, without copying it: `data` is advanced
+    /// past what was taken, and the count returned (0 only for an empty
+    /// `data`). The partial form of [`write_chunk`](Connection::write_chunk),
+    /// as `write` is of `write_all`, and cancel safe: dropped while it
+    /// waits (a `select!` that shows progress, a timeout), it has taken
+    /// nothing, so the caller writes the same `data` again.
+    ///
+    /// ```no_run
+    /// # async fn demo(mut conn: manyfold::Connection) -> Result<(), manyfold::WriteError> {
+    /// use std::time::Duration;
+    /// let mut data = bytes::Bytes::from(vec![7u8; 4 << 20]);
+    /// while !data.is_empty() {
+    ///     match tokio::time::timeout(Duration::from_millis(100), conn.write_chunk_some(&mut data)).await {
+    ///         Ok(written) => { written?; }
+    ///         Err(_) => println!("{} bytes still to hand over", data.len()),
+    ///     }
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn write_chunk_some(&mut self, data: &mut Bytes) -> Result<usize, WriteError> {
+        self.send.write_chunk_some(data).await
     }
 
     /// Reads up to `max` bytes of the connection's byte stream (stream 0)
@@ -139,6 +174,11 @@ impl SendHalf {
     pub async fn write_chunk(&mut self, data: Bytes) -> Result<(), WriteError> {
         self.conn.write_chunk(0, data).await
     }
+
+    /// As [`Connection::write_chunk_some`].
+    pub async fn write_chunk_some(&mut self, data: &mut Bytes) -> Result<usize, WriteError> {
+        self.conn.write_chunk_some(0, data).await
+    }
 }
 
 impl RecvHalf {
@@ -160,6 +200,12 @@ impl StreamIo {
     /// [`Connection::write_chunk`] does for stream 0.
     pub async fn write_chunk(&mut self, data: Bytes) -> Result<(), WriteError> {
         self.conn.write_chunk(self.stream, data).await
+    }
+
+    /// Writes what this stream takes now of the front of `data`, as
+    /// [`Connection::write_chunk_some`] does for stream 0.
+    pub async fn write_chunk_some(&mut self, data: &mut Bytes) -> Result<usize, WriteError> {
+        self.conn.write_chunk_some(self.stream, data).await
     }
 
     /// Reads up to `max` bytes of this stream as one buffer, as

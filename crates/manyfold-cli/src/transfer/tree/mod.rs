@@ -87,7 +87,7 @@ use manyfold::Protection;
 use manyfold_proto::ConnStats;
 
 pub use send::send_tree;
-pub use source::{stream_files, Sent, Sink};
+pub use source::{stream_files, Sent, Sink, POOL_BUFFERS};
 pub use store::receive_tree;
 pub use walk::{plan, unchecked, Origin, Planned};
 

@@ -5,6 +5,7 @@
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
+use bytes::Bytes;
 use indicatif::ProgressBar;
 use tokio::io::AsyncWriteExt;
 
@@ -119,22 +120,18 @@ struct ConnSink<'a> {
 }
 
 impl Sink for ConnSink<'_> {
-    async fn put(&mut self, bytes: &[u8], done: u64) -> Result<()> {
+    async fn put(&mut self, mut bytes: Bytes, done: u64) -> Result<()> {
         if self.bar.length().is_some_and(|len| done > len) {
             self.bar.set_length(done);
         }
-        // Written piecewise with a deadline, so that the bar keeps telling
-        // while the receiver is silent and the window is full (a write
-        // still pending has written nothing: dropping it is safe).
-        let mut at = 0;
-        while at < bytes.len() {
-            if let Ok(written) = tokio::time::timeout(BAR_TICK, self.tx.write(&bytes[at..])).await {
-                match written.context("connection lost while sending data")? {
-                    0 => bail!("connection lost while sending data: the connection accepts no more"),
-                    w => at += w,
-                }
+        // Handed over piecewise with a deadline, so that the bar keeps
+        // telling while the receiver is silent and the window is full (a
+        // call still waiting has taken nothing: dropping it is safe).
+        while !bytes.is_empty() {
+            if let Ok(written) = tokio::time::timeout(BAR_TICK, self.tx.write_chunk_some(&mut bytes)).await {
+                written.context("connection lost while sending data")?;
             }
-            show_acked(self.bar, done.saturating_sub((bytes.len() - at) as u64), self.tx);
+            show_acked(self.bar, done.saturating_sub(bytes.len() as u64), self.tx);
         }
         Ok(())
     }

@@ -13,9 +13,11 @@
 use std::collections::HashMap;
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
+use std::sync::Arc;
 
 use anyhow::{bail, Context, Result};
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncSeekExt};
+use bytes::{Bytes, BytesMut};
+use tokio::io::{AsyncRead, AsyncReadExt};
 
 use super::walk::{Origin, Planned};
 use super::wire::{self, Kind};
@@ -25,12 +27,18 @@ use crate::pace::Pacer;
 /// Where the stream of a tree transfer goes: a connection, or a group.
 #[allow(async_fn_in_trait)]
 pub trait Sink {
-    /// Hands over one piece of the stream; `done` counts the file bytes of
-    /// the whole transfer handed over once it is (for progress).
-    async fn put(&mut self, bytes: &[u8], done: u64) -> Result<()>;
+    /// Hands over one piece of the stream, to be sent without a copy (a
+    /// data chunk's buffer comes back to the pool once it is
+    /// acknowledged); `done` counts the file bytes of the whole transfer
+    /// handed over once it is (for progress).
+    async fn put(&mut self, bytes: Bytes, done: u64) -> Result<()>;
     /// The largest data chunk to put at once.
     fn chunk(&self) -> usize;
 }
+
+/// Chunk buffers kept for use again: more than a 64 MiB send buffer holds
+/// of 1 MiB chunks (a group's messages are as large).
+pub const POOL_BUFFERS: usize = 80;
 
 /// What has been handed over so far (resumed bytes count: the receiver
 /// holds them).
@@ -52,23 +60,25 @@ pub async fn stream_files<S: Sink>(
     pacer: &mut Pacer,
     sent: &mut Sent,
 ) -> Result<()> {
-    let mut buf = vec![0u8; 4 + sink.chunk()];
+    // Each chunk is read into a buffer the sink sends without a copy, used
+    // again once acknowledged (RESULTS §44: two copies fewer per byte).
+    let mut pool = manyfold::BufferPool::new(4 + sink.chunk(), POOL_BUFFERS);
     for (index, item) in items.iter().enumerate().filter(|(_, i)| i.entry.kind == Kind::File) {
         let (from, hasher) = resumes.remove(&index).unwrap_or((0, blake3::Hasher::new()));
         sent.bytes += from;
-        sink.put(&from.to_be_bytes(), sent.bytes).await?;
+        sink.put(Bytes::copy_from_slice(&from.to_be_bytes()), sent.bytes).await?;
         let (bytes, hash) = match &item.origin {
             Origin::Path(path) => {
-                let mut file = open_unchanged(path, &item.entry).await?;
-                let before = file.metadata().await.with_context(|| format!("cannot read {}", path.display()))?;
-                file.seek(std::io::SeekFrom::Start(from))
-                    .await
-                    .with_context(|| format!("cannot read {}", path.display()))?;
+                let file = Arc::new(open_unchanged(path, &item.entry)?);
+                let before = file.metadata().with_context(|| format!("cannot read {}", path.display()))?;
                 let limit = Some(before.len() - from);
-                let (bytes, hash) = stream_one(&mut file, limit, hasher, sink, pacer, sent.bytes, &mut buf).await?;
+                let mut src = Reader::File { file: Arc::clone(&file), offset: from };
+                let (bytes, hash) = stream_one(&mut src, limit, hasher, sink, pacer, sent.bytes, &mut pool).await?;
                 // Grown: more to read after the size it had.
-                let grown = file.read(&mut [0u8; 1]).await.map_or(true, |n| n > 0);
-                let after = file.metadata().await.with_context(|| format!("cannot read {}", path.display()))?;
+                let grown = crate::fsutil::read_at(&file, BytesMut::zeroed(1), 0, from + bytes)
+                    .await
+                    .map_or(true, |(_, n)| n > 0);
+                let after = file.metadata().with_context(|| format!("cannot read {}", path.display()))?;
                 if grown || from + bytes != before.len() || changed(&before, &after) {
                     bail!(
                         "{} changed while it was being sent ({} bytes read of {}); nothing of it is stored",
@@ -87,12 +97,13 @@ pub async fn stream_files<S: Sink>(
                 (bytes, hash)
             }
             Origin::Stdin => {
-                stream_one(&mut tokio::io::stdin(), None, hasher, sink, pacer, sent.bytes, &mut buf).await?
+                let mut src = Reader::Stream(Box::new(tokio::io::stdin()));
+                stream_one(&mut src, None, hasher, sink, pacer, sent.bytes, &mut pool).await?
             }
             Origin::Nothing => bail!("{}: a file without a source", item.entry.path),
         };
         sent.bytes += bytes;
-        sink.put(&wire::end(&hash), sent.bytes).await?;
+        sink.put(Bytes::from(wire::end(&hash)), sent.bytes).await?;
         sent.files.push(FileLine { path: item.entry.path.clone(), bytes: from + bytes, resumed: from, hash });
     }
     Ok(())
@@ -126,7 +137,7 @@ pub async fn accept_offers(items: &[Planned], offers: Vec<wire::Offer>) -> Resul
 
 /// Opens a listed file without following a link that replaced it, and
 /// checks it is still what was listed.
-async fn open_unchanged(path: &Path, entry: &wire::Entry) -> Result<tokio::fs::File> {
+fn open_unchanged(path: &Path, entry: &wire::Entry) -> Result<std::fs::File> {
     use std::os::unix::fs::OpenOptionsExt;
     let file = std::fs::OpenOptions::new()
         .read(true)
@@ -137,14 +148,14 @@ async fn open_unchanged(path: &Path, entry: &wire::Entry) -> Result<tokio::fs::F
     if !meta.is_file() || meta.len() != entry.size || super::walk::mtime_of(&meta) != entry.mtime {
         bail!("{} changed between listing and sending; nothing of it is stored", path.display());
     }
-    Ok(tokio::fs::File::from_std(file))
+    Ok(file)
 }
 
 /// The BLAKE3 of the first `len` bytes of `file`, read again from the
 /// start (on two threads, [`crate::fsutil::hash_file`]); `None` if it no
 /// longer has that many.
-async fn reread_hash(file: &tokio::fs::File, len: u64) -> Result<Option<blake3::Hash>> {
-    let file = file.try_clone().await.context("cannot read the file again")?.into_std().await;
+async fn reread_hash(file: &Arc<std::fs::File>, len: u64) -> Result<Option<blake3::Hash>> {
+    let file = Arc::clone(file);
     tokio::task::spawn_blocking(move || crate::fsutil::hash_file(&file, len))
         .await
         .map_err(|e| anyhow::anyhow!("hash task failed: {e}"))?
@@ -157,32 +168,59 @@ fn changed(before: &std::fs::Metadata, after: &std::fs::Metadata) -> bool {
         != (after.len(), after.mtime(), after.mtime_nsec(), after.ctime(), after.ctime_nsec())
 }
 
+/// Where a file's bytes come from: a file read at an offset straight into
+/// the chunk buffers, or a stream (standard input) read through tokio.
+enum Reader {
+    File { file: Arc<std::fs::File>, offset: u64 },
+    Stream(Box<dyn AsyncRead + Unpin + Send>),
+}
+
+impl Reader {
+    /// One read into `buf[at..]`: the buffer back and how many bytes came
+    /// (0 at the end).
+    async fn read(&mut self, mut buf: BytesMut, at: usize) -> std::io::Result<(BytesMut, usize)> {
+        match self {
+            Reader::File { file, offset } => {
+                let (buf, n) = crate::fsutil::read_at(file, buf, at, *offset).await?;
+                *offset += n as u64;
+                Ok((buf, n))
+            }
+            Reader::Stream(s) => {
+                let n = s.read(&mut buf[at..]).await?;
+                Ok((buf, n))
+            }
+        }
+    }
+}
+
 /// Puts what `src` gives until its end (or `limit` bytes) as data chunks,
-/// hashing as it goes; `base` file bytes came before.
-async fn stream_one<R: AsyncRead + Unpin, S: Sink>(
-    src: &mut R,
+/// each read into a buffer of `pool` behind its 4-byte header and handed
+/// over as it is, hashing as it goes; `base` file bytes came before.
+async fn stream_one<S: Sink>(
+    src: &mut Reader,
     limit: Option<u64>,
     mut hasher: blake3::Hasher,
     sink: &mut S,
     pacer: &mut Pacer,
     base: u64,
-    buf: &mut [u8],
+    pool: &mut manyfold::BufferPool,
 ) -> Result<(u64, blake3::Hash)> {
     let mut total = 0u64;
     loop {
         let left = limit.map_or(u64::MAX, |l| l - total);
-        let want = (pacer.piece(buf.len() - 4) as u64).min(left) as usize;
+        let want = (pacer.piece(sink.chunk()) as u64).min(left) as usize;
         if want == 0 {
             return Ok((total, hasher.finalize()));
         }
-        let n = src.read(&mut buf[4..4 + want]).await.context("cannot read the data to send")?;
+        let (mut buf, n) = src.read(pool.take(4 + want), 4).await.context("cannot read the data to send")?;
         if n == 0 {
             return Ok((total, hasher.finalize()));
         }
-        hasher.update(&buf[4..4 + n]);
+        buf.truncate(4 + n);
+        hasher.update(&buf[4..]);
         pacer.wait(n).await;
         buf[..4].copy_from_slice(&wire::data_header(n));
         total += n as u64;
-        sink.put(&buf[..4 + n], base + total).await?;
+        sink.put(pool.keep(buf), base + total).await?;
     }
 }
