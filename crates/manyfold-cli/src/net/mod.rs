@@ -347,6 +347,30 @@ pub fn random_u64() -> u64 {
     u64::from_le_bytes(bytes)
 }
 
+/// Reads the next `n` bytes of `conn`'s byte stream into `parts` (cleared
+/// first) as the buffers they arrived in: large pieces are slices of their
+/// datagrams, not copied (`read_chunk`, spec §7.2). The peer's end before
+/// `n` bytes is an `UnexpectedEof` error.
+pub async fn read_parts(conn: &mut Connection, n: usize, parts: &mut Vec<bytes::Bytes>) -> std::io::Result<()> {
+    parts.clear();
+    let mut left = n;
+    while left > 0 {
+        match conn.read_chunk(left).await? {
+            Some(part) => {
+                left -= part.len();
+                parts.push(part);
+            }
+            None => {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::UnexpectedEof,
+                    format!("the stream ended {left} bytes short of a {n}-byte piece"),
+                ))
+            }
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

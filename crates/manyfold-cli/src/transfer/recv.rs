@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
 use indicatif::{MultiProgress, ProgressBar};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncReadExt;
 use tokio::task::JoinSet;
 
 use super::tree::wire::VERSION_TREE;
@@ -387,32 +387,36 @@ async fn receive_data(
     size: u64,
     bar: &ProgressBar,
 ) -> Result<(blake3::Hash, Option<anyhow::Error>)> {
-    let std_file = part.file().try_clone().context("cannot duplicate the file handle")?;
-    let mut writeback = crate::fsutil::Writeback::new(&std_file).context("cannot duplicate the file handle")?;
-    let mut file = tokio::fs::File::from_std(std_file);
+    let mut out = crate::fsutil::ChunkWriter::new(part.file()).context("cannot duplicate the file handle")?;
     let mut hasher = blake3::Hasher::new();
     let mut write_error: Option<anyhow::Error> = None;
-    let mut buf = vec![0u8; CHUNK];
+    let mut parts = Vec::new();
     let mut left = size;
     while left > 0 {
         let want = left.min(CHUNK as u64) as usize;
-        let n = conn.read(&mut buf[..want]).await.context("connection lost while receiving data")?;
-        if n == 0 {
-            bail!("the sender closed the connection after {} of {} bytes", size - left, size);
+        if let Err(e) = crate::net::read_parts(conn, want, &mut parts).await {
+            let got = size - left + parts.iter().map(|p| p.len() as u64).sum::<u64>();
+            return Err(match e.kind() {
+                std::io::ErrorKind::UnexpectedEof => {
+                    anyhow!("the sender closed the connection after {got} of {size} bytes")
+                }
+                _ => anyhow!(e).context("connection lost while receiving data"),
+            });
         }
-        hasher.update(&buf[..n]);
+        for p in &parts {
+            hasher.update(p);
+        }
         if write_error.is_none() {
-            match file.write_all(&buf[..n]).await {
-                Ok(()) => writeback.wrote(n as u64),
-                Err(e) => write_error = Some(anyhow!(e).context(format!("writing {}", part.path().display()))),
+            if let Err(e) = out.write(&mut parts).await {
+                write_error = Some(anyhow!(e).context(format!("writing {}", part.path().display())));
             }
         }
-        left -= n as u64;
-        bar.inc(n as u64);
+        left -= want as u64;
+        bar.inc(want as u64);
     }
     if write_error.is_none() {
-        // tokio's File completes writes in the background: wait for them.
-        if let Err(e) = file.flush().await {
+        // The last write may still be in flight: wait for it.
+        if let Err(e) = out.flush().await {
             write_error = Some(anyhow!(e).context(format!("writing {}", part.path().display())));
         }
     }

@@ -10,12 +10,13 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use anyhow::{anyhow, bail, Context, Result};
+use bytes::Bytes;
 use indicatif::{MultiProgress, ProgressBar};
-use tokio::io::{AsyncReadExt, AsyncSeekExt, AsyncWriteExt};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::wire::{self, Chunk, Entry, Kind};
 use super::FileLine;
-use crate::fsutil::{available_space, hash_prefix, hidden_name, PartFile, ResumeFile, Writeback, PARTIAL_SUFFIX};
+use crate::fsutil::{available_space, hash_prefix, hidden_name, ChunkWriter, PartFile, ResumeFile, PARTIAL_SUFFIX};
 use crate::net::Connection;
 use crate::report::{self, Direction, Report};
 use crate::size::human_bytes;
@@ -207,7 +208,7 @@ async fn make_all(
 ) -> Result<Vec<FileLine>> {
     let mut files = Vec::new();
     let mut dirs = Vec::new();
-    let mut buf = Vec::new();
+    let mut parts = Vec::new();
     for (i, e) in entries.iter().enumerate() {
         let at = dir.join(&e.path);
         match &e.kind {
@@ -238,7 +239,7 @@ async fn make_all(
                     }
                     (None, _) => Target::Fresh(PartFile::create(&at)?),
                 };
-                files.push(receive_file(conn, target, e, overwrite, bar, &mut buf).await?);
+                files.push(receive_file(conn, target, e, overwrite, bar, &mut parts).await?);
             }
         }
     }
@@ -281,7 +282,7 @@ async fn receive_file(
     e: &Entry,
     overwrite: bool,
     bar: &ProgressBar,
-    buf: &mut Vec<u8>,
+    parts: &mut Vec<Bytes>,
 ) -> Result<FileLine> {
     let from = conn.read_u64().await.context("connection lost while receiving data")?;
     let (have, prefix) = match &target {
@@ -296,17 +297,19 @@ async fn receive_file(
             bail!("{}: the sender resumes from {f}, the receiver holds {have} bytes", e.path);
         }
     };
-    let std_file = target.file().try_clone().context("cannot duplicate the file handle")?;
+    let mut std_file = target.file().try_clone().context("cannot duplicate the file handle")?;
     std_file.set_len(from).context("cannot size the partial file")?;
-    let writeback = Writeback::new(&std_file).context("cannot duplicate the file handle")?;
-    let mut out = FileOut { file: tokio::fs::File::from_std(std_file), writeback };
-    out.file.seek(std::io::SeekFrom::Start(from)).await.context("cannot seek in the partial file")?;
+    std::io::Seek::seek(&mut std_file, std::io::SeekFrom::Start(from)).context("cannot seek in the partial file")?;
+    let mut out = ChunkWriter::new(&std_file).context("cannot duplicate the file handle")?;
     bar.inc(from);
-    let streamed = stream_into(conn, &mut out, &mut hasher, e, from, bar, buf).await;
+    let streamed = stream_into(conn, &mut out, &mut hasher, e, from, bar, parts).await;
     let (theirs, got) = match streamed {
         Ok(done) => done,
         Err(err) if crate::net::close_reason(&err).is_some() => {
-            let _ = out.file.sync_data().await;
+            // What arrived stays for the same send to resume.
+            if out.flush().await.is_ok() {
+                let _ = tokio::task::spawn_blocking(move || std_file.sync_data()).await;
+            }
             return Err(err);
         }
         Err(err) => {
@@ -342,47 +345,43 @@ async fn receive_file(
     Ok(FileLine { path: e.path.clone(), bytes: got, resumed: from, hash })
 }
 
-/// A partial file being written, and its background sync.
-struct FileOut {
-    file: tokio::fs::File,
-    writeback: Writeback,
-}
-
 /// Writes a file's chunks to `out` until its end; returns the sender's
 /// hash and the file's length. Checks the size announced.
 async fn stream_into(
     conn: &mut Connection,
-    out: &mut FileOut,
+    out: &mut ChunkWriter,
     hasher: &mut blake3::Hasher,
     e: &Entry,
     from: u64,
     bar: &ProgressBar,
-    buf: &mut Vec<u8>,
+    parts: &mut Vec<Bytes>,
 ) -> Result<([u8; 32], u64)> {
     let mut got = from;
     let theirs = loop {
-        match wire::read_chunk(conn, buf).await.context("connection lost while receiving data")? {
-            None => {
-                got += buf.len() as u64;
+        match wire::read_chunk_head(conn).await.context("connection lost while receiving data")? {
+            Chunk::Data(n) => {
+                got += n as u64;
                 if e.known_size().is_some_and(|size| got > size) {
                     bail!("{}: more data than its size of {} bytes", e.path, e.size);
                 }
-                hasher.update(buf);
-                out.file.write_all(buf).await.with_context(|| format!("writing {}", e.path))?;
-                out.writeback.wrote(buf.len() as u64);
-                if bar.length().is_some_and(|len| bar.position() + buf.len() as u64 > len) {
-                    bar.inc_length(buf.len() as u64);
+                crate::net::read_parts(conn, n, parts).await.context("connection lost while receiving data")?;
+                for part in parts.iter() {
+                    hasher.update(part);
                 }
-                bar.inc(buf.len() as u64);
+                out.write(parts).await.with_context(|| format!("writing {}", e.path))?;
+                if bar.length().is_some_and(|len| bar.position() + n as u64 > len) {
+                    bar.inc_length(n as u64);
+                }
+                bar.inc(n as u64);
             }
-            Some(Chunk::End(hash)) => break hash,
-            Some(Chunk::Abandon(why)) => bail!("the sender gave up: {why}"),
+            Chunk::End(hash) => break hash,
+            Chunk::Abandon(why) => bail!("the sender gave up: {why}"),
         }
     };
     if e.known_size().is_some_and(|size| got != size) {
         bail!("{}: {got} bytes arrived of the {} announced", e.path, e.size);
     }
-    out.file.flush().await.with_context(|| format!("writing {}", e.path))?;
+    out.flush().await.with_context(|| format!("writing {}", e.path))?;
     Ok((theirs, got))
 }
 

@@ -313,9 +313,13 @@ pub async fn read_offers<R: AsyncRead + Unpin>(r: &mut R, entries: usize) -> std
     Ok(offers)
 }
 
-/// What ends a file's data chunks (see the framing in [`super`]).
+/// A chunk's head (see the framing in [`super`]): data, or what ends a
+/// file's data.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Chunk {
+    /// This many bytes of the file follow (at most [`MAX_CHUNK`]); the
+    /// caller reads them.
+    Data(usize),
     /// The end of the file and the BLAKE3 of all of it.
     End([u8; 32]),
     /// The sender gives up on the whole transfer, saying why.
@@ -346,31 +350,27 @@ pub fn abandon(why: &str) -> Vec<u8> {
     v
 }
 
-/// Reads the next chunk into `buf` (reused): `Ok(None)` for data (then
-/// `buf` holds it), else the end or the sender's reason.
-pub async fn read_chunk<R: AsyncRead + Unpin>(r: &mut R, buf: &mut Vec<u8>) -> std::io::Result<Option<Chunk>> {
+/// Reads the next chunk's head: for data, its length (its bytes are next
+/// on the stream), else the end or the sender's reason.
+pub async fn read_chunk_head<R: AsyncRead + Unpin>(r: &mut R) -> std::io::Result<Chunk> {
     let len = r.read_u32().await?;
     match len {
         0 => {
             let mut hash = [0u8; 32];
             r.read_exact(&mut hash).await?;
-            Ok(Some(Chunk::End(hash)))
+            Ok(Chunk::End(hash))
         }
         ABANDON => {
             let n = usize::from(r.read_u16().await?);
             let mut text = vec![0u8; n.min(crate::transfer::wire::MAX_MESSAGE)];
             r.read_exact(&mut text).await?;
-            Ok(Some(Chunk::Abandon(String::from_utf8_lossy(&text).into_owned())))
+            Ok(Chunk::Abandon(String::from_utf8_lossy(&text).into_owned()))
         }
         n if n > MAX_CHUNK => Err(std::io::Error::new(
             std::io::ErrorKind::InvalidData,
             format!("a data chunk of {n} bytes (at most {MAX_CHUNK})"),
         )),
-        n => {
-            buf.resize(n as usize, 0);
-            r.read_exact(buf).await?;
-            Ok(None)
-        }
+        n => Ok(Chunk::Data(n as usize)),
     }
 }
 
@@ -505,12 +505,15 @@ mod tests {
         bytes.extend_from_slice(&end(&hash));
         bytes.extend_from_slice(&abandon("changed"));
         let mut r = &bytes[..];
-        let mut buf = Vec::new();
-        assert_eq!(block_on(read_chunk(&mut r, &mut buf)).unwrap(), None);
-        assert_eq!(buf, b"abc");
-        assert_eq!(block_on(read_chunk(&mut r, &mut buf)).unwrap(), Some(Chunk::End(*hash.as_bytes())));
-        assert_eq!(block_on(read_chunk(&mut r, &mut buf)).unwrap(), Some(Chunk::Abandon("changed".into())));
+        assert_eq!(block_on(read_chunk_head(&mut r)).unwrap(), Chunk::Data(3));
+        let mut buf = [0u8; 3];
+        block_on(r.read_exact(&mut buf)).unwrap();
+        assert_eq!(&buf, b"abc");
+        assert_eq!(block_on(read_chunk_head(&mut r)).unwrap(), Chunk::End(*hash.as_bytes()));
+        assert_eq!(block_on(read_chunk_head(&mut r)).unwrap(), Chunk::Abandon("changed".into()));
         let huge = (MAX_CHUNK + 1).to_be_bytes();
-        assert!(block_on(read_chunk(&mut &huge[..], &mut buf)).is_err());
+        assert!(block_on(read_chunk_head(&mut &huge[..])).is_err());
+        let largest = MAX_CHUNK.to_be_bytes();
+        assert_eq!(block_on(read_chunk_head(&mut &largest[..])).unwrap(), Chunk::Data(MAX_CHUNK as usize));
     }
 }
