@@ -402,7 +402,7 @@ mod tests {
         use std::io::{Read, Seek, SeekFrom};
         let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).build().unwrap();
         let dir = tempfile::tempdir().unwrap();
-        let mut file = File::options().read(true).write(true).create(true).open(dir.path().join("f")).unwrap();
+        let mut file = File::options().read(true).write(true).create_new(true).open(dir.path().join("f")).unwrap();
         file.write_all(b"held").unwrap();
         let mut expect = b"held".to_vec();
         let batches: Vec<Vec<bytes::Bytes>> = vec![
