@@ -63,7 +63,9 @@ pub fn run(args: &FileArgs) -> Result<()> {
     let hash = crate::hash_file(&src)?;
     let cc = std::fs::read_to_string("/proc/sys/net/ipv4/tcp_congestion_control").unwrap_or_default();
     let tcp_row = format!("kernel TCP ({}, the system default)", cc.trim());
-    let mut rows: Vec<(String, Vec<Sample>)> = vec![("manyfold (NewReno)".into(), vec![]), (tcp_row, vec![])];
+    // The command line runs the library's default controller.
+    let mf_row = format!("manyfold ({}, the default)", manyfold::CongestionAlgorithm::default().name());
+    let mut rows: Vec<(String, Vec<Sample>)> = vec![(mf_row, vec![]), (tcp_row, vec![])];
     let mut log = Vec::new();
     let me = std::env::current_exe()?;
     for rep in 0..args.reps {
