@@ -21,7 +21,7 @@ fn loopback_file_scenario_runs_and_verifies() {
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "bench failed: {}\n{}", stdout, String::from_utf8_lossy(&out.stderr));
-    assert!(stdout.contains("| manyfold (NewReno) |"), "{stdout}");
+    assert!(stdout.contains("| manyfold (bbr, the default) |"), "{stdout}");
     assert!(stdout.contains("| kernel TCP"), "{stdout}");
 }
 
