@@ -98,8 +98,11 @@ async fn send_group(file: &Path, peers: &[SocketAddr], chunk: usize) -> Result<(
     }
     let conns: Vec<_> = peers_now.iter().filter_map(|(_, p)| p.conn).collect();
     let srtt_ms: Vec<f64> = conns.iter().map(|c| c.srtt.as_secs_f64() * 1e3).collect();
+    let held = |f: &dyn Fn(&manyfold::SendLimits) -> Duration| -> f64 {
+        conns.iter().map(|c| f(&c.limited).as_secs_f64() * 1e3).sum()
+    };
     println!(
-        "{GROUP_PREFIX} closed_ns={closed} peers={} outstanding_peak_mib={:.1} retransmissions={} tail_loss_probes={} probe_resends={} late_probes={} lost_packets={} spurious_losses={} rto_expiries={} spurious_rtos={} srtt_ms_max={:.3}",
+        "{GROUP_PREFIX} closed_ns={closed} peers={} outstanding_peak_mib={:.1} retransmissions={} tail_loss_probes={} probe_resends={} late_probes={} lost_packets={} spurious_losses={} rto_expiries={} spurious_rtos={} srtt_ms_max={:.3} held_app_ms={:.0} held_window_ms={:.0} held_cwnd_ms={:.0} held_pacing_ms={:.0}",
         peers_now.len(),
         outstanding_peak as f64 / (1 << 20) as f64,
         conns.iter().map(|c| c.retransmissions).sum::<u64>(),
@@ -111,6 +114,13 @@ async fn send_group(file: &Path, peers: &[SocketAddr], chunk: usize) -> Result<(
         conns.iter().map(|c| c.rto_expiries).sum::<u64>(),
         conns.iter().map(|c| c.spurious_rtos).sum::<u64>(),
         srtt_ms.iter().cloned().fold(0.0, f64::max),
+        // What held each peer's new data back (spec §8.2), summed over
+        // peers; "application" includes the group waiting for the peer
+        // with the least room (mode All).
+        held(&|l| l.application),
+        held(&|l| l.peer_window),
+        held(&|l| l.congestion),
+        held(&|l| l.pacing),
     );
     drop(group);
     let _ = tokio::time::timeout(Duration::from_secs(3), ep.shutdown_within(Duration::from_secs(2))).await;
