@@ -25,7 +25,9 @@
 //!   [`peer_close_text`]). [`Connection::stats`] has its
 //!   RTT, window and retransmissions. Data already in a [`Bytes`] goes
 //!   without a copy through [`Connection::write_chunk`] (on any stream:
-//!   [`StreamIo::write_chunk`]), as quinn's `write_chunk`; a
+//!   [`StreamIo::write_chunk`]), as quinn's `write_chunk`;
+//!   [`Connection::write_chunk_some`] takes what fits and is cancel safe
+//!   (for a `select!` or a timeout around it); a
 //!   [`BufferPool`] gives you those buffers again once the peer has
 //!   acknowledged them, instead of a fresh allocation each. What a client
 //!   writes as soon as `connect` returns rides on the handshake's last
