@@ -163,27 +163,33 @@ pub fn hidden_name(name: &str, suffix: &str) -> String {
     format!(".{}~{tag}{suffix}", &name[..cut])
 }
 
-/// One read of `file` at `offset` into `buf[at..]`, on a blocking thread
-/// and straight into `buf`: tokio's `File` reads into a buffer of its own
-/// and copies out of it, one more pass over every byte sent (RESULTS §44).
-/// Returns `buf` and how many bytes the read gave (0 at the end of the
-/// file; fewer than asked is not the end).
-pub async fn read_at(
-    file: &std::sync::Arc<File>,
-    mut buf: bytes::BytesMut,
-    at: usize,
-    offset: u64,
-) -> io::Result<(bytes::BytesMut, usize)> {
-    use std::os::unix::fs::FileExt;
-    let file = std::sync::Arc::clone(file);
-    tokio::task::spawn_blocking(move || loop {
-        match file.read_at(&mut buf[at..], offset) {
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            read => return read.map(|n| (buf, n)),
-        }
-    })
-    .await
-    .map_err(io::Error::other)?
+/// A file read from an offset that moves on with each read, on a
+/// blocking thread and straight into the caller's buffer: tokio's `File`
+/// reads into a buffer of its own and copies out of it, one more pass
+/// over every byte sent (RESULTS §44).
+#[derive(Debug)]
+pub struct FileAt {
+    pub file: std::sync::Arc<File>,
+    pub offset: u64,
+}
+
+impl FileAt {
+    /// One read into `buf[at..]`: `buf` back and how many bytes came (0
+    /// at the end of the file; fewer than asked is not the end).
+    pub async fn read(&mut self, mut buf: bytes::BytesMut, at: usize) -> io::Result<(bytes::BytesMut, usize)> {
+        use std::os::unix::fs::FileExt;
+        let (file, offset) = (std::sync::Arc::clone(&self.file), self.offset);
+        let (buf, n) = tokio::task::spawn_blocking(move || loop {
+            match file.read_at(&mut buf[at..], offset) {
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                read => return read.map(|n| (buf, n)),
+            }
+        })
+        .await
+        .map_err(io::Error::other)??;
+        self.offset += n as u64;
+        Ok((buf, n))
+    }
 }
 
 /// BLAKE3 state after the first `len` bytes of `file` (fewer if it is
@@ -633,10 +639,8 @@ impl Syncer {
 pub struct ChunkWriter {
     file: std::sync::Arc<File>,
     writeback: Writeback,
-    /// The write in flight; it gives its buffers' list back, emptied.
-    pending: Option<tokio::task::JoinHandle<io::Result<Vec<bytes::Bytes>>>>,
-    /// An empty list for the next write.
-    spare: Vec<bytes::Bytes>,
+    /// The write in flight.
+    pending: Option<tokio::task::JoinHandle<io::Result<()>>>,
 }
 
 impl ChunkWriter {
@@ -646,41 +650,33 @@ impl ChunkWriter {
             file: std::sync::Arc::new(file.try_clone()?),
             writeback: Writeback::new(file)?,
             pending: None,
-            spare: Vec::new(),
         })
     }
 
     /// Queues `parts` (left empty) to be written after everything queued
     /// before; waits for the write before them, whose error it returns.
     pub async fn write(&mut self, parts: &mut Vec<bytes::Bytes>) -> io::Result<()> {
-        let spare = self.wait().await?;
-        let batch = std::mem::replace(parts, spare);
+        self.flush().await?;
+        let batch = std::mem::take(parts);
         let n: usize = batch.iter().map(|b| b.len()).sum();
         let file = std::sync::Arc::clone(&self.file);
-        self.pending = Some(tokio::task::spawn_blocking(move || write_all_vectored(&file, batch)));
+        self.pending = Some(tokio::task::spawn_blocking(move || write_all_vectored(&file, &batch)));
         self.writeback.wrote(n as u64);
         Ok(())
     }
 
     /// Waits until everything queued is written.
     pub async fn flush(&mut self) -> io::Result<()> {
-        self.spare = self.wait().await?;
-        Ok(())
-    }
-
-    /// The write in flight finished: an empty list back.
-    async fn wait(&mut self) -> io::Result<Vec<bytes::Bytes>> {
         match self.pending.take() {
             Some(write) => write.await.map_err(io::Error::other)?,
-            None => Ok(std::mem::take(&mut self.spare)),
+            None => Ok(()),
         }
     }
 }
 
 /// Writes every byte of `parts` at `file`'s position, as few `writev`
-/// calls as the kernel allows (at most 1,024 buffers each); the list
-/// comes back emptied.
-fn write_all_vectored(file: &File, mut parts: Vec<bytes::Bytes>) -> io::Result<Vec<bytes::Bytes>> {
+/// calls as the kernel allows (at most 1,024 buffers each).
+fn write_all_vectored(file: &File, parts: &[bytes::Bytes]) -> io::Result<()> {
     use std::io::{IoSlice, Write};
     const IOV_MAX: usize = 1024;
     for group in parts.chunks(IOV_MAX) {
@@ -695,6 +691,5 @@ fn write_all_vectored(file: &File, mut parts: Vec<bytes::Bytes>) -> io::Result<V
             }
         }
     }
-    parts.clear();
-    Ok(parts)
+    Ok(())
 }

@@ -178,9 +178,7 @@ fn fraction_arg(text: &str) -> Result<f64, String> {
 #[derive(Debug)]
 pub struct Source {
     path: PathBuf,
-    file: std::sync::Arc<std::fs::File>,
-    /// Where the next read starts.
-    offset: u64,
+    file: crate::fsutil::FileAt,
     size: u64,
     /// Reads are paced to `--rate`.
     pacer: Pacer,
@@ -194,8 +192,8 @@ impl Source {
         if !meta.is_file() {
             bail!("{} is not a regular file", path.display());
         }
-        let file = std::sync::Arc::new(opened.into_std().await);
-        Ok(Source { path: path.to_path_buf(), file, offset: 0, size: meta.len(), pacer: Pacer::new(None) })
+        let file = crate::fsutil::FileAt { file: std::sync::Arc::new(opened.into_std().await), offset: 0 };
+        Ok(Source { path: path.to_path_buf(), file, size: meta.len(), pacer: Pacer::new(None) })
     }
 
     /// The same source read no faster than `rate` bytes per second.
@@ -212,13 +210,12 @@ impl Source {
     pub async fn read_exact_into(&mut self, mut buf: BytesMut) -> Result<BytesMut> {
         let mut at = 0;
         while at < buf.len() {
-            let (back, n) = crate::fsutil::read_at(&self.file, buf, at, self.offset)
-                .await
-                .with_context(|| format!("cannot read {}", self.path.display()))?;
+            let (back, n) =
+                self.file.read(buf, at).await.with_context(|| format!("cannot read {}", self.path.display()))?;
             if n == 0 {
                 bail!("cannot read {}: it ended early (did it shrink while being sent?)", self.path.display());
             }
-            (buf, at, self.offset) = (back, at + n, self.offset + n as u64);
+            (buf, at) = (back, at + n);
         }
         self.pacer.wait(buf.len()).await;
         Ok(buf)

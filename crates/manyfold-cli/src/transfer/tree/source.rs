@@ -22,6 +22,7 @@ use tokio::io::{AsyncRead, AsyncReadExt};
 use super::walk::{Origin, Planned};
 use super::wire::{self, Kind};
 use super::FileLine;
+use crate::fsutil::FileAt;
 use crate::pace::Pacer;
 
 /// Where the stream of a tree transfer goes: a connection, or a group.
@@ -72,12 +73,10 @@ pub async fn stream_files<S: Sink>(
                 let file = Arc::new(open_unchanged(path, &item.entry)?);
                 let before = file.metadata().with_context(|| format!("cannot read {}", path.display()))?;
                 let limit = Some(before.len() - from);
-                let mut src = Reader::File { file: Arc::clone(&file), offset: from };
+                let mut src = Reader::File(FileAt { file: Arc::clone(&file), offset: from });
                 let (bytes, hash) = stream_one(&mut src, limit, hasher, sink, pacer, sent.bytes, &mut pool).await?;
                 // Grown: more to read after the size it had.
-                let grown = crate::fsutil::read_at(&file, BytesMut::zeroed(1), 0, from + bytes)
-                    .await
-                    .map_or(true, |(_, n)| n > 0);
+                let grown = src.read(BytesMut::zeroed(1), 0).await.map_or(true, |(_, n)| n > 0);
                 let after = file.metadata().with_context(|| format!("cannot read {}", path.display()))?;
                 if grown || from + bytes != before.len() || changed(&before, &after) {
                     bail!(
@@ -171,7 +170,7 @@ fn changed(before: &std::fs::Metadata, after: &std::fs::Metadata) -> bool {
 /// Where a file's bytes come from: a file read at an offset straight into
 /// the chunk buffers, or a stream (standard input) read through tokio.
 enum Reader {
-    File { file: Arc<std::fs::File>, offset: u64 },
+    File(FileAt),
     Stream(Box<dyn AsyncRead + Unpin + Send>),
 }
 
@@ -180,11 +179,7 @@ impl Reader {
     /// (0 at the end).
     async fn read(&mut self, mut buf: BytesMut, at: usize) -> std::io::Result<(BytesMut, usize)> {
         match self {
-            Reader::File { file, offset } => {
-                let (buf, n) = crate::fsutil::read_at(file, buf, at, *offset).await?;
-                *offset += n as u64;
-                Ok((buf, n))
-            }
+            Reader::File(f) => f.read(buf, at).await,
             Reader::Stream(s) => {
                 let n = s.read(&mut buf[at..]).await?;
                 Ok((buf, n))
