@@ -8,6 +8,7 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 use common::*;
+use manyfold_proto::wire::{chunk, Packet};
 use manyfold_proto::{CloseReason, EndpointConfig, Event, State};
 use manyfold_sim::{LinkConfig, Transfer, Verdict, World};
 use rand::{Rng, SeedableRng};
@@ -88,14 +89,27 @@ fn lost_bare_cookie_echo_is_resent_until_the_server_accepts() {
 }
 
 #[test]
-fn handshake_survives_loss_of_the_first_two_syns() {
+fn handshake_survives_loss_of_the_syn_and_both_copies_of_its_resend() {
     let seed = 105;
     let mut w = pair(seed, LinkConfig::default(), EndpointConfig::default());
-    w.set_drop_rule(drop_first(2, client(), server(), is_syn));
+    w.set_drop_rule(drop_first(3, client(), server(), is_syn));
+    w.set_capture(true);
     let t = Transfer::start(&mut w, client(), server(), 1000, 1000);
     let h = t.client_conn();
     t.run(&mut w, Duration::from_secs(60)).unwrap_or_else(|e| panic!("{e}"));
-    // RTO doubles: the third SYN leaves at 1 s + 2 s.
+    // spec §5.5.1: each resend goes twice, back to back, naming its
+    // transmission (spec §5.4.2): the SYN at 0 s and both at 1 s (counts
+    // 1 and 2) were dropped, and the capture holds what arrived.
+    let syns: Vec<(Duration, u8)> = w
+        .captured()
+        .iter()
+        .filter(|c| c.from == client() && is_syn(&c.data))
+        .map(|c| (c.at, Packet::parse(&c.data).map_or(0, |p| chunk::resent_count(p.data))))
+        .collect();
+    let s = Duration::from_secs;
+    assert_eq!(syns, [(s(3), 3), (s(3), 4)], "seed {seed}");
+    assert_eq!(w.dropped_by_rule(), 3, "seed {seed}");
+    // RTO doubles: the third transmission leaves at 1 s + 2 s.
     let connected = w.saw(client(), h, Event::Connected).unwrap();
     assert!(connected >= Duration::from_secs(3), "connected at {connected:?} (seed {seed})");
 }
@@ -442,7 +456,8 @@ fn simultaneous_open_losing_a_syn_and_syn_acks(seed: u64, syn_acks_lost: u32) ->
 #[test]
 fn simultaneous_open_survives_losing_one_sides_syn_and_its_first_syn_ack() {
     // A's RTO resends its SYN|ACK at 1 s as B resends its SYN: both arrive.
-    let connected = simultaneous_open_losing_a_syn_and_syn_acks(119, 1);
+    // (A's answer goes twice, spec §5.5.1: both copies are lost.)
+    let connected = simultaneous_open_losing_a_syn_and_syn_acks(119, 2);
     assert_eq!(connected, Duration::from_millis(1010), "seed 119");
 }
 
@@ -450,7 +465,7 @@ fn simultaneous_open_survives_losing_one_sides_syn_and_its_first_syn_ack() {
 fn syn_resent_to_a_connection_in_syn_received_draws_its_syn_ack_again() {
     // A's RTO resend at 1 s is lost too: only A's answer to B's resent SYN
     // connects B, one round trip later, instead of A's next RTO at 3 s.
-    let connected = simultaneous_open_losing_a_syn_and_syn_acks(120, 2);
+    let connected = simultaneous_open_losing_a_syn_and_syn_acks(120, 4);
     assert_eq!(connected, Duration::from_millis(1020), "seed 120");
 }
 
@@ -678,4 +693,42 @@ fn a_lost_cookie_echo_with_data_behind_it_is_probed_once_overdue_not_at_the_rto(
         took <= Duration::from_millis(60),
         "accepted {took:?} after the write; the one-way delay is 50 ms (seed {seed})"
     );
+}
+
+/// One handshake over a path of 90–150 ms round trip that loses `loss` of
+/// the datagrams each way, with the default 10 s `connect_timeout`. Returns
+/// whether it completed: the listener accepted and the client's cookie echo
+/// was acknowledged before the timeout.
+fn handshake_through_loss(seed: u64, loss: f64) -> bool {
+    let link = LinkConfig::with_delay(Duration::from_millis(45)).jitter(Duration::from_millis(30)).loss(loss);
+    let mut w = pair(seed, link, EndpointConfig::default());
+    w.endpoint_mut(server()).set_listening(true);
+    let h = w.connect(client(), server());
+    let mut accepted = false;
+    w.run_until(
+        |w| {
+            accepted |= w.endpoint_mut(server()).accept().is_some();
+            let c = w.endpoint(client()).conn(h);
+            let echo_acked = accepted && c.stats().is_some_and(|s| s.unacked_bytes == 0);
+            w.closed(client(), h).is_some() || echo_acked
+        },
+        Duration::from_secs(15),
+    );
+    accepted && w.closed(client(), h).is_none()
+}
+
+#[test]
+fn handshakes_through_ten_percent_loss_each_way_complete_within_connect_timeout() {
+    // spec §4.2, §5.4.2, §5.5.1: at 10% loss each way a SYN's round trip
+    // fails one time in five. Four SYNs fit in 10 s (0, 1, 3, 7 s), so
+    // sent once each, one handshake in ~770 ran out of SYNs; and one
+    // answered by a resent SYN had, by Karn's rule, no round-trip sample,
+    // so its cookie echo kept to the 1 s initial RTO.
+    // HANDSHAKES and HANDSHAKE_LOSS change the count and the loss, for
+    // RESULTS' figures.
+    let env = |k: &str| std::env::var(k).ok().and_then(|v| v.parse().ok());
+    let (n, loss): (u64, f64) = (env("HANDSHAKES").unwrap_or(10_000.0) as u64, env("HANDSHAKE_LOSS").unwrap_or(0.10));
+    let failed: Vec<u64> = (0..n).map(|i| 7_000 + i).filter(|&seed| !handshake_through_loss(seed, loss)).collect();
+    eprintln!("{} of {n} handshakes missed connect_timeout: seeds {failed:?}", failed.len());
+    assert!(failed.is_empty(), "{} of {n} handshakes missed connect_timeout: seeds {failed:?}", failed.len());
 }

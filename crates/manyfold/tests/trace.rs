@@ -62,7 +62,7 @@ async fn trace_logs_every_datagram_with_its_header_fields() {
         assert_eq!((out, inn), (sent, received), "{log}");
         let syn = lines.first().expect("a traced datagram");
         assert!(syn.contains("flags=SYN ") && syn.contains("conn=00000000") && syn.contains("len=32"), "{syn}");
-        assert!(lines.iter().any(|l| l.contains("flags=SYN|ACK|CKE")), "{log}");
+        assert!(lines.iter().any(|l| l.contains("flags=SYN|ACK|SCK|CKE")), "{log}");
         assert!(lines.iter().any(|l| l.contains("FIN") && l.contains(" -> ")), "{log}");
         for field in ["seq=", "ack=", "wnd=", "ms "] {
             assert!(lines.iter().all(|l| l.contains(field)), "{field} missing: {log}");

@@ -277,7 +277,8 @@ impl Connection {
                 }
                 if self.sent.on_retransmitted(now, seq, n as u32) {
                     self.count_resend(SendTrigger::Retransmit);
-                    if control == Flags::empty() && payload.data_len() > 0 && self.thin_with_room(n as u64) {
+                    let thin = control == Flags::empty() && payload.data_len() > 0 && self.thin_with_room(n as u64);
+                    if thin || control.contains(Flags::SYN) || control.contains(Flags::CKE) {
                         self.resend_copy_due = Some(seq);
                     }
                 }
@@ -290,7 +291,7 @@ impl Connection {
 
     /// spec §5.5.1: whether a retransmission of `size` bytes just sent goes
     /// twice (the caller checked that it carries stream data and no SYN,
-    /// cookie or FIN). Only a thin flow's: the application has less than a
+    /// cookie or FIN; a handshake packet's always does). Only a thin flow's: the application has less than a
     /// datagram queued, so what the copy costs is one datagram per loss
     /// and at most one message held back for a pacing interval (a bulk
     /// flow always has more queued); and only while the congestion window
@@ -787,8 +788,8 @@ impl Connection {
     /// Bytes every sequenced packet keeps free for the RESENT chunk its
     /// resend carries to a peer that takes echoes (spec §5.4.2), so that a
     /// full packet's resend still fits the datagram.
-    fn resent_room(&self) -> usize {
-        if self.ack.peer_echoes {
+    pub(super) fn resent_room(&self) -> usize {
+        if self.ack.peer_echoes || self.state == State::SynSent {
             RESENT_LEN
         } else {
             0
@@ -813,17 +814,20 @@ impl Connection {
     }
 
     /// The RESENT count `seq` carries if this write is a resend of it to a
-    /// peer that takes echoes (spec §5.4.2): never on handshake packets
-    /// (SYN, cookie echo, a protected handshake message), which keep their
+    /// peer that takes echoes (spec §5.4.2). Our initial SYN goes before we
+    /// know the peer's features: its resends carry it anyway, since a
+    /// listener ignores the data area of a SYN it takes no 0-RTT data
+    /// from. Never on a protected handshake message, which keeps its
     /// layout.
     fn resent_count(&self, seq: Seq, flags: Flags, chunks: Option<&Chunks>) -> Option<u8> {
         let c = chunks?;
-        if !self.ack.peer_echoes || flags.contains(Flags::SYN) || flags.contains(Flags::CKE) {
+        let initial_syn = flags.contains(Flags::SYN) && self.state == State::SynSent;
+        if !self.ack.peer_echoes && !initial_syn {
             return None;
         }
         // A new packet has no record yet: only a resend's chunks are looked at.
         let count = self.sent.get(seq).map(SentPacket::next_resent_count)?;
-        (!c.iter().any(|c| matches!(c, Chunk::Handshake(_)))).then_some(count)
+        (!c.has_handshake()).then_some(count)
     }
 
     /// Bytes of the SYN parameters and cookie sections `control` implies.
@@ -920,7 +924,7 @@ impl Connection {
             }),
         };
         if let Some(s) = self.security.as_mut() {
-            s.last_was_handshake = chunks.is_some_and(|c| c.iter().any(|c| matches!(c, Chunk::Handshake(_))));
+            s.last_was_handshake = chunks.is_some_and(Chunks::has_handshake);
         }
         self.stats.packets_sent += 1;
         match &tail {

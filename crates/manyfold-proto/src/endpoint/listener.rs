@@ -18,7 +18,7 @@ use crate::conn_handle::ConnHandle;
 use crate::connection::{handshake_message, Connection, Event};
 use crate::handshake::{CookieBinding, EarlyReplay, ReplayCache, Secrets};
 use crate::ids::ConnId;
-use crate::wire::{ErrorCode, Flags, HandshakeParams, Packet, PacketType};
+use crate::wire::{Echo, ErrorCode, Flags, HandshakeParams, Packet, PacketType, SackBlock};
 
 /// Most bytes a stateless answer may have per byte of the datagram it
 /// answers (spec §6.6; QUIC's anti-amplification factor, RFC 9000 §8).
@@ -288,6 +288,13 @@ impl Endpoint {
         p.params = Some(HandshakeParams { conn_id: server_id.wire(), max_datagram, features });
         p.cookie = Some(cookie);
         p.token = self.token_for(now, from, params);
+        // spec §5.4.2: it names the transmission of the SYN it answers, so
+        // that a client whose SYN went more than once still has a round
+        // trip to time its cookie echo by.
+        if params.takes_tx_echo() {
+            let count = crate::wire::chunk::resent_count(syn.data);
+            p.sack = Some(SackBlock::new().with_echo(Echo { seq: client_isn, count }));
+        }
         self.stats.syn_cookies_sent += 1;
         self.listener.queue_response(Requester(from, syn.len()), &p, &mut self.stats);
     }

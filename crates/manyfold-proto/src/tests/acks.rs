@@ -20,9 +20,11 @@ fn strip_syn_ack_features(to_b: bool, d: &mut [u8]) {
     if to_b || !p.header.flags.contains(Flags::SYN) {
         return;
     }
-    // The params section follows the 24-byte header; features are its last u16.
-    d[24 + 6] = 0;
-    d[24 + 7] = 0;
+    // The params section follows the 24-byte header and the SACK section
+    // (a SYN-ACK's echo of the SYN, spec §5.4.2); features are its last u16.
+    let at = 24 + p.sack.map_or(0, |s| s.encoded_len());
+    d[at + 6] = 0;
+    d[at + 7] = 0;
     seal(d);
 }
 

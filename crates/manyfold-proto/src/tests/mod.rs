@@ -350,12 +350,14 @@ fn spec_example_datagrams_are_as_documented() {
     let hello = hello.split_whitespace().collect::<Vec<_>>().join(" ");
     assert_eq!(sent[0], (true, syn.to_string()));
     assert_eq!(sent[3], (false, hello));
-    // SYN-ACK 52 bytes, echo 78 (cookie, an ack-frequency request and one
+    // SYN-ACK 58 bytes (its SACK section only the echo of the SYN), echo 78 (cookie, an ack-frequency request and one
     // 6-byte data chunk), a pure ack last, its SACK section only the echo
     // of the "hello" packet (spec §5.4.2).
     let lens: Vec<usize> = log.iter().map(|(_, d)| d.len()).collect();
-    assert_eq!(lens, [32, 52, 78, 57, 30]);
+    assert_eq!(lens, [32, 58, 78, 57, 30]);
     assert!(sent[4].1.ends_with("80 73 40 24 da 00"), "{}", sent[4].1);
+    // The SYN-ACK's flags and its echo of the SYN (seq x, a first transmission).
+    assert!(sent[1].1.starts_with("10 c3 ") && sent[1].1[72..].starts_with("80 4f 37 51 4c 00"), "{}", sent[1].1);
 }
 
 #[test]

@@ -597,6 +597,12 @@ impl Chunks {
         self.iter().map(Chunk::data_len).sum()
     }
 
+    /// Whether they hold a protected handshake message (spec §19.2), which
+    /// its resends carry without a RESENT chunk (spec §5.4.2).
+    pub fn has_handshake(&self) -> bool {
+        self.iter().any(|c| matches!(c, Chunk::Handshake(_)))
+    }
+
     /// Bytes they take on the wire.
     pub fn encoded_len(&self) -> usize {
         self.iter().map(Chunk::encoded_len).sum::<usize>() + self.pad()
