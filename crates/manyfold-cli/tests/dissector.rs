@@ -1170,6 +1170,24 @@ fn crafted() -> Vec<(Vec<u8>, &'static str, &'static str)> {
     two.push(10, 12);
     two.push(20, 25);
     let ranges_echo = acking(two.with_echo(Echo { seq: 9, count: 3 }));
+    // spec §4.2, §6.2: a resent SYN names its transmission, and the
+    // listener's SYN-ACK echoes it ahead of its parameters and cookie.
+    let resent_syn = {
+        let c: Chunk<Bytes> = Chunk::Resent { count: 2 };
+        let mut area = vec![0u8; c.encoded_len()];
+        c.emit(&mut area);
+        let mut p = Packet::bare(PacketType::Segment, Flags::SYN | Flags::KLV, 0, 7, 0, 65536);
+        p.params = Some(HandshakeParams { conn_id: 0x1234, max_datagram: 1452, features: HandshakeParams::TX_ECHO });
+        p.data = &area;
+        encode(&p)
+    };
+    let syn_ack = {
+        let mut p = Packet::bare(PacketType::Segment, Flags::SYN | Flags::ACK, 0x1234, 900, 8, 65536);
+        p.sack = Some(SackBlock::new().with_echo(Echo { seq: 7, count: 2 }));
+        p.params = Some(HandshakeParams { conn_id: 0x5678, max_datagram: 1452, features: HandshakeParams::TX_ECHO });
+        p.cookie = Some(Cookie { timestamp: 1, client_id: 0x1234, client_max_datagram: 1452, echo_delay: 0, mac: 4 });
+        encode(&p)
+    };
     // An ACK whose SACK section is `section`, as it stands.
     let sack_section = |section: &[u8]| {
         let mut p = Packet::bare(PacketType::Segment, Flags::ACK, 9, 101, 100, 4096);
@@ -1295,6 +1313,9 @@ fn crafted() -> Vec<(Vec<u8>, &'static str, &'static str)> {
         (sack_section(&[0x00, 0, 0, 0, 9, 0]), "ACK", "SACK count 0 without ECHO"),
         (sack_section(&[0x91; 200]), "ACK", "SACK count 17 with ECHO"),
         (sack_section(&[0x80, 1, 2, 3]), "ACK", "SACK block needs 6 bytes, 4 left"),
+        // spec §4.2, §6.2 (frames 66 and 67, checked below).
+        (resent_syn, "SYN", ""),
+        (syn_ack, "SYN-ACK", ""),
     ]
 }
 
@@ -1504,6 +1525,13 @@ fn crafted_datagrams_of_every_kind_are_decoded_and_broken_ones_flagged_without_l
     // Broken count bytes show the bit and the count they carry.
     assert_eq!(sack(63), ["0", "0", "", "", "", ""]);
     assert_eq!(sack(64), ["1", "17", "", "", "", ""]);
+    // The handshake: a resent SYN's RESENT chunk after its parameters, and
+    // the SYN-ACK's echo of it before its own.
+    assert_eq!(resent(66), ("9".into(), "2"));
+    assert_eq!(frames[66].one("manyfold.params.conn_id"), "0x00001234");
+    assert_eq!(sack(67), ["1", "0", "", "", "7", "2"]);
+    assert_eq!(frames[67].all("manyfold.params.conn_id"), ["0x00005678"]);
+    assert!(!frames[67].all("manyfold.cookie.mac").is_empty());
     // The Info column names them as it does SACK ranges and ACK_FREQUENCY.
     let info = info_column(&pcap);
     assert_eq!(info.len(), frames.len());
