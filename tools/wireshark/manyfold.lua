@@ -85,7 +85,7 @@ local FEATURE_TOKEN = 0x0004
 local FEATURE_WANT_TOKEN = 0x0008
 local FEATURE_EARLY = 0x0010
 local FEATURE_TX_ECHO = 0x0020
-local FEATURES_KNOWN = 0x003f
+local FEATURES_KNOWN = 0xff3f -- bits 8-15: the transmission (spec §3.3.2)
 local TOKEN_LEN = 12 -- the token section (spec §3.3.5)
 local MAX_OFFSET = 281474976710655 -- 2^48 - 1, exact in a Lua double
 
@@ -234,6 +234,11 @@ field(
     "params_tx_echo",
     ProtoField.bool("manyfold.params.features.tx_echo", "TX_ECHO", 16, nil, FEATURE_TX_ECHO,
         "the sender takes RESENT chunks and echoes (spec §5.4.2)")
+)
+field(
+    "params_transmission",
+    ProtoField.uint16("manyfold.params.features.transmission", "Transmission (0 = the first)", base.DEC, nil, 0xff00,
+        "which transmission of its packet this SYN or SYN-ACK is (spec §3.3.2, §5.4.2)")
 )
 field("token", ProtoField.bytes("manyfold.token", "Token"))
 field("token_timestamp", ProtoField.uint32("manyfold.token.timestamp", "Timestamp (ms)", base.DEC))
@@ -799,6 +804,7 @@ local function dissect_segment(tvb, pinfo, tree, ht, flags, stop)
         fi:add(f.params_want_token, tvb(at + 6, 2))
         fi:add(f.params_early, tvb(at + 6, 2))
         fi:add(f.params_tx_echo, tvb(at + 6, 2))
+        fi:add(f.params_transmission, tvb(at + 6, 2))
         if has(features, FEATURE_PROTECTED) then
             fi:append_text(" (PROTECTED)")
         end

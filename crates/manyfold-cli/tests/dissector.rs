@@ -184,6 +184,7 @@ const FIELDS: &[&str] = &[
     "manyfold.params.features.protected",
     "manyfold.params.features.ack_frequency",
     "manyfold.params.features.tx_echo",
+    "manyfold.params.features.transmission",
     "manyfold.handshake.length",
     "manyfold.protected.pn",
     "manyfold.protected.payload_len",
@@ -1170,15 +1171,12 @@ fn crafted() -> Vec<(Vec<u8>, &'static str, &'static str)> {
     two.push(10, 12);
     two.push(20, 25);
     let ranges_echo = acking(two.with_echo(Echo { seq: 9, count: 3 }));
-    // spec §4.2, §6.2: a resent SYN names its transmission, and the
-    // listener's SYN-ACK echoes it ahead of its parameters and cookie.
+    // spec §3.3.2, §6.2: a resent SYN names its transmission in its
+    // parameters, and the listener's SYN-ACK echoes it ahead of its own.
     let resent_syn = {
-        let c: Chunk<Bytes> = Chunk::Resent { count: 2 };
-        let mut area = vec![0u8; c.encoded_len()];
-        c.emit(&mut area);
         let mut p = Packet::bare(PacketType::Segment, Flags::SYN | Flags::KLV, 0, 7, 0, 65536);
-        p.params = Some(HandshakeParams { conn_id: 0x1234, max_datagram: 1452, features: HandshakeParams::TX_ECHO });
-        p.data = &area;
+        let params = HandshakeParams { conn_id: 0x1234, max_datagram: 1452, features: HandshakeParams::TX_ECHO };
+        p.params = Some(params.with_transmission(2));
         encode(&p)
     };
     let syn_ack = {
@@ -1525,10 +1523,11 @@ fn crafted_datagrams_of_every_kind_are_decoded_and_broken_ones_flagged_without_l
     // Broken count bytes show the bit and the count they carry.
     assert_eq!(sack(63), ["0", "0", "", "", "", ""]);
     assert_eq!(sack(64), ["1", "17", "", "", "", ""]);
-    // The handshake: a resent SYN's RESENT chunk after its parameters, and
+    // The handshake: a resent SYN's transmission in its parameters, and
     // the SYN-ACK's echo of it before its own.
-    assert_eq!(resent(66), ("9".into(), "2"));
+    assert_eq!(frames[66].one("manyfold.params.features.transmission"), "2");
     assert_eq!(frames[66].one("manyfold.params.conn_id"), "0x00001234");
+    assert_eq!(frames[0].one("manyfold.params.features.transmission"), "0");
     assert_eq!(sack(67), ["1", "0", "", "", "7", "2"]);
     assert_eq!(frames[67].all("manyfold.params.conn_id"), ["0x00005678"]);
     assert!(!frames[67].all("manyfold.cookie.mac").is_empty());

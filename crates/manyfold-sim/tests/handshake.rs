@@ -8,7 +8,7 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 use common::*;
-use manyfold_proto::wire::{chunk, Packet};
+use manyfold_proto::wire::{Packet, HEADER_LEN};
 use manyfold_proto::{CloseReason, EndpointConfig, Event, State};
 use manyfold_sim::{LinkConfig, Transfer, Verdict, World};
 use rand::{Rng, SeedableRng};
@@ -98,16 +98,21 @@ fn handshake_survives_loss_of_the_syn_and_both_copies_of_its_resend() {
     let h = t.client_conn();
     t.run(&mut w, Duration::from_secs(60)).unwrap_or_else(|e| panic!("{e}"));
     // spec §5.5.1: each resend goes twice, back to back, naming its
-    // transmission (spec §5.4.2): the SYN at 0 s and both at 1 s (counts
-    // 1 and 2) were dropped, and the capture holds what arrived.
+    // transmission in its parameters (spec §3.3.2): the SYN at 0 s and
+    // both at 1 s (transmissions 1 and 2) were dropped, and the capture
+    // holds what arrived.
     let syns: Vec<(Duration, u8)> = w
         .captured()
         .iter()
         .filter(|c| c.from == client() && is_syn(&c.data))
-        .map(|c| (c.at, Packet::parse(&c.data).map_or(0, |p| chunk::resent_count(p.data))))
+        .map(|c| (c.at, Packet::parse(&c.data).ok().and_then(|p| p.params).map_or(0, |p| p.transmission())))
         .collect();
     let s = Duration::from_secs;
     assert_eq!(syns, [(s(3), 3), (s(3), 4)], "seed {seed}");
+    // Nothing in their data area: a listener of before the RESENT chunk
+    // (kind 9) drops a SYN that carries one, and ignores the bits.
+    let areas = w.captured().iter().filter(|c| c.from == client() && is_syn(&c.data)).map(|c| c.data.len());
+    assert!(areas.into_iter().all(|len| len == HEADER_LEN + 8), "seed {seed}");
     assert_eq!(w.dropped_by_rule(), 3, "seed {seed}");
     // RTO doubles: the third transmission leaves at 1 s + 2 s.
     let connected = w.saw(client(), h, Event::Connected).unwrap();
@@ -456,8 +461,7 @@ fn simultaneous_open_losing_a_syn_and_syn_acks(seed: u64, syn_acks_lost: u32) ->
 #[test]
 fn simultaneous_open_survives_losing_one_sides_syn_and_its_first_syn_ack() {
     // A's RTO resends its SYN|ACK at 1 s as B resends its SYN: both arrive.
-    // (A's answer goes twice, spec §5.5.1: both copies are lost.)
-    let connected = simultaneous_open_losing_a_syn_and_syn_acks(119, 2);
+    let connected = simultaneous_open_losing_a_syn_and_syn_acks(119, 1);
     assert_eq!(connected, Duration::from_millis(1010), "seed 119");
 }
 
@@ -465,7 +469,7 @@ fn simultaneous_open_survives_losing_one_sides_syn_and_its_first_syn_ack() {
 fn syn_resent_to_a_connection_in_syn_received_draws_its_syn_ack_again() {
     // A's RTO resend at 1 s is lost too: only A's answer to B's resent SYN
     // connects B, one round trip later, instead of A's next RTO at 3 s.
-    let connected = simultaneous_open_losing_a_syn_and_syn_acks(120, 4);
+    let connected = simultaneous_open_losing_a_syn_and_syn_acks(120, 2);
     assert_eq!(connected, Duration::from_millis(1020), "seed 120");
 }
 
@@ -697,8 +701,8 @@ fn a_lost_cookie_echo_with_data_behind_it_is_probed_once_overdue_not_at_the_rto(
 
 /// One handshake over a path of 90–150 ms round trip that loses `loss` of
 /// the datagrams each way, with the default 10 s `connect_timeout`. Returns
-/// whether it completed: the listener accepted and the client's cookie echo
-/// was acknowledged before the timeout.
+/// whether it completed: the listener accepted it and the client is still
+/// open after the timeout (its cookie echo was acknowledged in time).
 fn handshake_through_loss(seed: u64, loss: f64) -> bool {
     let link = LinkConfig::with_delay(Duration::from_millis(45)).jitter(Duration::from_millis(30)).loss(loss);
     let mut w = pair(seed, link, EndpointConfig::default());
@@ -708,22 +712,43 @@ fn handshake_through_loss(seed: u64, loss: f64) -> bool {
     w.run_until(
         |w| {
             accepted |= w.endpoint_mut(server()).accept().is_some();
-            let c = w.endpoint(client()).conn(h);
-            let echo_acked = accepted && c.stats().is_some_and(|s| s.unacked_bytes == 0);
-            w.closed(client(), h).is_some() || echo_acked
+            w.closed(client(), h).is_some()
         },
-        Duration::from_secs(15),
+        Duration::from_secs(11),
     );
     accepted && w.closed(client(), h).is_none()
 }
 
 #[test]
+fn a_handshake_whose_syn_went_again_still_times_its_cookie_echo() {
+    // spec §5.4.2, §5.5.1: the first SYN is lost; its resend goes twice,
+    // and the SYN-ACK that answers the first copy echoes it. The client
+    // takes its round trip (100 ms) from that, so its lost cookie echo
+    // goes again after about 300 ms, not after the 1 s initial RTO.
+    let seed = 131;
+    let mut w = pair(seed, LinkConfig::with_delay(Duration::from_millis(50)), EndpointConfig::default());
+    let mut syn = drop_first(1, client(), server(), is_syn);
+    let mut echo = drop_first(1, client(), server(), is_cookie_echo);
+    w.set_drop_rule(move |f, t, d| syn(f, t, d) || echo(f, t, d));
+    w.endpoint_mut(server()).set_listening(true);
+    let h = w.connect(client(), server());
+    let accepted = accept_within(&mut w, Duration::from_secs(10));
+    assert!(accepted.is_some(), "never accepted (seed {seed})");
+    assert_eq!(w.dropped_by_rule(), 2, "seed {seed}");
+    let stats = w.endpoint(client()).conn(h).stats().unwrap();
+    assert_eq!(stats.min_rtt, Duration::from_millis(100), "the SYN's round trip (seed {seed})");
+    // SYN-ACK at 1.1 s, the echo lost, its resend at about 1.1 + 0.3 s.
+    let at = w.elapsed();
+    assert!(at < Duration::from_millis(1600), "accepted at {at:?} (seed {seed})");
+}
+
+#[test]
 fn handshakes_through_ten_percent_loss_each_way_complete_within_connect_timeout() {
     // spec §4.2, §5.4.2, §5.5.1: at 10% loss each way a SYN's round trip
-    // fails one time in five. Four SYNs fit in 10 s (0, 1, 3, 7 s), so
-    // sent once each, one handshake in ~770 ran out of SYNs; and one
-    // answered by a resent SYN had, by Karn's rule, no round-trip sample,
-    // so its cookie echo kept to the 1 s initial RTO.
+    // fails one time in five. Four SYNs fit in 10 s (0, 1, 3, 7 s), and
+    // one answered by a resent SYN had, by Karn's rule, no round-trip
+    // sample, so its cookie echo kept to the 1 s initial RTO: sent once
+    // each, 42 of 30,000 handshakes failed (RESULTS §45).
     // HANDSHAKES and HANDSHAKE_LOSS change the count and the loss, for
     // RESULTS' figures.
     let env = |k: &str| std::env::var(k).ok().and_then(|v| v.parse().ok());

@@ -149,8 +149,7 @@ impl Connection {
     /// data as fits one datagram, and FIN if that is all (spec §6.9). The
     /// listener's window is not known yet; one datagram is what it takes.
     pub(super) fn send_early_syn(&mut self, now: Instant, buf: &mut [u8]) -> Sent {
-        // Room is kept for the RESENT chunk its resends carry (spec §5.4.2).
-        let room = data_room(buf.len().min(self.max_datagram() as usize), PARAMS_LEN + TOKEN_LEN + self.resent_room());
+        let room = data_room(buf.len().min(self.max_datagram() as usize), PARAMS_LEN + TOKEN_LEN);
         let mut chunks = Chunks::default();
         let cut = self.streams.fill(now, &mut chunks, room, room);
         let fin = self.fin_queued && self.streams.queued() == 0 && !self.streams.has_sendable();

@@ -24,9 +24,10 @@ impl Connection {
         let bytes = if self.memory_pressure { usize::MAX } else { self.streams.buffered() };
         let held = (bytes, self.streams.held_memory());
         let arrival = r.on_packet(seq, len, fin, held, (self.streams.pieces(), entries));
-        // spec §5.4.2: the next ack names this transmission; a RESENT chunk
-        // also shows that the peer takes echoes.
-        let count = crate::wire::chunk::resent_count(p.data);
+        // spec §5.4.2: the next ack names this transmission (a SYN's or
+        // SYN-ACK's in its parameters, §3.3.2); a resend's count also shows
+        // that the peer takes echoes.
+        let count = p.params.map_or_else(|| crate::wire::chunk::resent_count(p.data), |pp| pp.transmission());
         self.ack.peer_echoes |= count > 0;
         self.ack.echo = Some(crate::wire::Echo { seq: p.header.seq, count });
         let first_time = matches!(arrival, Arrival::InOrder | Arrival::OutOfOrder);

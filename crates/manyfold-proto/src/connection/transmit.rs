@@ -278,7 +278,11 @@ impl Connection {
                 if self.sent.on_retransmitted(now, seq, n as u32) {
                     self.count_resend(SendTrigger::Retransmit);
                     let thin = control == Flags::empty() && payload.data_len() > 0 && self.thin_with_room(n as u64);
-                    if thin || control.contains(Flags::SYN) || control.contains(Flags::CKE) {
+                    // spec §5.5.1: and our SYN's and cookie echo's (not a
+                    // SYN-ACK that answers each SYN the peer sends again).
+                    let handshake =
+                        control.contains(Flags::CKE) || (control.contains(Flags::SYN) && self.state == State::SynSent);
+                    if thin || handshake {
                         self.resend_copy_due = Some(seq);
                     }
                 }
@@ -291,7 +295,7 @@ impl Connection {
 
     /// spec §5.5.1: whether a retransmission of `size` bytes just sent goes
     /// twice (the caller checked that it carries stream data and no SYN,
-    /// cookie or FIN; a handshake packet's always does). Only a thin flow's: the application has less than a
+    /// cookie or FIN). Only a thin flow's: the application has less than a
     /// datagram queued, so what the copy costs is one datagram per loss
     /// and at most one message held back for a pacing interval (a bulk
     /// flow always has more queued); and only while the congestion window
@@ -318,7 +322,7 @@ impl Connection {
             return None;
         }
         let n = self.write(now, buf, control | Flags::KLV, seq, Some(&payload), DATA_SACK_RANGES)?;
-        if self.sent.on_probe_sent(now, seq, n as u32) {
+        if self.sent.on_probe_sent(now, seq, n as u32, true) {
             self.count_resend(SendTrigger::Retransmit);
         }
         Some(n)
@@ -728,7 +732,7 @@ impl Connection {
         }
         let (payload, control) = (p.payload.clone(), p.control);
         let n = self.write(now, buf, control | Flags::KLV, seq, Some(&payload), DATA_SACK_RANGES)?;
-        if self.sent.on_probe_sent(now, seq, n as u32) {
+        if self.sent.on_probe_sent(now, seq, n as u32, false) {
             self.count_resend(SendTrigger::Probe);
         }
         self.check_probe(now);
@@ -788,8 +792,8 @@ impl Connection {
     /// Bytes every sequenced packet keeps free for the RESENT chunk its
     /// resend carries to a peer that takes echoes (spec §5.4.2), so that a
     /// full packet's resend still fits the datagram.
-    pub(super) fn resent_room(&self) -> usize {
-        if self.ack.peer_echoes || self.state == State::SynSent {
+    fn resent_room(&self) -> usize {
+        if self.ack.peer_echoes {
             RESENT_LEN
         } else {
             0
@@ -814,15 +818,14 @@ impl Connection {
     }
 
     /// The RESENT count `seq` carries if this write is a resend of it to a
-    /// peer that takes echoes (spec §5.4.2). Our initial SYN goes before we
-    /// know the peer's features: its resends carry it anyway, since a
-    /// listener ignores the data area of a SYN it takes no 0-RTT data
-    /// from. Never on a protected handshake message, which keeps its
-    /// layout.
+    /// peer that takes echoes (spec §5.4.2). Never on a SYN or SYN-ACK,
+    /// whose parameters say it (spec §3.3.2: our initial SYN goes before
+    /// we know the peer's features, and a listener of before the RESENT
+    /// chunk drops a SYN that carries one), nor on a protected handshake
+    /// message, which keeps its layout.
     fn resent_count(&self, seq: Seq, flags: Flags, chunks: Option<&Chunks>) -> Option<u8> {
         let c = chunks?;
-        let initial_syn = flags.contains(Flags::SYN) && self.state == State::SynSent;
-        if !self.ack.peer_echoes && !initial_syn {
+        if !self.ack.peer_echoes || flags.contains(Flags::SYN) {
             return None;
         }
         // A new packet has no record yet: only a resend's chunks are looked at.
@@ -870,11 +873,14 @@ impl Connection {
         if flags.contains(Flags::SYN) {
             let (early, token) = self.early_params();
             p.token = token;
-            p.params = Some(HandshakeParams {
+            // spec §3.3.2: a resend names its transmission in the parameters.
+            let count = self.sent.get(seq).map_or(0, SentPacket::next_resent_count);
+            let params = HandshakeParams {
                 conn_id: self.local_id.wire(),
                 max_datagram: self.config.max_accepted_datagram(),
                 features: early | HandshakeParams::local_features(self.security.is_some()),
-            });
+            };
+            p.params = Some(params.with_transmission(count));
         }
         if flags.contains(Flags::CKE) {
             // spec §3.3.3: the echo says how long after the SYN-ACK it goes

@@ -292,8 +292,8 @@ impl Endpoint {
         // that a client whose SYN went more than once still has a round
         // trip to time its cookie echo by.
         if params.takes_tx_echo() {
-            let count = crate::wire::chunk::resent_count(syn.data);
-            p.sack = Some(SackBlock::new().with_echo(Echo { seq: client_isn, count }));
+            let echo = Echo { seq: client_isn, count: params.transmission() };
+            p.sack = Some(SackBlock::new().with_echo(echo));
         }
         self.stats.syn_cookies_sent += 1;
         self.listener.queue_response(Requester(from, syn.len()), &p, &mut self.stats);

@@ -69,6 +69,9 @@ pub(crate) struct SentPacket {
     /// (saturating): when an echo names the first, its RTT sample starts
     /// there.
     sent_span_us: u32,
+    /// Its latest transmission is the copy of the one before, sent right
+    /// after it (spec §5.5.1): an echo of either has that send time.
+    latest_is_copy: bool,
     /// The sequenced control flags it carries (SYN, FIN, CKE).
     pub control: Flags,
     pub state: PacketState,
@@ -109,7 +112,7 @@ impl SentPacket {
     fn echoed_send_time(&self, count: u8) -> Option<Instant> {
         if self.sends == u8::MAX {
             None
-        } else if count == self.sends {
+        } else if count == self.sends || (self.latest_is_copy && count + 1 == self.sends) {
             Some(self.time_sent)
         } else if count == 0 {
             Some(self.first_sent())
@@ -125,6 +128,7 @@ impl SentPacket {
         let gap = u32::try_from(now.saturating_duration_since(self.time_sent).as_micros()).unwrap_or(u32::MAX);
         self.sent_span_us = self.sent_span_us.saturating_add(gap);
         self.sends = self.sends.saturating_add(1);
+        self.latest_is_copy = false;
         self.tx = tx;
         self.time_sent = now;
         self.stamp = stamp;
@@ -470,6 +474,7 @@ impl SentQueue {
             retx: 0,
             sends: 0,
             sent_span_us: 0,
+            latest_is_copy: false,
             control,
             state: PacketState::InFlight,
             retransmitted: false,
@@ -578,10 +583,11 @@ impl SentQueue {
     }
 
     /// Records a tail-loss probe: `seq`, still in flight, was sent again
-    /// (RFC 8985 §7.3). It stays in flight; only its size may change.
-    /// Returns whether that counts as a retransmission, as
-    /// [`SentQueue::on_retransmitted`] does.
-    pub fn on_probe_sent(&mut self, now: Instant, seq: Seq, size: u32) -> bool {
+    /// (RFC 8985 §7.3), or, with `copy`, the second copy of its
+    /// retransmission right after it (spec §5.5.1). It stays in flight;
+    /// only its size may change. Returns whether that counts as a
+    /// retransmission, as [`SentQueue::on_retransmitted`] does.
+    pub fn on_probe_sent(&mut self, now: Instant, seq: Seq, size: u32, copy: bool) -> bool {
         let tx = self.next_tx;
         self.next_tx += 1;
         let Some(p) = self.index(seq).and_then(|i| self.packets.get_mut(i)) else { return false };
@@ -592,6 +598,7 @@ impl SentQueue {
         // The probe carries the stamp of its last send, moved to now.
         let stamp = p.stamp.moved(p.time_sent, now);
         p.resent(now, tx, stamp);
+        p.latest_is_copy = copy;
         p.size = size;
         p.retransmitted = true;
         // spec §3.7: a path MTU probe unanswered for a probe timeout is

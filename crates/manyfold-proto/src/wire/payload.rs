@@ -160,6 +160,11 @@ impl HandshakeParams {
     /// The sender understands RESENT chunks and echoes in SACK sections
     /// (spec §5.4.2): it may be sent both.
     pub const TX_ECHO: u16 = 0x0020;
+    /// Bits 8–15: which transmission of its packet a SYN or SYN-ACK is
+    /// (0 the first, saturating at 255), as a RESENT chunk says of other
+    /// packets (spec §3.3.2, §5.4.2). A peer that does not know them
+    /// ignores them, as it does any bit it does not know.
+    pub const TRANSMISSION: u16 = 0xff00;
 
     /// What this end announces: it understands ACK_FREQUENCY and
     /// TX_ECHO, and protects its packets if `protected`.
@@ -185,6 +190,18 @@ impl HandshakeParams {
     /// Whether the `ACK_FREQUENCY` feature bit is set (spec §5.6).
     pub fn takes_ack_frequency(&self) -> bool {
         self.features & Self::ACK_FREQUENCY != 0
+    }
+
+    /// Which transmission of its packet these parameters' SYN or SYN-ACK
+    /// is: 0 for the first (spec §3.3.2).
+    pub fn transmission(&self) -> u8 {
+        (self.features >> 8) as u8
+    }
+
+    /// The same parameters, naming transmission `count`.
+    pub fn with_transmission(mut self, count: u8) -> Self {
+        self.features = (self.features & !Self::TRANSMISSION) | (u16::from(count) << 8);
+        self
     }
 
     fn parse(b: &[u8]) -> Result<Self, DecodeError> {
