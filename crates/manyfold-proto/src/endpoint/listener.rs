@@ -291,7 +291,11 @@ impl Endpoint {
         // spec §5.4.2: it names the transmission of the SYN it answers, so
         // that a client whose SYN went more than once still has a round
         // trip to time its cookie echo by.
-        if params.takes_tx_echo() {
+        // A client of before the transmission bits resends its SYN with
+        // KLV and a transmission of 0: it gets no echo, which would tell it
+        // that its first SYN arrived.
+        let known = params.transmission() > 0 || !syn.header.flags.contains(Flags::KLV);
+        if params.takes_tx_echo() && known {
             let echo = Echo { seq: client_isn, count: params.transmission() };
             p.sack = Some(SackBlock::new().with_echo(echo));
         }

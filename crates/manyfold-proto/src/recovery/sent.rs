@@ -43,6 +43,11 @@ pub(crate) enum PacketState {
     Lost,
 }
 
+/// Longest wait between a retransmission and its copy (spec §5.5.1) for
+/// an echo of either to take the copy's send time (spec §5.4.2): the RTT
+/// sample is then at most this much short.
+const COPY_GAP: Duration = Duration::from_millis(1);
+
 /// One sequenced packet: what to send again if it is lost. A sender keeps
 /// one per packet in flight to every peer, so it is kept small: 128 bytes
 /// (issue 20 item 6: 184 before; 120, then 8 more for the transmission
@@ -112,7 +117,7 @@ impl SentPacket {
     fn echoed_send_time(&self, count: u8) -> Option<Instant> {
         if self.sends == u8::MAX {
             None
-        } else if count == self.sends || (self.latest_is_copy && count + 1 == self.sends) {
+        } else if count == self.sends || (self.latest_is_copy && self.sends.checked_sub(1) == Some(count)) {
             Some(self.time_sent)
         } else if count == 0 {
             Some(self.first_sent())
@@ -597,8 +602,11 @@ impl SentQueue {
         self.bytes_in_flight = self.bytes_in_flight - u64::from(p.size) + u64::from(size);
         // The probe carries the stamp of its last send, moved to now.
         let stamp = p.stamp.moved(p.time_sent, now);
+        // spec §5.4.2: a copy the pacer held back is no longer the one
+        // before's time.
+        let back_to_back = now.saturating_duration_since(p.time_sent) <= COPY_GAP;
         p.resent(now, tx, stamp);
-        p.latest_is_copy = copy;
+        p.latest_is_copy = copy && back_to_back;
         p.size = size;
         p.retransmitted = true;
         // spec §3.7: a path MTU probe unanswered for a probe timeout is
@@ -1203,5 +1211,36 @@ mod tests {
         let (out, _) = ack(&mut f, t0, 1_000_000, &[]);
         assert_eq!(out.newly_acked, 2);
         assert_eq!(f.q.base(), s(102));
+    }
+
+    #[test]
+    fn an_echo_of_a_resent_syn_or_of_its_copy_gives_the_handshake_its_sample() {
+        // spec §5.4.2, §5.5.1: a SYN lost at t0, resent at 1 s with its copy
+        // right after (transmissions 1 and 2), answered 100 ms later.
+        let t0 = Instant::now();
+        let resend = t0 + Duration::from_secs(1);
+        let syn = |copy_after: Duration| {
+            let mut q = SentQueue::new(s(100));
+            q.on_sent(t0, Chunks::default(), Flags::SYN, 32, false);
+            q.on_rto();
+            q.on_retransmitted(resend, s(100), 32);
+            q.on_probe_sent(resend + copy_after, s(100), 32, true);
+            q
+        };
+        let answer = resend + Duration::from_millis(100);
+        for count in [1, 2] {
+            let out =
+                syn(Duration::ZERO).on_ack(answer, s(101), std::iter::empty(), Some((s(100), count)), None, |_| {});
+            assert_eq!(out.rtt_sample, Some(Duration::from_millis(100)), "echo of transmission {count}");
+            assert!(out.rtt_sample_handshake);
+        }
+        // A copy the pacer held back 5 ms no longer gives the time of the
+        // transmission before it; an echo a peer made up gives nothing,
+        // and no count overflows.
+        let held =
+            syn(Duration::from_millis(5)).on_ack(answer, s(101), std::iter::empty(), Some((s(100), 1)), None, |_| {});
+        assert_eq!(held.rtt_sample, None);
+        let bogus = syn(Duration::ZERO).on_ack(answer, s(101), std::iter::empty(), Some((s(100), 255)), None, |_| {});
+        assert_eq!(bogus.rtt_sample, None);
     }
 }

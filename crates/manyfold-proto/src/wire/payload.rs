@@ -139,7 +139,8 @@ pub struct HandshakeParams {
     /// Feature bits (spec §3.3.2): [`HandshakeParams::PROTECTED`],
     /// [`HandshakeParams::ACK_FREQUENCY`], [`HandshakeParams::TOKEN`],
     /// [`HandshakeParams::WANT_TOKEN`], [`HandshakeParams::EARLY`],
-    /// [`HandshakeParams::TX_ECHO`].
+    /// [`HandshakeParams::TX_ECHO`], and in bits 8–15 the packet's
+    /// transmission ([`HandshakeParams::TRANSMISSION`]).
     pub features: u16,
 }
 
