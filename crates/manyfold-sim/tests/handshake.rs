@@ -381,9 +381,10 @@ fn handshake_survives_five_lost_cookie_echoes_after_a_lost_syn_ack() {
     let seed = 116;
     let cfg = with_connect_timeout(60);
     let mut w = pair(seed, LinkConfig::default(), cfg);
-    let mut syn_ack = drop_first(1, server(), client(), is_syn_ack);
-    let mut echoes = drop_first(5, client(), server(), is_cookie_echo);
-    w.set_drop_rule(move |f, t, d| syn_ack(f, t, d) || echoes(f, t, d));
+    w.set_drop_rule(either(
+        drop_first(1, server(), client(), is_syn_ack),
+        drop_first(5, client(), server(), is_cookie_echo),
+    ));
     let t = Transfer::start(&mut w, client(), server(), 20_000, 20_000);
     let report = t.run(&mut w, Duration::from_secs(300)).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(w.dropped_by_rule(), 6, "seed {seed}");
@@ -424,9 +425,7 @@ fn connect_timeout_governs_the_handshake_even_when_longer_than_idle_timeout() {
 fn simultaneous_open_losing_a_syn_and_syn_acks(seed: u64, syn_acks_lost: u32) -> Duration {
     let (a, b) = (client(), server());
     let mut w = pair(seed, LinkConfig::default(), EndpointConfig::default());
-    let mut syn = drop_first(1, a, b, is_syn);
-    let mut syn_ack = drop_first(syn_acks_lost, a, b, is_syn_ack);
-    w.set_drop_rule(move |f, t, d| syn(f, t, d) || syn_ack(f, t, d));
+    w.set_drop_rule(either(drop_first(1, a, b, is_syn), drop_first(syn_acks_lost, a, b, is_syn_ack)));
     w.set_capture(true);
     let now = w.now();
     let ha = w.endpoint_mut(a).connect(now, b).unwrap();
@@ -636,9 +635,10 @@ fn a_listener_measures_the_round_trip_not_the_wait_of_a_retransmitted_echo() {
     // path's 20 ms, and its reply's losses are repaired at that pace.
     let seed = 1201;
     let mut w = pair(seed, LinkConfig::with_delay(Duration::from_millis(10)), EndpointConfig::default());
-    let mut syn_ack = drop_first(1, server(), client(), is_syn_ack);
-    let mut echoes = drop_first(2, client(), server(), is_cookie_echo);
-    w.set_drop_rule(move |f, t, d| syn_ack(f, t, d) || echoes(f, t, d));
+    w.set_drop_rule(either(
+        drop_first(1, server(), client(), is_syn_ack),
+        drop_first(2, client(), server(), is_cookie_echo),
+    ));
     // Then every fourth data packet of the reply is lost.
     let mut t = Transfer::start(&mut w, client(), server(), 1000, 200_000);
     let ok = w.run_until(|w| t.server_conn().is_some() || t.pump(w), Duration::from_secs(30));
@@ -727,9 +727,10 @@ fn a_handshake_whose_syn_went_again_still_times_its_cookie_echo() {
     // goes again after about 300 ms, not after the 1 s initial RTO.
     let seed = 131;
     let mut w = pair(seed, LinkConfig::with_delay(Duration::from_millis(50)), EndpointConfig::default());
-    let mut syn = drop_first(1, client(), server(), is_syn);
-    let mut echo = drop_first(1, client(), server(), is_cookie_echo);
-    w.set_drop_rule(move |f, t, d| syn(f, t, d) || echo(f, t, d));
+    w.set_drop_rule(either(
+        drop_first(1, client(), server(), is_syn),
+        drop_first(1, client(), server(), is_cookie_echo),
+    ));
     w.endpoint_mut(server()).set_listening(true);
     let h = w.connect(client(), server());
     let accepted = accept_within(&mut w, Duration::from_secs(10));

@@ -290,10 +290,9 @@ impl Endpoint {
         p.token = self.token_for(now, from, params);
         // spec §5.4.2: it names the transmission of the SYN it answers, so
         // that a client whose SYN went more than once still has a round
-        // trip to time its cookie echo by.
-        // A client of before the transmission bits resends its SYN with
-        // KLV and a transmission of 0: it gets no echo, which would tell it
-        // that its first SYN arrived.
+        // trip to time its cookie echo by. A client of before the
+        // transmission bits resends its SYN with KLV and transmission 0:
+        // it gets no echo, which would tell it that its first SYN arrived.
         let known = params.transmission() > 0 || !syn.header.flags.contains(Flags::KLV);
         if params.takes_tx_echo() && known {
             let echo = Echo { seq: client_isn, count: params.transmission() };

@@ -164,6 +164,15 @@ pub fn is_pure_ack(d: &[u8]) -> bool {
     })
 }
 
+/// A drop rule that drops what either `a` or `b` drops (each counting
+/// only what it saw first).
+pub fn either(
+    mut a: impl FnMut(SocketAddr, SocketAddr, &[u8]) -> bool + 'static,
+    mut b: impl FnMut(SocketAddr, SocketAddr, &[u8]) -> bool + 'static,
+) -> impl FnMut(SocketAddr, SocketAddr, &[u8]) -> bool + 'static {
+    move |f, t, d| a(f, t, d) || b(f, t, d)
+}
+
 /// A drop rule that drops the first `n` datagrams `from` -> `to` matching `pred`.
 pub fn drop_first(
     n: u32,
