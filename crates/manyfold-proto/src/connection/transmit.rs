@@ -718,6 +718,12 @@ impl Connection {
     /// else the newest packet, `seq`, again if it is still in flight. A
     /// probe may exceed the congestion window by this one packet.
     fn send_probe(&mut self, now: Instant, buf: &mut [u8], seq: Seq) -> Option<usize> {
+        // An ack handled since the timer fired (the same receive batch)
+        // acked `seq` or declared it lost: the ack re-armed the timers,
+        // and a lost packet goes as its retransmission, not as a probe.
+        if self.sent.get(seq).is_none_or(|p| p.state != PacketState::InFlight) {
+            return None;
+        }
         if let Some(n) = self.send_new_probe(now, buf) {
             return Some(n);
         }
@@ -1146,6 +1152,41 @@ mod tests {
         // The tail and the small message waited for the window far longer
         // than the flush delay: they go as soon as the window lets them.
         assert_eq!(window_wait(FLUSH), window_wait(Duration::ZERO));
+    }
+
+    #[test]
+    fn a_probe_due_for_a_packet_acked_meanwhile_is_not_sent() {
+        // RFC 8985 §7.3: the probe timer picks the newest packet in flight;
+        // an ack of that packet handled before the next transmit (the same
+        // receive batch) makes the probe needless. Two messages, the first
+        // lost on the wire and the second's ack held past the probe timer.
+        let (mut l, c) = Link::connected(Duration::ZERO);
+        l.send(c, 32);
+        let first = l.wire.pop().expect("the first message's datagram");
+        assert!(first.1, "it goes to b");
+        l.send(c, 32);
+        assert_eq!(l.data_sent.len(), 2);
+        // b gets the second and answers with an ack naming it (SACK).
+        let at = l.wire[0].0;
+        l.run_for(at - l.now);
+        let ack_at = l.wire.iter().position(|w| !w.1).expect("b's ack of the second message");
+        let ack = l.wire.remove(ack_at).2;
+        // a's probe timer fires before that ack arrives; the ack then comes
+        // in the same instant, before a transmits.
+        let probe_at = l.a.poll_timeout().expect("a's probe timer");
+        l.now = probe_at;
+        l.a.handle_timeout(l.now);
+        l.a.handle_datagram(l.now, l.b_addr, &ack);
+        let probes = l.a.conn(c).stats().expect("open").tail_loss_probes;
+        l.pump();
+        assert_eq!(l.data_sent.len(), 2, "the acked second message was sent again as a probe");
+        assert_eq!(l.a.conn(c).stats().expect("open").tail_loss_probes, probes, "a probe counted that did not go");
+        // The lost first message is still repaired (a thin flow's resend
+        // goes twice, spec §5.5.1), and nothing else goes again.
+        l.run_for(Duration::from_secs(2));
+        assert_eq!(l.data_sent.len(), 4, "the first message was not resent, or more went: {:?}", l.data_sent);
+        assert!(l.data_sent[2..].iter().all(|d| d.0 > probe_at && d.0 == l.data_sent[2].0));
+        assert_eq!(l.a.conn(c).stats().expect("open").retransmissions, 2, "the resend and its copy");
     }
 
     #[test]
