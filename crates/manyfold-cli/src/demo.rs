@@ -11,6 +11,7 @@ use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
 
 use crate::net::{self, NetArgs};
+use crate::report::outln;
 use crate::size::{human_bytes, human_duration, size_arg};
 use crate::transfer::{self, RecvOptions};
 use crate::{report, samplegen};
@@ -84,7 +85,7 @@ pub async fn run(args: DemoArgs) -> Result<()> {
         tempfile::Builder::new().prefix("manyfold-demo-").tempdir().context("cannot create a temporary directory")?;
     let source = workdir.path().join("sample.bin");
 
-    println!(
+    outln!(
         "manyfold demo: one {} file to {RECEIVERS} receivers over one manyfold group on 127.0.0.1, {}\n",
         human_bytes(args.size),
         if args.loss > 0.0 {
@@ -107,7 +108,7 @@ pub async fn run(args: DemoArgs) -> Result<()> {
     }
     result?;
     removed?;
-    println!("cleaned up {dir}; demo took {}", human_duration(started.elapsed()));
+    outln!("cleaned up {dir}; demo took {}", human_duration(started.elapsed()));
     Ok(())
 }
 
@@ -128,7 +129,7 @@ async fn demo(
             .await
             .map_err(|e| anyhow!("sample generation failed: {e}"))??;
     }
-    println!(
+    outln!(
         "  sample    {} of pseudo-random bytes (seed {}) written in {}",
         human_bytes(args.size),
         args.seed,
@@ -142,12 +143,12 @@ async fn demo(
         let addr = endpoint.local_addr().context("cannot read a receiver's address")?;
         let dir = workdir.join(format!("receiver-{}", i + 1));
         std::fs::create_dir(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
-        println!("  receiver  {addr}, saving into {}", dir.display());
+        outln!("  receiver  {addr}, saving into {}", dir.display());
         receivers.push((endpoint, addr, dir));
     }
     let sender = net::bind(loopback, lossy_config).await?;
     let sender_addr = sender.local_addr().context("cannot read the sender's address")?;
-    println!("  sender    {sender_addr} → all three, mode all, {}\n", crate::keys::short(security));
+    outln!("  sender    {sender_addr} → all three, mode all, {}\n", crate::keys::short(security));
 
     let multi = report::multi_progress();
     let mut receiving = tokio::task::JoinSet::new();
@@ -170,7 +171,7 @@ async fn demo(
     }
     let sent = sent.context("sending failed")?;
     // The group's report has a line per receiver; theirs repeat it.
-    println!("{sent}\n");
+    outln!("{sent}\n");
     if received.len() != RECEIVERS {
         bail!("{} of {RECEIVERS} receivers finished", received.len());
     }
@@ -185,7 +186,7 @@ async fn demo(
             bail!("hash mismatch in {}: original {}, copy {}", dir.display(), original.to_hex(), copy.to_hex());
         }
     }
-    println!("verified: all {RECEIVERS} received copies' BLAKE3 match the original ({})", &original.to_hex()[..16]);
+    outln!("verified: all {RECEIVERS} received copies' BLAKE3 match the original ({})", &original.to_hex()[..16]);
 
     for endpoint in std::iter::once(&sender).chain(receivers.iter().map(|r| &r.0)) {
         let _ = tokio::time::timeout(Duration::from_secs(2), endpoint.shutdown()).await;

@@ -12,6 +12,7 @@ use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt};
 use tokio::task::JoinSet;
 
 use crate::net::{self, Connection, NetArgs};
+use crate::report::outln;
 use crate::size::human_duration;
 use crate::{keys, report};
 
@@ -155,7 +156,7 @@ pub async fn run_client(args: EchoArgs) -> Result<()> {
     let (min, max) = (rtts.iter().min().copied(), rtts.iter().max().copied());
     if crate::report::output() == crate::report::Output::Json {
         let secs = |d: Option<Duration>| d.map(|d| d.as_secs_f64());
-        println!(
+        outln!(
             "{}",
             serde_json::json!({
                 "peer": peer.to_string(),

@@ -35,6 +35,8 @@ use clap::Args;
 use manyfold::{Protection, SecurityConfig};
 use manyfold_proto::secure::{hex, public_key, KEY_LEN};
 
+use crate::report::outln;
+
 /// A 32-byte key.
 pub type Key = [u8; KEY_LEN];
 
@@ -323,14 +325,10 @@ pub fn run_keygen(args: &KeygenArgs) -> Result<()> {
     let keys = KeyFile { private_key: Some(random_key()?), psk: if args.psk { Some(random_key()?) } else { None } };
     write_secret(&args.file, &key_file_text(&keys), args.force)?;
     let public = hex(&public_key(&keys.private_key.expect("just made")));
-    println!(
-        "wrote {} (mode 0600){}",
-        args.file.display(),
-        if args.psk { " with a private key and a PSK" } else { "" }
-    );
-    println!("public key: {public}  (add this key to the --peers-file of each peer)");
+    outln!("wrote {} (mode 0600){}", args.file.display(), if args.psk { " with a private key and a PSK" } else { "" });
+    outln!("public key: {public}  (add this key to the --peers-file of each peer)");
     if args.psk {
-        println!("copy its psk line into the key file of every peer that should get in");
+        outln!("copy its psk line into the key file of every peer that should get in");
     }
     Ok(())
 }
@@ -341,7 +339,7 @@ pub fn run_pubkey(args: &PubkeyArgs) -> Result<()> {
     let keys = load_key_file(&args.file)?;
     match keys.private_key {
         Some(k) => {
-            println!("{}", hex(&public_key(&k)));
+            outln!("{}", hex(&public_key(&k)));
             Ok(())
         }
         None => bail!(

@@ -41,12 +41,31 @@ pub fn output() -> Output {
     }
 }
 
+/// `println!` for standard output that its reader may close early
+/// (`manyfold ftp ADDR ls | head -1`): see [`write_stdout`].
+macro_rules! outln {
+    ($($arg:tt)*) => {
+        $crate::report::write_stdout(format_args!($($arg)*))
+    };
+}
+pub(crate) use outln;
+
+/// Writes one line to standard output. A reader that went away is no
+/// failure: the command goes on and ends quietly, as `ls | head` does,
+/// instead of panicking like `println!` on the broken pipe (the rest of
+/// its output goes nowhere).
+pub fn write_stdout(line: std::fmt::Arguments) {
+    use std::io::Write as _;
+    let mut out = std::io::stdout().lock();
+    let _ = out.write_fmt(line).and_then(|()| out.write_all(b"\n"));
+}
+
 /// Prints a result: `text` in text mode, `json()` as one line with
 /// `--json`, nothing with `-q`.
 pub fn emit(text: &dyn std::fmt::Display, json: impl FnOnce() -> serde_json::Value) {
     match output() {
-        Output::Text => println!("{text}"),
-        Output::Json => println!("{}", json()),
+        Output::Text => outln!("{text}"),
+        Output::Json => outln!("{}", json()),
         Output::Quiet => {}
     }
 }
@@ -55,7 +74,7 @@ pub fn emit(text: &dyn std::fmt::Display, json: impl FnOnce() -> serde_json::Val
 /// object per item where the text report sums up the items together.
 pub fn emit_json(json: impl FnOnce() -> serde_json::Value) {
     if output() == Output::Json {
-        println!("{}", json());
+        outln!("{}", json());
     }
 }
 
@@ -63,7 +82,7 @@ pub fn emit_json(json: impl FnOnce() -> serde_json::Value) {
 /// text mode only, so that `--json` output stays one object per line.
 pub fn say(text: &dyn std::fmt::Display) {
     if output() == Output::Text {
-        println!("{text}");
+        outln!("{text}");
     }
 }
 

@@ -17,6 +17,7 @@ use rand::{RngCore, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 use crate::fsutil::PartFile;
+use crate::report::outln;
 use crate::size::{human_bytes, human_duration, human_rate, size_arg};
 
 /// Bytes generated and written per block.
@@ -43,7 +44,7 @@ pub fn run(args: &SamplegenArgs) -> Result<()> {
     let start = Instant::now();
     generate(&args.file, args.size, args.seed)?;
     let elapsed = start.elapsed();
-    println!(
+    outln!(
         "wrote {} ({} bytes, seed {}) to {} in {}, {}",
         human_bytes(args.size),
         args.size,

@@ -33,6 +33,7 @@ use self::client::Client;
 use self::shell::{resolve, split_line, Flow, Mode, Notify, Session, COMMANDS};
 use self::wire::Kind;
 use crate::net::{self, NetArgs};
+use crate::report::outln;
 
 pub use server::{run as run_server, ServerArgs};
 
@@ -230,7 +231,7 @@ async fn interactive(client: &Arc<Client>) -> Result<()> {
 
     let mut s = Session::new(Arc::clone(client), notify);
     s.cwd = cwd;
-    println!(
+    outln!(
         "connected to {} ({}{}); `help` lists the commands",
         client.peer,
         crate::keys::short(client.security),

@@ -13,7 +13,7 @@ use tokio::task::JoinSet;
 
 use super::client::{local_target, Client, Transferred};
 use super::wire::{shown, Entry, Kind};
-use crate::report::{multi_progress, transfer_bar};
+use crate::report::{multi_progress, outln, transfer_bar};
 use crate::size::{human_bytes, human_rate};
 
 /// Name, usage, what it does.
@@ -280,7 +280,7 @@ impl Session {
             }
             "pwd" => {
                 need(0, 0)?;
-                println!("{}", shown(&self.cwd()));
+                outln!("{}", shown(&self.cwd()));
             }
             "cd" => {
                 need(0, 1)?;
@@ -300,10 +300,10 @@ impl Session {
                     match self.client.list(&p).await {
                         Ok(entries) => {
                             if many {
-                                println!("{}:", shown(&p));
+                                outln!("{}:", shown(&p));
                             }
                             for e in &entries {
-                                println!("{}", ls_line(e));
+                                outln!("{}", ls_line(e));
                             }
                         }
                         Err(e) => failed = Some(e),
@@ -397,11 +397,11 @@ impl Session {
                     None => PathBuf::from(std::env::var_os("HOME").context("HOME is not set")?),
                 };
                 std::env::set_current_dir(&dir).with_context(|| format!("lcd {}", dir.display()))?;
-                println!("{}", std::env::current_dir()?.display());
+                outln!("{}", std::env::current_dir()?.display());
             }
             "lpwd" => {
                 need(0, 0)?;
-                println!("{}", std::env::current_dir()?.display());
+                outln!("{}", std::env::current_dir()?.display());
             }
             "lls" => {
                 need(0, 1)?;
@@ -416,18 +416,18 @@ impl Session {
                     .collect();
                 names.sort();
                 for n in names {
-                    println!("{n}");
+                    outln!("{n}");
                 }
             }
             "jobs" => {
                 need(0, 0)?;
                 if self.jobs.is_empty() {
-                    println!("no background transfers");
+                    outln!("no background transfers");
                 }
                 for j in &self.jobs {
                     let (d, t) = (j.done.load(Ordering::Relaxed), j.total.load(Ordering::Relaxed));
                     let pct = (d * 100).checked_div(t).map_or_else(|| "   -".to_string(), |p| format!("{p:>3}%"));
-                    println!("[{}] {pct} {} of {}  {}", j.id, human_bytes(d), human_bytes(t), j.what);
+                    outln!("[{}] {pct} {} of {}  {}", j.id, human_bytes(d), human_bytes(t), j.what);
                 }
             }
             "wait" => {
@@ -510,7 +510,7 @@ impl Session {
                 Err(e) => notify(format!("[{id}] failed: {w}: {e:#}")),
             }
         });
-        println!("[{id}] {what}");
+        outln!("[{id}] {what}");
         self.jobs.push(Job { id, what, done, total: tot, handle });
     }
 
@@ -731,14 +731,14 @@ fn usage(cmd: &str) -> Option<&'static str> {
 fn help(cmd: Option<&str>) -> Result<()> {
     match cmd {
         None => {
-            println!("Commands (paths are remote unless the command starts with l; `help COMMAND` for one):");
+            outln!("Commands (paths are remote unless the command starts with l; `help COMMAND` for one):");
             for (_, u, what) in COMMANDS {
-                println!("  {u:<26} {what}");
+                outln!("  {u:<26} {what}");
             }
         }
         Some(c) => {
             let (_, u, what) = COMMANDS.iter().find(|x| x.0 == c).with_context(|| format!("no command {c:?}"))?;
-            println!("{u}\n  {what}");
+            outln!("{u}\n  {what}");
         }
     }
     Ok(())

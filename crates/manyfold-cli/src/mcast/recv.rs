@@ -16,7 +16,7 @@ use serde_json::{json, Value};
 use super::bundle::{Kind, Manifest};
 use super::sink::{Sink, Target};
 use super::{interrupted, on_signal, secs, NetArgs, RecvArgs};
-use crate::report::multi_progress;
+use crate::report::{multi_progress, outln};
 use crate::size::{human_bytes, human_duration, human_rate};
 
 /// How one session ended for this receiver.
@@ -265,7 +265,7 @@ async fn session(a: &RecvArgs, setup: &Setup, done: &mut HashSet<u32>) -> Result
                     eprintln!("{text}");
                 }
                 crate::report::Output::Json => {
-                    println!("{}", recv_json(&view, stored.as_deref(), bundle.as_ref(), sink.check, None, encrypted))
+                    outln!("{}", recv_json(&view, stored.as_deref(), bundle.as_ref(), sink.check, None, encrypted))
                 }
                 crate::report::Output::Quiet => {}
             }

@@ -19,7 +19,7 @@ use tokio::sync::watch;
 use super::bundle::Bundle;
 use super::hosts::Hosts;
 use super::{interrupted, on_signal, secs, SendArgs};
-use crate::report::{multi_progress, transfer_bar};
+use crate::report::{multi_progress, outln, transfer_bar};
 use crate::size::{human_bytes, human_duration, human_rate};
 
 /// What a session reads: one file (or device, or spooled standard input),
@@ -412,7 +412,7 @@ fn print_send_report(v: &SenderView, name: &str, mode: &str, data_phase: Option<
     } else {
         format!("in {} ({} per receiver)", human_duration(v.transfer), human_rate(bytes, v.transfer))
     };
-    println!(
+    outln!(
         "{name}: {} {how} to {} receiver(s) on {} network(s), after {} announcing; {mode}",
         human_bytes(bytes),
         v.receivers.len(),
@@ -420,13 +420,13 @@ fn print_send_report(v: &SenderView, name: &str, mode: &str, data_phase: Option<
         human_duration(v.elapsed.saturating_sub(v.transfer))
     );
     if let Some(d) = data_phase {
-        println!(
+        outln!(
             "  data      every packet sent once in {} ({} on the wire)",
             human_duration(d),
             human_rate(sent_bytes(v), d)
         );
     }
-    println!(
+    outln!(
         "  packets   {} data, {} parity, {} repairs by multicast, {} by unicast: {:.3} packets sent per packet of the file",
         st.data_packets,
         st.parity_packets,
@@ -434,7 +434,7 @@ fn print_send_report(v: &SenderView, name: &str, mode: &str, data_phase: Option<
         st.repair_unicast,
         sent as f64 / f64::from(total.max(1))
     );
-    println!(
+    outln!(
         "  windows   {} confirmed, {} expired; last window {} packets, timer {:.0?}; feedback {:.2} per window ({} ACK, {} NACK), ARTP_max {:.1?}",
         st.windows_confirmed,
         st.windows_expired,
@@ -450,7 +450,7 @@ fn print_send_report(v: &SenderView, name: &str, mode: &str, data_phase: Option<
         all &= r.outcome == ReceiverOutcome::Completed;
         let key = r.peer_key.map_or(String::new(), |k| format!("; key {}…", &manyfold_proto::secure::hex(&k)[..16]));
         let outcome = ending_text(r);
-        println!(
+        outln!(
             "  {:<21} id {:08x}: {}; joined at packet {}, reported {} lost, {} repair request(s){key}",
             r.addr.to_string(),
             r.client,

@@ -1,0 +1,95 @@
+//! Defects a user review found in the CLI, each tried as a user would on
+//! 127.0.0.1 and shown fixed: output into a pipe whose reader is gone.
+
+mod common;
+
+use std::io::Read;
+use std::path::Path;
+use std::process::{Command, ExitStatus, Stdio};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use common::{manyfold, run_args, samplegen, Running};
+
+const LIMIT: Duration = Duration::from_secs(60);
+
+/// Runs `cmd` with its standard output a pipe whose reader is already
+/// closed (`manyfold ... | true`); its status and stderr, within `LIMIT`.
+fn into_closed_pipe(mut cmd: Command) -> (ExitStatus, String) {
+    let (reader, writer) = std::io::pipe().expect("pipe");
+    drop(reader);
+    let mut child = cmd.stdout(writer).stderr(Stdio::piped()).spawn().expect("spawn manyfold");
+    let mut err = child.stderr.take().expect("piped stderr");
+    let stderr = thread::spawn(move || {
+        let mut s = String::new();
+        let _ = err.read_to_string(&mut s);
+        s
+    });
+    let deadline = Instant::now() + LIMIT;
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("try_wait") {
+            break status;
+        }
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            panic!("did not finish within {LIMIT:?}");
+        }
+        thread::sleep(Duration::from_millis(20));
+    };
+    (status, stderr.join().unwrap_or_default())
+}
+
+fn assert_quiet_end((status, stderr): (ExitStatus, String)) {
+    assert_ne!(status.code(), Some(101), "panicked:\n{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert!(!stderr.contains("Broken pipe"), "{stderr}");
+}
+
+#[test]
+fn samplegen_into_a_closed_pipe_ends_quietly() {
+    let tmp = tempfile::tempdir().unwrap();
+    let file = tmp.path().join("xx");
+    let mut cmd = manyfold();
+    cmd.args(["samplegen", "1k"]).arg(&file);
+    assert_quiet_end(into_closed_pipe(cmd));
+    assert_eq!(std::fs::metadata(&file).unwrap().len(), 1000, "the file is written all the same");
+}
+
+#[test]
+fn send_json_into_a_closed_pipe_ends_quietly() {
+    let tmp = tempfile::tempdir().unwrap();
+    let src = tmp.path().join("m.bin");
+    samplegen(&src, "10k", 1);
+    let inbox = tmp.path().join("inbox");
+    std::fs::create_dir(&inbox).unwrap();
+    let mut cmd = manyfold();
+    cmd.args(["recv", "--listen", "127.0.0.1:0", "--once", "--dir"]).arg(&inbox);
+    let mut receiver = Running::spawn(cmd);
+    let addr = receiver.listening_addr().to_string();
+    let mut cmd = manyfold();
+    cmd.args(["send", "--json", "--to", &addr]).arg(&src);
+    assert_quiet_end(into_closed_pipe(cmd));
+    receiver.wait(LIMIT).assert_success();
+}
+
+#[test]
+fn ftp_ls_into_a_closed_pipe_ends_quietly() {
+    let tmp = tempfile::tempdir().unwrap();
+    for i in 0..20 {
+        std::fs::write(tmp.path().join(format!("f{i}")), b"x").unwrap();
+    }
+    let mut server = Running::spawn(ftp_server(tmp.path()));
+    let addr = server.listening_addr().to_string();
+    let mut cmd = manyfold();
+    cmd.args(["ftp", &addr, "ls"]);
+    assert_quiet_end(into_closed_pipe(cmd));
+    // And the listing itself is there for a reader that stays.
+    let listed = run_args(&["ftp", &addr, "ls"], LIMIT);
+    assert!(listed.assert_success().stdout.contains("f19"), "{listed}");
+}
+
+fn ftp_server(root: &Path) -> Command {
+    let mut cmd = manyfold();
+    cmd.args(["ftp-server", "--listen", "127.0.0.1:0", "--root"]).arg(root);
+    cmd
+}
