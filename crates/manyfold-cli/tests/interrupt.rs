@@ -10,7 +10,7 @@
 //! interrupted (its datagrams wait 200 ms; the interrupted side's RST does
 //! not), so the signal always lands mid-transfer. The target is
 //! ≤ 1 s; the tests allow more for a loaded machine, always far below the
-//! 15 s stall and 60 s idle timeouts the report would otherwise wait for,
+//! 15 s stall and 16 s idle timeouts the report would otherwise wait for,
 //! and print the time measured.
 
 mod common;
@@ -372,6 +372,42 @@ fn a_killed_receiver_is_named_gone_at_once() {
     signal(&receiver, "KILL");
     reported(sender, t, "the receiver is gone (port unreachable)", "the sender");
     receiver.kill();
+}
+
+#[test]
+fn a_killed_sender_is_named_gone_by_the_receiver_at_once() {
+    // A process killed outright sends nothing; the receiver, which only
+    // answers data, learns it from the ICMP error its next keep-alive
+    // draws (spec §6.7), so the command line keeps that interval short.
+    let (_tmp, src, inbox) = setup("40MB");
+    let (mut receiver, addr) = recv(&inbox, &[]);
+    let sender = send(&src, &addr, &["--delay", "100"]);
+    receiver.wait_for_line("receiving sample.bin", LIMIT);
+    wait_for_partial_data(&inbox);
+    let t = Instant::now();
+    signal(&sender, "KILL");
+    reported(receiver, t, "the sender is gone (port unreachable)", "the receiver");
+    sender.kill();
+}
+
+#[test]
+fn a_receiver_whose_sender_host_went_silent_gives_up_after_the_peer_timeout() {
+    // Stopped, the sender's socket stays open: no ICMP, just silence; the
+    // receiver's --peer-timeout applies as the sender's does.
+    let (_tmp, src, inbox) = setup("200MB");
+    let (mut receiver, addr) = recv(&inbox, &["--peer-timeout", "2"]);
+    let sender = send(&src, &addr, &["--delay", "50"]);
+    receiver.wait_for_line("receiving sample.bin", LIMIT);
+    wait_for_partial_data(&inbox);
+    signal(&sender, "STOP");
+    let t = Instant::now();
+    let out = receiver.wait(LIMIT);
+    let took = t.elapsed();
+    signal(&sender, "CONT");
+    sender.kill();
+    out.assert_failure();
+    assert!(out.stderr.contains("the sender went silent (nothing heard for over 2 s)"), "{out}");
+    assert!(took >= Duration::from_millis(1500) && took < Duration::from_secs(8), "gave up after {took:?}\n{out}");
 }
 
 /// Waits until `recv`'s hidden partial file in `inbox` holds data.

@@ -67,7 +67,9 @@ pub fn headline(reason: CloseReason, role: Role) -> Option<String> {
         CloseReason::StallTimeout => {
             format!("the {role} stopped answering after {} s", stall_timeout().as_secs_f64().round())
         }
-        CloseReason::IdleTimeout => format!("the {role} went silent (idle timeout)"),
+        CloseReason::IdleTimeout => {
+            format!("the {role} went silent (nothing heard for over {} s)", stall_timeout().as_secs_f64().round())
+        }
         CloseReason::Refused => format!("the {role} refused the connection (nothing listening there?)"),
         CloseReason::PeerReset(_) => format!("the {role} reset the connection"),
         // The library says what is wrong in its own terms; the CLI names its flag.

@@ -83,10 +83,13 @@ pub struct NetArgs {
     pub json: bool,
 
     /// Give up on a peer that acknowledges nothing for this long while
-    /// data is outstanding ("the receiver stopped answering after N s");
-    /// until then the progress bar counts the seconds without an answer.
-    /// With several receivers, one that sends nothing for this long while
-    /// it owes acknowledgements is dropped.
+    /// data is outstanding ("the receiver stopped answering after N s"),
+    /// or that sends nothing at all for this long ("the sender went
+    /// silent"); until then the progress bar counts the seconds without an
+    /// answer. With several receivers, one that sends nothing for this
+    /// long while it owes acknowledgements is dropped. A peer whose
+    /// process is gone is named at once (its host's ICMP error answers the
+    /// keep-alive each side sends after a second of quiet).
     #[arg(long, value_name = "SECONDS", default_value_t = 15.0, value_parser = seconds_arg, allow_negative_numbers = true)]
     pub peer_timeout: f64,
 }
@@ -118,6 +121,17 @@ impl NetArgs {
                         None => manyfold_proto::ConnectionConfig::default().path_mtu_discovery,
                     },
                     stall_timeout: Some(stall_timeout),
+                    // A peer silent this long is given up, on the receiving
+                    // side too (a stopped host sends no ICMP); a keep-alive
+                    // later than the stall timeout, so that a sender with
+                    // data outstanding says "stopped answering" first.
+                    idle_timeout: Some(stall_timeout + KEEPALIVE),
+                    // A side that only answers (a receiver) sends a
+                    // keep-alive after a second of quiet: a peer killed
+                    // outright sends nothing, but the keep-alive draws its
+                    // host's ICMP error, so it is named gone at once (spec
+                    // §6.7) instead of after the library's 15 s.
+                    keepalive_interval: Some(KEEPALIVE.min(stall_timeout / 3)),
                     ..Default::default()
                 },
                 security,
@@ -151,6 +165,9 @@ impl NetArgs {
         Duration::from_secs_f64(self.peer_timeout)
     }
 }
+
+/// The longest a command-line endpoint stays quiet towards a peer.
+const KEEPALIVE: Duration = Duration::from_secs(1);
 
 /// `clap` value parser for `--delay`: whole milliseconds, at most a minute.
 pub fn delay_arg(text: &str) -> Result<u64, String> {
