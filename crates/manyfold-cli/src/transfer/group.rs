@@ -65,6 +65,8 @@ pub struct GroupReport {
     /// Several entries: what they were.
     pub tree: Option<TreeSummary>,
     pub peers: Vec<PeerReport>,
+    /// `all`: how many receivers must save the file (--min-receivers).
+    pub min_receivers: usize,
     /// A spread file: its block count and how the group delivered them.
     pub spread: Option<(u64, manyfold::GroupStats)>,
     /// Whether the group's connections were encrypted (all or none are).
@@ -76,18 +78,42 @@ impl GroupReport {
         self.peers.iter().filter(|p| matches!(p.outcome, Outcome::Saved(_))).count()
     }
 
-    /// Whether the transfer did what was asked: every receiver saved the
-    /// file (`all`), or every block reached the mode's number of receivers
+    /// Whether the transfer did what was asked: at least --min-receivers
+    /// (by default every receiver) saved the file (`all`), or every block reached the mode's number of receivers
     /// and no receiver that took part failed (the other modes).
     pub fn succeeded(&self) -> bool {
         match self.spread {
-            None => self.saved() == self.peers.len(),
+            None => self.saved() >= self.min_receivers,
             Some((blocks, stats)) => {
                 stats.messages_delivered == blocks
                     && stats.messages_undeliverable == 0
                     && !self.peers.iter().any(|p| matches!(p.outcome, Outcome::Refused(_)) || failed_in_transfer(p))
             }
         }
+    }
+}
+
+impl GroupReport {
+    /// `all` mode, succeeded without every receiver (--min-receivers):
+    /// a warning naming each receiver that did not save the file and why.
+    pub fn shortfall(&self) -> Option<String> {
+        if self.spread.is_some() || !self.succeeded() || self.saved() == self.peers.len() {
+            return None;
+        }
+        let missing: Vec<String> = self
+            .peers
+            .iter()
+            .filter(|p| !matches!(p.outcome, Outcome::Saved(_)))
+            .map(|p| format!("{} ({})", p.addr, text(&p.outcome)))
+            .collect();
+        Some(format!(
+            "warning: {} was saved by {} of {} receivers, enough for --min-receivers {}; not by {}",
+            self.name,
+            self.saved(),
+            self.peers.len(),
+            self.min_receivers,
+            missing.join(", ")
+        ))
     }
 }
 
@@ -172,13 +198,19 @@ impl std::fmt::Display for GroupReport {
             }
             if let Some(conn) = p.stats.and_then(|s| s.conn) {
                 let acked = p.stats.map_or(0, |s| s.acked_bytes);
+                // Before its first RTT sample min_rtt is zero and srtt only
+                // the initial guess: a receiver never reached has no RTT.
+                let srtt = if conn.min_rtt.is_zero() {
+                    String::new()
+                } else {
+                    format!(", srtt {}", human_duration(conn.srtt))
+                };
                 writeln!(
                     f,
-                    "       goodput {}, retransmissions {}, loss seen {}, srtt {}",
+                    "       goodput {}, retransmissions {}, loss seen {}{srtt}",
                     human_rate(acked, p.elapsed),
                     conn.retransmissions,
                     loss_seen(conn.lost_packets, conn.packets_sent),
-                    human_duration(conn.srtt)
                 )?;
             }
         }
@@ -209,7 +241,7 @@ pub async fn send_to_group(
     security: Protection,
 ) -> Result<GroupReport> {
     let start = Instant::now();
-    let mode = config.mode;
+    let (mode, min_receivers) = (config.mode, config.min_peers);
     let spread = mode != Mode::All;
     let (name, size) = match &payload {
         Payload::File { source, name } => (name.clone(), source.size()),
@@ -403,7 +435,7 @@ pub async fn send_to_group(
         .collect();
     let blocks = size.div_ceil(MESSAGE as u64);
     let spread = spread.then(|| (blocks, group.stats()));
-    Ok(GroupReport {
+    let report = GroupReport {
         bytes: files.as_ref().map_or(size, |t: &TreeSummary| t.files.iter().map(|f| f.bytes).sum()),
         name,
         mode,
@@ -411,9 +443,14 @@ pub async fn send_to_group(
         hash,
         tree: files,
         peers,
+        min_receivers,
         spread,
         security,
-    })
+    };
+    if let Some(warning) = report.shortfall() {
+        multi.suspend(|| eprintln!("{warning}"));
+    }
+    Ok(report)
 }
 
 /// `e` said again when it is the library's "no peer can take the
@@ -524,5 +561,74 @@ impl tree::Sink for GroupSink<'_> {
 
     fn chunk(&self) -> usize {
         MESSAGE - 4
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use manyfold_proto::ConnStats;
+
+    /// `send --to A,B --min-receivers 1` where A saved the file and B was
+    /// never reached (its connection saw no answer, so no RTT sample).
+    fn one_of_two() -> GroupReport {
+        let peer = |addr: &str, outcome, conn| PeerReport {
+            addr: addr.parse().unwrap(),
+            outcome,
+            elapsed: Duration::from_millis(7),
+            stats: Some(PeerStats {
+                addr: addr.parse().unwrap(),
+                state: PeerState::Gone,
+                first_msg: 0,
+                acked_messages: 0,
+                acked_bytes: 0,
+                pending_bytes: 0,
+                conn: Some(conn),
+                peer_key: None,
+            }),
+        };
+        let reached = ConnStats {
+            packets_sent: 77,
+            srtt: Duration::from_micros(572),
+            min_rtt: Duration::from_micros(400),
+            ..ConnStats::default()
+        };
+        let never = ConnStats { packets_sent: 1, srtt: Duration::from_micros(333_330), ..ConnStats::default() };
+        GroupReport {
+            name: "m.bin".into(),
+            bytes: 100_000,
+            mode: Mode::All,
+            elapsed: Duration::from_millis(7),
+            hash: None,
+            tree: None,
+            peers: vec![
+                peer("127.0.0.1:7411", Outcome::Saved("saved m.bin".into()), reached),
+                peer("127.0.0.1:7412", Outcome::Failed("not reached: refused".into()), never),
+            ],
+            min_receivers: 1,
+            spread: None,
+            security: Protection::Plain,
+        }
+    }
+
+    #[test]
+    fn min_receivers_met_succeeds_with_a_warning_naming_the_missing() {
+        let report = one_of_two();
+        assert!(report.succeeded());
+        let warning = report.shortfall().expect("a warning");
+        assert!(warning.contains("saved by 1 of 2 receivers"), "{warning}");
+        assert!(warning.contains("127.0.0.1:7412 (not reached: refused)"), "{warning}");
+        assert!(!warning.contains("7411"), "{warning}");
+
+        let all = GroupReport { min_receivers: 2, ..one_of_two() };
+        assert!(!all.succeeded());
+        assert_eq!(all.shortfall(), None, "a failure is an error, not a warning");
+    }
+
+    #[test]
+    fn a_receiver_never_reached_shows_no_rtt() {
+        let text = one_of_two().to_string();
+        assert!(text.contains("srtt 572 µs"), "{text}");
+        assert!(!text.contains("333"), "{text}");
     }
 }
