@@ -293,6 +293,7 @@ fn chart<'a, 'b>(
         .y_label_area_size(80)
         .build_cartesian_2d(0.0..end, 0.0..top)
         .map_err(err("axes"))?;
+    let tick = |v: &f64| tick_label(*v, top);
     let mut mesh = c.configure_mesh();
     mesh.y_desc(y_label)
         .label_style(font(14))
@@ -300,12 +301,21 @@ fn chart<'a, 'b>(
         .light_line_style(RGBColor(238, 238, 238))
         .y_labels(6)
         .x_label_formatter(&|v| format!("{v:.1}"))
-        .y_label_formatter(&|v| format!("{v:.0}"));
+        .y_label_formatter(&tick);
     if let Some(x) = x_label {
         mesh.x_desc(x);
     }
     mesh.draw().map_err(err("mesh"))?;
     Ok(c)
+}
+
+/// A y-axis label of a panel reaching `top`, with as many decimals as its
+/// ticks (about six over the axis) need to differ: a panel of 0.6 Mbit/s
+/// reads 0.2, 0.4, not 0, 0, 0.
+fn tick_label(v: f64, top: f64) -> String {
+    let step = top / 6.0;
+    let decimals = if step > 0.0 { (-step.log10().floor()).clamp(0.0, 6.0) as usize } else { 0 };
+    format!("{v:.decimals$}")
 }
 
 fn window_panel(plot: &Area<'_>, side: &Area<'_>, s: &Series, end: f64) -> Result<()> {
@@ -343,19 +353,18 @@ fn throughput_panel(plot: &Area<'_>, side: &Area<'_>, s: &Series, end: f64) -> R
     // About 200 slices, none shorter than 10 ms.
     let slice = (end / 200.0).max(0.01);
     let (all, again) = s.throughput(slice);
-    let (top, peak) = y_range(all.iter().map(|p| p.1), true);
+    // Never clipped: the slices of a short transfer in a longer trace are
+    // a few percent of them, so "most of the data" is the idle time (acks,
+    // keep-alives) and clipping would leave the transfer off the scale.
+    let (top, _) = y_range(all.iter().map(|p| p.1), false);
     let mut c = chart(plot, end, top, "Mbit/s", None)?;
-    let clip = |pts: &[(f64, f64)]| pts.iter().map(|&(x, y)| (x, y.min(top))).collect::<Vec<_>>();
-    c.draw_series(LineSeries::new(clip(&all), SENT.stroke_width(1))).map_err(err("throughput"))?;
-    c.draw_series(LineSeries::new(clip(&again), LOST.stroke_width(1))).map_err(err("retransmitted"))?;
-    let mut keys = vec![
+    c.draw_series(LineSeries::new(all, SENT.stroke_width(1))).map_err(err("throughput"))?;
+    c.draw_series(LineSeries::new(again, LOST.stroke_width(1))).map_err(err("retransmitted"))?;
+    let keys = [
         (Key::Line(SENT, 3), "sent, all packets".to_string()),
         (Key::Line(LOST, 3), "of which retransmitted".to_string()),
         (Key::Note, format!("per {:.0} ms slice", slice * 1e3)),
     ];
-    if let Some(p) = peak {
-        keys.push((Key::Note, format!("off the scale: peak {p:.0} Mbit/s")));
-    }
     legend(side, "Throughput", &keys)
 }
 
@@ -442,6 +451,16 @@ mod tests {
         assert_eq!(y_range(v.into_iter(), false), (450.0 * 1.08, None));
         let (top, peak) = y_range([1.0, 2.0, 3.0].into_iter(), true);
         assert!((top - 3.24).abs() < 1e-9 && peak.is_none(), "{top}");
+    }
+
+    #[test]
+    fn tick_labels_of_a_small_scale_differ() {
+        // A receiver's throughput (acks only), a loopback RTT: below 1.
+        let labels: Vec<String> = [0.0, 0.2, 0.4, 0.6].iter().map(|&v| tick_label(v, 0.75)).collect();
+        assert_eq!(labels, ["0.0", "0.2", "0.4", "0.6"]);
+        assert_eq!(tick_label(0.05, 0.3), "0.05");
+        assert_eq!(tick_label(1500.0, 2800.0), "1500");
+        assert_eq!(tick_label(2.0, 3.5), "2.0");
     }
 
     #[test]
