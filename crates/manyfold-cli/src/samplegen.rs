@@ -17,7 +17,6 @@ use rand::{RngCore, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 use crate::fsutil::PartFile;
-use crate::report::outln;
 use crate::size::{human_bytes, human_duration, human_rate, size_arg};
 
 /// Bytes generated and written per block.
@@ -44,7 +43,8 @@ pub fn run(args: &SamplegenArgs) -> Result<()> {
     let start = Instant::now();
     generate(&args.file, args.size, args.seed)?;
     let elapsed = start.elapsed();
-    outln!(
+    // Text only: -q prints nothing.
+    crate::report::say(&format_args!(
         "wrote {} ({} bytes, seed {}) to {} in {}, {}",
         human_bytes(args.size),
         args.size,
@@ -52,7 +52,7 @@ pub fn run(args: &SamplegenArgs) -> Result<()> {
         args.file.display(),
         human_duration(elapsed),
         human_rate(args.size, elapsed),
-    );
+    ));
     Ok(())
 }
 

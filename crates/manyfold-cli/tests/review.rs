@@ -1,5 +1,6 @@
 //! Defects a user review found in the CLI, each tried as a user would on
-//! 127.0.0.1 and shown fixed: output into a pipe whose reader is gone.
+//! 127.0.0.1 and shown fixed: output into a pipe whose reader is gone;
+//! -q honoured.
 
 mod common;
 
@@ -92,4 +93,17 @@ fn ftp_server(root: &Path) -> Command {
     let mut cmd = manyfold();
     cmd.args(["ftp-server", "--listen", "127.0.0.1:0", "--root"]).arg(root);
     cmd
+}
+
+#[test]
+fn samplegen_quiet_prints_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let file = tmp.path().join("yy");
+    let out = run_args(&["-q", "samplegen", "1k", file.to_str().unwrap()], LIMIT);
+    out.assert_success();
+    assert_eq!(out.stdout, "", "{out}");
+    assert_eq!(std::fs::metadata(&file).unwrap().len(), 1000);
+    // Without -q, it says what it wrote.
+    let out = run_args(&["samplegen", "1k", file.to_str().unwrap()], LIMIT);
+    assert!(out.assert_success().stdout.starts_with("wrote 1.00 kB"), "{out}");
 }
