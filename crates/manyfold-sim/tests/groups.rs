@@ -15,7 +15,7 @@ use bytes::Bytes;
 use common::{addr, drop_first, is_syn, CONTROLLERS};
 use manyfold_proto::{
     CongestionAlgorithm, ConnHandle, Destination, EndpointConfig, Eviction, GroupConfig, GroupError, GroupEvent,
-    GroupHandle, Left, MessageOptions, Mode, StreamItem, Unreachable,
+    GroupHandle, Left, MessageOptions, Mode, StreamId, StreamItem, Unreachable,
 };
 use manyfold_sim::{pattern, LinkConfig, World};
 
@@ -671,6 +671,50 @@ fn closing_the_group_reports_closed_once_every_peer_has_everything() {
     }
     let err = w.act(sender(), |ep, now| ep.group_send(g, now, message(80, 10), MessageOptions::default()));
     assert_eq!(err, Err(GroupError::Closed), "seed {seed}");
+}
+
+#[test]
+fn a_peer_that_finishes_its_connection_is_read_as_the_end_of_its_stream_once() {
+    // spec §14.8: a server that closes (a fetch client's server that is
+    // not the kind of server it expected, a receiver that is done) ends
+    // its byte stream; the group's reader sees that end once, as a
+    // one-to-one reader sees its peer's FIN, and the other peer goes on.
+    let seed = 5093;
+    let mut w = world(seed, &vec![lossy(15, 0.03); 2]);
+    let peers: Vec<SocketAddr> = (0..2).map(peer).collect();
+    let g = open(&mut w, &peers, GroupConfig::default());
+    // A first message ends the members' echo holds (spec §6.2).
+    w.act(sender(), |ep, now| ep.group_send(g, now, message(0, 100), MessageOptions::default())).unwrap();
+    let mut accepted = None;
+    w.run_until(
+        |w| {
+            accepted = accepted.or_else(|| w.endpoint_mut(peer(1)).accept());
+            accepted.is_some()
+        },
+        Duration::from_secs(10),
+    );
+    let accepted = accepted.expect("peer 1 accepted the group's connection");
+    w.endpoint_mut(peer(1)).conn_mut(accepted).close();
+    let mut ends = Vec::new();
+    w.run_until(
+        |w| {
+            while let Some((d, item)) = w.endpoint_mut(sender()).group_recv_message(g) {
+                ends.push((d, item));
+            }
+            !ends.is_empty()
+        },
+        Duration::from_secs(10),
+    );
+    w.run_for(Duration::from_secs(1));
+    while let Some((d, item)) = w.endpoint_mut(sender()).group_recv_message(g) {
+        ends.push((d, item));
+    }
+    let id = w.endpoint(sender()).group(g).and_then(|g| g.peer_ids().nth(1)).expect("peer 1 in the group");
+    assert_eq!(
+        ends,
+        vec![(Destination { peer: id, stream: StreamId::BYTES }, StreamItem::Finished)],
+        "peer 1's FIN, once (seed {seed})"
+    );
 }
 
 #[test]

@@ -72,6 +72,10 @@ impl Members for Endpoint {
         self.conn_mut(h).recv_message()
     }
 
+    fn messages_done(&self, h: ConnHandle) -> bool {
+        self.conn(h).messages_done()
+    }
+
     fn finish_stream(&mut self, h: ConnHandle, stream: StreamId) -> Result<(), SendError> {
         self.conn_mut(h).finish_stream(stream)
     }

@@ -51,6 +51,9 @@ pub(crate) trait Members {
     /// Sends a member's SYN again (spec §14.3's early retry).
     fn resend_syn(&mut self, h: ConnHandle, now: Instant);
     fn recv_message(&mut self, h: ConnHandle) -> Result<Option<(StreamId, StreamItem)>, RecvError>;
+    /// Whether the peer finished the connection and everything before its
+    /// FIN was taken.
+    fn messages_done(&self, h: ConnHandle) -> bool;
     fn finish_stream(&mut self, h: ConnHandle, stream: StreamId) -> Result<(), SendError>;
     fn close(&mut self, h: ConnHandle);
     fn abort(&mut self, h: ConnHandle, now: Instant, code: ErrorCode);
@@ -292,11 +295,21 @@ pub(crate) fn recv_message<M: Members>(m: &mut M, g: GroupHandle) -> Option<(Des
     let group = m.groups().table.get_mut(&g.0)?;
     let n = group.peers.len();
     let start = group.rotate();
-    let conns: Vec<ConnHandle> = (0..n).map(|i| group.peers[(start + i) % n].conn).collect();
-    let ids: Vec<PeerId> = (0..n).map(|i| group.id(((start + i) % n) as u32)).collect();
-    for (i, h) in conns.into_iter().enumerate() {
+    let order: Vec<usize> = (0..n).map(|i| (start + i) % n).collect();
+    let members: Vec<(ConnHandle, PeerId, bool)> =
+        order.iter().map(|&i| (group.peers[i].conn, group.id(i as u32), group.peers[i].fin_taken)).collect();
+    for (&i, (h, peer, fin_taken)) in order.iter().zip(members) {
         if let Ok(Some((stream, item))) = m.recv_message(h) {
-            return Some((Destination { peer: ids[i], stream }, item));
+            return Some((Destination { peer, stream }, item));
+        }
+        // spec §14.8: the peer finished its connection (a server that
+        // closes, a receiver that is done): the end of its byte stream,
+        // once, as a one-to-one connection's reader sees it.
+        if !fin_taken && m.messages_done(h) {
+            if let Some(p) = m.groups().table.get_mut(&g.0).and_then(|g| g.peers.get_mut(i)) {
+                p.fin_taken = true;
+            }
+            return Some((Destination { peer, stream: StreamId::BYTES }, StreamItem::Finished));
         }
     }
     None

@@ -97,6 +97,8 @@ pub(crate) struct Peer {
     pub drained: bool,
     /// How many peers held this slot before it (spec §14.7).
     pub generation: u32,
+    /// Its connection's FIN was handed to the application (spec §14.8).
+    pub fin_taken: bool,
 }
 
 impl Peer {
@@ -119,6 +121,7 @@ impl Peer {
             last_rx: 0,
             drained: false,
             generation: 0,
+            fin_taken: false,
         }
     }
 
