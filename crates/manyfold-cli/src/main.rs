@@ -38,7 +38,8 @@ mod transfer;
 /// authenticated and plain peers are refused; without it the protocol
 /// runs in the clear. Sizes and rates are shown in decimal units (1 MB =
 /// 1,000,000 bytes); they are accepted in either (10MB, 1MiB).
-/// Exit status: 0 success, 1 failure, 130/143 interrupted by SIGINT/SIGTERM.
+/// Exit status: 0 success, 1 failure, 2 usage error, 130/143 interrupted
+/// by SIGINT/SIGTERM.
 /// Start with `manyfold demo`.
 #[derive(Parser, Debug)]
 #[command(name = "manyfold", version, propagate_version = true)]
@@ -60,8 +61,8 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
-    /// Send a generated file to a receiver in this same process through
-    /// emulated loss, verify it and print the report.
+    /// Send a generated file to three receivers in this same process
+    /// through emulated loss, verify every copy and print the report.
     ///
     /// Everything runs on 127.0.0.1 with ephemeral ports and a temporary
     /// directory, removed at the end.

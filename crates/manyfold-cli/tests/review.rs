@@ -107,3 +107,13 @@ fn samplegen_quiet_prints_nothing() {
     let out = run_args(&["samplegen", "1k", file.to_str().unwrap()], LIMIT);
     assert!(out.assert_success().stdout.starts_with("wrote 1.00 kB"), "{out}");
 }
+
+#[test]
+fn help_names_every_exit_status_and_the_demo_its_receivers() {
+    let help = run_args(&["--help"], LIMIT);
+    let text = help.assert_success().stdout.split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(text.contains("2 usage error"), "{help}");
+    assert!(text.contains("Send a generated file to three receivers"), "{help}");
+    // And a usage error does exit 2.
+    assert_eq!(run_args(&["send", "--no-such-flag"], LIMIT).status.code(), Some(2));
+}
