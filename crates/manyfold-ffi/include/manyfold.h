@@ -587,8 +587,9 @@ int mf_get_attr(int desc, int attr, void *value, size_t size);
 /**
  * The text of the last error on the calling thread: what failed and why,
  * naming the argument, descriptor or peer (e.g. "mf_connect to
- * 127.0.0.1:9: connection refused"). An empty string if no call on this
- * thread has failed. The pointer is valid until the next `mf_*` call on
+ * 127.0.0.1:9: connection refused (nothing listens there, or the
+ * listener refused)"). An empty string if no call on this thread has
+ * failed. The pointer is valid until the next `mf_*` call on
  * this thread; copy the text to keep it. Never NULL.
  */
 const char *mf_last_error(void);

@@ -396,6 +396,9 @@ impl Stream {
 
     /// Sends one whole message on `stream`, blocking while the send buffer
     /// has no room for it. Too large a message is refused; nothing is sent.
+    /// Do not mix messages and bytes ([`Stream::send`], [`Stream::send_on`],
+    /// `Write`) on one stream: stream 0 is also the byte stream, and the
+    /// receiver gets the messages merged into it, their boundaries lost.
     ///
     /// # Errors
     ///
@@ -469,7 +472,8 @@ impl Stream {
         Ok(runtime().block_on(self.conn.accept_stream())?.map(|s| s.id()))
     }
 
-    /// Sends all of `data` as bytes on `stream`.
+    /// Sends all of `data` as bytes on `stream`. Do not also send messages
+    /// on it ([`Stream::send_message`]).
     ///
     /// # Errors
     ///

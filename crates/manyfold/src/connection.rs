@@ -562,6 +562,11 @@ impl Drop for ConnRef {
 /// the peer's stream; `poll_shutdown` (and [`Connection::close`]) is the
 /// graceful close, complete when the peer acknowledged everything.
 ///
+/// The byte stream is stream 0. Do not also send messages on stream 0
+/// ([`Connection::send_message`]): nothing refuses it, but the receiver
+/// gets them merged into the byte stream, their boundaries lost. Use other
+/// streams for messages.
+///
 /// Dropping it (both halves, and every [`Streams`] handle) closes it
 /// gracefully in the background: FIN after what is queued, data arriving
 /// afterwards acknowledged and discarded. That happens only while the
@@ -732,6 +737,8 @@ impl Connection {
     }
 
     /// Sends one whole message on `stream` (see [`Streams::send_message`]).
+    /// Stream 0 is also this connection's byte stream (`AsyncWrite`): do
+    /// not mix the two on it, or on any stream.
     ///
     /// # Errors
     ///
@@ -791,6 +798,12 @@ impl Streams {
     /// (`Vec<u8>`, `String`, [`Bytes`](bytes::Bytes)) is held as it is until
     /// acknowledged, not copied; borrowed bytes (`&[u8]`, `b"..."`) are
     /// copied once.
+    ///
+    /// A stream carries messages or bytes, not both: do not also write
+    /// bytes to `stream` ([`Streams::io`], or the [`Connection`]'s own
+    /// `AsyncWrite` for stream 0). Nothing refuses the mix, but the
+    /// receiver gets the messages merged into the byte stream, their
+    /// boundaries lost.
     ///
     /// # Errors
     ///
@@ -1028,7 +1041,9 @@ impl Streams {
         Ok(id.map(|id| self.io(id)))
     }
 
-    /// `stream` as a byte stream: `AsyncRead` + `AsyncWrite`.
+    /// `stream` as a byte stream: `AsyncRead` + `AsyncWrite`. Do not also
+    /// send messages on it ([`Streams::send_message`]): their boundaries
+    /// would be merged into the bytes at the receiver.
     pub fn io(&self, stream: u16) -> StreamIo {
         StreamIo { conn: self.conn.clone(), stream }
     }

@@ -169,8 +169,9 @@ pub enum SendError {
     /// Opening this stream would pass the peer's limit on open streams.
     #[error("too many open streams (the limit is {0})")]
     StreamLimit(usize),
-    /// A group has no peer that can take it (none left, or fewer than its
-    /// mode needs).
+    /// A group has no live peer that can take it. Fewer live peers than
+    /// `Mode::AtLeast(P)` asks for is not this error: the message is sent
+    /// to those left and delivered once they all have it (spec §14.5).
     #[error("no peer can take the message (the group has no live peer, or fewer than the mode needs)")]
     NoPeers,
     /// [`Group::send_to`](crate::Group::send_to): the destination is not

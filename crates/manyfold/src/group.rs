@@ -146,6 +146,22 @@ fn stopped(inner: &Inner) -> Option<GroupError> {
 
 /// One sender's connection to many receivers (spec §14). Dropping it
 /// closes the group gracefully in the background.
+///
+/// # Fewer live peers than the mode asks for
+///
+/// [`Mode::AtLeast`](crate::Mode::AtLeast)`(P)` and
+/// `Mode::Subset { p: P, .. }` count a message as delivered once
+/// min(P, live copies) are acknowledged (spec §14.5): a
+/// copy whose peer left, died or was evicted no longer counts. With fewer
+/// than P peers up, a message is delivered once every live peer has it,
+/// and [`Group::send`] and [`Group::wait_for_send`] do not fail; `send`
+/// fails with [`SendError::NoPeers`] only when no peer is left.
+/// [`GroupConfig::min_peers`](crate::GroupConfig::min_peers) is checked
+/// once, when the group is opened, not afterwards. For a hard minimum,
+/// watch [`Group::next_event`] for [`GroupEvent::PeerLeft`] and
+/// [`GroupEvent::PeerUnreachable`] (or [`Group::stats`]'s `peers_up`) and
+/// stop sending, or [`Group::abort`], once fewer than P peers are up; what
+/// each peer acknowledged is in [`Group::peers`] (`acked_messages`).
 #[derive(Debug)]
 pub struct Group {
     shared: Arc<Shared>,
@@ -180,9 +196,11 @@ impl Group {
     ///
     /// # Errors
     ///
-    /// [`SendError::NoPeers`] when no peer can take it (none left, or fewer
-    /// than the mode needs); [`SendError::TooLarge`] when it is larger than
-    /// the maximum; [`SendError::Finished`] once the group is closed;
+    /// [`SendError::NoPeers`] when no peer is left to take it (fewer live
+    /// peers than `Mode::AtLeast(P)` asks for is not an error: the message
+    /// is delivered once every live peer has it; see [`Group`]);
+    /// [`SendError::TooLarge`] when it is larger than the maximum;
+    /// [`SendError::Finished`] once the group is closed;
     /// [`SendError::EndpointClosed`] when the endpoint stopped.
     ///
     /// # Cancel safety
@@ -249,7 +267,8 @@ impl Group {
     }
 
     /// Waits until every message sent is delivered in the mode's sense
-    /// (paper 00's WaitForSend).
+    /// (paper 00's WaitForSend): for `Mode::AtLeast(P)`, acknowledged by
+    /// min(P, live copies) peers, so fewer than P once peers are gone.
     ///
     /// # Errors
     ///

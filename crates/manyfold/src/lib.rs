@@ -44,8 +44,9 @@
 //!   (quinn's `open_bi`/`accept_bi`); or both sides agree on numbers.
 //! - A [`Group`] ([`Endpoint::group`]) is one sender's connections to many
 //!   receivers, opened by one parallel handshake: a message is held once
-//!   and delivered to all of them, any one, at least P, or K chosen by
-//!   load ([`Mode`]); peers join ([`Group::join`]) and leave while it runs
+//!   and delivered to all of them, any one, at least P (or every live
+//!   one, when fewer are left: see [`Group`]), or K chosen by load
+//!   ([`Mode`]); peers join ([`Group::join`]) and leave while it runs
 //!   ([`GroupEvent`]). Receivers are ordinary endpoints that accept.
 //! - A session ([`Endpoint::request`], [`Endpoint::serve`]) is one request
 //!   and one reply: the request rides on the handshake, so an exchange
@@ -117,11 +118,31 @@
 //! ([`ErrorCode::INTERRUPTED`] when a signal stopped you), so that it
 //! knows at once rather than after a timeout.
 //!
-//! A peer that vanishes is noticed: a connect to a port where nothing
-//! listens fails at once with `Refused` (from ICMP), a peer whose process
-//! died is reported as [`CloseReason::Unreachable`] within about an RTO,
-//! and data unacknowledged for `stall_timeout` (15 s) ends with
-//! [`CloseReason::StallTimeout`] (spec §4.7, §6.7).
+//! A peer that vanishes is noticed, at a speed that depends on what this
+//! side is doing (spec §4.7, §6.7; defaults of [`ConnectionConfig`]):
+//!
+//! - A connect to a port where nothing listens fails at once with
+//!   `Refused` (from ICMP).
+//! - A peer whose process died leaves a closed port, which answers with
+//!   ICMP port unreachable; the connection ends with
+//!   [`CloseReason::Unreachable`] on the second such error once nothing
+//!   has been heard from the peer for an RTO. While this side sends data,
+//!   that is about an RTO. An idle connection learns only when it next
+//!   sends: its keep-alive goes after `keepalive_interval` (15 s) without
+//!   sending, so it ends on the second keep-alive, up to about 30 s after
+//!   the death.
+//! - A peer that no longer answers at all (frozen by SIGSTOP, its host
+//!   gone, or no ICMP: the errors are read on Linux only) ends the
+//!   connection with [`CloseReason::StallTimeout`] once data has been
+//!   unacknowledged for `stall_timeout` (15 s), or, when idle, with
+//!   [`CloseReason::IdleTimeout`] after `idle_timeout` (60 s) with nothing
+//!   received.
+//!
+//! For faster detection, shorten these in
+//! `Config::endpoint.connection`: a dead process is found within about
+//! twice `keepalive_interval` and a silent one within `idle_timeout`. Each
+//! keep-alive draws an ack that keeps a healthy idle connection open, so
+//! keep `idle_timeout` a few times `keepalive_interval`.
 //!
 //! # Choosing a tokio runtime
 //!
