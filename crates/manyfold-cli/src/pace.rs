@@ -17,7 +17,9 @@ pub struct RateArgs {
     /// Cap the rate: bytes per second (10MB, 1.5MiB/s, 500k) or bits per
     /// second (80Mbit, 1Gbit/s). Without it, as fast as the network and
     /// the peers take it.
-    #[arg(long, value_name = "RATE", value_parser = crate::size::rate_arg)]
+    // allow_hyphen_values: `--rate -5MB` is refused by rate_arg, saying
+    // why, not by clap as an unknown argument (-5MB is no plain number).
+    #[arg(long, value_name = "RATE", value_parser = crate::size::rate_arg, allow_hyphen_values = true)]
     pub rate: Option<u64>,
 }
 

@@ -74,6 +74,10 @@ pub fn size_arg(text: &str) -> Result<u64, String> {
 pub fn parse_rate(text: &str) -> Result<u64> {
     let s = text.trim();
     let s = s.strip_suffix("/s").or_else(|| s.strip_suffix("/S")).unwrap_or(s);
+    // A negative rate (`--rate -5MB`), not a flag given as the value (`--rate --to`).
+    if s.strip_prefix('-').is_some_and(|r| parse_rate(r).is_ok()) {
+        bail!("invalid rate {text:?}: the rate must be above 0");
+    }
     let lower = s.to_ascii_lowercase();
     let bits = ["bit", "bits", "bps"].iter().find_map(|u| lower.strip_suffix(u).map(|p| p.len()));
     let rate = match bits {
@@ -144,6 +148,8 @@ mod tests {
         assert_eq!(parse_rate("500kbps").unwrap(), 62_500);
         assert_eq!(parse_rate("4096").unwrap(), 4096);
         assert!(parse_rate("0").unwrap_err().to_string().contains("above 0"));
+        assert!(parse_rate("-5MB").unwrap_err().to_string().contains("above 0"));
+        assert!(parse_rate("--to").unwrap_err().to_string().contains("bits per second"));
         assert!(parse_rate("fast").unwrap_err().to_string().contains("bits per second"));
     }
 

@@ -117,3 +117,23 @@ fn help_names_every_exit_status_and_the_demo_its_receivers() {
     // And a usage error does exit 2.
     assert_eq!(run_args(&["send", "--no-such-flag"], LIMIT).status.code(), Some(2));
 }
+
+#[test]
+fn negative_rates_and_counts_are_refused_naming_the_option_and_range() {
+    let tmp = tempfile::tempdir().unwrap();
+    let file = tmp.path().join("f");
+    std::fs::write(&file, b"x").unwrap();
+    let f = file.to_str().unwrap();
+    for (args, option) in [
+        (&["send", f, "--to", "127.0.0.1:9", "--rate", "-5MB"][..], "'--rate <RATE>'"),
+        (&["mcast", "send", "--group", "239.1.2.3:7020", "--rate", "-5MB", f], "'--rate <RATE>'"),
+        (&["mcast", "send", "--group", "239.1.2.3:7020", "--min-rate", "-1Mbit", f], "'--min-rate <RATE>'"),
+    ] {
+        let out = run_args(args, LIMIT);
+        assert_eq!(out.status.code(), Some(2), "{out}");
+        assert!(out.stderr.contains(option) && out.stderr.contains("must be above 0"), "{out}");
+    }
+    let out = run_args(&["mcast", "send", "--group", "239.1.2.3:7020", "--receivers", "-1", f], LIMIT);
+    assert_eq!(out.status.code(), Some(2), "{out}");
+    assert!(out.stderr.contains("--receivers <N>': -1 is out of range: at least 1 receiver"), "{out}");
+}

@@ -121,7 +121,7 @@ pub struct SendArgs {
     /// session runs with those and the command fails, saying how many
     /// joined and who they were [default: 1, or every host in --hosts].
     /// E.g. --receivers 3 --wait 30.
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", value_parser = receivers_arg, allow_negative_numbers = true)]
     receivers: Option<usize>,
     /// Only the receivers this file lists may join (as uftp's host list):
     /// one a line, an IPv4 or IPv6 address or a client id (8 hex digits,
@@ -180,13 +180,13 @@ pub struct SendArgs {
     /// 1Gbit/s), of the datagrams sent to the group, headers and repairs
     /// included (spec §16.3). Without it, as fast as the receivers
     /// confirm. E.g. --rate 200Mbit leaves the rest of a gigabit LAN.
-    #[arg(long, value_name = "RATE", value_parser = crate::size::rate_arg)]
+    #[arg(long, value_name = "RATE", value_parser = crate::size::rate_arg, allow_hyphen_values = true)]
     rate: Option<u64>,
     /// Drop a receiver that takes the data slower than this (same units as
     /// --rate), measured over a second of its acknowledgements, and name
     /// it in the report; without it the session slows to its slowest
     /// receiver (spec §16.7).
-    #[arg(long, value_name = "RATE", value_parser = crate::size::rate_arg)]
+    #[arg(long, value_name = "RATE", value_parser = crate::size::rate_arg, allow_hyphen_values = true)]
     min_rate: Option<u64>,
     /// Window timer growth on expiry (paper 03's α > 1).
     #[arg(long, default_value_t = 1.5)]
@@ -279,6 +279,15 @@ pub struct RecvArgs {
     /// again (null before a check).
     #[arg(long, conflicts_with = "stdout")]
     pub json: bool,
+}
+
+/// `clap` value parser for --receivers: a whole number, at least 1.
+fn receivers_arg(text: &str) -> Result<usize, String> {
+    match text.trim().parse::<i64>() {
+        Ok(n) if n >= 1 => usize::try_from(n).map_err(|e| e.to_string()),
+        Ok(n) => Err(format!("{n} is out of range: at least 1 receiver")),
+        Err(_) => Err(format!("{text:?} is not a whole number of receivers, e.g. --receivers 3")),
+    }
 }
 
 fn id_arg(s: &str) -> Result<u32, String> {
