@@ -674,6 +674,17 @@ fn closing_the_group_reports_closed_once_every_peer_has_everything() {
 }
 
 #[test]
+fn an_impossible_mode_is_refused_naming_its_numbers() {
+    let mut w = world(5094, &[lossy(15, 0.0)]);
+    let config = GroupConfig { mode: Mode::Subset { k: 1, p: 2 }, ..GroupConfig::default() };
+    let e = w.act(sender(), |ep, now| ep.group_connect(now, &[peer(0)], config)).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "invalid delivery mode subset=1/2: at-least=P needs P >= 1, subset=K/P needs 1 <= P <= K"
+    );
+}
+
+#[test]
 fn a_peer_that_finishes_its_connection_is_read_as_the_end_of_its_stream_once() {
     // spec §14.8: a server that closes (a fetch client's server that is
     // not the kind of server it expected, a receiver that is done) ends

@@ -172,7 +172,7 @@ pub enum SendError {
     /// A group has no live peer that can take it. Fewer live peers than
     /// `Mode::AtLeast(P)` asks for is not this error: the message is sent
     /// to those left and delivered once they all have it (spec §14.5).
-    #[error("no peer can take the message (the group has no live peer, or fewer than the mode needs)")]
+    #[error("no peer can take the message (the group has no live peer)")]
     NoPeers,
     /// [`Group::send_to`](crate::Group::send_to): the destination is not
     /// (or no longer) in the group.

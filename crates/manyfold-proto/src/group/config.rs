@@ -11,7 +11,8 @@ pub enum Mode {
     All,
     /// One acknowledgement suffices; the others' copies are then given up.
     Any,
-    /// At least this many peers acknowledge.
+    /// At least this many peers acknowledge, or every live peer when
+    /// fewer are left (spec §14.5): sending does not fail while one is.
     AtLeast(u16),
     /// Each message goes to `k` peers chosen by load (paper 00's CBAL)
     /// and is delivered once `p` of them acknowledge.

@@ -117,8 +117,11 @@ pub enum GroupError {
     #[error("the group is closed")]
     /// The group is closed.
     Closed,
-    #[error("no peer can take the message (the group has no live peer, or fewer than the mode needs)")]
-    /// No peer can take the message (none live, or fewer than the mode needs).
+    #[error("invalid delivery mode {0}: at-least=P needs P >= 1, subset=K/P needs 1 <= P <= K")]
+    /// The configured delivery mode's numbers are impossible (`Mode::check`).
+    InvalidMode(crate::group::Mode),
+    #[error("no peer can take the message (the group has no live peer)")]
+    /// No peer can take the message: none is live.
     NoPeers,
     #[error("the shared send buffer, or a peer's, has no room for the whole message now")]
     /// The shared send buffer, or a peer's, has no room for the whole message now.

@@ -179,7 +179,7 @@ pub(crate) fn connect<M: Members>(
     peers: &[SocketAddr],
     config: GroupConfig,
 ) -> Result<GroupHandle, GroupError> {
-    config.mode.check().map_err(|_| GroupError::NoPeers)?;
+    config.mode.check().map_err(|_| GroupError::InvalidMode(config.mode))?;
     if peers.is_empty() {
         return Err(GroupError::NoPeers);
     }
