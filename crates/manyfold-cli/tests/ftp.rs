@@ -154,7 +154,7 @@ fn every_refusal_names_the_problem_and_fails_the_command() {
     let s = server(&root, &["--max-file-size", "10"]);
 
     failure_says(&ftp(&s, &local, &["get", "missing"]), "/missing: not found");
-    failure_says(&ftp(&s, &local, &["put", "file"]), "/file (use -f to replace it): already exists");
+    failure_says(&ftp(&s, &local, &["put", "file"]), "/file already exists (use -f to replace it)");
     failure_says(&ftp(&s, &local, &["mkdir", "full"]), "/full: already exists");
     failure_says(&ftp(&s, &local, &["get", "file"]), "exists (use -f to overwrite it)");
     failure_says(&ftp(&s, &local, &["rmdir", "full"]), "/full: directory not empty");

@@ -284,7 +284,10 @@ impl Root {
             // Listings hide partial uploads: say why an "empty" directory is not.
             Err(Errno::NOTEMPTY) if self.holds_only_partials(path) => Err(Failure::new(
                 Code::NotEmpty,
-                format!("{} (it holds only partial uploads, which ls hides; rm -r removes them)", shown(path)),
+                format!(
+                    "{}: directory not empty (it holds only partial uploads, which ls hides; rm -r removes them)",
+                    shown(path)
+                ),
             )),
             r => r.map_err(|e| fail(e, path)),
         }
@@ -302,7 +305,10 @@ impl Root {
         let st = statat(&dir, name, AtFlags::SYMLINK_NOFOLLOW).map_err(|e| fail(e, path))?;
         if kind_of(&st) == Kind::Dir {
             if !recursive {
-                return Err(Failure::new(Code::IsADirectory, format!("{} (use rm -r or rmdir)", shown(path))));
+                return Err(Failure::new(
+                    Code::IsADirectory,
+                    format!("{} is a directory (use rm -r or rmdir)", shown(path)),
+                ));
             }
             return remove_tree(&dir, name, 0).map_err(|e| fail(e, path));
         }
@@ -360,7 +366,9 @@ impl Root {
         }
         let tmp = crate::fsutil::hidden_name(dname, &format!(".{:016x}{PARTIAL_SUFFIX}", crate::net::random_u64()));
         match kind_of(&st) {
-            Kind::Dir if !recursive => Err(Failure::new(Code::IsADirectory, format!("{} (use cp -r)", shown(from)))),
+            Kind::Dir if !recursive => {
+                Err(Failure::new(Code::IsADirectory, format!("{} is a directory (use cp -r)", shown(from))))
+            }
             Kind::Dir => {
                 mkdirat(&ddir, tmp.as_str(), Mode::from_raw_mode(st.st_mode & 0o7777)).map_err(|e| fail(e, &to))?;
                 let copied = (|| {
@@ -423,20 +431,23 @@ impl Root {
         if size > self.max_file {
             return Err(Failure::new(
                 Code::TooLarge,
-                format!("{} ({size} bytes; this server takes at most {})", shown(path), self.max_file),
+                format!("{} is too large ({size} bytes; this server takes at most {})", shown(path), self.max_file),
             ));
         }
         let (dir, name) = self.parent(path)?;
         match statat(&dir, name, AtFlags::SYMLINK_NOFOLLOW) {
             Ok(st) if kind_of(&st) == Kind::Dir => return Err(Failure::new(Code::IsADirectory, shown(path))),
             Ok(_) if !force => {
-                return Err(Failure::new(Code::AlreadyExists, format!("{} (use -f to replace it)", shown(path))))
+                return Err(Failure::new(
+                    Code::AlreadyExists,
+                    format!("{} already exists (use -f to replace it)", shown(path)),
+                ))
             }
             Ok(_) | Err(Errno::NOENT) => {}
             Err(e) => return Err(fail(e, path)),
         }
         let part = partial_name(name);
-        let busy = || Failure::new(Code::Busy, format!("{} (another upload of it is running)", shown(path)));
+        let busy = || Failure::new(Code::Busy, format!("{} is busy (another upload of it is running)", shown(path)));
         let mut tries = 0;
         let fd = loop {
             let fd = openat(

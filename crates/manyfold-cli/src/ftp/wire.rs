@@ -126,12 +126,19 @@ impl Failure {
     }
 }
 
+/// "PATH: what happened" (`/a.bin: not found`), or a text that says
+/// what happened itself before a hint in parentheses as it is (`/a.bin
+/// already exists (use -f to replace it)`, not `/a.bin (use -f to
+/// replace it): already exists`).
 impl fmt::Display for Failure {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let what = self.code.describe();
         if self.text.is_empty() {
-            f.write_str(self.code.describe())
+            f.write_str(what)
+        } else if self.text.contains(&format!(" {what} (")) {
+            f.write_str(&self.text)
         } else {
-            write!(f, "{}: {}", self.text, self.code.describe())
+            write!(f, "{}: {what}", self.text)
         }
     }
 }
@@ -626,5 +633,15 @@ mod tests {
         let (_, r) = Reply::parse(&Reply::Error(f).encode(0)).unwrap();
         let Reply::Error(f) = r else { panic!() };
         assert!(f.text.len() <= MAX_TEXT && f.text.chars().all(|c| c == 'é'));
+    }
+
+    #[test]
+    fn a_failure_reads_path_what_happened_then_the_hint() {
+        assert_eq!(Failure::new(Code::NotFound, "/a.bin").to_string(), "/a.bin: not found");
+        let exists = Failure::new(Code::AlreadyExists, "/a.bin already exists (use -f to replace it)");
+        assert_eq!(exists.to_string(), "/a.bin already exists (use -f to replace it)");
+        // A path with parentheses is still a path.
+        assert_eq!(Failure::new(Code::NotFound, "/b (1)").to_string(), "/b (1): not found");
+        assert_eq!(Failure::new(Code::Busy, "").to_string(), "busy");
     }
 }
