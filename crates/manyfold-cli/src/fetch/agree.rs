@@ -63,8 +63,11 @@ pub async fn manifests(group: &Group, up: &[(PeerId, SocketAddr)], name: &str) -
                         Ok(Reply::Manifest(got)) => Err(format!("answered with the manifest of {:?}", got.name)),
                         Ok(Reply::Error(why)) => Err(why),
                         Ok(Reply::Segment { .. }) => Err("sent a segment before the manifest".into()),
-                        Err(e) => Err(format!("malformed reply: {e}")),
+                        Err(e) => Err(format!("malformed reply: {e} (is it a `manyfold serve`?)")),
                     },
+                    StreamItem::Finished => {
+                        Err("closed the connection without a manifest (is it a `manyfold serve`?)".into())
+                    }
                     other => Err(format!("ended its stream before the manifest ({other:?})")),
                 });
             }

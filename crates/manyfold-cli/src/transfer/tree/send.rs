@@ -21,6 +21,31 @@ use crate::transfer::wire::Reply;
 /// How often the bar is brought up to date while waiting on the receiver.
 const BAR_TICK: Duration = Duration::from_millis(100);
 
+/// How long the receiver may take to answer the list (it hashes what
+/// it holds of partial files first, about a second per 3 GB).
+const ANSWER_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// What to try when the peer at `peer` does not answer as a receiver does.
+fn wrong_kind(peer: std::net::SocketAddr) -> String {
+    format!(
+        "is {peer} a `manyfold recv`? (`manyfold serve` answers `fetch`, `manyfold ftp-server` answers `ftp`, \
+         `manyfold echo-server` answers `echo`)"
+    )
+}
+
+/// The receiver's answer to the list: a peer of another kind (a `serve`
+/// waits for a request it never gets; an echo server sends the list back)
+/// is named as such, within [`ANSWER_TIMEOUT`], instead of waiting forever.
+async fn first_answer<R: tokio::io::AsyncRead + Unpin>(rx: &mut R, peer: std::net::SocketAddr) -> Result<Reply> {
+    match tokio::time::timeout(ANSWER_TIMEOUT, Reply::read(rx)).await {
+        Err(_) => bail!("no answer to the list within {} s: {}", ANSWER_TIMEOUT.as_secs(), wrong_kind(peer)),
+        Ok(Err(e)) if e.kind() == std::io::ErrorKind::InvalidData => {
+            bail!("the answer is not a receiver's ({e}): {}", wrong_kind(peer))
+        }
+        Ok(r) => r.context("connection lost while waiting for the receiver's answer"),
+    }
+}
+
 /// Sends the listed entries on `conn` and closes it; fails unless the
 /// receiver confirms it stored every one.
 pub async fn send_tree(conn: Connection, items: Vec<Planned>, mut pacer: Pacer, bar: &ProgressBar) -> Result<Report> {
@@ -30,7 +55,7 @@ pub async fn send_tree(conn: Connection, items: Vec<Planned>, mut pacer: Pacer, 
     let entries: Vec<wire::Entry> = items.iter().map(|p| p.entry.clone()).collect();
     tx.write_all(&wire::encode_request(&entries)).await.context("connection lost while sending the list")?;
     tx.flush().await.context("connection lost while sending the list")?;
-    match Reply::read(&mut rx).await.context("connection lost while waiting for the receiver's answer")? {
+    match first_answer(&mut rx, peer).await? {
         Reply::Ok(_) => {}
         Reply::Error(why) => bail!("receiver refused the transfer: {why}"),
     }
