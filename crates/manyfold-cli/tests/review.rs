@@ -1,6 +1,7 @@
 //! Defects a user review found in the CLI, each tried as a user would on
-//! 127.0.0.1 and shown fixed: output into a pipe whose reader is gone;
-//! -q honoured.
+//! 127.0.0.1 (multicast: in network namespaces, as root) and shown fixed:
+//! output into a pipe whose reader is gone, -q, the help's exit statuses,
+//! negative values, and a datagram too long for the interface's MTU.
 
 mod common;
 
@@ -10,6 +11,7 @@ use std::process::{Command, ExitStatus, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use common::netns::{sh, Lab};
 use common::{manyfold, run_args, samplegen, Running};
 
 const LIMIT: Duration = Duration::from_secs(60);
@@ -136,4 +138,32 @@ fn negative_rates_and_counts_are_refused_naming_the_option_and_range() {
     let out = run_args(&["mcast", "send", "--group", "239.1.2.3:7020", "--receivers", "-1", f], LIMIT);
     assert_eq!(out.status.code(), Some(2), "{out}");
     assert!(out.stderr.contains("--receivers <N>': -1 is out of range: at least 1 receiver"), "{out}");
+}
+
+/// Multicast out an interface of MTU 1400 with the default --max-datagram
+/// (1452): the send error names the flag and the size that fits.
+#[test]
+fn mcast_datagrams_too_long_for_the_mtu_name_max_datagram() {
+    let root = Command::new("id").arg("-u").output().is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0");
+    if !root || Command::new("ip").arg("-V").output().is_err() {
+        eprintln!("skipped: network namespaces need root and the ip command");
+        return;
+    }
+    let lab = Lab::new(2).expect("namespaces");
+    sh(&["ip", "-n", &lab.host(0), "link", "set", "dev", &lab.iface(0), "mtu", "1400"]).expect("set the MTU");
+    let tmp = tempfile::tempdir().unwrap();
+    let (file, dir) = (tmp.path().join("big.bin"), tmp.path().join("r1"));
+    samplegen(&file, "200k", 3);
+    std::fs::create_dir(&dir).unwrap();
+    let group = "239.77.9.1:7190";
+    let mut recv = lab.exec(1);
+    recv.args(["mcast", "recv", "--group", group, "--iface", &lab.iface(1), "--wait", "30", "--dir"]).arg(&dir);
+    let _receiver = Running::spawn(recv);
+    let mut send = lab.exec(0);
+    send.args(["mcast", "send", "--group", group, "--iface", &lab.iface(0), "--receivers", "1", "--wait", "10"]);
+    send.arg(&file);
+    let sent = Running::spawn(send).wait(LIMIT);
+    sent.assert_failure();
+    let hint = format!("{}'s MTU of 1400 bytes: give --max-datagram 1372 or less", lab.iface(0));
+    assert!(sent.stderr.contains(&hint), "{sent}");
 }

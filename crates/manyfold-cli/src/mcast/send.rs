@@ -315,7 +315,8 @@ pub(super) async fn send(a: SendArgs) -> Result<()> {
         on_tick,
     )
     .await
-    .with_context(|| format!("multicast to {}", a.net.group))?;
+    .with_context(|| format!("multicast to {}", a.net.group))
+    .map_err(|e| hint_datagram_size(e, &a.net, a.max_datagram))?;
     main.finish_and_clear();
     multi.clear().ok();
     let data_phase = data_start.get().zip(data_end.get()).map(|(a, b)| b.saturating_duration_since(a));
@@ -360,6 +361,32 @@ pub(super) async fn send(a: SendArgs) -> Result<()> {
         bail!("not every receiver has the file");
     }
     Ok(())
+}
+
+/// A send refused as longer than the interface's MTU (EMSGSIZE: the
+/// datagrams go unfragmented) says what to change: --max-datagram, at
+/// most the MTU of --iface (when it can be read) less the IP and UDP headers.
+fn hint_datagram_size(e: anyhow::Error, net: &super::NetArgs, max_datagram: usize) -> anyhow::Error {
+    let msgsize = Some(rustix::io::Errno::MSGSIZE.raw_os_error());
+    if !e.chain().any(|c| c.downcast_ref::<std::io::Error>().is_some_and(|io| io.raw_os_error() == msgsize)) {
+        return e;
+    }
+    // IPv4 and UDP headers take 28 bytes of the MTU; IPv6 and UDP, 48.
+    let headers = if net.group.is_ipv4() { 28 } else { 48 };
+    let iface = net.iface.as_deref();
+    let mtu = iface
+        .and_then(|i| std::fs::read_to_string(format!("/sys/class/net/{i}/mtu")).ok())
+        .and_then(|s| s.trim().parse::<usize>().ok());
+    let hint = match (iface, mtu) {
+        (Some(i), Some(mtu)) if mtu > headers => {
+            format!("{i}'s MTU of {mtu} bytes: give --max-datagram {} or less", mtu - headers)
+        }
+        _ => format!(
+            "the interface's MTU: give --max-datagram the MTU less {headers} bytes or less (`ip link` shows it)"
+        ),
+    };
+    // The hint after what failed, not before it as a context would go.
+    anyhow::anyhow!("{e:#}: datagrams of {max_datagram} bytes (--max-datagram) do not fit {hint}")
 }
 
 /// Why a receiver left a session itself (its STATUS's code, spec §16.7).
