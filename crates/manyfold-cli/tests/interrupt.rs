@@ -375,6 +375,19 @@ fn a_killed_receiver_is_named_gone_at_once() {
 }
 
 #[test]
+fn a_signal_forwarded_right_after_the_first_is_the_same_interruption() {
+    // `timeout 10 manyfold ...` and Ctrl-C: the terminal's SIGINT and the
+    // copy `timeout` forwards arrive together; that is one interruption,
+    // cleaned up as such, not the second that exits at once.
+    let (_tmp, _src, inbox) = setup("1k");
+    let (receiver, _addr) = recv(&inbox, &[]);
+    interrupt(&receiver);
+    interrupt(&receiver);
+    let out = interrupted_itself(receiver, "SIGINT", 130);
+    assert!(!out.stderr.contains("again: exiting now"), "{out}");
+}
+
+#[test]
 fn a_killed_sender_is_named_gone_by_the_receiver_at_once() {
     // A process killed outright sends nothing; the receiver, which only
     // answers data, learns it from the ICMP error its next keep-alive

@@ -61,3 +61,13 @@ fn fetch_from_a_server_that_closes_without_a_manifest_fails_when_it_closes() {
     assert!(out.stderr.contains("closed the connection without a manifest (is it a `manyfold serve`?)"), "{out}");
     assert!(t.elapsed() < Duration::from_secs(30), "took {:?}\n{out}", t.elapsed());
 }
+
+#[test]
+fn an_address_nobody_can_connect_to_is_named_once() {
+    let tmp = tempfile::tempdir().unwrap();
+    let file = tmp.path().join("m.bin");
+    std::fs::write(&file, b"hello").unwrap();
+    let out = run_args(&["send", file.to_str().unwrap(), "--to", "127.0.0.1:0"], LIMIT);
+    out.assert_failure();
+    assert_eq!(out.stderr.matches("127.0.0.1:0").count(), 1, "{out}");
+}

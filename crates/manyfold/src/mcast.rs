@@ -1063,7 +1063,7 @@ async fn receive_inner(
                 };
                 return Err(io::Error::new(
                     io::ErrorKind::TimedOut,
-                    format!("no session joined on {} within {:.0?}{heard}", net.group, w),
+                    format!("no session joined on {} within {:.1} s{heard}", net.group, w.as_secs_f64()),
                 ));
             }
         }

@@ -563,7 +563,7 @@ async fn put(
     *started = true;
     let cut = |e: std::io::Error| Failure::new(Code::Io, format!("upload of /{path} interrupted: {e}"));
     let mut io = streams.io(stream);
-    let taken_over = || Failure::new(Code::Busy, format!("/{path}: a newer upload of it took over"));
+    let taken_over = || Failure::new(Code::Busy, format!("/{path} is busy (a newer upload of it took over)"));
     // A client that died before it started the stream would otherwise hold
     // the partial file until the connection times out.
     let from = tokio::select! {

@@ -153,9 +153,13 @@ pub async fn foreground_interrupt() {
 }
 
 /// Starts listening for SIGINT and SIGTERM (call once, inside the runtime).
+/// Signals this close to the first count as the same interruption.
+const SAME_INTERRUPTION: Duration = Duration::from_millis(500);
+
 pub fn install() {
     tokio::spawn(async {
         let first = next_signal().await;
+        let first_at = tokio::time::Instant::now();
         RECEIVED.store(first.exit_code(), Ordering::SeqCst);
         eprintln!("\nmanyfold: {}: telling the peers and cleaning up (again to exit at once)", first.name());
         let abort = abort_all();
@@ -168,6 +172,12 @@ pub fn install() {
                     signal_cell().send_replace(Some(first));
                 }
                 second = next_signal() => {
+                    // `timeout` (and other wrappers) pass the terminal's
+                    // SIGINT on to a process that got it already: one
+                    // Ctrl-C, not the second that means "exit at once".
+                    if first_at.elapsed() < SAME_INTERRUPTION {
+                        continue;
+                    }
                     eprintln!("manyfold: {} again: exiting now", second.name());
                     std::process::exit(i32::from(second.exit_code()));
                 }

@@ -287,6 +287,8 @@ fn connect_error(e: manyfold::ConnectError, peer: SocketAddr) -> anyhow::Error {
     match e.close_reason() {
         Some(manyfold::CloseReason::ProtectionMismatch) => anyhow::Error::new(e)
             .context(format!("{what}: encryption mismatch: one end gave --key-file and the other did not")),
+        // The library's error names the address already.
+        _ if matches!(e, manyfold::ConnectError::InvalidAddress { .. }) => anyhow::Error::new(e),
         _ => anyhow::Error::new(e).context(what),
     }
 }
