@@ -88,9 +88,7 @@ enum Command {
     /// one report at the end (-v: a line per file). Exits non-zero unless
     /// the receiver confirms that every entry was stored and every hash
     /// matched. Sent again after an interruption, a file moves only what the
-    /// receiver does not already hold, and a file it holds whole (the same
-    /// size and BLAKE3) is skipped; one that differs is refused unless the
-    /// receiver runs with --overwrite.
+    /// receiver does not already hold.
     Send(transfer::SendArgs),
 
     /// Serve the Echo Protocol (RFC 862): send back whatever each client

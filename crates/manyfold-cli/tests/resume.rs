@@ -108,40 +108,6 @@ fn a_killed_receiver_leaves_a_partial_file_that_a_new_receiver_resumes() {
 }
 
 #[test]
-fn files_the_receiver_already_holds_whole_are_skipped_and_a_changed_one_is_refused() {
-    // An interrupted send of several files, sent again: the files that
-    // had arrived are not refused as existing (nor sent again); the rest
-    // moves. A file here of the same size but other content is still
-    // refused without --overwrite, and left as it was.
-    let tmp = tempfile::tempdir().unwrap();
-    let (src, inbox) = (tmp.path().join("src"), tmp.path().join("inbox"));
-    std::fs::create_dir_all(&src).unwrap();
-    std::fs::create_dir_all(&inbox).unwrap();
-    let (a, b) = (src.join("a.bin"), src.join("b.bin"));
-    samplegen(&a, "300k", 21);
-    samplegen(&b, "200k", 22);
-    let (receiver, addr) = recv(&inbox, &[]);
-    // The first attempt got a.bin only (as if interrupted after it).
-    run_args(&["send", a.to_str().unwrap(), "--to", &addr], LIMIT).assert_success();
-    let out = run_args(&["send", a.to_str().unwrap(), b.to_str().unwrap(), "--to", &addr, "--json"], LIMIT);
-    out.assert_success();
-    let v: Value = serde_json::from_str(out.stdout.trim()).unwrap_or_else(|e| panic!("not JSON ({e}): {out}"));
-    assert_eq!(v["resumed_bytes"].as_u64(), Some(300_000), "a.bin was skipped whole: {v}");
-    for f in ["a.bin", "b.bin"] {
-        assert_eq!(std::fs::read(inbox.join(f)).unwrap(), std::fs::read(src.join(f)).unwrap(), "{f}");
-    }
-    // The same size, other bytes: refused, and the file here is kept.
-    samplegen(&a, "300k", 23);
-    let before = std::fs::read(inbox.join("a.bin")).unwrap();
-    let out = run_args(&["send", a.to_str().unwrap(), "--to", &addr], LIMIT);
-    out.assert_failure();
-    assert!(out.stderr.contains("file exists: a.bin (sent whole: its content differs"), "{out}");
-    assert_eq!(std::fs::read(inbox.join("a.bin")).unwrap(), before, "the file here was not touched");
-    assert_eq!(entries(&inbox), ["a.bin", "b.bin"], "nothing left beside them");
-    drop(receiver);
-}
-
-#[test]
 fn a_source_changed_since_the_interruption_is_sent_whole() {
     let Midway { _tmp, src, inbox, receiver, addr, sender, .. } = midway(10);
     signal(&sender, "KILL");

@@ -58,20 +58,14 @@ pub async fn receive_tree(
             .await
             .map_err(|e| anyhow!("check task failed: {e}"))?
     };
-    let mut admitted = match checked {
-        Ok(admitted) => admitted,
+    let mut held = match checked {
+        Ok(held) => held,
         Err(why) => return Err(refuse(conn, why).await),
     };
-    // A partial file offers its prefix; a file already here whole offers
-    // all of it: the sender skips it if its hash matches (rsync's skip of
-    // an unchanged file, checked by content).
-    let Admitted { held, present } = &admitted;
     let offers: Vec<wire::Offer> = held
         .iter()
         .filter(|(_, h)| h.have > 0)
-        .map(|(&index, h)| (index, h.have, &h.prefix))
-        .chain(present.iter().map(|(&index, (have, prefix))| (index, *have, prefix)))
-        .map(|(index, have, prefix)| wire::Offer { index, have, prefix: *prefix.finalize().as_bytes() })
+        .map(|(&index, h)| wire::Offer { index, have: h.have, prefix: *h.prefix.finalize().as_bytes() })
         .collect();
     let mut answer = Reply::Ok("go ahead".into()).encode();
     answer.extend_from_slice(&wire::encode_offers(&offers));
@@ -91,7 +85,7 @@ pub async fn receive_tree(
     });
     let bar = report::transfer_bar(multi, known, &crate::transfer::recv::short_label(first));
     let made = tokio::select! {
-        made = make_all(conn, &options.dir, &entries, &mut admitted, overwrite, &bar) => made,
+        made = make_all(conn, &options.dir, &entries, &mut held, overwrite, &bar) => made,
         // Dropping the transfer keeps what arrived in its partial files.
         () = claims.taken_over() => Err(anyhow!("a newer transfer of the same file took over; what arrived is kept")),
     };
@@ -147,43 +141,24 @@ fn open_partial(at: &Path, e: &Entry, create: bool) -> Result<Option<Held>> {
     Ok(Some(Held { file, have, prefix }))
 }
 
-/// What a list may build on: partial files of earlier attempts, and
-/// files already here whole (size and BLAKE3 state of all of it), by
-/// entry index.
-struct Admitted {
-    held: BTreeMap<u32, Held>,
-    present: BTreeMap<u32, (u64, blake3::Hasher)>,
-}
-
 /// Checks the list against the directory: safe paths, directories only
 /// where directories are or nothing is, no file replaced unless
-/// `overwrite` (but a regular file of the listed size may be the same
-/// file, sent before: it is offered whole, and refused only if its
-/// content differs), and room for what is still to come.
+/// `overwrite`, and room for what is still to come; returns the partial
+/// files of earlier attempts that the files may resume, by entry index.
 fn admit(
     dir: &Path,
     entries: &[Entry],
     overwrite: bool,
     told: &std::collections::HashSet<usize>,
-) -> Result<Admitted, String> {
+) -> Result<BTreeMap<u32, Held>, String> {
     wire::check_entries(entries)?;
-    let mut present = BTreeMap::new();
-    for (i, e) in entries.iter().enumerate() {
+    for e in entries {
         let at = dir.join(&e.path);
         let Ok(meta) = std::fs::symlink_metadata(&at) else { continue };
         match (&e.kind, meta.is_dir()) {
             (Kind::Dir, true) => {}
             (Kind::Dir, false) => return Err(format!("{} exists and is not a directory", e.path)),
             (_, true) => return Err(format!("{} exists and is a directory", e.path)),
-            (Kind::File, false) if !overwrite && meta.is_file() && e.known_size() == Some(meta.len()) => {
-                let whole = std::fs::File::open(&at).and_then(|f| hash_prefix(&f, meta.len()));
-                match whole {
-                    Ok((prefix, n)) if n == meta.len() => {
-                        present.insert(i as u32, (n, prefix));
-                    }
-                    _ => return Err(format!("file exists: {} (and cannot be read to compare it)", e.path)),
-                }
-            }
             (_, false) if !overwrite => {
                 return Err(format!("file exists: {} (the receiver does not overwrite without --overwrite)", e.path))
             }
@@ -209,15 +184,15 @@ fn admit(
         }
     }
     // What is already held does not need room again.
-    let have: u64 = held.values().map(|h| h.have).chain(present.values().map(|p| p.0)).sum();
-    let needed: u64 = entries.iter().filter_map(Entry::known_size).sum::<u64>() - have;
+    let needed: u64 =
+        entries.iter().filter_map(Entry::known_size).sum::<u64>() - held.values().map(|h| h.have).sum::<u64>();
     match available_space(dir) {
         Some(free) if free < needed => Err(format!(
             "no space: the files need {}, the receiver has {} free",
             human_bytes(needed),
             human_bytes(free)
         )),
-        _ => Ok(Admitted { held, present }),
+        _ => Ok(held),
     }
 }
 
@@ -227,7 +202,7 @@ async fn make_all(
     conn: &mut Connection,
     dir: &Path,
     entries: &[Entry],
-    Admitted { held, present }: &mut Admitted,
+    held: &mut BTreeMap<u32, Held>,
     overwrite: bool,
     bar: &ProgressBar,
 ) -> Result<Vec<FileLine>> {
@@ -252,10 +227,6 @@ async fn make_all(
             }
             Kind::Link(target) => make_link(&at, target, e.mtime, overwrite)
                 .with_context(|| format!("cannot create the link {} -> {target}", e.path))?,
-            Kind::File if present.contains_key(&(i as u32)) => {
-                let (have, prefix) = present.remove(&(i as u32)).expect("checked");
-                files.push(confirm_present(conn, e, have, prefix, bar).await?);
-            }
             Kind::File => {
                 let target = match (e.known_size(), held.remove(&(i as u32))) {
                     (Some(_), Some(h)) => Target::Resumable(Box::new(h)),
@@ -299,37 +270,6 @@ impl Target {
             h.file.discard();
         }
     }
-}
-
-/// A file that was here whole before the list came: the sender skips it
-/// (resumes from its end) if its BLAKE3 matches; one that differs was
-/// sent from the start, and is refused without `--overwrite`.
-async fn confirm_present(
-    conn: &mut Connection,
-    e: &Entry,
-    have: u64,
-    prefix: blake3::Hasher,
-    bar: &ProgressBar,
-) -> Result<FileLine> {
-    let from = conn.read_u64().await.context("connection lost while receiving data")?;
-    if from != have {
-        bail!(
-            "file exists: {} (sent whole: its content differs, or a group sends every receiver all of it; the \
-             receiver does not overwrite without --overwrite)",
-            e.path
-        );
-    }
-    let theirs = match wire::read_chunk_head(conn).await.context("connection lost while receiving data")? {
-        Chunk::End(hash) => hash,
-        Chunk::Data(_) => bail!("{}: the sender sent data for a file it agreed is here", e.path),
-        Chunk::Abandon(why) => bail!("the sender gave up: {why}"),
-    };
-    let hash = prefix.finalize();
-    if hash.as_bytes() != &theirs {
-        bail!("{}: the file here does not match the sender's BLAKE3 after all", e.path);
-    }
-    bar.inc(have);
-    Ok(FileLine { path: e.path.clone(), bytes: have, resumed: have, hash })
 }
 
 /// Receives one file's chunks (from the offset the sender chose) and
