@@ -34,6 +34,22 @@ fn send_to_an_echo_server_says_it_is_not_a_receiver() {
 }
 
 #[test]
+fn send_to_a_file_server_fails_when_it_closes_for_want_of_a_request() {
+    // `serve` gives a client 10 s for its first request; `send` writes a
+    // list it never reads as one, and learns from the close.
+    let tmp = tempfile::tempdir().unwrap();
+    let file = tmp.path().join("m.bin");
+    std::fs::write(&file, b"hello").unwrap();
+    let (serve, addr) = server(&["serve", "--listen", "127.0.0.1:0", "--dir", tmp.path().to_str().unwrap()]);
+    let t = Instant::now();
+    let out = run_args(&["send", file.to_str().unwrap(), "--to", &addr], LIMIT);
+    serve.kill();
+    out.assert_failure();
+    assert!(out.stderr.contains(&format!("is {addr} a `manyfold recv`?")), "{out}");
+    assert!(t.elapsed() < Duration::from_secs(30), "took {:?}\n{out}", t.elapsed());
+}
+
+#[test]
 fn fetch_from_a_receiver_says_it_is_not_a_file_server() {
     let tmp = tempfile::tempdir().unwrap();
     let (recv, addr) = server(&["recv", "--listen", "127.0.0.1:0", "--dir", tmp.path().to_str().unwrap()]);

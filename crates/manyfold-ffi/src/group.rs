@@ -163,7 +163,7 @@ pub unsafe extern "C" fn mf_group_connect(
 /// mode; blocks while the shared send buffer (64 MiB) is full. The data is
 /// held once in memory whatever the number of peers. Returns the message's
 /// group sequence number (0, 1, 2, ...), or a negative code
-/// (`MF_EUNREACHABLE` if no peer the mode needs is left, `MF_ECLOSED` if
+/// (`MF_EUNREACHABLE` if no live peer is left, `MF_ECLOSED` if
 /// another thread closed `group` while this call was blocked, `MF_EBADF`
 /// if `group` is not an open group).
 ///

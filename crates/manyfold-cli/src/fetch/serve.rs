@@ -22,6 +22,8 @@ use crate::size::{human_bytes, human_duration, size_arg};
 
 /// A client silent for this long between requests is closed.
 const IDLE: Duration = Duration::from_secs(120);
+/// How long a new client has for its first request.
+const FIRST_REQUEST: Duration = Duration::from_secs(10);
 /// Manifests kept in memory (each at most 8 MiB of hashes; usually far less).
 const CACHE_ENTRIES: usize = 256;
 
@@ -192,14 +194,25 @@ struct Ended {
 /// Answers one client's requests until it closes.
 async fn serve_one(conn: Connection, library: &Arc<Library>, session: &mut Session) -> Result<()> {
     let mut current: Option<Served> = None;
+    let mut asked = false;
     loop {
-        let item = match tokio::time::timeout(IDLE, conn.recv_message()).await {
+        // A client of another kind (`manyfold send` writes its list as
+        // bytes, never a whole message) is closed after FIRST_REQUEST, so
+        // that it learns at once instead of waiting without end.
+        let wait = if asked { IDLE } else { FIRST_REQUEST };
+        let item = match tokio::time::timeout(wait, conn.recv_message()).await {
+            Err(_) if wait == FIRST_REQUEST => {
+                bail!("no request within {} (not a `manyfold fetch`?)", human_duration(wait))
+            }
             Err(_) => bail!("no request for {}", human_duration(IDLE)),
             Ok(r) => r.context("connection lost")?,
         };
         let message = match item {
             None | Some((_, StreamItem::Finished)) => return Ok(()),
-            Some((_, StreamItem::Message(m))) => m,
+            Some((_, StreamItem::Message(m))) => {
+                asked = true;
+                m
+            }
             Some((_, StreamItem::Abandoned)) => continue,
             Some((_, StreamItem::Reset(code))) => bail!("the client reset its stream (code {code})"),
         };

@@ -21,10 +21,6 @@ use crate::transfer::wire::Reply;
 /// How often the bar is brought up to date while waiting on the receiver.
 const BAR_TICK: Duration = Duration::from_millis(100);
 
-/// How long the receiver may take to answer the list (it hashes what
-/// it holds of partial files first, about a second per 3 GB).
-const ANSWER_TIMEOUT: Duration = Duration::from_secs(60);
-
 /// What to try when the peer at `peer` does not answer as a receiver does.
 fn wrong_kind(peer: std::net::SocketAddr) -> String {
     format!(
@@ -33,16 +29,20 @@ fn wrong_kind(peer: std::net::SocketAddr) -> String {
     )
 }
 
-/// The receiver's answer to the list: a peer of another kind (a `serve`
-/// waits for a request it never gets; an echo server sends the list back)
-/// is named as such, within [`ANSWER_TIMEOUT`], instead of waiting forever.
+/// The receiver's answer to the list: a peer of another kind is named as
+/// such (an echo server sends the list back; a `serve` or `ftp-server`
+/// closes a client that sends no request of its own within 10 s). No
+/// bound of its own: a receiver hashes what it holds of partial files
+/// before it answers, about a second per 3 GB.
 async fn first_answer<R: tokio::io::AsyncRead + Unpin>(rx: &mut R, peer: std::net::SocketAddr) -> Result<Reply> {
-    match tokio::time::timeout(ANSWER_TIMEOUT, Reply::read(rx)).await {
-        Err(_) => bail!("no answer to the list within {} s: {}", ANSWER_TIMEOUT.as_secs(), wrong_kind(peer)),
-        Ok(Err(e)) if e.kind() == std::io::ErrorKind::InvalidData => {
+    match Reply::read(rx).await {
+        Err(e) if e.kind() == std::io::ErrorKind::InvalidData => {
             bail!("the answer is not a receiver's ({e}): {}", wrong_kind(peer))
         }
-        Ok(r) => r.context("connection lost while waiting for the receiver's answer"),
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
+            bail!("the peer closed without answering the list: {}", wrong_kind(peer))
+        }
+        r => r.context("connection lost while waiting for the receiver's answer"),
     }
 }
 
