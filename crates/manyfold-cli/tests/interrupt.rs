@@ -358,20 +358,29 @@ fn a_silent_receiver_is_given_up_after_the_peer_timeout() {
     assert!(took >= Duration::from_millis(1500) && took < Duration::from_secs(8), "gave up after {took:?}\n{out}");
 }
 
-#[test]
-fn a_killed_receiver_is_named_gone_at_once() {
+/// Kills the sender (or the receiver) with SIGKILL once data flows; the
+/// other side must name it gone (port unreachable) at once.
+fn killed_mid_transfer(kill_sender: bool) {
     let (_tmp, src, inbox) = setup("40MB");
     let (mut receiver, addr) = recv(&inbox, &[]);
     let sender = send(&src, &addr, &["--delay", "100"]);
     receiver.wait_for_line("receiving sample.bin", LIMIT);
-    // Killed once data flows: killed between printing that line and
-    // answering the list, it would leave a sender with nothing in flight,
+    // Killed once data flows: a receiver killed between printing that line
+    // and answering the list would leave a sender with nothing in flight,
     // which only a keep-alive finds out (spec §4.7), not this test's case.
     wait_for_partial_data(&inbox);
     let t = Instant::now();
-    signal(&receiver, "KILL");
-    reported(sender, t, "the receiver is gone (port unreachable)", "the sender");
-    receiver.kill();
+    let (victim, witness, role) =
+        if kill_sender { (sender, receiver, "sender") } else { (receiver, sender, "receiver") };
+    signal(&victim, "KILL");
+    let witness_role = if kill_sender { "the receiver" } else { "the sender" };
+    reported(witness, t, &format!("the {role} is gone (port unreachable)"), witness_role);
+    victim.kill();
+}
+
+#[test]
+fn a_killed_receiver_is_named_gone_at_once() {
+    killed_mid_transfer(false);
 }
 
 #[test]
@@ -392,15 +401,7 @@ fn a_killed_sender_is_named_gone_by_the_receiver_at_once() {
     // A process killed outright sends nothing; the receiver, which only
     // answers data, learns it from the ICMP error its next keep-alive
     // draws (spec §6.7), so the command line keeps that interval short.
-    let (_tmp, src, inbox) = setup("40MB");
-    let (mut receiver, addr) = recv(&inbox, &[]);
-    let sender = send(&src, &addr, &["--delay", "100"]);
-    receiver.wait_for_line("receiving sample.bin", LIMIT);
-    wait_for_partial_data(&inbox);
-    let t = Instant::now();
-    signal(&sender, "KILL");
-    reported(receiver, t, "the sender is gone (port unreachable)", "the receiver");
-    sender.kill();
+    killed_mid_transfer(true);
 }
 
 #[test]

@@ -12,7 +12,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use common::netns::{sh, Lab};
-use common::{manyfold, run_args, samplegen, Running};
+use common::{manyfold, recv_into, run_args, samplegen, Running};
 
 const LIMIT: Duration = Duration::from_secs(60);
 
@@ -65,10 +65,7 @@ fn send_json_into_a_closed_pipe_ends_quietly() {
     samplegen(&src, "10k", 1);
     let inbox = tmp.path().join("inbox");
     std::fs::create_dir(&inbox).unwrap();
-    let mut cmd = manyfold();
-    cmd.args(["recv", "--listen", "127.0.0.1:0", "--once", "--dir"]).arg(&inbox);
-    let mut receiver = Running::spawn(cmd);
-    let addr = receiver.listening_addr().to_string();
+    let (receiver, addr) = recv_into(&inbox, &["--once"]);
     let mut cmd = manyfold();
     cmd.args(["send", "--json", "--to", &addr]).arg(&src);
     assert_quiet_end(into_closed_pipe(cmd));
