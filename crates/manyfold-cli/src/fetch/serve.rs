@@ -201,7 +201,7 @@ async fn serve_one(conn: Connection, library: &Arc<Library>, session: &mut Sessi
         // that it learns at once instead of waiting without end.
         let wait = if asked { IDLE } else { FIRST_REQUEST };
         let item = match tokio::time::timeout(wait, conn.recv_message()).await {
-            Err(_) if wait == FIRST_REQUEST => {
+            Err(_) if !asked => {
                 bail!("no request within {} (not a `manyfold fetch`?)", human_duration(wait))
             }
             Err(_) => bail!("no request for {}", human_duration(IDLE)),

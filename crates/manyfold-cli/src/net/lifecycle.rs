@@ -152,10 +152,10 @@ pub async fn foreground_interrupt() {
     }
 }
 
-/// Starts listening for SIGINT and SIGTERM (call once, inside the runtime).
 /// Signals this close to the first count as the same interruption.
 const SAME_INTERRUPTION: Duration = Duration::from_millis(500);
 
+/// Starts listening for SIGINT and SIGTERM (call once, inside the runtime).
 pub fn install() {
     tokio::spawn(async {
         let first = next_signal().await;

@@ -79,8 +79,9 @@ impl GroupReport {
     }
 
     /// Whether the transfer did what was asked: at least --min-receivers
-    /// (by default every receiver) saved the file (`all`), or every block reached the mode's number of receivers
-    /// and no receiver that took part failed (the other modes).
+    /// (by default every receiver) saved the file (`all`), or every block
+    /// reached the mode's number of receivers and no receiver that took
+    /// part failed (the other modes).
     pub fn succeeded(&self) -> bool {
         match self.spread {
             None => self.saved() >= self.min_receivers,
@@ -91,9 +92,7 @@ impl GroupReport {
             }
         }
     }
-}
 
-impl GroupReport {
     /// `all` mode, succeeded without every receiver (--min-receivers):
     /// a warning naming each receiver that did not save the file and why.
     pub fn shortfall(&self) -> Option<String> {

@@ -295,10 +295,11 @@ pub(crate) fn recv_message<M: Members>(m: &mut M, g: GroupHandle) -> Option<(Des
     let group = m.groups().table.get_mut(&g.0)?;
     let n = group.peers.len();
     let start = group.rotate();
-    let order: Vec<usize> = (0..n).map(|i| (start + i) % n).collect();
-    let members: Vec<(ConnHandle, PeerId, bool)> =
-        order.iter().map(|&i| (group.peers[i].conn, group.id(i as u32), group.peers[i].fin_taken)).collect();
-    for (&i, (h, peer, fin_taken)) in order.iter().zip(members) {
+    let members: Vec<(usize, ConnHandle, PeerId, bool)> = (0..n)
+        .map(|k| (start + k) % n)
+        .map(|i| (i, group.peers[i].conn, group.id(i as u32), group.peers[i].fin_taken))
+        .collect();
+    for (i, h, peer, fin_taken) in members {
         if let Ok(Some((stream, item))) = m.recv_message(h) {
             return Some((Destination { peer, stream }, item));
         }
