@@ -129,8 +129,8 @@
 //!   has been heard from the peer for an RTO. While this side sends data,
 //!   that is about an RTO. An idle connection learns only when it next
 //!   sends: its keep-alive goes after `keepalive_interval` (15 s) without
-//!   sending, so it ends on the second keep-alive, up to about 30 s after
-//!   the death.
+//!   sending, draws the first error, and a second keep-alive one RTO later
+//!   confirms it, so it ends about 15 s after the death.
 //! - A peer that no longer answers at all (frozen by SIGSTOP, its host
 //!   gone, or no ICMP: the errors are read on Linux only) ends the
 //!   connection with [`CloseReason::StallTimeout`] once data has been
@@ -140,7 +140,7 @@
 //!
 //! For faster detection, shorten these in
 //! `Config::endpoint.connection`: a dead process is found within about
-//! twice `keepalive_interval` and a silent one within `idle_timeout`. Each
+//! `keepalive_interval` and a silent one within `idle_timeout`. Each
 //! keep-alive draws an ack that keeps a healthy idle connection open, so
 //! keep `idle_timeout` a few times `keepalive_interval`.
 //!

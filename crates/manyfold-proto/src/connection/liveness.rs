@@ -79,6 +79,14 @@ impl Connection {
                 self.unreachables += 1;
                 if self.unreachables >= 2 && now >= self.last_heard + self.rtt.rto(0) {
                     self.enter_closed(CloseReason::Unreachable(kind));
+                } else if self.unreachables == 1 && self.sent.is_empty() {
+                    // Idle: nothing of ours would draw the confirming
+                    // error before the next keep-alive, a whole interval
+                    // away. Ask one RTO from now instead.
+                    let confirm = now + self.rtt.rto(0);
+                    if self.timers.get(Timer::KeepAlive).is_none_or(|t| t > confirm) {
+                        self.timers.set(Timer::KeepAlive, confirm);
+                    }
                 }
             }
         }

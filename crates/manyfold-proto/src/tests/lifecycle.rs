@@ -112,6 +112,37 @@ fn an_established_connection_ends_on_repeated_unreachables_after_an_rto_of_silen
 }
 
 #[test]
+fn an_idle_connection_whose_peer_died_ends_one_rto_after_its_first_keepalive_meets_icmp() {
+    let mut p = Pair::new();
+    let (ca, _) = connected(&mut p);
+    p.run_until(|p| p.wire.is_empty() && p.a.conn(ca).stats().unwrap().unacked_bytes == 0);
+    let keepalive = crate::ConnectionConfig::default().keepalive_interval.expect("keep-alives on by default");
+    // b's process is gone: each datagram of a's draws port unreachable, and
+    // only a runs from here.
+    let idle_from = p.now;
+    let mut buf = vec![0u8; 70_000];
+    let mut errors = 0;
+    for _ in 0..1_000 {
+        if p.a.conn(ca).close_reason().is_some() {
+            break;
+        }
+        p.now = p.a.poll_timeout().expect("an open connection keeps a timer");
+        p.a.handle_timeout(p.now);
+        while let Some(t) = p.a.poll_transmit(p.now, 1, &mut buf) {
+            p.a.handle_icmp(p.now, p.b_addr, UnreachableKind::Port, &buf[..t.size]);
+            errors += 1;
+        }
+    }
+    let took = p.now - idle_from;
+    assert_eq!(p.a.conn(ca).close_reason(), Some(CloseReason::Unreachable(UnreachableKind::Port)));
+    assert_eq!(errors, 2, "the keep-alive and the one that confirms it");
+    assert!(
+        took >= keepalive && took < keepalive + Duration::from_secs(2),
+        "ended {took:?} after going idle; the keep-alive interval is {keepalive:?}"
+    );
+}
+
+#[test]
 fn last_ack_ends_gracefully_when_the_peer_is_gone_with_only_our_fin_unacked() {
     let mut p = Pair::new();
     let ca = p.a.connect(p.now, p.b_addr).unwrap();
