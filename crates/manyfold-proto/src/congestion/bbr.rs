@@ -24,7 +24,7 @@
 //! two BDPs in flight whatever happens; against a loss-based flow (TCP
 //! CUBIC) sharing a buffer of about one BDP it takes ~93% of the link. So
 //! when a loss comes while the RTT is inflated by at least half the minimum
-//! RTT (a queue no random loss explains), the window gets an upper bound,
+//! RTT and at least 2 ms (a queue no random loss explains), the window gets an upper bound,
 //! 0.7 × its size, at most once per round, that then grows by one packet
 //! per round (AIMD, like Reno); once the RTT falls back toward the minimum,
 //! the bound is dropped and the model alone rules again. Random loss on an
@@ -63,6 +63,13 @@ const LOSS_BETA: f64 = 0.7;
 /// taken for congestion; and below which the loss bound is released.
 const QUEUED: f64 = 0.5;
 const DRAINED: f64 = 0.125;
+/// Least standing queueing delay that makes a loss congestion, whatever
+/// the minimum RTT. On a path of a millisecond or two, half the minimum
+/// RTT is the receiver's ack delay, the pacing timer's granularity and
+/// the controller's own probe, not a loss-based flow's full buffer; read
+/// as a queue there, random loss bounded the window round after round
+/// (1 Gbit/s, 1 ms, 1% loss: 27% of the link, RESULTS §47).
+const QUEUED_AT_LEAST: Duration = Duration::from_millis(2);
 
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum Mode {
@@ -179,6 +186,14 @@ impl Bbr {
         let (min, latest) = (self.min_rtt?, self.standing_rtt?);
         let min = min.as_secs_f64().max(1e-4);
         Some((latest.as_secs_f64() - min).max(0.0) / min)
+    }
+
+    /// Whether a queue stands that a loss-based flow's full buffer would
+    /// explain and random loss would not (spec §9.5): at least half the
+    /// minimum RTT, and at least [`QUEUED_AT_LEAST`].
+    fn queue_stands(&self) -> bool {
+        let delay = self.standing_rtt.zip(self.min_rtt).map(|(latest, min)| latest.saturating_sub(min));
+        self.queue_fraction().is_some_and(|q| q >= QUEUED) && delay.is_some_and(|d| d >= QUEUED_AT_LEAST)
     }
 
     fn max_bw(&self) -> f64 {
@@ -465,7 +480,7 @@ impl Controller for Bbr {
         if !self.filled_pipe || self.bound_round == Some(self.round) || self.app_limited_now {
             return;
         }
-        if self.queue_fraction().is_some_and(|q| q >= QUEUED) {
+        if self.queue_stands() {
             let from = self.loss_bound.unwrap_or(self.cwnd).min(self.cwnd);
             let bound = ((from as f64 * LOSS_BETA) as u64).max(self.min_pipe());
             self.loss_bound = Some(bound);
@@ -646,6 +661,38 @@ mod tests {
         }
         assert_eq!(b.loss_bound, None);
         assert_eq!(b.window(), before);
+    }
+
+    #[test]
+    fn loss_on_a_one_millisecond_path_with_under_two_milliseconds_of_queue_leaves_the_window_alone() {
+        // A 1 ms path whose least RTT per round doubled: a queue of half
+        // the minimum RTT and more, but 1 ms of it, which ack delay and
+        // pacing explain as well as a full buffer does.
+        let t0 = Instant::now();
+        let mut b = Bbr::new(1000, 10);
+        let mut now = settle(&mut b, t0, 1e6, 20);
+        let (d, before) = (10_000_000, b.window());
+        b.min_rtt = Some(Duration::from_millis(1));
+        let round = |b: &mut Bbr, now: &mut Instant, i: u64, rtt_ms: u64| {
+            *now += Duration::from_millis(100);
+            b.on_rate_sample(*now, &sample(d + i * 100_000, d + i * 100_000 - 1000, 1e6, rtt_ms, before, 0));
+        };
+        // A round's least RTT stands from the next round on.
+        round(&mut b, &mut now, 1, 2);
+        let (mut lossless, mut then) = (b.clone(), now);
+        for i in 2..=4 {
+            round(&mut b, &mut now, i, 2);
+            b.on_congestion_event(now, now, 1000);
+            round(&mut lossless, &mut then, i, 2);
+        }
+        assert_eq!(b.loss_bound, None, "1 ms of queue is no full buffer");
+        assert_eq!(b.window(), lossless.window(), "the model alone sets the window");
+        // 2 ms of it is.
+        for i in 5..=6 {
+            round(&mut b, &mut now, i, 3);
+        }
+        b.on_congestion_event(now, now, 1000);
+        assert!(b.loss_bound.is_some(), "a standing queue of 2 ms bounds the window");
     }
 
     #[test]
