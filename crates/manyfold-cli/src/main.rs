@@ -76,9 +76,11 @@ enum Command {
     /// name, synced, checked against the sender's BLAKE3 hash and only then
     /// renamed to its final name, with the sender's mode and mtime. Paths
     /// that would leave DIR (`..`, absolute, links pointing outside) are
-    /// refused, and so are existing files unless --overwrite. A transfer
-    /// that breaks off keeps its partial file: the same send resumes it (a
-    /// send to several receivers starts again).
+    /// refused, and so are existing files unless --overwrite (a file of the
+    /// sender's size and mtime is taken as stored before, and checked by
+    /// its content: skipped if the same, refused if not). A transfer that
+    /// breaks off keeps its partial file: the same send resumes it (a send
+    /// to several receivers starts again).
     Recv(transfer::RecvArgs),
 
     /// Send files, directories (like `rsync -a`) or standard input to a
@@ -88,7 +90,8 @@ enum Command {
     /// one report at the end (-v: a line per file). Exits non-zero unless
     /// the receiver confirms that every entry was stored and every hash
     /// matched. Sent again after an interruption, a file moves only what the
-    /// receiver does not already hold.
+    /// receiver does not already hold: the rest of a partial file, nothing
+    /// of a file it holds whole (the same size, mtime and BLAKE3).
     Send(transfer::SendArgs),
 
     /// Serve the Echo Protocol (RFC 862): send back whatever each client

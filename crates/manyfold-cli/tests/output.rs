@@ -111,7 +111,9 @@ fn quiet_prints_nothing_but_errors() {
     sent.assert_success();
     assert!(sent.stdout.is_empty() && sent.stderr.is_empty(), "{sent}");
     receiver.wait(LIMIT).assert_success();
-    // The same file again: refused (it exists), and the error still shows.
+    // Another file of that name (another size): refused, and the error
+    // still shows. (The same file again would be skipped as already here.)
+    samplegen(&src, "50k", 10);
     let (receiver, addr) = recv_json(&inbox);
     let again = run_args(&["send", "-q", src.to_str().unwrap(), "--to", &addr], LIMIT);
     again.assert_failure();

@@ -107,6 +107,82 @@ fn a_killed_receiver_leaves_a_partial_file_that_a_new_receiver_resumes() {
     assert_eq!(entries(&inbox), ["sample.bin"]);
 }
 
+/// A source directory holding `a.bin` (300 kB) and `b.bin` (12 MB), an
+/// inbox, and a receiver serving it that already stored `a.bin`.
+fn a_stored_before() -> (tempfile::TempDir, std::path::PathBuf, std::path::PathBuf, Running, String) {
+    let tmp = tempfile::tempdir().unwrap();
+    let (src, inbox) = (tmp.path().join("src"), tmp.path().join("inbox"));
+    std::fs::create_dir_all(&src).unwrap();
+    std::fs::create_dir_all(&inbox).unwrap();
+    samplegen(&src.join("a.bin"), "300k", 21);
+    samplegen(&src.join("b.bin"), "12MB", 22);
+    let (receiver, addr) = recv(&inbox, &[]);
+    run_args(&["send", src.join("a.bin").to_str().unwrap(), "--to", &addr], LIMIT).assert_success();
+    (tmp, src, inbox, receiver, addr)
+}
+
+#[test]
+fn a_list_sent_again_skips_a_file_already_here_whole_and_resumes_a_partial_one() {
+    // The list a.bin, b.bin was interrupted in b.bin: a.bin is here whole
+    // (offered whole, entry 0), b.bin partial (offered its prefix, entry 1).
+    let (_tmp, src, inbox, receiver, addr) = a_stored_before();
+    let (a, b) = (src.join("a.bin"), src.join("b.bin"));
+    let mut cmd = manyfold();
+    cmd.args(["send", a.to_str().unwrap(), b.to_str().unwrap(), "--to", &addr, "--rate", "3MB"]);
+    let sender = Running::spawn(cmd);
+    let held = partial_size(&inbox, 2_000_000);
+    signal(&sender, "KILL");
+    drop(sender);
+    let out = run_args(&["send", a.to_str().unwrap(), b.to_str().unwrap(), "--to", &addr, "--json"], LIMIT);
+    out.assert_success();
+    let v: Value = serde_json::from_str(out.stdout.trim()).unwrap_or_else(|e| panic!("not JSON ({e}): {out}"));
+    assert_eq!(v["bytes"].as_u64(), Some(12_300_000), "{v}");
+    let resumed = v["resumed_bytes"].as_u64().expect("resumed_bytes");
+    assert!(resumed >= 300_000 + held && resumed < 12_300_000, "a.bin skipped, b.bin resumed from {held}: {v}");
+    for f in ["a.bin", "b.bin"] {
+        assert_eq!(std::fs::read(inbox.join(f)).unwrap(), std::fs::read(src.join(f)).unwrap(), "{f}");
+    }
+    assert_eq!(entries(&inbox), ["a.bin", "b.bin"], "nothing left beside them");
+    drop(receiver);
+}
+
+#[test]
+fn a_file_here_with_the_same_size_and_time_but_other_bytes_is_refused_and_left_as_it_was() {
+    let (_tmp, src, inbox, receiver, addr) = a_stored_before();
+    let here = inbox.join("a.bin");
+    let mtime = std::fs::metadata(&here).unwrap().modified().unwrap();
+    let mut other = std::fs::read(&here).unwrap();
+    other[150_000] ^= 1;
+    std::fs::write(&here, &other).unwrap();
+    std::fs::File::options().write(true).open(&here).unwrap().set_modified(mtime).unwrap();
+    let out = run_args(&["send", src.join("a.bin").to_str().unwrap(), "--to", &addr], LIMIT);
+    out.assert_failure();
+    assert!(out.stderr.contains("file exists: a.bin (its content differs from the sender's"), "{out}");
+    assert_eq!(std::fs::read(&here).unwrap(), other, "the file here was not touched");
+    assert_eq!(entries(&inbox), ["a.bin"], "nothing left beside it");
+    drop(receiver);
+}
+
+#[test]
+fn a_group_sent_again_compares_a_file_one_receiver_holds_and_stores_the_rest_everywhere() {
+    // A group sends every receiver all of each file (no resume offers), so
+    // the receiver that holds a.bin compares it as it arrives.
+    let (tmp, src, first, receiver, addr) = a_stored_before();
+    let second = tmp.path().join("second");
+    std::fs::create_dir(&second).unwrap();
+    let (other, other_addr) = recv(&second, &[]);
+    let to = format!("{addr},{other_addr}");
+    let (a, b) = (src.join("a.bin"), src.join("b.bin"));
+    run_args(&["send", a.to_str().unwrap(), b.to_str().unwrap(), "--to", &to], LIMIT).assert_success();
+    for dir in [&first, &second] {
+        for f in ["a.bin", "b.bin"] {
+            assert_eq!(std::fs::read(dir.join(f)).unwrap(), std::fs::read(src.join(f)).unwrap(), "{f}");
+        }
+        assert_eq!(entries(dir), ["a.bin", "b.bin"], "nothing left beside them");
+    }
+    drop((receiver, other));
+}
+
 #[test]
 fn a_source_changed_since_the_interruption_is_sent_whole() {
     let Midway { _tmp, src, inbox, receiver, addr, sender, .. } = midway(10);

@@ -26,12 +26,20 @@
 //! leads out of the receiving directory. All paths and targets of one
 //! list hold at most 64 MiB. The receiver answers the list as in version 1
 //! (ok "go ahead" | error TEXT): any bad path, a path listed twice, an
-//! existing file without `--overwrite`, a directory where a file is (or
-//! the reverse), or too little space for the known sizes is refused here.
+//! existing file without `--overwrite` (but see below: a file of the
+//! listed size and mtime), a directory where a file is (or the reverse),
+//! or too little space for the known sizes is refused here.
 //!
 //! After its "go ahead" the receiver offers to resume files it holds
 //! part of from an earlier attempt (a transfer killed or interrupted on
-//! either side), found by name and tagged with the file's size and mtime:
+//! either side), found by name and tagged with the file's size and mtime.
+//! It offers too, with H equal to the size, files it already holds whole:
+//! without `--overwrite`, an existing regular file whose size and mtime
+//! are the entry's (the receiver gave it the sender's mtime when it stored
+//! it: rsync's quick check) is taken to be the same file, not refused.
+//! The receiver hashes such files for their offers up to 1 GiB in all,
+//! so that its answer never waits on a large tree; past that they are not
+//! offered. Offers of both kinds go in one increasing index order:
 //!
 //! ```text
 //! offers:  count K (4, ≤ N) | K offers in increasing index order
@@ -43,7 +51,8 @@
 //!
 //! ```text
 //! from:    offset (8): 0, or H when the sender's own first H bytes hash
-//!          the same (it then sends only the rest)
+//!          the same (it then sends only the rest; nothing at all for a
+//!          file held whole)
 //! chunk:   length L (4, 1 ≤ L ≤ 1 MiB) | L bytes
 //! end:     0 (4) | BLAKE3 of all the file's bytes, from offset 0 (32)
 //! abandon: 0xFFFFFFFF (4) | length M (2) | text (M ≤ 4096): the sender gives up
@@ -56,6 +65,14 @@
 //! error that stopped it; it may answer with an error at any time (a
 //! write failure, a hash mismatch), and the sender, which reads while it
 //! sends, stops at once.
+//!
+//! A file held whole whose data comes from offset 0 (it was not offered,
+//! its hash differed, or a group sent it: a group sends every receiver
+//! all of each file) is compared byte for byte with the file as it
+//! arrives, and nothing is written: at the first difference the receiver
+//! refuses the transfer ("file exists: PATH (its content differs from the
+//! sender's ...)"), and at the end it checks the sender's hash as for any
+//! file. Either way the file it holds is left as it was.
 //!
 //! The receiver closes the connection right after its last answer; the
 //! sender closes only once that FIN came (the list's framing, not a FIN,

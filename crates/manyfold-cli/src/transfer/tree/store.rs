@@ -4,6 +4,11 @@
 //! made: directories, links (under a temporary name, then renamed), and
 //! files through a [`PartFile`] renamed into place only after their hash
 //! matched. Directories get their mode and mtime last, deepest first.
+//!
+//! A list sent again after an interruption finds some files here: a
+//! partial file resumes from its prefix, and a file already here whole
+//! (the listed size and mtime) is skipped if its BLAKE3 matches the
+//! sender's, or compared byte for byte as it arrives ([`Present`]).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -54,19 +59,15 @@ pub async fn receive_tree(
     }
     let checked = {
         let entries = entries.clone();
-        tokio::task::spawn_blocking(move || admit(&dir, &entries, overwrite, &told))
+        tokio::task::spawn_blocking(move || admit(&dir, &entries, overwrite, &told, PRESENT_HASH_BUDGET))
             .await
             .map_err(|e| anyhow!("check task failed: {e}"))?
     };
-    let mut held = match checked {
-        Ok(held) => held,
+    let mut admitted = match checked {
+        Ok(admitted) => admitted,
         Err(why) => return Err(refuse(conn, why).await),
     };
-    let offers: Vec<wire::Offer> = held
-        .iter()
-        .filter(|(_, h)| h.have > 0)
-        .map(|(&index, h)| wire::Offer { index, have: h.have, prefix: *h.prefix.finalize().as_bytes() })
-        .collect();
+    let offers = admitted.offers();
     let mut answer = Reply::Ok("go ahead".into()).encode();
     answer.extend_from_slice(&wire::encode_offers(&offers));
     conn.write_all(&answer).await.context("connection lost while answering the request")?;
@@ -85,7 +86,7 @@ pub async fn receive_tree(
     });
     let bar = report::transfer_bar(multi, known, &crate::transfer::recv::short_label(first));
     let made = tokio::select! {
-        made = make_all(conn, &options.dir, &entries, &mut held, overwrite, &bar) => made,
+        made = make_all(conn, &options.dir, &entries, &mut admitted, overwrite, &bar) => made,
         // Dropping the transfer keeps what arrived in its partial files.
         () = claims.taken_over() => Err(anyhow!("a newer transfer of the same file took over; what arrived is kept")),
     };
@@ -141,24 +142,100 @@ fn open_partial(at: &Path, e: &Entry, create: bool) -> Result<Option<Held>> {
     Ok(Some(Held { file, have, prefix }))
 }
 
+/// A file here before the list came, with the listed size and mtime
+/// (rsync's quick check; the receiver gives each file it stores the
+/// sender's mtime): most likely this very file, stored by an earlier
+/// attempt. `whole` is its BLAKE3 state if `admit` hashed it: it is then
+/// offered whole, and the sender skips it if its own hash matches. Sent
+/// anyway (not offered, a different hash, or a group, which sends every
+/// receiver all of it), it is compared byte for byte as it arrives and
+/// refused at the first difference. Nothing is written to it either way.
+struct Present {
+    size: u64,
+    whole: Option<blake3::Hasher>,
+}
+
+/// How many bytes of files already here whole `admit` hashes before the
+/// receiver answers (about a second from the page cache): beyond it they
+/// are not offered but compared as they arrive, so that the answer never
+/// waits on hashing a large tree (a group's sender waits 30 s for it).
+const PRESENT_HASH_BUDGET: u64 = 1 << 30;
+
+/// What a list may build on, by entry index: partial files of earlier
+/// attempts, and files already here whole.
+struct Admitted {
+    held: BTreeMap<u32, Held>,
+    present: BTreeMap<u32, Present>,
+}
+
+impl Admitted {
+    /// The resume offers, in increasing entry order as the wire wants
+    /// them (spec of [`wire::read_offers`]): a partial file's prefix, a
+    /// present file hashed within the budget whole.
+    fn offers(&self) -> Vec<wire::Offer> {
+        let offer = |index: u32, have: u64, prefix: &blake3::Hasher| wire::Offer {
+            index,
+            have,
+            prefix: *prefix.finalize().as_bytes(),
+        };
+        let held = self.held.iter().filter(|(_, h)| h.have > 0).map(|(&i, h)| (i, offer(i, h.have, &h.prefix)));
+        let present = self
+            .present
+            .iter()
+            .filter_map(|(&i, p)| Some((i, offer(i, p.size, p.whole.as_ref().filter(|_| p.size > 0)?))));
+        held.chain(present).collect::<BTreeMap<u32, wire::Offer>>().into_values().collect()
+    }
+}
+
+/// Opens an existing file for reading without following a link.
+fn open_nofollow(at: &Path) -> std::io::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new().read(true).custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32).open(at)
+}
+
 /// Checks the list against the directory: safe paths, directories only
 /// where directories are or nothing is, no file replaced unless
-/// `overwrite`, and room for what is still to come; returns the partial
-/// files of earlier attempts that the files may resume, by entry index.
+/// `overwrite` (a file of the listed size and mtime is taken as the same
+/// file, [`Present`], and checked by its content later), and room for
+/// what is still to come; returns the partial files of earlier attempts
+/// that the files may resume and the files already here whole.
 fn admit(
     dir: &Path,
     entries: &[Entry],
     overwrite: bool,
     told: &std::collections::HashSet<usize>,
-) -> Result<BTreeMap<u32, Held>, String> {
+    hash_budget: u64,
+) -> Result<Admitted, String> {
     wire::check_entries(entries)?;
-    for e in entries {
+    let mut present = BTreeMap::new();
+    let mut budget = hash_budget;
+    for (i, e) in entries.iter().enumerate() {
         let at = dir.join(&e.path);
         let Ok(meta) = std::fs::symlink_metadata(&at) else { continue };
         match (&e.kind, meta.is_dir()) {
             (Kind::Dir, true) => {}
             (Kind::Dir, false) => return Err(format!("{} exists and is not a directory", e.path)),
             (_, true) => return Err(format!("{} exists and is a directory", e.path)),
+            (Kind::File, false)
+                if !overwrite
+                    && meta.is_file()
+                    && e.known_size() == Some(meta.len())
+                    && super::walk::mtime_of(&meta) == e.mtime =>
+            {
+                let size = meta.len();
+                let mut whole = None;
+                if size <= budget {
+                    match open_nofollow(&at).and_then(|f| hash_prefix(&f, size)) {
+                        Ok((prefix, n)) if n == size => whole = Some(prefix),
+                        Ok(_) => return Err(format!("{} changed while the receiver read it", e.path)),
+                        Err(err) => {
+                            return Err(format!("file exists: {} and cannot be read to compare it: {err}", e.path))
+                        }
+                    }
+                    budget -= size;
+                }
+                present.insert(i as u32, Present { size, whole });
+            }
             (_, false) if !overwrite => {
                 return Err(format!("file exists: {} (the receiver does not overwrite without --overwrite)", e.path))
             }
@@ -183,16 +260,16 @@ fn admit(
             }
         }
     }
-    // What is already held does not need room again.
-    let needed: u64 =
-        entries.iter().filter_map(Entry::known_size).sum::<u64>() - held.values().map(|h| h.have).sum::<u64>();
+    // What is already held, or here whole, does not need room again.
+    let have: u64 = held.values().map(|h| h.have).chain(present.values().map(|p| p.size)).sum();
+    let needed: u64 = entries.iter().filter_map(Entry::known_size).sum::<u64>() - have;
     match available_space(dir) {
         Some(free) if free < needed => Err(format!(
             "no space: the files need {}, the receiver has {} free",
             human_bytes(needed),
             human_bytes(free)
         )),
-        _ => Ok(held),
+        _ => Ok(Admitted { held, present }),
     }
 }
 
@@ -202,7 +279,7 @@ async fn make_all(
     conn: &mut Connection,
     dir: &Path,
     entries: &[Entry],
-    held: &mut BTreeMap<u32, Held>,
+    Admitted { held, present }: &mut Admitted,
     overwrite: bool,
     bar: &ProgressBar,
 ) -> Result<Vec<FileLine>> {
@@ -227,6 +304,10 @@ async fn make_all(
             }
             Kind::Link(target) => make_link(&at, target, e.mtime, overwrite)
                 .with_context(|| format!("cannot create the link {} -> {target}", e.path))?,
+            Kind::File if present.contains_key(&(i as u32)) => {
+                let p = present.remove(&(i as u32)).expect("just checked");
+                files.push(confirm_present(conn, &at, e, p, bar, &mut parts).await?);
+            }
             Kind::File => {
                 let target = match (e.known_size(), held.remove(&(i as u32))) {
                     (Some(_), Some(h)) => Target::Resumable(Box::new(h)),
@@ -302,7 +383,7 @@ async fn receive_file(
     std::io::Seek::seek(&mut std_file, std::io::SeekFrom::Start(from)).context("cannot seek in the partial file")?;
     let mut out = ChunkWriter::new(&std_file).context("cannot duplicate the file handle")?;
     bar.inc(from);
-    let streamed = stream_into(conn, &mut out, &mut hasher, e, from, bar, parts).await;
+    let streamed = stream_into(conn, Sink::Write(&mut out), &mut hasher, e, from, bar, parts).await;
     let (theirs, got) = match streamed {
         Ok(done) => done,
         Err(err) if crate::net::close_reason(&err).is_some() => {
@@ -345,11 +426,90 @@ async fn receive_file(
     Ok(FileLine { path: e.path.clone(), bytes: got, resumed: from, hash })
 }
 
-/// Writes a file's chunks to `out` until its end; returns the sender's
-/// hash and the file's length. Checks the size announced.
+/// A file already here whole ([`Present`]) meets the sender: skipped if
+/// the sender resumes from its end (it matched the offer's hash), else
+/// its data compared with the file as it arrives, and the transfer
+/// refused at the first difference. Either way the file is left as it
+/// was.
+async fn confirm_present(
+    conn: &mut Connection,
+    at: &Path,
+    e: &Entry,
+    p: Present,
+    bar: &ProgressBar,
+    parts: &mut Vec<Bytes>,
+) -> Result<FileLine> {
+    let from = conn.read_u64().await.context("connection lost while receiving data")?;
+    let mut hasher = match (from, p.whole) {
+        (0, _) => blake3::Hasher::new(),
+        (f, Some(whole)) if f == p.size => whole,
+        (f, _) => bail!("{}: the sender resumes from {f}, which the receiver did not offer", e.path),
+    };
+    let file = open_nofollow(at).with_context(|| format!("cannot read {} to compare it", e.path))?;
+    let mut same = Compare { file: std::sync::Arc::new(file), at: from, path: &e.path };
+    bar.inc(from);
+    let (theirs, got) = stream_into(conn, Sink::Compare(&mut same), &mut hasher, e, from, bar, parts).await?;
+    let hash = hasher.finalize();
+    if hash.as_bytes() != &theirs {
+        bail!("{}: the file here does not match the sender's BLAKE3 (it was left as it was)", e.path);
+    }
+    Ok(FileLine { path: e.path.clone(), bytes: got, resumed: from, hash })
+}
+
+/// Where [`stream_into`] puts a file's data: into the file being
+/// received, or against a file already here, compared.
+enum Sink<'a, 'p> {
+    Write(&'a mut ChunkWriter),
+    Compare(&'a mut Compare<'p>),
+}
+
+/// A file already here, compared with the data arriving for it.
+struct Compare<'a> {
+    file: std::sync::Arc<std::fs::File>,
+    /// How far the comparison has come.
+    at: u64,
+    path: &'a str,
+}
+
+impl Compare<'_> {
+    /// Fails at the first byte of `parts` that differs from the file.
+    async fn check(&mut self, parts: &[Bytes]) -> Result<()> {
+        let len: u64 = parts.iter().map(|p| p.len() as u64).sum();
+        let (file, at, parts) = (std::sync::Arc::clone(&self.file), self.at, parts.to_vec());
+        let same = tokio::task::spawn_blocking(move || -> std::io::Result<bool> {
+            use std::os::unix::fs::FileExt;
+            let mut buf = Vec::new();
+            let mut offset = at;
+            for part in &parts {
+                buf.resize(part.len(), 0);
+                file.read_exact_at(&mut buf, offset)?;
+                if buf != part[..] {
+                    return Ok(false);
+                }
+                offset += part.len() as u64;
+            }
+            Ok(true)
+        })
+        .await
+        .map_err(|err| anyhow!("compare task failed: {err}"))?
+        .with_context(|| format!("cannot read {} to compare it", self.path))?;
+        if !same {
+            bail!(
+                "file exists: {} (its content differs from the sender's; the receiver does not overwrite without \
+                 --overwrite)",
+                self.path
+            );
+        }
+        self.at += len;
+        Ok(())
+    }
+}
+
+/// Writes (or compares) a file's chunks until its end; returns the
+/// sender's hash and the file's length. Checks the size announced.
 async fn stream_into(
     conn: &mut Connection,
-    out: &mut ChunkWriter,
+    mut out: Sink<'_, '_>,
     hasher: &mut blake3::Hasher,
     e: &Entry,
     from: u64,
@@ -368,7 +528,10 @@ async fn stream_into(
                 for part in parts.iter() {
                     hasher.update(part);
                 }
-                out.write(parts).await.with_context(|| format!("writing {}", e.path))?;
+                match &mut out {
+                    Sink::Write(out) => out.write(parts).await.with_context(|| format!("writing {}", e.path))?,
+                    Sink::Compare(same) => same.check(parts).await?,
+                }
                 if bar.length().is_some_and(|len| bar.position() + n as u64 > len) {
                     bar.inc_length(n as u64);
                 }
@@ -381,7 +544,9 @@ async fn stream_into(
     if e.known_size().is_some_and(|size| got != size) {
         bail!("{}: {got} bytes arrived of the {} announced", e.path, e.size);
     }
-    out.flush().await.with_context(|| format!("writing {}", e.path))?;
+    if let Sink::Write(out) = out {
+        out.flush().await.with_context(|| format!("writing {}", e.path))?;
+    }
     Ok((theirs, got))
 }
 
@@ -429,5 +594,74 @@ fn system_time((secs, nanos): (i64, u32)) -> std::time::SystemTime {
         epoch + std::time::Duration::new(secs as u64, nanos)
     } else {
         epoch - std::time::Duration::from_secs(secs.unsigned_abs()) + std::time::Duration::from_nanos(nanos.into())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A file entry for `path` with the size and mtime of `at`.
+    fn entry_of(path: &str, at: &Path) -> Entry {
+        let meta = std::fs::metadata(at).unwrap();
+        Entry {
+            kind: Kind::File,
+            path: path.into(),
+            mode: 0o644,
+            mtime: super::super::walk::mtime_of(&meta),
+            size: meta.len(),
+        }
+    }
+
+    /// `inbox` holds a.bin whole (as stored by an earlier attempt: the
+    /// source's size and mtime) and a partial file of b.bin; the list
+    /// names a.bin first.
+    fn interrupted(tmp: &Path) -> (PathBuf, Vec<Entry>) {
+        let (src, inbox) = (tmp.join("src"), tmp.join("inbox"));
+        std::fs::create_dir_all(&src).unwrap();
+        std::fs::create_dir_all(&inbox).unwrap();
+        std::fs::write(src.join("a.bin"), vec![1u8; 5000]).unwrap();
+        std::fs::write(src.join("b.bin"), vec![2u8; 7000]).unwrap();
+        let entries = vec![entry_of("a.bin", &src.join("a.bin")), entry_of("b.bin", &src.join("b.bin"))];
+        std::fs::copy(src.join("a.bin"), inbox.join("a.bin")).unwrap();
+        std::fs::File::options()
+            .write(true)
+            .open(inbox.join("a.bin"))
+            .unwrap()
+            .set_modified(system_time(entries[0].mtime))
+            .unwrap();
+        let partial = open_partial(&inbox.join("b.bin"), &entries[1], true).unwrap().unwrap();
+        std::io::Write::write_all(&mut partial.file.file(), &[2u8; 3000]).unwrap();
+        drop(partial);
+        (inbox, entries)
+    }
+
+    #[test]
+    fn offers_for_a_file_here_whole_and_a_partial_one_go_in_list_order() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (inbox, entries) = interrupted(tmp.path());
+        let admitted = admit(&inbox, &entries, false, &Default::default(), PRESENT_HASH_BUDGET).unwrap();
+        let offers: Vec<(u32, u64)> = admitted.offers().iter().map(|o| (o.index, o.have)).collect();
+        assert_eq!(offers, [(0, 5000), (1, 3000)], "a.bin whole, then b.bin's prefix");
+        assert_eq!(admitted.offers()[0].prefix, *blake3::hash(&[1u8; 5000]).as_bytes());
+    }
+
+    #[test]
+    fn a_file_here_whole_beyond_the_hash_budget_is_not_offered_but_still_admitted() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (inbox, entries) = interrupted(tmp.path());
+        let admitted = admit(&inbox, &entries, false, &Default::default(), 4999).unwrap();
+        let offers: Vec<(u32, u64)> = admitted.offers().iter().map(|o| (o.index, o.have)).collect();
+        assert_eq!(offers, [(1, 3000)], "only b.bin's prefix");
+        assert!(admitted.present[&0].whole.is_none(), "a.bin is to be compared as it arrives");
+    }
+
+    #[test]
+    fn a_file_here_with_another_mtime_is_refused_before_any_data() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (inbox, mut entries) = interrupted(tmp.path());
+        entries[0].mtime.0 -= 60;
+        let why = admit(&inbox, &entries, false, &Default::default(), PRESENT_HASH_BUDGET).err().unwrap();
+        assert!(why.starts_with("file exists: a.bin"), "{why}");
     }
 }
