@@ -77,8 +77,8 @@ enum Command {
     /// renamed to its final name, with the sender's mode and mtime. Paths
     /// that would leave DIR (`..`, absolute, links pointing outside) are
     /// refused, and so are existing files unless --overwrite (a file of the
-    /// sender's size and mtime is taken as stored before, and checked by
-    /// its content: skipped if the same, refused if not). A transfer that
+    /// sender's size, mtime and mode is taken as stored before, and checked
+    /// by its content: kept if the same, refused if not). A transfer that
     /// breaks off keeps its partial file: the same send resumes it (a send
     /// to several receivers starts again).
     Recv(transfer::RecvArgs),
@@ -90,8 +90,10 @@ enum Command {
     /// one report at the end (-v: a line per file). Exits non-zero unless
     /// the receiver confirms that every entry was stored and every hash
     /// matched. Sent again after an interruption, a file moves only what the
-    /// receiver does not already hold: the rest of a partial file, nothing
-    /// of a file it holds whole (the same size, mtime and BLAKE3).
+    /// receiver does not already hold: the rest of a partial file, and
+    /// nothing of a file it holds whole (the same size, mtime, mode and
+    /// BLAKE3; up to 1 GiB of such files per list, and with one receiver:
+    /// the rest, and what a group sends, it compares as it arrives).
     Send(transfer::SendArgs),
 
     /// Serve the Echo Protocol (RFC 862): send back whatever each client

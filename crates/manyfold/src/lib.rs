@@ -130,7 +130,8 @@
 //!   that is about an RTO. An idle connection learns only when it next
 //!   sends: its keep-alive goes after `keepalive_interval` (15 s) without
 //!   sending, draws the first error, and a second keep-alive one RTO later
-//!   confirms it, so it ends about 15 s after the death.
+//!   confirms it, so it ends within about `keepalive_interval` plus an RTO
+//!   of falling idle.
 //! - A peer that no longer answers at all (frozen by SIGSTOP, its host
 //!   gone, or no ICMP: the errors are read on Linux only) ends the
 //!   connection with [`CloseReason::StallTimeout`] once data has been

@@ -79,10 +79,17 @@ impl Connection {
                 self.unreachables += 1;
                 if self.unreachables >= 2 && now >= self.last_heard + self.rtt.rto(0) {
                     self.enter_closed(CloseReason::Unreachable(kind));
-                } else if self.unreachables == 1 && self.sent.is_empty() {
+                } else if self.unreachables == 1
+                    && self.sent.is_empty()
+                    && kind == UnreachableKind::Port
+                    && self.config.keepalive_interval.is_some()
+                {
                     // Idle: nothing of ours would draw the confirming
                     // error before the next keep-alive, a whole interval
-                    // away. Ask one RTO from now instead.
+                    // away. A closed port (the peer's process died) is
+                    // asked again one RTO from now; a router's host
+                    // unreachable may be a passing failure, and keeps the
+                    // interval.
                     let confirm = now + self.rtt.rto(0);
                     if self.timers.get(Timer::KeepAlive).is_none_or(|t| t > confirm) {
                         self.timers.set(Timer::KeepAlive, confirm);

@@ -27,19 +27,21 @@
 //! list hold at most 64 MiB. The receiver answers the list as in version 1
 //! (ok "go ahead" | error TEXT): any bad path, a path listed twice, an
 //! existing file without `--overwrite` (but see below: a file of the
-//! listed size and mtime), a directory where a file is (or the reverse),
+//! listed size, mtime and mode), a directory where a file is (or the reverse),
 //! or too little space for the known sizes is refused here.
 //!
 //! After its "go ahead" the receiver offers to resume files it holds
 //! part of from an earlier attempt (a transfer killed or interrupted on
 //! either side), found by name and tagged with the file's size and mtime.
 //! It offers too, with H equal to the size, files it already holds whole:
-//! without `--overwrite`, an existing regular file whose size and mtime
-//! are the entry's (the receiver gave it the sender's mtime when it stored
-//! it: rsync's quick check) is taken to be the same file, not refused.
-//! The receiver hashes such files for their offers up to 1 GiB in all,
-//! so that its answer never waits on a large tree; past that they are not
-//! offered. Offers of both kinds go in one increasing index order:
+//! without `--overwrite`, an existing regular file whose size, mtime and
+//! permission bits are the entry's (the receiver gave it the sender's when
+//! it stored it: rsync's quick check, with the mode) is taken to be the
+//! same file, not refused. Once the list passed every other check, the
+//! receiver hashes such files for their offers, up to 1 GiB in all, so
+//! that hashing whole files adds about a second at most to its answer;
+//! past that they are not offered. Offers of both kinds go in one
+//! increasing index order:
 //!
 //! ```text
 //! offers:  count K (4, ≤ N) | K offers in increasing index order
@@ -69,10 +71,17 @@
 //! A file held whole whose data comes from offset 0 (it was not offered,
 //! its hash differed, or a group sent it: a group sends every receiver
 //! all of each file) is compared byte for byte with the file as it
-//! arrives, and nothing is written: at the first difference the receiver
-//! refuses the transfer ("file exists: PATH (its content differs from the
-//! sender's ...)"), and at the end it checks the sender's hash as for any
-//! file. Either way the file it holds is left as it was.
+//! arrives, and nothing is written. A difference is told only after the
+//! file's last byte, never at the first (which would let a sender read the
+//! file a byte at a time by guessing): the receiver then refuses the
+//! transfer ("file exists: PATH (its content differs from the sender's
+//! ...)"); otherwise it checks the sender's hash as for any file. Either
+//! way the file it holds is left as it was. What a sender can learn of a
+//! file already in the directory is what rsync's receiver tells any client
+//! allowed to write: if it names the file's exact size, mtime and mode,
+//! the file's BLAKE3 (in the offer), and whether a whole file it sends is
+//! the same. A directory whose files no sender may learn anything of is
+//! not one to receive into.
 //!
 //! The receiver closes the connection right after its last answer; the
 //! sender closes only once that FIN came (the list's framing, not a FIN,

@@ -207,8 +207,8 @@ fn admit(
     hash_budget: u64,
 ) -> Result<Admitted, String> {
     wire::check_entries(entries)?;
-    let mut present = BTreeMap::new();
-    let mut budget = hash_budget;
+    // Files that pass the quick check, hashed once every check passed.
+    let mut same = Vec::new();
     for (i, e) in entries.iter().enumerate() {
         let at = dir.join(&e.path);
         let Ok(meta) = std::fs::symlink_metadata(&at) else { continue };
@@ -216,26 +216,7 @@ fn admit(
             (Kind::Dir, true) => {}
             (Kind::Dir, false) => return Err(format!("{} exists and is not a directory", e.path)),
             (_, true) => return Err(format!("{} exists and is a directory", e.path)),
-            (Kind::File, false)
-                if !overwrite
-                    && meta.is_file()
-                    && e.known_size() == Some(meta.len())
-                    && super::walk::mtime_of(&meta) == e.mtime =>
-            {
-                let size = meta.len();
-                let mut whole = None;
-                if size <= budget {
-                    match open_nofollow(&at).and_then(|f| hash_prefix(&f, size)) {
-                        Ok((prefix, n)) if n == size => whole = Some(prefix),
-                        Ok(_) => return Err(format!("{} changed while the receiver read it", e.path)),
-                        Err(err) => {
-                            return Err(format!("file exists: {} and cannot be read to compare it: {err}", e.path))
-                        }
-                    }
-                    budget -= size;
-                }
-                present.insert(i as u32, Present { size, whole });
-            }
+            (Kind::File, false) if !overwrite && quick_check(&meta, e) => same.push((i, at, meta.len())),
             (_, false) if !overwrite => {
                 return Err(format!("file exists: {} (the receiver does not overwrite without --overwrite)", e.path))
             }
@@ -261,16 +242,42 @@ fn admit(
         }
     }
     // What is already held, or here whole, does not need room again.
-    let have: u64 = held.values().map(|h| h.have).chain(present.values().map(|p| p.size)).sum();
+    let have: u64 = held.values().map(|h| h.have).chain(same.iter().map(|s| s.2)).sum();
     let needed: u64 = entries.iter().filter_map(Entry::known_size).sum::<u64>() - have;
-    match available_space(dir) {
-        Some(free) if free < needed => Err(format!(
+    if let Some(free) = available_space(dir).filter(|&free| free < needed) {
+        return Err(format!(
             "no space: the files need {}, the receiver has {} free",
             human_bytes(needed),
             human_bytes(free)
-        )),
-        _ => Ok(Admitted { held, present }),
+        ));
     }
+    let mut present = BTreeMap::new();
+    let mut budget = hash_budget;
+    for (i, at, size) in same {
+        let mut whole = None;
+        if size <= budget {
+            match open_nofollow(&at).and_then(|f| hash_prefix(&f, size)) {
+                Ok((prefix, n)) if n == size => whole = Some(prefix),
+                Ok(_) => return Err(format!("{} changed while the receiver read it", entries[i].path)),
+                Err(err) => {
+                    return Err(format!("file exists: {} and cannot be read to compare it: {err}", entries[i].path))
+                }
+            }
+            budget -= size;
+        }
+        present.insert(i as u32, Present { size, whole });
+    }
+    Ok(Admitted { held, present })
+}
+
+/// rsync's quick check, with the mode: a regular file of the entry's
+/// size, mtime and permission bits, as this receiver stores a file.
+fn quick_check(meta: &std::fs::Metadata, e: &Entry) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    meta.is_file()
+        && e.known_size() == Some(meta.len())
+        && super::walk::mtime_of(meta) == e.mtime
+        && meta.permissions().mode() & wire::MODE_BITS == e.mode & wire::MODE_BITS
 }
 
 /// Makes every entry in list order; returns the files stored. The first
@@ -445,10 +452,31 @@ async fn confirm_present(
         (f, Some(whole)) if f == p.size => whole,
         (f, _) => bail!("{}: the sender resumes from {f}, which the receiver did not offer", e.path),
     };
-    let file = open_nofollow(at).with_context(|| format!("cannot read {} to compare it", e.path))?;
-    let mut same = Compare { file: std::sync::Arc::new(file), at: from, path: &e.path };
+    let file = match from {
+        0 => {
+            let (at, e) = (at.to_path_buf(), e.clone());
+            let opened = tokio::task::spawn_blocking(move || -> Result<std::fs::File> {
+                let file = open_nofollow(&at).with_context(|| format!("cannot read {} to compare it", e.path))?;
+                let meta = file.metadata().with_context(|| format!("cannot read {} to compare it", e.path))?;
+                if !quick_check(&meta, &e) {
+                    bail!("file exists: {} (it changed since the list came)", e.path);
+                }
+                Ok(file)
+            });
+            Some(opened.await.map_err(|err| anyhow!("open task failed: {err}"))??)
+        }
+        _ => None,
+    };
+    let mut same = Compare { file: file.map(std::sync::Arc::new), at: from, differs: false, path: &e.path };
     bar.inc(from);
     let (theirs, got) = stream_into(conn, Sink::Compare(&mut same), &mut hasher, e, from, bar, parts).await?;
+    if same.differs {
+        bail!(
+            "file exists: {} (its content differs from the sender's; the receiver does not overwrite without \
+             --overwrite)",
+            e.path
+        );
+    }
     let hash = hasher.finalize();
     if hash.as_bytes() != &theirs {
         bail!("{}: the file here does not match the sender's BLAKE3 (it was left as it was)", e.path);
@@ -463,19 +491,29 @@ enum Sink<'a, 'p> {
     Compare(&'a mut Compare<'p>),
 }
 
-/// A file already here, compared with the data arriving for it.
+/// A file already here, compared with the data arriving for it. A
+/// difference is told only after the file's last byte (`differs`): a
+/// refusal at the first one would let a sender read the file a byte at a
+/// time by guessing.
 struct Compare<'a> {
-    file: std::sync::Arc<std::fs::File>,
+    /// `None` when no data is to come (the sender skipped the file).
+    file: Option<std::sync::Arc<std::fs::File>>,
     /// How far the comparison has come.
     at: u64,
+    differs: bool,
     path: &'a str,
 }
 
 impl Compare<'_> {
-    /// Fails at the first byte of `parts` that differs from the file.
+    /// Compares `parts` with the file from where the last call ended.
     async fn check(&mut self, parts: &[Bytes]) -> Result<()> {
         let len: u64 = parts.iter().map(|p| p.len() as u64).sum();
-        let (file, at, parts) = (std::sync::Arc::clone(&self.file), self.at, parts.to_vec());
+        let Some(file) = self.file.as_ref().filter(|_| !self.differs) else {
+            self.differs = true;
+            self.at += len;
+            return Ok(());
+        };
+        let (file, at, parts) = (std::sync::Arc::clone(file), self.at, parts.to_vec());
         let same = tokio::task::spawn_blocking(move || -> std::io::Result<bool> {
             use std::os::unix::fs::FileExt;
             let mut buf = Vec::new();
@@ -493,13 +531,7 @@ impl Compare<'_> {
         .await
         .map_err(|err| anyhow!("compare task failed: {err}"))?
         .with_context(|| format!("cannot read {} to compare it", self.path))?;
-        if !same {
-            bail!(
-                "file exists: {} (its content differs from the sender's; the receiver does not overwrite without \
-                 --overwrite)",
-                self.path
-            );
-        }
+        self.differs = !same;
         self.at += len;
         Ok(())
     }
@@ -657,11 +689,16 @@ mod tests {
     }
 
     #[test]
-    fn a_file_here_with_another_mtime_is_refused_before_any_data() {
+    fn a_file_here_with_another_mtime_or_mode_is_refused_before_any_data() {
         let tmp = tempfile::tempdir().unwrap();
-        let (inbox, mut entries) = interrupted(tmp.path());
-        entries[0].mtime.0 -= 60;
-        let why = admit(&inbox, &entries, false, &Default::default(), PRESENT_HASH_BUDGET).err().unwrap();
-        assert!(why.starts_with("file exists: a.bin"), "{why}");
+        let (inbox, entries) = interrupted(tmp.path());
+        let mut older = entries.clone();
+        older[0].mtime.0 -= 60;
+        let mut executable = entries.clone();
+        executable[0].mode = 0o755;
+        for changed in [older, executable] {
+            let why = admit(&inbox, &changed, false, &Default::default(), PRESENT_HASH_BUDGET).err().unwrap();
+            assert!(why.starts_with("file exists: a.bin"), "{why}");
+        }
     }
 }
