@@ -374,16 +374,12 @@ async fn receive_file(
 ) -> Result<FileLine> {
     let from = conn.read_u64().await.context("connection lost while receiving data")?;
     let (have, prefix) = match &target {
-        Target::Resumable(h) => (h.have, h.prefix.clone()),
-        Target::Fresh(_) => (0, blake3::Hasher::new()),
+        Target::Resumable(h) => (h.have, Some(h.prefix.clone())),
+        Target::Fresh(_) => (0, None),
     };
-    let mut hasher = match from {
-        0 => blake3::Hasher::new(),
-        f if f == have => prefix,
-        f => {
-            target.discard();
-            bail!("{}: the sender resumes from {f}, the receiver holds {have} bytes", e.path);
-        }
+    let Some(mut hasher) = resumed_hasher(from, have, prefix) else {
+        target.discard();
+        bail!("{}: the sender resumes from {from}, the receiver holds {have} bytes", e.path);
     };
     let mut std_file = target.file().try_clone().context("cannot duplicate the file handle")?;
     std_file.set_len(from).context("cannot size the partial file")?;
@@ -433,11 +429,22 @@ async fn receive_file(
     Ok(FileLine { path: e.path.clone(), bytes: got, resumed: from, hash })
 }
 
+/// The hash state a file's data continues from: a new one from offset 0,
+/// the held prefix's from `have` (what the receiver offered); `None` for
+/// any other offset.
+fn resumed_hasher(from: u64, have: u64, prefix: Option<blake3::Hasher>) -> Option<blake3::Hasher> {
+    match (from, prefix) {
+        (0, _) => Some(blake3::Hasher::new()),
+        (f, Some(prefix)) if f == have => Some(prefix),
+        _ => None,
+    }
+}
+
 /// A file already here whole ([`Present`]) meets the sender: skipped if
 /// the sender resumes from its end (it matched the offer's hash), else
 /// its data compared with the file as it arrives, and the transfer
-/// refused at the first difference. Either way the file is left as it
-/// was.
+/// refused after its last byte if it differs. Either way the file is
+/// left as it was.
 async fn confirm_present(
     conn: &mut Connection,
     at: &Path,
@@ -447,10 +454,8 @@ async fn confirm_present(
     parts: &mut Vec<Bytes>,
 ) -> Result<FileLine> {
     let from = conn.read_u64().await.context("connection lost while receiving data")?;
-    let mut hasher = match (from, p.whole) {
-        (0, _) => blake3::Hasher::new(),
-        (f, Some(whole)) if f == p.size => whole,
-        (f, _) => bail!("{}: the sender resumes from {f}, which the receiver did not offer", e.path),
+    let Some(mut hasher) = resumed_hasher(from, p.size, p.whole) else {
+        bail!("{}: the sender resumes from {from}, which the receiver did not offer", e.path);
     };
     let file = match from {
         0 => {
